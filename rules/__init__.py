@@ -1,0 +1,21 @@
+"""The rule catalog: one rule per module. Installed as ``speedfix.rules``."""
+
+from speedfix.rules.sf101_dataloader_no_workers import DataloaderNoWorkers
+from speedfix.rules.sf102_dataloader_no_pin_memory import DataloaderNoPinMemory
+from speedfix.rules.sf104_blocking_transfer import BlockingTransfer
+from speedfix.rules.sf201_tf32_disabled import Tf32Disabled
+from speedfix.rules.sf203_deprecated_amp_api import DeprecatedAmpApi
+from speedfix.rules.sf301_sync_in_loop import SyncInLoop
+from speedfix.rules.sf402_zero_grad_not_none import ZeroGradNotNone
+from speedfix.rules.sf501_model_not_compiled import ModelNotCompiled
+
+RULES = [
+    DataloaderNoWorkers,
+    DataloaderNoPinMemory,
+    BlockingTransfer,
+    Tf32Disabled,
+    DeprecatedAmpApi,
+    SyncInLoop,
+    ZeroGradNotNone,
+    ModelNotCompiled,
+]

@@ -1,0 +1,321 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.arguments import find_argument, literal_int
+from speedfix.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
+from speedfix.context import CallSite
+from speedfix.findings import Applicability, FixOp, Severity, Transform
+from speedfix.patterns import DATALOADER, dataset_argument, is_in_memory_dataset, is_iterable_dataset
+from speedfix.rule import Invalid, Rule, Valid
+
+
+class DataloaderNoWorkers(Rule):
+    """
+    ## What it does
+    Finds a `torch.utils.data.DataLoader` that loads batches in the training process itself:
+    `num_workers` is not set, or set to 0. A small literal (1 or 2) is reported at lower severity.
+
+    ## Why is this bad?
+    With `num_workers=0`, every `__getitem__` call, augmentation and `collate_fn` runs in the main
+    process between two training steps, so the GPU sits idle while the next batch is prepared.
+    Worker processes prepare batches ahead of time, in parallel with the training step.
+
+    Not reported: data already in memory as tensors (a `TensorDataset`, or a Dataset whose
+    `__getitem__` only indexes tensors it holds), where PyTorch's own guidance is to keep
+    `num_workers=0` because worker IPC costs more than it saves; and values speedfix cannot know
+    (`num_workers=args.workers`, unresolved `**kwargs`).
+
+    ## Example
+    ```python
+    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    ```
+
+    ## Use instead
+    ```python
+    loader = DataLoader(
+        train_set, batch_size=64, shuffle=True,
+        num_workers=min(8, os.cpu_count() or 1), persistent_workers=True,
+    )
+    ```
+
+    ## Fix safety
+    Unsafe. Workers change how a script runs: with the `spawn`/`forkserver` start method (Windows,
+    macOS, Linux on Python 3.14+) each worker re-imports the script, so the fix is refused when the
+    DataLoader is built at import time without an `if __name__ == "__main__":` guard, and when
+    `collate_fn`/`worker_init_fn` is a lambda (not picklable). An `IterableDataset` that does not
+    shard itself with `get_worker_info()` yields every sample once per worker, so the fix is refused
+    for those too. Random augmentations draw from per-worker seeds, so augmented samples differ from a
+    `num_workers=0` run. `persistent_workers=True` keeps workers (and their copy of the dataset)
+    alive between epochs.
+
+    ## Measured effect
+    Workload-dependent: near zero for in-memory tensors, large when `__getitem__` decodes or augments.
+    PyTorch's Performance Tuning Guide ("Enable asynchronous data loading and augmentation") and
+    the profiler's `SynchronizedDataLoaderPattern` recommend it; `speedfix bench` measures it on your
+    script (see docs/benchmarks.md for the data-loading-bound fixture).
+    Source: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
+    """
+
+    code = "SF101"
+    name = "dataloader-no-workers"
+    summary = "DataLoader loads batches in the main process (`num_workers` unset or 0)"
+    severity = Severity.WARNING
+    requires = (b"DataLoader",)
+    fix_applicability = Applicability.UNSAFE
+    fix_title = "Load batches in worker processes (`num_workers` from the CPU count, persistent workers)"
+    effect = (
+        "Overlaps data loading with the training step; large when `__getitem__` decodes or augments "
+        "(PyTorch Performance Tuning Guide)."
+    )
+
+    VALID = [
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=4)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch.utils.data import TensorDataset, DataLoader
+            ds = TensorDataset(torch.randn(100, 3), torch.randn(100))
+            loader = DataLoader(ds, batch_size=32)
+            """
+        ),
+        Valid(  # Lightning's bug-report template: __getitem__ only indexes a tensor it holds
+            """
+            import torch
+            from torch.utils.data import DataLoader, Dataset
+
+            class RandomDataset(Dataset):
+                def __init__(self, size, length):
+                    self.data = torch.randn(length, size)
+
+                def __getitem__(self, index):
+                    return self.data[index]
+
+                def __len__(self):
+                    return len(self.data)
+
+            train_data = DataLoader(RandomDataset(32, 64), batch_size=2)
+            """
+        ),
+        Valid(  # unknowable values mean silence
+            """
+            import torch
+            def main(args, kwargs):
+                a = torch.utils.data.DataLoader(ds, num_workers=args.workers)
+                b = torch.utils.data.DataLoader(ds, **kwargs)
+            """
+        ),
+        Valid(  # pytorch/examples' mnist: num_workers only set when CUDA is there
+            """
+            import torch
+            train_kwargs = {"batch_size": 64}
+            if use_cuda:
+                cuda_kwargs = {"num_workers": 1, "pin_memory": True, "shuffle": True}
+                train_kwargs.update(cuda_kwargs)
+            loader = torch.utils.data.DataLoader(dataset1, **train_kwargs)
+            """
+        ),
+        Valid(  # a project's own DataLoader class
+            """
+            import torch
+            from mylib.data import DataLoader
+            loader = DataLoader(ds, batch_size=8)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            class DataLoader:
+                def __init__(self, ds, batch_size):
+                    self.ds = ds
+            loader = DataLoader(ds, batch_size=8)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main():
+                loader = DataLoader(train_set, batch_size=64, shuffle=True)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            import os
+
+            def main():
+                loader = DataLoader(
+                    train_set,
+                    batch_size=64,
+                    shuffle=True,
+                    num_workers=min(8, os.cpu_count() or 1),
+                    persistent_workers=True,
+                )
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        Invalid(  # alias forms, an explicit 0, a multi-line call, an existing `import os as _os`
+            """
+            import os as _os
+            import torch.utils.data as tud
+
+            def main():
+                loader = tud.DataLoader(
+                    train_set,
+                    batch_size=64,
+                    num_workers=0,
+                )
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import os as _os
+            import torch.utils.data as tud
+
+            def main():
+                loader = tud.DataLoader(
+                    train_set,
+                    batch_size=64,
+                    num_workers=min(8, _os.cpu_count() or 1),
+                    persistent_workers=True,
+                )
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        Invalid(  # **kwargs from a dict literal is resolved
+            """
+            from torch.utils import data
+
+            def main():
+                kwargs = {"batch_size": 32, "num_workers": 0}
+                loader = data.DataLoader(train_set, **kwargs)
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        Invalid(  # module level, no __main__ guard: spawn workers would re-run the script
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(train_set, batch_size=64)
+            for x, y in loader:
+                pass
+            """,
+        ),
+        Invalid(  # IterableDataset: each worker would yield the whole stream
+            """
+            import torch
+            from torch.utils.data import DataLoader, IterableDataset
+
+            class Stream(IterableDataset):
+                def __iter__(self):
+                    yield from range(10)
+
+            def main():
+                loader = DataLoader(Stream(), batch_size=4)
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        Invalid(  # a small explicit number is reported at lower severity, without a fix
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(train_set, batch_size=64, num_workers=1)
+            """,
+        ),
+    ]
+
+    def finish(self) -> None:
+        for site in self.ctx.calls_to(*DATALOADER):
+            self._check(site)
+
+    def _check(self, site: CallSite) -> None:
+        ctx = self.ctx
+        dataset = dataset_argument(site)
+        if is_in_memory_dataset(ctx, dataset, site.stack):
+            return
+        workers = find_argument(ctx, site, "num_workers", 5)
+        if workers.unknown:
+            return
+        if workers.missing:
+            self._report_with_fix(site, "`DataLoader` loads every batch in the main process (`num_workers` is not set)")
+            return
+        count = literal_int(ctx, workers.node, site.stack)
+        if count is None:
+            return
+        if count == 0:
+            if workers.arg is not None and isinstance(workers.node, cst.Integer):
+                self._report_with_fix(site, "`DataLoader` loads every batch in the main process (`num_workers=0`)")
+            else:
+                self.report(
+                    site.node,
+                    "`DataLoader` loads every batch in the main process (`num_workers` resolves to 0)",
+                    no_fix_reason="the value is set outside the call (a constant, **kwargs or an argparse default)",
+                )
+        elif count <= 2:
+            self.report(
+                site.node,
+                f"`DataLoader` uses only {count} worker process{'es' if count > 1 else ''}",
+                severity=Severity.INFO,
+                no_fix_reason="an explicit worker count is a deliberate choice; raise it if data loading is the bottleneck",
+            )
+
+    def _report_with_fix(self, site: CallSite, message: str) -> None:
+        reason = self._refusal(site)
+        if reason:
+            self.report(site.node, message, no_fix_reason=reason)
+            return
+        ops: list[FixOp] = []
+        cpu_count = reference(self.ctx, "os.cpu_count", ops)
+        value = cst.parse_expression(f"min(8, {cpu_count}() or 1)")
+        has_persistent = not find_argument(self.ctx, site, "persistent_workers").missing
+        original = find_argument(self.ctx, site, "num_workers", 5).arg
+        indent = self.ctx.module.default_indent
+
+        def rewrite(call: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(call, cst.Call)
+            existing = find_arg(call, original) if original is not None else None
+            if existing is not None:
+                call = replace_arg_value(call, existing, value)
+                extra = []
+            else:
+                extra = [keyword_arg("num_workers", value)]
+            if not has_persistent:
+                extra.append(keyword_arg("persistent_workers", cst.Name("True")))
+            return append_args(call, *extra, indent=indent) if extra else call
+
+        ops.insert(0, Transform(site.node, rewrite))
+        self.report(site.node, message, fix_ops=ops)
+
+    def _refusal(self, site: CallSite) -> str | None:
+        ctx = self.ctx
+        if not ctx.has_main_guard or (ctx.at_module_level(site.stack) and not ctx.in_main_guard(site.stack)):
+            return (
+                'no `if __name__ == "__main__":` guard: with the spawn/forkserver start method every '
+                "worker would re-run the script"
+            )
+        if is_iterable_dataset(ctx, dataset_argument(site), site.stack):
+            return "the dataset is an IterableDataset: without get_worker_info() sharding each worker repeats it"
+        for keyword in ("collate_fn", "worker_init_fn"):
+            value = find_argument(ctx, site, keyword)
+            if isinstance(value.node, cst.Lambda):
+                return f"`{keyword}` is a lambda, which worker processes cannot unpickle under spawn"
+        return None

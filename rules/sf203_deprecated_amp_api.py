@@ -1,0 +1,410 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from speedfix.codegen import NO_SPACE, append_args, insert_first_arg, keyword_arg
+from speedfix.findings import Applicability, FixOp, Severity, Transform
+from speedfix.names import dotted_name
+from speedfix.rule import Invalid, Rule, Valid
+from speedfix.versions import TorchVersion, v
+
+
+@dataclass(frozen=True)
+class _Old:
+    kind: str  # autocast | scaler | custom_fwd | custom_bwd
+    device: str  # cuda | cpu
+    member: str  # the name inside torch.amp
+    needs: TorchVersion  # first torch version with the replacement
+
+
+_OLD_API = {
+    "torch.cuda.amp.autocast": _Old("autocast", "cuda", "autocast", v("1.10")),
+    "torch.cuda.amp.autocast_mode.autocast": _Old("autocast", "cuda", "autocast", v("1.10")),
+    "torch.cpu.amp.autocast": _Old("autocast", "cpu", "autocast", v("1.10")),
+    "torch.cpu.amp.autocast_mode.autocast": _Old("autocast", "cpu", "autocast", v("1.10")),
+    "torch.cuda.amp.GradScaler": _Old("scaler", "cuda", "GradScaler", v("2.3")),
+    "torch.cuda.amp.grad_scaler.GradScaler": _Old("scaler", "cuda", "GradScaler", v("2.3")),
+    "torch.cpu.amp.GradScaler": _Old("scaler", "cpu", "GradScaler", v("2.3")),
+    "torch.cpu.amp.grad_scaler.GradScaler": _Old("scaler", "cpu", "GradScaler", v("2.3")),
+    "torch.cuda.amp.custom_fwd": _Old("custom_fwd", "cuda", "custom_fwd", v("2.4")),
+    "torch.cuda.amp.custom_bwd": _Old("custom_bwd", "cuda", "custom_bwd", v("2.4")),
+}
+_OLD_MODULES = {"torch.cuda.amp": "torch.amp", "torch.cpu.amp": "torch.amp"}
+# Positional parameters of torch.{cuda,cpu}.amp.autocast, which become keywords after "cuda".
+_AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
+
+
+@dataclass
+class _Use:
+    node: cst.BaseExpression  # the reference: `torch.cuda.amp.autocast`, `amp.GradScaler`, `autocast`
+    qualified: str
+    old: _Old
+    call: cst.Call | None
+    decorator: cst.Decorator | None
+
+
+class DeprecatedAmpApi(Rule):
+    """
+    ## What it does
+    Finds the device-specific AMP API that PyTorch deprecated in 2.4: `torch.cuda.amp.autocast`,
+    `torch.cuda.amp.GradScaler`, `torch.cuda.amp.custom_fwd`/`custom_bwd` and their `torch.cpu.amp`
+    twins, through every import form.
+
+    ## Why is this bad?
+    Each call emits a `FutureWarning` ("`torch.cuda.amp.GradScaler(args...)` is deprecated.
+    Please use `torch.amp.GradScaler('cuda', args...)` instead.") and the old names will be
+    removed. There is no speed to gain; it is hygiene that keeps AMP code working.
+
+    ## Example
+    ```python
+    from torch.cuda.amp import autocast, GradScaler
+
+    scaler = GradScaler()
+    with autocast(dtype=torch.float16):
+        loss = model(x)
+    ```
+
+    ## Use instead
+    ```python
+    from torch.amp import autocast, GradScaler
+
+    scaler = GradScaler("cuda")
+    with autocast("cuda", dtype=torch.float16):
+        loss = model(x)
+    ```
+
+    ## Fix safety
+    Safe: the new API runs the same code (`torch.cuda.amp.autocast` is a thin subclass of
+    `torch.autocast`). Positional arguments of the old autocast (`enabled`, `dtype`,
+    `cache_enabled`) become keywords, because the new signature starts with the device. The
+    replacements need newer torch: `torch.amp.GradScaler` 2.3, `torch.amp.custom_fwd` 2.4; with an
+    older `--torch-version` those names are not reported. Imports are rewritten in place
+    (`import torch.cuda.amp as amp` becomes `import torch.amp as amp`; TorchFix's codemod produced
+    `amp.amp.autocast` here). A name that is used other than by calling it (passed around as a
+    value) gets no fix, and neither do the other uses of the same import.
+
+    ## Measured effect
+    None on speed: removes a `FutureWarning` per call and keeps the script working when the old
+    names are removed (deprecated since torch 2.4).
+    Source: https://pytorch.org/docs/stable/amp.html
+    """
+
+    code = "SF203"
+    name = "deprecated-amp-api"
+    summary = "Deprecated `torch.cuda.amp` / `torch.cpu.amp` API (autocast, GradScaler, custom_fwd)"
+    severity = Severity.WARNING
+    requires = (b"amp",)
+    fix_applicability = Applicability.SAFE
+    fix_title = "Use the device-generic `torch.amp` API"
+    min_torch = v("1.10")
+    effect = "No speed change: removes a FutureWarning per call (deprecated since torch 2.4)."
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            scaler = torch.amp.GradScaler("cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                pass
+            """
+        ),
+        Valid(  # torch.amp.GradScaler does not exist before 2.3
+            """
+            import torch
+            scaler = torch.cuda.amp.GradScaler()
+            """,
+            torch="2.2",
+        ),
+        Valid(  # a keyword argument that happens to share the name
+            """
+            from torch.cuda.amp import autocast
+            run(autocast=True)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+
+            scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+            with torch.cuda.amp.autocast(enabled=use_amp):
+                loss = model(x)
+            """,
+            fixed="""
+            import torch
+
+            scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+            with torch.autocast("cuda", enabled=use_amp):
+                loss = model(x)
+            """,
+            count=2,
+        ),
+        Invalid(  # from-imports keep their names; positional autocast arguments become keywords
+            """
+            import torch
+            from torch.cuda.amp import autocast, GradScaler
+
+            scaler = GradScaler(2.0**16)
+            with autocast(True, torch.float16):
+                loss = model(x)
+            """,
+            fixed="""
+            import torch
+            from torch.amp import autocast, GradScaler
+
+            scaler = GradScaler("cuda", 2.0**16)
+            with autocast("cuda", enabled=True, dtype=torch.float16):
+                loss = model(x)
+            """,
+            count=2,
+        ),
+        Invalid(  # module aliases are rewritten at the import, never as `amp.amp.autocast`
+            """
+            import torch.cuda.amp as amp
+            from torch import nn
+
+            class F(torch.autograd.Function):
+                @staticmethod
+                @amp.custom_fwd
+                def forward(ctx, x):
+                    return x
+
+            with amp.autocast():
+                y = F.apply(x)
+            """,
+            fixed="""
+            import torch.amp as amp
+            from torch import nn
+
+            class F(torch.autograd.Function):
+                @staticmethod
+                @amp.custom_fwd(device_type="cuda")
+                def forward(ctx, x):
+                    return x
+
+            with amp.autocast("cuda"):
+                y = F.apply(x)
+            """,
+            count=2,
+        ),
+        Invalid(  # an older target migrates autocast only; the GradScaler import stays
+            """
+            from torch.cuda.amp import autocast, GradScaler
+            scaler = GradScaler()
+            with autocast():
+                pass
+            """,
+            fixed="""
+            from torch.amp import autocast
+            from torch.cuda.amp import GradScaler
+            scaler = GradScaler()
+            with autocast("cuda"):
+                pass
+            """,
+            torch="2.2",
+        ),
+        Invalid(  # used as a value: no fix for this import
+            """
+            from torch.cuda.amp import autocast
+            ctx = autocast
+            with autocast():
+                pass
+            """,
+            count=2,
+        ),
+        Invalid(  # the CPU twin, with an aliased torch
+            """
+            import torch as T
+            with T.cpu.amp.autocast(dtype=T.bfloat16):
+                pass
+            """,
+            fixed="""
+            import torch as T
+            with T.autocast("cpu", dtype=T.bfloat16):
+                pass
+            """,
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self._uses: list[_Use] = []
+        self._skip: set[int] = set()  # ids of Names that are attribute members or keywords
+        self._calls: dict[int, cst.Call] = {}
+        self._decorators: dict[int, cst.Decorator] = {}
+
+    # ------------------------------------------------------------------ collection
+    def visit_Call(self, node: cst.Call) -> None:
+        self._calls[id(node.func)] = node
+        for arg in node.args:
+            if arg.keyword is not None:
+                self._skip.add(id(arg.keyword))
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        self._decorators[id(node.decorator)] = node
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._skip.add(id(node.name))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._skip.add(id(node.attr))
+        self._collect(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if id(node) not in self._skip:
+            self._collect(node)
+
+    def _collect(self, node: cst.BaseExpression) -> None:
+        if self.ctx.in_import:
+            return
+        qualified = self.ctx.qualname(node)
+        old = _OLD_API.get(qualified or "")
+        if old is None or not self.ctx.torch_version >= old.needs:
+            return
+        self._uses.append(
+            _Use(node, qualified or "", old, self._calls.get(id(node)), self._decorators.get(id(node)))
+        )
+
+    # ------------------------------------------------------------------ decisions
+    def finish(self) -> None:
+        by_binding: dict[str, list[_Use]] = {}
+        for use in self._uses:
+            by_binding.setdefault(self._binding(use), []).append(use)
+        for binding, uses in by_binding.items():
+            self._report_group(binding, uses)
+
+    def _binding(self, use: _Use) -> str:
+        name = dotted_name(use.node) or ""
+        return name.split(".", 1)[0]
+
+    def _report_group(self, binding: str, uses: list[_Use]) -> None:
+        """All uses through one local name are fixed together, or not at all."""
+        target = self.ctx.imports.bindings.get(binding, "")
+        import_op: FixOp | None = None
+        if target != "torch":
+            import_op = self._import_rewrite(binding, target)
+        unfixable = [u for u in uses if u.call is None and not (u.decorator and u.old.kind.startswith("custom"))]
+        for use in uses:
+            message = f"`{use.qualified}` is deprecated since torch 2.4; use `torch.amp` with a device argument"
+            if unfixable:
+                self.report(use.node, message, no_fix_reason="the name is used as a value, not called: migrate it by hand")
+                continue
+            if target != "torch" and import_op is None:
+                self.report(use.node, message, no_fix_reason="the import cannot be rewritten automatically")
+                continue
+            ops: list[FixOp] = [self._use_rewrite(use, binding, target)]
+            if import_op is not None:
+                ops.append(import_op)
+            self.report(use.node, message, fix_ops=ops, fix_title=self._title(use))
+
+    def _title(self, use: _Use) -> str:
+        if use.old.kind == "autocast":
+            return f'Use `torch.autocast("{use.old.device}", ...)`'
+        return f'Use `torch.amp.{use.old.member}` with device "{use.old.device}"'
+
+    # ------------------------------------------------------------------ rewrites
+    def _new_func(self, use: _Use, binding: str, target: str) -> cst.BaseExpression:
+        """The replacement reference, spelled with the file's own names."""
+        name = dotted_name(use.node) or ""
+        if target == "torch":  # `torch.cuda.amp.X` / `T.cuda.amp.X`
+            suffix = "autocast" if use.old.kind == "autocast" else f"amp.{use.old.member}"
+            return cst.parse_expression(f"{binding}.{suffix}")
+        return cst.parse_expression(name)  # the import that binds it is rewritten; the name stays
+
+    def _use_rewrite(self, use: _Use, binding: str, target: str) -> Transform:
+        new_func = self._new_func(use, binding, target)
+        device = cst.SimpleString(f'"{use.old.device}"')
+        old = use.old
+        if use.call is not None:
+            def rewrite_call(call: cst.CSTNode) -> cst.CSTNode:
+                assert isinstance(call, cst.Call)
+                call = call.with_changes(func=new_func)
+                if old.kind == "autocast":
+                    call = call.with_changes(args=_keywordize(call.args))
+                    return insert_first_arg(call, cst.Arg(device))
+                if old.kind == "scaler":
+                    return insert_first_arg(call, cst.Arg(device))
+                return append_args(call, keyword_arg("device_type", device), indent=self.ctx.module.default_indent)
+
+            return Transform(use.call, rewrite_call)
+        assert use.decorator is not None
+        decorator = use.decorator
+        return Transform(
+            decorator,
+            lambda node: node.with_changes(  # type: ignore[attr-defined]
+                decorator=cst.Call(func=new_func, args=[keyword_arg("device_type", device)])
+            ),
+        )
+
+    def _import_rewrite(self, binding: str, target: str) -> FixOp | None:
+        """Rewrite the import that binds ``binding`` so that it names the torch.amp object."""
+        for line in self.ctx.imports_binding(binding):
+            small = line.body[0] if len(line.body) == 1 else None
+            if isinstance(small, cst.ImportFrom) and small.module is not None:
+                module = dotted_name(small.module)
+                if module in _OLD_MODULES:
+                    return self._split_from_import(line, small, module)
+                if module in ("torch.cuda", "torch.cpu") and not isinstance(small.names, cst.ImportStar):
+                    # `from torch.cuda import amp`: only when `amp` is all this line imports
+                    if len(small.names) == 1 and small.names[0].evaluated_name == "amp":
+                        return Transform(line, lambda node: node.with_changes(body=[
+                            node.body[0].with_changes(module=cst.Name("torch"))
+                        ]))
+            if isinstance(small, cst.Import) and len(small.names) == 1:
+                alias = small.names[0]
+                if alias.evaluated_name in _OLD_MODULES and alias.asname is not None:
+                    new_module = cst.parse_expression(_OLD_MODULES[alias.evaluated_name])
+                    return Transform(line, lambda node: node.with_changes(body=[
+                        node.body[0].with_changes(names=[node.body[0].names[0].with_changes(name=new_module)])
+                    ]))
+        return None
+
+    def _split_from_import(self, line: cst.SimpleStatementLine, small: cst.ImportFrom, module: str) -> FixOp | None:
+        """`from torch.cuda.amp import autocast, GradScaler` -> `from torch.amp import ...`,
+        keeping names the target torch cannot migrate on a line of their own."""
+        if isinstance(small.names, cst.ImportStar):
+            return None
+        moved, kept = [], []
+        for alias in small.names:
+            old = _OLD_API.get(f"{module}.{alias.evaluated_name}")
+            (moved if old is not None and self.ctx.torch_version >= old.needs else kept).append(alias)
+        if not moved:
+            return None
+
+        def rewrite(node: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(node, cst.SimpleStatementLine)
+            first = node.with_changes(body=[small.with_changes(module=cst.parse_expression("torch.amp"), names=_tidy(moved))])
+            if not kept:
+                return first
+            rest = cst.SimpleStatementLine(body=[small.with_changes(names=_tidy(kept))])
+            return cst.FlattenSentinel([first, rest])
+
+        return Transform(line, rewrite)
+
+
+def _tidy(aliases: list[cst.ImportAlias]) -> list[cst.ImportAlias]:
+    """Import aliases with commas between them and none after the last."""
+    result = []
+    for index, alias in enumerate(aliases):
+        last = index == len(aliases) - 1
+        comma = cst.MaybeSentinel.DEFAULT if last else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        result.append(alias.with_changes(comma=comma))
+    return result
+
+
+def _keywordize(args: tuple[cst.Arg, ...] | list[cst.Arg]) -> list[cst.Arg]:
+    """Positional arguments of the old autocast become `enabled=`, `dtype=`, `cache_enabled=`."""
+    result = []
+    position = 0
+    for arg in args:
+        if arg.keyword is None and arg.star == "" and position < len(_AUTOCAST_POSITIONAL):
+            arg = arg.with_changes(
+                keyword=cst.Name(_AUTOCAST_POSITIONAL[position]),
+                equal=cst.AssignEqual(whitespace_before=NO_SPACE, whitespace_after=NO_SPACE),
+            )
+            position += 1
+        result.append(arg)
+    return result

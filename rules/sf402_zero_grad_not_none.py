@@ -1,0 +1,276 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.arguments import find_argument, literal_bool
+from speedfix.codegen import append_args, keyword_arg, remove_arg
+from speedfix.context import CallSite
+from speedfix.findings import Applicability, Severity, Transform
+from speedfix.names import dotted_name
+from speedfix.patterns import NN_MODULE, OPTIMIZER_PREFIX
+from speedfix.rule import Invalid, Rule, Valid
+from speedfix.versions import v
+
+_ZEROING_METHODS = ("zero_", "detach_", "requires_grad_")
+
+
+class ZeroGradNotNone(Rule):
+    """
+    ## What it does
+    Finds gradients that are zero-filled instead of freed: `optimizer.zero_grad(set_to_none=False)`,
+    `model.zero_grad(set_to_none=False)`, and hand-written loops such as
+    `for p in model.parameters(): p.grad.zero_()`. For a target torch older than 2.0 it also
+    reports a bare `zero_grad()`, whose default was still `set_to_none=False`.
+
+    ## Why is this bad?
+    Zero-filling runs a memset kernel per parameter every step and keeps the gradient memory
+    allocated between steps. Setting `.grad` to `None` costs nothing, and the next backward
+    writes the gradient instead of adding to zeros. It has been the default since PyTorch 2.0,
+    so a bare `zero_grad()` is already right: the Performance Tuning Guide's advice to loop over
+    parameters is obsolete.
+
+    Not reported when the file relies on a gradient tensor existing (it adds into `.grad`, e.g.
+    `p.grad += g` in a parameter server): there `set_to_none=False` is load-bearing, which is why
+    TorchFix's TOR402 is noisy. Only torch optimizers and models are considered, never a
+    project's own `zero_grad`.
+
+    ## Example
+    ```python
+    optimizer.zero_grad(set_to_none=False)
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.zero_()
+    ```
+
+    ## Use instead
+    ```python
+    optimizer.zero_grad()
+    model.zero_grad()
+    ```
+
+    ## Fix safety
+    Unsafe: after the change `.grad` is `None` between `zero_grad()` and the next backward, so code
+    that reads gradients there (logging grad norms, custom optimizers that expect a tensor) sees
+    `None`; parameters that get no gradient in a step keep `None` instead of zeros, which
+    optimizers treat as "skip" rather than "decay with a zero gradient" (a difference for
+    momentum/weight decay on unused parameters).
+
+    ## Measured effect
+    Small: "can modestly improve performance" per PyTorch's `zero_grad` docstring; the profiler's
+    `GradNotSetToNonePattern` flags the memsets. The default changed in PyTorch 2.0.
+    Sources: https://github.com/pytorch/pytorch/pull/92731, https://github.com/pytorch/pytorch/pull/44423
+    """
+
+    code = "SF402"
+    name = "zero-grad-not-none"
+    summary = "Gradients zero-filled (`set_to_none=False`, `p.grad.zero_()` loops) instead of freed"
+    severity = Severity.INFO
+    requires = (b"zero_grad", b".grad")
+    fix_applicability = Applicability.UNSAFE
+    fix_title = "Let `zero_grad()` set gradients to None"
+    effect = "Saves a memset per parameter per step and the gradient memory between steps (small)."
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            optimizer.zero_grad()
+            """
+        ),
+        Valid(  # load-bearing: the next step adds into .grad
+            """
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            optimizer.zero_grad(set_to_none=False)
+            for p, g in zip(model.parameters(), grads):
+                p.grad += g
+            """
+        ),
+        Valid(  # a project's own optimizer class
+            """
+            import torch
+            from myproject.optim import ShardedOptimizer
+            opt = ShardedOptimizer(params)
+            opt.zero_grad(set_to_none=False)
+            """
+        ),
+        Valid(  # the default before 2.0 was False, but the target is 2.4
+            """
+            import torch
+            optimizer = torch.optim.Adam(model.parameters())
+            optimizer.zero_grad()
+            """,
+            torch="2.4",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            for x, y in loader:
+                optimizer.zero_grad(set_to_none=False)
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(  # a manual zeroing loop becomes the module's zero_grad()
+            """
+            import torch
+            for x, y in loader:
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.grad.detach_()
+                        p.grad.zero_()
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+            """,
+            fixed="""
+            import torch
+            for x, y in loader:
+                model.zero_grad()
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+            """,
+        ),
+        Invalid(  # before torch 2.0 the default was set_to_none=False
+            """
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            optimizer.zero_grad(set_to_none=True)
+            """,
+            torch="1.13",
+        ),
+    ]
+
+    def finish(self) -> None:
+        if self._grads_are_accumulated_into():
+            return
+        for site in self.ctx.method_calls("zero_grad"):
+            self._check_call(site)
+        for info in self.ctx.loops.values():
+            if isinstance(info.node, cst.For):
+                self._check_loop(info.node)
+
+    def _check_call(self, site: CallSite) -> None:
+        func = site.node.func
+        assert isinstance(func, cst.Attribute)
+        if not self._is_torch_object(func.value, site):
+            return
+        arg = find_argument(self.ctx, site, "set_to_none", 0)
+        if arg.missing:
+            if self.ctx.torch_version < v("2.0"):
+                self.report(
+                    site.node,
+                    "`zero_grad()` fills gradients with zeros before torch 2.0; pass `set_to_none=True`",
+                    fix_ops=[Transform(site.node, lambda call: append_args(call, keyword_arg("set_to_none", cst.Name("True")), indent=self.ctx.module.default_indent))],
+                )
+            return
+        if literal_bool(self.ctx, arg.node, site.stack) is not False:
+            return
+        target = arg.arg
+        fix_ops = None
+        if target is not None:
+            fix_ops = [Transform(site.node, lambda call: remove_arg(call, _matching(call, target)))]
+            if self.ctx.torch_version < v("2.0"):
+                fix_ops = [Transform(site.node, lambda call: call.with_changes(args=[
+                    a.with_changes(value=cst.Name("True")) if a.keyword and a.keyword.value == "set_to_none" else a
+                    for a in call.args
+                ]))]
+        self.report(site.node, "`zero_grad(set_to_none=False)` fills every gradient with zeros instead of freeing it",
+                    fix_ops=fix_ops, no_fix_reason="the value is set outside the call")
+
+    def _is_torch_object(self, receiver: cst.BaseExpression, site: CallSite) -> bool:
+        """A torch optimizer or nn.Module, as far as the file tells; never a project's own class."""
+        made_by = self.ctx.constructor_of(receiver, site.stack)
+        if made_by is not None:
+            if made_by.startswith(OPTIMIZER_PREFIX) or made_by.startswith("torch.nn."):
+                return True
+            local = made_by.split(".")[-1]
+            return self.ctx.is_subclass_of(local, "torch.optim.Optimizer", "torch.optim.optimizer.Optimizer", *NN_MODULE)
+        return self.ctx.is_optimizer_like(receiver, site.stack) or (dotted_name(receiver) or "").split(".")[-1] in (
+            "model", "net", "module",
+        )
+
+    def _check_loop(self, loop: cst.For) -> None:
+        """`for p in model.parameters(): [if p.grad is not None:] p.grad.zero_()`."""
+        iterable = loop.iter
+        if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)
+                and iterable.func.attr.value == "parameters" and not iterable.args):
+            return
+        if not isinstance(loop.target, cst.Name):
+            return
+        body = _zeroing_body(loop, loop.target.value)
+        if body is None:
+            return
+        module = iterable.func.value
+        call = "zero_grad()" if self.ctx.torch_version >= v("2.0") else "zero_grad(set_to_none=True)"
+        replacement = cst.parse_statement(f"{cst.Module([]).code_for_node(module)}.{call}")
+        self.report(
+            loop,
+            "gradients are zeroed one parameter at a time instead of freed",
+            fix_ops=[Transform(loop, lambda node: replacement.with_changes(leading_lines=node.leading_lines))],
+        )
+
+    def _grads_are_accumulated_into(self) -> bool:
+        """`p.grad += g`, `p.grad.add_(g)`, `p.grad.copy_(g)`: the code needs a grad tensor."""
+        ctx = self.ctx
+        for name, assignments in ctx.assignments.items():
+            if name.endswith(".grad") and any(a.augmented for a in assignments):
+                return True
+        for method in ("add_", "copy_", "mul_", "div_"):
+            for site in ctx.method_calls(method):
+                receiver = dotted_name(site.node.func.value)  # type: ignore[attr-defined]
+                if receiver and (receiver.endswith(".grad") or receiver.endswith(".grad.data")):
+                    return True
+        return False
+
+
+def _matching(call: cst.Call, original: cst.Arg) -> cst.Arg:
+    for arg in call.args:
+        if arg is original or (arg.keyword is not None and original.keyword is not None
+                               and arg.keyword.value == original.keyword.value):
+            return arg
+    return original
+
+
+def _zeroing_body(loop: cst.For, param: str) -> list[cst.BaseStatement] | None:
+    """The loop's statements if all they do is zero `<param>.grad` (optionally under a None check)."""
+    statements = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
+    if len(statements) == 1 and isinstance(statements[0], cst.If) and statements[0].orelse is None:
+        statements = list(statements[0].body.body) if isinstance(statements[0].body, cst.IndentedBlock) else []
+    if not statements or loop.orelse is not None:
+        return None
+    for statement in statements:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return None
+        for small in statement.body:
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                func = small.value.func
+                if isinstance(func, cst.Attribute) and func.attr.value in _ZEROING_METHODS:
+                    if dotted_name(func.value) in (f"{param}.grad", f"{param}.grad.data"):
+                        continue
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                if dotted_name(small.targets[0].target) == f"{param}.grad" and isinstance(small.value, cst.Call):
+                    if (dotted_name(small.value.func) or "").endswith("zeros_like"):
+                        continue
+            return None
+    return statements

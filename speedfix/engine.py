@@ -1,0 +1,163 @@
+"""Analyse one file: one parse, one batched traversal for all enabled rules.
+
+The cheap steps come first: a file that never mentions ``torch`` (nor ``lightning`` or
+``transformers``, which the framework rules read) is only checked for syntax errors with the
+interpreter's own parser and then skipped. Positions are computed once, at the end, and only for
+the reported nodes.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import libcst as cst
+from libcst import ParserSyntaxError
+
+from speedfix.context import FileContext
+from speedfix.findings import Finding
+from speedfix.positions import positions_for
+from speedfix.rule import Rule
+from speedfix.source import SourceFile
+from speedfix.suppression import FileSuppressions, line_suppresses
+from speedfix.versions import TorchVersion
+from speedfix.walk import walk_batched
+
+_RELEVANT = (b"torch", b"lightning", b"transformers")
+
+
+@dataclass
+class FileError:
+    """A file that could not be analysed; ``line``/``column`` are 1-based when known."""
+
+    path: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+    kind: str = "error"  # error | syntax
+
+    def render(self) -> str:
+        where = f"{self.path}:{self.line}:{self.column}" if self.line else self.path
+        prefix = "syntax error" if self.kind == "syntax" else "error"
+        return f"{where}: {prefix}: {self.message}"
+
+
+@dataclass
+class Analysis:
+    """The result for one file; ``module``/``context`` are kept for ``apply``."""
+
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    error: FileError | None = None
+    module: cst.Module | None = None
+    context: FileContext | None = None
+
+
+class SyntaxProblem(Exception):
+    def __init__(self, error: FileError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def parse(data: bytes | str, path: str) -> cst.Module:
+    try:
+        return cst.parse_module(data)
+    except ParserSyntaxError as exc:
+        message = exc.message.strip().rstrip(".") if hasattr(exc, "message") else str(exc)
+        raise SyntaxProblem(FileError(path, message, exc.raw_line, exc.raw_column + 1, "syntax")) from None
+    except (RecursionError, MemoryError) as exc:
+        raise SyntaxProblem(FileError(path, f"cannot parse: {type(exc).__name__}")) from None
+
+
+def _check_syntax_only(source: SourceFile, path: str) -> FileError | None:
+    try:
+        ast.parse(source.text, filename=path)
+    except SyntaxError as exc:
+        return FileError(path, exc.msg, exc.lineno, (exc.offset or 0) or 1, "syntax")
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return FileError(path, f"cannot parse: {exc}")
+    return None
+
+
+def analyze(
+    source: SourceFile,
+    path: str,
+    rule_classes: Sequence[type[Rule]],
+    torch_version: TorchVersion,
+) -> Analysis:
+    """Run ``rule_classes`` on one file and return its findings (positions and noqa applied)."""
+    result = Analysis(path)
+    suppressions = FileSuppressions.parse(source.text) if b"noqa" in source.data else FileSuppressions(frozenset())
+    if suppressions.skips_file:
+        return result
+    if not any(marker in source.data for marker in _RELEVANT) or not any(
+        cls.may_apply(source.data) for cls in rule_classes
+    ):
+        result.error = _check_syntax_only(source, path)
+        return result
+    try:
+        module = parse(source.data, path)
+    except SyntaxProblem as problem:
+        result.error = problem.error
+        return result
+    context = FileContext(module, path, torch_version)
+    rules = [cls(context) for cls in rule_classes if cls.applies_to(torch_version) and cls.may_apply(source.data)]
+    walk_batched(module, [context, *rules])
+    findings: list[Finding] = []
+    for rule in rules:
+        if rule.gpu_only and not context.uses_cuda:
+            continue
+        rule.finish()
+        findings.extend(rule.findings)
+    result.module, result.context = module, context
+    result.findings = locate(findings, module, source, path, suppressions)
+    return result
+
+
+def locate(
+    findings: list[Finding], module: cst.Module, source: SourceFile, path: str, suppressions: FileSuppressions
+) -> list[Finding]:
+    """Give findings their positions, drop suppressed ones, and sort them."""
+    positions = positions_for(module, [f.node for f in findings if f.node is not None])
+    lines = source.text.splitlines()
+    kept: list[Finding] = []
+    suppressed: list[Finding] = []
+    for finding in findings:
+        where = positions.get(finding.node) if finding.node is not None else None
+        if where is not None:
+            finding.line, finding.column = where.start.line, where.start.column + 1
+            finding.end_line, finding.end_column = where.end.line, where.end.column + 1
+        finding.path = path
+        line_text = lines[finding.line - 1] if 0 < finding.line <= len(lines) else ""
+        if suppressions.suppresses(finding.code) or line_suppresses(line_text, finding.code):
+            suppressed.append(finding)
+        else:
+            kept.append(finding)
+    _drop_fixes_sharing_ops(kept, suppressed)
+    kept.sort(key=lambda f: f.sort_key)
+    return _dedupe(kept)
+
+
+def _drop_fixes_sharing_ops(kept: list[Finding], suppressed: list[Finding]) -> None:
+    """A fix that shares an edit with a suppressed finding's fix (one import rewritten for
+    several uses) would change the suppressed code too, so it is withdrawn."""
+    shared = {id(op) for finding in suppressed if finding.fix for op in finding.fix.ops}
+    if not shared:
+        return
+    for finding in kept:
+        if finding.fix and any(id(op) in shared for op in finding.fix.ops):
+            finding.fix = None
+            finding.no_fix_reason = "another use of the same import is suppressed with noqa"
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    """One finding per (code, position): a rule may reach the same node twice."""
+    seen: set[tuple[str, int, int]] = set()
+    unique = []
+    for finding in findings:
+        key = (finding.code, finding.line, finding.column)
+        if key not in seen:
+            seen.add(key)
+            unique.append(finding)
+    return unique

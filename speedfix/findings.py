@@ -1,0 +1,117 @@
+"""Findings and fixes: what a rule reports and how it would change the code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable, Union
+
+import libcst as cst
+
+
+class Severity(str, Enum):
+    ERROR = "error"  # the code is wrong (a crash, broken numerics)
+    WARNING = "warning"  # real speed left on the table
+    INFO = "info"  # a smaller or situational gain
+
+
+class Applicability(str, Enum):
+    SAFE = "safe"  # behaviour and numerics identical: applied by default
+    UNSAFE = "unsafe"  # numerics or behaviour may change: needs --unsafe-fixes (and a benchmark)
+
+
+# ---------------------------------------------------------------- fix operations
+NodeResult = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+
+
+@dataclass(frozen=True, eq=False)
+class Transform:
+    """Rewrite ``node``: ``func`` gets the node as already updated by nested fixes."""
+
+    node: cst.CSTNode
+    func: Callable[[cst.CSTNode], NodeResult]
+
+
+@dataclass(frozen=True, eq=False)
+class InsertStatements:
+    """Insert statements next to ``anchor`` (a statement line in some block)."""
+
+    anchor: cst.BaseStatement
+    statements: tuple[cst.BaseStatement, ...]
+    after: bool = True
+
+
+@dataclass(frozen=True)
+class AddImport:
+    """Ensure ``import module`` / ``from module import obj [as asname]`` (added once, in the import block)."""
+
+    module: str
+    obj: str | None = None
+    asname: str | None = None
+
+
+@dataclass(frozen=True)
+class RemoveImportIfUnused:
+    module: str
+    obj: str | None = None
+    asname: str | None = None
+
+
+FixOp = Union[Transform, InsertStatements, AddImport, RemoveImportIfUnused]
+
+
+def replace(node: cst.CSTNode, new: cst.CSTNode) -> Transform:
+    return Transform(node, lambda _updated: new)
+
+
+def remove_statement(statement: cst.BaseStatement) -> Transform:
+    return Transform(statement, lambda _updated: cst.RemovalSentinel.REMOVE)
+
+
+@dataclass(frozen=True, eq=False)
+class Fix:
+    title: str
+    applicability: Applicability
+    ops: tuple[FixOp, ...]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A text edit for machine consumers (JSON/SARIF): replace the range with ``content``.
+
+    Lines are 1-based, columns 1-based; the end is exclusive.
+    """
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    content: str
+
+
+@dataclass(eq=False)
+class Finding:
+    code: str
+    name: str
+    message: str
+    severity: Severity
+    node: cst.CSTNode | None
+    path: str = ""
+    line: int = 1
+    column: int = 1  # 1-based
+    end_line: int = 1
+    end_column: int = 1
+    fix: Fix | None = None
+    no_fix_reason: str | None = None  # why a fixable rule has no fix here
+    cell: int | None = None  # notebooks: 1-based cell number
+    cell_line: int | None = None  # notebooks: line within the cell
+    edits: list[Edit] | None = field(default=None, repr=False)  # filled on demand
+    diff: str | None = field(default=None, repr=False)  # filled on demand
+
+    @property
+    def fixable(self) -> bool:
+        return self.fix is not None
+
+    @property
+    def sort_key(self) -> tuple[str, int, int, str]:
+        return (self.path, self.line, self.column, self.code)

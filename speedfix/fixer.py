@@ -1,0 +1,251 @@
+"""Apply fixes to a fixed point without ever losing the user's code.
+
+Each pass analyses the current code, applies every selected fix in one libcst transform (fixes
+on the same node compose: each gets the node as the others left it), then adds and removes
+imports with libcst's ``AddImportsVisitor``/``RemoveImportsVisitor``. Passes repeat until
+nothing changes (at most ``MAX_PASSES``). The result must parse again — with libcst and, if the
+original did, with the interpreter — or nothing is returned. libcst round-trips every byte it
+does not touch: comments, formatting, line endings, the coding cookie and a BOM stay as they were.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+
+from speedfix.engine import Analysis, SyntaxProblem, analyze
+from speedfix.findings import AddImport, Applicability, Finding, Fix, InsertStatements, RemoveImportIfUnused, Transform
+from speedfix.registry import select_rules
+from speedfix.rule import Rule
+from speedfix.source import SourceError, SourceFile, decode_source, read_source, write_atomic
+from speedfix.versions import TorchVersion, resolve_target
+
+MAX_PASSES = 6
+
+
+class FixError(Exception):
+    """A fix produced code that does not parse; nothing was written."""
+
+
+@dataclass
+class Unfixed:
+    finding: Finding
+    reason: str
+
+
+@dataclass
+class FixOutcome:
+    code: str  # the fixed source text
+    data: bytes  # the fixed source, encoded as the original was
+    applied: dict[str, int] = field(default_factory=dict)  # rule code -> fixes applied
+    unfixed: list[Unfixed] = field(default_factory=list)
+    passes: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied)
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, fixes: Sequence[Fix]) -> None:
+        super().__init__()
+        self.transforms: dict[cst.CSTNode, list[Transform]] = defaultdict(list)
+        self.before: dict[cst.CSTNode, list[cst.BaseStatement]] = defaultdict(list)
+        self.after: dict[cst.CSTNode, list[cst.BaseStatement]] = defaultdict(list)
+        self.imports: list[AddImport] = []
+        self.unused_imports: list[RemoveImportIfUnused] = []
+        for fix in fixes:
+            for op in fix.ops:
+                if isinstance(op, Transform):
+                    if op not in self.transforms[op.node]:  # an op shared by several findings
+                        self.transforms[op.node].append(op)
+                elif isinstance(op, InsertStatements):
+                    target = self.after if op.after else self.before
+                    if not any(_same_code(s, existing) for s in op.statements for existing in target[op.anchor]):
+                        target[op.anchor].extend(op.statements)
+                elif isinstance(op, AddImport):
+                    if op not in self.imports:
+                        self.imports.append(op)
+                elif isinstance(op, RemoveImportIfUnused):
+                    self.unused_imports.append(op)
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        result = updated_node
+        for transform in self.transforms.get(original_node, ()):
+            if not isinstance(result, cst.CSTNode):
+                break
+            result = transform.func(result)
+        before, after = self.before.get(original_node), self.after.get(original_node)
+        if not before and not after:
+            return result
+        if isinstance(result, cst.RemovalSentinel):
+            middle: list[cst.CSTNode] = []
+        elif isinstance(result, cst.FlattenSentinel):
+            middle = list(result.nodes)
+        else:
+            middle = [result]
+        return cst.FlattenSentinel([*(before or ()), *middle, *(after or ())])
+
+
+def _same_code(a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    return a.deep_equals(b)
+
+
+def apply_fixes(module: cst.Module, fixes: Sequence[Fix]) -> cst.Module:
+    """One transform with all ``fixes``, then the import bookkeeping they asked for."""
+    applier = _Applier(fixes)
+    updated = module.visit(applier)
+    if applier.imports or applier.unused_imports:
+        context = CodemodContext()
+        for imp in applier.imports:
+            AddImportsVisitor.add_needed_import(context, imp.module, imp.obj, imp.asname)
+        for imp in applier.unused_imports:
+            RemoveImportsVisitor.remove_unused_import(context, imp.module, imp.obj, imp.asname)
+        if applier.unused_imports:
+            updated = RemoveImportsVisitor(context).transform_module(updated)
+        if applier.imports:
+            updated = AddImportsVisitor(context).transform_module(updated)
+    return updated
+
+
+def allowed(finding: Finding, unsafe: bool) -> bool:
+    return finding.fix is not None and (unsafe or finding.fix.applicability is Applicability.SAFE)
+
+
+def preview(analysis: Analysis, finding: Finding) -> str | None:
+    """The file's code with only ``finding``'s fix applied (for diffs and JSON edits)."""
+    if finding.fix is None or analysis.module is None:
+        return None
+    try:
+        return apply_fixes(analysis.module, [finding.fix]).code
+    except Exception:  # a preview must never break a report
+        return None
+
+
+def fix_source(
+    source: SourceFile,
+    path: str,
+    rules: Sequence[type[Rule]],
+    target: TorchVersion,
+    *,
+    unsafe: bool,
+) -> FixOutcome:
+    """Fix ``source`` to a fixed point. Raises SyntaxProblem (unparsable input) or FixError."""
+    original_findings: Counter[str] | None = None
+    data = source.data
+    passes = 0
+    analysis: Analysis | None = None
+    for passes in range(1, MAX_PASSES + 1):
+        current = SourceFile(source.path, data, *decode_source(data))
+        analysis = analyze(current, path, rules, target)
+        if analysis.error is not None:
+            raise SyntaxProblem(analysis.error)
+        if original_findings is None:
+            original_findings = Counter(f.code for f in analysis.findings)
+        fixes = [f.fix for f in analysis.findings if allowed(f, unsafe) and f.fix is not None]
+        if not fixes or analysis.module is None:
+            break
+        new_data = apply_fixes(analysis.module, fixes).bytes
+        if new_data == data:
+            break
+        data = new_data
+    else:  # still changing after MAX_PASSES: analyse the final state once more
+        analysis = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target)
+    assert analysis is not None and original_findings is not None
+    _check_parses(source, data, path)
+    remaining = Counter(f.code for f in analysis.findings)
+    applied = {
+        code: count - remaining.get(code, 0)
+        for code, count in sorted(original_findings.items())
+        if count - remaining.get(code, 0) > 0
+    }
+    if data == source.data:
+        applied = {}
+    text, _ = decode_source(data)
+    return FixOutcome(
+        code=text,
+        data=data,
+        applied=applied,
+        unfixed=[Unfixed(f, unfixed_reason(f, unsafe)) for f in analysis.findings],
+        passes=passes,
+    )
+
+
+def unfixed_reason(finding: Finding, unsafe: bool) -> str:
+    if finding.fix is not None and not unsafe and finding.fix.applicability is Applicability.UNSAFE:
+        return "unsafe fix: needs --unsafe-fixes"
+    if finding.no_fix_reason:
+        return finding.no_fix_reason
+    return "no automatic fix for this rule"
+
+
+def _check_parses(original: SourceFile, data: bytes, path: str) -> None:
+    if data == original.data:
+        return
+    try:
+        cst.parse_module(data)
+    except Exception as exc:
+        raise FixError(f"{path}: the fixed code does not parse ({exc}); nothing was written") from None
+    try:
+        ast.parse(original.data)
+    except (SyntaxError, ValueError):
+        return  # the interpreter cannot judge this grammar; libcst's word has to do
+    try:
+        ast.parse(data)
+    except (SyntaxError, ValueError) as exc:
+        raise FixError(f"{path}: the fixed code does not compile ({exc}); nothing was written") from None
+
+
+# ------------------------------------------------------------------ public helpers (bench, verify)
+def _rules(select: Iterable[str] | None, ignore: Iterable[str] | None) -> tuple[type[Rule], ...]:
+    return select_rules(list(select) if select is not None else None, list(ignore or ()))
+
+
+def fix_code(
+    code: str,
+    *,
+    path: str,
+    select: Iterable[str] | None = None,
+    unsafe: bool = True,
+    torch_version: str | None = None,
+    ignore: Iterable[str] | None = None,
+) -> FixOutcome:
+    """Fix a source string with the rules in ``select`` (codes or prefixes)."""
+    data = code.encode("utf-8")
+    source = SourceFile(Path(path), data, code, "utf-8")
+    return fix_source(source, path, _rules(select, ignore), resolve_target(torch_version, None), unsafe=unsafe)
+
+
+def fixable_codes(
+    code: str,
+    *,
+    path: str,
+    unsafe: bool = True,
+    torch_version: str | None = None,
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] | None = None,
+) -> list[str]:
+    """Rule codes with at least one applicable fix in ``code``."""
+    data = code.encode("utf-8")
+    analysis = analyze(
+        SourceFile(Path(path), data, code, "utf-8"), path, _rules(select, ignore), resolve_target(torch_version, None)
+    )
+    return sorted({f.code for f in analysis.findings if allowed(f, unsafe)})
+
+
+def write_fixed(path: Path, code: str) -> None:
+    """Write ``code`` over ``path`` atomically, in the file's own encoding (BOM included)."""
+    path = Path(path)
+    encoding = "utf-8"
+    try:
+        encoding = read_source(path).encoding
+    except SourceError:
+        pass
+    write_atomic(path, code.encode(encoding))

@@ -1,0 +1,64 @@
+"""Torch version targets: which torch the scanned script will run on.
+
+Version-dependent advice (``set_to_none`` is the default since 2.0, ``torch.amp.GradScaler``
+needs 2.3, ...) is judged against a *target* version: ``--torch-version``, else the
+``torch-version`` config key, else the installed torch (read from package metadata, never
+imported), else ``DEFAULT_TARGET``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import total_ordering
+
+DEFAULT_TARGET = "2.4"
+
+_VERSION_RE = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+
+
+@total_ordering
+@dataclass(frozen=True)
+class TorchVersion:
+    major: int
+    minor: int = 0
+    patch: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> TorchVersion:
+        """Parse ``2.4``, ``2.13.0+cpu``, ``1.13.1`` (local and pre-release tags are ignored)."""
+        match = _VERSION_RE.match(text)
+        if not match:
+            raise ValueError(f"not a torch version: {text!r} (expected e.g. 2.4 or 2.13.0)")
+        major, minor, patch = (int(part) if part else 0 for part in match.groups())
+        return cls(major, minor, patch)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, TorchVersion):
+            return NotImplemented
+        return (self.major, self.minor, self.patch) < (other.major, other.minor, other.patch)
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}" if self.patch == 0 else f"{self.major}.{self.minor}.{self.patch}"
+
+
+def installed_torch_version() -> str | None:
+    """The installed torch's version from its metadata (cheap: torch is not imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def resolve_target(cli_value: str | None, config_value: str | None) -> TorchVersion:
+    for candidate in (cli_value, config_value):
+        if candidate:
+            return TorchVersion.parse(candidate)
+    return TorchVersion.parse(installed_torch_version() or DEFAULT_TARGET)
+
+
+def v(text: str) -> TorchVersion:
+    """Shorthand for rule tables: ``v("2.3")``."""
+    return TorchVersion.parse(text)
