@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import io
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -57,6 +58,35 @@ def _settings(paths: list[Path], **options: object) -> Settings:
         raise _fail(str(exc)) from None
 
 
+@contextmanager
+def scan_progress() -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on standard error for long scans, only when it is a terminal."""
+    console = _stderr()
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=console, transient=True,
+    ) as bar:
+        task = None
+
+        def update(done: int, total: int) -> None:
+            nonlocal task
+            if total < _PROGRESS_FROM:
+                return
+            if task is None:
+                task = bar.add_task("scan", total=total)
+            bar.update(task, completed=done)
+
+        yield update
+
+
+_PROGRESS_FROM = 50  # files; shorter scans finish before a bar would help
+
+
 def _version_callback(value: bool) -> None:
     if value:
         typer.echo(f"speedfix {__version__}")
@@ -83,6 +113,8 @@ def scan(
     config: Optional[Path] = ConfigOption,
     isolated: bool = IsolatedOption,
     no_summary: bool = typer.Option(False, "--no-summary", help="Text format: only the finding lines."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Files analysed in parallel (default: all cores)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the .speedfix_cache/ results cache."),
 ) -> None:
     """Report missed optimizations: `path:line:col: CODE [*] message` per finding ([*]: a fix exists)."""
     from speedfix.scan import scan_paths
@@ -96,7 +128,11 @@ def scan(
     )
     fmt = settings.output_format
     try:
-        result = scan_paths(targets, settings, details=fmt in ("json", "markdown", "sarif"))
+        with scan_progress() as progress:
+            result = scan_paths(
+                targets, settings, details=fmt in ("json", "markdown", "sarif"), jobs=jobs,
+                use_cache=settings.cache and not no_cache, progress=progress,
+            )
     except MissingPath as exc:
         raise _fail(str(exc)) from None
     errors = _stderr()

@@ -26,14 +26,12 @@ def keyword_arg(name: str, value: cst.BaseExpression | str) -> cst.Arg:
     )
 
 
-def _separator(args: list[cst.Arg]) -> cst.BaseParenthesizableWhitespace:
-    """The whitespace the call already uses between arguments."""
+def _separator(call: cst.Call, args: list[cst.Arg]) -> cst.BaseParenthesizableWhitespace:
+    """The whitespace the call already puts before an argument (after a comma, or after `(`)."""
     if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
         return args[-2].comma.whitespace_after
-    if len(args) == 1 and isinstance(args[0].comma, cst.Comma):
-        after = args[0].comma.whitespace_after
-        if isinstance(after, cst.ParenthesizedWhitespace):
-            return after
+    if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        return call.whitespace_before_args
     return cst.SimpleWhitespace(" ")
 
 
@@ -81,7 +79,7 @@ def _append(call: cst.Call, new_args: tuple[cst.Arg, ...]) -> cst.Call:
             args = [new]
             continue
         last = args[-1]
-        separator = _separator(args)
+        separator = _separator(call, args)
         if isinstance(last.comma, cst.Comma):
             # Trailing comma: it (and the line break before `)`) moves to the new last argument.
             args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=separator))
@@ -99,9 +97,8 @@ def insert_first_arg(call: cst.Call, new: cst.Arg) -> cst.Call:
     args = list(call.args)
     if not args:
         return call.with_changes(args=[new])
-    separator = cst.SimpleWhitespace(" ")
-    if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace) and len(args) > 1:
-        separator = _separator(args)
+    before = call.whitespace_before_args
+    separator = before if isinstance(before, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace(" ")
     return call.with_changes(args=[new.with_changes(comma=cst.Comma(whitespace_after=separator)), *args])
 
 

@@ -508,13 +508,15 @@ class FileContext(Visitor):
                 result.add(loop)
         return result
 
-    def _hot_by_loops(self, stack: Stack) -> bool:
+    def _hot(self, stack: Stack, *, through_calls: bool) -> bool:
         for frame in reversed(stack):
             if frame.kind is FrameKind.GUARD:
                 return False
             if frame.kind is FrameKind.LOOP and frame.node in self.step_loops:
                 return True
-            if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
+            if frame.kind is FrameKind.FUNCTION:
+                return through_calls and frame.node in self.hot_functions
+            if frame.kind is FrameKind.CLASS:
                 return False
         return False
 
@@ -523,7 +525,7 @@ class FileContext(Visitor):
         hot: set[cst.CSTNode] = set()
         for site in self.calls:
             name = self._called_function_name(site)
-            if name in self.functions and self._hot_by_loops(site.stack):
+            if name in self.functions and self._hot(site.stack, through_calls=False):
                 hot.update(info.node for info in self.functions[name])
         for info in self.functions.get("training_step", ()):
             if info.class_name and self.is_subclass_of(
@@ -535,16 +537,7 @@ class FileContext(Visitor):
 
     def is_hot(self, stack: Stack) -> bool:
         """Does code at ``stack`` run on every training step (see the module docstring)?"""
-        for frame in reversed(stack):
-            if frame.kind is FrameKind.GUARD:
-                return False
-            if frame.kind is FrameKind.LOOP and frame.node in self.step_loops:
-                return True
-            if frame.kind is FrameKind.FUNCTION:
-                return frame.node in self.hot_functions
-            if frame.kind is FrameKind.CLASS:
-                return False
-        return False
+        return self._hot(stack, through_calls=True)
 
     @property
     def trains(self) -> bool:

@@ -64,15 +64,23 @@ def parse(data: bytes | str, path: str) -> cst.Module:
     try:
         return cst.parse_module(data)
     except ParserSyntaxError as exc:
-        message = exc.message.strip().rstrip(".") if hasattr(exc, "message") else str(exc)
+        # The interpreter's own message ("'(' was never closed") is the one users know.
+        native = _check_syntax_only_text(data, path)
+        if native is not None:
+            raise SyntaxProblem(native) from None
+        message = str(getattr(exc, "message", exc)).strip().rstrip(".")
         raise SyntaxProblem(FileError(path, message, exc.raw_line, exc.raw_column + 1, "syntax")) from None
     except (RecursionError, MemoryError) as exc:
         raise SyntaxProblem(FileError(path, f"cannot parse: {type(exc).__name__}")) from None
 
 
 def _check_syntax_only(source: SourceFile, path: str) -> FileError | None:
+    return _check_syntax_only_text(source.text, path)
+
+
+def _check_syntax_only_text(text: str | bytes, path: str) -> FileError | None:
     try:
-        ast.parse(source.text, filename=path)
+        ast.parse(text, filename=path)
     except SyntaxError as exc:
         return FileError(path, exc.msg, exc.lineno, (exc.offset or 0) or 1, "syntax")
     except (ValueError, RecursionError, MemoryError) as exc:

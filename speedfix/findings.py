@@ -115,3 +115,49 @@ class Finding:
     @property
     def sort_key(self) -> tuple[str, int, int, str]:
         return (self.path, self.line, self.column, self.code)
+
+
+# ---------------------------------------------------------------- plain records
+# Findings cross process boundaries (--jobs) and live in the scan cache as plain dicts: the
+# libcst node and the fix's operations stay behind; what the reports need is kept.
+def to_record(finding: Finding) -> dict:
+    return {
+        "code": finding.code,
+        "name": finding.name,
+        "message": finding.message,
+        "severity": finding.severity.value,
+        "path": finding.path,
+        "line": finding.line,
+        "column": finding.column,
+        "end_line": finding.end_line,
+        "end_column": finding.end_column,
+        "fix": None if finding.fix is None else {"title": finding.fix.title, "applicability": finding.fix.applicability.value},
+        "no_fix_reason": finding.no_fix_reason,
+        "cell": finding.cell,
+        "cell_line": finding.cell_line,
+        "edits": None if finding.edits is None else [e.__dict__ for e in finding.edits],
+        "diff": finding.diff,
+    }
+
+
+def from_record(record: dict) -> Finding:
+    fix = record.get("fix")
+    edits = record.get("edits")
+    return Finding(
+        code=record["code"],
+        name=record["name"],
+        message=record["message"],
+        severity=Severity(record["severity"]),
+        node=None,
+        path=record["path"],
+        line=record["line"],
+        column=record["column"],
+        end_line=record["end_line"],
+        end_column=record["end_column"],
+        fix=None if fix is None else Fix(fix["title"], Applicability(fix["applicability"]), ()),
+        no_fix_reason=record.get("no_fix_reason"),
+        cell=record.get("cell"),
+        cell_line=record.get("cell_line"),
+        edits=None if edits is None else [Edit(**e) for e in edits],
+        diff=record.get("diff"),
+    )

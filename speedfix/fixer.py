@@ -146,6 +146,8 @@ def fix_source(
         current = SourceFile(source.path, data, *decode_source(data))
         analysis = analyze(current, path, rules, target)
         if analysis.error is not None:
+            if passes > 1:  # the input parsed: our own fix broke it
+                raise FixError(f"{path}: a fix produced code that does not parse ({analysis.error.message}); nothing was written")
             raise SyntaxProblem(analysis.error)
         if original_findings is None:
             original_findings = Counter(f.code for f in analysis.findings)

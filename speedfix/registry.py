@@ -33,14 +33,22 @@ def known_selector(selector: str) -> bool:
     return any(matches(rule.code, selector) for rule in all_rules())
 
 
+def _specificity(selector: str) -> int:
+    return 0 if selector.strip().upper() == "ALL" else len(selector.strip())
+
+
 def select_rules(
     select: Iterable[str] | None, ignore: Iterable[str] = (), extend_select: Iterable[str] = ()
 ) -> tuple[type[Rule], ...]:
-    chosen_selectors = list(select) if select is not None else ["ALL"]
-    chosen_selectors += list(extend_select)
+    """The rules a selection enables. As in ruff, the most specific selector decides
+    (`--select SF101` beats `ignore = ["SF1"]`); between equally specific ones, ignore wins."""
+    chosen = list(select) if select is not None else ["ALL"]
+    chosen += list(extend_select)
     ignored = list(ignore)
-    return tuple(
-        rule
-        for rule in all_rules()
-        if any(matches(rule.code, s) for s in chosen_selectors) and not any(matches(rule.code, s) for s in ignored)
-    )
+
+    def enabled(code: str) -> bool:
+        best_select = max((_specificity(s) for s in chosen if matches(code, s)), default=-1)
+        best_ignore = max((_specificity(s) for s in ignored if matches(code, s)), default=-1)
+        return best_select >= 0 and best_select > best_ignore
+
+    return tuple(rule for rule in all_rules() if enabled(rule.code))

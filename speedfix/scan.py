@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import difflib
+import multiprocessing
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterator
 
 from speedfix.config import Settings
 from speedfix.discovery import Target, iter_targets
 from speedfix.engine import Analysis, FileError, analyze
-from speedfix.findings import Edit, Finding
+from speedfix.cache import ScanCache, cache_enabled, content_key
+from speedfix.findings import Edit, Finding, from_record, to_record
 from speedfix.fixer import preview
 from speedfix.source import SourceError, read_source
 
@@ -86,26 +88,103 @@ def line_edits(original: str, fixed: str) -> list[Edit]:
     return edits
 
 
+def _record(analysis: Analysis) -> dict:
+    error = analysis.error
+    return {
+        "error": None if error is None else error.__dict__,
+        "findings": [to_record(f) for f in analysis.findings],
+    }
+
+
+def _from_record(record: dict) -> Analysis:
+    error = record.get("error")
+    return Analysis(
+        path="",
+        findings=[from_record(f) for f in record["findings"]],
+        error=None if error is None else FileError(**error),
+    )
+
+
+def _analyse_to_record(job: tuple[Target, Settings, bool]) -> tuple[str | None, dict]:
+    """Worker: analyse one file, return (cache key or None, plain record)."""
+    target, settings, details = job
+    analysis = scan_file(target, settings, details=details)
+    key = None
+    try:
+        key = content_key(target.path.read_bytes(), _codes(settings, target), details)
+    except OSError:
+        pass
+    return key, _record(analysis)
+
+
+def _codes(settings: Settings, target: Target) -> tuple[str, ...]:
+    return tuple(rule.code for rule in settings.rules_for(target.path))
+
+
 def scan_paths(
     paths: list[Path],
     settings: Settings,
     *,
     details: bool = False,
-    progress: Callable[[int], None] | None = None,
+    jobs: int | None = None,
+    use_cache: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ScanResult:
+    """Scan ``paths``; results are the same whatever ``jobs`` and the cache state are."""
     result = ScanResult()
     targets = list(iter_targets(paths, settings))
-    for analysis in analyse_all(targets, settings, details=details):
+    cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
+    records: dict[int, dict] = {}
+    todo: list[int] = []
+    for index, target in enumerate(targets):
+        hit = None
+        if cache is not None:
+            try:
+                hit = cache.get(target.path, content_key(target.path.read_bytes(), _codes(settings, target), details))
+            except OSError:
+                hit = None
+        if hit is not None:
+            records[index] = hit
+        else:
+            todo.append(index)
+    done = len(records)
+    if progress is not None:
+        progress(done, len(targets))
+    for index, (key, record) in zip(todo, _run([(targets[i], settings, details) for i in todo], jobs)):
+        records[index] = record
+        if cache is not None and key is not None and record["error"] is None:
+            cache.put(targets[index].path, key, record)
+        done += 1
+        if progress is not None:
+            progress(done, len(targets))
+    if cache is not None:
+        cache.save()
+    for index, target in enumerate(targets):
+        analysis = _from_record(records[index])
+        shown = display_path(target.path)  # cached records may come from another folder
+        for finding in analysis.findings:
+            finding.path = shown
+        if analysis.error is not None:
+            analysis.error.path = shown
         result.files += 1
         if analysis.error is not None:
             result.errors.append(analysis.error)
         result.findings.extend(analysis.findings)
-        if progress is not None:
-            progress(1)
     result.findings.sort(key=lambda f: f.sort_key)
     return result
 
 
-def analyse_all(targets: Iterable[Target], settings: Settings, *, details: bool) -> Iterable[Analysis]:
-    for target in targets:
-        yield scan_file(target, settings, details=details)
+# Below this many files a process pool costs more than it saves.
+_PARALLEL_FROM = 8
+
+
+def _run(jobs_list: list[tuple[Target, Settings, bool]], jobs: int | None) -> Iterator[tuple[str | None, dict]]:
+    workers = min(jobs or os.cpu_count() or 1, len(jobs_list))
+    if workers <= 1 or len(jobs_list) < _PARALLEL_FROM:
+        yield from map(_analyse_to_record, jobs_list)
+        return
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    context = multiprocessing.get_context(method)
+    chunk = max(1, len(jobs_list) // (workers * 8))
+    with context.Pool(workers) as pool:
+        yield from pool.imap(_analyse_to_record, jobs_list, chunksize=chunk)

@@ -39,12 +39,14 @@ def decode_source(data: bytes) -> tuple[str, str]:
         raise SourceError("binary file (contains NUL bytes)")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    except SyntaxError as exc:  # unknown codec in the cookie, or BOM + non-UTF-8 cookie
+    except SyntaxError as exc:  # undecodable first lines, an unknown codec, or a BOM + other cookie
+        if "invalid or missing encoding declaration" in str(exc):
+            raise SourceError("not valid UTF-8 text and no coding declaration") from None
         raise SourceError(f"cannot determine the encoding: {exc.msg}") from None
     try:
         return data.decode(encoding), encoding
     except (UnicodeDecodeError, LookupError) as exc:
-        raise SourceError(f"not valid {encoding} text: {exc}") from None
+        raise SourceError(f"not valid {encoding.upper() if encoding.startswith('utf') else encoding} text: {exc}") from None
 
 
 def read_source(path: Path) -> SourceFile:

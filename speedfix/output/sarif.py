@@ -1,23 +1,37 @@
-"""``--format sarif``: SARIF 2.1.0 for code-scanning dashboards (GitHub, GitLab, Azure DevOps)."""
+"""``--format sarif``: SARIF 2.1.0 for code-scanning dashboards (GitHub, GitLab, Azure DevOps).
+
+One run: every rule with its documentation as help text, one result per finding (with the
+fix's text replacements when it has one) and a tool execution notification per file that
+could not be analysed. Lines and columns are 1-based, end columns exclusive, counted in code
+points. Relative paths are URIs under ``%SRCROOT%`` (the folder the scan ran in, which GitHub
+takes as the repository root); others are ``file://`` URIs.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import PurePath
 from typing import Any
+from urllib.parse import quote
 
 from speedfix import __version__
+from speedfix.engine import FileError
 from speedfix.findings import Finding, Severity
 from speedfix.registry import all_rules
+from speedfix.rule import Rule
 from speedfix.scan import ScanResult
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
-_HELP_URI = "https://github.com/speedfix/speedfix/blob/main/README.md#rules"
+_HOME = "https://github.com/speedfix/speedfix"
+_HELP_URI = f"{_HOME}/blob/main/README.md#rules"
 
 
-def _uri(path: str) -> str:
-    return PurePath(path).as_posix()
+def _artifact(path: str) -> dict[str, str]:
+    pure = PurePath(path)
+    if pure.is_absolute():
+        return {"uri": pure.as_uri()}
+    return {"uri": quote(pure.as_posix()), "uriBaseId": "%SRCROOT%"}
 
 
 def _region(line: int, column: int, end_line: int, end_column: int) -> dict[str, int]:
@@ -25,37 +39,63 @@ def _region(line: int, column: int, end_line: int, end_column: int) -> dict[str,
 
 
 def _result(finding: Finding, index: dict[str, int]) -> dict[str, Any]:
-    location = {"artifactLocation": {"uri": _uri(finding.path), "uriBaseId": "%SRCROOT%"}}
-    result: dict[str, Any] = {
-        "ruleId": finding.code,
-        "ruleIndex": index[finding.code],
-        "level": _LEVEL[finding.severity],
-        "message": {"text": finding.message},
-        "locations": [
-            {"physicalLocation": {**location, "region": _region(finding.line, finding.column, finding.end_line, finding.end_column)}}
-        ],
-    }
+    artifact = _artifact(finding.path)
+    physical: dict[str, Any] = {"artifactLocation": artifact}
+    message = finding.message
+    result: dict[str, Any] = {"ruleId": finding.code, "ruleIndex": index[finding.code], "level": _LEVEL[finding.severity]}
     if finding.cell is not None:
-        result["properties"] = {"notebookCell": finding.cell, "cellLine": finding.cell_line}
-    if finding.fix is not None and finding.edits:
+        # Notebook positions are within a cell, not lines of the .ipynb file: no region, no fix.
+        message += f" (cell {finding.cell}, line {finding.cell_line}, column {finding.column})"
+        result["properties"] = {"notebookCell": finding.cell, "cellLine": finding.cell_line, "cellColumn": finding.column}
+    else:
+        physical["region"] = _region(finding.line, finding.column, finding.end_line, finding.end_column)
+    result["message"] = {"text": message}
+    result["locations"] = [{"physicalLocation": physical}]
+    if finding.fix is not None and finding.edits and finding.cell is None:
+        replacements = [
+            {
+                "deletedRegion": _region(edit.line, edit.column, edit.end_line, edit.end_column),
+                "insertedContent": {"text": edit.content},
+            }
+            for edit in finding.edits
+        ]
         result["fixes"] = [
             {
-                "description": {"text": f"{finding.fix.title} ({finding.fix.applicability.value})"},
-                "artifactChanges": [
-                    {
-                        **location,
-                        "replacements": [
-                            {
-                                "deletedRegion": _region(edit.line, edit.column, edit.end_line, edit.end_column),
-                                "insertedContent": {"text": edit.content},
-                            }
-                            for edit in finding.edits
-                        ],
-                    }
-                ],
+                "description": {"text": f"{finding.fix.title} ({finding.fix.applicability.value} fix)"},
+                "artifactChanges": [{"artifactLocation": artifact, "replacements": replacements}],
             }
         ]
     return result
+
+
+def _notification(error: FileError) -> dict[str, Any]:
+    physical: dict[str, Any] = {"artifactLocation": _artifact(error.path)}
+    if error.line:
+        physical["region"] = {"startLine": error.line, **({"startColumn": error.column} if error.column else {})}
+    return {
+        "level": "error",
+        "message": {"text": error.render()},
+        "descriptor": {"id": "syntax-error" if error.kind == "syntax" else "file-error"},
+        "locations": [{"physicalLocation": physical}],
+    }
+
+
+def _rule(rule: type[Rule]) -> dict[str, Any]:
+    docs = rule.docs()
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": rule.doc_sections().get("What it does", rule.summary)},
+        "help": {"text": docs or rule.summary, "markdown": docs or rule.summary},
+        "helpUri": _HELP_URI,
+        "defaultConfiguration": {"level": _LEVEL[rule.severity]},
+        "properties": {
+            "fix": rule.fix_availability(),
+            "expectedEffect": rule.effect,
+            "tags": ["performance", "pytorch"],
+        },
+    }
 
 
 def render_sarif(result: ScanResult) -> str:
@@ -65,39 +105,20 @@ def render_sarif(result: ScanResult) -> str:
         "name": "speedfix",
         "version": __version__,
         "semanticVersion": __version__,
-        "informationUri": "https://github.com/speedfix/speedfix",
-        "rules": [
-            {
-                "id": rule.code,
-                "name": rule.name,
-                "shortDescription": {"text": rule.summary},
-                "fullDescription": {"text": rule.doc_sections().get("What it does", rule.summary)},
-                "help": {"text": rule.docs(), "markdown": rule.docs()},
-                "helpUri": f"{_HELP_URI}",
-                "defaultConfiguration": {"level": _LEVEL[rule.severity]},
-                "properties": {"fix": rule.fix_availability(), "expectedEffect": rule.effect, "tags": ["performance", "pytorch"]},
-            }
-            for rule in rules
-        ],
+        "informationUri": _HOME,
+        "rules": [_rule(rule) for rule in rules],
     }
-    notifications = [
-        {
-            "level": "error",
-            "message": {"text": error.render()},
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(error.path)}}}],
-        }
-        for error in result.errors
-    ]
-    document = {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [
+    run = {
+        "tool": {"driver": driver},
+        "results": [_result(f, index) for f in result.findings],
+        "invocations": [
             {
-                "tool": {"driver": driver},
-                "results": [_result(f, index) for f in result.findings],
-                "invocations": [{"executionSuccessful": not result.errors, "toolExecutionNotifications": notifications}],
-                "columnKind": "unicodeCodePoints",
+                "executionSuccessful": not result.errors,
+                "exitCode": result.exit_code,
+                "toolExecutionNotifications": [_notification(e) for e in result.errors],
             }
         ],
+        "columnKind": "unicodeCodePoints",
     }
+    document = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

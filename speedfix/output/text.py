@@ -39,7 +39,11 @@ def print_findings(console: Console, findings: list[Finding]) -> None:
 def print_summary(console: Console, result: ScanResult) -> None:
     findings = result.findings
     if not findings:
-        console.print(f"All checks passed: {result.files} file{'s' if result.files != 1 else ''} scanned.", highlight=False)
+        scanned = f"{result.files} file{'s' if result.files != 1 else ''} scanned"
+        if result.errors:
+            console.print(f"No findings ({scanned}; {len(result.errors)} could not be analysed).", highlight=False)
+        else:
+            console.print(f"All checks passed: {scanned}.", highlight=False)
         return
     files = len({f.path for f in findings})
     safe = sum(1 for f in findings if f.fix and f.fix.applicability is Applicability.SAFE)
@@ -53,7 +57,7 @@ def print_summary(console: Console, result: ScanResult) -> None:
         if unsafe:
             parts.append(f"{unsafe} {'more ' if safe else ''}with `speedfix apply --unsafe-fixes`")
         summary += " (" + ", ".join(parts) + ")"
-    console.print(summary + ".", highlight=False)
+    console.print(summary + ".", highlight=False, soft_wrap=True)
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     table.add_column("rule")
     table.add_column("name")

@@ -1,0 +1,424 @@
+"""Jupyter notebooks: map a notebook to one Python source and back.
+
+The rules read one Python module, so a notebook is turned into a *virtual source*: its code cells
+in order, each followed by a sentinel comment line (``# ~speedfix~ end of cell 4``, where 4 is
+the cell's index in the notebook). The sentinels let fixed code be split back into cells even
+when a fix inserts or removes lines. Markdown and raw cells are left out; so are all cells of a
+notebook whose kernel language is not Python.
+
+Cell numbers shown to users are 1-based positions among *all* cells, markdown included, so they
+match the order a notebook UI shows; lines within a cell are 1-based too.
+
+IPython syntax never reaches the parser. Each line that IPython would transform — line magics
+(``%time f()``), shell escapes (``!pip install x``), assignments from them (``files = !ls``), help
+(``obj?``, ``?obj``), the other escapes (``/f x``, ``,f a``, ``;f a``), backslash-continued lines of
+these — becomes a placeholder on the same line: a comment ``# ~speedfix~ magic 7`` at the top
+level, and ``pass  # ~speedfix~ magic 7`` when indented, so that a block whose body is only magic
+(``if IN_COLAB:`` / ``!pip install ...``) still parses. A cell magic (first non-blank line starts
+with ``%%``) turns the whole cell into comment placeholders and such a cell is never rewritten.
+Lines are classified one at a time with a small lexer that carries open brackets, backslash
+continuations and open strings (triple-quoted, or single-quoted continued with a backslash) from
+line to line: only a line that starts a new logical line can be magic, so text inside a
+multi-line string or call is never touched. The lexer does not know Python 3.12 f-strings that
+reuse their own quote inside ``{}``; such a line may be misread, which can only turn a magic into
+a syntax error, never change code.
+
+``rebuild`` restores every placeholder verbatim (re-indented if a fix re-indented its block) and
+rewrites only the code cells whose text changed. A sentinel or placeholder that a fix dropped
+(libcst removes a statement together with the comment lines above it) is put back where the
+original line was, found with difflib; markers that are duplicated or out of order make the
+rebuild fail, and then nothing is written.
+
+The JSON layout is kept: indentation, ``ensure_ascii``, separators, BOM, line endings and the
+trailing newline are detected, and a notebook whose unchanged content does not re-serialise to
+exactly its own bytes is refused rather than reformatted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speedfix.engine import FileError
+from speedfix.findings import Finding
+from speedfix.source import SourceError, SourceFile
+
+SENTINEL = "# ~speedfix~ end of cell {}"
+PLACEHOLDER = "# ~speedfix~ magic {}"
+_SENTINEL_RE = re.compile(r"^[ \t]*# ~speedfix~ end of cell (\d+)[ \t]*$")
+_PLACEHOLDER_RE = re.compile(r"^([ \t]*)(?:pass[ \t]+)?# ~speedfix~ magic (\d+)[ \t]*$")
+
+# IPython's escapes: magic, shell, help, and the autocall quote/paren escapes. None of them can
+# start a Python statement, so a logical line that starts with one is always IPython syntax.
+_ESCAPES = ("%", "!", "?", "/", ",", ";")
+_ASSIGN_FROM_MAGIC = re.compile(r"^[ \t]*[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*[!%]")
+_BOM = b"\xef\xbb\xbf"
+
+
+class NotebookError(SourceError):
+    """A notebook that cannot be read or written back; the message names the problem."""
+
+
+def is_notebook(path: Path) -> bool:
+    return path.suffix.lower() == ".ipynb"
+
+
+@dataclass
+class _CodeCell:
+    index: int  # position among all cells, 0-based
+    text: str  # the cell's source as stored
+    virtual: str  # what the virtual source holds for it (ends with a newline unless empty)
+    start: int  # 1-based virtual line of its first line
+    cell_magic: bool = False
+
+    @property
+    def number(self) -> int:
+        return self.index + 1
+
+
+@dataclass
+class _Placeholder:
+    original: str  # the line as written, without its newline
+    indent: str  # the placeholder's indentation in the virtual source
+
+
+@dataclass
+class CellChange:
+    """A code cell that fixing changed: its text before and after."""
+
+    index: int
+    before: str
+    after: str
+
+    @property
+    def number(self) -> int:
+        return self.index + 1
+
+
+@dataclass
+class Notebook:
+    path: Path
+    data: bytes
+    content: dict[str, Any]
+    cells: list[_CodeCell] = field(default_factory=list)
+    placeholders: list[_Placeholder] = field(default_factory=list)
+    source: str = ""  # the virtual source
+
+    @classmethod
+    def from_bytes(cls, data: bytes, path: Path) -> Notebook:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise NotebookError(f"not a notebook: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        try:
+            content = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise NotebookError(f"invalid notebook JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        except RecursionError:
+            raise NotebookError("invalid notebook JSON: nested too deeply") from None
+        if not isinstance(content, dict):
+            raise NotebookError('not a notebook: the JSON is not an object with a "cells" list')
+        version = content.get("nbformat")
+        if isinstance(version, int) and version < 4:
+            raise NotebookError(f"nbformat {version} notebooks are not supported (nbformat 4 or newer is needed)")
+        cells = content.get("cells")
+        if not isinstance(cells, list):
+            raise NotebookError('not a notebook: no "cells" list')
+        notebook = cls(Path(path), data, content)
+        python = _is_python(content.get("metadata"))
+        pieces: list[str] = []
+        line = 1
+        for index, cell in enumerate(cells):
+            if not isinstance(cell, dict):
+                raise NotebookError(f"cell {index + 1} is not a JSON object")
+            if cell.get("cell_type") != "code" or not python:
+                continue
+            text = _cell_text(cell, index)
+            virtual, cell_magic = notebook._virtual_cell(text)
+            notebook.cells.append(_CodeCell(index, text, virtual, line, cell_magic))
+            pieces.append(virtual)
+            pieces.append(SENTINEL.format(index) + "\n")
+            line += virtual.count("\n") + 1
+        notebook.source = "".join(pieces)
+        return notebook
+
+    # ------------------------------------------------------------------ reading
+    def source_file(self) -> SourceFile:
+        return SourceFile(path=self.path, data=self.source.encode("utf-8"), text=self.source, encoding="utf-8")
+
+    def position(self, line: int) -> tuple[int, int]:
+        """The (cell number, line within the cell) of a 1-based line of the virtual source."""
+        if not self.cells:
+            return 1, line
+        starts = [cell.start for cell in self.cells]
+        cell = self.cells[max(0, bisect.bisect_right(starts, line) - 1)]
+        return cell.number, max(1, line - cell.start + 1)
+
+    def locate(self, findings: list[Finding]) -> None:
+        """Give findings their cell and line within the cell; ``line`` stays the virtual line."""
+        for finding in findings:
+            finding.cell, finding.cell_line = self.position(finding.line)
+
+    def locate_error(self, error: FileError) -> FileError:
+        """Name the cell of an error reported at a virtual line."""
+        if error.line is not None and self.cells:
+            cell, line = self.position(error.line)
+            error.message = f"{error.message} (cell {cell}, line {line})"
+        return error
+
+    def _virtual_cell(self, text: str) -> tuple[str, bool]:
+        lines = text.splitlines(keepends=True)
+        if lines and not lines[-1].endswith(("\n", "\r")):
+            lines[-1] += "\n"
+        first = next((l for l in lines if l.strip()), "")
+        if first.lstrip().startswith("%%"):  # a cell magic: the whole cell is not Python
+            return "".join(self._placeholder(l, "", statement=False) for l in lines), True
+        out: list[str] = []
+        lexer = _Lexer()
+        magic_continues = False
+        for l in lines:
+            if magic_continues or (lexer.at_statement_start and _is_magic(l)):
+                indent = l[: len(l) - len(l.lstrip(" \t"))]
+                out.append(self._placeholder(l, indent, statement=bool(indent) and not magic_continues))
+                magic_continues = l.rstrip("\r\n").endswith("\\")
+            else:
+                lexer.feed(l)
+                out.append(l)
+        return "".join(out), False
+
+    def _placeholder(self, line: str, indent: str, *, statement: bool) -> str:
+        body = line.rstrip("\r\n")
+        newline = line[len(body):] or "\n"
+        self.placeholders.append(_Placeholder(body, indent))
+        marker = PLACEHOLDER.format(len(self.placeholders) - 1)
+        return f"{indent}{'pass  ' if statement else ''}{marker}{newline}"
+
+    # ------------------------------------------------------------------ writing back
+    def changes(self, fixed: str) -> list[CellChange]:
+        """The code cells that ``fixed`` (the fixed virtual source) changes, magics restored."""
+        if fixed == self.source:
+            return []
+        lines = self._recover_markers(fixed.splitlines(keepends=True))
+        texts: dict[int, list[str]] = {}
+        current: list[str] = []
+        position = 0
+        for line in lines:
+            sentinel = _SENTINEL_RE.match(line.rstrip("\r\n"))
+            if sentinel is not None:
+                texts[self.cells[position].index] = current
+                position += 1
+                current = []
+                continue
+            placeholder = _PLACEHOLDER_RE.match(line.rstrip("\r\n"))
+            if placeholder is not None:
+                line = self._restore(placeholder, line)
+            current.append(line)
+        if "".join(current).strip():
+            raise NotebookError("a fix added code after the last cell; left unchanged")
+        changed = []
+        for cell in self.cells:
+            after = "".join(texts[cell.index])
+            if not cell.text.endswith(("\n", "\r")) and after.endswith("\n"):
+                after = after[:-2] if after.endswith("\r\n") else after[:-1]
+            if after == cell.text:
+                continue
+            if cell.cell_magic:
+                raise NotebookError(f"a fix would change cell {cell.number}, a cell magic; left unchanged")
+            changed.append(CellChange(cell.index, cell.text, after))
+        return changed
+
+    def rebuild(self, fixed: str) -> bytes:
+        """The notebook's bytes with the cells ``fixed`` changes rewritten; all else as it was."""
+        changes = self.changes(fixed)
+        if not changes:
+            return self.data
+        dump = self._layout()
+        cells = list(self.content["cells"])
+        for change in changes:
+            cell = cells[change.index]
+            source: Any = change.after if isinstance(cell.get("source"), str) else change.after.splitlines(keepends=True)
+            cells[change.index] = dict(cell, source=source)
+        return dump(dict(self.content, cells=cells))
+
+    def _markers(self) -> list[tuple[str, int]]:
+        markers = []
+        for line in self.source.splitlines():
+            match = _SENTINEL_RE.match(line)
+            if match is not None:
+                markers.append(("cell", int(match.group(1))))
+            match = _PLACEHOLDER_RE.match(line)
+            if match is not None:
+                markers.append(("magic", int(match.group(2))))
+        return markers
+
+    def _recover_markers(self, lines: list[str]) -> list[str]:
+        """Check the sentinels and placeholders in fixed code; put back the ones a fix dropped."""
+        expected = self._markers()
+        found: list[tuple[str, int]] = []
+        for line in lines:
+            body = line.rstrip("\r\n")
+            match = _SENTINEL_RE.match(body)
+            if match is not None:
+                found.append(("cell", int(match.group(1))))
+            match = _PLACEHOLDER_RE.match(body)
+            if match is not None:
+                found.append(("magic", int(match.group(2))))
+        if found == expected:
+            return lines
+        rank = {marker: i for i, marker in enumerate(expected)}
+        ranks = [rank.get(marker, -1) for marker in found]
+        if -1 in ranks or any(a >= b for a, b in zip(ranks, ranks[1:])):
+            raise NotebookError("a fix moved or duplicated a cell boundary or an IPython magic line; left unchanged")
+        original = self.source.splitlines(keepends=True)
+        missing = set(expected) - set(found)
+        inserts: list[tuple[int, int, str]] = []  # (position in fixed, original position, line)
+        matcher = difflib.SequenceMatcher(a=original, b=lines, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                continue
+            for i in range(i1, i2):
+                marker = _marker_of(original[i])
+                if marker in missing:
+                    inserts.append((j1 + min(i - i1, j2 - j1), i, original[i]))
+        recovered = list(lines)
+        for j, _i, line in sorted(inserts, reverse=True):
+            recovered.insert(j, line)
+        return recovered
+
+    def _restore(self, match: re.Match[str], line: str) -> str:
+        placeholder = self.placeholders[int(match.group(2))]
+        newline = line[len(line.rstrip("\r\n")):]
+        indent = match.group(1)
+        if indent == placeholder.indent:
+            return placeholder.original + newline
+        return indent + placeholder.original.lstrip(" \t") + newline
+
+    def _layout(self):  # type: ignore[no-untyped-def]
+        """A serialiser that writes this notebook's JSON exactly as it is stored."""
+        data = self.data
+        bom = _BOM if data.startswith(_BOM) else b""
+        text = data[len(bom):].decode("utf-8")
+        crlf = "\r\n" in text
+        if crlf:
+            text = text.replace("\r\n", "\n")
+        trailing = text[len(text.rstrip()):]
+        indent: int | str | None = None
+        match = re.match(r"[\[{]\n([ \t]*)", text)
+        if match is not None:
+            whitespace = match.group(1)
+            indent = whitespace if "\t" in whitespace else len(whitespace)
+        ensure_ascii = text.isascii()
+        separators = [(",", ": "), (", ", ": ")] if indent is not None else [(", ", ": "), (",", ":")]
+        body = text[: len(text) - len(trailing)] if trailing else text
+        for separator in separators:
+            def dump(content: Any, separator: tuple[str, str] = separator) -> bytes:
+                out = json.dumps(content, indent=indent, ensure_ascii=ensure_ascii, separators=separator) + trailing
+                return bom + (out.replace("\n", "\r\n") if crlf else out).encode("utf-8")
+
+            if json.dumps(self.content, indent=indent, ensure_ascii=ensure_ascii, separators=separator) == body:
+                return dump
+        raise NotebookError("cannot reproduce the notebook's JSON layout; left unchanged")
+
+
+def load_notebook(path: Path) -> Notebook:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise NotebookError(f"cannot read file: {exc.strerror or exc}") from None
+    return Notebook.from_bytes(data, Path(path))
+
+
+def _is_python(metadata: Any) -> bool:
+    """False only when the notebook says its kernel runs another language."""
+    if not isinstance(metadata, dict):
+        return True
+    for key, name in (("language_info", "name"), ("kernelspec", "language")):
+        section = metadata.get(key)
+        if isinstance(section, dict) and isinstance(section.get(name), str):
+            return section[name].lower() == "python"
+    return True
+
+
+def _cell_text(cell: dict[str, Any], index: int) -> str:
+    source = cell.get("source", "")
+    if isinstance(source, str):
+        return source
+    if isinstance(source, list) and all(isinstance(part, str) for part in source):
+        return "".join(source)
+    raise NotebookError(f'cell {index + 1}: "source" is not a string or a list of strings')
+
+
+def _marker_of(line: str) -> tuple[str, int] | None:
+    body = line.rstrip("\r\n")
+    match = _SENTINEL_RE.match(body)
+    if match is not None:
+        return ("cell", int(match.group(1)))
+    match = _PLACEHOLDER_RE.match(body)
+    if match is not None:
+        return ("magic", int(match.group(2)))
+    return None
+
+
+def _is_magic(line: str) -> bool:
+    """Is this line (which starts a logical line) IPython syntax rather than Python?"""
+    stripped = line.strip()
+    if not stripped or stripped.startswith("#"):
+        return False
+    if stripped.startswith(_ESCAPES) or _ASSIGN_FROM_MAGIC.match(line):
+        return True
+    lexer = _Lexer()
+    lexer.feed(line)
+    return lexer.code.rstrip().endswith("?") and lexer.at_statement_start  # help: ``obj?``, ``obj??``
+
+
+class _Lexer:
+    """Just enough of Python's lexer to know whether the next line starts a logical line."""
+
+    def __init__(self) -> None:
+        self.quote: str | None = None  # the open string's delimiter
+        self.depth = 0  # open brackets
+        self.continued = False  # the last line ended with a backslash
+        self.code = ""  # the last line without its comment
+
+    @property
+    def at_statement_start(self) -> bool:
+        return self.quote is None and self.depth == 0 and not self.continued
+
+    def feed(self, line: str) -> None:
+        body = line.rstrip("\r\n")
+        code_end = len(body)
+        i, n = 0, len(body)
+        escaped_newline = False
+        while i < n:
+            char = body[i]
+            if self.quote is not None:
+                if char == "\\":
+                    escaped_newline = i + 1 == n
+                    i += 2
+                elif body.startswith(self.quote, i):
+                    i += len(self.quote)
+                    self.quote = None
+                else:
+                    i += 1
+                continue
+            if char == "#":
+                code_end = i
+                break
+            if char in "\"'":
+                self.quote = char * 3 if body.startswith(char * 3, i) else char
+                i += len(self.quote)
+                continue
+            if char in "([{":
+                self.depth += 1
+            elif char in ")]}":
+                self.depth = max(0, self.depth - 1)
+            i += 1
+        self.code = body[:code_end]
+        if self.quote is not None and len(self.quote) == 1 and not escaped_newline:
+            self.quote = None  # an unterminated string: a syntax error the parser will report
+        self.continued = self.quote is None and code_end == n and body.endswith("\\")

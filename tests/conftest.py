@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from speedfix.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A small CUDA training script with one finding for most rules (used by several test files).
+TRAIN_SCRIPT = textwrap.dedent(
+    """\
+    import torch
+    from torch.utils.data import DataLoader
+
+
+    def main():
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = Net().to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        scaler = torch.cuda.amp.GradScaler()
+        loader = DataLoader(train_set, batch_size=32, shuffle=True)
+        running = 0.0
+        for step, (x, y) in enumerate(loader):
+            x, y = x.to(device), y.to(device)
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(x, y)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            running += loss.item()
+            if step % 100 == 0:
+                print(f"step {step}: {running / 100:.3f}")
+                running = 0.0
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+@pytest.fixture
+def train_script() -> str:
+    return TRAIN_SCRIPT
+
+
+class Result:
+    """A CLI run: exit code, standard output and standard error."""
+
+    def __init__(self, exit_code: int, stdout: str, stderr: str) -> None:
+        self.exit_code, self.stdout, self.stderr = exit_code, stdout, stderr
+
+    def __repr__(self) -> str:
+        return f"Result(exit_code={self.exit_code}, stdout={self.stdout!r}, stderr={self.stderr!r})"
+
+
+@pytest.fixture
+def run_cli(monkeypatch):
+    """Run `speedfix ARGS...` in-process (no cache, installed torch never consulted)."""
+    monkeypatch.setenv("SPEEDFIX_NO_CACHE", "1")
+
+    def run(*args: str, cwd: Path | None = None) -> Result:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        runner = CliRunner()
+        result = runner.invoke(app, [str(a) for a in args], obj={"script_args": []}, catch_exceptions=False)
+        return Result(result.exit_code, result.stdout, result.stderr)
+
+    return run
+
+
+@pytest.fixture
+def write(tmp_path):
+    """write("name.py", code) -> Path, dedenting the code."""
+
+    def _write(name: str, code: str, *, encoding: str = "utf-8") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(textwrap.dedent(code).encode(encoding))
+        return path
+
+    return _write

@@ -1,0 +1,189 @@
+"""`speedfix apply`: what it writes, what it never touches, and how it reports."""
+
+from __future__ import annotations
+
+import os
+import stat
+import textwrap
+
+import pytest
+
+from speedfix.fixer import fix_code
+
+LATIN1_SCRIPT = (
+    "# -*- coding: latin-1 -*-\n"
+    "# Entraînement du modèle (données synthétiques) - ½ précision\n"
+    "import torch\n"
+    "from torch.utils.data import DataLoader\n"
+    "\n"
+    "loader = DataLoader(ds, batch_size=32)  # chargé à chaque époque\n"
+    "for x, y in loader:\n"
+    "    x = x.to('cuda')  # copie bloquante\n"
+    "    loss = model(x).sum()\n"
+    "    loss.backward()\n"
+    "    opt.step()\n"
+)
+
+
+def test_safe_fixes_by_default_unsafe_on_request(run_cli, write, train_script):
+    path = write("train.py", train_script)
+    result = run_cli("apply", path)
+    assert result.exit_code == 1
+    code = path.read_text()
+    assert "pin_memory=True" in code and "x.to(device, non_blocking=True)" in code
+    assert 'torch.amp.GradScaler("cuda")' in code
+    assert "num_workers" not in code and "model.compile()" not in code  # unsafe
+    assert "Fixed 4 findings in 1 file (SF102 x1, SF104 x2, SF203 x1)" in result.stdout
+    assert "SF101 unsafe fix: needs --unsafe-fixes" in result.stdout
+    result = run_cli("apply", path, "--unsafe-fixes")
+    assert result.exit_code == 1
+    code = path.read_text()
+    assert "num_workers=min(8, os.cpu_count() or 1)" in code and "model.compile()" in code
+    assert "running += loss.detach()" in code and "{float(running) / 100:.3f}" in code
+    assert code.count("import os\n") == 1
+    again = run_cli("apply", path, "--unsafe-fixes")
+    assert again.exit_code == 0 and "No fixes to apply" in again.stdout
+
+
+def test_diff_writes_nothing(run_cli, write, train_script):
+    path = write("train.py", train_script)
+    before = path.read_bytes()
+    result = run_cli("apply", path, "--diff")
+    assert result.exit_code == 1
+    assert path.read_bytes() == before
+    assert "-    loader = DataLoader(train_set, batch_size=32, shuffle=True)" in result.stdout
+    assert "+    loader = DataLoader(train_set, batch_size=32, shuffle=True, pin_memory=True)" in result.stdout
+    assert "\x1b[" not in result.stdout
+    assert "Would fix 4 findings" in result.stderr
+
+
+def test_nothing_to_do_exits_zero(run_cli, write):
+    path = write("clean.py", "import torch\nx = torch.zeros(1)\n")
+    result = run_cli("apply", path)
+    assert result.exit_code == 0 and "No fixes to apply" in result.stdout
+
+
+def test_select_limits_the_fixes(run_cli, write, train_script):
+    path = write("train.py", train_script)
+    run_cli("apply", path, "--select", "SF102")
+    code = path.read_text()
+    assert "pin_memory=True" in code and "non_blocking" not in code
+
+
+def test_syntax_error_is_reported_and_left_untouched(run_cli, write, train_script, tmp_path):
+    broken = write("broken.py", "import torch\nloader = torch.utils.data.DataLoader(ds\n")
+    good = write("train.py", train_script)
+    before = broken.read_bytes()
+    result = run_cli("apply", tmp_path)
+    assert result.exit_code == 2
+    assert "broken.py:3:1: syntax error" in result.stderr or "broken.py:2:" in result.stderr
+    assert broken.read_bytes() == before
+    assert "pin_memory=True" in good.read_text()
+
+
+def test_latin1_coding_cookie_and_non_ascii_comments_survive(run_cli, tmp_path):
+    path = tmp_path / "train.py"
+    path.write_bytes(LATIN1_SCRIPT.encode("latin-1"))
+    assert run_cli("apply", path).exit_code == 1
+    data = path.read_bytes()
+    text = data.decode("latin-1")
+    assert "x = x.to('cuda', non_blocking=True)  # copie bloquante" in text
+    assert "pin_memory=True" in text
+    original = LATIN1_SCRIPT.splitlines()
+    fixed = text.splitlines()
+    assert fixed[:4] == original[:4]  # cookie and accented comment, byte-identical
+    assert [line for line in fixed if "loader =" not in line and "x.to" not in line] == [
+        line for line in original if "loader =" not in line and "x.to" not in line
+    ]
+
+
+def test_crlf_line_endings_are_kept(run_cli, tmp_path, train_script):
+    path = tmp_path / "train.py"
+    path.write_bytes(train_script.replace("\n", "\r\n").encode())
+    run_cli("apply", path, "--unsafe-fixes")
+    data = path.read_bytes()
+    assert b"\r\n" in data and data.count(b"\n") == data.count(b"\r\n")
+    assert b"model.compile()\r\n" in data and b"import os\r\n" in data
+
+
+def test_utf8_bom_is_kept(run_cli, tmp_path, train_script):
+    path = tmp_path / "train.py"
+    path.write_bytes(b"\xef\xbb\xbf" + train_script.encode())
+    run_cli("apply", path)
+    data = path.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbfimport torch\n")
+    assert data.count(b"\xef\xbb\xbf") == 1 and b"pin_memory=True" in data
+
+
+def test_untouched_lines_are_byte_identical(run_cli, write, train_script):
+    messy = train_script.replace("import torch\n", "import torch   # keep   this  spacing\n\n\n").replace(
+        "running = 0.0", "running = 0.0  ;  unused = (1,\n          2)"
+    )
+    path = write("train.py", messy)
+    run_cli("apply", path, "--unsafe-fixes")
+    fixed = path.read_text().splitlines()
+    changed = {"loader", "x, y = x.to", "model.compile", "import os", "running +=", "float(running)", "GradScaler",
+               "num_workers", "persistent_workers", "pin_memory", "train_set,", "batch_size=", "shuffle=", ")"}
+    kept = [line for line in messy.splitlines() if not any(key in line for key in changed)]
+    assert all(line in fixed for line in kept)
+    assert "import torch   # keep   this  spacing" in fixed
+
+
+def test_write_is_atomic_and_keeps_permissions(run_cli, write, train_script, tmp_path):
+    path = write("train.py", train_script)
+    os.chmod(path, 0o750)
+    run_cli("apply", path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o750
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]  # no temporary files left behind
+
+
+def test_only_output_that_parses_is_written(monkeypatch, write, train_script, run_cli):
+    """A fix that produced broken code must leave the file alone and say so."""
+    import speedfix.fixer as fixer
+
+    class Broken:  # what a buggy fix would produce: a doubled comma
+        def __init__(self, module):
+            self.bytes = module.bytes.replace(b"pin_memory=True", b"pin_memory=True,,")
+
+    original = fixer.apply_fixes
+    monkeypatch.setattr(fixer, "apply_fixes", lambda module, fixes: Broken(original(module, fixes)))
+    path = write("train.py", train_script)
+    before = path.read_bytes()
+    result = run_cli("apply", path)
+    assert result.exit_code == 2
+    assert "does not parse" in result.stderr and "nothing was written" in result.stderr
+    assert path.read_bytes() == before
+
+
+def test_fix_code_api_reuses_aliases_and_adds_imports_once():
+    code = textwrap.dedent(
+        """\
+        import torch as t
+        from torch import nn
+
+        def train(model, loader, opt):
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+        """
+    )
+    out = fix_code(code, path="t.py", select=["SF201"], unsafe=True)
+    assert out.applied == {"SF201": 1}
+    assert "t.set_float32_matmul_precision(\"high\")" in out.code and "import torch\n" not in out.code
+    no_torch = code.replace("import torch as t\n", "")
+    out = fix_code(no_torch, path="t.py", select=["SF201"], unsafe=True)
+    assert out.code.count("import torch\n") == 1
+    assert 'torch.set_float32_matmul_precision("high")' in out.code
+    assert out.code.index("import torch\n") < out.code.index("torch.set_float32_matmul_precision")
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_apply_is_idempotent_on_the_examples_of_every_rule(unsafe):
+    from speedfix.registry import all_rules
+
+    for rule in all_rules():
+        for example in rule.INVALID:
+            first = fix_code(example.code, path="t.py", unsafe=unsafe, torch_version=example.torch)
+            second = fix_code(first.code, path="t.py", unsafe=unsafe, torch_version=example.torch)
+            assert second.code == first.code, (rule.code, example.code)

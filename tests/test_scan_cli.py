@@ -1,0 +1,251 @@
+"""`speedfix scan`: output formats, exit codes, selection, configuration, suppression, bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+
+LINE = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<code>SF\d{3}) (?P<fix>\[\*\] )?(?P<message>.+)$")
+
+
+def finding_lines(stdout: str) -> list[re.Match]:
+    return [m for m in map(LINE.match, stdout.splitlines()) if m]
+
+
+def codes(stdout: str) -> list[str]:
+    return [m["code"] for m in finding_lines(stdout)]
+
+
+def test_text_output_lines_and_summary(run_cli, train_script, write):
+    path = write("train.py", train_script)
+    result = run_cli("scan", path)
+    assert result.exit_code == 1
+    lines = finding_lines(result.stdout)
+    assert [m["code"] for m in lines] == ["SF501", "SF203", "SF101", "SF102", "SF104", "SF104", "SF301"]
+    first = lines[0]
+    assert first["path"] == str(path) and (first["line"], first["col"]) == ("7", "13")
+    assert first["fix"] and "`model` is trained without `torch.compile`" in first["message"]
+    # stable order: by path, line, column, code
+    keys = [(int(m["line"]), int(m["col"]), m["code"]) for m in lines]
+    assert keys == sorted(keys)
+    # the summary, grouped by rule, follows the finding lines
+    assert "Found 7 findings in 1 file" in result.stdout
+    assert re.search(r"SF104\s+blocking-transfer\s+2\s+safe", result.stdout)
+
+
+def test_lines_never_wrap_when_piped(run_cli, train_script, write):
+    long_name = "a_really_long_directory_name_that_makes_the_line_long" * 2
+    path = write(f"{long_name}/train.py", train_script)
+    result = run_cli("scan", path, "--no-summary")
+    assert all(LINE.match(line) for line in result.stdout.splitlines())
+    assert "\x1b[" not in result.stdout  # no colour codes when not a terminal
+
+
+def test_clean_file_exits_zero(run_cli, train_script, write):
+    path = write("clean.py", "import torch\nx = torch.zeros(3)\n")
+    result = run_cli("scan", path)
+    assert result.exit_code == 0
+    assert "All checks passed" in result.stdout
+
+
+def test_paths_are_relative_to_the_current_folder(run_cli, train_script, write, tmp_path):
+    write("pkg/train.py", train_script)
+    result = run_cli("scan", "pkg", "--no-summary", cwd=tmp_path)
+    assert {m["path"] for m in finding_lines(result.stdout)} == {"pkg/train.py"}
+
+
+def test_directories_skip_vcs_venvs_caches_and_build_output(run_cli, train_script, write, tmp_path):
+    write("src/train.py", train_script)
+    for skipped in (".git/hooks/x.py", "__pycache__/x.py", "build/lib/x.py", "dist/x.py", "node_modules/x.py"):
+        write(skipped, train_script)
+    write("myenv/pyvenv.cfg", "home = /usr/bin\n")
+    write("myenv/lib/site.py", train_script)
+    result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)
+    assert {m["path"] for m in finding_lines(result.stdout)} == {"src/train.py"}
+
+
+def test_select_ignore_extend_select(run_cli, train_script, write):
+    path = write("train.py", train_script)
+    assert set(codes(run_cli("scan", path, "--select", "SF104").stdout)) == {"SF104"}
+    assert set(codes(run_cli("scan", path, "--select", "SF1").stdout)) == {"SF101", "SF102", "SF104"}
+    assert set(codes(run_cli("scan", path, "--select", "SF101,SF203").stdout)) == {"SF101", "SF203"}
+    ignored = set(codes(run_cli("scan", path, "--ignore", "SF1", "--ignore", "SF501").stdout))
+    assert ignored == {"SF203", "SF301"}
+    extended = set(codes(run_cli("scan", path, "--select", "SF104", "--extend-select", "SF301").stdout))
+    assert extended == {"SF104", "SF301"}
+
+
+def test_unknown_selector_is_a_usage_error(run_cli, train_script, write):
+    path = write("train.py", train_script)
+    result = run_cli("scan", path, "--select", "SF999")
+    assert result.exit_code == 2
+    assert "unknown rule selector `SF999`" in result.stderr
+
+
+def test_pyproject_configuration_is_found_by_walking_up(run_cli, train_script, write, tmp_path):
+    write("pyproject.toml", '[tool.speedfix]\nignore = ["SF1"]\nper-file-ignores = {"scripts/*" = ["SF301"]}\n')
+    write("src/deep/train.py", train_script)
+    write("scripts/train.py", train_script)
+    deep = set(codes(run_cli("scan", tmp_path / "src" / "deep" / "train.py").stdout))
+    assert deep == {"SF203", "SF301", "SF501"}
+    script = set(codes(run_cli("scan", tmp_path / "scripts" / "train.py").stdout))
+    assert script == {"SF203", "SF501"}
+    # the command line wins over the configuration
+    assert set(codes(run_cli("scan", tmp_path / "src", "--select", "SF101").stdout)) == {"SF101"}
+
+
+def test_configuration_exclude(run_cli, train_script, write, tmp_path):
+    write("pyproject.toml", '[tool.speedfix]\nexclude = ["legacy/*", "*_old.py"]\n')
+    write("legacy/train.py", train_script)
+    write("train_old.py", train_script)
+    write("train.py", train_script)
+    result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)
+    assert {m["path"] for m in finding_lines(result.stdout)} == {"train.py"}
+
+
+def test_bad_configuration_is_a_clear_error(run_cli, train_script, write, tmp_path):
+    write("pyproject.toml", '[tool.speedfix]\nselekt = ["SF1"]\n')
+    path = write("train.py", train_script)
+    result = run_cli("scan", path)
+    assert result.exit_code == 2
+    assert "unknown key(s) in [tool.speedfix]: selekt" in result.stderr
+    assert "pyproject.toml" in result.stderr
+
+
+def test_torch_version_switches_advice(run_cli, train_script, write):
+    path = write("train.py", train_script)
+    assert "SF203" in codes(run_cli("scan", path, "--torch-version", "2.4").stdout)
+    # torch.amp.GradScaler does not exist before 2.3: no deprecation advice then
+    assert "SF203" not in codes(run_cli("scan", path, "--torch-version", "2.2").stdout)
+    result = run_cli("scan", path, "--torch-version", "two")
+    assert result.exit_code == 2 and "not a torch version" in result.stderr
+
+
+def test_noqa_on_the_line_and_for_the_file(run_cli, train_script, write):
+    code = train_script.replace(
+        "x, y = x.to(device), y.to(device)", "x, y = x.to(device), y.to(device)  # noqa: SF104"
+    ).replace("running += loss.item()", "running += loss.item()  # noqa")
+    path = write("train.py", code)
+    found = codes(run_cli("scan", path).stdout)
+    assert "SF104" not in found and "SF301" not in found and "SF101" in found
+    other_tool = write("other.py", train_script.replace("loss.item()", "loss.item()  # noqa: E501"))
+    assert "SF301" in codes(run_cli("scan", other_tool).stdout)
+    whole_file = write("skip.py", "# speedfix: noqa\n" + train_script)
+    assert run_cli("scan", whole_file).exit_code == 0
+    some_codes = write("some.py", "# speedfix: noqa: SF101, SF102\n" + train_script)
+    found = codes(run_cli("scan", some_codes).stdout)
+    assert "SF101" not in found and "SF102" not in found and "SF104" in found
+
+
+def test_syntax_error_is_reported_and_other_files_still_scanned(run_cli, train_script, write, tmp_path):
+    write("a_broken.py", "import torch\ndef f(:\n    pass\n")
+    write("b_train.py", train_script)
+    result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)
+    assert result.exit_code == 2
+    assert re.search(r"^a_broken\.py:2:\d+: syntax error", result.stderr, re.MULTILINE)
+    assert {m["path"] for m in finding_lines(result.stdout)} == {"b_train.py"}
+
+
+def test_syntax_error_in_a_file_without_torch_is_still_reported(run_cli, train_script, write):
+    path = write("util.py", "def f(:\n")
+    result = run_cli("scan", path)
+    assert result.exit_code == 2 and "util.py:1:" in result.stderr and "syntax error" in result.stderr
+
+
+def test_binary_undecodable_and_unreadable_files(run_cli, train_script, write, tmp_path):
+    (tmp_path / "blob.py").write_bytes(b"\x00\x01torch\x00")
+    (tmp_path / "latin.py").write_bytes("import torch  # caf\xe9\n".encode("latin-1"))
+    (tmp_path / "dangling.py").symlink_to(tmp_path / "nowhere.py")
+    write("train.py", train_script)
+    result = run_cli(
+        "scan", tmp_path / "blob.py", tmp_path / "latin.py", tmp_path / "dangling.py", tmp_path / "train.py",
+        "--no-summary",
+    )
+    assert result.exit_code == 2
+    assert "blob.py: error: binary file" in result.stderr
+    assert "latin.py: error: not valid UTF-8 text and no coding declaration" in result.stderr
+    assert "dangling.py: error: cannot read file" in result.stderr
+    assert codes(result.stdout)  # train.py was still scanned
+
+
+def test_missing_path_is_a_usage_error(run_cli, train_script, tmp_path):
+    result = run_cli("scan", tmp_path / "nope.py")
+    assert result.exit_code == 2 and "no such file or directory" in result.stderr
+
+
+def test_json_format_schema(run_cli, train_script, write):
+    path = write("train.py", train_script)
+    result = run_cli("scan", path, "--format", "json")
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert [item["code"] for item in data] == ["SF501", "SF203", "SF101", "SF102", "SF104", "SF104", "SF301"]
+    keys = {"path", "line", "column", "end_line", "end_column", "code", "name", "severity", "message", "fix"}
+    for item in data:
+        assert keys <= set(item)
+        assert item["severity"] in ("error", "warning", "info")
+        assert item["line"] >= 1 and item["column"] >= 1
+    pin = next(item for item in data if item["code"] == "SF102")
+    assert pin["fix"]["applicability"] == "safe"
+    (edit,) = pin["fix"]["edits"]
+    assert edit["line"] == 10 and "pin_memory=True" in edit["content"]
+    lines = train_script.splitlines(keepends=True)
+    patched = "".join(lines[: edit["line"] - 1]) + edit["content"] + "".join(lines[edit["end_line"] - 1 :])
+    assert "DataLoader(train_set, batch_size=32, shuffle=True, pin_memory=True)" in patched
+
+
+def test_markdown_report(run_cli, train_script, write, tmp_path):
+    path = write("train.py", train_script)
+    out = tmp_path / "report.md"
+    result = run_cli("scan", path, "--format", "markdown", "--output", out)
+    assert result.exit_code == 1 and result.stdout == ""
+    report = out.read_text()
+    assert report.startswith("# speedfix optimization report")
+    assert "| SF104 | blocking-transfer | 2 | safe |" in report
+    assert "**What is slow:**" in report and "**Why:**" in report and "**Expected gain:**" in report
+    assert "```diff" in report and "+        x, y = x.to(device, non_blocking=True)" in report
+    assert "https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html" in report
+    assert "No automatic fix" not in report or "Sources" in report
+
+
+def test_output_file_for_text_format_has_no_colour(run_cli, train_script, write, tmp_path):
+    path = write("train.py", train_script)
+    out = tmp_path / "report.txt"
+    run_cli("scan", path, "--output", out)
+    text = out.read_text()
+    assert "\x1b[" not in text and finding_lines(text)
+
+
+def test_cpu_only_script_gets_no_gpu_advice(run_cli, train_script, write):
+    cpu = train_script.replace('torch.device("cuda" if torch.cuda.is_available() else "cpu")', '"cpu"').replace(
+        "torch.cuda.amp.GradScaler()", "None"
+    ).replace('torch.autocast("cuda", dtype=torch.float16)', "nullcontext()")
+    path = write("train.py", cpu)
+    assert set(codes(run_cli("scan", path).stdout)) == {"SF101"}
+
+
+def test_rules_and_rule_commands(run_cli, train_script):
+    table = run_cli("rules")
+    assert table.exit_code == 0
+    for code in ("SF101", "SF102", "SF104", "SF201", "SF203", "SF301", "SF402", "SF501"):
+        assert code in table.stdout
+    listed = json.loads(run_cli("rules", "--format", "json").stdout)
+    assert {"code": "SF102", "name": "dataloader-no-pin-memory", "fix": "safe"}.items() <= listed[1].items()
+    docs = run_cli("rule", "SF101")
+    assert docs.exit_code == 0
+    for section in ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety", "Measured effect"):
+        assert f"## {section}" in docs.stdout
+    assert run_cli("rule", "dataloader-no-workers").stdout == docs.stdout
+    unknown = run_cli("rule", "SF999")
+    assert unknown.exit_code == 2 and "unknown rule" in unknown.stderr
+
+
+def test_version_and_help(run_cli, train_script):
+    assert run_cli("--version").stdout.startswith("speedfix ")
+    assert "scan" in run_cli("--help").stdout
+    assert "--select" in run_cli("scan", "--help").stdout
+
+
+def test_unknown_format_is_a_usage_error(run_cli, train_script, write):
+    path = write("train.py", train_script)
+    result = run_cli("scan", path, "--format", "xml")
+    assert result.exit_code == 2 and "--format must be one of" in result.stderr
