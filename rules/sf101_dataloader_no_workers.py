@@ -64,10 +64,7 @@ class DataloaderNoWorkers(Rule):
     requires = (b"DataLoader",)
     fix_applicability = Applicability.UNSAFE
     fix_title = "Load batches in worker processes (`num_workers` from the CPU count, persistent workers)"
-    effect = (
-        "Overlaps data loading with the training step; large when `__getitem__` decodes or augments "
-        "(PyTorch Performance Tuning Guide)."
-    )
+    effect = "Overlaps data loading with compute; large when `__getitem__` decodes or augments."
 
     VALID = [
         Valid(
@@ -100,6 +97,12 @@ class DataloaderNoWorkers(Rule):
                     return len(self.data)
 
             train_data = DataLoader(RandomDataset(32, 64), batch_size=2)
+            """
+        ),
+        Valid(  # an index loader: shuffling a range of indices costs nothing
+            """
+            from torch.utils.data import DataLoader
+            index_loader = DataLoader(range(len(X_train)), batch_size=128, shuffle=True)
             """
         ),
         Valid(  # unknowable values mean silence

@@ -60,7 +60,7 @@ class BlockingTransfer(Rule):
     fix_applicability = Applicability.SAFE
     fix_title = "Add `non_blocking=True`"
     gpu_only = True
-    effect = "The CPU keeps queueing work while the batch is copied (with pinned memory, SF102)."
+    effect = "The CPU keeps queueing work while the batch is copied."
 
     VALID = [
         Valid(  # outside the training loop

@@ -5,7 +5,7 @@ import libcst as cst
 from speedfix.codegen import import_anchor, reference, statement, string_literal
 from speedfix.findings import Applicability, FixOp, InsertStatements, Severity
 from speedfix.names import dotted_name
-from speedfix.patterns import casts_to_low_precision, uses_autocast
+from speedfix.patterns import uses_autocast
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
 
@@ -15,8 +15,10 @@ _TF32_SWITCHES = ("allow_tf32", "fp32_precision")
 class Tf32Disabled(Rule):
     """
     ## What it does
-    Finds CUDA training in fp32 (no autocast, no half/bfloat16 model) that never enables
-    TensorFloat-32 for matrix multiplications.
+    Finds CUDA training in fp32 that never enables TensorFloat-32 for matrix multiplications.
+    A script that uses autocast or mentions a 16-bit dtype anywhere (`model.half()`, an FSDP
+    `MixedPrecisionPolicy(param_dtype=torch.bfloat16)`, Lightning's `"bf16-mixed"`) is treated as
+    already choosing its precision.
 
     ## Why is this bad?
     On Ampere and newer GPUs (A100, RTX 30xx, H100) fp32 matmuls can run on tensor cores in TF32,
@@ -69,7 +71,7 @@ class Tf32Disabled(Rule):
     fix_title = 'Enable TF32 matmuls: `torch.set_float32_matmul_precision("high")` after the imports'
     gpu_only = True
     min_torch = v("1.12")
-    effect = "fp32 matmuls on tensor cores: about 7x for a large matmul on A100 (PyTorch CUDA notes)."
+    effect = "fp32 matmuls on tensor cores: about 7x for a large A100 matmul."
 
     VALID = [
         Valid(
@@ -103,6 +105,19 @@ class Tf32Disabled(Rule):
                     loss = model(x.cuda()).sum()
                 loss.backward()
                 opt.step()
+            """
+        ),
+        Valid(  # optional bf16 through FSDP's mixed-precision policy (pytorch/examples FSDP2)
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
+            if args.mixed_precision:
+                kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+            model.to_empty(device="cuda")
+            for _ in range(10):
+                loss = model(x).sum()
+                loss.backward()
+                optim.step()
             """
         ),
         Valid(  # no training loop here
@@ -170,7 +185,7 @@ class Tf32Disabled(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.step_loops or self._precision_chosen() or uses_autocast(ctx) or casts_to_low_precision(ctx):
+        if not ctx.step_loops or self._precision_chosen() or uses_autocast(ctx) or ctx.mentions_low_precision:
             return
         node = next(loop for loop in ctx.loops if loop in ctx.step_loops)  # the first, in source order
         ops: list[FixOp] = []

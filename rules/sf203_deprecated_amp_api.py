@@ -99,7 +99,7 @@ class DeprecatedAmpApi(Rule):
     fix_applicability = Applicability.SAFE
     fix_title = "Use the device-generic `torch.amp` API"
     min_torch = v("1.10")
-    effect = "No speed change: removes a FutureWarning per call (deprecated since torch 2.4)."
+    effect = "None on speed: removes a FutureWarning per call."
 
     VALID = [
         Valid(

@@ -68,7 +68,7 @@ class ZeroGradNotNone(Rule):
     requires = (b"zero_grad", b".grad")
     fix_applicability = Applicability.UNSAFE
     fix_title = "Let `zero_grad()` set gradients to None"
-    effect = "Saves a memset per parameter per step and the gradient memory between steps (small)."
+    effect = "Saves a memset per parameter per step (small)."
 
     VALID = [
         Valid(

@@ -14,6 +14,7 @@ from speedfix.config import Settings
 from speedfix.discovery import iter_targets
 from speedfix.engine import FileError, SyntaxProblem
 from speedfix.fixer import FixError, Unfixed, fix_source
+from speedfix.notebook import is_notebook, load_notebook
 from speedfix.scan import display_path
 from speedfix.source import SourceError, read_source, write_atomic
 
@@ -36,28 +37,40 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
     outcome = ApplyOutcome()
     for target in iter_targets(paths, settings):
         shown = display_path(target.path)
+        notebook = None
         try:
-            source = read_source(target.path)
+            if is_notebook(target.path):
+                notebook = load_notebook(target.path)
+                source = notebook.source_file()  # the code cells as one module
+            else:
+                source = read_source(target.path)
             fixed = fix_source(source, shown, settings.rules_for(target.path), settings.target, unsafe=settings.unsafe_fixes)
+            original, data = source.data, fixed.data
+            if notebook is not None:
+                notebook.locate([item.finding for item in fixed.unfixed], fixed.code)
+                original, data = notebook.data, notebook.rebuild(fixed.code)
         except SourceError as exc:
             outcome.errors.append(FileError(shown, str(exc)))
             continue
         except SyntaxProblem as problem:
-            outcome.errors.append(problem.error)
+            outcome.errors.append(problem.error if notebook is None else notebook.locate_error(problem.error))
             continue
         except FixError as exc:
             outcome.errors.append(FileError(shown, str(exc)))
             continue
         outcome.unfixed.extend(fixed.unfixed)
-        if fixed.data == source.data:
+        if data == original:
             continue
         outcome.changed_files.append(shown)
         outcome.applied.update(fixed.applied)
-        if show_diff:
+        if show_diff and notebook is not None:
+            for change in notebook.changes(fixed.code):
+                print_diff(console, *change.for_diff(), f"{shown}:cell {change.number}")
+        elif show_diff:
             print_diff(console, source.text, fixed.code, shown)
         if write:
             try:
-                write_atomic(target.path, fixed.data)
+                write_atomic(target.path, data)
             except OSError as exc:
                 outcome.errors.append(FileError(shown, f"cannot write: {exc.strerror or exc}"))
     return outcome
@@ -96,6 +109,6 @@ def print_apply_summary(outcome: ApplyOutcome, settings: Settings, *, console: C
         console.print(f"{len(outcome.unfixed)} finding{'s' if len(outcome.unfixed) != 1 else ''} left unfixed:", highlight=False)
         for item in outcome.unfixed:
             f = item.finding
-            console.print(f"  {f.path}:{f.line}:{f.column}: {f.code} {item.reason}", highlight=False, markup=False, soft_wrap=True)
+            console.print(f"  {f.location}: {f.code} {item.reason}", highlight=False, markup=False, soft_wrap=True)
         if not settings.unsafe_fixes and any(u.reason.startswith("unsafe fix") for u in outcome.unfixed):
             console.print("Run `speedfix apply --unsafe-fixes` to apply those too (then verify with `speedfix bench`).", highlight=False)

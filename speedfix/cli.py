@@ -10,8 +10,6 @@ from typing import Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
-from rich.markdown import Markdown
-from rich.table import Table
 
 from speedfix import __version__
 from speedfix.config import OUTPUT_FORMATS, ConfigError, Settings, resolve_settings
@@ -36,6 +34,7 @@ ExtendSelectOption = typer.Option(None, "--extend-select", help="Rule codes or p
 TorchVersionOption = typer.Option(None, "--torch-version", help="Target torch version (default: config, else the installed torch, else 2.4).", metavar="VERSION")
 ConfigOption = typer.Option(None, "--config", help="Read settings from this pyproject.toml instead of searching for one.", exists=True, dir_okay=False)
 IsolatedOption = typer.Option(False, "--isolated", help="Ignore every configuration file.")
+ForceExcludeOption = typer.Option(False, "--force-exclude", help="Apply `exclude` also to files named on the command line (for pre-commit).")
 
 
 def _stdout() -> Console:
@@ -112,6 +111,7 @@ def scan(
     torch_version: Optional[str] = TorchVersionOption,
     config: Optional[Path] = ConfigOption,
     isolated: bool = IsolatedOption,
+    force_exclude: bool = ForceExcludeOption,
     no_summary: bool = typer.Option(False, "--no-summary", help="Text format: only the finding lines."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Files analysed in parallel (default: all cores)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the .speedfix_cache/ results cache."),
@@ -124,7 +124,7 @@ def scan(
         raise _fail(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, not {output_format!r}")
     settings = _settings(
         targets, config=config, select=select, ignore=ignore, extend_select=extend_select,
-        torch_version=torch_version, output_format=output_format, isolated=isolated,
+        torch_version=torch_version, output_format=output_format, isolated=isolated, force_exclude=force_exclude,
     )
     fmt = settings.output_format
     try:
@@ -191,11 +191,12 @@ def apply(
     torch_version: Optional[str] = TorchVersionOption,
     config: Optional[Path] = ConfigOption,
     isolated: bool = IsolatedOption,
+    force_exclude: bool = ForceExcludeOption,
 ) -> None:
     """Rewrite files with the selected rules' fixes (safe ones unless --unsafe-fixes)."""
     settings = _settings(
         paths, config=config, select=select, ignore=ignore, extend_select=extend_select,
-        torch_version=torch_version, unsafe_fixes=unsafe_fixes, isolated=isolated,
+        torch_version=torch_version, unsafe_fixes=unsafe_fixes, isolated=isolated, force_exclude=force_exclude,
     )
     if verify:
         from speedfix.bench.cli import verify_script
@@ -219,6 +220,8 @@ def list_rules(
     output_format: str = typer.Option("text", "--format", help="text or json.", metavar="FORMAT"),
 ) -> None:
     """List every rule: code, name, fix availability, summary."""
+    from rich.table import Table
+
     from speedfix.registry import all_rules
 
     rules = all_rules()
@@ -269,6 +272,8 @@ def show_rule(code: str = typer.Argument(..., help="A rule code (SF101) or name 
     text = "\n".join(header) + rule.docs() + "\n"
     console = _stdout()
     if console.is_terminal:
+        from rich.markdown import Markdown
+
         console.print(Markdown(text))
     else:
         sys.stdout.write(text)

@@ -27,9 +27,16 @@ def keyword_arg(name: str, value: cst.BaseExpression | str) -> cst.Arg:
 
 
 def _separator(call: cst.Call, args: list[cst.Arg]) -> cst.BaseParenthesizableWhitespace:
-    """The whitespace the call already puts before an argument (after a comma, or after `(`)."""
-    if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
-        return args[-2].comma.whitespace_after
+    """The whitespace the call already puts before an argument (after a comma, or after `(`).
+
+    One argument per line: a line break with the same indentation. Several per line, with the
+    odd continuation line: a space, so the new argument joins the last line.
+    """
+    between = [arg.comma.whitespace_after for arg in args[:-1] if isinstance(arg.comma, cst.Comma)]
+    if any(isinstance(ws, cst.SimpleWhitespace) for ws in between):
+        return cst.SimpleWhitespace(" ")
+    if between:
+        return between[-1]
     if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
         return call.whitespace_before_args
     return cst.SimpleWhitespace(" ")
@@ -67,9 +74,13 @@ def append_args(call: cst.Call, *new_args: cst.Arg, indent: str = "    ") -> cst
     """``call`` with ``new_args`` added at the end, in the call's own layout (a one-line call
     that becomes too long is laid out one argument per line, as black would)."""
     grown = _append(call, new_args)
-    if not _is_multiline(call) and len(cst.Module([]).code_for_node(grown)) > WRAP_AT:
-        return explode(grown, indent)
-    return grown
+    if _is_multiline(call) or len(_code(call)) > WRAP_AT:  # a long line stays the author's choice
+        return grown
+    return explode(grown, indent) if len(_code(grown)) > WRAP_AT else grown
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
 
 
 def _append(call: cst.Call, new_args: tuple[cst.Arg, ...]) -> cst.Call:

@@ -28,6 +28,7 @@ OUTPUT_FORMATS = ("text", "json", "markdown", "sarif", "github")
 _LIST_KEYS = {"select", "ignore", "extend-select", "exclude", "extend-exclude"}
 _KNOWN_KEYS = _LIST_KEYS | {
     "unsafe-fixes", "per-file-ignores", "torch-version", "output-format", "respect-gitignore", "cache",
+    "force-exclude",
 }
 
 
@@ -47,6 +48,7 @@ class Settings:
     output_format: str = "text"
     respect_gitignore: bool = True
     cache: bool = True
+    force_exclude: bool = False
     root: Path = field(default_factory=Path.cwd)
     config_file: Path | None = None
 
@@ -137,7 +139,7 @@ def settings_from_table(table: dict[str, Any], *, source: str, root: Path, confi
         values[key.replace("-", "_")] = tuple(items)
     if "extend_exclude" in values:
         values["exclude"] = values.get("exclude", ()) + values.pop("extend_exclude")
-    for key in ("unsafe-fixes", "respect-gitignore", "cache"):
+    for key in ("unsafe-fixes", "respect-gitignore", "cache", "force-exclude"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{source}: `{key}` must be true or false")
@@ -192,6 +194,7 @@ def resolve_settings(
     unsafe_fixes: bool | None = None,
     output_format: str | None = None,
     isolated: bool = False,
+    force_exclude: bool | None = None,
 ) -> Settings:
     """Settings for a run: the config file found for ``paths``, then the command line on top."""
     if config is not None:
@@ -219,6 +222,8 @@ def resolve_settings(
         overrides["unsafe_fixes"] = unsafe_fixes
     if output_format is not None:
         overrides["output_format"] = output_format
+    if force_exclude:
+        overrides["force_exclude"] = True
     settings = replace(settings, **overrides)
     check_selectors(settings, "command line")
     return settings

@@ -99,6 +99,7 @@ class WithInfo:
     stack: Stack
 
 
+_LOW_PRECISION = frozenset({"bfloat16", "float16", "half"})
 _OPTIMIZER_NAME = re.compile(r"(^|_)(optim|optimizer|optimiser|opt|scaler)(_|\d|$)", re.IGNORECASE)
 _SCHEDULER_NAME = re.compile(r"sched|lr_", re.IGNORECASE)
 
@@ -187,6 +188,7 @@ class FileContext(Visitor):
         self.module_imports: list[cst.SimpleStatementLine] = []  # top-level import lines
         self.import_lines: list[cst.SimpleStatementLine] = []  # every import line, any depth
         self.mentions_cuda = False
+        self.mentions_low_precision = False  # torch.bfloat16/float16/half, "bf16-mixed", ...
         self._quotes = {"'": 0, '"': 0}
         self.stack: Stack = ()
         self._statement: cst.SimpleStatementLine | None = None
@@ -329,12 +331,17 @@ class FileContext(Visitor):
             self.assignments[name].append(Assignment(name, value, self.stack, self._statement))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value in ("cuda", "accelerator"):
+        attr = node.attr.value
+        if attr in ("cuda", "accelerator"):
             self.mentions_cuda = True
+        elif attr in _LOW_PRECISION:
+            self.mentions_low_precision = True
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if "cuda" in node.value:
             self.mentions_cuda = True
+        if "16" in node.value and any(tag in node.value for tag in ("bf16", "fp16", "16-mixed", "float16")):
+            self.mentions_low_precision = True
         quote = node.quote[0]
         if quote in self._quotes:
             self._quotes[quote] += 1

@@ -55,6 +55,8 @@ def iter_targets(paths: list[Path], settings: Settings, ignored_by_git: set[Path
                     yield Target(file, explicit=False)
         else:
             key = path.resolve()
+            if settings.force_exclude and _excluded_file(path, settings):
+                continue
             if key not in seen:
                 seen.add(key)
                 yield Target(path, explicit=True)
@@ -86,6 +88,18 @@ def _walk(top: Path, settings: Settings, ignored_by_git: set[Path]) -> Iterator[
                 continue
             found.append(file)
     yield from sorted(found)
+
+
+def _excluded_file(path: Path, settings: Settings) -> bool:
+    """With --force-exclude, a file named on the command line (as pre-commit passes them) is
+    skipped when a directory walk would have skipped it."""
+    relative = _rel(path, settings.root.resolve())
+    if settings.exclude and any(
+        _excluded(relative, part, settings.exclude) or fnmatch.fnmatch(relative, p.rstrip("/*") + "/*")
+        for part in Path(relative).parts for p in settings.exclude
+    ):
+        return True
+    return any(part in SKIPPED_DIRS for part in Path(relative).parts[:-1])
 
 
 def _rel(path: Path, root: Path) -> str:

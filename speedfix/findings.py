@@ -113,6 +113,13 @@ class Finding:
         return self.fix is not None
 
     @property
+    def location(self) -> str:
+        """`path:line:col`, or `nb.ipynb:cell N:line:col` in a notebook (1-based)."""
+        if self.cell is not None:
+            return f"{self.path}:cell {self.cell}:{self.cell_line}:{self.column}"
+        return f"{self.path}:{self.line}:{self.column}"
+
+    @property
     def sort_key(self) -> tuple[str, int, int, str]:
         return (self.path, self.line, self.column, self.code)
 

@@ -17,9 +17,6 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-
 from speedfix.engine import Analysis, SyntaxProblem, analyze
 from speedfix.findings import AddImport, Applicability, Finding, Fix, InsertStatements, RemoveImportIfUnused, Transform
 from speedfix.registry import select_rules
@@ -103,6 +100,10 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix]) -> cst.Module:
     applier = _Applier(fixes)
     updated = module.visit(applier)
     if applier.imports or applier.unused_imports:
+        # Imported here: libcst's codemod package builds hundreds of matcher classes on import.
+        from libcst.codemod import CodemodContext
+        from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+
         context = CodemodContext()
         for imp in applier.imports:
             AddImportsVisitor.add_needed_import(context, imp.module, imp.obj, imp.asname)

@@ -2,7 +2,7 @@
 
 The rules read one Python module, so a notebook is turned into a *virtual source*: its code cells
 in order, each followed by a sentinel comment line (``# ~speedfix~ end of cell 4``, where 4 is
-the cell's index in the notebook). The sentinels let fixed code be split back into cells even
+the cell's number in the notebook). The sentinels let fixed code be split back into cells even
 when a fix inserts or removes lines. Markdown and raw cells are left out; so are all cells of a
 notebook whose kernel language is not Python.
 
@@ -42,7 +42,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from speedfix.engine import FileError
 from speedfix.findings import Finding
@@ -58,6 +58,7 @@ _PLACEHOLDER_RE = re.compile(r"^([ \t]*)(?:pass[ \t]+)?# ~speedfix~ magic (\d+)[
 _ESCAPES = ("%", "!", "?", "/", ",", ";")
 _ASSIGN_FROM_MAGIC = re.compile(r"^[ \t]*[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*[!%]")
 _BOM = b"\xef\xbb\xbf"
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 
 
 class NotebookError(SourceError):
@@ -98,6 +99,10 @@ class CellChange:
     @property
     def number(self) -> int:
         return self.index + 1
+
+    def for_diff(self) -> tuple[str, str]:
+        """Both texts ending with a newline, so that a diff shows only what changed."""
+        return _terminated(self.before), _terminated(self.after)
 
 
 @dataclass
@@ -142,8 +147,8 @@ class Notebook:
             virtual, cell_magic = notebook._virtual_cell(text)
             notebook.cells.append(_CodeCell(index, text, virtual, line, cell_magic))
             pieces.append(virtual)
-            pieces.append(SENTINEL.format(index) + "\n")
-            line += virtual.count("\n") + 1
+            pieces.append(SENTINEL.format(index + 1) + "\n")
+            line += len(_split_lines(virtual)) + 1
         notebook.source = "".join(pieces)
         return notebook
 
@@ -151,18 +156,28 @@ class Notebook:
     def source_file(self) -> SourceFile:
         return SourceFile(path=self.path, data=self.source.encode("utf-8"), text=self.source, encoding="utf-8")
 
-    def position(self, line: int) -> tuple[int, int]:
-        """The (cell number, line within the cell) of a 1-based line of the virtual source."""
-        if not self.cells:
-            return 1, line
-        starts = [cell.start for cell in self.cells]
-        cell = self.cells[max(0, bisect.bisect_right(starts, line) - 1)]
-        return cell.number, max(1, line - cell.start + 1)
+    def position(self, line: int, code: str | None = None) -> tuple[int, int]:
+        """The (cell number, line within the cell) of a 1-based line of the virtual source, or of
+        ``code``, a fixed version of it (its sentinels say where its cells start)."""
+        return _position(line, *self._starts(code))
 
-    def locate(self, findings: list[Finding]) -> None:
+    def locate(self, findings: list[Finding], code: str | None = None) -> None:
         """Give findings their cell and line within the cell; ``line`` stays the virtual line."""
+        starts, numbers = self._starts(code)
         for finding in findings:
-            finding.cell, finding.cell_line = self.position(finding.line)
+            finding.cell, finding.cell_line = _position(finding.line, starts, numbers)
+
+    def _starts(self, code: str | None) -> tuple[list[int], list[int]]:
+        if code is None or code == self.source:
+            return [cell.start for cell in self.cells], [cell.number for cell in self.cells]
+        starts, numbers, start = [], [], 1
+        for number, line in enumerate(_split_lines(code), 1):
+            match = _SENTINEL_RE.match(line.rstrip("\r\n"))
+            if match is not None:
+                starts.append(start)
+                numbers.append(int(match.group(1)))
+                start = number + 1
+        return starts, numbers
 
     def locate_error(self, error: FileError) -> FileError:
         """Name the cell of an error reported at a virtual line."""
@@ -172,23 +187,25 @@ class Notebook:
         return error
 
     def _virtual_cell(self, text: str) -> tuple[str, bool]:
-        lines = text.splitlines(keepends=True)
+        lines = _split_lines(text)
         if lines and not lines[-1].endswith(("\n", "\r")):
             lines[-1] += "\n"
-        first = next((l for l in lines if l.strip()), "")
+        first = next((line for line in lines if line.strip()), "")
         if first.lstrip().startswith("%%"):  # a cell magic: the whole cell is not Python
-            return "".join(self._placeholder(l, "", statement=False) for l in lines), True
+            return "".join(self._placeholder(line, "", statement=False) for line in lines), True
         out: list[str] = []
         lexer = _Lexer()
         magic_continues = False
-        for l in lines:
-            if magic_continues or (lexer.at_statement_start and _is_magic(l)):
-                indent = l[: len(l) - len(l.lstrip(" \t"))]
-                out.append(self._placeholder(l, indent, statement=bool(indent) and not magic_continues))
-                magic_continues = l.rstrip("\r\n").endswith("\\")
+        for line in lines:
+            if _marker_of(line) is not None:
+                raise NotebookError(f"a code cell holds the line {line.strip()!r}, which speedfix uses as a marker")
+            if magic_continues or (lexer.at_statement_start and _is_magic(line)):
+                indent = line[: len(line) - len(line.lstrip(" \t"))]
+                out.append(self._placeholder(line, indent, statement=bool(indent) and not magic_continues))
+                magic_continues = line.rstrip("\r\n").endswith("\\")
             else:
-                lexer.feed(l)
-                out.append(l)
+                lexer.feed(line)
+                out.append(line)
         return "".join(out), False
 
     def _placeholder(self, line: str, indent: str, *, statement: bool) -> str:
@@ -203,7 +220,7 @@ class Notebook:
         """The code cells that ``fixed`` (the fixed virtual source) changes, magics restored."""
         if fixed == self.source:
             return []
-        lines = self._recover_markers(fixed.splitlines(keepends=True))
+        lines = self._recover_markers(_split_lines(fixed))
         texts: dict[int, list[str]] = {}
         current: list[str] = []
         position = 0
@@ -232,6 +249,18 @@ class Notebook:
             changed.append(CellChange(cell.index, cell.text, after))
         return changed
 
+    def diff(self, fixed: str, path: str) -> str:
+        """A unified diff of the cells ``fixed`` changes, each labelled ``path:cell N``."""
+        out = []
+        for change in self.changes(fixed):
+            before, after = change.for_diff()
+            label = f"{path}:cell {change.number}"
+            lines = difflib.unified_diff(
+                before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{label}", f"b/{label}"
+            )
+            out.append("".join(lines))
+        return "".join(out)
+
     def rebuild(self, fixed: str) -> bytes:
         """The notebook's bytes with the cells ``fixed`` changes rewritten; all else as it was."""
         changes = self.changes(fixed)
@@ -241,40 +270,22 @@ class Notebook:
         cells = list(self.content["cells"])
         for change in changes:
             cell = cells[change.index]
+            # a list of lines split as nbformat splits them, or a string if the file stored one
             source: Any = change.after if isinstance(cell.get("source"), str) else change.after.splitlines(keepends=True)
             cells[change.index] = dict(cell, source=source)
         return dump(dict(self.content, cells=cells))
 
-    def _markers(self) -> list[tuple[str, int]]:
-        markers = []
-        for line in self.source.splitlines():
-            match = _SENTINEL_RE.match(line)
-            if match is not None:
-                markers.append(("cell", int(match.group(1))))
-            match = _PLACEHOLDER_RE.match(line)
-            if match is not None:
-                markers.append(("magic", int(match.group(2))))
-        return markers
-
     def _recover_markers(self, lines: list[str]) -> list[str]:
         """Check the sentinels and placeholders in fixed code; put back the ones a fix dropped."""
-        expected = self._markers()
-        found: list[tuple[str, int]] = []
-        for line in lines:
-            body = line.rstrip("\r\n")
-            match = _SENTINEL_RE.match(body)
-            if match is not None:
-                found.append(("cell", int(match.group(1))))
-            match = _PLACEHOLDER_RE.match(body)
-            if match is not None:
-                found.append(("magic", int(match.group(2))))
+        expected = _markers(_split_lines(self.source))
+        found = _markers(lines)
         if found == expected:
             return lines
         rank = {marker: i for i, marker in enumerate(expected)}
         ranks = [rank.get(marker, -1) for marker in found]
         if -1 in ranks or any(a >= b for a, b in zip(ranks, ranks[1:])):
             raise NotebookError("a fix moved or duplicated a cell boundary or an IPython magic line; left unchanged")
-        original = self.source.splitlines(keepends=True)
+        original = _split_lines(self.source)
         missing = set(expected) - set(found)
         inserts: list[tuple[int, int, str]] = []  # (position in fixed, original position, line)
         matcher = difflib.SequenceMatcher(a=original, b=lines, autojunk=False)
@@ -288,6 +299,8 @@ class Notebook:
         recovered = list(lines)
         for j, _i, line in sorted(inserts, reverse=True):
             recovered.insert(j, line)
+        if _markers(recovered) != expected:
+            raise NotebookError("a fix removed a cell boundary or an IPython magic line; left unchanged")
         return recovered
 
     def _restore(self, match: re.Match[str], line: str) -> str:
@@ -298,7 +311,7 @@ class Notebook:
             return placeholder.original + newline
         return indent + placeholder.original.lstrip(" \t") + newline
 
-    def _layout(self):  # type: ignore[no-untyped-def]
+    def _layout(self) -> Callable[[Any], bytes]:
         """A serialiser that writes this notebook's JSON exactly as it is stored."""
         data = self.data
         bom = _BOM if data.startswith(_BOM) else b""
@@ -351,6 +364,26 @@ def _cell_text(cell: dict[str, Any], index: int) -> str:
     if isinstance(source, list) and all(isinstance(part, str) for part in source):
         return "".join(source)
     raise NotebookError(f'cell {index + 1}: "source" is not a string or a list of strings')
+
+
+def _position(line: int, starts: list[int], numbers: list[int]) -> tuple[int, int]:
+    if not starts:
+        return 1, line
+    at = max(0, bisect.bisect_right(starts, line) - 1)
+    return numbers[at], max(1, line - starts[at] + 1)
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines with their ends, split only where Python ends a line (not at form feeds etc.)."""
+    return _LINE.findall(text)
+
+
+def _terminated(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+def _markers(lines: list[str]) -> list[tuple[str, int]]:
+    return [marker for marker in map(_marker_of, lines) if marker is not None]
 
 
 def _marker_of(line: str) -> tuple[str, int] | None:

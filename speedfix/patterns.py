@@ -34,7 +34,6 @@ _DTYPES = {
     "int32", "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "cfloat",
     "float8_e4m3fn", "float8_e5m2",
 }
-LOW_PRECISION_DTYPES = {"float16", "half", "bfloat16"}
 _LOADER_NAME = re.compile(r"(loader|_dl$|^dl$|^dl_)", re.IGNORECASE)
 
 
@@ -73,12 +72,17 @@ def constructor_call(ctx: FileContext, expr: cst.BaseExpression | None, stack: S
 
 
 def is_in_memory_dataset(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> bool:
-    """A `TensorDataset`, or a local Dataset class whose `__getitem__` only indexes tensors it
-    holds (`return self.x[i], self.y[i]`): worker processes cannot make that any faster."""
+    """A `TensorDataset`, a plain sequence (`range(n)`, a list: index loaders), or a local
+    Dataset class whose `__getitem__` only indexes tensors it holds (`return self.x[i],
+    self.y[i]`): worker processes cannot make any of these faster."""
+    if isinstance(dataset, (cst.List, cst.Tuple)):
+        return True
     call = constructor_call(ctx, dataset, stack)
     if call is None:
         return False
     if ctx.qualname(call.func) in TENSOR_DATASET:
+        return True
+    if isinstance(call.func, cst.Name) and call.func.value in ("range", "list", "tuple") and not ctx.qualname(call.func):
         return True
     info = ctx.classes.get(dotted_name(call.func) or "")
     if info is None:
@@ -145,21 +149,6 @@ def uses_autocast(ctx: FileContext) -> bool:
     return bool(ctx.calls_to(*AUTOCAST)) or any(
         ctx.qualname(item) in AUTOCAST for info in ctx.withs for item in info.items
     )
-
-
-def casts_to_low_precision(ctx: FileContext) -> bool:
-    """`model.half()`, `.bfloat16()`, `.to(torch.bfloat16)`, `set_default_dtype(torch.float16)`."""
-    for site in ctx.calls:
-        func = site.node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("half", "bfloat16") and not site.node.args:
-            return True
-        qualified = ctx.call_qualname(site)
-        if (isinstance(func, cst.Attribute) and func.attr.value == "to") or qualified == "torch.set_default_dtype":
-            for arg in site.node.args:
-                name = ctx.qualname(arg.value)
-                if name and name.split(".")[-1] in LOW_PRECISION_DTYPES:
-                    return True
-    return False
 
 
 @dataclass

@@ -14,7 +14,7 @@ from speedfix.discovery import Target, iter_targets
 from speedfix.engine import Analysis, FileError, analyze
 from speedfix.cache import ScanCache, cache_enabled, content_key
 from speedfix.findings import Edit, Finding, from_record, to_record
-from speedfix.fixer import preview
+from speedfix.notebook import Notebook, NotebookError, is_notebook, load_notebook
 from speedfix.source import SourceError, read_source
 
 
@@ -43,23 +43,37 @@ def display_path(path: Path) -> str:
 def scan_file(target: Target, settings: Settings, *, details: bool = False) -> Analysis:
     """Analyse one file; errors are returned, never raised."""
     shown = display_path(target.path)
+    notebook = None
     try:
-        source = read_source(target.path)
+        if is_notebook(target.path):
+            notebook = load_notebook(target.path)
+            source = notebook.source_file()  # the code cells as one module
+        else:
+            source = read_source(target.path)
     except SourceError as exc:
         return Analysis(shown, error=FileError(shown, str(exc)))
     try:
         analysis = analyze(source, shown, settings.rules_for(target.path), settings.target)
     except RecursionError:
         return Analysis(shown, error=FileError(shown, "the file is nested too deeply to analyse"))
+    if notebook is not None:
+        notebook.locate(analysis.findings)
+        if analysis.error is not None:
+            notebook.locate_error(analysis.error)
     if details:
-        attach_fix_details(analysis, source.text)
+        attach_fix_details(analysis, source.text, notebook)
     analysis.module = None  # keep memory flat on big trees
     analysis.context = None
     return analysis
 
 
-def attach_fix_details(analysis: Analysis, original: str) -> None:
-    """Each fixable finding gets its own diff and text edits (for JSON, SARIF and Markdown)."""
+def attach_fix_details(analysis: Analysis, original: str, notebook: Notebook | None = None) -> None:
+    """Each fixable finding gets its own diff and text edits (for JSON, SARIF and Markdown).
+
+    In a notebook the edits are on the lines of its code cells as one module, and the diff
+    shows the changed cells."""
+    from speedfix.fixer import preview  # libcst's codemod machinery: only loaded when needed
+
     for finding in analysis.findings:
         if finding.fix is None:
             continue
@@ -67,6 +81,12 @@ def attach_fix_details(analysis: Analysis, original: str) -> None:
         if fixed is None or fixed == original:
             continue
         finding.edits = line_edits(original, fixed)
+        if notebook is not None:
+            try:
+                finding.diff = notebook.diff(fixed, analysis.path)
+                continue
+            except NotebookError:
+                pass  # the fix crosses a cell boundary: show it on the code cells as one module
         finding.diff = "".join(
             difflib.unified_diff(
                 original.splitlines(keepends=True),

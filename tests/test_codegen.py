@@ -24,6 +24,7 @@ def grow(code: str, *names: str) -> str:
         ("f(\n    x,\n    y=1,\n)", "f(\n    x,\n    y=1,\n    a=True,\n)"),
         ("f(\n    x,\n    y=1\n)", "f(\n    x,\n    y=1,\n    a=True\n)"),
         ("f(\n    x,\n)", "f(\n    x,\n    a=True,\n)"),
+        ("f(x, z,\n  y=1)", "f(x, z,\n  y=1, a=True)"),
         ("f(x,\n  y=1)", "f(x,\n  y=1,\n  a=True)"),
     ],
 )
@@ -37,6 +38,11 @@ def test_a_one_line_call_that_grows_too_long_is_laid_out_one_argument_per_line()
         "DataLoader(\n    train_dataset,\n    batch_size=batch_size,\n    shuffle=True,\n"
         "    persistent_workers=True,\n    pin_memory=True,\n)"
     )
+
+
+def test_a_call_that_was_already_long_keeps_its_single_line():
+    code = "DataLoader(train_set, batch_size=BATCH_SIZE, shuffle=True, num_workers=4, drop_last=True)"
+    assert grow(code, "pin_memory") == code[:-1] + ", pin_memory=True)"
 
 
 def test_insert_first_and_remove():

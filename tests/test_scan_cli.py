@@ -249,3 +249,12 @@ def test_unknown_format_is_a_usage_error(run_cli, train_script, write):
     path = write("train.py", train_script)
     result = run_cli("scan", path, "--format", "xml")
     assert result.exit_code == 2 and "--format must be one of" in result.stderr
+
+
+def test_force_exclude_applies_exclude_to_files_named_on_the_command_line(run_cli, train_script, write, tmp_path):
+    write("pyproject.toml", '[tool.speedfix]\nexclude = ["legacy/*"]\n')
+    legacy = write("legacy/train.py", train_script)
+    kept = write("train.py", train_script)
+    assert codes(run_cli("scan", legacy, cwd=tmp_path).stdout)  # named explicitly: scanned
+    forced = run_cli("scan", legacy, kept, "--force-exclude", "--no-summary", cwd=tmp_path)
+    assert {m["path"] for m in finding_lines(forced.stdout)} == {"train.py"}

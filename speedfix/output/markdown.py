@@ -69,8 +69,7 @@ def render_markdown(result: ScanResult, target: TorchVersion) -> str:
             rule = rule_by_code(finding.code)
             assert rule is not None
             sections = rule.doc_sections()
-            location = f"{path}:{finding.line}:{finding.column}"
-            out += [f"#### {number}. {finding.code} {finding.name} at `{location}`", ""]
+            out += [f"#### {number}. {finding.code} {finding.name} at `{finding.location}`", ""]
             out += [f"**What is slow:** {finding.message}.", ""]
             out += [f"**Why:** {_first_paragraph(sections.get('Why is this bad?', ''))}", ""]
             out += [f"**What to change:** {_fix_text(finding)}", ""]

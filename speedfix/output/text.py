@@ -15,13 +15,8 @@ from speedfix.scan import ScanResult
 
 def finding_line(finding: Finding) -> Text:
     """The line editors and CI parse; never wrapped, plain when piped."""
-    where = finding.path
-    if finding.cell is not None:
-        where += f":cell {finding.cell}:{finding.cell_line}:{finding.column}"
-    else:
-        where += f":{finding.line}:{finding.column}"
     text = Text()
-    text.append(where, style="bold")
+    text.append(finding.location, style="bold")
     text.append(": ")
     text.append(finding.code, style="bold red")
     text.append(" ")
@@ -73,4 +68,6 @@ def print_summary(console: Console, result: ScanResult) -> None:
             rule.fix_availability() if rule else "",
             rule.effect if rule else "",
         )
+    if not console.is_terminal:
+        console.width = max(console.width, 120)  # CI logs: no wrapping inside the table
     console.print(table)
