@@ -6,8 +6,14 @@ from speedfix.rules.sf104_blocking_transfer import BlockingTransfer
 from speedfix.rules.sf201_tf32_disabled import Tf32Disabled
 from speedfix.rules.sf203_deprecated_amp_api import DeprecatedAmpApi
 from speedfix.rules.sf301_sync_in_loop import SyncInLoop
+from speedfix.rules.sf303_empty_cache_in_loop import EmptyCacheInLoop
+from speedfix.rules.sf304_gc_collect_in_loop import GcCollectInLoop
+from speedfix.rules.sf401_optimizer_not_fused import OptimizerNotFused
 from speedfix.rules.sf402_zero_grad_not_none import ZeroGradNotNone
 from speedfix.rules.sf501_model_not_compiled import ModelNotCompiled
+from speedfix.rules.sf502_compile_positional_mode import CompilePositionalMode
+from speedfix.rules.sf603_anomaly_detection_on import AnomalyDetectionOn
+from speedfix.rules.sf801_data_parallel import DataParallel
 
 RULES = [
     DataloaderNoWorkers,
@@ -16,6 +22,12 @@ RULES = [
     Tf32Disabled,
     DeprecatedAmpApi,
     SyncInLoop,
+    EmptyCacheInLoop,
+    GcCollectInLoop,
+    OptimizerNotFused,
     ZeroGradNotNone,
     ModelNotCompiled,
+    CompilePositionalMode,
+    AnomalyDetectionOn,
+    DataParallel,
 ]

@@ -310,6 +310,11 @@ class DataloaderNoWorkers(Rule):
 
     def _refusal(self, site: CallSite) -> str | None:
         ctx = self.ctx
+        if ctx.path.endswith(".ipynb"):
+            return (
+                "in a notebook, worker processes started with spawn/forkserver (macOS, Windows, "
+                "Python 3.14+) cannot unpickle datasets defined in the notebook"
+            )
         if not ctx.has_main_guard or (ctx.at_module_level(site.stack) and not ctx.in_main_guard(site.stack)):
             return (
                 'no `if __name__ == "__main__":` guard: with the spawn/forkserver start method every '

@@ -349,7 +349,8 @@ class SyncInLoop(Rule):
 
     # ------------------------------------------------------------------ the mechanical fix
     def _report_item(self, call: cst.Call, func: cst.Attribute, stack: Stack, message: str) -> None:
-        statement = _statement_of(self.ctx, call)
+        site = self.ctx.site_of(call)
+        statement = site.statement if site is not None else None
         augassign = statement.body[0] if statement is not None and len(statement.body) == 1 else None
         if not (
             isinstance(augassign, cst.AugAssign)
@@ -455,13 +456,6 @@ def _has_sync_before(expr: cst.BaseExpression) -> bool:
             expr = expr.value
         else:
             return False
-
-
-def _statement_of(ctx: FileContext, call: cst.Call) -> cst.SimpleStatementLine | None:
-    for site in ctx.calls:
-        if site.node is call:
-            return site.statement
-    return None
 
 
 def _only_arithmetic_around(value: cst.BaseExpression, call: cst.Call) -> bool:

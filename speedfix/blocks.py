@@ -9,25 +9,31 @@ import libcst as cst
 from speedfix.context import FileContext
 
 
-def _bodies(node: cst.CSTNode) -> list[Sequence[cst.BaseStatement]]:
-    """Statement lists directly owned by a compound statement (body, else, except, finally)."""
-    found: list[Sequence[cst.BaseStatement]] = []
-    for child in node.children:
-        if isinstance(child, cst.IndentedBlock):
-            found.append(child.body)
-        elif isinstance(child, (cst.Else, cst.If, cst.ExceptHandler, cst.Finally, cst.ExceptStarHandler)):
-            found.extend(_bodies(child))
-    return found
-
-
 def enclosing_block(ctx: FileContext, statement: cst.BaseStatement) -> list[cst.BaseStatement] | None:
     """The list of sibling statements ``statement`` belongs to, or None."""
-    todo: list[Sequence[cst.BaseStatement]] = [ctx.module.body]
+    found = statement_owner(ctx, statement)
+    return found[1] if found is not None else None
+
+
+def statement_owner(ctx: FileContext, statement: cst.BaseStatement) -> tuple[cst.CSTNode, list[cst.BaseStatement]] | None:
+    """(the node whose block holds ``statement`` — the Module or a compound statement, or an
+    ``Else``/``ExceptHandler``/``Finally`` clause — and that block's statements)."""
+    todo: list[tuple[cst.CSTNode, Sequence[cst.BaseStatement]]] = [(ctx.module, ctx.module.body)]
     while todo:
-        body = todo.pop()
+        owner, body = todo.pop()
         for node in body:
             if node is statement:
-                return list(body)
+                return owner, list(body)
             if isinstance(node, cst.BaseCompoundStatement):
-                todo.extend(_bodies(node))
+                todo.extend(_owned_bodies(node))
     return None
+
+
+def _owned_bodies(node: cst.CSTNode) -> list[tuple[cst.CSTNode, Sequence[cst.BaseStatement]]]:
+    found: list[tuple[cst.CSTNode, Sequence[cst.BaseStatement]]] = []
+    for child in node.children:
+        if isinstance(child, cst.IndentedBlock):
+            found.append((node, child.body))
+        elif isinstance(child, (cst.Else, cst.If, cst.ExceptHandler, cst.Finally, cst.ExceptStarHandler)):
+            found.extend(_owned_bodies(child))
+    return found

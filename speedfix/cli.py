@@ -38,7 +38,10 @@ ForceExcludeOption = typer.Option(False, "--force-exclude", help="Apply `exclude
 
 
 def _stdout() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    console = Console(highlight=False, soft_wrap=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 120)  # logs and pipes: keep table rows on one line
+    return console
 
 
 def _stderr() -> Console:

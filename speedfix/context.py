@@ -370,6 +370,13 @@ class FileContext(Visitor):
                 index[name].append(site)
         return index
 
+    @cached_property
+    def _sites(self) -> dict[cst.Call, CallSite]:
+        return {site.node: site for site in self.calls}
+
+    def site_of(self, call: cst.Call) -> CallSite | None:
+        return self._sites.get(call)
+
     def calls_to(self, *qualnames: str) -> list[CallSite]:
         found: list[CallSite] = []
         for name in qualnames:
@@ -515,9 +522,9 @@ class FileContext(Visitor):
                 result.add(loop)
         return result
 
-    def _hot(self, stack: Stack, *, through_calls: bool) -> bool:
+    def _hot(self, stack: Stack, *, through_calls: bool, guards_count: bool = True) -> bool:
         for frame in reversed(stack):
-            if frame.kind is FrameKind.GUARD:
+            if frame.kind is FrameKind.GUARD and guards_count:
                 return False
             if frame.kind is FrameKind.LOOP and frame.node in self.step_loops:
                 return True
@@ -545,6 +552,11 @@ class FileContext(Visitor):
     def is_hot(self, stack: Stack) -> bool:
         """Does code at ``stack`` run on every training step (see the module docstring)?"""
         return self._hot(stack, through_calls=True)
+
+    def in_training_loop(self, stack: Stack) -> bool:
+        """Like ``is_hot``, but code under a periodic guard counts too ("every N steps" is still
+        inside the loop: right for calls that cost a lot each time they run)."""
+        return self._hot(stack, through_calls=True, guards_count=False)
 
     @property
     def trains(self) -> bool:

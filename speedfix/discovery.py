@@ -2,14 +2,16 @@
 
 Directories are walked in sorted order without following symlinked folders; version-control
 folders, virtual environments (any folder holding ``pyvenv.cfg``), caches and build output are
-skipped, as are ``exclude`` patterns from the configuration. Files named on the command line
-are always read (that is how a pre-commit hook passes them), whatever their extension.
+skipped, as are files git ignores (``respect-gitignore``, on by default) and ``exclude`` patterns
+from the configuration. Files named on the command line are always read (that is how a pre-commit
+hook passes them), whatever their extension, unless ``--force-exclude`` is given.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -41,14 +43,18 @@ def _excluded(relative: str, name: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatch(relative, p) or fnmatch.fnmatch(name, p) for p in patterns)
 
 
-def iter_targets(paths: list[Path], settings: Settings, ignored_by_git: set[Path] | None = None) -> Iterator[Target]:
+def iter_targets(paths: list[Path], settings: Settings) -> Iterator[Target]:
     """Files to scan, in a stable order. Raises MissingPath for a path that does not exist."""
     seen: set[Path] = set()
     for path in paths:
         if not path.exists() and not path.is_symlink():
             raise MissingPath(f"{path}: no such file or directory")
         if path.is_dir():
-            for file in _walk(path, settings, ignored_by_git or set()):
+            files = list(_walk(path, settings))
+            if settings.respect_gitignore:
+                ignored = git_ignored(path, files)
+                files = [file for file in files if file not in ignored]
+            for file in files:
                 key = file.resolve()
                 if key not in seen:
                     seen.add(key)
@@ -62,7 +68,28 @@ def iter_targets(paths: list[Path], settings: Settings, ignored_by_git: set[Path
                 yield Target(path, explicit=True)
 
 
-def _walk(top: Path, settings: Settings, ignored_by_git: set[Path]) -> Iterator[Path]:
+def git_ignored(top: Path, files: list[Path]) -> set[Path]:
+    """The files git ignores (.gitignore, .git/info/exclude, the global excludes file), asked
+    once per folder argument; nothing outside a git work tree or without git."""
+    if not files:
+        return set()
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(top), "check-ignore", "--no-index", "--stdin", "-z"],
+            input=b"\0".join(str(file.resolve()).encode() for file in files),
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    if result.returncode not in (0, 1):  # 128: not a git work tree
+        return set()
+    ignored = {Path(os.fsdecode(item)) for item in result.stdout.split(b"\0") if item}
+    return {file for file in files if file.resolve() in ignored}
+
+
+def _walk(top: Path, settings: Settings) -> Iterator[Path]:
     root = settings.root.resolve()
     found: list[Path] = []
     for folder, dirnames, filenames in os.walk(top, followlinks=False):
@@ -72,7 +99,7 @@ def _walk(top: Path, settings: Settings, ignored_by_git: set[Path]) -> Iterator[
             child = base / name
             if name in SKIPPED_DIRS or (child / "pyvenv.cfg").exists() or child.is_symlink():
                 continue
-            if name.endswith(".egg-info") or child.resolve() in ignored_by_git:
+            if name.endswith(".egg-info"):
                 continue
             if settings.exclude and _excluded(_rel(child, root), name, settings.exclude):
                 continue
@@ -82,8 +109,6 @@ def _walk(top: Path, settings: Settings, ignored_by_git: set[Path]) -> Iterator[
             if not name.endswith(SOURCE_SUFFIXES):
                 continue
             file = base / name
-            if file.resolve() in ignored_by_git:
-                continue
             if settings.exclude and _excluded(_rel(file, root), name, settings.exclude):
                 continue
             found.append(file)

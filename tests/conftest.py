@@ -20,7 +20,7 @@ TRAIN_SCRIPT = textwrap.dedent(
     def main():
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         model = Net().to(device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
         scaler = torch.cuda.amp.GradScaler()
         loader = DataLoader(train_set, batch_size=32, shuffle=True)
         running = 0.0

@@ -336,7 +336,7 @@ def test_apply_diff_shows_cells_and_writes_nothing(run_cli, nb_path):
 
 def test_unfixed_findings_are_reported_by_cell(run_cli, nb_path):
     result = run_cli("apply", nb_path, cwd=nb_path.parent)
-    assert "train.ipynb:cell 3:3:10: SF101 no `if __name__" in result.stdout
+    assert "train.ipynb:cell 3:3:10: SF101 in a notebook, worker processes started with spawn" in result.stdout
     assert "train.ipynb:cell 6:3:5: SF201 unsafe fix: needs --unsafe-fixes" in result.stdout
     assert "train.ipynb:cell 6:9:23: SF301 " in result.stdout
 

@@ -177,8 +177,8 @@ def test_manifest_defines_both_hooks():
 
     hooks = {hook["id"]: hook for hook in load_manifest(str(ROOT / ".pre-commit-hooks.yaml"))}
     assert set(hooks) == {"speedfix", "speedfix-apply"}
-    assert hooks["speedfix"]["entry"] == "speedfix scan"
-    assert hooks["speedfix-apply"]["entry"] == "speedfix apply"
+    assert hooks["speedfix"]["entry"] == "speedfix scan --force-exclude"
+    assert hooks["speedfix-apply"]["entry"] == "speedfix apply --force-exclude"
     for hook in hooks.values():
         assert hook["language"] == "python"
         assert hook["types_or"] == ["python", "jupyter"]

@@ -258,3 +258,18 @@ def test_force_exclude_applies_exclude_to_files_named_on_the_command_line(run_cl
     assert codes(run_cli("scan", legacy, cwd=tmp_path).stdout)  # named explicitly: scanned
     forced = run_cli("scan", legacy, kept, "--force-exclude", "--no-summary", cwd=tmp_path)
     assert {m["path"] for m in finding_lines(forced.stdout)} == {"train.py"}
+
+
+def test_gitignored_files_are_skipped_in_directory_walks(run_cli, train_script, write, tmp_path):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    write(".gitignore", "generated/\nscratch_*.py\n")
+    write("generated/train.py", train_script)
+    write("scratch_train.py", train_script)
+    write("train.py", train_script)
+    result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)
+    assert {m["path"] for m in finding_lines(result.stdout)} == {"train.py"}
+    write("pyproject.toml", "[tool.speedfix]\nrespect-gitignore = false\n")
+    result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)
+    assert {m["path"] for m in finding_lines(result.stdout)} == {"train.py", "scratch_train.py", "generated/train.py"}

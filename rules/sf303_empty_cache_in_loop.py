@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+from speedfix.findings import Applicability, Severity
+from speedfix.removal import removal_ops
+from speedfix.rule import Invalid, Rule, Valid
+
+_EMPTY_CACHE = ("torch.cuda.empty_cache", "torch.cuda.memory.empty_cache")
+
+
+class EmptyCacheInLoop(Rule):
+    """
+    ## What it does
+    Finds `torch.cuda.empty_cache()` inside the training loop, including "every N batches"
+    under a `if step % N == 0:` guard.
+
+    ## Why is this bad?
+    `empty_cache()` hands cached blocks back to the driver. It "doesn't increase the amount of GPU
+    memory available for PyTorch": the next step has to `cudaMalloc` the same memory again, and
+    the call synchronises the device. Lightning's speed guide: "Don't call
+    `torch.cuda.empty_cache` unnecessarily! Every time you call this, ALL your GPUs have to wait
+    to sync." A call before evaluation or after training, outside the step loop, is left alone.
+
+    ## Example
+    ```python
+    for step, batch in enumerate(loader):
+        ...
+        optimizer.step()
+        if step % 100 == 0:
+            torch.cuda.empty_cache()
+    ```
+
+    ## Use instead
+    ```python
+    for step, batch in enumerate(loader):
+        ...
+        optimizer.step()
+    ```
+
+    ## Fix safety
+    Unsafe: without it PyTorch keeps more memory reserved. Workloads with very variable shapes
+    can fragment the cache and run out of memory where the call had rescued them (PEFT measured
+    reserved memory rising from 12.0 to 22.1 GB), and other processes sharing the GPU get less
+    memory back. Run the benchmark and watch the peak memory column.
+
+    ## Measured effect
+    Hugging Face PEFT: 250 steps took 65 s with the call every step, 45 s without (1.44x), 50 s
+    with it every 10 steps; Hugging Face's Trainer added the call and removed it again after
+    users reported slowdowns.
+    Sources: https://github.com/huggingface/peft/pull/2894, https://github.com/huggingface/transformers/pull/31530
+    """
+
+    code = "SF303"
+    name = "empty-cache-in-loop"
+    summary = "`torch.cuda.empty_cache()` in the training loop"
+    severity = Severity.WARNING
+    requires = (b"empty_cache",)
+    fix_applicability = Applicability.UNSAFE
+    fix_title = "Remove the call from the training loop"
+    gpu_only = True
+    effect = "No re-allocation and device sync per call: 1.44x over 250 steps in PEFT."
+
+    VALID = [
+        Valid(  # once, before evaluation
+            """
+            import torch
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    opt.step()
+                torch.cuda.empty_cache()
+                evaluate(model)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            for step, (x, y) in enumerate(loader):
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+                # free cached blocks
+                torch.cuda.empty_cache()
+                opt.zero_grad()
+            """,
+            fixed="""
+            import torch
+            for step, (x, y) in enumerate(loader):
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+                # free cached blocks
+                opt.zero_grad()
+            """,
+        ),
+        Invalid(  # "every N batches" (the brief's advice): the whole guard goes
+            """
+            import torch
+            for batch_idx, batch in enumerate(loader):
+                loss = model(batch.cuda()).sum()
+                loss.backward()
+                opt.step()
+                if batch_idx % 100 == 0 and torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+            print("done")
+            """,
+            fixed="""
+            import torch
+            for batch_idx, batch in enumerate(loader):
+                loss = model(batch.cuda()).sum()
+                loss.backward()
+                opt.step()
+            print("done")
+            """,
+        ),
+    ]
+
+    def finish(self) -> None:
+        for site in self.ctx.calls_to(*_EMPTY_CACHE):
+            if not self.ctx.in_training_loop(site.stack):
+                continue
+            ops = removal_ops(self.ctx, site.statement) if site.statement is not None else None
+            self.report(
+                site.node,
+                "`torch.cuda.empty_cache()` in the training loop syncs the GPU and frees memory the next step allocates again",
+                fix_ops=ops,
+                no_fix_reason="the call is part of a larger statement",
+            )

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from speedfix.findings import Severity
+from speedfix.rule import Invalid, Rule, Valid
+
+_DATA_PARALLEL = (
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+)
+
+
+class DataParallel(Rule):
+    """
+    ## What it does
+    Finds `torch.nn.DataParallel`.
+
+    ## Why is this bad?
+    `DataParallel` runs one Python process that replicates the model onto every GPU on every
+    forward pass, scatters the batch and gathers the outputs on GPU 0, all under one GIL: GPU 0
+    becomes a bottleneck and scaling stops early. PyTorch recommends `DistributedDataParallel`
+    (one process per GPU, gradients all-reduced while the backward pass runs) "even if there is
+    only a single node".
+
+    ## Example
+    ```python
+    model = nn.DataParallel(model).cuda()
+    ```
+
+    ## Use instead
+    ```python
+    # launched with: torchrun --nproc-per-node=NUM_GPUS train.py
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    model = DistributedDataParallel(model.cuda(local_rank), device_ids=[local_rank])
+    sampler = DistributedSampler(train_set)  # and DataLoader(..., sampler=sampler)
+    ```
+
+    ## Fix safety
+    No automatic fix: moving to DDP changes how the script is launched (`torchrun`), needs a
+    process group, a `DistributedSampler`, and rank-0-only logging and checkpointing.
+
+    ## Measured effect
+    fairseq saw no speedup with DataParallel and about 5.5-6x on 8 GPUs with one process per
+    GPU; on consumer GPUs without peer-to-peer links DataParallel has been measured faster in some
+    setups (pytorch#65936), so benchmark both.
+    Sources: https://github.com/facebookresearch/fairseq/issues/34,
+    https://pytorch.org/docs/stable/notes/cuda.html#use-nn-parallel-distributeddataparallel-instead-of-multiprocessing-or-nn-dataparallel
+    """
+
+    code = "SF801"
+    name = "data-parallel"
+    summary = "`nn.DataParallel` instead of DistributedDataParallel"
+    severity = Severity.WARNING
+    requires = (b"DataParallel",)
+    gpu_only = True
+    effect = "One process per GPU: about 5.5-6x on 8 GPUs in fairseq, where DataParallel gave none."
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model.cuda(rank), device_ids=[rank])
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            if torch.cuda.device_count() > 1:
+                model = nn.DataParallel(model)
+            model = model.cuda()
+            """
+        ),
+    ]
+
+    def finish(self) -> None:
+        for site in self.ctx.calls_to(*_DATA_PARALLEL):
+            self.report(
+                site.node,
+                "`DataParallel` drives every GPU from one process; use DistributedDataParallel with torchrun",
+                no_fix_reason="moving to DDP changes how the script is launched",
+            )

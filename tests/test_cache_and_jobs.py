@@ -1,0 +1,87 @@
+"""Parallel scans give the serial result; the content-hash cache is used and invalidated."""
+
+from __future__ import annotations
+
+import pytest
+
+import speedfix.scan as scan_module
+
+
+@pytest.fixture
+def tree(tmp_path, write, train_script):
+    for index in range(12):
+        write(f"pkg/train_{index:02d}.py", train_script.replace("batch_size=32", f"batch_size={32 + index}"))
+    write("pkg/broken.py", "import torch\ndef f(:\n")
+    return tmp_path
+
+
+@pytest.fixture
+def cached_cli(run_cli, monkeypatch):
+    monkeypatch.delenv("SPEEDFIX_NO_CACHE", raising=False)
+    return run_cli
+
+
+@pytest.fixture
+def analyses(monkeypatch):
+    """Counts the files that were really analysed (not served from the cache)."""
+    calls: list[str] = []
+    original = scan_module.analyze
+
+    def counting(source, path, rules, target):
+        calls.append(path)
+        return original(source, path, rules, target)
+
+    monkeypatch.setattr(scan_module, "analyze", counting)
+    return calls
+
+
+def test_parallel_results_equal_serial_results(run_cli, tree):
+    serial = run_cli("scan", ".", "--jobs", "1", "--format", "json", cwd=tree)
+    parallel = run_cli("scan", ".", "--jobs", "2", "--format", "json", cwd=tree)
+    assert serial.exit_code == parallel.exit_code == 2  # the broken file
+    assert serial.stdout == parallel.stdout and serial.stderr == parallel.stderr
+    text_serial = run_cli("scan", ".", "--jobs", "1", cwd=tree)
+    text_parallel = run_cli("scan", ".", "--jobs", "2", cwd=tree)
+    assert text_serial.stdout == text_parallel.stdout
+
+
+def test_second_scan_is_served_from_the_cache(cached_cli, tree, analyses):
+    first = cached_cli("scan", ".", "--jobs", "1", cwd=tree)
+    assert len(analyses) == 13
+    assert (tree / ".speedfix_cache" / ".gitignore").read_text().strip().endswith("*")
+    analyses.clear()
+    second = cached_cli("scan", ".", "--jobs", "1", cwd=tree)
+    assert second.stdout == first.stdout and second.exit_code == first.exit_code
+    assert analyses == ["pkg/broken.py"]  # errors are never cached
+
+
+def test_cache_is_invalidated_by_edits_config_and_selection(cached_cli, tree, analyses, write):
+    cached_cli("scan", ".", "--jobs", "1", cwd=tree)
+    analyses.clear()
+    (tree / "pkg" / "train_03.py").write_text("import torch\n")
+    cached_cli("scan", ".", "--jobs", "1", cwd=tree)
+    assert sorted(analyses) == ["pkg/broken.py", "pkg/train_03.py"]
+    analyses.clear()
+    cached_cli("scan", ".", "--jobs", "1", "--select", "SF1", cwd=tree)
+    assert len(analyses) == 13
+    analyses.clear()
+    write("pyproject.toml", '[tool.speedfix]\nignore = ["SF301"]\n')
+    result = cached_cli("scan", ".", "--jobs", "1", cwd=tree)
+    assert len(analyses) == 13 and "SF301" not in result.stdout
+
+
+def test_no_cache_writes_nothing_and_a_damaged_cache_is_ignored(cached_cli, tree, analyses):
+    cached_cli("scan", ".", "--no-cache", cwd=tree)
+    assert not (tree / ".speedfix_cache").exists()
+    first = cached_cli("scan", ".", cwd=tree)
+    for cache_file in (tree / ".speedfix_cache").glob("scan-*.json"):
+        cache_file.write_text("{not json")
+    analyses.clear()
+    again = cached_cli("scan", ".", "--jobs", "1", cwd=tree)
+    assert again.stdout == first.stdout and len(analyses) == 13
+
+
+def test_cached_results_follow_the_current_folder(cached_cli, tree):
+    cached_cli("scan", "pkg", cwd=tree)
+    inside = cached_cli("scan", ".", "--no-summary", cwd=tree / "pkg")
+    assert inside.stdout.startswith("train_00.py:")
