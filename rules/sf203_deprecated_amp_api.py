@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from speedfix.codegen import NO_SPACE, append_args, insert_first_arg, keyword_arg
+from speedfix.codegen import NO_SPACE, append_args, insert_first_arg, keyword_arg, string_literal
 from speedfix.findings import Applicability, FixOp, Severity, Transform
 from speedfix.names import dotted_name
 from speedfix.rule import Invalid, Rule, Valid
@@ -316,7 +316,7 @@ class DeprecatedAmpApi(Rule):
 
     def _use_rewrite(self, use: _Use, binding: str, target: str) -> Transform:
         new_func = self._new_func(use, binding, target)
-        device = cst.SimpleString(f'"{use.old.device}"')
+        device = cst.SimpleString(string_literal(self.ctx, use.old.device))
         old = use.old
         if use.call is not None:
             def rewrite_call(call: cst.CSTNode) -> cst.CSTNode:

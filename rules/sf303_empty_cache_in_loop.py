@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from speedfix.findings import Applicability, Severity
-from speedfix.removal import removal_ops
+from speedfix.removal import NOT_ALONE, call_removal
 from speedfix.rule import Invalid, Rule, Valid
 
 _EMPTY_CACHE = ("torch.cuda.empty_cache", "torch.cuda.memory.empty_cache")
@@ -121,10 +121,9 @@ class EmptyCacheInLoop(Rule):
         for site in self.ctx.calls_to(*_EMPTY_CACHE):
             if not self.ctx.in_training_loop(site.stack):
                 continue
-            ops = removal_ops(self.ctx, site.statement) if site.statement is not None else None
             self.report(
                 site.node,
                 "`torch.cuda.empty_cache()` in the training loop syncs the GPU and frees memory the next step allocates again",
-                fix_ops=ops,
-                no_fix_reason="the call is part of a larger statement",
+                fix_ops=call_removal(self.ctx, site),
+                no_fix_reason=NOT_ALONE,
             )

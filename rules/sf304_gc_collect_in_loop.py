@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from speedfix.findings import Applicability, Severity
-from speedfix.removal import removal_ops
+from speedfix.removal import NOT_ALONE, call_removal
 from speedfix.rule import Invalid, Rule, Valid
 
 
@@ -111,10 +111,9 @@ class GcCollectInLoop(Rule):
         for site in self.ctx.calls_to("gc.collect"):
             if not self.ctx.in_training_loop(site.stack):
                 continue
-            ops = removal_ops(self.ctx, site.statement) if site.statement is not None else None
             self.report(
                 site.node,
                 "`gc.collect()` in the training loop walks every Python object while no GPU work is queued",
-                fix_ops=ops,
-                no_fix_reason="the call is part of a larger statement",
+                fix_ops=call_removal(self.ctx, site),
+                no_fix_reason=NOT_ALONE,
             )

@@ -6,7 +6,7 @@ from speedfix.arguments import find_argument, literal_bool
 from speedfix.codegen import find_arg, remove_arg
 from speedfix.context import CallSite
 from speedfix.findings import Applicability, FixOp, Severity, Transform
-from speedfix.removal import removal_ops
+from speedfix.removal import NOT_ALONE, call_removal
 from speedfix.rule import Invalid, Rule, Valid
 
 _SET = ("torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly")
@@ -104,9 +104,8 @@ class AnomalyDetectionOn(Rule):
             mode = find_argument(ctx, site, "mode", 0)
             if literal_bool(ctx, mode.node, site.stack) is not True:
                 continue
-            ops = removal_ops(ctx, site.statement) if site.statement is not None else None
             self.report(site.node, "autograd anomaly detection is on: every backward step is checked and traced",
-                        fix_ops=ops, no_fix_reason="the call is part of a larger statement")
+                        fix_ops=call_removal(ctx, site), no_fix_reason=NOT_ALONE)
         for info in ctx.withs:
             for item in info.node.items:
                 call = item.item

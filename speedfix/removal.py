@@ -12,11 +12,24 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.blocks import statement_owner
-from speedfix.context import FileContext, walk_expression
+from speedfix.context import CallSite, FileContext, walk_expression
 from speedfix.findings import FixOp, Transform
 from speedfix.names import dotted_name
 
 _PURE_CALLS = ("len", "torch.cuda.is_available", "is_available", "isinstance")
+
+
+NOT_ALONE = "the call is part of a larger statement"
+
+
+def call_removal(ctx: FileContext, site: CallSite) -> list[FixOp] | None:
+    """Ops that remove the statement made of this call, or None (see NOT_ALONE)."""
+    if site.statement is None or len(site.statement.body) != 1:
+        return None
+    small = site.statement.body[0]
+    if not (isinstance(small, cst.Expr) and small.value is site.node):
+        return None
+    return removal_ops(ctx, site.statement)
 
 
 def removal_ops(ctx: FileContext, statement: cst.SimpleStatementLine) -> list[FixOp] | None:
