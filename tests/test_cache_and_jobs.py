@@ -85,3 +85,30 @@ def test_cached_results_follow_the_current_folder(cached_cli, tree):
     cached_cli("scan", "pkg", cwd=tree)
     inside = cached_cli("scan", ".", "--no-summary", cwd=tree / "pkg")
     assert inside.stdout.startswith("train_00.py:")
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch, tmp_path, write, train_script):
+    import io
+
+    from rich.console import Console
+
+    import speedfix.cli as cli
+
+    for index in range(60):
+        write(f"many/t{index}.py", train_script)
+    piped = io.StringIO()
+    monkeypatch.setattr(cli, "_stderr", lambda: Console(file=piped, force_terminal=False))
+    with cli.scan_progress() as progress:
+        assert progress is None
+    terminal = io.StringIO()
+    monkeypatch.setattr(cli, "_stderr", lambda: Console(file=terminal, force_terminal=True, width=80))
+    with cli.scan_progress() as progress:
+        assert progress is not None
+        scan_module.scan_paths([tmp_path / "many"], _settings(tmp_path), use_cache=False, jobs=1, progress=progress)
+    assert "scanning" in terminal.getvalue() and "60/60" in terminal.getvalue()
+
+
+def _settings(root):
+    from speedfix.config import Settings
+
+    return Settings(root=root)

@@ -1,0 +1,55 @@
+"""The package as users install it: `rules/` becomes `speedfix.rules`, fixtures ship for the
+benchmark suite, the core install pulls no torch, and `speedfix --help` works."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(out)], check=True
+    )
+    (found,) = out.glob("speedfix-*.whl")
+    return found
+
+
+def test_wheel_maps_rules_into_the_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "speedfix/rules/sf101_dataloader_no_workers.py" in names
+    assert "speedfix/fixtures/sd.py" in names and "speedfix/fixtures/suite.toml" in names
+    assert not [n for n in names if n.split("/")[0] in ("rules", "fixtures", "tests")]
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    core = [line for line in requires if "extra ==" not in line]
+    assert not any("torch" in line for line in core)
+    assert any("torch==2.13.0" in line and 'extra == "bench"' in line for line in requires)
+
+
+def test_fresh_venv_install_and_help(wheel, tmp_path):
+    env = tmp_path / "env"
+    venv.create(env, with_pip=True)
+    python = env / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", str(wheel)], check=True)
+    help_text = subprocess.run([str(env / "bin" / "speedfix"), "--help"], capture_output=True, text=True, check=True)
+    assert "scan" in help_text.stdout and "apply" in help_text.stdout
+    probe = subprocess.run(
+        [str(python), "-c", "import importlib.util as u; print(u.find_spec('rules'), u.find_spec('torch'))"],
+        capture_output=True, text=True, check=True, cwd=tmp_path,
+    )
+    assert probe.stdout.split() == ["None", "None"]
+    scan = subprocess.run(
+        [str(env / "bin" / "speedfix"), "scan", str(ROOT / "fixtures" / "sd.py"), "--no-cache"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert scan.returncode == 1 and "SF102" in scan.stdout
