@@ -105,7 +105,7 @@ def _root(
 # ---------------------------------------------------------------------------- scan
 @app.command()
 def scan(
-    paths: list[Path] = typer.Argument(None, help="Files and folders to scan (default: the current folder).", show_default=False),
+    paths: list[Path] = typer.Argument(None, help="Files and folders to scan (default: the current folder).", show_default=False, metavar="[PATH]..."),
     output_format: Optional[str] = typer.Option(None, "--format", help=f"Output format: {', '.join(OUTPUT_FORMATS)} (default: text).", metavar="FORMAT"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of standard output.", dir_okay=False),
     select: Optional[list[str]] = SelectOption,
@@ -184,10 +184,12 @@ def _render(result, settings: Settings, fmt: str, *, to_file: bool, no_summary: 
 @app.command()
 def apply(
     ctx: typer.Context,
-    paths: list[Path] = typer.Argument(..., help="Files and folders to fix."),
+    paths: list[Path] = typer.Argument(..., help="Files and folders to fix (with --verify: one script).", metavar="PATH..."),
     diff: bool = typer.Option(False, "--diff", help="Show what would change as a unified diff; write nothing."),
     unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that can change numerics or behaviour (default: config, else no)."),
     verify: bool = typer.Option(False, "--verify", help="Benchmark every fix on SCRIPT (args after --) and keep only those that pay off with matching loss."),
+    max_pairs: int = typer.Option(10, "--max-pairs", min=1, help="--verify: at most this many ABBA pairs per comparison."),
+    budget_s: float = typer.Option(900.0, "--budget-s", min=1, help="--verify: time budget per comparison (seconds)."),
     select: Optional[list[str]] = SelectOption,
     ignore: Optional[list[str]] = IgnoreOption,
     extend_select: Optional[list[str]] = ExtendSelectOption,
@@ -202,11 +204,12 @@ def apply(
         torch_version=torch_version, unsafe_fixes=unsafe_fixes, isolated=isolated, force_exclude=force_exclude,
     )
     if verify:
-        from speedfix.bench.cli import verify_script
+        from speedfix.bench.verify import verify_script
 
         if len(paths) != 1 or not paths[0].is_file():
             raise _fail("--verify takes exactly one script (arguments for it go after --)")
-        raise typer.Exit(verify_script(paths[0], list((ctx.obj or {}).get("script_args", [])), settings=settings))
+        script_args = list((ctx.obj or {}).get("script_args", []))
+        raise typer.Exit(verify_script(paths[0], script_args, settings=settings, max_pairs=max_pairs, budget_s=budget_s))
     from speedfix.apply import apply_paths, print_apply_summary
 
     try:

@@ -1,0 +1,656 @@
+"""The in-child benchmark harness: runs one unchanged training script and measures it.
+
+Started by ``runner.py`` as ``python /abs/path/child.py`` with its configuration (JSON) in the
+environment variable ``SPEEDFIX_BENCH_CONFIG``. It must stay importable without speedfix
+installed: stdlib and torch only (never libcst, typer or rich), because it runs inside the
+user's training environment.
+
+What it does (see docs/benchmarks.md and the design notes, pitfalls P1-P13):
+
+* runs the script with ``runpy.run_path(..., run_name="__main__")``; ``sys.argv`` and
+  ``sys.path[0]`` are set the way ``python script.py`` sets them, the cwd is the parent's choice;
+* counts optimizer steps with the global ``register_optimizer_step_post_hook``; the first
+  optimizer that steps is the clock. After the warm-up it opens a window, closes it after N
+  steps (device synchronize only at the two edges), writes the result file atomically and only
+  then raises ``HarnessStop`` (a ``BaseException`` of its own) to end the script;
+* records the loss of every ``backward()`` as a detached clone (unscaled under GradScaler) and
+  reads the values once, at the end;
+* wraps the DataLoader iterator for batch size, samples/s and data-wait time;
+* guards every side effect to the main pid: forked DataLoader workers inherit every patch (P4);
+* a watchdog thread writes a ``timeout``/``no_steps`` result and hard-exits (P7).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import random
+import resource
+import signal
+import sys
+import threading
+import time
+import traceback
+import weakref
+
+CONFIG_ENV = "SPEEDFIX_BENCH_CONFIG"
+SCHEMA = "speedfix.bench/0.1"
+_T0 = time.perf_counter()
+MAIN_PID = os.getpid()
+PARENT_PID = os.getppid()
+_REAL_EXIT = os._exit
+_MAX_LOSSES = 200_000  # bound memory if a script runs far past the window (timeouts)
+
+
+class HarnessStop(BaseException):
+    """Ends the script once the window is measured.
+
+    Not an Exception (``except Exception`` is common in training loops), not KeyboardInterrupt
+    (Lightning turns that into a graceful shutdown and ``sys.exit(1)``), not SystemExit.
+    """
+
+
+def _exit_with_parent() -> None:
+    """A killed benchmark parent must not leave this run (and its workers) behind."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != PARENT_PID:
+            try:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+            finally:
+                _REAL_EXIT(125)
+
+
+def _batch_size(obj: object, depth: int = 0) -> int | None:
+    """First dimension of the first tensor found in a (nested) batch."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return int(obj.shape[0]) if obj.dim() >= 1 else None
+    if depth > 4:
+        return None
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        items = list(obj)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+        items = list(vars(obj).values())
+    else:
+        return None
+    for item in items:
+        size = _batch_size(item, depth + 1)
+        if size is not None:
+            return size
+    return None
+
+
+def _describe_tensors(obj: object, out: list, depth: int = 0) -> None:
+    import torch
+
+    if len(out) >= 4 or depth > 4:
+        return
+    if isinstance(obj, torch.Tensor):
+        out.append({"shape": list(obj.shape), "dtype": str(obj.dtype).replace("torch.", ""),
+                    "device": str(obj.device), "pinned": bool(obj.device.type == "cpu" and obj.is_pinned())})
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            _describe_tensors(value, out, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _describe_tensors(value, out, depth + 1)
+
+
+def _proc_status_kb(pid: str, key: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _children_rss_kb() -> tuple[int, int]:
+    """RSS of this process's direct children (DataLoader workers), summed."""
+    total = count = 0
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return 0, 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == MAIN_PID:
+            total += _proc_status_kb(pid, "VmRSS")
+            count += 1
+    return total, count
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _step_stats(per_step: list[float]) -> dict:
+    ordered = sorted(per_step)
+    if not ordered:
+        return {}
+    return {"mean": sum(ordered) / len(ordered), "median": _quantile(ordered, 0.5),
+            "p10": _quantile(ordered, 0.1), "p90": _quantile(ordered, 0.9),
+            "min": ordered[0], "max": ordered[-1]}
+
+
+def _trimmed_traceback(exc: BaseException) -> str:
+    """The traceback without the harness's own frames (child.py, runpy) on top."""
+    tb = exc.__traceback__
+    harness_files = (os.path.abspath(__file__), "runpy.py")
+    while tb is not None and tb.tb_frame.f_code.co_filename.endswith(harness_files):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+class Harness:
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.script: str = cfg["script"]
+        self.warmup_steps = max(1, int(cfg.get("warmup_steps") or 1))
+        self.warmup_s = float(cfg.get("warmup_s") or 0.0)
+        self.window_steps = max(1, int(cfg.get("steps") or 1))
+        self.window_s = float(cfg.get("window_s") or 0.0)
+        self.timeout_s = float(cfg.get("timeout_s") or 600.0)
+        self.result_path: str = cfg["result_path"]
+        self.record_all = bool(cfg.get("record_all_steps"))  # calibration: find slow warm-up steps
+        self.all_times: list[float] = []
+        self.lock = threading.Lock()
+        self.written = False
+        # step clock
+        self.phase = "startup"  # startup -> warmup -> window -> done
+        self.steps = 0
+        self.per_opt: dict[int, int] = {}
+        self.primary: int | None = None
+        self.primary_ref = None  # weakref: the clock passes on once its optimizer is freed
+        self.t_first_step: float | None = None
+        self.t_window_start: float | None = None
+        self.t_window_end: float | None = None
+        self.cpu_window: list[float] = []  # process CPU time at the window's edges
+        self.window_start_step = 0
+        self.step_times: list[float] = []
+        self.device = {"type": None, "param_dtype": None}
+        self.synchronized = False
+        # loss
+        self.losses: list = []
+        self.loss_steps: list[int] = []
+        self.backward_calls = 0
+        self.nonscalar_backward = 0
+        self.loss_source = "autograd.backward"
+        self.scaler_seen = False
+        self.scaler_step_calls = 0
+        self.scaler_skipped = 0
+        # data
+        self.batch_size: int | None = None
+        self.batch_size_source: str | None = None
+        self.first_batch: list = []
+        self.batches_total = 0
+        self.batches_no_grad = 0
+        self.batches_in_window = 0
+        self.samples_in_window = 0
+        self.data_wait_window = 0.0
+        self.fwd_depth = 0
+        self.fwd_module: int | None = None
+        self.fwd_samples = 0
+        self.fwd_handles: list = []
+        # memory
+        self.memory: dict = {}
+        self.torch = None
+
+    # ------------------------------------------------------------------ setup
+    def install(self) -> None:
+        import torch
+
+        self.torch = torch
+        self._seed(torch)
+        self._patch_optimizer(torch)
+        self._patch_backward(torch)
+        self._patch_scaler(torch)
+        self._patch_dataloader(torch)
+        self._patch_forward(torch)
+        os._exit = self._os_exit  # type: ignore[assignment]
+        watchdog = threading.Timer(self.timeout_s, self._on_timeout)
+        watchdog.daemon = True
+        watchdog.start()
+        threading.Thread(target=_exit_with_parent, daemon=True).start()
+
+    def _seed(self, torch) -> None:
+        """Same seeds for A and B; ``seed_offset`` shifts the script's own seeds too (seed band)."""
+        seed = int(self.cfg.get("seed", 0))
+        offset = int(self.cfg.get("seed_offset", 0))
+        random.seed(seed + offset)
+        torch.manual_seed(seed + offset)
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+        if numpy is not None:
+            numpy.random.seed((seed + offset) % 2**32)
+        if not offset:
+            return
+        # A script that seeds itself would give every "other seed" run the same trajectory;
+        # shifting its seed calls measures a real seed-to-seed spread.
+        def shifted(fn, modulo=None):
+            def wrapper(s=None, *args, **kwargs):
+                if isinstance(s, int) and not isinstance(s, bool):
+                    s = s + offset if modulo is None else (s + offset) % modulo
+                return fn(s, *args, **kwargs)
+            return wrapper
+
+        random.seed = shifted(random.seed)
+        torch.manual_seed = torch.random.manual_seed = shifted(torch.manual_seed)
+        torch.cuda.manual_seed = shifted(torch.cuda.manual_seed)
+        torch.cuda.manual_seed_all = shifted(torch.cuda.manual_seed_all)
+        if numpy is not None:
+            numpy.random.seed = shifted(numpy.random.seed, 2**32)
+            numpy.random.default_rng = shifted(numpy.random.default_rng)
+
+    def _patch_optimizer(self, torch) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(self._on_step)
+
+    def _patch_backward(self, torch) -> None:
+        # Tensor.backward calls torch.autograd.backward through the module attribute, so one
+        # wrapper sees both spellings.
+        original = torch.autograd.backward
+        harness = self
+
+        def backward(tensors, *args, **kwargs):
+            if os.getpid() == MAIN_PID:
+                harness._record_loss(tensors)
+            return original(tensors, *args, **kwargs)
+
+        torch.autograd.backward = backward
+
+    def _patch_scaler(self, torch) -> None:
+        scaler_classes = [torch.amp.GradScaler]
+        legacy = getattr(getattr(torch.cuda, "amp", None), "GradScaler", None)
+        if legacy is not None and not issubclass(legacy, torch.amp.GradScaler):
+            scaler_classes.append(legacy)  # torch < 2.3
+        harness = self
+        for cls in scaler_classes:
+            orig_scale, orig_step = cls.scale, cls.step
+
+            def scale(self_, outputs, _orig=orig_scale):
+                out = _orig(self_, outputs)
+                if os.getpid() == MAIN_PID:
+                    harness.scaler_seen = True
+                    if (isinstance(outputs, torch.Tensor) and isinstance(out, torch.Tensor)
+                            and out is not outputs and outputs.numel() == 1):
+                        try:  # the backward wrapper records this instead of the scaled loss
+                            out._speedfix_unscaled = outputs.detach()
+                        except (AttributeError, RuntimeError):
+                            pass
+                return out
+
+            def step(self_, optimizer, *args, _orig=orig_step, **kwargs):
+                before = harness.per_opt.get(id(optimizer), 0)
+                try:
+                    return _orig(self_, optimizer, *args, **kwargs)
+                finally:
+                    if os.getpid() == MAIN_PID:
+                        harness.scaler_step_calls += 1
+                        if harness.per_opt.get(id(optimizer), 0) == before:
+                            harness.scaler_skipped += 1  # inf/nan grads: optimizer.step was skipped
+
+            cls.scale, cls.step = scale, step
+
+    def _patch_dataloader(self, torch) -> None:
+        from torch.utils.data import dataloader
+
+        original = dataloader._BaseDataLoaderIter.__next__
+        harness = self
+
+        def __next__(it):
+            if os.getpid() != MAIN_PID:
+                return original(it)
+            t0 = time.perf_counter()
+            batch = None
+            ok = False
+            try:
+                batch = original(it)
+                ok = True
+                return batch
+            finally:
+                harness._on_batch(batch, ok, time.perf_counter() - t0)
+
+        dataloader._BaseDataLoaderIter.__next__ = __next__
+
+    def _patch_forward(self, torch) -> None:
+        """Fallback batch size for scripts without a DataLoader; removed at the first step."""
+        from torch.nn.modules import module
+
+        harness = self
+
+        def pre(mod, args):
+            if os.getpid() != MAIN_PID:
+                return
+            harness.fwd_depth += 1
+            if harness.fwd_depth != 1 or not torch.is_grad_enabled():
+                return
+            # Count only the first outermost module (the model): a loss module called after it
+            # would count the batch twice.
+            if harness.fwd_module is None:
+                harness.fwd_module = id(mod)
+            if id(mod) == harness.fwd_module:
+                harness.fwd_samples += _batch_size(args) or 0
+
+        def post(mod, args, out):
+            if os.getpid() == MAIN_PID:
+                harness.fwd_depth = max(0, harness.fwd_depth - 1)
+
+        self.fwd_handles = [module.register_module_forward_pre_hook(pre),
+                            module.register_module_forward_hook(post, always_call=True)]
+
+    # ------------------------------------------------------------------ hooks
+    def _record_loss(self, tensors) -> None:
+        torch = self.torch
+        self.backward_calls += 1
+        t = tensors
+        if isinstance(t, (list, tuple)) and len(t) == 1:
+            t = t[0]
+        if not isinstance(t, torch.Tensor) or t.numel() != 1:
+            self.nonscalar_backward += 1
+            return
+        unscaled = getattr(t, "_speedfix_unscaled", None)
+        if unscaled is not None:
+            t = unscaled
+            self.loss_source = "GradScaler.scale(input)"
+        if len(self.losses) < _MAX_LOSSES:
+            self.losses.append(t.detach().clone())  # clone: compiled/graphed buffers get reused
+            self.loss_steps.append(self.steps)
+
+    def _on_batch(self, batch, ok: bool, dt: float) -> None:
+        if not self.torch.is_grad_enabled():
+            self.batches_no_grad += 1  # evaluation loop
+            return
+        if self.phase == "window":
+            self.data_wait_window += dt
+        if not ok:
+            return
+        self.batches_total += 1
+        size = _batch_size(batch)
+        if self.batch_size is None and size is not None:
+            self.batch_size = size
+            self.batch_size_source = "dataloader"
+            _describe_tensors(batch, self.first_batch)
+        if self.phase == "window":
+            self.batches_in_window += 1
+            self.samples_in_window += size or 0
+
+    def _on_step(self, optimizer, args, kwargs) -> None:
+        if os.getpid() != MAIN_PID:
+            return
+        if self.phase == "done":
+            raise HarnessStop()
+        now = time.perf_counter()
+        key = id(optimizer)
+        self.per_opt[key] = self.per_opt.get(key, 0) + 1
+        if self.primary is None:
+            self._first_step(optimizer, now)
+        if key != self.primary:
+            if self.primary_ref() is not None:
+                return  # a second optimizer (GAN): the first one is the clock
+            # the clock's optimizer is gone (a grid search trains one model after another)
+            self.primary, self.primary_ref = key, weakref.ref(optimizer)
+        self.steps += 1
+        if self.record_all:
+            self.all_times.append(now)
+        if self.phase == "warmup":
+            if self.steps >= self.warmup_steps and now - self.t_first_step >= self.warmup_s:
+                self._open_window()
+        elif self.phase == "window":
+            self.step_times.append(now)
+            timed = self.steps - self.window_start_step
+            if timed >= self.window_steps and now - self.t_window_start >= self.window_s:
+                self._close_window()
+                self._finish("ok", f"measured {timed} steps after {self.window_start_step} warm-up steps")
+                raise HarnessStop()
+
+    def _first_step(self, optimizer, now: float) -> None:
+        self.primary, self.primary_ref = id(optimizer), weakref.ref(optimizer)
+        self.phase = "warmup"
+        self.t_first_step = now
+        for handle in self.fwd_handles:
+            handle.remove()  # the forward hooks cost more per call than anything else here
+        try:
+            param = optimizer.param_groups[0]["params"][0]
+            self.device = {"type": param.device.type, "param_dtype": str(param.dtype).replace("torch.", ""),
+                           "index": param.device.index}
+        except (IndexError, KeyError, AttributeError, TypeError):
+            pass
+        if self.fwd_samples and self.batch_size is None:
+            self.batch_size = self.fwd_samples
+            self.batch_size_source = "forward_pre_hook"
+
+    def _sync(self) -> None:
+        torch, kind = self.torch, self.device.get("type")
+        if kind == "cuda":
+            torch.cuda.synchronize()
+            self.synchronized = True
+        elif kind not in (None, "cpu") and hasattr(torch, "accelerator"):
+            torch.accelerator.synchronize()
+            self.synchronized = True
+
+    def _open_window(self) -> None:
+        self._sync()
+        if self.device.get("type") == "cuda":
+            self.torch.cuda.reset_peak_memory_stats()
+        try:  # reset VmHWM so the peak covers the window only (Linux >= 4.0)
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+        self.t_window_start = time.perf_counter()
+        self.cpu_window = [time.process_time()]
+        self.window_start_step = self.steps
+        self.phase = "window"
+
+    def _close_window(self) -> None:
+        self._sync()
+        self.t_window_end = time.perf_counter()
+        self.cpu_window.append(time.process_time())
+        self.phase = "done"
+        self._read_memory(window=True)
+
+    def _read_memory(self, window: bool) -> None:
+        children_kb, children = _children_rss_kb()
+        self.memory = {"vmhwm_window_kb": _proc_status_kb("self", "VmHWM") if window else 0,
+                       "ru_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                       "children_rss_kb": children_kb, "children": children,
+                       "cuda_max_allocated_window": 0, "cuda_max_reserved_window": 0}
+        if window and self.device.get("type") == "cuda":
+            self.memory["cuda_max_allocated_window"] = int(self.torch.cuda.max_memory_allocated())
+            self.memory["cuda_max_reserved_window"] = int(self.torch.cuda.max_memory_reserved())
+
+    # ------------------------------------------------------------------ ending
+    def _on_timeout(self) -> None:
+        if self.steps == 0:
+            extra = (f" ({self.backward_calls} backward() calls seen: hand-written parameter updates"
+                     " are not timed; step a torch.optim optimizer)" if self.backward_calls else "")
+            self._finish("no_steps", f"no optimizer steps observed within {self.timeout_s:g} s{extra}")
+        else:
+            self._finish("timeout", f"timed out after {self.timeout_s:g} s: {self.steps} optimizer steps "
+                         f"done, {self.warmup_steps + self.window_steps} needed for the window")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _REAL_EXIT(124)
+
+    def _os_exit(self, code: int = 0) -> None:
+        if os.getpid() == MAIN_PID:
+            self.finish_after_script(exit_code=code, how="os._exit")
+        _REAL_EXIT(code)
+
+    def finish_after_script(self, *, exit_code=None, how: str = "return", exc: BaseException | None = None) -> None:
+        """Status for a script that ended without closing the window."""
+        if self.written:
+            return
+        if exc is not None:
+            message = f"{type(exc).__name__}: {exc}"
+            if self.steps:
+                message += f" (after {self.steps} optimizer steps)"
+            self._finish("error", message, exc)
+            return
+        ended = {"return": "the script ended", "sys.exit": f"the script called sys.exit({exit_code!r})",
+                 "os._exit": f"the script called os._exit({exit_code!r})"}[how]
+        failed_exit = exit_code not in (None, 0)
+        if self.steps == 0:
+            if failed_exit:
+                self._finish("error", f"{ended} before its first optimizer step")
+            else:
+                extra = (f"; it called backward() {self.backward_calls} times, but hand-written parameter"
+                         " updates are not timed" if self.backward_calls else "")
+                self._finish("no_steps", f"{ended} without stepping a torch.optim optimizer{extra}")
+            return
+        needed = self.warmup_steps + self.window_steps
+        self._finish("incomplete", f"{ended} after {self.steps} optimizer steps, before the window closed "
+                     f"(at least {needed} needed); partial timing kept")
+
+    def _finish(self, status: str, message: str, exc: BaseException | None = None) -> None:
+        with self.lock:
+            if self.written:
+                return
+            self.written = True
+            if self.phase == "window" and self.step_times:
+                self.t_window_end = self.step_times[-1]
+            if not self.memory:
+                self._read_memory(window=self.phase in ("window", "done"))
+            result = self._result(status, message, exc)
+            tmp = f"{self.result_path}.tmp{os.getpid()}"
+            with open(tmp, "w") as f:
+                json.dump(result, f)
+            os.replace(tmp, self.result_path)  # atomic: the parent never sees half a file
+
+    def _loss_values(self) -> list:
+        torch = self.torch
+        try:
+            values = torch.stack([t.reshape(()).float() for t in self.losses]).cpu().tolist()
+        except (RuntimeError, TypeError, ValueError):  # mixed devices, or an empty list
+            values = []
+            for t in self.losses:
+                try:
+                    values.append(float(t))
+                except (RuntimeError, TypeError, ValueError):
+                    values.append(float("nan"))
+        return [v if math.isfinite(v) else None for v in values]  # JSON has no NaN
+
+    def _result(self, status: str, message: str, exc: BaseException | None) -> dict:
+        torch = self.torch
+        window_s = None
+        per_step: list[float] = []
+        steps_timed = 0
+        if self.t_window_start is not None and self.t_window_end is not None:
+            window_s = self.t_window_end - self.t_window_start
+            edges = [self.t_window_start, *self.step_times]
+            per_step = [b - a for a, b in zip(edges, edges[1:])]
+            steps_timed = len(self.step_times)
+        steps_per_s = steps_timed / window_s if window_s else None
+        samples_per_step = samples_per_s = data_wait_fraction = None
+        if steps_timed and self.samples_in_window:
+            samples_per_step = self.samples_in_window / steps_timed
+        elif steps_timed and self.batch_size_source == "forward_pre_hook":
+            samples_per_step = float(self.batch_size)
+        if samples_per_step and steps_per_s:
+            samples_per_s = samples_per_step * steps_per_s
+        if window_s and self.batches_in_window:
+            data_wait_fraction = self.data_wait_window / window_s
+        losses = self._loss_values()
+        now = time.perf_counter()
+        result = {
+            "schema": SCHEMA, "status": status, "message": message,
+            "script": self.script, "args": list(self.cfg.get("args", [])), "cwd": os.getcwd(),
+            "seed": self.cfg.get("seed", 0), "seed_offset": self.cfg.get("seed_offset", 0),
+            "env": {"python": sys.version.split()[0], "torch": torch.__version__,
+                    "cuda_available": bool(torch.cuda.is_available()),
+                    "torch_num_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()},
+            "device": dict(self.device),
+            "steps": {"warmup": self.window_start_step or None, "warmup_requested": self.warmup_steps,
+                      "warmup_s_requested": self.warmup_s, "requested": self.window_steps,
+                      "window_s_requested": self.window_s, "observed_primary": self.steps,
+                      "optimizers": len(self.per_opt), "per_optimizer": list(self.per_opt.values())},
+            "wall": {"startup_to_first_step_s": (self.t_first_step - _T0) if self.t_first_step else None,
+                     "total_s": now - _T0},
+            "timing": {"window_complete": status == "ok", "steps_timed": steps_timed, "window_s": window_s,
+                       "steps_per_s": steps_per_s, "step_time_s": _step_stats(per_step),
+                       "per_step_s": per_step,
+                       "all_step_s": [b - a for a, b in zip(self.all_times, self.all_times[1:])] or None,
+                       # CPU seconds this process (all its threads, not the workers) used in the
+                       # window: far below window_s x threads means the CPUs were contended
+                       "cpu_s": self.cpu_window[1] - self.cpu_window[0] if len(self.cpu_window) == 2 else None,
+                       "warmup_s": (self.t_window_start - self.t_first_step) if self.t_window_start else None,
+                       "synchronized": self.synchronized},
+            "data": {"batch_size": self.batch_size, "batch_size_source": self.batch_size_source,
+                     "first_batch": self.first_batch, "batches_in_window": self.batches_in_window,
+                     "samples_in_window": self.samples_in_window, "samples_per_s": samples_per_s,
+                     "samples_per_step": samples_per_step, "data_wait_s": self.data_wait_window,
+                     "data_wait_fraction": data_wait_fraction, "batches_fetched_total": self.batches_total,
+                     "batches_fetched_no_grad": self.batches_no_grad},
+            "memory": self.memory,
+            "loss": {"source": self.loss_source, "values": losses, "step_index": self.loss_steps[:len(losses)],
+                     "backward_calls": self.backward_calls, "nonscalar_backward_calls": self.nonscalar_backward,
+                     "nonfinite": sum(v is None for v in losses), "grad_scaler_seen": self.scaler_seen,
+                     "grad_scaler_step_calls": self.scaler_step_calls,
+                     "grad_scaler_skipped_steps": self.scaler_skipped},
+        }
+        if exc is not None:
+            result["exception"] = {"type": type(exc).__name__, "message": str(exc)[:2000],
+                                   "traceback": _trimmed_traceback(exc)[-8000:]}
+        return result
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> int:
+        import runpy
+
+        exit_code = 0
+        try:
+            runpy.run_path(self.script, run_name="__main__")
+        except HarnessStop:
+            pass
+        except SystemExit as exc:
+            code = exc.code
+            exit_code = code if isinstance(code, int) else (0 if code is None else 1)
+            self.finish_after_script(exit_code=code, how="sys.exit")
+        except BaseException as exc:  # the script's own crash (KeyboardInterrupt included)
+            sys.stderr.write(_trimmed_traceback(exc))
+            self.finish_after_script(exc=exc)
+            exit_code = 1
+        else:
+            self.finish_after_script()
+        # Drop the last frames (they hold DataLoader iterators) so workers shut down cleanly (P6).
+        gc.collect()
+        return exit_code
+
+
+def main() -> int:
+    cfg = json.loads(os.environ.pop(CONFIG_ENV))
+    script = os.path.abspath(cfg["script"])
+    cfg["script"] = script
+    # What `python script.py` does: the script's directory first on sys.path (set before torch is
+    # imported, so this harness's own directory never shadows anything), argv from the script on.
+    sys.path[0] = os.path.dirname(script)
+    sys.argv = [script, *cfg.get("args", [])]
+    harness = Harness(cfg)
+    harness.install()
+    return harness.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

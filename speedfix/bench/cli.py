@@ -1,0 +1,172 @@
+"""The ``speedfix bench`` command (registered by speedfix.cli) and its exit codes.
+
+Script arguments come after ``--``; speedfix's ``main()`` splits them off and passes them as
+``ctx.obj["script_args"]``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+
+# The measuring machinery is imported inside the command: registering `bench` with the CLI must
+# not slow down `speedfix scan` (and the pre-commit hook).
+
+if TYPE_CHECKING:
+    from .compare import CompareSettings
+    from .runner import RunSpec
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+
+def _script_args(ctx: typer.Context) -> list[str]:
+    obj = ctx.obj if isinstance(ctx.obj, dict) else {}
+    return list(obj.get("script_args") or [])
+
+
+def _require_torch(console: Console) -> None:
+    if importlib.util.find_spec("torch") is None:
+        console.print("[red]error:[/] the benchmark runs scripts with torch; install it with "
+                      "pip install 'speedfix[bench]'")
+        raise typer.Exit(EXIT_ERROR)
+
+
+def bench(
+    ctx: typer.Context,
+    scripts: list[Path] = typer.Argument(None, help="SCRIPT to measure, or A.py B.py to compare.",
+                                         show_default=False),
+    suite: bool = typer.Option(False, "--suite", help="Run the bundled benchmark suite."),
+    json_file: Path | None = typer.Option(None, "--json", help="Also write the full result as JSON to FILE."),
+    markdown: Path | None = typer.Option(None, "--markdown", help="Suite: also write the table as Markdown."),
+    max_pairs: int = typer.Option(10, "--max-pairs", min=1, help="Comparison: at most this many ABBA pairs."),
+    min_pairs: int = typer.Option(5, "--min-pairs", min=1, help="Comparison: at least this many pairs."),
+    budget_s: float = typer.Option(900.0, "--budget-s", min=1, help="Comparison: time budget per comparison."),
+    warmup: int | None = typer.Option(None, "--warmup", min=1, show_default=False,
+                                      help="Warm-up optimizer steps (default: at least 20 steps and --warmup-s seconds)."),
+    steps: int | None = typer.Option(None, "--steps", min=1, show_default=False,
+                                     help="Timed optimizer steps (default: at least 20 steps and --window-s seconds)."),
+    warmup_s: float = typer.Option(2.0, "--warmup-s", min=0, help="Minimum warm-up time (seconds)."),
+    window_s: float = typer.Option(5.0, "--window-s", min=0, help="Minimum timed window (seconds)."),
+    timeout_s: float = typer.Option(600.0, "--timeout-s", min=1, help="Per-run time limit (seconds)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for python, numpy and torch (the same for every run)."),
+    tiny: bool | None = typer.Option(None, "--tiny/--full", show_default=False,
+                                     help="Suite: tiny CPU sizes or the real sizes (default: tiny when CUDA is unavailable)."),
+    fixtures: Path | None = typer.Option(None, "--fixtures", help="Suite: directory holding suite.toml."),
+    workload: list[str] = typer.Option(None, "--workload", help="Suite: run only this workload (repeatable)."),
+    cwd: Path | None = typer.Option(None, "--cwd", help="Directory the scripts run in (default: the current one)."),
+) -> None:
+    """Run training scripts unchanged and measure them: steps/s, samples/s, data-wait share, peak memory and the loss trajectory.
+
+    speedfix bench train.py [-- script args]: measure one script.
+
+    speedfix bench A.py B.py [-- script args]: compare B against A in ABBA pairs.
+
+    speedfix bench --suite: the bundled workloads, original vs speedfix's fixes vs an expert version.
+
+    Exit codes: 0 ok; 1 a check failed (single run: the window did not complete; comparison or suite: slower, or the loss check failed); 2 usage error, or a script that cannot be benchmarked (crash, timeout, no optimizer steps).
+    """
+    console = Console()
+    scripts = list(scripts or [])
+    if suite == bool(scripts) or len(scripts) > 2:
+        console.print("[red]usage:[/] speedfix bench SCRIPT | A.py B.py | --suite  [-- script args]")
+        raise typer.Exit(EXIT_ERROR)
+    for script in scripts:
+        if not script.is_file():
+            console.print(f"[red]error:[/] no such script: {script}")
+            raise typer.Exit(EXIT_ERROR)
+    _require_torch(console)
+    from .compare import CompareSettings
+    from .runner import RunSpec, terminate_cleanly
+
+    settings = CompareSettings(seed=seed, warmup=warmup, steps=steps, warmup_s=warmup_s, window_s=window_s,
+                               max_pairs=max_pairs, min_pairs=min_pairs, budget_s=budget_s, timeout_s=timeout_s)
+    args = _script_args(ctx)
+    with terminate_cleanly():
+        if suite:
+            code = _suite(settings, fixtures, tiny, workload, json_file, markdown, console)
+        elif len(scripts) == 1:
+            code = _single(RunSpec(scripts[0], args, cwd), settings, json_file, console)
+        else:
+            code = _pair(scripts, args, cwd, settings, json_file, console)
+    raise typer.Exit(code)
+
+
+
+def _single(spec: RunSpec, s: CompareSettings, json_file: Path | None, console: Console) -> int:
+    from . import report
+    from .runner import run_once
+
+    config = s.run_config(warmup_steps=s.warmup or s.min_warmup_steps, warmup_s=0.0 if s.warmup else s.warmup_s,
+                          steps=s.steps or s.min_steps, window_s=0.0 if s.steps else s.window_s)
+    with report.RichProgress(console, "bench") as progress:
+        progress.plan(1)
+        progress.start(f"running {spec.name}")
+        result = run_once(spec, config)
+        progress.finish(result)
+    if json_file:
+        report.write_json(json_file, result)
+    report.render_run(result, console)
+    return {"ok": EXIT_OK, "incomplete": EXIT_CHECK_FAILED}.get(result["status"], EXIT_ERROR)
+
+
+def _pair(scripts: list[Path], args: list[str], cwd: Path | None, s: CompareSettings, json_file: Path | None,
+          console: Console) -> int:
+    from . import report
+    from .compare import ComparisonError, Session
+    from .runner import RunSpec
+    from .stats import SLOWER
+
+    a, b = scripts
+    same = a.name == b.name
+    spec_a = RunSpec(a, args, cwd, label=f"A: {a.name}" if same else a.name)
+    spec_b = RunSpec(b, args, cwd, label=f"B: {b.name}" if same else b.name)
+    started = time.monotonic()
+    with report.RichProgress(console, "compare") as progress:
+        session = Session(spec_a, s, progress=progress)
+        try:
+            session.prepare([spec_b])
+            outcome = session.compare([spec_b], budget_s=max(1.0, s.budget_s - (time.monotonic() - started)))
+        except ComparisonError as err:
+            console.print(f"[red]error:[/] {err}")
+            report.render_run(err.result, console)
+            if json_file:
+                report.write_json(json_file, {"error": str(err), "original": err.result})
+            return EXIT_ERROR
+    if json_file:
+        report.write_json(json_file, outcome)
+    report.render_compare(outcome, console)
+    cand = outcome["candidates"][0]
+    if cand["status"] != "ok":
+        return EXIT_ERROR
+    slower = (cand.get("speedup") or {}).get("verdict") == SLOWER
+    failed_loss = not (cand.get("numerics") or {}).get("passed", True)
+    return EXIT_CHECK_FAILED if slower or failed_loss else EXIT_OK
+
+
+def _suite(s: CompareSettings, fixtures: Path | None, tiny: bool | None, only: list[str] | None,
+           json_file: Path | None, markdown: Path | None, console: Console) -> int:
+    from . import report
+    from .stats import SLOWER
+    from .suite import run_suite
+
+    try:
+        result = run_suite(fixtures=fixtures, tiny=tiny, only=only or None, settings=s, console=console)
+    except (FileNotFoundError, ImportError) as err:
+        console.print(f"[red]error:[/] {err}")
+        return EXIT_ERROR
+    if json_file:
+        report.write_json(json_file, result)
+    if markdown:
+        report.write_text(markdown, report.suite_markdown(result))
+    report.render_suite(result, console)
+    rows = result["workloads"]
+    if any(r.get("error") or r.get("failures", {}).get("speedfix") for r in rows):
+        return EXIT_ERROR
+    bad = [r for r in rows if (r.get("speedup") or {}).get("verdict") == SLOWER or r["loss_check"].startswith("FAIL")]
+    return EXIT_CHECK_FAILED if bad else EXIT_OK

@@ -1,0 +1,167 @@
+"""Numerics smoke test: does the patched script's loss stay where the original's would be?
+
+Yardsticks, both measured on the original script (benchmark-notes §6):
+
+* A/A: two runs with the same seed. On CPU they are bitwise identical, so an *exact* rewrite
+  (set_to_none, pin_memory, removing a sync) must be bitwise identical too; where A/A is not
+  bitwise (CUDA atomics), the tolerance is 3x the A/A deviation.
+* the seed band: the original with other seeds (the script's own seed calls are shifted too).
+  A *numerics* rewrite (bf16, TF32, compile, fused kernels) or an *rng* rewrite (changes the
+  order of random draws) must keep its smoothed and tail loss inside that band, floored at 2%.
+
+New NaN/inf always fails. A window of a few hundred steps is a smoke test for broken numerics,
+not proof of equal convergence; reports say so (``CAVEAT``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+CAVEAT = ("The loss check covers only the measured window (a few hundred steps at most): it is a "
+          "smoke test for broken numerics, not proof of equal convergence.")
+
+AA_K = 3.0  # exact rewrites: within 3x the A/A deviation when A/A is not bitwise
+SEED_BAND_MULT = 1.5  # two or three other seeds underestimate the spread
+SEED_BAND_FLOOR = 0.02  # very stable runs are not over-tightened
+STEP0_TOL = 1e-2  # forward-only first loss, numerics rewrites
+DIVERGE_REL = 1e-3  # "first divergent step"
+EMA_ALPHA = 0.1
+TAIL_SHARE = 0.2
+
+EXACT, NUMERICS, RNG, AUTO = "exact", "numerics", "rng", "auto"
+
+# Which kind of numerical change each rule's fix may cause (DESIGN.md §4). Unknown codes: rng.
+RULE_CLASS = {
+    "SF101": RNG,  # workers keep the batch order but change the augmentation RNG
+    "SF102": EXACT, "SF103": RNG, "SF104": EXACT,
+    "SF201": NUMERICS, "SF202": NUMERICS, "SF203": EXACT, "SF204": NUMERICS, "SF205": NUMERICS,
+    "SF206": NUMERICS,
+    "SF301": EXACT, "SF302": EXACT, "SF303": EXACT, "SF304": EXACT,
+    "SF401": NUMERICS, "SF402": EXACT,
+    "SF501": NUMERICS, "SF502": EXACT, "SF503": NUMERICS,
+    "SF601": NUMERICS, "SF602": NUMERICS, "SF603": EXACT, "SF604": EXACT,
+    "SF701": EXACT, "SF702": EXACT, "SF703": RNG,  # one fewer init draw shifts every later layer
+    "SF801": NUMERICS, "SF802": NUMERICS, "SF803": EXACT,
+    "SF901": NUMERICS, "SF902": NUMERICS,
+}
+_LOOSENESS = {EXACT: 0, NUMERICS: 1, RNG: 2, AUTO: 2}
+
+
+def class_of(codes: Sequence[str]) -> str:
+    """The loosest class among several fixes applied together (rng > numerics > exact)."""
+    classes = [RULE_CLASS.get(code, RNG) for code in codes] or [EXACT]
+    return max(classes, key=_LOOSENESS.__getitem__)
+
+
+def losses(result: dict) -> list[float | None]:
+    return list((result.get("loss") or {}).get("values") or [])
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(a), abs(b), 1e-8)
+
+
+def _finite(values: Sequence[float | None]) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def ema(values: Sequence[float | None], alpha: float = EMA_ALPHA) -> float | None:
+    acc = None
+    for v in _finite(values):
+        acc = v if acc is None else (1 - alpha) * acc + alpha * v
+    return acc
+
+
+def tail_mean(values: Sequence[float | None], share: float = TAIL_SHARE) -> float | None:
+    finite = _finite(values)
+    if not finite:
+        return None
+    k = max(1, int(len(finite) * share))
+    return sum(finite[-k:]) / k
+
+
+def nonfinite(values: Sequence[float | None]) -> int:
+    return sum(v is None or not math.isfinite(v) for v in values)
+
+
+def compare_losses(a: Sequence[float | None], b: Sequence[float | None]) -> dict:
+    """How far trajectory b is from trajectory a (position by position, up to the shorter)."""
+    n = min(len(a), len(b))
+    diffs = [(i, _rel(x, y)) for i, (x, y) in enumerate(zip(a[:n], b[:n]))
+             if x is not None and y is not None]
+    first_div = next((i for i, d in diffs if d > DIVERGE_REL), None)
+    ema_a, ema_b = ema(a[:n]), ema(b[:n])
+    tail_a, tail_b = tail_mean(a[:n]), tail_mean(b[:n])
+    return {
+        "compared": n, "length_a": len(a), "length_b": len(b),
+        "bitwise": n > 0 and len(a) == len(b) and list(a) == list(b),
+        "max_rel_diff": max((d for _, d in diffs), default=None),
+        "step0_rel_diff": _rel(a[0], b[0]) if n and a[0] is not None and b[0] is not None else None,
+        "first_divergent_index": first_div,
+        "ema_final_rel_diff": _rel(ema_a, ema_b) if ema_a is not None and ema_b is not None else None,
+        "tail_mean_rel_diff": _rel(tail_a, tail_b) if tail_a is not None and tail_b is not None else None,
+    }
+
+
+def seed_band(reference: Sequence[float | None], others: Sequence[Sequence[float | None]]) -> dict:
+    """The spread of the original across seeds, as thresholds for the smoothed and tail loss."""
+    comparisons = [compare_losses(reference, other) for other in others]
+    ema_spread = max((c["ema_final_rel_diff"] or 0.0 for c in comparisons), default=0.0)
+    tail_spread = max((c["tail_mean_rel_diff"] or 0.0 for c in comparisons), default=0.0)
+    return {"runs": len(comparisons), "ema_spread": ema_spread, "tail_spread": tail_spread,
+            "ema_threshold": max(SEED_BAND_FLOOR, SEED_BAND_MULT * ema_spread),
+            "tail_threshold": max(SEED_BAND_FLOOR, SEED_BAND_MULT * tail_spread)}
+
+
+def check(a_runs: Sequence[Sequence[float | None]], b: Sequence[float | None], *, kind: str = AUTO,
+          band: Callable[[], dict | None] | None = None) -> dict:
+    """Judge trajectory b against the original's runs (same seed). ``band`` is called lazily:
+    the extra seed runs cost time and are needed only when b is not within the A/A tolerance."""
+    if not a_runs or not a_runs[0] or not b:
+        return {"kind": kind, "level": "unchecked", "passed": True,
+                "reason": "no scalar loss was passed to backward(), so the loss could not be compared"}
+    a0 = a_runs[0]
+    ab = compare_losses(a0, b)
+    aa = compare_losses(a0, a_runs[1]) if len(a_runs) > 1 else None
+    out: dict = {"kind": kind, "ab": ab, "aa": aa, "seed_band": None,
+                 "nonfinite_a": max(nonfinite(r) for r in a_runs), "nonfinite_b": nonfinite(b)}
+    if out["nonfinite_b"] > out["nonfinite_a"]:
+        return {**out, "level": "new non-finite", "passed": False,
+                "reason": f"{out['nonfinite_b']} NaN/inf losses, the original had {out['nonfinite_a']}"}
+    if ab["bitwise"]:
+        return {**out, "level": "identical", "passed": True, "reason": "bitwise identical loss trajectory"}
+    if aa is not None and not aa["bitwise"] and aa["max_rel_diff"] is not None and ab["max_rel_diff"] is not None \
+            and len(a0) == len(b) and ab["max_rel_diff"] <= AA_K * aa["max_rel_diff"]:
+        return {**out, "level": "within A/A", "passed": True,
+                "reason": f"max deviation {ab['max_rel_diff']:.2g} is within {AA_K:g}x the original's "
+                          f"run-to-run deviation ({aa['max_rel_diff']:.2g})"}
+    where = _divergence(ab)
+    if kind == EXACT:
+        return {**out, "level": "changed", "passed": False,
+                "reason": f"this fix should not change the numerics, but the loss changed ({where}); "
+                          "a hidden RNG or behaviour change"}
+    info = band() if band is not None else None
+    out["seed_band"] = info
+    if info is None or not info.get("runs"):
+        return {**out, "level": "changed", "passed": False,
+                "reason": f"the loss changed ({where}) and no seed band was measured to judge it"}
+    ema_d, tail_d = ab["ema_final_rel_diff"] or 0.0, ab["tail_mean_rel_diff"] or 0.0
+    if kind == NUMERICS and ab["step0_rel_diff"] is not None and ab["step0_rel_diff"] > STEP0_TOL:
+        return {**out, "level": "outside seed band", "passed": False,
+                "reason": f"the first loss differs by {ab['step0_rel_diff']:.1%} (tolerance {STEP0_TOL:.0%})"}
+    if ema_d <= info["ema_threshold"] and tail_d <= info["tail_threshold"]:
+        return {**out, "level": "within seed band", "passed": True,
+                "reason": f"smoothed loss {ema_d:.2%} and tail loss {tail_d:.2%} from the original, inside "
+                          f"its seed-to-seed band ({info['ema_threshold']:.2%}, {info['tail_threshold']:.2%})"}
+    return {**out, "level": "outside seed band", "passed": False,
+            "reason": f"smoothed loss {ema_d:.2%} / tail loss {tail_d:.2%} from the original, outside its "
+                      f"seed-to-seed band ({info['ema_threshold']:.2%} / {info['tail_threshold']:.2%})"}
+
+
+def _divergence(ab: dict) -> str:
+    if ab["length_a"] != ab["length_b"]:
+        return f"{ab['length_b']} loss values against {ab['length_a']}"
+    index = ab["first_divergent_index"]
+    where = f"first differs by >{DIVERGE_REL:g} at backward() #{index}" if index is not None else "tiny differences"
+    return f"{where}, max relative deviation {ab['max_rel_diff']:.2g}"

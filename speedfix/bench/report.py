@@ -1,0 +1,333 @@
+"""Rendering: rich tables for the terminal, Markdown for a reviewer, JSON for machines.
+
+Rich prints plain text when the output is not a terminal, so the same calls serve CI logs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from . import compare, numerics
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+# ---------------------------------------------------------------- formatting helpers
+def fmt_rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def fmt_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def fmt_bytes(value: float | None) -> str:
+    if not value:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return "-"
+
+
+def fmt_speedup(speedup: dict | None) -> str:
+    if not speedup:
+        return "-"
+    lo, hi = speedup["bootstrap95_median"]
+    return f"{speedup['median']:.2f}x [{lo:.2f}, {hi:.2f}]"
+
+
+def sparkline(values: list, width: int = 40) -> str:
+    finite = [v for v in values if v is not None]
+    if not finite:
+        return ""
+    if len(finite) > width:  # average into buckets
+        size = len(finite) / width
+        finite = [sum(b) / len(b) for i in range(width) if (b := finite[int(i * size):int((i + 1) * size)] or finite[-1:])]
+    lo, hi = min(finite), max(finite)
+    span = (hi - lo) or 1.0
+    return "".join(SPARKS[int((v - lo) / span * (len(SPARKS) - 1))] for v in finite)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomic (a reader never sees half a report), with the usual umask-derived permissions."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _finite(obj):
+    """NaN/inf as null: strict JSON readers reject them, and a long run must not die on writing."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_json(path: Path, data: dict) -> None:
+    write_text(path, json.dumps(_finite(data), indent=2, allow_nan=False, default=str) + "\n")
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Logs and pipes get 80 columns by default, which folds every cell; tables need room."""
+    console.print(table, width=None if console.is_terminal else max(console.width, 160))
+
+
+def load_note(load: dict | None) -> str | None:
+    """A warning when other work competed for the CPUs during the measurement."""
+    if not load or load.get("max_loadavg") is None or not load.get("cpus"):
+        return None
+    if load["max_loadavg"] <= 0.75 * load["cpus"] + 1:
+        return None
+    return (f"warning: the machine was busy (1-minute load average up to {load['max_loadavg']:.1f} on "
+            f"{load['cpus']} CPUs); expect wide intervals and treat the figures with care")
+
+
+# ---------------------------------------------------------------- one run
+def render_run(result: dict, console: Console) -> None:
+    s = compare.run_summary(result)
+    env, device, steps = result.get("env") or {}, result.get("device") or {}, result.get("steps") or {}
+    data, loss = result.get("data") or {}, result.get("loss") or {}
+    table = Table(title=f"speedfix bench: {Path(result.get('script', '?')).name}", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    style = "green" if s["status"] == "ok" else "red"
+    table.add_row("status", f"[{style}]{s['status']}[/]: {s['message']}")
+    table.add_row("device", f"{device.get('type') or '?'} ({device.get('param_dtype') or '?'} parameters), "
+                  f"torch {env.get('torch', '?')}, python {env.get('python', '?')}")
+    table.add_row("steps", f"{steps.get('warmup') or 0} warm-up + {s['steps_timed'] or 0} timed "
+                  f"({steps.get('observed_primary', 0)} observed, {steps.get('optimizers', 0)} optimizer(s))")
+    if s["window_s"]:
+        table.add_row("window", f"{s['window_s']:.2f} s")
+    table.add_row("steps/s", fmt_rate(s["steps_per_s"]))
+    source = data.get("batch_size_source")
+    table.add_row("samples/s", fmt_rate(s["samples_per_s"]) +
+                  (f" (batch {data.get('batch_size')} from the {source.replace('_', ' ')})" if source else ""))
+    table.add_row("data wait", fmt_pct(s["data_wait_fraction"]) + (" of step time" if s["data_wait_fraction"] is not None else ""))
+    if s["step_median_s"]:
+        table.add_row("step time", f"median {s['step_median_s'] * 1e3:.2f} ms, p10 {s['step_p10_s'] * 1e3:.2f} ms, "
+                      f"max {result['timing']['step_time_s']['max'] * 1e3:.2f} ms")
+    table.add_row("peak memory", f"{fmt_bytes(s['peak_bytes'])} {s['peak_kind']}".strip())
+    values = loss.get("values") or []
+    if values:
+        table.add_row("loss", f"{s['loss_first']:.4g} -> {s['loss_last']:.4g} over {len(values)} backward() calls "
+                      f"{sparkline(values)}")
+        if loss.get("nonfinite"):
+            table.add_row("non-finite", f"[red]{loss['nonfinite']} NaN/inf losses[/]")
+        if loss.get("grad_scaler_seen"):
+            table.add_row("GradScaler", f"{loss.get('grad_scaler_skipped_steps', 0)} skipped steps of "
+                          f"{loss.get('grad_scaler_step_calls', 0)}")
+    print_table(console, table)
+    if s["status"] != "ok":
+        tail = (result.get("runner") or {}).get("stderr_tail", "").strip()
+        if tail:
+            console.print("[bold]stderr (tail):[/]")
+            console.print(tail[-3000:], markup=False, highlight=False)
+
+
+# ---------------------------------------------------------------- A/B
+def _numerics_text(check: dict | None) -> str:
+    if not check:
+        return "-"
+    mark = "ok" if check["passed"] else "FAIL"
+    return f"{mark}: {check['level']}"
+
+
+def render_compare(outcome: dict, console: Console) -> None:
+    window = outcome["window"]
+    orig, cands = outcome["original_runs"], outcome["candidates"]
+    table = Table(title="speedfix bench: A/B comparison")
+    table.add_column("")
+    table.add_column(f"{outcome['original']['label']} (original)")
+    for cand in cands:
+        table.add_column(cand["label"])
+    speeds = [c.get("speedup") or {} for c in cands]
+    rows = [("status", "ok", [c["status"] for c in cands]),
+            ("steps/s", fmt_rate(orig["steps_per_s"]), [fmt_rate(c["runs"]["steps_per_s"]) for c in cands]),
+            ("samples/s", fmt_rate(orig["samples_per_s"]), [fmt_rate(c["runs"]["samples_per_s"]) for c in cands]),
+            ("data wait", fmt_pct(orig["data_wait_fraction"]), [fmt_pct(c["runs"]["data_wait_fraction"]) for c in cands]),
+            ("peak memory", fmt_bytes(orig["peak_bytes"]), [fmt_bytes(c["runs"]["peak_bytes"]) for c in cands]),
+            ("speedup [95% CI]", "1.00x", [fmt_speedup(sp or None) for sp in speeds]),
+            ("verdict", "", [sp.get("verdict", "-") for sp in speeds]),
+            ("loss check", "", [_numerics_text(c.get("numerics")) for c in cands])]
+    for name, first, rest in rows:
+        table.add_row(name, first, *rest)
+    print_table(console, table)
+    console.print(f"{outcome['pairs']} pairs in alternating order (ABBA), warm-up {window['warmup']} steps, "
+                  f"window {window['steps']} steps (~{(orig['window_s'] or 0):.1f} s); stopped: "
+                  f"{outcome['stop_reason']}; speedup metric: "
+                  f"{', '.join(sorted({c.get('metric') or '-' for c in outcome['candidates']}))}.")
+    note = load_note(outcome.get("load"))
+    if note:
+        console.print(f"[yellow]{note}[/]")
+    for cand in outcome["candidates"]:
+        if cand.get("failure"):
+            f = cand["failure"]
+            console.print(f"[red]{cand['label']} failed ({f['status']}): {f['message']}[/]")
+            if f["stderr_tail"]:
+                console.print(f["stderr_tail"][-2000:], markup=False, highlight=False)
+        if cand.get("numerics"):
+            console.print(f"loss check, {cand['label']}: {cand['numerics']['reason']}")
+    console.print(f"[dim]{outcome['caveat']}[/]")
+
+
+# ---------------------------------------------------------------- suite
+def render_suite(suite: dict, console: Console) -> None:
+    table = Table(title=f"speedfix bench --suite ({suite['size']} sizes, {suite['device']}, torch {suite['torch']})")
+    for col in ("workload", "samples/s before", "after (speedfix)", "speedup [95% CI]", "expert", "expert speedup",
+                "share of expert gain", "loss check", "peak memory before -> after"):
+        table.add_column(col)
+    for row in suite["workloads"]:
+        if row.get("error"):
+            table.add_row(row["name"], f"[red]error: {row['error']}[/]", *[""] * 7)
+            continue
+        table.add_row(row["name"], fmt_rate(row["before"]), fmt_rate(row["after"]), fmt_speedup(row["speedup"]),
+                      fmt_rate(row["expert"]), fmt_speedup(row["expert_speedup"]), fmt_pct(row["captured"]),
+                      row["loss_check"], f"{fmt_bytes(row['peak_before'])} -> {fmt_bytes(row['peak_after'])}")
+    print_table(console, table)
+    note = load_note(suite.get("load"))
+    if note:
+        console.print(f"[yellow]{note}[/]")
+    console.print("[dim]samples/s are medians over the timed pairs; the interval is the 95% bootstrap interval "
+                  "of the median speedup. Share of expert gain = (speedup - 1) / (expert speedup - 1), shown "
+                  f"when the expert is measurably faster. {numerics.CAVEAT}[/]")
+
+
+def suite_markdown(suite: dict) -> str:
+    lines = ["| workload | fixes applied | samples/s before | after | speedup [95% CI] | expert samples/s | "
+             "expert speedup | share of expert gain | loss check | peak memory before -> after |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in suite["workloads"]:
+        if row.get("error"):
+            lines.append(f"| {row['name']} | error: {row['error']} |" + " |" * 8)
+            continue
+        lines.append(f"| {row['name']} | {', '.join(row['fixes']) or '-'} | {fmt_rate(row['before'])} | "
+                     f"{fmt_rate(row['after'])} | {fmt_speedup(row['speedup'])} | {fmt_rate(row['expert'])} | "
+                     f"{fmt_speedup(row['expert_speedup'])} | {fmt_pct(row['captured'])} | {row['loss_check']} | "
+                     f"{fmt_bytes(row['peak_before'])} -> {fmt_bytes(row['peak_after'])} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- verify
+def render_verify(report: dict, console: Console) -> None:
+    table = Table(title=f"speedfix apply --verify: {Path(report['script']).name}")
+    for col in ("fix", "speedup [95% CI]", "verdict", "loss check", "memory", "decision"):
+        table.add_column(col)
+    for fix in report["fixes"]:
+        style = "green" if fix["kept"] else "red"
+        table.add_row(fix["label"], fmt_speedup(fix.get("speedup")), (fix.get("speedup") or {}).get("verdict", "-"),
+                      _numerics_text(fix.get("numerics")), _fmt_mem(fix.get("memory")),
+                      f"[{style}]{'kept' if fix['kept'] else 'rejected'}[/]")
+    print_table(console, table)
+    for fix in report["fixes"]:
+        console.print(f"{fix['label']}: {'kept' if fix['kept'] else 'rejected'}, {fix['reason']}", highlight=False)
+    console.print(report["summary"])
+    note = load_note(report.get("load"))
+    if note:
+        console.print(f"[yellow]{note}[/]")
+    console.print(f"[dim]{numerics.CAVEAT}[/]")
+
+
+def _fmt_mem(memory: dict | None) -> str:
+    if not memory or not memory.get("ratio"):
+        return "-"
+    return f"{memory['ratio'] - 1:+.1%}"
+
+
+def verify_markdown(report: dict) -> str:
+    out = [f"# speedfix apply --verify: `{report['script']}`", "",
+           f"- date: {report['date']}", f"- device: {report['device']}, torch {report['torch']}",
+           f"- arguments: `{' '.join(report['args']) or '(none)'}`",
+           f"- window: {report['window']['warmup']} warm-up + {report['window']['steps']} timed optimizer steps, "
+           f"seed {report['seed']}, same for every run",
+           f"- result: {report['summary']}",
+           *([f"- {note}"] if (note := load_note(report.get("load"))) else []), "",
+           "| fix | speedup [95% CI] | verdict | pairs | loss check | peak memory | decision |",
+           "|---|---|---|---|---|---|---|"]
+    for fix in report["fixes"]:
+        speed = fix.get("speedup") or {}
+        out.append(f"| {fix['label']} | {fmt_speedup(speed or None)} | {speed.get('verdict', '-')} | "
+                   f"{speed.get('pairs', '-')} | {_numerics_text(fix.get('numerics'))} | {_fmt_mem(fix.get('memory'))} | "
+                   f"{'kept' if fix['kept'] else 'rejected'}: {fix['reason']} |")
+    out += ["", "## Details", ""]
+    for fix in report["fixes"]:
+        out.append(f"### {fix['label']}")
+        out.append("")
+        if fix.get("applied"):
+            out.append(f"- fixes applied: {', '.join(f'{k} x{v}' for k, v in fix['applied'].items())}")
+        speed = fix.get("speedup")
+        if speed:
+            out.append(f"- speedup ({fix.get('metric')}): median {speed['median']:.3f}x, 95% CI "
+                       f"[{speed['bootstrap95_median'][0]:.3f}, {speed['bootstrap95_median'][1]:.3f}], "
+                       f"min {speed['min']:.3f}, max {speed['max']:.3f} over {speed['pairs']} pairs")
+        if fix.get("numerics"):
+            out.append(f"- loss check ({fix['numerics']['kind']} rewrite): {fix['numerics']['reason']}")
+        if fix.get("failure"):
+            f = fix["failure"]
+            out += [f"- the patched script failed ({f['status']}): {f['message']}", "", "```",
+                    f["stderr_tail"].strip(), "```"]
+        out.append(f"- decision: {'kept' if fix['kept'] else 'rejected'} - {fix['reason']}")
+        out.append("")
+    out += ["## Method", "",
+            "Each variant runs in a fresh process with the same seed, warm-up and window. After one discarded "
+            "run and a calibration run of the original, runs alternate in counterbalanced order (original "
+            "first, then reversed) until the 95% bootstrap interval of every median speedup is within +-5% or "
+            "the budget is spent. A fix is kept unless it is measurably slower (the interval below 0.98), "
+            "inconclusive with a median below 0.98, or fails the loss check.", "", numerics.CAVEAT, ""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- progress
+class RichProgress(compare.Progress):
+    """A progress bar (run n of at most m, time left) on a terminal; one line per run otherwise."""
+
+    def __init__(self, console: Console, title: str) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self.total = 0
+        self.started = 0.0
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                            console=console, transient=True, disable=not self.live)
+        self.task = self.bar.add_task(title, total=0)
+
+    def __enter__(self) -> "RichProgress":
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def plan(self, runs: int) -> None:
+        self.total = max(0, self.total + runs)
+        self.bar.update(self.task, total=self.total)
+
+    def start(self, description: str) -> None:
+        self.started = time.monotonic()
+        self.bar.update(self.task, description=description)
+        if not self.live:
+            done = int(self.bar.tasks[0].completed)
+            self.console.print(f"[{done + 1}/{self.total}] {description} ...", highlight=False)
+
+    def finish(self, result: dict) -> None:
+        self.bar.advance(self.task)
+        if not self.live:
+            s = compare.run_summary(result)
+            self.console.print(f"    {s['status']}, {fmt_rate(s['steps_per_s'])} steps/s, "
+                               f"{time.monotonic() - self.started:.1f} s", highlight=False)

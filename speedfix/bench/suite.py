@@ -1,0 +1,185 @@
+"""``speedfix bench --suite``: every bundled workload, original vs speedfix's fixes vs an expert.
+
+``fixtures/suite.toml`` lists the workloads::
+
+    [[workload]]
+    name = "cnn"
+    kind = "cnn"
+    script = "cnn_classifier.py"
+    expert = "cnn_classifier_expert.py"
+    tiny_args = ["--tiny"]
+    gpu_args = []
+
+For each one the fixtures are copied to a temporary directory (the installed package may be
+read-only), ``speedfix apply --unsafe-fixes`` output is generated there as ``<stem>_speedfix.py``,
+and the three versions are measured in counterbalanced rounds with the same seed and window.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from . import numerics, report
+from .compare import CompareSettings, ComparisonError, Session
+from .runner import RunSpec, run_once
+from .stats import FASTER
+
+SUITE_FILE = "suite.toml"
+
+
+@dataclass
+class Workload:
+    name: str
+    kind: str
+    script: str
+    expert: str | None
+    description: str = ""
+    tiny_args: list[str] = field(default_factory=lambda: ["--tiny"])
+    gpu_args: list[str] = field(default_factory=list)
+
+
+_FIELDS = {f.name for f in fields(Workload)}
+
+
+def fixtures_dir(explicit: Path | None = None) -> Path:
+    """--fixtures DIR, else the installed ``speedfix.fixtures`` package, else the repo's fixtures/."""
+    candidates = [Path(explicit)] if explicit else []
+    try:
+        candidates.append(Path(str(resources.files("speedfix.fixtures"))))
+    except (ModuleNotFoundError, TypeError):
+        pass
+    candidates.append(Path(__file__).resolve().parents[2] / "fixtures")
+    for candidate in candidates:
+        if (candidate / SUITE_FILE).is_file():
+            return candidate
+    raise FileNotFoundError(f"no {SUITE_FILE} found in: {', '.join(map(str, candidates))}")
+
+
+def load_suite(directory: Path) -> list[Workload]:
+    with open(directory / SUITE_FILE, "rb") as f:
+        data = tomllib.load(f)
+    workloads = []
+    for entry in data.get("workload", []):
+        known = {k: v for k, v in entry.items() if k in _FIELDS}
+        known.setdefault("kind", known.get("name", "?"))
+        known.setdefault("expert", None)
+        workloads.append(Workload(**known))
+    return workloads
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def run_suite(*, fixtures: Path | None = None, tiny: bool | None = None, only: list[str] | None = None,
+              settings: CompareSettings | None = None, console: Console | None = None, fixer: Any = None,
+              run=run_once) -> dict:
+    """Measure every workload; the returned dict is the suite's JSON (``workloads`` holds the rows)."""
+    console = console or Console()
+    directory = fixtures_dir(fixtures)
+    workloads = [w for w in load_suite(directory) if not only or w.name in only]
+    has_cuda = cuda_available()
+    tiny = (not has_cuda) if tiny is None else tiny
+    settings = settings or CompareSettings()
+    if fixer is None:
+        from .verify import load_fixer
+
+        fixer = load_fixer()
+    rows, torch_version, device = [], "?", "cpu"
+    with tempfile.TemporaryDirectory(prefix="speedfix-suite-") as tmp:
+        work = Path(tmp) / "fixtures"
+        shutil.copytree(directory, work, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        with report.RichProgress(console, "suite") as progress:
+            for workload in workloads:
+                row, env = _run_workload(workload, work, tiny, settings, fixer, run, progress)
+                rows.append(row)
+                torch_version = env.get("torch", torch_version)
+                device = env.get("device", device)
+    loads = [r["load"]["max_loadavg"] for r in rows if (r.get("load") or {}).get("max_loadavg") is not None]
+    return {"schema": "speedfix.suite/0.1", "size": "tiny" if tiny else "full", "device": device,
+            "torch": torch_version, "cuda_available": has_cuda, "settings": asdict(settings),
+            "load": {"max_loadavg": max(loads) if loads else None, "cpus": os.cpu_count()},
+            "workloads": rows, "caveat": numerics.CAVEAT}
+
+
+def _run_workload(w: Workload, work: Path, tiny: bool, settings: CompareSettings, fixer: Any, run,
+                  progress) -> tuple[dict, dict]:
+    args = list(w.tiny_args if tiny else w.gpu_args)
+    script = work / w.script
+    row: dict = {"name": w.name, "kind": w.kind, "description": w.description, "script": w.script,
+                 "expert_script": w.expert, "args": args}
+    source = script.read_text(encoding="utf-8")
+    codes = list(fixer.fixable_codes(source, path=str(script), unsafe=True))
+    candidates, kinds = [], {}
+    row["fixes"] = []
+    if codes:
+        outcome = fixer.fix_code(source, path=str(script), select=codes, unsafe=True)
+        row["fixes"] = sorted(outcome.applied)
+        row["applied"] = dict(outcome.applied)
+        if outcome.code != source:
+            fixed_path = script.with_name(f"{script.stem}_speedfix.py")
+            fixed_path.write_text(outcome.code, encoding="utf-8", newline="")
+            candidates.append(RunSpec(fixed_path, args, work, label="speedfix"))
+            kinds["speedfix"] = numerics.class_of(row["fixes"])
+    if w.expert:
+        candidates.append(RunSpec(work / w.expert, args, work, label="expert"))
+    session = Session(RunSpec(script, args, work, label="original"), settings, run=run, progress=progress)
+    try:
+        outcome = session.compare(candidates, kinds=kinds)
+    except ComparisonError as err:
+        return {**row, "error": str(err), "failure": err.result.get("runner", {}).get("stderr_tail", "")[-2000:]}, {}
+    by_label = {c["label"]: c for c in outcome["candidates"]}
+    fixed, expert = by_label.get("speedfix"), by_label.get("expert")
+    metric = next((c["metric"] for c in outcome["candidates"] if c.get("metric")), "samples_per_s")
+    before = outcome["original_runs"][metric] or outcome["original_runs"]["steps_per_s"]
+    row.update({
+        "metric": metric, "window": outcome["window"], "pairs": outcome["pairs"],
+        "before": before, "after": _rate(fixed, metric) if fixed else before,
+        "speedup": fixed.get("speedup") if fixed else None,
+        "expert": _rate(expert, metric), "expert_speedup": expert.get("speedup") if expert else None,
+        "loss_check": _loss_text(fixed) if fixed else "no fix applied",
+        "expert_loss_check": _loss_text(expert) if expert else "-",
+        "peak_before": outcome["original_runs"]["peak_bytes"],
+        "peak_after": (fixed or {}).get("runs", {}).get("peak_bytes") or outcome["original_runs"]["peak_bytes"],
+        "captured": _captured(fixed, expert), "load": outcome["load"], "comparison": outcome,
+    })
+    for label, cand in by_label.items():
+        if cand.get("failure"):
+            row.setdefault("failures", {})[label] = cand["failure"]
+    return row, {"torch": outcome["env"].get("torch", "?"), "device": outcome["device"].get("type") or "cpu"}
+
+
+def _rate(cand: dict | None, metric: str) -> float | None:
+    if not cand:
+        return None
+    return cand["runs"].get(metric) or cand["runs"].get("steps_per_s")
+
+
+def _loss_text(cand: dict) -> str:
+    if cand.get("failure"):
+        return f"run failed: {cand['failure']['status']}"
+    check = cand.get("numerics")
+    return "-" if not check else ("ok: " if check["passed"] else "FAIL: ") + check["level"]
+
+
+def _captured(fixed: dict | None, expert: dict | None) -> float | None:
+    """Share of the expert's gain that the automatic fixes capture; only when the expert is
+    measurably faster (otherwise there is no gain to share)."""
+    if not expert or not expert.get("speedup") or expert["speedup"]["verdict"] != FASTER:
+        return None
+    gain = expert["speedup"]["median"] - 1.0
+    ours = fixed["speedup"]["median"] - 1.0 if fixed and fixed.get("speedup") else 0.0
+    return ours / gain

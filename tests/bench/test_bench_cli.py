@@ -1,0 +1,97 @@
+"""`speedfix bench` through typer: usage errors, one run, a comparison, the suite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from speedfix.bench import verify
+
+QUICK = ["--warmup", "3", "--steps", "10", "--timeout-s", "60"]
+
+
+def invoke(app, args, script_args=()):
+    return CliRunner().invoke(app, ["bench", *args], obj={"script_args": list(script_args)})
+
+
+@pytest.mark.parametrize("args", [[], ["--suite", "x.py"], ["a.py", "b.py", "c.py"], ["missing.py"]])
+def test_usage_errors_exit_2(cli_app, args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("x.py", "a.py", "b.py", "c.py"):
+        (tmp_path / name).write_text("")
+    result = invoke(cli_app, args)
+    assert result.exit_code == 2
+    assert "usage" in result.output or "no such script" in result.output
+
+
+def test_single_run_writes_json_and_passes_script_args(cli_app, write_script, train_source, tmp_path):
+    script = write_script("train.py", train_source(before_loop="print('ARGS', sys.argv[1:])\n"))
+    out = tmp_path / "result.json"
+    result = invoke(cli_app, [str(script), *QUICK, "--json", str(out)], ["--epochs", "3"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["status"] == "ok" and data["args"] == ["--epochs", "3"]
+    assert "ARGS ['--epochs', '3']" in data["runner"]["stdout_tail"]
+    assert "samples/s" in result.output and "steps/s" in result.output
+
+
+def test_single_run_of_a_crashing_script_exits_2_with_the_stderr_tail(cli_app, write_script, train_source):
+    script = write_script("crash.py", train_source(in_loop="raise ValueError('bad batch')"))
+    result = invoke(cli_app, [str(script), *QUICK])
+    assert result.exit_code == 2
+    assert "ValueError: bad batch" in result.output
+
+
+def test_comparison_that_breaks_the_loss_exits_1(cli_app, write_script, train_source, tmp_path):
+    a = write_script("a.py", train_source())
+    b = write_script("b.py", train_source(lr=1e30))  # the loss overflows
+    out = tmp_path / "ab.json"
+    result = invoke(cli_app, [str(a), str(b), *QUICK, "--max-pairs", "2", "--min-pairs", "2", "--json", str(out)])
+    assert result.exit_code == 1, result.output
+    data = json.loads(out.read_text())
+    cand = data["candidates"][0]
+    assert cand["numerics"]["level"] == "new non-finite" and not cand["numerics"]["passed"]
+    assert cand["speedup"]["pairs"] == 2
+    assert cand["speedup"]["verdict"] == "inconclusive"  # 2 pairs are too few for a speed verdict
+    assert data["pairs"] == 2
+    order = [(r["round"], r["label"]) for r in data["runs"]]
+    assert order == [(0, "a.py"), (0, "b.py"), (1, "b.py"), (1, "a.py")]  # ABBA
+    assert "not proof of equal convergence" in result.output
+
+
+SUITE_TOML = """
+[[workload]]
+name = "toy"
+kind = "mlp"
+script = "toy.py"
+expert = "toy_expert.py"
+tiny_args = ["--tiny"]
+gpu_args = ["--big"]
+"""
+
+
+def test_suite_runs_original_fixed_and_expert(cli_app, write_script, train_source, tmp_path, fake_fixer,
+                                              monkeypatch):
+    fixtures = tmp_path / "fixtures"
+    write_script("suite.toml", SUITE_TOML, fixtures)
+    write_script("toy.py", train_source(in_loop="time.sleep(0.01)\ntime.sleep(0.01)  # SLOW"), fixtures)
+    write_script("toy_expert.py", train_source(), fixtures)
+    fixer = fake_fixer({"SF304": ("time.sleep(0.01)  # SLOW\n", "")})
+    monkeypatch.setattr(verify, "load_fixer", lambda: fixer)
+    out, md = tmp_path / "suite.json", tmp_path / "suite.md"
+    result = invoke(cli_app, ["--suite", "--fixtures", str(fixtures), "--tiny", *QUICK, "--max-pairs", "2",
+                              "--min-pairs", "2", "--json", str(out), "--markdown", str(md)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["size"] == "tiny"
+    (row,) = data["workloads"]
+    assert row["name"] == "toy" and row["args"] == ["--tiny"]
+    assert row["fixes"] == ["SF304"]
+    assert row["speedup"]["pairs"] == 2 and row["expert_speedup"]["pairs"] == 2
+    assert row["captured"] is None  # 2 pairs are too few to call the expert faster
+    assert row["loss_check"] == "ok: identical"
+    assert row["before"] and row["after"] and row["expert"]
+    assert "| toy | SF304 |" in md.read_text()
+    assert (fixtures / "toy.py").read_text().count("time.sleep") == 2  # the fixtures are not touched

@@ -1,0 +1,157 @@
+"""The comparison loop with a fake runner: order, stop rules, budget, failures, calibration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from speedfix.bench import compare as compare_mod
+from speedfix.bench.compare import CompareSettings, ComparisonError, Session
+from speedfix.bench.runner import RunSpec
+
+def spec(name: str) -> RunSpec:
+    return RunSpec(Path(f"{name}.py"), [], None, label=name)
+
+
+def settings(**overrides) -> CompareSettings:
+    base = dict(warmup=5, steps=20, max_pairs=4, min_pairs=4, budget_s=1e9)
+    base.update(overrides)
+    return CompareSettings(**base)
+
+
+def test_pairs_run_in_abba_order_after_one_discarded_run(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 150.0})
+    outcome = Session(spec("A"), settings(max_pairs=5, min_pairs=5), run=runs).compare([spec("B")])
+    assert [name for name, _ in runs.calls] == ["A", "A", "B", "B", "A", "A", "B", "B", "A", "A", "B"]
+    # the discarded run is short; every timed run uses the same window and seed
+    timed = [cfg for _, cfg in runs.calls[1:]]
+    assert {(c.warmup_steps, c.steps, c.seed) for c in timed} == {(5, 20, 0)}
+    cand = outcome["candidates"][0]
+    assert cand["speedup"]["median"] == pytest.approx(1.5)
+    assert cand["speedup"]["verdict"] == "faster"
+    assert cand["metric"] == "samples_per_s"
+    assert cand["numerics"]["level"] == "identical"
+
+
+def test_several_candidates_rotate_forward_then_reversed(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 90.0, "C": 200.0})
+    outcome = Session(spec("A"), settings(max_pairs=2, min_pairs=2, discard=False), run=runs).compare(
+        [spec("B"), spec("C")])
+    assert [name for name, _ in runs.calls] == ["A", "B", "C", "C", "B", "A"]
+    speed = {c["label"]: c["speedup"]["median"] for c in outcome["candidates"]}
+    assert speed == {"B": pytest.approx(0.9), "C": pytest.approx(2.0)}
+
+
+def test_stops_once_the_interval_is_tight_enough(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 130.0})
+    outcome = Session(spec("A"), settings(max_pairs=10, min_pairs=3), run=runs).compare([spec("B")])
+    assert outcome["pairs"] == 3
+    assert outcome["stop_reason"] == "precise"
+
+
+def test_budget_ends_the_rounds(fake_runs, monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(compare_mod.time, "monotonic", lambda: clock[0])
+    runs = fake_runs({"A": 100.0, "B": 100.0}, clock=clock)
+    # each run takes 10 fake seconds, so a pair takes 20: a 35 s budget allows one pair
+    outcome = Session(spec("A"), settings(max_pairs=10, min_pairs=5, budget_s=35.0, discard=False),
+                      run=runs).compare([spec("B")])
+    assert outcome["pairs"] == 1
+    assert outcome["stop_reason"] == "budget"
+
+
+def test_a_failing_candidate_is_reported_and_not_run_again(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 100.0}, fail={"B": "error"})
+    outcome = Session(spec("A"), settings(discard=False), run=runs).compare([spec("B")])
+    cand = outcome["candidates"][0]
+    assert cand["status"] == "error"
+    assert cand["failure"]["message"] == "B broke"
+    assert "RuntimeError" in cand["failure"]["stderr_tail"]
+    assert [name for name, _ in runs.calls].count("B") == 1
+    assert outcome["stop_reason"] == "every candidate failed"
+
+
+def test_an_original_that_cannot_run_raises(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 100.0}, fail={"A": "no_steps"})
+    with pytest.raises(ComparisonError) as err:
+        Session(spec("A"), settings(), run=runs).compare([spec("B")])
+    assert err.value.result["status"] == "no_steps"
+
+
+def test_calibration_picks_the_window_from_the_time_targets(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 100.0})
+    session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=1.0, window_s=2.0), run=runs)
+    session.prepare()
+    calibration_cfg = runs.calls[1][1]
+    assert calibration_cfg.warmup_s == 1.0 and calibration_cfg.window_s == 2.0
+    assert calibration_cfg.warmup_steps == 20  # P1: at least 20 warm-up steps
+    assert (session.warmup, session.steps) == (20, 200)  # 2 s at 100 steps/s
+
+
+def test_calibration_shortens_the_window_for_a_short_script(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 100.0}, total_steps=50)
+    session = Session(spec("A"), settings(warmup=None, steps=None), run=runs)
+    session.prepare()
+    assert session.warmup + session.steps <= 50 - 2  # a 5% margin for skipped steps
+    assert "only 50" in session.calibration["note"]
+
+
+def test_seed_band_is_measured_only_when_needed_and_only_once(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 100.0, "C": 100.0},
+                    losses={"B": [v * 1.005 for v in fake_runs.LOSSES], "C": [v * 1.5 for v in fake_runs.LOSSES]})
+    session = Session(spec("A"), settings(max_pairs=2, min_pairs=2, discard=False), run=runs)
+    outcome = session.compare([spec("B"), spec("C")], kinds={"B": "numerics", "C": "numerics"})
+    offsets = [cfg.seed_offset for _, cfg in runs.calls if cfg.seed_offset]
+    assert offsets == [1, 2]
+    checks = {c["label"]: c["numerics"] for c in outcome["candidates"]}
+    assert checks["B"]["passed"] and checks["B"]["level"] == "within seed band"
+    assert not checks["C"]["passed"] and checks["C"]["level"] == "outside seed band"
+
+
+def test_exact_candidates_that_match_need_no_seed_band(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 100.0})
+    Session(spec("A"), settings(max_pairs=2, min_pairs=2), run=runs).compare([spec("B")], kinds={"B": "exact"})
+    assert not any(cfg.seed_offset for _, cfg in runs.calls)
+
+
+def test_labels_must_be_distinct(fake_runs):
+    runs = fake_runs({"A": 100.0})
+    with pytest.raises(ValueError):
+        Session(spec("A"), settings(), run=runs).compare([spec("A")])
+
+
+def test_settled_after_skips_past_the_last_slow_warm_up_step():
+    durations = [2.0, 0.1, 0.1, 1.5, 0.1] + [0.1] * 30  # compile, then a recompile at step 5
+    assert compare_mod.settled_after(durations) == 5 + compare_mod.WARMUP_MARGIN
+    assert compare_mod.settled_after([0.1] * 40) == 0
+    # a slow step in the second half is the workload (an epoch boundary), not warm-up
+    assert compare_mod.settled_after([0.1] * 30 + [5.0] + [0.1] * 9) == 0
+
+
+def test_a_slowly_settling_candidate_lengthens_everyones_warm_up(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 100.0}, slow_steps={"B": 60})  # B compiles for 60 steps
+    session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.5, window_s=2.0, max_pairs=1,
+                                          min_pairs=1), run=runs)
+    session.compare([spec("B")])
+    assert [name for name, cfg in runs.calls if cfg.record_all_steps] == ["A", "B"]
+    assert session.calibration["warmup_needed"]["A"] == 20
+    assert session.warmup == 61 + compare_mod.WARMUP_MARGIN
+    timed = {(cfg.warmup_steps, cfg.steps) for _, cfg in runs.calls[3:]}
+    assert timed == {(session.warmup, session.steps)}  # A and B share W and N
+
+
+def test_a_candidate_that_fails_calibration_is_not_run_again(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 100.0}, fail={"B": "error"})
+    outcome = Session(spec("A"), settings(warmup=None, steps=None), run=runs).compare([spec("B")])
+    assert [name for name, _ in runs.calls].count("B") == 1
+    assert outcome["candidates"][0]["status"] == "error"
+
+
+def test_the_window_is_the_longest_any_variant_filled(fake_runs):
+    # the original's calibration ran in a slow phase (50 steps/s); the candidate's did not
+    runs = fake_runs({"A": 50.0, "B": 200.0})
+    session = Session(spec("A"), settings(warmup=None, steps=None, window_s=2.0, max_pairs=1, min_pairs=1),
+                      run=runs)
+    session.compare([spec("B")])
+    assert session.steps == 400

@@ -1,0 +1,406 @@
+"""The harness on tiny real scripts: statuses, no orphans, argv/cwd, loss capture, samples/s.
+
+Each test starts one or a few fresh python processes (about 2-3 s each, mostly `import torch`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from speedfix.bench.runner import RunSpec, marked_pids, run_once
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def assert_nothing_left(result: dict) -> None:
+    assert marked_pids(result["runner"]["run_id"]) == []
+
+
+def test_ok_run_with_dataloader_workers_reports_speed_and_leaves_no_process(write_script, quick_config, tmp_path):
+    script = write_script("train.py", """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        if __name__ == "__main__":
+            torch.manual_seed(0)
+            ds = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+            loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=2)
+            model = torch.nn.Linear(8, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+            for epoch in range(1000):
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    assert result["status"] == "ok", result["message"]
+    assert result["steps"]["warmup"] == 3 and result["timing"]["steps_timed"] == 10
+    assert result["timing"]["window_complete"]
+    assert result["device"]["type"] == "cpu" and result["env"]["torch"].startswith("2.")
+    data = result["data"]
+    assert data["batch_size"] == 8 and data["batch_size_source"] == "dataloader"
+    assert data["samples_per_step"] == 8
+    assert data["samples_per_s"] == pytest.approx(8 * result["timing"]["steps_per_s"])
+    assert 0.0 < data["data_wait_fraction"] < 1.0
+    assert result["memory"]["children"] == 2  # the two workers were alive in the window
+    assert len(result["loss"]["values"]) == 13 and result["loss"]["nonfinite"] == 0
+    assert result["runner"]["leftover_processes_at_exit"] == []
+    assert_nothing_left(result)
+
+
+def test_crash_gives_error_with_traceback_and_the_losses_so_far(train_source, write_script, quick_config, tmp_path):
+    script = write_script("crash.py", train_source(in_loop="""
+        if step == 2:
+            raise RuntimeError("boom at step 2")
+    """))
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    assert result["status"] == "error"
+    assert result["exception"]["type"] == "RuntimeError"
+    assert "boom at step 2" in result["message"]
+    tail = result["runner"]["stderr_tail"]
+    assert "RuntimeError: boom at step 2" in tail and "crash.py" in tail
+    assert "child.py" not in tail  # the harness's own frames are trimmed
+    assert len(result["loss"]["values"]) == 3
+    assert_nothing_left(result)
+
+
+def test_script_that_never_steps_an_optimizer(write_script, quick_config, tmp_path):
+    script = write_script("nostep.py", """
+        import torch
+        w = torch.zeros(3, requires_grad=True)
+        for _ in range(5):
+            loss = (w - 1).pow(2).sum()
+            loss.backward()
+            with torch.no_grad():
+                w -= 0.1 * w.grad  # hand-written update: no torch.optim step
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    assert result["status"] == "no_steps"
+    assert "without stepping a torch.optim optimizer" in result["message"]
+    assert "backward() 5 times" in result["message"]
+
+
+@pytest.mark.parametrize("exit_call, status, phrase", [
+    ("sys.exit(3)", "incomplete", "sys.exit(3) after 2 optimizer steps"),
+    ("os._exit(0)", "incomplete", "os._exit(0) after 2 optimizer steps"),
+])
+def test_script_exiting_early_is_incomplete(train_source, write_script, quick_config, tmp_path, exit_call, status, phrase):
+    script = write_script("exits.py", train_source(in_loop=f"""
+        if step == 1:
+            {exit_call}
+    """))
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    assert result["status"] == status
+    assert phrase in result["message"]
+    assert len(result["loss"]["values"]) == 2
+
+
+def test_exit_with_an_error_code_before_any_step_is_an_error(write_script, quick_config, tmp_path):
+    script = write_script("badargs.py", """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--epochs", type=int, required=True)
+        parser.parse_args()
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    assert result["status"] == "error"
+    assert "sys.exit(2) before its first optimizer step" in result["message"]
+    assert "the following arguments are required: --epochs" in result["runner"]["stderr_tail"]
+
+
+def test_too_slow_script_times_out_with_the_steps_done(train_source, write_script, quick_config, tmp_path):
+    script = write_script("slow.py", train_source(in_loop="time.sleep(0.25)"))
+    result = run_once(RunSpec(script, [], tmp_path), quick_config(steps=1000, timeout_s=5.0))
+    assert result["status"] == "timeout"
+    assert result["steps"]["observed_primary"] >= 1
+    assert "timed out after 5 s" in result["message"]
+    assert result["runner"]["returncode"] == 124
+    assert_nothing_left(result)
+
+
+def test_script_that_hangs_before_stepping_is_no_steps_after_the_timeout(write_script, quick_config, tmp_path):
+    script = write_script("hang.py", "import time\nwhile True:\n    time.sleep(0.05)\n")
+    result = run_once(RunSpec(script, [], tmp_path), quick_config(timeout_s=3.0))
+    assert result["status"] == "no_steps"
+    assert "no optimizer steps observed within 3 s" in result["message"]
+
+
+def test_frozen_child_is_killed_by_the_runner(write_script, quick_config, tmp_path):
+    # SIGSTOP freezes the watchdog thread too: only the parent's hard timeout can end this.
+    script = write_script("frozen.py", "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n")
+    result = run_once(RunSpec(script, [], tmp_path), quick_config(timeout_s=2.0, hard_grace_s=1.0))
+    assert result["status"] == "timeout"
+    assert result["runner"]["killed"] == "hard_timeout"
+    assert_nothing_left(result)
+
+
+def test_script_that_swallows_the_stop_keeps_its_ok_result(write_script, quick_config, tmp_path):
+    script = write_script("swallow.py", """
+        import atexit, time
+        import torch
+
+        atexit.register(lambda: time.sleep(120))  # a hanging exit handler
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        try:
+            while True:
+                model(torch.randn(8, 4)).sum().backward()
+                opt.step()
+        except BaseException:  # swallows the harness's stop
+            time.sleep(120)
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config(result_grace_s=0.5))
+    assert result["status"] == "ok"
+    assert result["runner"]["killed"] == "after_result_grace"
+    assert_nothing_left(result)
+
+
+def test_no_orphans_when_the_child_dies_hard(write_script, quick_config, tmp_path):
+    # Workers of a SIGKILLed child are reparented, and a setsid'd helper escapes the process
+    # group; the marker scan must still find and kill both.
+    script = write_script("orphans.py", """
+        import os, signal, subprocess, sys
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        if __name__ == "__main__":
+            helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                      start_new_session=True)
+            with open("helper.pid", "w") as f:
+                f.write(str(helper.pid))
+            loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4, num_workers=2)
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step, (x,) in enumerate(loader):
+                model(x).sum().backward()
+                opt.step()
+                if step == 2:
+                    os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    assert result["status"] == "error"
+    assert "without a result" in result["message"]
+    helper_pid = int((tmp_path / "helper.pid").read_text())
+    assert helper_pid in result["runner"]["leftover_processes_at_exit"]
+    assert not alive(helper_pid)
+    assert_nothing_left(result)
+
+
+def test_script_sees_its_name_argv_cwd_and_sibling_modules(train_source, write_script, quick_config, tmp_path):
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    write_script("helpers.py", "VALUE = 42\n", project)
+    script = write_script("train.py", train_source(before_loop="""
+        import json
+        import helpers
+        with open("seen.json", "w") as f:
+            json.dump({"name": __name__, "argv": sys.argv, "cwd": os.getcwd(), "file": __file__,
+                       "path0": sys.path[0], "value": helpers.VALUE,
+                       "config_visible": "SPEEDFIX_BENCH_CONFIG" in os.environ}, f)
+    """), project)
+    args = ["--lr", "0.1", "two words"]
+    result = run_once(RunSpec(script, args, elsewhere), quick_config())
+    assert result["status"] == "ok"
+    seen = json.loads((elsewhere / "seen.json").read_text())  # written relative to the cwd
+    assert seen["name"] == "__main__"
+    assert seen["argv"] == [str(script), *args]
+    assert seen["cwd"] == str(elsewhere)
+    assert seen["file"] == str(script)
+    assert seen["path0"] == str(project)
+    assert seen["value"] == 42
+    assert seen["config_visible"] is False
+    assert result["args"] == args and result["cwd"] == str(elsewhere)
+
+
+def test_loss_under_grad_scaler_is_unscaled_and_skipped_steps_are_counted(write_script, quick_config, tmp_path):
+    # init_scale near float32's limit overflows the gradients for the first steps: GradScaler
+    # skips them and halves the scale, as fp16 AMP does at the start of training (P12).
+    script = write_script("scaler.py", """
+        import json
+        import torch
+
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)
+        x, y = torch.randn(64, 8) * 10, torch.randn(64, 1)
+        seen, skipped = [], 0
+        try:
+            for step in range(100000):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                seen.append(loss.item())
+                opt.zero_grad()
+                scaler.scale(loss).backward()
+                before = scaler.get_scale()
+                scaler.step(opt)
+                scaler.update()
+                skipped += scaler.get_scale() < before
+        finally:  # runs when the harness stops the script
+            with open("seen.json", "w") as f:
+                json.dump({"losses": seen, "skipped": skipped}, f)
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    assert result["status"] == "ok"
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    loss = result["loss"]
+    assert loss["source"] == "GradScaler.scale(input)" and loss["grad_scaler_seen"]
+    assert loss["values"] == seen["losses"]  # the unscaled loss, exactly as the script saw it
+    assert max(loss["values"]) < 100  # not multiplied by the scale (2**127 at first)
+    assert seen["skipped"] > 0
+    assert loss["grad_scaler_skipped_steps"] == seen["skipped"]
+    # skipped steps do not advance the clock: the step index repeats
+    assert len(set(loss["step_index"])) == len(loss["step_index"]) - seen["skipped"]
+
+
+def test_batch_size_without_a_dataloader_comes_from_the_model_call(write_script, quick_config, tmp_path):
+    script = write_script("nodl.py", """
+        import torch
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        criterion = torch.nn.MSELoss()  # a module too: it must not count the batch twice
+        opt = torch.optim.Adam(model.parameters())
+        for step in range(100000):
+            for micro in range(2):  # gradient accumulation: 2 x 16 samples per step
+                x, y = torch.randn(16, 8), torch.randn(16, 1)
+                criterion(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    data = result["data"]
+    assert data["batch_size_source"] == "forward_pre_hook"
+    assert data["samples_per_step"] == 32
+    assert data["samples_per_s"] == pytest.approx(32 * result["timing"]["steps_per_s"])
+    assert data["data_wait_fraction"] is None
+
+
+def test_same_seed_same_losses_and_the_seed_offset_reaches_the_scripts_own_seed(train_source, write_script, quick_config,
+                                                                                tmp_path):
+    script = write_script("seeded.py", train_source(before_loop="torch.manual_seed(1234)\n"))
+    runs = [run_once(RunSpec(script, [], tmp_path), quick_config(seed_offset=offset)) for offset in (0, 0, 1)]
+    losses = [r["loss"]["values"] for r in runs]
+    assert losses[0] == losses[1]  # A/A is bitwise on CPU
+    assert losses[2] != losses[0]  # a real "other seed" run despite torch.manual_seed(1234)
+
+
+def test_harness_does_not_leave_its_config_to_grandchildren(train_source, write_script, quick_config, tmp_path):
+    script = write_script("env.py", train_source(before_loop="""
+        import subprocess
+        out = subprocess.run([sys.executable, "-c", "import os; print(sorted(k for k in os.environ if k.startswith('SPEEDFIX')))"],
+                             capture_output=True, text=True).stdout
+        print("ENV", out.strip())
+    """))
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    assert "ENV ['SPEEDFIX_RUN_ID']" in result["runner"]["stdout_tail"]
+    assert os.environ.get("SPEEDFIX_RUN_ID") is None  # the marker never leaks into the parent
+
+
+WORKER_SCRIPT = """
+    import os, time
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def remember(worker_id):
+        with open(f"pid.worker{worker_id}", "w") as f:
+            f.write(str(os.getpid()))
+
+    if __name__ == "__main__":
+        with open("pid.main", "w") as f:
+            f.write(str(os.getpid()))
+        loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4, num_workers=2,
+                            worker_init_fn=remember, persistent_workers=True)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        while True:
+            for (x,) in loader:
+                model(x).sum().backward()
+                opt.step()
+                time.sleep(0.2)
+"""
+
+PARENT = """
+import sys, tempfile
+from pathlib import Path
+tempfile.tempdir = sys.argv[3]  # where the runner makes its work directory
+from speedfix.bench.runner import RunConfig, RunSpec, run_once, terminate_cleanly
+with terminate_cleanly():
+    run_once(RunSpec(Path(sys.argv[1]), [], Path(sys.argv[2])), RunConfig(warmup_steps=1, steps=100000))
+"""
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
+def test_a_killed_benchmark_parent_takes_its_run_along(write_script, tmp_path, signal_name):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = write_script("forever.py", WORKER_SCRIPT)
+    runner_tmp = tmp_path / "runner-tmp"
+    runner_tmp.mkdir()
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(script), str(tmp_path), str(runner_tmp)])
+    pid_files = [tmp_path / "pid.main", tmp_path / "pid.worker0", tmp_path / "pid.worker1"]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() and p.read_text() for p in pid_files) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(p.read_text()) for p in pid_files]
+    assert all(alive(pid) for pid in pids)
+    parent.send_signal(getattr(signal, signal_name))
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 10  # SIGKILL: the child notices its new parent within ~0.5 s
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in pids)
+    if signal_name == "SIGTERM":  # an orderly stop also removes the run's work directory
+        assert not list(runner_tmp.glob("speedfix-run-*"))
+
+
+def test_the_clock_passes_to_the_next_optimizer_in_a_grid_search(write_script, quick_config, tmp_path):
+    script = write_script("grid.py", """
+        import torch
+
+        def train(lr):
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=lr)
+            for _ in range(5):
+                model(torch.randn(8, 4)).pow(2).mean().backward()
+                opt.step()
+
+        for lr in (0.1, 0.01, 0.001, 0.0001):
+            train(lr)
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config(warmup_steps=3, steps=8))
+    assert result["status"] == "ok"  # 11 steps over three models
+    assert result["steps"]["observed_primary"] == 11
+
+
+def test_with_two_live_optimizers_the_first_one_is_the_clock(write_script, quick_config, tmp_path):
+    script = write_script("gan.py", """
+        import torch
+
+        d, g = torch.nn.Linear(4, 1), torch.nn.Linear(4, 4)
+        opt_d, opt_g = torch.optim.SGD(d.parameters(), lr=0.01), torch.optim.SGD(g.parameters(), lr=0.01)
+        for step in range(100000):
+            opt_g.zero_grad()
+            d(g(torch.randn(8, 4))).mean().backward()
+            opt_g.step()
+            if step % 2 == 0:  # the discriminator steps every other iteration
+                opt_d.zero_grad()
+                d(torch.randn(8, 4)).mean().backward()
+                opt_d.step()
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config(warmup_steps=3, steps=8))
+    assert result["status"] == "ok"
+    assert result["steps"]["optimizers"] == 2
+    # g is the clock: the stop comes at its 11th step (iteration 10), before d steps on 0, 2, ..., 8
+    assert sorted(result["steps"]["per_optimizer"]) == [5, 11]
