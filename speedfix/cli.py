@@ -105,7 +105,7 @@ def _root(
 # ---------------------------------------------------------------------------- scan
 @app.command()
 def scan(
-    paths: list[Path] = typer.Argument(None, help="Files and folders to scan (default: the current folder).", show_default=False, metavar="[PATH]..."),
+    paths: list[Path] = typer.Argument(None, help="Files and folders to scan (default: the current folder).", show_default=False, metavar="PATH"),
     output_format: Optional[str] = typer.Option(None, "--format", help=f"Output format: {', '.join(OUTPUT_FORMATS)} (default: text).", metavar="FORMAT"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of standard output.", dir_okay=False),
     select: Optional[list[str]] = SelectOption,
@@ -184,7 +184,7 @@ def _render(result, settings: Settings, fmt: str, *, to_file: bool, no_summary: 
 @app.command()
 def apply(
     ctx: typer.Context,
-    paths: list[Path] = typer.Argument(..., help="Files and folders to fix (with --verify: one script).", metavar="PATH..."),
+    paths: list[Path] = typer.Argument(..., help="Files and folders to fix (with --verify: one script).", metavar="PATH"),
     diff: bool = typer.Option(False, "--diff", help="Show what would change as a unified diff; write nothing."),
     unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that can change numerics or behaviour (default: config, else no)."),
     verify: bool = typer.Option(False, "--verify", help="Benchmark every fix on SCRIPT (args after --) and keep only those that pay off with matching loss."),

@@ -111,7 +111,8 @@ def analyze(
         return result
     context = FileContext(module, path, torch_version)
     rules = [cls(context) for cls in rule_classes if cls.applies_to(torch_version) and cls.may_apply(source.data)]
-    walk_batched(module, [context, *rules])
+    top_of: dict[cst.CSTNode, int] = {}
+    walk_batched(module, [context, *rules], top_of)
     findings: list[Finding] = []
     for rule in rules:
         if rule.gpu_only and not context.uses_cuda:
@@ -119,15 +120,21 @@ def analyze(
         rule.finish()
         findings.extend(rule.findings)
     result.module, result.context = module, context
-    result.findings = locate(findings, module, source, path, suppressions)
+    result.findings = locate(findings, module, source, path, suppressions, top_of)
     return result
 
 
 def locate(
-    findings: list[Finding], module: cst.Module, source: SourceFile, path: str, suppressions: FileSuppressions
+    findings: list[Finding],
+    module: cst.Module,
+    source: SourceFile,
+    path: str,
+    suppressions: FileSuppressions,
+    top_of: dict[cst.CSTNode, int] | None = None,
 ) -> list[Finding]:
     """Give findings their positions, drop suppressed ones, and sort them."""
-    positions = positions_for(module, [f.node for f in findings if f.node is not None])
+    nodes = [f.node for f in findings if f.node is not None]
+    positions = positions_for(module, nodes, text=source.text, top_of=top_of)
     lines = source.text.splitlines()
     kept: list[Finding] = []
     suppressed: list[Finding] = []

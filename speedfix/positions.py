@@ -7,6 +7,7 @@ ranges only for the nodes asked for (and the child nodes their syntactic ranges 
 
 from __future__ import annotations
 
+import ast
 import re
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -91,16 +92,64 @@ class _SparsePositionState(CodegenState):
             raise _AllFound
 
 
-def positions_for(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict[cst.CSTNode, CodeRange]:
-    """Syntactic ranges (as libcst's PositionProvider gives them) of ``nodes`` in ``module``."""
+def positions_for(
+    module: cst.Module,
+    nodes: Iterable[cst.CSTNode],
+    *,
+    text: str | None = None,
+    top_of: dict[cst.CSTNode, int] | None = None,
+) -> dict[cst.CSTNode, CodeRange]:
+    """Syntactic ranges (as libcst's PositionProvider gives them) of ``nodes`` in ``module``.
+
+    Given the source ``text`` and ``top_of`` (node -> index of its module-level statement, from
+    the walk), only the statements holding wanted nodes are generated, each starting at the line
+    Python's own parser gives for it; otherwise the module is generated up to the last node.
+    """
     wanted = set(nodes)
     if not wanted:
         return {}
-    state = _SparsePositionState(
-        default_indent=module.default_indent, default_newline=module.default_newline, wanted=wanted
-    )
+    if text is not None and top_of is not None:
+        starts = _statement_lines(module, text)
+        indexes = {top_of.get(node, -1) for node in wanted}
+        if starts is not None and -1 not in indexes:
+            found: dict[cst.CSTNode, CodeRange] = {}
+            for index in sorted(indexes):
+                state = _state(module, {n for n in wanted if top_of.get(n) == index}, line=starts[index])
+                try:
+                    module.body[index]._codegen(state)
+                except _AllFound:
+                    pass
+                found.update(state.found)
+            return found
+    state = _state(module, wanted, line=1)
     try:
         module._codegen(state)
     except _AllFound:
         pass
     return state.found
+
+
+def _state(module: cst.Module, wanted: set[cst.CSTNode], line: int) -> _SparsePositionState:
+    return _SparsePositionState(
+        default_indent=module.default_indent, default_newline=module.default_newline, wanted=wanted, line=line
+    )
+
+
+def _statement_lines(module: cst.Module, text: str) -> list[int] | None:
+    """The first line of each module-level statement, its leading comments and blank lines
+    included, from Python's parser (fast, in C); None when it disagrees with libcst's tree."""
+    try:
+        body = ast.parse(text).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    starts: list[int] = []
+    position = 0
+    for statement in module.body:
+        if position >= len(body):
+            return None
+        node = body[position]
+        position += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
+        decorators = getattr(node, "decorator_list", None)
+        first = decorators[0].lineno if decorators else node.lineno
+        starts.append(first - len(statement.leading_lines))
+    return starts if position == len(body) else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 
 DEFAULT_TARGET = "2.4"
 
@@ -42,8 +42,9 @@ class TorchVersion:
         return f"{self.major}.{self.minor}" if self.patch == 0 else f"{self.major}.{self.minor}.{self.patch}"
 
 
+@lru_cache(maxsize=1)
 def installed_torch_version() -> str | None:
-    """The installed torch's version from its metadata (cheap: torch is not imported)."""
+    """The installed torch's version from its metadata (torch is not imported; read once)."""
     from importlib import metadata
 
     try:

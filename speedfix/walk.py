@@ -63,9 +63,18 @@ def _methods(visitors: Iterable[cst.BatchableCSTVisitor]) -> dict[str, list[Meth
     return table
 
 
-def walk_batched(module: cst.Module, visitors: Iterable[cst.BatchableCSTVisitor]) -> None:
-    """Call the visitors' methods for every node of ``module`` (no return values honoured)."""
+def walk_batched(
+    module: cst.Module,
+    visitors: Iterable[cst.BatchableCSTVisitor],
+    top_of: dict[cst.CSTNode, int] | None = None,
+) -> None:
+    """Call the visitors' methods for every node of ``module`` (no return values honoured).
+
+    With ``top_of``, also record for every node the index of the module-level statement that
+    holds it (positions are then computed for those statements only).
+    """
     table = _methods(visitors)
+    current = [-1]
     plans: dict[type, tuple[tuple[Method, ...], tuple[Method, ...], tuple[tuple[str, tuple[Method, ...], tuple[Method, ...]], ...]]] = {}
 
     def plan_for(cls: type):  # type: ignore[no-untyped-def]
@@ -81,6 +90,11 @@ def walk_batched(module: cst.Module, visitors: Iterable[cst.BatchableCSTVisitor]
     def visit(node: cst.CSTNode) -> None:
         cls = type(node)
         enter, leave, fields = plans.get(cls) or plan_for(cls)
+        if top_of is not None:  # pre-order: a statement's nodes come before the next statement
+            index = tops.get(node)
+            if index is not None:
+                current[0] = index
+            top_of[node] = current[0]
         for method in enter:
             method(node)
         for field, before, after in fields:
@@ -101,4 +115,5 @@ def walk_batched(module: cst.Module, visitors: Iterable[cst.BatchableCSTVisitor]
         for method in leave:
             method(node)
 
+    tops = {statement: index for index, statement in enumerate(module.body)}
     visit(module)

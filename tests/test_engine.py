@@ -288,3 +288,25 @@ def test_fast_walker_makes_the_same_calls_as_libcst(code):
         for kind, name, ident in recorder.events:
             if kind == "visit":
                 assert order[("visit", name, ident)] < order[("leave", name, ident)]
+
+
+POSITION_SAMPLES = [*SAMPLES, *(p.read_text() for p in sorted((Path(__file__).parent.parent / "fixtures").glob("*.py")))]
+POSITION_SAMPLES.append('# header comment\n\n"""doc"""\nimport torch; import os\n\n\n@dec\n# between\n@dec2(1)\ndef f():\n    return 1\n\n\nclass A:  # c\n    x = [\n        1,\n    ]\n')
+
+
+@pytest.mark.parametrize("code", POSITION_SAMPLES)
+def test_sparse_positions_equal_libcsts_positions(code):
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from speedfix.positions import positions_for
+
+    code = textwrap.dedent(code)
+    module = cst.parse_module(code)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    top_of: dict = {}
+    walk_batched(module, [], top_of)
+    nodes = [node for node in top_of if node is not module]
+    assert nodes
+    for chunk in (nodes, nodes[::7], nodes[-3:]):
+        got = positions_for(module, chunk, text=code, top_of=top_of)
+        assert {n: got[n] for n in chunk} == {n: expected[n] for n in chunk}
