@@ -61,12 +61,14 @@ def decide(cand: dict) -> tuple[bool, str]:
         return False, "no speed measurement"
     lo, hi = speed["bootstrap95_median"]
     figure = f"{speed['median']:.2f}x [{lo:.2f}, {hi:.2f}]"
+    pairs = len(speed.get("per_pair") or ())
+    undecided = f"no verdict from {pairs} pair{'s' if pairs != 1 else ''}" if pairs else "no verdict"
     if speed["verdict"] == SLOWER:
         return False, f"measurably slower: {figure}"
     if speed["verdict"] == INCONCLUSIVE and speed["median"] < SLOWER_BELOW:
-        return False, f"probably slower and not shown otherwise: {figure}"
+        return False, f"probably slower: median below {SLOWER_BELOW:.2f}x, {figure} ({undecided})"
     if speed["verdict"] == INCONCLUSIVE:
-        return True, f"not shown slower ({figure}, inconclusive); loss check passed"
+        return True, f"not slower as far as measured: {figure} ({undecided}); loss check passed"
     return True, f"{speed['verdict']} ({figure}); loss check passed"
 
 
