@@ -4,6 +4,7 @@ workflow commands, and the JSON list of DESIGN §5."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -18,8 +19,13 @@ from speedfix.registry import all_rules
 from speedfix.scan import ScanResult
 
 ROOT = Path(__file__).resolve().parent.parent
-# The OASIS schema lives beside the project (../shared/data), never copied into it.
-SARIF_SCHEMA = ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json"
+# The OASIS schema lives beside the project (../shared/data), never copied into it; a checkout
+# placed elsewhere can point at it with SPEEDFIX_SARIF_SCHEMA.
+_CANDIDATES = [
+    Path(os.environ["SPEEDFIX_SARIF_SCHEMA"]) if os.environ.get("SPEEDFIX_SARIF_SCHEMA") else None,
+    *(folder / "shared" / "data" / "sarif-schema-2.1.0.json" for folder in ROOT.parents),
+]
+SARIF_SCHEMA = next((p for p in _CANDIDATES if p is not None and p.is_file()), ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json")
 
 SLOW = textwrap.dedent(
     """\
