@@ -190,6 +190,16 @@ class DeprecatedAmpApi(Rule):
             """,
             count=2,
         ),
+        Invalid(  # `from torch.cuda import amp` becomes `from torch import amp`
+            """
+            from torch.cuda import amp
+            scaler = amp.GradScaler(init_scale=1024)
+            """,
+            fixed="""
+            from torch import amp
+            scaler = amp.GradScaler("cuda", init_scale=1024)
+            """,
+        ),
         Invalid(  # an older target migrates autocast only; the GradScaler import stays
             """
             from torch.cuda.amp import autocast, GradScaler
