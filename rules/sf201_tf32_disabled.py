@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import libcst as cst
 
 from speedfix.codegen import import_anchor, reference, statement, string_literal
 from speedfix.findings import Applicability, FixOp, InsertStatements, Severity

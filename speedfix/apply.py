@@ -14,9 +14,9 @@ from speedfix.config import Settings
 from speedfix.discovery import iter_targets
 from speedfix.engine import FileError, SyntaxProblem
 from speedfix.fixer import FixError, Unfixed, fix_source
-from speedfix.notebook import is_notebook, load_notebook
+from speedfix.notebook import read_python
 from speedfix.scan import display_path
-from speedfix.source import SourceError, read_source, write_atomic
+from speedfix.source import SourceError, write_atomic
 
 
 @dataclass
@@ -39,11 +39,7 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
         shown = display_path(target.path)
         notebook = None
         try:
-            if is_notebook(target.path):
-                notebook = load_notebook(target.path)
-                source = notebook.source_file()  # the code cells as one module
-            else:
-                source = read_source(target.path)
+            source, notebook = read_python(target.path)
             fixed = fix_source(source, shown, settings.rules_for(target.path), settings.target, unsafe=settings.unsafe_fixes)
             original, data = source.data, fixed.data
             if notebook is not None:

@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from speedfix.engine import FileError
 from speedfix.findings import Finding
-from speedfix.source import SourceError, SourceFile
+from speedfix.source import SourceError, SourceFile, read_source
 
 SENTINEL = "# ~speedfix~ end of cell {}"
 PLACEHOLDER = "# ~speedfix~ magic {}"
@@ -455,3 +455,12 @@ class _Lexer:
         if self.quote is not None and len(self.quote) == 1 and not escaped_newline:
             self.quote = None  # an unterminated string: a syntax error the parser will report
         self.continued = self.quote is None and code_end == n and body.endswith("\\")
+
+
+def read_python(path: Path) -> tuple[SourceFile, Notebook | None]:
+    """The Python source of a file: the file itself, or a notebook's code cells as one module
+    (with the notebook, to map positions and write the cells back). Raises SourceError."""
+    if is_notebook(path):
+        notebook = load_notebook(path)
+        return notebook.source_file(), notebook
+    return read_source(path), None

@@ -14,8 +14,8 @@ from speedfix.discovery import Target, iter_targets
 from speedfix.engine import Analysis, FileError, analyze
 from speedfix.cache import ScanCache, cache_enabled, content_key
 from speedfix.findings import Edit, Finding, from_record, to_record
-from speedfix.notebook import Notebook, NotebookError, is_notebook, load_notebook
-from speedfix.source import SourceError, read_source
+from speedfix.notebook import Notebook, NotebookError, read_python
+from speedfix.source import SourceError
 
 
 @dataclass
@@ -43,13 +43,8 @@ def display_path(path: Path) -> str:
 def scan_file(target: Target, settings: Settings, *, details: bool = False) -> Analysis:
     """Analyse one file; errors are returned, never raised."""
     shown = display_path(target.path)
-    notebook = None
     try:
-        if is_notebook(target.path):
-            notebook = load_notebook(target.path)
-            source = notebook.source_file()  # the code cells as one module
-        else:
-            source = read_source(target.path)
+        source, notebook = read_python(target.path)
     except SourceError as exc:
         return Analysis(shown, error=FileError(shown, str(exc)))
     try:
