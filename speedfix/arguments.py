@@ -30,7 +30,6 @@ class ArgValue:
     state: State
     node: cst.BaseExpression | None = None
     arg: cst.Arg | None = None  # set when the value is written in the call itself
-    origin: str = "call"  # call | kwargs
 
     @property
     def missing(self) -> bool:
@@ -102,7 +101,7 @@ def _lookup_in_dict_literal(ctx: FileContext, node: cst.Dict, key: str, stack: S
         if not isinstance(element.key, cst.SimpleString):
             return UNKNOWN
         if element.key.evaluated_value == key:
-            result = ArgValue(State.KNOWN, element.value, origin="kwargs")
+            result = ArgValue(State.KNOWN, element.value)
     return result
 
 
@@ -111,7 +110,7 @@ def _lookup_in_dict_call(ctx: FileContext, node: cst.Call, key: str, stack: Stac
     for arg in node.args:
         if arg.keyword is not None:
             if arg.keyword.value == key:
-                result = ArgValue(State.KNOWN, arg.value, origin="kwargs")
+                result = ArgValue(State.KNOWN, arg.value)
         elif arg.star == "**" or arg.star == "":
             inner = _lookup_in_kwargs(ctx, arg.value, key, stack, depth + 1)
             if inner is not MISSING:

@@ -11,6 +11,7 @@ import fnmatch
 import os
 import sys
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -57,7 +58,7 @@ class Settings:
         return resolve_target(None, self.torch_version)
 
     def rules(self) -> tuple[type[Rule], ...]:
-        return select_rules(self.select, self.ignore, self.extend_select)
+        return _selected(self.select, self.ignore, self.extend_select)
 
     def rules_for(self, path: Path) -> tuple[type[Rule], ...]:
         """The enabled rules minus the file's ``per-file-ignores``."""
@@ -86,6 +87,14 @@ class Settings:
                 str(self.target),
             )
         )
+
+
+@lru_cache(maxsize=32)
+def _selected(
+    select: tuple[str, ...] | None, ignore: tuple[str, ...], extend_select: tuple[str, ...]
+) -> tuple[type[Rule], ...]:
+    """Rule selection, computed once per distinct selection (it is asked for every file)."""
+    return select_rules(select, ignore, extend_select)
 
 
 def _relative(path: Path, root: Path) -> str:

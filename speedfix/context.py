@@ -99,6 +99,12 @@ class WithInfo:
     stack: Stack
 
 
+LIGHTNING_MODULE = (
+    "lightning.LightningModule",
+    "lightning.pytorch.LightningModule",
+    "lightning.pytorch.core.LightningModule",
+    "pytorch_lightning.LightningModule",
+)
 _LOW_PRECISION = frozenset({"bfloat16", "float16", "half"})
 _OPTIMIZER_NAME = re.compile(r"(^|_)(optim|optimizer|optimiser|opt|scaler)(_|\d|$)", re.IGNORECASE)
 _SCHEDULER_NAME = re.compile(r"sched|lr_", re.IGNORECASE)
@@ -542,10 +548,7 @@ class FileContext(Visitor):
             if name in self.functions and self._hot(site.stack, through_calls=False):
                 hot.update(info.node for info in self.functions[name])
         for info in self.functions.get("training_step", ()):
-            if info.class_name and self.is_subclass_of(
-                info.class_name, "lightning.LightningModule", "pytorch_lightning.LightningModule",
-                "lightning.pytorch.LightningModule", "lightning.pytorch.core.LightningModule",
-            ):
+            if info.class_name and self.is_subclass_of(info.class_name, *LIGHTNING_MODULE):
                 hot.add(info.node)
         return hot
 
@@ -557,11 +560,6 @@ class FileContext(Visitor):
         """Like ``is_hot``, but code under a periodic guard counts too ("every N steps" is still
         inside the loop: right for calls that cost a lot each time they run)."""
         return self._hot(stack, through_calls=True, guards_count=False)
-
-    @property
-    def trains(self) -> bool:
-        """Does this file contain a training loop (or a Lightning training_step)?"""
-        return bool(self.step_loops) or bool(self.hot_functions)
 
     @property
     def uses_cuda(self) -> bool:

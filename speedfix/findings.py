@@ -64,10 +64,6 @@ def replace(node: cst.CSTNode, new: cst.CSTNode) -> Transform:
     return Transform(node, lambda _updated: new)
 
 
-def remove_statement(statement: cst.BaseStatement) -> Transform:
-    return Transform(statement, lambda _updated: cst.RemovalSentinel.REMOVE)
-
-
 @dataclass(frozen=True, eq=False)
 class Fix:
     title: str

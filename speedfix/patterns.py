@@ -9,7 +9,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from speedfix.context import CallSite, FileContext, FrameKind, Stack
+from speedfix.context import CallSite, FileContext, Stack
 from speedfix.names import dotted_name
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
@@ -24,11 +24,6 @@ AUTOCAST = (
 )
 OPTIMIZER_PREFIX = "torch.optim."
 NN_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
-LIGHTNING_MODULE = (
-    "lightning.LightningModule",
-    "lightning.pytorch.LightningModule",
-    "pytorch_lightning.LightningModule",
-)
 _DTYPES = {
     "float", "float32", "float64", "double", "float16", "half", "bfloat16", "int", "int8", "int16",
     "int32", "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "cfloat",
@@ -253,16 +248,4 @@ def _moves_to_device(value: cst.BaseExpression) -> bool:
         if value.func.attr.value in ("to", "cuda"):
             return True
         return _moves_to_device(value.func.value)
-    return False
-
-
-def in_with(ctx: FileContext, stack: Stack, *qualnames: str) -> bool:
-    """Is ``stack`` inside a ``with`` whose item is a call to one of ``qualnames``?"""
-    for frame in stack:
-        if frame.kind is FrameKind.WITH:
-            assert isinstance(frame.node, cst.With)
-            for item in frame.node.items:
-                target = item.item.func if isinstance(item.item, cst.Call) else item.item
-                if ctx.qualname(target) in qualnames:
-                    return True
     return False

@@ -32,29 +32,19 @@ def call_removal(ctx: FileContext, site: CallSite) -> list[FixOp] | None:
     return removal_ops(ctx, site.statement)
 
 
-def removal_ops(ctx: FileContext, statement: cst.SimpleStatementLine) -> list[FixOp] | None:
-    """Ops that remove ``statement`` (a line holding one call), or None when unsafe to do."""
+def removal_ops(ctx: FileContext, statement: cst.BaseStatement) -> list[FixOp] | None:
+    """Ops that remove ``statement``, or None when it cannot be found."""
     found = statement_owner(ctx, statement)
-    if found is None or len(statement.body) != 1:
-        return None
-    owner, siblings = found
-    if len(siblings) == 1:
-        if isinstance(owner, cst.If) and owner.orelse is None and _pure(owner.test):
-            return removal_ops_for(ctx, owner)
-        return [Transform(statement, lambda node: cst.SimpleStatementLine(
-            body=[cst.Pass()], leading_lines=node.leading_lines  # type: ignore[attr-defined]
-        ))]
-    return _remove_keeping_comments(statement, siblings)
-
-
-def removal_ops_for(ctx: FileContext, node: cst.BaseStatement) -> list[FixOp] | None:
-    found = statement_owner(ctx, node)
     if found is None:
         return None
     owner, siblings = found
-    if len(siblings) == 1:
-        return [Transform(node, lambda _: cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=node.leading_lines))]
-    return _remove_keeping_comments(node, siblings)
+    if len(siblings) > 1:
+        return _remove_keeping_comments(statement, siblings)
+    if isinstance(owner, cst.If) and owner.orelse is None and _pure(owner.test):
+        return removal_ops(ctx, owner)  # the guard only existed for this statement
+    return [Transform(statement, lambda node: cst.SimpleStatementLine(
+        body=[cst.Pass()], leading_lines=node.leading_lines  # type: ignore[attr-defined]
+    ))]
 
 
 def _remove_keeping_comments(node: cst.BaseStatement, siblings: list[cst.BaseStatement]) -> list[FixOp]:

@@ -120,20 +120,18 @@ def _from_record(record: dict) -> Analysis:
     )
 
 
-def _analyse_to_record(job: tuple[Target, Settings, bool]) -> tuple[str | None, dict]:
-    """Worker: analyse one file, return (cache key or None, plain record)."""
+def _analyse_to_record(job: tuple[Target, Settings, bool]) -> dict:
+    """Worker: analyse one file and return its plain record."""
     target, settings, details = job
-    analysis = scan_file(target, settings, details=details)
-    key = None
+    return _record(scan_file(target, settings, details=details))
+
+
+def _cache_key(settings: Settings, target: Target, details: bool) -> str | None:
     try:
-        key = content_key(target.path.read_bytes(), _codes(settings, target), details)
+        data = target.path.read_bytes()
     except OSError:
-        pass
-    return key, _record(analysis)
-
-
-def _codes(settings: Settings, target: Target) -> tuple[str, ...]:
-    return tuple(rule.code for rule in settings.rules_for(target.path))
+        return None
+    return content_key(data, tuple(rule.code for rule in settings.rules_for(target.path)), details)
 
 
 def scan_paths(
@@ -150,14 +148,14 @@ def scan_paths(
     targets = list(iter_targets(paths, settings))
     cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
     records: dict[int, dict] = {}
+    keys: dict[int, str | None] = {}
     todo: list[int] = []
     for index, target in enumerate(targets):
         hit = None
         if cache is not None:
-            try:
-                hit = cache.get(target.path, content_key(target.path.read_bytes(), _codes(settings, target), details))
-            except OSError:
-                hit = None
+            # A file edited after this point is re-analysed next time: its hash will differ.
+            keys[index] = _cache_key(settings, target, details)
+            hit = cache.get(target.path, keys[index]) if keys[index] is not None else None
         if hit is not None:
             records[index] = hit
         else:
@@ -165,8 +163,9 @@ def scan_paths(
     done = len(records)
     if progress is not None:
         progress(done, len(targets))
-    for index, (key, record) in zip(todo, _run([(targets[i], settings, details) for i in todo], jobs)):
+    for index, record in zip(todo, _run([(targets[i], settings, details) for i in todo], jobs)):
         records[index] = record
+        key = keys.get(index)
         if cache is not None and key is not None and record["error"] is None:
             cache.put(targets[index].path, key, record)
         done += 1
@@ -193,7 +192,7 @@ def scan_paths(
 _PARALLEL_FROM = 8
 
 
-def _run(jobs_list: list[tuple[Target, Settings, bool]], jobs: int | None) -> Iterator[tuple[str | None, dict]]:
+def _run(jobs_list: list[tuple[Target, Settings, bool]], jobs: int | None) -> Iterator[dict]:
     workers = min(jobs or os.cpu_count() or 1, len(jobs_list))
     if workers <= 1 or len(jobs_list) < _PARALLEL_FROM:
         yield from map(_analyse_to_record, jobs_list)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from speedfix.engine import Analysis, analyze
+from speedfix.engine import analyze
 from speedfix.fixer import fix_source
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.source import SourceFile, decode_source
@@ -15,10 +15,6 @@ from speedfix.versions import DEFAULT_TARGET, TorchVersion
 def _source(code: str) -> SourceFile:
     data = code.encode("utf-8")
     return SourceFile(Path("example.py"), data, *decode_source(data))
-
-
-def run_rule(rule: type[Rule], code: str, torch: str | None = None) -> Analysis:
-    return analyze(_source(code), "example.py", [rule], TorchVersion.parse(torch or DEFAULT_TARGET))
 
 
 def check_example(rule: type[Rule], example: Valid | Invalid) -> None:

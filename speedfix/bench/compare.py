@@ -127,7 +127,6 @@ class Session:
         self.calibration_failures: dict[str, dict] = {}
         self.a_losses: list[list] = []  # every timed run of the original, for the A/A baseline
         self._band: dict | None = None
-        self.runs_done = 0
         self.env: dict = {}  # interpreter, torch and device of the original's first good run
         self.device: dict = {}
 
@@ -135,7 +134,6 @@ class Session:
     def _run(self, spec: RunSpec, config: RunConfig, what: str) -> dict:
         self.progress.start(f"{what}: {spec.name}")
         result = self.run_fn(spec, config)
-        self.runs_done += 1
         self.progress.finish(result)
         return result
 

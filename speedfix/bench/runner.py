@@ -26,7 +26,6 @@ from pathlib import Path
 CHILD = Path(__file__).with_name("child.py")
 CONFIG_ENV = "SPEEDFIX_BENCH_CONFIG"
 MARKER_ENV = "SPEEDFIX_RUN_ID"
-STATUSES = ("ok", "incomplete", "error", "timeout", "no_steps")
 TAIL_CHARS = 4000
 
 
