@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 
-from speedfix.codegen import import_anchor, reference, statement, string_literal
-from speedfix.findings import Applicability, FixOp, InsertStatements, Severity
+from speedfix.codegen import NO_IMPORT_BLOCK, setting_after_imports, string_literal
+from speedfix.findings import Applicability, Severity
 from speedfix.names import dotted_name
 from speedfix.patterns import uses_autocast
 from speedfix.rule import Invalid, Rule, Valid
@@ -187,17 +187,10 @@ class Tf32Disabled(Rule):
         if not ctx.step_loops or self._precision_chosen() or uses_autocast(ctx) or ctx.mentions_low_precision:
             return
         node = next(loop for loop in ctx.loops if loop in ctx.step_loops)  # the first, in source order
-        ops: list[FixOp] = []
-        call = reference(ctx, "torch.set_float32_matmul_precision", ops)
-        local = call.split(".", 1)[0] if not ops else None
-        anchor = import_anchor(ctx, local)
+        high = string_literal(ctx, "high")
+        ops = setting_after_imports(ctx, "torch.set_float32_matmul_precision", lambda call: f"{call}({high})")
         message = "fp32 matmuls in this training loop run without TF32 tensor cores"
-        if anchor is None:
-            self.report(node, message, no_fix_reason="no module-level import block to insert the setting after")
-            return
-        new = statement(f"{call}({string_literal(ctx, 'high')})", blank_line_before=True)
-        ops.insert(0, InsertStatements(anchor, (new,)))
-        self.report(node, message, fix_ops=ops)
+        self.report(node, message, fix_ops=ops, no_fix_reason=NO_IMPORT_BLOCK)
 
     def _precision_chosen(self) -> bool:
         ctx = self.ctx

@@ -7,10 +7,12 @@ and a trailing comma stays where it was.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import libcst as cst
 
 from speedfix.context import FileContext
-from speedfix.findings import AddImport, FixOp
+from speedfix.findings import AddImport, FixOp, InsertStatements
 from speedfix.names import line_binds
 
 NO_SPACE = cst.SimpleWhitespace("")
@@ -190,3 +192,17 @@ def import_anchor(ctx: FileContext, local: str | None) -> cst.SimpleStatementLin
         index += 1
     anchor = body[index]
     return anchor if isinstance(anchor, cst.SimpleStatementLine) else None
+
+
+NO_IMPORT_BLOCK = "no module-level import block to insert the setting after"
+
+
+def setting_after_imports(ctx: FileContext, qualified: str, render: Callable[[str], str]) -> list[FixOp] | None:
+    """Ops that insert ``render(<the file's spelling of qualified>)`` as a statement right after
+    the module's import block (None: the module has no import block)."""
+    ops: list[FixOp] = []
+    spelled = reference(ctx, qualified, ops)
+    anchor = import_anchor(ctx, spelled.split(".", 1)[0] if not ops else None)
+    if anchor is None:
+        return None
+    return [InsertStatements(anchor, (statement(render(spelled), blank_line_before=True),)), *ops]

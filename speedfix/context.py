@@ -121,7 +121,7 @@ def _is_periodic_test(test: cst.BaseExpression) -> bool:
     )
 
 
-def _is_main_guard(test: cst.BaseExpression) -> bool:
+def is_main_guard(test: cst.BaseExpression) -> bool:
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return False
     sides = [test.left, test.comparisons[0].comparator]
@@ -280,7 +280,7 @@ class FileContext(Visitor):
         self._pop()
 
     def visit_If_body(self, node: cst.If) -> None:
-        if _is_main_guard(node.test):
+        if is_main_guard(node.test):
             self._push(FrameKind.MAIN, node)
         elif _is_periodic_test(node.test):
             self._push(FrameKind.GUARD, node)
@@ -581,5 +581,5 @@ class FileContext(Visitor):
     @cached_property
     def has_main_guard(self) -> bool:
         return any(
-            isinstance(statement, cst.If) and _is_main_guard(statement.test) for statement in self.module.body
+            isinstance(statement, cst.If) and is_main_guard(statement.test) for statement in self.module.body
         )

@@ -69,6 +69,9 @@ class Fix:
     title: str
     applicability: Applicability
     ops: tuple[FixOp, ...]
+    # A node whose statements this fix moves around (wrapping them in a `with`, say). Other
+    # fixes inside it wait for the next pass, so the fix sees the statements it analysed.
+    restructures: cst.CSTNode | None = None
 
 
 @dataclass(frozen=True)

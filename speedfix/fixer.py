@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import libcst as cst
+from speedfix.context import walk_expression
 from speedfix.engine import Analysis, SyntaxProblem, analyze
 from speedfix.findings import AddImport, Applicability, Finding, Fix, InsertStatements, RemoveImportIfUnused, Transform
 from speedfix.registry import select_rules
@@ -116,6 +117,39 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix]) -> cst.Module:
     return updated
 
 
+def this_pass(fixes: Sequence[Fix]) -> list[Fix]:
+    """The fixes to apply together now: a fix that restructures a block goes alone in it.
+
+    Its edit is computed from the block as analysed; an edit inside the same block (a removed or
+    inserted statement) would shift what it moves, so those wait for the next pass. Of two
+    restructuring fixes over the same nodes, the first goes now. Every pass applies something.
+    """
+    chosen: list[Fix] = []
+    claimed: set[int] = set()  # nodes inside the blocks of restructuring fixes already chosen
+    deferred: list[Fix] = []
+    for fix in fixes:
+        if fix.restructures is not None:
+            region = {id(node) for node in walk_expression(fix.restructures)}
+            if region & claimed:
+                continue
+            claimed |= region
+            chosen.append(fix)
+        else:
+            deferred.append(fix)
+    for fix in deferred:
+        if not any(id(_op_node(op)) in claimed for op in fix.ops):
+            chosen.append(fix)
+    return chosen
+
+
+def _op_node(op: object) -> cst.CSTNode | None:
+    if isinstance(op, Transform):
+        return op.node
+    if isinstance(op, InsertStatements):
+        return op.anchor
+    return None
+
+
 def allowed(finding: Finding, unsafe: bool) -> bool:
     return finding.fix is not None and (unsafe or finding.fix.applicability is Applicability.SAFE)
 
@@ -152,7 +186,7 @@ def fix_source(
             raise SyntaxProblem(analysis.error)
         if original_findings is None:
             original_findings = Counter(f.code for f in analysis.findings)
-        fixes = [f.fix for f in analysis.findings if allowed(f, unsafe) and f.fix is not None]
+        fixes = this_pass([f.fix for f in analysis.findings if allowed(f, unsafe) and f.fix is not None])
         if not fixes or analysis.module is None:
             break
         new_data = apply_fixes(analysis.module, fixes).bytes

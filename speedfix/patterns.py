@@ -140,6 +140,17 @@ def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
+_CUDNN_SWITCHES = ("cudnn.benchmark", "cudnn.deterministic", "cudnn.enabled")
+DETERMINISTIC_ALGORITHMS = ("torch.use_deterministic_algorithms",)
+
+
+def cudnn_settings(ctx: FileContext) -> bool:
+    """Does the script choose cuDNN's behaviour itself (autotuning, determinism, cuDNN off)?"""
+    return bool(ctx.calls_to(*DETERMINISTIC_ALGORITHMS)) or any(
+        name.endswith(_CUDNN_SWITCHES) for name in ctx.assignments
+    )
+
+
 def uses_autocast(ctx: FileContext) -> bool:
     return bool(ctx.calls_to(*AUTOCAST)) or any(
         ctx.qualname(item) in AUTOCAST for info in ctx.withs for item in info.items

@@ -95,12 +95,18 @@ class Rule(Visitor):
         no_fix_reason: str | None = None,
         severity: Severity | None = None,
         applicability: Applicability | None = None,
+        restructures: cst.CSTNode | None = None,
     ) -> None:
         fix = None
         if fix_ops:
             applicability = applicability or self.fix_applicability
             assert applicability is not None, f"{self.code} reports a fix but declares none"
-            fix = Fix(title=fix_title or self.fix_title or "", applicability=applicability, ops=tuple(fix_ops))
+            fix = Fix(
+                title=fix_title or self.fix_title or "",
+                applicability=applicability,
+                ops=tuple(fix_ops),
+                restructures=restructures,
+            )
         self.findings.append(
             Finding(
                 code=self.code,

@@ -187,3 +187,65 @@ def test_apply_is_idempotent_on_the_examples_of_every_rule(unsafe):
             first = fix_code(example.code, path="t.py", unsafe=unsafe, torch_version=example.torch)
             second = fix_code(first.code, path="t.py", unsafe=unsafe, torch_version=example.torch)
             assert second.code == first.code, (rule.code, example.code)
+
+
+def test_a_fix_that_moves_statements_runs_alone_in_its_block():
+    """SF202 wraps statements in a `with`; a removal (SF303) and argument edits (SF104) in the
+    same block wait for the next pass instead of shifting what it moves."""
+    code = textwrap.dedent(
+        """\
+        import torch
+        from torch.utils.data import DataLoader
+
+        def main():
+            loader = DataLoader(ds, batch_size=32, pin_memory=True)
+            for x, y in loader:
+                torch.cuda.empty_cache()
+                out = model(x.cuda())
+                loss = criterion(out, y.cuda())
+                loss.backward()
+                opt.step()
+        """
+    )
+    out = fix_code(code, path="t.py", select=["SF202", "SF303", "SF104"], unsafe=True)
+    assert out.applied == {"SF104": 2, "SF202": 1, "SF303": 1}
+    assert out.passes >= 2
+    assert out.code == textwrap.dedent(
+        """\
+        import torch
+        from torch.utils.data import DataLoader
+
+        def main():
+            loader = DataLoader(ds, batch_size=32, pin_memory=True)
+            for x, y in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    out = model(x.cuda(non_blocking=True))
+                    loss = criterion(out, y.cuda(non_blocking=True))
+                loss.backward()
+                opt.step()
+        """
+    )
+
+
+def test_fixes_inside_a_restructured_block_wait_for_the_next_pass():
+    import libcst as cst
+
+    from speedfix.findings import Applicability, Fix, InsertStatements, Transform
+    from speedfix.fixer import this_pass
+
+    module = cst.parse_module("for x in y:\n    a()\n    b()\n")
+    loop = module.body[0]
+    block = loop.body
+    first, second = block.body
+
+    def keep(node):
+        return node
+
+    wrap = Fix("wrap", Applicability.UNSAFE, (Transform(block, keep),), restructures=block)
+    edit_inside = Fix("edit", Applicability.SAFE, (Transform(first, keep),))
+    insert_inside = Fix("insert", Applicability.SAFE, (InsertStatements(second, (cst.parse_statement("c()"),)),))
+    around = Fix("around", Applicability.SAFE, (Transform(loop, keep),))
+    assert this_pass([edit_inside, wrap, insert_inside, around]) == [wrap, around]
+    assert this_pass([edit_inside, insert_inside]) == [edit_inside, insert_inside]
+    other_wrap = Fix("wrap again", Applicability.UNSAFE, (Transform(block, keep),), restructures=block)
+    assert this_pass([wrap, other_wrap]) == [wrap]

@@ -1,0 +1,234 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.arguments import find_argument, literal_int
+from speedfix.codegen import append_args, keyword_arg
+from speedfix.context import CallSite
+from speedfix.findings import Applicability, Severity, Transform
+from speedfix.names import dotted_name
+from speedfix.patterns import DATALOADER, dataset_argument, unwrap_iterable
+from speedfix.rule import Invalid, Rule, Valid
+from speedfix.versions import v
+
+
+class DataloaderNoPersistentWorkers(Rule):
+    """
+    ## What it does
+    Finds a `DataLoader` with worker processes (`num_workers` resolves to more than 0) that is
+    iterated once per epoch (inside an outer loop, or by a function called in one) without
+    `persistent_workers=True`.
+
+    ## Why is this bad?
+    Without it, every `for batch in loader:` starts `num_workers` new processes, each importing
+    the script's modules and copying the dataset, and shuts them down at the end of the epoch.
+    The GPU waits for the first batches of every epoch. With `persistent_workers=True` the
+    workers live for the whole run.
+
+    ## Example
+    ```python
+    loader = DataLoader(dataset, batch_size=64, num_workers=8)
+    for epoch in range(epochs):
+        for x, y in loader:
+            ...
+    ```
+
+    ## Use instead
+    ```python
+    loader = DataLoader(dataset, batch_size=64, num_workers=8, persistent_workers=True)
+    for epoch in range(epochs):
+        for x, y in loader:
+            ...
+    ```
+
+    ## Fix safety
+    Unsafe: the workers keep their own copy of the dataset, so changes the main process makes to
+    it between epochs (`dataset.set_epoch(epoch)`, curriculum or resampling attributes) are no
+    longer seen; a loader whose dataset is changed inside a loop gets no fix. The workers' memory
+    stays allocated for the whole run. When `num_workers` is not a literal in the call (an
+    argparse option, say), the fix writes `persistent_workers=<that value> > 0`, because
+    `persistent_workers=True` with `num_workers=0` raises a `ValueError`.
+
+    ## Measured effect
+    Worker start-up per epoch went from 7 minutes to 35 s of data initialisation in MMHuman3D;
+    7.6 to 9.5 it/s on Windows (spawn start method) with no difference on Linux in another
+    project: the gain is largest where workers are slow to start (spawn, big datasets, short
+    epochs). Sources: https://github.com/open-mmlab/mmhuman3d/pull/233,
+    https://github.com/boreshkinai/delta-interpolator/pull/3
+    """
+
+    code = "SF103"
+    name = "dataloader-no-persistent-workers"
+    summary = "DataLoader workers restarted every epoch (no `persistent_workers=True`)"
+    severity = Severity.INFO
+    requires = (b"num_workers",)
+    fix_applicability = Applicability.UNSAFE
+    fix_title = "Keep the workers between epochs: `persistent_workers=True`"
+    min_torch = v("1.7")
+    effect = "No worker start-up per epoch (MMHuman3D: 7 min to 35 s of data set-up)."
+
+    VALID = [
+        Valid(  # iterated once: nothing to keep alive
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=4)
+            for x, y in loader:
+                train(x, y)
+            """
+        ),
+        Valid(  # no workers
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32)
+            for epoch in range(10):
+                for x, y in loader:
+                    train(x, y)
+            """
+        ),
+        Valid(  # already persistent (or explicitly not)
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=4, persistent_workers=False)
+            for epoch in range(10):
+                for x, y in loader:
+                    train(x, y)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=4)
+            for epoch in range(10):
+                for step, (x, y) in enumerate(loader):
+                    train(x, y)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=4, persistent_workers=True)
+            for epoch in range(10):
+                for step, (x, y) in enumerate(loader):
+                    train(x, y)
+            """,
+        ),
+        Invalid(  # passed to a per-epoch function; the worker count is an argparse option
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--workers", type=int, default=4)
+            args = parser.parse_args()
+
+            def train_epoch(model, loader):
+                for x, y in loader:
+                    step(model, x, y)
+
+            train_loader = torch.utils.data.DataLoader(train_set, batch_size=64, num_workers=args.workers)
+            for epoch in range(args.epochs):
+                train_epoch(model, train_loader)
+            """,
+            fixed="""
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--workers", type=int, default=4)
+            args = parser.parse_args()
+
+            def train_epoch(model, loader):
+                for x, y in loader:
+                    step(model, x, y)
+
+            train_loader = torch.utils.data.DataLoader(
+                train_set,
+                batch_size=64,
+                num_workers=args.workers,
+                persistent_workers=args.workers > 0,
+            )
+            for epoch in range(args.epochs):
+                train_epoch(model, train_loader)
+            """,
+        ),
+        Invalid(  # the dataset changes between epochs: reported, no fix
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(train_set, batch_size=32, num_workers=4)
+            for epoch in range(10):
+                train_set.set_epoch(epoch)
+                for x, y in loader:
+                    train(x, y)
+            """,
+        ),
+    ]
+
+    def finish(self) -> None:
+        for site in self.ctx.calls_to(*DATALOADER):
+            self._check(site)
+
+    def _check(self, site: CallSite) -> None:
+        ctx = self.ctx
+        workers = find_argument(ctx, site, "num_workers", 5)
+        if workers.missing or workers.unknown or not find_argument(ctx, site, "persistent_workers").missing:
+            return
+        count = literal_int(ctx, workers.node, site.stack)
+        if not count or count <= 0:
+            return
+        loader = self._assigned_name(site)
+        if loader is None or not self._iterated_per_epoch(loader):
+            return
+        message = f"`DataLoader` starts its {count} worker processes again every epoch"
+        dataset = dotted_name(dataset_argument(site)) if dataset_argument(site) is not None else None
+        if dataset is not None and self._changed_in_a_loop(dataset):
+            self.report(site.node, message, no_fix_reason="the dataset is changed between epochs: persistent workers would not see it")
+            return
+        if isinstance(workers.node, cst.Integer):
+            value: cst.BaseExpression = cst.Name("True")
+        elif workers.arg is not None and isinstance(workers.node, (cst.Name, cst.Attribute)):
+            value = cst.Comparison(workers.node, [cst.ComparisonTarget(cst.GreaterThan(), cst.Integer("0"))])
+        else:
+            self.report(site.node, message, no_fix_reason="`num_workers` is set outside the call and may be 0 at run time")
+            return
+        indent = ctx.module.default_indent
+        ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("persistent_workers", value), indent=indent))]
+        self.report(site.node, message, fix_ops=ops)
+
+    def _assigned_name(self, site: CallSite) -> str | None:
+        statement = site.statement
+        if statement is None or len(statement.body) != 1 or not isinstance(statement.body[0], cst.Assign):
+            return None
+        assign = statement.body[0]
+        if assign.value is not site.node or len(assign.targets) != 1:
+            return None
+        return dotted_name(assign.targets[0].target)
+
+    def _iterated_per_epoch(self, loader: str) -> bool:
+        """Iterated in a nested loop, in a function called in a loop, or passed to one there."""
+        ctx = self.ctx
+        called_in_loops = {
+            info.node
+            for site in ctx.calls
+            if ctx.nearest_loop(site.stack) is not None and site.func in ctx.functions
+            for info in ctx.functions[site.func]
+        }
+        for info in ctx.loops.values():
+            if info.iter is None or dotted_name(unwrap_iterable(info.iter)) != loader:
+                continue
+            if ctx.nearest_loop(info.stack) is not None or ctx.function_of(info.stack) in called_in_loops:
+                return True
+        for site in ctx.calls:
+            if site.func in ctx.functions and ctx.nearest_loop(site.stack) is not None:
+                if any(dotted_name(arg.value) == loader for arg in site.node.args):
+                    return True
+        return False
+
+    def _changed_in_a_loop(self, dataset: str) -> bool:
+        """`dataset.set_epoch(e)` or `dataset.attr = ...` inside some loop."""
+        ctx = self.ctx
+        for site in ctx.calls:
+            func = site.node.func
+            if isinstance(func, cst.Attribute) and dotted_name(func.value) == dataset and ctx.enclosing_loops(site.stack):
+                return True
+        for name, assignments in ctx.assignments.items():
+            if name.startswith(dataset + ".") and any(ctx.enclosing_loops(a.stack) for a in assignments):
+                return True
+        return False

@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.arguments import find_argument, literal_bool
+from speedfix.blocks import statement_owner
+from speedfix.context import FileContext, is_main_guard
+from speedfix.findings import Severity
+from speedfix.patterns import DETERMINISTIC_ALGORITHMS
+from speedfix.rule import Invalid, Rule, Valid
+
+
+class DeterministicMode(Rule):
+    """
+    ## What it does
+    Finds deterministic mode switched on unconditionally in a CUDA training script:
+    `torch.backends.cudnn.deterministic = True` or `torch.use_deterministic_algorithms(True)`.
+    A switch behind a condition (`if args.seed is not None:`, `if args.deterministic:`) is a
+    choice the user makes per run and is left alone.
+
+    ## Why is this bad?
+    Deterministic mode limits cuDNN and cuBLAS to the algorithms that give bit-identical results,
+    which are often not the fastest, and makes some ops (scatter-add, index-add, some poolings'
+    backward) fall back to slower implementations or raise. pytorch/examples warns: "This will
+    turn on the CUDNN deterministic setting, which can slow down your training considerably!"
+    Seeding alone makes runs comparable; bit-exact reruns are rarely needed during training.
+
+    ## Example
+    ```python
+    torch.manual_seed(0)
+    torch.backends.cudnn.deterministic = True
+    ```
+
+    ## Use instead
+    ```python
+    torch.manual_seed(0)
+    if args.deterministic:  # bit-exact reruns when asked for
+        torch.backends.cudnn.deterministic = True
+    ```
+
+    ## Fix safety
+    No automatic fix: reproducibility is the user's contract, not ours to drop.
+
+    ## Measured effect
+    Depends on the model: the cost is in the convolution and scatter kernels that determinism
+    rules out. PyTorch's reproducibility notes: deterministic operations "are often slower than
+    nondeterministic operations"; pytorch/examples imagenet warns of a considerable slowdown.
+    Sources: https://pytorch.org/docs/stable/notes/randomness.html,
+    https://github.com/pytorch/examples/blob/main/imagenet/main.py
+    """
+
+    code = "SF602"
+    name = "deterministic-mode"
+    summary = "Deterministic cuDNN/algorithms switched on unconditionally in training"
+    severity = Severity.INFO
+    requires = (b"deterministic",)
+    gpu_only = True
+    effect = "Determinism rules out the fastest conv and scatter kernels; the cost depends on the model."
+
+    VALID = [
+        Valid(  # behind a flag: the user's per-run choice
+            """
+            import torch
+            if args.seed is not None:
+                torch.backends.cudnn.deterministic = True
+            model = Net().cuda()
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+            """
+        ),
+        Valid(  # switched off
+            """
+            import torch
+            torch.use_deterministic_algorithms(False)
+            model = Net().cuda()
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+            """
+        ),
+        Valid(  # an evaluation script: no training loop
+            """
+            import torch
+            torch.backends.cudnn.deterministic = True
+            model = Net().cuda()
+            print(model(x.cuda()))
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            torch.manual_seed(0)
+            torch.backends.cudnn.deterministic = True
+            torch.use_deterministic_algorithms(True)
+            model = Net().cuda()
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+            """,
+            count=2,
+        ),
+        Invalid(  # in the main guard and through an alias: still unconditional
+            """
+            import torch.backends.cudnn as cudnn
+
+            def main():
+                for x, y in loader:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    opt.step()
+
+            if __name__ == "__main__":
+                cudnn.deterministic = True
+                main()
+            """,
+        ),
+    ]
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        if not ctx.step_loops:
+            return
+        for name, assignments in ctx.assignments.items():
+            if not name.endswith("cudnn.deterministic"):
+                continue
+            for assignment in assignments:
+                if literal_bool(ctx, assignment.value, assignment.stack) and not _conditional(ctx, assignment.statement):
+                    self.report(assignment.value, "`cudnn.deterministic = True` rules out the fastest convolution algorithms")
+        for site in ctx.calls_to(*DETERMINISTIC_ALGORITHMS):
+            mode = find_argument(ctx, site, "mode", 0)
+            if literal_bool(ctx, mode.node, site.stack) and not _conditional(ctx, site.statement):
+                self.report(site.node, "`use_deterministic_algorithms(True)` rules out fast nondeterministic kernels")
+
+
+def _conditional(ctx: FileContext, statement: cst.BaseStatement | None) -> bool:
+    """Is ``statement`` under an `if` (other than the `__main__` guard)?"""
+    if statement is None:
+        return False
+    owner = statement_owner(ctx, statement)
+    if owner is None:
+        return False
+    node = owner[0]
+    if isinstance(node, cst.If):
+        return not is_main_guard(node.test)
+    return isinstance(node, cst.Else)
