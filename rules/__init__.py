@@ -7,6 +7,7 @@ from speedfix.rules.sf104_blocking_transfer import BlockingTransfer
 from speedfix.rules.sf201_tf32_disabled import Tf32Disabled
 from speedfix.rules.sf202_no_mixed_precision import NoMixedPrecision
 from speedfix.rules.sf203_deprecated_amp_api import DeprecatedAmpApi
+from speedfix.rules.sf205_clip_before_unscale import ClipBeforeUnscale
 from speedfix.rules.sf301_sync_in_loop import SyncInLoop
 from speedfix.rules.sf302_synchronize_in_loop import SynchronizeInLoop
 from speedfix.rules.sf303_empty_cache_in_loop import EmptyCacheInLoop
@@ -18,7 +19,10 @@ from speedfix.rules.sf502_compile_positional_mode import CompilePositionalMode
 from speedfix.rules.sf601_cudnn_benchmark_off import CudnnBenchmarkOff
 from speedfix.rules.sf602_deterministic_mode import DeterministicMode
 from speedfix.rules.sf603_anomaly_detection_on import AnomalyDetectionOn
+from speedfix.rules.sf701_create_then_move import CreateThenMove
+from speedfix.rules.sf703_conv_bias_before_batchnorm import ConvBiasBeforeBatchnorm
 from speedfix.rules.sf801_data_parallel import DataParallel
+from speedfix.rules.sf803_ddp_find_unused_parameters import DdpFindUnusedParameters
 
 RULES = [
     DataloaderNoWorkers,
@@ -28,6 +32,7 @@ RULES = [
     Tf32Disabled,
     NoMixedPrecision,
     DeprecatedAmpApi,
+    ClipBeforeUnscale,
     SyncInLoop,
     SynchronizeInLoop,
     EmptyCacheInLoop,
@@ -39,5 +44,8 @@ RULES = [
     CudnnBenchmarkOff,
     DeterministicMode,
     AnomalyDetectionOn,
+    CreateThenMove,
+    ConvBiasBeforeBatchnorm,
     DataParallel,
+    DdpFindUnusedParameters,
 ]

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.blocks import enclosing_block
-from speedfix.codegen import reference, statement
+from speedfix.codegen import insert_before, reference, statement
 from speedfix.context import CallSite, walk_expression
 from speedfix.findings import Applicability, FixOp, Severity, Transform
 from speedfix.names import dotted_name
@@ -253,9 +253,9 @@ class ModelNotCompiled(Rule):
             new = statement(f"{target} = {reference(self.ctx, 'torch.compile', ops)}({target})")
         node = self._built_at(statements[:index], model) or site.node
         if position is None:
-            ops.insert(0, _insert_before(anchor_statement, new))
+            ops.insert(0, insert_before(anchor_statement, new))
         elif before:
-            ops.insert(0, _insert_before(position, new))
+            ops.insert(0, insert_before(position, new))
         else:
             ops.insert(0, Transform(position, lambda updated: cst.FlattenSentinel([updated, new])))
         self.report(node, message, fix_ops=ops)
@@ -299,16 +299,3 @@ class ModelNotCompiled(Rule):
         return any(True for _ in self.ctx.method_calls("state_dict")) or any(
             True for _ in self.ctx.method_calls("load_state_dict")
         )
-
-
-def _insert_before(target: cst.BaseStatement, new: cst.SimpleStatementLine) -> Transform:
-    """Insert ``new`` before ``target``; comments and blank lines above ``target`` stay on top."""
-
-    def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
-        assert isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
-        moved = new.with_changes(leading_lines=updated.leading_lines)
-        return cst.FlattenSentinel([moved, updated.with_changes(leading_lines=[])])
-
-    return Transform(target, rewrite)
-
-

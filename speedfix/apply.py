@@ -16,7 +16,7 @@ from speedfix.engine import FileError, SyntaxProblem
 from speedfix.fixer import FixError, Unfixed, fix_source
 from speedfix.notebook import read_python
 from speedfix.scan import display_path
-from speedfix.source import SourceError, write_atomic
+from speedfix.source import SourceError, diff_labels, write_atomic
 
 
 @dataclass
@@ -74,7 +74,7 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
 
 def print_diff(console: Console, before: str, after: str, path: str) -> None:
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=f"a/{path}", tofile=f"b/{path}"
+        before.splitlines(keepends=True), after.splitlines(keepends=True), *diff_labels(path)
     )
     for line in lines:
         style = ""

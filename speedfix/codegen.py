@@ -12,7 +12,7 @@ from typing import Callable
 import libcst as cst
 
 from speedfix.context import FileContext
-from speedfix.findings import AddImport, FixOp, InsertStatements
+from speedfix.findings import AddImport, FixOp, InsertStatements, Transform
 from speedfix.names import line_binds
 
 NO_SPACE = cst.SimpleWhitespace("")
@@ -206,3 +206,14 @@ def setting_after_imports(ctx: FileContext, qualified: str, render: Callable[[st
     if anchor is None:
         return None
     return [InsertStatements(anchor, (statement(render(spelled), blank_line_before=True),)), *ops]
+
+
+def insert_before(target: cst.BaseStatement, new: cst.SimpleStatementLine) -> Transform:
+    """Insert ``new`` before ``target``; comments and blank lines above ``target`` stay on top."""
+
+    def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+        moved = new.with_changes(leading_lines=updated.leading_lines)
+        return cst.FlattenSentinel([moved, updated.with_changes(leading_lines=[])])
+
+    return Transform(target, rewrite)

@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from speedfix.engine import FileError
 from speedfix.findings import Finding
-from speedfix.source import SourceError, SourceFile, read_source
+from speedfix.source import SourceError, SourceFile, diff_labels, read_source
 
 SENTINEL = "# ~speedfix~ end of cell {}"
 PLACEHOLDER = "# ~speedfix~ magic {}"
@@ -256,7 +256,7 @@ class Notebook:
             before, after = change.for_diff()
             label = f"{path}:cell {change.number}"
             lines = difflib.unified_diff(
-                before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{label}", f"b/{label}"
+                before.splitlines(keepends=True), after.splitlines(keepends=True), *diff_labels(label)
             )
             out.append("".join(lines))
         return "".join(out)

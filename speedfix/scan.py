@@ -15,7 +15,7 @@ from speedfix.engine import Analysis, FileError, analyze
 from speedfix.cache import ScanCache, cache_enabled, content_key
 from speedfix.findings import Edit, Finding, from_record, to_record
 from speedfix.notebook import Notebook, NotebookError, read_python
-from speedfix.source import SourceError
+from speedfix.source import SourceError, diff_labels
 
 
 @dataclass
@@ -86,8 +86,7 @@ def attach_fix_details(analysis: Analysis, original: str, notebook: Notebook | N
             difflib.unified_diff(
                 original.splitlines(keepends=True),
                 fixed.splitlines(keepends=True),
-                fromfile=f"a/{analysis.path}",
-                tofile=f"b/{analysis.path}",
+                *diff_labels(analysis.path),
             )
         )
 

@@ -80,3 +80,10 @@ def write_atomic(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def diff_labels(path: str) -> tuple[str, str]:
+    """Diff header names: git's `a/`, `b/` before a relative path; an absolute path as it is."""
+    if path.startswith("/"):
+        return path, path
+    return f"a/{path}", f"b/{path}"

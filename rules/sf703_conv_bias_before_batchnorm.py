@@ -1,0 +1,193 @@
+from __future__ import annotations
+
+from collections import Counter
+
+import libcst as cst
+
+from speedfix.arguments import find_argument
+from speedfix.codegen import append_args, keyword_arg
+from speedfix.context import CallSite
+from speedfix.findings import Applicability, Severity, Transform
+from speedfix.names import dotted_name
+from speedfix.rule import Invalid, Rule, Valid
+
+_CONV = {f"torch.nn.{prefix}Conv{d}d" for prefix in ("", "modules.conv.") for d in (1, 2, 3)}
+_BATCHNORM = {f"torch.nn.{prefix}BatchNorm{d}d" for prefix in ("", "modules.batchnorm.") for d in (1, 2, 3)}
+_SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
+
+
+class ConvBiasBeforeBatchnorm(Rule):
+    """
+    ## What it does
+    Finds a convolution with a bias feeding straight into batch normalisation: adjacent in an
+    `nn.Sequential(...)`, or `self.bn(self.conv(x))` in a module whose `self.conv` is used
+    nowhere else.
+
+    ## Why is this bad?
+    Batch normalisation subtracts the per-channel mean right away, so the convolution's bias is
+    cancelled: it is a wasted parameter, an extra broadcast add in the forward pass and an extra
+    reduction in the backward pass, per layer and step. PyTorch's tuning guide: "disable bias
+    for convolutions directly followed by a batch norm".
+
+    ## Example
+    ```python
+    nn.Sequential(nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU())
+    ```
+
+    ## Use instead
+    ```python
+    nn.Sequential(nn.Conv2d(64, 128, 3, padding=1, bias=False), nn.BatchNorm2d(128), nn.ReLU())
+    ```
+
+    ## Fix safety
+    Unsafe: the `*.bias` entries disappear from the `state_dict`, so loading an existing or
+    pretrained checkpoint with `strict=True` fails, and the results change within float rounding.
+    An explicit `bias=True` is reported without a fix.
+
+    ## Measured effect
+    Small: one broadcast add and its gradient per convolution; the profiler's pattern matcher
+    reports it as `Conv2dBiasFollowedByBatchNorm2dPattern`.
+    Sources: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html,
+    https://github.com/pytorch/pytorch/blob/main/torch/profiler/_pattern_matcher.py
+    """
+
+    code = "SF703"
+    name = "conv-bias-before-batchnorm"
+    summary = "Convolution with a bias straight into BatchNorm (the bias is cancelled)"
+    severity = Severity.INFO
+    requires = (b"BatchNorm",)
+    fix_applicability = Applicability.UNSAFE
+    fix_title = "Drop the cancelled bias: `bias=False`"
+    effect = "One broadcast add and its gradient less per convolution."
+
+    VALID = [
+        Valid(
+            """
+            import torch.nn as nn
+            block = nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+            """
+        ),
+        Valid(  # an activation in between: the bias is not cancelled
+            """
+            import torch.nn as nn
+            block = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.BatchNorm2d(16))
+            """
+        ),
+        Valid(  # the convolution is also used without the batch norm
+            """
+            import torch.nn as nn
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(16, 16, 3, padding=1)
+                    self.bn = nn.BatchNorm2d(16)
+                def forward(self, x, normalise=True):
+                    return self.bn(self.conv(x)) if normalise else self.conv(x)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch.nn as nn
+            features = nn.Sequential(
+                nn.Conv2d(3, 64, kernel_size=3, padding=1),
+                nn.BatchNorm2d(64),
+                nn.ReLU(inplace=True),
+            )
+            """,
+            fixed="""
+            import torch.nn as nn
+            features = nn.Sequential(
+                nn.Conv2d(3, 64, kernel_size=3, padding=1, bias=False),
+                nn.BatchNorm2d(64),
+                nn.ReLU(inplace=True),
+            )
+            """,
+        ),
+        Invalid(  # attributes composed in forward (pytorch-cifar's ResNet blocks)
+            """
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class BasicBlock(nn.Module):
+                def __init__(self, planes):
+                    super().__init__()
+                    self.conv1 = nn.Conv2d(planes, planes, 3, padding=1)
+                    self.bn1 = nn.BatchNorm2d(planes)
+                def forward(self, x):
+                    return F.relu(self.bn1(self.conv1(x)))
+            """,
+            fixed="""
+            import torch.nn as nn
+            import torch.nn.functional as F
+            class BasicBlock(nn.Module):
+                def __init__(self, planes):
+                    super().__init__()
+                    self.conv1 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+                    self.bn1 = nn.BatchNorm2d(planes)
+                def forward(self, x):
+                    return F.relu(self.bn1(self.conv1(x)))
+            """,
+        ),
+        Invalid(  # an explicit bias=True is the author's call: reported, no fix
+            """
+            import torch.nn as nn
+            stem = nn.Sequential(nn.Conv2d(3, 32, 3, bias=True), nn.BatchNorm2d(32))
+            """
+        ),
+    ]
+
+    def finish(self) -> None:
+        for site in self.ctx.calls_to(*_SEQUENTIAL):
+            layers = [arg.value for arg in site.node.args if arg.keyword is None and not arg.star]
+            for conv, norm in zip(layers, layers[1:]):
+                if self._is(conv, _CONV) and self._is(norm, _BATCHNORM):
+                    self._report(conv)
+        self._check_composed_attributes()
+
+    def _check_composed_attributes(self) -> None:
+        """`self.bn(self.conv(x))` where `self.conv` is a Conv and `self.bn` a BatchNorm, and
+        `self.conv` is called nowhere else."""
+        calls = Counter((_class_of(site), dotted_name(site.node.func)) for site in self.ctx.calls)
+        reported: set[tuple[cst.ClassDef | None, str]] = set()
+        for site in self.ctx.calls:
+            outer = dotted_name(site.node.func)
+            if not outer or not outer.startswith("self.") or len(site.node.args) != 1:
+                continue
+            inner = site.node.args[0].value
+            conv_name = dotted_name(inner.func) if isinstance(inner, cst.Call) else None
+            key = (_class_of(site), conv_name)
+            if not conv_name or not conv_name.startswith("self.") or key in reported or calls[key] != 1:
+                continue
+            conv = self._constructed(conv_name, site)
+            if conv is not None and self._is(conv, _CONV) and self._is(self._constructed(outer, site), _BATCHNORM):
+                reported.add(key)
+                self._report(conv)
+
+    def _constructed(self, attribute: str, site: CallSite) -> cst.BaseExpression | None:
+        """The value of the single `self.attr = ...` in the class around ``site``."""
+        cls = _class_of(site)
+        found = [a for a in self.ctx.assignments.get(attribute, []) if any(frame.node is cls for frame in a.stack)]
+        return found[0].value if len(found) == 1 else None
+
+    def _is(self, node: cst.BaseExpression | None, qualnames: set[str]) -> bool:
+        return isinstance(node, cst.Call) and self.ctx.qualname(node.func) in qualnames
+
+    def _report(self, conv: cst.BaseExpression) -> None:
+        assert isinstance(conv, cst.Call)
+        site = self.ctx.site_of(conv)
+        if site is None:
+            return
+        bias = find_argument(self.ctx, site, "bias", 7)
+        message = "the convolution's bias is cancelled by the BatchNorm right after it"
+        if not bias.missing:
+            if not (isinstance(bias.node, cst.Name) and bias.node.value == "False"):
+                self.report(conv, message, no_fix_reason="`bias` is set explicitly")
+            return
+        indent = self.ctx.module.default_indent
+        ops = [Transform(conv, lambda call: append_args(call, keyword_arg("bias", cst.Name("False")), indent=indent))]
+        self.report(conv, message, fix_ops=ops)
+
+
+def _class_of(site: CallSite) -> cst.ClassDef | None:
+    return next((frame.node for frame in reversed(site.stack) if isinstance(frame.node, cst.ClassDef)), None)

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from speedfix.arguments import find_argument, literal_bool
+from speedfix.findings import Severity
+from speedfix.rule import Invalid, Rule, Valid
+
+_DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
+
+
+class DdpFindUnusedParameters(Rule):
+    """
+    ## What it does
+    Finds `DistributedDataParallel(..., find_unused_parameters=True)`.
+
+    ## Why is this bad?
+    With it, DDP walks the whole autograd graph after every forward pass to find parameters that
+    will get no gradient, and it cannot start all-reducing buckets as early. PyTorch's reducer
+    warns when it finds none: "find_unused_parameters=True was specified in DDP constructor, but
+    did not find any unused parameters ... this flag results in an extra traversal of the
+    autograd graph every iteration, which can adversely affect performance." It is only needed
+    when some parameters really go unused in a step (conditional branches, frozen heads).
+
+    ## Example
+    ```python
+    model = DDP(model, device_ids=[rank], find_unused_parameters=True)
+    ```
+
+    ## Use instead
+    ```python
+    model = DDP(model, device_ids=[rank])
+    ```
+
+    ## Fix safety
+    No automatic fix: if some parameters do go unused, DDP without the flag raises "Expected to
+    have finished reduction in the prior iteration" at the next step. Remove it, run a few steps;
+    keep it (or try `static_graph=True`) only if that error appears.
+
+    ## Measured effect
+    One extra traversal of the autograd graph per step plus later communication; lightly reported
+    the flag "can slow down training considerably".
+    Sources: https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html,
+    https://github.com/lightly-ai/lightly/issues/1434
+    """
+
+    code = "SF803"
+    name = "ddp-find-unused-parameters"
+    summary = "`DistributedDataParallel(find_unused_parameters=True)`"
+    severity = Severity.INFO
+    requires = (b"find_unused_parameters",)
+    effect = "One autograd-graph traversal less per step, and earlier gradient all-reduce."
+
+    VALID = [
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[rank], find_unused_parameters=False)
+            """
+        ),
+        Valid(  # decided at run time
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[rank], find_unused_parameters=args.find_unused)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank], find_unused_parameters=True)
+            """
+        ),
+        Invalid(  # through a kwargs dict
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            ddp_kwargs = {"device_ids": [rank], "find_unused_parameters": True}
+            model = DDP(model, **ddp_kwargs)
+            """
+        ),
+    ]
+
+    def finish(self) -> None:
+        for site in self.ctx.calls_to(*_DDP):
+            flag = find_argument(self.ctx, site, "find_unused_parameters")
+            if literal_bool(self.ctx, flag.node, site.stack):
+                self.report(site.node, "`find_unused_parameters=True` walks the autograd graph again after every forward pass")
