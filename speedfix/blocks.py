@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Sequence
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -18,15 +19,27 @@ def enclosing_block(ctx: FileContext, statement: cst.BaseStatement) -> list[cst.
 def statement_owner(ctx: FileContext, statement: cst.BaseStatement) -> tuple[cst.CSTNode, list[cst.BaseStatement]] | None:
     """(the node whose block holds ``statement`` — the Module or a compound statement, or an
     ``Else``/``ExceptHandler``/``Finally`` clause — and that block's statements)."""
-    todo: list[tuple[cst.CSTNode, Sequence[cst.BaseStatement]]] = [(ctx.module, ctx.module.body)]
+    index = _OWNERS.get(ctx)
+    if index is None:
+        index = _OWNERS[ctx] = _index_owners(ctx.module)
+    return index.get(id(statement))
+
+
+# One walk over the statements per file, shared by every rule that asks.
+_OWNERS: WeakKeyDictionary[FileContext, dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]]] = WeakKeyDictionary()
+
+
+def _index_owners(module: cst.Module) -> dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]]:
+    index: dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]] = {}
+    todo: list[tuple[cst.CSTNode, Sequence[cst.BaseStatement]]] = [(module, module.body)]
     while todo:
         owner, body = todo.pop()
-        for node in body:
-            if node is statement:
-                return owner, list(body)
+        statements = list(body)
+        for node in statements:
+            index[id(node)] = (owner, statements)
             if isinstance(node, cst.BaseCompoundStatement):
                 todo.extend(_owned_bodies(node))
-    return None
+    return index
 
 
 def _owned_bodies(node: cst.CSTNode) -> list[tuple[cst.CSTNode, Sequence[cst.BaseStatement]]]:
