@@ -177,7 +177,8 @@ class DataloaderNoPersistentWorkers(Rule):
         if loader is None or not self._iterated_per_epoch(loader):
             return
         message = f"`DataLoader` starts its {count} worker processes again every epoch"
-        dataset = dotted_name(dataset_argument(site)) if dataset_argument(site) is not None else None
+        given = dataset_argument(site)
+        dataset = dotted_name(given) if given is not None else None
         if dataset is not None and self._changed_in_a_loop(dataset):
             self.report(site.node, message, no_fix_reason="the dataset is changed between epochs: persistent workers would not see it")
             return

@@ -8,7 +8,7 @@ import libcst as cst
 
 from speedfix.blocks import statement_owner
 from speedfix.codegen import reference, string_literal
-from speedfix.context import CallSite, walk_expression
+from speedfix.context import CallSite, target_names, walk_expression
 from speedfix.findings import Applicability, FixOp, Severity, Transform
 from speedfix.names import dotted_name
 from speedfix.patterns import uses_autocast
@@ -28,7 +28,6 @@ _CUDNN_RNNS = tuple(f"torch.nn.{kind}" for kind in ("LSTM", "GRU", "RNN")) + tup
     f"torch.nn.modules.rnn.{kind}" for kind in ("LSTM", "GRU", "RNN")
 )
 _LOSS_NAME = re.compile(r"loss|criterion", re.IGNORECASE)
-_GRAD_SCALER = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler")
 
 
 class NoMixedPrecision(Rule):
@@ -296,21 +295,18 @@ class NoMixedPrecision(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if uses_autocast(ctx) or ctx.mentions_low_precision or ctx.calls_to(*_GRAD_SCALER):
+        scaler = any(name.endswith("GradScaler") for name in ctx.calls_by_qualname)
+        if uses_autocast(ctx) or ctx.mentions_low_precision or scaler:
             return
         by_block: dict[int, list[tuple[CallSite, tuple[cst.CSTNode, list[cst.BaseStatement]] | None]]] = defaultdict(list)
-        order: list[int] = []
         for site in ctx.method_calls("backward"):
             # `fabric.backward(loss)`, `accelerator.backward(loss)`: the framework owns the precision
             if site.node.args and site.node.args[0].keyword is None or not ctx.in_training_loop(site.stack):
                 continue
             owner = statement_owner(ctx, site.statement) if site.statement is not None else None
             key = id(owner[0]) if owner is not None else id(site.node)
-            if key not in by_block:
-                order.append(key)
             by_block[key].append((site, owner))
-        for key in order:
-            sites = by_block[key]
+        for sites in by_block.values():
             self._report_block([site for site, _ in sites], sites[0][1])
 
     # ------------------------------------------------------------------ the fix
@@ -343,7 +339,7 @@ class NoMixedPrecision(Rule):
             f"dtype={reference(self.ctx, 'torch.bfloat16', ops)})"
         )
         spans = [r for r in ranges if r is not None]
-        ops.insert(0, Transform(block, lambda updated: _wrap(updated, spans, context, len(statements))))
+        ops.insert(0, Transform(block, lambda updated: _wrap(updated, spans, context)))
         self.report(first.node, message, fix_ops=ops, restructures=block)
 
     def _forward_range(self, statements: list[cst.BaseStatement], site: CallSite) -> tuple[int, int] | None:
@@ -406,11 +402,11 @@ _RNN_REASON = (
 )
 
 
-def _wrap(block: cst.CSTNode, spans: list[tuple[int, int]], context: str, expected: int) -> cst.CSTNode:
+def _wrap(block: cst.CSTNode, spans: list[tuple[int, int]], context: str) -> cst.CSTNode:
+    # The fix restructures this block, so no other fix touches it in the same pass: the indices
+    # computed from the analysed block still hold.
     assert isinstance(block, cst.IndentedBlock)
     body = list(block.body)
-    if len(body) != expected:  # the block changed under us: leave it for the next pass
-        return block
     for start, end in sorted(set(spans), reverse=True):
         moved = body[start : end + 1]
         head = moved[0]
@@ -437,18 +433,11 @@ def _assigned(statement: cst.BaseStatement) -> set[str]:
         return set()
     names: set[str] = set()
     for small in statement.body:
-        targets: list[cst.BaseExpression] = []
         if isinstance(small, cst.Assign):
-            targets = [t.target for t in small.targets]
+            for target in small.targets:
+                names.update(target_names(target.target))
         elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
-            targets = [small.target]
-        for target in targets:
-            elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else [target]
-            for element in elements:
-                value = element.value if isinstance(element, cst.BaseElement) else element
-                name = dotted_name(value)
-                if name:
-                    names.add(name)
+            names.update(target_names(small.target))
     return names
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.blocks import statement_owner
-from speedfix.codegen import insert_before, statement
+from speedfix.codegen import code_of, insert_before, statement
 from speedfix.context import CallSite, walk_expression
 from speedfix.findings import Applicability, Severity
 from speedfix.rule import Invalid, Rule, Valid
@@ -190,7 +190,7 @@ class ClipBeforeUnscale(Rule):
                 continue
             step = next((call for call in calls if _method_of(call, scaler) == "step" and call.args), None)
             if step is not None:
-                optimizer = _code(step.args[0].value)
+                optimizer = code_of(step.args[0].value)
                 new = statement(f"{scaler}.unscale_({optimizer})")
                 self.report(clipped[1], _message(clipped[1]), fix_ops=[insert_before(clipped[0], new)])
                 return
@@ -205,21 +205,17 @@ def _scaler_of(site: CallSite) -> str | None:
         return None
     inner = func.value.func
     if isinstance(inner, cst.Attribute) and inner.attr.value == "scale":
-        return _code(inner.value)
+        return code_of(inner.value)
     return None
 
 
 def _method_of(call: cst.Call, receiver: str) -> str | None:
     func = call.func
-    if isinstance(func, cst.Attribute) and _code(func.value) == receiver:
+    if isinstance(func, cst.Attribute) and code_of(func.value) == receiver:
         return func.attr.value
     return None
 
 
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
 def _message(clip: cst.Call) -> str:
-    name = _code(clip.func).rsplit(".", 1)[-1]
+    name = code_of(clip.func).rsplit(".", 1)[-1]
     return f"`{name}` clips the gradients while they are still multiplied by the GradScaler's scale"

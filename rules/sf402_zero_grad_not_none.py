@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.arguments import find_argument, literal_bool
-from speedfix.codegen import append_args, keyword_arg, remove_arg
+from speedfix.codegen import append_args, code_of, keyword_arg, remove_arg
 from speedfix.context import CallSite
 from speedfix.findings import Applicability, Severity, Transform
 from speedfix.names import dotted_name
@@ -223,7 +223,7 @@ class ZeroGradNotNone(Rule):
             return
         module = iterable.func.value
         call = "zero_grad()" if self.ctx.torch_version >= v("2.0") else "zero_grad(set_to_none=True)"
-        replacement = cst.parse_statement(f"{cst.Module([]).code_for_node(module)}.{call}")
+        replacement = cst.parse_statement(f"{code_of(module)}.{call}")
         self.report(
             loop,
             "gradients are zeroed one parameter at a time instead of freed",

@@ -76,12 +76,13 @@ def append_args(call: cst.Call, *new_args: cst.Arg, indent: str = "    ") -> cst
     """``call`` with ``new_args`` added at the end, in the call's own layout (a one-line call
     that becomes too long is laid out one argument per line, as black would)."""
     grown = _append(call, new_args)
-    if _is_multiline(call) or len(_code(call)) > WRAP_AT:  # a long line stays the author's choice
+    if _is_multiline(call) or len(code_of(call)) > WRAP_AT:  # a long line stays the author's choice
         return grown
-    return explode(grown, indent) if len(_code(grown)) > WRAP_AT else grown
+    return explode(grown, indent) if len(code_of(grown)) > WRAP_AT else grown
 
 
-def _code(node: cst.CSTNode) -> str:
+def code_of(node: cst.CSTNode) -> str:
+    """The source text of a node, as libcst prints it."""
     return cst.Module([]).code_for_node(node)
 
 
