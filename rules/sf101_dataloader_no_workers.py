@@ -5,7 +5,7 @@ import libcst as cst
 from speedfix.arguments import find_argument, literal_int
 from speedfix.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
 from speedfix.context import CallSite
-from speedfix.findings import Applicability, FixOp, Severity, Transform
+from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.patterns import DATALOADER, dataset_argument, is_in_memory_dataset, is_iterable_dataset
 from speedfix.rule import Invalid, Rule, Valid
 
@@ -63,6 +63,7 @@ class DataloaderNoWorkers(Rule):
     severity = Severity.WARNING
     requires = (b"DataLoader",)
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.RNG  # workers keep the batch order but draw augmentation randomness in their own processes
     fix_title = "Load batches in worker processes (`num_workers` from the CPU count, persistent workers)"
     effect = "Overlaps data loading with compute; large when `__getitem__` decodes or augments."
 
@@ -287,7 +288,7 @@ class DataloaderNoWorkers(Rule):
             self.report(site.node, message, no_fix_reason=reason)
             return
         ops: list[FixOp] = []
-        cpu_count = reference(self.ctx, "os.cpu_count", ops)
+        cpu_count = reference(self.ctx, "os.cpu_count", ops, site.stack)
         value = cst.parse_expression(f"min(8, {cpu_count}() or 1)")
         has_persistent = not find_argument(self.ctx, site, "persistent_workers").missing
         original = find_argument(self.ctx, site, "num_workers", 5).arg

@@ -5,7 +5,7 @@ import libcst as cst
 from speedfix.arguments import find_argument
 from speedfix.codegen import append_args, keyword_arg
 from speedfix.context import CallSite
-from speedfix.findings import Applicability, Severity, Transform
+from speedfix.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.patterns import DATALOADER, constructor_call, dataset_argument
 from speedfix.rule import Invalid, Rule, Valid
 
@@ -57,6 +57,7 @@ class DataloaderNoPinMemory(Rule):
     severity = Severity.WARNING
     requires = (b"DataLoader",)
     fix_applicability = Applicability.SAFE
+    loss_check = LossCheck.EXACT
     fix_title = "Add `pin_memory=True`"
     gpu_only = True
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."

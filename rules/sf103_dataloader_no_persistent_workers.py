@@ -5,7 +5,7 @@ import libcst as cst
 from speedfix.arguments import find_argument, literal_int
 from speedfix.codegen import append_args, keyword_arg
 from speedfix.context import CallSite
-from speedfix.findings import Applicability, Severity, Transform
+from speedfix.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.names import dotted_name
 from speedfix.patterns import DATALOADER, dataset_argument, unwrap_iterable
 from speedfix.rule import Invalid, Rule, Valid
@@ -63,6 +63,7 @@ class DataloaderNoPersistentWorkers(Rule):
     severity = Severity.INFO
     requires = (b"num_workers",)
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.RNG  # workers that persist keep their random state across epochs
     fix_title = "Keep the workers between epochs: `persistent_workers=True`"
     min_torch = v("1.7")
     effect = "No worker start-up per epoch (MMHuman3D: 7 min to 35 s of data set-up)."

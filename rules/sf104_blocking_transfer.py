@@ -7,7 +7,7 @@ import libcst as cst
 from speedfix.arguments import find_argument
 from speedfix.codegen import append_args, keyword_arg
 from speedfix.context import CallSite
-from speedfix.findings import Applicability, Severity, Transform
+from speedfix.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype
 from speedfix.rule import Invalid, Rule, Valid
 
@@ -58,6 +58,7 @@ class BlockingTransfer(Rule):
     severity = Severity.WARNING
     requires = (b".to(", b".cuda(")
     fix_applicability = Applicability.SAFE
+    loss_check = LossCheck.EXACT
     fix_title = "Add `non_blocking=True`"
     gpu_only = True
     effect = "The CPU keeps queueing work while the batch is copied."

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 
 from speedfix.codegen import NO_IMPORT_BLOCK, setting_after_imports, string_literal
-from speedfix.findings import Applicability, Severity
+from speedfix.findings import Applicability, LossCheck, Severity
 from speedfix.names import dotted_name
 from speedfix.patterns import uses_autocast
 from speedfix.rule import Invalid, Rule, Valid
@@ -67,6 +67,7 @@ class Tf32Disabled(Rule):
     severity = Severity.WARNING
     requires = (b"backward", b"step(")
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.NUMERICS
     fix_title = 'Enable TF32 matmuls: `torch.set_float32_matmul_precision("high")` after the imports'
     gpu_only = True
     min_torch = v("1.12")

@@ -9,7 +9,7 @@ import libcst as cst
 from speedfix.blocks import statement_owner
 from speedfix.codegen import reference, string_literal
 from speedfix.context import CallSite, target_names, walk_expression
-from speedfix.findings import Applicability, FixOp, Severity, Transform
+from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.names import dotted_name
 from speedfix.patterns import uses_autocast
 from speedfix.rule import Invalid, Rule, Valid
@@ -98,6 +98,7 @@ class NoMixedPrecision(Rule):
     severity = Severity.WARNING
     requires = (b"backward",)
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.NUMERICS
     fix_title = 'Run the forward pass and loss under `torch.autocast("cuda", dtype=torch.bfloat16)`'
     gpu_only = True
     min_torch = v("1.10")
@@ -335,8 +336,8 @@ class NoMixedPrecision(Rule):
             return
         ops: list[FixOp] = []
         context = (
-            f"{reference(self.ctx, 'torch.autocast', ops)}({string_literal(self.ctx, 'cuda')}, "
-            f"dtype={reference(self.ctx, 'torch.bfloat16', ops)})"
+            f"{reference(self.ctx, 'torch.autocast', ops, first.stack)}({string_literal(self.ctx, 'cuda')}, "
+            f"dtype={reference(self.ctx, 'torch.bfloat16', ops, first.stack)})"
         )
         spans = [r for r in ranges if r is not None]
         ops.insert(0, Transform(block, lambda updated: _wrap(updated, spans, context)))

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from speedfix.codegen import NO_SPACE, append_args, insert_first_arg, keyword_arg, string_literal
-from speedfix.findings import Applicability, FixOp, Severity, Transform
+from speedfix.findings import Applicability, Category, FixOp, LossCheck, Severity, Transform
 from speedfix.names import dotted_name
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import TorchVersion, v
@@ -53,9 +53,11 @@ class DeprecatedAmpApi(Rule):
     twins, through every import form.
 
     ## Why is this bad?
-    Each call emits a `FutureWarning` ("`torch.cuda.amp.GradScaler(args...)` is deprecated.
-    Please use `torch.amp.GradScaler('cuda', args...)` instead.") and the old names will be
-    removed. There is no speed to gain; it is hygiene that keeps AMP code working.
+    Each use emits a `FutureWarning` that names its replacement: `torch.cuda.amp.autocast(args...)`
+    becomes `torch.amp.autocast("cuda", args...)`, `torch.cuda.amp.GradScaler(args...)` becomes
+    `torch.amp.GradScaler("cuda", args...)`, and likewise for `custom_fwd`/`custom_bwd` and the
+    `torch.cpu.amp` names. The old names will be removed. There is no speed to gain; it is
+    hygiene that keeps AMP code working.
 
     ## Example
     ```python
@@ -95,8 +97,10 @@ class DeprecatedAmpApi(Rule):
     name = "deprecated-amp-api"
     summary = "Deprecated `torch.cuda.amp` / `torch.cpu.amp` API (autocast, GradScaler, custom_fwd)"
     severity = Severity.WARNING
+    category = Category.DEPRECATION
     requires = (b"amp",)
     fix_applicability = Applicability.SAFE
+    loss_check = LossCheck.EXACT
     fix_title = "Use the device-generic `torch.amp` API"
     min_torch = v("1.10")
     effect = "None on speed: removes a FutureWarning per call."

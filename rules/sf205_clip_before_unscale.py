@@ -5,7 +5,7 @@ import libcst as cst
 from speedfix.blocks import statement_owner
 from speedfix.codegen import code_of, insert_before, statement
 from speedfix.context import CallSite, walk_expression
-from speedfix.findings import Applicability, Severity
+from speedfix.findings import Applicability, Category, LossCheck, Severity
 from speedfix.rule import Invalid, Rule, Valid
 
 _CLIP = tuple(
@@ -64,8 +64,10 @@ class ClipBeforeUnscale(Rule):
     name = "clip-before-unscale"
     summary = "Gradient clipping of GradScaler-scaled gradients (no `scaler.unscale_` first)"
     severity = Severity.ERROR
+    category = Category.CORRECTNESS
     requires = (b"clip_grad",)
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.NUMERICS
     fix_title = "Unscale the gradients first: `scaler.unscale_(optimizer)` before clipping"
     effect = "Correctness: clipping acts on the real gradients again."
 

@@ -6,7 +6,7 @@ from functools import cached_property
 import libcst as cst
 
 from speedfix.context import FileContext, Stack, walk_expression
-from speedfix.findings import Applicability, FixOp, Severity, Transform
+from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.names import dotted_name
 from speedfix.patterns import BatchNames, is_cpu_device
 from speedfix.rule import Invalid, Rule, Valid
@@ -91,6 +91,7 @@ class SyncInLoop(Rule):
     severity = Severity.WARNING
     requires = (b"backward", b"step(", b"training_step")
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.EXACT
     fix_title = "Accumulate on the device and read the value once, at the logging point"
     gpu_only = True
     effect = "The CPU queues the next step while the GPU works (0-50 ms/step)."

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from speedfix.findings import Applicability, Severity
+from speedfix.findings import Applicability, LossCheck, Severity
 from speedfix.removal import NOT_ALONE, call_removal
 from speedfix.rule import Invalid, Rule, Valid
 
@@ -46,6 +46,7 @@ class GcCollectInLoop(Rule):
     severity = Severity.WARNING
     requires = (b"gc.collect", b"collect(")
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.EXACT
     fix_title = "Remove the call from the training loop"
     effect = "No full garbage collection per step: 1.66x in PEFT."
 

@@ -5,7 +5,7 @@ import libcst as cst
 from speedfix.arguments import find_argument
 from speedfix.codegen import append_args, keyword_arg
 from speedfix.context import CallSite
-from speedfix.findings import Applicability, Severity, Transform
+from speedfix.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
 
@@ -60,6 +60,7 @@ class OptimizerNotFused(Rule):
     severity = Severity.INFO
     requires = (b"Adam",)
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.NUMERICS
     fix_title = "Use the fused implementation (`fused=True`)"
     gpu_only = True
     min_torch = v("2.4")

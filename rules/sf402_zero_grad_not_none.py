@@ -4,8 +4,9 @@ import libcst as cst
 
 from speedfix.arguments import find_argument, literal_bool
 from speedfix.codegen import append_args, code_of, keyword_arg, remove_arg
+from speedfix.comments import own_lines
 from speedfix.context import CallSite
-from speedfix.findings import Applicability, Severity, Transform
+from speedfix.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.names import dotted_name
 from speedfix.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.rule import Invalid, Rule, Valid
@@ -67,6 +68,7 @@ class ZeroGradNotNone(Rule):
     severity = Severity.INFO
     requires = (b"zero_grad", b".grad")
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.EXACT
     fix_title = "Let `zero_grad()` set gradients to None"
     effect = "Saves a memset per parameter per step (small)."
 
@@ -227,7 +229,8 @@ class ZeroGradNotNone(Rule):
         self.report(
             loop,
             "gradients are zeroed one parameter at a time instead of freed",
-            fix_ops=[Transform(loop, lambda node: replacement.with_changes(leading_lines=node.leading_lines))],
+            # The loop's comments stay, above the call that replaces it.
+            fix_ops=[Transform(loop, lambda node: replacement.with_changes(leading_lines=own_lines(node)))],
         )
 
     def _grads_are_accumulated_into(self) -> bool:

@@ -5,7 +5,7 @@ import libcst as cst
 from speedfix.blocks import enclosing_block
 from speedfix.codegen import insert_before, reference, statement
 from speedfix.context import CallSite, walk_expression
-from speedfix.findings import Applicability, FixOp, Severity, Transform
+from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.names import dotted_name
 from speedfix.patterns import OPTIMIZER_PREFIX
 from speedfix.rule import Invalid, Rule, Valid
@@ -72,6 +72,7 @@ class ModelNotCompiled(Rule):
     severity = Severity.WARNING
     requires = (b"optim",)
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.NUMERICS
     fix_title = "Compile the model after it is built and moved to its device"
     gpu_only = True
     min_torch = v("2.0")
@@ -250,7 +251,7 @@ class ModelNotCompiled(Rule):
         if in_place:
             new = statement(f"{target}.compile()")
         else:
-            new = statement(f"{target} = {reference(self.ctx, 'torch.compile', ops)}({target})")
+            new = statement(f"{target} = {reference(self.ctx, 'torch.compile', ops, site.stack)}({target})")
         node = self._built_at(statements[:index], model) or site.node
         if position is None:
             ops.insert(0, insert_before(anchor_statement, new))

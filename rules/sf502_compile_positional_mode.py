@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.codegen import NO_SPACE
-from speedfix.findings import Applicability, Severity, Transform
+from speedfix.findings import Applicability, Category, LossCheck, Severity, Transform
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
 
@@ -42,8 +42,10 @@ class CompilePositionalMode(Rule):
     name = "compile-positional-mode"
     summary = "`torch.compile(m, \"mode\")`: the mode must be a keyword (TypeError)"
     severity = Severity.ERROR
+    category = Category.CORRECTNESS
     requires = (b"compile",)
     fix_applicability = Applicability.SAFE
+    loss_check = LossCheck.EXACT
     fix_title = "Pass the mode as `mode=`"
     min_torch = v("2.0")
     effect = "Turns a TypeError at start-up into the intended compile mode."

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from speedfix.codegen import NO_IMPORT_BLOCK, setting_after_imports
 from speedfix.context import CallSite
-from speedfix.findings import Applicability, Severity
+from speedfix.findings import Applicability, LossCheck, Severity
 from speedfix.patterns import cudnn_settings
 from speedfix.rule import Invalid, Rule, Valid
 
@@ -64,6 +64,7 @@ class CudnnBenchmarkOff(Rule):
     severity = Severity.INFO
     requires = (b"Conv", b"models")
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.NUMERICS
     fix_title = "Enable the cuDNN autotuner: `torch.backends.cudnn.benchmark = True` after the imports"
     gpu_only = True
     effect = "cuDNN picks the fastest conv algorithm per shape: 1.42x per epoch on a V100 (SpeechBrain)."

@@ -5,7 +5,7 @@ import libcst as cst
 from speedfix.arguments import find_argument, literal_bool
 from speedfix.codegen import find_arg, remove_arg
 from speedfix.context import CallSite
-from speedfix.findings import Applicability, FixOp, Severity, Transform
+from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.removal import NOT_ALONE, call_removal
 from speedfix.rule import Invalid, Rule, Valid
 
@@ -55,6 +55,7 @@ class AnomalyDetectionOn(Rule):
     severity = Severity.WARNING
     requires = (b"anomaly",)
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.EXACT
     fix_title = "Turn anomaly detection off"
     effect = "No traceback capture and NaN check per autograd node: 2.4-3x in reports."
 

@@ -6,7 +6,7 @@ import libcst as cst
 
 from speedfix.codegen import append_args, keyword_arg, string_literal
 from speedfix.context import CallSite
-from speedfix.findings import Applicability, Severity, replace
+from speedfix.findings import Applicability, LossCheck, Severity, replace
 from speedfix.names import dotted_name
 from speedfix.patterns import is_dtype
 from speedfix.rule import Invalid, Rule, Valid
@@ -67,6 +67,7 @@ class CreateThenMove(Rule):
     severity = Severity.INFO
     requires = (b".to(", b".cuda(")
     fix_applicability = Applicability.SAFE
+    loss_check = LossCheck.EXACT
     fix_title = "Create the tensor on the device: `device=`"
     gpu_only = True
     effect = "One allocation, host-to-device copy and sync less per call."

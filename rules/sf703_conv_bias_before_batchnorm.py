@@ -7,7 +7,7 @@ import libcst as cst
 from speedfix.arguments import find_argument
 from speedfix.codegen import append_args, keyword_arg
 from speedfix.context import CallSite
-from speedfix.findings import Applicability, Severity, Transform
+from speedfix.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.names import dotted_name
 from speedfix.rule import Invalid, Rule, Valid
 
@@ -57,6 +57,7 @@ class ConvBiasBeforeBatchnorm(Rule):
     severity = Severity.INFO
     requires = (b"BatchNorm",)
     fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.RNG  # one fewer initialisation draw shifts every later layer's weights
     fix_title = "Drop the cancelled bias: `bias=False`"
     effect = "One broadcast add and its gradient less per convolution."
 

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import io
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 import typer
 from rich.console import Console
 
 from speedfix import __version__
-from speedfix.config import OUTPUT_FORMATS, ConfigError, Settings, resolve_settings
-from speedfix.discovery import MissingPath
+from speedfix.config import ConfigError, Settings, resolve_settings
+from speedfix.discovery import MissingPath, is_scanned
+from speedfix.engine import FileError
+from speedfix.output import Reporter, ReportOptions, UnknownFormat, format_names, get_reporter
+
+if TYPE_CHECKING:
+    from speedfix.apply import ApplyOutcome
 
 app = typer.Typer(
     name="speedfix",
@@ -35,13 +39,8 @@ TorchVersionOption = typer.Option(None, "--torch-version", help="Target torch ve
 ConfigOption = typer.Option(None, "--config", help="Read settings from this pyproject.toml instead of searching for one.", exists=True, dir_okay=False)
 IsolatedOption = typer.Option(False, "--isolated", help="Ignore every configuration file.")
 ForceExcludeOption = typer.Option(False, "--force-exclude", help="Apply `exclude` also to files named on the command line (for pre-commit).")
-
-
-def _stdout() -> Console:
-    console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal:
-        console.width = max(console.width, 120)  # logs and pipes: keep table rows on one line
-    return console
+MaxFileSizeOption = typer.Option(None, "--max-file-size-mb", help="Skip (and report) files bigger than this (default: config, else 10; 0: no limit).", metavar="MB")
+FileTimeLimitOption = typer.Option(None, "--file-time-limit", help="Skip (and report) a file whose analysis takes longer (default: config, else 120; 0: no limit).", metavar="SECONDS")
 
 
 def _stderr() -> Console:
@@ -102,12 +101,63 @@ def _root(
     pass
 
 
+# ---------------------------------------------------------------------------- reports
+def _reporter(name: str, report: str) -> Reporter:
+    try:
+        return get_reporter(name, report)
+    except UnknownFormat as exc:
+        raise _fail(f"--output-format {exc}") from None
+
+
+def _report_options(settings: Settings | None = None, *, stderr: bool = False, to_file: bool = False, **fields: Any) -> ReportOptions:
+    """Styles only when the report goes to a terminal that takes them."""
+    probe = Console(stderr=stderr)
+    color = not to_file and probe.is_terminal and probe.color_system is not None
+    target = settings.target if settings is not None else None
+    return ReportOptions(target=target, color=color, width=probe.width, **fields)
+
+
+def _print_errors(errors: Iterable[FileError]) -> None:
+    shown: set[str] = set()
+    for error in errors:
+        line = error.render()
+        if line not in shown:  # `scan --fix` reads every file twice: say each problem once
+            shown.add(line)
+            sys.stderr.write(line + "\n")
+
+
+def _run_apply(paths: list[Path], settings: Settings, *, diff: bool, summary: bool = True, show_fixes: bool = False) -> ApplyOutcome:
+    """`speedfix apply` (and `scan --fix`/`--diff`): fix or show the diff; the summary goes to
+    standard error with a diff (standard output is the patch)."""
+    from speedfix.apply import apply_paths
+
+    try:
+        outcome = apply_paths(paths, settings, write=not diff, show_diff=diff, console=Console(highlight=False))
+    except MissingPath as exc:
+        raise _fail(str(exc)) from None
+    if summary:
+        _print_errors(outcome.errors)
+        options = _report_options(stderr=diff, dry_run=diff, unsafe_fixes=settings.unsafe_fixes, show_fixes=show_fixes)
+        (sys.stderr if diff else sys.stdout).write(get_reporter("text", "apply_summary").apply_summary(outcome, options))
+    return outcome
+
+
+def _exit(code: int, exit_zero: bool = False) -> typer.Exit:
+    return typer.Exit(0 if exit_zero and code == 1 else code)
+
+
 # ---------------------------------------------------------------------------- scan
 @app.command()
 def scan(
     paths: list[Path] = typer.Argument(None, help="Files and folders to scan (default: the current folder).", show_default=False, metavar="PATH"),
-    output_format: Optional[str] = typer.Option(None, "--format", help=f"Output format: {', '.join(OUTPUT_FORMATS)} (default: text).", metavar="FORMAT"),
+    output_format: Optional[str] = typer.Option(None, "--output-format", "--format", help=f"Output format: {', '.join(format_names())} (default: config, else text).", metavar="FORMAT"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of standard output.", dir_okay=False),
+    fix: bool = typer.Option(False, "--fix", help="Apply the safe fixes first (as `speedfix apply`), then report what is left."),
+    unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes", help="With --fix or --diff: also apply the fixes that can change numerics or behaviour (default: config, else no)."),
+    diff: bool = typer.Option(False, "--diff", help="Print the diff of the fixes and write nothing (as `speedfix apply --diff`); exit 1 if there is a diff."),
+    show_fixes: bool = typer.Option(False, "--show-fixes", help="Text format: with --fix or --diff, list what was fixed per file and rule; otherwise show each finding's fix and diff under it."),
+    statistics: bool = typer.Option(False, "--statistics", help="Print only the number of findings per rule (text or json format)."),
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when there are findings (errors still exit 2)."),
     select: Optional[list[str]] = SelectOption,
     ignore: Optional[list[str]] = IgnoreOption,
     extend_select: Optional[list[str]] = ExtendSelectOption,
@@ -115,33 +165,42 @@ def scan(
     config: Optional[Path] = ConfigOption,
     isolated: bool = IsolatedOption,
     force_exclude: bool = ForceExcludeOption,
+    max_file_size_mb: Optional[float] = MaxFileSizeOption,
+    file_time_limit: Optional[float] = FileTimeLimitOption,
     no_summary: bool = typer.Option(False, "--no-summary", help="Text format: only the finding lines."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Files analysed in parallel (default: all cores)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the .speedfix_cache/ results cache."),
 ) -> None:
-    """Report missed optimizations: `path:line:col: CODE [*] message` per finding ([*]: a fix exists)."""
+    """Report missed optimizations: `path:line:col: CODE [*] message` per finding ([*]: a fix exists).
+
+    A file that does not parse is a finding too: SF000 (invalid-syntax)."""
     from speedfix.scan import scan_paths
 
     targets = list(paths or [Path(".")])
-    if output_format is not None and output_format not in OUTPUT_FORMATS:
-        raise _fail(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, not {output_format!r}")
     settings = _settings(
         targets, config=config, select=select, ignore=ignore, extend_select=extend_select,
-        torch_version=torch_version, output_format=output_format, isolated=isolated, force_exclude=force_exclude,
+        torch_version=torch_version, unsafe_fixes=unsafe_fixes, output_format=output_format, isolated=isolated,
+        force_exclude=force_exclude, max_file_size_mb=max_file_size_mb, file_time_limit=file_time_limit,
     )
-    fmt = settings.output_format
+    if output is not None and is_scanned(output, targets, settings):
+        raise _fail(f"--output {output} is one of the files being scanned; the report would replace it (choose another file)")
+    reporter = _reporter(settings.output_format, "statistics" if statistics else "scan")
+    if diff:  # as in ruff, --diff only previews the fixes (with or without --fix)
+        raise _exit(_run_apply(targets, settings, diff=True, show_fixes=show_fixes).exit_code, exit_zero)
+    fixed = _run_apply(targets, settings, diff=False, summary=False) if fix else None
     try:
         with scan_progress() as progress:
             result = scan_paths(
-                targets, settings, details=fmt in ("json", "markdown", "sarif"), jobs=jobs,
+                targets, settings, details=reporter.fix_details or (show_fixes and not fix), jobs=jobs,
                 use_cache=settings.cache and not no_cache, progress=progress,
             )
     except MissingPath as exc:
         raise _fail(str(exc)) from None
-    errors = _stderr()
-    for error in result.errors:
-        errors.print(error.render(), markup=False)
-    report = _render(result, settings, fmt, to_file=output is not None, no_summary=no_summary)
+    _print_errors([*(fixed.errors if fixed else []), *result.errors])
+    options = _report_options(
+        settings, to_file=output is not None, summary=not no_summary, show_fixes=show_fixes, fixed=fixed,
+    )
+    report = reporter.statistics(result, options) if statistics else reporter.scan(result, options)
     if output is not None:
         try:
             output.write_text(report, encoding="utf-8")
@@ -149,35 +208,7 @@ def scan(
             raise _fail(f"cannot write {output}: {exc.strerror or exc}") from None
     elif report:
         sys.stdout.write(report)
-    raise typer.Exit(result.exit_code)
-
-
-def _render(result, settings: Settings, fmt: str, *, to_file: bool, no_summary: bool) -> str:  # type: ignore[no-untyped-def]
-    """The report as text; the text format prints itself (colours on a terminal) unless saved."""
-    if fmt == "json":
-        from speedfix.output.json_format import render_json
-
-        return render_json(result)
-    if fmt == "markdown":
-        from speedfix.output.markdown import render_markdown
-
-        return render_markdown(result, settings.target)
-    if fmt == "sarif":
-        from speedfix.output.sarif import render_sarif
-
-        return render_sarif(result)
-    if fmt == "github":
-        from speedfix.output.github import render_github
-
-        return render_github(result)
-    from speedfix.output.text import print_findings, print_summary
-
-    buffer = io.StringIO() if to_file else None
-    console = Console(file=buffer, highlight=False, width=100) if buffer else _stdout()
-    print_findings(console, result.findings)
-    if not no_summary:
-        print_summary(console, result)
-    return buffer.getvalue() if buffer else ""
+    raise _exit(2 if fixed is not None and fixed.errors else result.exit_code, exit_zero)
 
 
 # ---------------------------------------------------------------------------- apply
@@ -190,6 +221,7 @@ def apply(
     verify: bool = typer.Option(False, "--verify", help="Benchmark every fix on SCRIPT (args after --) and keep only those that pay off with matching loss."),
     max_pairs: int = typer.Option(10, "--max-pairs", min=1, help="--verify: at most this many ABBA pairs per comparison."),
     budget_s: float = typer.Option(900.0, "--budget-s", min=1, help="--verify: time budget per comparison (seconds)."),
+    real_cwd: bool = typer.Option(False, "--real-cwd", help="--verify: run the script in the working directory itself, not in a scratch mirror of it (files it writes there then change)."),
     select: Optional[list[str]] = SelectOption,
     ignore: Optional[list[str]] = IgnoreOption,
     extend_select: Optional[list[str]] = ExtendSelectOption,
@@ -197,11 +229,14 @@ def apply(
     config: Optional[Path] = ConfigOption,
     isolated: bool = IsolatedOption,
     force_exclude: bool = ForceExcludeOption,
+    max_file_size_mb: Optional[float] = MaxFileSizeOption,
+    file_time_limit: Optional[float] = FileTimeLimitOption,
 ) -> None:
     """Rewrite files with the selected rules' fixes (safe ones unless --unsafe-fixes)."""
     settings = _settings(
         paths, config=config, select=select, ignore=ignore, extend_select=extend_select,
         torch_version=torch_version, unsafe_fixes=unsafe_fixes, isolated=isolated, force_exclude=force_exclude,
+        max_file_size_mb=max_file_size_mb, file_time_limit=file_time_limit,
     )
     if verify:
         from speedfix.bench.verify import verify_script
@@ -209,80 +244,37 @@ def apply(
         if len(paths) != 1 or not paths[0].is_file():
             raise _fail("--verify takes exactly one script (arguments for it go after --)")
         script_args = list((ctx.obj or {}).get("script_args", []))
-        raise typer.Exit(verify_script(paths[0], script_args, settings=settings, max_pairs=max_pairs, budget_s=budget_s))
-    from speedfix.apply import apply_paths, print_apply_summary
-
-    try:
-        outcome = apply_paths(paths, settings, write=not diff, show_diff=diff, console=_stdout())
-    except MissingPath as exc:
-        raise _fail(str(exc)) from None
-    print_apply_summary(outcome, settings, console=_stderr() if diff else _stdout(), dry_run=diff)
-    raise typer.Exit(outcome.exit_code)
+        raise typer.Exit(verify_script(paths[0], script_args, settings=settings, max_pairs=max_pairs, budget_s=budget_s,
+                                       real_cwd=real_cwd))
+    raise typer.Exit(_run_apply(paths, settings, diff=diff).exit_code)
 
 
 # ---------------------------------------------------------------------------- rules
-@app.command("rules")
-def list_rules(
-    output_format: str = typer.Option("text", "--format", help="text or json.", metavar="FORMAT"),
-) -> None:
-    """List every rule: code, name, fix availability, summary."""
-    from rich.table import Table
+RuleFormatOption = typer.Option("text", "--output-format", "--format", help=f"Output format: {', '.join(format_names('rule_page'))}.", metavar="FORMAT")
 
+
+@app.command("rules")
+def list_rules(output_format: str = RuleFormatOption) -> None:
+    """List every rule: code, name, fix availability, summary."""
     from speedfix.registry import all_rules
 
-    rules = all_rules()
-    if output_format == "json":
-        import json
-
-        data = [
-            {"code": r.code, "name": r.name, "fix": r.fix_availability(), "severity": r.severity.value,
-             "gpu_only": r.gpu_only, "summary": r.summary}
-            for r in rules
-        ]
-        typer.echo(json.dumps(data, indent=2))
-        return
-    if output_format != "text":
-        raise _fail("--format must be text or json")
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("code", "name", "fix", "summary"):
-        table.add_column(column, overflow="fold")
-    for rule in rules:
-        table.add_row(rule.code, rule.name, rule.fix_availability(), rule.summary)
-    _stdout().print(table)
+    reporter = _reporter(output_format, "rule_list")
+    sys.stdout.write(reporter.rule_list(all_rules(), _report_options()))
 
 
 @app.command("rule")
-def show_rule(code: str = typer.Argument(..., help="A rule code (SF101) or name (dataloader-no-workers).")) -> None:
+def show_rule(
+    code: str = typer.Argument(..., help="A rule code (SF101) or name (dataloader-no-workers)."),
+    output_format: str = RuleFormatOption,
+) -> None:
     """Show a rule's documentation."""
     from speedfix.registry import rule_by_code
 
+    reporter = _reporter(output_format, "rule_page")
     rule = rule_by_code(code)
     if rule is None:
         raise _fail(f"unknown rule {code!r} (see `speedfix rules`)")
-    versions = []
-    if rule.min_torch:
-        versions.append(f"torch >= {rule.min_torch}")
-    if rule.max_torch:
-        versions.append(f"torch < {rule.max_torch}")
-    header = [
-        f"# {rule.code} {rule.name}",
-        "",
-        f"{rule.summary}.",
-        "",
-        f"- Fix: {rule.fix_availability()}" + (f" ({rule.fix_title})" if rule.fix_title else ""),
-        f"- Severity: {rule.severity.value}",
-        f"- Applies to: {', '.join(versions) if versions else 'every torch version'}"
-        + ("; CUDA scripts only" if rule.gpu_only else ""),
-        "",
-    ]
-    text = "\n".join(header) + rule.docs() + "\n"
-    console = _stdout()
-    if console.is_terminal:
-        from rich.markdown import Markdown
-
-        console.print(Markdown(text))
-    else:
-        sys.stdout.write(text)
+    sys.stdout.write(reporter.rule_page(rule, _report_options()))
 
 
 def _register_bench() -> None:
@@ -294,6 +286,21 @@ def _register_bench() -> None:
 
 
 _register_bench()
+
+
+# ---------------------------------------------------------------------------- server
+@app.command("server")
+def server(
+    stdio: bool = typer.Option(False, "--stdio", help="Talk over standard input/output (the default and only transport; accepted for editor clients that pass it)."),
+) -> None:
+    """Run the Language Server (LSP over stdio) for editors: diagnostics as you type and quick fixes."""
+    try:  # pygls is an optional extra: `scan` and `apply` never import it
+        from speedfix.server import serve
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("pygls", "lsprotocol", "cattrs"):
+            raise
+        raise _fail("`speedfix server` needs pygls: pip install 'speedfix[server]'") from None
+    serve()
 
 
 def main(argv: list[str] | None = None) -> None:

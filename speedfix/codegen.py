@@ -11,7 +11,7 @@ from typing import Callable
 
 import libcst as cst
 
-from speedfix.context import FileContext
+from speedfix.context import FileContext, Stack
 from speedfix.findings import AddImport, FixOp, InsertStatements, Transform
 from speedfix.names import line_binds
 
@@ -144,18 +144,24 @@ def find_arg(call: cst.Call, original: cst.Arg) -> cst.Arg | None:
     return original if any(arg is original for arg in call.args) else None
 
 
-def reference(ctx: FileContext, qualified: str, ops: list[FixOp]) -> str:
-    """Spell ``qualified`` with the file's own imports, adding ``import <top>`` when needed.
+def reference(ctx: FileContext, qualified: str, ops: list[FixOp], stack: Stack = ()) -> str:
+    """Spell ``qualified`` for code inserted at ``stack`` (the frames around the insertion
+    point; ``()`` for module level), adding an import when needed. Every fix that writes a
+    reference to a module (``torch.``, ``os.``) goes through here.
 
-    ``import torch as t`` gives ``t.compile``; a file with only ``from torch import nn`` gets
-    ``import torch`` (added once, in the import block) and ``torch.compile``.
+    ``import torch as t`` gives ``t.compile``, unless ``t`` may hold something else there (``for
+    t, batch in enumerate(loader)``); then, as in a file with only ``from torch import nn``,
+    ``import torch`` is added once, in the import block, and ``torch.compile`` is used. If
+    ``torch`` is taken too, the import gets a name that occurs nowhere in the file
+    (``import torch as torch_``).
     """
-    local = ctx.local_name_for(qualified)
+    local = ctx.local_name_for(qualified, stack)
     if local is not None:
         return local
-    top = qualified.split(".", 1)[0]
-    ops.append(AddImport(top))
-    return qualified
+    top, _, rest = qualified.partition(".")
+    name = top if ctx.free_for_import(top, stack) else ctx.unused_name(top)
+    ops.append(AddImport(top, asname=None if name == top else name))
+    return f"{name}.{rest}" if rest else name
 
 
 def string_literal(ctx: FileContext, text: str) -> str:

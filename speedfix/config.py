@@ -20,16 +20,16 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from speedfix import deadline
 from speedfix.registry import known_selector, matches, select_rules
 from speedfix.rule import Rule
+from speedfix.source import DEFAULT_MAX_FILE_SIZE
 from speedfix.versions import TorchVersion, resolve_target
-
-OUTPUT_FORMATS = ("text", "json", "markdown", "sarif", "github")
 
 _LIST_KEYS = {"select", "ignore", "extend-select", "exclude", "extend-exclude"}
 _KNOWN_KEYS = _LIST_KEYS | {
     "unsafe-fixes", "per-file-ignores", "torch-version", "output-format", "respect-gitignore", "cache",
-    "force-exclude",
+    "force-exclude", "max-file-size-mb", "file-time-limit",
 }
 
 
@@ -50,6 +50,8 @@ class Settings:
     respect_gitignore: bool = True
     cache: bool = True
     force_exclude: bool = False
+    max_file_size: int | None = DEFAULT_MAX_FILE_SIZE  # bytes; a bigger file is skipped (None: no cap)
+    file_time_limit: float | None = deadline.DEFAULT_SECONDS  # seconds of analysis per file (None: none)
     root: Path = field(default_factory=Path.cwd)
     config_file: Path | None = None
 
@@ -99,35 +101,56 @@ def _selected(
 
 def _relative(path: Path, root: Path) -> str:
     try:
-        return Path(os.path.relpath(path.resolve(), root.resolve())).as_posix()
+        return Path(os.path.relpath(real_path(path), real_path(root))).as_posix()
     except ValueError:  # another drive on Windows
         return path.as_posix()
 
 
 def find_config(start: Path) -> Path | None:
     """The nearest pyproject.toml with a [tool.speedfix] table at or above ``start``."""
-    start = start.resolve()
+    start = real_path(start)
     folder = start if start.is_dir() else start.parent
     for candidate in (folder, *folder.parents):
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file():
-            try:
-                data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                continue
-            if "speedfix" in data.get("tool", {}):
-                return pyproject
+        # A pyproject.toml that cannot be read is an error, not a file to skip: it may hold the
+        # user's select/ignore/exclude, and scanning without them would be silently wrong.
+        if pyproject.is_file() and "speedfix" in _tool_table(_read_toml(pyproject), pyproject):
+            return pyproject
     return None
 
 
-def load_config(pyproject: Path) -> Settings:
+def _read_toml(pyproject: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        return tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{pyproject}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{pyproject}: invalid TOML: {exc}") from None
-    table = data.get("tool", {}).get("speedfix", {})
+        raise ConfigError(
+            f"{pyproject}: invalid TOML: {exc} (fix it, or pass --config FILE or --isolated)"
+        ) from None
+
+
+def _tool_table(data: dict[str, Any], pyproject: Path) -> dict[str, Any]:
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{pyproject}: `tool` must be a table (`[tool.speedfix]`), not {_toml_type(tool)}")
+    return tool
+
+
+def _toml_type(value: object) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def real_path(path: Path) -> Path:
+    """``path`` with symbolic links resolved as far as they go; a link loop is left as it is
+    (``Path.resolve`` raises on one before Python 3.13, and a loop must not stop a scan)."""
+    return Path(os.path.realpath(path))
+
+
+def load_config(pyproject: Path) -> Settings:
+    data = _read_toml(pyproject)
+    table = _tool_table(data, pyproject).get("speedfix", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{pyproject}: [tool.speedfix] must be a table")
     return settings_from_table(table, source=str(pyproject), root=pyproject.parent, config_file=pyproject)
@@ -161,8 +184,10 @@ def settings_from_table(table: dict[str, Any], *, source: str, root: Path, confi
             raise ConfigError(f"{source}: `torch-version`: {exc}") from None
         values["torch_version"] = version
     if "output-format" in table:
-        if table["output-format"] not in OUTPUT_FORMATS:
-            raise ConfigError(f"{source}: `output-format` must be one of {', '.join(OUTPUT_FORMATS)}")
+        from speedfix.output import format_names  # the format modules import this one
+
+        if table["output-format"] not in format_names():
+            raise ConfigError(f"{source}: `output-format` must be one of {', '.join(format_names())}")
         values["output_format"] = table["output-format"]
     if "per-file-ignores" in table:
         mapping = table["per-file-ignores"]
@@ -171,9 +196,29 @@ def settings_from_table(table: dict[str, Any], *, source: str, root: Path, confi
         ):
             raise ConfigError(f"{source}: `per-file-ignores` must map glob patterns to lists of codes")
         values["per_file_ignores"] = {pattern: tuple(codes) for pattern, codes in mapping.items()}
+    if "max-file-size-mb" in table:
+        values["max_file_size"] = max_file_size(_non_negative(table["max-file-size-mb"], f"{source}: `max-file-size-mb`"))
+    if "file-time-limit" in table:
+        values["file_time_limit"] = time_limit(_non_negative(table["file-time-limit"], f"{source}: `file-time-limit`"))
     settings = Settings(**values)
     check_selectors(settings, source)
     return settings
+
+
+def _non_negative(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"{what} must be a number >= 0 (0: no limit)")
+    return float(value)
+
+
+def max_file_size(megabytes: float) -> int | None:
+    """Bytes from a `max-file-size-mb` value; 0 means no cap."""
+    return round(megabytes * 1024 * 1024) if megabytes > 0 else None
+
+
+def time_limit(seconds: float) -> float | None:
+    """A `file-time-limit` value; 0 means no limit."""
+    return seconds if seconds > 0 else None
 
 
 def check_selectors(settings: Settings, source: str) -> None:
@@ -204,6 +249,8 @@ def resolve_settings(
     output_format: str | None = None,
     isolated: bool = False,
     force_exclude: bool | None = None,
+    max_file_size_mb: float | None = None,
+    file_time_limit: float | None = None,
 ) -> Settings:
     """Settings for a run: the config file found for ``paths``, then the command line on top."""
     if config is not None:
@@ -233,6 +280,10 @@ def resolve_settings(
         overrides["output_format"] = output_format
     if force_exclude:
         overrides["force_exclude"] = True
+    if max_file_size_mb is not None:
+        overrides["max_file_size"] = max_file_size(_non_negative(max_file_size_mb, "--max-file-size-mb"))
+    if file_time_limit is not None:
+        overrides["file_time_limit"] = time_limit(_non_negative(file_time_limit, "--file-time-limit"))
     settings = replace(settings, **overrides)
     check_selectors(settings, "command line")
     return settings
@@ -241,7 +292,7 @@ def resolve_settings(
 def _common_folder(paths: list[Path]) -> Path:
     if not paths:
         return Path.cwd()
-    resolved = [p.resolve() for p in paths]
+    resolved = [real_path(p) for p in paths]
     try:
         common = Path(os.path.commonpath([str(p) for p in resolved]))
     except ValueError:

@@ -7,7 +7,7 @@ body). Rules record candidates during the walk and decide in ``Rule.finish()``, 
 file is known: a ``DataLoader`` may be created before the loop that proves the script trains on
 CUDA, and an import may follow its first use.
 
-Training-loop context (DESIGN §2): a *step loop* is a ``for``/``while`` whose body calls
+Training-loop context: a *step loop* is a ``for``/``while`` whose body calls
 ``.backward()`` or an optimizer's/scaler's ``.step()`` outside any nested loop, directly or in a
 same-file function it calls (one level). Code is *hot* when its nearest enclosing step loop is
 reached before a function boundary and no periodic guard sits in between; functions called from
@@ -28,6 +28,7 @@ import libcst as cst
 from libcst import BatchableCSTVisitor
 
 from speedfix.names import ImportTable, dotted_name, line_binds
+from speedfix.scopes import NameBindings
 from speedfix.versions import TorchVersion
 
 
@@ -174,11 +175,12 @@ class Visitor(BatchableCSTVisitor):
         return {name: getattr(self, name) for name in names}
 
 
-class FileContext(Visitor):
+class FileContext(NameBindings, Visitor):
     """Facts about one file; also the indexing visitor that gathers them."""
 
     def __init__(self, module: cst.Module, path: str, torch_version: TorchVersion) -> None:
-        super().__init__()
+        Visitor.__init__(self)
+        NameBindings.__init__(self)
         self.module = module
         self.path = path
         self.torch_version = torch_version
@@ -399,8 +401,11 @@ class FileContext(Visitor):
     def imports_binding(self, local: str) -> list[cst.SimpleStatementLine]:
         return [line for line in self.import_lines if line_binds(line, local)]
 
-    def local_name_for(self, qualified: str) -> str | None:
-        return self.imports.local_name_for(qualified, module_level=True)
+    def local_name_for(self, qualified: str, stack: Stack = ()) -> str | None:
+        """How code inserted at ``stack`` can spell ``qualified`` with the file's module-level
+        imports (``T.compile``), or None when no imported name certainly means it there."""
+        return self.imports.local_name_for(qualified, module_level=True,
+                                           usable=lambda local, target: self.means(local, target, stack))
 
     # ------------------------------------------------------------------ values
     @staticmethod
@@ -410,14 +415,29 @@ class FileContext(Visitor):
                 return frame.node
         return None
 
+    @cached_property
+    def assignments_by_function(self) -> dict[cst.CSTNode | None, dict[str, list[Assignment]]]:
+        """Function node (None: module level) -> target -> its assignments there, in file order.
+
+        Built once after the walk: looking a name up among all of the file's assignments for
+        every use made the scan quadratic on generated files with thousands of functions."""
+        index: dict[cst.CSTNode | None, dict[str, list[Assignment]]] = {}
+        for name, found in self.assignments.items():
+            for assignment in found:
+                index.setdefault(self.function_of(assignment.stack), {}).setdefault(name, []).append(assignment)
+        return index
+
+    def assignments_in(self, function: cst.CSTNode | None, name: str) -> list[Assignment]:
+        """Assignments to ``name`` directly in ``function`` (None: at module level)."""
+        return self.assignments_by_function.get(function, {}).get(name, [])
+
     def assignments_in_scope(self, name: str, stack: Stack) -> list[Assignment]:
         """Assignments to ``name`` in the function of ``stack``, else at module level."""
         function = self.function_of(stack)
-        candidates = self.assignments.get(name, [])
-        local = [a for a in candidates if self.function_of(a.stack) is function]
+        local = self.assignments_in(function, name)
         if local or function is None:
-            return local
-        return [a for a in candidates if self.function_of(a.stack) is None]
+            return list(local)
+        return list(self.assignments_in(None, name))
 
     def single_value(self, name: str, stack: Stack) -> cst.BaseExpression | None:
         """The value of a name assigned exactly once (plainly) in scope, else None."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from speedfix.config import Settings
+from speedfix.config import Settings, real_path
 
 SOURCE_SUFFIXES = (".py", ".ipynb")
 SKIPPED_DIRS = frozenset(
@@ -55,12 +55,12 @@ def iter_targets(paths: list[Path], settings: Settings) -> Iterator[Target]:
                 ignored = git_ignored(path, files)
                 files = [file for file in files if file not in ignored]
             for file in files:
-                key = file.resolve()
+                key = real_path(file)
                 if key not in seen:
                     seen.add(key)
                     yield Target(file, explicit=False)
         else:
-            key = path.resolve()
+            key = real_path(path)
             if settings.force_exclude and _excluded_file(path, settings):
                 continue
             if key not in seen:
@@ -76,7 +76,7 @@ def git_ignored(top: Path, files: list[Path]) -> set[Path]:
     try:
         result = subprocess.run(
             ["git", "-C", str(top), "check-ignore", "--no-index", "--stdin", "-z"],
-            input=b"\0".join(str(file.resolve()).encode() for file in files),
+            input=b"\0".join(os.fsencode(real_path(file)) for file in files),
             capture_output=True,
             timeout=30,
             check=False,
@@ -86,11 +86,11 @@ def git_ignored(top: Path, files: list[Path]) -> set[Path]:
     if result.returncode not in (0, 1):  # 128: not a git work tree
         return set()
     ignored = {Path(os.fsdecode(item)) for item in result.stdout.split(b"\0") if item}
-    return {file for file in files if file.resolve() in ignored}
+    return {file for file in files if real_path(file) in ignored}
 
 
 def _walk(top: Path, settings: Settings) -> Iterator[Path]:
-    root = settings.root.resolve()
+    root = real_path(settings.root)
     found: list[Path] = []
     for folder, dirnames, filenames in os.walk(top, followlinks=False):
         base = Path(folder)
@@ -118,7 +118,7 @@ def _walk(top: Path, settings: Settings) -> Iterator[Path]:
 def _excluded_file(path: Path, settings: Settings) -> bool:
     """With --force-exclude, a file named on the command line (as pre-commit passes them) is
     skipped when a directory walk would have skipped it."""
-    relative = _rel(path, settings.root.resolve())
+    relative = _rel(path, real_path(settings.root))
     if settings.exclude and any(
         _excluded(relative, part, settings.exclude) or fnmatch.fnmatch(relative, p.rstrip("/*") + "/*")
         for part in Path(relative).parts for p in settings.exclude
@@ -129,6 +129,16 @@ def _excluded_file(path: Path, settings: Settings) -> bool:
 
 def _rel(path: Path, root: Path) -> str:
     try:
-        return path.resolve().relative_to(root).as_posix()
+        return real_path(path).relative_to(root).as_posix()
     except ValueError:
         return path.as_posix()
+
+
+def is_scanned(output: Path, paths: list[Path], settings: Settings) -> bool:
+    """Is ``output`` one of the files a scan of ``paths`` reads (so that writing a report over
+    it would destroy an input)? Symbolic links and relative spellings count as the same file."""
+    wanted = real_path(output)
+    try:
+        return any(real_path(target.path) == wanted for target in iter_targets(paths, settings))
+    except MissingPath:
+        return False  # the scan itself reports it

@@ -4,6 +4,10 @@ The cheap steps come first: a file that never mentions ``torch`` (nor ``lightnin
 ``transformers``, which the framework rules read) is only checked for syntax errors with the
 interpreter's own parser and then skipped. Positions are computed once, at the end, and only for
 the reported nodes.
+
+A syntax error is a finding like any other, ``SF000 invalid-syntax`` (as ruff reports
+``invalid-syntax``), with the interpreter's message and position. What is left as a
+``FileError`` is a file that could not be analysed at all.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from typing import Sequence
 import libcst as cst
 from libcst import ParserSyntaxError
 
+from speedfix import deadline
 from speedfix.context import FileContext
-from speedfix.findings import Finding
+from speedfix.findings import Finding, Severity
+from speedfix.parsing import parse_module
 from speedfix.positions import positions_for
 from speedfix.rule import Rule
 from speedfix.source import SourceFile
@@ -25,6 +31,9 @@ from speedfix.versions import TorchVersion
 from speedfix.walk import walk_batched
 
 _RELEVANT = (b"torch", b"lightning", b"transformers")
+
+SYNTAX_ERROR_CODE = "SF000"
+SYNTAX_ERROR_NAME = "invalid-syntax"
 
 
 @dataclass
@@ -53,25 +62,52 @@ class Analysis:
     module: cst.Module | None = None
     context: FileContext | None = None
 
+    @property
+    def syntax_error(self) -> Finding | None:
+        """The SF000 finding when the file does not parse."""
+        return next((f for f in self.findings if f.code == SYNTAX_ERROR_CODE), None)
+
 
 class SyntaxProblem(Exception):
+    """The parser gave up: ``error.kind`` is ``syntax`` for invalid code, ``error`` otherwise."""
+
     def __init__(self, error: FileError) -> None:
         super().__init__(error.message)
         self.error = error
 
 
+def syntax_finding(error: FileError) -> Finding:
+    """The SF000 finding for a syntax error: one character at the parser's position."""
+    line, column = error.line or 1, error.column or 1
+    return Finding(
+        code=SYNTAX_ERROR_CODE,
+        name=SYNTAX_ERROR_NAME,
+        message=error.message,
+        severity=Severity.ERROR,
+        node=None,
+        path=error.path,
+        line=line,
+        column=column,
+        end_line=line,
+        end_column=column + 1,
+        no_fix_reason="a file that does not parse is never rewritten",
+    )
+
+
 def parse(data: bytes | str, path: str) -> cst.Module:
     try:
-        return cst.parse_module(data)
+        return parse_module(data, between_chunks=deadline.check)  # linear in size, never hangs
     except ParserSyntaxError as exc:
         # The interpreter's own message ("'(' was never closed") is the one users know.
         native = _check_syntax_only_text(data, path)
         if native is not None:
             raise SyntaxProblem(native) from None
-        message = str(getattr(exc, "message", exc)).strip().rstrip(".")
-        raise SyntaxProblem(FileError(path, message, exc.raw_line, exc.raw_column + 1, "syntax")) from None
+        # Python accepts the code and libcst does not: a limit of this tool, not a syntax error.
+        detail = str(getattr(exc, "message", "") or exc).strip().splitlines() or ["no details"]
+        message = f"libcst cannot parse this file, although Python can: {detail[0].rstrip('.')}"
+        raise SyntaxProblem(FileError(path, message, exc.raw_line, exc.raw_column + 1)) from None
     except (RecursionError, MemoryError) as exc:
-        raise SyntaxProblem(FileError(path, f"cannot parse: {type(exc).__name__}")) from None
+        raise SyntaxProblem(FileError(path, _too_deep(exc))) from None
 
 
 def _check_syntax_only(source: SourceFile, path: str) -> FileError | None:
@@ -81,11 +117,29 @@ def _check_syntax_only(source: SourceFile, path: str) -> FileError | None:
 def _check_syntax_only_text(text: str | bytes, path: str) -> FileError | None:
     try:
         ast.parse(text, filename=path)
-    except SyntaxError as exc:
-        return FileError(path, exc.msg, exc.lineno, (exc.offset or 0) or 1, "syntax")
-    except (ValueError, RecursionError, MemoryError) as exc:
+    except SyntaxError as exc:  # IndentationError and TabError too: the name says which
+        message = f"{type(exc).__name__}: {exc.msg or 'invalid syntax'}"
+        return FileError(path, message, exc.lineno, (exc.offset or 0) or 1, "syntax")
+    except ValueError as exc:  # null bytes, before Python 3.12 made that a SyntaxError
         return FileError(path, f"cannot parse: {exc}")
+    except (RecursionError, MemoryError) as exc:
+        return FileError(path, _too_deep(exc))
     return None
+
+
+def _too_deep(exc: BaseException) -> str:
+    # Python's parser raises a bare MemoryError (no message) on deeply nested expressions.
+    detail = str(exc).strip() or f"{type(exc).__name__} in the parser"
+    return f"cannot parse: the code is nested too deeply ({detail})"
+
+
+def _failed(result: Analysis, error: FileError | None) -> Analysis:
+    """Record a parse failure: a syntax error as its SF000 finding, anything else as the error."""
+    if error is not None and error.kind == "syntax":
+        result.findings = [syntax_finding(error)]
+    else:
+        result.error = error
+    return result
 
 
 def analyze(
@@ -102,13 +156,11 @@ def analyze(
     if not any(marker in source.data for marker in _RELEVANT) or not any(
         cls.may_apply(source.data) for cls in rule_classes
     ):
-        result.error = _check_syntax_only(source, path)
-        return result
+        return _failed(result, _check_syntax_only(source, path))
     try:
         module = parse(source.data, path)
     except SyntaxProblem as problem:
-        result.error = problem.error
-        return result
+        return _failed(result, problem.error)
     context = FileContext(module, path, torch_version)
     rules = [cls(context) for cls in rule_classes if cls.applies_to(torch_version) and cls.may_apply(source.data)]
     top_of: dict[cst.CSTNode, int] = {}
@@ -117,6 +169,7 @@ def analyze(
     for rule in rules:
         if rule.gpu_only and not context.uses_cuda:
             continue
+        deadline.check()
         rule.finish()
         findings.extend(rule.findings)
     result.module, result.context = module, context

@@ -20,6 +20,23 @@ class Applicability(str, Enum):
     UNSAFE = "unsafe"  # numerics or behaviour may change: needs --unsafe-fixes (and a benchmark)
 
 
+class Category(str, Enum):
+    """What a finding is about; the Markdown report groups findings by it."""
+
+    PERFORMANCE = "performance"  # speed left on the table
+    CORRECTNESS = "correctness"  # the code is wrong or does not run
+    DEPRECATION = "deprecation"  # an API on its way out; nothing to gain in speed
+
+
+class LossCheck(str, Enum):
+    """The numerics contract of a rule's fix: how `speedfix bench`/`apply --verify` judges the
+    patched script's loss against the original's."""
+
+    EXACT = "exact"  # the same loss values: bitwise, or within the original's own run-to-run noise
+    NUMERICS = "numerics"  # floating-point results change (precision, fused or reordered kernels)
+    RNG = "rng"  # the random draws change order: only the seed-to-seed spread can judge it
+
+
 # ---------------------------------------------------------------- fix operations
 NodeResult = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
 

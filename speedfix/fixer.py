@@ -13,16 +13,19 @@ from __future__ import annotations
 import ast
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import AbstractSet as Set, Iterable, Sequence
 
 import libcst as cst
+from speedfix.comments import own_lines
 from speedfix.context import walk_expression
-from speedfix.engine import Analysis, SyntaxProblem, analyze
+from speedfix.engine import SYNTAX_ERROR_CODE, Analysis, SyntaxProblem, analyze
 from speedfix.findings import AddImport, Applicability, Finding, Fix, InsertStatements, RemoveImportIfUnused, Transform
 from speedfix.registry import select_rules
+from speedfix.roundtrip import Restorer, RoundTripError
 from speedfix.rule import Rule
-from speedfix.source import SourceError, SourceFile, decode_source, read_source, write_atomic
+from speedfix.source import FileChanged, SourceError, SourceFile, decode_source, read_source, write_atomic
 from speedfix.versions import TorchVersion, resolve_target
 
 MAX_PASSES = 6
@@ -32,10 +35,20 @@ class FixError(Exception):
     """A fix produced code that does not parse; nothing was written."""
 
 
+class Blocker(Enum):
+    """Why a finding was left unfixed; the value is the summary's text unless a finding has its own."""
+
+    NEEDS_UNSAFE = "unsafe fix: needs --unsafe-fixes"
+    NO_FIX_HERE = "no fix in this case"  # the rule has a fix, this finding does not
+    NO_FIX = "no automatic fix for this rule"
+    SYNTAX = "the file does not parse"
+
+
 @dataclass
 class Unfixed:
     finding: Finding
-    reason: str
+    reason: str  # what the summary prints
+    blocker: Blocker
 
 
 @dataclass
@@ -52,13 +65,15 @@ class FixOutcome:
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, fixes: Sequence[Fix]) -> None:
+    def __init__(self, fixes: Sequence[Fix], only: Set[int] | None = None) -> None:
         super().__init__()
+        self.only = only  # ids of the nodes worth descending into (None: all)
         self.transforms: dict[cst.CSTNode, list[Transform]] = defaultdict(list)
         self.before: dict[cst.CSTNode, list[cst.BaseStatement]] = defaultdict(list)
         self.after: dict[cst.CSTNode, list[cst.BaseStatement]] = defaultdict(list)
         self.imports: list[AddImport] = []
         self.unused_imports: list[RemoveImportIfUnused] = []
+        self._blocks: list[_Block] = []
         for fix in fixes:
             for op in fix.ops:
                 if isinstance(op, Transform):
@@ -74,7 +89,23 @@ class _Applier(cst.CSTTransformer):
                 elif isinstance(op, RemoveImportIfUnused):
                     self.unused_imports.append(op)
 
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Module, cst.IndentedBlock)):
+            self._blocks.append(_Block())
+        if self.only is not None and id(node) not in self.only:
+            return False  # nothing to change below: libcst leaves the subtree as it is
+        return super().on_visit(node)
+
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        result = self._rewrite(original_node, updated_node)
+        if isinstance(original_node, (cst.Module, cst.IndentedBlock)):
+            return self._blocks.pop().carry_comments(result)
+        if isinstance(original_node, cst.BaseStatement) and self._blocks:
+            # Statements leave while their own block is the innermost one being visited.
+            self._blocks[-1].left(updated_node, result)
+        return result
+
+    def _rewrite(self, original_node, updated_node):  # type: ignore[no-untyped-def]
         result = updated_node
         for transform in self.transforms.get(original_node, ()):
             if not isinstance(result, cst.CSTNode):
@@ -92,13 +123,56 @@ class _Applier(cst.CSTTransformer):
         return cst.FlattenSentinel([*(before or ()), *middle, *(after or ())])
 
 
+@dataclass
+class _Block:
+    """A module body or indented block being rewritten: how many statements each of its
+    statements became, and the comments of those that were removed."""
+
+    produced: list[int] = field(default_factory=list)
+    orphans: dict[int, list[cst.EmptyLine]] = field(default_factory=dict)
+
+    def left(self, before: cst.CSTNode, result: object) -> None:
+        if isinstance(result, cst.RemovalSentinel):
+            count = 0
+        elif isinstance(result, cst.FlattenSentinel):
+            count = len(result.nodes)
+        else:
+            count = 1
+        if count == 0:
+            lines = own_lines(before)
+            if lines:
+                self.orphans[len(self.produced)] = lines
+        self.produced.append(count)
+
+    def carry_comments(self, block):  # type: ignore[no-untyped-def]
+        """``block`` with each removed statement's comments above the next statement that is
+        still there, or at the end of the block (so that no comment a user wrote is lost)."""
+        if not self.orphans or not isinstance(block, (cst.Module, cst.IndentedBlock)):
+            return block
+        body = list(block.body)
+        footer: list[cst.EmptyLine] = []
+        moved: dict[int, list[cst.EmptyLine]] = {}
+        for index, lines in sorted(self.orphans.items()):
+            later = next((j for j in range(index + 1, len(self.produced)) if self.produced[j]), None)
+            if later is None:
+                footer.extend(lines)
+            else:
+                moved.setdefault(sum(self.produced[:later]), []).extend(lines)
+        for position, lines in moved.items():
+            statement = body[position]
+            body[position] = statement.with_changes(leading_lines=[*lines, *statement.leading_lines])
+        return block.with_changes(body=body, footer=[*footer, *block.footer])
+
+
 def _same_code(a: cst.CSTNode, b: cst.CSTNode) -> bool:
     return a.deep_equals(b)
 
 
-def apply_fixes(module: cst.Module, fixes: Sequence[Fix]) -> cst.Module:
-    """One transform with all ``fixes``, then the import bookkeeping they asked for."""
-    applier = _Applier(fixes)
+def apply_fixes(module: cst.Module, fixes: Sequence[Fix], *, only: Set[int] | None = None) -> cst.Module:
+    """One transform with all ``fixes``, then the import bookkeeping they asked for. With
+    ``only`` (the ids of the changed nodes and of all their ancestors), the transform descends
+    into those nodes alone (see ``speedfix.previews``)."""
+    applier = _Applier(fixes, only)
     updated = module.visit(applier)
     if applier.imports or applier.unused_imports:
         # Imported here: libcst's codemod package builds hundreds of matcher classes on import.
@@ -172,23 +246,32 @@ def fix_source(
     *,
     unsafe: bool,
 ) -> FixOutcome:
-    """Fix ``source`` to a fixed point. Raises SyntaxProblem (unparsable input) or FixError."""
+    """Fix ``source`` to a fixed point. Raises FixError when a fix breaks the code, and
+    SyntaxProblem when the parser gives up on valid code; a syntax error in ``source`` comes back
+    as an unfixed SF000 finding, with the code unchanged."""
     original_findings: Counter[str] | None = None
     data = source.data
     passes = 0
     analysis: Analysis | None = None
+    restorer: Restorer | None = None
     for passes in range(1, MAX_PASSES + 1):
         current = SourceFile(source.path, data, *decode_source(data))
         analysis = analyze(current, path, rules, target)
+        broken = analysis.error or analysis.syntax_error
+        if broken is not None and passes > 1:  # the input parsed: our own fix broke it
+            raise FixError(f"{path}: a fix produced code that does not parse ({broken.message}); nothing was written")
         if analysis.error is not None:
-            if passes > 1:  # the input parsed: our own fix broke it
-                raise FixError(f"{path}: a fix produced code that does not parse ({analysis.error.message}); nothing was written")
             raise SyntaxProblem(analysis.error)
         if original_findings is None:
             original_findings = Counter(f.code for f in analysis.findings)
         fixes = this_pass([f.fix for f in analysis.findings if allowed(f, unsafe) and f.fix is not None])
         if not fixes or analysis.module is None:
             break
+        if restorer is None:  # before the first fix: can every untouched byte be kept?
+            try:
+                restorer = Restorer(data, analysis.module.bytes)
+            except RoundTripError as exc:
+                raise FixError(f"{path}: {exc}; left unfixed") from None
         new_data = apply_fixes(analysis.module, fixes).bytes
         if new_data == data:
             break
@@ -196,6 +279,8 @@ def fix_source(
     else:  # still changing after MAX_PASSES: analyse the final state once more
         analysis = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target)
     assert analysis is not None and original_findings is not None
+    if restorer is not None:
+        data = restorer.restore(data)
     _check_parses(source, data, path)
     remaining = Counter(f.code for f in analysis.findings)
     applied = {
@@ -210,17 +295,20 @@ def fix_source(
         code=text,
         data=data,
         applied=applied,
-        unfixed=[Unfixed(f, unfixed_reason(f, unsafe)) for f in analysis.findings],
+        unfixed=[unfixed(f, unsafe) for f in analysis.findings],
         passes=passes,
     )
 
 
-def unfixed_reason(finding: Finding, unsafe: bool) -> str:
+def unfixed(finding: Finding, unsafe: bool) -> Unfixed:
+    """A finding left after the fixes, with why (a syntax error: the file is left alone)."""
+    if finding.code == SYNTAX_ERROR_CODE:
+        return Unfixed(finding, f"{finding.message} (the file is left as it is)", Blocker.SYNTAX)
     if finding.fix is not None and not unsafe and finding.fix.applicability is Applicability.UNSAFE:
-        return "unsafe fix: needs --unsafe-fixes"
+        return Unfixed(finding, Blocker.NEEDS_UNSAFE.value, Blocker.NEEDS_UNSAFE)
     if finding.no_fix_reason:
-        return finding.no_fix_reason
-    return "no automatic fix for this rule"
+        return Unfixed(finding, finding.no_fix_reason, Blocker.NO_FIX_HERE)
+    return Unfixed(finding, Blocker.NO_FIX.value, Blocker.NO_FIX)
 
 
 def _check_parses(original: SourceFile, data: bytes, path: str) -> None:
@@ -277,12 +365,22 @@ def fixable_codes(
     return sorted({f.code for f in analysis.findings if allowed(f, unsafe)})
 
 
-def write_fixed(path: Path, code: str) -> None:
-    """Write ``code`` over ``path`` atomically, in the file's own encoding (BOM included)."""
+def write_fixed(path: Path, code: str, *, unchanged_since: str | None = None) -> None:
+    """Write ``code`` over ``path`` atomically, in the file's own encoding (BOM included).
+
+    With ``unchanged_since`` (the text the caller read with ``speedfix.source.read_source``: line
+    endings kept), nothing is written and ``FileChanged`` is raised when the file no longer reads
+    as that text: a user's edit saved during a long run (``apply --verify``) is never overwritten."""
     path = Path(path)
     encoding = "utf-8"
+    current: bytes | None = None
     try:
-        encoding = read_source(path).encoding
+        source = read_source(path)
+        encoding, current = source.encoding, source.data
     except SourceError:
         pass
-    write_atomic(path, code.encode(encoding))
+    if unchanged_since is not None:
+        as_read = None if current is None else source.text
+        if as_read != unchanged_since:
+            raise FileChanged(f"{path}: changed on disk after speedfix read it; not written (run speedfix again)")
+    write_atomic(path, code.encode(encoding), expected=current if unchanged_since is not None else None)

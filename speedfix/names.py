@@ -10,6 +10,8 @@ DataLoader as DL``, ``from torch.utils import data``). Names that the file defin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 
@@ -84,10 +86,12 @@ class ImportTable:
             return None
         return f"{target}.{rest}" if rest else target
 
-    def local_name_for(self, qualified: str, *, module_level: bool = False) -> str | None:
+    def local_name_for(self, qualified: str, *, module_level: bool = False,
+                       usable: Callable[[str, str], bool] | None = None) -> str | None:
         """How this file can spell ``qualified`` with its own imports, e.g. ``T.compile``.
 
-        With ``module_level``, only bindings made by module-level imports count.
+        With ``module_level``, only bindings made by module-level imports count; ``usable(local,
+        target)`` can veto a binding (one rebound where the code goes, for example).
         """
         best: str | None = None
         for local, target in self.bindings.items():
@@ -99,7 +103,7 @@ class ImportTable:
                 candidate = local + qualified[len(target):]
             else:
                 continue
-            if best is None or len(candidate) < len(best):
+            if (best is None or len(candidate) < len(best)) and (usable is None or usable(local, target)):
                 best = candidate
         return best
 

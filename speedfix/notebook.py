@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from speedfix.engine import FileError
+from speedfix.engine import SYNTAX_ERROR_CODE, FileError
 from speedfix.findings import Finding
-from speedfix.source import SourceError, SourceFile, diff_labels, read_source
+from speedfix.source import DEFAULT_MAX_FILE_SIZE, SourceError, SourceFile, diff_labels, read_bytes, read_source
 
 SENTINEL = "# ~speedfix~ end of cell {}"
 PLACEHOLDER = "# ~speedfix~ magic {}"
@@ -59,6 +59,7 @@ _ESCAPES = ("%", "!", "?", "/", ",", ";")
 _ASSIGN_FROM_MAGIC = re.compile(r"^[ \t]*[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*[!%]")
 _BOM = b"\xef\xbb\xbf"
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+_LINE_REFERENCE = re.compile(r"\bon line (\d+)\b")
 
 
 class NotebookError(SourceError):
@@ -164,8 +165,15 @@ class Notebook:
     def locate(self, findings: list[Finding], code: str | None = None) -> None:
         """Give findings their cell and line within the cell; ``line`` stays the virtual line."""
         starts, numbers = self._starts(code)
+
+        def in_cell(match: re.Match[str]) -> str:
+            cell, line = _position(int(match.group(1)), starts, numbers)
+            return f"on line {line} of cell {cell}"
+
         for finding in findings:
             finding.cell, finding.cell_line = _position(finding.line, starts, numbers)
+            if finding.code == SYNTAX_ERROR_CODE:  # the parser's "... on line 3" counts virtual lines
+                finding.message = _LINE_REFERENCE.sub(in_cell, finding.message)
 
     def _starts(self, code: str | None) -> tuple[list[int], list[int]]:
         if code is None or code == self.source:
@@ -338,11 +346,11 @@ class Notebook:
         raise NotebookError("cannot reproduce the notebook's JSON layout; left unchanged")
 
 
-def load_notebook(path: Path) -> Notebook:
+def load_notebook(path: Path, max_bytes: int | None = DEFAULT_MAX_FILE_SIZE) -> Notebook:
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise NotebookError(f"cannot read file: {exc.strerror or exc}") from None
+        data = read_bytes(Path(path), max_bytes)
+    except SourceError as exc:
+        raise NotebookError(str(exc)) from None
     return Notebook.from_bytes(data, Path(path))
 
 
@@ -457,10 +465,11 @@ class _Lexer:
         self.continued = self.quote is None and code_end == n and body.endswith("\\")
 
 
-def read_python(path: Path) -> tuple[SourceFile, Notebook | None]:
+def read_python(path: Path, max_bytes: int | None = DEFAULT_MAX_FILE_SIZE) -> tuple[SourceFile, Notebook | None]:
     """The Python source of a file: the file itself, or a notebook's code cells as one module
-    (with the notebook, to map positions and write the cells back). Raises SourceError."""
+    (with the notebook, to map positions and write the cells back). Raises SourceError; a file
+    over ``max_bytes`` (None: no cap) or that is no regular file is never read."""
     if is_notebook(path):
-        notebook = load_notebook(path)
+        notebook = load_notebook(path, max_bytes)
         return notebook.source_file(), notebook
-    return read_source(path), None
+    return read_source(path, max_bytes), None

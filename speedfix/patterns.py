@@ -199,11 +199,11 @@ class BatchNames:
         """`x, y = batch`, `inputs = batch["input_ids"]`, `x = batch[0]` derive batch parts."""
         for _ in range(3):
             added = False
-            for target, assignments in self.ctx.assignments.items():
+            for target, assignments in self.ctx.assignments_by_function.get(function, {}).items():
                 if target in names:
                     continue
                 for assignment in assignments:
-                    if self.ctx.function_of(assignment.stack) is not function or assignment.augmented:
+                    if assignment.augmented:
                         continue
                     if root_name(assignment.value) in names and _is_projection(assignment.value):
                         names.add(target)
@@ -225,8 +225,8 @@ class BatchNames:
             return False
         name = root_name(expr)
         function = self.ctx.function_of(stack)
-        for assignment in self.ctx.assignments.get(name or "", ()):
-            if self.ctx.function_of(assignment.stack) is function and _moves_to_device(assignment.value):
+        for assignment in self.ctx.assignments_in(function, name or ""):
+            if _moves_to_device(assignment.value):
                 return False
         return True
 

@@ -17,6 +17,8 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst._position import CodePosition, CodeRange
 
+from speedfix.parsing import first_line, statement_first_lines
+
 _NEWLINE = re.compile(r"\r\n?|\n")
 _NOTHING = nullcontext()
 
@@ -110,11 +112,14 @@ def positions_for(
         return {}
     if text is not None and top_of is not None:
         starts = _statement_lines(module, text)
-        indexes = {top_of.get(node, -1) for node in wanted}
-        if starts is not None and -1 not in indexes:
+        # Grouped in one pass: filtering all wanted nodes per statement was quadratic.
+        by_statement: dict[int, set[cst.CSTNode]] = {}
+        for node in wanted:
+            by_statement.setdefault(top_of.get(node, -1), set()).add(node)
+        if starts is not None and -1 not in by_statement:
             found: dict[cst.CSTNode, CodeRange] = {}
-            for index in sorted(indexes):
-                state = _state(module, {n for n in wanted if top_of.get(n) == index}, line=starts[index])
+            for index in sorted(by_statement):
+                state = _state(module, by_statement[index], line=starts[index])
                 try:
                     module.body[index]._codegen(state)
                 except _AllFound:
@@ -135,21 +140,28 @@ def _state(module: cst.Module, wanted: set[cst.CSTNode], line: int) -> _SparsePo
     )
 
 
+def statement_start_lines(module: cst.Module, text: str) -> list[int] | None:
+    """The 1-based line where each module-level statement starts, its leading comments and
+    blank lines included; None when it cannot be known cheaply."""
+    return _statement_lines(module, text)
+
+
 def _statement_lines(module: cst.Module, text: str) -> list[int] | None:
     """The first line of each module-level statement, its leading comments and blank lines
     included, from Python's parser (fast, in C); None when it disagrees with libcst's tree."""
-    try:
-        body = ast.parse(text).body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    firsts = statement_first_lines(text)  # recorded by the parse, which ran ast already
+    if firsts is None:
+        try:
+            body = ast.parse(text).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        firsts = [first_line(node) for node in body]
     starts: list[int] = []
     position = 0
     for statement in module.body:
-        if position >= len(body):
+        if position >= len(firsts):
             return None
-        node = body[position]
+        first = firsts[position]
         position += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
-        decorators = getattr(node, "decorator_list", None)
-        first = decorators[0].lineno if decorators else node.lineno
         starts.append(first - len(statement.leading_lines))
-    return starts if position == len(body) else None
+    return starts if position == len(firsts) else None

@@ -1,18 +1,32 @@
-"""The rule catalog: every rule class, looked up by code or by ``select``/``ignore`` prefixes."""
+"""The rule catalog: every rule class, looked up by code or by ``select``/``ignore`` prefixes.
+
+Rules are found, not listed: every module of the ``speedfix.rules`` package (the top-level
+``rules/`` folder) defines exactly one ``Rule`` subclass, so adding a rule is adding a file.
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Iterable
 
+from speedfix.plugins import check_unique, one_per_module
 from speedfix.rule import Rule
+
+RULES_PACKAGE = "speedfix.rules"
+
+
+def discover_rules(package: str) -> tuple[type[Rule], ...]:
+    """The rule each module of ``package`` defines, sorted by code; raises PluginError when a
+    module defines no rule or several, or when two rules share a code or a name."""
+    rules = one_per_module(package, Rule)
+    check_unique(rules, "code")
+    check_unique(rules, "name")
+    return tuple(sorted(rules, key=lambda rule: rule.code))
 
 
 @lru_cache(maxsize=1)
 def all_rules() -> tuple[type[Rule], ...]:
-    from speedfix.rules import RULES  # the top-level rules/ folder, installed as speedfix.rules
-
-    return tuple(sorted(RULES, key=lambda rule: rule.code))
+    return discover_rules(RULES_PACKAGE)
 
 
 def rule_by_code(code: str) -> type[Rule] | None:

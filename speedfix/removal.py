@@ -1,7 +1,9 @@
 """Removing a statement without leaving broken or surprising code behind.
 
-- Comments and blank lines above the removed line move to the next statement, so no comment
-  the user wrote is lost.
+- No comment the user wrote is lost: the comments and blank lines above the removed statement,
+  and every comment inside it (at the end of its line, in a removed `if` block), move above the
+  next statement of the block, or to the end of the block when it was the last one (the fix
+  applier does that for every removed statement, see ``fixer._Applier``).
 - A statement that is alone in its block cannot just vanish: inside an `if` whose test has no
   side effects (`if step % 100 == 0:`, `if torch.cuda.is_available():`) the whole `if` goes;
   anywhere else it becomes `pass`.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.blocks import statement_owner
+from speedfix.comments import own_lines
 from speedfix.context import CallSite, FileContext, walk_expression
 from speedfix.findings import FixOp, Transform
 from speedfix.names import dotted_name
@@ -39,24 +42,20 @@ def removal_ops(ctx: FileContext, statement: cst.BaseStatement) -> list[FixOp] |
         return None
     owner, siblings = found
     if len(siblings) > 1:
-        return _remove_keeping_comments(statement, siblings)
+        # The applier moves its comments to the next statement or the end of the block.
+        return [Transform(statement, lambda _: cst.RemovalSentinel.REMOVE)]
     if isinstance(owner, cst.If) and owner.orelse is None and _pure(owner.test):
         return removal_ops(ctx, owner)  # the guard only existed for this statement
-    return [Transform(statement, lambda node: cst.SimpleStatementLine(
-        body=[cst.Pass()], leading_lines=node.leading_lines  # type: ignore[attr-defined]
-    ))]
+    return [Transform(statement, _pass_keeping_comments)]
 
 
-def _remove_keeping_comments(node: cst.BaseStatement, siblings: list[cst.BaseStatement]) -> list[FixOp]:
-    index = next(i for i, s in enumerate(siblings) if s is node)
-    ops: list[FixOp] = [Transform(node, lambda _: cst.RemovalSentinel.REMOVE)]
-    comments = list(node.leading_lines)
-    if comments and index + 1 < len(siblings):
-        following = siblings[index + 1]
-        ops.append(Transform(following, lambda updated: updated.with_changes(  # type: ignore[attr-defined]
-            leading_lines=[*comments, *updated.leading_lines]
-        )))
-    return ops
+def _pass_keeping_comments(node: cst.CSTNode) -> cst.SimpleStatementLine:
+    """`pass` in place of ``node``, with its comments: those above and inside it above `pass`,
+    the one at the end of its line still there."""
+    trailing = node.trailing_whitespace if isinstance(node, cst.SimpleStatementLine) else cst.TrailingWhitespace()
+    return cst.SimpleStatementLine(
+        body=[cst.Pass()], leading_lines=own_lines(node, keep_trailing=True), trailing_whitespace=trailing
+    )
 
 
 def _pure(test: cst.BaseExpression) -> bool:

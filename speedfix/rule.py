@@ -20,7 +20,7 @@ from typing import ClassVar
 
 import libcst as cst
 from speedfix.context import FileContext, Visitor
-from speedfix.findings import Applicability, Finding, Fix, FixOp, Severity
+from speedfix.findings import Applicability, Category, Finding, Fix, FixOp, LossCheck, Severity
 from speedfix.versions import TorchVersion
 
 DOC_SECTIONS = (
@@ -68,7 +68,11 @@ class Rule(Visitor):
     name: ClassVar[str]  # kebab-case; names the pattern, not the fix
     summary: ClassVar[str]  # one line for `speedfix rules`
     severity: ClassVar[Severity] = Severity.WARNING
+    category: ClassVar[Category] = Category.PERFORMANCE
     fix_applicability: ClassVar[Applicability | None] = None  # None: the rule has no fix
+    # Required with a fix: how the benchmark judges the patched script's loss (no default, so a
+    # new fix cannot silently get a looser check than it needs).
+    loss_check: ClassVar[LossCheck | None] = None
     fix_title: ClassVar[str | None] = None
     gpu_only: ClassVar[bool] = False  # silent in scripts that never touch CUDA
     # Cheap prefilter: the rule only runs on files whose bytes contain one of these.

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import difflib
 import multiprocessing
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from speedfix import deadline
 from speedfix.config import Settings
 from speedfix.discovery import Target, iter_targets
 from speedfix.engine import Analysis, FileError, analyze
 from speedfix.cache import ScanCache, cache_enabled, content_key
-from speedfix.findings import Edit, Finding, from_record, to_record
+from speedfix.findings import Finding, from_record, to_record
 from speedfix.notebook import Notebook, NotebookError, read_python
-from speedfix.source import SourceError, diff_labels
+from speedfix.parsing import collector_paused
+from speedfix.source import SourceError, diff_labels, read_bytes
 
 
 @dataclass
@@ -44,62 +45,64 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False) -> A
     """Analyse one file; errors are returned, never raised."""
     shown = display_path(target.path)
     try:
-        source, notebook = read_python(target.path)
+        source, notebook = read_python(target.path, settings.max_file_size)
     except SourceError as exc:
         return Analysis(shown, error=FileError(shown, str(exc)))
     try:
-        analysis = analyze(source, shown, settings.rules_for(target.path), settings.target)
+        with deadline.time_limit(settings.file_time_limit), collector_paused():
+            analysis = analyze(source, shown, settings.rules_for(target.path), settings.target)
+            if notebook is not None:
+                notebook.locate(analysis.findings)
+                if analysis.error is not None:
+                    notebook.locate_error(analysis.error)
+            if details:
+                attach_fix_details(analysis, source.text, notebook)
     except RecursionError:
         return Analysis(shown, error=FileError(shown, "the file is nested too deeply to analyse"))
-    if notebook is not None:
-        notebook.locate(analysis.findings)
-        if analysis.error is not None:
-            notebook.locate_error(analysis.error)
-    if details:
-        attach_fix_details(analysis, source.text, notebook)
+    except deadline.TimeLimitExceeded as exc:
+        return Analysis(shown, error=FileError(shown, time_limit_message(exc)))
     analysis.module = None  # keep memory flat on big trees
     analysis.context = None
     return analysis
+
+
+def time_limit_message(exc: deadline.TimeLimitExceeded) -> str:
+    return f"skipped: analysing it {exc} (raise `file-time-limit` or pass --file-time-limit)"
 
 
 def attach_fix_details(analysis: Analysis, original: str, notebook: Notebook | None = None) -> None:
     """Each fixable finding gets its own diff and text edits (for JSON, SARIF and Markdown).
 
     In a notebook the edits are on the lines of its code cells as one module, and the diff
-    shows the changed cells."""
+    shows the changed cells. ``speedfix.previews`` keeps the cost proportional to what each fix
+    changes; what it cannot vouch for is previewed on the whole module."""
     from speedfix.fixer import preview  # libcst's codemod machinery: only loaded when needed
+    from speedfix.previews import LINE, Change, Previewer, apply_changes, diff
 
-    for finding in analysis.findings:
-        if finding.fix is None:
+    fixable = [finding for finding in analysis.findings if finding.fix is not None]
+    if not fixable or analysis.module is None:
+        return
+    previewer = Previewer(analysis.module, original, [finding.fix for finding in fixable if finding.fix])
+    lines = previewer.lines
+    for finding in fixable:
+        deadline.check()
+        assert finding.fix is not None
+        changes = previewer.changes(finding.fix)
+        if changes is None:
+            fixed = preview(analysis, finding)
+            if fixed is None or fixed == original:
+                continue
+            changes = [Change(0, lines, tuple(LINE.findall(fixed)))]
+        if not changes:
             continue
-        fixed = preview(analysis, finding)
-        if fixed is None or fixed == original:
-            continue
-        finding.edits = line_edits(original, fixed)
+        finding.edits = [edit for change in changes for edit in change.edits()]
         if notebook is not None:
             try:
-                finding.diff = notebook.diff(fixed, analysis.path)
+                finding.diff = notebook.diff(apply_changes(lines, changes), analysis.path)
                 continue
             except NotebookError:
                 pass  # the fix crosses a cell boundary: show it on the code cells as one module
-        finding.diff = "".join(
-            difflib.unified_diff(
-                original.splitlines(keepends=True),
-                fixed.splitlines(keepends=True),
-                *diff_labels(analysis.path),
-            )
-        )
-
-
-def line_edits(original: str, fixed: str) -> list[Edit]:
-    """Whole-line edits that turn ``original`` into ``fixed``."""
-    old = original.splitlines(keepends=True)
-    new = fixed.splitlines(keepends=True)
-    edits = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
-        if tag != "equal":
-            edits.append(Edit(line=i1 + 1, column=1, end_line=i2 + 1, end_column=1, content="".join(new[j1:j2])))
-    return edits
+        finding.diff = diff(lines, changes, diff_labels(analysis.path))
 
 
 def _record(analysis: Analysis) -> dict:
@@ -119,6 +122,18 @@ def _from_record(record: dict) -> Analysis:
     )
 
 
+def _loadable(record: object) -> bool:
+    try:
+        analysis = _from_record(record)  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+    return all(
+        isinstance(f.code, str) and isinstance(f.message, str)
+        and all(isinstance(n, int) for n in (f.line, f.column, f.end_line, f.end_column))
+        for f in analysis.findings
+    )
+
+
 def _analyse_to_record(job: tuple[Target, Settings, bool]) -> dict:
     """Worker: analyse one file and return its plain record."""
     target, settings, details = job
@@ -127,9 +142,9 @@ def _analyse_to_record(job: tuple[Target, Settings, bool]) -> dict:
 
 def _cache_key(settings: Settings, target: Target, details: bool) -> str | None:
     try:
-        data = target.path.read_bytes()
-    except OSError:
-        return None
+        data = read_bytes(target.path, settings.max_file_size)
+    except SourceError:
+        return None  # analysing it reports why
     return content_key(data, tuple(rule.code for rule in settings.rules_for(target.path)), details)
 
 
@@ -155,6 +170,8 @@ def scan_paths(
             # A file edited after this point is re-analysed next time: its hash will differ.
             keys[index] = _cache_key(settings, target, details)
             hit = cache.get(target.path, keys[index]) if keys[index] is not None else None
+            if hit is not None and not _loadable(hit):
+                hit = None  # a damaged entry (the cache is a file anyone can edit): analyse again
         if hit is not None:
             records[index] = hit
         else:

@@ -85,3 +85,22 @@ def write(tmp_path):
         return path
 
     return _write
+
+
+# A CUDA training script with exactly one finding (SF102: a DataLoader without pin_memory).
+GOOD_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(ds, batch_size=32)
+for x, y in loader:
+    loss = model(x.cuda(non_blocking=True)).sum()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.fixture
+def good_script() -> str:
+    """A small CUDA training script with exactly one finding (SF102)."""
+    return GOOD_SCRIPT

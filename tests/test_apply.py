@@ -75,10 +75,49 @@ def test_syntax_error_is_reported_and_left_untouched(run_cli, write, train_scrip
     good = write("train.py", train_script)
     before = broken.read_bytes()
     result = run_cli("apply", tmp_path)
-    assert result.exit_code == 2
-    assert "broken.py:2:37: syntax error: '(' was never closed" in result.stderr
+    assert result.exit_code == 1 and result.stderr == ""  # train.py changed; a syntax error is a finding
+    assert f"  {broken}:2:37: SF000 SyntaxError: '(' was never closed (the file is left as it is)\n" in result.stdout
     assert broken.read_bytes() == before
     assert "pin_memory=True" in good.read_text()
+
+
+MULTILINE_LOADER = """\
+import torch
+from torch.utils.data import DataLoader
+
+device = torch.device("cuda")
+loader = DataLoader(
+    dataset,
+    batch_size=64,
+)
+for x, y in loader:
+    x = x.to(device)
+    loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+    print(loss.item())
+"""
+
+
+def _positions(lines: list[str]) -> set[str]:
+    """`path:line:col: CODE` of finding lines (the scan's or the apply summary's)."""
+    return {" ".join(line.strip().split(" ", 2)[:2]) for line in lines}
+
+
+def test_diff_prints_positions_in_the_file_on_disk(run_cli, write, tmp_path):
+    # The safe fix adds a line (`pin_memory=True,`) above the findings it leaves: `--diff` writes
+    # nothing, so they must keep the positions `scan` gives them.
+    write("train.py", MULTILINE_LOADER)
+    result = run_cli("apply", "--diff", "train.py", cwd=tmp_path)
+    assert "+    pin_memory=True," in result.stdout
+    left = _positions([line for line in result.stderr.splitlines() if line.startswith("  train.py:")])
+    assert left == {"train.py:5:10: SF101", "train.py:9:1: SF201", "train.py:12:5: SF202", "train.py:14:11: SF301"}
+    assert left <= _positions(run_cli("scan", "train.py", "--no-summary", cwd=tmp_path).stdout.splitlines())
+    # Once written, what is left is where it is in the fixed file.
+    written = run_cli("apply", "train.py", cwd=tmp_path)
+    left = _positions([line for line in written.stdout.splitlines() if line.startswith("  train.py:")])
+    assert left == {"train.py:5:10: SF101", "train.py:10:1: SF201", "train.py:13:5: SF202", "train.py:15:11: SF301"}
+    assert left == _positions(run_cli("scan", "train.py", "--no-summary", cwd=tmp_path).stdout.splitlines())
 
 
 def test_latin1_coding_cookie_and_non_ascii_comments_survive(run_cli, tmp_path):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 import speedfix.scan as scan_module
@@ -11,7 +14,8 @@ import speedfix.scan as scan_module
 def tree(tmp_path, write, train_script):
     for index in range(12):
         write(f"pkg/train_{index:02d}.py", train_script.replace("batch_size=32", f"batch_size={32 + index}"))
-    write("pkg/broken.py", "import torch\ndef f(:\n")
+    write("pkg/broken.py", "import torch\ndef f(:\n")  # a finding (SF000), cached like the others
+    (tmp_path / "pkg" / "blob.py").write_bytes(b"\x00torch")  # an error: never cached
     return tmp_path
 
 
@@ -38,7 +42,8 @@ def analyses(monkeypatch):
 def test_parallel_results_equal_serial_results(run_cli, tree):
     serial = run_cli("scan", ".", "--jobs", "1", "--format", "json", cwd=tree)
     parallel = run_cli("scan", ".", "--jobs", "2", "--format", "json", cwd=tree)
-    assert serial.exit_code == parallel.exit_code == 2  # the broken file
+    assert serial.exit_code == parallel.exit_code == 2  # the binary file
+    assert '"code": "SF000"' in serial.stdout
     assert serial.stdout == parallel.stdout and serial.stderr == parallel.stderr
     text_serial = run_cli("scan", ".", "--jobs", "1", cwd=tree)
     text_parallel = run_cli("scan", ".", "--jobs", "2", cwd=tree)
@@ -47,12 +52,16 @@ def test_parallel_results_equal_serial_results(run_cli, tree):
 
 def test_second_scan_is_served_from_the_cache(cached_cli, tree, analyses):
     first = cached_cli("scan", ".", "--jobs", "1", cwd=tree)
-    assert len(analyses) == 13
+    assert len(analyses) == 13  # the binary file is refused before analysis
     assert (tree / ".speedfix_cache" / ".gitignore").read_text().strip().endswith("*")
+    (cache_file,) = (tree / ".speedfix_cache").glob("scan-*.json")
+    cached = {Path(path).name for path in json.loads(cache_file.read_text())}
+    assert "broken.py" in cached and "blob.py" not in cached  # a syntax error is a finding; errors are never cached
     analyses.clear()
     second = cached_cli("scan", ".", "--jobs", "1", cwd=tree)
-    assert second.stdout == first.stdout and second.exit_code == first.exit_code
-    assert analyses == ["pkg/broken.py"]  # errors are never cached
+    assert second.stdout == first.stdout and second.exit_code == first.exit_code == 2
+    assert "pkg/broken.py:2:7: SF000 " in second.stdout and "blob.py: error: binary file" in second.stderr
+    assert analyses == []
 
 
 def test_cache_is_invalidated_by_edits_config_and_selection(cached_cli, tree, analyses, write):
@@ -60,7 +69,7 @@ def test_cache_is_invalidated_by_edits_config_and_selection(cached_cli, tree, an
     analyses.clear()
     (tree / "pkg" / "train_03.py").write_text("import torch\n")
     cached_cli("scan", ".", "--jobs", "1", cwd=tree)
-    assert sorted(analyses) == ["pkg/broken.py", "pkg/train_03.py"]
+    assert analyses == ["pkg/train_03.py"]
     analyses.clear()
     cached_cli("scan", ".", "--jobs", "1", "--select", "SF1", cwd=tree)
     assert len(analyses) == 13
@@ -84,7 +93,8 @@ def test_no_cache_writes_nothing_and_a_damaged_cache_is_ignored(cached_cli, tree
 def test_cached_results_follow_the_current_folder(cached_cli, tree):
     cached_cli("scan", "pkg", cwd=tree)
     inside = cached_cli("scan", ".", "--no-summary", cwd=tree / "pkg")
-    assert inside.stdout.startswith("train_00.py:")
+    assert inside.stdout.startswith("broken.py:2:7: SF000 ")
+    assert "\ntrain_00.py:" in inside.stdout and "pkg/" not in inside.stdout
 
 
 def test_progress_bar_only_on_a_terminal(monkeypatch, tmp_path, write, train_script):

@@ -1,10 +1,9 @@
-"""The CI report formats: SARIF 2.1.0 (validated against the official schema), GitHub Actions
-workflow commands, and the JSON list of DESIGN §5."""
+"""The CI report formats: SARIF 2.1.0 (validated against the OASIS schema), GitHub Actions
+workflow commands, and the JSON list of findings the README documents."""
 
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from pathlib import Path
 
@@ -18,14 +17,8 @@ from speedfix.output.sarif import render_sarif
 from speedfix.registry import all_rules
 from speedfix.scan import ScanResult
 
-ROOT = Path(__file__).resolve().parent.parent
-# The OASIS schema lives beside the project (../shared/data), never copied into it; a checkout
-# placed elsewhere can point at it with SPEEDFIX_SARIF_SCHEMA.
-_CANDIDATES = [
-    Path(os.environ["SPEEDFIX_SARIF_SCHEMA"]) if os.environ.get("SPEEDFIX_SARIF_SCHEMA") else None,
-    *(folder / "shared" / "data" / "sarif-schema-2.1.0.json" for folder in ROOT.parents),
-]
-SARIF_SCHEMA = next((p for p in _CANDIDATES if p is not None and p.is_file()), ROOT.parent / "shared" / "data" / "sarif-schema-2.1.0.json")
+# The OASIS schema, vendored unmodified (see data/sarif-schema-2.1.0.NOTICE.md).
+SARIF_SCHEMA = Path(__file__).resolve().parent / "data" / "sarif-schema-2.1.0.json"
 
 SLOW = textwrap.dedent(
     """\
@@ -48,6 +41,7 @@ SLOW = textwrap.dedent(
     """
 )
 BROKEN = "def train(:\n    pass\n"
+BINARY = b"\x00\x01torch\x00"  # a file that cannot be read as source: an error, not a finding
 JSON_KEYS = {"path", "line", "column", "end_line", "end_column", "code", "name", "severity", "message", "fix"}
 JSON_OPTIONAL_KEYS = {"cell", "cell_line", "no_fix_reason"}
 
@@ -137,25 +131,42 @@ def test_sarif_levels_follow_severities(sarif_validator):
         assert entry["defaultConfiguration"]["level"] == expected[rule.severity.value]
 
 
-def test_sarif_reports_unparsable_files_as_notifications(run_cli, write, tmp_path, sarif_validator):
+def test_sarif_reports_a_syntax_error_as_a_result(run_cli, write, tmp_path, sarif_validator):
     write("train.py", SLOW)
     write("broken.py", BROKEN)
     report = tmp_path / "speedfix.sarif"
     result = run_cli("scan", "--isolated", "--format", "sarif", "--output", str(report), "train.py", "broken.py", cwd=tmp_path)
-    assert result.exit_code == 2
+    assert result.exit_code == 1 and result.stderr == ""
     document = json.loads(report.read_text(encoding="utf-8"))
     _validate(sarif_validator, document)
     (run,) = document["runs"]
+    rules = run["tool"]["driver"]["rules"]
+    (syntax,) = [r for r in run["results"] if r["ruleId"] == "SF000"]
+    assert rules[syntax["ruleIndex"]]["name"] == "invalid-syntax"
+    assert syntax["level"] == "error" and syntax["message"]["text"] == "SyntaxError: invalid syntax"
+    physical = syntax["locations"][0]["physicalLocation"]
+    assert physical["artifactLocation"]["uri"] == "broken.py"
+    assert physical["region"] == {"startLine": 1, "startColumn": 11, "endLine": 1, "endColumn": 12}
+    assert {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run["results"]} == {"broken.py", "train.py"}
+    (invocation,) = run["invocations"]
+    assert invocation["executionSuccessful"] is True and invocation["toolExecutionNotifications"] == []
+
+
+def test_sarif_reports_unreadable_files_as_notifications(run_cli, write, tmp_path, sarif_validator):
+    write("train.py", SLOW)
+    (tmp_path / "blob.py").write_bytes(BINARY)
+    result = _scan(run_cli, tmp_path, "sarif", "train.py", "blob.py")
+    assert result.exit_code == 2
+    document = json.loads(result.stdout)
+    _validate(sarif_validator, document)
+    (run,) = document["runs"]
     assert run["results"], "the other files are still scanned"
-    assert all(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "train.py" for r in run["results"])
     (invocation,) = run["invocations"]
     assert invocation["executionSuccessful"] is False
     (note,) = invocation["toolExecutionNotifications"]
-    assert note["level"] == "error"
-    assert "broken.py" in note["message"]["text"] and "syntax" in note["message"]["text"]
-    physical = note["locations"][0]["physicalLocation"]
-    assert physical["artifactLocation"]["uri"] == "broken.py"
-    assert physical["region"]["startLine"] == 1
+    assert note["level"] == "error" and note["descriptor"] == {"id": "file-error"}
+    assert note["message"]["text"] == "blob.py: error: binary file (contains NUL bytes)"
+    assert note["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "blob.py"
 
 
 def test_sarif_uris_are_encoded_and_absolute_paths_are_file_uris(sarif_validator):
@@ -203,15 +214,19 @@ def test_github_annotations(run_cli, write, tmp_path):
     assert len([line for line in lines if "title=SF104" in line]) == 2
 
 
-def test_github_errors_for_unparsable_files(run_cli, write, tmp_path):
+def test_github_syntax_errors_are_annotations_and_unreadable_files_errors(run_cli, write, tmp_path):
     write("broken.py", BROKEN)
     write("ok.py", "import os\n")
     result = _scan(run_cli, tmp_path, "github", "broken.py", "ok.py")
+    assert result.exit_code == 1
+    assert result.stdout == (
+        "::error file=broken.py,line=1,col=11,endLine=1,endColumn=12,title=SF000 invalid-syntax::"
+        "SF000 SyntaxError: invalid syntax\n"
+    )
+    (tmp_path / "blob.py").write_bytes(BINARY)
+    result = _scan(run_cli, tmp_path, "github", "blob.py", "ok.py")
     assert result.exit_code == 2
-    (line,) = result.stdout.splitlines()
-    assert line.startswith("::error file=broken.py,line=1,col=")
-    assert ",title=speedfix::broken.py%3A1%3A" not in line  # the message is data, not a property
-    assert "::broken.py:1:" in line and "syntax error" in line
+    assert result.stdout == "::error file=blob.py,title=speedfix::blob.py: error: binary file (contains NUL bytes)\n"
 
 
 def test_github_escaping():
@@ -242,7 +257,7 @@ def test_github_clean_scan_prints_nothing(run_cli, write, tmp_path):
 
 
 # ----------------------------------------------------------------------------------- JSON
-def test_json_keeps_the_design_schema(run_cli, write, tmp_path):
+def test_json_keeps_the_documented_schema(run_cli, write, tmp_path):
     write("train.py", SLOW)
     result = _scan(run_cli, tmp_path, "json", "train.py")
     assert result.exit_code == 1
@@ -264,3 +279,19 @@ def test_json_keeps_the_design_schema(run_cli, write, tmp_path):
     assert (amp["line"], amp["column"], amp["end_line"], amp["end_column"]) == (5, 10, 5, 35)
     assert amp["fix"]["applicability"] == "safe"
     assert any('torch.amp.GradScaler("cuda")' in edit["content"] for edit in amp["fix"]["edits"])
+
+
+def test_json_reports_a_syntax_error_as_a_finding(run_cli, write, tmp_path):
+    write("train.py", SLOW)
+    write("legacy.py", 'import torch\nprint "loss", loss\n')  # Python 2
+    result = _scan(run_cli, tmp_path, "json", "legacy.py", "train.py")
+    assert result.exit_code == 1 and result.stderr == ""
+    findings = json.loads(result.stdout)
+    assert {item["path"] for item in findings} == {"legacy.py", "train.py"}
+    (syntax,) = [item for item in findings if item["path"] == "legacy.py"]
+    assert syntax == {
+        "path": "legacy.py", "line": 2, "column": 1, "end_line": 2, "end_column": 2, "code": "SF000",
+        "name": "invalid-syntax", "severity": "error",
+        "message": "SyntaxError: Missing parentheses in call to 'print'. Did you mean print(...)?",
+        "fix": None, "no_fix_reason": "a file that does not parse is never rewritten",
+    }

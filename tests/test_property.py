@@ -14,7 +14,7 @@ import libcst as cst
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from speedfix.engine import SyntaxProblem
+from speedfix.engine import SYNTAX_ERROR_CODE, SyntaxProblem
 from speedfix.fixer import fix_code
 
 def profile(examples: int) -> settings:
@@ -27,7 +27,10 @@ def check(code: str, unsafe: bool = True) -> None:
     try:
         first = fix_code(code, path="gen.py", unsafe=unsafe)
     except SyntaxProblem:
-        return  # input that libcst cannot parse is reported, never rewritten
+        return  # valid code that libcst cannot parse is reported, never rewritten
+    if any(item.finding.code == SYNTAX_ERROR_CODE for item in first.unfixed):
+        assert first.code == code and not first.changed  # invalid code is reported, never rewritten
+        return
     cst.parse_module(first.code)
     try:
         ast.parse(code)

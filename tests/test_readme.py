@@ -11,18 +11,23 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-def test_rule_table_matches_the_catalog():
+def test_rule_table_matches_the_catalog(run_cli):
     rows = re.findall(r"^\| (SF\d{3}) \| `([a-z0-9-]+)` \| (safe|unsafe|none) \| (.+) \|$", README, re.MULTILINE)
     assert [(code, name, fix) for code, name, fix, _ in rows] == [
         (rule.code, rule.name, rule.fix_availability()) for rule in all_rules()
     ]
+    # ... and is exactly what `speedfix rules --output-format markdown` prints.
+    assert run_cli("rules", "--output-format", "markdown").stdout in README
 
 
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     command = ci.strip().splitlines()[-1]
     assert f"```sh\n{command}\n```" in README
-    assert "torch==2.13.0" in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    # the tests pin the CPU torch through the constraints file, never through the bench extra
+    assert "-c constraints.txt" in command
+    assert "torch==2.13.0" in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
+    assert "torch==" not in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
 
 
 def test_readme_shows_the_real_scan_output(run_cli):

@@ -5,23 +5,30 @@ environment variable ``SPEEDFIX_BENCH_CONFIG``. It must stay importable without 
 installed: stdlib and torch only (never libcst, typer or rich), because it runs inside the
 user's training environment.
 
-What it does (see docs/benchmarks.md and the design notes, pitfalls P1-P13):
+What it adds to the script's process must not change what it measures (docs/benchmarks.md,
+"Harness overhead"): nothing per module call, nothing Dynamo can see (no graph breaks, no
+guards, no recompiles), no host synchronisation inside the timed window, no polling thread.
 
 * runs the script with ``runpy.run_path(..., run_name="__main__")``; ``sys.argv`` and
   ``sys.path[0]`` are set the way ``python script.py`` sets them, the cwd is the parent's choice;
-* counts optimizer steps with the global ``register_optimizer_step_post_hook``; the first
-  optimizer that steps is the clock. After the warm-up it opens a window, closes it after N
-  steps (device synchronize only at the two edges), writes the result file atomically and only
-  then raises ``HarnessStop`` (a ``BaseException`` of its own) to end the script;
+* the clock: the first ``torch.optim`` optimizer that steps (global step post-hook); a script
+  that never builds an optimizer (hand-written SGD) is clocked by its ``backward()`` calls.
+  After the warm-up - which also waits until ``torch.compile`` has stopped compiling - it opens
+  a window, closes it after N steps (device synchronize only at the two edges), writes the
+  result file atomically and only then raises ``HarnessStop`` (a ``BaseException`` of its own);
 * records the loss of every ``backward()`` as a detached clone (unscaled under GradScaler) and
   reads the values once, at the end;
-* wraps the DataLoader iterator for batch size, samples/s and data-wait time;
-* guards every side effect to the main pid: forked DataLoader workers inherit every patch (P4);
-* a watchdog thread writes a ``timeout``/``no_steps`` result and hard-exits (P7).
+* wraps the DataLoader iterator for batch size, samples/s and data-wait time; without a
+  DataLoader, one forward pre-hook reads the batch size from the first model call and removes
+  itself at once (and before any compilation starts, so Dynamo never traces it);
+* guards every side effect to the main pid: forked DataLoader workers inherit every patch;
+* a watchdog timer writes a ``timeout``/``no_steps`` result and hard-exits; the kernel ends the
+  child with its parent (``PR_SET_PDEATHSIG``), so no thread polls for that.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import math
@@ -33,7 +40,9 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 import weakref
+from collections import deque
 
 CONFIG_ENV = "SPEEDFIX_BENCH_CONFIG"
 SCHEMA = "speedfix.bench/0.1"
@@ -41,7 +50,13 @@ _T0 = time.perf_counter()
 MAIN_PID = os.getpid()
 PARENT_PID = os.getppid()
 _REAL_EXIT = os._exit
+_torch = None  # set by Harness.install: the per-batch hook must not run an import statement
 _MAX_LOSSES = 200_000  # bound memory if a script runs far past the window (timeouts)
+# Compile-aware warm-up: the window opens once no compilation has run for this many steps and
+# those steps took similar times; it opens anyway after this many extra steps (never settles).
+_SETTLE_STEPS = 5
+_STABLE_RATIO = 3.0
+_MAX_EXTRA_WARMUP = 200
 
 
 class HarnessStop(BaseException):
@@ -53,7 +68,7 @@ class HarnessStop(BaseException):
 
 
 def _exit_with_parent() -> None:
-    """A killed benchmark parent must not leave this run (and its workers) behind."""
+    """Fallback where the kernel cannot do it: a killed parent must not leave this run behind."""
     while True:
         time.sleep(0.5)
         if os.getppid() != PARENT_PID:
@@ -63,10 +78,28 @@ def _exit_with_parent() -> None:
                 _REAL_EXIT(125)
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies; else poll from a thread.
+
+    The kernel does it for free: a polling thread wakes up and takes the GIL twice a second,
+    which a measured script would pay for.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # 1 = PR_SET_PDEATHSIG
+            if os.getppid() != PARENT_PID:  # the parent died before the request
+                _REAL_EXIT(125)
+            return
+    except (OSError, AttributeError):
+        pass
+    threading.Thread(target=_exit_with_parent, daemon=True).start()
+
+
 def _batch_size(obj: object, depth: int = 0) -> int | None:
     """First dimension of the first tensor found in a (nested) batch."""
-    import torch
-
+    torch = _torch
     if isinstance(obj, torch.Tensor):
         return int(obj.shape[0]) if obj.dim() >= 1 else None
     if depth > 4:
@@ -84,6 +117,13 @@ def _batch_size(obj: object, depth: int = 0) -> int | None:
         if size is not None:
             return size
     return None
+
+
+def _first_param(optimizer):
+    try:
+        return optimizer.param_groups[0]["params"][0]
+    except (IndexError, KeyError, AttributeError, TypeError):
+        return None
 
 
 def _describe_tensors(obj: object, out: list, depth: int = 0) -> None:
@@ -160,6 +200,61 @@ def _trimmed_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
 
 
+class CompileWatch:
+    """torch.compile's work, seen through Dynamo's compile start/end callbacks.
+
+    Attached when the script calls ``torch.compile`` (which imports Dynamo anyway) or when
+    Dynamo is found loaded at a step; the harness never imports Dynamo itself, because that
+    alone costs an eager script a second and a half of start-up.
+    """
+
+    def __init__(self, harness: "Harness") -> None:
+        self.harness = harness
+        self.attached = False
+        self.active_since: float | None = None
+        self.events = 0
+        self.seconds = 0.0
+        self.last_end_step: int | None = None
+        self.in_window = 0
+
+    def attach(self, *, load: bool = True) -> bool:
+        if self.attached:
+            return True
+        if not load and "torch._dynamo" not in sys.modules:
+            return False
+        try:
+            from torch._dynamo.callback import callback_handler
+        except ImportError:  # torch < 2.4: no callbacks; nothing is watched
+            return False
+        callback_handler.register_start_callback(self._start)
+        callback_handler.register_end_callback(self._end)
+        self.attached = True
+        return True
+
+    def _start(self, *args) -> None:
+        self.harness._remove_forward_hook()  # before Dynamo reads the global hooks
+        self.active_since = time.perf_counter()
+
+    def _end(self, *args) -> None:
+        if self.active_since is not None:
+            self.seconds += time.perf_counter() - self.active_since
+        self.active_since = None
+        self.events += 1
+        self.last_end_step = self.harness.steps
+        if self.harness.phase == "window":
+            self.in_window += 1
+
+    def settled(self, steps: int) -> bool:
+        """No compilation now and none in the last ``_SETTLE_STEPS`` steps."""
+        if not self.attach(load=False) or not self.events:
+            return self.active_since is None
+        return self.active_since is None and steps - (self.last_end_step or 0) >= _SETTLE_STEPS
+
+    def report(self) -> dict:
+        return {"watched": self.attached, "compilations": self.events, "seconds": self.seconds,
+                "in_window": self.in_window}
+
+
 class Harness:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
@@ -178,6 +273,13 @@ class Harness:
         self.phase = "startup"  # startup -> warmup -> window -> done
         self.steps = 0
         self.per_opt: dict[int, int] = {}
+        self.self_s = 0.0  # time spent in the harness's own hooks inside the window
+        self.clock: str | None = None  # "optimizer.step" or "backward"
+        self.optimizers_built = 0
+        self.recent_steps: deque[float] = deque(maxlen=_SETTLE_STEPS + 1)
+        self.warmup_settled: bool | None = None
+        self.compile_watch = CompileWatch(self)
+        self.backward_at_window: list[int] = []
         self.primary: int | None = None
         self.primary_ref = None  # weakref: the clock passes on once its optimizer is freed
         self.t_first_step: float | None = None
@@ -194,6 +296,7 @@ class Harness:
         self.backward_calls = 0
         self.nonscalar_backward = 0
         self.loss_source = "autograd.backward"
+        self.clone_losses = False
         self.scaler_seen = False
         self.scaler_step_calls = 0
         self.scaler_skipped = 0
@@ -206,9 +309,7 @@ class Harness:
         self.batches_in_window = 0
         self.samples_in_window = 0
         self.data_wait_window = 0.0
-        self.fwd_depth = 0
-        self.fwd_module: int | None = None
-        self.fwd_samples = 0
+        self.fwd_batch: int | None = None
         self.fwd_handles: list = []
         # memory
         self.memory: dict = {}
@@ -218,18 +319,20 @@ class Harness:
     def install(self) -> None:
         import torch
 
-        self.torch = torch
+        global _torch
+        self.torch = _torch = torch
         self._seed(torch)
         self._patch_optimizer(torch)
         self._patch_backward(torch)
         self._patch_scaler(torch)
         self._patch_dataloader(torch)
         self._patch_forward(torch)
+        self._patch_compile(torch)
         os._exit = self._os_exit  # type: ignore[assignment]
         watchdog = threading.Timer(self.timeout_s, self._on_timeout)
         watchdog.daemon = True
         watchdog.start()
-        threading.Thread(target=_exit_with_parent, daemon=True).start()
+        _die_with_parent()
 
     def _seed(self, torch) -> None:
         """Same seeds for A and B; ``seed_offset`` shifts the script's own seeds too (seed band)."""
@@ -266,6 +369,16 @@ class Harness:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         register_optimizer_step_post_hook(self._on_step)
+        # Count constructions: a script that never builds an optimizer is clocked by backward().
+        original_init = torch.optim.Optimizer.__init__
+        harness = self
+
+        def __init__(self_, *args, **kwargs):
+            if os.getpid() == MAIN_PID:
+                harness.optimizers_built += 1
+            return original_init(self_, *args, **kwargs)
+
+        torch.optim.Optimizer.__init__ = __init__
 
     def _patch_backward(self, torch) -> None:
         # Tensor.backward calls torch.autograd.backward through the module attribute, so one
@@ -275,7 +388,12 @@ class Harness:
 
         def backward(tensors, *args, **kwargs):
             if os.getpid() == MAIN_PID:
-                harness._record_loss(tensors)
+                t0 = time.perf_counter()
+                try:
+                    harness._record_loss(tensors)
+                    harness._on_backward(tensors)
+                finally:
+                    harness._charge(t0)
             return original(tensors, *args, **kwargs)
 
         torch.autograd.backward = backward
@@ -330,35 +448,59 @@ class Harness:
                 ok = True
                 return batch
             finally:
-                harness._on_batch(batch, ok, time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                harness._on_batch(batch, ok, t1 - t0)
+                harness._charge(t1)
 
         dataloader._BaseDataLoaderIter.__next__ = __next__
 
     def _patch_forward(self, torch) -> None:
-        """Fallback batch size for scripts without a DataLoader; removed at the first step."""
+        """Batch size for scripts without a DataLoader: the first grad-enabled model call.
+
+        One global pre-hook that removes itself on that call, so later module calls pay
+        nothing. It must never be there while Dynamo traces: Dynamo inlines global hooks and
+        guards on their count (a graph break at every module, then a recompile when the hook
+        goes). ``torch.compile`` calls and compile starts remove it first (``_patch_compile``).
+        """
         from torch.nn.modules import module
 
         harness = self
 
         def pre(mod, args):
-            if os.getpid() != MAIN_PID:
+            if torch.compiler.is_compiling() or os.getpid() != MAIN_PID:
                 return
-            harness.fwd_depth += 1
-            if harness.fwd_depth != 1 or not torch.is_grad_enabled():
+            if not torch.is_grad_enabled():
+                # an evaluation before training: its batch is the fallback, but wait for a
+                # training call while nothing compiles
+                if harness.fwd_batch is None:
+                    harness.fwd_batch = _batch_size(args)
                 return
-            # Count only the first outermost module (the model): a loss module called after it
-            # would count the batch twice.
-            if harness.fwd_module is None:
-                harness.fwd_module = id(mod)
-            if id(mod) == harness.fwd_module:
-                harness.fwd_samples += _batch_size(args) or 0
+            harness.fwd_batch = _batch_size(args) or harness.fwd_batch
+            harness._remove_forward_hook()
 
-        def post(mod, args, out):
-            if os.getpid() == MAIN_PID:
-                harness.fwd_depth = max(0, harness.fwd_depth - 1)
+        self.fwd_handles = [module.register_module_forward_pre_hook(pre)]
+        # A compiled module warns once about global hooks; this one is gone before it matters.
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
 
-        self.fwd_handles = [module.register_module_forward_pre_hook(pre),
-                            module.register_module_forward_hook(post, always_call=True)]
+    def _remove_forward_hook(self) -> None:
+        for handle in self.fwd_handles:
+            handle.remove()
+        self.fwd_handles = []
+
+    def _patch_compile(self, torch) -> None:
+        """Watch compilation: the window opens once it has settled; its time is reported."""
+        original = torch.compile
+        harness = self
+
+        @functools.wraps(original)
+        def compile(*args, **kwargs):
+            harness.compile_watch.attach()  # torch.compile imports Dynamo in any case
+            options = kwargs.get("options") or {}
+            if kwargs.get("mode") in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
+                harness.clone_losses = True  # CUDA graphs overwrite their outputs at every replay
+            return original(*args, **kwargs)
+
+        torch.compile = compile
 
     # ------------------------------------------------------------------ hooks
     def _record_loss(self, tensors) -> None:
@@ -375,7 +517,9 @@ class Harness:
             t = unscaled
             self.loss_source = "GradScaler.scale(input)"
         if len(self.losses) < _MAX_LOSSES:
-            self.losses.append(t.detach().clone())  # clone: compiled/graphed buffers get reused
+            # A detached view costs no kernel launch (a clone would: on a GPU with a full launch
+            # queue it waits, inside the step). Only CUDA graphs reuse output buffers: clone there.
+            self.losses.append(t.detach().clone() if self.clone_losses else t.detach())
             self.loss_steps.append(self.steps)
 
     def _on_batch(self, batch, ok: bool, dt: float) -> None:
@@ -396,26 +540,57 @@ class Harness:
             self.batches_in_window += 1
             self.samples_in_window += size or 0
 
+    def _charge(self, t0: float) -> None:
+        """Add the harness's own time since ``t0`` to its bill, for the part inside the window."""
+        if self.phase == "window":
+            self.self_s += time.perf_counter() - max(t0, self.t_window_start)
+
     def _on_step(self, optimizer, args, kwargs) -> None:
-        if os.getpid() != MAIN_PID:
+        if os.getpid() != MAIN_PID or self.clock == "backward":
             return
+        t0 = time.perf_counter()
+        try:
+            self._step_clock(optimizer)
+        finally:
+            self._charge(t0)
+
+    def _step_clock(self, optimizer) -> None:
         if self.phase == "done":
             raise HarnessStop()
         now = time.perf_counter()
         key = id(optimizer)
         self.per_opt[key] = self.per_opt.get(key, 0) + 1
         if self.primary is None:
-            self._first_step(optimizer, now)
+            self.primary, self.primary_ref = key, weakref.ref(optimizer)
+            self._start_clock("optimizer.step", now, _first_param(optimizer))
         if key != self.primary:
             if self.primary_ref() is not None:
                 return  # a second optimizer (GAN): the first one is the clock
             # the clock's optimizer is gone (a grid search trains one model after another)
             self.primary, self.primary_ref = key, weakref.ref(optimizer)
+        self._tick(now)
+
+    def _on_backward(self, tensors) -> None:
+        """The clock of scripts that update parameters by hand: one step per backward()."""
+        if self.clock == "optimizer.step":
+            return
+        if self.clock is None:
+            if self.optimizers_built:
+                return  # an optimizer exists: its first step starts the clock
+            t = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+            self._start_clock("backward", time.perf_counter(), t if isinstance(t, self.torch.Tensor) else None)
+        elif self.phase == "done":
+            raise HarnessStop()
+        self._tick(time.perf_counter())
+
+    def _tick(self, now: float) -> None:
+        """One step of the clock: warm-up, then the timed window."""
         self.steps += 1
         if self.record_all:
             self.all_times.append(now)
         if self.phase == "warmup":
-            if self.steps >= self.warmup_steps and now - self.t_first_step >= self.warmup_s:
+            self.recent_steps.append(now)
+            if self.steps >= self.warmup_steps and now - self.t_first_step >= self.warmup_s and self._settled():
                 self._open_window()
         elif self.phase == "window":
             self.step_times.append(now)
@@ -425,21 +600,38 @@ class Harness:
                 self._finish("ok", f"measured {timed} steps after {self.window_start_step} warm-up steps")
                 raise HarnessStop()
 
-    def _first_step(self, optimizer, now: float) -> None:
-        self.primary, self.primary_ref = id(optimizer), weakref.ref(optimizer)
+    def _settled(self) -> bool:
+        """Compilation has stopped and the last steps took similar times (compile-aware warm-up).
+
+        An eager script settles at once: nothing here changes its requested warm-up.
+        """
+        if not self.compile_watch.attached and not self.compile_watch.attach(load=False):
+            return True
+        if not self.compile_watch.events and self.compile_watch.active_since is None:
+            return True
+        if self.steps - self.warmup_steps >= _MAX_EXTRA_WARMUP:
+            self.warmup_settled = False  # still compiling: measure anyway, and say so
+            return True
+        if not self.compile_watch.settled(self.steps) or len(self.recent_steps) <= _SETTLE_STEPS:
+            return False
+        times = list(self.recent_steps)
+        durations = sorted(b - a for a, b in zip(times, times[1:]))
+        if durations[-1] > _STABLE_RATIO * durations[len(durations) // 2]:
+            return False
+        self.warmup_settled = True
+        return True
+
+    def _start_clock(self, clock: str, now: float, tensor) -> None:
+        self.clock = clock
         self.phase = "warmup"
         self.t_first_step = now
-        for handle in self.fwd_handles:
-            handle.remove()  # the forward hooks cost more per call than anything else here
-        try:
-            param = optimizer.param_groups[0]["params"][0]
-            self.device = {"type": param.device.type, "param_dtype": str(param.dtype).replace("torch.", ""),
-                           "index": param.device.index}
-        except (IndexError, KeyError, AttributeError, TypeError):
-            pass
-        if self.fwd_samples and self.batch_size is None:
-            self.batch_size = self.fwd_samples
-            self.batch_size_source = "forward_pre_hook"
+        self._remove_forward_hook()  # no model call came before the first step with grad on
+        if tensor is not None:
+            try:
+                self.device = {"type": tensor.device.type, "param_dtype": str(tensor.dtype).replace("torch.", ""),
+                               "index": tensor.device.index}
+            except AttributeError:
+                pass
 
     def _sync(self) -> None:
         torch, kind = self.torch, self.device.get("type")
@@ -461,6 +653,7 @@ class Harness:
             pass
         self.t_window_start = time.perf_counter()
         self.cpu_window = [time.process_time()]
+        self.backward_at_window = [self.backward_calls]
         self.window_start_step = self.steps
         self.phase = "window"
 
@@ -468,6 +661,7 @@ class Harness:
         self._sync()
         self.t_window_end = time.perf_counter()
         self.cpu_window.append(time.process_time())
+        self.backward_at_window.append(self.backward_calls)
         self.phase = "done"
         self._read_memory(window=True)
 
@@ -484,9 +678,7 @@ class Harness:
     # ------------------------------------------------------------------ ending
     def _on_timeout(self) -> None:
         if self.steps == 0:
-            extra = (f" ({self.backward_calls} backward() calls seen: hand-written parameter updates"
-                     " are not timed; step a torch.optim optimizer)" if self.backward_calls else "")
-            self._finish("no_steps", f"no optimizer steps observed within {self.timeout_s:g} s{extra}")
+            self._finish("no_steps", f"no optimizer steps observed within {self.timeout_s:g} s{self._no_steps_why()}")
         else:
             self._finish("timeout", f"timed out after {self.timeout_s:g} s: {self.steps} optimizer steps "
                          f"done, {self.warmup_steps + self.window_steps} needed for the window")
@@ -516,13 +708,17 @@ class Harness:
             if failed_exit:
                 self._finish("error", f"{ended} before its first optimizer step")
             else:
-                extra = (f"; it called backward() {self.backward_calls} times, but hand-written parameter"
-                         " updates are not timed" if self.backward_calls else "")
-                self._finish("no_steps", f"{ended} without stepping a torch.optim optimizer{extra}")
+                self._finish("no_steps", f"{ended} without stepping a torch.optim optimizer{self._no_steps_why()}")
             return
         needed = self.warmup_steps + self.window_steps
         self._finish("incomplete", f"{ended} after {self.steps} optimizer steps, before the window closed "
                      f"(at least {needed} needed); partial timing kept")
+
+    def _no_steps_why(self) -> str:
+        if self.optimizers_built and self.backward_calls:
+            return (f" ({self.optimizers_built} optimizer(s) built and {self.backward_calls} backward() calls, "
+                    "but no optimizer step)")
+        return " and without calling backward()" if not self.backward_calls else ""
 
     def _finish(self, status: str, message: str, exc: BaseException | None = None) -> None:
         with self.lock:
@@ -566,8 +762,13 @@ class Harness:
         samples_per_step = samples_per_s = data_wait_fraction = None
         if steps_timed and self.samples_in_window:
             samples_per_step = self.samples_in_window / steps_timed
-        elif steps_timed and self.batch_size_source == "forward_pre_hook":
-            samples_per_step = float(self.batch_size)
+        elif steps_timed and self.batch_size is None and self.fwd_batch:
+            # no DataLoader: the first model call's batch, times the backward() calls per step
+            # (gradient accumulation runs several micro-batches per optimizer step)
+            backward = (self.backward_at_window[-1] - self.backward_at_window[0]
+                        if len(self.backward_at_window) == 2 else 0)
+            samples_per_step = self.fwd_batch * max(1.0, backward / steps_timed)
+            self.batch_size, self.batch_size_source = self.fwd_batch, "forward_pre_hook"
         if samples_per_step and steps_per_s:
             samples_per_s = samples_per_step * steps_per_s
         if window_s and self.batches_in_window:
@@ -582,6 +783,8 @@ class Harness:
                     "cuda_available": bool(torch.cuda.is_available()),
                     "torch_num_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()},
             "device": dict(self.device),
+            "clock": self.clock,
+            "compile": {**self.compile_watch.report(), "settled": self.warmup_settled},
             "steps": {"warmup": self.window_start_step or None, "warmup_requested": self.warmup_steps,
                       "warmup_s_requested": self.warmup_s, "requested": self.window_steps,
                       "window_s_requested": self.window_s, "observed_primary": self.steps,
@@ -596,7 +799,10 @@ class Harness:
                        # window: far below window_s x threads means the CPUs were contended
                        "cpu_s": self.cpu_window[1] - self.cpu_window[0] if len(self.cpu_window) == 2 else None,
                        "warmup_s": (self.t_window_start - self.t_first_step) if self.t_window_start else None,
-                       "synchronized": self.synchronized},
+                       "synchronized": self.synchronized,
+                       # the harness's own cost, measured: seconds in its hooks inside the window
+                       "harness_self_s": self.self_s,
+                       "harness_share": self.self_s / window_s if window_s else None},
             "data": {"batch_size": self.batch_size, "batch_size_source": self.batch_size_source,
                      "first_batch": self.first_batch, "batches_in_window": self.batches_in_window,
                      "samples_in_window": self.samples_in_window, "samples_per_s": samples_per_s,
@@ -634,7 +840,7 @@ class Harness:
             exit_code = 1
         else:
             self.finish_after_script()
-        # Drop the last frames (they hold DataLoader iterators) so workers shut down cleanly (P6).
+        # Drop the last frames (they hold DataLoader iterators) so workers shut down cleanly.
         gc.collect()
         return exit_code
 

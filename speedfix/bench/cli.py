@@ -45,7 +45,7 @@ def bench(
     json_file: Path | None = typer.Option(None, "--json", help="Also write the full result as JSON to FILE."),
     markdown: Path | None = typer.Option(None, "--markdown", help="Suite: also write the table as Markdown."),
     max_pairs: int = typer.Option(10, "--max-pairs", min=1, help="Comparison: at most this many ABBA pairs."),
-    min_pairs: int = typer.Option(5, "--min-pairs", min=1, help="Comparison: at least this many pairs."),
+    min_pairs: int = typer.Option(6, "--min-pairs", min=1, help="Comparison: at least this many pairs."),
     budget_s: float = typer.Option(900.0, "--budget-s", min=1, help="Comparison: time budget per comparison."),
     warmup: int | None = typer.Option(None, "--warmup", min=1, show_default=False,
                                       help="Warm-up optimizer steps (default: at least 20 steps and --warmup-s seconds)."),
@@ -59,7 +59,11 @@ def bench(
                                      help="Suite: tiny CPU sizes or the real sizes (default: tiny when CUDA is unavailable)."),
     fixtures: Path | None = typer.Option(None, "--fixtures", help="Suite: directory holding suite.toml."),
     workload: list[str] = typer.Option(None, "--workload", help="Suite: run only this workload (repeatable)."),
-    cwd: Path | None = typer.Option(None, "--cwd", help="Directory the scripts run in (default: the current one)."),
+    cwd: Path | None = typer.Option(None, "--cwd", help="The folder the scripts see as their working directory (default: the current one); they run in a scratch mirror of it unless --real-cwd."),
+    real_cwd: bool = typer.Option(False, "--real-cwd", help="Run in the working directory itself (what the script "
+                                  "writes there stays). Default: a scratch mirror of it, where new files and "
+                                  "overwritten files up to 16 MiB stay; writes into linked folders (hidden, or past "
+                                  "256 entries) and files over 16 MiB reach the real ones."),
 ) -> None:
     """Run training scripts unchanged and measure them: steps/s, samples/s, data-wait share, peak memory and the loss trajectory.
 
@@ -82,12 +86,12 @@ def bench(
             raise typer.Exit(EXIT_ERROR)
     _require_torch(console)
     from .compare import CompareSettings
-    from .runner import RunSpec, terminate_cleanly
+    from .runner import RunSpec, terminate_cleanly, use_real_cwd
 
     settings = CompareSettings(seed=seed, warmup=warmup, steps=steps, warmup_s=warmup_s, window_s=window_s,
                                max_pairs=max_pairs, min_pairs=min_pairs, budget_s=budget_s, timeout_s=timeout_s)
     args = _script_args(ctx)
-    with terminate_cleanly():
+    with terminate_cleanly(), use_real_cwd(real_cwd):
         if suite:
             code = _suite(settings, fixtures, tiny, workload, json_file, markdown, console)
         elif len(scripts) == 1:

@@ -1,9 +1,9 @@
 """A/B comparison of an original script against one or more candidates.
 
-Sequence (benchmark-notes §7): one discarded run (the first run after idle is slow, P2), one
+Sequence: one discarded run (the first run after an idle spell is slow: cold caches and clocks), one
 calibration run of the original that picks the warm-up W and the window N from a time target
-(P1, P3), then rounds of fresh runs in counterbalanced order - A B, then B A (ABBA for one
-candidate; A B C, C B A for several) - until the 95% bootstrap interval of every median speedup
+(long enough to be past lazy initialisation, and long enough to average out per-step jitter), then rounds of fresh runs in counterbalanced order - A B, then B A (ABBA for one
+candidate; A B C, C B A for several) - until the 95% interval of every median speedup
 is within the tolerance, or ``max_pairs`` rounds, or the time budget. Every run uses the same
 seed, W, N and cwd. The original's runs double as its A/A baseline for the loss check.
 """
@@ -28,12 +28,12 @@ class CompareSettings:
     seed: int = 0
     warmup: int | None = None  # fixed warm-up steps; None: calibrate
     steps: int | None = None  # fixed window steps; None: calibrate
-    warmup_s: float = 2.0  # calibration targets (P1: >= 20 steps and >= 2-5 s of warm-up)
+    warmup_s: float = 2.0  # calibration targets (>= 20 steps and >= 2-5 s of warm-up)
     window_s: float = 5.0
     min_warmup_steps: int = 20
     min_steps: int = 20
     max_pairs: int = 10
-    min_pairs: int = 5
+    min_pairs: int = 6
     budget_s: float = 900.0
     tolerance: float = 0.05
     seed_band_runs: int = 2
@@ -90,6 +90,7 @@ def run_summary(result: dict) -> dict:
             "window_s": timing.get("window_s"), "steps_timed": timing.get("steps_timed"),
             "step_p10_s": step.get("p10"), "step_median_s": step.get("median"),
             "data_wait_fraction": data.get("data_wait_fraction"), "peak_bytes": peak, "peak_kind": peak_kind,
+            "harness_share": timing.get("harness_share"), "compile_s": (result.get("compile") or {}).get("seconds"),
             "loss_first": values[0] if values else None, "loss_last": values[-1] if values else None,
             "nonfinite": loss.get("nonfinite"), "grad_scaler_skipped_steps": loss.get("grad_scaler_skipped_steps"),
             "wall_s": (result.get("runner") or {}).get("wall_s")}
@@ -159,7 +160,7 @@ class Session:
             self._calibrate(list(candidates))
 
     def _calibrate(self, candidates: list[RunSpec]) -> None:
-        """W and N from time targets (P1, P3). Every variant is calibrated: a compiled candidate
+        """W and N from time targets. Every variant is calibrated: a compiled candidate
         needs a longer warm-up than the original (its slow compile and recompile steps must end
         before the window), and A and B must share W and N."""
         s = self.settings
@@ -191,7 +192,7 @@ class Session:
         note = None
         if limits:
             # The script is shorter than the targets. Keep a 5% margin, so that a candidate whose
-            # GradScaler skips a few more steps (P12) still completes the window.
+            # GradScaler skips a few more steps (fp16 scale calibration) still completes the window.
             shortest = min(limits)
             usable = shortest - max(1, shortest // 20)
             if warmup + (steps or usable) > usable:

@@ -1,6 +1,6 @@
 """Numerics smoke test: does the patched script's loss stay where the original's would be?
 
-Yardsticks, both measured on the original script (benchmark-notes §6):
+Yardsticks, both measured on the original script:
 
 * A/A: two runs with the same seed. On CPU they are bitwise identical, so an *exact* rewrite
   (set_to_none, pin_memory, removing a sync) must be bitwise identical too; where A/A is not
@@ -31,26 +31,25 @@ TAIL_SHARE = 0.2
 
 EXACT, NUMERICS, RNG, AUTO = "exact", "numerics", "rng", "auto"
 
-# Which kind of numerical change each rule's fix may cause (DESIGN.md §4). Unknown codes: rng.
-RULE_CLASS = {
-    "SF101": RNG,  # workers keep the batch order but change the augmentation RNG
-    "SF102": EXACT, "SF103": RNG, "SF104": EXACT,
-    "SF201": NUMERICS, "SF202": NUMERICS, "SF203": EXACT, "SF204": NUMERICS, "SF205": NUMERICS,
-    "SF206": NUMERICS,
-    "SF301": EXACT, "SF302": EXACT, "SF303": EXACT, "SF304": EXACT,
-    "SF401": NUMERICS, "SF402": EXACT,
-    "SF501": NUMERICS, "SF502": EXACT, "SF503": NUMERICS,
-    "SF601": NUMERICS, "SF602": NUMERICS, "SF603": EXACT, "SF604": EXACT,
-    "SF701": EXACT, "SF702": EXACT, "SF703": RNG,  # one fewer init draw shifts every later layer
-    "SF801": NUMERICS, "SF802": NUMERICS, "SF803": EXACT,
-    "SF901": NUMERICS, "SF902": NUMERICS,
-}
 _LOOSENESS = {EXACT: 0, NUMERICS: 1, RNG: 2, AUTO: 2}
+
+
+def rule_class(code: str) -> str:
+    """The loss check a rule's fix declares (``Rule.loss_check``). An unknown code or a fix with
+    no declared check is an error, never a silently loose check."""
+    from speedfix.registry import rule_by_code  # the rule catalog: only loaded when judging fixes
+
+    rule = rule_by_code(code)
+    if rule is None:
+        raise ValueError(f"unknown rule code {code!r}")
+    if rule.loss_check is None:
+        raise ValueError(f"{rule.code} declares no loss check (Rule.loss_check)")
+    return rule.loss_check.value
 
 
 def class_of(codes: Sequence[str]) -> str:
     """The loosest class among several fixes applied together (rng > numerics > exact)."""
-    classes = [RULE_CLASS.get(code, RNG) for code in codes] or [EXACT]
+    classes = [rule_class(code) for code in codes] or [EXACT]
     return max(classes, key=_LOOSENESS.__getitem__)
 
 

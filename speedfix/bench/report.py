@@ -44,8 +44,15 @@ def fmt_bytes(value: float | None) -> str:
 def fmt_speedup(speedup: dict | None) -> str:
     if not speedup:
         return "-"
-    lo, hi = speedup["bootstrap95_median"]
+    lo, hi = speedup["ci95_median"]
+    if not math.isfinite(hi):  # too few pairs for any 95% interval
+        pairs = speedup.get("pairs") or len(speedup.get("per_pair") or ())
+        return f"{speedup['median']:.2f}x (no interval: {pairs} pair{'s' if pairs != 1 else ''})"
     return f"{speedup['median']:.2f}x [{lo:.2f}, {hi:.2f}]"
+
+
+def decision_of(fix: dict) -> str:
+    return fix.get("decision") or ("kept" if fix["kept"] else "rejected")
 
 
 def sparkline(values: list, width: int = 40) -> str:
@@ -113,6 +120,15 @@ def render_run(result: dict, console: Console) -> None:
                   f"torch {env.get('torch', '?')}, python {env.get('python', '?')}")
     table.add_row("steps", f"{steps.get('warmup') or 0} warm-up + {s['steps_timed'] or 0} timed "
                   f"({steps.get('observed_primary', 0)} observed, {steps.get('optimizers', 0)} optimizer(s))")
+    if result.get("clock") == "backward":
+        table.add_row("clock", "backward() calls: the script steps no torch.optim optimizer "
+                      "(hand-written parameter updates)")
+    compiled = result.get("compile") or {}
+    if compiled.get("compilations"):
+        settled = "" if compiled.get("settled") is not False else "; [yellow]still compiling when the window opened[/]"
+        in_window = compiled.get("in_window") or 0
+        table.add_row("compile", f"{compiled['seconds']:.1f} s in {compiled['compilations']} compilation(s), "
+                      f"paid once per run; {in_window or 'none'} inside the window{settled}")
     if s["window_s"]:
         table.add_row("window", f"{s['window_s']:.2f} s")
     table.add_row("steps/s", fmt_rate(s["steps_per_s"]))
@@ -124,6 +140,8 @@ def render_run(result: dict, console: Console) -> None:
         table.add_row("step time", f"median {s['step_median_s'] * 1e3:.2f} ms, p10 {s['step_p10_s'] * 1e3:.2f} ms, "
                       f"max {result['timing']['step_time_s']['max'] * 1e3:.2f} ms")
     table.add_row("peak memory", f"{fmt_bytes(s['peak_bytes'])} {s['peak_kind']}".strip())
+    if s["harness_share"] is not None:
+        table.add_row("harness", f"{s['harness_share']:.2%} of the window spent in speedfix's own hooks")
     values = loss.get("values") or []
     if values:
         table.add_row("loss", f"{s['loss_first']:.4g} -> {s['loss_last']:.4g} over {len(values)} backward() calls "
@@ -204,7 +222,7 @@ def render_suite(suite: dict, console: Console) -> None:
     note = load_note(suite.get("load"))
     if note:
         console.print(f"[yellow]{note}[/]")
-    console.print("[dim]samples/s are medians over the timed pairs; the interval is the 95% bootstrap interval "
+    console.print("[dim]samples/s are medians over the timed pairs; the interval is the 95% distribution-free interval "
                   "of the median speedup. Share of expert gain = (speedup - 1) / (expert speedup - 1), shown "
                   f"when the expert is measurably faster. {numerics.CAVEAT}[/]")
 
@@ -230,13 +248,17 @@ def render_verify(report: dict, console: Console) -> None:
     for col in ("fix", "speedup [95% CI]", "verdict", "loss check", "memory", "decision"):
         table.add_column(col)
     for fix in report["fixes"]:
-        style = "green" if fix["kept"] else "red"
+        style = "green" if fix["kept"] else ("red" if decision_of(fix) == "rejected" else "yellow")
         table.add_row(fix["label"], fmt_speedup(fix.get("speedup")), (fix.get("speedup") or {}).get("verdict", "-"),
                       _numerics_text(fix.get("numerics")), _fmt_mem(fix.get("memory")),
-                      f"[{style}]{'kept' if fix['kept'] else 'rejected'}[/]")
+                      f"[{style}]{decision_of(fix)}[/]")
+    if report.get("verified_on") not in (None, "cuda"):
+        console.print(f"[yellow]verified on {report['verified_on']}, not on a CUDA GPU: fixes for CUDA scripts "
+                      "cannot be verified here, because neither their speed nor their failures show on this "
+                      "device.[/]")
     print_table(console, table)
     for fix in report["fixes"]:
-        console.print(f"{fix['label']}: {'kept' if fix['kept'] else 'rejected'}, {fix['reason']}", highlight=False)
+        console.print(f"{fix['label']}: {decision_of(fix)}, {fix['reason']}", highlight=False)
     console.print(report["summary"])
     note = load_note(report.get("load"))
     if note:
@@ -253,6 +275,9 @@ def _fmt_mem(memory: dict | None) -> str:
 def verify_markdown(report: dict) -> str:
     out = [f"# speedfix apply --verify: `{report['script']}`", "",
            f"- date: {report['date']}", f"- device: {report['device']}, torch {report['torch']}",
+           *([f"- **verified on {report['verified_on']}, not on a CUDA GPU**: fixes for CUDA scripts are not "
+              "verified here (their speed and their failures show only on the GPU)"]
+             if report.get("verified_on") not in (None, "cuda") else []),
            f"- arguments: `{' '.join(report['args']) or '(none)'}`",
            f"- window: {report['window']['warmup']} warm-up + {report['window']['steps']} timed optimizer steps, "
            f"seed {report['seed']}, same for every run",
@@ -264,7 +289,7 @@ def verify_markdown(report: dict) -> str:
         speed = fix.get("speedup") or {}
         out.append(f"| {fix['label']} | {fmt_speedup(speed or None)} | {speed.get('verdict', '-')} | "
                    f"{speed.get('pairs', '-')} | {_numerics_text(fix.get('numerics'))} | {_fmt_mem(fix.get('memory'))} | "
-                   f"{'kept' if fix['kept'] else 'rejected'}: {fix['reason']} |")
+                   f"{decision_of(fix)}: {fix['reason']} |")
     out += ["", "## Details", ""]
     for fix in report["fixes"]:
         out.append(f"### {fix['label']}")
@@ -274,7 +299,7 @@ def verify_markdown(report: dict) -> str:
         speed = fix.get("speedup")
         if speed:
             out.append(f"- speedup ({fix.get('metric')}): median {speed['median']:.3f}x, 95% CI "
-                       f"[{speed['bootstrap95_median'][0]:.3f}, {speed['bootstrap95_median'][1]:.3f}], "
+                       f"[{speed['ci95_median'][0]:.3f}, {speed['ci95_median'][1]:.3f}], "
                        f"min {speed['min']:.3f}, max {speed['max']:.3f} over {speed['pairs']} pairs")
         if fix.get("numerics"):
             out.append(f"- loss check ({fix['numerics']['kind']} rewrite): {fix['numerics']['reason']}")
@@ -282,14 +307,16 @@ def verify_markdown(report: dict) -> str:
             f = fix["failure"]
             out += [f"- the patched script failed ({f['status']}): {f['message']}", "", "```",
                     f["stderr_tail"].strip(), "```"]
-        out.append(f"- decision: {'kept' if fix['kept'] else 'rejected'} - {fix['reason']}")
+        out.append(f"- decision: {decision_of(fix)} - {fix['reason']}")
         out.append("")
     out += ["## Method", "",
             "Each variant runs in a fresh process with the same seed, warm-up and window. After one discarded "
             "run and a calibration run of the original, runs alternate in counterbalanced order (original "
-            "first, then reversed) until the 95% bootstrap interval of every median speedup is within +-5% or "
-            "the budget is spent. A fix is kept unless it is measurably slower (the interval below 0.98), "
-            "inconclusive with a median below 0.98, or fails the loss check.", "", numerics.CAVEAT, ""]
+            "first, then reversed) until the 95% interval of every median speedup is within +-5% or "
+            "the budget is spent. A decision needs at least 6 pairs (the fewest with a 95% distribution-free "
+            "interval); with fewer a fix is not measured enough. A fix is kept unless it is measurably slower "
+            "(the interval below 0.98), inconclusive with a median below 0.98, or fails the loss check; a fix "
+            "for a CUDA script measured without a CUDA GPU is never called verified.", "", numerics.CAVEAT, ""]
     return "\n".join(out)
 
 

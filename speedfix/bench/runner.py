@@ -1,29 +1,52 @@
 """Spawn, watch, kill and collect one benchmark run (one fresh child process per measurement).
 
-The child (``child.py``) leads its own session/process group, carries a unique marker in its
-environment that every descendant inherits, and writes its result file before it stops the
-script. Whatever happens, nothing with the marker outlives :func:`run_once` (P5, P6, P7, P13).
+Nothing a run starts outlives :func:`run_once` (DataLoader workers, compile workers, helpers that start their own session), and nothing it writes stays:
+
+* **Processes.** On Linux the child (``child.py``) is started by a small supervisor
+  (``reaper.py``) that is a *child subreaper*: every process the run starts and orphans - a
+  helper that called ``setsid()`` and cleared its environment included - is reparented to it, so
+  it finds and kills all of them when the child ends, when the runner asks, and when the runner
+  dies (its stdin pipe from the runner reaches end-of-file, even after a SIGKILL). The child's
+  process group and the ``SPEEDFIX_RUN_ID`` environment marker remain a second net (and the only
+  one elsewhere).
+* **Temporary folders.** Each run works in ``$TMPDIR/speedfix-run-<owner>-*``, where the owner is
+  the speedfix process (pid, start time, pid namespace). It is removed when the run ends, when
+  speedfix is stopped by SIGTERM/SIGINT/SIGHUP (:func:`terminate_cleanly`), by the supervisor
+  when speedfix was killed, and otherwise at the next start (:func:`sweep_stale_tempdirs`
+  removes the folders of owners that are gone).
+* **Working directory.** Unless asked for the real one (``RunSpec.real_cwd`` or
+  :func:`use_real_cwd`), the script runs in a scratch mirror of its working directory
+  (:func:`mirror_tree`): the same names resolve, but files it creates stay in the scratch folder,
+  and the existing files it overwrites are copies (files up to ``COPY_FILE_LIMIT``); see
+  :func:`mirror_tree` for what still reaches the real tree.
 """
 
 from __future__ import annotations
 
+import contextvars
 import getpass
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 import threading
 import uuid
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 CHILD = Path(__file__).with_name("child.py")
+REAPER = Path(__file__).with_name("reaper.py")
+SUPERVISED = sys.platform.startswith("linux")  # the subreaper needs Linux; elsewhere: group + marker
+SUPERVISOR_WAIT_S = 30.0  # for the supervisor to kill and reap everything once asked
 CONFIG_ENV = "SPEEDFIX_BENCH_CONFIG"
 MARKER_ENV = "SPEEDFIX_RUN_ID"
 TAIL_CHARS = 4000
@@ -37,6 +60,9 @@ class RunSpec:
     args: list[str] = field(default_factory=list)
     cwd: Path | None = None  # None: the current directory (what `python path/x.py` would see)
     label: str = ""
+    # True: run in ``cwd`` itself (what the script writes lands there). False: in a scratch mirror
+    # of it. None: as :func:`use_real_cwd` says (default False).
+    real_cwd: bool | None = None
 
     @property
     def name(self) -> str:
@@ -82,7 +108,11 @@ def marked_pids(run_id: str) -> list[int]:
     """Processes whose environment carries this run's marker (catches setsid'd descendants)."""
     needle = f"{MARKER_ENV}={run_id}".encode()
     found = []
-    for entry in os.listdir("/proc"):
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc (macOS): the process group is all there is
+        return found
+    for entry in entries:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
@@ -101,12 +131,13 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def reap(run_id: str, pgid: int) -> list[int]:
+def reap(run_id: str, pgid: int | None) -> list[int]:
     """Kill the run's process group, then every marked process that escaped it (``setsid``).
 
     Returns the escaped processes that were still alive once the group was dead.
     """
-    _kill_group(pgid)
+    if pgid is not None:
+        _kill_group(pgid)
     deadline = time.monotonic() + 1.0
     while True:  # let the group's SIGKILL land before calling anything a leftover
         alive = [p for p in marked_pids(run_id) if p != pgid and _alive(p)]
@@ -135,22 +166,319 @@ def _alive(pid: int) -> bool:
         return False
 
 
+# ---------------------------------------------------------------- signals
+
+_shield = threading.local()
+
+
 @contextmanager
 def terminate_cleanly() -> Iterator[None]:
-    """Turn SIGTERM into SystemExit while benchmarking, so that run_once's cleanup runs."""
+    """Turn SIGTERM and SIGHUP into SystemExit (SIGINT stays KeyboardInterrupt) while benchmarking,
+    so that run_once's cleanup runs. A signal that arrives during a cleanup (:func:`shielded`) is
+    held back until the cleanup is done."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum, frame):
+        if getattr(_shield, "depth", 0):
+            _shield.pending = signum
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """Run a cleanup to its end: a SIGTERM/SIGINT/SIGHUP caught by :func:`terminate_cleanly` while
+    it runs is raised afterwards (a second Ctrl-C must not leave a folder or a process behind)."""
+    _shield.depth = getattr(_shield, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _shield.depth -= 1
+        pending = getattr(_shield, "pending", None)
+        if not _shield.depth and pending is not None:
+            _shield.pending = None
+            if pending == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + pending)
+
+
+# ---------------------------------------------------------------- temporary folders
+
+# speedfix-<kind>-<pid>.<start ticks>.<pid namespace>-<random>
+_OWNED = re.compile(r"^speedfix-[a-z]+-(\d+)\.(\d+)\.(\d+)-")
+LEGACY_RUN_DIR_AGE_S = 24 * 3600.0  # speedfix-run-* folders without an owner (older versions)
+
+
+def _start_ticks(pid: int) -> int:
+    """The process's start time in clock ticks since boot (0 where /proc cannot say)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _pid_namespace() -> int:
+    try:
+        return int(re.sub(r"\D", "", os.readlink("/proc/self/ns/pid")) or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def owner_token() -> str:
+    """Who owns a temporary folder: this process, told apart from a later one with the same pid."""
+    return f"{os.getpid()}.{_start_ticks(os.getpid())}.{_pid_namespace()}"
+
+
+def owned_tempdir(prefix: str) -> Path:
+    """A fresh ``$TMPDIR/<prefix><owner>-*`` folder that :func:`sweep_stale_tempdirs` can attribute.
+
+    ``prefix`` looks like ``speedfix-run-`` (``speedfix-<lowercase kind>-``)."""
+    if not re.fullmatch(r"speedfix-[a-z]+-", prefix):
+        raise ValueError(f"bad prefix {prefix!r}")
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{owner_token()}-"))
+
+
+def _owner_alive(pid: int, start: int) -> bool:
+    if os.path.isdir("/proc"):
+        if not _alive(pid):
+            return False
+        return not start or _start_ticks(pid) == start  # another process with a reused pid: gone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_tree(path: Path | str) -> None:
+    """``rmtree`` that never follows a symlink and unlocks folders a script made read-only."""
+
+    top = os.path.abspath(path)
+
+    def retry(func, failed, _exc) -> None:
+        try:
+            for candidate in (os.path.dirname(failed), failed):
+                candidate = os.path.abspath(candidate)
+                inside = candidate == top or candidate.startswith(top + os.sep)
+                if inside and stat.S_ISDIR(os.lstat(candidate).st_mode):  # a real folder, never a link's target
+                    os.chmod(candidate, 0o700)
+            func(failed)
+        except OSError:
+            pass
+
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            os.unlink(path)
+            return
+    except OSError:
+        return
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=retry)
+    else:
+        shutil.rmtree(path, onerror=retry)
+    shutil.rmtree(path, ignore_errors=True)  # what the retries could not remove on the first pass
+
+
+def sweep_stale_tempdirs(directory: Path | str | None = None, *,
+                         legacy_age_s: float = LEGACY_RUN_DIR_AGE_S) -> list[Path]:
+    """Remove the temporary folders of speedfix processes that are gone (killed before cleaning up).
+
+    A folder named by :func:`owned_tempdir` is removed when its owner process is no longer alive
+    (or its pid now belongs to another process). Folders of another pid namespace (a container
+    sharing /tmp) and ``speedfix-run-*`` folders without an owner (older versions) are removed
+    only once untouched for ``legacy_age_s``. Only this user's folders, never through a link.
+    """
+    base = Path(directory or tempfile.gettempdir())
+    namespace, now, removed = _pid_namespace(), time.time(), []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith("speedfix-"):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
+            continue
+        old = now - info.st_mtime > legacy_age_s
+        owner = _OWNED.match(entry.name)
+        if owner:
+            pid, start, ns = (int(g) for g in owner.groups())
+            if ns != namespace and not old:
+                continue
+            if ns == namespace and _owner_alive(pid, start):
+                continue
+        elif not (entry.name.startswith("speedfix-run-") and old):
+            continue
+        remove_tree(entry.path)
+        removed.append(Path(entry.path))
+    return removed
+
+
+# ---------------------------------------------------------------- scratch working directory
+
+COPY_FILE_LIMIT = 16 * 2**20  # larger files are linked, not copied
+COPY_TOTAL_LIMIT = 64 * 2**20  # per mirror; past it, files are linked
+MIRROR_ENTRIES = 256  # entries re-created below the mirrored folder's top level; past it, folders are linked
+MIRROR_PARENTS = 2  # parent levels mirrored as links (``..``, ``../..``)
+
+_real_cwd_default: contextvars.ContextVar[bool] = contextvars.ContextVar("speedfix_real_cwd", default=False)
+
+
+@contextmanager
+def use_real_cwd(real: bool) -> Iterator[None]:
+    """Inside this block, RunSpecs with ``real_cwd=None`` run in their real working directory
+    (``True``) or in a scratch mirror of it (``False``, the default)."""
+    token = _real_cwd_default.set(bool(real))
+    try:
+        yield
+    finally:
+        _real_cwd_default.reset(token)
+
+
+def runs_in_real_cwd(spec: RunSpec) -> bool:
+    return _real_cwd_default.get() if spec.real_cwd is None else bool(spec.real_cwd)
+
+
+@dataclass
+class Mirror:
+    """A scratch view of a real folder: ``leaf`` stands for ``real``."""
+
+    real: Path
+    root: Path
+    leaf: Path
+    copied: int = 0  # files copied
+    linked_files: dict[str, tuple[int, int]] = field(default_factory=dict)  # real path -> (size, mtime_ns)
+
+    def modified(self) -> list[str]:
+        """Linked (large) real files whose size or modification time changed since the mirror was made."""
+        changed = []
+        for path, before in self.linked_files.items():
+            try:
+                info = os.stat(path)
+                now = (info.st_size, info.st_mtime_ns)
+            except OSError:
+                now = None
+            if now != before:
+                changed.append(path)
+        return changed
+
+
+def _skip_entry(name: str) -> bool:
+    return name.startswith("speedfix-") and bool(_OWNED.match(name) or name.startswith("speedfix-run-"))
+
+
+def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = (), entries: int | None = None,
+                parents: int | None = None, file_limit: int | None = None, total_limit: int | None = None) -> Mirror:
+    """Build ``root/<absolute path of real>``, a folder in which the same relative names resolve as in
+    ``real``, and return it as ``Mirror.leaf``.
+
+    * Every entry of ``real`` is there. Its sub-folders (not hidden ones such as ``.git``, nor
+      ``__pycache__``) are re-created as real folders, breadth first, while they hold fewer than
+      ``entries`` entries in all; a sub-folder past that budget is a link to the real one.
+    * Regular files up to ``file_limit`` (and ``total_limit`` in all) are copies: a script that
+      overwrites ``checkpoint.pt`` or appends to a log changes the copy. Larger files, links and
+      special files are links to the real ones (``Mirror.modified`` tells if one was changed).
+    * The ``parents`` levels above ``real`` are folders of links to those parents' entries, so that
+      ``../data`` and ``Path(__file__).parents[1]`` resolve too.
+    * Names in ``skip`` (at the top level) and speedfix's own temporary folders are left out.
+
+    What still reaches the real tree: writes into a linked folder or a linked (large) file, and
+    writes through ``..``. Absolute paths are the script's business.
+    """
+    entries = MIRROR_ENTRIES if entries is None else entries  # the module's values at call time
+    parents = MIRROR_PARENTS if parents is None else parents
+    file_limit = COPY_FILE_LIMIT if file_limit is None else file_limit
+    total_limit = COPY_TOTAL_LIMIT if total_limit is None else total_limit
+    real = Path(os.path.abspath(real))
+    leaf = root.joinpath(*real.parts[1:])
+    leaf.mkdir(parents=True, exist_ok=True)
+    mirror = Mirror(real, root, leaf)
+    # parents: links to their entries, except the one that leads down to ``real``
+    for depth in range(max(0, len(real.parts) - 1 - parents), len(real.parts) - 1):
+        level, down = Path(*real.parts[:depth + 1]), real.parts[depth + 1]
+        target = root.joinpath(*real.parts[1:depth + 1])
+        try:
+            names = [e.name for e in os.scandir(level)]
+        except OSError:  # unreadable: nothing to mirror there
+            continue
+        for name in names:
+            if name != down and not _skip_entry(name):
+                _link(level / name, target / name)
+    budget, copied_bytes = entries, 0
+    queue: deque[tuple[Path, Path, bool]] = deque([(real, leaf, True)])
+    while queue:
+        source, dest, top = queue.popleft()
+        listing: list[os.DirEntry] | None = []
+        try:
+            with os.scandir(source) as it:
+                for entry in it:
+                    if _skip_entry(entry.name) or (top and entry.name in skip):
+                        continue
+                    listing.append(entry)
+                    if not top and len(listing) > budget:
+                        break
+        except OSError:
+            listing = None
+        if not top and (listing is None or len(listing) > budget):  # past the budget: link the folder
+            try:
+                dest.rmdir()
+            except OSError:
+                continue
+            _link(source, dest)
+            continue
+        if not top:  # the top level is always there in full
+            budget -= len(listing or ())
+        for entry in listing or ():
+            src, dst = Path(entry.path), dest / entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False) and not (entry.name.startswith(".")
+                                                                 or entry.name == "__pycache__"):
+                    dst.mkdir()
+                    queue.append((src, dst, False))
+                    continue
+                if entry.is_file(follow_symlinks=False):
+                    info = entry.stat(follow_symlinks=False)
+                    if info.st_size <= file_limit and copied_bytes + info.st_size <= total_limit:
+                        try:
+                            shutil.copy2(src, dst, follow_symlinks=False)
+                            copied_bytes += info.st_size
+                            mirror.copied += 1
+                            continue
+                        except OSError:  # unreadable: the link fails for the script as the original would
+                            dst.unlink(missing_ok=True)
+                    mirror.linked_files[str(src)] = (info.st_size, info.st_mtime_ns)
+                _link(src, dst)
+            except OSError:
+                continue
+    return mirror
+
+
+def _link(source: Path, dest: Path) -> None:
+    try:
+        os.symlink(source, dest)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- one run
 
 def _failed(status: str, message: str, spec: RunSpec) -> dict:
     return {"schema": "speedfix.bench/0.1", "status": status, "message": message,
@@ -163,11 +491,76 @@ def run_once(spec: RunSpec, config: RunConfig) -> dict:
     Never raises for a failing script: the status says what happened (ok, incomplete, error,
     timeout, no_steps) and ``runner`` holds the return code and the stdout/stderr tails.
     """
-    workdir = Path(tempfile.mkdtemp(prefix="speedfix-run-"))
+    sweep_stale_tempdirs()
+    workdir = owned_tempdir("speedfix-run-")
     try:
         return _run_in(workdir, spec, config)
     finally:  # also when the benchmark itself is interrupted
-        shutil.rmtree(workdir, ignore_errors=True)
+        with shielded():
+            remove_tree(workdir)
+
+
+class _Supervised:
+    """The child behind ``reaper.py``: ``proc`` is the supervisor, the status file names the child."""
+
+    lost = False  # the supervisor died before it finished (the script killed its parent)
+
+    def __init__(self, config: RunConfig, workdir: Path, cwd: Path, env: dict, out, err) -> None:
+        self.status_path = workdir / "supervisor.json"
+        cmd = [config.python, "-I", "-S", str(REAPER), str(self.status_path), "--cleanup", str(workdir), "--",
+               config.python, str(CHILD)]
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=out, stderr=err,
+                                     start_new_session=True)
+
+    def status(self) -> dict:
+        try:
+            return json.loads(self.status_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def stop(self, run_id: str) -> tuple[int | None, list[int]]:
+        """Have the supervisor kill and reap everything; returns (child's return code, leftovers)."""
+        proc = self.proc
+        try:
+            if proc.poll() is None:
+                proc.stdin.write(b"k")
+                proc.stdin.flush()
+        except (OSError, ValueError):  # it is gone already
+            pass
+        try:
+            proc.wait(timeout=SUPERVISOR_WAIT_S)
+        except subprocess.TimeoutExpired:  # frozen: kill it, the second net below takes over
+            proc.kill()
+            proc.wait()
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        status = self.status()
+        leftovers = list(status.get("leftovers") or [])
+        # Second net: the marker, and the child's group if the supervisor did not finish (killed by
+        # the script, or frozen). After a clean finish the child is reaped and its pid may be reused.
+        self.lost = not status.get("done")
+        extra = reap(run_id, None if status.get("done") else status.get("child_pid"))
+        leftovers += [p for p in extra if p not in leftovers]
+        returncode = status["returncode"] if "returncode" in status else proc.returncode
+        return returncode, leftovers
+
+
+class _Direct:
+    """Without the supervisor (not Linux): the child leads its own session; group + marker at the end."""
+
+    lost = False
+
+    def __init__(self, config: RunConfig, workdir: Path, cwd: Path, env: dict, out, err) -> None:
+        self.proc = subprocess.Popen([config.python, str(CHILD)], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=out, stderr=err, start_new_session=True)
+
+    def stop(self, run_id: str) -> tuple[int | None, list[int]]:
+        leftovers = reap(run_id, self.proc.pid)
+        self.proc.wait()
+        return self.proc.returncode, leftovers
 
 
 def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> dict:
@@ -175,6 +568,18 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> dict:
     cwd = (spec.cwd or Path.cwd()).resolve()
     run_id = uuid.uuid4().hex
     (workdir / "tmp").mkdir()
+    mirror = None
+    run_cwd = cwd
+    if not runs_in_real_cwd(spec):
+        try:
+            mirror = mirror_tree(cwd, workdir / "cwd")
+        except OSError as err:
+            result = _failed("error", f"could not prepare the scratch working directory ({err}); "
+                             "run in the real one with --real-cwd", spec)
+            result["runner"] = {"returncode": None, "killed": None, "leftover_processes_at_exit": [],
+                                "run_id": run_id, "stdout_tail": "", "stderr_tail": ""}
+            return result
+        run_cwd = mirror.leaf
     result_path = workdir / "result.json"
     child_cfg = {"script": str(script), "args": list(spec.args), "seed": config.seed,
                  "seed_offset": config.seed_offset, "warmup_steps": config.warmup_steps,
@@ -187,7 +592,8 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> dict:
     # inductor caches compiled kernels under the temp dir: keep the usual location, or every run
     # would compile from scratch once TMPDIR moves below
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"))
-    env["TMPDIR"] = str(workdir / "tmp")  # multiprocessing debris of killed runs lands here (P13)
+    env["TMPDIR"] = str(workdir / "tmp")  # multiprocessing debris of killed runs lands here
+    env["PWD"] = str(run_cwd)
     env.setdefault("PYTHONHASHSEED", str(config.seed))  # same set/dict orders for A and B
     env["PYTHONUNBUFFERED"] = "1"  # the stdout tail is complete even when the child is killed
     out_path, err_path = workdir / "stdout.txt", workdir / "stderr.txt"
@@ -195,11 +601,12 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> dict:
     started = time.monotonic()
     killed = None
     leftovers: list[int] = []
-    proc = None
+    returncode = None
+    handle = None
     try:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen([config.python, str(CHILD)], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, start_new_session=True)
+            handle = (_Supervised if SUPERVISED else _Direct)(config, workdir, run_cwd, env, out, err)
+        proc = handle.proc
         hard_deadline = started + config.timeout_s + config.hard_grace_s
         result_seen_at = None
         while proc.poll() is None:
@@ -214,9 +621,9 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> dict:
                 break
             time.sleep(0.02)
     finally:
-        if proc is not None:
-            leftovers = reap(run_id, proc.pid)
-            proc.wait()
+        if handle is not None:
+            with shielded():
+                returncode, leftovers = handle.stop(run_id)
     wall_s = time.monotonic() - started
     try:
         result = json.loads(result_path.read_text())
@@ -224,13 +631,19 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> dict:
         if killed == "hard_timeout":
             result = _failed("timeout", f"the child did not respond within {config.timeout_s:g} s "
                              "(+ grace) and was killed", spec)
+        elif handle is not None and handle.lost:
+            result = _failed("error", f"the benchmark supervisor was killed ({returncode}) before the child "
+                             "wrote a result (did the script kill its parent process?)", spec)
         else:
-            result = _failed("error", f"the child exited with code {proc.returncode} without a result "
+            result = _failed("error", f"the child exited with code {returncode} without a result "
                              "(killed by a signal, out of memory, or a crash in native code)", spec)
     result["args"] = list(spec.args)
+    result["cwd"] = str(cwd)  # the folder the script saw (a scratch mirror of it unless real_cwd)
     # Load average (1 min) around the run: other work on the machine is the usual cause of noise.
-    result["runner"] = {"returncode": proc.returncode if proc else None, "wall_s": wall_s, "killed": killed,
+    result["runner"] = {"returncode": returncode, "wall_s": wall_s, "killed": killed,
                         "loadavg": [load_before, os.getloadavg()[0]],
                         "leftover_processes_at_exit": leftovers, "run_id": run_id,
+                        "supervised": SUPERVISED, "scratch_cwd": str(run_cwd) if mirror else None,
+                        "real_files_modified": mirror.modified() if mirror else [],
                         "stdout_tail": _tail(out_path), "stderr_tail": _tail(err_path)}
     return result

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
@@ -30,7 +29,7 @@ from rich.console import Console
 
 from . import numerics, report
 from .compare import CompareSettings, ComparisonError, Session
-from .runner import RunSpec, run_once
+from .runner import RunSpec, owned_tempdir, remove_tree, run_once
 from .stats import FASTER
 
 SUITE_FILE = "suite.toml"
@@ -99,8 +98,9 @@ def run_suite(*, fixtures: Path | None = None, tiny: bool | None = None, only: l
 
         fixer = load_fixer()
     rows, torch_version, device = [], "?", "cpu"
-    with tempfile.TemporaryDirectory(prefix="speedfix-suite-") as tmp:
-        work = Path(tmp) / "fixtures"
+    tmp = owned_tempdir("speedfix-suite-")  # a killed suite's copy is swept at the next start
+    try:
+        work = tmp / "fixtures"
         shutil.copytree(directory, work, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         with report.RichProgress(console, "suite") as progress:
             for workload in workloads:
@@ -108,6 +108,8 @@ def run_suite(*, fixtures: Path | None = None, tiny: bool | None = None, only: l
                 rows.append(row)
                 torch_version = env.get("torch", torch_version)
                 device = env.get("device", device)
+    finally:
+        remove_tree(tmp)
     loads = [r["load"]["max_loadavg"] for r in rows if (r.get("load") or {}).get("max_loadavg") is not None]
     return {"schema": "speedfix.suite/0.1", "size": "tiny" if tiny else "full", "device": device,
             "torch": torch_version, "cuda_available": has_cuda, "settings": asdict(settings),
@@ -132,11 +134,12 @@ def _run_workload(w: Workload, work: Path, tiny: bool, settings: CompareSettings
         if outcome.code != source:
             fixed_path = script.with_name(f"{script.stem}_speedfix.py")
             fixed_path.write_text(outcome.code, encoding="utf-8", newline="")
-            candidates.append(RunSpec(fixed_path, args, work, label="speedfix"))
+            candidates.append(RunSpec(fixed_path, args, work, label="speedfix", real_cwd=True))
             kinds["speedfix"] = numerics.class_of(row["fixes"])
     if w.expert:
-        candidates.append(RunSpec(work / w.expert, args, work, label="expert"))
-    session = Session(RunSpec(script, args, work, label="original"), settings, run=run, progress=progress)
+        candidates.append(RunSpec(work / w.expert, args, work, label="expert", real_cwd=True))
+    session = Session(RunSpec(script, args, work, label="original", real_cwd=True), settings, run=run,
+                      progress=progress)
     try:
         outcome = session.compare(candidates, kinds=kinds)
     except ComparisonError as err:

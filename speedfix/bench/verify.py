@@ -4,41 +4,56 @@ A "fix" here is every instance of one rule code. Policy:
 
 1. Each applicable fix alone is measured against the original, all in one set of counterbalanced
    rounds (original, fix 1, fix 2, ... then reversed), so the original's runs are shared.
-2. A fix is **kept** unless the patched script fails, the loss check fails (``numerics``: the
-   required level depends on the rule - exact rewrites must leave the loss bitwise/A-A identical),
-   it is measurably slower (95% interval below 0.98), or it is inconclusive with a median below
-   0.98 ("probably slower"). Inconclusive fixes with a median >= 0.98 are kept and flagged: the
-   static advice stands and the numbers do not contradict it.
+2. A fix is **rejected** when the patched script fails or the loss check fails (``numerics``: the
+   required level depends on the rule - exact rewrites must leave the loss bitwise/A-A identical).
+   Otherwise a decision on speed needs at least ``stats.MIN_VERDICT_PAIRS`` pairs: with fewer (the
+   budget or ``--max-pairs`` ran out) the fix is **not measured enough** - not written, never
+   reported as verified, flagged with the figures so far; the static advice stands. With enough
+   pairs it is rejected when measurably slower (95% interval below 0.98) or inconclusive with a
+   median below 0.98 ("probably slower"), and **kept** otherwise; inconclusive fixes with a median
+   >= 0.98 are kept and flagged: the static advice stands and the numbers do not contradict it.
 3. The kept fixes together are measured again (fixes can interact). If the combination fails the
    same test, the kept fix with the smallest median speedup is dropped and the rest re-measured,
-   at most ``MAX_COMBINATION_RETRIES`` times; after that only the single best fix is kept.
+   at most ``MAX_COMBINATION_RETRIES`` times; after that only the single best fix is kept. A
+   combination that was not measured enough keeps only the single best fix (measured alone).
 4. The kept set is written to the script with ``speedfix.fixer.write_fixed``; a Markdown and a
    JSON report say, per fix, the speedup with its interval, the loss check, the memory change,
    and kept or rejected and why.
 
-Patched variants run as hidden sibling files (``.speedfix-verify-<code>-<name>.py``) in the
-script's own directory, so sibling imports and ``__file__``-relative paths behave as in the
-original; they are removed afterwards. The runs use the caller's working directory, as the
-original would.
+Nothing is written into the user's tree but the kept fixes and the two reports. Every variant -
+the original too, so that A and B are treated alike - runs as a file with the script's own name in
+a scratch mirror of the script's folder (``runner.mirror_tree``: the same sibling modules, data
+folders and ``Path(__file__).parents[n]`` resolve) inside ``$TMPDIR/speedfix-verify-<owner>-*``,
+removed at the end, on SIGTERM/SIGINT/SIGHUP, or by the next speedfix run if this one was killed.
+Hidden ``.speedfix-verify-*`` siblings left by older versions are removed at the start. The runs
+see the caller's working directory through a scratch mirror of it too, unless ``real_cwd``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import tokenize
+import re
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from . import numerics, report
+from speedfix.source import FileChanged, read_source
+
+from . import numerics, report, stats
 from .compare import CompareSettings, ComparisonError, Session, failure
-from .runner import RunSpec, run_once, terminate_cleanly
+from .runner import (RunSpec, mirror_tree, owned_tempdir, remove_tree, run_once, shielded, sweep_stale_tempdirs,
+                     terminate_cleanly)
 from .stats import INCONCLUSIVE, SLOWER, SLOWER_BELOW
 
 MAX_COMBINATION_RETRIES = 2
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
+KEPT, REJECTED, UNMEASURED = "kept", "rejected", "not measured enough"
+NEEDS_GPU = "needs a GPU to verify"
+# hidden sibling variants written by versions before the scratch mirrors
+LEGACY_VARIANT = re.compile(r"^\.speedfix-verify-(?:SF\d+|combined\d+)-.+\.py$")
 
 
 def load_fixer() -> Any:
@@ -48,73 +63,114 @@ def load_fixer() -> Any:
     return fixer
 
 
-def decide(cand: dict) -> tuple[bool, str]:
-    """Keep or reject one measured variant, with the reason a reviewer reads."""
+def decide(cand: dict) -> tuple[str, str]:
+    """KEPT, REJECTED or UNMEASURED for one measured variant, with the reason a reviewer reads."""
     if cand["status"] != "ok":
         f = cand.get("failure") or {}
-        return False, f"the patched script failed ({cand['status']}): {f.get('message')}"
+        return REJECTED, f"the patched script failed ({cand['status']}): {f.get('message')}"
     check = cand.get("numerics") or {}
     if check and not check.get("passed", True):
-        return False, f"loss check failed: {check['reason']}"
+        return REJECTED, f"loss check failed: {check['reason']}"
     speed = cand.get("speedup")
+    needed = stats.MIN_VERDICT_PAIRS
     if not speed:
-        return False, "no speed measurement"
-    lo, hi = speed["bootstrap95_median"]
+        return UNMEASURED, (f"not measured enough: no speed measurement ({needed} pairs needed); not applied, "
+                            "the static advice stands")
+    pairs = speed.get("pairs")
+    if pairs is None:
+        pairs = len(speed.get("per_pair") or ())
+    lo, hi = speed["ci95_median"]
     figure = f"{speed['median']:.2f}x [{lo:.2f}, {hi:.2f}]"
-    pairs = len(speed.get("per_pair") or ())
-    undecided = f"no verdict from {pairs} pair{'s' if pairs != 1 else ''}" if pairs else "no verdict"
+    if pairs < needed:
+        return UNMEASURED, (f"not measured enough: {pairs} pair{'s' if pairs != 1 else ''} of the {needed} a "
+                            f"decision needs (the time budget or --max-pairs ran out), {figure} so far; not "
+                            "applied, the static advice stands (raise --budget-s/--max-pairs to measure it)")
+    undecided = f"no verdict from {pairs} pairs"
     if speed["verdict"] == SLOWER:
-        return False, f"measurably slower: {figure}"
+        return REJECTED, f"measurably slower: {figure}"
     if speed["verdict"] == INCONCLUSIVE and speed["median"] < SLOWER_BELOW:
-        return False, f"probably slower: median below {SLOWER_BELOW:.2f}x, {figure} ({undecided})"
+        return REJECTED, f"probably slower: median below {SLOWER_BELOW:.2f}x, {figure} ({undecided})"
     if speed["verdict"] == INCONCLUSIVE:
-        return True, f"not slower as far as measured: {figure} ({undecided}); loss check passed"
-    return True, f"{speed['verdict']} ({figure}); loss check passed"
+        return KEPT, f"not slower as far as measured: {figure} ({undecided}); loss check passed"
+    return KEPT, f"{speed['verdict']} ({figure}); loss check passed"
 
 
 def _read_source(path: Path) -> tuple[str, str]:
-    with tokenize.open(path) as f:  # honours a PEP 263 coding line and a BOM
-        return f.read(), f.encoding
+    """The script's text with its line endings kept (CRLF stays CRLF when the fixes are written),
+    decoded as the interpreter would (BOM, coding line)."""
+    source = read_source(path, max_bytes=None)
+    return source.text, source.encoding
 
 
 class _Variants:
-    """Hidden sibling files for patched versions of the script; removed on exit."""
+    """Copies of the script (the original and the patched versions), each as ``<its name>`` in a
+    scratch mirror of the script's folder under ``$TMPDIR/speedfix-verify-<owner>-*``; removed on exit."""
 
     def __init__(self, script: Path, encoding: str) -> None:
-        self.script, self.encoding, self.paths = script, encoding, []
+        self.script, self.encoding = script.resolve(), encoding
+        self.root: Path | None = None
+
+    def _place(self, tag: str) -> Path:
+        assert self.root is not None, "use _Variants as a context manager"
+        leaf = mirror_tree(self.script.parent, self.root / tag, skip={self.script.name}).leaf
+        return leaf / self.script.name
 
     def write(self, tag: str, code: str) -> Path:
-        path = self.script.with_name(f".speedfix-verify-{tag}-{self.script.name}")
+        path = self._place(tag)
         path.write_text(code, encoding=self.encoding, newline="")
-        self.paths.append(path)
+        return path
+
+    def original(self) -> Path:
+        path = self._place("original")
+        shutil.copy2(self.script, path)  # byte for byte
         return path
 
     def __enter__(self) -> "_Variants":
+        self.root = owned_tempdir("speedfix-verify-")
         return self
 
     def __exit__(self, *exc) -> None:
-        for path in self.paths:
-            path.unlink(missing_ok=True)
+        with shielded():
+            remove_tree(self.root)
+
+
+def remove_legacy_variants(script: Path) -> list[Path]:
+    """Hidden ``.speedfix-verify-*.py`` siblings that an interrupted older version left behind."""
+    removed = []
+    try:
+        entries = list(script.parent.iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        if LEGACY_VARIANT.match(path.name) and path.is_file() and not path.is_symlink():
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
 
 
 def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
                   select: Iterable[str] | None = None, ignore: Iterable[str] | None = None,
                   torch_version: str | None = None, unsafe: bool | None = None,
                   report_md: Path | None = None, report_json: Path | None = None, write: bool = True,
-                  max_pairs: int = 10, min_pairs: int = 5, budget_s: float = 900.0, warmup: int | None = None,
+                  max_pairs: int = 10, min_pairs: int = 6, budget_s: float = 900.0, warmup: int | None = None,
                   steps: int | None = None, timeout_s: float = 600.0, seed: int = 0, cwd: Path | None = None,
-                  console: Console | None = None, compare_settings: CompareSettings | None = None,
-                  fixer: Any = None, run=run_once) -> int:
+                  real_cwd: bool = False, console: Console | None = None,
+                  compare_settings: CompareSettings | None = None, fixer: Any = None, run=run_once) -> int:
     """Measure each applicable fix and the kept ones together; write the kept fixes and a report.
 
     ``settings`` is speedfix's configuration (``speedfix.config.Settings``): its enabled rules for
     this file, target torch version and unsafe-fixes choice are used unless ``select``,
     ``ignore``, ``torch_version`` or ``unsafe`` are given. ``budget_s`` and ``max_pairs`` apply
     to each comparison (the single fixes, then each combination attempt); ``compare_settings``
-    replaces all the timing options at once.
+    replaces all the timing options at once. The runs see ``cwd`` (default: the current folder)
+    through a scratch mirror of it, unless ``real_cwd``.
 
     Returns 0 when every applicable fix was kept (or none applied), 1 when at least one was
-    rejected, 2 when the original script cannot be benchmarked or the input is unusable.
+    rejected or not measured enough, 2 when the original script cannot be benchmarked or the input
+    is unusable.
     """
     console = console or Console()
     script = Path(script)
@@ -131,6 +187,13 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
     compare_settings = compare_settings or CompareSettings(
         seed=seed, warmup=warmup, steps=steps, max_pairs=max_pairs, min_pairs=min_pairs, budget_s=budget_s,
         timeout_s=timeout_s)
+    sweep_stale_tempdirs()  # the mirrors of a verify that was killed
+    for leftover in remove_legacy_variants(script):
+        console.print(f"removed {leftover}, a variant left by an interrupted speedfix apply --verify")
+    if compare_settings.max_pairs < stats.MIN_VERDICT_PAIRS:
+        console.print(f"[yellow]warning:[/] --max-pairs {compare_settings.max_pairs} is below the "
+                      f"{stats.MIN_VERDICT_PAIRS} pairs a decision needs: every fix will be reported as not "
+                      "measured enough and none written")
     source, encoding = _read_source(script)
     path = str(script)
     codes = list(fixer.fixable_codes(source, path=path, unsafe=unsafe, torch_version=torch_version,
@@ -144,18 +207,19 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
 
     report_md = Path(report_md) if report_md else script.with_name(f"{script.stem}.speedfix-verify.md")
     report_json = Path(report_json) if report_json else script.with_name(f"{script.stem}.speedfix-verify.json")
-    original = RunSpec(script, list(script_args), cwd, label="original")
     with terminate_cleanly(), _Variants(script, encoding) as variants, \
             report.RichProgress(console, "verifying") as progress:
+        original = RunSpec(variants.original(), list(script_args), cwd, label="original", real_cwd=real_cwd)
         specs, applied, fixes = [], {}, []
         for code in codes:
             outcome = fixed([code])
             if outcome.code == source or not outcome.applied:
-                fixes.append({"label": code, "kept": False, "skipped": True,
+                fixes.append({"label": code, "kept": False, "decision": "skipped", "skipped": True,
                               "reason": "the fix changed nothing in this script"})
                 continue
             applied[code] = dict(outcome.applied)
-            specs.append(RunSpec(variants.write(code, outcome.code), list(script_args), cwd, label=code))
+            specs.append(RunSpec(variants.write(code, outcome.code), list(script_args), cwd, label=code,
+                                 real_cwd=real_cwd))
         if not specs:
             console.print(f"{script}: the applicable fixes change nothing, nothing to verify")
             return EXIT_OK
@@ -165,24 +229,39 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
             singles = session.compare(specs, kinds={s.name: numerics.class_of([s.name]) for s in specs})
         except ComparisonError as err:
             return _original_failed(err, script, script_args, report_md, report_json, console)
+        verified_on = (singles.get("device") or {}).get("type") or "?"
         for cand in singles["candidates"]:
-            kept, reason = decide(cand)
-            fixes.append(_fix_entry(cand, kept, reason, applied))
+            decision, reason = decide(cand)
+            if verified_on != "cuda" and decision == KEPT and _gpu_only(cand["label"]):
+                decision, reason = NEEDS_GPU, gpu_only_reason(verified_on, reason)
+            fixes.append(_fix_entry(cand, decision, reason, applied))
         kept_codes = [f["label"] for f in fixes if f["kept"]]
         combos = []
         if len(kept_codes) > 1:
             kept_codes = _verify_combination(session, kept_codes, fixes, fixed, variants, original, combos)
     final = fixed(kept_codes).code if kept_codes else source
+    changed_meanwhile = None
     if write and kept_codes:
-        fixer.write_fixed(script, final)
-    rejected = [f for f in fixes if not f["kept"] and not f.get("skipped")]
+        try:  # never over an edit the user saved while the benchmark ran
+            fixer.write_fixed(script, final, unchanged_since=source)
+        except FileChanged as err:
+            changed_meanwhile = str(err)
+            console.print(f"[red]error:[/] {err}")
+            write = False
+    rejected = [f for f in fixes if f.get("decision") == REJECTED]
+    unmeasured = [f for f in fixes if f.get("decision") == UNMEASURED]
+    needs_gpu = [f for f in fixes if f.get("decision") == NEEDS_GPU]
     summary = (f"kept {len(kept_codes)} of {len(fixes)} fixes ({', '.join(kept_codes) or 'none'})"
                + (f"; rejected {', '.join(f['label'] for f in rejected)}" if rejected else "")
+               + (f"; not measured enough {', '.join(f['label'] for f in unmeasured)} (static advice only, "
+                  "not written)" if unmeasured else "")
+               + (f"; {', '.join(f['label'] for f in needs_gpu)} need a GPU to verify (not written)"
+                  if needs_gpu else "")
                + ("; written to the script" if write and kept_codes else "; script left unchanged"))
     env = singles.get("env") or {}
     result = {"schema": "speedfix.verify/0.1", "script": str(script), "args": list(script_args),
               "date": _dt.datetime.now().isoformat(timespec="seconds"), "seed": compare_settings.seed,
-              "torch": env.get("torch", "?"), "device": (singles.get("device") or {}).get("type") or "?",
+              "torch": env.get("torch", "?"), "device": verified_on, "verified_on": verified_on,
               "window": singles["window"], "calibration": singles["calibration"], "fixes": fixes,
               "combinations": combos, "kept": kept_codes, "written": bool(write and kept_codes),
               "summary": summary, "load": singles.get("load"), "caveat": numerics.CAVEAT, "comparison": _strip(singles)}
@@ -190,41 +269,70 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
     report.write_text(report_md, report.verify_markdown(result))
     report.render_verify(result, console)
     console.print(f"report: {report_md} and {report_json}")
-    return EXIT_REJECTED if rejected else EXIT_OK
+    if changed_meanwhile:
+        return EXIT_ERROR
+    return EXIT_REJECTED if rejected or unmeasured or needs_gpu else EXIT_OK
 
 
-def _fix_entry(cand: dict, kept: bool, reason: str, applied: dict) -> dict:
-    return {"label": cand["label"], "kept": kept, "reason": reason, "applied": applied.get(cand["label"], {}),
+def _gpu_only(label: str) -> bool:
+    """The fix's rule fires only on scripts that target CUDA: its effect exists only there."""
+    from speedfix.registry import rule_by_code
+
+    rule = rule_by_code(label)
+    return bool(rule and rule.gpu_only)
+
+
+def gpu_only_reason(device: str, measured: str) -> str:
+    return (f"measured on {device}, where this fix's effect cannot show: it targets CUDA, and so do its ways to "
+            f"fail (pin_memory=True raises on CUDA tensors, yet passes bit-identically on a CPU); "
+            f"the {device} figures: {measured}. Not applied: run --verify on a machine with a CUDA GPU")
+
+
+def _fix_entry(cand: dict, decision: str, reason: str, applied: dict) -> dict:
+    return {"label": cand["label"], "kept": decision == KEPT, "decision": decision, "measured": decision != UNMEASURED,
+            "reason": reason, "applied": applied.get(cand["label"], {}),
             "metric": cand.get("metric"), "speedup": cand.get("speedup"), "numerics": cand.get("numerics"),
             "memory": cand.get("memory"), "failure": cand.get("failure")}
 
 
 def _verify_combination(session: Session, kept: list[str], fixes: list[dict], fixed, variants: _Variants,
                         original: RunSpec, combos: list[dict]) -> list[str]:
-    """Measure the kept fixes together; drop the weakest while the combination fails."""
+    """Measure the kept fixes together; drop the weakest while the combination fails.
+
+    A combination that was not measured enough (budget or --max-pairs) proves nothing either way,
+    and a smaller one would run out the same way: only the best single fix is kept.
+    """
     speed = {f["label"]: (f.get("speedup") or {}).get("median", 0.0) for f in fixes}
-    final = None
+    final: list[str] = []
+    decision = KEPT
     for attempt in range(MAX_COMBINATION_RETRIES + 1):
         label = "+".join(kept)
         spec = RunSpec(variants.write(f"combined{attempt}", fixed(kept).code), list(original.args), original.cwd,
-                       label=label)
+                       label=label, real_cwd=original.real_cwd)
         cand = session.compare([spec], kinds={label: numerics.class_of(kept)})["candidates"][0]
-        ok, reason = decide(cand)
-        combos.append({**_fix_entry(cand, ok, reason, {}), "codes": list(kept)})
-        if ok:
+        decision, reason = decide(cand)
+        combos.append({**_fix_entry(cand, decision, reason, {}), "codes": list(kept)})
+        if decision == KEPT:
             final = kept
             break
-        if len(kept) == 2 or attempt == MAX_COMBINATION_RETRIES:
+        if decision == UNMEASURED or len(kept) == 2 or attempt == MAX_COMBINATION_RETRIES:
             final = [max(kept, key=speed.__getitem__)]
             break
         weakest = min(kept, key=speed.__getitem__)
         kept = [c for c in kept if c != weakest]
-    failed = next((c for c in reversed(combos) if not c["kept"]), None)
+    last = combos[-1]
     for f in fixes:
-        if f["kept"] and f["label"] not in final:  # only when a combination failed
+        if f["kept"] and f["label"] not in final:  # only when a combination failed or was not measured enough
             f["kept"] = False
-            f["reason"] = (f"passed alone, but the combination with it failed ({failed['reason']}); "
-                           f"kept {'+'.join(final)}")
+            if decision == UNMEASURED:
+                f["decision"] = UNMEASURED
+                f["reason"] = (f"kept alone, but the combination {last['label']} was {last['reason']}; "
+                               f"only {'+'.join(final)}, the best alone, written")
+            else:
+                f["decision"] = REJECTED
+                failed = next(c for c in reversed(combos) if not c["kept"])
+                f["reason"] = (f"passed alone, but the combination with it failed ({failed['reason']}); "
+                               f"kept {'+'.join(final)}")
     return final
 
 

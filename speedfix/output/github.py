@@ -1,4 +1,4 @@
-"""``--format github``: GitHub Actions workflow commands, one annotation per finding.
+"""``--output-format github``: GitHub Actions workflow commands, one annotation per finding.
 
 ``::warning file=train.py,line=12,col=5,endLine=12,endColumn=20,title=SF102 dataloader-no-pin-memory::SF102 [*] ...``
 and ``::error file=...`` for a file that could not be analysed. GitHub accepts columns only
@@ -10,9 +10,13 @@ Notebook findings are file annotations (their positions are within a cell, not l
 from __future__ import annotations
 
 from pathlib import PurePath
+from typing import TYPE_CHECKING
 
 from speedfix.findings import Finding, Severity
-from speedfix.scan import ScanResult
+from speedfix.output import Reporter, ReportOptions
+
+if TYPE_CHECKING:
+    from speedfix.scan import ScanResult
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
@@ -49,3 +53,10 @@ def render_github(result: ScanResult) -> str:
         position = {"line": error.line, **({"col": error.column} if error.column else {})} if error.line else {}
         lines.append(_command("error", {"file": PurePath(error.path).as_posix(), **position, "title": "speedfix"}, error.render()))
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+class GithubReporter(Reporter):
+    name = "github"
+
+    def scan(self, result: ScanResult, options: ReportOptions) -> str:
+        return render_github(result)

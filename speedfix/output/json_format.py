@@ -1,12 +1,20 @@
-"""``--format json``: a list of findings (DESIGN §5). Line and column numbers are 1-based."""
+"""``--output-format json``: a list of findings (the schema is in the README). Line and column
+numbers are 1-based, end columns exclusive. Also the JSON of `--statistics` and of the rule
+catalog (`speedfix rules`, `speedfix rule CODE`)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections import Counter
+from typing import TYPE_CHECKING, Any
 
 from speedfix.findings import Finding
-from speedfix.scan import ScanResult
+from speedfix.output import Reporter, ReportOptions
+from speedfix.registry import rule_by_code
+
+if TYPE_CHECKING:
+    from speedfix.rule import Rule
+    from speedfix.scan import ScanResult
 
 
 def finding_to_dict(finding: Finding) -> dict[str, Any]:
@@ -45,5 +53,50 @@ def finding_to_dict(finding: Finding) -> dict[str, Any]:
     return data
 
 
-def render_json(result: ScanResult) -> str:
-    return json.dumps([finding_to_dict(f) for f in result.findings], indent=2, ensure_ascii=False) + "\n"
+def rule_to_dict(rule: type[Rule]) -> dict[str, Any]:
+    return {
+        "code": rule.code,
+        "name": rule.name,
+        "fix": rule.fix_availability(),
+        "severity": rule.severity.value,
+        "category": rule.category.value,
+        "gpu_only": rule.gpu_only,
+        "summary": rule.summary,
+    }
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+class JsonReporter(Reporter):
+    name = "json"
+    fix_details = True
+
+    def scan(self, result: ScanResult, options: ReportOptions) -> str:
+        return _dump([finding_to_dict(f) for f in result.findings])
+
+    def statistics(self, result: ScanResult, options: ReportOptions) -> str:
+        counts = Counter(f.code for f in result.findings)
+        fixable = {f.code for f in result.findings if f.fix is not None}
+        rows = []
+        for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+            rule = rule_by_code(code)
+            rows.append({"code": code, "name": rule.name if rule else "", "count": count, "fixable": code in fixable})
+        return _dump(rows)
+
+    def rule_list(self, rules: tuple[type[Rule], ...], options: ReportOptions) -> str:
+        return _dump([rule_to_dict(rule) for rule in rules])
+
+    def rule_page(self, rule: type[Rule], options: ReportOptions) -> str:
+        return _dump(
+            {
+                **rule_to_dict(rule),
+                "fix_title": rule.fix_title,
+                "loss_check": rule.loss_check.value if rule.loss_check else None,
+                "min_torch": str(rule.min_torch) if rule.min_torch else None,
+                "max_torch": str(rule.max_torch) if rule.max_torch else None,
+                "effect": rule.effect,
+                "sections": rule.doc_sections(),
+            }
+        )

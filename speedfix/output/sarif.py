@@ -1,4 +1,4 @@
-"""``--format sarif``: SARIF 2.1.0 for code-scanning dashboards (GitHub, GitLab, Azure DevOps).
+"""``--output-format sarif``: SARIF 2.1.0 for code-scanning dashboards (GitHub, GitLab, Azure DevOps).
 
 One run: every rule with its documentation as help text, one result per finding (with the
 fix's text replacements when it has one) and a tool execution notification per file that
@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from speedfix import __version__
 from speedfix.engine import FileError
 from speedfix.findings import Finding, Severity
+from speedfix.output import Reporter, ReportOptions
 from speedfix.registry import all_rules
 from speedfix.rule import Rule
-from speedfix.scan import ScanResult
+
+if TYPE_CHECKING:
+    from speedfix.scan import ScanResult
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -75,7 +78,7 @@ def _notification(error: FileError) -> dict[str, Any]:
     return {
         "level": "error",
         "message": {"text": error.render()},
-        "descriptor": {"id": "syntax-error" if error.kind == "syntax" else "file-error"},
+        "descriptor": {"id": "file-error"},  # syntax errors are results (SF000), not notifications
         "locations": [{"physicalLocation": physical}],
     }
 
@@ -93,7 +96,7 @@ def _rule(rule: type[Rule]) -> dict[str, Any]:
         "properties": {
             "fix": rule.fix_availability(),
             "expectedEffect": rule.effect,
-            "tags": ["performance", "pytorch"],
+            "tags": [rule.category.value, "pytorch"],
         },
     }
 
@@ -122,3 +125,11 @@ def render_sarif(result: ScanResult) -> str:
     }
     document = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+class SarifReporter(Reporter):
+    name = "sarif"
+    fix_details = True
+
+    def scan(self, result: ScanResult, options: ReportOptions) -> str:
+        return render_sarif(result)

@@ -89,8 +89,9 @@ class FakeRuns:
 
     def __init__(self, speed: dict[str, float], *, losses: dict[str, list] | None = None,
                  fail: dict[str, str] | None = None, clock=None, total_steps: int | None = None,
-                 slow_steps: dict[str, int] | None = None) -> None:
+                 slow_steps: dict[str, int] | None = None, device: str = "cuda") -> None:
         self.speed, self.losses, self.fail = speed, losses or {}, fail or {}
+        self.device = device  # a GPU box by default: verify decides GPU-only fixes only there
         self.slow_steps = slow_steps or {}  # label -> how many first steps are 100x slow (compile)
         self.clock, self.total_steps = clock, total_steps
         self.calls: list[tuple[str, object]] = []
@@ -116,7 +117,7 @@ class FakeRuns:
         values = list(self.losses.get(spec.name, self.LOSSES))
         if config.seed_offset:
             values = [v * (1 + 0.01 * config.seed_offset) for v in values]
-        return {"status": status, "message": "", "env": {"torch": "fake"}, "device": {"type": "cpu"},
+        return {"status": status, "message": "", "env": {"torch": "fake"}, "device": {"type": self.device},
                 "steps": {"warmup": warmup, "observed_primary": self.total_steps or warmup + steps},
                 "timing": {"steps_per_s": rate, "steps_timed": steps, "window_s": steps / rate,
                            "step_time_s": {"p10": 0.9 / rate, "median": 1 / rate}, "all_step_s": durations},
@@ -158,9 +159,11 @@ class FakeFixer:
                 code = code.replace(old, new)
         return FixOutcome(code, applied)
 
-    def write_fixed(self, path, code):
+    def write_fixed(self, path, code, *, unchanged_since=None):
+        from speedfix.fixer import write_fixed  # the real write: atomic, checks for a changed file
+
+        write_fixed(path, code, unchanged_since=unchanged_since)
         self.written.append((Path(path), code))
-        Path(path).write_text(code)
 
 
 @pytest.fixture

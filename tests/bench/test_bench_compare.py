@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from speedfix.bench import compare as compare_mod
+from speedfix.bench import stats
 from speedfix.bench.compare import CompareSettings, ComparisonError, Session
 from speedfix.bench.runner import RunSpec
 
@@ -22,8 +23,8 @@ def settings(**overrides) -> CompareSettings:
 
 def test_pairs_run_in_abba_order_after_one_discarded_run(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 150.0})
-    outcome = Session(spec("A"), settings(max_pairs=5, min_pairs=5), run=runs).compare([spec("B")])
-    assert [name for name, _ in runs.calls] == ["A", "A", "B", "B", "A", "A", "B", "B", "A", "A", "B"]
+    outcome = Session(spec("A"), settings(max_pairs=6, min_pairs=6), run=runs).compare([spec("B")])
+    assert [name for name, _ in runs.calls] == ["A", "A", "B", "B", "A", "A", "B", "B", "A", "A", "B", "B", "A"]
     # the discarded run is short; every timed run uses the same window and seed
     timed = [cfg for _, cfg in runs.calls[1:]]
     assert {(c.warmup_steps, c.steps, c.seed) for c in timed} == {(5, 20, 0)}
@@ -46,7 +47,7 @@ def test_several_candidates_rotate_forward_then_reversed(fake_runs):
 def test_stops_once_the_interval_is_tight_enough(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 130.0})
     outcome = Session(spec("A"), settings(max_pairs=10, min_pairs=3), run=runs).compare([spec("B")])
-    assert outcome["pairs"] == 3
+    assert outcome["pairs"] == stats.MIN_VERDICT_PAIRS  # the first count with a 95% interval
     assert outcome["stop_reason"] == "precise"
 
 
@@ -85,7 +86,7 @@ def test_calibration_picks_the_window_from_the_time_targets(fake_runs):
     session.prepare()
     calibration_cfg = runs.calls[1][1]
     assert calibration_cfg.warmup_s == 1.0 and calibration_cfg.window_s == 2.0
-    assert calibration_cfg.warmup_steps == 20  # P1: at least 20 warm-up steps
+    assert calibration_cfg.warmup_steps == 20  # at least 20 warm-up steps
     assert (session.warmup, session.steps) == (20, 200)  # 2 s at 100 steps/s
 
 

@@ -106,8 +106,12 @@ def test_compare_losses_reports_the_first_divergence():
     (["SF402"], numerics.EXACT),
     (["SF402", "SF202"], numerics.NUMERICS),
     (["SF202", "SF703"], numerics.RNG),
-    (["SF999"], numerics.RNG),  # unknown: the loosest check that still guards NaN and the band
     ([], numerics.EXACT),
 ])
 def test_class_of_combined_fixes_is_the_loosest(codes, expected):
     assert numerics.class_of(codes) == expected
+
+
+def test_class_of_an_unknown_code_is_an_error_not_the_loosest_check():
+    with pytest.raises(ValueError):
+        numerics.class_of(["SF999"])

@@ -26,7 +26,7 @@ def test_busy_machine_gets_a_warning():
 
 
 def test_formatting():
-    assert report.fmt_speedup({"median": 1.234, "bootstrap95_median": [1.1, 1.4]}) == "1.23x [1.10, 1.40]"
+    assert report.fmt_speedup({"median": 1.234, "ci95_median": [1.1, 1.4]}) == "1.23x [1.10, 1.40]"
     assert report.fmt_bytes(3 * 1024**3) == "3.0 GiB"
     assert report.fmt_rate(12345.6) == "12,346" and report.fmt_rate(7.04) == "7.04"
     line = report.sparkline([3.0, 2.0, None, 1.0])

@@ -1,0 +1,74 @@
+"""A big module parsed in chunks is the module one parse would build (speedfix.parsing)."""
+
+from __future__ import annotations
+
+import hypothesmith
+import libcst as cst
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from speedfix.parsing import parse_module, statement_first_lines
+
+TRICKY = [
+    # comments in a block's footer, less indented ones, and column-0 ones before the next def
+    "def f():\n    x = 1\n    # in f\n\n  # odd\n\n# before g\n\ndef g():\n    pass\n",
+    "def f():\n    x = 1\n# straight after the block\ndef g():\n    pass\n",
+    "x = 1\n\n\n# c\n\n@dec\nclass A:\n    pass\n\n# end\n",
+    "if a:\n    pass\nelse:\n    pass\n\nwhile b:\n    pass\n",
+    "x = (1,\n  2)\ny = 3\n\n\n",
+    "try:\n    pass\nexcept E:\n    pass\n# c\n\nz = 1",
+    "a = 1; b = 2\nc = 3 \\\n  + 4\nd = 5\n",
+    "def f():\n\tif x:\n\t\treturn 1\n\ny = 2\n",  # tabs: chunks must agree on the indentation
+    "x = 1\r\ny = 2\r\nz = 3\r\n",
+    "x = 1\n\x0c\ny = 2\n   \nz = 3\n",
+    '"""doc"""\n\nimport torch\n\n\nclass Net(torch.nn.Module):\n    pass\n',
+]
+
+
+def assert_same_tree(code: str) -> None:
+    whole = cst.parse_module(code)
+    chunked = parse_module(code, chunk_from=0, chunk_size=1)  # a chunk at every possible cut
+    assert chunked.code == code
+    assert chunked.deep_equals(whole)
+
+
+@pytest.mark.parametrize("code", TRICKY)
+def test_chunked_parse_equals_one_parse(code):
+    assert_same_tree(code)
+
+
+def test_chunks_are_cut_only_where_the_gap_is_clean(monkeypatch):
+    pieces: list[str] = []
+    real = cst.parse_module
+    monkeypatch.setattr(cst, "parse_module", lambda text: pieces.append(text) or real(text))
+    parse_module(TRICKY[0] + TRICKY[2], chunk_from=0, chunk_size=1)
+    # No cut between f and g (an indented comment belongs to f's block), one before `x = 1`
+    # and one before the blank lines and comment that lead `class A`.
+    assert pieces == [TRICKY[0], "x = 1\n", "\n\n# c\n\n@dec\nclass A:\n    pass\n\n# end\n"]
+
+
+def test_chunked_parse_keeps_the_encoding():
+    data = "# -*- coding: latin-1 -*-\nx = 'é'\ny = 2\n".encode("latin-1")
+    module = parse_module(data, chunk_from=0, chunk_size=1)
+    assert module.encoding == "iso-8859-1" and module.bytes == data
+    bom = b"\xef\xbb\xbfx = 1\ny = 2\n"
+    assert parse_module(bom, chunk_from=0, chunk_size=1).bytes == bom
+
+
+def test_statement_lines_are_remembered_for_positions():
+    text = "@d\ndef f(): pass\nx = 1; y = 2\n"
+    parse_module(text)
+    assert statement_first_lines(text) == [1, 3, 3]
+    assert statement_first_lines("something else") is None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(hypothesmith.from_grammar())
+def test_chunked_parse_equals_one_parse_on_generated_modules(code):
+    try:
+        whole = cst.parse_module(code)
+        chunked = parse_module(code, chunk_from=0, chunk_size=1)
+    except (cst.ParserSyntaxError, RecursionError):
+        return
+    assert chunked.code == whole.code  # not always `code`: libcst's own round trip is not perfect
+    assert chunked.deep_equals(whole)
