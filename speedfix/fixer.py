@@ -375,7 +375,7 @@ def write_fixed(path: Path, code: str, *, unchanged_since: str | None = None) ->
     encoding = "utf-8"
     current: bytes | None = None
     try:
-        source = read_source(path)
+        source = read_source(path, max_bytes=None)  # the caller already accepted the file's size
         encoding, current = source.encoding, source.data
     except SourceError:
         pass

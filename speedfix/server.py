@@ -27,14 +27,14 @@ from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import PositionCodec
 
-from speedfix import __version__
+from speedfix import __version__, deadline
 from speedfix.config import ConfigError, Settings, resolve_settings
 from speedfix.discovery import MissingPath, iter_targets
 from speedfix.engine import Analysis, FileError, SyntaxProblem, analyze
 from speedfix.findings import Applicability, Finding, Fix, Severity
 from speedfix.fixer import FixError, _op_node, allowed, apply_fixes, fix_source
 from speedfix.registry import rule_by_code
-from speedfix.scan import display_path
+from speedfix.scan import display_path, time_limit_message
 from speedfix.source import SourceError, SourceFile, decode_source
 
 log = logging.getLogger(__name__)
@@ -182,9 +182,13 @@ def check(path: Path | None, text: str, settings: Settings) -> Checked:
     shown = display_path(file)
     source = source_from_text(file, text)
     try:
-        analysis = analyze(source, shown, settings.rules_for(file), settings.target)
+        # the same per-file limit as `scan`: a pathological buffer must not block the editor
+        with deadline.time_limit(settings.file_time_limit):
+            analysis = analyze(source, shown, settings.rules_for(file), settings.target)
     except RecursionError:
         analysis = Analysis(shown, error=FileError(shown, "the file is nested too deeply to analyse"))
+    except deadline.TimeLimitExceeded as exc:
+        analysis = Analysis(shown, error=FileError(shown, time_limit_message(exc)))
     return Checked(text, source, shown, settings, analysis)
 
 

@@ -16,8 +16,8 @@ guards, no recompiles), no host synchronisation inside the timed window, no poll
   After the warm-up - which also waits until ``torch.compile`` has stopped compiling - it opens
   a window, closes it after N steps (device synchronize only at the two edges), writes the
   result file atomically and only then raises ``HarnessStop`` (a ``BaseException`` of its own);
-* records the loss of every ``backward()`` as a detached clone (unscaled under GradScaler) and
-  reads the values once, at the end;
+* records the loss of every ``backward()`` as a detached view (a clone only under CUDA graphs,
+  which reuse their outputs; unscaled under GradScaler) and reads the values once, at the end;
 * wraps the DataLoader iterator for batch size, samples/s and data-wait time; without a
   DataLoader, one forward pre-hook reads the batch size from the first model call and removes
   itself at once (and before any compilation starts, so Dynamo never traces it);
@@ -133,7 +133,9 @@ def _describe_tensors(obj: object, out: list, depth: int = 0) -> None:
         return
     if isinstance(obj, torch.Tensor):
         out.append({"shape": list(obj.shape), "dtype": str(obj.dtype).replace("torch.", ""),
-                    "device": str(obj.device), "pinned": bool(obj.device.type == "cpu" and obj.is_pinned())})
+                    # only pinned if CUDA is up; asking otherwise can create a CUDA context
+                    "device": str(obj.device), "pinned": bool(obj.device.type == "cpu" and torch.cuda.is_initialized()
+                                                              and obj.is_pinned())})
     elif isinstance(obj, dict):
         for value in obj.values():
             _describe_tensors(value, out, depth + 1)
@@ -280,7 +282,6 @@ class Harness:
         self.warmup_settled: bool | None = None
         self.compile_watch = CompileWatch(self)
         self.backward_at_window: list[int] = []
-        self.primary: int | None = None
         self.primary_ref = None  # weakref: the clock passes on once its optimizer is freed
         self.t_first_step: float | None = None
         self.t_window_start: float | None = None
@@ -350,20 +351,28 @@ class Harness:
             return
         # A script that seeds itself would give every "other seed" run the same trajectory;
         # shifting its seed calls measures a real seed-to-seed spread.
-        def shifted(fn, modulo=None):
-            def wrapper(s=None, *args, **kwargs):
-                if isinstance(s, int) and not isinstance(s, bool):
-                    s = s + offset if modulo is None else (s + offset) % modulo
-                return fn(s, *args, **kwargs)
+        def shift(value, modulo):
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value + offset if modulo is None else (value + offset) % modulo
+            return value
+
+        def shifted(fn, keyword: str, modulo=None):
+            # the seed comes positionally or by its keyword (`default_rng(seed=0)`, `random.seed(a=1)`)
+            def wrapper(*args, **kwargs):
+                if args:
+                    args = (shift(args[0], modulo), *args[1:])
+                elif keyword in kwargs:
+                    kwargs[keyword] = shift(kwargs[keyword], modulo)
+                return fn(*args, **kwargs)
             return wrapper
 
-        random.seed = shifted(random.seed)
-        torch.manual_seed = torch.random.manual_seed = shifted(torch.manual_seed)
-        torch.cuda.manual_seed = shifted(torch.cuda.manual_seed)
-        torch.cuda.manual_seed_all = shifted(torch.cuda.manual_seed_all)
+        random.seed = shifted(random.seed, "a")
+        torch.manual_seed = torch.random.manual_seed = shifted(torch.manual_seed, "seed")
+        torch.cuda.manual_seed = shifted(torch.cuda.manual_seed, "seed")
+        torch.cuda.manual_seed_all = shifted(torch.cuda.manual_seed_all, "seed")
         if numpy is not None:
-            numpy.random.seed = shifted(numpy.random.seed, 2**32)
-            numpy.random.default_rng = shifted(numpy.random.default_rng)
+            numpy.random.seed = shifted(numpy.random.seed, "seed", 2**32)
+            numpy.random.default_rng = shifted(numpy.random.default_rng, "seed")
 
     def _patch_optimizer(self, torch) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -376,6 +385,8 @@ class Harness:
         def __init__(self_, *args, **kwargs):
             if os.getpid() == MAIN_PID:
                 harness.optimizers_built += 1
+                if harness.clock == "backward" and harness.phase != "done":
+                    harness._restart_clock()  # backward() ran before the optimizer existed (a sanity check)
             return original_init(self_, *args, **kwargs)
 
         torch.optim.Optimizer.__init__ = __init__
@@ -385,9 +396,12 @@ class Harness:
         # wrapper sees both spellings.
         original = torch.autograd.backward
         harness = self
+        # -1 outside a backward pass: a call from inside one (reentrant torch.utils.checkpoint
+        # runs a backward per checkpointed segment) is part of the outer step, not a step.
+        graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
         def backward(tensors, *args, **kwargs):
-            if os.getpid() == MAIN_PID:
+            if os.getpid() == MAIN_PID and graph_task() == -1:
                 t0 = time.perf_counter()
                 try:
                     harness._record_loss(tensors)
@@ -460,7 +474,8 @@ class Harness:
         One global pre-hook that removes itself on that call, so later module calls pay
         nothing. It must never be there while Dynamo traces: Dynamo inlines global hooks and
         guards on their count (a graph break at every module, then a recompile when the hook
-        goes). ``torch.compile`` calls and compile starts remove it first (``_patch_compile``).
+        goes). Dynamo's compile-start callback removes it first (``CompileWatch``); where torch
+        has no such callback, the ``torch.compile`` call does (``_patch_compile``).
         """
         from torch.nn.modules import module
 
@@ -494,7 +509,8 @@ class Harness:
 
         @functools.wraps(original)
         def compile(*args, **kwargs):
-            harness.compile_watch.attach()  # torch.compile imports Dynamo in any case
+            if not harness.compile_watch.attach():  # torch.compile imports Dynamo in any case
+                harness._remove_forward_hook()  # no compile-start callback (torch < 2.4): go now
             options = kwargs.get("options") or {}
             if kwargs.get("mode") in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
                 harness.clone_losses = True  # CUDA graphs overwrite their outputs at every replay
@@ -546,7 +562,9 @@ class Harness:
             self.self_s += time.perf_counter() - max(t0, self.t_window_start)
 
     def _on_step(self, optimizer, args, kwargs) -> None:
-        if os.getpid() != MAIN_PID or self.clock == "backward":
+        if os.getpid() != MAIN_PID:
+            return
+        if self.clock == "backward":
             return
         t0 = time.perf_counter()
         try:
@@ -560,15 +578,29 @@ class Harness:
         now = time.perf_counter()
         key = id(optimizer)
         self.per_opt[key] = self.per_opt.get(key, 0) + 1
-        if self.primary is None:
-            self.primary, self.primary_ref = key, weakref.ref(optimizer)
+        if self.primary_ref is None:
+            self.primary_ref = weakref.ref(optimizer)
             self._start_clock("optimizer.step", now, _first_param(optimizer))
-        if key != self.primary:
-            if self.primary_ref() is not None:
+        clock = self.primary_ref()
+        if clock is not optimizer:  # by identity: a new optimizer can reuse a freed one's id()
+            if clock is not None:
                 return  # a second optimizer (GAN): the first one is the clock
             # the clock's optimizer is gone (a grid search trains one model after another)
-            self.primary, self.primary_ref = key, weakref.ref(optimizer)
+            self.primary_ref = weakref.ref(optimizer)
         self._tick(now)
+
+    def _restart_clock(self) -> None:
+        """Forget the backward() clock: the optimizer being built is the clock."""
+        self.clock, self.phase, self.steps = None, "startup", 0
+        self.t_window_start = self.t_first_step = None
+        self.window_start_step, self.self_s = 0, 0.0
+        self.samples_in_window = self.batches_in_window = 0
+        self.data_wait_window = 0.0
+        for series in (self.recent_steps, self.all_times, self.step_times, self.cpu_window, self.backward_at_window):
+            series.clear()
+        if not self.fwd_handles and not self.compile_watch.events and self.compile_watch.active_since is None:
+            self.fwd_batch = None  # that model call was the sanity check's: read the training batch
+            self._patch_forward(self.torch)
 
     def _on_backward(self, tensors) -> None:
         """The clock of scripts that update parameters by hand: one step per backward()."""

@@ -291,6 +291,8 @@ class Session:
             "candidates": [self._candidate_report(c, runs, ratios, failed, metric, (kinds or {}).get(c.name))
                            for c in candidates],
             "runs": log, "load": _load([r for rs in runs.values() for r in rs]), "caveat": numerics.CAVEAT,
+            "real_files_modified": sorted({p for rs in runs.values() for r in rs
+                                           for p in (r.get("runner") or {}).get("real_files_modified") or []}),
         }
         return outcome
 

@@ -107,6 +107,14 @@ def load_note(load: dict | None) -> str | None:
 
 
 # ---------------------------------------------------------------- one run
+def warn_real_files_modified(paths: list[str], console: Console) -> None:
+    """Files too large to copy into the scratch mirror are linked: say when a run changed one."""
+    if paths:
+        console.print(f"[yellow]warning: the script changed {len(paths)} file(s) in your folder through the "
+                      f"scratch mirror's links to files too large to copy: {', '.join(paths[:5])}"
+                      f"{' ...' if len(paths) > 5 else ''}[/]")
+
+
 def render_run(result: dict, console: Console) -> None:
     s = compare.run_summary(result)
     env, device, steps = result.get("env") or {}, result.get("device") or {}, result.get("steps") or {}
@@ -152,6 +160,7 @@ def render_run(result: dict, console: Console) -> None:
             table.add_row("GradScaler", f"{loss.get('grad_scaler_skipped_steps', 0)} skipped steps of "
                           f"{loss.get('grad_scaler_step_calls', 0)}")
     print_table(console, table)
+    warn_real_files_modified((result.get("runner") or {}).get("real_files_modified") or [], console)
     if s["status"] != "ok":
         tail = (result.get("runner") or {}).get("stderr_tail", "").strip()
         if tail:
@@ -187,6 +196,7 @@ def render_compare(outcome: dict, console: Console) -> None:
     for name, first, rest in rows:
         table.add_row(name, first, *rest)
     print_table(console, table)
+    warn_real_files_modified(outcome.get("real_files_modified") or [], console)
     console.print(f"{outcome['pairs']} pairs in alternating order (ABBA), warm-up {window['warmup']} steps, "
                   f"window {window['steps']} steps (~{(orig['window_s'] or 0):.1f} s); stopped: "
                   f"{outcome['stop_reason']}; speedup metric: "
@@ -257,6 +267,7 @@ def render_verify(report: dict, console: Console) -> None:
                       "cannot be verified here, because neither their speed nor their failures show on this "
                       "device.[/]")
     print_table(console, table)
+    warn_real_files_modified((report.get("comparison") or {}).get("real_files_modified") or [], console)
     for fix in report["fixes"]:
         console.print(f"{fix['label']}: {decision_of(fix)}, {fix['reason']}", highlight=False)
     console.print(report["summary"])

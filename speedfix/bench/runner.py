@@ -136,7 +136,7 @@ def reap(run_id: str, pgid: int | None) -> list[int]:
 
     Returns the escaped processes that were still alive once the group was dead.
     """
-    if pgid is not None:
+    if pgid is not None and pgid in marked_pids(run_id):  # a reused pid leads somebody else's group
         _kill_group(pgid)
     deadline = time.monotonic() + 1.0
     while True:  # let the group's SIGKILL land before calling anything a leftover

@@ -769,3 +769,69 @@ def test_a_script_that_kills_its_supervisor_is_still_cleaned_up(write_script, qu
     workers = [int((pids / f"pid.worker{i}").read_text()) for i in (0, 1)]
     assert wait_until(lambda: not any(alive(pid) for pid in workers))
     assert_nothing_left(result)
+
+
+def test_the_seed_band_shifts_seeds_given_by_keyword_too(write_script, quick_config, tmp_path):
+    script = write_script("kwseed.py", """
+        import random
+        import numpy as np
+        import torch
+        random.seed(a=1)
+        torch.manual_seed(seed=3)
+        rng = np.random.default_rng(seed=0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.from_numpy(rng.standard_normal((16, 4)).astype("float32"))
+        while True:
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    """)
+    runs = [run_once(RunSpec(script, [], tmp_path), quick_config(seed_offset=offset)) for offset in (0, 1)]
+    assert [r["status"] for r in runs] == ["ok", "ok"], [r["message"] for r in runs]
+    assert runs[0]["loss"]["values"] != runs[1]["loss"]["values"]  # the keyword seeds were shifted
+
+
+def test_reentrant_checkpointing_counts_one_backward_per_step(write_script, quick_config, tmp_path):
+    # use_reentrant=True runs a backward() per checkpointed segment inside the outer one
+    script = write_script("ckpt.py", """
+        import torch
+        from torch.utils.checkpoint import checkpoint
+        blocks = [torch.nn.Linear(8, 8) for _ in range(2)]
+        w = [p for b in blocks for p in b.parameters()]
+        x = torch.randn(16, 8, requires_grad=True)
+        while True:
+            h = x
+            for block in blocks:
+                h = checkpoint(block, h, use_reentrant=True)
+            h.sum().backward()
+            with torch.no_grad():
+                for p in w:
+                    p -= 0.01 * p.grad
+                    p.grad = None
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    assert result["status"] == "ok", result["message"]
+    assert result["clock"] == "backward"
+    assert result["loss"]["backward_calls"] == 3 + 10  # the outer calls only
+
+
+def test_a_backward_before_the_optimizer_exists_does_not_take_the_clock(write_script, quick_config, tmp_path):
+    script = write_script("sanity.py", """
+        import torch
+        model = torch.nn.Linear(4, 1)
+        model(torch.randn(2, 4)).sum().backward()  # a sanity check before training
+        model.zero_grad()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randn(8, 4)
+        while True:
+            for micro in range(2):  # gradient accumulation: 2 backward() per step
+                model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    """)
+    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    assert result["status"] == "ok", result["message"]
+    assert result["clock"] == "optimizer.step"
+    assert result["timing"]["steps_timed"] == 10
+    assert result["data"]["samples_per_step"] == 16  # 2 micro-batches of 8
