@@ -31,3 +31,26 @@ def test_formatting():
     assert report.fmt_rate(12345.6) == "12,346" and report.fmt_rate(7.04) == "7.04"
     line = report.sparkline([3.0, 2.0, None, 1.0])
     assert line == "█▄▁"
+
+
+def test_a_speedup_without_an_interval_says_so():
+    # fewer than 6 pairs have no 95% distribution-free interval: never print [0.00, inf]
+    speed = {"median": 1.39, "ci95_median": [0.0, float("inf")], "pairs": 1}
+    assert report.fmt_speedup(speed) == "1.39x (no interval: 1 pair)"
+
+
+def test_a_single_run_shows_its_clock_compile_time_harness_share_and_changed_real_files():
+    from rich.console import Console
+
+    result = {"status": "ok", "message": "measured", "script": "train.py", "clock": "backward",
+              "compile": {"compilations": 2, "seconds": 24.8, "in_window": 0, "settled": True},
+              "timing": {"steps_per_s": 10.0, "window_s": 2.0, "steps_timed": 20, "harness_share": 0.0031,
+                         "step_time_s": {"median": 0.1, "p10": 0.09, "max": 0.2}},
+              "runner": {"real_files_modified": ["/data/model.pt"]}}
+    console = Console(record=True, width=200)
+    report.render_run(result, console)
+    text = console.export_text()
+    assert "backward() calls: the script steps no torch.optim optimizer" in text
+    assert "24.8 s in 2 compilation(s), paid once per run; none inside the window" in text
+    assert "0.31% of the window spent in speedfix's own hooks" in text
+    assert "changed 1 file(s) in your folder" in text and "/data/model.pt" in text
