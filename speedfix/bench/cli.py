@@ -62,8 +62,8 @@ def bench(
     cwd: Path | None = typer.Option(None, "--cwd", help="The folder the scripts see as their working directory (default: the current one); they run in a scratch mirror of it unless --real-cwd."),
     real_cwd: bool = typer.Option(False, "--real-cwd", help="Run in the working directory itself (what the script "
                                   "writes there stays). Default: a scratch mirror of it, where new files and "
-                                  "overwritten files up to 16 MiB stay; writes into linked folders (hidden, or past "
-                                  "256 entries) and files over 16 MiB reach the real ones."),
+                                  "overwritten files up to 16 MiB (checkpoints up to 2 GiB) stay; writes into linked "
+                                  "folders (hidden, or past 256 entries) and other large files reach the real ones."),
 ) -> None:
     """Run training scripts unchanged and measure them: steps/s, samples/s, data-wait share, peak memory and the loss trajectory.
 

@@ -336,6 +336,11 @@ def sweep_stale_tempdirs(directory: Path | str | None = None, *,
 
 COPY_FILE_LIMIT = 16 * 2**20  # larger files are linked, not copied
 COPY_TOTAL_LIMIT = 64 * 2**20  # per mirror; past it, files are linked
+# Checkpoints are what scripts overwrite (torch.save over last run's file): copied up to far more,
+# so that only a data file, which scripts read, is ever linked for its size.
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".pth.tar")
+CHECKPOINT_FILE_LIMIT = 2 * 2**30
+CHECKPOINT_TOTAL_LIMIT = 4 * 2**30
 MIRROR_ENTRIES = 256  # entries re-created below the mirrored folder's top level; past it, folders are linked
 MIRROR_PARENTS = 2  # parent levels mirrored as links (``..``, ``../..``)
 
@@ -386,7 +391,8 @@ def _skip_entry(name: str) -> bool:
 
 
 def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = (), entries: int | None = None,
-                parents: int | None = None, file_limit: int | None = None, total_limit: int | None = None) -> Mirror:
+                parents: int | None = None, file_limit: int | None = None, total_limit: int | None = None,
+                checkpoint_limit: int | None = None) -> Mirror:
     """Build ``root/<absolute path of real>``, a folder in which the same relative names resolve as in
     ``real``, and return it as ``Mirror.leaf``.
 
@@ -394,8 +400,10 @@ def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = (), entries: 
       ``__pycache__``) are re-created as real folders, breadth first, while they hold fewer than
       ``entries`` entries in all; a sub-folder past that budget is a link to the real one.
     * Regular files up to ``file_limit`` (and ``total_limit`` in all) are copies: a script that
-      overwrites ``checkpoint.pt`` or appends to a log changes the copy. Larger files, links and
-      special files are links to the real ones (``Mirror.modified`` tells if one was changed).
+      overwrites ``checkpoint.pt`` or appends to a log changes the copy. Checkpoint files
+      (``CHECKPOINT_SUFFIXES``) are copied up to ``CHECKPOINT_FILE_LIMIT`` each (and
+      ``CHECKPOINT_TOTAL_LIMIT`` in all). Larger files, links and special files are links to the
+      real ones (``Mirror.modified`` tells if one was changed).
     * The ``parents`` levels above ``real`` are folders of links to those parents' entries, so that
       ``../data`` and ``Path(__file__).parents[1]`` resolve too.
     * Names in ``skip`` (at the top level) and speedfix's own temporary folders are left out.
@@ -407,6 +415,7 @@ def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = (), entries: 
     parents = MIRROR_PARENTS if parents is None else parents
     file_limit = COPY_FILE_LIMIT if file_limit is None else file_limit
     total_limit = COPY_TOTAL_LIMIT if total_limit is None else total_limit
+    checkpoint_limit = CHECKPOINT_FILE_LIMIT if checkpoint_limit is None else checkpoint_limit
     real = Path(os.path.abspath(real))
     leaf = root.joinpath(*real.parts[1:])
     leaf.mkdir(parents=True, exist_ok=True)
@@ -422,7 +431,7 @@ def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = (), entries: 
         for name in names:
             if name != down and not _skip_entry(name):
                 _link(level / name, target / name)
-    budget, copied_bytes = entries, 0
+    budget, copied_bytes, checkpoint_bytes = entries, 0, 0
     queue: deque[tuple[Path, Path, bool]] = deque([(real, leaf, True)])
     while queue:
         source, dest, top = queue.popleft()
@@ -456,10 +465,17 @@ def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = (), entries: 
                     continue
                 if entry.is_file(follow_symlinks=False):
                     info = entry.stat(follow_symlinks=False)
-                    if info.st_size <= file_limit and copied_bytes + info.st_size <= total_limit:
+                    small = info.st_size <= file_limit and copied_bytes + info.st_size <= total_limit
+                    checkpoint = (not small and entry.name.endswith(CHECKPOINT_SUFFIXES)
+                                  and info.st_size <= checkpoint_limit
+                                  and checkpoint_bytes + info.st_size <= CHECKPOINT_TOTAL_LIMIT)
+                    if small or checkpoint:
                         try:
                             shutil.copy2(src, dst, follow_symlinks=False)
-                            copied_bytes += info.st_size
+                            if small:
+                                copied_bytes += info.st_size
+                            else:
+                                checkpoint_bytes += info.st_size
                             mirror.copied += 1
                             continue
                         except OSError:  # unreadable: the link fails for the script as the original would

@@ -835,3 +835,20 @@ def test_a_backward_before_the_optimizer_exists_does_not_take_the_clock(write_sc
     assert result["clock"] == "optimizer.step"
     assert result["timing"]["steps_timed"] == 10
     assert result["data"]["samples_per_step"] == 16  # 2 micro-batches of 8
+
+
+def test_mirror_copies_a_large_checkpoint_so_saving_over_it_spares_the_users_file(tmp_path):
+    # torch.save over last run's checkpoint must not reach the real file; a large data file, which
+    # scripts read, is linked instead of copied.
+    from speedfix.bench.runner import mirror_tree
+
+    real = tmp_path / "project"
+    real.mkdir()
+    (real / "model.pth.tar").write_bytes(b"old weights" * 20)
+    (real / "train.bin").write_bytes(b"data" * 50)
+    mirror = mirror_tree(real, tmp_path / "scratch", file_limit=50, checkpoint_limit=10_000)
+    (mirror.leaf / "model.pth.tar").write_bytes(b"new weights")
+    assert (real / "model.pth.tar").read_bytes() == b"old weights" * 20
+    assert not (mirror.leaf / "model.pth.tar").is_symlink()
+    assert (mirror.leaf / "train.bin").is_symlink()  # over the limit and not a checkpoint
+    assert mirror.modified() == []
