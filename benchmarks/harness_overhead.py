@@ -26,16 +26,17 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 
 from speedfix.bench.runner import RunConfig, RunSpec, run_once
-from speedfix.bench.suite import cuda_available, fixtures_dir, load_suite
+from speedfix.bench.suite import cuda_available, fixtures_dir, load_suite, write_speedfix_variant
 from speedfix import fixer
 
 LOG_EVERY = 50
@@ -44,16 +45,12 @@ TOLERANCE = 0.03
 
 
 def variants(workload, work: Path) -> dict[str, Path]:
-    """original, speedfix (apply --unsafe-fixes output) and expert scripts of one workload."""
+    """original, speedfix (apply --unsafe-fixes output, as the suite makes it) and expert scripts."""
     original = work / workload.script
     found = {"original": original}
-    source = original.read_text(encoding="utf-8")
-    codes = list(fixer.fixable_codes(source, path=str(original), unsafe=True))
-    if codes:
-        fixed = fixer.fix_code(source, path=str(original), select=codes, unsafe=True).code
-        path = original.with_name(f"{original.stem}_speedfix.py")
-        path.write_text(fixed, encoding="utf-8")
-        found["speedfix"] = path
+    fixed, _ = write_speedfix_variant(original, fixer)
+    if fixed is not None:
+        found["speedfix"] = fixed
     if workload.expert:
         found["expert"] = work / workload.expert
     return found
@@ -68,7 +65,15 @@ def bare_run(script: Path, args: list[str], cwd: Path, until_step: int, timeout_
     proc = subprocess.Popen([sys.executable, str(script), *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     steps: dict[int, float] = {}
-    deadline = time.monotonic() + timeout_s
+
+    def kill() -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(timeout_s, kill)  # holds even when the script falls silent
+    timer.start()
     try:
         for line in proc.stdout:
             match = STEP_LINE.search(line)
@@ -76,13 +81,9 @@ def bare_run(script: Path, args: list[str], cwd: Path, until_step: int, timeout_
                 steps[int(match.group(1))] = float(match.group(2))
                 if int(match.group(1)) >= until_step:
                     break
-            if time.monotonic() > deadline:
-                break
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        timer.cancel()
+        kill()
         proc.wait()
     return steps
 
@@ -93,7 +94,9 @@ def harness_run(script: Path, args: list[str], cwd: Path, warmup: int, steps: in
     if logs_out:
         os.environ.update(TORCH_LOGS="graph_breaks,recompiles", TORCH_LOGS_OUT=str(logs_out))
     try:
-        return run_once(RunSpec(script, args, cwd), RunConfig(warmup_steps=warmup, steps=steps, timeout_s=timeout_s))
+        # the fixtures are a throwaway copy: run in it, as the bare run does, not in a mirror of it
+        return run_once(RunSpec(script, args, cwd, real_cwd=True),
+                        RunConfig(warmup_steps=warmup, steps=steps, timeout_s=timeout_s))
     finally:
         for key, value in saved.items():
             if value is None:
@@ -102,31 +105,29 @@ def harness_run(script: Path, args: list[str], cwd: Path, warmup: int, steps: in
                 os.environ[key] = value
 
 
+def intervals(ends: list[int], bare_ms: list[float], other_ms: list[float]) -> dict:
+    return {"interval_ends": ends, "bare_intervals_ms": bare_ms, "harness_intervals_ms": other_ms,
+            "bare_ms": statistics.fmean(bare_ms), "harness_ms": statistics.fmean(other_ms),
+            "steps_compared": len(ends) * LOG_EVERY}
+
+
 def same_steps(bare: dict[int, float], result: dict) -> dict | None:
     """ms/step bare and under the harness, per log interval inside the harness window."""
     start = (result.get("steps") or {}).get("warmup") or 0
     per_step = (result.get("timing") or {}).get("per_step_s") or []
-    end = start + len(per_step)
-    ends = [e for e in sorted(bare) if e - LOG_EVERY >= start and e <= end]
+    ends = [e for e in sorted(bare) if e - LOG_EVERY >= start and e <= start + len(per_step)]
     if not ends:
         return None
     # per_step[i] is the duration of step start + 1 + i
     harness = [1000 * sum(per_step[e - LOG_EVERY - start:e - start]) / LOG_EVERY for e in ends]
-    return {"interval_ends": ends, "bare_intervals_ms": [bare[e] for e in ends], "harness_intervals_ms": harness,
-            "bare_ms": statistics.fmean(bare[e] for e in ends), "harness_ms": statistics.fmean(harness),
-            "steps_compared": len(ends) * LOG_EVERY}
+    return intervals(ends, [bare[e] for e in ends], harness)
 
 
 def bare_vs_bare(first: dict[int, float], second: dict[int, float], start: int, end: int) -> dict | None:
     """The script's own run-to-run noise, measured the same way (--aa): the second bare run in
     the harness's place."""
     ends = [e for e in sorted(first) if e - LOG_EVERY >= start and e <= end and e in second]
-    if not ends:
-        return None
-    return {"interval_ends": ends, "bare_intervals_ms": [first[e] for e in ends],
-            "harness_intervals_ms": [second[e] for e in ends],
-            "bare_ms": statistics.fmean(first[e] for e in ends), "harness_ms": statistics.fmean(second[e] for e in ends),
-            "steps_compared": len(ends) * LOG_EVERY}
+    return intervals(ends, [first[e] for e in ends], [second[e] for e in ends]) if ends else None
 
 
 def count_lines(path: Path, needle: str) -> int | None:
@@ -158,8 +159,6 @@ def main() -> int:
           f"warm-up {opts.warmup}, window {opts.steps} steps; python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="speedfix-overhead-") as tmp:
         work = Path(tmp) / "fixtures"
-        import shutil
-
         shutil.copytree(fixtures_dir(), work, ignore=shutil.ignore_patterns("__pycache__"))
         logs = Path(tmp) / "logs"
         logs.mkdir()

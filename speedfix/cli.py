@@ -13,10 +13,10 @@ from rich.console import Console
 from speedfix import __version__
 from speedfix.config import ConfigError, Settings, resolve_settings
 from speedfix.discovery import MissingPath, is_scanned
-from speedfix.engine import FileError
 from speedfix.output import Reporter, ReportOptions, UnknownFormat, format_names, get_reporter
 
 if TYPE_CHECKING:
+    from speedfix.engine import FileError
     from speedfix.apply import ApplyOutcome
 
 app = typer.Typer(

@@ -138,6 +138,8 @@ def is_scanned(output: Path, paths: list[Path], settings: Settings) -> bool:
     """Is ``output`` one of the files a scan of ``paths`` reads (so that writing a report over
     it would destroy an input)? Symbolic links and relative spellings count as the same file."""
     wanted = real_path(output)
+    if not output.name.endswith(SOURCE_SUFFIXES):  # a folder walk finds sources only: no second walk
+        return any(real_path(path) == wanted for path in paths if not path.is_dir())
     try:
         return any(real_path(target.path) == wanted for target in iter_targets(paths, settings))
     except MissingPath:

@@ -12,7 +12,6 @@ A syntax error is a finding like any other, ``SF000 invalid-syntax`` (as ruff re
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -22,7 +21,7 @@ from libcst import ParserSyntaxError
 from speedfix import deadline
 from speedfix.context import FileContext
 from speedfix.findings import Finding, Severity
-from speedfix.parsing import parse_module
+from speedfix.parsing import parse_module, python_ast
 from speedfix.positions import positions_for
 from speedfix.rule import Rule
 from speedfix.source import SourceFile
@@ -116,7 +115,7 @@ def _check_syntax_only(source: SourceFile, path: str) -> FileError | None:
 
 def _check_syntax_only_text(text: str | bytes, path: str) -> FileError | None:
     try:
-        ast.parse(text, filename=path)
+        python_ast(text, filename=path)
     except SyntaxError as exc:  # IndentationError and TabError too: the name says which
         message = f"{type(exc).__name__}: {exc.msg or 'invalid syntax'}"
         return FileError(path, message, exc.lineno, (exc.offset or 0) or 1, "syntax")

@@ -184,3 +184,12 @@ def from_record(record: dict) -> Finding:
         edits=None if edits is None else [Edit(**e) for e in edits],
         diff=record.get("diff"),
     )
+
+
+class Blocker(Enum):
+    """Why a finding was left unfixed; the value is the summary's text unless a finding has its own."""
+
+    NEEDS_UNSAFE = "unsafe fix: needs --unsafe-fixes"
+    NO_FIX_HERE = "no fix in this case"  # the rule has a fix, this finding does not
+    NO_FIX = "no automatic fix for this rule"
+    SYNTAX = "the file does not parse"

@@ -10,10 +10,8 @@ does not touch: comments, formatting, line endings, the coding cookie and a BOM 
 
 from __future__ import annotations
 
-import ast
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import AbstractSet as Set, Iterable, Sequence
 
@@ -21,11 +19,13 @@ import libcst as cst
 from speedfix.comments import own_lines
 from speedfix.context import walk_expression
 from speedfix.engine import SYNTAX_ERROR_CODE, Analysis, SyntaxProblem, analyze
-from speedfix.findings import AddImport, Applicability, Finding, Fix, InsertStatements, RemoveImportIfUnused, Transform
+from speedfix.findings import (AddImport, Applicability, Blocker, Finding, Fix, InsertStatements, RemoveImportIfUnused,
+                               Transform)
 from speedfix.registry import select_rules
 from speedfix.roundtrip import Restorer, RoundTripError
 from speedfix.rule import Rule
-from speedfix.source import FileChanged, SourceError, SourceFile, decode_source, read_source, write_atomic
+from speedfix.parsing import python_ast
+from speedfix.source import SourceError, SourceFile, decode_source, read_bytes, write_atomic
 from speedfix.versions import TorchVersion, resolve_target
 
 MAX_PASSES = 6
@@ -33,15 +33,6 @@ MAX_PASSES = 6
 
 class FixError(Exception):
     """A fix produced code that does not parse; nothing was written."""
-
-
-class Blocker(Enum):
-    """Why a finding was left unfixed; the value is the summary's text unless a finding has its own."""
-
-    NEEDS_UNSAFE = "unsafe fix: needs --unsafe-fixes"
-    NO_FIX_HERE = "no fix in this case"  # the rule has a fix, this finding does not
-    NO_FIX = "no automatic fix for this rule"
-    SYNTAX = "the file does not parse"
 
 
 @dataclass
@@ -211,12 +202,13 @@ def this_pass(fixes: Sequence[Fix]) -> list[Fix]:
         else:
             deferred.append(fix)
     for fix in deferred:
-        if not any(id(_op_node(op)) in claimed for op in fix.ops):
+        if not any(id(op_node(op)) in claimed for op in fix.ops):
             chosen.append(fix)
     return chosen
 
 
-def _op_node(op: object) -> cst.CSTNode | None:
+def op_node(op: object) -> cst.CSTNode | None:
+    """The node a fix operation edits or inserts beside."""
     if isinstance(op, Transform):
         return op.node
     if isinstance(op, InsertStatements):
@@ -254,12 +246,15 @@ def fix_source(
     passes = 0
     analysis: Analysis | None = None
     restorer: Restorer | None = None
-    for passes in range(1, MAX_PASSES + 1):
-        current = SourceFile(source.path, data, *decode_source(data))
-        analysis = analyze(current, path, rules, target)
-        broken = analysis.error or analysis.syntax_error
-        if broken is not None and passes > 1:  # the input parsed: our own fix broke it
+    def analyse(data: bytes, fixed: bool) -> Analysis:
+        result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target)
+        broken = result.error or result.syntax_error  # the parse runs the interpreter's ast too
+        if broken is not None and fixed:  # the input parsed: our own fix broke it
             raise FixError(f"{path}: a fix produced code that does not parse ({broken.message}); nothing was written")
+        return result
+
+    for passes in range(1, MAX_PASSES + 1):
+        analysis = analyse(data, fixed=passes > 1)
         if analysis.error is not None:
             raise SyntaxProblem(analysis.error)
         if original_findings is None:
@@ -277,11 +272,13 @@ def fix_source(
             break
         data = new_data
     else:  # still changing after MAX_PASSES: analyse the final state once more
-        analysis = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target)
+        analysis = analyse(data, fixed=True)
     assert analysis is not None and original_findings is not None
-    if restorer is not None:
-        data = restorer.restore(data)
-    _check_parses(source, data, path)
+    if restorer is not None:  # every pass parsed its code; bytes put back afterwards get a look of their own
+        restored = restorer.restore(data)
+        if restored != data:
+            _check_parses(restored, path)
+        data = restored
     remaining = Counter(f.code for f in analysis.findings)
     applied = {
         code: count - remaining.get(code, 0)
@@ -311,19 +308,15 @@ def unfixed(finding: Finding, unsafe: bool) -> Unfixed:
     return Unfixed(finding, Blocker.NO_FIX.value, Blocker.NO_FIX)
 
 
-def _check_parses(original: SourceFile, data: bytes, path: str) -> None:
-    if data == original.data:
-        return
+def _check_parses(data: bytes, path: str) -> None:
+    """The fixed bytes parse for libcst and compile for the interpreter (the input did both: a file
+    that does not never gets here)."""
     try:
         cst.parse_module(data)
     except Exception as exc:
         raise FixError(f"{path}: the fixed code does not parse ({exc}); nothing was written") from None
     try:
-        ast.parse(original.data)
-    except (SyntaxError, ValueError):
-        return  # the interpreter cannot judge this grammar; libcst's word has to do
-    try:
-        ast.parse(data)
+        python_ast(data)
     except (SyntaxError, ValueError) as exc:
         raise FixError(f"{path}: the fixed code does not compile ({exc}); nothing was written") from None
 
@@ -365,22 +358,16 @@ def fixable_codes(
     return sorted({f.code for f in analysis.findings if allowed(f, unsafe)})
 
 
-def write_fixed(path: Path, code: str, *, unchanged_since: str | None = None) -> None:
+def write_fixed(path: Path, code: str, *, unchanged_since: bytes | None = None) -> None:
     """Write ``code`` over ``path`` atomically, in the file's own encoding (BOM included).
 
-    With ``unchanged_since`` (the text the caller read with ``speedfix.source.read_source``: line
-    endings kept), nothing is written and ``FileChanged`` is raised when the file no longer reads
-    as that text: a user's edit saved during a long run (``apply --verify``) is never overwritten."""
+    With ``unchanged_since`` (the bytes the caller read), nothing is written and ``FileChanged`` is
+    raised when the file no longer holds them, checked right before the replace: a user's edit
+    saved during a long run (``apply --verify``) is never overwritten."""
     path = Path(path)
-    encoding = "utf-8"
-    current: bytes | None = None
     try:
-        source = read_source(path, max_bytes=None)  # the caller already accepted the file's size
-        encoding, current = source.encoding, source.data
+        data = unchanged_since if unchanged_since is not None else read_bytes(path, None)
+        encoding = decode_source(data)[1]
     except SourceError:
-        pass
-    if unchanged_since is not None:
-        as_read = None if current is None else source.text
-        if as_read != unchanged_since:
-            raise FileChanged(f"{path}: changed on disk after speedfix read it; not written (run speedfix again)")
-    write_atomic(path, code.encode(encoding), expected=current if unchanged_since is not None else None)
+        encoding = "utf-8"
+    write_atomic(path, code.encode(encoding), expected=unchanged_since)

@@ -46,7 +46,8 @@ from typing import Any, Callable
 
 from speedfix.engine import SYNTAX_ERROR_CODE, FileError
 from speedfix.findings import Finding
-from speedfix.source import DEFAULT_MAX_FILE_SIZE, SourceError, SourceFile, diff_labels, read_bytes, read_source
+from speedfix.source import (DEFAULT_MAX_FILE_SIZE, SourceError, SourceFile, diff_labels, read_bytes, read_source,
+                             split_lines)
 
 SENTINEL = "# ~speedfix~ end of cell {}"
 PLACEHOLDER = "# ~speedfix~ magic {}"
@@ -58,7 +59,6 @@ _PLACEHOLDER_RE = re.compile(r"^([ \t]*)(?:pass[ \t]+)?# ~speedfix~ magic (\d+)[
 _ESCAPES = ("%", "!", "?", "/", ",", ";")
 _ASSIGN_FROM_MAGIC = re.compile(r"^[ \t]*[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*[!%]")
 _BOM = b"\xef\xbb\xbf"
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 _LINE_REFERENCE = re.compile(r"\bon line (\d+)\b")
 
 
@@ -149,7 +149,7 @@ class Notebook:
             notebook.cells.append(_CodeCell(index, text, virtual, line, cell_magic))
             pieces.append(virtual)
             pieces.append(SENTINEL.format(index + 1) + "\n")
-            line += len(_split_lines(virtual)) + 1
+            line += len(split_lines(virtual)) + 1
         notebook.source = "".join(pieces)
         return notebook
 
@@ -179,7 +179,7 @@ class Notebook:
         if code is None or code == self.source:
             return [cell.start for cell in self.cells], [cell.number for cell in self.cells]
         starts, numbers, start = [], [], 1
-        for number, line in enumerate(_split_lines(code), 1):
+        for number, line in enumerate(split_lines(code), 1):
             match = _SENTINEL_RE.match(line.rstrip("\r\n"))
             if match is not None:
                 starts.append(start)
@@ -195,7 +195,7 @@ class Notebook:
         return error
 
     def _virtual_cell(self, text: str) -> tuple[str, bool]:
-        lines = _split_lines(text)
+        lines = split_lines(text)
         if lines and not lines[-1].endswith(("\n", "\r")):
             lines[-1] += "\n"
         first = next((line for line in lines if line.strip()), "")
@@ -228,7 +228,7 @@ class Notebook:
         """The code cells that ``fixed`` (the fixed virtual source) changes, magics restored."""
         if fixed == self.source:
             return []
-        lines = self._recover_markers(_split_lines(fixed))
+        lines = self._recover_markers(split_lines(fixed))
         texts: dict[int, list[str]] = {}
         current: list[str] = []
         position = 0
@@ -285,7 +285,7 @@ class Notebook:
 
     def _recover_markers(self, lines: list[str]) -> list[str]:
         """Check the sentinels and placeholders in fixed code; put back the ones a fix dropped."""
-        expected = _markers(_split_lines(self.source))
+        expected = _markers(split_lines(self.source))
         found = _markers(lines)
         if found == expected:
             return lines
@@ -293,7 +293,7 @@ class Notebook:
         ranks = [rank.get(marker, -1) for marker in found]
         if -1 in ranks or any(a >= b for a, b in zip(ranks, ranks[1:])):
             raise NotebookError("a fix moved or duplicated a cell boundary or an IPython magic line; left unchanged")
-        original = _split_lines(self.source)
+        original = split_lines(self.source)
         missing = set(expected) - set(found)
         inserts: list[tuple[int, int, str]] = []  # (position in fixed, original position, line)
         matcher = difflib.SequenceMatcher(a=original, b=lines, autojunk=False)
@@ -379,11 +379,6 @@ def _position(line: int, starts: list[int], numbers: list[int]) -> tuple[int, in
         return 1, line
     at = max(0, bisect.bisect_right(starts, line) - 1)
     return numbers[at], max(1, line - starts[at] + 1)
-
-
-def _split_lines(text: str) -> list[str]:
-    """Lines with their ends, split only where Python ends a line (not at form feeds etc.)."""
-    return _LINE.findall(text)
 
 
 def _terminated(text: str) -> str:

@@ -26,11 +26,14 @@ import gc
 import io
 import re
 import tokenize
+import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import libcst as cst
 from libcst import ParserSyntaxError
+
+from speedfix.source import split_lines
 
 # Deeper expressions are refused (libcst's cost per expression grows with the square of this).
 MAX_DEPTH = 1000
@@ -38,13 +41,20 @@ MAX_DEPTH = 1000
 CHUNK_FROM = 256 * 1024
 CHUNK_SIZE = 64 * 1024
 
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 _GAP_LINE = re.compile(r"(?:#[^\r\n]*)?(?:\r\n|\r|\n)?")
 
 
 class NestingTooDeep(RecursionError):
     """Code nested deeper than libcst can parse in reasonable time (a RecursionError, so that
     callers treat it as the interpreter's own "too deeply nested" failure)."""
+
+
+def python_ast(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse`` without its SyntaxWarnings (``"a" "b"()``, ``x is 1``): they are about the
+    user's code, and speedfix is not the place that prints them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ast.parse(source, filename=filename)
 
 
 def parse_module(
@@ -60,7 +70,7 @@ def parse_module(
     ``between_chunks`` is called before each chunk is parsed (a deadline check)."""
     encoding, text = _decode(data)
     try:
-        tree = ast.parse(text)
+        tree = python_ast(text)
     except SyntaxError as exc:
         raise ParserSyntaxError(
             exc.msg or "invalid syntax", lines=text.splitlines() or [""],
@@ -70,7 +80,7 @@ def parse_module(
         raise ParserSyntaxError(str(exc), lines=[""], raw_line=1, raw_column=0) from None
     except (RecursionError, MemoryError):
         raise NestingTooDeep("Python's own parser gives up on it") from None
-    lines = _LINE.findall(text)
+    lines = split_lines(text)
     _check_depth(tree, lines, max_depth)
     # (first line, last line) of each top-level statement; the ast itself can go now.
     statements = [(first_line(node), node.end_lineno or node.lineno) for node in tree.body]

@@ -7,7 +7,6 @@ ranges only for the nodes asked for (and the child nodes their syntactic ranges 
 
 from __future__ import annotations
 
-import ast
 import re
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst._position import CodePosition, CodeRange
 
-from speedfix.parsing import first_line, statement_first_lines
+from speedfix.parsing import first_line, python_ast, statement_first_lines
 
 _NEWLINE = re.compile(r"\r\n?|\n")
 _NOTHING = nullcontext()
@@ -152,7 +151,7 @@ def _statement_lines(module: cst.Module, text: str) -> list[int] | None:
     firsts = statement_first_lines(text)  # recorded by the parse, which ran ast already
     if firsts is None:
         try:
-            body = ast.parse(text).body
+            body = python_ast(text).body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
         firsts = [first_line(node) for node in body]

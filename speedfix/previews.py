@@ -1,7 +1,7 @@
 """Each finding's own fix as text edits and a diff, in time proportional to what the fix changes.
 
 JSON, SARIF and Markdown reports show every fixable finding's fix on its own. Applying each fix
-to the whole module and diffing the whole file cost (findings x file size): 137 s for a 40 KB
+to the whole module and diffing the whole file cost (findings x file size): 138 s for a 40 KB
 generated module with 350 findings. Here a fix is applied by a transformer that descends only
 into the ancestors of the nodes the fix changes, only the top-level statements it replaced are
 generated again, and only their lines are diffed, with the file's own lines as context. The
@@ -23,12 +23,12 @@ from typing import Sequence
 
 import libcst as cst
 
-from speedfix.findings import AddImport, Applicability, Edit, Fix, FixOp, InsertStatements, RemoveImportIfUnused, Transform
-from speedfix.fixer import apply_fixes
+from speedfix.findings import AddImport, Applicability, Edit, Fix, FixOp, RemoveImportIfUnused
+from speedfix.fixer import apply_fixes, op_node
 from speedfix.positions import statement_start_lines
+from speedfix.source import split_lines
 from speedfix.walk import child_nodes
 
-LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 CONTEXT = 3  # lines of context around each change, as `diff -u`
 _HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
 
@@ -80,9 +80,9 @@ class Previewer:
 
     def __init__(self, module: cst.Module, text: str, fixes: Sequence[Fix]) -> None:
         self.module = module
-        self.lines = tuple(LINE.findall(text))
+        self.lines = tuple(split_lines(text))
         self.starts = statement_start_lines(module, text)
-        targets = {id(node) for fix in fixes for node in map(_target, fix.ops) if node is not None}
+        targets = {id(node) for fix in fixes for node in map(op_node, fix.ops) if node is not None}
         self.paths = _paths(module, targets) if self.starts is not None else {}
         self._imports: dict[tuple[FixOp, ...], Change | None] = {}
 
@@ -104,7 +104,7 @@ class Previewer:
         """The lines that adding ``imports`` changes (computed once per set of imports)."""
         if imports not in self._imports:
             fixed = apply_fixes(self.module, [Fix("", Applicability.SAFE, imports)]).code
-            self._imports[imports] = _whole_file_change(self.lines, tuple(LINE.findall(fixed)))
+            self._imports[imports] = _whole_file_change(self.lines, tuple(split_lines(fixed)))
         return self._imports[imports]
 
     def _local(self, fix: Fix) -> Change | None:
@@ -112,7 +112,7 @@ class Previewer:
             return NO_CHANGE
         only: set[int] = set()
         for op in fix.ops:
-            path = self.paths.get(id(_target(op)))
+            path = self.paths.get(id(op_node(op)))
             if path is None:
                 return None
             only |= path
@@ -133,7 +133,7 @@ class Previewer:
                 continue
             if "".join(original) != module.code_for_node(module.body[index]):
                 return None  # libcst does not render this statement as its lines: no shortcut
-            new_lines.extend(LINE.findall(module.code_for_node(fixed.body[index])))
+            new_lines.extend(split_lines(module.code_for_node(fixed.body[index])))
         start = self.starts[changed[0]] - 1  # type: ignore[index]
         end = start + sum(len(self._statement(i) or ()) for i in range(changed[0], changed[-1] + 1))
         return Change(start, self.lines[start:end], tuple(new_lines))
@@ -147,14 +147,6 @@ class Previewer:
         else:
             end = len(self.lines) - len(self.module.footer)
         return self.lines[start:end] if 0 <= start <= end <= len(self.lines) else None
-
-
-def _target(op: FixOp) -> cst.CSTNode | None:
-    if isinstance(op, Transform):
-        return op.node
-    if isinstance(op, InsertStatements):
-        return op.anchor
-    return None
 
 
 def _paths(module: cst.Module, targets: set[int]) -> dict[int, frozenset[int]]:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import difflib
 import re
 
-_LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+from speedfix.source import LINE
+
+_LINE = re.compile(LINE.pattern.encode())  # the same lines, in bytes
 
 
 class RoundTripError(Exception):

@@ -16,7 +16,7 @@ from speedfix.cache import ScanCache, cache_enabled, content_key
 from speedfix.findings import Finding, from_record, to_record
 from speedfix.notebook import Notebook, NotebookError, read_python
 from speedfix.parsing import collector_paused
-from speedfix.source import SourceError, diff_labels, read_bytes
+from speedfix.source import SourceError, diff_labels, read_bytes, split_lines
 
 
 @dataclass
@@ -77,7 +77,7 @@ def attach_fix_details(analysis: Analysis, original: str, notebook: Notebook | N
     shows the changed cells. ``speedfix.previews`` keeps the cost proportional to what each fix
     changes; what it cannot vouch for is previewed on the whole module."""
     from speedfix.fixer import preview  # libcst's codemod machinery: only loaded when needed
-    from speedfix.previews import LINE, Change, Previewer, apply_changes, diff
+    from speedfix.previews import Change, Previewer, apply_changes, diff
 
     fixable = [finding for finding in analysis.findings if finding.fix is not None]
     if not fixable or analysis.module is None:
@@ -92,7 +92,7 @@ def attach_fix_details(analysis: Analysis, original: str, notebook: Notebook | N
             fixed = preview(analysis, finding)
             if fixed is None or fixed == original:
                 continue
-            changes = [Change(0, lines, tuple(LINE.findall(fixed)))]
+            changes = [Change(0, lines, tuple(split_lines(fixed)))]
         if not changes:
             continue
         finding.edits = [edit for change in changes for edit in change.edits()]
@@ -122,16 +122,18 @@ def _from_record(record: dict) -> Analysis:
     )
 
 
-def _loadable(record: object) -> bool:
+def _loaded(record: object) -> Analysis | None:
+    """The cached analysis, or None for a damaged entry (the cache is a file anyone can edit)."""
     try:
         analysis = _from_record(record)  # type: ignore[arg-type]
     except (KeyError, TypeError, ValueError, AttributeError):
-        return False
-    return all(
+        return None
+    well_formed = all(
         isinstance(f.code, str) and isinstance(f.message, str)
         and all(isinstance(n, int) for n in (f.line, f.column, f.end_line, f.end_column))
         for f in analysis.findings
     )
+    return analysis if well_formed else None
 
 
 def _analyse_to_record(job: tuple[Target, Settings, bool]) -> dict:
@@ -161,7 +163,7 @@ def scan_paths(
     result = ScanResult()
     targets = list(iter_targets(paths, settings))
     cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
-    records: dict[int, dict] = {}
+    analyses: dict[int, Analysis] = {}
     keys: dict[int, str | None] = {}
     todo: list[int] = []
     for index, target in enumerate(targets):
@@ -170,17 +172,16 @@ def scan_paths(
             # A file edited after this point is re-analysed next time: its hash will differ.
             keys[index] = _cache_key(settings, target, details)
             hit = cache.get(target.path, keys[index]) if keys[index] is not None else None
-            if hit is not None and not _loadable(hit):
-                hit = None  # a damaged entry (the cache is a file anyone can edit): analyse again
+            hit = _loaded(hit) if hit is not None else None  # a damaged entry is analysed again
         if hit is not None:
-            records[index] = hit
+            analyses[index] = hit
         else:
             todo.append(index)
-    done = len(records)
+    done = len(analyses)
     if progress is not None:
         progress(done, len(targets))
     for index, record in zip(todo, _run([(targets[i], settings, details) for i in todo], jobs)):
-        records[index] = record
+        analyses[index] = _from_record(record)
         key = keys.get(index)
         if cache is not None and key is not None and record["error"] is None:
             cache.put(targets[index].path, key, record)
@@ -190,7 +191,7 @@ def scan_paths(
     if cache is not None:
         cache.save()
     for index, target in enumerate(targets):
-        analysis = _from_record(records[index])
+        analysis = analyses[index]
         shown = display_path(target.path)  # cached records may come from another folder
         for finding in analysis.findings:
             finding.path = shown

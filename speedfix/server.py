@@ -32,7 +32,7 @@ from speedfix.config import ConfigError, Settings, resolve_settings
 from speedfix.discovery import MissingPath, iter_targets
 from speedfix.engine import Analysis, FileError, SyntaxProblem, analyze
 from speedfix.findings import Applicability, Finding, Fix, Severity
-from speedfix.fixer import FixError, _op_node, allowed, apply_fixes, fix_source
+from speedfix.fixer import FixError, allowed, apply_fixes, fix_source, op_node
 from speedfix.registry import rule_by_code
 from speedfix.scan import display_path, time_limit_message
 from speedfix.source import SourceError, SourceFile, decode_source
@@ -245,7 +245,7 @@ def _asked_for(finding: Finding, where: types.Range, params: types.CodeActionPar
 
 def _edited(fix: Fix) -> set[int]:
     """The nodes ``fix`` edits (by identity)."""
-    return {id(node) for op in fix.ops if (node := _op_node(op)) is not None}
+    return {id(node) for op in fix.ops if (node := op_node(op)) is not None}
 
 
 def coupled(finding: Finding, findings: list[Finding]) -> list[Finding]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import stat
 import tempfile
 import tokenize
@@ -47,6 +48,16 @@ class SourceFile:
     @property
     def lines(self) -> list[str]:
         return self.text.splitlines()
+
+
+# A line as Python ends lines (\r\n, \r or \n; not form feeds or \u2028, where str.splitlines
+# would also cut), its ending kept.
+LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+def split_lines(text: str) -> list[str]:
+    """``text`` split after each line ending, endings kept."""
+    return LINE.findall(text)
 
 
 def decode_source(data: bytes) -> tuple[str, str]:

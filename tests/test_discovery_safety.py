@@ -5,9 +5,11 @@ is 2 (issue 13, item 2)."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -103,5 +105,7 @@ def test_size_cap_from_the_configuration(good_script, run_cli, write, tmp_path):
     assert run_cli("scan", tmp_path, "--max-file-size-mb", "1").exit_code == 1  # the command line wins
 
 
-def test_default_size_cap_is_ten_megabytes():
-    assert DEFAULT_MAX_FILE_SIZE == 10 * 1024 * 1024
+def test_the_readme_states_the_default_size_cap():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r"^max-file-size-mb = (\d+)", readme, re.MULTILINE)
+    assert stated and int(stated.group(1)) * 1024 * 1024 == DEFAULT_MAX_FILE_SIZE

@@ -63,7 +63,7 @@ def test_a_huge_flat_expression_is_refused_before_libcst_sees_it(good_script, ru
     assert "good.py:4:10: SF102" in result.stdout
 
 
-def test_nesting_check_walks_only_long_expressions():
+def test_code_nested_deeper_than_the_limit_is_refused_with_its_line():
     parse_module("import torch\n" + flat_sum(900))  # under the limit: parsed
     with pytest.raises(NestingTooDeep, match="line 1 nests"):
         parse_module(flat_sum(1_001))

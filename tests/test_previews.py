@@ -12,7 +12,7 @@ import pytest
 from speedfix.config import Settings
 from speedfix.engine import analyze
 from speedfix.fixer import preview
-from speedfix.previews import LINE
+from speedfix.source import split_lines
 from speedfix.scan import attach_fix_details
 from speedfix.source import SourceFile, decode_source
 
@@ -77,7 +77,7 @@ def whole_module_details(analysis, original):
         fixed = preview(analysis, finding) if finding.fix is not None else None
         if fixed is None or fixed == original:
             continue
-        old, new = LINE.findall(original), LINE.findall(fixed)
+        old, new = split_lines(original), split_lines(fixed)
         diff = "".join(difflib.unified_diff(old, new, "a/train.py", "b/train.py"))
         opcodes = difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes()
         edits = [(i1 + 1, i2 + 1, "".join(new[j1:j2])) for tag, i1, i2, j1, j2 in opcodes if tag != "equal"]

@@ -97,10 +97,10 @@ def test_write_fixed_refuses_a_script_edited_during_a_long_run(tmp_path):
 
     script = tmp_path / "train.py"
     script.write_bytes(SCRIPT.replace("\n", "\r\n").encode())
-    as_read = read_source(script).text  # line endings kept: CRLF stays CRLF when written back
+    as_read = read_source(script).data
     script.write_text(USER_EDIT)  # the user saves meanwhile
     with pytest.raises(FileChanged):
         write_fixed(script, "fixed\n", unchanged_since=as_read)
     assert script.read_text() == USER_EDIT
-    write_fixed(script, "fixed\n", unchanged_since=USER_EDIT)
+    write_fixed(script, "fixed\n", unchanged_since=USER_EDIT.encode())
     assert script.read_text() == "fixed\n"

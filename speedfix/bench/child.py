@@ -127,8 +127,7 @@ def _first_param(optimizer):
 
 
 def _describe_tensors(obj: object, out: list, depth: int = 0) -> None:
-    import torch
-
+    torch = _torch
     if len(out) >= 4 or depth > 4:
         return
     if isinstance(obj, torch.Tensor):
@@ -246,10 +245,13 @@ class CompileWatch:
         if self.harness.phase == "window":
             self.in_window += 1
 
-    def settled(self, steps: int) -> bool:
+    def compiled(self) -> bool:
+        """Anything compiled or compiling so far (attaches first if the script loaded Dynamo)."""
+        self.attach(load=False)
+        return bool(self.events) or self.active_since is not None
+
+    def quiet_for(self, steps: int) -> bool:
         """No compilation now and none in the last ``_SETTLE_STEPS`` steps."""
-        if not self.attach(load=False) or not self.events:
-            return self.active_since is None
         return self.active_since is None and steps - (self.last_end_step or 0) >= _SETTLE_STEPS
 
     def report(self) -> dict:
@@ -328,6 +330,8 @@ class Harness:
         self._patch_scaler(torch)
         self._patch_dataloader(torch)
         self._patch_forward(torch)
+        # A compiled module warns once about global hooks; the forward hook is gone before it matters.
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         self._patch_compile(torch)
         os._exit = self._os_exit  # type: ignore[assignment]
         watchdog = threading.Timer(self.timeout_s, self._on_timeout)
@@ -494,8 +498,6 @@ class Harness:
             harness._remove_forward_hook()
 
         self.fwd_handles = [module.register_module_forward_pre_hook(pre)]
-        # A compiled module warns once about global hooks; this one is gone before it matters.
-        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
 
     def _remove_forward_hook(self) -> None:
         for handle in self.fwd_handles:
@@ -598,7 +600,7 @@ class Harness:
         self.data_wait_window = 0.0
         for series in (self.recent_steps, self.all_times, self.step_times, self.cpu_window, self.backward_at_window):
             series.clear()
-        if not self.fwd_handles and not self.compile_watch.events and self.compile_watch.active_since is None:
+        if not self.fwd_handles and not self.compile_watch.compiled():
             self.fwd_batch = None  # that model call was the sanity check's: read the training batch
             self._patch_forward(self.torch)
 
@@ -637,14 +639,12 @@ class Harness:
 
         An eager script settles at once: nothing here changes its requested warm-up.
         """
-        if not self.compile_watch.attached and not self.compile_watch.attach(load=False):
-            return True
-        if not self.compile_watch.events and self.compile_watch.active_since is None:
+        if not self.compile_watch.compiled():
             return True
         if self.steps - self.warmup_steps >= _MAX_EXTRA_WARMUP:
             self.warmup_settled = False  # still compiling: measure anyway, and say so
             return True
-        if not self.compile_watch.settled(self.steps) or len(self.recent_steps) <= _SETTLE_STEPS:
+        if not self.compile_watch.quiet_for(self.steps) or len(self.recent_steps) <= _SETTLE_STEPS:
             return False
         times = list(self.recent_steps)
         durations = sorted(b - a for a, b in zip(times, times[1:]))

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from .stats import MIN_VERDICT_PAIRS  # pure python: cheap to import with the CLI
+
 # The measuring machinery is imported inside the command: registering `bench` with the CLI must
 # not slow down `speedfix scan` (and the pre-commit hook).
 
@@ -45,7 +47,7 @@ def bench(
     json_file: Path | None = typer.Option(None, "--json", help="Also write the full result as JSON to FILE."),
     markdown: Path | None = typer.Option(None, "--markdown", help="Suite: also write the table as Markdown."),
     max_pairs: int = typer.Option(10, "--max-pairs", min=1, help="Comparison: at most this many ABBA pairs."),
-    min_pairs: int = typer.Option(6, "--min-pairs", min=1, help="Comparison: at least this many pairs."),
+    min_pairs: int = typer.Option(MIN_VERDICT_PAIRS, "--min-pairs", min=1, help="Comparison: at least this many pairs."),
     budget_s: float = typer.Option(900.0, "--budget-s", min=1, help="Comparison: time budget per comparison."),
     warmup: int | None = typer.Option(None, "--warmup", min=1, show_default=False,
                                       help="Warm-up optimizer steps (default: at least 20 steps and --warmup-s seconds)."),

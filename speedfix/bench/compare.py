@@ -1,11 +1,11 @@
 """A/B comparison of an original script against one or more candidates.
 
-Sequence: one discarded run (the first run after an idle spell is slow: cold caches and clocks), one
-calibration run of the original that picks the warm-up W and the window N from a time target
-(long enough to be past lazy initialisation, and long enough to average out per-step jitter), then rounds of fresh runs in counterbalanced order - A B, then B A (ABBA for one
-candidate; A B C, C B A for several) - until the 95% interval of every median speedup
-is within the tolerance, or ``max_pairs`` rounds, or the time budget. Every run uses the same
-seed, W, N and cwd. The original's runs double as its A/A baseline for the loss check.
+Sequence: one discarded run (the first run after an idle spell is slow: cold caches and clocks),
+one calibration run of the original that picks the warm-up W and the window N from a time target
+(past lazy initialisation, and long enough to average out per-step jitter), then rounds of fresh
+runs in counterbalanced order - A B, then B A (ABBA for one candidate; A B C, C B A for
+several) - until the 95% interval of every median speedup is within the tolerance, or
+``max_pairs`` rounds, or the time budget. Every run uses the same seed, W, N and cwd. The original's runs double as its A/A baseline for the loss check.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 
 from . import numerics
 from .runner import RunConfig, RunSpec, run_once
-from .stats import cv, precise_enough, summarize
+from .stats import MIN_VERDICT_PAIRS, cv, precise_enough, summarize
 
 RunFn = Callable[[RunSpec, RunConfig], dict]
 
@@ -33,7 +33,7 @@ class CompareSettings:
     min_warmup_steps: int = 20
     min_steps: int = 20
     max_pairs: int = 10
-    min_pairs: int = 6
+    min_pairs: int = MIN_VERDICT_PAIRS
     budget_s: float = 900.0
     tolerance: float = 0.05
     seed_band_runs: int = 2

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from . import compare, numerics
+from . import compare, numerics, stats
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -49,6 +49,15 @@ def fmt_speedup(speedup: dict | None) -> str:
         pairs = speedup.get("pairs") or len(speedup.get("per_pair") or ())
         return f"{speedup['median']:.2f}x (no interval: {pairs} pair{'s' if pairs != 1 else ''})"
     return f"{speedup['median']:.2f}x [{lo:.2f}, {hi:.2f}]"
+
+
+def not_on_gpu_note(report: dict) -> str | None:
+    """What a verify report measured without a CUDA GPU cannot show."""
+    device = report.get("verified_on")
+    if device in (None, "cuda"):
+        return None
+    return (f"verified on {device}, not on a CUDA GPU: fixes for CUDA scripts are not verified here "
+            "(their speed and their failures show only on the GPU)")
 
 
 def decision_of(fix: dict) -> str:
@@ -262,10 +271,8 @@ def render_verify(report: dict, console: Console) -> None:
         table.add_row(fix["label"], fmt_speedup(fix.get("speedup")), (fix.get("speedup") or {}).get("verdict", "-"),
                       _numerics_text(fix.get("numerics")), _fmt_mem(fix.get("memory")),
                       f"[{style}]{decision_of(fix)}[/]")
-    if report.get("verified_on") not in (None, "cuda"):
-        console.print(f"[yellow]verified on {report['verified_on']}, not on a CUDA GPU: fixes for CUDA scripts "
-                      "cannot be verified here, because neither their speed nor their failures show on this "
-                      "device.[/]")
+    if note := not_on_gpu_note(report):
+        console.print(f"[yellow]{note}[/]")
     print_table(console, table)
     warn_real_files_modified((report.get("comparison") or {}).get("real_files_modified") or [], console)
     for fix in report["fixes"]:
@@ -286,9 +293,7 @@ def _fmt_mem(memory: dict | None) -> str:
 def verify_markdown(report: dict) -> str:
     out = [f"# speedfix apply --verify: `{report['script']}`", "",
            f"- date: {report['date']}", f"- device: {report['device']}, torch {report['torch']}",
-           *([f"- **verified on {report['verified_on']}, not on a CUDA GPU**: fixes for CUDA scripts are not "
-              "verified here (their speed and their failures show only on the GPU)"]
-             if report.get("verified_on") not in (None, "cuda") else []),
+           *([f"- **{note}**"] if (note := not_on_gpu_note(report)) else []),
            f"- arguments: `{' '.join(report['args']) or '(none)'}`",
            f"- window: {report['window']['warmup']} warm-up + {report['window']['steps']} timed optimizer steps, "
            f"seed {report['seed']}, same for every run",
@@ -309,8 +314,7 @@ def verify_markdown(report: dict) -> str:
             out.append(f"- fixes applied: {', '.join(f'{k} x{v}' for k, v in fix['applied'].items())}")
         speed = fix.get("speedup")
         if speed:
-            out.append(f"- speedup ({fix.get('metric')}): median {speed['median']:.3f}x, 95% CI "
-                       f"[{speed['ci95_median'][0]:.3f}, {speed['ci95_median'][1]:.3f}], "
+            out.append(f"- speedup ({fix.get('metric')}): {fmt_speedup(speed)}, "
                        f"min {speed['min']:.3f}, max {speed['max']:.3f} over {speed['pairs']} pairs")
         if fix.get("numerics"):
             out.append(f"- loss check ({fix['numerics']['kind']} rewrite): {fix['numerics']['reason']}")
@@ -324,8 +328,8 @@ def verify_markdown(report: dict) -> str:
             "Each variant runs in a fresh process with the same seed, warm-up and window. After one discarded "
             "run and a calibration run of the original, runs alternate in counterbalanced order (original "
             "first, then reversed) until the 95% interval of every median speedup is within +-5% or "
-            "the budget is spent. A decision needs at least 6 pairs (the fewest with a 95% distribution-free "
-            "interval); with fewer a fix is not measured enough. A fix is kept unless it is measurably slower "
+            f"the budget is spent. A decision needs at least {stats.MIN_VERDICT_PAIRS} pairs (the fewest with a "
+            "95% distribution-free interval); with fewer a fix is not measured enough. A fix is kept unless it is measurably slower "
             "(the interval below 0.98), inconclusive with a median below 0.98, or fails the loss check; a fix "
             "for a CUDA script measured without a CUDA GPU is never called verified.", "", numerics.CAVEAT, ""]
     return "\n".join(out)

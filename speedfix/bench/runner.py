@@ -136,7 +136,7 @@ def reap(run_id: str, pgid: int | None) -> list[int]:
 
     Returns the escaped processes that were still alive once the group was dead.
     """
-    if pgid is not None and pgid in marked_pids(run_id):  # a reused pid leads somebody else's group
+    if pgid is not None:
         _kill_group(pgid)
     deadline = time.monotonic() + 1.0
     while True:  # let the group's SIGKILL land before calling anything a leftover
@@ -364,12 +364,9 @@ def runs_in_real_cwd(spec: RunSpec) -> bool:
 
 @dataclass
 class Mirror:
-    """A scratch view of a real folder: ``leaf`` stands for ``real``."""
+    """A scratch view of a real folder: ``leaf`` stands for it."""
 
-    real: Path
-    root: Path
     leaf: Path
-    copied: int = 0  # files copied
     linked_files: dict[str, tuple[int, int]] = field(default_factory=dict)  # real path -> (size, mtime_ns)
 
     def modified(self) -> list[str]:
@@ -390,38 +387,31 @@ def _skip_entry(name: str) -> bool:
     return name.startswith("speedfix-") and bool(_OWNED.match(name) or name.startswith("speedfix-run-"))
 
 
-def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = (), entries: int | None = None,
-                parents: int | None = None, file_limit: int | None = None, total_limit: int | None = None,
-                checkpoint_limit: int | None = None) -> Mirror:
+def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = ()) -> Mirror:
     """Build ``root/<absolute path of real>``, a folder in which the same relative names resolve as in
     ``real``, and return it as ``Mirror.leaf``.
 
     * Every entry of ``real`` is there. Its sub-folders (not hidden ones such as ``.git``, nor
       ``__pycache__``) are re-created as real folders, breadth first, while they hold fewer than
-      ``entries`` entries in all; a sub-folder past that budget is a link to the real one.
-    * Regular files up to ``file_limit`` (and ``total_limit`` in all) are copies: a script that
+      ``MIRROR_ENTRIES`` entries in all; a sub-folder past that budget is a link to the real one.
+    * Regular files up to ``COPY_FILE_LIMIT`` (and ``COPY_TOTAL_LIMIT`` in all) are copies: a script that
       overwrites ``checkpoint.pt`` or appends to a log changes the copy. Checkpoint files
       (``CHECKPOINT_SUFFIXES``) are copied up to ``CHECKPOINT_FILE_LIMIT`` each (and
       ``CHECKPOINT_TOTAL_LIMIT`` in all). Larger files, links and special files are links to the
       real ones (``Mirror.modified`` tells if one was changed).
-    * The ``parents`` levels above ``real`` are folders of links to those parents' entries, so that
+    * The ``MIRROR_PARENTS`` levels above ``real`` are folders of links to those parents' entries, so that
       ``../data`` and ``Path(__file__).parents[1]`` resolve too.
     * Names in ``skip`` (at the top level) and speedfix's own temporary folders are left out.
 
     What still reaches the real tree: writes into a linked folder or a linked (large) file, and
     writes through ``..``. Absolute paths are the script's business.
     """
-    entries = MIRROR_ENTRIES if entries is None else entries  # the module's values at call time
-    parents = MIRROR_PARENTS if parents is None else parents
-    file_limit = COPY_FILE_LIMIT if file_limit is None else file_limit
-    total_limit = COPY_TOTAL_LIMIT if total_limit is None else total_limit
-    checkpoint_limit = CHECKPOINT_FILE_LIMIT if checkpoint_limit is None else checkpoint_limit
     real = Path(os.path.abspath(real))
     leaf = root.joinpath(*real.parts[1:])
     leaf.mkdir(parents=True, exist_ok=True)
-    mirror = Mirror(real, root, leaf)
+    mirror = Mirror(leaf)
     # parents: links to their entries, except the one that leads down to ``real``
-    for depth in range(max(0, len(real.parts) - 1 - parents), len(real.parts) - 1):
+    for depth in range(max(0, len(real.parts) - 1 - MIRROR_PARENTS), len(real.parts) - 1):
         level, down = Path(*real.parts[:depth + 1]), real.parts[depth + 1]
         target = root.joinpath(*real.parts[1:depth + 1])
         try:
@@ -431,7 +421,7 @@ def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = (), entries: 
         for name in names:
             if name != down and not _skip_entry(name):
                 _link(level / name, target / name)
-    budget, copied_bytes, checkpoint_bytes = entries, 0, 0
+    budget, copied_bytes, checkpoint_bytes = MIRROR_ENTRIES, 0, 0
     queue: deque[tuple[Path, Path, bool]] = deque([(real, leaf, True)])
     while queue:
         source, dest, top = queue.popleft()
@@ -465,9 +455,9 @@ def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = (), entries: 
                     continue
                 if entry.is_file(follow_symlinks=False):
                     info = entry.stat(follow_symlinks=False)
-                    small = info.st_size <= file_limit and copied_bytes + info.st_size <= total_limit
+                    small = info.st_size <= COPY_FILE_LIMIT and copied_bytes + info.st_size <= COPY_TOTAL_LIMIT
                     checkpoint = (not small and entry.name.endswith(CHECKPOINT_SUFFIXES)
-                                  and info.st_size <= checkpoint_limit
+                                  and info.st_size <= CHECKPOINT_FILE_LIMIT
                                   and checkpoint_bytes + info.st_size <= CHECKPOINT_TOTAL_LIMIT)
                     if small or checkpoint:
                         try:
@@ -476,7 +466,6 @@ def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = (), entries: 
                                 copied_bytes += info.st_size
                             else:
                                 checkpoint_bytes += info.st_size
-                            mirror.copied += 1
                             continue
                         except OSError:  # unreadable: the link fails for the script as the original would
                             dst.unlink(missing_ok=True)
@@ -558,7 +547,10 @@ class _Supervised:
         # Second net: the marker, and the child's group if the supervisor did not finish (killed by
         # the script, or frozen). After a clean finish the child is reaped and its pid may be reused.
         self.lost = not status.get("done")
-        extra = reap(run_id, None if status.get("done") else status.get("child_pid"))
+        child = None if status.get("done") else status.get("child_pid")
+        if child is not None and child not in marked_pids(run_id):
+            child = None  # reaped already, and its pid may now lead somebody else's group
+        extra = reap(run_id, child)
         leftovers += [p for p in extra if p not in leftovers]
         returncode = status["returncode"] if "returncode" in status else proc.returncode
         return returncode, leftovers

@@ -19,6 +19,7 @@ more than 2% on the same side, which happens with probability at most 2 / 2**n (
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -29,9 +30,6 @@ from dataclasses import dataclass
 FASTER_ABOVE = 1.02
 SLOWER_BELOW = 0.98
 EQUAL_WITHIN = 0.05
-# Fewer pairs than this have no 95% distribution-free interval for the median: even [min, max]
-# covers only 1 - 2 / 2**n (5 pairs: 93.75%), so they give no verdict.
-MIN_VERDICT_PAIRS = 6
 CONFIDENCE = 0.95
 
 FASTER, SLOWER, NO_CHANGE, INCONCLUSIVE = "faster", "slower", "no measurable change", "inconclusive"
@@ -71,6 +69,11 @@ def order_statistic_rank(n: int, confidence: float = CONFIDENCE) -> int:
             break
         k += 1
     return k
+
+
+# Fewer pairs than this have no 95% distribution-free interval for the median: even [min, max]
+# covers only 1 - 2 / 2**n (5 pairs: 93.75%), so they give no verdict. 6 at 95%.
+MIN_VERDICT_PAIRS = next(n for n in itertools.count(1) if order_statistic_rank(n) > 0)
 
 
 def median_ci(ratios: Sequence[float], *, confidence: float = CONFIDENCE) -> tuple[float, float]:

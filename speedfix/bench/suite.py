@@ -117,25 +117,35 @@ def run_suite(*, fixtures: Path | None = None, tiny: bool | None = None, only: l
             "workloads": rows, "caveat": numerics.CAVEAT}
 
 
+def write_speedfix_variant(script: Path, fixer: Any) -> tuple[Path | None, dict[str, int]]:
+    """``speedfix apply --unsafe-fixes`` output of ``script`` as ``<stem>_speedfix.py`` beside it:
+    its path (None when nothing changed) and the fixes applied, by code."""
+    source = script.read_text(encoding="utf-8")
+    codes = list(fixer.fixable_codes(source, path=str(script), unsafe=True))
+    if not codes:
+        return None, {}
+    outcome = fixer.fix_code(source, path=str(script), select=codes, unsafe=True)
+    if outcome.code == source:
+        return None, dict(outcome.applied)
+    fixed_path = script.with_name(f"{script.stem}_speedfix.py")
+    fixed_path.write_text(outcome.code, encoding="utf-8", newline="")
+    return fixed_path, dict(outcome.applied)
+
+
 def _run_workload(w: Workload, work: Path, tiny: bool, settings: CompareSettings, fixer: Any, run,
                   progress) -> tuple[dict, dict]:
     args = list(w.tiny_args if tiny else w.gpu_args)
     script = work / w.script
     row: dict = {"name": w.name, "kind": w.kind, "description": w.description, "script": w.script,
                  "expert_script": w.expert, "args": args}
-    source = script.read_text(encoding="utf-8")
-    codes = list(fixer.fixable_codes(source, path=str(script), unsafe=True))
     candidates, kinds = [], {}
-    row["fixes"] = []
-    if codes:
-        outcome = fixer.fix_code(source, path=str(script), select=codes, unsafe=True)
-        row["fixes"] = sorted(outcome.applied)
-        row["applied"] = dict(outcome.applied)
-        if outcome.code != source:
-            fixed_path = script.with_name(f"{script.stem}_speedfix.py")
-            fixed_path.write_text(outcome.code, encoding="utf-8", newline="")
-            candidates.append(RunSpec(fixed_path, args, work, label="speedfix", real_cwd=True))
-            kinds["speedfix"] = numerics.class_of(row["fixes"])
+    fixed_path, applied = write_speedfix_variant(script, fixer)
+    row["fixes"] = sorted(applied)
+    if applied:
+        row["applied"] = applied
+    if fixed_path is not None:
+        candidates.append(RunSpec(fixed_path, args, work, label="speedfix", real_cwd=True))
+        kinds["speedfix"] = numerics.class_of(row["fixes"])
     if w.expert:
         candidates.append(RunSpec(work / w.expert, args, work, label="expert", real_cwd=True))
     session = Session(RunSpec(script, args, work, label="original", real_cwd=True), settings, run=run,

@@ -95,11 +95,6 @@ def decide(cand: dict) -> tuple[str, str]:
     return KEPT, f"{speed['verdict']} ({figure}); loss check passed"
 
 
-def _read_source(path: Path) -> tuple[str, str]:
-    """The script's text with its line endings kept (CRLF stays CRLF when the fixes are written),
-    decoded as the interpreter would (BOM, coding line)."""
-    source = read_source(path, max_bytes=None)
-    return source.text, source.encoding
 
 
 class _Variants:
@@ -155,7 +150,7 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
                   select: Iterable[str] | None = None, ignore: Iterable[str] | None = None,
                   torch_version: str | None = None, unsafe: bool | None = None,
                   report_md: Path | None = None, report_json: Path | None = None, write: bool = True,
-                  max_pairs: int = 10, min_pairs: int = 6, budget_s: float = 900.0, warmup: int | None = None,
+                  max_pairs: int = 10, min_pairs: int = stats.MIN_VERDICT_PAIRS, budget_s: float = 900.0, warmup: int | None = None,
                   steps: int | None = None, timeout_s: float = 600.0, seed: int = 0, cwd: Path | None = None,
                   real_cwd: bool = False, console: Console | None = None,
                   compare_settings: CompareSettings | None = None, fixer: Any = None, run=run_once) -> int:
@@ -194,7 +189,9 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
         console.print(f"[yellow]warning:[/] --max-pairs {compare_settings.max_pairs} is below the "
                       f"{stats.MIN_VERDICT_PAIRS} pairs a decision needs: every fix will be reported as not "
                       "measured enough and none written")
-    source, encoding = _read_source(script)
+    # line endings kept (CRLF stays CRLF when the fixes are written), decoded as the interpreter would
+    read = read_source(script, max_bytes=None)
+    source, encoding = read.text, read.encoding
     path = str(script)
     codes = list(fixer.fixable_codes(source, path=path, unsafe=unsafe, torch_version=torch_version,
                                      select=select, ignore=ignore))
@@ -243,7 +240,7 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
     changed_meanwhile = None
     if write and kept_codes:
         try:  # never over an edit the user saved while the benchmark ran
-            fixer.write_fixed(script, final, unchanged_since=source)
+            fixer.write_fixed(script, final, unchanged_since=read.data)
         except FileChanged as err:
             changed_meanwhile = str(err)
             console.print(f"[red]error:[/] {err}")

@@ -89,3 +89,23 @@ def get_reporter(name: str, report: str = "scan") -> Reporter:
     if cls is None or not cls.supports(report):
         raise UnknownFormat(f"must be one of {', '.join(format_names(report))}, not {name!r}")
     return cls()
+
+
+@dataclass(frozen=True)
+class StatisticsRow:
+    code: str
+    name: str
+    count: int
+    fixable: bool  # as in ruff: at least one of them has a fix
+
+
+def statistics_rows(result: ScanResult) -> list[StatisticsRow]:
+    """`--statistics`: findings per rule, most frequent first (then by code)."""
+    from collections import Counter
+
+    from speedfix.registry import rule_by_code
+
+    counts = Counter(f.code for f in result.findings)
+    fixable = {f.code for f in result.findings if f.fix is not None}
+    return [StatisticsRow(code, rule.name if (rule := rule_by_code(code)) else "", count, code in fixable)
+            for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]

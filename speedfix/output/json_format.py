@@ -4,13 +4,13 @@ catalog (`speedfix rules`, `speedfix rule CODE`)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from speedfix.findings import Finding
-from speedfix.output import Reporter, ReportOptions
-from speedfix.registry import rule_by_code
+from speedfix.output import Reporter, ReportOptions, statistics_rows
 
 if TYPE_CHECKING:
     from speedfix.rule import Rule
@@ -77,13 +77,7 @@ class JsonReporter(Reporter):
         return _dump([finding_to_dict(f) for f in result.findings])
 
     def statistics(self, result: ScanResult, options: ReportOptions) -> str:
-        counts = Counter(f.code for f in result.findings)
-        fixable = {f.code for f in result.findings if f.fix is not None}
-        rows = []
-        for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-            rule = rule_by_code(code)
-            rows.append({"code": code, "name": rule.name if rule else "", "count": count, "fixable": code in fixable})
-        return _dump(rows)
+        return _dump([dataclasses.asdict(row) for row in statistics_rows(result)])
 
     def rule_list(self, rules: tuple[type[Rule], ...], options: ReportOptions) -> str:
         return _dump([rule_to_dict(rule) for rule in rules])

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from speedfix import __version__
-from speedfix.engine import FileError
 from speedfix.findings import Finding, Severity
 from speedfix.output import Reporter, ReportOptions
 from speedfix.registry import all_rules
 from speedfix.rule import Rule
 
 if TYPE_CHECKING:
+    from speedfix.engine import FileError
     from speedfix.scan import ScanResult
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

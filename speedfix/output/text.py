@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from rich.console import Console
 from rich.text import Text
 
-from speedfix.findings import Applicability, Finding
-from speedfix.fixer import Blocker
-from speedfix.output import Reporter, ReportOptions
+from speedfix.findings import Applicability, Blocker, Finding
+from speedfix.output import Reporter, ReportOptions, statistics_rows
 from speedfix.registry import rule_by_code
 
 if TYPE_CHECKING:
@@ -147,16 +146,10 @@ class TextReporter(Reporter):
         return _render(options, draw)
 
     def statistics(self, result: ScanResult, options: ReportOptions) -> str:
-        counts = Counter(f.code for f in result.findings)
-        fixable = {f.code for f in result.findings if f.fix is not None}
-        width = len(str(max(counts.values(), default=0)))
-
-        lines = []
-        for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-            rule = rule_by_code(code)
-            mark = "[*]" if code in fixable else "[ ]"  # as ruff: some of them can be fixed
-            lines.append(f"{count:>{width}}  {code}  {mark} {rule.name if rule else ''}".rstrip())
-        return _print_lines(lines, options)
+        rows = statistics_rows(result)
+        width = len(str(max((row.count for row in rows), default=0)))
+        return _print_lines([f"{row.count:>{width}}  {row.code}  {'[*]' if row.fixable else '[ ]'} {row.name}".rstrip()
+                             for row in rows], options)
 
     def apply_summary(self, outcome: ApplyOutcome, options: ReportOptions) -> str:
         def draw(console: Console) -> None:
