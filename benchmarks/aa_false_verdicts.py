@@ -57,7 +57,7 @@ def main() -> int:
             args = list(workload.gpu_args if opts.full else workload.tiny_args)
             for repeat in range(opts.repeats):
                 session = Session(RunSpec(original, args, work, label="A", real_cwd=True), settings)
-                outcome = session.compare([RunSpec(copy, args, work, label="A copy", real_cwd=True)])
+                outcome = session.compare([RunSpec(copy, args, work, label="A copy", real_cwd=True)]).to_json()
                 speed = outcome["candidates"][0].get("speedup") or {}
                 verdict = speed.get("verdict", "no measurement")
                 false += verdict in (FASTER, SLOWER)

@@ -96,7 +96,7 @@ def harness_run(script: Path, args: list[str], cwd: Path, warmup: int, steps: in
     try:
         # the fixtures are a throwaway copy: run in it, as the bare run does, not in a mirror of it
         return run_once(RunSpec(script, args, cwd, real_cwd=True),
-                        RunConfig(warmup_steps=warmup, steps=steps, timeout_s=timeout_s))
+                        RunConfig(warmup_steps=warmup, steps=steps, timeout_s=timeout_s)).to_json()
     finally:
         for key, value in saved.items():
             if value is None:

@@ -2,11 +2,18 @@
 
     python benchmarks/scan_speed.py                 # a generated tree of 100 fixture-based scripts
     python benchmarks/scan_speed.py PATH [--jobs N]  # any tree of your own
+    python benchmarks/scan_speed.py PATH --torchfix /other/venv/bin/torchfix   # side by side
 
 Each figure is the best of --repeat wall-clock runs of the real command (`python -m speedfix
 scan PATH`), interpreter start-up included: what a user or a pre-commit hook waits for. Cold runs
 use --no-cache; warm runs reuse the cache the previous run wrote. It prints figures; it asserts
 nothing.
+
+When TorchFix is installed (on the PATH, or given with --torchfix; keep it in a virtual
+environment of its own: it is no dependency of speedfix), its `torchfix --select=ALL PATH` is
+timed in the same run, each TorchFix run right after a cold speedfix run with the same number of
+jobs, so that both see the same machine load; the ratio of the best times is printed. Without
+TorchFix that part is skipped.
 """
 
 from __future__ import annotations
@@ -50,12 +57,29 @@ def timed(command: list[str], repeat: int) -> float:
     return best
 
 
+def torchfix_command(given: str | None) -> list[str] | None:
+    """The TorchFix executable to compare with, or None when there is none."""
+    found = given or shutil.which("torchfix")
+    return [found] if found and Path(found).exists() else None
+
+
+def side_by_side(scan: list[str], torchfix: list[str], tree: Path, jobs: int, repeat: int) -> tuple[float, float]:
+    """Best cold times of speedfix and TorchFix, each TorchFix run right after a speedfix run."""
+    ours, theirs = float("inf"), float("inf")
+    for _ in range(repeat):
+        ours = min(ours, timed([*scan, "--no-cache", "--jobs", str(jobs)], 1))
+        theirs = min(theirs, timed([*torchfix, "--select=ALL", "-j", str(jobs), str(tree)], 1))
+    return ours, theirs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", nargs="?", type=Path, help="tree to scan (default: a generated one)")
     parser.add_argument("--files", type=int, default=100, help="size of the generated tree")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--torchfix", help="TorchFix executable to time side by side (default: `torchfix` on the PATH)")
+    parser.add_argument("--torchfix-repeat", type=int, default=1, help="runs of each tool in the comparison")
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="speedfix-scan-bench-"))
@@ -76,6 +100,14 @@ def main() -> None:
         print(f"interpreter + import start-up: {startup:.2f} s")
         for label, seconds in runs.items():
             print(f"{label:>14}: {seconds:6.2f} s  {files / seconds:7.0f} files/s  {lines / seconds:8.0f} lines/s")
+        torchfix = torchfix_command(args.torchfix)
+        if torchfix is None:
+            print("TorchFix: not installed, no comparison (pass --torchfix PATH)")
+            return
+        for jobs in dict.fromkeys((1, args.jobs)):
+            ours, theirs = side_by_side(scan, torchfix, tree, jobs, args.torchfix_repeat)
+            print(f"cold, {jobs} job{'s' if jobs > 1 else ''}: speedfix {ours:.2f} s, TorchFix --select=ALL {theirs:.2f} s:"
+                  f" speedfix is {theirs / ours:.1f}x faster")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -1,12 +1,22 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from speedfix.arguments import find_argument, literal_int
 from speedfix.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
 from speedfix.context import CallSite
 from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.patterns import DATALOADER, dataset_argument, is_in_memory_dataset, is_iterable_dataset
+from speedfix.comments import argument_comments, statement_comments
+from speedfix.loaders import Place, assigned_name, iterated_per_epoch, samples_place
+from speedfix.patterns import (
+    DATALOADER,
+    dataset_argument,
+    is_in_memory_dataset,
+    is_iterable_dataset,
+    worker_start_refusal,
+)
 from speedfix.rule import Invalid, Rule, Valid
 
 
@@ -23,8 +33,10 @@ class DataloaderNoWorkers(Rule):
 
     Not reported: data already in memory as tensors (a `TensorDataset`, or a Dataset whose
     `__getitem__` only indexes tensors it holds), where PyTorch's own guidance is to keep
-    `num_workers=0` because worker IPC costs more than it saves; and values speedfix cannot know
-    (`num_workers=args.workers`, unresolved `**kwargs`).
+    `num_workers=0` because worker IPC costs more than it saves; samples that are CUDA tensors
+    (`.to(device)` in `__getitem__`), which forked workers cannot make; a low worker count with a
+    comment that gives its reason (`num_workers=0,  # h5py handles cannot be forked`); and values
+    speedfix cannot know (`num_workers=args.workers`, unresolved `**kwargs`).
 
     ## Example
     ```python
@@ -46,8 +58,9 @@ class DataloaderNoWorkers(Rule):
     `collate_fn`/`worker_init_fn` is a lambda (not picklable). An `IterableDataset` that does not
     shard itself with `get_worker_info()` yields every sample once per worker, so the fix is refused
     for those too. Random augmentations draw from per-worker seeds, so augmented samples differ from a
-    `num_workers=0` run. `persistent_workers=True` keeps workers (and their copy of the dataset)
-    alive between epochs.
+    `num_workers=0` run. `persistent_workers=True` is added only to a loader iterated every epoch
+    (a test loader used once gets none); it keeps workers (and their copy of the dataset) alive
+    between epochs.
 
     ## Measured effect
     Workload-dependent: near zero for in-memory tensors, large when `__getitem__` decodes or augments.
@@ -124,6 +137,40 @@ class DataloaderNoWorkers(Rule):
             loader = torch.utils.data.DataLoader(dataset1, **train_kwargs)
             """
         ),
+        Valid(  # a low worker count with a comment that justifies it
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(
+                h5_set,
+                batch_size=64,
+                num_workers=0,  # h5py file handles cannot be shared with forked processes
+            )
+            # one worker: more processes each load the whole index into memory
+            other = DataLoader(index_set, batch_size=64, num_workers=1)
+            """
+        ),
+        Valid(  # the dataset yields CUDA tensors: forked workers cannot use CUDA
+            """
+            import torch
+            from torch.utils.data import DataLoader, Dataset
+
+            class OnDevice(Dataset):
+                def __init__(self, frames):
+                    self.frames = frames
+
+                def __len__(self):
+                    return len(self.frames)
+
+                def __getitem__(self, i):
+                    return torch.as_tensor(self.frames[i]).cuda()
+
+            def main():
+                loader = DataLoader(OnDevice(frames), batch_size=16)
+
+            if __name__ == "__main__":
+                main()
+            """
+        ),
         Valid(  # a project's own DataLoader class
             """
             import torch
@@ -149,6 +196,9 @@ class DataloaderNoWorkers(Rule):
 
             def main():
                 loader = DataLoader(train_set, batch_size=64, shuffle=True)
+                for epoch in range(10):
+                    for x, y in loader:
+                        train_step(x, y)
 
             if __name__ == "__main__":
                 main()
@@ -166,22 +216,27 @@ class DataloaderNoWorkers(Rule):
                     num_workers=min(8, os.cpu_count() or 1),
                     persistent_workers=True,
                 )
+                for epoch in range(10):
+                    for x, y in loader:
+                        train_step(x, y)
 
             if __name__ == "__main__":
                 main()
             """,
         ),
-        Invalid(  # alias forms, an explicit 0, a multi-line call, an existing `import os as _os`
+        Invalid(  # alias forms, an explicit 0, a multi-line call, an existing `import os as _os`;
+            # a test loader iterated once gets no persistent workers
             """
             import os as _os
             import torch.utils.data as tud
 
             def main():
-                loader = tud.DataLoader(
-                    train_set,
+                test_loader = tud.DataLoader(
+                    test_set,
                     batch_size=64,
                     num_workers=0,
                 )
+                evaluate(model, test_loader)
 
             if __name__ == "__main__":
                 main()
@@ -191,12 +246,12 @@ class DataloaderNoWorkers(Rule):
             import torch.utils.data as tud
 
             def main():
-                loader = tud.DataLoader(
-                    train_set,
+                test_loader = tud.DataLoader(
+                    test_set,
                     batch_size=64,
                     num_workers=min(8, _os.cpu_count() or 1),
-                    persistent_workers=True,
                 )
+                evaluate(model, test_loader)
 
             if __name__ == "__main__":
                 main()
@@ -239,6 +294,16 @@ class DataloaderNoWorkers(Rule):
                 main()
             """,
         ),
+        Invalid(  # a TODO is no reason: still reported
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(
+                train_set,
+                batch_size=64,
+                num_workers=0,  # TODO: try more workers
+            )
+            """,
+        ),
         Invalid(  # a small explicit number is reported at lower severity, without a fix
             """
             from torch.utils.data import DataLoader
@@ -254,10 +319,10 @@ class DataloaderNoWorkers(Rule):
     def _check(self, site: CallSite) -> None:
         ctx = self.ctx
         dataset = dataset_argument(site)
-        if is_in_memory_dataset(ctx, dataset, site.stack):
-            return
+        if is_in_memory_dataset(ctx, dataset, site.stack) or samples_place(ctx, site) is Place.DEVICE:
+            return  # nothing for workers to do; with CUDA samples, forked workers would fail
         workers = find_argument(ctx, site, "num_workers", 5)
-        if workers.unknown:
+        if workers.unknown or _justified(site, workers.arg):
             return
         if workers.missing:
             self._report_with_fix(site, "`DataLoader` loads every batch in the main process (`num_workers` is not set)")
@@ -290,7 +355,14 @@ class DataloaderNoWorkers(Rule):
         ops: list[FixOp] = []
         cpu_count = reference(self.ctx, "os.cpu_count", ops, site.stack)
         value = cst.parse_expression(f"min(8, {cpu_count}() or 1)")
-        has_persistent = not find_argument(self.ctx, site, "persistent_workers").missing
+        loader = assigned_name(site)
+        # Persistent workers only pay off for a loader iterated again (every epoch): a test
+        # loader used once would just keep its workers alive.
+        add_persistent = bool(
+            find_argument(self.ctx, site, "persistent_workers").missing
+            and loader is not None
+            and iterated_per_epoch(self.ctx, loader)
+        )
         original = find_argument(self.ctx, site, "num_workers", 5).arg
         indent = self.ctx.module.default_indent
 
@@ -302,25 +374,19 @@ class DataloaderNoWorkers(Rule):
                 extra = []
             else:
                 extra = [keyword_arg("num_workers", value)]
-            if not has_persistent:
+            if add_persistent:
                 extra.append(keyword_arg("persistent_workers", cst.Name("True")))
             return append_args(call, *extra, indent=indent) if extra else call
 
         ops.insert(0, Transform(site.node, rewrite))
-        self.report(site.node, message, fix_ops=ops)
+        title = self.fix_title if add_persistent else "Load batches in worker processes (`num_workers` from the CPU count)"
+        self.report(site.node, message, fix_ops=ops, fix_title=title)
 
     def _refusal(self, site: CallSite) -> str | None:
         ctx = self.ctx
-        if ctx.path.endswith(".ipynb"):
-            return (
-                "in a notebook, worker processes started with spawn/forkserver (macOS, Windows, "
-                "Python 3.14+) cannot unpickle datasets defined in the notebook"
-            )
-        if not ctx.has_main_guard or (ctx.at_module_level(site.stack) and not ctx.in_main_guard(site.stack)):
-            return (
-                'no `if __name__ == "__main__":` guard: with the spawn/forkserver start method every '
-                "worker would re-run the script"
-            )
+        started = worker_start_refusal(ctx, site.stack)
+        if started:
+            return started
         if is_iterable_dataset(ctx, dataset_argument(site), site.stack):
             return "the dataset is an IterableDataset: without get_worker_info() sharding each worker repeats it"
         for keyword in ("collate_fn", "worker_init_fn"):
@@ -328,3 +394,18 @@ class DataloaderNoWorkers(Rule):
             if isinstance(value.node, cst.Lambda):
                 return f"`{keyword}` is a lambda, which worker processes cannot unpickle under spawn"
         return None
+
+
+# A comment above or after a DataLoader that explains its worker count.
+_WORKER_REASON = re.compile(r"worker|process|fork|spawn|pickl|deadlock|hang|freez|main thread|single.?thread", re.IGNORECASE)
+# Comments on the argument that give no reason (`# TODO: more workers`, `# noqa`).
+_NOT_A_REASON = re.compile(r"^#\s*(todo|fixme|xxx|noqa|type:)|^#\s*$", re.IGNORECASE)
+
+
+def _justified(site: CallSite, workers: cst.Arg | None) -> bool:
+    """`num_workers=0,  # h5py handles cannot be shared` or a comment on the statement that
+    explains the choice: a deliberate worker count is left alone."""
+    if workers is not None and any(not _NOT_A_REASON.search(c) for c in argument_comments(site.node, workers)):
+        return True
+    comments = statement_comments(site.statement) if site.statement is not None else []
+    return any(_WORKER_REASON.search(comment) for comment in comments)

@@ -6,7 +6,9 @@ from speedfix.arguments import find_argument
 from speedfix.codegen import append_args, keyword_arg
 from speedfix.context import CallSite
 from speedfix.findings import Applicability, LossCheck, Severity, Transform
-from speedfix.patterns import DATALOADER, constructor_call, dataset_argument
+from speedfix.frameworks import framework_uses_cuda
+from speedfix.loaders import Place, samples_place
+from speedfix.patterns import DATALOADER
 from speedfix.rule import Invalid, Rule, Valid
 
 
@@ -22,7 +24,10 @@ class DataloaderNoPinMemory(Rule):
     `x.to("cuda", non_blocking=True)` becomes a direct asynchronous DMA (see SF104).
 
     An explicit `pin_memory=False` is left alone (pinned memory is a limited host resource and
-    may have been turned off on purpose), as are values speedfix cannot know.
+    may have been turned off on purpose), as are values speedfix cannot know, and loaders whose
+    samples are already CUDA tensors (a `TensorDataset` of CUDA tensors, a Dataset whose methods
+    call `.to(device)` or `.cuda()`, a `collate_fn` that does): they cannot be pinned, and the
+    DataLoader would raise `cannot pin 'torch.cuda.FloatTensor'`.
 
     ## Example
     ```python
@@ -39,9 +44,12 @@ class DataloaderNoPinMemory(Rule):
     ```
 
     ## Fix safety
-    Safe: the data and the numerics are identical. Pinned memory is page-locked host RAM; with
-    many workers, a large `prefetch_factor` and big batches it adds host memory pressure.
-    PyTorch warns (and does nothing) when it is set without a GPU.
+    Safe where speedfix sees that the samples are CPU data (a torchvision dataset, a
+    `TensorDataset` of CPU tensors, a Dataset class of the file that never moves data to a device):
+    the data and the numerics are identical. Unsafe when the dataset comes from elsewhere (a
+    function, another module): if it yields CUDA tensors, pinning raises. Pinned memory is
+    page-locked host RAM; with many workers, a large `prefetch_factor` and big batches it adds
+    host memory pressure. PyTorch warns (and does nothing) when it is set without a GPU.
 
     ## Measured effect
     Small to moderate on its own, larger together with `non_blocking=True` copies: 9.5 to 9.8 it/s
@@ -97,44 +105,125 @@ class DataloaderNoPinMemory(Rule):
             x = torch.zeros(1).cuda()
             """
         ),
+        Valid(  # __getitem__ returns CUDA tensors: `cannot pin 'torch.cuda.FloatTensor'`
+            """
+            import torch
+            from torch.utils.data import DataLoader, Dataset
+
+            class Windows(Dataset):
+                def __init__(self, series, device):
+                    self.series, self.device = series, device
+
+                def __len__(self):
+                    return len(self.series) - 32
+
+                def __getitem__(self, i):
+                    return self.series[i:i + 32].to(self.device)
+
+            loader = DataLoader(Windows(series, "cuda"), batch_size=64, shuffle=True)
+            for x in loader:
+                loss = model(x).sum()
+            """
+        ),
+        Valid(  # a collate_fn that moves the batch to the GPU, and tensors made there
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            device = torch.device("cuda")
+            table = TensorDataset(torch.randn(1000, 8, device=device))
+            loader = DataLoader(table, batch_size=64)
+            other = DataLoader(rows, batch_size=64, collate_fn=lambda b: torch.stack(b).to(device))
+            """
+        ),
     ]
     INVALID = [
-        Invalid(
+        Invalid(  # a torchvision dataset yields CPU tensors: the fix is safe
             """
             import torch
             from torch.utils.data import DataLoader
+            from torchvision import datasets, transforms
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-            loader = DataLoader(ds, batch_size=32, num_workers=4)
+            train_set = datasets.CIFAR10("data", train=True, download=True, transform=transforms.ToTensor())
+            loader = DataLoader(train_set, batch_size=32, num_workers=4)
             for x, y in loader:
                 x = x.to(device)
             """,
             fixed="""
             import torch
             from torch.utils.data import DataLoader
+            from torchvision import datasets, transforms
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-            loader = DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True)
+            train_set = datasets.CIFAR10("data", train=True, download=True, transform=transforms.ToTensor())
+            loader = DataLoader(train_set, batch_size=32, num_workers=4, pin_memory=True)
             for x, y in loader:
                 x = x.to(device)
             """,
         ),
-        Invalid(
+        Invalid(  # a Dataset of this file that stays on the host, split; a multi-line call
             """
             import torch.utils.data as tud
+
+            class Tokens(tud.Dataset):
+                def __init__(self, ids):
+                    self.ids = torch.tensor(ids)
+
+                def __len__(self):
+                    return len(self.ids) // 128
+
+                def __getitem__(self, i):
+                    return self.ids[i * 128:(i + 1) * 128].long()
+
+            train_set, val_set = tud.random_split(Tokens(ids), [0.9, 0.1])
             loader = tud.DataLoader(
-                ds,
+                train_set,
                 batch_size=32,
                 num_workers=4
             )
+            for x in loader:
+                x = x.cuda()
+            """,
+            fixed="""
+            import torch.utils.data as tud
+
+            class Tokens(tud.Dataset):
+                def __init__(self, ids):
+                    self.ids = torch.tensor(ids)
+
+                def __len__(self):
+                    return len(self.ids) // 128
+
+                def __getitem__(self, i):
+                    return self.ids[i * 128:(i + 1) * 128].long()
+
+            train_set, val_set = tud.random_split(Tokens(ids), [0.9, 0.1])
+            loader = tud.DataLoader(
+                train_set,
+                batch_size=32,
+                num_workers=4,
+                pin_memory=True
+            )
+            for x in loader:
+                x = x.cuda()
+            """,
+        ),
+        Invalid(  # a dataset built elsewhere may yield CUDA tensors: the fix is unsafe
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from project.data import build_dataset
+            loader = DataLoader(build_dataset("train"), batch_size=32, num_workers=4)
             for x, y in loader:
                 x, y = x.cuda(), y.cuda()
             """,
             fixed="""
-            import torch.utils.data as tud
-            loader = tud.DataLoader(
-                ds,
+            import torch
+            from torch.utils.data import DataLoader
+            from project.data import build_dataset
+            loader = DataLoader(
+                build_dataset("train"),
                 batch_size=32,
                 num_workers=4,
-                pin_memory=True
+                pin_memory=True,
             )
             for x, y in loader:
                 x, y = x.cuda(), y.cuda()
@@ -143,30 +232,28 @@ class DataloaderNoPinMemory(Rule):
     ]
 
     def finish(self) -> None:
-        if not any(True for _ in self.ctx.method_calls("to")) and not any(True for _ in self.ctx.method_calls("cuda")):
-            return  # nothing is ever copied to a device
+        if not (self.ctx.copies_to_device or framework_uses_cuda(self.ctx)):
+            # nothing is ever copied to a device, here, in a loop of another file it calls, or by a
+            # framework (Lightning, Accelerate and the HF Trainer move the batches themselves)
+            return
         for site in self.ctx.calls_to(*DATALOADER):
             self._check(site)
 
     def _check(self, site: CallSite) -> None:
         pin = find_argument(self.ctx, site, "pin_memory", 7)
-        if not pin.missing or self._dataset_on_gpu(site):
+        if not pin.missing:
             return
+        place = samples_place(self.ctx, site)
+        if place is Place.DEVICE:
+            return  # CUDA (or sparse) samples cannot be pinned: the DataLoader would raise
+        indent = self.ctx.module.default_indent
+        ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("pin_memory", cst.Name("True")), indent=indent))]
+        title, applicability = self.fix_title, Applicability.SAFE
+        if place is None:
+            title += " (unsafe: speedfix cannot see the dataset; pinning raises if it yields CUDA tensors)"
+            applicability = Applicability.UNSAFE
         self.report(
             site.node,
             "`DataLoader` without `pin_memory=True`: batches are copied to the GPU from pageable memory",
-            fix_ops=[Transform(site.node, lambda call: append_args(call, keyword_arg("pin_memory", cst.Name("True")), indent=self.ctx.module.default_indent))],
+            fix_ops=ops, fix_title=title, applicability=applicability,
         )
-
-    def _dataset_on_gpu(self, site: CallSite) -> bool:
-        """A TensorDataset of tensors already on the GPU cannot (and need not) be pinned."""
-        call = constructor_call(self.ctx, dataset_argument(site), site.stack)
-        if call is None:
-            return False
-        for arg in call.args:
-            value = arg.value
-            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-                if value.func.attr.value in ("cuda", "to"):
-                    return True
-                value = value.func.value
-        return False

@@ -7,7 +7,8 @@ from speedfix.codegen import append_args, keyword_arg
 from speedfix.context import CallSite
 from speedfix.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.names import dotted_name
-from speedfix.patterns import DATALOADER, dataset_argument, unwrap_iterable
+from speedfix.loaders import assigned_name, iterated_per_epoch
+from speedfix.patterns import DATALOADER, dataset_argument
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
 
@@ -174,8 +175,8 @@ class DataloaderNoPersistentWorkers(Rule):
         count = literal_int(ctx, workers.node, site.stack)
         if not count or count <= 0:
             return
-        loader = self._assigned_name(site)
-        if loader is None or not self._iterated_per_epoch(loader):
+        loader = assigned_name(site)
+        if loader is None or not iterated_per_epoch(ctx, loader):
             return
         message = f"`DataLoader` starts its {count} worker processes again every epoch"
         given = dataset_argument(site)
@@ -193,35 +194,6 @@ class DataloaderNoPersistentWorkers(Rule):
         indent = ctx.module.default_indent
         ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("persistent_workers", value), indent=indent))]
         self.report(site.node, message, fix_ops=ops)
-
-    def _assigned_name(self, site: CallSite) -> str | None:
-        statement = site.statement
-        if statement is None or len(statement.body) != 1 or not isinstance(statement.body[0], cst.Assign):
-            return None
-        assign = statement.body[0]
-        if assign.value is not site.node or len(assign.targets) != 1:
-            return None
-        return dotted_name(assign.targets[0].target)
-
-    def _iterated_per_epoch(self, loader: str) -> bool:
-        """Iterated in a nested loop, in a function called in a loop, or passed to one there."""
-        ctx = self.ctx
-        called_in_loops = {
-            info.node
-            for site in ctx.calls
-            if ctx.nearest_loop(site.stack) is not None and site.func in ctx.functions
-            for info in ctx.functions[site.func]
-        }
-        for info in ctx.loops.values():
-            if info.iter is None or dotted_name(unwrap_iterable(info.iter)) != loader:
-                continue
-            if ctx.nearest_loop(info.stack) is not None or ctx.function_of(info.stack) in called_in_loops:
-                return True
-        for site in ctx.calls:
-            if site.func in ctx.functions and ctx.nearest_loop(site.stack) is not None:
-                if any(dotted_name(arg.value) == loader for arg in site.node.args):
-                    return True
-        return False
 
     def _changed_in_a_loop(self, dataset: str) -> bool:
         """`dataset.set_epoch(e)` or `dataset.attr = ...` inside some loop."""

@@ -6,8 +6,9 @@ import libcst as cst
 
 from speedfix.arguments import find_argument
 from speedfix.codegen import append_args, keyword_arg
-from speedfix.context import CallSite
+from speedfix.context import CallSite, LoopInfo, Stack
 from speedfix.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.names import dotted_name
 from speedfix.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype
 from speedfix.rule import Invalid, Rule, Valid
 
@@ -41,9 +42,12 @@ class BlockingTransfer(Rule):
     ```
 
     ## Fix safety
-    Safe: a host-to-device copy on the current stream is ordered before every kernel that uses
-    it, so results are identical. Without pinned memory the copy stays synchronous (the gain
-    needs SF102 too); the code is still correct.
+    Safe for a tensor from the batch (`x, y = batch`, `batch["input_ids"]`): a host-to-device copy
+    on the current stream is ordered before every kernel that uses it, so results are identical.
+    Without pinned memory the copy stays synchronous (the gain needs SF102 too); the code is
+    still correct. Unsafe for a whole batch (`for batch in loader: batch.to(device)`) or a
+    parameter: it may be an object of the collate function's making whose `.to()` takes no
+    `non_blocking` (transformers' `BatchEncoding` before 4.48 raises a `TypeError`).
 
     ## Measured effect
     Removes one host synchronisation per copied tensor per step; the PyTorch tutorial on pinned
@@ -91,6 +95,16 @@ class BlockingTransfer(Rule):
                 x, y = get_batch("train")
                 x = x.to("cuda")
                 loss = model(x, y)
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(  # `non_blocking` given positionally: a keyword would raise
+            """
+            import torch
+            for x, y in train_loader:
+                x = x.to("cuda", torch.float16, True)
+                loss = model(x).sum()
                 loss.backward()
                 optimizer.step()
             """
@@ -150,6 +164,26 @@ class BlockingTransfer(Rule):
                     train_step(model, batch, optimizer)
             """,
         ),
+        Invalid(  # a whole batch may be a BatchEncoding: the fix is unsafe
+            """
+            import torch
+            device = torch.device("cuda")
+            for step, batch in enumerate(train_loader):
+                batch = batch.to(device)
+                loss = model(**batch).loss
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            device = torch.device("cuda")
+            for step, batch in enumerate(train_loader):
+                batch = batch.to(device, non_blocking=True)
+                loss = model(**batch).loss
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
     ]
 
     @cached_property
@@ -158,17 +192,37 @@ class BlockingTransfer(Rule):
 
     def finish(self) -> None:
         pinned = self._all_loaders_pinned()
+        indent = self.ctx.module.default_indent
         for attr in ("to", "cuda"):
             for site in self.ctx.method_calls(attr):
-                if self._is_blocking_upload(site):
-                    message = f"`.{attr}()` of a batch in the training loop blocks the CPU until the copy is done"
-                    if not pinned:
-                        message += " (pin the DataLoader's memory too, SF102)"
-                    self.report(
-                        site.node,
-                        message,
-                        fix_ops=[Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=self.ctx.module.default_indent))],
-                    )
+                if not self._is_blocking_upload(site):
+                    continue
+                message = f"`.{attr}()` of a batch in the training loop blocks the CPU until the copy is done"
+                if not pinned:
+                    message += " (pin the DataLoader's memory too, SF102)"
+                ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))]
+                receiver = site.node.func.value  # type: ignore[attr-defined]
+                if self._may_be_batch_object(receiver, site.stack):
+                    title = f"{self.fix_title} (unsafe: `{receiver.value}` may be a batch object whose `.{attr}()` takes no `non_blocking`)"
+                    self.report(site.node, message, fix_ops=ops, fix_title=title, applicability=Applicability.UNSAFE)
+                else:
+                    self.report(site.node, message, fix_ops=ops)
+
+    def _may_be_batch_object(self, receiver: cst.BaseExpression, stack: Stack) -> bool:
+        """A whole batch (`for batch in loader: batch.to(device)`) or a parameter is whatever
+        the collate function made: transformers' `BatchEncoding.to()` took no `non_blocking`
+        before 4.48. Parts of a batch (`x, y = batch`, `batch["input_ids"]`) are tensors."""
+        if not isinstance(receiver, cst.Name):
+            return False
+        ctx, name = self.ctx, receiver.value
+        function = ctx.function_of(stack)
+        for assignment in ctx.assignments_in(function, name):
+            if assignment.unpacked or isinstance(assignment.value, (cst.Subscript, cst.Attribute)):
+                return False
+        for info in ctx.loops.values():
+            if name in info.targets and ctx.function_of(info.stack) is function and isinstance(info.node, cst.For):
+                return _whole_target(info, name)
+        return True
 
     def _is_blocking_upload(self, site: CallSite) -> bool:
         ctx = self.ctx
@@ -178,7 +232,7 @@ class BlockingTransfer(Rule):
         assert isinstance(func, cst.Attribute)
         if not self.batches.is_batch(func.value, site.stack):
             return False
-        if not find_argument(ctx, site, "non_blocking").missing:
+        if not find_argument(ctx, site, "non_blocking").missing or _sets_more_positionally(site):
             return False
         if func.attr.value == "cuda":
             return True
@@ -192,3 +246,25 @@ class BlockingTransfer(Rule):
     def _all_loaders_pinned(self) -> bool:
         loaders = self.ctx.calls_to(*DATALOADER)
         return bool(loaders) and all(not find_argument(self.ctx, s, "pin_memory", 7).missing for s in loaders)
+
+
+def _sets_more_positionally(site: CallSite) -> bool:
+    """`x.to(device, dtype, True)`, `x.cuda(0, True)`, `x.to(*args)`: `non_blocking` may already be
+    given (a keyword would then raise "got multiple values")."""
+    args = site.node.args
+    if any(arg.star for arg in args):
+        return True
+    positional = sum(1 for arg in args if arg.keyword is None)
+    return positional >= (3 if site.node.func.attr.value == "to" else 2)  # type: ignore[attr-defined]
+
+
+def _whole_target(info: LoopInfo, name: str) -> bool:
+    """`for batch in loader` or `for i, batch in enumerate(loader)`: ``name`` is the whole batch."""
+    target = info.node.target
+    if isinstance(target, cst.Name):
+        return target.value == name
+    enumerated = isinstance(info.iter, cst.Call) and dotted_name(info.iter.func) == "enumerate"
+    if enumerated and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        second = target.elements[1].value
+        return isinstance(second, cst.Name) and second.value == name
+    return False

@@ -1,14 +1,14 @@
 from __future__ import annotations
 
 
-from speedfix.codegen import NO_IMPORT_BLOCK, setting_after_imports, string_literal
+from speedfix.codegen import string_literal
+from speedfix.entry import setting_at_entry_point
 from speedfix.findings import Applicability, LossCheck, Severity
-from speedfix.names import dotted_name
-from speedfix.patterns import uses_autocast
+from speedfix.flow import default_choice, off_by_default
+from speedfix.amp import mixed_precision_by_default
+from speedfix.patterns import matmul_precision_choices
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
-
-_TF32_SWITCHES = ("allow_tf32", "fp32_precision")
 
 
 class Tf32Disabled(Rule):
@@ -27,24 +27,22 @@ class Tf32Disabled(Rule):
 
     A script that already chose a precision (`set_float32_matmul_precision(...)`, any
     `allow_tf32`/`fp32_precision` setting, `"highest"` included) or trains under autocast is left
-    alone.
+    alone. One that chooses it only behind an option that is off by default
+    (`if args.tf32:` with a `store_true` flag) runs in full fp32 by default and is reported.
 
     ## Example
     ```python
-    import torch
-
-    model = Net().cuda()
-    for x, y in loader:
-        ...
+    def main():
+        model = Net().cuda()
+        for x, y in loader:
+            ...
     ```
 
     ## Use instead
     ```python
-    import torch
-
-    torch.set_float32_matmul_precision("high")
-
-    model = Net().cuda()
+    def main():
+        torch.set_float32_matmul_precision("high")
+        model = Net().cuda()
     ```
 
     ## Fix safety
@@ -53,6 +51,13 @@ class Tf32Disabled(Rule):
     Usually harmless for deep learning; not for numerically sensitive code (solvers, physics).
     `set_float32_matmul_precision` is used rather than `allow_tf32`, which PyTorch plans to
     deprecate after 2.9. It has no effect before Ampere.
+
+    The setting is process-wide, so it goes where the script starts: the top of `main()`, else of
+    the `if __name__ == "__main__":` block, else (a script that trains at module level) after the
+    imports. It runs before the script's own opt-in settings, which still win when their option
+    is given. A module with no entry point only defines things for others to import and gets no
+    fix: the setting belongs in the program that runs it. Processes started with
+    `mp.spawn(worker)` do not run `main()`: set it in the worker too.
 
     ## Measured effect
     A 10240x10240 fp32 matmul on an A100: 0.11 s in fp32, 0.016 s with TF32 (about 7x), from
@@ -68,7 +73,7 @@ class Tf32Disabled(Rule):
     requires = (b"backward", b"step(")
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
-    fix_title = 'Enable TF32 matmuls: `torch.set_float32_matmul_precision("high")` after the imports'
+    fix_title = 'Enable TF32 matmuls: `torch.set_float32_matmul_precision("high")` at the entry point'
     gpu_only = True
     min_torch = v("1.12")
     effect = "fp32 matmuls on tensor cores: about 7x for a large A100 matmul."
@@ -120,6 +125,22 @@ class Tf32Disabled(Rule):
                 optim.step()
             """
         ),
+        Valid(  # TF32 behind an option that is on by default (`--no-tf32` turns it off)
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--no-tf32", dest="tf32", action="store_false")
+            args = parser.parse_args()
+            if args.tf32:
+                torch.set_float32_matmul_precision("high")
+            model = Net().cuda()
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+            """
+        ),
         Valid(  # no training loop here
             """
             import torch
@@ -153,7 +174,8 @@ class Tf32Disabled(Rule):
                 opt.step()
             """,
         ),
-        Invalid(  # the file's own alias and quote style; the import that binds it ends the block
+        Invalid(  # a script that trains at module level: after the imports, in the file's own
+            # alias and quote style (the import that binds the alias ends the block)
             """
             import os
             os.environ["CUDA_VISIBLE_DEVICES"] = '0'
@@ -165,6 +187,8 @@ class Tf32Disabled(Rule):
                     loss = model(x.to('cuda')).sum()
                     loss.backward()
                     opt.step()
+
+            train(nn.Linear(8, 1).cuda(), loader, opt)
             """,
             fixed="""
             import os
@@ -179,25 +203,84 @@ class Tf32Disabled(Rule):
                     loss = model(x.to('cuda')).sum()
                     loss.backward()
                     opt.step()
+
+            train(nn.Linear(8, 1).cuda(), loader, opt)
+            """,
+        ),
+        Invalid(  # TF32 only behind a flag that is off by default: the default run is full fp32;
+            # the setting goes to the top of main(), before the flag's own choice
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--tf32", action="store_true")
+
+            def main():
+                '''Train.'''
+                args = parser.parse_args()
+                if args.tf32:
+                    torch.backends.cuda.matmul.allow_tf32 = True
+                model = Net().cuda()
+                for x, y in loader:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    opt.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--tf32", action="store_true")
+
+            def main():
+                '''Train.'''
+                torch.set_float32_matmul_precision("high")
+                args = parser.parse_args()
+                if args.tf32:
+                    torch.backends.cuda.matmul.allow_tf32 = True
+                model = Net().cuda()
+                for x, y in loader:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    opt.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        Invalid(  # a library module (it only defines things): no setting at import time
+            """
+            import torch
+
+            def fit(model, loader, opt):
+                for x, y in loader:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    opt.step()
             """,
         ),
     ]
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.step_loops or self._precision_chosen() or uses_autocast(ctx) or ctx.mentions_low_precision:
+        if not ctx.step_loops or mixed_precision_by_default(ctx):
+            return
+        choices = matmul_precision_choices(ctx)
+        chosen, gate = default_choice(ctx, choices)
+        if chosen:
             return
         node = next(loop for loop in ctx.loops if loop in ctx.step_loops)  # the first, in source order
         high = string_literal(ctx, "high")
-        ops = setting_after_imports(ctx, "torch.set_float32_matmul_precision", lambda call: f"{call}({high})")
+        opt_ins = [stack for statement, stack in choices if off_by_default(ctx, statement, stack)]
+        ops, reason = setting_at_entry_point(
+            ctx, "torch.set_float32_matmul_precision", lambda call: f"{call}({high})", opt_ins
+        )
         message = "fp32 matmuls in this training loop run without TF32 tensor cores"
-        self.report(node, message, fix_ops=ops, no_fix_reason=NO_IMPORT_BLOCK)
-
-    def _precision_chosen(self) -> bool:
-        ctx = self.ctx
-        if ctx.calls_to("torch.set_float32_matmul_precision"):
-            return True
-        for name in ctx.assignments:
-            if name.rsplit(".", 1)[-1] in _TF32_SWITCHES:
-                return True
-        return any(dotted_name(site.node.func) and "fp32_precision" in (dotted_name(site.node.func) or "") for site in ctx.calls)
+        if gate is not None:
+            message += f": the script sets the precision only when `{gate}`, which is off by default"
+        self.report(node, message, fix_ops=ops, no_fix_reason=reason)

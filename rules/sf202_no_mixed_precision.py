@@ -1,24 +1,21 @@
 from __future__ import annotations
 
-import builtins
-import re
 from collections import defaultdict
 
 import libcst as cst
 
+from speedfix.amp import Autocast, Precision, autocasts, gated_autocasts, mixed_precision_by_default
+from speedfix.arguments import find_argument
 from speedfix.blocks import statement_owner
-from speedfix.codegen import reference, string_literal
-from speedfix.context import CallSite, target_names, walk_expression
+from speedfix.codegen import code_of, reference, string_literal
+from speedfix.context import CallSite, WithInfo, walk_expression
 from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.forward import (assigned_names, backward_calls, calls_model, forward_range, read_names, statement_block, steps,
+                              wrap)
 from speedfix.names import dotted_name
-from speedfix.patterns import uses_autocast
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
 
-# Calls that move or reshape a batch rather than run the model: a statement made only of these
-# is data preparation and stays outside the autocast block.
-_DATA_MOVES = frozenset({"to", "cuda", "pin_memory", "float", "long", "view", "reshape", "squeeze", "unsqueeze"})
-_STEP_CALLS = frozenset({"backward", "step", "zero_grad"})
 # Autocast raises on these ("unsafe to autocast"): the model has to move to the logits version first.
 _BANNED_UNDER_AUTOCAST = ("torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.functional.binary_cross_entropy")
 # Autocast runs cuDNN RNNs in fp16 whatever dtype is asked for (its `_cudnn_rnn` wrapper
@@ -27,7 +24,6 @@ _BANNED_UNDER_AUTOCAST = ("torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "
 _CUDNN_RNNS = tuple(f"torch.nn.{kind}" for kind in ("LSTM", "GRU", "RNN")) + tuple(
     f"torch.nn.modules.rnn.{kind}" for kind in ("LSTM", "GRU", "RNN")
 )
-_LOSS_NAME = re.compile(r"loss|criterion", re.IGNORECASE)
 
 
 class NoMixedPrecision(Rule):
@@ -35,7 +31,11 @@ class NoMixedPrecision(Rule):
     ## What it does
     Finds CUDA training loops whose forward pass and loss run in fp32: no `torch.autocast`
     anywhere in the script and no 16-bit model or dtype (`model.half()`, `torch.bfloat16`,
-    Lightning's `"bf16-mixed"`, FSDP mixed-precision policies).
+    Lightning's `"bf16-mixed"`, FSDP mixed-precision policies). An autocast that its defaults
+    turn off (`dtype=ptdtype` with `--dtype float32` as the argparse default or nanoGPT's
+    `dtype = 'float32'`, `enabled=args.amp` with a `store_true` flag) does not count: the run
+    with the defaults is fp32, and that is reported at the autocast. So is an autocast that wraps
+    only the loss while the model's forward pass runs before it.
 
     ## Why is this bad?
     Tensor cores run bf16 and fp16 matmuls and convolutions several times faster than fp32 (even
@@ -82,7 +82,10 @@ class NoMixedPrecision(Rule):
     cuDNN had no bf16 RNNs before 9.13), which needs a `GradScaler`: scripts with those layers
     get no fix either. The fix wraps the
     statements from the model call to the loss that `backward()` uses, when they sit next to it
-    in the same block; elsewhere the finding has no fix. Verify with `speedfix apply --verify`.
+    in the same block; elsewhere the finding has no fix. An autocast around the loss only gets
+    the statements from the model call on moved into its block. An autocast that is off by
+    default gets no fix: which option turns it on is the script's own choice. Verify with
+    `speedfix apply --verify`.
 
     ## Measured effect
     PyTorch's performance tuning guide: mixed precision gives "up to 3x overall speedup on Volta
@@ -124,6 +127,33 @@ class NoMixedPrecision(Rule):
             for step in range(1000):
                 with ctx:
                     loss = model(x.cuda(), y.cuda())
+                loss.backward()
+                opt.step()
+            """
+        ),
+        Valid(  # bf16 where the GPU supports it, chosen at run time (nanoGPT): unknown, so silent
+            """
+            import torch
+            dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float16'
+            ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
+            ctx = torch.amp.autocast(device_type='cuda', dtype=ptdtype)
+            for step in range(max_iters):
+                with ctx:
+                    logits, loss = model(X.cuda(), Y.cuda())
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(  # AMP on unless `--no-amp` is passed
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--no-amp", dest="amp", action="store_false")
+            args = parser.parse_args()
+            for x, y in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.amp):
+                    loss = criterion(model(x.cuda()), y.cuda())
                 loss.backward()
                 opt.step()
             """
@@ -292,23 +322,145 @@ class NoMixedPrecision(Rule):
                 opt.step()
             """,
         ),
+        Invalid(  # nanoGPT-style precision table whose default is float32: autocast does nothing
+            """
+            import torch
+            dtype = 'float32'
+            ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
+            ctx = torch.amp.autocast(device_type='cuda', dtype=ptdtype)
+            for step in range(max_iters):
+                with ctx:
+                    logits, loss = model(X.cuda(), Y.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(  # AMP behind a `store_true` flag: off unless `--amp` is passed
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--amp", action="store_true")
+            args = parser.parse_args()
+            scaler = torch.amp.GradScaler("cuda", enabled=args.amp)
+            for x, y in loader:
+                with torch.autocast("cuda", enabled=args.amp):
+                    loss = criterion(model(x.cuda()), y.cuda())
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            """,
+        ),
+        Invalid(  # autocast around the loss only: the forward pass moves in
+            """
+            import torch
+            for x, y in loader:
+                x, y = x.cuda(), y.cuda()
+                # forward
+                output = model(x)
+                # the loss in mixed precision
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = criterion(output, y)
+                loss.backward()
+                opt.step()
+            """,
+            fixed="""
+            import torch
+            for x, y in loader:
+                x, y = x.cuda(), y.cuda()
+                # forward
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    output = model(x)
+                    # the loss in mixed precision
+                    loss = criterion(output, y)
+                loss.backward()
+                opt.step()
+            """,
+        ),
     ]
 
     def finish(self) -> None:
         ctx = self.ctx
-        scaler = any(name.endswith("GradScaler") for name in ctx.calls_by_qualname)
-        if uses_autocast(ctx) or ctx.mentions_low_precision or scaler:
+        trains = backward_calls(ctx)
+        if not trains:
+            return
+        gated = gated_autocasts(ctx)
+        if gated:
+            self._report_gated(gated[0])
+            return
+        if mixed_precision_by_default(ctx):
+            self._check_loss_only_autocasts()
             return
         by_block: dict[int, list[tuple[CallSite, tuple[cst.CSTNode, list[cst.BaseStatement]] | None]]] = defaultdict(list)
-        for site in ctx.method_calls("backward"):
-            # `fabric.backward(loss)`, `accelerator.backward(loss)`: the framework owns the precision
-            if site.node.args and site.node.args[0].keyword is None or not ctx.in_training_loop(site.stack):
-                continue
+        for site in trains:
             owner = statement_owner(ctx, site.statement) if site.statement is not None else None
             key = id(owner[0]) if owner is not None else id(site.node)
             by_block[key].append((site, owner))
         for sites in by_block.values():
             self._report_block([site for site, _ in sites], sites[0][1])
+
+    # ------------------------------------------------------------------ autocast off by default
+    def _report_gated(self, cast: Autocast) -> None:
+        """Autocast is there but its defaults turn it off: the default run is fp32."""
+        site = cast.site
+        if cast.precision is Precision.FP32:
+            dtype = find_argument(self.ctx, site, "dtype", 1).node
+            why = f"asks for float32 by default (`dtype={code_of(dtype) if dtype is not None else '...'}`), which turns it off"
+        else:
+            enabled = find_argument(self.ctx, site, "enabled", 0 if cast.legacy else 2).node
+            why = f"is disabled by default (`enabled={code_of(enabled) if enabled is not None else '...'}`)"
+        self.report(
+            site.node,
+            f"autocast {why}: with its defaults the script trains in fp32",
+            no_fix_reason="make bf16 the default of the script's own precision option (or run it with bf16)",
+        )
+
+    # ------------------------------------------------------------------ autocast around the loss only
+    def _check_loss_only_autocasts(self) -> None:
+        ctx = self.ctx
+        casts = {cast.site.node for cast in autocasts(ctx) if cast.on_by_default}
+        for info in ctx.withs:
+            call = next((c for item in info.items for c in self._autocast_calls(item, info) if c in casts), None)
+            if call is None or not ctx.in_training_loop(info.stack):
+                continue
+            body = info.node.body
+            if calls_model(ctx, body) or not any(isinstance(n, cst.Call) for n in walk_expression(body)):
+                continue
+            forward = self._forward_before(info.node, read_names(body))
+            if forward is not None:
+                block, start, end = forward
+                self.report(
+                    call,
+                    "autocast covers only the loss: the model's forward pass runs before it, in fp32",
+                    fix_ops=[Transform(block, lambda updated: _pull_into_with(updated, start, end))],
+                    fix_title="Move the forward pass into the autocast block",
+                    restructures=block,
+                )
+
+    def _autocast_calls(self, item: cst.BaseExpression, info: WithInfo) -> list[cst.Call]:
+        """The calls a `with` item may enter: the call itself, or those in the value of the
+        context variable it names (nanoGPT's `ctx = nullcontext() if ... else autocast(...)`)."""
+        if isinstance(item, cst.Name):
+            value = self.ctx.single_value(item.value, info.stack)
+            return [n for n in walk_expression(value) if isinstance(n, cst.Call)] if value is not None else []
+        return [item] if isinstance(item, cst.Call) else []
+
+    def _forward_before(self, node: cst.With, needed: set[str]) -> tuple[cst.IndentedBlock, int, int] | None:
+        """(the block, the index of the statement that runs the model and feeds the `with` body,
+        the index of the `with`), when nothing in between steps the optimizer."""
+        found = statement_block(self.ctx, node)
+        if found is None:
+            return None
+        block, statements = found
+        index = next(i for i, s in enumerate(statements) if s is node)
+        for start in range(index - 1, -1, -1):
+            statement = statements[start]
+            if steps(statement):
+                return None
+            if calls_model(self.ctx, statement) and assigned_names(statement) & needed:
+                return block, start, index
+        return None
 
     # ------------------------------------------------------------------ the fix
     def _report_block(
@@ -330,7 +482,7 @@ class NoMixedPrecision(Rule):
             self.report(first.node, message, no_fix_reason=_RNN_REASON)
             return
         statements = owner[1]
-        ranges = [self._forward_range(statements, site) for site in sites]
+        ranges = [forward_range(self.ctx, statements, site) for site in sites]
         if any(r is None for r in ranges):
             self.report(first.node, message, no_fix_reason="the model call and the loss are not next to the backward call")
             return
@@ -340,55 +492,8 @@ class NoMixedPrecision(Rule):
             f"dtype={reference(self.ctx, 'torch.bfloat16', ops, first.stack)})"
         )
         spans = [r for r in ranges if r is not None]
-        ops.insert(0, Transform(block, lambda updated: _wrap(updated, spans, context)))
+        ops.insert(0, Transform(block, lambda updated: wrap(updated, spans, context)))
         self.report(first.node, message, fix_ops=ops, restructures=block)
-
-    def _forward_range(self, statements: list[cst.BaseStatement], site: CallSite) -> tuple[int, int] | None:
-        """(first, last) indices of the statements computing the loss that ``site`` differentiates."""
-        index = next((i for i, s in enumerate(statements) if s is site.statement), None)
-        func = site.node.func
-        if index is None or not isinstance(func, cst.Attribute) or len(site.statement.body) != 1:
-            return None
-        loss = _loss_name(func.value)
-        if loss is None:
-            return None
-        end = next((i for i in range(index - 1, -1, -1) if loss in _assigned(statements[i])), None)
-        if end is None:
-            return None
-        needed = _read_names(statements[end])
-        start = end
-        for i in range(end - 1, -1, -1):
-            candidate = statements[i]
-            if not (_assigned(candidate) & needed) or not _computes(candidate):
-                break
-            needed |= _read_names(candidate)
-            start = i
-        while start <= end and not self._calls_model(statements[start]):
-            start += 1
-        if start > end or any(_steps(statements[i]) for i in range(start, end + 1)):
-            return None
-        return start, end
-
-    def _calls_model(self, statement: cst.BaseStatement) -> bool:
-        """Does ``statement`` call the model (a local object that is not the loss function)?"""
-        for node in walk_expression(statement):
-            if isinstance(node, cst.Call):
-                name = dotted_name(node.func)
-                if self._is_local_object(name) and not _LOSS_NAME.search(name or ""):
-                    return True
-        return False
-
-    def _is_local_object(self, name: str | None) -> bool:
-        """`model(x)`, `self.net(x)`: a call of an object (the model, a loss module), not of an
-        import, a def, a class or a builtin."""
-        if name is None:
-            return False
-        root = name.split(".")[0]
-        if root == "self":
-            return name.count(".") == 1
-        if "." in name or self.ctx.imports.resolve(root) is not None:
-            return False
-        return root not in self.ctx.functions and root not in self.ctx.classes and not hasattr(builtins, root)
 
 
 _BCE_REASON = (
@@ -403,66 +508,17 @@ _RNN_REASON = (
 )
 
 
-def _wrap(block: cst.CSTNode, spans: list[tuple[int, int]], context: str) -> cst.CSTNode:
-    # The fix restructures this block, so no other fix touches it in the same pass: the indices
-    # computed from the analysed block still hold.
+def _pull_into_with(block: cst.CSTNode, start: int, index: int) -> cst.CSTNode:
+    """``block`` with its statements from ``start`` up to the `with` at ``index`` moved to the top
+    of that `with`'s body (the fix restructures the block alone: the analysed indices hold)."""
     assert isinstance(block, cst.IndentedBlock)
     body = list(block.body)
-    for start, end in sorted(set(spans), reverse=True):
-        moved = body[start : end + 1]
-        head = moved[0]
-        inner = [head.with_changes(leading_lines=[]), *moved[1:]]
-        body[start : end + 1] = [
-            cst.With(
-                items=[cst.WithItem(cst.parse_expression(context))],
-                body=cst.IndentedBlock(body=inner),
-                leading_lines=head.leading_lines,
-            )
-        ]
-    return block.with_changes(body=body)
-
-
-def _loss_name(receiver: cst.BaseExpression) -> str | None:
-    """`loss` in `loss.backward()` and `(loss / accum).backward()`."""
-    if isinstance(receiver, cst.BinaryOperation):
-        receiver = receiver.left
-    return dotted_name(receiver)
-
-
-def _assigned(statement: cst.BaseStatement) -> set[str]:
-    if not isinstance(statement, cst.SimpleStatementLine):
-        return set()
-    names: set[str] = set()
-    for small in statement.body:
-        if isinstance(small, cst.Assign):
-            for target in small.targets:
-                names.update(target_names(target.target))
-        elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
-            names.update(target_names(small.target))
-    return names
-
-
-def _read_names(statement: cst.BaseStatement) -> set[str]:
-    names: set[str] = set()
-    for node in walk_expression(statement):
-        if isinstance(node, (cst.Name, cst.Attribute)):
-            name = dotted_name(node)
-            if name:
-                names.add(name)
-    return names
-
-
-def _computes(statement: cst.BaseStatement) -> bool:
-    """Does the statement call anything besides moving or reshaping data?"""
-    for node in walk_expression(statement):
-        if isinstance(node, cst.Call):
-            if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in _DATA_MOVES):
-                return True
-    return False
-
-
-def _steps(statement: cst.BaseStatement) -> bool:
-    return any(
-        isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _STEP_CALLS
-        for node in walk_expression(statement)
+    moved, with_node = body[start:index], body[index]
+    assert isinstance(with_node, cst.With) and isinstance(with_node.body, cst.IndentedBlock)
+    inner = list(with_node.body.body)
+    inner[0] = inner[0].with_changes(leading_lines=[*with_node.leading_lines, *inner[0].leading_lines])
+    merged = with_node.with_changes(
+        body=with_node.body.with_changes(body=[moved[0].with_changes(leading_lines=[]), *moved[1:], *inner]),
+        leading_lines=moved[0].leading_lines,
     )
+    return block.with_changes(body=[*body[:start], merged, *body[index + 1 :]])

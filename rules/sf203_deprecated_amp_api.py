@@ -6,7 +6,8 @@ import libcst as cst
 
 from speedfix.codegen import NO_SPACE, append_args, insert_first_arg, keyword_arg, string_literal
 from speedfix.findings import Applicability, Category, FixOp, LossCheck, Severity, Transform
-from speedfix.names import dotted_name
+from speedfix.context import walk_expression
+from speedfix.names import bound_name, dotted_name
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import TorchVersion, v
 
@@ -32,6 +33,7 @@ _OLD_API = {
     "torch.cuda.amp.custom_bwd": _Old("custom_bwd", "cuda", "custom_bwd", v("2.4")),
 }
 _OLD_MODULES = {"torch.cuda.amp": "torch.amp", "torch.cpu.amp": "torch.amp"}
+_OLD_PARENTS = ("torch.cuda", "torch.cpu")  # `from torch.cuda import amp`
 # Positional parameters of torch.{cuda,cpu}.amp.autocast, which become keywords after "cuda".
 _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
 
@@ -43,6 +45,7 @@ class _Use:
     old: _Old
     call: cst.Call | None
     decorator: cst.Decorator | None
+    branches: tuple[tuple[cst.CSTNode, str], ...]  # the `try`/`if` parts it sits in
 
 
 class DeprecatedAmpApi(Rule):
@@ -84,8 +87,13 @@ class DeprecatedAmpApi(Rule):
     replacements need newer torch: `torch.amp.GradScaler` 2.3, `torch.amp.custom_fwd` 2.4; with an
     older `--torch-version` those names are not reported. Imports are rewritten in place
     (`import torch.cuda.amp as amp` becomes `import torch.amp as amp`; TorchFix's codemod produced
-    `amp.amp.autocast` here). A name that is used other than by calling it (passed around as a
-    value) gets no fix, and neither do the other uses of the same import.
+    `amp.amp.autocast` here). All uses of one import statement are fixed together, and each
+    finding's fix holds all of them, so that it is valid on its own. A name that is used other
+    than by calling it (passed around as a value) gets no fix and stays on the old import. A
+    compatibility fallback (`try: from torch.amp import GradScaler` / `except ImportError: from
+    torch.cuda.amp import GradScaler`, the old API in the `except` of a `try` that uses the new
+    one, or in the other branch of a version test such as `if hasattr(torch.amp, "GradScaler"):`)
+    is left alone: it is there for older torch.
 
     ## Measured effect
     None on speed: removes a `FutureWarning` per call and keeps the script working when the old
@@ -120,6 +128,33 @@ class DeprecatedAmpApi(Rule):
             scaler = torch.cuda.amp.GradScaler()
             """,
             torch="2.2",
+        ),
+        Valid(  # a compatibility import for torch before 2.3: left as it is
+            """
+            try:
+                from torch.amp import GradScaler
+            except ImportError:
+                from torch.cuda.amp import GradScaler
+            scaler = GradScaler()
+            """
+        ),
+        Valid(  # the old API as the fallback of the new one
+            """
+            import torch
+            try:
+                scaler = torch.amp.GradScaler("cuda")
+            except AttributeError:
+                scaler = torch.cuda.amp.GradScaler()
+            """
+        ),
+        Valid(  # the old API behind a version test
+            """
+            import torch
+            if hasattr(torch.amp, "GradScaler"):
+                scaler = torch.amp.GradScaler("cuda")
+            else:
+                scaler = torch.cuda.amp.GradScaler()
+            """
         ),
         Valid(  # a keyword argument that happens to share the name
             """
@@ -229,6 +264,36 @@ class DeprecatedAmpApi(Rule):
             """,
             count=2,
         ),
+        Invalid(  # one name of a shared import used as a value: the other one moves alone
+            """
+            from torch.cuda.amp import GradScaler, autocast
+            amp_context = autocast
+            scaler = GradScaler()
+            """,
+            fixed="""
+            from torch.amp import GradScaler
+            from torch.cuda.amp import autocast
+            amp_context = autocast
+            scaler = GradScaler("cuda")
+            """,
+            count=2,
+        ),
+        Invalid(  # an option, not a version test: the old spelling is migrated
+            """
+            import torch
+            if args.bf16:
+                ctx = torch.autocast("cuda", dtype=torch.bfloat16)
+            else:
+                ctx = torch.cuda.amp.autocast()
+            """,
+            fixed="""
+            import torch
+            if args.bf16:
+                ctx = torch.autocast("cuda", dtype=torch.bfloat16)
+            else:
+                ctx = torch.autocast("cuda")
+            """,
+        ),
         Invalid(  # the CPU twin, with an aliased torch
             """
             import torch as T
@@ -249,6 +314,8 @@ class DeprecatedAmpApi(Rule):
         self._skip: set[int] = set()  # ids of Names that are attribute members or keywords
         self._calls: dict[int, cst.Call] = {}
         self._decorators: dict[int, cst.Decorator] = {}
+        self._members: dict[str, set[str]] = {}  # `amp.X` references: head name -> members
+        self._branches: list[tuple[cst.CSTNode, str]] = []  # (try | if, the part being visited)
 
     # ------------------------------------------------------------------ collection
     def visit_Call(self, node: cst.Call) -> None:
@@ -265,11 +332,39 @@ class DeprecatedAmpApi(Rule):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._skip.add(id(node.attr))
+        if isinstance(node.value, cst.Name):
+            self._members.setdefault(node.value.value, set()).add(node.attr.value)
         self._collect(node)
 
     def visit_Name(self, node: cst.Name) -> None:
         if id(node) not in self._skip:
             self._collect(node)
+
+    # The parts of a `try` or `if` a use sits in: the old API in one part and the new one in the
+    # other is a compatibility fallback, which stays as it is.
+    def visit_Try_body(self, node: cst.Try) -> None:
+        self._branches.append((node, "body"))
+
+    def leave_Try_body(self, node: cst.Try) -> None:
+        self._branches.pop()
+
+    def visit_Try_handlers(self, node: cst.Try) -> None:
+        self._branches.append((node, "handlers"))
+
+    def leave_Try_handlers(self, node: cst.Try) -> None:
+        self._branches.pop()
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._branches.append((node, "body"))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._branches.pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self._branches.append((node, "orelse"))
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self._branches.pop()
 
     def _collect(self, node: cst.BaseExpression) -> None:
         if self.ctx.in_import:
@@ -279,40 +374,77 @@ class DeprecatedAmpApi(Rule):
         if old is None or not self.ctx.torch_version >= old.needs:
             return
         self._uses.append(
-            _Use(node, qualified or "", old, self._calls.get(id(node)), self._decorators.get(id(node)))
+            _Use(node, qualified or "", old, self._calls.get(id(node)), self._decorators.get(id(node)), tuple(self._branches))
         )
 
     # ------------------------------------------------------------------ decisions
     def finish(self) -> None:
-        by_binding: dict[str, list[_Use]] = {}
+        groups: dict[object, list[_Use]] = {}
         for use in self._uses:
-            by_binding.setdefault(self._binding(use), []).append(use)
-        for binding, uses in by_binding.items():
-            self._report_group(binding, uses)
+            if self._fallback(use):
+                continue
+            binding = self._binding(use)
+            if self.ctx.imports.bindings.get(binding) == "torch":
+                groups[id(use.node)] = [use]  # `torch.cuda.amp.X(...)`: each use stands alone
+                continue
+            lines = self.ctx.imports_binding(binding)
+            key = id(lines[0]) if len(lines) == 1 else binding
+            groups.setdefault(key, []).append(use)
+        for uses in groups.values():
+            self._report_group(uses)
 
     def _binding(self, use: _Use) -> str:
         name = dotted_name(use.node) or ""
         return name.split(".", 1)[0]
 
-    def _report_group(self, binding: str, uses: list[_Use]) -> None:
-        """All uses through one local name are fixed together, or not at all."""
+    def _fallback(self, use: _Use) -> bool:
+        """A compatibility fallback: the name is also imported from the new API (`try: from
+        torch.amp import GradScaler` / `except ImportError: from torch.cuda.amp import ...`), or
+        the use sits in one part of a `try`/`if` whose other part uses the new API."""
+        for line in self.ctx.imports_binding(self._binding(use)):
+            for small in line.body:
+                module = dotted_name(small.module) if isinstance(small, cst.ImportFrom) and small.module else None
+                if module is not None and module not in _OLD_MODULES and module not in _OLD_PARENTS:
+                    return True
+        for node, part in use.branches:
+            if isinstance(node, cst.If) and not _version_test(node.test):
+                continue  # `if args.bf16: ... else: torch.cuda.amp.autocast()` is no fallback
+            other = _other_parts(node, part)
+            if any(self._new_api(child) for piece in other for child in walk_expression(piece)):
+                return True
+        return False
+
+    def _new_api(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.ImportFrom) and node.module is not None:
+            return dotted_name(node.module) == "torch.amp"
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            qualified = self.ctx.qualname(node) or ""
+            return qualified == "torch.autocast" or qualified == "torch.amp" or qualified.startswith("torch.amp.")
+        return False
+
+    def _report_group(self, uses: list[_Use]) -> None:
+        """The uses through one import statement are fixed together: every finding's fix holds
+        the rewrite of all of them and of the import, so that each fix is valid on its own."""
+        binding = self._binding(uses[0])
         target = self.ctx.imports.bindings.get(binding, "")
+        value_uses = {self._binding(u) for u in uses if u.call is None and not (u.decorator and u.old.kind.startswith("custom"))}
+        movable = {self._binding(u) for u in uses} - value_uses
         import_op: FixOp | None = None
-        if target != "torch":
-            import_op = self._import_rewrite(binding, target)
-        unfixable = [u for u in uses if u.call is None and not (u.decorator and u.old.kind.startswith("custom"))]
+        reason = "the name is used as a value, not called: migrate it by hand"
+        if target != "torch" and movable:
+            import_op = self._import_rewrite(binding, target, movable)
+            if import_op is None:
+                movable, reason = set(), "the import cannot be rewritten automatically"
+        fixed = [u for u in uses if self._binding(u) in movable or target == "torch" and not value_uses]
+        ops: list[FixOp] = [self._use_rewrite(use, self._binding(use), target) for use in fixed]
+        if import_op is not None:
+            ops.append(import_op)
         for use in uses:
             message = f"`{use.qualified}` is deprecated since torch 2.4; use `torch.amp` with a device argument"
-            if unfixable:
-                self.report(use.node, message, no_fix_reason="the name is used as a value, not called: migrate it by hand")
-                continue
-            if target != "torch" and import_op is None:
-                self.report(use.node, message, no_fix_reason="the import cannot be rewritten automatically")
-                continue
-            ops: list[FixOp] = [self._use_rewrite(use, binding, target)]
-            if import_op is not None:
-                ops.append(import_op)
-            self.report(use.node, message, fix_ops=ops, fix_title=self._title(use))
+            if use in fixed:
+                self.report(use.node, message, fix_ops=ops, fix_title=self._title(use))
+            else:
+                self.report(use.node, message, no_fix_reason=reason)
 
     def _title(self, use: _Use) -> str:
         if use.old.kind == "autocast":
@@ -353,50 +485,84 @@ class DeprecatedAmpApi(Rule):
             ),
         )
 
-    def _import_rewrite(self, binding: str, target: str) -> FixOp | None:
-        """Rewrite the import that binds ``binding`` so that it names the torch.amp object."""
-        for line in self.ctx.imports_binding(binding):
-            small = line.body[0] if len(line.body) == 1 else None
-            if isinstance(small, cst.ImportFrom) and small.module is not None:
-                module = dotted_name(small.module)
-                if module in _OLD_MODULES:
-                    return self._split_from_import(line, small, module)
-                if module in ("torch.cuda", "torch.cpu") and not isinstance(small.names, cst.ImportStar):
-                    # `from torch.cuda import amp`: only when `amp` is all this line imports
-                    if len(small.names) == 1 and small.names[0].evaluated_name == "amp":
-                        return Transform(line, lambda node: node.with_changes(body=[
-                            node.body[0].with_changes(module=cst.Name("torch"))
-                        ]))
-            if isinstance(small, cst.Import) and len(small.names) == 1:
-                alias = small.names[0]
-                if alias.evaluated_name in _OLD_MODULES and alias.asname is not None:
-                    new_module = cst.parse_expression(_OLD_MODULES[alias.evaluated_name])
-                    return Transform(line, lambda node: node.with_changes(body=[
-                        node.body[0].with_changes(names=[node.body[0].names[0].with_changes(name=new_module)])
-                    ]))
+    def _import_rewrite(self, binding: str, target: str, movable: set[str]) -> FixOp | None:
+        """Rewrite the import that binds ``binding`` so that the ``movable`` names it binds name
+        the torch.amp objects (the others stay on a line of their own)."""
+        lines = self.ctx.imports_binding(binding)
+        line = lines[0] if len(lines) == 1 else None
+        small = line.body[0] if line is not None and len(line.body) == 1 else None
+        if isinstance(small, cst.ImportFrom) and small.module is not None and not isinstance(small.names, cst.ImportStar):
+            module = dotted_name(small.module)
+            if module in _OLD_MODULES:
+                return Transform(line, lambda node: _move_names(node, movable, self.ctx.torch_version))
+            # `from torch.cuda import amp`: only when `amp` is all this line imports
+            if module in _OLD_PARENTS and len(small.names) == 1 and self._members_migrate(binding, target):
+                return Transform(line, lambda node: node.with_changes(body=[
+                    node.body[0].with_changes(module=cst.Name("torch"))
+                ]))
+        if isinstance(small, cst.Import) and len(small.names) == 1:
+            alias = small.names[0]
+            if alias.evaluated_name in _OLD_MODULES and alias.asname is not None and self._members_migrate(binding, target):
+                new_module = cst.parse_expression(_OLD_MODULES[alias.evaluated_name])
+                return Transform(line, lambda node: node.with_changes(body=[
+                    node.body[0].with_changes(names=[node.body[0].names[0].with_changes(name=new_module)])
+                ]))
         return None
 
-    def _split_from_import(self, line: cst.SimpleStatementLine, small: cst.ImportFrom, module: str) -> FixOp | None:
-        """`from torch.cuda.amp import autocast, GradScaler` -> `from torch.amp import ...`,
-        keeping names the target torch cannot migrate on a line of their own."""
-        if isinstance(small.names, cst.ImportStar):
-            return None
-        moved, kept = [], []
-        for alias in small.names:
-            old = _OLD_API.get(f"{module}.{alias.evaluated_name}")
-            (moved if old is not None and self.ctx.torch_version >= old.needs else kept).append(alias)
-        if not moved:
-            return None
+    def _members_migrate(self, binding: str, target: str) -> bool:
+        """Every `binding.X` the file uses exists in torch.amp for the target torch."""
+        for member in self._members.get(binding, ()):
+            old = _OLD_API.get(f"{target}.{member}")
+            if old is None or not self.ctx.torch_version >= old.needs:
+                return False
+        return True
 
-        def rewrite(node: cst.CSTNode) -> cst.CSTNode:
-            assert isinstance(node, cst.SimpleStatementLine)
-            first = node.with_changes(body=[small.with_changes(module=cst.parse_expression("torch.amp"), names=_tidy(moved))])
-            if not kept:
-                return first
-            rest = cst.SimpleStatementLine(body=[small.with_changes(names=_tidy(kept))])
-            return cst.FlattenSentinel([first, rest])
 
-        return Transform(line, rewrite)
+def _version_test(test: cst.BaseExpression) -> bool:
+    """`hasattr(torch.amp, "GradScaler")`, `version.parse(torch.__version__) >= ...`, `TORCH_2_3`:
+    a test of what the installed torch has."""
+    for node in walk_expression(test):
+        if isinstance(node, cst.Call) and dotted_name(node.func) in ("hasattr", "getattr"):
+            return True
+        if isinstance(node, cst.Name) and ("version" in node.value.lower() or node.value.upper().startswith("TORCH")):
+            return True
+    return False
+
+
+def _other_parts(node: cst.CSTNode, part: str) -> list[cst.CSTNode]:
+    """The parts of a `try` or `if` other than ``part`` (a `try` body against its handlers)."""
+    if isinstance(node, cst.Try):
+        return [node.body] if part == "handlers" else list(node.handlers)
+    assert isinstance(node, cst.If)
+    if part == "body":
+        return [node.orelse] if node.orelse is not None else []
+    return [node.body]
+
+
+def _move_names(node: cst.CSTNode, movable: set[str], version: TorchVersion) -> cst.CSTNode:
+    """`from torch.cuda.amp import autocast, GradScaler` -> `from torch.amp import ...` for the
+    ``movable`` local names the target torch can migrate; the others stay on a line of their own.
+    Works on the line as other fixes left it (another rule may have dropped a name)."""
+    assert isinstance(node, cst.SimpleStatementLine)
+    small = node.body[0]
+    if not isinstance(small, cst.ImportFrom) or small.module is None or isinstance(small.names, cst.ImportStar):
+        return node
+    module = dotted_name(small.module)
+    if module not in _OLD_MODULES:
+        return node
+    moved, kept = [], []
+    for alias in small.names:
+        old = _OLD_API.get(f"{module}.{alias.evaluated_name}")
+        local = bound_name(alias, from_import=True)
+        migrates = old is not None and version >= old.needs and local in movable
+        (moved if migrates else kept).append(alias)
+    if not moved:
+        return node
+    first = node.with_changes(body=[small.with_changes(module=cst.parse_expression("torch.amp"), names=_tidy(moved))])
+    if not kept:
+        return first
+    rest = cst.SimpleStatementLine(body=[small.with_changes(names=_tidy(kept))])
+    return cst.FlattenSentinel([first, rest])
 
 
 def _tidy(aliases: list[cst.ImportAlias]) -> list[cst.ImportAlias]:

@@ -1,48 +1,124 @@
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 
 import libcst as cst
 
+from speedfix.branches import Branch, BranchTracker, rare_path
+from speedfix.codegen import code_of
 from speedfix.context import FileContext, Stack, walk_expression
 from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.names import dotted_name
 from speedfix.patterns import BatchNames, is_cpu_device
 from speedfix.rule import Invalid, Rule, Valid
+from speedfix.suppression import line_suppresses
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
-_CONVERSIONS = ("float", "int", "bool")
+_CONVERSIONS = ("float", "int", "bool", "str", "repr", "format")
 # Tensor methods whose result is again a tensor on the same device (`.item()`, `.tolist()`,
 # `.cpu()`, `.size()` and friends are not: their results are host values).
 _TENSOR_METHODS = frozenset(
     """
-    abs add argmax argmin bfloat16 bmm clamp clip clone contiguous cuda detach div double eq exp
-    expand flatten float ge gt half le log log_softmax long lt matmul max mean min mm mul ne neg
-    norm permute pow prod relu reshape sigmoid sign softmax sqrt square squeeze std sub sum t tanh
-    transpose type_as unsqueeze var view view_as
+    abs add all any argmax argmin bfloat16 bmm ceil clamp clip clone contiguous cuda detach div
+    double eq exp expand flatten float floor ge gt half isfinite isinf isnan le log log_softmax
+    long lt masked_fill matmul max mean min mm mul ne neg norm permute pow prod relu reshape round
+    sigmoid sign softmax sqrt square squeeze std sub sum t tanh transpose type_as unsqueeze var
+    view view_as
     """.split()
 )
+# Attributes of a tensor that are host values: reading them never waits for the GPU.
+_HOST_ATTRIBUTES = frozenset("shape dtype device ndim is_cuda requires_grad grad_fn is_leaf layout names".split())
+# torch functions that do not return a tensor (torch.cuda.*, torch.nn.Linear, ... are left out
+# by their dot: only top-level functions and the functional modules below count).
+_NOT_TENSORS = frozenset(
+    """
+    device dtype Size Generator finfo iinfo load save compile no_grad enable_grad inference_mode
+    set_grad_enabled autocast manual_seed seed initial_seed numel typename result_type
+    promote_types can_cast broadcast_shapes
+    """.split()
+)
+_TENSOR_MODULES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.")
+_HOST_CONVERSIONS = ("item", "tolist", "numpy")
+_NAMED_AT_MOST = 3
+
+
+# A meta-learning step after SF301's fix: the per-task syncs are gone, one per outer step is left.
+_META_STEP_FIXED = """
+import torch
+for iteration in range(1000):
+    optimizer.zero_grad()
+    meta_error = 0.0
+    for task in range(32):
+        error = adapt(learner, tasks.sample(), device="cuda")
+        error.backward()
+        meta_error += error.detach()
+    if rank == 0:
+        print("meta train error", float(meta_error) / 32)
+    optimizer.step()
+"""
 
 
 @dataclass
 class _Load:
     node: cst.Name
     stack: Stack
+    branches: tuple[Branch, ...]
 
 
-class SyncInLoop(Rule):
+@dataclass
+class _Candidate:
+    """Code that may wait for the GPU, as met in the traversal (so in source order)."""
+
+    node: cst.CSTNode
+    stack: Stack
+    branches: tuple[Branch, ...]
+    statement: cst.SimpleStatementLine | None
+    kind: str  # "call", "f-string", "%", or the statement whose test it is ("if", "assert", ...)
+
+
+@dataclass
+class _ItemFix:
+    """`total += t.item()`: keep the sum on the device, read it as `float(total)` where read."""
+
+    call: cst.Call
+    keep_tensor: bool  # a comparison carries no gradient: drop `.item()`, no `.detach()`
+    reads: list[cst.Name]
+    note: str | None = None  # a sync the fix leaves, said in its title
+
+
+@dataclass
+class _Sync:
+    node: cst.CSTNode
+    label: str  # how another finding names it
+    message: str
+    fix: _ItemFix | None = None
+    no_fix_reason: str | None = None
+
+
+class SyncInLoop(BranchTracker, Rule):
     """
     ## What it does
     Finds code in the training loop that makes the CPU wait for the GPU on every step:
-    `t.item()`, `t.cpu()`, `t.tolist()`, `t.to("cpu")`, `float(t)`/`int(t)`/`bool(t)`, and
-    `print(t)` or an f-string of a tensor `t`. Code under a periodic logging guard
-    (`if step % log_every == 0:`) is not the hot path and is not reported.
+    `t.item()`, `t.cpu()`, `t.tolist()`, `t.to("cpu")`, `float(t)`/`int(t)`/`bool(t)`,
+    `math.isfinite(t)`, and the hidden ones: `print(t)`, `str(t)`, an f-string, `"%g" % t` or
+    `"{}".format(t)` of a tensor, and `if`/`while`/`assert` on a tensor (`if torch.isfinite(loss):`
+    needs its truth value on the host). Several syncs in one step are one finding, on the first;
+    the message names the others.
+
+    Not reported: code under a periodic logging guard (`if step % log_every == 0:`), a branch that
+    runs once (`if step == 0:`, or one that ends the run: `print(loss.item()); sys.exit(1)`), an
+    `except` handler, code under an opt-in debugging or timing flag (`if args.debug:`), and names
+    that hold a Python number (`lossf = loss.item()` makes formatting `lossf` free; the `.item()`
+    is the sync).
 
     ## Why is this bad?
     CUDA runs asynchronously: the CPU queues kernels and moves on. Reading a value on the host
     forces the CPU to wait until every queued kernel has finished, so it cannot queue the next
-    step while the GPU works, and the GPU then idles while the CPU catches up.
+    step while the GPU works, and the GPU then idles while the CPU catches up. One sync per step
+    is enough to lose that overlap, which is why the others in the same step are named in one
+    finding rather than reported again.
 
     ## Example
     ```python
@@ -70,12 +146,14 @@ class SyncInLoop(Rule):
 
     ## Fix safety
     Unsafe, and only offered where it is mechanical: `total += t.item()` becomes
-    `total += t.detach()` (the sum stays on the GPU), and every read of `total` outside the hot
-    path becomes `float(total)`, so it syncs once at the existing logging point. The sum is then
-    accumulated in float32 on the GPU instead of a Python float, so logged values can differ in the
-    last digits. No fix when the value is needed every step (a progress bar, an early stop, a NaN
-    guard, a list of per-step values): there the sync is the price of the feature, or the code needs
-    restructuring by hand.
+    `total += t.detach()` (the sum stays on the GPU), and every read of `total` becomes
+    `float(total)`, so it syncs once at the existing logging point. The sum is then accumulated in
+    float32 on the GPU instead of a Python float, so logged values can differ in the last digits.
+    No fix when `total` is read on every step (a progress bar: `float(total)` there would sync as
+    before), nor when the value itself is needed every step (an early stop, a NaN guard, a list of
+    per-step values): there the sync is the price of the feature, or the code needs restructuring
+    by hand. A fix that leaves a sync (another one in the step, or a sum over the micro-steps of an
+    outer step that is read once per outer step) says so in its title, and the finding stays.
 
     ## Measured effect
     torchtune measured 40-50 ms of `cudaStreamSynchronize` per step from `loss.item()` and moved it
@@ -89,7 +167,8 @@ class SyncInLoop(Rule):
     name = "sync-in-loop"
     summary = "CPU-GPU synchronisation (`.item()`, `.cpu()`, `print(t)`) on every training step"
     severity = Severity.WARNING
-    requires = (b"backward", b"step(", b"training_step")
+    # No byte prefilter: the step may be marked by a call whose name says nothing (`loss_scaler(loss,
+    # optimizer)`), and the syncs take many forms (f-strings, `%`, `if t:`).
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.EXACT
     fix_title = "Accumulate on the device and read the value once, at the logging point"
@@ -139,6 +218,54 @@ class SyncInLoop(Rule):
                 optimizer.step()
             """
         ),
+        Valid(  # branches that do not run every step: the first step, an error path, a flag
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--debug", action="store_true")
+            args = parser.parse_args()
+            for step, (x, y) in enumerate(loader):
+                try:
+                    loss = model(x.cuda()).sum()
+                except RuntimeError:
+                    print("failed at", loss.item())
+                    raise
+                if step == 0:
+                    print(f"initial loss {loss}")
+                if args.debug:
+                    print("grad norm", torch.norm(model.weight.grad).item())
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(  # a guard that ends the run: its sync happens at most once
+            """
+            import sys
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                if step > max_steps:
+                    print("final loss", loss.item())
+                    sys.exit(0)
+            """
+        ),
+        Valid(  # devices, modules and flags are not tensors
+            """
+            import torch
+            device = torch.device("cuda")
+            use_cuda = torch.cuda.is_available()
+            net = torch.nn.Linear(4, 2).to(device)
+            for x, y in loader:
+                loss = net(x.to(device)).sum()
+                loss.backward()
+                optimizer.step()
+                if use_cuda:
+                    print(device, net, f"{loss.shape}")
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -173,7 +300,7 @@ class SyncInLoop(Rule):
                         running_loss = 0.0
             """,
         ),
-        Invalid(  # counts and sums read once per epoch; a comparison needs no detach
+        Invalid(  # two syncs in one step: one finding; its fix removes both
             """
             import torch
 
@@ -204,37 +331,13 @@ class SyncInLoop(Rule):
                     correct += (out.argmax(1) == y).sum()
                 return float(total) / len(loader.dataset), float(correct)
             """,
-            count=2,
         ),
-        Invalid(  # summed over a meta-batch, read once per outer optimizer step
-            """
-            import torch
-            for iteration in range(1000):
-                optimizer.zero_grad()
-                meta_error = 0.0
-                for task in range(32):
-                    error = adapt(learner, tasks.sample(), device="cuda")
-                    error.backward()
-                    meta_error += error.item()
-                if rank == 0:
-                    print("meta train error", meta_error / 32)
-                optimizer.step()
-            """,
-            fixed="""
-            import torch
-            for iteration in range(1000):
-                optimizer.zero_grad()
-                meta_error = 0.0
-                for task in range(32):
-                    error = adapt(learner, tasks.sample(), device="cuda")
-                    error.backward()
-                    meta_error += error.detach()
-                if rank == 0:
-                    print("meta train error", float(meta_error) / 32)
-                optimizer.step()
-            """,
+        Invalid(  # summed over a meta-batch: one sync per outer step is left (and still reported)
+            _META_STEP_FIXED.replace("error.detach()", "error.item()").replace("float(meta_error)", "meta_error"),
+            fixed=_META_STEP_FIXED,
         ),
-        Invalid(  # a float made by .item() is not a tensor; the .item() itself is the sync
+        Invalid(_META_STEP_FIXED),  # the fixed code: its per-outer-step read is the finding now, no fix
+        Invalid(  # a name bound to a float is no tensor: only the .item() is a sync
             """
             import torch
             for k in range(100):
@@ -243,9 +346,10 @@ class SyncInLoop(Rule):
                 optimizer.step()
                 lossf = loss.item()
                 print(f"{k} loss: {lossf:.4f}")
+                print(lossf)
             """,
         ),
-        Invalid(  # needed every step (progress bar, per-batch predictions): no fix
+        Invalid(  # needed every step (progress bar, per-batch predictions): one finding, no fix
             """
             import torch
             for x, y in pbar:
@@ -256,7 +360,105 @@ class SyncInLoop(Rule):
                 preds.append(model(x.cuda()).argmax(1).cpu())
                 print(loss)
             """,
-            count=3,
+        ),
+        Invalid(  # a sum read by a progress bar every step: `float(total)` there is no fix
+            """
+            import torch
+            for i, (x, y) in enumerate(pbar):
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                for part in parts:
+                    total += part.item()
+                pbar.set_postfix(loss=total / (i + 1))
+            """,
+        ),
+        Invalid(  # one sync fixed, one left: the title says which stays
+            """
+            import torch
+            for step, (x, y) in enumerate(loader):
+                out = model(x.cuda())
+                loss = criterion(out, y.cuda())
+                loss.backward()
+                optimizer.step()
+                running += loss.item()
+                pbar.set_postfix(acc=(out.argmax(1) == y.cuda()).float().mean().item())
+                if step % 50 == 0:
+                    log(running / 50)
+            """,
+            fixed="""
+            import torch
+            for step, (x, y) in enumerate(loader):
+                out = model(x.cuda())
+                loss = criterion(out, y.cuda())
+                loss.backward()
+                optimizer.step()
+                running += loss.detach()
+                pbar.set_postfix(acc=(out.argmax(1) == y.cuda()).float().mean().item())
+                if step % 50 == 0:
+                    log(float(running) / 50)
+            """,
+        ),
+        Invalid(  # a NaN check on the tensor is the sync; the .item() in the exit branch is not
+            """
+            import math
+            import sys
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                if not math.isfinite(loss):
+                    print("loss is", loss.item())
+                    sys.exit(1)
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(  # hidden syncs: truth value, %-formatting, f-string of an expression, .tolist()
+            """
+            import torch
+
+            def check(model, x):
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                if torch.isfinite(loss):
+                    optimizer.step()
+
+            def log_percent(model, x):
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                logger.info("loss %g" % loss)
+
+            def log_fstring(model, x):
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                logger.info(f"loss {loss.mean()}")
+
+            def keep_predictions(model, x):
+                out = model(x.cuda())
+                out.sum().backward()
+                optimizer.step()
+                predictions.extend(out.argmax(1).tolist())
+
+            for x, y in loader:
+                check(model, x)
+                log_percent(model, x)
+                log_fstring(model, x)
+                keep_predictions(model, x)
+            """,
+            count=4,
+        ),
+        Invalid(  # a sync the user accepted (noqa) does not hide the next one in the step
+            """
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                history.append(loss.item())  # noqa: SF301
+                print(loss)
+            """,
         ),
     ]
 
@@ -264,9 +466,41 @@ class SyncInLoop(Rule):
         super().__init__(ctx)
         self._loads: dict[str, list[_Load]] = {}
         self._not_loads: set[int] = set()
-        self._fstring_names: list[tuple[cst.Name, Stack]] = []
+        self._candidates: list[_Candidate] = []
+        self._statement: cst.SimpleStatementLine | None = None
 
     # ------------------------------------------------------------------ collection
+    def _candidate(self, node: cst.CSTNode, kind: str) -> None:
+        self._candidates.append(_Candidate(node, self.ctx.stack, self.branches, self._statement, kind))
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._statement = node
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        self._statement = None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self._candidate(node, "call")
+
+    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
+        self._candidate(node.expression, "f-string")
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.Modulo) and _is_string(node.left):
+            self._candidate(node, "%")
+
+    def visit_If(self, node: cst.If) -> None:
+        self._candidate(node.test, "if")
+
+    def visit_While(self, node: cst.While) -> None:
+        self._candidate(node.test, "while")
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        self._candidate(node.test, "assert")
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._candidate(node.test, "if ... else")
+
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._not_loads.add(id(node.attr))
 
@@ -286,11 +520,7 @@ class SyncInLoop(Rule):
 
     def visit_Name(self, node: cst.Name) -> None:
         if id(node) not in self._not_loads:
-            self._loads.setdefault(node.value, []).append(_Load(node, self.ctx.stack))
-
-    def visit_FormattedStringExpression(self, node: cst.FormattedStringExpression) -> None:
-        if isinstance(node.expression, cst.Name):
-            self._fstring_names.append((node.expression, self.ctx.stack))
+            self._loads.setdefault(node.value, []).append(_Load(node, self.ctx.stack, self.branches))
 
     # ------------------------------------------------------------------ decisions
     @cached_property
@@ -299,125 +529,198 @@ class SyncInLoop(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        for site in ctx.calls:
-            if not ctx.is_hot(site.stack):
+        steps: dict[cst.CSTNode | None, list[_Sync]] = {}
+        for candidate in self._candidates:
+            if not ctx.is_hot(candidate.stack) or _accepted(candidate.statement):
                 continue
-            func = site.node.func
-            if isinstance(func, cst.Attribute):
-                self._check_method(site.node, func, site.stack)
-            elif isinstance(func, cst.Name) and ctx.qualname(func) is None:
-                self._check_builtin(site.node, func.value, site.stack)
-        for name, stack in self._fstring_names:
-            if ctx.is_hot(stack) and self._is_tensor(name, stack):
-                self.report(name, f"formatting tensor `{name.value}` in the training loop waits for the GPU every step",
-                            no_fix_reason="the value is formatted every step")
+            scope = ctx.step_scope(candidate.stack)
+            if rare_path(ctx, candidate.branches, scope) is not None:
+                continue
+            sync = self._sync(candidate)
+            if sync is not None:
+                steps.setdefault(scope, []).append(sync)
+        for syncs in steps.values():
+            self._report_step(syncs)
 
-    def _check_method(self, call: cst.Call, func: cst.Attribute, stack: Stack) -> None:
-        method = func.attr.value
-        receiver = func.value
+    def _sync(self, candidate: _Candidate) -> _Sync | None:
+        node, stack, kind = candidate.node, candidate.stack, candidate.kind
+        if isinstance(node, cst.Call) and kind == "call":
+            return self._call_sync(node, stack)
+        if isinstance(node, cst.BinaryOperation) and kind == "%":
+            tensor = next((e for e in _operands(node.right) if self._is_tensor_value(e, stack)), None)
+            return None if tensor is None else self._formatting(node, tensor, "with `%`")
+        assert isinstance(node, cst.BaseExpression)
+        if kind == "f-string":
+            return self._formatting(node, node, "in an f-string") if self._is_tensor_value(node, stack) else None
+        tested = self._truth_tested(node, stack)
+        if tested is None:
+            return None
+        what = _code(tested)
+        return _Sync(tested, f"`{kind}` on `{what}`",
+                     f"`{kind}` on tensor `{what}` in the training loop waits for the GPU every step (Python needs its truth value)",
+                     no_fix_reason="the value decides what the step does")
+
+    def _formatting(self, node: cst.CSTNode, tensor: cst.CSTNode, how: str) -> _Sync:
+        what = f"`{_code(tensor)}`"
+        return _Sync(node, f"{what} formatted {how}",
+                     f"formatting tensor {what} {how} in the training loop copies it to the host every step",
+                     no_fix_reason="the value is formatted every step")
+
+    def _call_sync(self, call: cst.Call, stack: Stack) -> _Sync | None:
+        func = call.func
+        qualified = self.ctx.qualname(func)
+        if qualified is None and isinstance(func, cst.Attribute):
+            return self._method_sync(call, func, stack)
+        arguments = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+        if qualified is not None:  # an imported function: `math`'s convert a tensor to a float
+            if qualified.startswith("math.") and arguments and self._is_tensor_value(arguments[0], stack):
+                label = f"`{qualified}({_code(arguments[0])})`"
+                return _Sync(call, label, f"{label} in the training loop converts a tensor to a Python number, waiting for the GPU every step",
+                             no_fix_reason="the value is needed every step")
+            return None
+        name = dotted_name(func)
+        if name in _CONVERSIONS and arguments and self._is_tensor_value(arguments[0], stack):
+            label = f"`{name}({_code(arguments[0])})`"
+            return _Sync(call, label, f"{label} of a tensor in the training loop waits for the GPU every step",
+                         no_fix_reason="the value is needed every step")
+        if name == "print":
+            tensor = next((arg for arg in arguments if self._is_tensor_value(arg, stack)), None)
+            if tensor is not None:
+                return _Sync(call, f"`print({_code(tensor)})`",
+                             f"printing tensor `{_code(tensor)}` in the training loop waits for the GPU every step",
+                             no_fix_reason="the value is printed every step")
+        return None
+
+    def _method_sync(self, call: cst.Call, func: cst.Attribute, stack: Stack) -> _Sync | None:
+        method, receiver = func.attr.value, func.value
+        if method == "format" and _is_string(receiver):
+            tensor = next((arg.value for arg in call.args if self._is_tensor_value(arg.value, stack)), None)
+            return None if tensor is None else self._formatting(call, tensor, "with `.format()`")
         if method == "to":
             if call.args and call.args[0].keyword is None and is_cpu_device(self.ctx, call.args[0].value, stack):
                 if not self.batches.is_host_batch(receiver, stack) and not _has_sync_before(receiver):
-                    self.report(call, "`.to(\"cpu\")` in the training loop copies to the host and waits for the GPU every step",
-                                no_fix_reason="the host copy is used every step")
-            return
+                    return _Sync(call, "`.to(\"cpu\")`",
+                                 "`.to(\"cpu\")` in the training loop copies to the host and waits for the GPU every step",
+                                 no_fix_reason="the host copy is used every step")
+            return None
         if method not in _SYNC_METHODS or call.args:
-            return
-        if self.batches.is_host_batch(receiver, stack) or _has_sync_before(receiver):
-            return
-        if method == "tolist" and not self._is_tensor_expr(receiver, stack):
-            return
-        label = dotted_name(receiver)
-        what = f"`{label}.{method}()`" if label else f"`.{method}()`"
+            return None
+        if self.batches.is_host_batch(receiver, stack) or _has_sync_before(receiver) or self._is_library_value(receiver):
+            return None
+        what = f"`{_short(call)}`"
         message = f"{what} in the training loop makes the CPU wait for the GPU every step"
-        if method == "item":
-            self._report_item(call, func, stack, message)
-        else:
-            self.report(call, message, no_fix_reason="the host copy is used every step")
+        if method != "item":
+            return _Sync(call, what, message, no_fix_reason="the host copy is used every step")
+        fix, reason = self._item_fix(call, receiver, stack)
+        return _Sync(call, what, message, fix=fix, no_fix_reason=reason)
 
-    def _check_builtin(self, call: cst.Call, name: str, stack: Stack) -> None:
-        if name in _CONVERSIONS and len(call.args) == 1 and isinstance(call.args[0].value, cst.Name):
-            arg = call.args[0].value
-            if self._is_tensor(arg, stack):
-                self.report(call, f"`{name}({arg.value})` of a tensor in the training loop waits for the GPU every step",
-                            no_fix_reason="the value is needed every step")
-        elif name == "print":
-            for arg in call.args:
-                if isinstance(arg.value, cst.Name) and self._is_tensor(arg.value, stack):
-                    self.report(call, f"printing tensor `{arg.value.value}` in the training loop waits for the GPU every step",
-                                no_fix_reason="the value is printed every step")
-                    return
+    def _is_library_value(self, receiver: cst.BaseExpression) -> bool:
+        """`np.array(...).tolist()`: a call into another library returns no tensor."""
+        while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+            qualified = self.ctx.qualname(receiver.func)
+            if qualified is not None:
+                return not qualified.startswith("torch.")
+            receiver = receiver.func.value
+        return False
+
+    # ------------------------------------------------------------------ the finding of a step
+    def _report_step(self, syncs: list[_Sync]) -> None:
+        first, others = syncs[0], syncs[1:]
+        message = first.message
+        if others:
+            message += f"; the same step also syncs at {_name_all([sync.label for sync in others])}"
+        fixes = [sync.fix for sync in syncs if sync.fix is not None]
+        if not fixes:
+            self.report(first.node, message, no_fix_reason=first.no_fix_reason)
+            return
+        left = [sync.label for sync in syncs if sync.fix is None]
+        notes = [fix.note for fix in fixes if fix.note]
+        if left:
+            notes.append(f"{_name_all(left)} still sync{'s' if len(left) == 1 else ''} every step")
+        title = f"{self.fix_title} ({'; '.join(notes)})" if notes else self.fix_title
+        self.report(first.node, message, fix_ops=_fix_ops(fixes), fix_title=title)
 
     # ------------------------------------------------------------------ the mechanical fix
-    def _report_item(self, call: cst.Call, func: cst.Attribute, stack: Stack, message: str) -> None:
+    def _item_fix(self, call: cst.Call, receiver: cst.BaseExpression, stack: Stack) -> tuple[_ItemFix | None, str | None]:
         site = self.ctx.site_of(call)
         statement = site.statement if site is not None else None
-        augassign = statement.body[0] if statement is not None and len(statement.body) == 1 else None
+        small = statement.body[0] if statement is not None and len(statement.body) == 1 else None
         if not (
-            isinstance(augassign, cst.AugAssign)
-            and isinstance(augassign.operator, cst.AddAssign)
-            and isinstance(augassign.target, cst.Name)
-            and _only_arithmetic_around(augassign.value, call)
+            isinstance(small, cst.AugAssign)
+            and isinstance(small.operator, cst.AddAssign)
+            and isinstance(small.target, cst.Name)
+            and _only_arithmetic_around(small.value, call)
         ):
-            self.report(call, message, no_fix_reason="the value is used every step, not only summed for logging")
-            return
-        total = augassign.target.value
-        reads = self._reads_of(total, stack, exclude=augassign)
-        if reads is None:
-            self.report(call, message, no_fix_reason=f"`{total}` is read every step")
-            return
-        receiver = func.value
-        keep = _needs_no_detach(receiver)
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                return None, f"`{small.targets[0].target.value}` is used every step, not only summed for logging"
+            return None, "the value is used every step, not only summed for logging"
+        total = small.target.value
+        reads = self._reads_of(total, stack, exclude=small)
+        if isinstance(reads, str):
+            return None, reads
+        loads, outer = reads
+        note = f"`{total}` is still read once per outer step" if outer else None
+        return _ItemFix(call, _needs_no_detach(receiver), [load.node for load in loads], note), None
 
-        def drop_item(node: cst.CSTNode) -> cst.CSTNode:
-            assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-            inner = node.func.value
-            if keep:
-                return inner
-            return node.with_changes(func=node.func.with_changes(attr=cst.Name("detach")))
-
-        ops: list[FixOp] = [Transform(call, drop_item)]
-        ops += [Transform(read.node, _wrap_in_float) for read in reads]
-        self.report(call, message, fix_ops=ops)
-
-    def _reads_of(self, name: str, stack: Stack, exclude: cst.AugAssign) -> list[_Load] | None:
-        """Reads of ``name`` in the same function, or None when one runs as often as the sum:
-        hot and inside the loop that accumulates (a read in an enclosing loop, such as a
-        meta-learning step summing over tasks, is once per outer step and fine)."""
-        function = self.ctx.function_of(stack)
-        accumulating_loop = self.ctx.nearest_loop(stack)
-        reads = []
+    def _reads_of(self, name: str, stack: Stack, exclude: cst.AugAssign) -> tuple[list[_Load], bool] | str:
+        """Reads of ``name`` in the same function and whether one is once per outer step (a
+        meta-learning step summing over tasks); a reason when one runs every step."""
+        ctx = self.ctx
+        function = ctx.function_of(stack)
+        scope = ctx.step_scope(stack)
+        reads, outer = [], False
         for load in self._loads.get(name, ()):
-            if self.ctx.function_of(load.stack) is not function or _inside(exclude, load.node):
+            if ctx.function_of(load.stack) is not function or _inside(exclude, load.node):
                 continue
-            if self.ctx.is_hot(load.stack) and accumulating_loop in self.ctx.enclosing_loops(load.stack):
-                return None
+            if ctx.is_hot(load.stack):
+                where = ctx.step_scope(load.stack)
+                if rare_path(ctx, load.branches, where) is None:
+                    if where is scope or not any(frame.node is where for frame in stack):
+                        return f"`{name}` is read every step: `float({name})` there would sync as often"
+                    outer = True
             reads.append(load)
-        return reads
+        return reads, outer
 
     # ------------------------------------------------------------------ tensors
     @cached_property
     def _tensor_names(self) -> dict[cst.CSTNode | None, set[str]]:
-        """Per function: names that certainly hold tensors (backward receivers and the
-        results of torch calls, model/criterion calls and tensor methods on those)."""
+        """Per function: names that certainly hold tensors (backward receivers and the results
+        of tensor-returning torch calls and tensor methods on those), less the names also bound
+        to a host value (`lossf = loss.item()`): those may hold a Python number."""
         ctx = self.ctx
         result: dict[cst.CSTNode | None, set[str]] = {}
         for site in ctx.method_calls("backward"):
             receiver = site.node.func.value  # type: ignore[attr-defined]
             if isinstance(receiver, cst.Name):
                 result.setdefault(ctx.function_of(site.stack), set()).add(receiver.value)
+        host: dict[cst.CSTNode | None, set[str]] = {}
+        for target, assignments in ctx.assignments.items():
+            for assignment in assignments:
+                if not assignment.augmented and _is_host_value(assignment.value):
+                    host.setdefault(ctx.function_of(assignment.stack), set()).add(target)
         for _ in range(3):
             for target, assignments in ctx.assignments.items():
                 for assignment in assignments:
                     names = result.setdefault(ctx.function_of(assignment.stack), set())
                     if target not in names and not assignment.unpacked and self._is_tensor_expr(assignment.value, assignment.stack, names):
                         names.add(target)
+        for function, names in host.items():
+            result.get(function, set()).difference_update(names)
         return result
 
-    def _is_tensor(self, name: cst.Name, stack: Stack) -> bool:
-        if self.batches.is_host_batch(name, stack):
+    def _is_tensor_value(self, expr: cst.BaseExpression, stack: Stack) -> bool:
+        """A tensor the code holds (not a batch still on the host)."""
+        if isinstance(expr, (cst.Name, cst.Subscript, cst.Attribute)) and self.batches.is_host_batch(expr, stack):
             return False
-        return name.value in self._tensor_names.get(self.ctx.function_of(stack), set())
+        return self._is_tensor_expr(expr, stack)
+
+    def _truth_tested(self, test: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+        """The tensor whose truth value a condition takes (`if t:`, `if not t.any():`, `a and t`)."""
+        if isinstance(test, cst.BooleanOperation):
+            return self._truth_tested(test.left, stack) or self._truth_tested(test.right, stack)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return self._truth_tested(test.expression, stack)
+        return test if self._is_tensor_value(test, stack) else None
 
     def _is_tensor_expr(self, expr: cst.BaseExpression, stack: Stack, names: set[str] | None = None) -> bool:
         if names is None:
@@ -426,16 +729,117 @@ class SyncInLoop(Rule):
             return expr.value in names
         if isinstance(expr, cst.Call):
             qualified = self.ctx.qualname(expr.func)
-            if qualified and qualified.startswith("torch.") and not qualified.startswith("torch.utils"):
-                return True
-            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _TENSOR_METHODS:
-                return self._is_tensor_expr(expr.func.value, stack, names)
-            return False
-        if isinstance(expr, (cst.Subscript, cst.Attribute)):
+            if qualified is not None:
+                return _returns_tensor(qualified)
+            if not isinstance(expr.func, cst.Attribute):
+                return False
+            method, receiver = expr.func.attr.value, expr.func.value
+            if method in ("cuda", "to") and self.batches.is_batch(receiver, stack):
+                return True  # a batch tensor moved to the device
+            return method in _TENSOR_METHODS and self._is_tensor_expr(receiver, stack, names)
+        if isinstance(expr, cst.Attribute):
+            return expr.attr.value not in _HOST_ATTRIBUTES and self._is_tensor_expr(expr.value, stack, names)
+        if isinstance(expr, cst.Subscript):
             return self._is_tensor_expr(expr.value, stack, names)
         if isinstance(expr, cst.BinaryOperation):
+            if _is_string(expr.left):
+                return False  # `"%g" % t` is a string
             return self._is_tensor_expr(expr.left, stack, names) or self._is_tensor_expr(expr.right, stack, names)
+        if isinstance(expr, cst.UnaryOperation):
+            return not isinstance(expr.operator, cst.Not) and self._is_tensor_expr(expr.expression, stack, names)
+        if isinstance(expr, cst.Comparison):
+            if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in expr.comparisons):
+                return False
+            sides = [expr.left, *(c.comparator for c in expr.comparisons)]
+            return any(self._is_tensor_expr(side, stack, names) for side in sides)
         return False
+
+
+def _name_all(labels: list[str]) -> str:
+    """`a`, `b` (x2) and 3 more: each label once, with how often it occurs."""
+    counts = Counter(labels)
+    named = [f"{label} (x{counts[label]})" if counts[label] > 1 else label for label in counts]
+    text = ", ".join(named[:_NAMED_AT_MOST])
+    return text + (f" and {len(named) - _NAMED_AT_MOST} more" if len(named) > _NAMED_AT_MOST else "")
+
+
+def _returns_tensor(qualified: str) -> bool:
+    if qualified.startswith(_TENSOR_MODULES):
+        return True
+    if not qualified.startswith("torch."):
+        return False
+    name = qualified[len("torch."):]
+    return "." not in name and name not in _NOT_TENSORS and not name.startswith(("is_", "get_", "set_", "are_", "use_"))
+
+
+def _is_host_value(value: cst.BaseExpression) -> bool:
+    """`t.item()`, `float(t)`, `t.item() * n`: a Python number (or list) made on the host."""
+    if isinstance(value, cst.BinaryOperation):
+        return _is_host_value(value.left) or _is_host_value(value.right)
+    if not isinstance(value, cst.Call):
+        return False
+    if isinstance(value.func, cst.Attribute):
+        return value.func.attr.value in _HOST_CONVERSIONS
+    return isinstance(value.func, cst.Name) and value.func.value in ("float", "int", "bool")
+
+
+def _accepted(statement: cst.SimpleStatementLine | None) -> bool:
+    """A sync marked `# noqa: SF301` is accepted: it must not hide the next one of its step."""
+    comment = statement.trailing_whitespace.comment if statement is not None else None
+    return comment is not None and line_suppresses(comment.value, SyncInLoop.code)
+
+
+def _fix_ops(fixes: list[_ItemFix]) -> list[FixOp]:
+    ops: list[FixOp] = [Transform(fix.call, _drop_item(fix.keep_tensor)) for fix in fixes]
+    wrapped: set[int] = set()
+    for fix in fixes:
+        for read in fix.reads:
+            if id(read) not in wrapped:  # two sums into one total share its reads
+                wrapped.add(id(read))
+                ops.append(Transform(read, _wrap_in_float))
+    return ops
+
+
+def _drop_item(keep_tensor: bool):  # type: ignore[no-untyped-def]
+    def rewrite(node: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+        if keep_tensor:
+            return node.func.value
+        return node.with_changes(func=node.func.with_changes(attr=cst.Name("detach")))
+
+    return rewrite
+
+
+def _code(node: cst.CSTNode, limit: int = 40) -> str:
+    """The code of ``node`` on one line; a long one keeps its end (`...float().mean().item()`)."""
+    text = " ".join(code_of(node).split())
+    return text if len(text) <= limit else "..." + text[3 - limit:]
+
+
+def _short(call: cst.Call, limit: int = 40) -> str:
+    """A method chain as its reader knows it: `loss.item()`, and when long, its last calls on
+    a placeholder (`(...).float().mean().item()`)."""
+    text = _code(call, limit=10_000)
+    if len(text) <= limit:
+        return text
+    parts: list[str] = []
+    node: cst.BaseExpression = call
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and len(parts) < 3:
+        parts.insert(0, f".{node.func.attr.value}({'' if not node.args else '...'})")
+        node = node.func.value
+    base = dotted_name(node) if not isinstance(node, cst.Call) else None
+    return (base or "(...)") + "".join(parts)
+
+
+def _is_string(node: cst.BaseExpression) -> bool:
+    return isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+
+
+def _operands(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values `%` formats: one, or the elements of a tuple."""
+    if isinstance(node, cst.Tuple):
+        return [element.value for element in node.elements]
+    return [node]
 
 
 def _names_in(target: cst.BaseExpression) -> list[cst.Name]:
@@ -470,10 +874,7 @@ def _only_arithmetic_around(value: cst.BaseExpression, call: cst.Call) -> bool:
 
 def _needs_no_detach(receiver: cst.BaseExpression) -> bool:
     """Comparisons (`(pred == y).sum()`) carry no gradient: dropping `.item()` is enough."""
-    for node in walk_expression(receiver):
-        if isinstance(node, cst.Comparison):
-            return True
-    return False
+    return any(isinstance(node, cst.Comparison) for node in walk_expression(receiver))
 
 
 def _inside(outer: cst.CSTNode, node: cst.CSTNode) -> bool:

@@ -1,17 +1,29 @@
 from __future__ import annotations
 
+import re
+
+import libcst as cst
+
+from speedfix.branches import BranchTracker, frequency
+from speedfix.comments import statement_comments
+from speedfix.context import CallSite
 from speedfix.findings import Severity
 from speedfix.rule import Invalid, Rule, Valid
 
 _SYNCHRONIZE = ("torch.cuda.synchronize", "torch.accelerator.synchronize")
+# A comment that says the call is there to measure time.
+_TIMING = re.compile(r"\btim(e|es|ed|ing|ings|er)\b|measur|benchmark|profil|latenc|throughput|deliberate|intentional|on purpose", re.IGNORECASE)
 
 
-class SynchronizeInLoop(Rule):
+class SynchronizeInLoop(BranchTracker, Rule):
     """
     ## What it does
     Finds `torch.cuda.synchronize()` (or `torch.accelerator.synchronize()`) that runs on every
-    training step. A call under a periodic `if step % N == 0:` guard, or outside the step loop,
-    is left alone.
+    training step. A call under a periodic `if step % N == 0:` guard, outside the step loop, in a
+    branch that runs once or in an `except` handler is left alone. One that a comment marks as
+    deliberate timing (`# sync so the timer measures the GPU work`), or that only runs under an
+    opt-in flag (`if args.synchronize_step:`), is an info note rather than a warning: measuring
+    is a choice, but the measured run is slower than an unmeasured one.
 
     ## Why is this bad?
     CUDA kernels run asynchronously: the CPU queues the next step's kernels while the GPU works
@@ -58,6 +70,7 @@ class SynchronizeInLoop(Rule):
     requires = (b"synchronize",)
     gpu_only = True
     effect = "The CPU queues work ahead of the GPU again: about 25% in one report (KPConv)."
+    tracked_calls = frozenset({"synchronize"})
 
     VALID = [
         Valid(  # every N steps, for logging
@@ -80,6 +93,22 @@ class SynchronizeInLoop(Rule):
                 loss.backward()
                 opt.step()
             torch.cuda.synchronize()
+            """
+        ),
+        Valid(  # the first step only, and an error path
+            """
+            import torch
+            for step, (x, y) in enumerate(loader):
+                if step == 0:
+                    torch.cuda.synchronize()
+                    warmup_done = time.perf_counter()
+                try:
+                    loss = model(x.cuda()).sum()
+                except torch.cuda.OutOfMemoryError:
+                    torch.cuda.synchronize()
+                    raise
+                loss.backward()
+                opt.step()
             """
         ),
     ]
@@ -108,9 +137,70 @@ class SynchronizeInLoop(Rule):
                 train_step(x)
             """
         ),
+        Invalid(  # an opt-in flag (off by default): an info note
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--sync-timing", action="store_true")
+            args = parser.parse_args()
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+                if args.sync_timing:
+                    torch.cuda.synchronize()
+                step_times.append(time.perf_counter() - start)
+            """
+        ),
+        Invalid(  # commented as deliberate timing: an info note
+            """
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+                torch.cuda.synchronize()  # wait for the GPU so the step time is measured
+                step_times.append(time.perf_counter() - start)
+            """
+        ),
+        Invalid(  # a flag the script turns on is no opt-in: a warning
+            """
+            import torch
+            DEBUG = True
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+                if DEBUG:
+                    torch.cuda.synchronize()
+            """
+        ),
     ]
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*_SYNCHRONIZE):
-            if self.ctx.is_hot(site.stack):
-                self.report(site.node, "`torch.cuda.synchronize()` on every step makes the CPU wait for the GPU to go idle")
+            self._check(site)
+
+    def _check(self, site: CallSite) -> None:
+        how_often = frequency(self.ctx, site.stack, self.branches_at(site.node))
+        if how_often is None or how_often.interval is not None:
+            return  # once, on an error path, or every N steps
+        if how_often.flag is not None:
+            self.report(site.node, f"`torch.cuda.synchronize()` on every step {how_often.describe()}: "
+                        "runs with the flag are slower than without it", severity=Severity.INFO)
+        elif self._marked_as_timing(site):
+            self.report(site.node, "`torch.cuda.synchronize()` on every step, commented as timing: "
+                        "the timed run is slower than an untimed one", severity=Severity.INFO)
+        else:
+            self.report(site.node, "`torch.cuda.synchronize()` on every step makes the CPU wait for the GPU to go idle")
+
+    def _marked_as_timing(self, site: CallSite) -> bool:
+        """A comment on the call, or on an `if` around it inside the step, says it times the step."""
+        scope = self.ctx.step_scope(site.stack)
+        statements: list[cst.BaseStatement] = [site.statement] if site.statement is not None else []
+        statements += [
+            branch.node for branch in self.branches_at(site.node)
+            if isinstance(branch.node, cst.If) and any(frame.node is scope for frame in branch.stack)
+        ]
+        return any(_TIMING.search(comment) for statement in statements for comment in statement_comments(statement))

@@ -1,17 +1,19 @@
 from __future__ import annotations
 
+from speedfix.branches import BranchTracker, report_loop_call
 from speedfix.findings import Applicability, LossCheck, Severity
-from speedfix.removal import NOT_ALONE, call_removal
 from speedfix.rule import Invalid, Rule, Valid
 
 _EMPTY_CACHE = ("torch.cuda.empty_cache", "torch.cuda.memory.empty_cache")
 
 
-class EmptyCacheInLoop(Rule):
+class EmptyCacheInLoop(BranchTracker, Rule):
     """
     ## What it does
-    Finds `torch.cuda.empty_cache()` inside the training loop, including "every N batches"
-    under a `if step % N == 0:` guard.
+    Finds `torch.cuda.empty_cache()` inside the training loop. On every step it is a warning;
+    "every N batches" under a `if step % N == 0:` guard, or under an opt-in debugging flag, is an
+    info note (its cost is spread over N steps). After an out-of-memory error (an `except`
+    handler) or in a branch that runs once it is left alone: that is what the call is for.
 
     ## Why is this bad?
     `empty_cache()` hands cached blocks back to the driver. It "doesn't increase the amount of GPU
@@ -40,7 +42,8 @@ class EmptyCacheInLoop(Rule):
     Unsafe: without it PyTorch keeps more memory reserved. Workloads with very variable shapes
     can fragment the cache and run out of memory where the call had rescued them (PEFT measured
     reserved memory rising from 12.0 to 22.1 GB), and other processes sharing the GPU get less
-    memory back. Run the benchmark and watch the peak memory column.
+    memory back. Run the benchmark and watch the peak memory column. No fix for a call under an
+    opt-in debugging flag: it runs only when the user asks for it.
 
     ## Measured effect
     Hugging Face PEFT: 250 steps took 65 s with the call every step, 45 s without (1.44x), 50 s
@@ -59,6 +62,7 @@ class EmptyCacheInLoop(Rule):
     fix_title = "Remove the call from the training loop"
     gpu_only = True
     effect = "No re-allocation and device sync per call: 1.44x over 250 steps in PEFT."
+    tracked_calls = frozenset({"empty_cache"})
 
     VALID = [
         Valid(  # once, before evaluation
@@ -71,6 +75,22 @@ class EmptyCacheInLoop(Rule):
                     opt.step()
                 torch.cuda.empty_cache()
                 evaluate(model)
+            """
+        ),
+        Valid(  # recovering from an out-of-memory error, and once before the first step
+            """
+            import torch
+            for step, (x, y) in enumerate(loader):
+                if step == 0:
+                    torch.cuda.empty_cache()
+                try:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                except torch.cuda.OutOfMemoryError:
+                    optimizer.zero_grad(set_to_none=True)
+                    torch.cuda.empty_cache()
+                    continue
+                opt.step()
             """
         ),
     ]
@@ -120,11 +140,8 @@ class EmptyCacheInLoop(Rule):
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*_EMPTY_CACHE):
-            if not self.ctx.in_training_loop(site.stack):
-                continue
-            self.report(
-                site.node,
-                "`torch.cuda.empty_cache()` in the training loop syncs the GPU and frees memory the next step allocates again",
-                fix_ops=call_removal(self.ctx, site),
-                no_fix_reason=NOT_ALONE,
+            report_loop_call(
+                self, site, "`torch.cuda.empty_cache()`",
+                every_step="in the training loop syncs the GPU and frees memory the next step allocates again",
+                each_call="syncs the GPU and frees cached memory that later steps allocate again",
             )

@@ -1,30 +1,39 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from speedfix.blocks import enclosing_block
-from speedfix.codegen import insert_before, reference, statement
-from speedfix.context import CallSite, walk_expression
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.codegen import reference, statement
+from speedfix.context import CallSite, Stack
+from speedfix.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity
+from speedfix.flow import default_choice, enclosing_statements
+from speedfix.models import DATA_PARALLEL, fresh_assignments, trained_models, wrapper_of
 from speedfix.names import dotted_name
-from speedfix.patterns import OPTIMIZER_PREFIX
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
 
-_WRAPPERS = (
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.nn.DataParallel",
-    "torch.nn.parallel.DataParallel",
-    "torch.nn.parallel.data_parallel.DataParallel",
-)
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where `model.compile()` goes: next to ``anchor`` (before it or after it), compiling ``target``."""
+
+    anchor: cst.BaseStatement
+    before: bool
+    target: str
 
 
 class ModelNotCompiled(Rule):
     """
     ## What it does
     Finds a model that a CUDA script trains (its parameters go to a `torch.optim` optimizer) but
-    never passes to `torch.compile`.
+    never passes to `torch.compile`, however it is built (a class of the file,
+    `torchvision.models.resnet50()`, `models.__dict__[args.arch]()`, `timm.create_model(...)`,
+    `AutoModel.from_pretrained(...)`) and wrapped (`nn.DataParallel`, `DistributedDataParallel`).
+    A script that compiles only behind an option that is off by default (`if args.compile:` with
+    a `store_true` flag, nanoGPT-style `compile = False`) does not compile its default run and is
+    reported, without a fix; one whose option defaults to on is left alone.
 
     ## Why is this bad?
     Eager PyTorch launches one kernel per operation and writes every intermediate to GPU memory.
@@ -49,15 +58,20 @@ class ModelNotCompiled(Rule):
     trace causes graph breaks, changing input shapes trigger recompiles (after 8 the function falls
     back to eager), fused kernels change numerics slightly, and Windows support is limited.
 
-    Where the statement goes, and why: right after the model is built and moved to its device
-    (and before a DDP wrapper), before the optimizer is created from it. For torch 2.2 and newer
+    Where the statement goes, and why: right after the model is built and moved to its device,
+    before the optimizer is created from it. Before a `DistributedDataParallel` wrapper, also one
+    made in `if`/`else` branches, it compiles the module the wrapper gets (as nanoGPT does). After
+    an `nn.DataParallel` wrapper, it compiles the wrapper: DataParallel's replicas on the other
+    GPUs would still call the module compiled before wrapping, bound to the first GPU's weights
+    (on one GPU both work). Code too tangled to place it (different modules wrapped in different
+    branches) gets no fix. For torch 2.2 and newer
     the fix is `model.compile()`, which compiles the module in place: `model` stays the same
     object, so `model.state_dict()` keys keep their names (no `_orig_mod.` prefix that breaks
     checkpoints) and the optimizer's parameters are the model's parameters. For 2.0 and 2.1 it is
     `model = torch.compile(model)`; the parameters are still shared, so the optimizer is right, but
     saved `state_dict` keys gain the `_orig_mod.` prefix, so the fix is refused when the file saves
-    or loads a state dict. Scripts that already use `torch.compile` anywhere are left alone, as
-    are `nn.DataParallel` models.
+    or loads a state dict. Scripts that already use `torch.compile` on their default path are left
+    alone.
 
     ## Measured effect
     PyTorch 2.0 announcement: 43% average training speedup on an A100 over 163 open-source models
@@ -79,6 +93,16 @@ class ModelNotCompiled(Rule):
     effect = "Fused kernels: +43% mean training speed on A100 (PyTorch 2.0)."
 
     VALID = [
+        Valid(  # nanoGPT: compiling is an option that is on by default
+            """
+            import torch
+            compile = True
+            model = GPT(config).to("cuda")
+            optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)
+            if compile:
+                model = torch.compile(model)
+            """
+        ),
         Valid(
             """
             import torch
@@ -191,112 +215,232 @@ class ModelNotCompiled(Rule):
             """,
             torch="2.0",
         ),
+        Invalid(  # pytorch/examples imagenet: a zoo model, DDP in one branch and DataParallel in
+            # another: compile the outermost module once the branches are done (in place)
+            """
+            import torch
+            import torchvision.models as models
+
+            def main_worker(gpu, args):
+                model = models.__dict__[args.arch]()
+                if args.distributed:
+                    model.cuda(gpu)
+                    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
+                else:
+                    model = torch.nn.DataParallel(model).cuda()
+
+                # define the optimizer
+                optimizer = torch.optim.SGD(model.parameters(), args.lr)
+            """,
+            fixed="""
+            import torch
+            import torchvision.models as models
+
+            def main_worker(gpu, args):
+                model = models.__dict__[args.arch]()
+                if args.distributed:
+                    model.cuda(gpu)
+                    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
+                else:
+                    model = torch.nn.DataParallel(model).cuda()
+                model.compile()
+
+                # define the optimizer
+                optimizer = torch.optim.SGD(model.parameters(), args.lr)
+            """,
+        ),
+        Invalid(  # DDP only in some runs: compile the module before the branch that wraps it
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def main(args):
+                model = torchvision.models.resnet50().cuda()
+                if args.distributed:
+                    model = DDP(model, device_ids=[args.gpu])
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            """,
+            fixed="""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def main(args):
+                model = torchvision.models.resnet50().cuda()
+                model.compile()
+                if args.distributed:
+                    model = DDP(model, device_ids=[args.gpu])
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            """,
+        ),
+        Invalid(  # a Hugging Face model; `re.compile` is not a model compile
+            """
+            import re
+            import torch
+            from transformers import AutoModelForSequenceClassification
+
+            PATTERN = re.compile(r"\\d+")
+            model = AutoModelForSequenceClassification.from_pretrained("bert-base-uncased")
+            model.to("cuda")
+            optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
+            """,
+            fixed="""
+            import re
+            import torch
+            from transformers import AutoModelForSequenceClassification
+
+            PATTERN = re.compile(r"\\d+")
+            model = AutoModelForSequenceClassification.from_pretrained("bert-base-uncased")
+            model.to("cuda")
+            model.compile()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
+            """,
+        ),
+        Invalid(  # compiling is an option that is off by default: the default run is eager
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--compile", action="store_true")
+            args = parser.parse_args()
+            model = Net().cuda()
+            if args.compile:
+                model = torch.compile(model)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            """,
+        ),
     ]
 
     def finish(self) -> None:
         ctx = self.ctx
-        if ctx.calls_to("torch.compile") or any(True for _ in ctx.method_calls("compile")):
-            return
-        if ctx.calls_to("torch.nn.DataParallel", "torch.nn.parallel.DataParallel"):
+        compiled, gate = default_choice(ctx, [(site.statement, site.stack) for site in self._compile_calls()])
+        if compiled:
             return
         reported: set[str] = set()
-        for site in ctx.calls:
-            qualified = ctx.call_qualname(site)
-            if not qualified or not qualified.startswith(OPTIMIZER_PREFIX) or qualified.startswith("torch.optim.lr_scheduler"):
+        for model, site in trained_models(ctx):
+            if model in reported:
                 continue
-            model = self._trained_module(site)
-            if model is None or model in reported or self._passed_to_a_compile_helper(model):
+            helper_compiled, helper_gate = default_choice(ctx, self._compile_helpers(model))
+            if helper_compiled:
                 continue
             reported.add(model)
-            self._report(site, model)
+            self._report(site, model, gate or helper_gate)
 
-    def _trained_module(self, site: CallSite) -> str | None:
-        """`X` in `Optimizer(X.parameters(), ...)` (also inside param groups)."""
-        if not site.node.args:
-            return None
-        receivers = [
-            dotted_name(node.func.value)
-            for node in walk_expression(site.node.args[0].value)
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value in ("parameters", "named_parameters")
+    def _compile_calls(self) -> list[CallSite]:
+        """`torch.compile(...)` and `<module>.compile()` (not `re.compile`)."""
+        ctx = self.ctx
+        calls = list(ctx.calls_to("torch.compile"))
+        for site in ctx.method_calls("compile"):
+            receiver = site.node.func.value  # type: ignore[attr-defined]
+            if ctx.qualname(receiver) is None:
+                calls.append(site)
+        return calls
+
+    def _compile_helpers(self, model: str) -> list[tuple[cst.BaseStatement | None, Stack]]:
+        """A project's own compile helper given the model (`compile_for_speed(model)`)."""
+        return [
+            (site.statement, site.stack) for site in self.ctx.calls
+            if site.func and "compile" in site.func.lower() and any(dotted_name(arg.value) == model for arg in site.node.args)
         ]
-        roots = {r.split(".")[0] if not r.startswith("self.") else ".".join(r.split(".")[:2]) for r in receivers if r}
-        if len(roots) != 1:
-            return None
-        root = roots.pop()
-        return None if root == "self" else root
 
-    def _passed_to_a_compile_helper(self, model: str) -> bool:
-        for site in self.ctx.calls:
-            if site.func and "compile" in site.func.lower():
-                if any(dotted_name(arg.value) == model for arg in site.node.args):
-                    return True
-        return False
-
-    def _report(self, site: CallSite, model: str) -> None:
+    def _report(self, site: CallSite, model: str, gate: str | None) -> None:
         message = f"`{model}` is trained without `torch.compile`"
-        anchor_statement = site.statement
-        found = enclosing_block(self.ctx, anchor_statement) if anchor_statement is not None else None
-        if found is None:
-            self.report(site.node, message, no_fix_reason="the optimizer is not created in a plain statement")
+        built = fresh_assignments(self.ctx, model, site.stack, site.statement)
+        node = built[0].value if built else site.node
+        if gate is not None:
+            self.report(node, f"{message} by default: it is compiled only when `{gate}`, which is off by default",
+                        no_fix_reason="pass the option, or make compiling the default")
             return
-        statements = found
-        index = next(i for i, s in enumerate(statements) if s is anchor_statement)
-        in_place = self.ctx.torch_version >= v("2.2")
-        if not in_place and self._touches_state_dict():
-            self.report(site.node, message, no_fix_reason="with torch < 2.2 compiling renames state_dict keys (`_orig_mod.`)")
+        if not self.ctx.torch_version >= v("2.2") and self._touches_state_dict():
+            self.report(node, message, no_fix_reason="with torch < 2.2 compiling renames state_dict keys (`_orig_mod.`)")
             return
-        position, before, target = self._insertion_point(statements[:index], model)
+        placement = self._placement(site, model)
+        if isinstance(placement, str):
+            self.report(node, message, no_fix_reason=placement)
+            return
         ops: list[FixOp] = []
-        if in_place:
+        target = placement.target
+        if self.ctx.torch_version >= v("2.2"):
             new = statement(f"{target}.compile()")
         else:
             new = statement(f"{target} = {reference(self.ctx, 'torch.compile', ops, site.stack)}({target})")
-        node = self._built_at(statements[:index], model) or site.node
-        if position is None:
-            ops.insert(0, insert_before(anchor_statement, new))
-        elif before:
-            ops.insert(0, insert_before(position, new))
-        else:
-            ops.insert(0, Transform(position, lambda updated: cst.FlattenSentinel([updated, new])))
+        # InsertStatements, not a Transform of the anchor: other fixes may rewrite that statement
+        ops.insert(0, InsertStatements(placement.anchor, (new,), after=not placement.before))
         self.report(node, message, fix_ops=ops)
 
-    def _insertion_point(
-        self, earlier: list[cst.BaseStatement], model: str
-    ) -> tuple[cst.BaseStatement | None, bool, str]:
-        """(statement, insert before it?, name to compile).
+    # ------------------------------------------------------------------ where the compile goes
+    def _placement(self, site: CallSite, model: str) -> _Placement | str:
+        """Right after the model is built and moved to its device, before the optimizer; before a
+        DDP wrapper (compiling the module it wraps, as nanoGPT does), also when the wrapping
+        happens in `if`/`else` branches; after an `nn.DataParallel` wrapper (its replicas on other
+        GPUs cannot run a module compiled before wrapping). A string: why there is no fix."""
+        ctx = self.ctx
+        if site.statement is None:
+            return "the optimizer is not created in a plain statement"
+        # The optimizer may be made in one branch of an `if opt_name == ...:` chain: go up to
+        # the block that holds the whole chain (never out of a loop, `with` or function).
+        anchor: cst.BaseStatement = site.statement
+        for outer in enclosing_statements(ctx, site.statement)[1:]:
+            if not isinstance(outer, cst.If):
+                break
+            anchor = outer
+        block = enclosing_block(ctx, anchor)
+        if block is None:
+            return "the optimizer is not created in a plain statement"
+        index = next(i for i, s in enumerate(block) if s is anchor)
+        wraps = [(i, wrap) for i, statement in enumerate(block) for wrap in self._wraps(statement, model)]
+        if any(qualified in DATA_PARALLEL for _, (qualified, _) in wraps):
+            last = max([i for i, _ in wraps] + [i for i, s in enumerate(block[:index]) if self._touches(s, model)])
+            return _Placement(block[last], False, model)
+        if wraps and min(i for i, _ in wraps) < index:
+            inner = {dotted_name(call.args[0].value) for _, (_, call) in wraps}
+            if len(inner) != 1 or None in inner:
+                return "the model is wrapped in DistributedDataParallel under different names"
+            first = min(i for i, _ in wraps)
+            return _Placement(block[first], True, inner.pop() or model)
+        # No wrapper, or a DDP wrapper made after the optimizer (compiling in place before it is
+        # the same): after the last statement that builds, moves or loads the model.
+        touched = [i for i, s in enumerate(block[:index]) if self._touches(s, model)]
+        if not touched:
+            return _Placement(anchor, True, model)
+        return _Placement(block[touched[-1]], False, model)
 
-        Before a DDP/DataParallel wrap (compiling the module it wraps, as nanoGPT does), else
-        after the last statement that builds, moves or loads the model."""
-        last = None
-        for node in earlier:
-            if not isinstance(node, cst.SimpleStatementLine) or len(node.body) != 1:
-                continue
-            small = node.body[0]
-            if isinstance(small, cst.Assign) and any(dotted_name(t.target) == model for t in small.targets):
-                value = small.value
-                if isinstance(value, cst.Call) and self.ctx.qualname(value.func) in _WRAPPERS and value.args:
-                    wrapped = dotted_name(value.args[0].value)
-                    if wrapped:
-                        return node, True, wrapped
-                last = node
-            elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-                func = small.value.func
+    def _wraps(self, statement: cst.BaseStatement, model: str) -> list[tuple[str, cst.Call]]:
+        """(wrapper, its call) for each `model = DDP(inner, ...)` / `nn.DataParallel(inner)` in
+        ``statement`` (its branches included)."""
+        found = []
+        for node in _walk_statement(statement):
+            if isinstance(node, cst.Assign) and any(dotted_name(t.target) == model for t in node.targets):
+                wrapped = wrapper_of(self.ctx, node.value)
+                if wrapped is not None:
+                    found.append(wrapped)
+        return found
+
+    @staticmethod
+    def _touches(statement: cst.BaseStatement, model: str) -> bool:
+        """Does ``statement`` build, move or load the model: assign it (or one of its attributes),
+        or call a method on it as a statement of its own (`model.cuda()`, `model.load_state_dict(...)`)?"""
+        for node in _walk_statement(statement):
+            if isinstance(node, (cst.Assign, cst.AnnAssign)):
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                if any((dotted_name(t) or "").split(".")[0] == model for t in targets):
+                    return True
+            elif isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+                func = node.value.func
                 if isinstance(func, cst.Attribute) and dotted_name(func.value) == model:
-                    last = node
-        return last, False, model
-
-    def _built_at(self, earlier: list[cst.BaseStatement], model: str) -> cst.CSTNode | None:
-        for node in reversed(earlier):
-            if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
-                small = node.body[0]
-                if isinstance(small, cst.Assign) and any(dotted_name(t.target) == model for t in small.targets):
-                    value = small.value
-                    if not (isinstance(value, cst.Call) and self.ctx.qualname(value.func) in _WRAPPERS):
-                        return value
-        return None
+                    return True
+        return False
 
     def _touches_state_dict(self) -> bool:
         return any(True for _ in self.ctx.method_calls("state_dict")) or any(
             True for _ in self.ctx.method_calls("load_state_dict")
         )
+
+
+def _walk_statement(statement: cst.BaseStatement):  # type: ignore[no-untyped-def]
+    """Every node of a statement, nested functions and classes left out."""
+    todo: list[cst.CSTNode] = [statement]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(child for child in node.children if not isinstance(child, (cst.FunctionDef, cst.ClassDef)))

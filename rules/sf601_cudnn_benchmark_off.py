@@ -1,47 +1,49 @@
 from __future__ import annotations
 
-from speedfix.codegen import NO_IMPORT_BLOCK, setting_after_imports
 from speedfix.context import CallSite
+from speedfix.entry import setting_at_entry_point
 from speedfix.findings import Applicability, LossCheck, Severity
-from speedfix.patterns import cudnn_settings
+from speedfix.flow import default_choice, off_by_default
+from speedfix.models import is_conv_architecture, zoo_architecture
+from speedfix.patterns import cudnn_choices
 from speedfix.rule import Invalid, Rule, Valid
 
 _CONV = tuple(
     f"torch.nn.{prefix}{kind}" for prefix in ("", "modules.conv.") for kind in ("Conv1d", "Conv2d", "Conv3d")
 )
-# torchvision's transformer families have only a patch-embedding convolution.
-_NOT_CONV_NETS = ("vit_", "swin_", "maxvit")
 
 
 class CudnnBenchmarkOff(Rule):
     """
     ## What it does
-    Finds CUDA training of a convolutional network (`nn.Conv1d/2d/3d` layers or a torchvision
-    CNN) in a script that never sets `torch.backends.cudnn.benchmark`.
+    Finds CUDA training of a convolutional network (`nn.Conv1d/2d/3d` layers, or a CNN from a
+    model zoo: `torchvision.models.resnet50()`, `models.__dict__[args.arch]()`,
+    `models.get_model(...)`, `timm.create_model(...)`) in a script that never sets
+    `torch.backends.cudnn.benchmark`.
 
     ## Why is this bad?
     With `benchmark = False` (the default) cuDNN picks convolution algorithms by heuristics. With
     `True` it times the candidates for each new input shape once and keeps the fastest, which for
     the fixed shapes of image training is often much faster. A script that sets
     `cudnn.benchmark` either way, asks for determinism (`cudnn.deterministic`,
-    `use_deterministic_algorithms`) or turns cuDNN off has made its choice and is left alone.
+    `use_deterministic_algorithms`) or turns cuDNN off has made its choice and is left alone;
+    one that does so only behind an option that is off by default (pytorch/examples imagenet sets
+    `cudnn.deterministic` only under `if args.seed is not None:`) runs the default algorithms by
+    default and is reported.
 
     ## Example
     ```python
-    import torch
-
-    model = ResNet().cuda()
-    for x, y in loader:
-        ...
+    def main():
+        model = torchvision.models.resnet50().cuda()
+        for x, y in loader:
+            ...
     ```
 
     ## Use instead
     ```python
-    import torch
-
-    torch.backends.cudnn.benchmark = True
-
-    model = ResNet().cuda()
+    def main():
+        torch.backends.cudnn.benchmark = True
+        model = torchvision.models.resnet50().cuda()
     ```
 
     ## Fix safety
@@ -50,6 +52,13 @@ class CudnnBenchmarkOff(Rule):
     default (ColossalAI turned it off by default for this reason); the first steps get slower
     while it measures; the algorithms it picks may differ between runs, so results are not
     bit-reproducible. A last partial batch costs one extra measurement per epoch, not per step.
+
+    The flag is process-wide, so it goes where the script starts: the top of `main()`, else of the
+    `if __name__ == "__main__":` block, else (a script that trains at module level) after the
+    imports. It runs before the script's own opt-in settings (`if args.seed is not None:
+    cudnn.benchmark = False`), which still win when their option is given. A module with no entry
+    point only defines things for others to import and gets no fix. Processes started with
+    `mp.spawn(worker)` do not run `main()`: set it in the worker too.
 
     ## Measured effect
     SpeechBrain: 17 to 12 minutes per epoch on a V100 (1.42x) and 60 to 25 minutes on a 1080 Ti
@@ -62,10 +71,10 @@ class CudnnBenchmarkOff(Rule):
     name = "cudnn-benchmark-off"
     summary = "Conv net trained on CUDA without `cudnn.benchmark = True`"
     severity = Severity.INFO
-    requires = (b"Conv", b"models")
+    requires = (b"Conv", b"models", b"create_model")
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
-    fix_title = "Enable the cuDNN autotuner: `torch.backends.cudnn.benchmark = True` after the imports"
+    fix_title = "Enable the cuDNN autotuner: `torch.backends.cudnn.benchmark = True` at the entry point"
     gpu_only = True
     effect = "cuDNN picks the fastest conv algorithm per shape: 1.42x per epoch on a V100 (SpeechBrain)."
 
@@ -81,7 +90,7 @@ class CudnnBenchmarkOff(Rule):
                 opt.step()
             """
         ),
-        Valid(  # determinism asked for (pytorch/examples imagenet with --seed): the user's choice
+        Valid(  # determinism behind a test that cannot be resolved: the user's choice
             """
             import torch
             import torch.backends.cudnn as cudnn
@@ -165,23 +174,130 @@ class CudnnBenchmarkOff(Rule):
                 opt.step()
             """,
         ),
+        Invalid(  # pytorch/examples imagenet: determinism only with --seed (default None); a zoo
+            # model by name; the flag goes to the top of main(), before the script's own choice
+            """
+            import argparse
+            import torch
+            import torch.backends.cudnn as cudnn
+            import torchvision.models as models
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("-a", "--arch", default="resnet18")
+            parser.add_argument("--seed", default=None, type=int)
+
+            def main():
+                args = parser.parse_args()
+                if args.seed is not None:
+                    torch.manual_seed(args.seed)
+                    cudnn.deterministic = True
+                    cudnn.benchmark = False
+                model = models.__dict__[args.arch]().cuda()
+                for images, target in train_loader:
+                    loss = criterion(model(images.cuda()), target.cuda())
+                    loss.backward()
+                    optimizer.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import argparse
+            import torch
+            import torch.backends.cudnn as cudnn
+            import torchvision.models as models
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("-a", "--arch", default="resnet18")
+            parser.add_argument("--seed", default=None, type=int)
+
+            def main():
+                cudnn.benchmark = True
+                args = parser.parse_args()
+                if args.seed is not None:
+                    torch.manual_seed(args.seed)
+                    cudnn.deterministic = True
+                    cudnn.benchmark = False
+                model = models.__dict__[args.arch]().cuda()
+                for images, target in train_loader:
+                    loss = criterion(model(images.cuda()), target.cuda())
+                    loss.backward()
+                    optimizer.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        Invalid(  # timm, in the `__main__` block of a script without main()
+            """
+            import timm
+            import torch
+
+            if __name__ == "__main__":
+                model = timm.create_model("resnet50").cuda()
+                for x, y in loader:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    opt.step()
+            """,
+            fixed="""
+            import timm
+            import torch
+
+            if __name__ == "__main__":
+                torch.backends.cudnn.benchmark = True
+                model = timm.create_model("resnet50").cuda()
+                for x, y in loader:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    opt.step()
+            """,
+        ),
+        Invalid(  # a library module (it only defines things): no setting at import time
+            """
+            import torch
+            from torch import nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+
+            def fit(model, loader, opt):
+                for x, y in loader:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    opt.step()
+            """,
+        ),
     ]
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.step_loops or cudnn_settings(ctx) or self._uses_lightning():
+        if not ctx.step_loops or self._uses_lightning():
+            return
+        choices = cudnn_choices(ctx)
+        chosen, gate = default_choice(ctx, choices)
+        if chosen:
             return
         conv = self._first_conv()
         if conv is None:
             return
         message = "convolutions run with cuDNN's default algorithms: `cudnn.benchmark` is never enabled"
-        ops = setting_after_imports(ctx, "torch.backends.cudnn.benchmark", lambda flag: f"{flag} = True")
-        self.report(conv.node, message, fix_ops=ops, no_fix_reason=NO_IMPORT_BLOCK)
+        if gate is not None:
+            message = ("convolutions run with cuDNN's default algorithms: the script sets cuDNN up only when "
+                       f"`{gate}`, which is off by default")
+        opt_ins = [stack for statement, stack in choices if off_by_default(ctx, statement, stack)]
+        ops, reason = setting_at_entry_point(ctx, "torch.backends.cudnn.benchmark", lambda flag: f"{flag} = True", opt_ins)
+        self.report(conv.node, message, fix_ops=ops, no_fix_reason=reason)
 
     def _first_conv(self) -> CallSite | None:
+        """The first convolution layer or zoo CNN the file builds."""
         for site in self.ctx.calls:
-            qualified = self.ctx.call_qualname(site) or ""
-            if qualified in _CONV or _is_torchvision_cnn(qualified):
+            if self.ctx.call_qualname(site) in _CONV:
+                return site
+            zoo = zoo_architecture(self.ctx, site.node, site.stack)
+            if zoo is not None and is_conv_architecture(zoo[1]):
                 return site
         return None
 
@@ -190,11 +306,3 @@ class CudnnBenchmarkOff(Rule):
         return any(
             (self.ctx.call_qualname(site) or "").startswith(("lightning", "pytorch_lightning")) for site in self.ctx.calls
         )
-
-
-def _is_torchvision_cnn(qualified: str) -> bool:
-    """`torchvision.models.resnet50`, not a transformer family or a registry helper."""
-    if not qualified.startswith("torchvision.models."):
-        return False
-    leaf = qualified.rsplit(".", 1)[-1]
-    return leaf[:1].islower() and not leaf.startswith(_NOT_CONV_NETS) and leaf not in ("get_model", "get_weight")

@@ -18,7 +18,7 @@ from speedfix.fixer import FixError, Unfixed, fix_source
 from speedfix.linemap import LineMap
 from speedfix.notebook import read_python
 from speedfix.parsing import collector_paused
-from speedfix.scan import display_path, time_limit_message
+from speedfix.scan import display_path, project_links, time_limit_message
 from speedfix.source import FileChanged, SourceError, diff_labels, write_atomic
 
 
@@ -39,13 +39,16 @@ class ApplyOutcome:
 
 def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff: bool, console: Console) -> ApplyOutcome:
     outcome = ApplyOutcome()
-    for target in iter_targets(paths, settings):
+    targets = list(iter_targets(paths, settings))
+    links, _ = project_links(targets, paths, settings)  # read before any file is written
+    for target in targets:
         shown = display_path(target.path)
         notebook = None
         try:
             source, notebook = read_python(target.path, settings.max_file_size)
             with deadline.time_limit(settings.file_time_limit), collector_paused():
-                fixed = fix_source(source, shown, settings.rules_for(target.path), settings.target, unsafe=settings.unsafe_fixes)
+                fixed = fix_source(source, shown, settings.rules_for(target.path), settings.target,
+                                   unsafe=settings.unsafe_fixes, links=links.get(target.path))
             original, data = source.data, fixed.data
             left = [item.finding for item in fixed.unfixed]
             if not write:  # positions must be those of the file on disk, not of the fixed code

@@ -190,37 +190,43 @@ def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
 
 def argparse_default(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
     """`args.workers` -> the `default=` of `parser.add_argument("--workers", ...)`."""
+    defaults = [default for site in _options(ctx, node) if (default := _keyword(site, "default")) is not None]
+    return defaults[0] if len(defaults) == 1 else None
+
+
+def argparse_option(ctx: FileContext, node: cst.BaseExpression) -> CallSite | None:
+    """`args.workers` -> the one `parser.add_argument("--workers", ...)` call that defines it."""
+    options = _options(ctx, node)
+    return options[0] if len(options) == 1 else None
+
+
+def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
+    """The `add_argument` calls whose destination is the attribute ``node`` reads from parsed args."""
     if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
-        return None
+        return []
     holder = ctx.single_value(node.value.value, ())
     if holder is None:
         # `args` is often assigned inside main(); accept one assignment anywhere.
         found = ctx.assignments.get(node.value.value, [])
         holder = found[0].value if len(found) == 1 else None
     if not (isinstance(holder, cst.Call) and isinstance(holder.func, cst.Attribute)):
-        return None
+        return []
     if holder.func.attr.value not in ("parse_args", "parse_known_args"):
-        return None
+        return []
     dest = node.attr.value
-    defaults = [
-        default for site in ctx.method_calls("add_argument") if (default := _default_for(site, dest)) is not None
-    ]
-    return defaults[0] if len(defaults) == 1 else None
+    return [site for site in ctx.method_calls("add_argument") if _dest_of(site) == dest]
 
 
-def _default_for(site: CallSite, dest: str) -> cst.BaseExpression | None:
-    options: list[str] = []
-    explicit_dest = None
-    default = None
-    for arg in site.node.args:
-        if arg.keyword is None and isinstance(arg.value, cst.SimpleString):
-            options.append(str(arg.value.evaluated_value))
-        elif arg.keyword is not None and arg.keyword.value == "dest" and isinstance(arg.value, cst.SimpleString):
-            explicit_dest = str(arg.value.evaluated_value)
-        elif arg.keyword is not None and arg.keyword.value == "default":
-            default = arg.value
-    if explicit_dest is None:
-        longs = [o for o in options if o.startswith("--")]
-        chosen = longs[0] if longs else (options[0] if options else "")
-        explicit_dest = chosen.lstrip("-").replace("-", "_")
-    return default if explicit_dest == dest else None
+def _keyword(site: CallSite, name: str) -> cst.BaseExpression | None:
+    return next((arg.value for arg in site.node.args if arg.keyword is not None and arg.keyword.value == name), None)
+
+
+def _dest_of(site: CallSite) -> str:
+    explicit = _keyword(site, "dest")
+    if isinstance(explicit, cst.SimpleString):
+        return str(explicit.evaluated_value)
+    options = [str(arg.value.evaluated_value) for arg in site.node.args
+               if arg.keyword is None and isinstance(arg.value, cst.SimpleString)]
+    longs = [o for o in options if o.startswith("--")]
+    chosen = longs[0] if longs else (options[0] if options else "")
+    return chosen.lstrip("-").replace("-", "_")

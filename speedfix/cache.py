@@ -2,8 +2,11 @@
 
 One JSON file per (speedfix version, settings fingerprint) in ``.speedfix_cache/`` under the
 project root: any change of version, configuration or rule selection starts a fresh cache.
-Entries are keyed by path and validated by the SHA-256 of the file's bytes, so an edited file
-is always re-analysed. The folder carries its own ``.gitignore``. A damaged cache file (bad JSON,
+Entries are keyed by path and validated by the SHA-256 of the file's bytes and of what the other
+files of the project tell it (``Links.digest()``), so an edited file is always re-analysed, and
+so is every file whose findings depend on it (``engine.py`` when ``config.py`` stops saying
+``DEVICE = "cuda"``). The project facts of each file are cached beside its result, validated by
+its bytes alone. The folder carries its own ``.gitignore``. A damaged cache file (bad JSON,
 or JSON of another shape) is ignored and rewritten, never an error. A cache folder or file that
 is a symbolic link is never followed: the scan warns and runs without a cache, so it cannot
 write outside the project.
@@ -25,10 +28,14 @@ from speedfix.source import SourceError, read_bytes, write_atomic
 CACHE_DIR = ".speedfix_cache"
 
 
-def content_key(data: bytes, rule_codes: tuple[str, ...], details: bool) -> str:
-    digest = hashlib.sha256(data)
-    digest.update(repr((rule_codes, details)).encode())
-    return digest.hexdigest()
+def file_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_key(data_digest: str, rule_codes: tuple[str, ...], details: bool, links_digest: str = "") -> str:
+    """The key of a file's result: its bytes (``file_digest``), the rules, and the digest of
+    what the other files of the project tell it."""
+    return hashlib.sha256(repr((data_digest, rule_codes, details, links_digest)).encode()).hexdigest()
 
 
 class ScanCache:
@@ -56,7 +63,18 @@ class ScanCache:
         return None
 
     def put(self, path: Path, key: str, result: dict[str, Any]) -> None:
-        self.entries[str(real_path(path))] = {"key": key, "result": result}
+        self.entries.setdefault(str(real_path(path)), {}).update(key=key, result=result)
+        self.dirty = True
+
+    def get_facts(self, path: Path, data_digest: str) -> dict[str, Any] | None:
+        """The project facts of a file whose bytes hash to ``data_digest``."""
+        entry = self.entries.get(str(real_path(path)))
+        if entry is not None and entry.get("facts_key") == data_digest and isinstance(entry.get("facts"), dict):
+            return entry["facts"]
+        return None
+
+    def put_facts(self, path: Path, data_digest: str, facts: dict[str, Any] | None) -> None:
+        self.entries.setdefault(str(real_path(path)), {}).update(facts_key=data_digest, facts=facts)
         self.dirty = True
 
     def save(self) -> None:

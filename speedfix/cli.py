@@ -16,7 +16,7 @@ from speedfix.discovery import MissingPath, is_scanned
 from speedfix.output import Reporter, ReportOptions, UnknownFormat, format_names, get_reporter
 
 if TYPE_CHECKING:
-    from speedfix.engine import FileError
+    from speedfix.engine import FileError, Note
     from speedfix.apply import ApplyOutcome
 
 app = typer.Typer(
@@ -117,7 +117,7 @@ def _report_options(settings: Settings | None = None, *, stderr: bool = False, t
     return ReportOptions(target=target, color=color, width=probe.width, **fields)
 
 
-def _print_errors(errors: Iterable[FileError]) -> None:
+def _print_errors(errors: Iterable[FileError | Note]) -> None:
     shown: set[str] = set()
     for error in errors:
         line = error.render()
@@ -197,6 +197,8 @@ def scan(
     except MissingPath as exc:
         raise _fail(str(exc)) from None
     _print_errors([*(fixed.errors if fixed else []), *result.errors])
+    if reporter.name != "text":  # the text report lists them itself; others keep standard output parseable
+        _print_errors(result.notes)
     options = _report_options(
         settings, to_file=output is not None, summary=not no_summary, show_fixes=show_fixes, fixed=fixed,
     )

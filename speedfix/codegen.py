@@ -144,6 +144,16 @@ def find_arg(call: cst.Call, original: cst.Arg) -> cst.Arg | None:
     return original if any(arg is original for arg in call.args) else None
 
 
+def value_replaced(call: cst.Call, original: cst.Arg, value: cst.BaseExpression) -> Transform:
+    """The op that gives ``call``'s argument ``original`` a new value (seen through earlier edits)."""
+    return Transform(call, lambda updated: replace_arg_value(updated, find_arg(updated, original) or original, value))
+
+
+def arg_removed(call: cst.Call, original: cst.Arg) -> Transform:
+    """The op that drops ``call``'s argument ``original``."""
+    return Transform(call, lambda updated: remove_arg(updated, find_arg(updated, original) or original))
+
+
 def reference(ctx: FileContext, qualified: str, ops: list[FixOp], stack: Stack = ()) -> str:
     """Spell ``qualified`` for code inserted at ``stack`` (the frames around the insertion
     point; ``()`` for module level), adding an import when needed. Every fix that writes a
@@ -168,6 +178,11 @@ def string_literal(ctx: FileContext, text: str) -> str:
     """A string literal in the file's prevailing quote style."""
     quote = ctx.quote
     return f"{quote}{text}{quote}"
+
+
+def same_quotes(literal: cst.SimpleString, text: str) -> cst.SimpleString:
+    """A string literal holding ``text``, quoted like ``literal`` (the one it replaces)."""
+    return cst.SimpleString(f"{literal.prefix}{literal.quote}{text}{literal.quote}")
 
 
 def statement(code: str, *, blank_line_before: bool = False) -> cst.SimpleStatementLine:

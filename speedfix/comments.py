@@ -1,4 +1,6 @@
-"""The comments a statement holds, so that a fix that removes or replaces it can keep them.
+"""The comments a statement holds, so that a fix that removes or replaces it can keep them, and
+the ones that explain a statement or an argument (a rule leaves a choice alone that a comment
+gives a reason for: `num_workers=0,  # h5py handles cannot be forked`).
 
 A comment can sit above a statement (its ``leading_lines``), at the end of one of its lines
 (``TrailingWhitespace``), on its own line inside a multi-line expression or an indented block,
@@ -36,3 +38,35 @@ def _comments(node: cst.CSTNode, skip: set[int]) -> Iterator[cst.Comment]:
             yield current
             continue
         todo.extend(reversed(current.children))
+
+
+def statement_comments(statement: cst.BaseStatement) -> list[str]:
+    """The comments that belong to ``statement`` as a reader sees it: the block of comment lines
+    right above it (no blank line in between) and the one at the end of its (first) line."""
+    above: list[str] = []
+    for line in getattr(statement, "leading_lines", ()):
+        above = [*above, line.comment.value] if line.comment is not None else []
+    if isinstance(statement, cst.SimpleStatementLine):
+        end = statement.trailing_whitespace.comment
+    else:
+        body = getattr(statement, "body", None)
+        end = body.header.comment if isinstance(body, cst.IndentedBlock) else None
+    return above + ([end.value] if end is not None else [])
+
+
+def argument_comments(call: cst.Call, arg: cst.Arg) -> list[str]:
+    """The comments written on ``arg`` of a multi-line call: on the own lines right above it
+    (they sit in the previous argument's comma) and at the end of its line."""
+    index = next((i for i, a in enumerate(call.args) if a is arg), 0)
+    if index > 0:
+        comma = call.args[index - 1].comma
+        before = comma.whitespace_after if isinstance(comma, cst.Comma) else None
+    else:
+        before = call.whitespace_before_args
+    after = arg.comma.whitespace_after if isinstance(arg.comma, cst.Comma) else arg.whitespace_after_arg
+    found = []
+    if isinstance(before, cst.ParenthesizedWhitespace):
+        found += [line.comment.value for line in before.empty_lines if line.comment is not None]
+    if isinstance(after, cst.ParenthesizedWhitespace) and after.first_line.comment is not None:
+        found.append(after.first_line.comment.value)
+    return found

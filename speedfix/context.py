@@ -8,16 +8,21 @@ file is known: a ``DataLoader`` may be created before the loop that proves the s
 CUDA, and an import may follow its first use.
 
 Training-loop context: a *step loop* is a ``for``/``while`` whose body calls
-``.backward()`` or an optimizer's/scaler's ``.step()`` outside any nested loop, directly or in a
-same-file function it calls (one level). Code is *hot* when its nearest enclosing step loop is
-reached before a function boundary and no periodic guard sits in between; functions called from
-hot code (one level) and Lightning ``training_step`` methods are hot too. An epoch loop that only
-contains the batch loop is not a step loop, so what runs once per epoch is not hot.
+``.backward()`` (``accelerator.backward(loss)`` too), an optimizer's/scaler's ``.step()`` or a
+callable loss scaler (``loss_scaler(loss, optimizer, ...)``) outside any nested loop, directly or
+in a function it calls (one level): one of this file (``f()``, ``self.f()``, ``obj.f()`` for an
+object made by a class of this file) or of another scanned file (``Links``, see
+``speedfix.project``). Code is *hot* when its nearest enclosing step loop is reached before a
+function boundary and no periodic guard sits in between; functions called from hot code (one
+level, also from another scanned file) and Lightning ``training_step`` methods are hot too,
+except for code under ``if isinstance(v, torch.Tensor):`` in such a helper (whether it runs on
+tensors is the caller's business). An epoch loop that only contains the batch loop is not a step
+loop, so what runs once per epoch is not hot. CUDA evidence can come from another scanned file
+too (``uses_cuda``).
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from enum import Enum
@@ -28,7 +33,10 @@ import libcst as cst
 from libcst import BatchableCSTVisitor
 
 from speedfix.names import ImportTable, dotted_name, line_binds
+from speedfix.project.facts import FunctionFacts
+from speedfix.project.linker import Links
 from speedfix.scopes import NameBindings
+from speedfix.steps import CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, is_loss_scaler_call, is_optimizer_name
 from speedfix.versions import TorchVersion
 
 
@@ -39,6 +47,9 @@ class FrameKind(Enum):
     GUARD = "guard"  # body of a periodic `if step % N == 0:` (or `if i == 0:`)
     MAIN = "main"  # body of `if __name__ == "__main__":`
     WITH = "with"
+    # body of `if isinstance(v, torch.Tensor):` in a helper (`v = v.item()` in a logger's
+    # update()): it runs on every step only if the caller passes tensors, which the call shows
+    TYPE_GUARD = "type_guard"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +118,6 @@ LIGHTNING_MODULE = (
     "pytorch_lightning.LightningModule",
 )
 _LOW_PRECISION = frozenset({"bfloat16", "float16", "half"})
-_OPTIMIZER_NAME = re.compile(r"(^|_)(optim|optimizer|optimiser|opt|scaler)(_|\d|$)", re.IGNORECASE)
-_SCHEDULER_NAME = re.compile(r"sched|lr_", re.IGNORECASE)
 
 
 def _is_periodic_test(test: cst.BaseExpression) -> bool:
@@ -120,6 +129,16 @@ def _is_periodic_test(test: cst.BaseExpression) -> bool:
         isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)
         for node in walk_expression(test)
     )
+
+
+def _is_tensor_type_test(test: cst.BaseExpression) -> bool:
+    """`isinstance(v, torch.Tensor)`, `torch.is_tensor(v)`."""
+    if not isinstance(test, cst.Call):
+        return False
+    name = dotted_name(test.func) or ""
+    if name.endswith("is_tensor"):
+        return True
+    return name == "isinstance" and len(test.args) == 2 and (dotted_name(test.args[1].value) or "").endswith("Tensor")
 
 
 def is_main_guard(test: cst.BaseExpression) -> bool:
@@ -178,12 +197,13 @@ class Visitor(BatchableCSTVisitor):
 class FileContext(NameBindings, Visitor):
     """Facts about one file; also the indexing visitor that gathers them."""
 
-    def __init__(self, module: cst.Module, path: str, torch_version: TorchVersion) -> None:
+    def __init__(self, module: cst.Module, path: str, torch_version: TorchVersion, links: Links | None = None) -> None:
         Visitor.__init__(self)
         NameBindings.__init__(self)
         self.module = module
         self.path = path
         self.torch_version = torch_version
+        self.links = links or Links()  # what the other files of the scan tell this one
         self.imports = ImportTable()
         self.calls: list[CallSite] = []
         self.assignments: dict[str, list[Assignment]] = defaultdict(list)
@@ -197,6 +217,7 @@ class FileContext(NameBindings, Visitor):
         self.import_lines: list[cst.SimpleStatementLine] = []  # every import line, any depth
         self.mentions_cuda = False
         self.mentions_low_precision = False  # torch.bfloat16/float16/half, "bf16-mixed", ...
+        self._framework_cuda: bool | None = None  # Lightning/HF/Accelerate evidence, computed once
         self._quotes = {"'": 0, '"': 0}
         self.stack: Stack = ()
         self._statement: cst.SimpleStatementLine | None = None
@@ -286,6 +307,8 @@ class FileContext(NameBindings, Visitor):
             self._push(FrameKind.MAIN, node)
         elif _is_periodic_test(node.test):
             self._push(FrameKind.GUARD, node)
+        elif _is_tensor_type_test(node.test) and self._in_function():
+            self._push(FrameKind.TYPE_GUARD, node)
         else:
             return
         self._framed_ifs.add(node)
@@ -306,6 +329,8 @@ class FileContext(NameBindings, Visitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(CallSite(node, dotted_name(node.func), self.stack, self._statement))
+        if isinstance(node.func, cst.Name) and node.func.value in CUDA_DEVICE_HELPERS:
+            self.mentions_cuda = True  # `try_gpu()`
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -340,7 +365,7 @@ class FileContext(NameBindings, Visitor):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         attr = node.attr.value
-        if attr in ("cuda", "accelerator"):
+        if attr in CUDA_ATTRIBUTES or (isinstance(node.value, cst.Name) and node.value.value in CUDA_OBJECTS):
             self.mentions_cuda = True
         elif attr in _LOW_PRECISION:
             self.mentions_low_precision = True
@@ -484,18 +509,22 @@ class FileContext(NameBindings, Visitor):
             if made_by.startswith("torch.optim.") or made_by.endswith("GradScaler"):
                 return True
         name = dotted_name(receiver)
-        if name is None:
-            return False
-        last = name.rsplit(".", 1)[-1]
-        return bool(_OPTIMIZER_NAME.search(last)) and not _SCHEDULER_NAME.search(last)
+        return name is not None and is_optimizer_name(name)
 
     def _is_step_marker(self, site: CallSite) -> bool:
+        """`.backward()` (also `accelerator.backward(loss)`, `scaler.scale(loss).backward()`),
+        an optimizer's or scaler's `.step()`, `loss_scaler(loss, optimizer, ...)`."""
         func = site.node.func
-        if not isinstance(func, cst.Attribute):
-            return self.call_qualname(site) == "torch.autograd.backward"
-        if func.attr.value == "backward":
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
             return True
-        return func.attr.value == "step" and self.is_optimizer_like(func.value, site.stack)
+        if isinstance(func, cst.Attribute) and func.attr.value == "step":
+            return self.is_optimizer_like(func.value, site.stack)
+        if self.call_qualname(site) == "torch.autograd.backward":
+            return True
+        args = site.node.args
+        positional = [dotted_name(arg.value) for arg in args if arg.keyword is None and not arg.star]
+        keywords = {arg.keyword.value for arg in args if arg.keyword is not None}
+        return is_loss_scaler_call(site.func, positional, keywords)
 
     @staticmethod
     def nearest_loop(stack: Stack) -> cst.CSTNode | None:
@@ -524,49 +553,110 @@ class FileContext(NameBindings, Visitor):
                     functions.add(function)
         return loops, functions
 
-    def _called_function_name(self, site: CallSite) -> str | None:
-        """`f(...)` or `self.f(...)`: the name of a same-file function it may call."""
+    def local_callees(self, site: CallSite) -> list[FunctionInfo]:
+        """The same-file functions a call may run: `f(...)`, `self.f(...)`, and `obj.f(...)`
+        where `obj` was made by a class of this file (`metric = Accumulator(3)`)."""
         func = site.node.func
         if isinstance(func, cst.Name):
-            return func.value
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-            return func.attr.value
+            return self.functions.get(func.value, [])
+        if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+            return []
+        found = self.functions.get(func.attr.value, [])
+        if func.value.value == "self":
+            return found
+        owner = self.constructor_of(func.value, site.stack)
+        return [info for info in found if owner is not None and info.class_name == owner and owner in self.classes]
+
+    def project_callee(self, site: CallSite) -> FunctionFacts | None:
+        """The facts of the function of another scanned file that a call runs: an imported
+        function (`train_one_epoch(...)`, `engine.train(...)`), class (`Trainer(...)`, its
+        constructor) or a method of an object made by an imported class (`trainer.fit()`)."""
+        if not self.links.modules:
+            return None
+        facts = self.links.function(self.project_name(site.func))
+        if facts is not None:
+            return facts
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            owner = self.project_name(self.constructor_of(func.value, site.stack))
+            return self.links.function(f"{owner}.{func.attr.value}") if owner else None
         return None
 
     @cached_property
+    def copies_to_device(self) -> bool:
+        """Is anything copied to a device here (`.to(...)`, `.cuda()`), or in the training loop
+        of a function of another scanned file that this file calls (the batches of its loaders)?"""
+        if any(True for _ in self.method_calls("to")) or any(True for _ in self.method_calls("cuda")):
+            return True
+        return any((callee := self.project_callee(site)) is not None and callee.uploads for site in self.calls)
+
+    def project_iterates(self, site: CallSite, name: str) -> bool:
+        """Does the function of another scanned file that ``site`` calls iterate the argument
+        ``name`` in its training loop (`train_one_epoch(model, loader, ...)`)?"""
+        callee = self.project_callee(site)
+        if callee is None or not callee.iterated:
+            return False
+        params = callee.params[1:] if callee.params[:1] == ("self",) else callee.params
+        for index, arg in enumerate(site.node.args):
+            if dotted_name(arg.value) != name or arg.star:
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+            if param in callee.iterated:
+                return True
+        return False
+
+    def project_name(self, dotted: str | None) -> str | None:
+        """Qualified name through the file's imports, `from m import *` of scanned files included."""
+        if dotted is None:
+            return None
+        qualified = self.imports.resolve(dotted)
+        if qualified is None and self.links.star:
+            head, _, rest = dotted.partition(".")
+            star = self.links.star.get(head)
+            qualified = f"{star}.{rest}" if star and rest else star
+        return qualified
+
+    @cached_property
     def step_loops(self) -> set[cst.CSTNode]:
+        """Loops with a step marker in their body, or calling a function (of this file or
+        another scanned one) that takes a step outside its own loops."""
         direct_loops, step_functions = self._markers
         result = set(direct_loops)
         for site in self.calls:
-            name = self._called_function_name(site)
-            if name is None or name not in self.functions:
-                continue
             loop = self.nearest_loop(site.stack)
             if loop is None or loop in result:
                 continue
-            if any(info.node in step_functions for info in self.functions[name]):
+            if any(info.node in step_functions for info in self.local_callees(site)):
+                result.add(loop)
+            elif (callee := self.project_callee(site)) is not None and callee.steps:
                 result.add(loop)
         return result
 
     def _hot(self, stack: Stack, *, through_calls: bool, guards_count: bool = True) -> bool:
+        type_guarded = False
         for frame in reversed(stack):
             if frame.kind is FrameKind.GUARD and guards_count:
                 return False
+            type_guarded = type_guarded or frame.kind is FrameKind.TYPE_GUARD
             if frame.kind is FrameKind.LOOP and frame.node in self.step_loops:
                 return True
             if frame.kind is FrameKind.FUNCTION:
-                return through_calls and frame.node in self.hot_functions
+                return through_calls and not type_guarded and frame.node in self.hot_functions
             if frame.kind is FrameKind.CLASS:
                 return False
         return False
 
     @cached_property
     def hot_functions(self) -> set[cst.CSTNode]:
+        """Functions run on every step: called from hot code here (one level), or from a
+        training loop in another scanned file (``Links.hot``), and Lightning training steps."""
         hot: set[cst.CSTNode] = set()
         for site in self.calls:
-            name = self._called_function_name(site)
-            if name in self.functions and self._hot(site.stack, through_calls=False):
-                hot.update(info.node for info in self.functions[name])
+            if self._hot(site.stack, through_calls=False):
+                hot.update(info.node for info in self.local_callees(site))
+        for key in self.links.hot:
+            owner, _, name = key.rpartition(".")
+            hot.update(info.node for info in self.functions.get(name, ()) if info.class_name == (owner or None))
         for info in self.functions.get("training_step", ()):
             if info.class_name and self.is_subclass_of(info.class_name, *LIGHTNING_MODULE):
                 hot.add(info.node)
@@ -581,10 +671,28 @@ class FileContext(NameBindings, Visitor):
         inside the loop: right for calls that cost a lot each time they run)."""
         return self._hot(stack, through_calls=True, guards_count=False)
 
+    def step_scope(self, stack: Stack) -> cst.CSTNode | None:
+        """The step loop, or the hot function, that puts code at ``stack`` in the training loop
+        (as ``in_training_loop`` decides), or None: what runs once per step for that code."""
+        if not self.in_training_loop(stack):
+            return None
+        for frame in reversed(stack):
+            if (frame.kind is FrameKind.LOOP and frame.node in self.step_loops) or frame.kind is FrameKind.FUNCTION:
+                return frame.node
+        return None
+
     @property
     def uses_cuda(self) -> bool:
-        """Does the script touch CUDA at all? If not, GPU-only advice is noise."""
-        return self.mentions_cuda
+        """Does the script touch CUDA at all? If not, GPU-only advice is noise. Another
+        scanned file can say so (``Links.cuda``): ``DEVICE`` imported from ``config.py``, or an
+        importer that trains on CUDA."""
+        if self.mentions_cuda or self.links.cuda is not None:
+            return True
+        if self._framework_cuda is None:
+            from speedfix.frameworks import framework_uses_cuda  # frameworks imports this module
+
+            self._framework_cuda = framework_uses_cuda(self)
+        return self._framework_cuda
 
     @staticmethod
     def enclosing_loops(stack: Stack) -> list[cst.CSTNode]:

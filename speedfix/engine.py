@@ -5,6 +5,11 @@ The cheap steps come first: a file that never mentions ``torch`` (nor ``lightnin
 interpreter's own parser and then skipped. Positions are computed once, at the end, and only for
 the reported nodes.
 
+A file of a project (``speedfix.project``) gets ``Links``: what the other scanned files tell it
+(they run it on CUDA, they call its functions on every step, the functions it imports hold the
+training loop). A file whose training loop is nowhere to be seen gets a ``Note`` saying what
+could not be checked, instead of silence.
+
 A syntax error is a finding like any other, ``SF000 invalid-syntax`` (as ruff reports
 ``invalid-syntax``), with the interpreter's message and position. What is left as a
 ``FileError`` is a file that could not be analysed at all.
@@ -23,13 +28,15 @@ from speedfix.context import FileContext
 from speedfix.findings import Finding, Severity
 from speedfix.parsing import parse_module, python_ast
 from speedfix.positions import positions_for
+from speedfix.project import Links
+from speedfix.project.coverage import unchecked_loop_note
 from speedfix.rule import Rule
 from speedfix.source import SourceFile
 from speedfix.suppression import FileSuppressions, line_suppresses
 from speedfix.versions import TorchVersion
 from speedfix.walk import walk_batched
 
-_RELEVANT = (b"torch", b"lightning", b"transformers")
+_RELEVANT = (b"torch", b"lightning", b"transformers", b"accelerate")
 
 SYNTAX_ERROR_CODE = "SF000"
 SYNTAX_ERROR_NAME = "invalid-syntax"
@@ -52,6 +59,18 @@ class FileError:
 
 
 @dataclass
+class Note:
+    """Something the report must say about a file that is neither a finding nor an error: what
+    could not be checked, a notebook cell that was skipped."""
+
+    path: str
+    message: str
+
+    def render(self) -> str:
+        return f"{self.path}: note: {self.message}"
+
+
+@dataclass
 class Analysis:
     """The result for one file; ``module``/``context`` are kept for ``apply``."""
 
@@ -60,6 +79,7 @@ class Analysis:
     error: FileError | None = None
     module: cst.Module | None = None
     context: FileContext | None = None
+    notes: list[Note] = field(default_factory=list)
 
     @property
     def syntax_error(self) -> Finding | None:
@@ -146,22 +166,28 @@ def analyze(
     path: str,
     rule_classes: Sequence[type[Rule]],
     torch_version: TorchVersion,
+    links: Links | None = None,
 ) -> Analysis:
-    """Run ``rule_classes`` on one file and return its findings (positions and noqa applied)."""
+    """Run ``rule_classes`` on one file and return its findings (positions and noqa applied);
+    ``links``: what the other files of the scan tell this one (None: a file on its own)."""
     result = Analysis(path)
     suppressions = FileSuppressions.parse(source.text) if b"noqa" in source.data else FileSuppressions(frozenset())
     if suppressions.skips_file:
         return result
-    if not any(marker in source.data for marker in _RELEVANT) or not any(
-        cls.may_apply(source.data) for cls in rule_classes
+    cuda = links is not None and links.cuda is not None
+    hot = links is not None and bool(links.hot)  # a helper of another file's training loop
+    # A file of a CUDA project may reach torch only through what it is given (`self.device`).
+    if not (hot or cuda or any(marker in source.data for marker in _RELEVANT)) or not any(
+        cls.may_apply(source.data, cuda=cuda, hot=hot) for cls in rule_classes
     ):
         return _failed(result, _check_syntax_only(source, path))
     try:
         module = parse(source.data, path)
     except SyntaxProblem as problem:
         return _failed(result, problem.error)
-    context = FileContext(module, path, torch_version)
-    rules = [cls(context) for cls in rule_classes if cls.applies_to(torch_version) and cls.may_apply(source.data)]
+    context = FileContext(module, path, torch_version, links)
+    rules = [cls(context) for cls in rule_classes
+             if cls.applies_to(torch_version) and cls.may_apply(source.data, cuda=cuda, hot=hot)]
     top_of: dict[cst.CSTNode, int] = {}
     walk_batched(module, [context, *rules], top_of)
     findings: list[Finding] = []
@@ -173,6 +199,9 @@ def analyze(
         findings.extend(rule.findings)
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
+    note = unchecked_loop_note(context, rule_classes)
+    if note is not None:
+        result.notes.append(Note(path, note))
     return result
 
 

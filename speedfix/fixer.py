@@ -25,6 +25,7 @@ from speedfix.registry import select_rules
 from speedfix.roundtrip import Restorer, RoundTripError
 from speedfix.rule import Rule
 from speedfix.parsing import python_ast
+from speedfix.project import Links
 from speedfix.source import SourceError, SourceFile, decode_source, read_bytes, write_atomic
 from speedfix.versions import TorchVersion, resolve_target
 
@@ -237,17 +238,19 @@ def fix_source(
     target: TorchVersion,
     *,
     unsafe: bool,
+    links: Links | None = None,
 ) -> FixOutcome:
-    """Fix ``source`` to a fixed point. Raises FixError when a fix breaks the code, and
-    SyntaxProblem when the parser gives up on valid code; a syntax error in ``source`` comes back
-    as an unfixed SF000 finding, with the code unchanged."""
+    """Fix ``source`` to a fixed point (``links``: what the other files of the project tell it).
+    Raises FixError when a fix breaks the code, and SyntaxProblem when the parser gives up on
+    valid code; a syntax error in ``source`` comes back as an unfixed SF000 finding, with the
+    code unchanged."""
     original_findings: Counter[str] | None = None
     data = source.data
     passes = 0
     analysis: Analysis | None = None
     restorer: Restorer | None = None
     def analyse(data: bytes, fixed: bool) -> Analysis:
-        result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target)
+        result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target, links)
         broken = result.error or result.syntax_error  # the parse runs the interpreter's ast too
         if broken is not None and fixed:  # the input parsed: our own fix broke it
             raise FixError(f"{path}: a fix produced code that does not parse ({broken.message}); nothing was written")

@@ -72,7 +72,8 @@ class ImportTable:
             local = imported
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 local = alias.asname.name.value
-            self._bind(local, f"{base}.{imported}", module_level)
+            # `from . import engine` binds `.engine`, as `from .engine import x` binds `.engine.x`
+            self._bind(local, f"{base}{imported}" if base.endswith(".") else f"{base}.{imported}", module_level)
 
     def resolve(self, dotted: str | None) -> str | None:
         """Qualified name of a dotted reference, or None when it is not imported."""

@@ -15,7 +15,10 @@ IPython syntax never reaches the parser. Each line that IPython would transform 
 these — becomes a placeholder on the same line: a comment ``# ~speedfix~ magic 7`` at the top
 level, and ``pass  # ~speedfix~ magic 7`` when indented, so that a block whose body is only magic
 (``if IN_COLAB:`` / ``!pip install ...``) still parses. A cell magic (first non-blank line starts
-with ``%%``) turns the whole cell into comment placeholders and such a cell is never rewritten.
+with ``%%``) whose body is Python (``%%time``, ``%%timeit``, ``%%capture``) keeps its first line as
+a placeholder and its body is scanned and fixed like any cell; any other (``%%bash``,
+``%%writefile``) turns the whole cell into comment placeholders, is never rewritten, and is named
+in the report as skipped (``Notebook.skipped``).
 Lines are classified one at a time with a small lexer that carries open brackets, backslash
 continuations and open strings (triple-quoted, or single-quoted continued with a backslash) from
 line to line: only a line that starts a new logical line can be magic, so text inside a
@@ -60,6 +63,8 @@ _ESCAPES = ("%", "!", "?", "/", ",", ";")
 _ASSIGN_FROM_MAGIC = re.compile(r"^[ \t]*[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*[!%]")
 _BOM = b"\xef\xbb\xbf"
 _LINE_REFERENCE = re.compile(r"\bon line (\d+)\b")
+# Cell magics whose body IPython runs as Python code.
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
 
 
 class NotebookError(SourceError):
@@ -114,6 +119,8 @@ class Notebook:
     cells: list[_CodeCell] = field(default_factory=list)
     placeholders: list[_Placeholder] = field(default_factory=list)
     source: str = ""  # the virtual source
+    skipped_cells: list[tuple[int, str]] = field(default_factory=list)  # (cell number, why)
+    python: bool = True  # False: the kernel runs another language; no cell is scanned
 
     @classmethod
     def from_bytes(cls, data: bytes, path: Path) -> Notebook:
@@ -136,7 +143,7 @@ class Notebook:
         if not isinstance(cells, list):
             raise NotebookError('not a notebook: no "cells" list')
         notebook = cls(Path(path), data, content)
-        python = _is_python(content.get("metadata"))
+        python = notebook.python = _is_python(content.get("metadata"))
         pieces: list[str] = []
         line = 1
         for index, cell in enumerate(cells):
@@ -146,6 +153,9 @@ class Notebook:
                 continue
             text = _cell_text(cell, index)
             virtual, cell_magic = notebook._virtual_cell(text)
+            if cell_magic:
+                magic = next(line for line in split_lines(text) if line.strip()).split()[0]
+                notebook.skipped_cells.append((index + 1, f"`{magic}` cell, not Python"))
             notebook.cells.append(_CodeCell(index, text, virtual, line, cell_magic))
             pieces.append(virtual)
             pieces.append(SENTINEL.format(index + 1) + "\n")
@@ -194,17 +204,27 @@ class Notebook:
             error.message = f"{error.message} (cell {cell}, line {line})"
         return error
 
+    def skipped(self) -> list[str]:
+        """What the report says about the code cells that were not scanned."""
+        if not self.python:
+            return ["not a Python notebook (its kernel runs another language): no cell was scanned"]
+        return [f"cell {number} skipped: {why}" for number, why in self.skipped_cells]
+
     def _virtual_cell(self, text: str) -> tuple[str, bool]:
         lines = split_lines(text)
         if lines and not lines[-1].endswith(("\n", "\r")):
             lines[-1] += "\n"
-        first = next((line for line in lines if line.strip()), "")
-        if first.lstrip().startswith("%%"):  # a cell magic: the whole cell is not Python
+        first = next((number for number, line in enumerate(lines) if line.strip()), -1)
+        cell_magic = first >= 0 and lines[first].lstrip().startswith("%%")
+        if cell_magic and _magic_name(lines[first]) not in PYTHON_CELL_MAGICS:  # the whole cell is not Python
             return "".join(self._placeholder(line, "", statement=False) for line in lines), True
         out: list[str] = []
         lexer = _Lexer()
         magic_continues = False
-        for line in lines:
+        for number, line in enumerate(lines):
+            if cell_magic and number == first:  # `%%time`: the first line only
+                out.append(self._placeholder(line, "", statement=False))
+                continue
             if _marker_of(line) is not None:
                 raise NotebookError(f"a code cell holds the line {line.strip()!r}, which speedfix uses as a marker")
             if magic_continues or (lexer.at_statement_start and _is_magic(line)):
@@ -398,6 +418,12 @@ def _marker_of(line: str) -> tuple[str, int] | None:
     if match is not None:
         return ("magic", int(match.group(2)))
     return None
+
+
+def _magic_name(line: str) -> str:
+    """`%%timeit -n 10` -> `timeit`."""
+    words = line.strip()[2:].split()
+    return words[0] if words else ""
 
 
 def _is_magic(line: str) -> bool:

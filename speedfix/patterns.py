@@ -6,11 +6,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Callable
 
 import libcst as cst
 
-from speedfix.context import CallSite, FileContext, Stack
+from speedfix.context import CallSite, FileContext, LoopInfo, Stack
 from speedfix.names import dotted_name
+from speedfix.steps import is_iterable_wrapper
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
 TENSOR_DATASET = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset")
@@ -122,22 +124,61 @@ def is_iterable_dataset(ctx: FileContext, dataset: cst.BaseExpression | None, st
     return name is not None and ctx.is_subclass_of(name, *ITERABLE_DATASET)
 
 
-def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> bool:
-    """A DataLoader: built by one here, or a variable/parameter named like one (`train_loader`)."""
+def worker_start_refusal(ctx: FileContext, stack: Stack) -> str | None:
+    """Why DataLoader workers must not be added to code at ``stack`` (None: they may).
+
+    With the spawn/forkserver start method (Windows, macOS, Linux on Python 3.14+) every worker
+    re-imports the script: a notebook's classes cannot be unpickled, and a script without an
+    `if __name__ == "__main__":` guard would run again in each worker."""
+    if ctx.path.endswith(".ipynb"):
+        return (
+            "in a notebook, worker processes started with spawn/forkserver (macOS, Windows, "
+            "Python 3.14+) cannot unpickle datasets defined in the notebook"
+        )
+    if not ctx.has_main_guard or (ctx.at_module_level(stack) and not ctx.in_main_guard(stack)):
+        return (
+            'no `if __name__ == "__main__":` guard: with the spawn/forkserver start method every '
+            "worker would re-run the script"
+        )
+    return None
+
+
+def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _depth: int = 0) -> bool:
+    """A DataLoader: built by one here, or a variable/parameter named like one (`train_loader`);
+    through wrappers kept in a variable (`pbar = tqdm(loader)`)."""
     call = constructor_call(ctx, expr, stack)
     if call is not None:
-        return ctx.qualname(call.func) in DATALOADER
+        if ctx.qualname(call.func) in DATALOADER:
+            return True
+        inner = unwrap_iterable(call)
+        return inner is not call and _depth < 3 and is_dataloader(ctx, inner, stack, _depth + 1)
     name = dotted_name(expr)
     return name is not None and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
 
 
 def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """``enumerate(tqdm(loader))`` -> ``loader``."""
-    while isinstance(expr, cst.Call) and dotted_name(expr.func) in (
-        "enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "iter",
-    ) and expr.args:
+    """``enumerate(tqdm(loader))``, ``metric_logger.log_every(loader, 10)`` -> ``loader``."""
+    while isinstance(expr, cst.Call) and is_iterable_wrapper(dotted_name(expr.func)) and expr.args:
         expr = expr.args[0].value
     return expr
+
+
+def is_step_loop_source(ctx: FileContext, info: LoopInfo) -> bool:
+    """The iterable of a training loop that comes from outside the function: a parameter
+    (`def train(model, data, opt): for x, y in data:`) or an attribute (`self.train_data`).
+    What drives a training loop is its batches, whatever the loader is called."""
+    if info.node not in ctx.step_loops or info.iter is None:
+        return False
+    source = unwrap_iterable(info.iter)
+    name = dotted_name(source)
+    if name is None:
+        return False
+    if name.startswith("self.") and name.count(".") == 1:
+        return True
+    function = ctx.function_of(info.stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
+        return False
+    return name in {param.name.value for param in function.params.params}
 
 
 _CUDNN_SWITCHES = ("cudnn.benchmark", "cudnn.deterministic", "cudnn.enabled")
@@ -146,15 +187,35 @@ DETERMINISTIC_ALGORITHMS = ("torch.use_deterministic_algorithms",)
 
 def cudnn_settings(ctx: FileContext) -> bool:
     """Does the script choose cuDNN's behaviour itself (autotuning, determinism, cuDNN off)?"""
-    return bool(ctx.calls_to(*DETERMINISTIC_ALGORITHMS)) or any(
-        name.endswith(_CUDNN_SWITCHES) for name in ctx.assignments
-    )
+    return bool(cudnn_choices(ctx))
 
 
-def uses_autocast(ctx: FileContext) -> bool:
-    return bool(ctx.calls_to(*AUTOCAST)) or any(
-        ctx.qualname(item) in AUTOCAST for info in ctx.withs for item in info.items
-    )
+def cudnn_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:
+    """(statement, stack) of each place that chooses cuDNN's behaviour."""
+    found = [(site.statement, site.stack) for site in ctx.calls_to(*DETERMINISTIC_ALGORITHMS)]
+    return found + _assigned(ctx, lambda name: name.endswith(_CUDNN_SWITCHES))
+
+
+_TF32_SWITCHES = ("allow_tf32", "fp32_precision")
+
+
+def matmul_precision_chosen(ctx: FileContext) -> bool:
+    """Does the script choose the fp32 matmul precision itself (`set_float32_matmul_precision`,
+    any `allow_tf32`/`fp32_precision` setting, "highest" included)?"""
+    return bool(matmul_precision_choices(ctx))
+
+
+def matmul_precision_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:
+    """(statement, stack) of each place that chooses the fp32 matmul precision."""
+    found = [(site.statement, site.stack) for site in ctx.calls_to("torch.set_float32_matmul_precision")]
+    found += _assigned(ctx, lambda name: name.rsplit(".", 1)[-1] in _TF32_SWITCHES)
+    return found + [
+        (site.statement, site.stack) for site in ctx.calls if "fp32_precision" in (dotted_name(site.node.func) or "")
+    ]
+
+
+def _assigned(ctx: FileContext, wanted: Callable[[str], bool]) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:
+    return [(a.statement, a.stack) for name, found in ctx.assignments.items() if wanted(name) for a in found]
 
 
 @dataclass
@@ -169,14 +230,26 @@ class BatchNames:
         for info in self.ctx.loops.values():
             if not isinstance(info.node, cst.For) or info.iter is None:
                 continue
-            if not is_dataloader(self.ctx, unwrap_iterable(info.iter), info.stack):
+            if not is_dataloader(self.ctx, unwrap_iterable(info.iter), info.stack) and not is_step_loop_source(self.ctx, info):
                 continue
             names = result.setdefault(self.ctx.function_of(info.stack), set())
             names.update(n for n in info.targets if not _is_index_name(info, n))
+        self._add_next_batches(result)
         self._add_callee_parameters(result)
         for function, names in result.items():
             self._add_derived(function, names)
         return result
+
+    def _add_next_batches(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
+        """`x, y = next(batches)` or `next(iter(loader))` in a training loop: a batch."""
+        for target, assignments in self.ctx.assignments.items():
+            for assignment in assignments:
+                value = assignment.value
+                if not (isinstance(value, cst.Call) and dotted_name(value.func) == "next" and value.args):
+                    continue
+                source = unwrap_iterable(value.args[0].value)
+                if dotted_name(source) is not None and self.ctx.in_training_loop(assignment.stack):
+                    result.setdefault(self.ctx.function_of(assignment.stack), set()).add(target)
 
     def _add_callee_parameters(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
         """`for batch in loader: train_step(model, batch)` makes `batch` a batch in train_step."""

@@ -21,6 +21,7 @@ from typing import ClassVar
 import libcst as cst
 from speedfix.context import FileContext, Visitor
 from speedfix.findings import Applicability, Category, Finding, Fix, FixOp, LossCheck, Severity
+from speedfix.frameworks import GPU_MARKERS
 from speedfix.versions import TorchVersion
 
 DOC_SECTIONS = (
@@ -128,11 +129,14 @@ class Rule(Visitor):
 
     # -------------------------------------------------------------- metadata
     @classmethod
-    def may_apply(cls, data: bytes) -> bool:
-        """False when the file cannot contain what the rule looks for (no parse needed)."""
-        if cls.gpu_only and b"cuda" not in data and b"accelerator" not in data:
+    def may_apply(cls, data: bytes, *, cuda: bool = False, hot: bool = False) -> bool:
+        """False when the file cannot contain what the rule looks for (no parse needed).
+        Another file of the project can say that this one runs on CUDA (``cuda``), or calls
+        its functions on every training step (``hot``: the markers are in that other file)."""
+        if cls.gpu_only and not (cuda or b"cuda" in data or b"accelerator" in data
+                                 or any(marker in data for marker in GPU_MARKERS)):
             return False
-        return not cls.requires or any(marker in data for marker in cls.requires)
+        return hot or not cls.requires or any(marker in data for marker in cls.requires)
 
     @classmethod
     def applies_to(cls, version: TorchVersion) -> bool:

@@ -1,4 +1,5 @@
-"""Scan files and directories: discovery, reading, analysis, fix details for the reports."""
+"""Scan files and directories: discovery, reading, the project links, analysis, fix details for
+the reports."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from speedfix import deadline
-from speedfix.config import Settings
+from speedfix.config import Settings, real_path
 from speedfix.discovery import Target, iter_targets
-from speedfix.engine import Analysis, FileError, analyze
-from speedfix.cache import ScanCache, cache_enabled, content_key
+from speedfix.engine import Analysis, FileError, Note, analyze
+from speedfix.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.findings import Finding, from_record, to_record
-from speedfix.notebook import Notebook, NotebookError, read_python
+from speedfix.notebook import Notebook, NotebookError, is_notebook, read_python
 from speedfix.parsing import collector_paused
+from speedfix.project import Links, ModuleFacts, extract_facts, link
+from speedfix.project.linker import imported_words, linked_candidates
 from speedfix.source import SourceError, diff_labels, read_bytes, split_lines
 
 
@@ -24,6 +27,7 @@ class ScanResult:
     findings: list[Finding] = field(default_factory=list)
     errors: list[FileError] = field(default_factory=list)
     files: int = 0
+    notes: list[Note] = field(default_factory=list)  # what could not be checked, skipped cells
 
     @property
     def exit_code(self) -> int:
@@ -41,8 +45,9 @@ def display_path(path: Path) -> str:
     return str(path) if relative.startswith("..") else relative
 
 
-def scan_file(target: Target, settings: Settings, *, details: bool = False) -> Analysis:
-    """Analyse one file; errors are returned, never raised."""
+def scan_file(target: Target, settings: Settings, *, details: bool = False, links: Links | None = None) -> Analysis:
+    """Analyse one file (``links``: what the other files of the scan tell it); errors are
+    returned, never raised."""
     shown = display_path(target.path)
     try:
         source, notebook = read_python(target.path, settings.max_file_size)
@@ -50,9 +55,10 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False) -> A
         return Analysis(shown, error=FileError(shown, str(exc)))
     try:
         with deadline.time_limit(settings.file_time_limit), collector_paused():
-            analysis = analyze(source, shown, settings.rules_for(target.path), settings.target)
+            analysis = analyze(source, shown, settings.rules_for(target.path), settings.target, links)
             if notebook is not None:
                 notebook.locate(analysis.findings)
+                analysis.notes[:0] = [Note(shown, message) for message in notebook.skipped()]
                 if analysis.error is not None:
                     notebook.locate_error(analysis.error)
             if details:
@@ -110,6 +116,7 @@ def _record(analysis: Analysis) -> dict:
     return {
         "error": None if error is None else error.__dict__,
         "findings": [to_record(f) for f in analysis.findings],
+        "notes": [note.message for note in analysis.notes],
     }
 
 
@@ -119,6 +126,7 @@ def _from_record(record: dict) -> Analysis:
         path="",
         findings=[from_record(f) for f in record["findings"]],
         error=None if error is None else FileError(**error),
+        notes=[Note("", str(message)) for message in record.get("notes", [])],
     )
 
 
@@ -136,18 +144,77 @@ def _loaded(record: object) -> Analysis | None:
     return analysis if well_formed else None
 
 
-def _analyse_to_record(job: tuple[Target, Settings, bool]) -> dict:
+Job = tuple[Target, Settings, bool, "Links | None"]
+
+
+def _analyse_to_record(job: Job) -> dict:
     """Worker: analyse one file and return its plain record."""
-    target, settings, details = job
-    return _record(scan_file(target, settings, details=details))
+    target, settings, details, links = job
+    return _record(scan_file(target, settings, details=details, links=links))
 
 
-def _cache_key(settings: Settings, target: Target, details: bool) -> str | None:
-    try:
-        data = read_bytes(target.path, settings.max_file_size)
-    except SourceError:
-        return None  # analysing it reports why
-    return content_key(data, tuple(rule.code for rule in settings.rules_for(target.path)), details)
+def _cache_key(settings: Settings, target: Target, details: bool, digest: str | None, links: Links | None) -> str | None:
+    if digest is None:
+        return None  # unreadable: analysing it reports why
+    rules = tuple(rule.code for rule in settings.rules_for(target.path))
+    return content_key(digest, rules, details, links.digest() if links is not None else "")
+
+
+def project_links(
+    targets: list[Target], paths: list[Path], settings: Settings, cache: ScanCache | None = None,
+) -> tuple[dict[Path, Links], dict[Path, str]]:
+    """The links between the scanned Python files that import each other, by target path, and
+    each readable file's digest. Only files that import, or are imported by, another scanned
+    file are parsed for their facts (with Python's own parser; cached by content)."""
+    sources: dict[Path, bytes] = {}
+    digests: dict[Path, str] = {}
+    for target in targets:
+        try:
+            data = read_bytes(target.path, settings.max_file_size)
+        except SourceError:
+            continue
+        digests[target.path] = file_digest(data)
+        if not is_notebook(target.path):
+            sources[target.path] = data
+    by_real = {real_path(path): path for path in sources}
+    facts: dict[Path, ModuleFacts] = {}
+    for path in linked_candidates({real: sources[path] for real, path in by_real.items()}):
+        found = _facts(by_real[path], sources[by_real[path]], digests[by_real[path]], cache)
+        if found is not None:
+            facts[path] = found
+    roots = [real_path(p) if p.is_dir() else real_path(p).parent for p in paths]
+    linked = link(facts, roots, lambda real: display_path(by_real[real]))
+    links = {by_real[real]: found for real, found in linked.items()}
+    for path, data in sources.items():
+        if path not in links:
+            missing = _siblings_not_scanned(path, data, by_real)
+            if missing:
+                links[path] = Links(missing=missing)
+    return links, digests
+
+
+def _facts(path: Path, data: bytes, digest: str, cache: ScanCache | None) -> ModuleFacts | None:
+    record = cache.get_facts(path, digest) if cache is not None else None
+    if record is not None:
+        try:
+            return ModuleFacts.from_record(record)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # a damaged entry: read the file again
+    facts = extract_facts(data)
+    if cache is not None:
+        cache.put_facts(path, digest, facts.to_record() if facts is not None else None)
+    return facts
+
+
+def _siblings_not_scanned(path: Path, data: bytes, scanned: dict[Path, Path]) -> tuple[str, ...]:
+    """Modules a lone file imports that sit beside it but are not part of the scan."""
+    folder = path.parent
+    missing = []
+    for word in sorted(imported_words(data, modules_only=True)):
+        candidate = folder / f"{word}.py"
+        if candidate != path and candidate.is_file() and real_path(candidate) not in scanned:
+            missing.append(candidate.name)
+    return tuple(missing)
 
 
 def scan_paths(
@@ -163,6 +230,7 @@ def scan_paths(
     result = ScanResult()
     targets = list(iter_targets(paths, settings))
     cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
+    links, digests = project_links(targets, paths, settings, cache)
     analyses: dict[int, Analysis] = {}
     keys: dict[int, str | None] = {}
     todo: list[int] = []
@@ -170,7 +238,7 @@ def scan_paths(
         hit = None
         if cache is not None:
             # A file edited after this point is re-analysed next time: its hash will differ.
-            keys[index] = _cache_key(settings, target, details)
+            keys[index] = _cache_key(settings, target, details, digests.get(target.path), links.get(target.path))
             hit = cache.get(target.path, keys[index]) if keys[index] is not None else None
             hit = _loaded(hit) if hit is not None else None  # a damaged entry is analysed again
         if hit is not None:
@@ -180,7 +248,7 @@ def scan_paths(
     done = len(analyses)
     if progress is not None:
         progress(done, len(targets))
-    for index, record in zip(todo, _run([(targets[i], settings, details) for i in todo], jobs)):
+    for index, record in zip(todo, _run([(targets[i], settings, details, links.get(targets[i].path)) for i in todo], jobs)):
         analyses[index] = _from_record(record)
         key = keys.get(index)
         if cache is not None and key is not None and record["error"] is None:
@@ -197,10 +265,13 @@ def scan_paths(
             finding.path = shown
         if analysis.error is not None:
             analysis.error.path = shown
+        for note in analysis.notes:
+            note.path = shown
         result.files += 1
         if analysis.error is not None:
             result.errors.append(analysis.error)
         result.findings.extend(analysis.findings)
+        result.notes.extend(analysis.notes)
     result.findings.sort(key=lambda f: f.sort_key)
     return result
 
@@ -209,7 +280,7 @@ def scan_paths(
 _PARALLEL_FROM = 8
 
 
-def _run(jobs_list: list[tuple[Target, Settings, bool]], jobs: int | None) -> Iterator[dict]:
+def _run(jobs_list: list[Job], jobs: int | None) -> Iterator[dict]:
     workers = min(jobs or os.cpu_count() or 1, len(jobs_list))
     if workers <= 1 or len(jobs_list) < _PARALLEL_FROM:
         yield from map(_analyse_to_record, jobs_list)

@@ -26,7 +26,7 @@ TRAIN_SCRIPT = textwrap.dedent(
         running = 0.0
         for step, (x, y) in enumerate(loader):
             x, y = x.to(device), y.to(device)
-            with torch.autocast("cuda", dtype=torch.float16):
+            with torch.autocast("cuda", dtype=torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16):
                 loss = model(x, y)
             optimizer.zero_grad()
             scaler.scale(loss).backward()

@@ -205,6 +205,8 @@ def test_fix_code_api_reuses_aliases_and_adds_imports_once():
                 loss = model(x.cuda()).sum()
                 loss.backward()
                 opt.step()
+
+        train(nn.Linear(8, 1).cuda(), loader, opt)
         """
     )
     out = fix_code(code, path="t.py", select=["SF201"], unsafe=True)

@@ -31,9 +31,9 @@ def analyses(monkeypatch):
     calls: list[str] = []
     original = scan_module.analyze
 
-    def counting(source, path, rules, target):
+    def counting(source, path, *args, **kwargs):
         calls.append(path)
-        return original(source, path, rules, target)
+        return original(source, path, *args, **kwargs)
 
     monkeypatch.setattr(scan_module, "analyze", counting)
     return calls

@@ -251,7 +251,8 @@ def test_output_file_for_text_format_has_no_colour(run_cli, train_script, write,
 def test_cpu_only_script_gets_no_gpu_advice(run_cli, train_script, write):
     cpu = train_script.replace('torch.device("cuda" if torch.cuda.is_available() else "cpu")', '"cpu"').replace(
         "torch.cuda.amp.GradScaler()", "None"
-    ).replace('torch.autocast("cuda", dtype=torch.float16)', "nullcontext()")
+    ).replace('torch.autocast("cuda", dtype=torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)',
+              "nullcontext()")
     path = write("train.py", cpu)
     assert set(codes(run_cli("scan", path).stdout)) == {"SF101"}
 

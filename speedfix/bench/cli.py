@@ -116,9 +116,9 @@ def _single(spec: RunSpec, s: CompareSettings, json_file: Path | None, console: 
         result = run_once(spec, config)
         progress.finish(result)
     if json_file:
-        report.write_json(json_file, result)
+        report.write_json(json_file, result.to_json())
     report.render_run(result, console)
-    return {"ok": EXIT_OK, "incomplete": EXIT_CHECK_FAILED}.get(result["status"], EXIT_ERROR)
+    return {"ok": EXIT_OK, "incomplete": EXIT_CHECK_FAILED}.get(result.status, EXIT_ERROR)
 
 
 def _pair(scripts: list[Path], args: list[str], cwd: Path | None, s: CompareSettings, json_file: Path | None,
@@ -142,16 +142,16 @@ def _pair(scripts: list[Path], args: list[str], cwd: Path | None, s: CompareSett
             console.print(f"[red]error:[/] {err}")
             report.render_run(err.result, console)
             if json_file:
-                report.write_json(json_file, {"error": str(err), "original": err.result})
+                report.write_json(json_file, {"error": str(err), "original": err.result.to_json()})
             return EXIT_ERROR
     if json_file:
-        report.write_json(json_file, outcome)
+        report.write_json(json_file, outcome.to_json())
     report.render_compare(outcome, console)
-    cand = outcome["candidates"][0]
-    if cand["status"] != "ok":
+    cand = outcome.candidates[0]
+    if cand.status != "ok":
         return EXIT_ERROR
-    slower = (cand.get("speedup") or {}).get("verdict") == SLOWER
-    failed_loss = not (cand.get("numerics") or {}).get("passed", True)
+    slower = bool(cand.speedup and cand.speedup.verdict == SLOWER)
+    failed_loss = bool(cand.numerics and not cand.numerics.passed)
     return EXIT_CHECK_FAILED if slower or failed_loss else EXIT_OK
 
 
@@ -167,12 +167,12 @@ def _suite(s: CompareSettings, fixtures: Path | None, tiny: bool | None, only: l
         console.print(f"[red]error:[/] {err}")
         return EXIT_ERROR
     if json_file:
-        report.write_json(json_file, result)
+        report.write_json(json_file, result.to_json())
     if markdown:
         report.write_text(markdown, report.suite_markdown(result))
     report.render_suite(result, console)
-    rows = result["workloads"]
-    if any(r.get("error") or r.get("failures", {}).get("speedfix") for r in rows):
+    rows = result.workloads
+    if any(r.error or "speedfix" in (r.failures or {}) for r in rows):
         return EXIT_ERROR
-    bad = [r for r in rows if (r.get("speedup") or {}).get("verdict") == SLOWER or r["loss_check"].startswith("FAIL")]
+    bad = [r for r in rows if (r.speedup and r.speedup.verdict == SLOWER) or r.loss_check_failed]
     return EXIT_CHECK_FAILED if bad else EXIT_OK

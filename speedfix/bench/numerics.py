@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from .results import LossCheck, LossDiff, SeedBand
+
 CAVEAT = ("The loss check covers only the measured window (a few hundred steps at most): it is a "
           "smoke test for broken numerics, not proof of equal convergence.")
 
@@ -53,10 +55,6 @@ def class_of(codes: Sequence[str]) -> str:
     return max(classes, key=_LOOSENESS.__getitem__)
 
 
-def losses(result: dict) -> list[float | None]:
-    return list((result.get("loss") or {}).get("values") or [])
-
-
 def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(a), abs(b), 1e-8)
 
@@ -84,7 +82,7 @@ def nonfinite(values: Sequence[float | None]) -> int:
     return sum(v is None or not math.isfinite(v) for v in values)
 
 
-def compare_losses(a: Sequence[float | None], b: Sequence[float | None]) -> dict:
+def compare_losses(a: Sequence[float | None], b: Sequence[float | None]) -> LossDiff:
     """How far trajectory b is from trajectory a (position by position, up to the shorter)."""
     n = min(len(a), len(b))
     diffs = [(i, _rel(x, y)) for i, (x, y) in enumerate(zip(a[:n], b[:n]))
@@ -92,75 +90,74 @@ def compare_losses(a: Sequence[float | None], b: Sequence[float | None]) -> dict
     first_div = next((i for i, d in diffs if d > DIVERGE_REL), None)
     ema_a, ema_b = ema(a[:n]), ema(b[:n])
     tail_a, tail_b = tail_mean(a[:n]), tail_mean(b[:n])
-    return {
-        "compared": n, "length_a": len(a), "length_b": len(b),
-        "bitwise": n > 0 and len(a) == len(b) and list(a) == list(b),
-        "max_rel_diff": max((d for _, d in diffs), default=None),
-        "step0_rel_diff": _rel(a[0], b[0]) if n and a[0] is not None and b[0] is not None else None,
-        "first_divergent_index": first_div,
-        "ema_final_rel_diff": _rel(ema_a, ema_b) if ema_a is not None and ema_b is not None else None,
-        "tail_mean_rel_diff": _rel(tail_a, tail_b) if tail_a is not None and tail_b is not None else None,
-    }
+    return LossDiff(
+        compared=n, length_a=len(a), length_b=len(b),
+        bitwise=n > 0 and len(a) == len(b) and list(a) == list(b),
+        max_rel_diff=max((d for _, d in diffs), default=None),
+        step0_rel_diff=_rel(a[0], b[0]) if n and a[0] is not None and b[0] is not None else None,
+        first_divergent_index=first_div,
+        ema_final_rel_diff=_rel(ema_a, ema_b) if ema_a is not None and ema_b is not None else None,
+        tail_mean_rel_diff=_rel(tail_a, tail_b) if tail_a is not None and tail_b is not None else None,
+    )
 
 
-def seed_band(reference: Sequence[float | None], others: Sequence[Sequence[float | None]]) -> dict:
+def seed_band(reference: Sequence[float | None], others: Sequence[Sequence[float | None]]) -> SeedBand:
     """The spread of the original across seeds, as thresholds for the smoothed and tail loss."""
     comparisons = [compare_losses(reference, other) for other in others]
-    ema_spread = max((c["ema_final_rel_diff"] or 0.0 for c in comparisons), default=0.0)
-    tail_spread = max((c["tail_mean_rel_diff"] or 0.0 for c in comparisons), default=0.0)
-    return {"runs": len(comparisons), "ema_spread": ema_spread, "tail_spread": tail_spread,
-            "ema_threshold": max(SEED_BAND_FLOOR, SEED_BAND_MULT * ema_spread),
-            "tail_threshold": max(SEED_BAND_FLOOR, SEED_BAND_MULT * tail_spread)}
+    ema_spread = max((c.ema_final_rel_diff or 0.0 for c in comparisons), default=0.0)
+    tail_spread = max((c.tail_mean_rel_diff or 0.0 for c in comparisons), default=0.0)
+    return SeedBand(runs=len(comparisons), ema_spread=ema_spread, tail_spread=tail_spread,
+                    ema_threshold=max(SEED_BAND_FLOOR, SEED_BAND_MULT * ema_spread),
+                    tail_threshold=max(SEED_BAND_FLOOR, SEED_BAND_MULT * tail_spread))
 
 
 def check(a_runs: Sequence[Sequence[float | None]], b: Sequence[float | None], *, kind: str = AUTO,
-          band: Callable[[], dict | None] | None = None) -> dict:
+          band: Callable[[], SeedBand | None] | None = None) -> LossCheck:
     """Judge trajectory b against the original's runs (same seed). ``band`` is called lazily:
     the extra seed runs cost time and are needed only when b is not within the A/A tolerance."""
     if not a_runs or not a_runs[0] or not b:
-        return {"kind": kind, "level": "unchecked", "passed": True,
-                "reason": "no scalar loss was passed to backward(), so the loss could not be compared"}
+        return LossCheck(kind, level="unchecked", passed=True,
+                         reason="no scalar loss was passed to backward(), so the loss could not be compared")
     a0 = a_runs[0]
     ab = compare_losses(a0, b)
     aa = compare_losses(a0, a_runs[1]) if len(a_runs) > 1 else None
-    out: dict = {"kind": kind, "ab": ab, "aa": aa, "seed_band": None,
-                 "nonfinite_a": max(nonfinite(r) for r in a_runs), "nonfinite_b": nonfinite(b)}
-    if out["nonfinite_b"] > out["nonfinite_a"]:
-        return {**out, "level": "new non-finite", "passed": False,
-                "reason": f"{out['nonfinite_b']} NaN/inf losses, the original had {out['nonfinite_a']}"}
-    if ab["bitwise"]:
-        return {**out, "level": "identical", "passed": True, "reason": "bitwise identical loss trajectory"}
-    if aa is not None and not aa["bitwise"] and aa["max_rel_diff"] is not None and ab["max_rel_diff"] is not None \
-            and len(a0) == len(b) and ab["max_rel_diff"] <= AA_K * aa["max_rel_diff"]:
-        return {**out, "level": "within A/A", "passed": True,
-                "reason": f"max deviation {ab['max_rel_diff']:.2g} is within {AA_K:g}x the original's "
-                          f"run-to-run deviation ({aa['max_rel_diff']:.2g})"}
+    nonfinite_a, nonfinite_b = max(nonfinite(r) for r in a_runs), nonfinite(b)
+
+    def judged(level: str, passed: bool, reason: str, info: SeedBand | None = None) -> LossCheck:
+        return LossCheck(kind, ab, aa, info, nonfinite_a, nonfinite_b, level, passed, reason)
+
+    if nonfinite_b > nonfinite_a:
+        return judged("new non-finite", False, f"{nonfinite_b} NaN/inf losses, the original had {nonfinite_a}")
+    if ab.bitwise:
+        return judged("identical", True, "bitwise identical loss trajectory")
+    if aa is not None and not aa.bitwise and aa.max_rel_diff is not None and ab.max_rel_diff is not None \
+            and len(a0) == len(b) and ab.max_rel_diff <= AA_K * aa.max_rel_diff:
+        return judged("within A/A", True, f"max deviation {ab.max_rel_diff:.2g} is within {AA_K:g}x the original's "
+                                          f"run-to-run deviation ({aa.max_rel_diff:.2g})")
     where = _divergence(ab)
     if kind == EXACT:
-        return {**out, "level": "changed", "passed": False,
-                "reason": f"this fix should not change the numerics, but the loss changed ({where}); "
-                          "a hidden RNG or behaviour change"}
+        return judged("changed", False, f"this fix should not change the numerics, but the loss changed ({where}); "
+                                        "a hidden RNG or behaviour change")
     info = band() if band is not None else None
-    out["seed_band"] = info
-    if info is None or not info.get("runs"):
-        return {**out, "level": "changed", "passed": False,
-                "reason": f"the loss changed ({where}) and no seed band was measured to judge it"}
-    ema_d, tail_d = ab["ema_final_rel_diff"] or 0.0, ab["tail_mean_rel_diff"] or 0.0
-    if kind == NUMERICS and ab["step0_rel_diff"] is not None and ab["step0_rel_diff"] > STEP0_TOL:
-        return {**out, "level": "outside seed band", "passed": False,
-                "reason": f"the first loss differs by {ab['step0_rel_diff']:.1%} (tolerance {STEP0_TOL:.0%})"}
-    if ema_d <= info["ema_threshold"] and tail_d <= info["tail_threshold"]:
-        return {**out, "level": "within seed band", "passed": True,
-                "reason": f"smoothed loss {ema_d:.2%} and tail loss {tail_d:.2%} from the original, inside "
-                          f"its seed-to-seed band ({info['ema_threshold']:.2%}, {info['tail_threshold']:.2%})"}
-    return {**out, "level": "outside seed band", "passed": False,
-            "reason": f"smoothed loss {ema_d:.2%} / tail loss {tail_d:.2%} from the original, outside its "
-                      f"seed-to-seed band ({info['ema_threshold']:.2%} / {info['tail_threshold']:.2%})"}
+    if info is None or not info.runs:
+        return judged("changed", False, f"the loss changed ({where}) and no seed band was measured to judge it",
+                      info)
+    ema_d, tail_d = ab.ema_final_rel_diff or 0.0, ab.tail_mean_rel_diff or 0.0
+    if kind == NUMERICS and ab.step0_rel_diff is not None and ab.step0_rel_diff > STEP0_TOL:
+        return judged("outside seed band", False,
+                      f"the first loss differs by {ab.step0_rel_diff:.1%} (tolerance {STEP0_TOL:.0%})", info)
+    if ema_d <= info.ema_threshold and tail_d <= info.tail_threshold:
+        return judged("within seed band", True,
+                      f"smoothed loss {ema_d:.2%} and tail loss {tail_d:.2%} from the original, inside "
+                      f"its seed-to-seed band ({info.ema_threshold:.2%}, {info.tail_threshold:.2%})", info)
+    return judged("outside seed band", False,
+                  f"smoothed loss {ema_d:.2%} / tail loss {tail_d:.2%} from the original, outside its "
+                  f"seed-to-seed band ({info.ema_threshold:.2%} / {info.tail_threshold:.2%})", info)
 
 
-def _divergence(ab: dict) -> str:
-    if ab["length_a"] != ab["length_b"]:
-        return f"{ab['length_b']} loss values against {ab['length_a']}"
-    index = ab["first_divergent_index"]
+def _divergence(ab: LossDiff) -> str:
+    if ab.length_a != ab.length_b:
+        return f"{ab.length_b} loss values against {ab.length_a}"
+    index = ab.first_divergent_index
     where = f"first differs by >{DIVERGE_REL:g} at backward() #{index}" if index is not None else "tiny differences"
-    return f"{where}, max relative deviation {ab['max_rel_diff']:.2g}"
+    return f"{where}, max relative deviation {ab.max_rel_diff:.2g}"

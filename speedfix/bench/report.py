@@ -16,6 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import compare, numerics, stats
+from .results import (OK, Comparison, Decision, FixDecision, Load, LossCheck, MemoryChange, RunResult, Speedup, SuiteResult,
+                      VerifyReport)
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -41,27 +43,22 @@ def fmt_bytes(value: float | None) -> str:
     return "-"
 
 
-def fmt_speedup(speedup: dict | None) -> str:
+def fmt_speedup(speedup: Speedup | None) -> str:
     if not speedup:
         return "-"
-    lo, hi = speedup["ci95_median"]
-    if not math.isfinite(hi):  # too few pairs for any 95% interval
-        pairs = speedup.get("pairs") or len(speedup.get("per_pair") or ())
-        return f"{speedup['median']:.2f}x (no interval: {pairs} pair{'s' if pairs != 1 else ''})"
-    return f"{speedup['median']:.2f}x [{lo:.2f}, {hi:.2f}]"
+    if not math.isfinite(speedup.hi):  # too few pairs for any 95% interval
+        pairs = speedup.pairs or len(speedup.per_pair)
+        return f"{speedup.median:.2f}x (no interval: {pairs} pair{'s' if pairs != 1 else ''})"
+    return f"{speedup.median:.2f}x [{speedup.lo:.2f}, {speedup.hi:.2f}]"
 
 
-def not_on_gpu_note(report: dict) -> str | None:
+def not_on_gpu_note(report: VerifyReport) -> str | None:
     """What a verify report measured without a CUDA GPU cannot show."""
-    device = report.get("verified_on")
+    device = report.verified_on
     if device in (None, "cuda"):
         return None
     return (f"verified on {device}, not on a CUDA GPU: fixes for CUDA scripts are not verified here "
             "(their speed and their failures show only on the GPU)")
-
-
-def decision_of(fix: dict) -> str:
-    return fix.get("decision") or ("kept" if fix["kept"] else "rejected")
 
 
 def sparkline(values: list, width: int = 40) -> str:
@@ -105,14 +102,14 @@ def print_table(console: Console, table: Table) -> None:
     console.print(table, width=None if console.is_terminal else max(console.width, 160))
 
 
-def load_note(load: dict | None) -> str | None:
+def load_note(load: Load | None) -> str | None:
     """A warning when other work competed for the CPUs during the measurement."""
-    if not load or load.get("max_loadavg") is None or not load.get("cpus"):
+    if not load or load.max_loadavg is None or not load.cpus:
         return None
-    if load["max_loadavg"] <= 0.75 * load["cpus"] + 1:
+    if load.max_loadavg <= 0.75 * load.cpus + 1:
         return None
-    return (f"warning: the machine was busy (1-minute load average up to {load['max_loadavg']:.1f} on "
-            f"{load['cpus']} CPUs); expect wide intervals and treat the figures with care")
+    return (f"warning: the machine was busy (1-minute load average up to {load.max_loadavg:.1f} on "
+            f"{load.cpus} CPUs); expect wide intervals and treat the figures with care")
 
 
 # ---------------------------------------------------------------- one run
@@ -124,121 +121,123 @@ def warn_real_files_modified(paths: list[str], console: Console) -> None:
                       f"{' ...' if len(paths) > 5 else ''}[/]")
 
 
-def render_run(result: dict, console: Console) -> None:
-    s = compare.run_summary(result)
-    env, device, steps = result.get("env") or {}, result.get("device") or {}, result.get("steps") or {}
-    data, loss = result.get("data") or {}, result.get("loss") or {}
-    table = Table(title=f"speedfix bench: {Path(result.get('script', '?')).name}", show_header=False)
+def render_run(result: RunResult, console: Console) -> None:
+    s = result.summary()
+    env, device, steps = result.env, result.device, result.steps
+    data, loss, compiled = result.data, result.loss, result.compile
+    table = Table(title=f"speedfix bench: {Path(result.script or '?').name}", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")
-    style = "green" if s["status"] == "ok" else "red"
-    table.add_row("status", f"[{style}]{s['status']}[/]: {s['message']}")
-    table.add_row("device", f"{device.get('type') or '?'} ({device.get('param_dtype') or '?'} parameters), "
-                  f"torch {env.get('torch', '?')}, python {env.get('python', '?')}")
-    table.add_row("steps", f"{steps.get('warmup') or 0} warm-up + {s['steps_timed'] or 0} timed "
-                  f"({steps.get('observed_primary', 0)} observed, {steps.get('optimizers', 0)} optimizer(s))")
-    if result.get("clock") == "backward":
+    style = "green" if s.status == OK else "red"
+    table.add_row("status", f"[{style}]{s.status}[/]: {s.message}")
+    table.add_row("device", f"{device.type or '?'} ({device.param_dtype or '?'} parameters), "
+                  f"torch {_or_unknown(env.torch)}, python {_or_unknown(env.python)}")
+    table.add_row("steps", f"{steps.warmup or 0} warm-up + {s.steps_timed or 0} timed "
+                  f"({steps.observed_primary or 0} observed, {steps.optimizers or 0} optimizer(s))")
+    if result.clock == "backward":
         table.add_row("clock", "backward() calls: the script steps no torch.optim optimizer "
                       "(hand-written parameter updates)")
-    compiled = result.get("compile") or {}
-    if compiled.get("compilations"):
-        settled = "" if compiled.get("settled") is not False else "; [yellow]still compiling when the window opened[/]"
-        in_window = compiled.get("in_window") or 0
-        table.add_row("compile", f"{compiled['seconds']:.1f} s in {compiled['compilations']} compilation(s), "
+    if compiled.compilations:
+        settled = "" if compiled.settled is not False else "; [yellow]still compiling when the window opened[/]"
+        in_window = compiled.in_window or 0
+        table.add_row("compile", f"{compiled.seconds:.1f} s in {compiled.compilations} compilation(s), "
                       f"paid once per run; {in_window or 'none'} inside the window{settled}")
-    if s["window_s"]:
-        table.add_row("window", f"{s['window_s']:.2f} s")
-    table.add_row("steps/s", fmt_rate(s["steps_per_s"]))
-    source = data.get("batch_size_source")
-    table.add_row("samples/s", fmt_rate(s["samples_per_s"]) +
-                  (f" (batch {data.get('batch_size')} from the {source.replace('_', ' ')})" if source else ""))
-    table.add_row("data wait", fmt_pct(s["data_wait_fraction"]) + (" of step time" if s["data_wait_fraction"] is not None else ""))
-    if s["step_median_s"]:
-        table.add_row("step time", f"median {s['step_median_s'] * 1e3:.2f} ms, p10 {s['step_p10_s'] * 1e3:.2f} ms, "
-                      f"max {result['timing']['step_time_s']['max'] * 1e3:.2f} ms")
-    table.add_row("peak memory", f"{fmt_bytes(s['peak_bytes'])} {s['peak_kind']}".strip())
-    if s["harness_share"] is not None:
-        table.add_row("harness", f"{s['harness_share']:.2%} of the window spent in speedfix's own hooks")
-    values = loss.get("values") or []
+    if s.window_s:
+        table.add_row("window", f"{s.window_s:.2f} s")
+    table.add_row("steps/s", fmt_rate(s.steps_per_s))
+    source = data.batch_size_source
+    table.add_row("samples/s", fmt_rate(s.samples_per_s) +
+                  (f" (batch {data.batch_size} from the {source.replace('_', ' ')})" if source else ""))
+    table.add_row("data wait", fmt_pct(s.data_wait_fraction) + (" of step time" if s.data_wait_fraction is not None else ""))
+    if s.step_median_s and result.timing.step_time_s:
+        table.add_row("step time", f"median {s.step_median_s * 1e3:.2f} ms, p10 {s.step_p10_s * 1e3:.2f} ms, "
+                      f"max {result.timing.step_time_s.max * 1e3:.2f} ms")
+    table.add_row("peak memory", f"{fmt_bytes(s.peak_bytes)} {s.peak_kind}".strip())
+    if s.harness_share is not None:
+        table.add_row("harness", f"{s.harness_share:.2%} of the window spent in speedfix's own hooks")
+    values = loss.values
     if values:
-        table.add_row("loss", f"{s['loss_first']:.4g} -> {s['loss_last']:.4g} over {len(values)} backward() calls "
+        table.add_row("loss", f"{s.loss_first:.4g} -> {s.loss_last:.4g} over {len(values)} backward() calls "
                       f"{sparkline(values)}")
-        if loss.get("nonfinite"):
-            table.add_row("non-finite", f"[red]{loss['nonfinite']} NaN/inf losses[/]")
-        if loss.get("grad_scaler_seen"):
-            table.add_row("GradScaler", f"{loss.get('grad_scaler_skipped_steps', 0)} skipped steps of "
-                          f"{loss.get('grad_scaler_step_calls', 0)}")
+        if loss.nonfinite:
+            table.add_row("non-finite", f"[red]{loss.nonfinite} NaN/inf losses[/]")
+        if loss.grad_scaler_seen:
+            table.add_row("GradScaler", f"{loss.grad_scaler_skipped_steps or 0} skipped steps of "
+                          f"{loss.grad_scaler_step_calls or 0}")
     print_table(console, table)
-    warn_real_files_modified((result.get("runner") or {}).get("real_files_modified") or [], console)
-    if s["status"] != "ok":
-        tail = (result.get("runner") or {}).get("stderr_tail", "").strip()
+    warn_real_files_modified(result.runner.real_files_modified, console)
+    if s.status != OK:
+        tail = result.runner.stderr_tail.strip()
         if tail:
             console.print("[bold]stderr (tail):[/]")
             console.print(tail[-3000:], markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- A/B
-def _numerics_text(check: dict | None) -> str:
+def _or_unknown(value: object) -> object:
+    return "?" if value is None else value
+
+
+def _numerics_text(check: LossCheck | None) -> str:
     if not check:
         return "-"
-    mark = "ok" if check["passed"] else "FAIL"
-    return f"{mark}: {check['level']}"
+    mark = "ok" if check.passed else "FAIL"
+    return f"{mark}: {check.level}"
 
 
-def render_compare(outcome: dict, console: Console) -> None:
-    window = outcome["window"]
-    orig, cands = outcome["original_runs"], outcome["candidates"]
+def render_compare(outcome: Comparison, console: Console) -> None:
+    window = outcome.window
+    orig, cands = outcome.original_runs, outcome.candidates
     table = Table(title="speedfix bench: A/B comparison")
     table.add_column("")
-    table.add_column(f"{outcome['original']['label']} (original)")
+    table.add_column(f"{outcome.original.label} (original)")
     for cand in cands:
-        table.add_column(cand["label"])
-    speeds = [c.get("speedup") or {} for c in cands]
-    rows = [("status", "ok", [c["status"] for c in cands]),
-            ("steps/s", fmt_rate(orig["steps_per_s"]), [fmt_rate(c["runs"]["steps_per_s"]) for c in cands]),
-            ("samples/s", fmt_rate(orig["samples_per_s"]), [fmt_rate(c["runs"]["samples_per_s"]) for c in cands]),
-            ("data wait", fmt_pct(orig["data_wait_fraction"]), [fmt_pct(c["runs"]["data_wait_fraction"]) for c in cands]),
-            ("peak memory", fmt_bytes(orig["peak_bytes"]), [fmt_bytes(c["runs"]["peak_bytes"]) for c in cands]),
-            ("speedup [95% CI]", "1.00x", [fmt_speedup(sp or None) for sp in speeds]),
-            ("verdict", "", [sp.get("verdict", "-") for sp in speeds]),
-            ("loss check", "", [_numerics_text(c.get("numerics")) for c in cands])]
+        table.add_column(cand.label)
+    rows = [("status", "ok", [c.status for c in cands]),
+            ("steps/s", fmt_rate(orig.steps_per_s), [fmt_rate(c.runs.steps_per_s) for c in cands]),
+            ("samples/s", fmt_rate(orig.samples_per_s), [fmt_rate(c.runs.samples_per_s) for c in cands]),
+            ("data wait", fmt_pct(orig.data_wait_fraction), [fmt_pct(c.runs.data_wait_fraction) for c in cands]),
+            ("peak memory", fmt_bytes(orig.peak_bytes), [fmt_bytes(c.runs.peak_bytes) for c in cands]),
+            ("speedup [95% CI]", "1.00x", [fmt_speedup(c.speedup) for c in cands]),
+            ("verdict", "", [c.speedup.verdict if c.speedup else "-" for c in cands]),
+            ("loss check", "", [_numerics_text(c.numerics) for c in cands])]
     for name, first, rest in rows:
         table.add_row(name, first, *rest)
     print_table(console, table)
-    warn_real_files_modified(outcome.get("real_files_modified") or [], console)
-    console.print(f"{outcome['pairs']} pairs in alternating order (ABBA), warm-up {window['warmup']} steps, "
-                  f"window {window['steps']} steps (~{(orig['window_s'] or 0):.1f} s); stopped: "
-                  f"{outcome['stop_reason']}; speedup metric: "
-                  f"{', '.join(sorted({c.get('metric') or '-' for c in outcome['candidates']}))}.")
-    note = load_note(outcome.get("load"))
+    warn_real_files_modified(outcome.real_files_modified, console)
+    console.print(f"{outcome.pairs} pairs in alternating order (ABBA), warm-up {window.warmup} steps, "
+                  f"window {window.steps} steps (~{(orig.window_s or 0):.1f} s); stopped: "
+                  f"{outcome.stop_reason}; speedup metric: "
+                  f"{', '.join(sorted({c.metric or '-' for c in cands}))}.")
+    note = load_note(outcome.load)
     if note:
         console.print(f"[yellow]{note}[/]")
-    for cand in outcome["candidates"]:
-        if cand.get("failure"):
-            f = cand["failure"]
-            console.print(f"[red]{cand['label']} failed ({f['status']}): {f['message']}[/]")
-            if f["stderr_tail"]:
-                console.print(f["stderr_tail"][-2000:], markup=False, highlight=False)
-        if cand.get("numerics"):
-            console.print(f"loss check, {cand['label']}: {cand['numerics']['reason']}")
-    console.print(f"[dim]{outcome['caveat']}[/]")
+    for cand in cands:
+        if cand.failure:
+            f = cand.failure
+            console.print(f"[red]{cand.label} failed ({f.status}): {f.message}[/]")
+            if f.stderr_tail:
+                console.print(f.stderr_tail[-2000:], markup=False, highlight=False)
+        if cand.numerics:
+            console.print(f"loss check, {cand.label}: {cand.numerics.reason}")
+    console.print(f"[dim]{outcome.caveat}[/]")
 
 
 # ---------------------------------------------------------------- suite
-def render_suite(suite: dict, console: Console) -> None:
-    table = Table(title=f"speedfix bench --suite ({suite['size']} sizes, {suite['device']}, torch {suite['torch']})")
+def render_suite(suite: SuiteResult, console: Console) -> None:
+    table = Table(title=f"speedfix bench --suite ({suite.size} sizes, {suite.device}, torch {suite.torch})")
     for col in ("workload", "samples/s before", "after (speedfix)", "speedup [95% CI]", "expert", "expert speedup",
                 "share of expert gain", "loss check", "peak memory before -> after"):
         table.add_column(col)
-    for row in suite["workloads"]:
-        if row.get("error"):
-            table.add_row(row["name"], f"[red]error: {row['error']}[/]", *[""] * 7)
+    for row in suite.workloads:
+        if row.error:
+            table.add_row(row.name, f"[red]error: {row.error}[/]", *[""] * 7)
             continue
-        table.add_row(row["name"], fmt_rate(row["before"]), fmt_rate(row["after"]), fmt_speedup(row["speedup"]),
-                      fmt_rate(row["expert"]), fmt_speedup(row["expert_speedup"]), fmt_pct(row["captured"]),
-                      row["loss_check"], f"{fmt_bytes(row['peak_before'])} -> {fmt_bytes(row['peak_after'])}")
+        table.add_row(row.name, fmt_rate(row.before), fmt_rate(row.after), fmt_speedup(row.speedup),
+                      fmt_rate(row.expert), fmt_speedup(row.expert_speedup), fmt_pct(row.captured),
+                      row.loss_check, f"{fmt_bytes(row.peak_before)} -> {fmt_bytes(row.peak_after)}")
     print_table(console, table)
-    note = load_note(suite.get("load"))
+    note = load_note(suite.load)
     if note:
         console.print(f"[yellow]{note}[/]")
     console.print("[dim]samples/s are medians over the timed pairs; the interval is the 95% distribution-free interval "
@@ -246,84 +245,69 @@ def render_suite(suite: dict, console: Console) -> None:
                   f"when the expert is measurably faster. {numerics.CAVEAT}[/]")
 
 
-def suite_markdown(suite: dict) -> str:
+def suite_markdown(suite: SuiteResult) -> str:
     lines = ["| workload | fixes applied | samples/s before | after | speedup [95% CI] | expert samples/s | "
              "expert speedup | share of expert gain | loss check | peak memory before -> after |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for row in suite["workloads"]:
-        if row.get("error"):
-            lines.append(f"| {row['name']} | error: {row['error']} |" + " |" * 8)
+    for row in suite.workloads:
+        if row.error:
+            lines.append(f"| {row.name} | error: {row.error} |" + " |" * 8)
             continue
-        lines.append(f"| {row['name']} | {', '.join(row['fixes']) or '-'} | {fmt_rate(row['before'])} | "
-                     f"{fmt_rate(row['after'])} | {fmt_speedup(row['speedup'])} | {fmt_rate(row['expert'])} | "
-                     f"{fmt_speedup(row['expert_speedup'])} | {fmt_pct(row['captured'])} | {row['loss_check']} | "
-                     f"{fmt_bytes(row['peak_before'])} -> {fmt_bytes(row['peak_after'])} |")
+        lines.append(f"| {row.name} | {', '.join(row.fixes) or '-'} | {fmt_rate(row.before)} | "
+                     f"{fmt_rate(row.after)} | {fmt_speedup(row.speedup)} | {fmt_rate(row.expert)} | "
+                     f"{fmt_speedup(row.expert_speedup)} | {fmt_pct(row.captured)} | {row.loss_check} | "
+                     f"{fmt_bytes(row.peak_before)} -> {fmt_bytes(row.peak_after)} |")
     return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- verify
-def render_verify(report: dict, console: Console) -> None:
-    table = Table(title=f"speedfix apply --verify: {Path(report['script']).name}")
+def render_verify(report: VerifyReport, console: Console) -> None:
+    table = Table(title=f"speedfix apply --verify: {Path(report.script).name}")
     for col in ("fix", "speedup [95% CI]", "verdict", "loss check", "memory", "decision"):
         table.add_column(col)
-    for fix in report["fixes"]:
-        style = "green" if fix["kept"] else ("red" if decision_of(fix) == "rejected" else "yellow")
-        table.add_row(fix["label"], fmt_speedup(fix.get("speedup")), (fix.get("speedup") or {}).get("verdict", "-"),
-                      _numerics_text(fix.get("numerics")), _fmt_mem(fix.get("memory")),
-                      f"[{style}]{decision_of(fix)}[/]")
+    for fix in report.fixes:
+        style = "green" if fix.kept else ("red" if fix.decision is Decision.REJECTED else "yellow")
+        table.add_row(fix.label, fmt_speedup(fix.speedup), fix.speedup.verdict if fix.speedup else "-",
+                      _numerics_text(fix.numerics), _fmt_mem(fix.memory), f"[{style}]{fix.decision.value}[/]")
     if note := not_on_gpu_note(report):
         console.print(f"[yellow]{note}[/]")
     print_table(console, table)
-    warn_real_files_modified((report.get("comparison") or {}).get("real_files_modified") or [], console)
-    for fix in report["fixes"]:
-        console.print(f"{fix['label']}: {decision_of(fix)}, {fix['reason']}", highlight=False)
-    console.print(report["summary"])
-    note = load_note(report.get("load"))
+    warn_real_files_modified(report.comparison.real_files_modified, console)
+    for fix in report.fixes:
+        console.print(f"{fix.label}: {fix.decision.value}, {fix.reason}", highlight=False)
+    console.print(report.summary)
+    note = load_note(report.load)
     if note:
         console.print(f"[yellow]{note}[/]")
     console.print(f"[dim]{numerics.CAVEAT}[/]")
 
 
-def _fmt_mem(memory: dict | None) -> str:
-    if not memory or not memory.get("ratio"):
+def _fmt_mem(memory: MemoryChange | None) -> str:
+    if not memory or not memory.ratio:
         return "-"
-    return f"{memory['ratio'] - 1:+.1%}"
+    return f"{memory.ratio - 1:+.1%}"
 
 
-def verify_markdown(report: dict) -> str:
-    out = [f"# speedfix apply --verify: `{report['script']}`", "",
-           f"- date: {report['date']}", f"- device: {report['device']}, torch {report['torch']}",
+def verify_markdown(report: VerifyReport) -> str:
+    out = [f"# speedfix apply --verify: `{report.script}`", "",
+           f"- date: {report.date}", f"- device: {report.device}, torch {report.torch}",
            *([f"- **{note}**"] if (note := not_on_gpu_note(report)) else []),
-           f"- arguments: `{' '.join(report['args']) or '(none)'}`",
-           f"- window: {report['window']['warmup']} warm-up + {report['window']['steps']} timed optimizer steps, "
-           f"seed {report['seed']}, same for every run",
-           f"- result: {report['summary']}",
-           *([f"- {note}"] if (note := load_note(report.get("load"))) else []), "",
+           f"- arguments: `{' '.join(report.args) or '(none)'}`",
+           f"- window: {report.window.warmup} warm-up + {report.window.steps} timed optimizer steps, "
+           f"seed {report.seed}, same for every run",
+           f"- result: {report.summary}",
+           *([f"- {note}"] if (note := load_note(report.load)) else []), "",
            "| fix | speedup [95% CI] | verdict | pairs | loss check | peak memory | decision |",
            "|---|---|---|---|---|---|---|"]
-    for fix in report["fixes"]:
-        speed = fix.get("speedup") or {}
-        out.append(f"| {fix['label']} | {fmt_speedup(speed or None)} | {speed.get('verdict', '-')} | "
-                   f"{speed.get('pairs', '-')} | {_numerics_text(fix.get('numerics'))} | {_fmt_mem(fix.get('memory'))} | "
-                   f"{decision_of(fix)}: {fix['reason']} |")
+    for fix in report.fixes:
+        speed = fix.speedup
+        out.append(f"| {fix.label} | {fmt_speedup(speed)} | {speed.verdict if speed else '-'} | "
+                   f"{speed.pairs if speed else '-'} | {_numerics_text(fix.numerics)} | {_fmt_mem(fix.memory)} | "
+                   f"{fix.decision.value}: {fix.reason} |")
     out += ["", "## Details", ""]
-    for fix in report["fixes"]:
-        out.append(f"### {fix['label']}")
-        out.append("")
-        if fix.get("applied"):
-            out.append(f"- fixes applied: {', '.join(f'{k} x{v}' for k, v in fix['applied'].items())}")
-        speed = fix.get("speedup")
-        if speed:
-            out.append(f"- speedup ({fix.get('metric')}): {fmt_speedup(speed)}, "
-                       f"min {speed['min']:.3f}, max {speed['max']:.3f} over {speed['pairs']} pairs")
-        if fix.get("numerics"):
-            out.append(f"- loss check ({fix['numerics']['kind']} rewrite): {fix['numerics']['reason']}")
-        if fix.get("failure"):
-            f = fix["failure"]
-            out += [f"- the patched script failed ({f['status']}): {f['message']}", "", "```",
-                    f["stderr_tail"].strip(), "```"]
-        out.append(f"- decision: {decision_of(fix)} - {fix['reason']}")
-        out.append("")
+    for fix in report.fixes:
+        out += _fix_details(fix)
+
     out += ["## Method", "",
             "Each variant runs in a fresh process with the same seed, warm-up and window. After one discarded "
             "run and a calibration run of the original, runs alternate in counterbalanced order (original "
@@ -333,6 +317,23 @@ def verify_markdown(report: dict) -> str:
             "(the interval below 0.98), inconclusive with a median below 0.98, or fails the loss check; a fix "
             "for a CUDA script measured without a CUDA GPU is never called verified.", "", numerics.CAVEAT, ""]
     return "\n".join(out)
+
+
+def _fix_details(fix: FixDecision) -> list[str]:
+    out = [f"### {fix.label}", ""]
+    if fix.applied:
+        out.append(f"- fixes applied: {', '.join(f'{k} x{v}' for k, v in fix.applied.items())}")
+    speed = fix.speedup
+    if speed:
+        out.append(f"- speedup ({fix.metric}): {fmt_speedup(speed)}, "
+                   f"min {speed.min:.3f}, max {speed.max:.3f} over {speed.pairs} pairs")
+    if fix.numerics:
+        out.append(f"- loss check ({fix.numerics.kind} rewrite): {fix.numerics.reason}")
+    if fix.failure:
+        f = fix.failure
+        out += [f"- the patched script failed ({f.status}): {f.message}", "", "```", f.stderr_tail.strip(), "```"]
+    out += [f"- decision: {fix.decision.value} - {fix.reason}", ""]
+    return out
 
 
 # ---------------------------------------------------------------- progress
@@ -367,9 +368,9 @@ class RichProgress(compare.Progress):
             done = int(self.bar.tasks[0].completed)
             self.console.print(f"[{done + 1}/{self.total}] {description} ...", highlight=False)
 
-    def finish(self, result: dict) -> None:
+    def finish(self, result: RunResult) -> None:
         self.bar.advance(self.task)
         if not self.live:
-            s = compare.run_summary(result)
-            self.console.print(f"    {s['status']}, {fmt_rate(s['steps_per_s'])} steps/s, "
+            s = result.summary()
+            self.console.print(f"    {s.status}, {fmt_rate(s.steps_per_s)} steps/s, "
                                f"{time.monotonic() - self.started:.1f} s", highlight=False)

@@ -40,8 +40,10 @@ import uuid
 from collections import deque
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from .results import RunnerInfo, RunResult
 
 CHILD = Path(__file__).with_name("child.py")
 REAPER = Path(__file__).with_name("reaper.py")
@@ -485,13 +487,12 @@ def _link(source: Path, dest: Path) -> None:
 
 # ---------------------------------------------------------------- one run
 
-def _failed(status: str, message: str, spec: RunSpec) -> dict:
-    return {"schema": "speedfix.bench/0.1", "status": status, "message": message,
-            "script": str(spec.script), "args": list(spec.args)}
+def _failed(status: str, message: str, spec: RunSpec) -> RunResult:
+    return RunResult.failed(status, message, str(spec.script), spec.args)
 
 
-def run_once(spec: RunSpec, config: RunConfig) -> dict:
-    """Run the script once in a fresh child and return its result dict (schema speedfix.bench/0.1).
+def run_once(spec: RunSpec, config: RunConfig) -> RunResult:
+    """Run the script once in a fresh child and return its result (schema speedfix.bench/0.1).
 
     Never raises for a failing script: the status says what happened (ok, incomplete, error,
     timeout, no_steps) and ``runner`` holds the return code and the stdout/stderr tails.
@@ -571,7 +572,7 @@ class _Direct:
         return self.proc.returncode, leftovers
 
 
-def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> dict:
+def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> RunResult:
     script = spec.script.resolve()
     cwd = (spec.cwd or Path.cwd()).resolve()
     run_id = uuid.uuid4().hex
@@ -584,9 +585,7 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> dict:
         except OSError as err:
             result = _failed("error", f"could not prepare the scratch working directory ({err}); "
                              "run in the real one with --real-cwd", spec)
-            result["runner"] = {"returncode": None, "killed": None, "leftover_processes_at_exit": [],
-                                "run_id": run_id, "stdout_tail": "", "stderr_tail": ""}
-            return result
+            return replace(result, runner=RunnerInfo(run_id=run_id))  # never started: no wall time
         run_cwd = mirror.leaf
     result_path = workdir / "result.json"
     child_cfg = {"script": str(script), "args": list(spec.args), "seed": config.seed,
@@ -634,7 +633,7 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> dict:
                 returncode, leftovers = handle.stop(run_id)
     wall_s = time.monotonic() - started
     try:
-        result = json.loads(result_path.read_text())
+        result = RunResult.from_json(json.loads(result_path.read_text()))
     except (OSError, ValueError):
         if killed == "hard_timeout":
             result = _failed("timeout", f"the child did not respond within {config.timeout_s:g} s "
@@ -645,13 +644,11 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> dict:
         else:
             result = _failed("error", f"the child exited with code {returncode} without a result "
                              "(killed by a signal, out of memory, or a crash in native code)", spec)
-    result["args"] = list(spec.args)
-    result["cwd"] = str(cwd)  # the folder the script saw (a scratch mirror of it unless real_cwd)
     # Load average (1 min) around the run: other work on the machine is the usual cause of noise.
-    result["runner"] = {"returncode": returncode, "wall_s": wall_s, "killed": killed,
-                        "loadavg": [load_before, os.getloadavg()[0]],
-                        "leftover_processes_at_exit": leftovers, "run_id": run_id,
-                        "supervised": SUPERVISED, "scratch_cwd": str(run_cwd) if mirror else None,
-                        "real_files_modified": mirror.modified() if mirror else [],
-                        "stdout_tail": _tail(out_path), "stderr_tail": _tail(err_path)}
-    return result
+    runner = RunnerInfo(returncode=returncode, wall_s=wall_s, killed=killed, loadavg=[load_before, os.getloadavg()[0]],
+                        leftover_processes_at_exit=leftovers, run_id=run_id, supervised=SUPERVISED,
+                        scratch_cwd=str(run_cwd) if mirror else None,
+                        real_files_modified=mirror.modified() if mirror else [],
+                        stdout_tail=_tail(out_path), stderr_tail=_tail(err_path))
+    # cwd: the folder the script saw (a scratch mirror of it unless real_cwd)
+    return replace(result, args=list(spec.args), cwd=str(cwd), runner=runner)

@@ -49,9 +49,9 @@ class SpeedupSummary:
         """Largest relative distance from the median to an end of the interval (inf: no interval)."""
         return max(self.hi / self.median - 1.0, 1.0 - self.lo / self.median)
 
-    def as_dict(self) -> dict:
-        return {"pairs": self.n, "median": self.median, "ci95_median": [self.lo, self.hi],
-                "min": self.min, "max": self.max, "verdict": verdict(self.lo, self.hi, self.n)}
+    @property
+    def verdict(self) -> str:
+        return verdict(self.lo, self.hi, self.n)
 
 
 def log_median(ratios: Sequence[float]) -> float:

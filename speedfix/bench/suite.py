@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from rich.console import Console
 
 from . import numerics, report
 from .compare import CompareSettings, ComparisonError, Session
+from .results import SAMPLES_PER_S, CandidateResult, Load, SuiteResult, SuiteRow
 from .runner import RunSpec, owned_tempdir, remove_tree, run_once
 from .stats import FASTER
 
@@ -85,8 +86,8 @@ def cuda_available() -> bool:
 
 def run_suite(*, fixtures: Path | None = None, tiny: bool | None = None, only: list[str] | None = None,
               settings: CompareSettings | None = None, console: Console | None = None, fixer: Any = None,
-              run=run_once) -> dict:
-    """Measure every workload; the returned dict is the suite's JSON (``workloads`` holds the rows)."""
+              run=run_once) -> SuiteResult:
+    """Measure every workload (``workloads`` holds the rows)."""
     console = console or Console()
     directory = fixtures_dir(fixtures)
     workloads = [w for w in load_suite(directory) if not only or w.name in only]
@@ -104,17 +105,16 @@ def run_suite(*, fixtures: Path | None = None, tiny: bool | None = None, only: l
         shutil.copytree(directory, work, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         with report.RichProgress(console, "suite") as progress:
             for workload in workloads:
-                row, env = _run_workload(workload, work, tiny, settings, fixer, run, progress)
+                row, measured_on = _run_workload(workload, work, tiny, settings, fixer, run, progress)
                 rows.append(row)
-                torch_version = env.get("torch", torch_version)
-                device = env.get("device", device)
+                if measured_on is not None:
+                    torch_version, device = measured_on
     finally:
         remove_tree(tmp)
-    loads = [r["load"]["max_loadavg"] for r in rows if (r.get("load") or {}).get("max_loadavg") is not None]
-    return {"schema": "speedfix.suite/0.1", "size": "tiny" if tiny else "full", "device": device,
-            "torch": torch_version, "cuda_available": has_cuda, "settings": asdict(settings),
-            "load": {"max_loadavg": max(loads) if loads else None, "cpus": os.cpu_count()},
-            "workloads": rows, "caveat": numerics.CAVEAT}
+    loads = [r.load.max_loadavg for r in rows if r.load and r.load.max_loadavg is not None]
+    return SuiteResult(size="tiny" if tiny else "full", device=device, torch=torch_version, cuda_available=has_cuda,
+                       settings=settings, load=Load(max(loads) if loads else None, os.cpu_count()), workloads=rows,
+                       caveat=numerics.CAVEAT)
 
 
 def write_speedfix_variant(script: Path, fixer: Any) -> tuple[Path | None, dict[str, int]]:
@@ -133,19 +133,17 @@ def write_speedfix_variant(script: Path, fixer: Any) -> tuple[Path | None, dict[
 
 
 def _run_workload(w: Workload, work: Path, tiny: bool, settings: CompareSettings, fixer: Any, run,
-                  progress) -> tuple[dict, dict]:
+                  progress) -> tuple[SuiteRow, tuple[str, str] | None]:
+    """The workload's row, and the torch version and device it was measured with (None: not measured)."""
     args = list(w.tiny_args if tiny else w.gpu_args)
     script = work / w.script
-    row: dict = {"name": w.name, "kind": w.kind, "description": w.description, "script": w.script,
-                 "expert_script": w.expert, "args": args}
     candidates, kinds = [], {}
     fixed_path, applied = write_speedfix_variant(script, fixer)
-    row["fixes"] = sorted(applied)
-    if applied:
-        row["applied"] = applied
+    row = SuiteRow(name=w.name, kind=w.kind, description=w.description, script=w.script, expert_script=w.expert,
+                   args=args, fixes=sorted(applied), applied=applied or None)
     if fixed_path is not None:
         candidates.append(RunSpec(fixed_path, args, work, label="speedfix", real_cwd=True))
-        kinds["speedfix"] = numerics.class_of(row["fixes"])
+        kinds["speedfix"] = numerics.class_of(row.fixes)
     if w.expert:
         candidates.append(RunSpec(work / w.expert, args, work, label="expert", real_cwd=True))
     session = Session(RunSpec(script, args, work, label="original", real_cwd=True), settings, run=run,
@@ -153,46 +151,37 @@ def _run_workload(w: Workload, work: Path, tiny: bool, settings: CompareSettings
     try:
         outcome = session.compare(candidates, kinds=kinds)
     except ComparisonError as err:
-        return {**row, "error": str(err), "failure": err.result.get("runner", {}).get("stderr_tail", "")[-2000:]}, {}
-    by_label = {c["label"]: c for c in outcome["candidates"]}
-    fixed, expert = by_label.get("speedfix"), by_label.get("expert")
-    metric = next((c["metric"] for c in outcome["candidates"] if c.get("metric")), "samples_per_s")
-    before = outcome["original_runs"][metric] or outcome["original_runs"]["steps_per_s"]
-    row.update({
-        "metric": metric, "window": outcome["window"], "pairs": outcome["pairs"],
-        "before": before, "after": _rate(fixed, metric) if fixed else before,
-        "speedup": fixed.get("speedup") if fixed else None,
-        "expert": _rate(expert, metric), "expert_speedup": expert.get("speedup") if expert else None,
-        "loss_check": _loss_text(fixed) if fixed else "no fix applied",
-        "expert_loss_check": _loss_text(expert) if expert else "-",
-        "peak_before": outcome["original_runs"]["peak_bytes"],
-        "peak_after": (fixed or {}).get("runs", {}).get("peak_bytes") or outcome["original_runs"]["peak_bytes"],
-        "captured": _captured(fixed, expert), "load": outcome["load"], "comparison": outcome,
-    })
-    for label, cand in by_label.items():
-        if cand.get("failure"):
-            row.setdefault("failures", {})[label] = cand["failure"]
-    return row, {"torch": outcome["env"].get("torch", "?"), "device": outcome["device"].get("type") or "cpu"}
+        return replace(row, error=str(err), failure=err.result.runner.stderr_tail[-2000:]), None
+    fixed, expert = outcome.candidate("speedfix"), outcome.candidate("expert")
+    metric = next((c.metric for c in outcome.candidates if c.metric), SAMPLES_PER_S)
+    original = outcome.original_runs
+    before = original.rate(metric)
+    row = replace(
+        row, metric=metric, window=outcome.window, pairs=outcome.pairs,
+        before=before, after=fixed.runs.rate(metric) if fixed else before,
+        speedup=fixed.speedup if fixed else None,
+        expert=expert.runs.rate(metric) if expert else None, expert_speedup=expert.speedup if expert else None,
+        loss_check=_loss_text(fixed) if fixed else "no fix applied",
+        expert_loss_check=_loss_text(expert) if expert else "-",
+        peak_before=original.peak_bytes, peak_after=(fixed.runs.peak_bytes if fixed else None) or original.peak_bytes,
+        captured=_captured(fixed, expert), load=outcome.load, comparison=outcome,
+        failures={c.label: c.failure for c in outcome.candidates if c.failure} or None)
+    torch_version = outcome.env.torch if outcome.env and outcome.env.torch is not None else "?"
+    return row, (torch_version, (outcome.device.type if outcome.device else None) or "cpu")
 
 
-def _rate(cand: dict | None, metric: str) -> float | None:
-    if not cand:
-        return None
-    return cand["runs"].get(metric) or cand["runs"].get("steps_per_s")
+def _loss_text(cand: CandidateResult) -> str:
+    if cand.failure:
+        return f"run failed: {cand.failure.status}"
+    check = cand.numerics
+    return "-" if not check else ("ok: " if check.passed else "FAIL: ") + check.level
 
 
-def _loss_text(cand: dict) -> str:
-    if cand.get("failure"):
-        return f"run failed: {cand['failure']['status']}"
-    check = cand.get("numerics")
-    return "-" if not check else ("ok: " if check["passed"] else "FAIL: ") + check["level"]
-
-
-def _captured(fixed: dict | None, expert: dict | None) -> float | None:
+def _captured(fixed: CandidateResult | None, expert: CandidateResult | None) -> float | None:
     """Share of the expert's gain that the automatic fixes capture; only when the expert is
     measurably faster (otherwise there is no gain to share)."""
-    if not expert or not expert.get("speedup") or expert["speedup"]["verdict"] != FASTER:
+    if not expert or not expert.speedup or expert.speedup.verdict != FASTER:
         return None
-    gain = expert["speedup"]["median"] - 1.0
-    ours = fixed["speedup"]["median"] - 1.0 if fixed and fixed.get("speedup") else 0.0
+    gain = expert.speedup.median - 1.0
+    ours = fixed.speedup.median - 1.0 if fixed and fixed.speedup else 0.0
     return ours / gain

@@ -35,6 +35,7 @@ import datetime as _dt
 import re
 import shutil
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +44,15 @@ from rich.console import Console
 from speedfix.source import FileChanged, read_source
 
 from . import numerics, report, stats
-from .compare import CompareSettings, ComparisonError, Session, failure
+from .compare import CompareSettings, ComparisonError, Session
+from .results import CandidateResult, Decision, FixDecision, VerifyFailure, VerifyReport
 from .runner import (RunSpec, mirror_tree, owned_tempdir, remove_tree, run_once, shielded, sweep_stale_tempdirs,
                      terminate_cleanly)
 from .stats import INCONCLUSIVE, SLOWER, SLOWER_BELOW
 
 MAX_COMBINATION_RETRIES = 2
 EXIT_OK, EXIT_REJECTED, EXIT_ERROR = 0, 1, 2
-KEPT, REJECTED, UNMEASURED = "kept", "rejected", "not measured enough"
-NEEDS_GPU = "needs a GPU to verify"
+KEPT, REJECTED, UNMEASURED, NEEDS_GPU = Decision.KEPT, Decision.REJECTED, Decision.UNMEASURED, Decision.NEEDS_GPU
 # hidden sibling variants written by versions before the scratch mirrors
 LEGACY_VARIANT = re.compile(r"^\.speedfix-verify-(?:SF\d+|combined\d+)-.+\.py$")
 
@@ -63,36 +64,32 @@ def load_fixer() -> Any:
     return fixer
 
 
-def decide(cand: dict) -> tuple[str, str]:
+def decide(cand: CandidateResult) -> tuple[Decision, str]:
     """KEPT, REJECTED or UNMEASURED for one measured variant, with the reason a reviewer reads."""
-    if cand["status"] != "ok":
-        f = cand.get("failure") or {}
-        return REJECTED, f"the patched script failed ({cand['status']}): {f.get('message')}"
-    check = cand.get("numerics") or {}
-    if check and not check.get("passed", True):
-        return REJECTED, f"loss check failed: {check['reason']}"
-    speed = cand.get("speedup")
+    if cand.status != "ok":
+        return REJECTED, f"the patched script failed ({cand.status}): {cand.failure.message if cand.failure else None}"
+    check = cand.numerics
+    if check and not check.passed:
+        return REJECTED, f"loss check failed: {check.reason}"
+    speed = cand.speedup
     needed = stats.MIN_VERDICT_PAIRS
     if not speed:
         return UNMEASURED, (f"not measured enough: no speed measurement ({needed} pairs needed); not applied, "
                             "the static advice stands")
-    pairs = speed.get("pairs")
-    if pairs is None:
-        pairs = len(speed.get("per_pair") or ())
-    lo, hi = speed["ci95_median"]
-    figure = f"{speed['median']:.2f}x [{lo:.2f}, {hi:.2f}]"
+    pairs = speed.pairs
+    figure = f"{speed.median:.2f}x [{speed.lo:.2f}, {speed.hi:.2f}]"
     if pairs < needed:
         return UNMEASURED, (f"not measured enough: {pairs} pair{'s' if pairs != 1 else ''} of the {needed} a "
                             f"decision needs (the time budget or --max-pairs ran out), {figure} so far; not "
                             "applied, the static advice stands (raise --budget-s/--max-pairs to measure it)")
     undecided = f"no verdict from {pairs} pairs"
-    if speed["verdict"] == SLOWER:
+    if speed.verdict == SLOWER:
         return REJECTED, f"measurably slower: {figure}"
-    if speed["verdict"] == INCONCLUSIVE and speed["median"] < SLOWER_BELOW:
+    if speed.verdict == INCONCLUSIVE and speed.median < SLOWER_BELOW:
         return REJECTED, f"probably slower: median below {SLOWER_BELOW:.2f}x, {figure} ({undecided})"
-    if speed["verdict"] == INCONCLUSIVE:
+    if speed.verdict == INCONCLUSIVE:
         return KEPT, f"not slower as far as measured: {figure} ({undecided}); loss check passed"
-    return KEPT, f"{speed['verdict']} ({figure}); loss check passed"
+    return KEPT, f"{speed.verdict} ({figure}); loss check passed"
 
 
 
@@ -211,8 +208,7 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
         for code in codes:
             outcome = fixed([code])
             if outcome.code == source or not outcome.applied:
-                fixes.append({"label": code, "kept": False, "decision": "skipped", "skipped": True,
-                              "reason": "the fix changed nothing in this script"})
+                fixes.append(FixDecision.skipped(code, "the fix changed nothing in this script"))
                 continue
             applied[code] = dict(outcome.applied)
             specs.append(RunSpec(variants.write(code, outcome.code), list(script_args), cwd, label=code,
@@ -226,14 +222,14 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
             singles = session.compare(specs, kinds={s.name: numerics.class_of([s.name]) for s in specs})
         except ComparisonError as err:
             return _original_failed(err, script, script_args, report_md, report_json, console)
-        verified_on = (singles.get("device") or {}).get("type") or "?"
-        for cand in singles["candidates"]:
+        verified_on = (singles.device.type if singles.device else None) or "?"
+        for cand in singles.candidates:
             decision, reason = decide(cand)
-            if verified_on != "cuda" and decision == KEPT and _gpu_only(cand["label"]):
+            if verified_on != "cuda" and decision is KEPT and _gpu_only(cand.label):
                 decision, reason = NEEDS_GPU, gpu_only_reason(verified_on, reason)
-            fixes.append(_fix_entry(cand, decision, reason, applied))
-        kept_codes = [f["label"] for f in fixes if f["kept"]]
-        combos = []
+            fixes.append(FixDecision.of(cand, decision, reason, applied.get(cand.label, {})))
+        kept_codes = [f.label for f in fixes if f.kept]
+        combos: list[FixDecision] = []
         if len(kept_codes) > 1:
             kept_codes = _verify_combination(session, kept_codes, fixes, fixed, variants, original, combos)
     final = fixed(kept_codes).code if kept_codes else source
@@ -245,24 +241,23 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
             changed_meanwhile = str(err)
             console.print(f"[red]error:[/] {err}")
             write = False
-    rejected = [f for f in fixes if f.get("decision") == REJECTED]
-    unmeasured = [f for f in fixes if f.get("decision") == UNMEASURED]
-    needs_gpu = [f for f in fixes if f.get("decision") == NEEDS_GPU]
+    labels = {decision: [f.label for f in fixes if f.decision is decision]
+              for decision in (REJECTED, UNMEASURED, NEEDS_GPU)}
+    rejected, unmeasured, needs_gpu = labels[REJECTED], labels[UNMEASURED], labels[NEEDS_GPU]
     summary = (f"kept {len(kept_codes)} of {len(fixes)} fixes ({', '.join(kept_codes) or 'none'})"
-               + (f"; rejected {', '.join(f['label'] for f in rejected)}" if rejected else "")
-               + (f"; not measured enough {', '.join(f['label'] for f in unmeasured)} (static advice only, "
-                  "not written)" if unmeasured else "")
-               + (f"; {', '.join(f['label'] for f in needs_gpu)} need a GPU to verify (not written)"
-                  if needs_gpu else "")
+               + (f"; rejected {', '.join(rejected)}" if rejected else "")
+               + (f"; not measured enough {', '.join(unmeasured)} (static advice only, not written)"
+                  if unmeasured else "")
+               + (f"; {', '.join(needs_gpu)} need a GPU to verify (not written)" if needs_gpu else "")
                + ("; written to the script" if write and kept_codes else "; script left unchanged"))
-    env = singles.get("env") or {}
-    result = {"schema": "speedfix.verify/0.1", "script": str(script), "args": list(script_args),
-              "date": _dt.datetime.now().isoformat(timespec="seconds"), "seed": compare_settings.seed,
-              "torch": env.get("torch", "?"), "device": verified_on, "verified_on": verified_on,
-              "window": singles["window"], "calibration": singles["calibration"], "fixes": fixes,
-              "combinations": combos, "kept": kept_codes, "written": bool(write and kept_codes),
-              "summary": summary, "load": singles.get("load"), "caveat": numerics.CAVEAT, "comparison": _strip(singles)}
-    report.write_json(report_json, result)
+    measured_torch = singles.env.torch if singles.env and singles.env.torch is not None else "?"
+    result = VerifyReport(script=str(script), args=list(script_args),
+                          date=_dt.datetime.now().isoformat(timespec="seconds"), seed=compare_settings.seed,
+                          torch=measured_torch, device=verified_on, verified_on=verified_on, window=singles.window,
+                          calibration=singles.calibration, fixes=fixes, combinations=combos, kept=kept_codes,
+                          written=bool(write and kept_codes), summary=summary, load=singles.load,
+                          caveat=numerics.CAVEAT, comparison=singles)
+    report.write_json(report_json, result.to_json())
     report.write_text(report_md, report.verify_markdown(result))
     report.render_verify(result, console)
     console.print(f"report: {report_md} and {report_json}")
@@ -285,68 +280,53 @@ def gpu_only_reason(device: str, measured: str) -> str:
             f"the {device} figures: {measured}. Not applied: run --verify on a machine with a CUDA GPU")
 
 
-def _fix_entry(cand: dict, decision: str, reason: str, applied: dict) -> dict:
-    return {"label": cand["label"], "kept": decision == KEPT, "decision": decision, "measured": decision != UNMEASURED,
-            "reason": reason, "applied": applied.get(cand["label"], {}),
-            "metric": cand.get("metric"), "speedup": cand.get("speedup"), "numerics": cand.get("numerics"),
-            "memory": cand.get("memory"), "failure": cand.get("failure")}
-
-
-def _verify_combination(session: Session, kept: list[str], fixes: list[dict], fixed, variants: _Variants,
-                        original: RunSpec, combos: list[dict]) -> list[str]:
+def _verify_combination(session: Session, kept: list[str], fixes: list[FixDecision], fixed, variants: _Variants,
+                        original: RunSpec, combos: list[FixDecision]) -> list[str]:
     """Measure the kept fixes together; drop the weakest while the combination fails.
 
     A combination that was not measured enough (budget or --max-pairs) proves nothing either way,
     and a smaller one would run out the same way: only the best single fix is kept.
     """
-    speed = {f["label"]: (f.get("speedup") or {}).get("median", 0.0) for f in fixes}
+    speed = {f.label: f.speedup.median if f.speedup else 0.0 for f in fixes}
     final: list[str] = []
     decision = KEPT
     for attempt in range(MAX_COMBINATION_RETRIES + 1):
         label = "+".join(kept)
         spec = RunSpec(variants.write(f"combined{attempt}", fixed(kept).code), list(original.args), original.cwd,
                        label=label, real_cwd=original.real_cwd)
-        cand = session.compare([spec], kinds={label: numerics.class_of(kept)})["candidates"][0]
+        cand = session.compare([spec], kinds={label: numerics.class_of(kept)}).candidates[0]
         decision, reason = decide(cand)
-        combos.append({**_fix_entry(cand, decision, reason, {}), "codes": list(kept)})
-        if decision == KEPT:
+        combos.append(FixDecision.of(cand, decision, reason, {}, codes=list(kept)))
+        if decision is KEPT:
             final = kept
             break
-        if decision == UNMEASURED or len(kept) == 2 or attempt == MAX_COMBINATION_RETRIES:
+        if decision is UNMEASURED or len(kept) == 2 or attempt == MAX_COMBINATION_RETRIES:
             final = [max(kept, key=speed.__getitem__)]
             break
         weakest = min(kept, key=speed.__getitem__)
         kept = [c for c in kept if c != weakest]
     last = combos[-1]
-    for f in fixes:
-        if f["kept"] and f["label"] not in final:  # only when a combination failed or was not measured enough
-            f["kept"] = False
-            if decision == UNMEASURED:
-                f["decision"] = UNMEASURED
-                f["reason"] = (f"kept alone, but the combination {last['label']} was {last['reason']}; "
-                               f"only {'+'.join(final)}, the best alone, written")
+    for i, f in enumerate(fixes):
+        if f.kept and f.label not in final:  # only when a combination failed or was not measured enough
+            if decision is UNMEASURED:
+                reason = (f"kept alone, but the combination {last.label} was {last.reason}; "
+                          f"only {'+'.join(final)}, the best alone, written")
+                fixes[i] = replace(f, kept=False, decision=UNMEASURED, reason=reason)
             else:
-                f["decision"] = REJECTED
-                failed = next(c for c in reversed(combos) if not c["kept"])
-                f["reason"] = (f"passed alone, but the combination with it failed ({failed['reason']}); "
-                               f"kept {'+'.join(final)}")
+                failed = next(c for c in reversed(combos) if not c.kept)
+                reason = (f"passed alone, but the combination with it failed ({failed.reason}); "
+                          f"kept {'+'.join(final)}")
+                fixes[i] = replace(f, kept=False, decision=REJECTED, reason=reason)
     return final
-
-
-def _strip(outcome: dict) -> dict:
-    """The comparison for the JSON report, without the per-run trajectories (they stay per fix)."""
-    return {k: v for k, v in outcome.items() if k not in ("candidates",)}
 
 
 def _original_failed(err: ComparisonError, script: Path, args: list[str], report_md: Path, report_json: Path,
                      console: Console) -> int:
-    f = failure(err.result)
+    f = err.result.failure()
     console.print(f"[red]error:[/] {err}")
-    if f["stderr_tail"]:
-        console.print(f["stderr_tail"], markup=False, highlight=False)
-    result = {"schema": "speedfix.verify/0.1", "script": str(script), "args": list(args), "error": str(err),
-              "failure": f, "fixes": [], "kept": [], "written": False}
-    report.write_json(report_json, result)
+    if f.stderr_tail:
+        console.print(f.stderr_tail, markup=False, highlight=False)
+    report.write_json(report_json, VerifyFailure(script=str(script), args=list(args), error=str(err), failure=f).to_json())
     report.write_text(report_md, f"# speedfix apply --verify: `{script}`\n\nThe original script could not be "
-                      f"benchmarked: {err}\n\n```\n{f['stderr_tail'].strip()}\n```\n")
+                      f"benchmarked: {err}\n\n```\n{f.stderr_tail.strip()}\n```\n")
     return EXIT_ERROR

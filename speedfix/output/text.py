@@ -134,6 +134,8 @@ class TextReporter(Reporter):
                 console.print(finding_line(finding))
                 if options.show_fixes and options.fixed is None:
                     _fix_details(console, finding)
+            for note in result.notes:  # what could not be checked, skipped notebook cells
+                console.print(Text(note.render()))
             if not options.summary:
                 return
             if result.findings or options.fixed is not None:

@@ -14,6 +14,7 @@ import typer
 
 from speedfix.bench.cli import bench
 from speedfix.bench.compare import CompareSettings
+from speedfix.bench.results import RunResult
 from speedfix.bench.runner import RunConfig, RunSpec
 
 # A minimal training loop; {before_loop} and {in_loop} are filled per test.
@@ -96,13 +97,13 @@ class FakeRuns:
         self.clock, self.total_steps = clock, total_steps
         self.calls: list[tuple[str, object]] = []
 
-    def __call__(self, spec: RunSpec, config) -> dict:
+    def __call__(self, spec: RunSpec, config) -> RunResult:
         self.calls.append((spec.name, config))
         if self.clock is not None:
             self.clock[0] += 10.0
         if spec.name in self.fail:
-            return {"status": self.fail[spec.name], "message": f"{spec.name} broke",
-                    "runner": {"stderr_tail": "Traceback ...\nRuntimeError: broke"}}
+            return RunResult.from_json({"status": self.fail[spec.name], "message": f"{spec.name} broke",
+                                        "runner": {"stderr_tail": "Traceback ...\nRuntimeError: broke"}})
         rate = self.speed[spec.name]
         warmup, steps = config.warmup_steps, config.steps
         if config.window_s:  # calibration: enough steps to fill the window at this rate
@@ -117,14 +118,15 @@ class FakeRuns:
         values = list(self.losses.get(spec.name, self.LOSSES))
         if config.seed_offset:
             values = [v * (1 + 0.01 * config.seed_offset) for v in values]
-        return {"status": status, "message": "", "env": {"torch": "fake"}, "device": {"type": self.device},
-                "steps": {"warmup": warmup, "observed_primary": self.total_steps or warmup + steps},
-                "timing": {"steps_per_s": rate, "steps_timed": steps, "window_s": steps / rate,
-                           "step_time_s": {"p10": 0.9 / rate, "median": 1 / rate}, "all_step_s": durations},
-                "data": {"samples_per_s": 8 * rate},
-                "memory": {"vmhwm_window_kb": 1000, "children_rss_kb": 0},
-                "loss": {"values": values, "nonfinite": sum(v is None for v in values)},
-                "runner": {"wall_s": 1.0}}
+        return RunResult.from_json({
+            "status": status, "message": "", "env": {"torch": "fake"}, "device": {"type": self.device},
+            "steps": {"warmup": warmup, "observed_primary": self.total_steps or warmup + steps},
+            "timing": {"steps_per_s": rate, "steps_timed": steps, "window_s": steps / rate,
+                       "step_time_s": {"p10": 0.9 / rate, "median": 1 / rate}, "all_step_s": durations},
+            "data": {"samples_per_s": 8 * rate},
+            "memory": {"vmhwm_window_kb": 1000, "children_rss_kb": 0},
+            "loss": {"values": values, "nonfinite": sum(v is None for v in values)},
+            "runner": {"wall_s": 1.0}})
 
 
 @pytest.fixture

@@ -28,11 +28,11 @@ def test_pairs_run_in_abba_order_after_one_discarded_run(fake_runs):
     # the discarded run is short; every timed run uses the same window and seed
     timed = [cfg for _, cfg in runs.calls[1:]]
     assert {(c.warmup_steps, c.steps, c.seed) for c in timed} == {(5, 20, 0)}
-    cand = outcome["candidates"][0]
-    assert cand["speedup"]["median"] == pytest.approx(1.5)
-    assert cand["speedup"]["verdict"] == "faster"
-    assert cand["metric"] == "samples_per_s"
-    assert cand["numerics"]["level"] == "identical"
+    cand = outcome.candidates[0]
+    assert cand.speedup.median == pytest.approx(1.5)
+    assert cand.speedup.verdict == "faster"
+    assert cand.metric == "samples_per_s"
+    assert cand.numerics.level == "identical"
 
 
 def test_several_candidates_rotate_forward_then_reversed(fake_runs):
@@ -40,15 +40,15 @@ def test_several_candidates_rotate_forward_then_reversed(fake_runs):
     outcome = Session(spec("A"), settings(max_pairs=2, min_pairs=2, discard=False), run=runs).compare(
         [spec("B"), spec("C")])
     assert [name for name, _ in runs.calls] == ["A", "B", "C", "C", "B", "A"]
-    speed = {c["label"]: c["speedup"]["median"] for c in outcome["candidates"]}
+    speed = {c.label: c.speedup.median for c in outcome.candidates}
     assert speed == {"B": pytest.approx(0.9), "C": pytest.approx(2.0)}
 
 
 def test_stops_once_the_interval_is_tight_enough(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 130.0})
     outcome = Session(spec("A"), settings(max_pairs=10, min_pairs=3), run=runs).compare([spec("B")])
-    assert outcome["pairs"] == stats.MIN_VERDICT_PAIRS  # the first count with a 95% interval
-    assert outcome["stop_reason"] == "precise"
+    assert outcome.pairs == stats.MIN_VERDICT_PAIRS  # the first count with a 95% interval
+    assert outcome.stop_reason == "precise"
 
 
 def test_budget_ends_the_rounds(fake_runs, monkeypatch):
@@ -58,26 +58,26 @@ def test_budget_ends_the_rounds(fake_runs, monkeypatch):
     # each run takes 10 fake seconds, so a pair takes 20: a 35 s budget allows one pair
     outcome = Session(spec("A"), settings(max_pairs=10, min_pairs=5, budget_s=35.0, discard=False),
                       run=runs).compare([spec("B")])
-    assert outcome["pairs"] == 1
-    assert outcome["stop_reason"] == "budget"
+    assert outcome.pairs == 1
+    assert outcome.stop_reason == "budget"
 
 
 def test_a_failing_candidate_is_reported_and_not_run_again(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 100.0}, fail={"B": "error"})
     outcome = Session(spec("A"), settings(discard=False), run=runs).compare([spec("B")])
-    cand = outcome["candidates"][0]
-    assert cand["status"] == "error"
-    assert cand["failure"]["message"] == "B broke"
-    assert "RuntimeError" in cand["failure"]["stderr_tail"]
+    cand = outcome.candidates[0]
+    assert cand.status == "error"
+    assert cand.failure.message == "B broke"
+    assert "RuntimeError" in cand.failure.stderr_tail
     assert [name for name, _ in runs.calls].count("B") == 1
-    assert outcome["stop_reason"] == "every candidate failed"
+    assert outcome.stop_reason == "every candidate failed"
 
 
 def test_an_original_that_cannot_run_raises(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 100.0}, fail={"A": "no_steps"})
     with pytest.raises(ComparisonError) as err:
         Session(spec("A"), settings(), run=runs).compare([spec("B")])
-    assert err.value.result["status"] == "no_steps"
+    assert err.value.result.status == "no_steps"
 
 
 def test_calibration_picks_the_window_from_the_time_targets(fake_runs):
@@ -95,7 +95,7 @@ def test_calibration_shortens_the_window_for_a_short_script(fake_runs):
     session = Session(spec("A"), settings(warmup=None, steps=None), run=runs)
     session.prepare()
     assert session.warmup + session.steps <= 50 - 2  # a 5% margin for skipped steps
-    assert "only 50" in session.calibration["note"]
+    assert "only 50" in session.calibration.note
 
 
 def test_seed_band_is_measured_only_when_needed_and_only_once(fake_runs):
@@ -105,9 +105,9 @@ def test_seed_band_is_measured_only_when_needed_and_only_once(fake_runs):
     outcome = session.compare([spec("B"), spec("C")], kinds={"B": "numerics", "C": "numerics"})
     offsets = [cfg.seed_offset for _, cfg in runs.calls if cfg.seed_offset]
     assert offsets == [1, 2]
-    checks = {c["label"]: c["numerics"] for c in outcome["candidates"]}
-    assert checks["B"]["passed"] and checks["B"]["level"] == "within seed band"
-    assert not checks["C"]["passed"] and checks["C"]["level"] == "outside seed band"
+    checks = {c.label: c.numerics for c in outcome.candidates}
+    assert checks["B"].passed and checks["B"].level == "within seed band"
+    assert not checks["C"].passed and checks["C"].level == "outside seed band"
 
 
 def test_exact_candidates_that_match_need_no_seed_band(fake_runs):
@@ -136,7 +136,7 @@ def test_a_slowly_settling_candidate_lengthens_everyones_warm_up(fake_runs):
                                           min_pairs=1), run=runs)
     session.compare([spec("B")])
     assert [name for name, cfg in runs.calls if cfg.record_all_steps] == ["A", "B"]
-    assert session.calibration["warmup_needed"]["A"] == 20
+    assert session.calibration.warmup_needed["A"] == 20
     assert session.warmup == 61 + compare_mod.WARMUP_MARGIN
     timed = {(cfg.warmup_steps, cfg.steps) for _, cfg in runs.calls[3:]}
     assert timed == {(session.warmup, session.steps)}  # A and B share W and N
@@ -146,7 +146,7 @@ def test_a_candidate_that_fails_calibration_is_not_run_again(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 100.0}, fail={"B": "error"})
     outcome = Session(spec("A"), settings(warmup=None, steps=None), run=runs).compare([spec("B")])
     assert [name for name, _ in runs.calls].count("B") == 1
-    assert outcome["candidates"][0]["status"] == "error"
+    assert outcome.candidates[0].status == "error"
 
 
 def test_the_window_is_the_longest_any_variant_filled(fake_runs):

@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from speedfix.bench.results import RunResult
 from speedfix.bench.runner import RunSpec, marked_pids, run_once, use_real_cwd
 
 
@@ -21,8 +22,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-def assert_nothing_left(result: dict) -> None:
-    assert marked_pids(result["runner"]["run_id"]) == []
+def assert_nothing_left(result: RunResult) -> None:
+    assert marked_pids(result.runner.run_id) == []
 
 
 def test_ok_run_with_dataloader_workers_reports_speed_and_leaves_no_process(write_script, quick_config, tmp_path):
@@ -44,18 +45,18 @@ def test_ok_run_with_dataloader_workers_reports_speed_and_leaves_no_process(writ
                     opt.step()
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result["status"] == "ok", result["message"]
-    assert result["steps"]["warmup"] == 3 and result["timing"]["steps_timed"] == 10
-    assert result["timing"]["window_complete"]
-    assert result["device"]["type"] == "cpu" and result["env"]["torch"].startswith("2.")
-    data = result["data"]
-    assert data["batch_size"] == 8 and data["batch_size_source"] == "dataloader"
-    assert data["samples_per_step"] == 8
-    assert data["samples_per_s"] == pytest.approx(8 * result["timing"]["steps_per_s"])
-    assert 0.0 < data["data_wait_fraction"] < 1.0
-    assert result["memory"]["children"] == 2  # the two workers were alive in the window
-    assert len(result["loss"]["values"]) == 13 and result["loss"]["nonfinite"] == 0
-    assert result["runner"]["leftover_processes_at_exit"] == []
+    assert result.status == "ok", result.message
+    assert result.steps.warmup == 3 and result.timing.steps_timed == 10
+    assert result.timing.window_complete
+    assert result.device.type == "cpu" and result.env.torch.startswith("2.")
+    data = result.data
+    assert data.batch_size == 8 and data.batch_size_source == "dataloader"
+    assert data.samples_per_step == 8
+    assert data.samples_per_s == pytest.approx(8 * result.timing.steps_per_s)
+    assert 0.0 < data.data_wait_fraction < 1.0
+    assert result.memory.children == 2  # the two workers were alive in the window
+    assert len(result.loss.values) == 13 and result.loss.nonfinite == 0
+    assert result.runner.leftover_processes_at_exit == []
     assert_nothing_left(result)
 
 
@@ -65,13 +66,13 @@ def test_crash_gives_error_with_traceback_and_the_losses_so_far(train_source, wr
             raise RuntimeError("boom at step 2")
     """))
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result["status"] == "error"
-    assert result["exception"]["type"] == "RuntimeError"
-    assert "boom at step 2" in result["message"]
-    tail = result["runner"]["stderr_tail"]
+    assert result.status == "error"
+    assert result.exception.type == "RuntimeError"
+    assert "boom at step 2" in result.message
+    tail = result.runner.stderr_tail
     assert "RuntimeError: boom at step 2" in tail and "crash.py" in tail
     assert "child.py" not in tail  # the harness's own frames are trimmed
-    assert len(result["loss"]["values"]) == 3
+    assert len(result.loss.values) == 3
     assert_nothing_left(result)
 
 
@@ -88,10 +89,10 @@ def test_hand_written_updates_are_clocked_by_backward_calls(write_script, quick_
                 w.grad = None
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result["status"] == "ok", result["message"]
-    assert result["clock"] == "backward"
-    assert result["timing"]["steps_timed"] == 10
-    assert result["loss"]["backward_calls"] == 3 + 10  # each backward() call is one step of the clock
+    assert result.status == "ok", result.message
+    assert result.clock == "backward"
+    assert result.timing.steps_timed == 10
+    assert result.loss.backward_calls == 3 + 10  # each backward() call is one step of the clock
 
 
 def test_script_with_an_optimizer_that_never_steps_is_no_steps(write_script, quick_config, tmp_path):
@@ -103,9 +104,9 @@ def test_script_with_an_optimizer_that_never_steps_is_no_steps(write_script, qui
             (w - 1).pow(2).sum().backward()
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result["status"] == "no_steps"
-    assert "without stepping a torch.optim optimizer" in result["message"]
-    assert "1 optimizer(s) built and 5 backward() calls" in result["message"]
+    assert result.status == "no_steps"
+    assert "without stepping a torch.optim optimizer" in result.message
+    assert "1 optimizer(s) built and 5 backward() calls" in result.message
 
 
 @pytest.mark.parametrize("exit_call, status, phrase", [
@@ -118,9 +119,9 @@ def test_script_exiting_early_is_incomplete(train_source, write_script, quick_co
             {exit_call}
     """))
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result["status"] == status
-    assert phrase in result["message"]
-    assert len(result["loss"]["values"]) == 2
+    assert result.status == status
+    assert phrase in result.message
+    assert len(result.loss.values) == 2
 
 
 def test_exit_with_an_error_code_before_any_step_is_an_error(write_script, quick_config, tmp_path):
@@ -131,18 +132,20 @@ def test_exit_with_an_error_code_before_any_step_is_an_error(write_script, quick
         parser.parse_args()
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result["status"] == "error"
-    assert "sys.exit(2) before its first optimizer step" in result["message"]
-    assert "the following arguments are required: --epochs" in result["runner"]["stderr_tail"]
+    assert result.status == "error"
+    assert "sys.exit(2) before its first optimizer step" in result.message
+    assert "the following arguments are required: --epochs" in result.runner.stderr_tail
 
 
 def test_too_slow_script_times_out_with_the_steps_done(train_source, write_script, quick_config, tmp_path):
     script = write_script("slow.py", train_source(in_loop="time.sleep(0.25)"))
-    result = run_once(RunSpec(script, [], tmp_path), quick_config(steps=1000, timeout_s=5.0, hard_grace_s=120.0))
-    assert result["status"] == "timeout"
-    assert result["steps"]["observed_primary"] >= 1
-    assert "timed out after 5 s" in result["message"]
-    assert result["runner"]["returncode"] == 124
+    # 12 s: room for a loaded machine's slow `import torch` before the first step; the script
+    # itself needs 250 s, so it cannot finish in time.
+    result = run_once(RunSpec(script, [], tmp_path), quick_config(steps=1000, timeout_s=12.0, hard_grace_s=120.0))
+    assert result.status == "timeout"
+    assert result.steps.observed_primary >= 1
+    assert "timed out after 12 s" in result.message
+    assert result.runner.returncode == 124
     assert_nothing_left(result)
 
 
@@ -151,16 +154,16 @@ def test_script_that_hangs_before_stepping_is_no_steps_after_the_timeout(write_s
     # The script cannot finish; the child's own watchdog decides. The runner's backstop gets ample
     # room, since a loaded machine can take seconds to import torch before that watchdog starts.
     result = run_once(RunSpec(script, [], tmp_path), quick_config(timeout_s=3.0, hard_grace_s=120.0))
-    assert result["status"] == "no_steps"
-    assert "no optimizer steps observed within 3 s" in result["message"]
+    assert result.status == "no_steps"
+    assert "no optimizer steps observed within 3 s" in result.message
 
 
 def test_frozen_child_is_killed_by_the_runner(write_script, quick_config, tmp_path):
     # SIGSTOP freezes the watchdog thread too: only the parent's hard timeout can end this.
     script = write_script("frozen.py", "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n")
     result = run_once(RunSpec(script, [], tmp_path), quick_config(timeout_s=2.0, hard_grace_s=1.0))
-    assert result["status"] == "timeout"
-    assert result["runner"]["killed"] == "hard_timeout"
+    assert result.status == "timeout"
+    assert result.runner.killed == "hard_timeout"
     assert_nothing_left(result)
 
 
@@ -180,8 +183,8 @@ def test_script_that_swallows_the_stop_keeps_its_ok_result(write_script, quick_c
             time.sleep(120)
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config(result_grace_s=0.5))
-    assert result["status"] == "ok"
-    assert result["runner"]["killed"] == "after_result_grace"
+    assert result.status == "ok"
+    assert result.runner.killed == "after_result_grace"
     assert_nothing_left(result)
 
 
@@ -208,10 +211,10 @@ def test_no_orphans_when_the_child_dies_hard(write_script, quick_config, tmp_pat
                     os.kill(os.getpid(), signal.SIGKILL)
     """)
     result = run_once(RunSpec(script, [], tmp_path, real_cwd=True), quick_config())
-    assert result["status"] == "error"
-    assert "without a result" in result["message"]
+    assert result.status == "error"
+    assert "without a result" in result.message
     helper_pid = int((tmp_path / "helper.pid").read_text())
-    assert helper_pid in result["runner"]["leftover_processes_at_exit"]
+    assert helper_pid in result.runner.leftover_processes_at_exit
     assert not alive(helper_pid)
     assert_nothing_left(result)
 
@@ -231,7 +234,7 @@ def test_script_sees_its_name_argv_cwd_and_sibling_modules(train_source, write_s
     args = ["--lr", "0.1", "two words"]
     with use_real_cwd(True):  # what `speedfix bench --real-cwd` does
         result = run_once(RunSpec(script, args, elsewhere), quick_config())
-    assert result["status"] == "ok"
+    assert result.status == "ok"
     seen = json.loads((elsewhere / "seen.json").read_text())  # written relative to the cwd
     assert seen["name"] == "__main__"
     assert seen["argv"] == [str(script), *args]
@@ -240,7 +243,7 @@ def test_script_sees_its_name_argv_cwd_and_sibling_modules(train_source, write_s
     assert seen["path0"] == str(project)
     assert seen["value"] == 42
     assert seen["config_visible"] is False
-    assert result["args"] == args and result["cwd"] == str(elsewhere)
+    assert result.args == args and result.cwd == str(elsewhere)
 
 
 def test_loss_under_grad_scaler_is_unscaled_and_skipped_steps_are_counted(write_script, quick_config, tmp_path):
@@ -271,16 +274,16 @@ def test_loss_under_grad_scaler_is_unscaled_and_skipped_steps_are_counted(write_
                 json.dump({"losses": seen, "skipped": skipped}, f)
     """)
     result = run_once(RunSpec(script, [], tmp_path, real_cwd=True), quick_config())
-    assert result["status"] == "ok"
+    assert result.status == "ok"
     seen = json.loads((tmp_path / "seen.json").read_text())
-    loss = result["loss"]
-    assert loss["source"] == "GradScaler.scale(input)" and loss["grad_scaler_seen"]
-    assert loss["values"] == seen["losses"]  # the unscaled loss, exactly as the script saw it
-    assert max(loss["values"]) < 100  # not multiplied by the scale (2**127 at first)
+    loss = result.loss
+    assert loss.source == "GradScaler.scale(input)" and loss.grad_scaler_seen
+    assert loss.values == seen["losses"]  # the unscaled loss, exactly as the script saw it
+    assert max(loss.values) < 100  # not multiplied by the scale (2**127 at first)
     assert seen["skipped"] > 0
-    assert loss["grad_scaler_skipped_steps"] == seen["skipped"]
+    assert loss.grad_scaler_skipped_steps == seen["skipped"]
     # skipped steps do not advance the clock: the step index repeats
-    assert len(set(loss["step_index"])) == len(loss["step_index"]) - seen["skipped"]
+    assert len(set(loss.step_index)) == len(loss.step_index) - seen["skipped"]
 
 
 def test_batch_size_without_a_dataloader_comes_from_the_model_call(write_script, quick_config, tmp_path):
@@ -297,18 +300,18 @@ def test_batch_size_without_a_dataloader_comes_from_the_model_call(write_script,
             opt.zero_grad()
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    data = result["data"]
-    assert data["batch_size_source"] == "forward_pre_hook"
-    assert data["samples_per_step"] == 32
-    assert data["samples_per_s"] == pytest.approx(32 * result["timing"]["steps_per_s"])
-    assert data["data_wait_fraction"] is None
+    data = result.data
+    assert data.batch_size_source == "forward_pre_hook"
+    assert data.samples_per_step == 32
+    assert data.samples_per_s == pytest.approx(32 * result.timing.steps_per_s)
+    assert data.data_wait_fraction is None
 
 
 def test_same_seed_same_losses_and_the_seed_offset_reaches_the_scripts_own_seed(train_source, write_script, quick_config,
                                                                                 tmp_path):
     script = write_script("seeded.py", train_source(before_loop="torch.manual_seed(1234)\n"))
     runs = [run_once(RunSpec(script, [], tmp_path), quick_config(seed_offset=offset)) for offset in (0, 0, 1)]
-    losses = [r["loss"]["values"] for r in runs]
+    losses = [r.loss.values for r in runs]
     assert losses[0] == losses[1]  # A/A is bitwise on CPU
     assert losses[2] != losses[0]  # a real "other seed" run despite torch.manual_seed(1234)
 
@@ -321,7 +324,7 @@ def test_harness_does_not_leave_its_config_to_grandchildren(train_source, write_
         print("ENV", out.strip())
     """))
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert "ENV ['SPEEDFIX_RUN_ID']" in result["runner"]["stdout_tail"]
+    assert "ENV ['SPEEDFIX_RUN_ID']" in result.runner.stdout_tail
     assert os.environ.get("SPEEDFIX_RUN_ID") is None  # the marker never leaks into the parent
 
 
@@ -340,8 +343,8 @@ def test_the_clock_passes_to_the_next_optimizer_in_a_grid_search(write_script, q
             train(lr)
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config(warmup_steps=3, steps=8))
-    assert result["status"] == "ok"  # 11 steps over three models
-    assert result["steps"]["observed_primary"] == 11
+    assert result.status == "ok"  # 11 steps over three models
+    assert result.steps.observed_primary == 11
 
 
 def test_with_two_live_optimizers_the_first_one_is_the_clock(write_script, quick_config, tmp_path):
@@ -360,10 +363,10 @@ def test_with_two_live_optimizers_the_first_one_is_the_clock(write_script, quick
                 opt_d.step()
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config(warmup_steps=3, steps=8))
-    assert result["status"] == "ok"
-    assert result["steps"]["optimizers"] == 2
+    assert result.status == "ok"
+    assert result.steps.optimizers == 2
     # g is the clock: the stop comes at its 11th step (iteration 10), before d steps on 0, 2, ..., 8
-    assert sorted(result["steps"]["per_optimizer"]) == [5, 11]
+    assert sorted(result.steps.per_optimizer) == [5, 11]
 
 
 # ---------------------------------------------------------------- leftovers (issue 13, item 7)
@@ -441,10 +444,10 @@ def test_a_helper_that_cleared_its_environment_and_left_the_session_is_killed(wr
     pids.mkdir()
     script = write_script("escape.py", ESCAPING_SCRIPT)
     result = run_once(RunSpec(script, [str(pids), "0"], tmp_path), quick_config())
-    assert result["status"] == "ok", result["message"]
+    assert result.status == "ok", result.message
     daemon = int((pids / "pid.daemon").read_text())
     # the daemon started with env={}: no marker to find it by; the supervisor did
-    assert daemon in result["runner"]["leftover_processes_at_exit"]
+    assert daemon in result.runner.leftover_processes_at_exit
     assert wait_until(lambda: not alive(daemon))
     workers = [int((pids / f"pid.worker{i}").read_text()) for i in (0, 1)]
     assert wait_until(lambda: not any(alive(pid) for pid in workers))
@@ -568,15 +571,15 @@ def test_runs_happen_in_a_scratch_mirror_of_the_working_directory(write_script, 
 
     result = run_once(RunSpec(script, [str(seen_path)], project), quick_config())
 
-    assert result["status"] == "ok", result["message"]
+    assert result.status == "ok", result.message
     seen = json.loads(seen_path.read_text())
-    assert seen == {"cwd": result["runner"]["scratch_cwd"], "input": "input", "parent": "from the parent folder",
+    assert seen == {"cwd": result.runner.scratch_cwd, "input": "input", "parent": "from the parent folder",
                     "checkpoint": "the user's checkpoint"}
     assert seen["cwd"] != str(project) and seen["cwd"].endswith(str(project))
-    assert result["cwd"] == str(project)
+    assert result.cwd == str(project)
     after = snapshot(project)
     assert after.pop("big.bin") == b"x" * 100 + b"y"  # the documented limit, and it is reported:
-    assert result["runner"]["real_files_modified"] == [str(project / "big.bin")]
+    assert result.runner.real_files_modified == [str(project / "big.bin")]
     before.pop("big.bin")
     assert after == before  # checkpoint, log and folder untouched, no outputs/
     assert not stale.exists()  # the next start cleaned up after the killed run
@@ -705,8 +708,8 @@ def test_a_script_that_kills_its_supervisor_is_still_cleaned_up(write_script, qu
                     time.sleep(600)
     """)
     result = run_once(RunSpec(script, [str(pids)], tmp_path), quick_config())
-    assert result["status"] == "error"
-    assert "supervisor was killed" in result["message"]
+    assert result.status == "error"
+    assert "supervisor was killed" in result.message
     workers = [int((pids / f"pid.worker{i}").read_text()) for i in (0, 1)]
     assert wait_until(lambda: not any(alive(pid) for pid in workers))
     assert_nothing_left(result)
@@ -729,8 +732,8 @@ def test_the_seed_band_shifts_seeds_given_by_keyword_too(write_script, quick_con
             opt.zero_grad()
     """)
     runs = [run_once(RunSpec(script, [], tmp_path), quick_config(seed_offset=offset)) for offset in (0, 1)]
-    assert [r["status"] for r in runs] == ["ok", "ok"], [r["message"] for r in runs]
-    assert runs[0]["loss"]["values"] != runs[1]["loss"]["values"]  # the keyword seeds were shifted
+    assert [r.status for r in runs] == ["ok", "ok"], [r.message for r in runs]
+    assert runs[0].loss.values != runs[1].loss.values  # the keyword seeds were shifted
 
 
 def test_reentrant_checkpointing_counts_one_backward_per_step(write_script, quick_config, tmp_path):
@@ -752,9 +755,9 @@ def test_reentrant_checkpointing_counts_one_backward_per_step(write_script, quic
                     p.grad = None
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result["status"] == "ok", result["message"]
-    assert result["clock"] == "backward"
-    assert result["loss"]["backward_calls"] == 3 + 10  # the outer calls only
+    assert result.status == "ok", result.message
+    assert result.clock == "backward"
+    assert result.loss.backward_calls == 3 + 10  # the outer calls only
 
 
 def test_a_backward_before_the_optimizer_exists_does_not_take_the_clock(write_script, quick_config, tmp_path):
@@ -772,10 +775,10 @@ def test_a_backward_before_the_optimizer_exists_does_not_take_the_clock(write_sc
             opt.zero_grad()
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result["status"] == "ok", result["message"]
-    assert result["clock"] == "optimizer.step"
-    assert result["timing"]["steps_timed"] == 10
-    assert result["data"]["samples_per_step"] == 16  # 2 micro-batches of 8
+    assert result.status == "ok", result.message
+    assert result.clock == "optimizer.step"
+    assert result.timing.steps_timed == 10
+    assert result.data.samples_per_step == 16  # 2 micro-batches of 8
 
 
 def test_mirror_copies_a_large_checkpoint_so_saving_over_it_spares_the_users_file(tmp_path, monkeypatch):

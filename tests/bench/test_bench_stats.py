@@ -50,7 +50,7 @@ def test_the_gpu_a_a_example_that_read_slower_is_inconclusive():
     # a byte-identical copy, 6 pairs on an H100 (single-process loading, heavy-tailed runs)
     summary = stats.summarize([1.06, 0.61, 0.89, 0.88, 0.89, 0.84])
     assert (summary.lo, summary.hi) == (0.61, 1.06)
-    assert summary.as_dict()["verdict"] == stats.INCONCLUSIVE
+    assert summary.verdict == stats.INCONCLUSIVE
 
 
 @pytest.mark.parametrize("noise", ["lognormal", "heavy_tailed", "slow_outliers"])
@@ -67,7 +67,7 @@ def test_a_a_false_verdicts_stay_under_the_bound_whatever_the_noise(noise, pairs
         return 0.5 if rng.random() < 0.2 else math.exp(rng.gauss(0, 0.02))  # a run loses half its speed
 
     trials = 4000
-    false = sum(stats.summarize([run_rate() / run_rate() for _ in range(pairs)]).as_dict()["verdict"]
+    false = sum(stats.summarize([run_rate() / run_rate() for _ in range(pairs)]).verdict
                 in (stats.FASTER, stats.SLOWER) for _ in range(trials))
     bound = 2 / 2 ** pairs if pairs <= 8 else 0.05
     assert false / trials <= bound
@@ -97,19 +97,19 @@ def test_verdict_from_the_interval(lo, hi, expected):
 
 def test_too_few_pairs_give_no_verdict():
     assert stats.verdict(1.5, 1.6, pairs=4) == stats.INCONCLUSIVE
-    assert stats.summarize([2.0, 2.0, 2.1]).as_dict()["verdict"] == stats.INCONCLUSIVE
-    assert stats.summarize([2.0, 2.0, 2.1, 2.05, 1.98]).as_dict()["verdict"] == stats.INCONCLUSIVE
-    assert stats.summarize([2.0, 2.0, 2.1, 2.05, 1.98, 2.02]).as_dict()["verdict"] == stats.FASTER
+    assert stats.summarize([2.0, 2.0, 2.1]).verdict == stats.INCONCLUSIVE
+    assert stats.summarize([2.0, 2.0, 2.1, 2.05, 1.98]).verdict == stats.INCONCLUSIVE
+    assert stats.summarize([2.0, 2.0, 2.1, 2.05, 1.98, 2.02]).verdict == stats.FASTER
 
 
 def test_clear_synthetic_effects_get_the_right_verdict():
     rng = random.Random(7)
     noisy = lambda centre: [centre * math.exp(rng.gauss(0, 0.03)) for _ in range(12)]  # noqa: E731
-    assert stats.summarize(noisy(1.5)).as_dict()["verdict"] == stats.FASTER
-    assert stats.summarize(noisy(0.6)).as_dict()["verdict"] == stats.SLOWER
-    assert stats.summarize(noisy(1.0)).as_dict()["verdict"] == stats.NO_CHANGE
+    assert stats.summarize(noisy(1.5)).verdict == stats.FASTER
+    assert stats.summarize(noisy(0.6)).verdict == stats.SLOWER
+    assert stats.summarize(noisy(1.0)).verdict == stats.NO_CHANGE
     wild = [0.6, 1.7, 0.9, 1.4, 0.7, 1.2]
-    assert stats.summarize(wild).as_dict()["verdict"] == stats.INCONCLUSIVE
+    assert stats.summarize(wild).verdict == stats.INCONCLUSIVE
 
 
 def test_stop_rule_needs_the_interval_within_the_tolerance():

@@ -81,13 +81,13 @@ def test_compiled_model_has_the_same_graphs_and_breaks_with_and_without_the_harn
     result = run_once(RunSpec(script, [], tmp_path), quick_config(warmup_steps=WARMUP, steps=WINDOW, timeout_s=240.0,
                                                                  result_grace_s=30.0))
 
-    assert result["status"] == "ok", result.get("message")
+    assert result.status == "ok", result.message
     bare, measured = _counters(bare_out), _counters(harness_out)
     assert bare["graph_breaks"] == 0  # the script itself compiles cleanly
     assert measured == bare
-    compile_info = result["compile"]
-    assert compile_info["watched"] and compile_info["compilations"] >= 2
-    assert compile_info["in_window"] == 0  # nothing compiled while the window was open
-    assert compile_info["seconds"] > 0
-    assert result["clock"] == "optimizer.step"
-    assert result["data"]["batch_size"] == 32  # read from the first model call, before any compile
+    compile_info = result.compile
+    assert compile_info.watched and compile_info.compilations >= 2
+    assert compile_info.in_window == 0  # nothing compiled while the window was open
+    assert compile_info.seconds > 0
+    assert result.clock == "optimizer.step"
+    assert result.data.batch_size == 32  # read from the first model call, before any compile

@@ -1,0 +1,931 @@
+from __future__ import annotations
+
+from collections import Counter
+from functools import cached_property
+
+import libcst as cst
+
+from speedfix.arguments import find_argument, literal_bool
+from speedfix.attention import (TWO_MASKS, UNKNOWN_MASK, AdditiveMask, Attention, CausalFill, Factor,
+                                argument, class_of_method, matmul_operands, mentions, read_attention,
+                                softmax_input)
+from speedfix.blocks import statement_owner
+from speedfix.codegen import append_args, code_of, keyword_arg, reference
+from speedfix.context import CallSite, Stack, target_names, walk_expression
+from speedfix.findings import AddImport, Applicability, FixOp, LossCheck, RemoveImportIfUnused, Severity, Transform
+from speedfix.names import dotted_name
+from speedfix.removal import call_removal, removal_ops
+from speedfix.rule import Invalid, Rule, Valid
+from speedfix.versions import v
+
+SDPA = "torch.nn.functional.scaled_dot_product_attention"
+# A function or class that calls one of these already has a fast path: its hand-written attention
+# is the fallback (nanoGPT's `if self.flash: ... else: ...`, timm's `fused_attn`).
+_FAST_ATTENTION = ("scaled_dot_product_attention", "flash_attn_func", "flash_attn_qkvpacked_func",
+                   "flash_attn_varlen_func", "memory_efficient_attention")
+# Hugging Face models choose their attention function at run time (`config._attn_implementation`:
+# "eager", "sdpa", "flash_attention_2"); their eager one exists to return the weights.
+_DISPATCH_ATTRIBUTE = "_attn_implementation"
+_TRIL_WRAPPERS = ("view", "reshape", "unsqueeze", "bool", "float", "byte", "int", "long", "to", "type", "contiguous")
+
+_CONCATENATE = ("torch.cat", "torch.concat", "torch.concatenate")
+KEY_CACHE = "the keys may be longer than the queries (a key/value cache), where `is_causal=True` masks differently"
+WEIGHTS_USED = "the attention weights are also used elsewhere (returned or stored), and SDPA does not return them"
+REBOUND = "a name the attention reads changes between its statements"
+SCALE_TENSOR = "the scale may be a tensor, and SDPA's `scale=` takes a number"
+SCALE_NEEDS = "a scale other than 1/sqrt(head_dim) needs `scale=`, which is torch 2.1 or newer"
+
+
+class ManualAttention(Rule):
+    """
+    ## What it does
+    Finds attention written by hand: `softmax(q @ k.transpose(-2, -1) * scale [+ mask]) [dropout]
+    @ v`, in one expression or over several statements on the same variable, as in nanoGPT's and
+    minGPT's `CausalSelfAttention` (`att = (q @ k.transpose(-2, -1)) * (1.0 /
+    math.sqrt(k.size(-1)))`, `att = att.masked_fill(self.bias[:, :, :T, :T] == 0,
+    float("-inf"))`, `att = F.softmax(att, dim=-1)`, `att = self.attn_dropout(att)`, `y = att @
+    v`). `torch.matmul`, `k.mT`, `/ math.sqrt(d)`, `att.softmax(dim=-1)`, an `nn.Softmax(dim=-1)`
+    module and `F.dropout` count too. Attention in a function or class that also calls
+    `F.scaled_dot_product_attention` (or FlashAttention, xFormers) is a fallback and is left
+    alone, as are Hugging Face models, which pick their attention at run time
+    (`attn_implementation`).
+
+    ## Why is this bad?
+    The hand-written version materialises the `T x T` score matrix and reads and writes it
+    several times (scale, mask, softmax, dropout), in memory that grows with the square of the
+    sequence length, and keeps it for the backward pass. `F.scaled_dot_product_attention` (torch
+    2.0) runs the whole computation as one fused kernel (FlashAttention or memory-efficient
+    attention on GPUs, a fused kernel on CPUs) that never stores the matrix. `torch.compile`
+    rewrites some of these patterns into it by itself, those its pattern list knows; a model
+    that is not compiled gets none of it.
+
+    ## Example
+    ```python
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+    att = F.softmax(att, dim=-1)
+    att = self.attn_dropout(att)
+    y = att @ v
+    ```
+
+    ## Use instead
+    ```python
+    y = F.scaled_dot_product_attention(
+        q, k, v, dropout_p=self.attn_dropout.p if self.training else 0.0, is_causal=True,
+    )
+    ```
+
+    ## Fix safety
+    Unsafe: a different kernel rounds differently, and attention dropout draws its random mask
+    inside the kernel, so the loss moves within seed-to-seed noise. The fix is made only when the
+    result is provably the same computation: no mask, an additive mask (`+ mask`, passed as
+    `attn_mask=`), or a causal one (a `torch.tril(torch.ones(...))` buffer registered in the
+    class, sliced `[..., :T, :T]`, compared `== 0` and filled with `-inf`: `is_causal=True`); the
+    dropout an `nn.Dropout` module of the class (`dropout_p=self.<module>.p if self.training else
+    0.0`, so a `p` changed later still counts) or `F.dropout`. A scale that is not
+    `1/sqrt(head_dim)` (`k.size(-1)`, `q.shape[-1]`) is passed as `scale=` (torch 2.1; a query
+    scaled beforehand gets `scale=1.0`). Everything else is reported without a fix: the weights
+    also returned or stored (for visualisation), a mask that is not provably causal, steps under
+    an `if`, dtype casts around the softmax, two masks, and a causal mask where the keys may
+    outnumber the queries (a key/value cache: with one new token `[:T, :T]` masks nothing, while
+    `is_causal=True` would hide all but the first key).
+
+    The causal mask buffer stays: buffers are persistent by default, so it is in every saved
+    `state_dict`, and without it `load_state_dict` of an existing checkpoint fails on an
+    unexpected key (strict loading is the default). It costs `T x T` memory per layer and no
+    time; delete it by hand if no old checkpoint needs loading. A buffer registered with
+    `persistent=False` is not in checkpoints and is removed when nothing else reads it. The
+    `nn.Softmax`/`nn.Dropout` modules stay too (no parameters; the dropout's `p` is read).
+
+    ## Measured effect
+    FlashAttention's paper: GPT-2 training 3x faster at sequence length 1K, BERT-large 15% end to
+    end. On one H100 (torch 2.11), the forward and backward pass of the bundled GPT fixture's
+    causal attention (12 heads of 64, batch 32) took 1.44 ms written by hand and 0.49 ms with
+    SDPA at T=256 in fp16 (3x, 616 against 353 MiB), and 3.5 against 0.56 ms at T=1024, batch 8
+    (6x, 1.6 GiB against 357 MiB); on a CPU core, 1.3-2x. What a whole training step gains
+    depends on the share of attention in it, which grows with the sequence length: measure it
+    with `speedfix bench`.
+    Sources: https://arxiv.org/abs/2205.14135,
+    https://pytorch.org/tutorials/intermediate/scaled_dot_product_attention_tutorial.html,
+    https://github.com/pytorch/pytorch/blob/main/torch/_inductor/fx_passes/fuse_attention.py
+    """
+
+    code = "SF503"
+    name = "manual-attention"
+    summary = "Attention written by hand (`softmax(q @ k.T) @ v`) instead of `F.scaled_dot_product_attention`"
+    severity = Severity.WARNING
+    requires = (b"softmax", b"Softmax")
+    fix_applicability = Applicability.UNSAFE
+    # SDPA's kernel rounds differently and draws the dropout mask itself: judged by the seed band.
+    loss_check = LossCheck.RNG
+    fix_title = "Use `F.scaled_dot_product_attention`"
+    min_torch = v("2.0")
+    effect = "One fused kernel, no T x T matrix: attention 3-6x faster on an H100; GPT-2 3x (FlashAttention)."
+
+    VALID = [
+        Valid(  # nanoGPT: the manual branch is the fallback for torch < 2.0
+            """
+            import math
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class CausalSelfAttention(nn.Module):
+                def forward(self, q, k, v, T):
+                    if self.flash:
+                        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    else:
+                        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+                        att = F.softmax(att, dim=-1)
+                        y = att @ v
+                    return y
+            """
+        ),
+        Valid(  # a softmax whose result is not multiplied into values
+            """
+            import torch.nn.functional as F
+            def forward(self, x):
+                probs = F.softmax(self.head(x) @ self.w.transpose(-2, -1), dim=-1)
+                return probs.argmax(-1)
+            """
+        ),
+        Valid(  # softmax over another dimension
+            """
+            import torch
+            def pool(q, k, v):
+                return torch.softmax(q @ k.transpose(-2, -1), dim=1) @ v
+            """
+        ),
+        Valid(  # Hugging Face: the eager function is one of the implementations picked at run time
+            """
+            import torch
+            from torch import nn
+
+            def eager_attention_forward(module, query, key, value, attention_mask, **kwargs):
+                attn_weights = torch.matmul(query, key.transpose(-1, -2)) * module.scaling
+                attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+                return torch.matmul(attn_weights, value), attn_weights
+
+            class Attention(nn.Module):
+                def forward(self, q, k, v, mask):
+                    attention_interface = eager_attention_forward
+                    if self.config._attn_implementation != "eager":
+                        attention_interface = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+                    return attention_interface(self, q, k, v, mask)
+            """
+        ),
+        Valid(  # SDPA came with torch 2.0
+            """
+            import torch.nn.functional as F
+            def attend(q, k, v):
+                return F.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+            """,
+            torch="1.13",
+        ),
+    ]
+    INVALID = [
+        Invalid(  # minGPT: causal tril buffer, nn.Dropout, 1/sqrt(head_dim); the buffer stays, `math` goes
+            """
+            import math
+            import torch
+            import torch.nn as nn
+            from torch.nn import functional as F
+
+            class CausalSelfAttention(nn.Module):
+                def __init__(self, config):
+                    super().__init__()
+                    self.attn_dropout = nn.Dropout(config.attn_pdrop)
+                    self.register_buffer("bias", torch.tril(torch.ones(config.block_size, config.block_size))
+                                                 .view(1, 1, config.block_size, config.block_size))
+
+                def forward(self, q, k, v):
+                    B, nh, T, hs = q.size()
+                    # causal self-attention
+                    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                    att = att.masked_fill(self.bias[:,:,:T,:T] == 0, float('-inf'))
+                    att = F.softmax(att, dim=-1)
+                    att = self.attn_dropout(att)
+                    y = att @ v  # (B, nh, T, hs)
+                    return y
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            from torch.nn import functional as F
+
+            class CausalSelfAttention(nn.Module):
+                def __init__(self, config):
+                    super().__init__()
+                    self.attn_dropout = nn.Dropout(config.attn_pdrop)
+                    self.register_buffer("bias", torch.tril(torch.ones(config.block_size, config.block_size))
+                                                 .view(1, 1, config.block_size, config.block_size))
+
+                def forward(self, q, k, v):
+                    B, nh, T, hs = q.size()
+                    # causal self-attention
+                    y = F.scaled_dot_product_attention(
+                        q,
+                        k,
+                        v,
+                        dropout_p=self.attn_dropout.p if self.training else 0.0,
+                        is_causal=True,
+                    )  # (B, nh, T, hs)
+                    return y
+            """,
+        ),
+        Invalid(  # a scale kept in a local, a non-persistent buffer: both go, and `import math`
+            """
+            import math
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    mask = torch.tril(torch.ones(n, n))
+                    self.register_buffer("mask", mask.view(1, 1, n, n), persistent=False)
+
+                def forward(self, q, k, v, T):
+                    scale = 1.0 / math.sqrt(k.size(-1))
+                    att = (q @ k.transpose(-2, -1)) * scale
+                    att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
+                    att = F.softmax(att, dim=-1)
+                    return att @ v
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+
+                def forward(self, q, k, v, T):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            """,
+        ),
+        Invalid(  # one expression, an additive mask, a scale of its own, F.dropout, `F` imported
+            """
+            import torch
+
+            def attend(q, k, v, mask, training):
+                w = torch.nn.functional.dropout(torch.softmax(q @ k.mT / 8 + mask, dim=-1), p=0.1, training=training)
+                return torch.matmul(w, v)
+            """,
+            fixed="""
+            import torch
+            import torch.nn.functional as F
+
+            def attend(q, k, v, mask, training):
+                return F.scaled_dot_product_attention(
+                    q,
+                    k,
+                    v,
+                    attn_mask=mask,
+                    dropout_p=0.1 if training else 0.0,
+                    scale=1 / 8,
+                )
+            """,
+        ),
+        Invalid(  # timm style: no mask, q scaled beforehand, the output reshaped in place
+            """
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def __init__(self, dim, attn_drop=0.0):
+                    super().__init__()
+                    self.scale = (dim // 8) ** -0.5
+                    self.attn_drop = nn.Dropout(attn_drop)
+
+                def forward(self, q, k, v, B, N, C):
+                    attn = (q @ k.transpose(-2, -1)) * self.scale
+                    attn = attn.softmax(dim=-1)
+                    attn = self.attn_drop(attn)
+                    return (attn @ v).transpose(1, 2).reshape(B, N, C)
+            """,
+            fixed="""
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def __init__(self, dim, attn_drop=0.0):
+                    super().__init__()
+                    self.scale = (dim // 8) ** -0.5
+                    self.attn_drop = nn.Dropout(attn_drop)
+
+                def forward(self, q, k, v, B, N, C):
+                    return F.scaled_dot_product_attention(
+                        q,
+                        k,
+                        v,
+                        dropout_p=self.attn_drop.p if self.training else 0.0,
+                        scale=self.scale,
+                    ).transpose(1, 2).reshape(B, N, C)
+            """,
+        ),
+        Invalid(  # vit-pytorch: an `nn.Softmax` module, `torch.matmul`, a scale from __init__
+            """
+            import torch
+            from torch import nn
+
+            class Attention(nn.Module):
+                def __init__(self, dim_head=64, dropout=0.0):
+                    super().__init__()
+                    self.scale = dim_head ** -0.5
+                    self.attend = nn.Softmax(dim=-1)
+                    self.dropout = nn.Dropout(dropout)
+
+                def forward(self, q, k, v):
+                    dots = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+
+                    attn = self.attend(dots)
+                    attn = self.dropout(attn)
+
+                    return torch.matmul(attn, v)
+            """,
+            fixed="""
+            import torch
+            from torch import nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def __init__(self, dim_head=64, dropout=0.0):
+                    super().__init__()
+                    self.scale = dim_head ** -0.5
+                    self.attend = nn.Softmax(dim=-1)
+                    self.dropout = nn.Dropout(dropout)
+
+                def forward(self, q, k, v):
+                    return F.scaled_dot_product_attention(
+                        q,
+                        k,
+                        v,
+                        dropout_p=self.dropout.p if self.training else 0.0,
+                        scale=self.scale,
+                    )
+            """,
+        ),
+        Invalid(  # a buffer that `generate()` reads too stays, persistent or not
+            """
+            import math
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.register_buffer("causal", torch.tril(torch.ones(n, n, dtype=torch.bool)), persistent=False)
+
+                def forward(self, q, k, v, T):
+                    att = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                    att = att.masked_fill(self.causal[:T, :T] == 0, -math.inf)
+                    return att.softmax(dim=-1) @ v
+
+                def generate(self, n):
+                    return self.causal[:n, :n]
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.register_buffer("causal", torch.tril(torch.ones(n, n, dtype=torch.bool)), persistent=False)
+
+                def forward(self, q, k, v, T):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+                def generate(self, n):
+                    return self.causal[:n, :n]
+            """,
+        ),
+        Invalid(  # `scale=` needs torch 2.1: reported, no fix
+            """
+            import torch.nn.functional as F
+
+            def attend(q, k, v):
+                return F.softmax(q @ k.transpose(-2, -1) / 8.0, dim=-1) @ v
+            """,
+            torch="2.0",
+        ),
+        Invalid(  # EdgeNeXt: a learned temperature is a tensor, and `scale=` takes a number
+            """
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class XCA(nn.Module):
+                def __init__(self, num_heads):
+                    super().__init__()
+                    self.temperature = nn.Parameter(torch.ones(num_heads, 1, 1))
+
+                def forward(self, q, k, v):
+                    attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)) * self.temperature
+                    return attn.softmax(dim=-1) @ v
+            """
+        ),
+        Invalid(  # keys from a cache can outnumber the queries: `is_causal=True` would mask differently
+            """
+            import math
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attention(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.register_buffer("bias", torch.tril(torch.ones(n, n)).view(1, 1, n, n))
+
+                def forward(self, q, k, v, T, layer_past=None):
+                    if layer_past is not None:
+                        k = torch.cat((layer_past[0], k), dim=-2)
+                        v = torch.cat((layer_past[1], v), dim=-2)
+                    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                    att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+                    return F.softmax(att, dim=-1) @ v
+            """
+        ),
+        Invalid(  # the weights are returned for visualisation: reported, no fix
+            """
+            import torch.nn.functional as F
+
+            def attend(q, k, v):
+                att = F.softmax(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, dim=-1)
+                return att @ v, att
+            """
+        ),
+        Invalid(  # a padding mask is not provably causal: reported, no fix
+            """
+            import math
+            import torch.nn.functional as F
+
+            def attend(q, k, v, pad):
+                scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+                scores = scores.masked_fill(pad == 0, float("-inf"))
+                return F.softmax(scores, dim=-1) @ v
+            """
+        ),
+        Invalid(  # Llama style: the mask under an `if`, casts around the softmax: reported, no fix
+            """
+            import math
+            import torch
+            import torch.nn.functional as F
+
+            def attend(xq, keys, values, mask, head_dim):
+                scores = torch.matmul(xq, keys.transpose(2, 3)) / math.sqrt(head_dim)
+                if mask is not None:
+                    scores = scores + mask
+                scores = F.softmax(scores.float(), dim=-1).type_as(xq)
+                return torch.matmul(scores, values)
+            """
+        ),
+    ]
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx)
+        self._attributes: Counter[str] = Counter()  # `<anything>.<attr>` reads, by attribute name
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._attributes[node.attr.value] += 1
+
+    def finish(self) -> None:
+        if self._attributes[_DISPATCH_ATTRIBUTE]:
+            return
+        sites = [site for site in self.ctx.calls if softmax_input(self.ctx, site.node, class_of_method(site.stack))]
+        for site in sites:
+            found = self._attention_of(site)
+            if found is not None and not self._has_fast_path(site.stack):
+                self._report(site, found)
+
+    # ------------------------------------------------------------------ finding it
+    def _attention_of(self, site: CallSite) -> tuple[Attention, list[cst.BaseStatement], int] | None:
+        """The attention this softmax is part of, with its block and the output's index there."""
+        owner = statement_owner(self.ctx, site.statement) if site.statement is not None else None
+        if owner is None:
+            return None
+        block = owner[1]
+        start = next(i for i, statement in enumerate(block) if statement is site.statement)
+        for index in range(start, len(block)):
+            if not isinstance(block[index], cst.SimpleStatementLine):
+                continue
+            for node in walk_expression(block[index]):
+                if matmul_operands(self.ctx, node) is None:
+                    continue
+                found = read_attention(self.ctx, block, index, node, site.stack)  # type: ignore[arg-type]
+                if found is not None and found.softmax is site.node:
+                    return found, block, index
+        return None
+
+    def _has_fast_path(self, stack: Stack) -> bool:
+        scopes = {self.ctx.function_of(stack), class_of_method(stack)} - {None}
+        return any(node in scopes for node in self._fast_path_scopes)
+
+    @cached_property
+    def _fast_path_scopes(self) -> set[cst.CSTNode]:
+        """Functions and classes (and every other frame) around a call of a fused attention."""
+        return {
+            frame.node
+            for site in self.ctx.calls
+            if (dotted_name(site.node.func) or "").rsplit(".", 1)[-1] in _FAST_ATTENTION
+            for frame in site.stack
+        }
+
+    # ------------------------------------------------------------------ reporting
+    def _report(self, site: CallSite, found: tuple[Attention, list[cst.BaseStatement], int]) -> None:
+        attention, block, index = found
+        message = ("attention written by hand: `F.scaled_dot_product_attention` computes it in one fused "
+                   "kernel without storing the T x T score matrix")
+        plan = _Fix(self, attention, block, index, site.stack)
+        reason = plan.refusal()
+        if reason is not None:
+            self.report(site.node, message, no_fix_reason=reason)
+            return
+        self.report(site.node, message, fix_ops=plan.ops())
+
+
+class _Fix:
+    """What the fix needs to know about one attention, and the operations that make it."""
+
+    def __init__(self, rule: ManualAttention, attention: Attention, block: list[cst.BaseStatement], index: int,
+                 stack: Stack) -> None:
+        self.rule = rule
+        self.ctx = rule.ctx
+        self.attention = attention
+        self.block = block
+        self.index = index
+        self.stack = stack
+        self.scope: cst.CSTNode = self.ctx.function_of(stack) or self.ctx.module
+        self.buffer: CallSite | None = None  # the causal mask's register_buffer call
+
+    # ------------------------------------------------------------------ may it be fixed?
+    def refusal(self) -> str | None:
+        attention = self.attention
+        if attention.problems:
+            return attention.problems[0]
+        if len(attention.masks) > 1:
+            return TWO_MASKS
+        mask = attention.masks[0] if attention.masks else None
+        if isinstance(mask, CausalFill):
+            self.buffer = self._tril_buffer(mask.buffer)
+            if self.buffer is None:
+                return UNKNOWN_MASK
+            if self._may_cache_keys():
+                return KEY_CACHE
+        if self._weights_used_elsewhere():
+            return WEIGHTS_USED
+        if self._moved_names_rebound():
+            return REBOUND
+        scale = self._scale()
+        if scale is not None and self.ctx.torch_version < v("2.1"):
+            return SCALE_NEEDS
+        factor = self.attention.factors[0] if self.attention.factors else None
+        if scale is not None and factor is not None and not self._is_number(factor.meaning, self.stack):
+            return SCALE_TENSOR
+        return None
+
+    def _is_number(self, node: cst.BaseExpression, stack: Stack, depth: int = 0) -> bool:
+        """Is ``node`` a Python number (SDPA's `scale=` takes no tensor)? Literals, arithmetic,
+        `math.*`, `float()`/`int()`, the `__init__` parameters a model is configured with, and
+        variables and `self.` attributes set once to such values."""
+        if depth > 5:
+            return False
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(node, cst.UnaryOperation):
+            return self._is_number(node.expression, stack, depth + 1)
+        if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)):
+            return self._is_number(node.left, stack, depth + 1) and self._is_number(node.right, stack, depth + 1)
+        if isinstance(node, cst.Call):
+            name = self.ctx.qualname(node.func) or ""
+            return name.startswith("math.") or (isinstance(node.func, cst.Name) and node.func.value in ("float", "int")
+                                                and not name)
+        if isinstance(node, cst.Name):
+            if node.value == "None":
+                return True  # `qk_scale or head_dim ** -0.5`
+            assigned = self.ctx.assignments_in_scope(node.value, stack)
+            if len(assigned) == 1 and not assigned[0].unpacked:
+                return self._is_number(assigned[0].value, assigned[0].stack, depth + 1)
+            return not assigned and _is_number_parameter(self.ctx.function_of(stack), node.value)
+        name = dotted_name(node)
+        cls = class_of_method(stack)
+        if name is not None and name.startswith("self.") and name.count(".") == 1 and cls is not None:
+            found = [a for a in self.ctx.assignments.get(name, []) if any(f.node is cls for f in a.stack)]
+            return len(found) == 1 and self._is_number(found[0].value, found[0].stack, depth + 1)
+        return False
+
+    def _may_cache_keys(self) -> bool:
+        """Can the keys be longer than the queries (a key/value cache: `torch.cat` on the keys,
+        a `past`/`cache` name)? `[:T, :T]` with one new token masks nothing, while `is_causal=True`
+        aligns its mask to the top left and would hide all but the first key."""
+        key = self.attention.key
+        key_name = dotted_name(key) if key is not None else None
+        for node in walk_expression(self.scope):
+            if isinstance(node, cst.Name) and ("cache" in node.value.lower() or "past" in node.value.lower()):
+                return True
+            if isinstance(node, cst.Assign) and key_name in {n for t in node.targets for n in target_names(t.target)}:
+                calls = (c for c in walk_expression(node.value) if isinstance(c, cst.Call))
+                if any(self.ctx.qualname(c.func) in _CONCATENATE for c in calls):
+                    return True
+        return False
+
+    def _weights_used_elsewhere(self) -> bool:
+        chain = {id(name) for name in self.attention.chain_names}
+        names = {name.value for name in self.attention.chain_names}
+        return any(
+            isinstance(node, cst.Name) and node.value in names and id(node) not in chain
+            for node in walk_expression(self.scope)
+        )
+
+    def _moved_names_rebound(self) -> bool:
+        """Does a statement between the attention's first one and its output rebind something
+        the fix moves to the output (q, k, the mask, the scale, the dropout's p)?"""
+        skip = {id(statement) for statement in self.attention.steps}
+        bound: set[str] = set()
+        for statement in self.block[self.attention.first:self.index]:
+            if id(statement) not in skip:
+                bound |= _bound_names(statement)
+        read = {dotted_name(node) for expr in self.attention.moved for node in walk_expression(expr)} - {None}
+        return any(name == b or name.startswith(b + ".") for name in read for b in bound)  # type: ignore[union-attr]
+
+    def _tril_buffer(self, buffer: str) -> CallSite | None:
+        """The class's one `self.register_buffer("<buffer>", torch.tril(torch.ones(...))...)`."""
+        cls = class_of_method(self.stack)
+        assigned = self.ctx.assignments.get(f"self.{buffer}", [])
+        if cls is None or any(any(f.node is cls for f in a.stack) for a in assigned):
+            return None
+        sites = [
+            site for site in self.ctx.method_calls("register_buffer")
+            if dotted_name(site.node.func) == "self.register_buffer" and any(f.node is cls for f in site.stack)
+            and _string(find_argument(self.ctx, site, "name", 0).node) == buffer
+        ]
+        if len(sites) != 1:
+            return None
+        tensor = find_argument(self.ctx, sites[0], "tensor", 1).node
+        return sites[0] if tensor is not None and self._is_tril_of_ones(tensor, sites[0].stack) else None
+
+    def _unwrap(self, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression:
+        """``_unwrap``, through a variable assigned once (`mask = torch.tril(...)`) too."""
+        node = _unwrap(node)
+        value = self.ctx.single_value(node.value, stack) if isinstance(node, cst.Name) else None
+        return _unwrap(value) if value is not None else node
+
+    def _is_tril_of_ones(self, node: cst.BaseExpression, stack: Stack) -> bool:
+        node = self._unwrap(node, stack)
+        if isinstance(node, cst.Call) and self.ctx.qualname(node.func) == "torch.tril":
+            args = node.args
+            inner = args[0].value if args and not args[0].keyword else None
+            diagonal = argument(args[1:], "diagonal", 0)
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "tril":
+            inner, diagonal = node.func.value, argument(node.args, "diagonal", 0)
+        else:
+            return False
+        if diagonal is not None and not (isinstance(diagonal, cst.Integer) and diagonal.value == "0"):
+            return False
+        inner = self._unwrap(inner, stack) if inner is not None else None
+        return isinstance(inner, cst.Call) and self.ctx.qualname(inner.func) == "torch.ones"
+
+    # ------------------------------------------------------------------ the new call
+    def _scale(self) -> str | None:
+        """The `scale=` value, or None for SDPA's default 1/sqrt(head_dim)."""
+        factors = self.attention.factors
+        if not factors:
+            return "1.0"
+        factor = factors[0]
+        if self._is_default(factor):
+            return None
+        value = factor.value.with_changes(lpar=[], rpar=[])
+        if not factor.divide:
+            return code_of(value)
+        atomic = isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float))
+        return f"1 / {code_of(value) if atomic else '(' + code_of(value) + ')'}"
+
+    def _is_default(self, factor: Factor) -> bool:
+        meaning = factor.meaning
+        if factor.divide:
+            return self._is_sqrt_head_dim(meaning)
+        if isinstance(meaning, cst.BinaryOperation) and isinstance(meaning.operator, cst.Divide):
+            one = meaning.left
+            return (isinstance(one, (cst.Integer, cst.Float)) and float(one.value) == 1.0
+                    and self._is_sqrt_head_dim(meaning.right))
+        return _is_power(meaning, -0.5) is not None and self._is_head_dim(_is_power(meaning, -0.5))
+
+    def _is_sqrt_head_dim(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Call) and self.ctx.qualname(node.func) == "math.sqrt" and len(node.args) == 1:
+            return self._is_head_dim(node.args[0].value)
+        base = _is_power(node, 0.5)
+        return base is not None and self._is_head_dim(base)
+
+    def _is_head_dim(self, node: cst.BaseExpression | None) -> bool:
+        """`k.size(-1)`, `q.shape[-1]`: the last dimension of the query or the key."""
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "size":
+            tensor, ok = node.func.value, len(node.args) == 1 and code_of(node.args[0].value).strip() == "-1"
+        elif (isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute)
+              and node.value.attr.value == "shape"):
+            tensor, ok = node.value.value, len(node.slice) == 1 and code_of(node.slice[0].slice).strip() == "-1"
+        else:
+            return False
+        sides = (self.attention.query, self.attention.key)
+        return ok and any(side is not None and tensor.deep_equals(side) for side in sides)
+
+    def _dropout(self) -> str | None:
+        dropout = self.attention.dropout
+        if dropout is None:
+            return None
+        if dropout.module is not None:
+            return f"{dropout.module}.p if self.training else 0.0"
+        assert dropout.p is not None
+        p = code_of(dropout.p)
+        if isinstance(dropout.p, cst.IfExp):
+            p = f"({p})"
+        if dropout.training is None or (isinstance(dropout.training, cst.Name) and dropout.training.value == "True"):
+            return p
+        if isinstance(dropout.training, cst.Name) and dropout.training.value == "False":
+            return None
+        return f"{p} if {code_of(dropout.training)} else 0.0"
+
+    def _keywords(self) -> list[cst.Arg]:
+        mask = self.attention.masks[0] if self.attention.masks else None
+        pairs = [
+            ("attn_mask", code_of(mask.value) if isinstance(mask, AdditiveMask) else None),
+            ("dropout_p", self._dropout()),
+            ("is_causal", "True" if isinstance(mask, CausalFill) else None),
+            ("scale", self._scale()),
+        ]
+        return [keyword_arg(name, value) for name, value in pairs if value is not None]
+
+    # ------------------------------------------------------------------ operations
+    def ops(self) -> list[FixOp]:
+        ops: list[FixOp] = []
+        function = _sdpa_name(self.ctx, ops, self.stack)
+        attention = self.attention
+        assert attention.query is not None and attention.key is not None
+        query, key, keywords = attention.query, attention.key, self._keywords()
+        indent = self.ctx.module.default_indent
+
+        def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
+            operands = matmul_operands(self.ctx, updated)
+            value = operands[1] if operands is not None else attention.value
+            call = cst.parse_expression(f"{function}()")
+            assert isinstance(call, cst.Call)
+            # all arguments appended to an empty call: wrapped one per line when it grows too long
+            return append_args(call, cst.Arg(query), cst.Arg(key), cst.Arg(value), *keywords,  # type: ignore[arg-type]
+                               indent=indent)
+
+        ops.append(Transform(attention.output, rewrite))
+        removed = [*attention.steps, *self._dead_scale()]
+        for statement in removed:
+            ops.extend(removal_ops(self.ctx, statement) or ())
+        ops.extend(_extra_blank_lines(self.block, removed))
+        ops.extend(self._dead_buffer())
+        if self.ctx.imports.bindings.get("math") == "math" and any(
+            self.ctx.qualname(node) == "math.sqrt" for statement in removed for node in walk_expression(statement)
+        ):
+            ops.append(RemoveImportIfUnused("math"))  # removed only if nothing else uses it
+        return ops
+
+    def _dead_scale(self) -> list[cst.SimpleStatementLine]:
+        """`scale = 1.0 / math.sqrt(k.size(-1))`, read only by the attention, goes with it."""
+        factor = self.attention.factors[0] if self.attention.factors else None
+        if factor is None or factor.definition is None or not self._is_default(factor):
+            return []
+        assert isinstance(factor.value, cst.Name)
+        return [factor.definition] if mentions(self.scope, factor.value.value) == 2 else []
+
+    def _dead_buffer(self) -> list[FixOp]:
+        """A non-persistent mask buffer that nothing else reads goes too (a persistent one is
+        in checkpoints: removing it would break loading them)."""
+        site = self.buffer
+        if site is None:
+            return []
+        persistent = find_argument(self.ctx, site, "persistent", 2).node
+        if literal_bool(self.ctx, persistent, site.stack) is not False:
+            return []
+        mask = self.attention.masks[0]
+        assert isinstance(mask, CausalFill)
+        if self.rule._attributes[mask.buffer] != 1:  # our `self.<buffer>[...]` is its only read
+            return []
+        ops = list(call_removal(self.ctx, site) or ())
+        tensor = find_argument(self.ctx, site, "tensor", 1).node
+        tensor = _unwrap(tensor) if tensor is not None else None  # `mask.view(1, 1, n, n)`: `mask`
+        builder = self.ctx.function_of(site.stack)
+        if ops and isinstance(tensor, cst.Name) and builder is not None and mentions(builder, tensor.value) == 2:
+            assignment = self.ctx.assignments_in_scope(tensor.value, site.stack)
+            if len(assignment) == 1 and assignment[0].statement is not None:
+                ops.extend(removal_ops(self.ctx, assignment[0].statement) or ())
+        return ops
+
+
+def _sdpa_name(ctx, ops: list[FixOp], stack: Stack) -> str:  # type: ignore[no-untyped-def]
+    """`F.scaled_dot_product_attention` through the file's own alias of torch.nn.functional, or
+    with `import torch.nn.functional as F` added where `F` is free; else as codegen spells it."""
+    local = ctx.local_name_for(SDPA, stack)
+    if local is not None and local.count(".") == 1:
+        return local
+    if "F" not in ctx.imports.bindings and ctx.free_for_import("F", stack):
+        ops.append(AddImport("torch.nn.functional", asname="F"))
+        return "F.scaled_dot_product_attention"
+    return reference(ctx, SDPA, ops, stack)
+
+
+# ---------------------------------------------------------------------- helpers
+def _is_number_parameter(function: cst.CSTNode | None, name: str) -> bool:
+    """A parameter of ``__init__`` (what a model is configured with: sizes, rates), or one
+    annotated `float`/`int` or defaulting to a number elsewhere."""
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    params = function.params
+    for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
+        if param.name.value != name:
+            continue
+        annotation = dotted_name(param.annotation.annotation) if param.annotation is not None else None
+        if annotation is not None:
+            return annotation in ("float", "int")
+        return function.name.value == "__init__" or isinstance(param.default, (cst.Integer, cst.Float))
+    return False
+
+
+def _extra_blank_lines(block: list[cst.BaseStatement], removed: list[cst.SimpleStatementLine]) -> list[FixOp]:
+    """Blank lines of removed statements that would pile up above the next statement left.
+
+    The removal moves each removed statement's comments and blank lines above that statement;
+    of a run of removed steps, only the first one's blank lines are kept, and only when the
+    statement they land on has none of its own. A statement that becomes the first of its block
+    loses its blank lines too."""
+    ops: list[FixOp] = []
+    gone = {id(statement) for statement in removed}
+    first_of_run, kept_before = True, False
+    for position, statement in enumerate(block):
+        if id(statement) not in gone:
+            if not kept_before and position > 0:
+                ops.extend(_drop_blank_lines(statement))
+            first_of_run, kept_before = True, True
+            continue
+        following = next((s for s in block[position + 1:] if id(s) not in gone), None)
+        lands_on_blank = following is not None and any(_is_blank(line) for line in following.leading_lines)
+        if not first_of_run or lands_on_blank or not kept_before:
+            ops.extend(_drop_blank_lines(statement))
+        first_of_run = False
+    return ops
+
+
+def _drop_blank_lines(statement: cst.BaseStatement) -> list[FixOp]:
+    blank = [line for line in statement.leading_lines if _is_blank(line)]
+    return [Transform(line, lambda _: cst.RemovalSentinel.REMOVE) for line in blank]
+
+
+def _is_blank(line: cst.EmptyLine) -> bool:
+    return line.comment is None
+
+
+def _bound_names(statement: cst.CSTNode) -> set[str]:
+    """Dotted names a statement (re)binds anywhere inside it."""
+    bound: set[str] = set()
+    for node in walk_expression(statement):
+        if isinstance(node, cst.AssignTarget):
+            bound.update(target_names(node.target))
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
+            bound.update(target_names(node.target))
+        elif isinstance(node, cst.AsName) and isinstance(node.name, (cst.Name, cst.Tuple, cst.List)):
+            bound.update(target_names(node.name))
+    return bound
+
+
+def _string(node: cst.BaseExpression | None) -> str | None:
+    return str(node.evaluated_value) if isinstance(node, cst.SimpleString) else None
+
+
+def _unwrap(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``x`` for ``x.view(1, 1, n, n)``, ``x.bool()``, ``x[None, None]`` and the like."""
+    while True:
+        func = node.func if isinstance(node, cst.Call) else None
+        if isinstance(func, cst.Attribute) and func.attr.value in _TRIL_WRAPPERS:
+            node = func.value
+        elif isinstance(node, cst.Subscript) and all(
+            isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.Name, cst.Ellipsis))
+            and (not isinstance(e.slice.value, cst.Name) or e.slice.value.value == "None")
+            for e in node.slice
+        ):
+            node = node.value
+        else:
+            return node
+
+
+def _is_power(node: cst.BaseExpression, exponent: float) -> cst.BaseExpression | None:
+    """``base`` for ``base ** exponent``."""
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power)):
+        return None
+    right = node.right
+    sign = 1.0
+    if isinstance(right, cst.UnaryOperation) and isinstance(right.operator, cst.Minus):
+        sign, right = -1.0, right.expression
+    if isinstance(right, (cst.Float, cst.Integer)) and sign * float(right.value) == exponent:
+        return node.left
+    return None
+

@@ -1,0 +1,386 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.amp import string_value
+from speedfix.arguments import ArgValue, find_argument, literal_bool, literal_int
+from speedfix.codegen import append_args, arg_removed, keyword_arg, same_quotes, string_literal, value_replaced
+from speedfix.context import CallSite
+from speedfix.entry import setting_at_entry_point
+from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.frameworks import LIGHTNING_TRAINER, SET_ELSEWHERE, in_lightning_method, lightning_on_gpu
+from speedfix.models import conv2d_classes
+from speedfix.patterns import cudnn_settings, matmul_precision_chosen
+from speedfix.rule import Invalid, Rule, Valid
+
+_FP32 = frozenset({"32", "32-true"})
+_FP16 = frozenset({"16", "16-mixed"})
+_HEAVY_PROFILERS = frozenset({"advanced", "pytorch", "xla"})
+
+
+class LightningTrainerConfig(Rule):
+    """
+    ## What it does
+    Finds a Lightning `Trainer` that trains on a GPU with slow settings:
+
+    - `precision` left at its default "32-true" (or set to 32): the whole step runs in fp32;
+    - fp32 training in a script that never calls `torch.set_float32_matmul_precision`;
+    - `precision="16-mixed"`, which scales the loss where bf16 would not have to;
+    - `profiler=` left on ("advanced", "pytorch" or a profiler object; "simple" at lower severity);
+    - a convolutional network (`nn.Conv2d` layers) trained without `benchmark=True`;
+    - `accumulate_grad_batches` above 1, which does not make steps faster (information only);
+    - `self.log(..., sync_dist=True)` in `training_step`, an all-reduce per step with several GPUs.
+
+    A `Trainer` is GPU code unless its `accelerator` is a known non-GPU one ("cpu", "tpu",
+    "mps", ...): the default, "auto", picks the GPU whenever there is one. An `accelerator` or
+    `precision` speedfix cannot know (`args.accelerator` without a default) means silence.
+    `detect_anomaly=True` is SF603's. Lightning moves the batches of the loaders a module or data
+    module returns to the GPU itself, so no `.to("cuda")` is needed for a script to be GPU code.
+
+    ## Why is this bad?
+    In fp32 every matmul and convolution runs at a fraction of what the tensor cores can do:
+    `precision="bf16-mixed"` runs them in bf16 under autocast, with fp32 weights and no loss
+    scaling, and halves activation memory. Training that stays in fp32 should at least allow
+    TF32 matmuls, which Lightning itself asks for at start-up ("You are using a CUDA device that
+    has Tensor Cores..."). "16-mixed" needs a GradScaler that checks every gradient for inf and
+    reads the result back to the CPU every step; bf16 has fp32's range and needs none. The
+    "advanced" profiler runs cProfile around every hook, the "pytorch" one records every op.
+    With `benchmark` unset Lightning leaves cuDNN on its heuristics, which are slower than the
+    measured choice for the fixed input shapes of image training. Gradient accumulation makes
+    the effective batch bigger, not the steps faster: each micro-batch still runs its own forward
+    and backward pass.
+
+    ## Example
+    ```python
+    trainer = L.Trainer(max_epochs=10, profiler="advanced")
+    ```
+
+    ## Use instead
+    ```python
+    torch.set_float32_matmul_precision("high")
+    trainer = L.Trainer(max_epochs=10, precision="bf16-mixed")
+    ```
+
+    ## Fix safety
+    Unsafe. `precision="bf16-mixed"` and TF32 change the numbers (bf16 keeps 8 mantissa bits,
+    TF32 10), and bf16 needs an Ampere or newer GPU (A100, RTX 30xx, H100): on a V100 or T4 use
+    "16-mixed". The TF32 setting goes at the top of `main()` (or the `__main__` block).
+    `benchmark=True` makes cuDNN measure every new input shape: for inputs whose shape changes
+    from batch to batch it can be slower, and results are no longer bit-reproducible. Removing
+    the profiler removes its report. A value set outside the call (a constant, an argparse
+    default) is reported without a fix. Accumulation and `sync_dist` are reported without one:
+    the right batch size depends on the GPU's memory, and a per-step metric may need the
+    all-reduce.
+
+    ## Measured effect
+    Mixed precision: "up to 3x" on Volta and newer GPUs (PyTorch's tuning guide) and Lightning's
+    docs; TF32: about 7x for a large A100 matmul; profilers: the tuning guide's "Disable
+    debugging APIs"; `benchmark`: 1.42x per epoch on a V100 (SpeechBrain); accumulation
+    "Improves training speed: No" (Hugging Face).
+    Sources: https://lightning.ai/docs/pytorch/stable/common/precision_basic.html,
+    https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html,
+    https://huggingface.co/docs/transformers/perf_train_gpu_one,
+    https://github.com/speechbrain/speechbrain/pull/294
+    """
+
+    code = "SF901"
+    name = "lightning-trainer-config"
+    summary = "Lightning `Trainer` on a GPU in fp32, without TF32, with a profiler or without cuDNN autotuning"
+    severity = Severity.WARNING
+    requires = (b"Trainer", b"sync_dist")
+    fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.NUMERICS
+    fix_title = 'Train in bf16 mixed precision (`precision="bf16-mixed"`)'
+    effect = "bf16 autocast on tensor cores: up to 3x; TF32 for what stays fp32."
+
+    VALID = [
+        Valid(  # tuned: bf16 mixed precision
+            """
+            import lightning as L
+            trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_epochs=10)
+            """
+        ),
+        Valid(  # a CPU run
+            """
+            import lightning as L
+            trainer = L.Trainer(accelerator="cpu", max_epochs=10)
+            """
+        ),
+        Valid(  # values speedfix cannot know
+            """
+            import lightning as L
+            def main(args):
+                trainer = L.Trainer(accelerator=args.accelerator)
+                other = L.Trainer(precision=args.precision, profiler=args.profiler)
+            """
+        ),
+        Valid(  # fp32 on purpose, with TF32 chosen; no profiler
+            """
+            import torch
+            from lightning.pytorch import Trainer
+            torch.set_float32_matmul_precision("medium")
+            trainer = Trainer(precision="bf16-true", profiler=None)
+            """
+        ),
+        Valid(  # not Lightning's Trainer
+            """
+            from transformers import Trainer
+            trainer = Trainer(model=model, args=args)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import lightning as L
+
+            def main():
+                trainer = L.Trainer(max_epochs=10)
+                trainer.fit(model, datamodule=dm)
+            """,
+            fixed="""
+            import lightning as L
+            import torch
+
+            def main():
+                torch.set_float32_matmul_precision("high")
+                trainer = L.Trainer(max_epochs=10, precision="bf16-mixed")
+                trainer.fit(model, datamodule=dm)
+            """,
+            count=2,
+        ),
+        Invalid(  # an explicit 32, a profiler and accumulation (reported, no fix)
+            """
+            import torch
+            from pytorch_lightning import Trainer
+
+            def main():
+                trainer = Trainer(precision=32, profiler='advanced', accumulate_grad_batches=4)
+            """,
+            fixed="""
+            import torch
+            from pytorch_lightning import Trainer
+
+            def main():
+                torch.set_float32_matmul_precision('high')
+                trainer = Trainer(precision='bf16-mixed', accumulate_grad_batches=4)
+            """,
+            count=4,
+        ),
+        Invalid(  # fp16 mixed precision where bf16 fits
+            """
+            import lightning.pytorch as pl
+            trainer = pl.Trainer(accelerator="cuda", precision="16-mixed")
+            """,
+            fixed="""
+            import lightning.pytorch as pl
+            trainer = pl.Trainer(accelerator="cuda", precision="bf16-mixed")
+            """,
+        ),
+        Invalid(  # a conv net without the cuDNN autotuner
+            """
+            import torch.nn as nn
+            import lightning as L
+
+            class Net(L.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 16, 3)
+
+            trainer = L.Trainer(precision="bf16-mixed")
+            """,
+            fixed="""
+            import torch.nn as nn
+            import lightning as L
+
+            class Net(L.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 16, 3)
+
+            trainer = L.Trainer(precision="bf16-mixed", benchmark=True)
+            """,
+        ),
+        Invalid(  # precision from an argparse default: reported, no fix for it
+            """
+            import argparse
+            import lightning as L
+
+            def main():
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--precision", default="16-mixed")
+                args = parser.parse_args()
+                trainer = L.Trainer(precision=args.precision)
+            """,
+        ),
+        Invalid(  # an all-reduce per logged value and step
+            """
+            import lightning as L
+
+            class Model(L.LightningModule):
+                def training_step(self, batch, batch_idx):
+                    loss = self.model(batch).mean()
+                    self.log("train_loss", loss, sync_dist=True)
+                    return loss
+
+                def validation_step(self, batch, batch_idx):
+                    self.log("val_loss", self.model(batch).mean(), sync_dist=True)
+            """,
+        ),
+    ]
+
+    def finish(self) -> None:
+        for site in self.ctx.calls_to(*LIGHTNING_TRAINER):
+            self._check_trainer(site)
+        self._check_sync_dist()
+
+    def _check_trainer(self, site: CallSite) -> None:
+        if lightning_on_gpu(self.ctx, site):
+            if self._check_precision(site):
+                self._check_tf32(site)
+            self._check_benchmark(site)
+        self._check_profiler(site)
+        self._check_accumulation(site)
+
+    # ------------------------------------------------------------------ precision
+    def _check_precision(self, site: CallSite) -> bool:
+        """Report fp32 or fp16 training; True when the Trainer certainly trains in fp32."""
+        precision = find_argument(self.ctx, site, "precision")
+        if precision.unknown:
+            return False
+        value = "32" if precision.missing else self._precision_text(precision, site)
+        if value in _FP32:
+            written = '`precision` defaults to "32-true"' if precision.missing else f"`precision={_shown(value)}`"
+            self.report(
+                precision.arg or site.node,
+                f"`Trainer` trains in fp32 ({written}): bf16 mixed precision runs on the tensor cores",
+                fix_ops=self._set_precision(site, precision),
+                no_fix_reason=SET_ELSEWHERE,
+            )
+            return True
+        if value in _FP16:
+            self.report(
+                precision.arg or site.node,
+                "fp16 mixed precision scales the loss and checks every gradient for inf each step; "
+                "bf16 (`precision=\"bf16-mixed\"`) needs neither on Ampere and newer GPUs",
+                severity=Severity.INFO,
+                fix_ops=self._set_precision(site, precision),
+                no_fix_reason=SET_ELSEWHERE,
+            )
+        return False
+
+    def _precision_text(self, precision: ArgValue, site: CallSite) -> str | None:
+        number = literal_int(self.ctx, precision.node, site.stack)
+        return str(number) if number is not None else string_value(self.ctx, precision.node, site.stack)
+
+    def _set_precision(self, site: CallSite, precision: ArgValue) -> list[FixOp] | None:
+        original = precision.arg
+        if original is not None and isinstance(original.value, cst.SimpleString):
+            value: cst.BaseExpression = same_quotes(original.value, "bf16-mixed")
+        else:
+            value = cst.parse_expression(string_literal(self.ctx, "bf16-mixed"))
+        if precision.missing:
+            return [self._append(site, keyword_arg("precision", value))]
+        if original is None or not isinstance(original.value, (cst.Integer, cst.SimpleString)):
+            return None
+        return [value_replaced(site.node, original, value)]
+
+    def _check_tf32(self, site: CallSite) -> None:
+        ctx = self.ctx
+        if matmul_precision_chosen(ctx) or site is not ctx.calls_to(*LIGHTNING_TRAINER)[0]:
+            return
+        high = string_literal(ctx, "high")
+        ops, reason = setting_at_entry_point(ctx, "torch.set_float32_matmul_precision", lambda call: f"{call}({high})")
+        self.report(
+            site.statement or site.node,  # the precision finding sits on the call itself
+            "fp32 matmuls run without TF32 tensor cores: nothing calls `torch.set_float32_matmul_precision`",
+            fix_ops=ops,
+            no_fix_reason=reason,
+            fix_title='Enable TF32 matmuls: `torch.set_float32_matmul_precision("high")` at the entry point',
+        )
+
+    # ------------------------------------------------------------------ other settings
+    def _check_benchmark(self, site: CallSite) -> None:
+        ctx = self.ctx
+        if not find_argument(ctx, site, "benchmark").missing or cudnn_settings(ctx) or not conv2d_classes(ctx):
+            return
+        deterministic = find_argument(ctx, site, "deterministic")
+        if not deterministic.missing and literal_bool(ctx, deterministic.node, site.stack) is not False:
+            return
+        self.report(
+            site.node,
+            "`Trainer` trains a conv net with cuDNN's default algorithms: `benchmark=True` is not set",
+            severity=Severity.INFO,
+            fix_ops=[self._append(site, keyword_arg("benchmark", cst.Name("True")))],
+            fix_title="Let cuDNN pick the fastest convolutions (`benchmark=True`)",
+        )
+
+    def _check_profiler(self, site: CallSite) -> None:
+        profiler = find_argument(self.ctx, site, "profiler")
+        if profiler.missing or profiler.unknown or _is_none(profiler.node):
+            return
+        kind = string_value(self.ctx, profiler.node, site.stack)
+        if kind is None and not isinstance(profiler.node, cst.Call):
+            return  # a variable: it may be None
+        heavy = kind is None or kind in _HEAVY_PROFILERS
+        original = profiler.arg
+        self.report(
+            original or site.node,
+            f"`Trainer(profiler={kind!r})` profiles every training hook" if kind else
+            "`Trainer(profiler=...)` profiles every training step",
+            severity=Severity.WARNING if heavy else Severity.INFO,
+            fix_ops=[arg_removed(site.node, original)]
+            if original is not None else None,
+            no_fix_reason=SET_ELSEWHERE,
+            fix_title="Turn the profiler off",
+        )
+
+    def _check_accumulation(self, site: CallSite) -> None:
+        accumulate = find_argument(self.ctx, site, "accumulate_grad_batches")
+        steps = literal_int(self.ctx, accumulate.node, site.stack)
+        if steps is None or steps <= 1:
+            return
+        self.report(
+            accumulate.arg or site.node,
+            f"`accumulate_grad_batches={steps}` enlarges the effective batch but does not make training faster: "
+            "raise the batch size instead while it fits in memory",
+            severity=Severity.INFO,
+            no_fix_reason="the largest batch that fits depends on the GPU's memory",
+        )
+
+    def _check_sync_dist(self) -> None:
+        ctx = self.ctx
+        for site in ctx.method_calls("log"):
+            func = site.node.func
+            assert isinstance(func, cst.Attribute)
+            if not (isinstance(func.value, cst.Name) and func.value.value == "self") or not ctx.is_hot(site.stack):
+                continue
+            sync = find_argument(ctx, site, "sync_dist")
+            on_step = find_argument(ctx, site, "on_step")
+            if literal_bool(ctx, sync.node, site.stack) is not True or _is_false(on_step):
+                continue
+            if not in_lightning_method(ctx, site):
+                continue
+            self.report(
+                sync.arg or site.node,
+                "`self.log(..., sync_dist=True)` in the training step all-reduces the value across GPUs every step",
+                severity=Severity.INFO,
+                no_fix_reason="log it with `on_step=False, on_epoch=True`, "
+                "or without `sync_dist` if rank 0's value will do",
+            )
+
+    def _append(self, site: CallSite, arg: cst.Arg) -> Transform:
+        return Transform(site.node, lambda call: append_args(call, arg, indent=self.ctx.module.default_indent))
+
+
+def _shown(value: str) -> str:
+    """The precision as a script writes it: `32`, `"32-true"`."""
+    return value if value.isdigit() else f'"{value}"'
+
+
+def _is_none(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _is_false(value: ArgValue) -> bool:
+    return isinstance(value.node, cst.Name) and value.node.value == "False"

@@ -1,0 +1,227 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from speedfix.amp import string_value
+from speedfix.codegen import same_quotes, value_replaced
+from speedfix.context import CallSite, walk_expression
+from speedfix.findings import Applicability, LossCheck, Severity, replace
+from speedfix.frameworks import SET_ELSEWHERE
+from speedfix.rule import Invalid, Rule, Valid
+
+_KEYWORD = "attn_implementation"
+_ATTRIBUTES = ("attn_implementation", "_attn_implementation")
+_LOADERS = ("from_pretrained", "from_config")
+# Gemma 2/3 cap their attention logits, which SDPA cannot do: transformers asks for eager there.
+_NEEDS_EAGER = re.compile(r"gemma", re.IGNORECASE)
+_FLASH_CLAIM = re.compile(r"flash[\s_-]*(attention|attn)", re.IGNORECASE)
+_MESSAGE_CALLS = frozenset({"print", "info", "warning", "warn", "debug", "log", "write"})
+
+
+class HfEagerAttention(Rule):
+    """
+    ## What it does
+    Finds Hugging Face models that run their attention in plain PyTorch ops:
+    `from_pretrained(..., attn_implementation="eager")` (also `from_config`, a model config, or
+    `config._attn_implementation = "eager"`), and scripts that announce FlashAttention while nothing
+    in them selects an attention implementation (a "FlashAttention enabled" message after importing
+    the model's attention class enables nothing).
+
+    ## Why is this bad?
+    "eager" computes `softmax(QK^T)V` with separate matmul, softmax and dropout kernels and
+    stores the full attention matrix for the backward pass. `"sdpa"` calls
+    `torch.nn.functional.scaled_dot_product_attention`, which dispatches to fused
+    FlashAttention/memory-efficient kernels: less memory traffic, no seq x seq matrix, and longer
+    sequences fit. transformers already uses SDPA by default where a model supports it, so a
+    message claiming FlashAttention without `attn_implementation` describes that default, not
+    FlashAttention-2. `"flash_attention_2"` can be faster still, especially for padded batches of
+    variable-length text, but needs the `flash-attn` package, fp16/bf16 weights and an Ampere or
+    newer GPU.
+
+    Not reported: Gemma models (transformers recommends eager for their logit soft-capping) and
+    scripts that ask for `output_attentions=True`, which SDPA does not return.
+
+    ## Example
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="eager")
+    ```
+
+    ## Use instead
+    ```python
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="sdpa")
+    ```
+
+    ## Fix safety
+    Unsafe: the fused kernels round differently, so results differ in the last bits; a model
+    class without SDPA support raises `ValueError` when asked for it; attention weights are no
+    longer available. The misleading message is reported without a fix: whether FlashAttention-2
+    fits depends on the GPU, the dtype and the installed packages.
+
+    ## Measured effect
+    Hugging Face's GPU training guide lists SDPA and FlashAttention among the changes that improve
+    training speed and memory; the PyTorch 2.0 release measured fused SDPA kernels against the eager
+    attention of its models.
+    Sources: https://huggingface.co/docs/transformers/perf_train_gpu_one,
+    https://pytorch.org/blog/accelerated-pytorch-2/
+    """
+
+    code = "SF903"
+    name = "hf-eager-attention"
+    summary = 'Hugging Face model with `attn_implementation="eager"`, or a FlashAttention claim that enables nothing'
+    severity = Severity.WARNING
+    requires = (b"eager", b"lash")
+    fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.NUMERICS
+    fix_title = 'Use PyTorch\'s fused attention (`attn_implementation="sdpa"`)'
+    effect = "Fused attention kernels instead of matmul-softmax-matmul: less time and memory per step."
+
+    VALID = [
+        Valid(
+            """
+            from transformers import AutoModelForCausalLM
+            model = AutoModelForCausalLM.from_pretrained("gpt2", attn_implementation="sdpa")
+            print("FlashAttention enabled")
+            """
+        ),
+        Valid(  # Gemma: eager is transformers' own advice for training
+            """
+            from transformers import AutoModelForCausalLM
+            model = AutoModelForCausalLM.from_pretrained("google/gemma-2-9b", attn_implementation="eager")
+            """
+        ),
+        Valid(  # attention weights are needed
+            """
+            from transformers import AutoModel
+            model = AutoModel.from_pretrained("bert-base-uncased", attn_implementation="eager")
+            out = model(**batch, output_attentions=True)
+            """
+        ),
+        Valid(  # "eager" of something else
+            """
+            import torch
+            run(mode="eager")
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from transformers import AutoModelForCausalLM, Qwen2Config
+
+            model = AutoModelForCausalLM.from_pretrained(name, attn_implementation='eager')
+            config = Qwen2Config(hidden_size=64, attn_implementation="eager")
+            config._attn_implementation = "eager"
+            """,
+            fixed="""
+            from transformers import AutoModelForCausalLM, Qwen2Config
+
+            model = AutoModelForCausalLM.from_pretrained(name, attn_implementation='sdpa')
+            config = Qwen2Config(hidden_size=64, attn_implementation="sdpa")
+            config._attn_implementation = "sdpa"
+            """,
+            count=3,
+        ),
+        Invalid(  # brief 003: importing the attention class "enables" FlashAttention
+            """
+            from transformers import Qwen2Config, Qwen2ForCausalLM
+
+            model = Qwen2ForCausalLM(Qwen2Config())
+            try:
+                from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention
+                print("FlashAttention enabled")
+            except ImportError:
+                print("FlashAttention not available, using standard attention")
+            """,
+        ),
+    ]
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        if not any(target.startswith("transformers") for target in ctx.imports.bindings.values()):
+            return
+        if self._needs_attention_weights():
+            return
+        for site in ctx.calls:
+            self._check_call(site)
+        for name, assignments in ctx.assignments.items():
+            if name.rsplit(".", 1)[-1] in _ATTRIBUTES:
+                for assignment in assignments:
+                    value = assignment.value
+                    if isinstance(value, cst.SimpleString) and value.evaluated_value == "eager":
+                        self.report(value, f'`{name} = "eager"` runs attention as separate matmul and softmax kernels',
+                                    fix_ops=[replace(value, same_quotes(value, "sdpa"))])
+        self._check_claims()
+
+    def _check_call(self, site: CallSite) -> None:
+        for arg in site.node.args:
+            if arg.keyword is None or arg.keyword.value != _KEYWORD:
+                continue
+            if string_value(self.ctx, arg.value, site.stack) != "eager" or self._gemma(site):
+                return
+            fix = None
+            if isinstance(arg.value, cst.SimpleString):
+                sdpa = same_quotes(arg.value, "sdpa")
+                fix = [value_replaced(site.node, arg, sdpa)]
+            self.report(arg, '`attn_implementation="eager"` runs attention as separate matmul and softmax kernels',
+                        fix_ops=fix, no_fix_reason=SET_ELSEWHERE)
+
+    def _gemma(self, site: CallSite) -> bool:
+        texts = [str(node.evaluated_value) for node in walk_expression(site.node) if isinstance(node, cst.SimpleString)]
+        return any(_NEEDS_EAGER.search(text) for text in [*texts, self.ctx.call_qualname(site) or ""])
+
+    def _builds_model(self, site: CallSite) -> bool:
+        """`AutoModelForCausalLM.from_pretrained(...)`, `.from_config(...)`, `Qwen2ForCausalLM(config)`."""
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _LOADERS:
+            return True
+        leaf = (self.ctx.call_qualname(site) or "").rpartition(".")
+        return leaf[0].startswith("transformers") and ("For" in leaf[2] or leaf[2].endswith("Model"))
+
+    def _needs_attention_weights(self) -> bool:
+        return any(
+            arg.keyword is not None and arg.keyword.value == "output_attentions"
+            and isinstance(arg.value, cst.Name) and arg.value.value == "True"
+            for site in self.ctx.calls for arg in site.node.args
+        )
+
+    def _check_claims(self) -> None:
+        """A message that says FlashAttention is on, in a script that never chooses one."""
+        ctx = self.ctx
+        chooses = any(_chooses_attention(site) for site in ctx.calls) or any(
+            name.rsplit(".", 1)[-1] in _ATTRIBUTES for name in ctx.assignments
+        )
+        if chooses or not any(self._builds_model(site) for site in ctx.calls):
+            return
+        for site in ctx.calls:
+            if _message_call(site) and _claims_flash(site.node):
+                self.report(
+                    site.node,
+                    "this message says FlashAttention is on, but nothing sets `attn_implementation`: "
+                    "the model runs transformers' default attention",
+                    severity=Severity.INFO,
+                    no_fix_reason='choose it in `from_pretrained(..., attn_implementation=...)`: "sdpa" anywhere, '
+                    '"flash_attention_2" with the flash-attn package, fp16/bf16 and an Ampere or newer GPU',
+                )
+                return  # one is enough: the other messages say the same
+
+
+def _chooses_attention(site: CallSite) -> bool:
+    return any(arg.keyword is not None and arg.keyword.value == _KEYWORD for arg in site.node.args)
+
+
+def _message_call(site: CallSite) -> bool:
+    func = site.node.func
+    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+    return name in _MESSAGE_CALLS
+
+
+def _claims_flash(call: cst.Call) -> bool:
+    """The message names FlashAttention and does not say it is missing."""
+    for node in walk_expression(call):
+        if isinstance(node, (cst.SimpleString, cst.FormattedStringText)):
+            text = node.value
+            if _FLASH_CLAIM.search(text) and not re.search(r"not |unavailable|disabled|未", text, re.IGNORECASE):
+                return True
+    return False

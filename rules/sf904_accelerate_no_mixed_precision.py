@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.amp import string_value
+from speedfix.arguments import find_argument
+from speedfix.codegen import same_quotes, value_replaced
+from speedfix.context import CallSite
+from speedfix.findings import Applicability, LossCheck, Severity
+from speedfix.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu
+from speedfix.rule import Invalid, Rule, Valid
+
+
+class AccelerateNoMixedPrecision(Rule):
+    """
+    ## What it does
+    Finds Accelerate's `Accelerator(mixed_precision="no")` on a GPU: the model trains in fp32.
+    `mixed_precision="fp16"` is reported at lower severity (bf16 needs no loss scaling).
+    `Accelerator()` without `mixed_precision` (or with `None`) is not reported: it takes the
+    setting from `accelerate launch --mixed_precision` or the `accelerate config` file, which the
+    script does not show. An `Accelerator` is GPU code unless `cpu=True`; `accelerator.device`
+    is where it puts the model.
+
+    ## Why is this bad?
+    In fp32 matmuls and convolutions run at a fraction of the tensor cores' speed. With
+    `mixed_precision="bf16"` Accelerate runs the forward pass under bf16 autocast and keeps fp32
+    weights; unlike fp16, bf16 has fp32's exponent range and needs no GradScaler, which checks
+    every gradient for inf and syncs with the CPU each step.
+
+    ## Example
+    ```python
+    accelerator = Accelerator(mixed_precision="no")
+    ```
+
+    ## Use instead
+    ```python
+    accelerator = Accelerator(mixed_precision="bf16")
+    ```
+
+    ## Fix safety
+    Unsafe: bf16 changes the numbers (8 mantissa bits), and Accelerate raises `ValueError` for
+    bf16 on a GPU without bf16 support (before Ampere: use "fp16" there). A value set outside the
+    call (a constant, an argparse default) is reported without a fix.
+
+    ## Measured effect
+    Mixed precision gives "up to 3x" on Volta and newer GPUs (PyTorch's tuning guide); Hugging
+    Face lists it among the changes that improve training speed.
+    Sources: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html,
+    https://huggingface.co/docs/accelerate/usage_guides/low_precision_training
+    """
+
+    code = "SF904"
+    name = "accelerate-no-mixed-precision"
+    summary = 'Accelerate\'s `Accelerator(mixed_precision="no")` on a GPU'
+    severity = Severity.WARNING
+    requires = (b"Accelerator",)
+    fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.NUMERICS
+    fix_title = 'Train in bf16 mixed precision (`mixed_precision="bf16"`)'
+    effect = "bf16 autocast on tensor cores: up to 3x per the PyTorch tuning guide."
+
+    VALID = [
+        Valid(  # the launch configuration decides
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            other = Accelerator(mixed_precision=None)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(mixed_precision="bf16")
+            cpu_only = Accelerator(cpu=True, mixed_precision="no")
+            """
+        ),
+        Valid(  # Accelerate's own examples: the command line chooses
+            """
+            import argparse
+            import torch
+            from accelerate import Accelerator
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16"])
+            args = parser.parse_args()
+            accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(mixed_precision='no', gradient_accumulation_steps=2)
+            """,
+            fixed="""
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(mixed_precision='bf16', gradient_accumulation_steps=2)
+            """,
+        ),
+        Invalid(  # an argparse default: reported, no fix
+            """
+            import argparse
+            import accelerate
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--mixed-precision", default="fp16")
+            args = parser.parse_args()
+            accelerator = accelerate.Accelerator(mixed_precision=args.mixed_precision)
+            """,
+        ),
+    ]
+
+    def finish(self) -> None:
+        for site in self.ctx.calls_to(*ACCELERATOR):
+            if accelerator_on_gpu(self.ctx, site):
+                self._check(site)
+
+    def _check(self, site: CallSite) -> None:
+        precision = find_argument(self.ctx, site, "mixed_precision")
+        value = string_value(self.ctx, precision.node, site.stack)
+        original = precision.arg
+        if value not in ("no", "fp16") or original is None:
+            return
+        fix = None
+        if isinstance(original.value, cst.SimpleString):
+            bf16 = same_quotes(original.value, "bf16")
+            fix = [value_replaced(site.node, original, bf16)]
+        fp16 = value == "fp16"
+        self.report(
+            original,
+            '`mixed_precision="fp16"` scales the loss and checks every gradient for inf each step; "bf16" needs neither'
+            if fp16 else '`Accelerator(mixed_precision="no")` trains in fp32',
+            severity=Severity.INFO if fp16 else Severity.WARNING,
+            fix_ops=fix,
+            no_fix_reason=SET_ELSEWHERE,
+        )

@@ -1,0 +1,476 @@
+"""What one file tells the other files of a project, read with Python's own ``ast`` parser.
+
+This pass runs before the rules, on every file that imports, or is imported by, another scanned
+file; it must stay a fraction of the libcst parse (``ast.parse`` is about ten times faster), so
+it keeps only what the other files need:
+
+- its imports, as the file's ``ImportTable`` spells them (``engine.train_one_epoch``);
+- whether it names CUDA, and which module-level names hold a CUDA device (``DEVICE = "cuda"``,
+  ``def get_device(): return torch.device("cuda" ...)``, a config class with such an attribute);
+- per function, method and class (called as its constructor): whether it takes a training step
+  outside any loop (a per-step helper), whether it holds a training loop, which of its
+  parameters that loop iterates (the loader), and whether the loop copies batches to a device;
+- which imported functions it calls on every training step (``utils.log_loss_dict``).
+
+A training loop is recognised as in ``speedfix.context`` (same markers, from ``speedfix.steps``),
+within this file and one call deep.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from speedfix.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, is_iterable_wrapper,
+                            is_loss_scaler_call, is_optimizer_name)
+
+
+@dataclass(frozen=True)
+class FunctionFacts:
+    """A function, a method (``Class.method``) or a class called as its constructor (``Class``:
+    the parameters of ``__init__`` without ``self``, mapped through ``self.x = x``)."""
+
+    params: tuple[str, ...] = ()  # positional parameters in order (a method's `self` included)
+    steps: bool = False  # a backward/optimizer step outside any loop: a loop calling it trains
+    trains: bool = False  # holds a training loop
+    iterated: tuple[str, ...] = ()  # parameters its training loop iterates (the loader)
+    uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
+    cuda: bool = False  # names CUDA, or returns a CUDA device
+
+
+@dataclass(frozen=True)
+class ModuleFacts:
+    imports: tuple[tuple[str, str], ...] = ()  # (local name, qualified name) as ImportTable spells it
+    star_imports: tuple[str, ...] = ()  # `from config import *`
+    cuda: bool = False  # the file names CUDA itself
+    cuda_names: tuple[str, ...] = ()  # module-level names that hold (or return) a CUDA device
+    functions: dict[str, FunctionFacts] = field(default_factory=dict)
+    hot_calls: tuple[str, ...] = ()  # qualified names (through imports) called on every training step
+    references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
+    trains: bool = False  # the file holds a training loop
+
+    def to_record(self) -> dict[str, Any]:
+        record = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        record["functions"] = {name: facts.__dict__ for name, facts in self.functions.items()}
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> ModuleFacts:
+        """Raises TypeError/KeyError/ValueError on a damaged record (the cache is a plain file)."""
+        functions = {
+            str(name): FunctionFacts(**{k: tuple(v) if isinstance(v, list) else v for k, v in facts.items()})
+            for name, facts in record["functions"].items()
+        }
+        return cls(
+            imports=tuple((str(a), str(b)) for a, b in record["imports"]),
+            star_imports=tuple(map(str, record["star_imports"])),
+            cuda=bool(record["cuda"]),
+            cuda_names=tuple(map(str, record["cuda_names"])),
+            functions=functions,
+            hot_calls=tuple(map(str, record["hot_calls"])),
+            references=tuple(map(str, record["references"])),
+            trains=bool(record["trains"]),
+        )
+
+
+def extract_facts(data: bytes | str) -> ModuleFacts | None:
+    """The facts of one file, or None when Python cannot parse it (its own scan reports why)."""
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    collector = _Collector()
+    try:
+        collector.visit(tree)
+    except RecursionError:
+        return None
+    return collector.facts()
+
+
+# ---------------------------------------------------------------------------------- internals
+def dotted(node: ast.AST) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _unwrap(node: ast.AST) -> ast.AST:
+    """``enumerate(tqdm(loader))``, ``metric_logger.log_every(loader, ...)`` -> ``loader``."""
+    while isinstance(node, ast.Call) and node.args and is_iterable_wrapper(dotted(node.func)):
+        node = node.args[0]
+    return node
+
+
+def _cuda_attribute(node: ast.Attribute) -> bool:
+    return node.attr in CUDA_ATTRIBUTES or (isinstance(node.value, ast.Name) and node.value.id in CUDA_OBJECTS)
+
+
+def _is_periodic(test: ast.AST) -> bool:
+    return any(isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) for node in ast.walk(test))
+
+
+@dataclass
+class _Loop:
+    function: _Function | None
+    iterable: str | None  # dotted name of what a `for` iterates, wrappers removed
+    marker: bool = False  # a step marker directly in its body (no nested loop in between)
+    uploads: bool = False
+    calls: list[tuple[str, bool]] = field(default_factory=list)  # (callee as written, under a periodic guard)
+
+
+@dataclass
+class _Function:
+    name: str  # `f` or `Class.method`
+    class_name: str | None
+    params: tuple[str, ...]
+    steps: bool = False
+    cuda: bool = False
+    returns_cuda: bool = False
+    loops: list[_Loop] = field(default_factory=list)
+    stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
+    made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
+
+
+class _Collector(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.bindings: dict[str, str] = {}
+        self.star: list[str] = []
+        self.cuda = False
+        self.functions: dict[str, _Function] = {}
+        self.function_stack: list[_Function] = []
+        self.class_stack: list[str] = []
+        self.loop_stack: list[_Loop | None] = []  # None: a function boundary
+        self.guards = 0  # periodic `if step % N == 0:` bodies open inside the current loop
+        self.guard_stack: list[int] = []
+        self.loops: list[_Loop] = []
+        self.cuda_names: set[str] = set()
+        self.cuda_classes: set[str] = set()
+        self.references: set[str] = set()
+
+    # ------------------------------------------------------------------ imports
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            local = alias.asname or alias.name.split(".", 1)[0]
+            self.bindings[local] = alias.name if alias.asname else local
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = "." * node.level + (node.module or "")
+        if not base:
+            return
+        for alias in node.names:
+            if alias.name == "*":
+                self.star.append(base)
+            else:  # spelled as ImportTable does: `from . import m` binds `.m`
+                self.bindings[alias.asname or alias.name] = f"{base}{alias.name}" if base.endswith(".") else f"{base}.{alias.name}"
+
+    def resolve(self, name: str | None) -> str | None:
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        target = self.bindings.get(head)
+        if target is None:
+            return None
+        return f"{target}.{rest}" if rest else target
+
+    # ------------------------------------------------------------------ scopes
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.class_stack.append(node.name)
+        for statement in node.body:  # a config class: `class Config: device = "cuda"`
+            if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+                if self._mentions_cuda(statement.value):
+                    self.cuda_classes.add(node.name)
+        self.generic_visit(node)
+        self.class_stack.pop()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        owner = self.class_stack[-1] if self.class_stack and not self.function_stack else None
+        name = f"{owner}.{node.name}" if owner else node.name
+        args = node.args
+        params = tuple(a.arg for a in [*args.posonlyargs, *args.args])
+        function = _Function(name, owner, params)
+        if not self.function_stack:  # nested functions count as part of the enclosing one
+            self.functions.setdefault(name, function)
+        else:
+            function = self.function_stack[-1]
+        self.function_stack.append(function)
+        self.loop_stack.append(None)
+        self.guard_stack.append(self.guards)
+        self.guards = 0
+        for statement in node.body:
+            self.visit(statement)
+        for decorator in node.decorator_list:
+            self.visit(decorator)
+        self.guards = self.guard_stack.pop()
+        self.loop_stack.pop()
+        self.function_stack.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def _current_loop(self) -> _Loop | None:
+        return self.loop_stack[-1] if self.loop_stack else None
+
+    def _visit_loop(self, node: ast.For | ast.AsyncFor | ast.While, iterable: str | None) -> None:
+        loop = _Loop(self.function_stack[-1] if self.function_stack else None, iterable)
+        self.loops.append(loop)
+        if loop.function is not None:
+            loop.function.loops.append(loop)
+        self.loop_stack.append(loop)
+        self.guard_stack.append(self.guards)
+        self.guards = 0
+        for statement in node.body:
+            self.visit(statement)
+        self.guards = self.guard_stack.pop()
+        self.loop_stack.pop()
+        for statement in node.orelse:
+            self.visit(statement)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self.visit(node.iter)
+        self.visit(node.target)
+        self._visit_loop(node, dotted(_unwrap(node.iter)))
+
+    visit_AsyncFor = visit_For  # type: ignore[assignment]
+
+    def visit_While(self, node: ast.While) -> None:
+        self.visit(node.test)
+        self._visit_loop(node, None)
+
+    def visit_If(self, node: ast.If) -> None:
+        self.visit(node.test)
+        periodic = _is_periodic(node.test)
+        self.guards += periodic
+        for statement in node.body:
+            self.visit(statement)
+        self.guards -= periodic
+        for statement in node.orelse:
+            self.visit(statement)
+
+    # ------------------------------------------------------------------ facts
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._assigned([target for target in node.targets], node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self._assigned([node.target], node.value)
+        self.generic_visit(node)
+
+    def _assigned(self, targets: list[ast.expr], value: ast.expr) -> None:
+        function = self.function_stack[-1] if self.function_stack else None
+        for target in targets:
+            name = dotted(target)
+            if name is None:
+                continue
+            if function is None and not self.class_stack and "." not in name and self._mentions_cuda(value):
+                self.cuda_names.add(name)
+            if function is None:
+                continue
+            if name.startswith("self.") and isinstance(value, ast.Name) and value.id in function.params:
+                function.stored[name[5:]] = value.id
+            if isinstance(value, ast.Call) and "." not in name:
+                made = dotted(value.func)
+                if made:
+                    function.made_by[name] = made
+
+    def visit_Return(self, node: ast.Return) -> None:
+        if node.value is not None and self.function_stack and self._mentions_cuda(node.value):
+            self.function_stack[-1].returns_cuda = True
+        self.generic_visit(node)
+
+    def _mentions_cuda(self, node: ast.AST) -> bool:
+        for child in ast.walk(node):
+            if isinstance(child, ast.Attribute) and _cuda_attribute(child):
+                return True
+            if isinstance(child, ast.Constant) and isinstance(child.value, str) and "cuda" in child.value:
+                return True
+            if isinstance(child, ast.Name) and (child.id in self.cuda_names or child.id in CUDA_DEVICE_HELPERS):
+                return True
+        return False
+
+    def _note_cuda(self) -> None:
+        self.cuda = True
+        if self.function_stack:
+            self.function_stack[-1].cuda = True
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if _cuda_attribute(node):
+            self._note_cuda()
+        name = dotted(node)
+        if name is not None:
+            self._reference(name)
+        self.generic_visit(node)
+
+    def _reference(self, name: str) -> None:
+        """`config.DEVICE`, `utils.log_loss()`: what is asked of an imported module (a name
+        taken with `from m import x` and read as such is among the imports already)."""
+        if "." in name:
+            qualified = self.resolve(name)
+            if qualified is not None and qualified.split(".", 1)[0] not in _EXTERNAL:
+                self.references.add(qualified)
+
+    def visit(self, node: ast.AST) -> None:
+        """NodeVisitor's dispatch without building a method name for every node."""
+        method = _DISPATCH.get(type(node))
+        if method is not None:
+            method(self, node)
+            return
+        for child in ast.iter_child_nodes(node):
+            self.visit(child)
+
+    def generic_visit(self, node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            self.visit(child)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and "cuda" in node.value:
+            self._note_cuda()
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = dotted(node.func)
+        if func in CUDA_DEVICE_HELPERS:
+            self._note_cuda()  # `try_gpu()`
+        loop = self._current_loop()
+        if self._is_marker(node, func):
+            if loop is not None:
+                loop.marker = True
+            elif self.function_stack:
+                self.function_stack[-1].steps = True
+        if loop is not None:
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
+                loop.uploads = True
+            if func is not None:
+                loop.calls.append((func, self.guards > 0))
+        self.generic_visit(node)
+
+    def _is_marker(self, node: ast.Call, func: str | None) -> bool:
+        target = node.func
+        if isinstance(target, ast.Attribute):
+            if target.attr == "backward":
+                return True
+            if target.attr == "step":
+                receiver = dotted(target.value)
+                made = self._made_by(receiver)
+                if made is not None and (made.startswith("torch.optim.") or made.endswith("GradScaler")):
+                    return not made.startswith("torch.optim.lr_scheduler")
+                return receiver is not None and is_optimizer_name(receiver)
+        elif self.resolve(func) == "torch.autograd.backward":
+            return True
+        positional = [dotted(arg) for arg in node.args if not isinstance(arg, ast.Starred)]
+        return is_loss_scaler_call(func, positional, {kw.arg for kw in node.keywords if kw.arg})
+
+    def _made_by(self, name: str | None) -> str | None:
+        if name is None or not self.function_stack:
+            return None
+        made = self.function_stack[-1].made_by.get(name)
+        return self.resolve(made) or made if made else None
+
+    # ------------------------------------------------------------------ results
+    def facts(self) -> ModuleFacts:
+        step_functions = {name for name, function in self.functions.items() if function.steps}
+        for loop in self.loops:  # one call deep, as in the file's own index
+            if not loop.marker and any(self._local_callee(callee, loop) in step_functions for callee, _ in loop.calls):
+                loop.marker = True
+        functions = {name: self._function_facts(function) for name, function in self.functions.items()}
+        functions.update(self._constructors(functions))
+        hot = sorted({q for q in self._hot_calls() if q is not None and q.split(".", 1)[0] not in _EXTERNAL})
+        return ModuleFacts(
+            imports=tuple(sorted(self.bindings.items())),
+            star_imports=tuple(self.star),
+            cuda=self.cuda,
+            cuda_names=tuple(sorted(self.cuda_names | self.cuda_classes | self._cuda_returners())),
+            functions=functions,
+            hot_calls=tuple(hot),
+            references=tuple(sorted(self.references)),
+            trains=any(loop.marker for loop in self.loops),
+        )
+
+    def _cuda_returners(self) -> set[str]:
+        """Module-level functions that return a CUDA device (`get_device()`, `try_gpu()`)."""
+        return {name for name, function in self.functions.items() if function.returns_cuda and not function.class_name}
+
+    def _local_callee(self, callee: str, loop: _Loop) -> str | None:
+        """`f(...)` or `self.f(...)` in this file: the function's key in ``self.functions``."""
+        if "." not in callee:
+            return callee
+        head, _, rest = callee.partition(".")
+        owner = loop.function.class_name if loop.function is not None else None
+        if head == "self" and owner and "." not in rest:
+            return f"{owner}.{rest}"
+        return None
+
+    def _function_facts(self, function: _Function) -> FunctionFacts:
+        training = [loop for loop in function.loops if loop.marker]
+        iterated = []
+        for loop in training:
+            name = loop.iterable or ""
+            if name in function.params:
+                iterated.append(name)
+            elif name.startswith("self.") and function.class_name:
+                iterated.append(name)  # an attribute: the constructor maps it to a parameter
+        return FunctionFacts(
+            params=function.params,
+            steps=function.steps,
+            trains=bool(training),
+            iterated=tuple(dict.fromkeys(iterated)),
+            uploads=any(loop.uploads for loop in training),
+            cuda=function.cuda,
+        )
+
+    def _constructors(self, functions: dict[str, FunctionFacts]) -> dict[str, FunctionFacts]:
+        """`Trainer(model, loader, device)`: what its methods do with what `__init__` stores."""
+        result: dict[str, FunctionFacts] = {}
+        classes = {function.class_name for function in self.functions.values() if function.class_name}
+        for owner in classes:
+            methods = [(name, facts) for name, facts in functions.items() if name.startswith(owner + ".")]
+            init = self.functions.get(f"{owner}.__init__")
+            params = init.params[1:] if init is not None else ()
+            stored = init.stored if init is not None else {}
+            iterated = [stored[attr[5:]] for _, facts in methods for attr in facts.iterated
+                        if attr.startswith("self.") and attr[5:] in stored]
+            result[owner] = FunctionFacts(
+                params=params,
+                trains=any(facts.trains for _, facts in methods),
+                iterated=tuple(dict.fromkeys(iterated)),
+                uploads=any(facts.uploads for _, facts in methods),
+                cuda=any(facts.cuda for _, facts in methods) or owner in self.cuda_classes,
+            )
+        return result
+
+    def _hot_calls(self) -> Iterator[str | None]:
+        """Imported functions and methods of imported classes called on every step."""
+        for loop in self.loops:
+            if not loop.marker:
+                continue
+            for callee, guarded in loop.calls:
+                if guarded:
+                    continue
+                head, _, rest = callee.partition(".")
+                made = loop.function.made_by.get(head) if loop.function is not None and rest else None
+                if made is not None and "." not in rest:
+                    owner = self.resolve(made)
+                    yield f"{owner}.{rest}" if owner else None
+                else:
+                    yield self.resolve(callee)
+
+
+# Imports that can never be a scanned project's own module: their names are not kept as
+# references (a smaller cache; the linker would find nothing for them anyway).
+_EXTERNAL = frozenset({
+    "torch", "torchvision", "torchaudio", "torchtext", "numpy", "os", "sys", "math", "time", "json", "re", "random",
+    "typing", "collections", "functools", "itertools", "argparse", "logging", "pathlib", "dataclasses", "warnings",
+    "transformers", "timm", "lightning", "pytorch_lightning", "accelerate", "tqdm", "PIL", "matplotlib", "pandas",
+    "sklearn", "scipy", "datasets", "wandb", "tensorboard", "shutil", "subprocess", "contextlib", "copy",
+})
+
+
+_DISPATCH = {
+    getattr(ast, name[len("visit_"):]): method
+    for name, method in vars(_Collector).items()
+    if name.startswith("visit_") and hasattr(ast, name[len("visit_"):])
+}

@@ -1,0 +1,341 @@
+"""Link the files of one scan: resolve their imports and tell each file what the others say.
+
+Module names are resolved as Python would for a script run from its own folder or from a scan
+root: ``from engine import x`` finds ``engine.py`` beside the importing file, in the folder
+above its package (``util/misc.py`` for ``import util.misc`` inside a package tree), or at a
+root the scan was given; ``from .engine import x`` is relative to the importing package. Only
+files of the scan are linked: a module outside it is never read.
+
+What a file learns (``Links``):
+
+- the facts of each project module it imports, under the prefix it imports it by, so its
+  context can look up ``engine.train_one_epoch`` or ``config.DEVICE``;
+- ``cuda``: why it runs on CUDA through another file, or None. A file names CUDA itself, or
+  imports a name that holds a CUDA device (``from config import DEVICE``), or calls a project
+  function that runs on CUDA; and every module imported (transitively) by such a file runs on
+  CUDA too: ``engine.py`` taking ``device`` as a parameter is trained on the device ``main.py``
+  passes;
+- ``hot``: its functions that another file calls on every training step;
+- ``missing``: modules it imports that exist beside it but were not scanned (to say what could
+  not be checked).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from speedfix.project.facts import FunctionFacts, ModuleFacts
+
+
+@dataclass(frozen=True)
+class Links:
+    modules: dict[str, ModuleFacts] = field(default_factory=dict)  # import prefix -> facts (functions, CUDA names)
+    names: dict[str, str] = field(default_factory=dict)  # import prefix -> the module's file, as shown
+    star: dict[str, str] = field(default_factory=dict)  # name bound by `from m import *` -> its qualified name
+    cuda: str | None = None  # why the file runs on CUDA through another file
+    hot: tuple[str, ...] = ()  # its functions (`f`, `Class.method`) called on every step from another file
+    missing: tuple[str, ...] = ()  # modules it imports that exist beside it but were not scanned
+
+    def lookup(self, qualified: str | None) -> tuple[str, str] | None:
+        """(import prefix, name inside that module) for a qualified name, longest prefix first."""
+        return _longest_prefix(qualified, self.modules) if qualified else None
+
+    def function(self, qualified: str | None) -> FunctionFacts | None:
+        """The facts of a project function, method (`m.Class.method`) or class (`m.Class`)."""
+        found = self.lookup(qualified)
+        return self.modules[found[0]].functions.get(found[1]) if found else None
+
+    def is_cuda_name(self, qualified: str | None) -> bool:
+        found = self.lookup(qualified)
+        return found is not None and found[1].split(".", 1)[0] in self.modules[found[0]].cuda_names
+
+    def digest(self) -> str:
+        """Changes whenever anything another file tells this one changes (the cache key)."""
+        record = {
+            "modules": {prefix: _slim_record(facts) for prefix, facts in sorted(self.modules.items())},
+            "names": sorted(self.names.items()),
+            "star": sorted(self.star.items()),
+            "cuda": self.cuda,
+            "hot": list(self.hot),
+            "missing": list(self.missing),
+        }
+        return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def _slim_record(facts: ModuleFacts) -> dict:
+    return {"functions": {name: f.__dict__ for name, f in sorted(facts.functions.items())},
+            "cuda_names": list(facts.cuda_names)}
+
+
+_IMPORT_LINE = re.compile(rb"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b([^\n#]*)|import[ \t]+([^\n#;]+))", re.MULTILINE)
+_WORD = re.compile(rb"\w+")
+
+
+def imported_words(data: bytes, *, modules_only: bool = False) -> set[str]:
+    """Every name on the file's import lines (cheap: no parse), to find the files that may
+    import another file of the scan before any of them is parsed; with ``modules_only``, not
+    the names a `from m import a, b` takes from its module."""
+    words: set[str] = set()
+    for match in _IMPORT_LINE.finditer(data):
+        groups = (match.group(1), match.group(3)) if modules_only else match.groups()
+        for group in groups:
+            if group:
+                words.update(word.decode("ascii", "replace") for word in _WORD.findall(group))
+    return words
+
+
+def linked_candidates(sources: dict[Path, bytes]) -> set[Path]:
+    """The files whose facts are worth reading: those that import a module named like another
+    scanned file that it could reach (in its folder, above it or below it), and those files. A
+    lone script that imports only libraries is not read twice."""
+    by_stem: dict[str, list[tuple[Path, Path]]] = {}
+    for path in sources:
+        package = path.name == "__init__.py"
+        stem = path.parent.name if package else path.stem
+        by_stem.setdefault(stem, []).append((path, path.parent.parent if package else path.parent))
+    chosen: set[Path] = set()
+    for path, data in sources.items():
+        folder = path.parent
+        for word in imported_words(data):
+            for other, where in by_stem.get(word, ()):
+                if other != path and (where == folder or where in folder.parents or folder in where.parents):
+                    chosen.update((path, other))
+    return chosen
+
+
+class _Resolver:
+    def __init__(self, files: Iterable[Path], roots: Iterable[Path]) -> None:
+        self.files = {str(path): path for path in files}  # strings: pathlib is slow to build paths
+        self.roots = list(dict.fromkeys(roots))
+        self.folders: dict[Path, list[Path]] = {}
+        self.listings: dict[Path, set[str]] = {}
+        self.memo: dict[tuple[Path, str], tuple[str, Path] | None] = {}
+
+    def module_file(self, folder: Path, parts: list[str]) -> Path | None:
+        base = "/".join([str(folder), *parts])
+        for candidate in (base + ".py", base + "/__init__.py") if parts else (base + "/__init__.py",):
+            found = self.files.get(candidate)
+            if found is not None:
+                return found
+        return None
+
+    def beside(self, path: Path, head: str) -> str | None:
+        """`head.py` or the package `head/` in the file's folder, as shown in a note."""
+        folder = path.parent
+        names = self.listings.get(folder)
+        if names is None:
+            try:
+                names = self.listings[folder] = set(os.listdir(folder))
+            except OSError:
+                names = self.listings[folder] = set()
+        if f"{head}.py" in names:
+            return f"{head}.py"
+        return f"{head}/" if head in names and (folder / head / "__init__.py").is_file() else None
+
+    def search_folders(self, path: Path) -> list[Path]:
+        """Where an absolute import of ``path`` looks: its folder, the folder above its
+        package, the scan roots."""
+        found = self.folders.get(path.parent)
+        if found is None:
+            top = path.parent
+            while (top / "__init__.py").exists() and top.parent != top:
+                top = top.parent
+            found = self.folders[path.parent] = list(dict.fromkeys([path.parent, top, *self.roots]))
+        return found
+
+    def resolve(self, path: Path, qualified: str) -> tuple[str, Path] | None:
+        """(module prefix, module file) of a qualified import name, longest module first."""
+        key = (path.parent, qualified)  # the files of one folder import the same modules
+        if key not in self.memo:
+            self.memo[key] = self._resolve(path, qualified)
+        hit = self.memo[key]
+        return hit if hit is not None and hit[1] != path else None
+
+    def _resolve(self, path: Path, qualified: str) -> tuple[str, Path] | None:
+        level = len(qualified) - len(qualified.lstrip("."))
+        parts = [part for part in qualified[level:].split(".") if part]
+        if level:
+            folder = path.parent
+            for _ in range(level - 1):
+                folder = folder.parent
+            folders = [folder]
+        else:
+            folders = self.search_folders(path)
+        for end in range(len(parts), -1 if level else 0, -1):
+            for folder in folders:
+                found = self.module_file(folder, parts[:end])
+                if found is not None:
+                    return "." * level + ".".join(parts[:end]), found
+        return None
+
+
+def link(
+    facts: dict[Path, ModuleFacts],
+    roots: Iterable[Path],
+    show: Callable[[Path], str] = str,
+) -> dict[Path, Links]:
+    """Links for each file of ``facts`` (files that could not be read are left out)."""
+    resolver = _Resolver(facts, roots)
+    prefixes: dict[Path, dict[str, Path]] = {}
+    missing: dict[Path, list[str]] = {}
+    for path, module in facts.items():
+        found: dict[str, Path] = {}
+        for qualified in [target for _, target in module.imports] + list(module.star_imports):
+            hit = resolver.resolve(path, qualified)
+            if hit is not None:
+                found.setdefault(*hit)
+        for qualified in module.references:  # `import pkg` then `pkg.sub.f()`: a module below a package
+            if any(qualified.startswith(prefix + ".") and found[prefix].name == "__init__.py" for prefix in found):
+                hit = resolver.resolve(path, qualified)
+                if hit is not None:
+                    found.setdefault(*hit)
+        prefixes[path] = found
+        missing[path] = _missing(path, module, found, resolver)
+    cuda = _cuda_reasons(facts, prefixes, show)
+    hot = _hot_functions(facts, prefixes)
+    exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
+    links: dict[Path, Links] = {}
+    for path, module in facts.items():
+        found = dict(prefixes[path])
+        star = _star_names(module, found, prefixes, exported)
+        links[path] = Links(
+            modules={prefix: exported[target] for prefix, target in found.items()},
+            names={prefix: show(target) for prefix, target in found.items()},
+            star=star,
+            cuda=cuda.get(path),
+            hot=tuple(sorted(hot.get(path, ()))),
+            missing=tuple(missing[path]),
+        )
+    return links
+
+
+def _star_names(module: ModuleFacts, found: dict[str, Path], prefixes: dict[Path, dict[str, Path]],
+                exported: dict[Path, ModuleFacts]) -> dict[str, str]:
+    """Names bound by `from m import *`, through the star imports of `m` itself (a package's
+    `__init__.py` doing `from .train_utils import *`). A module reached only that way is added
+    to ``found`` under a prefix no import can spell (`*1`)."""
+    star: dict[str, str] = {}
+    todo = [(prefix, found[prefix]) for prefix in module.star_imports if prefix in found]
+    seen: set[Path] = set()
+    while todo:
+        prefix, target = todo.pop(0)
+        if target in seen:
+            continue
+        seen.add(target)
+        for name in (*exported[target].functions, *exported[target].cuda_names):
+            star.setdefault(name.split(".", 1)[0], f"{prefix}.{name.split('.', 1)[0]}")
+        for inner in exported[target].star_imports:
+            if inner in prefixes[target]:
+                key = f"*{len(seen)}"
+                found[key] = prefixes[target][inner]
+                todo.append((key, found[key]))
+    return star
+
+
+def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Path]],
+              facts: dict[Path, ModuleFacts]) -> ModuleFacts:
+    """What other files can take from a module: its own functions and CUDA names, and those it
+    imports from other scanned modules (`utils/__init__.py` doing `from .train_utils import
+    train`), one level deep."""
+    functions = dict(module.functions)
+    cuda_names = set(module.cuda_names)
+    for local, target in module.imports:
+        hit = _split(target, prefixes[path])
+        if hit is None or local in functions:
+            continue
+        other, name = facts[hit[0]], hit[1]
+        for key, value in other.functions.items():
+            if key == name or key.startswith(name + "."):
+                functions.setdefault(local + key[len(name):], value)
+        if name in other.cuda_names:
+            cuda_names.add(local)
+    return ModuleFacts(functions=functions, cuda_names=tuple(sorted(cuda_names)), star_imports=module.star_imports)
+
+
+def _missing(path: Path, module: ModuleFacts, found: dict[str, Path], resolver: _Resolver) -> list[str]:
+    """Modules imported by name that exist beside the file but are not part of the scan."""
+    result = set()
+    for _, target in module.imports:
+        if target.startswith(".") or any(target == prefix or target.startswith(prefix + ".") for prefix in found):
+            continue
+        shown = resolver.beside(path, target.split(".", 1)[0])
+        if shown is not None:
+            result.add(shown)
+    return sorted(result)
+
+
+def _direct_cuda(path: Path, module: ModuleFacts, found: dict[str, Path], facts: dict[Path, ModuleFacts],
+                 show: Callable[[Path], str]) -> str | None:
+    """Why the file runs on CUDA by what it takes from other files, or None."""
+    if module.cuda:
+        return "it names CUDA itself"
+    for qualified in (*[target for _, target in module.imports], *module.references):
+        hit = _split(qualified, found)
+        if hit is None:
+            continue
+        target, name = hit
+        other = facts[target]
+        head = name.split(".", 1)[0]
+        if head in other.cuda_names:
+            return f"`{head}` from {show(target)} is a CUDA device"
+        function = other.functions.get(name)
+        if function is not None and function.cuda and function.trains:
+            return f"`{name}` from {show(target)} trains on CUDA"
+    return None
+
+
+def _longest_prefix(qualified: str, modules: Mapping[str, object]) -> tuple[str, str] | None:
+    """(module prefix, the rest) of `engine.train_one_epoch` for the modules known by prefix."""
+    parts = qualified.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:end])
+        if prefix in modules:
+            return prefix, ".".join(parts[end:])
+    return None
+
+
+def _split(qualified: str, found: dict[str, Path]) -> tuple[Path, str] | None:
+    hit = _longest_prefix(qualified, found)
+    return (found[hit[0]], hit[1]) if hit is not None else None
+
+
+def _cuda_reasons(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
+                  show: Callable[[Path], str]) -> dict[Path, str]:
+    """Files that run on CUDA, with the reason; imported modules inherit it from their importers."""
+    reasons: dict[Path, str] = {}
+    for path, module in facts.items():
+        reason = _direct_cuda(path, module, prefixes[path], facts, show)
+        if reason is not None:
+            reasons[path] = reason
+    todo = list(reasons)
+    while todo:
+        importer = todo.pop()
+        for target in prefixes[importer].values():
+            if target not in reasons:
+                reasons[target] = f"{show(importer)}, which imports it, runs on CUDA"
+                todo.append(target)
+    return reasons
+
+
+def _hot_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]) -> dict[Path, set[str]]:
+    """Functions and methods of each file that another file calls on every training step."""
+    hot: dict[Path, set[str]] = {}
+    for path, module in facts.items():
+        for qualified in module.hot_calls:
+            hit = _split(qualified, prefixes[path])
+            if hit is None:
+                continue
+            target, name = hit
+            if name in facts[target].functions and not _is_class(facts[target], name):
+                hot.setdefault(target, set()).add(name)
+    return hot
+
+
+def _is_class(module: ModuleFacts, name: str) -> bool:
+    return any(other.startswith(name + ".") for other in module.functions)

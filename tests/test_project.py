@@ -1,0 +1,433 @@
+"""Whole-project analysis: files of one scan that import each other are analysed together, and
+each finding lands on the line where its fix belongs; training loops and CUDA evidence as
+people write them; what could not be checked; the cache when an imported file changes."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+import speedfix.scan as scan_module
+from speedfix.context import FileContext
+from speedfix.project import extract_facts, link
+from speedfix.versions import TorchVersion
+from speedfix.walk import walk_batched
+
+# The layout of most research code: the device in config.py, the network in models.py, the loop
+# in engine.py, and main.py building loaders, model and optimizer.
+CONFIG = """\
+DEVICE = "cuda"
+BATCH_SIZE = 64
+EPOCHS = 10
+"""
+
+MODELS = """\
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3)
+        self.bn = nn.BatchNorm2d(16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.head(self.bn(self.conv(x)).relu().mean((2, 3)))
+"""
+
+UTILS = """\
+def log_loss_dict(losses):
+    return {name: value.item() for name, value in losses.items()}
+"""
+
+ENGINE = """\
+import torch
+from tqdm import tqdm
+
+from config import DEVICE
+from utils import log_loss_dict
+
+
+def train_one_epoch(model, loader, optimizer, criterion):
+    model.train()
+    for images, labels in tqdm(loader):
+        images, labels = images.to(DEVICE), labels.to(DEVICE)
+        loss = criterion(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        log_loss_dict({"loss": loss})
+"""
+
+MAIN = """\
+import torch
+from torch.utils.data import DataLoader
+
+from config import BATCH_SIZE, DEVICE, EPOCHS
+from engine import train_one_epoch
+from models import Net
+
+
+def main():
+    dataset = torch.load("data.pt")
+    loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True)
+    model = Net().to(DEVICE)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    criterion = torch.nn.CrossEntropyLoss()
+    for epoch in range(EPOCHS):
+        train_one_epoch(model, loader, optimizer, criterion)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+PROJECT = {"config.py": CONFIG, "models.py": MODELS, "utils.py": UTILS, "engine.py": ENGINE, "main.py": MAIN}
+SELECT = "SF101,SF102,SF104,SF301,SF401,SF501,SF703"
+FINDING = re.compile(r"^(?P<path>[^:\s]+):(?P<line>\d+):\d+: (?P<code>SF\d{3}) ", re.MULTILINE)
+
+
+def line_of(code: str, snippet: str) -> int:
+    return next(number for number, line in enumerate(code.splitlines(), 1) if snippet in line)
+
+
+def findings(stdout: str) -> set[tuple[str, int, str]]:
+    return {(Path(m["path"]).name, int(m["line"]), m["code"]) for m in FINDING.finditer(stdout)}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    for name, code in PROJECT.items():
+        (tmp_path / name).write_text(code, encoding="utf-8")
+    return tmp_path
+
+
+def test_a_folder_is_analysed_as_one_project(run_cli, project):
+    result = run_cli("scan", ".", "--select", SELECT, "--no-summary", cwd=project)
+    loader, model, optimizer = (line_of(MAIN, s) for s in ("DataLoader(dataset", "Net().to", "AdamW("))
+    upload, item = line_of(ENGINE, "images.to(DEVICE)"), line_of(UTILS, "value.item()")
+    assert findings(result.stdout) == {
+        # The loader is iterated in engine.py: its findings land on the DataLoader call in main.py.
+        ("main.py", loader, "SF101"),
+        ("main.py", loader, "SF102"),  # CUDA: DEVICE comes from config.py
+        ("main.py", model, "SF501"),
+        ("main.py", optimizer, "SF401"),
+        ("engine.py", upload, "SF104"),  # both copies on that line
+        ("utils.py", item, "SF301"),  # a helper that engine.py's loop calls on every step
+        ("models.py", line_of(MODELS, "Conv2d"), "SF703"),
+    }
+    assert sum(1 for f in FINDING.finditer(result.stdout) if f["code"] == "SF104") == 2
+    assert "note:" not in result.stdout
+
+
+def test_a_file_scanned_alone_works_as_before_and_says_what_it_could_not_check(run_cli, project):
+    alone = run_cli("scan", "main.py", "--select", SELECT, "--no-summary", cwd=project)
+    # No CUDA evidence in the file itself: only the device-independent finding, as before.
+    assert findings(alone.stdout) == {("main.py", line_of(MAIN, "DataLoader(dataset"), "SF101")}
+    assert "main.py: note: no training loop in this file; it imports config.py, engine.py, models.py" in alone.stdout
+    assert "scan the whole folder" in alone.stdout
+    engine = run_cli("scan", "engine.py", "--select", SELECT, "--no-summary", cwd=project)
+    assert engine.stdout == "" and engine.exit_code == 0  # DEVICE's value is not known: silence
+    json_report = run_cli("scan", "main.py", "--select", SELECT, "--output-format", "json", cwd=project)
+    assert json.loads(json_report.stdout)[0]["code"] == "SF101"  # standard output stays JSON
+    assert "note: no training loop" in json_report.stderr
+
+
+def test_the_note_is_not_given_when_the_loop_is_in_a_scanned_file(run_cli, project):
+    result = run_cli("scan", "main.py", "engine.py", "config.py", "--select", SELECT, "--no-summary", cwd=project)
+    assert "note:" not in result.stdout
+    assert ("main.py", line_of(MAIN, "DataLoader(dataset"), "SF102") in findings(result.stdout)
+
+
+def test_apply_fixes_the_file_where_the_fix_belongs(run_cli, project):
+    result = run_cli("apply", ".", "--select", "SF104,SF401", "--unsafe-fixes", cwd=project)
+    assert result.exit_code == 1, result
+    assert "fused=True" in (project / "main.py").read_text()
+    assert "images.to(DEVICE, non_blocking=True)" in (project / "engine.py").read_text()
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    calls: list[str] = []
+    original = scan_module.analyze
+
+    def counting(source, path, *args, **kwargs):
+        calls.append(Path(path).name)
+        return original(source, path, *args, **kwargs)
+
+    monkeypatch.setattr(scan_module, "analyze", counting)
+    monkeypatch.delenv("SPEEDFIX_NO_CACHE", raising=False)
+    return calls
+
+
+def test_cache_follows_the_files_a_file_imports(run_cli, project, counted):
+    first = run_cli("scan", ".", "--select", SELECT, "--no-summary", "--jobs", "1", cwd=project)
+    assert ("engine.py", line_of(ENGINE, "images.to(DEVICE)"), "SF104") in findings(first.stdout)
+    counted.clear()
+    again = run_cli("scan", ".", "--select", SELECT, "--no-summary", "--jobs", "1", cwd=project)
+    assert again.stdout == first.stdout and counted == []
+    # config.py stops saying CUDA: the files that read DEVICE must be analysed again.
+    (project / "config.py").write_text(CONFIG.replace('"cuda"', '"cpu"'), encoding="utf-8")
+    counted.clear()
+    cpu = run_cli("scan", ".", "--select", SELECT, "--no-summary", "--jobs", "1", cwd=project)
+    assert {"config.py", "engine.py", "main.py"} <= set(counted)
+    assert {code for _, _, code in findings(cpu.stdout)} == {"SF101", "SF703"}
+    # a helper that is no longer called from the loop: utils.py is analysed again
+    (project / "engine.py").write_text(ENGINE.replace('        log_loss_dict({"loss": loss})\n', ""), encoding="utf-8")
+    counted.clear()
+    run_cli("scan", ".", "--select", SELECT, "--no-summary", "--jobs", "1", cwd=project)
+    assert "utils.py" in counted and "models.py" not in counted
+
+
+# ------------------------------------------------------------------ trainer classes, packages
+def test_trainer_class_receiving_loader_and_device(run_cli, tmp_path, write):
+    write("pkg/__init__.py", "")
+    write("pkg/trainer.py", """\
+        class Trainer:
+            def __init__(self, model, train_loader, optimizer, device):
+                self.model = model
+                self.train_loader = train_loader
+                self.optimizer = optimizer
+                self.device = device
+
+            def fit(self, epochs):
+                for _ in range(epochs):
+                    for batch in self.train_loader:
+                        x, y = batch
+                        x, y = x.to(self.device), y.to(self.device)
+                        loss = self.model(x, y)
+                        loss.backward()
+                        self.optimizer.step()
+                        self.optimizer.zero_grad()
+        """)
+    write("train.py", """\
+        import torch
+        from torch.utils.data import DataLoader
+        from pkg.trainer import Trainer
+
+        def main():
+            loader = DataLoader(make_dataset(), batch_size=32, num_workers=4)
+            model = build()
+            trainer = Trainer(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cuda"))
+            trainer.fit(10)
+
+        if __name__ == "__main__":
+            main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF102,SF104", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("train.py", 6, "SF102"), ("trainer.py", 12, "SF104")}
+
+
+def test_relative_imports_and_module_attributes(tmp_path):
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "settings.py").write_text("import torch\nDEVICE = torch.device('cuda:0')\n")
+    (tmp_path / "app" / "loop.py").write_text("from . import settings\n\ndef run(x):\n    return x.to(settings.DEVICE)\n")
+    files = {path: extract_facts(path.read_bytes()) for path in (tmp_path / "app").glob("*.py")}
+    links = link(files, [tmp_path], lambda path: path.name)
+    loop = links[tmp_path / "app" / "loop.py"]
+    assert loop.cuda == "`DEVICE` from settings.py is a CUDA device"
+    assert loop.is_cuda_name(".settings.DEVICE")
+
+
+def test_functions_re_exported_by_a_package_are_linked(tmp_path):
+    files = {
+        tmp_path / "utils" / "__init__.py": "from .train_utils import train\nfrom .helpers import *\n",
+        tmp_path / "utils" / "train_utils.py": (
+            "def train(model, loader, opt):\n    for x in loader:\n        model(x).backward()\n        opt.step()\n"
+        ),
+        tmp_path / "utils" / "helpers.py": "def step(loss, opt):\n    loss.backward()\n    opt.step()\n",
+        tmp_path / "run.py": "from utils import train\nfrom utils import *\n",
+    }
+    for path, code in files.items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(code)
+    facts = {path: extract_facts(code) for path, code in files.items()}
+    run = link(facts, [tmp_path], lambda path: path.name)[tmp_path / "run.py"]
+    assert run.function("utils.train").iterated == ("loader",)
+    assert run.function(run.star["step"]).steps  # through the package's own `import *`
+
+
+# ------------------------------------------------------------------ loops as people write them
+def context(code: str, links=None) -> FileContext:
+    module = cst.parse_module(textwrap.dedent(code))
+    ctx = FileContext(module, "t.py", TorchVersion.parse("2.4"), links)
+    walk_batched(module, [ctx])
+    return ctx
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "for x, y in tqdm(loader, desc='train'):",
+        "for i, (x, y) in enumerate(tqdm(loader)):",
+        "for x, y in metric_logger.log_every(data_loader, 10, header):",
+        "for step, (x, y) in enumerate(metric_logger.log_every(data_loader, print_freq, header)):",
+    ],
+)
+def test_wrapped_loader_loops_find_the_batch(loop):
+    from speedfix.patterns import BatchNames
+
+    ctx = context(f"""
+        import torch
+        from tqdm import tqdm
+        def train(model, loader, data_loader, opt, device):
+            {loop}
+                x = x.to(device)
+                loss = model(x, y)
+                loss.backward()
+                opt.step()
+    """)
+    assert len(ctx.step_loops) == 1
+    site = next(s for s in ctx.method_calls("to"))
+    assert BatchNames(ctx).is_batch(site.node.func.value, site.stack)
+
+
+def test_iter_next_batches_and_parameter_loaders():
+    from speedfix.patterns import BatchNames
+
+    ctx = context("""
+        def train(model, batches, opt, steps):
+            it = iter(batches)
+            for step in range(steps):
+                x, y = next(it)
+                x = x.cuda()
+                loss = model(x, y)
+                loss.backward()
+                opt.step()
+
+        def fit(model, data, opt):
+            for inputs, targets in data:
+                inputs = inputs.cuda()
+                model(inputs, targets).backward()
+                opt.step()
+    """)
+    batches = BatchNames(ctx)
+    moved = [site for site in ctx.method_calls("cuda")]
+    assert all(batches.is_batch(site.node.func.value, site.stack) for site in moved) and len(moved) == 2
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "loss_scaler(loss, optimizer, clip_grad=max_norm, parameters=model.parameters())",
+        "accelerator.backward(loss)",
+        "fabric.backward(loss)",
+        "scaler.scale(loss).backward()",
+        "self.loss_scaler(loss, self.optimizer)",
+    ],
+)
+def test_step_markers(step):
+    ctx = context(f"""
+        def train(self, model, loader, optimizer, loss_scaler, accelerator, fabric, scaler, max_norm):
+            for x, y in loader:
+                loss = model(x, y)
+                {step}
+    """)
+    assert len(ctx.step_loops) == 1
+
+
+def test_a_scaler_that_is_not_a_loss_scaler_is_no_step():
+    ctx = context("""
+        def prepare(rows, scaler):
+            for row in rows:
+                scaler(row)
+    """)
+    assert not ctx.step_loops
+
+
+def test_per_step_helpers_are_hot():
+    ctx = context("""
+        import torch
+        class Accumulator:
+            def __init__(self, n):
+                self.data = [0.0] * n
+            def add(self, *args):
+                self.data = [a + float(b) for a, b in zip(self.data, args)]
+            def reset(self):
+                self.data = [0.0] * len(self.data)
+
+        class MetricLogger:
+            def update(self, **kwargs):
+                for k, v in kwargs.items():
+                    if isinstance(v, torch.Tensor):
+                        v = v.item()
+
+        def train(net, loader, opt):
+            for epoch in range(3):
+                metric = Accumulator(2)
+                logger = MetricLogger()
+                for x, y in loader:
+                    loss = net(x, y)
+                    loss.backward()
+                    opt.step()
+                    metric.add(loss, x.shape[0])
+                    logger.update(loss=loss)
+                metric.reset()
+    """)
+    hot = {info.name for infos in ctx.functions.values() for info in infos if info.node in ctx.hot_functions}
+    assert hot == {"add", "update"}
+    item = next(ctx.method_calls("item"))
+    assert not ctx.is_hot(item.stack)  # `isinstance(v, torch.Tensor)`: the caller decides
+
+
+# ------------------------------------------------------------------ CUDA evidence
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = batch.to(accelerator.device)",
+        "Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor\nreal = imgs.type(Tensor)",
+        "device = d2l.try_gpu()",
+    ],
+)
+def test_cuda_evidence_in_the_file(code):
+    assert context("import torch\n" + code).uses_cuda
+
+
+def test_cuda_evidence_from_other_files(tmp_path):
+    files = {
+        tmp_path / "config.py": 'DEVICE = "cuda" if torch.cuda.is_available() else "cpu"\nLR = 0.1\n',
+        tmp_path / "train.py": "from config import DEVICE\nfrom trainer import Trainer\nTrainer(DEVICE).fit()\n",
+        tmp_path / "trainer.py": "class Trainer:\n    def __init__(self, device):\n        self.device = device\n",
+        tmp_path / "lr.py": "from config import LR\n",
+        tmp_path / "cpu.py": "import torch\nfrom lr import x\n",
+    }
+    facts = {path: extract_facts(code) for path, code in files.items()}
+    links = link(facts, [tmp_path], lambda path: path.name)
+    assert links[tmp_path / "train.py"].cuda == "`DEVICE` from config.py is a CUDA device"
+    assert links[tmp_path / "trainer.py"].cuda == "train.py, which imports it, runs on CUDA"  # `.to(self.device)`
+    assert links[tmp_path / "lr.py"].cuda is None and links[tmp_path / "cpu.py"].cuda is None
+
+
+# ------------------------------------------------------------------ notebooks
+def test_time_cells_are_scanned_and_skipped_cells_are_named(run_cli, tmp_path):
+    cells = [
+        "import torch\nfrom torch.utils.data import DataLoader",
+        "%%capture\n!pip install tqdm\nloader = DataLoader(ds, batch_size=64)",
+        "%%bash\necho hello",
+        "%%time\nfor x, y in loader:\n    x = x.cuda()\n    loss = model(x, y)\n    loss.backward()\n    opt.step()\n    print(loss.item())",
+        "%%timeit -n 1\nmodel(x.cuda())",
+    ]
+    notebook = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+                   "source": text} for i, text in enumerate(cells)],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }
+    path = tmp_path / "train.ipynb"
+    path.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+    result = run_cli("scan", path.name, "--select", "SF102,SF104,SF301", "--no-summary", cwd=tmp_path)
+    assert "train.ipynb:cell 2:3:10: SF102" in result.stdout  # the body of a %%capture cell
+    assert "train.ipynb:cell 4:3:9: SF104" in result.stdout  # the body of a %%time cell
+    assert "train.ipynb:cell 4:7:11: SF301" in result.stdout
+    assert "train.ipynb: note: cell 3 skipped: `%%bash` cell, not Python" in result.stdout
+    fixed = run_cli("apply", path.name, "--select", "SF104", cwd=tmp_path)
+    assert fixed.exit_code == 1, fixed
+    sources = ["".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]]
+    assert sources[3].startswith("%%time\nfor x, y in loader:\n    x = x.cuda(non_blocking=True)\n")
+    assert sources[2] == cells[2]
