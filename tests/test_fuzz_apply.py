@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from speedfix.engine import SyntaxProblem
 from speedfix.fixer import FixError, fix_code
 
-EXAMPLES = int(os.environ.get("SPEEDFIX_FUZZ_EXAMPLES", "160"))
+EXAMPLES = int(os.environ.get("SPEEDFIX_FUZZ_EXAMPLES", "100"))
 pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")  # generated code may say odd things
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
 

@@ -130,7 +130,7 @@ def training_scripts(draw) -> str:
     return code
 
 
-@profile(150)
+@profile(90)
 @given(training_scripts(), st.booleans())
 def test_generated_training_scripts(code, unsafe):
     check(code, unsafe)
