@@ -69,5 +69,5 @@ class InvalidSyntax(Rule):
     ]
 
     @classmethod
-    def may_apply(cls, data: bytes, *, cuda: bool = False, hot: bool = False) -> bool:
+    def may_apply(cls, data: bytes, *, cuda: bool = False, hot: bool = False, linked: bool = False) -> bool:
         return False  # nothing to visit: the engine reports it when the parse fails

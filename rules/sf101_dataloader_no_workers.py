@@ -9,7 +9,7 @@ from speedfix.codegen import append_args, find_arg, keyword_arg, reference, repl
 from speedfix.context import CallSite
 from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.comments import argument_comments, statement_comments
-from speedfix.loaders import Place, assigned_name, iterated_per_epoch, samples_place
+from speedfix.loaders import Place, assigned_name, iterated_per_epoch, late_value, samples_place
 from speedfix.patterns import (
     DATALOADER,
     dataset_argument,
@@ -81,6 +81,15 @@ class DataloaderNoWorkers(Rule):
     effect = "Overlaps data loading with compute; large when `__getitem__` decodes or augments."
 
     VALID = [
+        Valid(  # workers set after the loader exists (SF105 says to pass them to the call)
+            """
+            import multiprocessing
+            from torch.utils.data import DataLoader
+            train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
+            train_loader.num_workers = min(multiprocessing.cpu_count(), 16)
+            train_loader.prefetch_factor = 2
+            """
+        ),
         Valid(
             """
             from torch.utils.data import DataLoader
@@ -324,6 +333,9 @@ class DataloaderNoWorkers(Rule):
         workers = find_argument(ctx, site, "num_workers", 5)
         if workers.unknown or _justified(site, workers.arg):
             return
+        late = late_value(ctx, site, "num_workers")
+        if late is not None and literal_int(ctx, late.value, late.stack) != 0:
+            return  # `loader.num_workers = 16` afterwards: SF105 says where the value belongs
         if workers.missing:
             self._report_with_fix(site, "`DataLoader` loads every batch in the main process (`num_workers` is not set)")
             return

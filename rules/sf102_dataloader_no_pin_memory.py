@@ -7,7 +7,7 @@ from speedfix.codegen import append_args, keyword_arg
 from speedfix.context import CallSite
 from speedfix.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.frameworks import framework_uses_cuda
-from speedfix.loaders import Place, samples_place
+from speedfix.loaders import Place, late_value, samples_place
 from speedfix.patterns import DATALOADER
 from speedfix.rule import Invalid, Rule, Valid
 
@@ -71,6 +71,15 @@ class DataloaderNoPinMemory(Rule):
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."
 
     VALID = [
+        Valid(  # pinned after the loader exists (SF105 says to pass it to the call)
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=64, num_workers=4)
+            loader.pin_memory = True
+            for x, y in loader:
+                x = x.cuda(non_blocking=True)
+            """
+        ),
         Valid(  # CPU-only script: pinning only helps copies to a GPU
             """
             from torch.utils.data import DataLoader
@@ -241,8 +250,8 @@ class DataloaderNoPinMemory(Rule):
 
     def _check(self, site: CallSite) -> None:
         pin = find_argument(self.ctx, site, "pin_memory", 7)
-        if not pin.missing:
-            return
+        if not pin.missing or late_value(self.ctx, site, "pin_memory") is not None:
+            return  # chosen, in the call or afterwards (`loader.pin_memory = True`: SF105)
         place = samples_place(self.ctx, site)
         if place is Place.DEVICE:
             return  # CUDA (or sparse) samples cannot be pinned: the DataLoader would raise

@@ -17,7 +17,9 @@ class BlockingTransfer(Rule):
     """
     ## What it does
     Finds host-to-GPU copies of a DataLoader batch in the training loop (`x.to(device)`,
-    `x.cuda()`) without `non_blocking=True`.
+    `x.cuda()`) without `non_blocking=True`, and legacy copies to a CUDA tensor type
+    (`imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor`), which cannot be non-blocking
+    (reported without a fix: `.to(device, dtype=..., non_blocking=True)` replaces them).
 
     ## Why is this bad?
     A blocking copy makes the CPU wait until the transfer is done before it can queue the next
@@ -60,7 +62,7 @@ class BlockingTransfer(Rule):
     name = "blocking-transfer"
     summary = "Host-to-GPU batch copy in the training loop without `non_blocking=True`"
     severity = Severity.WARNING
-    requires = (b".to(", b".cuda(")
+    requires = (b".to(", b".cuda(", b".type(")
     fix_applicability = Applicability.SAFE
     loss_check = LossCheck.EXACT
     fix_title = "Add `non_blocking=True`"
@@ -111,6 +113,18 @@ class BlockingTransfer(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a legacy tensor-type copy (PyTorch-GAN style): reported, no fix
+            """
+            import torch
+            cuda = torch.cuda.is_available()
+            Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+            for i, (imgs, _) in enumerate(dataloader):
+                real = imgs.type(Tensor)
+                loss = criterion(model(real))
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Invalid(
             """
             import torch
@@ -207,6 +221,27 @@ class BlockingTransfer(Rule):
                     self.report(site.node, message, fix_ops=ops, fix_title=title, applicability=Applicability.UNSAFE)
                 else:
                     self.report(site.node, message, fix_ops=ops)
+
+        for site in self.ctx.method_calls("type"):
+            if self._is_legacy_upload(site):
+                self.report(site.node, "`.type()` to a CUDA tensor type copies the batch to the GPU in the training "
+                            "loop and blocks the CPU until the copy is done",
+                            no_fix_reason="use `.to(device, dtype=..., non_blocking=True)`: the tensor type names "
+                                          "the dtype and, through its condition, the device")
+
+    def _is_legacy_upload(self, site: CallSite) -> bool:
+        """`imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`
+        (the PyTorch-GAN scripts), or `x.type(torch.cuda.FloatTensor)`, on a batch in the loop."""
+        ctx, args = self.ctx, site.node.args
+        if not ctx.is_hot(site.stack) or len(args) != 1 or args[0].keyword is not None:
+            return False
+        if not self.batches.is_batch(site.node.func.value, site.stack):  # type: ignore[attr-defined]
+            return False
+        value = args[0].value
+        if isinstance(value, cst.Name):
+            value = ctx.single_value(value.value, site.stack) or value
+        options = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        return any((ctx.qualname(option) or "").startswith("torch.cuda.") for option in options)
 
     def _may_be_batch_object(self, receiver: cst.BaseExpression, stack: Stack) -> bool:
         """A whole batch (`for batch in loader: batch.to(device)`) or a parameter is whatever

@@ -369,6 +369,11 @@ class DeprecatedAmpApi(Rule):
     def _collect(self, node: cst.BaseExpression) -> None:
         if self.ctx.in_import:
             return
+        root = node
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        if not isinstance(root, cst.Name) or root.value not in self.ctx.imports.bindings:
+            return  # not imported: no qualified name (cheaper than building the dotted one)
         qualified = self.ctx.qualname(node)
         old = _OLD_API.get(qualified or "")
         if old is None or not self.ctx.torch_version >= old.needs:

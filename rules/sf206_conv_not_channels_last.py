@@ -8,8 +8,8 @@ from speedfix.context import Assignment, CallSite, Stack, walk_expression
 from speedfix.flow import default_choice, enclosing_statements
 from speedfix.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity, Transform
 from speedfix.models import (builds, built_classes, calls_in_training_step, fresh_assignments, is_conv2d_net, model_classes,
-                             model_names, optimizer_factories, reads, reshapes_its_input, trained_models,
-                             view_calls)
+                             model_names, optimizer_factories, project_conv_dims, reads, reshapes_its_input,
+                             trained_models, view_calls)
 from speedfix.names import dotted_name
 from speedfix.patterns import BatchNames, root_name
 from speedfix.rule import Invalid, Rule, Valid
@@ -78,6 +78,7 @@ class ConvNotChannelsLast(Rule):
     loss_check = LossCheck.NUMERICS
     fix_title = "Convert the model and the input batch to `torch.channels_last`"
     gpu_only = True
+    reads_project = True  # a conv net defined in another scanned file
     effect = "Convolutions without layout transposes: +22-30% for AMP ResNet-50 training."
 
     VALID = [
@@ -358,6 +359,13 @@ class ConvNotChannelsLast(Rule):
         ),
     ]
 
+    _names_channels_last = False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        # Noted during the shared walk: looking for it afterwards walked every call and value again.
+        if node.attr.value == "channels_last":
+            self._names_channels_last = True
+
     def finish(self) -> None:
         ctx = self.ctx
         if not ctx.step_loops:
@@ -389,6 +397,8 @@ class ConvNotChannelsLast(Rule):
     def _layout_gate(self) -> str | None:
         """None: the script never uses channels_last; "": it does by default; else the test of
         the option that turns it on (all uses are off by default)."""
+        if not self._names_channels_last:
+            return None
         used, gate = default_choice(self.ctx, self._layout_uses())
         return "" if used else gate
 
@@ -403,6 +413,8 @@ class ConvNotChannelsLast(Rule):
     def _fix(self, model: str, site: CallSite, statements: list, built: cst.Call) -> tuple[list[FixOp] | None, str]:
         ctx = self.ctx
         top = built_classes(ctx, built, site.stack)
+        if not top and project_conv_dims(ctx, built):
+            return None, "the network is defined in another file, whose `.view()` calls speedfix cannot check from here"
         views = view_calls(ctx, set().union(*(model_classes(ctx, name) for name in top)))
         if views:
             owner = next(f.node.name.value for f in views[0].stack if isinstance(f.node, cst.ClassDef))

@@ -268,6 +268,20 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # d2l's loop: the loss is a tensor because `l.mean().backward()` runs on it
+            """
+            import torch
+
+            def train_epoch(net, train_iter, loss, updater, metric):
+                for X, y in train_iter:
+                    X, y = X.cuda(), y.cuda()
+                    l = loss(net(X), y)
+                    updater.zero_grad()
+                    l.mean().backward()
+                    updater.step()
+                    metric.add(float(l.sum()), y.numel())
+            """
+        ),
         Invalid(
             """
             import torch
@@ -691,6 +705,10 @@ class SyncInLoop(BranchTracker, Rule):
         result: dict[cst.CSTNode | None, set[str]] = {}
         for site in ctx.method_calls("backward"):
             receiver = site.node.func.value  # type: ignore[attr-defined]
+            # `l.mean().backward()`, `loss.sum().backward()`: `l` holds a tensor too
+            while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) \
+                    and receiver.func.attr.value in _TENSOR_METHODS:
+                receiver = receiver.func.value
             if isinstance(receiver, cst.Name):
                 result.setdefault(ctx.function_of(site.stack), set()).add(receiver.value)
         host: dict[cst.CSTNode | None, set[str]] = {}

@@ -388,9 +388,9 @@ class ModelNotCompiled(Rule):
         if block is None:
             return "the optimizer is not created in a plain statement"
         index = next(i for i, s in enumerate(block) if s is anchor)
-        wraps = [(i, wrap) for i, statement in enumerate(block) for wrap in self._wraps(statement, model)]
+        wraps, touched = self._model_statements(block, site, model)
         if any(qualified in DATA_PARALLEL for _, (qualified, _) in wraps):
-            last = max([i for i, _ in wraps] + [i for i, s in enumerate(block[:index]) if self._touches(s, model)])
+            last = max([i for i, _ in wraps] + [i for i in touched if i < index])
             return _Placement(block[last], False, model)
         if wraps and min(i for i, _ in wraps) < index:
             inner = {dotted_name(call.args[0].value) for _, (_, call) in wraps}
@@ -400,47 +400,60 @@ class ModelNotCompiled(Rule):
             return _Placement(block[first], True, inner.pop() or model)
         # No wrapper, or a DDP wrapper made after the optimizer (compiling in place before it is
         # the same): after the last statement that builds, moves or loads the model.
-        touched = [i for i, s in enumerate(block[:index]) if self._touches(s, model)]
-        if not touched:
+        before = [i for i in touched if i < index]
+        if not before:
             return _Placement(anchor, True, model)
-        return _Placement(block[touched[-1]], False, model)
+        return _Placement(block[before[-1]], False, model)
 
-    def _wraps(self, statement: cst.BaseStatement, model: str) -> list[tuple[str, cst.Call]]:
-        """(wrapper, its call) for each `model = DDP(inner, ...)` / `nn.DataParallel(inner)` in
-        ``statement`` (its branches included)."""
-        found = []
-        for node in _walk_statement(statement):
-            if isinstance(node, cst.Assign) and any(dotted_name(t.target) == model for t in node.targets):
-                wrapped = wrapper_of(self.ctx, node.value)
+    def _model_statements(
+        self, block: list[cst.BaseStatement], site: CallSite, model: str
+    ) -> tuple[list[tuple[int, tuple[str, cst.Call]]], list[int]]:
+        """Positions in ``block`` of the statements (their branches included) that wrap the model
+        (`model = DDP(inner, ...)`, with the wrapper and its call) and of those that build, move or
+        load it: assign it or one of its attributes, or call a method on it as a statement of its
+        own (`model.cuda()`, `model.load_state_dict(...)`). Read from the file's index of
+        assignments and calls, not by walking each statement: that walk was a third of a scan."""
+        ctx = self.ctx
+        position = {id(statement): i for i, statement in enumerate(block)}
+
+        def where(statement: cst.BaseStatement | None) -> int | None:
+            if statement is None:
+                return None
+            for outer in enclosing_statements(ctx, statement):
+                if id(outer) in position:
+                    return position[id(outer)]
+            return None
+
+        function = ctx.function_of(site.stack)
+        wraps: list[tuple[int, tuple[str, cst.Call]]] = []
+        touched: set[int] = set()
+        for name, assignments in ctx.assignments_by_function.get(function, {}).items():
+            if name.split(".")[0] != model:
+                continue
+            for assignment in assignments:
+                at = where(assignment.statement)
+                if at is None:
+                    continue
+                touched.add(at)
+                wrapped = wrapper_of(ctx, assignment.value) if name == model and not assignment.unpacked else None
                 if wrapped is not None:
-                    found.append(wrapped)
-        return found
-
-    @staticmethod
-    def _touches(statement: cst.BaseStatement, model: str) -> bool:
-        """Does ``statement`` build, move or load the model: assign it (or one of its attributes),
-        or call a method on it as a statement of its own (`model.cuda()`, `model.load_state_dict(...)`)?"""
-        for node in _walk_statement(statement):
-            if isinstance(node, (cst.Assign, cst.AnnAssign)):
-                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                if any((dotted_name(t) or "").split(".")[0] == model for t in targets):
-                    return True
-            elif isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
-                func = node.value.func
-                if isinstance(func, cst.Attribute) and dotted_name(func.value) == model:
-                    return True
-        return False
+                    wraps.append((at, wrapped))
+        for call in ctx.calls:
+            func = call.node.func
+            statement = call.statement
+            if not (call.func or "").startswith(model + ".") or not isinstance(func, cst.Attribute):
+                continue
+            if statement is not None and dotted_name(func.value) == model and ctx.function_of(call.stack) is function and any(
+                isinstance(small, cst.Expr) and small.value is call.node for small in statement.body
+            ):
+                at = where(statement)
+                if at is not None:
+                    touched.add(at)
+        wraps.sort(key=lambda found: found[0])
+        return wraps, sorted(touched)
 
     def _touches_state_dict(self) -> bool:
         return any(True for _ in self.ctx.method_calls("state_dict")) or any(
             True for _ in self.ctx.method_calls("load_state_dict")
         )
 
-
-def _walk_statement(statement: cst.BaseStatement):  # type: ignore[no-untyped-def]
-    """Every node of a statement, nested functions and classes left out."""
-    todo: list[cst.CSTNode] = [statement]
-    while todo:
-        node = todo.pop()
-        yield node
-        todo.extend(child for child in node.children if not isinstance(child, (cst.FunctionDef, cst.ClassDef)))

@@ -211,12 +211,15 @@ def _autocast(ctx: FileContext, site: CallSite) -> Autocast:
 def autocast_passed_around(ctx: FileContext) -> bool:
     """Is autocast itself used as a value (`partial(torch.autocast, ...)`, `ac = torch.autocast`)?
     Then the precision it runs in is not in any one call the file shows."""
-    for site in ctx.calls:
-        if any(ctx.qualname(arg.value) in ALL_AUTOCAST for arg in site.node.args):
-            return True
-    return any(
-        ctx.qualname(assignment.value) in ALL_AUTOCAST for found in ctx.assignments.values() for assignment in found
-    )
+    found = _PASSED_AROUND.get(ctx)
+    if found is None:
+        found = _PASSED_AROUND[ctx] = any(
+            ctx.qualname(arg.value) in ALL_AUTOCAST for site in ctx.calls for arg in site.node.args
+        ) or any(ctx.qualname(a.value) in ALL_AUTOCAST for assignments in ctx.assignments.values() for a in assignments)
+    return found
+
+
+_PASSED_AROUND: WeakKeyDictionary[FileContext, bool] = WeakKeyDictionary()
 
 
 def mixed_precision_by_default(ctx: FileContext) -> bool:

@@ -8,6 +8,7 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.context import FileContext
+from speedfix.walk import child_nodes
 
 
 def enclosing_block(ctx: FileContext, statement: cst.BaseStatement) -> list[cst.BaseStatement] | None:
@@ -44,7 +45,7 @@ def _index_owners(module: cst.Module) -> dict[int, tuple[cst.CSTNode, list[cst.B
 
 def _owned_bodies(node: cst.CSTNode) -> list[tuple[cst.CSTNode, Sequence[cst.BaseStatement]]]:
     found: list[tuple[cst.CSTNode, Sequence[cst.BaseStatement]]] = []
-    for child in node.children:
+    for child in child_nodes(node):
         if isinstance(child, cst.IndentedBlock):
             found.append((node, child.body))
         elif isinstance(child, (cst.Else, cst.If, cst.ExceptHandler, cst.Finally, cst.ExceptStarHandler)):

@@ -260,6 +260,16 @@ def _is_step_counter(ctx: FileContext, name: str, scope: cst.CSTNode | None) -> 
 
 
 # ---------------------------------------------------------------- flags
+def opt_in_flag(ctx: FileContext, branches: Sequence[Branch]) -> str | None:
+    """The debugging/timing flag (off by default) that one of ``branches`` needs, or None."""
+    for branch in reversed(branches):
+        if isinstance(branch.node, cst.If):
+            flag = _opt_in_flag(ctx, branch.node.test, branch)
+            if flag is not None:
+                return flag
+    return None
+
+
 def _opt_in_flag(ctx: FileContext, test: cst.BaseExpression, branch: Branch) -> str | None:
     """The debugging/timing flag that must be on for the branch to run, or None."""
     if not branch.taken:

@@ -38,6 +38,7 @@ from speedfix.project.linker import Links
 from speedfix.scopes import NameBindings
 from speedfix.steps import CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, is_loss_scaler_call, is_optimizer_name
 from speedfix.versions import TorchVersion
+from speedfix.walk import child_nodes
 
 
 class FrameKind(Enum):
@@ -156,7 +157,7 @@ def walk_expression(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while todo:
         current = todo.pop()
         yield current
-        todo.extend(current.children)
+        todo.extend(child_nodes(current))
 
 
 def target_names(target: cst.BaseExpression) -> tuple[str, ...]:

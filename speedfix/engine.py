@@ -36,7 +36,7 @@ from speedfix.suppression import FileSuppressions, line_suppresses
 from speedfix.versions import TorchVersion
 from speedfix.walk import walk_batched
 
-_RELEVANT = (b"torch", b"lightning", b"transformers", b"accelerate")
+_RELEVANT = (b"torch", b"lightning", b"transformers", b"accelerate", b"deepspeed")
 
 SYNTAX_ERROR_CODE = "SF000"
 SYNTAX_ERROR_NAME = "invalid-syntax"
@@ -176,9 +176,10 @@ def analyze(
         return result
     cuda = links is not None and links.cuda is not None
     hot = links is not None and bool(links.hot)  # a helper of another file's training loop
+    linked = links is not None and bool(links.modules)  # imports another scanned file
     # A file of a CUDA project may reach torch only through what it is given (`self.device`).
     if not (hot or cuda or any(marker in source.data for marker in _RELEVANT)) or not any(
-        cls.may_apply(source.data, cuda=cuda, hot=hot) for cls in rule_classes
+        cls.may_apply(source.data, cuda=cuda, hot=hot, linked=linked) for cls in rule_classes
     ):
         return _failed(result, _check_syntax_only(source, path))
     try:
@@ -187,7 +188,7 @@ def analyze(
         return _failed(result, problem.error)
     context = FileContext(module, path, torch_version, links)
     rules = [cls(context) for cls in rule_classes
-             if cls.applies_to(torch_version) and cls.may_apply(source.data, cuda=cuda, hot=hot)]
+             if cls.applies_to(torch_version) and cls.may_apply(source.data, cuda=cuda, hot=hot, linked=linked)]
     top_of: dict[cst.CSTNode, int] = {}
     walk_batched(module, [context, *rules], top_of)
     findings: list[Finding] = []

@@ -21,6 +21,7 @@ from speedfix.arguments import argparse_option
 from speedfix.blocks import statement_owner
 from speedfix.codegen import code_of
 from speedfix.context import FileContext, Stack
+from speedfix.walk import child_nodes
 
 _UNKNOWN = object()  # a default that cannot be known
 
@@ -176,7 +177,7 @@ def _statements_in_order(body) -> Iterator[cst.BaseStatement]:  # type: ignore[n
     for node in body:
         yield node
         if isinstance(node, cst.BaseCompoundStatement):
-            for child in node.children:
+            for child in child_nodes(node):
                 if isinstance(child, cst.IndentedBlock):
                     yield from _statements_in_order(child.body)
                 elif isinstance(child, cst.If):
@@ -212,7 +213,7 @@ def _index(ctx: FileContext) -> tuple[dict[int, cst.If], dict[int, cst.CSTNode]]
                     if not isinstance(current.orelse, cst.If):
                         break
                     current = current.orelse
-            for child in statement.children:
+            for child in child_nodes(statement):
                 if isinstance(child, (cst.Else, cst.ExceptHandler, cst.Finally, cst.ExceptStarHandler)):
                     clauses.setdefault(id(child), statement)
         found = _CHAINS[ctx] = (parents, clauses)
@@ -226,7 +227,7 @@ def _compound_statements(body) -> Iterator[cst.BaseCompoundStatement]:  # type: 
         if not isinstance(node, cst.BaseCompoundStatement):
             continue
         yield node
-        for child in node.children:
+        for child in child_nodes(node):
             if isinstance(child, cst.IndentedBlock):
                 todo.extend(child.body)
             elif isinstance(child, cst.If):  # an `elif`

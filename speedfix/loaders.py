@@ -20,11 +20,13 @@ snippet), so no fix there can make the script raise.
 from __future__ import annotations
 
 from enum import Enum
+from functools import cmp_to_key
 
 import libcst as cst
 
 from speedfix.arguments import find_argument
-from speedfix.context import CallSite, FileContext, Stack, walk_expression
+from speedfix.context import Assignment, CallSite, FileContext, Stack, walk_expression
+from speedfix.flow import comes_before
 from speedfix.names import dotted_name
 from speedfix.patterns import TENSOR_DATASET, dataset_argument, is_cpu_device, is_dtype, unwrap_iterable
 
@@ -293,3 +295,44 @@ def iterated_per_epoch(ctx: FileContext, loader: str) -> bool:
         if ctx.nearest_loop(site.stack) is not None and ctx.project_iterates(site, loader):
             return True  # `train_one_epoch(model, loader)` of another scanned file, every epoch
     return False
+
+
+# ---------------------------------------------------------------- attributes set after creation
+# `DataLoader.__setattr__` raises ValueError for these once the loader exists.
+FROZEN_ATTRIBUTES = frozenset({"batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers"})
+# Read by each new iterator: set later, they apply from the next `iter(loader)` on.
+ITERATOR_ATTRIBUTES = frozenset(
+    {"num_workers", "prefetch_factor", "pin_memory", "pin_memory_device", "timeout", "worker_init_fn",
+     "collate_fn", "multiprocessing_context", "generator", "in_order"}
+)
+
+
+def late_attributes(ctx: FileContext, site: CallSite) -> list[Assignment]:
+    """`loader.num_workers = 16` after `loader = DataLoader(...)`: the assignments to the
+    loader's attributes that follow its creation (in its function, or for `self.loader` in any
+    method of its class), in file order."""
+    loader = assigned_name(site)
+    if loader is None or site.statement is None:
+        return []
+    function, owner = ctx.function_of(site.stack), _class_of(site.stack)
+    found = []
+    for attribute in sorted(FROZEN_ATTRIBUTES | ITERATOR_ATTRIBUTES):
+        for assignment in ctx.assignments.get(f"{loader}.{attribute}", ()):
+            if assignment.statement is None or assignment.unpacked or assignment.augmented:
+                continue
+            if ctx.function_of(assignment.stack) is function:
+                if comes_before(ctx, site.statement, assignment.statement):
+                    found.append(assignment)
+            elif loader.startswith("self.") and owner is not None and _class_of(assignment.stack) is owner:
+                found.append(assignment)
+    return sorted(found, key=cmp_to_key(lambda a, b: -1 if comes_before(ctx, a.statement, b.statement) else 1))
+
+
+def late_value(ctx: FileContext, site: CallSite, attribute: str) -> Assignment | None:
+    """The last assignment of ``attribute`` after the loader's creation (see `late_attributes`)."""
+    found = [a for a in late_attributes(ctx, site) if a.target.rpartition(".")[2] == attribute]
+    return found[-1] if found else None
+
+
+def _class_of(stack: Stack) -> cst.CSTNode | None:
+    return next((frame.node for frame in reversed(stack) if isinstance(frame.node, cst.ClassDef)), None)

@@ -19,6 +19,7 @@ from speedfix.context import Assignment, CallSite, FileContext, FrameKind, Stack
 from speedfix.flow import comes_before
 from speedfix.names import dotted_name
 from speedfix.patterns import NN_MODULE, OPTIMIZER_PREFIX
+from speedfix.steps import CONV_LAYERS
 
 DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -30,9 +31,7 @@ DISTRIBUTED_DATA_PARALLEL = (
     "torch.nn.parallel.distributed.DistributedDataParallel",
 )
 PARALLEL_WRAPPERS = DATA_PARALLEL + DISTRIBUTED_DATA_PARALLEL
-CONV2D = tuple(
-    f"torch.nn.{prefix}{kind}" for prefix in ("", "modules.conv.") for kind in ("Conv2d", "ConvTranspose2d")
-)
+CONV2D = tuple(name for name, dims in CONV_LAYERS.items() if dims == 2)
 # Methods that return the module itself (or a copy of it) rather than build another one.
 _MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "to_empty"})
 _ZOO_FACTORIES = {
@@ -141,7 +140,18 @@ def is_conv2d_net(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> b
     classes = built_classes(ctx, built, stack)
     if classes:
         return bool(classes & conv2d_classes(ctx))
+    if 2 in project_conv_dims(ctx, built):
+        return True
     return any(isinstance(node, cst.Call) and ctx.qualname(node.func) in CONV2D for node in walk_expression(built))
+
+
+def project_conv_dims(ctx: FileContext, call: cst.Call) -> tuple[int, ...]:
+    """The ConvNd dimensions of the network a class (or factory) of another scanned file builds:
+    `net = ResNet18()` after `from models import *`."""
+    if not ctx.links.modules:
+        return ()
+    facts = ctx.links.function(ctx.project_name(dotted_name(call.func)))
+    return facts.conv_dims if facts is not None else ()
 
 
 def built_classes(ctx: FileContext, call: cst.Call, stack: Stack, depth: int = 0) -> set[str]:
@@ -377,7 +387,7 @@ def _builds_module(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
     if classes:
         return any(is_module_class(ctx, name) or name in conv2d_classes(ctx) for name in classes)
     qualified = ctx.qualname(call.func) or ""
-    if qualified.endswith(".from_pretrained") or qualified.startswith("torch.nn."):
+    if qualified.endswith(".from_pretrained") or qualified.startswith("torch.nn.") or project_conv_dims(ctx, call):
         return True
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "from_pretrained"
 

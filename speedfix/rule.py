@@ -78,6 +78,9 @@ class Rule(Visitor):
     gpu_only: ClassVar[bool] = False  # silent in scripts that never touch CUDA
     # Cheap prefilter: the rule only runs on files whose bytes contain one of these.
     requires: ClassVar[tuple[bytes, ...]] = ()
+    # Also reads what the other scanned files define (a conv net in models.py): it runs on a
+    # file that imports them even without its markers.
+    reads_project: ClassVar[bool] = False
     min_torch: ClassVar[TorchVersion | None] = None  # advice applies from this version on
     max_torch: ClassVar[TorchVersion | None] = None  # ... and before this one
     effect: ClassVar[str] = ""  # expected gain, one sentence, with its source
@@ -129,14 +132,15 @@ class Rule(Visitor):
 
     # -------------------------------------------------------------- metadata
     @classmethod
-    def may_apply(cls, data: bytes, *, cuda: bool = False, hot: bool = False) -> bool:
+    def may_apply(cls, data: bytes, *, cuda: bool = False, hot: bool = False, linked: bool = False) -> bool:
         """False when the file cannot contain what the rule looks for (no parse needed).
-        Another file of the project can say that this one runs on CUDA (``cuda``), or calls
-        its functions on every training step (``hot``: the markers are in that other file)."""
+        Another file of the project can say that this one runs on CUDA (``cuda``), calls its
+        functions on every training step (``hot``: the markers are in that other file), or
+        defines what it imports (``linked``)."""
         if cls.gpu_only and not (cuda or b"cuda" in data or b"accelerator" in data
                                  or any(marker in data for marker in GPU_MARKERS)):
             return False
-        return hot or not cls.requires or any(marker in data for marker in cls.requires)
+        return hot or (linked and cls.reads_project) or not cls.requires or any(marker in data for marker in cls.requires)
 
     @classmethod
     def applies_to(cls, version: TorchVersion) -> bool:

@@ -7,13 +7,14 @@ import multiprocessing
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from speedfix import deadline
+from speedfix.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.config import Settings, real_path
+from speedfix.deepspeed_config import MAX_BYTES as DEEPSPEED_MAX_BYTES, named_json_files
 from speedfix.discovery import Target, iter_targets
 from speedfix.engine import Analysis, FileError, Note, analyze
-from speedfix.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.findings import Finding, from_record, to_record
 from speedfix.notebook import Notebook, NotebookError, is_notebook, read_python
 from speedfix.parsing import collector_paused
@@ -145,6 +146,8 @@ def _loaded(record: object) -> Analysis | None:
 
 
 Job = tuple[Target, Settings, bool, "Links | None"]
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
 def _analyse_to_record(job: Job) -> dict:
@@ -162,6 +165,7 @@ def _cache_key(settings: Settings, target: Target, details: bool, digest: str | 
 
 def project_links(
     targets: list[Target], paths: list[Path], settings: Settings, cache: ScanCache | None = None,
+    jobs: int | None = 1,
 ) -> tuple[dict[Path, Links], dict[Path, str]]:
     """The links between the scanned Python files that import each other, by target path, and
     each readable file's digest. Only files that import, or are imported by, another scanned
@@ -173,15 +177,12 @@ def project_links(
             data = read_bytes(target.path, settings.max_file_size)
         except SourceError:
             continue
-        digests[target.path] = file_digest(data)
+        digests[target.path] = _digest(target.path, data)
         if not is_notebook(target.path):
             sources[target.path] = data
     by_real = {real_path(path): path for path in sources}
-    facts: dict[Path, ModuleFacts] = {}
-    for path in linked_candidates({real: sources[path] for real, path in by_real.items()}):
-        found = _facts(by_real[path], sources[by_real[path]], digests[by_real[path]], cache)
-        if found is not None:
-            facts[path] = found
+    facts = _all_facts({real: by_real[real] for real in linked_candidates(
+        {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, jobs)
     roots = [real_path(p) if p.is_dir() else real_path(p).parent for p in paths]
     linked = link(facts, roots, lambda real: display_path(by_real[real]))
     links = {by_real[real]: found for real, found in linked.items()}
@@ -193,17 +194,49 @@ def project_links(
     return links, digests
 
 
-def _facts(path: Path, data: bytes, digest: str, cache: ScanCache | None) -> ModuleFacts | None:
-    record = cache.get_facts(path, digest) if cache is not None else None
-    if record is not None:
+def _all_facts(
+    candidates: dict[Path, Path], sources: dict[Path, bytes], digests: dict[Path, str],
+    cache: ScanCache | None, jobs: int | None,
+) -> dict[Path, ModuleFacts]:
+    """The facts of each candidate (real path -> target path): from the cache, else read in
+    parallel with the analysis's workers."""
+    facts: dict[Path, ModuleFacts | None] = {}
+    todo: list[Path] = []
+    for real, path in candidates.items():
+        record = cache.get_facts(path, digests[path]) if cache is not None else None
+        if record is not None:
+            try:
+                facts[real] = ModuleFacts.from_record(record)
+                continue
+            except (KeyError, TypeError, ValueError, AttributeError):
+                pass  # a damaged entry: read the file again
+        todo.append(real)
+    for real, found in zip(todo, parallel_map(extract_facts, [sources[candidates[r]] for r in todo], jobs)):
+        facts[real] = found
+        if cache is not None:
+            path = candidates[real]
+            cache.put_facts(path, digests[path], found.to_record() if found is not None else None)
+    return {real: found for real, found in facts.items() if found is not None}
+
+
+def _digest(path: Path, data: bytes) -> str:
+    """The digest of what a file's findings depend on: its bytes, and the JSON files it names
+    that a rule reads (a DeepSpeed config beside it)."""
+    named = named_json_files(path, data) if b".json" in data else []
+    parts = [data]
+    for json_path in named:
         try:
-            return ModuleFacts.from_record(record)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            pass  # a damaged entry: read the file again
-    facts = extract_facts(data)
-    if cache is not None:
-        cache.put_facts(path, digest, facts.to_record() if facts is not None else None)
-    return facts
+            parts.append(json_path.read_bytes()[:DEEPSPEED_MAX_BYTES + 1])
+        except OSError:
+            parts.append(b"unreadable")
+    return file_digest(b"\0".join(parts)) if named else file_digest(data)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # analysing it reports why
 
 
 def _siblings_not_scanned(path: Path, data: bytes, scanned: dict[Path, Path]) -> tuple[str, ...]:
@@ -230,7 +263,7 @@ def scan_paths(
     result = ScanResult()
     targets = list(iter_targets(paths, settings))
     cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
-    links, digests = project_links(targets, paths, settings, cache)
+    links, digests = project_links(targets, paths, settings, cache, jobs)
     analyses: dict[int, Analysis] = {}
     keys: dict[int, str | None] = {}
     todo: list[int] = []
@@ -248,6 +281,11 @@ def scan_paths(
     done = len(analyses)
     if progress is not None:
         progress(done, len(targets))
+    if todo:  # once here, not once per forked worker: the rules are imported, the version read
+        settings.rules()
+        settings.target  # noqa: B018
+    # Biggest files first, so that no worker is left with a large one while the others idle.
+    todo.sort(key=lambda i: -_size(targets[i].path))
     for index, record in zip(todo, _run([(targets[i], settings, details, links.get(targets[i].path)) for i in todo], jobs)):
         analyses[index] = _from_record(record)
         key = keys.get(index)
@@ -281,12 +319,17 @@ _PARALLEL_FROM = 8
 
 
 def _run(jobs_list: list[Job], jobs: int | None) -> Iterator[dict]:
-    workers = min(jobs or os.cpu_count() or 1, len(jobs_list))
-    if workers <= 1 or len(jobs_list) < _PARALLEL_FROM:
-        yield from map(_analyse_to_record, jobs_list)
+    return parallel_map(_analyse_to_record, jobs_list, jobs)
+
+
+def parallel_map(function: Callable[[Item], Result], items: list[Item], jobs: int | None) -> Iterator[Result]:
+    """``map(function, items)``, in order, on ``jobs`` worker processes (None: all cores)."""
+    workers = min(jobs or os.cpu_count() or 1, len(items))
+    if workers <= 1 or len(items) < _PARALLEL_FROM:
+        yield from map(function, items)
         return
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     context = multiprocessing.get_context(method)
-    chunk = max(1, len(jobs_list) // (workers * 8))
+    chunk = max(1, len(items) // (workers * 8))
     with context.Pool(workers) as pool:
-        yield from pool.imap(_analyse_to_record, jobs_list, chunksize=chunk)
+        yield from pool.imap(function, items, chunksize=chunk)

@@ -27,6 +27,12 @@ CUDA_DEVICE_HELPERS = frozenset({"try_gpu", "try_all_gpus"})
 # `accelerator.device`, `accelerator.backward(loss)`).
 CUDA_ATTRIBUTES = frozenset({"cuda", "accelerator"}) | CUDA_DEVICE_HELPERS
 CUDA_OBJECTS = frozenset({"accelerator"})
+# Convolution layers by qualified name -> their dimension (transposed ones included): a class
+# that builds them is a conv net, in this file or, through the project facts, in another one.
+CONV_LAYERS = {
+    f"torch.nn.{prefix}{kind}{dims}d": dims
+    for prefix in ("", "modules.conv.") for kind in ("Conv", "ConvTranspose") for dims in (1, 2, 3)
+}
 
 
 def last_part(name: str) -> str:

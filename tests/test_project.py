@@ -405,6 +405,23 @@ def test_cuda_evidence_from_other_files(tmp_path):
     assert links[tmp_path / "lr.py"].cuda is None and links[tmp_path / "cpu.py"].cuda is None
 
 
+
+def test_links_do_not_depend_on_the_order_files_are_found(tmp_path):
+    """Two CUDA scripts import one model file: the reason it runs on CUDA, part of its cache key,
+    must name the same importer however the files were listed."""
+    files = {
+        tmp_path / "main.py": 'from model import Net\nNet().to("cuda")\n',
+        tmp_path / "generate.py": 'from model import Net\nNet().to("cuda")\n',
+        tmp_path / "model.py": "import torch\nclass Net(torch.nn.Module):\n    pass\n",
+    }
+    facts = {path: extract_facts(code) for path, code in files.items()}
+    forward = link(facts, [tmp_path], lambda path: path.name)
+    backward = link(dict(reversed(facts.items())), [tmp_path], lambda path: path.name)
+    assert forward[tmp_path / "model.py"].cuda == "generate.py, which imports it, runs on CUDA"
+    assert {path: found.digest() for path, found in forward.items()} == {
+        path: found.digest() for path, found in backward.items()
+    }
+
 # ------------------------------------------------------------------ notebooks
 def test_time_cells_are_scanned_and_skipped_cells_are_named(run_cli, tmp_path):
     cells = [
@@ -431,3 +448,84 @@ def test_time_cells_are_scanned_and_skipped_cells_are_named(run_cli, tmp_path):
     sources = ["".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]]
     assert sources[3].startswith("%%time\nfor x, y in loader:\n    x = x.cuda(non_blocking=True)\n")
     assert sources[2] == cells[2]
+
+
+# ------------------------------------------------------------------ files a script names
+DS_SCRIPT = """\
+import argparse
+import deepspeed
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--deepspeed_config", default="ds_config.json")
+args = parser.parse_args()
+engine, optimizer, _, _ = deepspeed.initialize(model=model, config=args.deepspeed_config)
+"""
+
+
+def test_a_deepspeed_json_beside_the_script_is_read_and_follows_the_cache(run_cli, tmp_path, counted):
+    (tmp_path / "train.py").write_text(DS_SCRIPT)
+    config = tmp_path / "ds_config.json"
+    config.write_text('{"fp16": {"enabled": true}, "zero_optimization": {"stage": 0}}')
+    first = run_cli("scan", "train.py", "--select", "SF905", "--no-summary", cwd=tmp_path)
+    assert first.stdout.startswith('train.py:5:51: SF905 `ds_config.json`: "fp16" trains with dynamic loss scaling')
+    counted.clear()
+    assert run_cli("scan", "train.py", "--select", "SF905", "--no-summary", cwd=tmp_path).stdout == first.stdout
+    assert counted == []  # from the cache
+    config.write_text('{"bf16": {"enabled": true}, "zero_optimization": {"stage": 0}}')
+    assert run_cli("scan", "train.py", "--select", "SF905", "--no-summary", cwd=tmp_path).stdout == ""
+    config.write_text('{"bf16": {"enabled": true},')  # broken: named, and the other files still scanned
+    (tmp_path / "other.py").write_text("import deepspeed\ndeepspeed.initialize(model=m, config={'wall_clock_breakdown': True})\n")
+    broken = run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path)
+    assert "train.py:5:51: SF905 DeepSpeed config not checked: ds_config.json is not valid JSON" in broken.stdout
+    assert "other.py:2:39: SF905" in broken.stdout
+
+
+def test_a_conv_net_defined_in_a_models_package(run_cli, tmp_path, write):
+    """pytorch-cifar's layout: `from models import *` re-exports a ResNet built from blocks."""
+    write("models/__init__.py", "from .resnet import *\n")
+    write("models/resnet.py", """\
+        import torch.nn as nn
+
+        def conv3x3(cin, cout):
+            return nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+
+        class BasicBlock(nn.Module):
+            def __init__(self, cin, cout):
+                super().__init__()
+                self.conv = conv3x3(cin, cout)
+
+            def forward(self, x):
+                return self.conv(x).relu()
+
+        class ResNet(nn.Module):
+            def __init__(self, block):
+                super().__init__()
+                self.layer = block(3, 8)
+                self.fc = nn.Linear(8, 10)
+
+            def forward(self, x):
+                return self.fc(self.layer(x).mean((2, 3)))
+
+        def ResNet18():
+            return ResNet(BasicBlock)
+        """)
+    write("main.py", """\
+        import torch
+        from models import *
+
+        device = "cuda"
+        net = ResNet18()
+        net = net.to(device)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        for inputs, targets in trainloader:
+            inputs, targets = inputs.to(device), targets.to(device)
+            loss = torch.nn.functional.cross_entropy(net(inputs), targets)
+            loss.backward()
+            optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF601,SF206", "--output-format", "json", cwd=tmp_path)
+    found = {(f["path"], f["line"], f["code"]): f for f in json.loads(result.stdout)}
+    assert set(found) == {("main.py", 5, "SF206"), ("main.py", 5, "SF601")}
+    assert "defined in another file" in found["main.py", 5, "SF206"]["no_fix_reason"]
+    alone = run_cli("scan", "main.py", "--select", "SF601,SF206", "--no-summary", cwd=tmp_path)
+    assert "SF206" not in alone.stdout and "SF601" not in alone.stdout  # nothing says it is a conv net

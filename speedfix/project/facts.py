@@ -10,7 +10,9 @@ it keeps only what the other files need:
 - per function, method and class (called as its constructor): whether it takes a training step
   outside any loop (a per-step helper), whether it holds a training loop, which of its
   parameters that loop iterates (the loader), and whether the loop copies batches to a device;
-- which imported functions it calls on every training step (``utils.log_loss_dict``).
+- which imported functions it calls on every training step (``utils.log_loss_dict``);
+- which classes (and module-level factories returning them) build convolution layers, directly
+  or through the file's other classes and helpers (``ResNet`` -> ``BasicBlock`` -> ``conv3x3``).
 
 A training loop is recognised as in ``speedfix.context`` (same markers, from ``speedfix.steps``),
 within this file and one call deep.
@@ -19,10 +21,10 @@ within this file and one call deep.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from speedfix.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, is_iterable_wrapper,
+from speedfix.steps import (CONV_LAYERS, CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, is_iterable_wrapper,
                             is_loss_scaler_call, is_optimizer_name)
 
 
@@ -37,6 +39,7 @@ class FunctionFacts:
     iterated: tuple[str, ...] = ()  # parameters its training loop iterates (the loader)
     uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
     cuda: bool = False  # names CUDA, or returns a CUDA device
+    conv_dims: tuple[int, ...] = ()  # a class (or a factory returning one) that builds ConvNd layers: the Ns
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,9 @@ class _Collector(ast.NodeVisitor):
         self.cuda_names: set[str] = set()
         self.cuda_classes: set[str] = set()
         self.references: set[str] = set()
+        # class or module-level function -> the names it calls (a function: in what it returns)
+        self.builds: dict[str, set[str]] = {}
+        self.conv_layers: dict[str, set[int]] = {}  # ... -> dims of the ConvNd layers it calls itself
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -346,7 +352,33 @@ class _Collector(ast.NodeVisitor):
                 loop.uploads = True
             if func is not None:
                 loop.calls.append((func, self.guards > 0))
+        if self.class_stack and func is not None:
+            self._builds_through(self.class_stack[-1], node)
         self.generic_visit(node)
+
+    def visit_Return(self, node: ast.Return) -> None:
+        function = self.function_stack[-1] if self.function_stack else None
+        if function is not None and function.class_name is None and node.value is not None:
+            value = node.value
+            made = function.made_by.get(value.id) if isinstance(value, ast.Name) else None
+            if made is not None:  # `model = ResNet(...); return model`
+                self._builds(function.name, made)
+            for call in (n for n in ast.walk(value) if isinstance(n, ast.Call)):
+                self._builds_through(function.name, call)
+        self.generic_visit(node)
+
+    def _builds_through(self, owner: str, call: ast.Call) -> None:
+        """What a call builds for ``owner``: the callee, and classes passed to it
+        (`ResNet(BasicBlock, [2, 2, 2, 2])`, `self._make_layer(Bottleneck, 64)`)."""
+        for name in [dotted(call.func), *(dotted(arg) for arg in call.args)]:
+            if name is not None:
+                self._builds(owner, name)
+
+    def _builds(self, owner: str, func: str) -> None:
+        self.builds.setdefault(owner, set()).add(func)
+        dims = CONV_LAYERS.get(self.resolve(func) or "")
+        if dims is not None:
+            self.conv_layers.setdefault(owner, set()).add(dims)
 
     def _is_marker(self, node: ast.Call, func: str | None) -> bool:
         target = node.func
@@ -378,6 +410,9 @@ class _Collector(ast.NodeVisitor):
                 loop.marker = True
         functions = {name: self._function_facts(function) for name, function in self.functions.items()}
         functions.update(self._constructors(functions))
+        for name, dims in self._conv_dims().items():
+            if name in functions:
+                functions[name] = replace(functions[name], conv_dims=tuple(sorted(dims)))
         hot = sorted({q for q in self._hot_calls() if q is not None and q.split(".", 1)[0] not in _EXTERNAL})
         return ModuleFacts(
             imports=tuple(sorted(self.bindings.items())),
@@ -389,6 +424,20 @@ class _Collector(ast.NodeVisitor):
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
         )
+
+    def _conv_dims(self) -> dict[str, set[int]]:
+        """Classes and factories that build convolutions, through the file's own classes and
+        helpers they call (`conv3x3()` returning `nn.Conv2d`), to a fixed point."""
+        dims = {name: set(found) for name, found in self.conv_layers.items()}
+        changed = True
+        while changed:
+            changed = False
+            for owner, called in self.builds.items():
+                reached = set().union(*(dims.get(name, set()) for name in called))
+                if not reached <= dims.get(owner, set()):
+                    dims.setdefault(owner, set()).update(reached)
+                    changed = True
+        return dims
 
     def _cuda_returners(self) -> set[str]:
         """Module-level functions that return a CUDA device (`get_device()`, `try_gpu()`)."""

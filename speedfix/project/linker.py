@@ -22,6 +22,8 @@ What a file learns (``Links``):
 
 from __future__ import annotations
 
+from collections import deque
+
 import hashlib
 import json
 import os
@@ -180,7 +182,10 @@ def link(
     roots: Iterable[Path],
     show: Callable[[Path], str] = str,
 ) -> dict[Path, Links]:
-    """Links for each file of ``facts`` (files that could not be read are left out)."""
+    """Links for each file of ``facts`` (files that could not be read are left out); the same
+    whatever the order of ``facts`` (they key the cache: a reason that named whichever importer
+    came first made every scan analyse those files again)."""
+    facts = dict(sorted(facts.items()))
     resolver = _Resolver(facts, roots)
     prefixes: dict[Path, dict[str, Path]] = {}
     missing: dict[Path, list[str]] = {}
@@ -313,9 +318,9 @@ def _cuda_reasons(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
         reason = _direct_cuda(path, module, prefixes[path], facts, show)
         if reason is not None:
             reasons[path] = reason
-    todo = list(reasons)
+    todo = deque(reasons)  # first in, first out: the nearest importer, the first in path order
     while todo:
-        importer = todo.pop()
+        importer = todo.popleft()
         for target in prefixes[importer].values():
             if target not in reasons:
                 reasons[target] = f"{show(importer)}, which imports it, runs on CUDA"

@@ -36,8 +36,6 @@ REWRITES = {
     "SF304": ("    time.sleep(SLEEP)\n", ""),
     # breaks the numerics: the loss overflows to inf/NaN -> rejected by the loss check
     "SF201": ("LR = 0.05", "LR = 1e30"),
-    # a deliberately slowing rewrite (4x the step time), numerics untouched -> rejected as slower
-    "SF303": ("    opt.step()\n", "    opt.step()\n    time.sleep(0.03)\n"),
 }
 
 
@@ -64,8 +62,6 @@ def test_real_runs_with_too_few_pairs_reject_only_the_broken_fix_and_write_nothi
     assert fixes["SF201"]["decision"] == "rejected"
     assert fixes["SF201"]["numerics"]["level"] == "new non-finite"
     assert "loss check failed" in fixes["SF201"]["reason"]
-    assert fixes["SF303"]["decision"] == "not measured enough"  # 4x slower in 2 pairs decides nothing either
-    assert fixes["SF303"]["numerics"]["level"] == "identical"
     assert report["kept"] == [] and not report["written"]
     assert report["args"] == ["--some-arg"]
 
@@ -74,7 +70,7 @@ def test_real_runs_with_too_few_pairs_reject_only_the_broken_fix_and_write_nothi
     assert numerics.CAVEAT in markdown
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py", "train.speedfix-verify.json",
                                                           "train.speedfix-verify.md"]  # no variant files
-    assert "not measured enough SF304, SF303 (static advice only, not written)" in console.export_text()
+    assert "not measured enough SF304 (static advice only, not written)" in console.export_text()
 
 
 def test_measured_fixes_are_kept_or_rejected_and_the_kept_one_written(tmp_path, fake_fixer, fake_runs, quick_settings):

@@ -1,0 +1,195 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.arguments import find_argument, literal_bool, literal_int
+from speedfix.context import Assignment, CallSite, FrameKind
+from speedfix.findings import Category, Severity
+from speedfix.loaders import FROZEN_ATTRIBUTES, assigned_name, late_attributes
+from speedfix.names import dotted_name
+from speedfix.patterns import DATALOADER, unwrap_iterable
+from speedfix.rule import Invalid, Rule, Valid
+
+
+class DataloaderAttributeAfterCreation(Rule):
+    """
+    ## What it does
+    Finds attributes of a `DataLoader` assigned after the loader is created
+    (`train_loader.num_workers = 16`), and tells what the assignment does:
+
+    - `batch_size`, `batch_sampler`, `sampler`, `drop_last`, `dataset` and `persistent_workers`
+      cannot change: `DataLoader` raises `ValueError` (an error);
+    - `num_workers` raised above 0 on a loader created without workers, and no `prefetch_factor`
+      given: the loader's `prefetch_factor` is `None`, and the first worker iterator raises
+      `TypeError` (an error);
+    - set inside the loop over that same loader, or on a loader with `persistent_workers=True`:
+      the running iterator (with persistent workers, the only one) never sees it (a warning);
+    - otherwise it works from the next `iter(loader)` on (an info note: pass it to the call).
+
+    ## Why is this bad?
+    A `DataLoader` reads `num_workers`, `prefetch_factor` and `pin_memory` when it makes an
+    iterator, at the start of each `for batch in loader:`. A value set later is read only by the
+    iterators made after it, never by the one that is running, and with persistent workers the
+    first iterator is kept for the whole run. The checks `DataLoader(...)` makes on its arguments
+    (a `prefetch_factor` without workers, `persistent_workers` without workers) are skipped, which
+    is how a worker count set afterwards ends in a `TypeError`. Passing the value to the call says
+    what the loader does where a reader looks for it.
+
+    ## Example
+    ```python
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+    train_loader.num_workers = 8
+    ```
+
+    ## Use instead
+    ```python
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True, num_workers=8)
+    ```
+
+    ## Fix safety
+    No automatic fix: the value is often computed between the call and the assignment.
+
+    ## Measured effect
+    None in speed by itself; it decides whether the workers the script asks for exist at all.
+    The attributes guarded by `DataLoader.__setattr__`, and the `prefetch_factor=None` of a
+    loader made without workers, are in torch/utils/data/dataloader.py. Source:
+    https://github.com/pytorch/pytorch/blob/main/torch/utils/data/dataloader.py
+    """
+
+    code = "SF105"
+    name = "dataloader-attribute-after-creation"
+    summary = "DataLoader setting assigned after the loader exists (`loader.num_workers = 8`)"
+    severity = Severity.WARNING
+    category = Category.CORRECTNESS
+    requires = (b"DataLoader",)
+    effect = "Workers that exist, and no ValueError or TypeError from a setting assigned too late."
+
+    VALID = [
+        Valid(  # passed to the call
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=8)
+            for x in loader:
+                step(x)
+            """
+        ),
+        Valid(  # another object's attribute of the same name
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32)
+            config.num_workers = 8
+            """
+        ),
+        Valid(  # a new loader bound to the name: the attribute belongs to that one
+            """
+            from torch.utils.data import DataLoader
+            loader.num_workers = 8
+            loader = DataLoader(ds, batch_size=32)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(  # works from the next iterator on: an info note
+            """
+            import os
+            from torch.utils.data import DataLoader
+            train_loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            train_loader.num_workers = min(os.cpu_count(), 16)
+            train_loader.prefetch_factor = 2
+            for epoch in range(10):
+                for x in train_loader:
+                    step(x)
+            """,
+        ),
+        Invalid(  # a guarded attribute: ValueError
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32)
+            loader.batch_size = 64
+            """
+        ),
+        Invalid(  # workers without a prefetch_factor: TypeError at the first iteration
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32)
+            loader.num_workers = 4
+            for x in loader:
+                step(x)
+            """
+        ),
+        Invalid(  # inside the loop over the same loader: the running iterator never sees it
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=2)
+            for i, x in enumerate(loader):
+                if i == 100:
+                    loader.num_workers = 8
+                step(x)
+            """
+        ),
+        Invalid(  # a trainer's loader, set in another method
+            """
+            from torch.utils.data import DataLoader
+
+            class Trainer:
+                def __init__(self, ds):
+                    self.loader = DataLoader(ds, batch_size=32, num_workers=2, persistent_workers=True)
+
+                def tune(self):
+                    self.loader.num_workers = 8
+            """
+        ),
+    ]
+
+    def finish(self) -> None:
+        for site in self.ctx.calls_to(*DATALOADER):
+            working = [a for a in late_attributes(self.ctx, site) if not self._reported_alone(site, a)]
+            if working:  # they work: one note per loader names them all
+                names = " and ".join(f"`{a.target}`" for a in working)
+                keywords = ", ".join(f"`{a.target.rpartition('.')[2]}=`" for a in working)
+                self.report(working[0].value, f"{names} {'is' if len(working) == 1 else 'are'} set after the loader "
+                            "is created: that applies only from the next `iter(loader)` on, and skips the checks "
+                            f"`DataLoader(...)` makes; pass {keywords} to the call", severity=Severity.INFO)
+
+    def _reported_alone(self, site: CallSite, assignment: Assignment) -> bool:
+        """Report an assignment that raises or never takes effect; False for one that works."""
+        attribute = assignment.target.rpartition(".")[2]
+        where = f"`{assignment.target} = ...` after the loader is created"
+        if attribute in FROZEN_ATTRIBUTES:
+            self.report(assignment.value, f"{where} raises `ValueError`: a `DataLoader`'s `{attribute}` cannot change "
+                        "once it exists; pass it to `DataLoader(...)`", severity=Severity.ERROR)
+            return True
+        if attribute == "num_workers" and self._workers_without_prefetch(site, assignment):
+            self.report(assignment.value, f"{where}: the loader was made without workers, so its `prefetch_factor` "
+                        "is `None` and the first iteration raises `TypeError`; pass `num_workers=` to `DataLoader(...)`",
+                        severity=Severity.ERROR)
+            return True
+        running = self._running_reason(site, assignment)
+        if running is not None:
+            self.report(assignment.value, f"{where} never reaches the running iterator: {running}; "
+                        f"pass `{attribute}=` to `DataLoader(...)`")
+            return True
+        return False
+
+    def _workers_without_prefetch(self, site: CallSite, assignment: Assignment) -> bool:
+        ctx = self.ctx
+        if (count := literal_int(ctx, assignment.value, assignment.stack)) is not None and count <= 0:
+            return False
+        workers = find_argument(ctx, site, "num_workers", 5)
+        made_without = workers.missing or (not workers.unknown and literal_int(ctx, workers.node, site.stack) == 0)
+        prefetch_given = not find_argument(ctx, site, "prefetch_factor").missing or any(
+            other.target.endswith(".prefetch_factor") for other in late_attributes(ctx, site)
+        )
+        return made_without and not prefetch_given
+
+    def _running_reason(self, site: CallSite, assignment: Assignment) -> str | None:
+        ctx = self.ctx
+        loader = assigned_name(site)
+        for frame in assignment.stack:
+            info = ctx.loops.get(frame.node) if frame.kind is FrameKind.LOOP else None
+            if info is not None and info.iter is not None and dotted_name(unwrap_iterable(info.iter)) == loader:
+                return "it is set inside the loop over this loader"
+        persistent = find_argument(ctx, site, "persistent_workers")
+        if not persistent.missing and not persistent.unknown and literal_bool(ctx, persistent.node, site.stack):
+            return "with `persistent_workers=True` the loader keeps its first iterator for the whole run"
+        return None

