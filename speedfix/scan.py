@@ -165,16 +165,17 @@ def _cache_key(settings: Settings, target: Target, details: bool, digest: str | 
 
 def project_links(
     targets: list[Target], paths: list[Path], settings: Settings, cache: ScanCache | None = None,
-    jobs: int | None = 1,
+    jobs: int | None = 1, texts: dict[Path, bytes] | None = None,
 ) -> tuple[dict[Path, Links], dict[Path, str]]:
     """The links between the scanned Python files that import each other, by target path, and
     each readable file's digest. Only files that import, or are imported by, another scanned
-    file are parsed for their facts (with Python's own parser; cached by content)."""
+    file are parsed for their facts (with Python's own parser; cached by content). ``texts``:
+    contents to use instead of what is on disk (an editor's unsaved buffer)."""
     sources: dict[Path, bytes] = {}
     digests: dict[Path, str] = {}
     for target in targets:
         try:
-            data = read_bytes(target.path, settings.max_file_size)
+            data = (texts or {}).get(target.path) or read_bytes(target.path, settings.max_file_size)
         except SourceError:
             continue
         digests[target.path] = _digest(target.path, data)

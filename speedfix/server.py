@@ -19,6 +19,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 from functools import cached_property
+from itertools import islice
 from pathlib import Path
 
 from lsprotocol import types
@@ -28,13 +29,15 @@ from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import PositionCodec
 
 from speedfix import __version__, deadline
-from speedfix.config import ConfigError, Settings, resolve_settings
+from speedfix.cache import ScanCache, cache_enabled
+from speedfix.config import ConfigError, Settings, real_path, resolve_settings
 from speedfix.discovery import MissingPath, iter_targets
 from speedfix.engine import Analysis, FileError, SyntaxProblem, analyze
 from speedfix.findings import Applicability, Finding, Fix, Severity
 from speedfix.fixer import FixError, allowed, apply_fixes, fix_source, op_node
 from speedfix.registry import rule_by_code
-from speedfix.scan import display_path, time_limit_message
+from speedfix.project import Links
+from speedfix.scan import display_path, project_links, time_limit_message
 from speedfix.source import SourceError, SourceFile, decode_source
 
 log = logging.getLogger(__name__)
@@ -176,15 +179,40 @@ def settings_for(path: Path | None) -> Settings | None:
     return settings
 
 
+# A folder with more Python files than this is analysed file by file in the editor: linking it
+# again after every edit would make the diagnostics lag.
+PROJECT_FILES = 300
+
+
+def links_for(path: Path, data: bytes, settings: Settings) -> Links | None:
+    """What the other files of the buffer's folder (its subfolders included) tell it, as
+    `speedfix scan FOLDER` would: the loop in engine.py that runs this file's helpers, the
+    `DEVICE` of config.py. None when the file is on its own, or the folder is too big."""
+    try:
+        targets = list(islice(iter_targets([path.parent], settings), PROJECT_FILES + 1))
+    except (MissingPath, OSError):
+        return None
+    mine = real_path(path)
+    here = next((t.path for t in targets if real_path(t.path) == mine), None)
+    if here is None or len(targets) > PROJECT_FILES:
+        return None
+    cache = ScanCache(settings.root, settings.fingerprint(), warn=lambda _: None) if cache_enabled(settings.cache) else None
+    links, _ = project_links(targets, [path.parent, settings.root], settings, cache, texts={here: data})
+    if cache is not None:
+        cache.save()
+    return links.get(here)
+
+
 def check(path: Path | None, text: str, settings: Settings) -> Checked:
     """Analyse ``text`` as ``scan`` analyses the file at ``path`` (``None``: an unsaved buffer)."""
     file = path if path is not None else settings.root / "untitled.py"
     shown = display_path(file)
     source = source_from_text(file, text)
+    links = links_for(path, source.data, settings) if path is not None else None
     try:
         # the same per-file limit as `scan`: a pathological buffer must not block the editor
         with deadline.time_limit(settings.file_time_limit):
-            analysis = analyze(source, shown, settings.rules_for(file), settings.target)
+            analysis = analyze(source, shown, settings.rules_for(file), settings.target, links)
     except RecursionError:
         analysis = Analysis(shown, error=FileError(shown, "the file is nested too deeply to analyse"))
     except deadline.TimeLimitExceeded as exc:

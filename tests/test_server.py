@@ -283,6 +283,23 @@ def test_configuration_is_discovered_from_the_document(client: Client, tmp_path:
     assert client.open(excluded) == []
 
 
+
+def test_a_file_of_a_project_is_checked_with_the_files_beside_it(client: Client, tmp_path: Path) -> None:
+    """utils.py's helper runs on every step of engine.py's loop: its `.item()` is a per-step sync,
+    as `speedfix scan FOLDER` says; the same file on its own says nothing."""
+    helper = "def log_loss(loss):\n    print(loss.item())\n"
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "utils.py").write_text(helper)
+    (tmp_path / "project" / "engine.py").write_text(
+        "import torch\nfrom utils import log_loss\n\n"
+        "def train(model, loader, opt):\n    for x, y in loader:\n        loss = model(x.cuda(), y.cuda())\n"
+        "        loss.backward()\n        opt.step()\n        log_loss(loss)\n"
+    )
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "utils.py").write_text(helper)
+    assert ("SF301", 1, 10) in codes(client.open(tmp_path / "project" / "utils.py"))
+    assert "SF301" not in {d["code"] for d in client.open(tmp_path / "alone" / "utils.py")}
+
 def test_configuration_error_is_shown(client: Client, tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.speedfix]\nselect = ["SF999"]\n')
     train = tmp_path / "train.py"
