@@ -198,6 +198,14 @@ class DataloaderNoWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a lambda in the transforms: reported, no fix (spawned workers cannot unpickle it)
+            """
+            from torch.utils.data import DataLoader
+            from torchvision import datasets, transforms
+            transform = transforms.Compose([transforms.ToTensor(), transforms.Lambda(lambda x: x.mul(255))])
+            loader = DataLoader(datasets.ImageFolder("data", transform), batch_size=4)
+            """
+        ),
         Invalid(
             """
             import torch
@@ -399,12 +407,17 @@ class DataloaderNoWorkers(Rule):
         started = worker_start_refusal(ctx, site.stack)
         if started:
             return started
+        if ctx.nearest_loop(site.stack) is not None or ctx.in_training_loop(site.stack):
+            return "the loader is created again and again: each one would start its worker processes anew"
         if is_iterable_dataset(ctx, dataset_argument(site), site.stack):
             return "the dataset is an IterableDataset: without get_worker_info() sharding each worker repeats it"
         for keyword in ("collate_fn", "worker_init_fn"):
             value = find_argument(ctx, site, keyword)
             if isinstance(value.node, cst.Lambda):
                 return f"`{keyword}` is a lambda, which worker processes cannot unpickle under spawn"
+        if any((site.func or "").endswith("Lambda") and any(isinstance(a.value, cst.Lambda) for a in site.node.args)
+               for site in ctx.calls):
+            return "a `transforms.Lambda(lambda ...)` in the file cannot be pickled for worker processes under spawn"
         return None
 
 

@@ -98,6 +98,86 @@ class DataloaderNoPersistentWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # MAE/DeiT: the parser comes from a function, `args` is bound twice
+            """
+            import argparse
+            import torch
+
+            def get_args_parser():
+                parser = argparse.ArgumentParser("pre-training", add_help=False)
+                parser.add_argument("--num_workers", default=10, type=int)
+                return parser
+
+            def main(args):
+                loader = torch.utils.data.DataLoader(dataset, num_workers=args.num_workers)
+                for epoch in range(100):
+                    for x in loader:
+                        train_step(x)
+
+            if __name__ == "__main__":
+                args = get_args_parser()
+                args = args.parse_args()
+                main(args)
+            """,
+            fixed="""
+            import argparse
+            import torch
+
+            def get_args_parser():
+                parser = argparse.ArgumentParser("pre-training", add_help=False)
+                parser.add_argument("--num_workers", default=10, type=int)
+                return parser
+
+            def main(args):
+                loader = torch.utils.data.DataLoader(
+                    dataset,
+                    num_workers=args.num_workers,
+                    persistent_workers=args.num_workers > 0,
+                )
+                for epoch in range(100):
+                    for x in loader:
+                        train_step(x)
+
+            if __name__ == "__main__":
+                args = get_args_parser()
+                args = args.parse_args()
+                main(args)
+            """,
+        ),
+        Invalid(  # handed to a trainer class of this file that loops over it every epoch
+            """
+            from torch.utils.data import DataLoader
+
+            class Trainer:
+                def __init__(self, model, train_loader):
+                    self.model = model
+                    self.train_loader = train_loader
+
+                def fit(self, epochs):
+                    for epoch in range(epochs):
+                        for x, y in self.train_loader:
+                            self.model.step(x, y)
+
+            loader = DataLoader(ds, batch_size=64, num_workers=4)
+            Trainer(model, loader).fit(10)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+
+            class Trainer:
+                def __init__(self, model, train_loader):
+                    self.model = model
+                    self.train_loader = train_loader
+
+                def fit(self, epochs):
+                    for epoch in range(epochs):
+                        for x, y in self.train_loader:
+                            self.model.step(x, y)
+
+            loader = DataLoader(ds, batch_size=64, num_workers=4, persistent_workers=True)
+            Trainer(model, loader).fit(10)
+            """,
+        ),
         Invalid(
             """
             from torch.utils.data import DataLoader

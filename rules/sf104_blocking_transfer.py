@@ -17,9 +17,8 @@ class BlockingTransfer(Rule):
     """
     ## What it does
     Finds host-to-GPU copies of a DataLoader batch in the training loop (`x.to(device)`,
-    `x.cuda()`) without `non_blocking=True`, and legacy copies to a CUDA tensor type
-    (`imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor`), which cannot be non-blocking
-    (reported without a fix: `.to(device, dtype=..., non_blocking=True)` replaces them).
+    `x.cuda()`) without `non_blocking=True`, legacy copies to a CUDA tensor type included
+    (`imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor`, which takes `non_blocking` too).
 
     ## Why is this bad?
     A blocking copy makes the CPU wait until the transfer is done before it can queue the next
@@ -70,6 +69,17 @@ class BlockingTransfer(Rule):
     effect = "The CPU keeps queueing work while the batch is copied."
 
     VALID = [
+        Valid(  # Accelerate placed the batches already: the `.to()` is a no-op
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
+            for batch in train_dl:
+                batch.to(accelerator.device)
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+            """
+        ),
         Valid(  # outside the training loop
             """
             import torch
@@ -113,7 +123,7 @@ class BlockingTransfer(Rule):
         ),
     ]
     INVALID = [
-        Invalid(  # a legacy tensor-type copy (PyTorch-GAN style): reported, no fix
+        Invalid(  # a legacy tensor-type copy (PyTorch-GAN style)
             """
             import torch
             cuda = torch.cuda.is_available()
@@ -123,7 +133,17 @@ class BlockingTransfer(Rule):
                 loss = criterion(model(real))
                 loss.backward()
                 optimizer.step()
-            """
+            """,
+            fixed="""
+            import torch
+            cuda = torch.cuda.is_available()
+            Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+            for i, (imgs, _) in enumerate(dataloader):
+                real = imgs.type(Tensor, non_blocking=True)
+                loss = criterion(model(real))
+                loss.backward()
+                optimizer.step()
+            """,
         ),
         Invalid(
             """
@@ -224,10 +244,9 @@ class BlockingTransfer(Rule):
 
         for site in self.ctx.method_calls("type"):
             if self._is_legacy_upload(site):
+                ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))]
                 self.report(site.node, "`.type()` to a CUDA tensor type copies the batch to the GPU in the training "
-                            "loop and blocks the CPU until the copy is done",
-                            no_fix_reason="use `.to(device, dtype=..., non_blocking=True)`: the tensor type names "
-                                          "the dtype and, through its condition, the device")
+                            "loop and blocks the CPU until the copy is done", fix_ops=ops)
 
     def _is_legacy_upload(self, site: CallSite) -> bool:
         """`imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`
@@ -235,8 +254,8 @@ class BlockingTransfer(Rule):
         ctx, args = self.ctx, site.node.args
         if not ctx.is_hot(site.stack) or len(args) != 1 or args[0].keyword is not None:
             return False
-        if not self.batches.is_batch(site.node.func.value, site.stack):  # type: ignore[attr-defined]
-            return False
+        if not self.batches.is_host_batch(site.node.func.value, site.stack):  # type: ignore[attr-defined]
+            return False  # (after `x = x.cuda()`, `.type(torch.cuda.HalfTensor)` is a cast on the GPU)
         value = args[0].value
         if isinstance(value, cst.Name):
             value = ctx.single_value(value.value, site.stack) or value

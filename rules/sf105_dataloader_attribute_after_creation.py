@@ -5,10 +5,12 @@ import libcst as cst
 from speedfix.arguments import find_argument, literal_bool, literal_int
 from speedfix.context import Assignment, CallSite, FrameKind
 from speedfix.findings import Category, Severity
-from speedfix.loaders import FROZEN_ATTRIBUTES, assigned_name, late_attributes
+from speedfix.flow import comes_before
+from speedfix.loaders import FROZEN_ATTRIBUTES, IGNORED_ATTRIBUTES, assigned_name, late_attributes
 from speedfix.names import dotted_name
 from speedfix.patterns import DATALOADER, unwrap_iterable
 from speedfix.rule import Invalid, Rule, Valid
+from speedfix.versions import v
 
 
 class DataloaderAttributeAfterCreation(Rule):
@@ -22,9 +24,16 @@ class DataloaderAttributeAfterCreation(Rule):
     - `num_workers` raised above 0 on a loader created without workers, and no `prefetch_factor`
       given: the loader's `prefetch_factor` is `None`, and the first worker iterator raises
       `TypeError` (an error);
-    - set inside the loop over that same loader, or on a loader with `persistent_workers=True`:
-      the running iterator (with persistent workers, the only one) never sees it (a warning);
+    - `shuffle` does nothing (the sampler was chosen at creation), and a `multiprocessing_context`
+      on a loader without workers raises `ValueError`;
+    - set inside the loop over that same loader, or after a loop over a loader with
+      `persistent_workers=True`: the running iterator (with persistent workers, the only one)
+      never sees it (a warning);
     - otherwise it works from the next `iter(loader)` on (an info note: pass it to the call).
+
+    An assignment after the name is bound to something else (`loader = Wrapper(loader)`) is
+    that object's business and left alone. The `TypeError` is torch 2.0 and later (before,
+    `prefetch_factor` defaulted to 2).
 
     ## Why is this bad?
     A `DataLoader` reads `num_workers`, `prefetch_factor` and `pin_memory` when it makes an
@@ -80,6 +89,14 @@ class DataloaderAttributeAfterCreation(Rule):
             config.num_workers = 8
             """
         ),
+        Valid(  # the name is bound to a wrapper first: the attribute is the wrapper's
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32)
+            loader = DeviceLoader(loader, "cuda")
+            loader.batch_size = 64
+            """
+        ),
         Valid(  # a new loader bound to the name: the attribute belongs to that one
             """
             from torch.utils.data import DataLoader
@@ -127,7 +144,28 @@ class DataloaderAttributeAfterCreation(Rule):
                 step(x)
             """
         ),
-        Invalid(  # a trainer's loader, set in another method
+        Invalid(  # persistent workers that already started: the new count never arrives
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=2, persistent_workers=True)
+            for x in loader:
+                calibrate(x)
+            loader.num_workers = 8
+            for epoch in range(10):
+                for x in loader:
+                    step(x)
+            """
+        ),
+        Invalid(  # ignored, and a ValueError: two reports
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32)
+            loader.shuffle = True
+            loader.multiprocessing_context = "spawn"
+            """,
+            count=2,
+        ),
+        Invalid(  # a trainer's loader, set in another method before it is iterated: an info note
             """
             from torch.utils.data import DataLoader
 
@@ -147,22 +185,36 @@ class DataloaderAttributeAfterCreation(Rule):
             if working:  # they work: one note per loader names them all
                 names = " and ".join(f"`{a.target}`" for a in working)
                 keywords = ", ".join(f"`{a.target.rpartition('.')[2]}=`" for a in working)
+                checked = any(a.target.rpartition(".")[2] in _CHECKED for a in working)
                 self.report(working[0].value, f"{names} {'is' if len(working) == 1 else 'are'} set after the loader "
-                            "is created: that applies only from the next `iter(loader)` on, and skips the checks "
-                            f"`DataLoader(...)` makes; pass {keywords} to the call", severity=Severity.INFO)
+                            "is created: that applies only from the next `iter(loader)` on"
+                            f"{', and skips the checks `DataLoader(...)` makes' if checked else ''}; pass {keywords} "
+                            "to the call", severity=Severity.INFO)
 
     def _reported_alone(self, site: CallSite, assignment: Assignment) -> bool:
         """Report an assignment that raises or never takes effect; False for one that works."""
+        ctx = self.ctx
         attribute = assignment.target.rpartition(".")[2]
         where = f"`{assignment.target} = ...` after the loader is created"
         if attribute in FROZEN_ATTRIBUTES:
             self.report(assignment.value, f"{where} raises `ValueError`: a `DataLoader`'s `{attribute}` cannot change "
                         "once it exists; pass it to `DataLoader(...)`", severity=Severity.ERROR)
             return True
-        if attribute == "num_workers" and self._workers_without_prefetch(site, assignment):
-            self.report(assignment.value, f"{where}: the loader was made without workers, so its `prefetch_factor` "
-                        "is `None` and the first iteration raises `TypeError`; pass `num_workers=` to `DataLoader(...)`",
+        if attribute in IGNORED_ATTRIBUTES:
+            self.report(assignment.value, f"{where} does nothing: `DataLoader(...)` turned `{attribute}` into its "
+                        "sampler when it was created; pass it to the call")
+            return True
+        if attribute == "multiprocessing_context" and self._without_workers(site, before=assignment):
+            self.report(assignment.value, f"{where} raises `ValueError`: a loader without worker processes takes no "
+                        "multiprocessing context; pass it to `DataLoader(...)` with `num_workers=`",
                         severity=Severity.ERROR)
+            return True
+        if attribute == "num_workers" and ctx.torch_version >= v("2.0") and self._workers_without_prefetch(site, assignment):
+            count = literal_int(ctx, assignment.value, assignment.stack)
+            self.report(assignment.value, f"{where}: the loader was made without workers, so its `prefetch_factor` "
+                        f"is `None` and the first iteration {'raises' if count else 'raises, if it is above 0,'} "
+                        "`TypeError`; pass `num_workers=` to `DataLoader(...)`",
+                        severity=Severity.ERROR if count else Severity.WARNING)
             return True
         running = self._running_reason(site, assignment)
         if running is not None:
@@ -170,6 +222,16 @@ class DataloaderAttributeAfterCreation(Rule):
                         f"pass `{attribute}=` to `DataLoader(...)`")
             return True
         return False
+
+    def _without_workers(self, site: CallSite, before: Assignment) -> bool:
+        """Made with no workers (`num_workers` left out or 0), and none set up to ``before``."""
+        ctx = self.ctx
+        workers = find_argument(ctx, site, "num_workers", 5)
+        made_without = workers.missing or (not workers.unknown and literal_int(ctx, workers.node, site.stack) == 0)
+        late = [a for a in late_attributes(ctx, site) if a.target.endswith(".num_workers") and a is not before
+                and before.statement is not None and a.statement is not None
+                and comes_before(ctx, a.statement, before.statement)]
+        return made_without and not late
 
     def _workers_without_prefetch(self, site: CallSite, assignment: Assignment) -> bool:
         ctx = self.ctx
@@ -183,13 +245,21 @@ class DataloaderAttributeAfterCreation(Rule):
         return made_without and not prefetch_given
 
     def _running_reason(self, site: CallSite, assignment: Assignment) -> str | None:
+        """Why the assignment cannot reach an iterator that already exists: it is inside the loop
+        over the loader, or the loader keeps persistent workers and was iterated before it."""
         ctx = self.ctx
         loader = assigned_name(site)
-        for frame in assignment.stack:
-            info = ctx.loops.get(frame.node) if frame.kind is FrameKind.LOOP else None
-            if info is not None and info.iter is not None and dotted_name(unwrap_iterable(info.iter)) == loader:
-                return "it is set inside the loop over this loader"
+        loops = [info for info in ctx.loops.values()
+                 if info.iter is not None and dotted_name(unwrap_iterable(info.iter)) == loader]
+        if any(any(frame.node is info.node for frame in assignment.stack) for info in loops):
+            return "it is set inside the loop over this loader"
         persistent = find_argument(ctx, site, "persistent_workers")
-        if not persistent.missing and not persistent.unknown and literal_bool(ctx, persistent.node, site.stack):
-            return "with `persistent_workers=True` the loader keeps its first iterator for the whole run"
+        if persistent.missing or persistent.unknown or not literal_bool(ctx, persistent.node, site.stack):
+            return None
+        if assignment.statement is not None and any(comes_before(ctx, info.node, assignment.statement) for info in loops):
+            return "with `persistent_workers=True` the loader kept the iterator of its first loop"
         return None
+
+
+# Settings whose values `DataLoader(...)` checks against each other when it is created.
+_CHECKED = frozenset({"num_workers", "prefetch_factor", "pin_memory_device", "timeout"})

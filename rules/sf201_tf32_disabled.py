@@ -150,6 +150,39 @@ class Tf32Disabled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # workers started with mp.spawn never run main()'s settings: the worker gets it
+            """
+            import torch
+            import torch.multiprocessing as mp
+
+            def main_worker(gpu, args):
+                model = Net().cuda(gpu)
+                for x, y in loader:
+                    loss = model(x.cuda(gpu)).sum()
+                    loss.backward()
+                    optimizer.step()
+
+            def main():
+                args = parse()
+                mp.spawn(main_worker, nprocs=2, args=(args,))
+            """,
+            fixed="""
+            import torch
+            import torch.multiprocessing as mp
+
+            def main_worker(gpu, args):
+                torch.set_float32_matmul_precision("high")
+                model = Net().cuda(gpu)
+                for x, y in loader:
+                    loss = model(x.cuda(gpu)).sum()
+                    loss.backward()
+                    optimizer.step()
+
+            def main():
+                args = parse()
+                mp.spawn(main_worker, nprocs=2, args=(args,))
+            """,
+        ),
         Invalid(
             """
             import torch

@@ -179,6 +179,21 @@ class NoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # torchvision references: AMP only with `--amp`, through the scaler
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--amp", action="store_true")
+            args = parser.parse_args()
+            scaler = torch.amp.GradScaler("cuda") if args.amp else None
+            for x, y in loader:
+                with torch.autocast("cuda", enabled=scaler is not None):
+                    loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Invalid(
             """
             import torch

@@ -176,6 +176,23 @@ class SyncInLoop(BranchTracker, Rule):
     effect = "The CPU queues the next step while the GPU works (0-50 ms/step)."
 
     VALID = [
+        Valid(  # Accelerate's idiom: `accelerator` is no tensor, `torch.mean(...)` no tensor name
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(mixed_precision="bf16")
+            for batch in loader:
+                with accelerator.accumulate(model):
+                    loss = model(**batch).loss
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients:
+                        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+                    torch.mean(torch.stack([loss])).backward()
+                    if torch.backends.cudnn.benchmark:
+                        print(f"rank {accelerator.process_index}")
+            """
+        ),
         Valid(  # under the logging guard
             """
             import torch
@@ -705,10 +722,12 @@ class SyncInLoop(BranchTracker, Rule):
         result: dict[cst.CSTNode | None, set[str]] = {}
         for site in ctx.method_calls("backward"):
             receiver = site.node.func.value  # type: ignore[attr-defined]
+            if site.node.args:  # `accelerator.backward(loss)`, `fabric.backward(loss)`: the argument is the tensor
+                receiver = site.node.args[0].value
             # `l.mean().backward()`, `loss.sum().backward()`: `l` holds a tensor too
             while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) \
-                    and receiver.func.attr.value in _TENSOR_METHODS:
-                receiver = receiver.func.value
+                    and receiver.func.attr.value in _TENSOR_METHODS and ctx.qualname(receiver.func) is None:
+                receiver = receiver.func.value  # (not `torch.mean(...)`: `torch` is a module)
             if isinstance(receiver, cst.Name):
                 result.setdefault(ctx.function_of(site.stack), set()).add(receiver.value)
         host: dict[cst.CSTNode | None, set[str]] = {}

@@ -9,7 +9,7 @@ from speedfix.codegen import reference, statement
 from speedfix.context import CallSite, Stack
 from speedfix.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity
 from speedfix.flow import default_choice, enclosing_statements
-from speedfix.models import DATA_PARALLEL, fresh_assignments, trained_models, wrapper_of
+from speedfix.models import DATA_PARALLEL, fresh_assignments, peel, trained_models, wrapper_of
 from speedfix.names import dotted_name
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
@@ -22,6 +22,10 @@ class _Placement:
     anchor: cst.BaseStatement
     before: bool
     target: str
+
+
+_QUANTIZATION = ("torch.ao.quantization", "torch.quantization")
+_DETECTION = "torchvision.models.detection"
 
 
 class ModelNotCompiled(Rule):
@@ -93,6 +97,31 @@ class ModelNotCompiled(Rule):
     effect = "Fused kernels: +43% mean training speed on A100 (PyTorch 2.0)."
 
     VALID = [
+        Valid(  # quantization-aware training, and a detection model
+            """
+            import torch
+            import torchvision
+            model = torchvision.models.detection.__dict__[args.model](weights=None).cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+            for images, targets in loader:
+                loss = sum(model(images, targets).values())
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            model = Net().cuda()
+            model.qconfig = torch.ao.quantization.get_default_qat_qconfig("fbgemm")
+            torch.ao.quantization.prepare_qat(model, inplace=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # nanoGPT: compiling is an option that is on by default
             """
             import torch
@@ -138,6 +167,51 @@ class ModelNotCompiled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a Lightning module parallelized in configure_model: reported, no fix
+            """
+            import torch
+            import lightning as L
+
+            class LM(L.LightningModule):
+                def configure_model(self):
+                    parallelize(self.model, self.device_mesh)
+
+                def training_step(self, batch):
+                    return self.model(batch).sum()
+
+                def configure_optimizers(self):
+                    return torch.optim.AdamW(self.model.parameters(), lr=3e-4)
+
+            L.Trainer(accelerator="cuda", precision="bf16-mixed").fit(LM(), loader)
+            """
+        ),
+        Invalid(  # an optimizer over param groups from a helper, and a `model_without_ddp` alias
+            """
+            import torch
+            import utils
+            model = Net().cuda()
+            model_without_ddp = model
+            params = utils.set_weight_decay(model_without_ddp, 1e-4)
+            optimizer = torch.optim.SGD(params, lr=0.1)
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import utils
+            model = Net().cuda()
+            model.compile()
+            model_without_ddp = model
+            params = utils.set_weight_decay(model_without_ddp, 1e-4)
+            optimizer = torch.optim.SGD(params, lr=0.1)
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -314,17 +388,29 @@ class ModelNotCompiled(Rule):
     def finish(self) -> None:
         ctx = self.ctx
         compiled, gate = default_choice(ctx, [(site.statement, site.stack) for site in self._compile_calls()])
-        if compiled:
-            return
+        if compiled or any(name.startswith(_QUANTIZATION) for name in ctx.calls_by_qualname):
+            return  # quantization-aware training: fake-quant modules break Dynamo's graphs
         reported: set[str] = set()
         for model, site in trained_models(ctx):
-            if model in reported:
+            if model in reported or self._detection_model(model, site):
                 continue
             helper_compiled, helper_gate = default_choice(ctx, self._compile_helpers(model))
             if helper_compiled:
                 continue
             reported.add(model)
             self._report(site, model, gate or helper_gate)
+
+    def _detection_model(self, model: str, site: CallSite) -> bool:
+        """A torchvision detection model (Faster/Mask R-CNN, RetinaNet...): images of varying
+        sizes and data-dependent box sampling and NMS recompile and break the graph."""
+        for assignment in fresh_assignments(self.ctx, model, site.stack, site.statement):
+            value = peel(self.ctx, assignment.value)  # without `.cuda()`, `.to(device)`
+            if not isinstance(value, cst.Call):
+                continue
+            func = value.func.value if isinstance(value.func, cst.Subscript) else value.func  # `detection.__dict__[name]`
+            if (self.ctx.qualname(func) or "").startswith(_DETECTION):
+                return True
+        return False
 
     def _compile_calls(self) -> list[CallSite]:
         """`torch.compile(...)` and `<module>.compile()` (not `re.compile`)."""
@@ -350,6 +436,11 @@ class ModelNotCompiled(Rule):
         if gate is not None:
             self.report(node, f"{message} by default: it is compiled only when `{gate}`, which is off by default",
                         no_fix_reason="pass the option, or make compiling the default")
+            return
+        owner = next((f.node for f in reversed(site.stack) if isinstance(f.node, cst.ClassDef)), None)
+        if owner is not None and any(info.class_name == owner.name.value for info in self.ctx.functions.get("configure_model", ())):
+            self.report(node, message, no_fix_reason="the model is set up in `configure_model` (sharded or parallelized): "
+                        "compile its blocks there, before they are wrapped")
             return
         if not self.ctx.torch_version >= v("2.2") and self._touches_state_dict():
             self.report(node, message, no_fix_reason="with torch < 2.2 compiling renames state_dict keys (`_orig_mod.`)")

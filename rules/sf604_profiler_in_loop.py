@@ -2,37 +2,48 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.arguments import find_argument
+from speedfix.arguments import find_argument, literal_bool
 from speedfix.branches import BranchTracker, Frequency, frequency, opt_in_flag
 from speedfix.context import CallSite, FrameKind, WithInfo
 from speedfix.findings import Severity
+from speedfix.loaders import assigned_name
+from speedfix.names import dotted_name
 from speedfix.rule import Invalid, Rule, Valid
 
-# Profilers and checkers that record, count or re-run every operation while they are active.
-_PROFILERS = frozenset(
+# Context managers that record (or count) every operator while they are entered (or started).
+_RECORDERS = frozenset(
     {
         "torch.profiler.profile", "torch.autograd.profiler.profile", "torch.autograd.profiler.emit_nvtx",
-        "torch.autograd.profiler.emit_itt", "torch.cuda.profiler.profile", "torch.utils.flop_counter.FlopCounterMode",
+        "torch.autograd.profiler.emit_itt", "torch.utils.flop_counter.FlopCounterMode",
+    }
+)
+# Calls that profile, count or re-run the model as soon as they are called.
+_RUNNERS = frozenset(
+    {
         "torch.autograd.gradcheck", "torch.autograd.gradgradcheck", "torch.autograd.gradcheck.gradcheck",
         "fvcore.nn.FlopCountAnalysis", "thop.profile", "ptflops.get_model_complexity_info",
-        "deepspeed.profiling.flops_profiler.get_model_profile", "deepspeed.profiling.flops_profiler.FlopsProfiler",
+        "deepspeed.profiling.flops_profiler.get_model_profile",
         "deepspeed.profiling.flops_profiler.profiler.get_model_profile",
     }
 )
+_PROFILERS = _RECORDERS | _RUNNERS
 # Profilers whose `schedule=` limits recording to a few steps.
 _SCHEDULED = frozenset({"torch.profiler.profile"})
+# NVTX ranges are for an external profiler (Nsight Systems): its capture range limits them.
+_NVTX = frozenset({"torch.autograd.profiler.emit_nvtx", "torch.autograd.profiler.emit_itt"})
 
 
 class ProfilerInLoop(BranchTracker, Rule):
     """
     ## What it does
     Finds profilers in the training path: a `torch.profiler.profile(...)`, autograd profiler,
-    `emit_nvtx()`, FLOP counter (`FlopCounterMode`, fvcore, thop, ptflops, DeepSpeed's flops
-    profiler) or `gradcheck` that runs on every training step, directly or in a function the
-    loop calls, and a `with torch.profiler.profile(...):` around the whole training loop
-    without a `schedule=`. Run every N steps (`if step % 50 == 0:`) it is an info note: those
-    steps pay for it. Under an opt-in flag (`if args.profile:`) it is left alone: profiling is
-    what the flag asks for.
+    `emit_nvtx()` or `FlopCounterMode` entered (`with`, or `prof.start()`) on every training
+    step, directly or in a function the loop calls; a FLOP count (fvcore, thop, ptflops,
+    DeepSpeed's flops profiler) or `gradcheck` called there; and a `with torch.profiler.profile(...):`
+    around the whole training loop without a `schedule=`. Run every N steps
+    (`if step % 50 == 0:`) it is an info note: those steps pay for it. Under an opt-in flag
+    (`if args.profile:`, `enabled=args.profile`), with `enabled=False`, or never entered, it is
+    left alone: profiling is what the flag asks for.
 
     ## Why is this bad?
     An active profiler records every operator launch (with shapes, stacks or FLOPs when asked),
@@ -106,6 +117,18 @@ class ProfilerInLoop(BranchTracker, Rule):
                 opt.step()
             """
         ),
+        Valid(  # `enabled=` a flag, or off; a profiler object that is never entered
+            """
+            import torch
+            torch.autograd.profiler.emit_nvtx(enabled=False)
+            with torch.autograd.profiler.emit_nvtx(enabled=args.profile):
+                for x, y in loader:
+                    torch.autograd.profiler.profile(enabled=False)
+                    loss = model(x).sum()
+                    loss.backward()
+                    opt.step()
+            """
+        ),
         Valid(  # once, before training
             """
             import torch
@@ -173,6 +196,8 @@ class ProfilerInLoop(BranchTracker, Rule):
     def finish(self) -> None:
         ctx = self.ctx
         for site in ctx.calls_to(*_PROFILERS):
+            if not self._active(site):
+                continue
             how_often = self._how_often(site)
             if how_often is None or how_often.flag is not None:
                 continue
@@ -186,6 +211,23 @@ class ProfilerInLoop(BranchTracker, Rule):
                             severity=Severity.INFO)
         for info in ctx.withs:
             self._check_wrapped_loop(info)
+
+    def _active(self, site: CallSite) -> bool:
+        """Does the call profile anything: not `enabled=False` or an opt-in `enabled=args.profile`,
+        and, for a context manager, entered by a `with` or started (`prof.start()`)?"""
+        ctx = self.ctx
+        enabled = find_argument(ctx, site, "enabled")
+        if not enabled.missing and literal_bool(ctx, enabled.node, site.stack) is not True:
+            return False  # off, or a flag (opt-in, like `if args.profile:`)
+        if ctx.call_qualname(site) in _RUNNERS:
+            return True
+        if any(site.node in info.items for info in ctx.withs):
+            return True
+        holder = assigned_name(site)
+        return holder is not None and any(
+            dotted_name(call.node.func.value) == holder  # type: ignore[attr-defined]
+            for method in ("start", "__enter__") for call in ctx.method_calls(method)
+        )
 
     def _how_often(self, site: CallSite) -> Frequency | None:
         """How often ``site`` runs in the training loop; for a call in a local function that is
@@ -208,7 +250,9 @@ class ProfilerInLoop(BranchTracker, Rule):
                 continue
             site = ctx.site_of(item)
             qualified = ctx.qualname(item.func)
-            if site is None or qualified not in _PROFILERS or frequency(ctx, site.stack, self.branches_at(item)):
+            if site is None or qualified not in _PROFILERS or not self._active(site):
+                continue
+            if frequency(ctx, site.stack, self.branches_at(item)):
                 continue  # inside the loop: reported above
             if qualified in _SCHEDULED and not find_argument(ctx, site, "schedule").missing:
                 continue
@@ -217,10 +261,14 @@ class ProfilerInLoop(BranchTracker, Rule):
                 for loop in ctx.step_loops if loop in ctx.loops
             )
             if wraps_loop and opt_in_flag(ctx, self.branches_at(item)) is None:
-                how = ("pass `schedule=torch.profiler.schedule(...)`" if qualified in _SCHEDULED
-                       else "use `torch.profiler.profile(schedule=torch.profiler.schedule(...))`")
-                self.report(item, f"`{site.func}(...)` around the training loop records every step until it exits: "
-                            f"{how} and call `prof.step()` each step")
+                if qualified in _NVTX:
+                    how = ("limit the capture to a few steps (`nsys --capture-range=cudaProfilerApi` with "
+                           "`torch.cuda.profiler.start()`/`stop()` around them)")
+                elif qualified in _SCHEDULED:
+                    how = "pass `schedule=torch.profiler.schedule(...)` and call `prof.step()` each step"
+                else:
+                    how = "use `torch.profiler.profile(schedule=torch.profiler.schedule(...))` and call `prof.step()` each step"
+                self.report(item, f"`{site.func}(...)` around the training loop records every step until it exits: {how}")
 
 
 def _rank(found: Frequency) -> int:

@@ -18,6 +18,13 @@ _FP16 = frozenset({"16", "16-mixed"})
 _HEAVY_PROFILERS = frozenset({"advanced", "pytorch", "xla"})
 
 
+# FSDP mixed-precision policies: a model sharded with one computes in its `param_dtype`.
+_SHARDED_MIXED_PRECISION = (
+    "torch.distributed.fsdp.MixedPrecisionPolicy", "torch.distributed.fsdp.MixedPrecision",
+    "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
+)
+
+
 class LightningTrainerConfig(Rule):
     """
     ## What it does
@@ -94,6 +101,22 @@ class LightningTrainerConfig(Rule):
     effect = "bf16 autocast on tensor cores: up to 3x; TF32 for what stays fp32."
 
     VALID = [
+        Valid(  # FSDP2's bf16 policy sets the precision; the Trainer's stays at its default
+            """
+            import torch
+            import lightning as L
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+            class LM(L.LightningModule):
+                def configure_model(self):
+                    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                    fully_shard(self.model, mp_policy=policy)
+
+            torch.set_float32_matmul_precision("high")
+            trainer = L.Trainer(accelerator="cuda", devices=4, strategy=ModelParallelStrategy())
+            trainer.fit(LM(), loader)
+            """
+        ),
         Valid(  # tuned: bf16 mixed precision
             """
             import lightning as L
@@ -248,6 +271,8 @@ class LightningTrainerConfig(Rule):
         precision = find_argument(self.ctx, site, "precision")
         if precision.unknown:
             return False
+        if precision.missing and self.ctx.calls_to(*_SHARDED_MIXED_PRECISION):
+            return False  # FSDP's own policy (`param_dtype=torch.bfloat16`) sets the precision
         value = "32" if precision.missing else self._precision_text(precision, site)
         if value in _FP32:
             written = '`precision` defaults to "32-true"' if precision.missing else f"`precision={_shown(value)}`"

@@ -78,6 +78,15 @@ class HfEagerAttention(Rule):
     effect = "Fused attention kernels instead of matmul-softmax-matmul: less time and memory per step."
 
     VALID = [
+        Valid(  # a warning that FlashAttention is missing claims nothing (nanoGPT)
+            """
+            import torch.nn.functional as F
+            from transformers import GPT2LMHeadModel
+            if not hasattr(F, "scaled_dot_product_attention"):
+                print("WARNING: using slow attention. Flash Attention requires PyTorch >= 2.0")
+            model = GPT2LMHeadModel.from_pretrained("gpt2")
+            """
+        ),
         Valid(
             """
             from transformers import AutoModelForCausalLM
@@ -217,11 +226,14 @@ def _message_call(site: CallSite) -> bool:
     return name in _MESSAGE_CALLS
 
 
+# Words that make a message about FlashAttention say it is on, and words that say it is not
+# ("WARNING: using slow attention. Flash Attention requires PyTorch >= 2.0", nanoGPT).
+_ON = re.compile(r"enabl|\bon\b|activ|\busing\b|\buse[sd]?\b|启用|开启|已", re.IGNORECASE)
+_OFF = re.compile(r"\bnot\b|unavailable|disabl|requires?\b|\bslow|warn|fall ?back|without|未|不", re.IGNORECASE)
+
+
 def _claims_flash(call: cst.Call) -> bool:
-    """The message names FlashAttention and does not say it is missing."""
-    for node in walk_expression(call):
-        if isinstance(node, (cst.SimpleString, cst.FormattedStringText)):
-            text = node.value
-            if _FLASH_CLAIM.search(text) and not re.search(r"not |unavailable|disabled|未", text, re.IGNORECASE):
-                return True
-    return False
+    """The message names FlashAttention, says it is on, and does not say it is missing."""
+    texts = [node.value for node in walk_expression(call) if isinstance(node, (cst.SimpleString, cst.FormattedStringText))]
+    text = " ".join(texts)
+    return bool(_FLASH_CLAIM.search(text) and _ON.search(text) and not _OFF.search(text))

@@ -5,7 +5,8 @@ from typing import Any, Iterator
 import libcst as cst
 
 from speedfix.codegen import same_quotes
-from speedfix.deepspeed_config import DeepSpeedConfig, named_configs
+from speedfix.context import FileContext
+from speedfix.deepspeed_config import MARKERS, DeepSpeedConfig, named_configs
 from speedfix.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.rule import Invalid, Rule, Valid
 
@@ -29,24 +30,27 @@ class DeepSpeedConfigRule(Rule):
     default) that lies beside the script or in the current folder. It reports:
 
     - `"fp16": {"enabled": true}` where bf16 fits (Ampere and newer GPUs): a warning;
-    - `"wall_clock_breakdown": true`, which times every phase of every step with a device
-      synchronize: a warning;
-    - a ZeRO stage without offloading: it shards state across data-parallel GPUs, so on one GPU
-      it saves no memory and only adds work: an info note;
+    - `"wall_clock_breakdown": true`, which reads its CUDA-event timers on every step (a wait
+      for the GPU) and prints a timing line each time: a warning;
+    - a ZeRO stage without offloading when the config's batch sizes say one GPU
+      (`train_batch_size` = micro-batch x accumulation steps): ZeRO shards state across
+      data-parallel GPUs, so there it saves no memory and only adds work: an info note;
     - `reduce_bucket_size` or `allgather_bucket_size` ten times below DeepSpeed's default of
       5e8 elements: many small collective calls per step (an info note).
 
-    A JSON file that cannot be read is named in an info note. Values DeepSpeed fills in
-    (`"auto"`, in configs for the Hugging Face Trainer) are left alone.
+    A file that cannot be read as JSON is named in an info note (DeepSpeed reads configs as
+    hjson, which also allows comments). Values DeepSpeed fills in (`"auto"`, in configs for the
+    Hugging Face Trainer) are left alone.
 
     ## Why is this bad?
-    fp16 needs dynamic loss scaling, which checks every gradient for inf/NaN and skips steps;
-    bf16 has fp32's exponent range and runs as fast on tensor cores. DeepSpeed's
-    `wall_clock_breakdown` synchronizes the device around forward, backward and step to time
-    them. ZeRO partitions optimizer state, gradients and parameters across the ranks of a
-    data-parallel group: with one rank there is nothing to partition, and the Hugging Face
-    DeepSpeed guide says a model that fits on one GPU only slows down with it. Tiny buckets turn
-    one all-reduce per bucket into many small, latency-bound ones.
+    fp16 needs dynamic loss scaling: the loss is scaled, and steps whose gradients overflow are
+    skipped while the scale adapts; bf16 has fp32's exponent range and runs as fast on tensor
+    cores without it. DeepSpeed's `wall_clock_breakdown` records CUDA events around forward,
+    backward and step and reads them back every step, which makes the CPU wait for the GPU.
+    ZeRO partitions optimizer state (stage 1), gradients (stage 2) and parameters (stage 3)
+    across the ranks of a data-parallel group: with one rank there is nothing to partition, and
+    the Hugging Face DeepSpeed guide says a model that fits on one GPU only slows down with it.
+    Tiny buckets turn one all-reduce per bucket into many small, latency-bound ones.
 
     ## Example
     ```python
@@ -68,10 +72,14 @@ class DeepSpeedConfigRule(Rule):
     ```
 
     ## Fix safety
-    Unsafe, and only for a dict written in the script: the "fp16" section (when it holds only
-    loss-scaling settings) becomes `"bf16": {"enabled": True}`. bf16 changes the numbers, and
-    GPUs before Ampere have no fast bf16. A JSON file is never rewritten: the finding says what
-    to change in it.
+    Unsafe, and only for a dict written in the script and passed to `deepspeed.initialize`: the
+    "fp16" section (when it holds only loss-scaling settings) becomes `"bf16": {"enabled": True}`.
+    bf16 changes the numbers, and GPUs before Ampere have no fast bf16. There is no fix when the
+    script counts on fp16 elsewhere: inputs cast with `.half()` or to `torch.float16` (bf16
+    weights would meet fp16 activations and the matmul raises), the `fp16` section read or
+    written later, or a config given to the Trainer or Accelerate (they check it against their
+    own fp16 flag and raise on a mismatch). A JSON file is never rewritten: the finding says
+    what to change in it.
 
     ## Measured effect
     bf16 runs at fp16's tensor-core speed without loss scaling (PyTorch's AMP documentation);
@@ -84,7 +92,7 @@ class DeepSpeedConfigRule(Rule):
     name = "deepspeed-config"
     summary = "DeepSpeed config with fp16 where bf16 fits, per-step timers, ZeRO on one GPU or tiny buckets"
     severity = Severity.WARNING
-    requires = (b"deepspeed", b"DeepSpeed", b"ds_config")
+    requires = MARKERS
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
     fix_title = 'Train in bf16 (`"bf16": {"enabled": True}`) instead of fp16 with loss scaling'
@@ -96,6 +104,13 @@ class DeepSpeedConfigRule(Rule):
             import deepspeed
             ds_config = {"train_batch_size": 32, "bf16": {"enabled": True}, "zero_optimization": {"stage": 0}}
             engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=ds_config)
+            """
+        ),
+        Valid(  # ZeRO across GPUs: 256 = 8 per GPU x 32 GPUs
+            """
+            import deepspeed
+            config = {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 1}}
+            deepspeed.initialize(model=model, config=config)
             """
         ),
         Valid(  # the Trainer fills in "auto"; offloading is what ZeRO on one GPU is for
@@ -131,14 +146,46 @@ class DeepSpeedConfigRule(Rule):
             """,
             count=2,
         ),
-        Invalid(  # ZeRO without offload, and tiny buckets: info notes
+        Invalid(  # ZeRO without offload where the batch sizes say one GPU, and tiny buckets: info notes
             """
             import deepspeed
-            deepspeed.initialize(model=model, config={"zero_optimization": {"stage": 2, "reduce_bucket_size": 1e6}})
+            config = {
+                "train_batch_size": 16,
+                "train_micro_batch_size_per_gpu": 8,
+                "gradient_accumulation_steps": 2,
+                "zero_optimization": {"stage": 2, "reduce_bucket_size": 1e6},
+            }
+            deepspeed.initialize(model=model, config=config)
             """,
             count=2,
         ),
+        Invalid(  # inputs cast to fp16: bf16 weights would meet them, so no fix
+            """
+            import deepspeed
+            ds_config = {"train_batch_size": 8, "fp16": {"enabled": True}}
+            engine, _, _, _ = deepspeed.initialize(model=model, config=ds_config)
+            for x, y in loader:
+                loss = engine(x.cuda().half(), y.cuda())
+                engine.backward(loss)
+                engine.step()
+            """
+        ),
     ]
+
+    def __init__(self, ctx: FileContext) -> None:
+        super().__init__(ctx)
+        self._dtype_names: list[cst.Attribute] = []  # `torch.float16`, `torch.half`
+        self._fp16_subscripts: set[str] = set()  # `ds_config["fp16"]` read or written
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in ("float16", "half"):
+            self._dtype_names.append(node)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        index = node.slice[0].slice if len(node.slice) == 1 else None
+        if isinstance(node.value, cst.Name) and isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            if index.value.evaluated_value == "fp16":
+                self._fp16_subscripts.add(node.value.value)
 
     def finish(self) -> None:
         for config in named_configs(self.ctx):
@@ -158,31 +205,48 @@ class DeepSpeedConfigRule(Rule):
             self.report(config.node, f"`{config.file}`: " + "; ".join(p[1] for p in problems), severity=severity,
                         no_fix_reason="the config is a JSON file: speedfix rewrites Python only")
 
+    def _fp16_elsewhere(self, config: DeepSpeedConfig) -> bool:
+        """Does anything else in the script count on fp16: inputs cast with `.half()` or to
+        `torch.float16` (bf16 weights then meet fp16 activations), a Trainer or Accelerate that
+        checks the config against its own fp16 setting, the `fp16` section read or written later?"""
+        ctx = self.ctx
+        if config.taker != "deepspeed.initialize":
+            return True  # TrainingArguments/Accelerate compare the section with their own flags
+        if any(True for _ in ctx.method_calls("half")) or ctx.calls_to("torch.Tensor.half"):
+            return True
+        if any(ctx.qualname(node) in ("torch.float16", "torch.half") for node in self._dtype_names):
+            return True
+        return config.name is not None and config.name in self._fp16_subscripts
+
     def _problems(self, config: DeepSpeedConfig) -> Iterator[tuple[tuple[str, ...], str, Severity, list[Transform] | None]]:
         values = config.values or {}
         fp16, bf16 = _section(values, "fp16"), _section(values, "bf16")
         if fp16.get("enabled") is True and bf16.get("enabled") is not True:
-            yield ("fp16",), ('"fp16" trains with dynamic loss scaling, which checks every gradient for inf and skips '
-                              'steps; on Ampere and newer GPUs `"bf16": {"enabled": true}` runs as fast without it'), \
+            yield ("fp16",), ('"fp16" trains with dynamic loss scaling (a scaled loss, skipped steps on overflow); on '
+                              'Ampere and newer GPUs `"bf16": {"enabled": true}` runs as fast without loss scaling'), \
                 Severity.WARNING, self._bf16_fix(config)
         if values.get("wall_clock_breakdown") is True:
-            yield ("wall_clock_breakdown",), ('"wall_clock_breakdown": true synchronizes the device around forward, '
-                                              "backward and step on every step to time them"), Severity.WARNING, None
+            yield ("wall_clock_breakdown",), ('"wall_clock_breakdown": true reads its CUDA-event timers on every step, '
+                                              "which waits for the GPU, and prints a timing line each time"), \
+                Severity.WARNING, None
         zero = _section(values, "zero_optimization")
         stage = zero.get("stage")
-        if isinstance(stage, int) and not isinstance(stage, bool) and stage >= 1 and not _offloads(zero):
-            yield ("zero_optimization", "stage"), (f"ZeRO stage {stage} shards optimizer state across data-parallel "
-                                                   "GPUs: on one GPU it saves no memory without offloading and only adds "
-                                                   "work (use stage 0 there)"), Severity.INFO, None
+        if isinstance(stage, int) and not isinstance(stage, bool) and stage >= 1 and not _offloads(zero) \
+                and _one_gpu(values):
+            sharded = {1: "optimizer state", 2: "optimizer state and gradients"}.get(stage, "optimizer state, "
+                                                                                     "gradients and parameters")
+            yield ("zero_optimization", "stage"), (f"ZeRO stage {stage} shards {sharded} across data-parallel GPUs: "
+                                                   "this config's batch sizes say one GPU, where it saves no memory "
+                                                   "without offloading and only adds work (use stage 0)"), \
+                Severity.INFO, None
         for key in ("reduce_bucket_size", "allgather_bucket_size"):
             size = zero.get(key)
             if isinstance(size, (int, float)) and not isinstance(size, bool) and 0 < size < _SMALL_BUCKET:
                 yield ("zero_optimization", key), (f'"{key}": {size:,.0f} elements makes many small collective calls '
                                                    f"per step; DeepSpeed's default is {_DEFAULT_BUCKET:,}"), Severity.INFO, None
 
-    @staticmethod
-    def _bf16_fix(config: DeepSpeedConfig) -> list[Transform] | None:
-        if config.literal is None or "bf16" in (config.values or {}):
+    def _bf16_fix(self, config: DeepSpeedConfig) -> list[Transform] | None:
+        if config.literal is None or "bf16" in (config.values or {}) or self._fp16_elsewhere(config):
             return None
         element = _element(config.literal, ("fp16",))
         fp16 = _section(config.values or {}, "fp16")
@@ -196,6 +260,15 @@ class DeepSpeedConfigRule(Rule):
             return node.with_changes(key=key, value=cst.Dict([cst.DictElement(enabled, cst.Name("True"))]))
 
         return [Transform(element, rewrite)]
+
+
+def _one_gpu(values: dict[str, Any]) -> bool:
+    """`train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps`: DeepSpeed
+    checks that the batch is micro x steps x world size, so these numbers mean one GPU."""
+    batch, micro = values.get("train_batch_size"), values.get("train_micro_batch_size_per_gpu")
+    steps = values.get("gradient_accumulation_steps", 1)
+    numbers = [v for v in (batch, micro, steps) if isinstance(v, int) and not isinstance(v, bool)]
+    return len(numbers) == 3 and batch == micro * steps
 
 
 def _section(values: dict[str, Any], key: str) -> dict[str, Any]:

@@ -206,9 +206,10 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
         return []
     holder = ctx.single_value(node.value.value, ())
     if holder is None:
-        # `args` is often assigned inside main(); accept one assignment anywhere.
+        # `args` is often assigned inside main(), or twice (`args = get_args_parser()` then
+        # `args = args.parse_args()`, MAE/DeiT): the last assignment anywhere parses them.
         found = ctx.assignments.get(node.value.value, [])
-        holder = found[0].value if len(found) == 1 else None
+        holder = found[-1].value if found and not found[-1].unpacked else None
     if not (isinstance(holder, cst.Call) and isinstance(holder.func, cst.Attribute)):
         return []
     if holder.func.attr.value not in ("parse_args", "parse_known_args"):

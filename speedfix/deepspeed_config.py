@@ -4,15 +4,16 @@ A config reaches DeepSpeed as a dict (`deepspeed.initialize(..., config=ds_confi
 path of a JSON file (`config="ds_config.json"`, `TrainingArguments(deepspeed="ds_z2.json")`,
 `HfDeepSpeedConfig("ds.json")`, an argparse `--deepspeed_config` default). A dict written in the
 file is read from its syntax tree; a JSON file is read from beside the script, else from the
-current folder (where `python train.py` is run), never from anywhere else and never bigger than
-``MAX_BYTES``. What the JSON files hold is part of the script's cache key (``named_json_files``).
+current folder (where `python train.py` is run) or below them, never through `..`, an absolute
+path or a link out of those folders, and never bigger than ``MAX_BYTES``. What the JSON files
+hold is part of the script's cache key (``named_json_files``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ CONFIG_TAKERS: dict[str, tuple[str, int | None]] = {
 }
 _ARGPARSE_OPTIONS = ("deepspeed_config", "deepspeed")
 MAX_BYTES = 1024 * 1024
+# A script that can pass a DeepSpeed config has one of these (SF905 runs only there too).
+MARKERS = (b"deepspeed", b"DeepSpeed", b"ds_config")
 _JSON_NAME = re.compile(rb"""["']([^"'\r\n]{1,200}\.json)["']""")
 
 
@@ -47,6 +50,8 @@ class DeepSpeedConfig:
     file: str | None = None
     literal: cst.Dict | None = None  # the dict as written, when the script holds it
     problem: str | None = None
+    taker: str | None = None  # the call it is passed to (qualified), None: an argparse default
+    name: str | None = None  # the variable that holds it (`ds_config`), when it is one
 
 
 def named_configs(ctx: FileContext) -> list[DeepSpeedConfig]:
@@ -59,7 +64,8 @@ def named_configs(ctx: FileContext) -> list[DeepSpeedConfig]:
                 continue
             config = _read(ctx, argument.node, site)
             if config is not None:
-                found.setdefault(id(config.node), config)
+                name = argument.node.value if isinstance(argument.node, cst.Name) else None
+                found.setdefault(id(config.node), replace(config, taker=qualified, name=name))
     for site in ctx.calls:
         config = _argparse_config(ctx, site)
         if config is not None:
@@ -68,8 +74,10 @@ def named_configs(ctx: FileContext) -> list[DeepSpeedConfig]:
 
 
 def named_json_files(script: Path, data: bytes) -> list[Path]:
-    """The JSON files a script's string literals name that exist where ``_read`` looks: what its
-    findings depend on besides its own bytes."""
+    """The JSON files a DeepSpeed script's string literals name that exist where ``_read`` looks:
+    what its findings depend on besides its own bytes (other scripts' data files are not read)."""
+    if not any(marker in data for marker in MARKERS):
+        return []
     found = []
     for match in _JSON_NAME.finditer(data):
         path = _locate(script, match.group(1).decode("utf-8", "replace"))
@@ -113,32 +121,36 @@ def _argparse_config(ctx: FileContext, site: CallSite) -> DeepSpeedConfig | None
 def _from_file(ctx: FileContext, node: cst.SimpleString, name: str) -> DeepSpeedConfig | None:
     path = _locate(Path(ctx.path), name)
     if path is None:
-        return None  # not beside the script nor in the current folder: nothing to read
+        return None  # not beside the script nor in the current folder (or too big): nothing to read
     try:
-        data = path.read_bytes() if path.stat().st_size <= MAX_BYTES else None
+        data = path.read_bytes()
     except OSError as exc:
         return DeepSpeedConfig(node, None, name, problem=f"cannot read {name}: {exc.strerror or exc}")
-    if data is None:
-        return DeepSpeedConfig(node, None, name, problem=f"{name} is bigger than {MAX_BYTES // 1024} KiB: not read")
     try:
         values = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        return DeepSpeedConfig(node, None, name, problem=f"{name} is not valid JSON: {exc}")
+        return DeepSpeedConfig(node, None, name, problem=f"{name} is not plain JSON ({exc}); DeepSpeed reads it as "
+                                                         "hjson, which allows comments, speedfix does not")
     if not isinstance(values, dict):
         return DeepSpeedConfig(node, None, name, problem=f"{name} holds a JSON {type(values).__name__}, not an object")
     return DeepSpeedConfig(node, values, name)
 
 
 def _locate(script: Path, name: str) -> Path | None:
+    """``name`` in the script's folder or the current one (or below them), a regular file of at
+    most ``MAX_BYTES``; never an absolute path, a `..` or a link that leads out of that folder."""
     candidate = Path(name)
-    if candidate.is_absolute():
+    if candidate.is_absolute() or ".." in candidate.parts:
         return None  # another machine's path, or outside the project: not ours to read
     for folder in (script.parent, Path.cwd()):
         path = folder / candidate
         try:
-            if path.is_file():
-                return path
-        except OSError:
+            if not path.is_file() or path.stat().st_size > MAX_BYTES:
+                continue
+            if not path.resolve().is_relative_to(folder.resolve()):
+                continue  # a link out of the folder
+            return path
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop
             continue
     return None
 

@@ -37,6 +37,12 @@ def setting_at_entry_point(
             return setting_after_imports(ctx, qualified, render), NO_IMPORT_BLOCK
         return None, NO_ENTRY_POINT
     body, stack = entry
+    # `mp.spawn(main_worker, ...)`: spawned processes start afresh and never run what `main()`
+    # set, so the setting goes to the top of the worker (pytorch/examples imagenet) -- unless an
+    # opt-in outside the worker must still win over it.
+    worker = _spawned_worker(ctx, stack[0].node)
+    if worker is not None and not any(ctx.function_of(s) is not worker[1][0].node for s in opt_ins):
+        body, stack = worker
     ops: list[FixOp] = []
     new = statement(render(reference(ctx, qualified, ops, stack)))
     # InsertStatements compose: two settings (SF201, SF601) may go to the same place in one pass
@@ -56,6 +62,22 @@ def entry_block(ctx: FileContext) -> tuple[list[cst.BaseStatement], Stack] | Non
     for node in ctx.module.body:
         if isinstance(node, cst.If) and is_main_guard(node.test) and isinstance(node.body, cst.IndentedBlock):
             return list(node.body.body), (Frame(FrameKind.MAIN, node),)
+    return None
+
+
+# Calls that start worker processes running a function of the script: `mp.spawn(fn, ...)`.
+_SPAWNERS = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+
+
+def _spawned_worker(ctx: FileContext, entry: cst.CSTNode) -> tuple[list[cst.BaseStatement], Stack] | None:
+    """The module-level function the entry point spawns as its worker processes, if any."""
+    for site in ctx.calls_to(*_SPAWNERS):
+        if not any(frame.node is entry for frame in site.stack) or not site.node.args:
+            continue
+        target = site.node.args[0].value
+        workers = [info for info in ctx.functions.get(target.value, ()) if not info.stack] if isinstance(target, cst.Name) else []
+        if len(workers) == 1 and isinstance(workers[0].node.body, cst.IndentedBlock):
+            return list(workers[0].node.body.body), (Frame(FrameKind.FUNCTION, workers[0].node),)
     return None
 
 

@@ -21,9 +21,11 @@ from speedfix.arguments import argparse_option
 from speedfix.blocks import statement_owner
 from speedfix.codegen import code_of
 from speedfix.context import FileContext, Stack
+from speedfix.names import dotted_name
 from speedfix.walk import child_nodes
 
 _UNKNOWN = object()  # a default that cannot be known
+_OBJECT = object()  # a default that is some object (a constructor call), certainly not None
 
 
 def off_by_default(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack) -> str | None:
@@ -117,6 +119,11 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         return node.evaluated_value
     if isinstance(node, cst.SimpleString):
         return node.evaluated_value
+    if isinstance(node, cst.IfExp):  # `GradScaler() if args.amp else None`
+        chosen = default_truth(ctx, node.test, stack, depth + 1)
+        return _UNKNOWN if chosen is None else _default_value(ctx, node.body if chosen else node.orelse, stack, depth + 1)
+    if isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1][:1].isupper():
+        return _OBJECT  # a class's constructor: some object, never None
     option = argparse_option(ctx, node)
     if option is not None:
         return _option_default(ctx, option.node, stack, depth)
@@ -143,7 +150,7 @@ def _option_default(ctx: FileContext, call: cst.Call, stack: Stack, depth: int) 
 def _truth(value: object) -> bool | None:
     if isinstance(value, (bool, int, float, str)) or value is None:
         return bool(value)
-    return None
+    return None  # _OBJECT: its truth is its class's business
 
 
 # ---------------------------------------------------------------- if/elif/else structure

@@ -294,6 +294,38 @@ def iterated_per_epoch(ctx: FileContext, loader: str) -> bool:
                 return True
         if ctx.nearest_loop(site.stack) is not None and ctx.project_iterates(site, loader):
             return True  # `train_one_epoch(model, loader)` of another scanned file, every epoch
+        if site.func in ctx.classes and any(_stored_and_iterated_per_epoch(ctx, site, attr) for attr in
+                                            _stored_as(ctx, site, loader)):
+            return True  # `Trainer(model, loader).fit(epochs)` of this file
+    return False
+
+
+def _stored_as(ctx: FileContext, site: CallSite, name: str) -> list[str]:
+    """`Trainer(model, loader)` whose `__init__` does `self.train_loader = train_loader`: the
+    attributes (`self.train_loader`) that hold the argument ``name``."""
+    inits = [info for info in ctx.functions.get("__init__", ()) if info.class_name == site.func]
+    if len(inits) != 1:
+        return []
+    params = [param.name.value for param in inits[0].node.params.params][1:]
+    found = []
+    for index, arg in enumerate(site.node.args):
+        if dotted_name(arg.value) != name or arg.star:
+            continue
+        param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+        for target, assignments in ctx.assignments_by_function.get(inits[0].node, {}).items():
+            if target.startswith("self.") and any(dotted_name(a.value) == param for a in assignments):
+                found.append(target)
+    return found
+
+
+def _stored_and_iterated_per_epoch(ctx: FileContext, site: CallSite, attribute: str) -> bool:
+    """Does a method of the class of ``site`` iterate ``attribute`` inside another loop?"""
+    for info in ctx.loops.values():
+        if info.iter is None or dotted_name(unwrap_iterable(info.iter)) != attribute:
+            continue
+        owner = next((f.node.name.value for f in info.stack if isinstance(f.node, cst.ClassDef)), None)
+        if owner == site.func and ctx.nearest_loop(info.stack) is not None:
+            return True
     return False
 
 
@@ -305,6 +337,8 @@ ITERATOR_ATTRIBUTES = frozenset(
     {"num_workers", "prefetch_factor", "pin_memory", "pin_memory_device", "timeout", "worker_init_fn",
      "collate_fn", "multiprocessing_context", "generator", "in_order"}
 )
+# Arguments of `DataLoader(...)` that it turns into other objects: the attribute is never read.
+IGNORED_ATTRIBUTES = frozenset({"shuffle"})
 
 
 def late_attributes(ctx: FileContext, site: CallSite) -> list[Assignment]:
@@ -315,13 +349,18 @@ def late_attributes(ctx: FileContext, site: CallSite) -> list[Assignment]:
     if loader is None or site.statement is None:
         return []
     function, owner = ctx.function_of(site.stack), _class_of(site.stack)
+    rebound = [a.statement for a in ctx.assignments_in(function, loader)
+               if a.statement is not None and a.statement is not site.statement]
     found = []
-    for attribute in sorted(FROZEN_ATTRIBUTES | ITERATOR_ATTRIBUTES):
+    for attribute in sorted(FROZEN_ATTRIBUTES | ITERATOR_ATTRIBUTES | IGNORED_ATTRIBUTES):
         for assignment in ctx.assignments.get(f"{loader}.{attribute}", ()):
             if assignment.statement is None or assignment.unpacked or assignment.augmented:
                 continue
             if ctx.function_of(assignment.stack) is function:
-                if comes_before(ctx, site.statement, assignment.statement):
+                if comes_before(ctx, site.statement, assignment.statement) and not any(
+                    comes_before(ctx, site.statement, other) and comes_before(ctx, other, assignment.statement)
+                    for other in rebound
+                ):  # not after `loader = Wrapper(loader)`: that object's attribute
                     found.append(assignment)
             elif loader.startswith("self.") and owner is not None and _class_of(assignment.stack) is owner:
                 found.append(assignment)

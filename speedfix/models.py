@@ -306,10 +306,44 @@ def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
         and node.func.attr.value in ("parameters", "named_parameters")
     ]
     roots = {r.split(".")[0] if not r.startswith("self.") else ".".join(r.split(".")[:2]) for r in receivers if r}
+    if not roots and isinstance(expr, cst.Call):
+        group = _param_group_helper_model(ctx, expr)
+        if group is not None:
+            roots = {group}
     if not roots and isinstance(expr, cst.Name) and depth < 2:
         for assignment in ctx.assignments_in_scope(expr.value, stack):
             roots |= _parameter_roots(ctx, assignment.value, stack, depth + 1)
-    return roots
+    return {_unaliased(ctx, root, stack) for root in roots}
+
+
+# Words in the name of a helper that turns a model into optimizer param groups:
+# torchvision's `set_weight_decay(model, wd)`, timm's `param_groups_weight_decay(model, wd)`,
+# MAE's `param_groups_lrd(model, ...)`.
+_PARAM_GROUP_WORDS = ("weight_decay", "param_group", "parameter_group", "params")
+
+
+def _param_group_helper_model(ctx: FileContext, call: cst.Call) -> str | None:
+    """`set_weight_decay(model, 1e-4)`: the model a param-group helper of the project or a
+    library (not torch itself) is given as its first argument."""
+    name = (dotted_name(call.func) or "").rsplit(".", 1)[-1].lower()
+    qualified = ctx.qualname(call.func) or ""
+    if not any(word in name for word in _PARAM_GROUP_WORDS) or qualified.startswith("torch.") or not call.args:
+        return None
+    first = call.args[0]
+    model = dotted_name(first.value) if first.keyword is None and not first.star else None
+    return model if model and "." not in model else None
+
+
+def _unaliased(ctx: FileContext, name: str, stack: Stack) -> str:
+    """`model_without_ddp = model` (or `= model.module`) everywhere it is assigned: `model`."""
+    found = ctx.assignments_in_scope(name, stack)
+    targets = {dotted_name(a.value.value) if isinstance(a.value, cst.Attribute) and a.value.attr.value == "module"
+               else dotted_name(a.value) for a in found}
+    if found and len(targets) == 1 and None not in targets:
+        target = targets.pop()
+        if target and "." not in target and target != name:
+            return target
+    return name
 
 
 def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:

@@ -232,6 +232,8 @@ class BatchNames:
                 continue
             if not is_dataloader(self.ctx, unwrap_iterable(info.iter), info.stack) and not is_step_loop_source(self.ctx, info):
                 continue
+            if _device_placed(self.ctx, unwrap_iterable(info.iter)):
+                continue  # its batches arrive on the GPU already
             names = result.setdefault(self.ctx.function_of(info.stack), set())
             names.update(n for n in info.targets if not _is_index_name(info, n))
         self._add_next_batches(result)
@@ -302,6 +304,20 @@ class BatchNames:
             if _moves_to_device(assignment.value):
                 return False
         return True
+
+
+# Framework calls that return a loader whose batches they move to the device themselves.
+_DEVICE_PLACING = frozenset({"prepare", "setup_dataloaders", "prepare_data_loader"})
+
+
+def _device_placed(ctx: FileContext, iterable: cst.BaseExpression) -> bool:
+    """`model, opt, loader = accelerator.prepare(model, opt, loader)`, `fabric.setup_dataloaders(...)`."""
+    name = dotted_name(iterable)
+    return name is not None and any(
+        isinstance(a.value, cst.Call) and isinstance(a.value.func, cst.Attribute)
+        and a.value.func.attr.value in _DEVICE_PLACING
+        for a in ctx.assignments.get(name, ())
+    )
 
 
 def _is_index_name(info, name: str) -> bool:

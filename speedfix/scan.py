@@ -12,7 +12,7 @@ from typing import Callable, Iterator, TypeVar
 from speedfix import deadline
 from speedfix.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.config import Settings, real_path
-from speedfix.deepspeed_config import MAX_BYTES as DEEPSPEED_MAX_BYTES, named_json_files
+from speedfix.deepspeed_config import named_json_files
 from speedfix.discovery import Target, iter_targets
 from speedfix.engine import Analysis, FileError, Note, analyze
 from speedfix.findings import Finding, from_record, to_record
@@ -223,11 +223,11 @@ def _all_facts(
 def _digest(path: Path, data: bytes) -> str:
     """The digest of what a file's findings depend on: its bytes, and the JSON files it names
     that a rule reads (a DeepSpeed config beside it)."""
-    named = named_json_files(path, data) if b".json" in data else []
+    named = named_json_files(path, data) if b".json" in data else []  # at most MAX_BYTES each
     parts = [data]
     for json_path in named:
         try:
-            parts.append(json_path.read_bytes()[:DEEPSPEED_MAX_BYTES + 1])
+            parts.append(json_path.read_bytes())
         except OSError:
             parts.append(b"unreadable")
     return file_digest(b"\0".join(parts)) if named else file_digest(data)

@@ -476,7 +476,7 @@ def test_a_deepspeed_json_beside_the_script_is_read_and_follows_the_cache(run_cl
     config.write_text('{"bf16": {"enabled": true},')  # broken: named, and the other files still scanned
     (tmp_path / "other.py").write_text("import deepspeed\ndeepspeed.initialize(model=m, config={'wall_clock_breakdown': True})\n")
     broken = run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path)
-    assert "train.py:5:51: SF905 DeepSpeed config not checked: ds_config.json is not valid JSON" in broken.stdout
+    assert "train.py:5:51: SF905 DeepSpeed config not checked: ds_config.json is not plain JSON" in broken.stdout
     assert "other.py:2:39: SF905" in broken.stdout
 
 
