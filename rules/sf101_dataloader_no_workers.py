@@ -6,7 +6,7 @@ import libcst as cst
 
 from speedfix.arguments import find_argument, literal_int
 from speedfix.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
-from speedfix.context import CallSite
+from speedfix.context import CallSite, FrameKind
 from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.comments import argument_comments, statement_comments
 from speedfix.loaders import Place, assigned_name, iterated_per_epoch, late_value, samples_place
@@ -198,6 +198,16 @@ class DataloaderNoWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a collate function defined inside another: reported, no fix (it cannot be pickled)
+            """
+            from torch.utils.data import DataLoader
+
+            def get_loader(ds, pad_id):
+                def collate_fn(batch):
+                    return pad(batch, pad_id)
+                return DataLoader(ds, batch_size=32, collate_fn=collate_fn)
+            """
+        ),
         Invalid(  # a lambda in the transforms: reported, no fix (spawned workers cannot unpickle it)
             """
             from torch.utils.data import DataLoader
@@ -415,6 +425,9 @@ class DataloaderNoWorkers(Rule):
             value = find_argument(ctx, site, keyword)
             if isinstance(value.node, cst.Lambda):
                 return f"`{keyword}` is a lambda, which worker processes cannot unpickle under spawn"
+            if isinstance(value.node, cst.Name) and any(info.stack and any(
+                    f.kind is FrameKind.FUNCTION for f in info.stack) for info in ctx.functions.get(value.node.value, ())):
+                return f"`{keyword}` is a function defined inside another one, which worker processes cannot unpickle under spawn"
         if any((site.func or "").endswith("Lambda") and any(isinstance(a.value, cst.Lambda) for a in site.node.args)
                for site in ctx.calls):
             return "a `transforms.Lambda(lambda ...)` in the file cannot be pickled for worker processes under spawn"

@@ -74,10 +74,12 @@ class BlockingTransfer(Rule):
             from accelerate import Accelerator
             accelerator = Accelerator()
             model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
-            for batch in train_dl:
-                batch.to(accelerator.device)
-                accelerator.backward(model(**batch).loss)
-                optimizer.step()
+            for epoch in range(3):
+                active = accelerator.skip_first_batches(train_dl, 10) if epoch == 0 else train_dl
+                for batch in active:
+                    batch.to(accelerator.device)
+                    accelerator.backward(model(**batch).loss)
+                    optimizer.step()
             """
         ),
         Valid(  # outside the training loop

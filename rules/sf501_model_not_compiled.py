@@ -4,12 +4,15 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from speedfix.amp import string_value
+from speedfix.arguments import find_argument
 from speedfix.blocks import enclosing_block
 from speedfix.codegen import reference, statement
 from speedfix.context import CallSite, Stack
 from speedfix.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity
 from speedfix.flow import default_choice, enclosing_statements
-from speedfix.models import DATA_PARALLEL, fresh_assignments, peel, trained_models, wrapper_of
+from speedfix.frameworks import ACCELERATOR
+from speedfix.models import DATA_PARALLEL, fresh_assignments, optimizer_factories, peel, trained_models, wrapper_of
 from speedfix.names import dotted_name
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
@@ -97,6 +100,19 @@ class ModelNotCompiled(Rule):
     effect = "Fused kernels: +43% mean training speed on A100 (PyTorch 2.0)."
 
     VALID = [
+        Valid(  # Accelerate compiles the model in prepare()
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(dynamo_backend="inductor")
+            model = Net()
+            optimizer = torch.optim.AdamW(model.parameters())
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                accelerator.backward(model(batch).sum())
+                optimizer.step()
+            """
+        ),
         Valid(  # quantization-aware training, and a detection model
             """
             import torch
@@ -167,6 +183,31 @@ class ModelNotCompiled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # timm's optimizer factory, given the options first (DeiT)
+            """
+            import torch
+            from timm.optim import create_optimizer
+            model = Net().cuda()
+            model_without_ddp = model
+            optimizer = create_optimizer(args, model_without_ddp)
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            from timm.optim import create_optimizer
+            model = Net().cuda()
+            model.compile()
+            model_without_ddp = model
+            optimizer = create_optimizer(args, model_without_ddp)
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # a Lightning module parallelized in configure_model: reported, no fix
             """
             import torch
@@ -390,8 +431,10 @@ class ModelNotCompiled(Rule):
         compiled, gate = default_choice(ctx, [(site.statement, site.stack) for site in self._compile_calls()])
         if compiled or any(name.startswith(_QUANTIZATION) for name in ctx.calls_by_qualname):
             return  # quantization-aware training: fake-quant modules break Dynamo's graphs
+        if self._accelerate_compiles():
+            return
         reported: set[str] = set()
-        for model, site in trained_models(ctx):
+        for model, site in [*trained_models(ctx), *optimizer_factories(ctx)]:
             if model in reported or self._detection_model(model, site):
                 continue
             helper_compiled, helper_gate = default_choice(ctx, self._compile_helpers(model))
@@ -399,6 +442,16 @@ class ModelNotCompiled(Rule):
                 continue
             reported.add(model)
             self._report(site, model, gate or helper_gate)
+
+    def _accelerate_compiles(self) -> bool:
+        """`Accelerator(dynamo_backend="inductor")` or a `dynamo_plugin=`: `prepare()` compiles."""
+        for site in self.ctx.calls_to(*ACCELERATOR):
+            for keyword in ("dynamo_backend", "dynamo_plugin"):
+                value = find_argument(self.ctx, site, keyword)
+                if not value.missing and string_value(self.ctx, value.node, site.stack) not in ("no", "NO"):
+                    if not (isinstance(value.node, cst.Name) and value.node.value == "None"):
+                        return True
+        return False
 
     def _detection_model(self, model: str, site: CallSite) -> bool:
         """A torchvision detection model (Faster/Mask R-CNN, RetinaNet...): images of varying

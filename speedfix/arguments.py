@@ -172,6 +172,8 @@ def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack,
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, stack)
         return literal_int(ctx, value, stack, depth + 1)
+    if isinstance(node, cst.Call) and dotted_name(node.func) == "int" and len(node.args) == 1:
+        return literal_int(ctx, node.args[0].value, stack, depth + 1)  # `int(opt.workers)`
     default = argparse_default(ctx, node)
     if default is not None:
         return literal_int(ctx, default, stack, depth + 1)

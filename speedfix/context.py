@@ -591,18 +591,20 @@ class FileContext(NameBindings, Visitor):
             return True
         return any((callee := self.project_callee(site)) is not None and callee.uploads for site in self.calls)
 
-    def project_iterates(self, site: CallSite, name: str) -> bool:
+    def project_iterates(self, site: CallSite, name: str, *, any_loop: bool = False) -> bool:
         """Does the function of another scanned file that ``site`` calls iterate the argument
-        ``name`` in its training loop (`train_one_epoch(model, loader, ...)`)?"""
+        ``name`` in its training loop (`train_one_epoch(model, loader, ...)`), or with
+        ``any_loop`` in any loop (`evaluate(val_loader, model)`)?"""
         callee = self.project_callee(site)
-        if callee is None or not callee.iterated:
+        iterated = (callee.loops_over if any_loop else callee.iterated) if callee is not None else ()
+        if not iterated:
             return False
-        params = callee.params[1:] if callee.params[:1] == ("self",) else callee.params
+        params = callee.params[1:] if callee.params[:1] == ("self",) else callee.params  # type: ignore[union-attr]
         for index, arg in enumerate(site.node.args):
             if dotted_name(arg.value) != name or arg.star:
                 continue
             param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
-            if param in callee.iterated:
+            if param in iterated:
                 return True
         return False
 

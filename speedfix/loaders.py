@@ -292,8 +292,8 @@ def iterated_per_epoch(ctx: FileContext, loader: str) -> bool:
         if site.func in ctx.functions and ctx.nearest_loop(site.stack) is not None:
             if any(dotted_name(arg.value) == loader for arg in site.node.args):
                 return True
-        if ctx.nearest_loop(site.stack) is not None and ctx.project_iterates(site, loader):
-            return True  # `train_one_epoch(model, loader)` of another scanned file, every epoch
+        if ctx.nearest_loop(site.stack) is not None and ctx.project_iterates(site, loader, any_loop=True):
+            return True  # `train_one_epoch(model, loader)`, `evaluate(val_loader)` of another file, every epoch
         if site.func in ctx.classes and any(_stored_and_iterated_per_epoch(ctx, site, attr) for attr in
                                             _stored_as(ctx, site, loader)):
             return True  # `Trainer(model, loader).fit(epochs)` of this file

@@ -316,6 +316,8 @@ def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
     return {_unaliased(ctx, root, stack) for root in roots}
 
 
+# What scripts call their parsed options: never the model.
+_OPTIONS_NAMES = frozenset({"args", "cfg", "config", "opt", "opts", "hparams", "options", "params"})
 # Words in the name of a helper that turns a model into optimizer param groups:
 # torchvision's `set_weight_decay(model, wd)`, timm's `param_groups_weight_decay(model, wd)`,
 # MAE's `param_groups_lrd(model, ...)`.
@@ -366,9 +368,11 @@ def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
     for site in ctx.calls:
         leaf = (site.func or "").rsplit(".", 1)[-1].lower()
         if "optimizer" in leaf and leaf.startswith(("create", "build", "make", "get")) and site.node.args:
-            name = dotted_name(site.node.args[0].value)
+            # the model is the first name that is not the options (timm: `create_optimizer(args, model)`)
+            names = [dotted_name(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
+            name = next((n for n in names if n and n not in _OPTIONS_NAMES), None)
             if name and "." not in name:
-                found.append((name, site))
+                found.append((_unaliased(ctx, name, site.stack), site))
     return found
 
 

@@ -310,14 +310,22 @@ class BatchNames:
 _DEVICE_PLACING = frozenset({"prepare", "setup_dataloaders", "prepare_data_loader"})
 
 
-def _device_placed(ctx: FileContext, iterable: cst.BaseExpression) -> bool:
-    """`model, opt, loader = accelerator.prepare(model, opt, loader)`, `fabric.setup_dataloaders(...)`."""
+def _device_placed(ctx: FileContext, iterable: cst.BaseExpression, depth: int = 0) -> bool:
+    """`model, opt, loader = accelerator.prepare(model, opt, loader)`, `fabric.setup_dataloaders(...)`,
+    and what is made of such a loader (`accelerator.skip_first_batches(loader, n) if ... else loader`)."""
+    if depth > 6:
+        return False
+    if isinstance(iterable, cst.IfExp):
+        return _device_placed(ctx, iterable.body, depth + 1) and _device_placed(ctx, iterable.orelse, depth + 1)
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute):
+        if iterable.func.attr.value in _DEVICE_PLACING:
+            return True
+        if iterable.func.attr.value == "skip_first_batches" and iterable.args:
+            return _device_placed(ctx, iterable.args[0].value, depth + 1)
+        return False
     name = dotted_name(iterable)
-    return name is not None and any(
-        isinstance(a.value, cst.Call) and isinstance(a.value.func, cst.Attribute)
-        and a.value.func.attr.value in _DEVICE_PLACING
-        for a in ctx.assignments.get(name, ())
-    )
+    found = ctx.assignments.get(name, ()) if name is not None else ()
+    return any(_device_placed(ctx, a.value, depth + 1) for a in found if a.value is not iterable)
 
 
 def _is_index_name(info, name: str) -> bool:

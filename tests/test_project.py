@@ -529,3 +529,32 @@ def test_a_conv_net_defined_in_a_models_package(run_cli, tmp_path, write):
     assert "defined in another file" in found["main.py", 5, "SF206"]["no_fix_reason"]
     alone = run_cli("scan", "main.py", "--select", "SF601,SF206", "--no-summary", cwd=tmp_path)
     assert "SF206" not in alone.stdout and "SF601" not in alone.stdout  # nothing says it is a conv net
+
+
+def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_path, write):
+    """DeiT: `evaluate(data_loader_val, model, device)` from engine.py runs every epoch."""
+    write("engine.py", """\
+        import torch
+
+        def train_one_epoch(model, data_loader, optimizer):
+            for x, y in data_loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                optimizer.step()
+
+        @torch.no_grad()
+        def evaluate(data_loader, model):
+            for x, y in data_loader:
+                model(x.cuda(non_blocking=True))
+        """)
+    write("main.py", """\
+        import torch
+        from engine import evaluate, train_one_epoch
+
+        train = torch.utils.data.DataLoader(ds, num_workers=8, pin_memory=True, persistent_workers=True)
+        val = torch.utils.data.DataLoader(ds_val, num_workers=8, pin_memory=True)
+        for epoch in range(300):
+            train_one_epoch(model, train, optimizer)
+            evaluate(val, model)
+        """)
+    result = run_cli("scan", ".", "--select", "SF103", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines() == ["main.py:5:7: SF103 [*] `DataLoader` starts its 8 worker processes again every epoch"]

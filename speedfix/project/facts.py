@@ -37,6 +37,7 @@ class FunctionFacts:
     steps: bool = False  # a backward/optimizer step outside any loop: a loop calling it trains
     trains: bool = False  # holds a training loop
     iterated: tuple[str, ...] = ()  # parameters its training loop iterates (the loader)
+    loops_over: tuple[str, ...] = ()  # parameters any of its loops iterates (an evaluation's loader too)
     uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
     cuda: bool = False  # names CUDA, or returns a CUDA device
     conv_dims: tuple[int, ...] = ()  # a class (or a factory returning one) that builds ConvNd layers: the Ns
@@ -455,18 +456,12 @@ class _Collector(ast.NodeVisitor):
 
     def _function_facts(self, function: _Function) -> FunctionFacts:
         training = [loop for loop in function.loops if loop.marker]
-        iterated = []
-        for loop in training:
-            name = loop.iterable or ""
-            if name in function.params:
-                iterated.append(name)
-            elif name.startswith("self.") and function.class_name:
-                iterated.append(name)  # an attribute: the constructor maps it to a parameter
         return FunctionFacts(
             params=function.params,
             steps=function.steps,
             trains=bool(training),
-            iterated=tuple(dict.fromkeys(iterated)),
+            iterated=_loop_sources(function, training),
+            loops_over=_loop_sources(function, function.loops),
             uploads=any(loop.uploads for loop in training),
             cuda=function.cuda,
         )
@@ -482,10 +477,13 @@ class _Collector(ast.NodeVisitor):
             stored = init.stored if init is not None else {}
             iterated = [stored[attr[5:]] for _, facts in methods for attr in facts.iterated
                         if attr.startswith("self.") and attr[5:] in stored]
+            looped = [stored[attr[5:]] for _, facts in methods for attr in facts.loops_over
+                      if attr.startswith("self.") and attr[5:] in stored]
             result[owner] = FunctionFacts(
                 params=params,
                 trains=any(facts.trains for _, facts in methods),
                 iterated=tuple(dict.fromkeys(iterated)),
+                loops_over=tuple(dict.fromkeys(looped)),
                 uploads=any(facts.uploads for _, facts in methods),
                 cuda=any(facts.cuda for _, facts in methods) or owner in self.cuda_classes,
             )
@@ -506,6 +504,17 @@ class _Collector(ast.NodeVisitor):
                     yield f"{owner}.{rest}" if owner else None
                 else:
                     yield self.resolve(callee)
+
+
+def _loop_sources(function: _Function, loops: list[_Loop]) -> tuple[str, ...]:
+    """The parameters (or, in a method, `self.` attributes: the constructor maps them to its
+    parameters) that ``loops`` iterate."""
+    found = []
+    for loop in loops:
+        name = loop.iterable or ""
+        if name in function.params or (name.startswith("self.") and function.class_name):
+            found.append(name)
+    return tuple(dict.fromkeys(found))
 
 
 # Imports that can never be a scanned project's own module: their names are not kept as
