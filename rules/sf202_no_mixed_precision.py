@@ -179,6 +179,30 @@ class NoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the scaler handed to the epoch function (torchvision's train_one_epoch)
+            """
+            import argparse
+            import torch
+
+            def train_one_epoch(model, optimizer, data_loader, scaler=None):
+                for image, target in data_loader:
+                    with torch.autocast("cuda", enabled=scaler is not None):
+                        loss = criterion(model(image.cuda()), target.cuda())
+                    loss.backward()
+                    optimizer.step()
+
+            def main(args):
+                scaler = torch.amp.GradScaler("cuda") if args.amp else None
+                for epoch in range(90):
+                    train_one_epoch(model, optimizer, loader, scaler)
+
+            if __name__ == "__main__":
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--amp", action="store_true")
+                args = parser.parse_args()
+                main(args)
+            """
+        ),
         Invalid(  # torchvision references: AMP only with `--amp`, through the scaler
             """
             import argparse

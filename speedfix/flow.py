@@ -110,11 +110,15 @@ def _none_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int)
 def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
     """A Python value for a literal, a module-level constant or an argparse option's default
     (``_UNKNOWN`` when it cannot be known)."""
+    if depth > 6:
+        return _UNKNOWN
     if isinstance(node, cst.Name):
         if node.value in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[node.value]
         value = ctx.single_value(node.value, stack)
-        return _UNKNOWN if value is None else _default_value(ctx, value, stack, depth + 1)
+        if value is None:
+            return _argument_default(ctx, node.value, stack, depth)
+        return _default_value(ctx, value, stack, depth + 1)
     if isinstance(node, (cst.Integer, cst.Float)):
         return node.evaluated_value
     if isinstance(node, cst.SimpleString):
@@ -128,6 +132,36 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if option is not None:
         return _option_default(ctx, option.node, stack, depth)
     return _UNKNOWN
+
+
+def _argument_default(ctx: FileContext, name: str, stack: Stack, depth: int) -> object:
+    """A parameter of a module-level function: the value every call of it in the file passes
+    (torchvision's `train_one_epoch(..., scaler)` with `scaler = GradScaler() if args.amp else None`)."""
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
+        return _UNKNOWN
+    params = [param.name.value for param in function.params.params]
+    if name not in params or not any(
+            info.node is function and not info.stack for info in ctx.functions.get(function.name.value, ())):
+        return _UNKNOWN
+    index = params.index(name)
+    values = []
+    for site in ctx.calls:
+        if site.func != function.name.value:
+            continue
+        given = next((a.value for a in site.node.args if a.keyword is not None and a.keyword.value == name), None)
+        positional = [a for a in site.node.args if a.keyword is None]
+        if given is None and index < len(positional) and not any(a.star for a in positional[: index + 1]):
+            given = positional[index].value
+        if given is None:
+            default = function.params.params[index].default
+            if default is None or any(a.star for a in site.node.args):
+                return _UNKNOWN
+            given = default
+        values.append(_default_value(ctx, given, site.stack, depth + 1))
+    if not values or any(v is _UNKNOWN for v in values) or any(v is not values[0] and v != values[0] for v in values):
+        return _UNKNOWN
+    return values[0]
 
 
 def _option_default(ctx: FileContext, call: cst.Call, stack: Stack, depth: int) -> object:
