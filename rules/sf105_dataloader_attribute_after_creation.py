@@ -223,26 +223,27 @@ class DataloaderAttributeAfterCreation(Rule):
             return True
         return False
 
+    def _made_without_workers(self, site: CallSite) -> bool:
+        """`num_workers` left out of the call, or 0."""
+        workers = find_argument(self.ctx, site, "num_workers", 5)
+        return workers.missing or (not workers.unknown and literal_int(self.ctx, workers.node, site.stack) == 0)
+
     def _without_workers(self, site: CallSite, before: Assignment) -> bool:
-        """Made with no workers (`num_workers` left out or 0), and none set up to ``before``."""
+        """Made with no workers, and none set up to ``before``."""
         ctx = self.ctx
-        workers = find_argument(ctx, site, "num_workers", 5)
-        made_without = workers.missing or (not workers.unknown and literal_int(ctx, workers.node, site.stack) == 0)
         late = [a for a in late_attributes(ctx, site) if a.target.endswith(".num_workers") and a is not before
                 and before.statement is not None and a.statement is not None
                 and comes_before(ctx, a.statement, before.statement)]
-        return made_without and not late
+        return self._made_without_workers(site) and not late
 
     def _workers_without_prefetch(self, site: CallSite, assignment: Assignment) -> bool:
         ctx = self.ctx
         if (count := literal_int(ctx, assignment.value, assignment.stack)) is not None and count <= 0:
             return False
-        workers = find_argument(ctx, site, "num_workers", 5)
-        made_without = workers.missing or (not workers.unknown and literal_int(ctx, workers.node, site.stack) == 0)
         prefetch_given = not find_argument(ctx, site, "prefetch_factor").missing or any(
             other.target.endswith(".prefetch_factor") for other in late_attributes(ctx, site)
         )
-        return made_without and not prefetch_given
+        return self._made_without_workers(site) and not prefetch_given
 
     def _running_reason(self, site: CallSite, assignment: Assignment) -> str | None:
         """Why the assignment cannot reach an iterator that already exists: it is inside the loop

@@ -447,10 +447,11 @@ class ModelNotCompiled(Rule):
         """`Accelerator(dynamo_backend="inductor")` or a `dynamo_plugin=`: `prepare()` compiles."""
         for site in self.ctx.calls_to(*ACCELERATOR):
             for keyword in ("dynamo_backend", "dynamo_plugin"):
-                value = find_argument(self.ctx, site, keyword)
-                if not value.missing and string_value(self.ctx, value.node, site.stack) not in ("no", "NO"):
-                    if not (isinstance(value.node, cst.Name) and value.node.value == "None"):
-                        return True
+                node = find_argument(self.ctx, site, keyword).node
+                off = node is None or (isinstance(node, cst.Name) and node.value == "None") \
+                    or string_value(self.ctx, node, site.stack) in ("no", "NO")
+                if not off:
+                    return True
         return False
 
     def _detection_model(self, model: str, site: CallSite) -> bool:
@@ -490,7 +491,7 @@ class ModelNotCompiled(Rule):
             self.report(node, f"{message} by default: it is compiled only when `{gate}`, which is off by default",
                         no_fix_reason="pass the option, or make compiling the default")
             return
-        owner = next((f.node for f in reversed(site.stack) if isinstance(f.node, cst.ClassDef)), None)
+        owner = self.ctx.class_of(site.stack)
         if owner is not None and any(info.class_name == owner.name.value for info in self.ctx.functions.get("configure_model", ())):
             self.report(node, message, no_fix_reason="the model is set up in `configure_model` (sharded or parallelized): "
                         "compile its blocks there, before they are wrapped")

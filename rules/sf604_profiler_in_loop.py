@@ -85,6 +85,8 @@ class ProfilerInLoop(BranchTracker, Rule):
     summary = "Profiler, FLOP counter or gradcheck active on every training step"
     severity = Severity.WARNING
     requires = (b"profile", b"emit_nvtx", b"emit_itt", b"FlopCount", b"flop_counter", b"gradcheck")
+    # A profiler may sit in a helper: the helper's call is what runs every N steps or under a flag.
+    tracked_calls = None
     effect = "A small MLP step ran 1.6-1.8x slower inside `torch.profiler.profile()` (CPU, torch 2.13)."
 
     VALID = [
@@ -184,14 +186,6 @@ class ProfilerInLoop(BranchTracker, Rule):
             """
         ),
     ]
-
-    def visit_Call(self, node: cst.Call) -> None:
-        # Every call's branches are kept: a profiler may sit in a helper, and the helper's call
-        # is what runs every N steps or under a flag.
-        if self.branches:
-            if self._tracked is None:
-                self._tracked = {}
-            self._tracked[node] = self.branches
 
     def finish(self) -> None:
         ctx = self.ctx

@@ -149,7 +149,7 @@ class ConvBiasBeforeBatchnorm(Rule):
     def _check_composed_attributes(self) -> None:
         """`self.bn(self.conv(x))` where `self.conv` is a Conv and `self.bn` a BatchNorm, and
         `self.conv` is called nowhere else."""
-        calls = Counter((_class_of(site), dotted_name(site.node.func)) for site in self.ctx.calls)
+        calls = Counter((self.ctx.class_of(site.stack), dotted_name(site.node.func)) for site in self.ctx.calls)
         reported: set[tuple[cst.ClassDef | None, str]] = set()
         for site in self.ctx.calls:
             outer = dotted_name(site.node.func)
@@ -157,7 +157,7 @@ class ConvBiasBeforeBatchnorm(Rule):
                 continue
             inner = site.node.args[0].value
             conv_name = dotted_name(inner.func) if isinstance(inner, cst.Call) else None
-            key = (_class_of(site), conv_name)
+            key = (self.ctx.class_of(site.stack), conv_name)
             if not conv_name or not conv_name.startswith("self.") or key in reported or calls[key] != 1:
                 continue
             conv = self._constructed(conv_name, site)
@@ -167,7 +167,7 @@ class ConvBiasBeforeBatchnorm(Rule):
 
     def _constructed(self, attribute: str, site: CallSite) -> cst.BaseExpression | None:
         """The value of the single `self.attr = ...` in the class around ``site``."""
-        cls = _class_of(site)
+        cls = self.ctx.class_of(site.stack)
         found = [a for a in self.ctx.assignments.get(attribute, []) if any(frame.node is cls for frame in a.stack)]
         return found[0].value if len(found) == 1 else None
 
@@ -188,7 +188,3 @@ class ConvBiasBeforeBatchnorm(Rule):
         indent = self.ctx.module.default_indent
         ops = [Transform(conv, lambda call: append_args(call, keyword_arg("bias", cst.Name("False")), indent=indent))]
         self.report(conv, message, fix_ops=ops)
-
-
-def _class_of(site: CallSite) -> cst.ClassDef | None:
-    return next((frame.node for frame in reversed(site.stack) if isinstance(frame.node, cst.ClassDef)), None)

@@ -347,7 +347,7 @@ class DdpAccumulationWithoutNoSync(Rule):
             if name is None or any(isinstance(s, (cst.If, cst.Try)) for s in enclosing_statements(ctx, statement)):
                 continue
             if name.startswith("self.") and name.count(".") == 1:
-                if _class_of(site) is not None and _class_of(site) is _class_of(backward):
+                if self.ctx.class_of(site.stack) is not None and self.ctx.class_of(site.stack) is self.ctx.class_of(backward.stack):
                     return name
             elif "." not in name and ctx.function_of(site.stack) is ctx.function_of(backward.stack):
                 return name
@@ -383,10 +383,6 @@ def _guard_between(site: CallSite, loop: cst.CSTNode) -> cst.If | None:
             assert isinstance(frame.node, cst.If)
             return frame.node
     return None
-
-
-def _class_of(site: CallSite) -> cst.CSTNode | None:
-    return next((frame.node for frame in reversed(site.stack) if frame.kind is FrameKind.CLASS), None)
 
 
 def _pure(node: cst.CSTNode) -> bool:

@@ -212,7 +212,7 @@ class DeepSpeedConfigRule(Rule):
         ctx = self.ctx
         if config.taker != "deepspeed.initialize":
             return True  # TrainingArguments/Accelerate compare the section with their own flags
-        if any(True for _ in ctx.method_calls("half")) or ctx.calls_to("torch.Tensor.half"):
+        if any(True for _ in ctx.method_calls("half")):
             return True
         if any(ctx.qualname(node) in ("torch.float16", "torch.half") for node in self._dtype_names):
             return True

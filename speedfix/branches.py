@@ -72,12 +72,13 @@ class BranchTracker(Visitor):
 
     ctx: FileContext
     branches: tuple[Branch, ...] = ()
-    tracked_calls: ClassVar[frozenset[str]] = frozenset()  # last names: `synchronize`, `collect`
+    # last names: `synchronize`, `collect`; None: every call (a helper's call site counts too)
+    tracked_calls: ClassVar[frozenset[str] | None] = frozenset()
     _tracked: dict[cst.Call, tuple[Branch, ...]] | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
         name = node.func.attr if isinstance(node.func, cst.Attribute) else node.func
-        if self.branches and isinstance(name, cst.Name) and name.value in self.tracked_calls:
+        if self.branches and (self.tracked_calls is None or isinstance(name, cst.Name) and name.value in self.tracked_calls):
             if self._tracked is None:
                 self._tracked = {}
             self._tracked[node] = self.branches

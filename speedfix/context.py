@@ -441,6 +441,14 @@ class FileContext(NameBindings, Visitor):
                 return frame.node
         return None
 
+    @staticmethod
+    def class_of(stack: Stack) -> cst.ClassDef | None:
+        """The innermost class around code at ``stack`` (its methods included)."""
+        for frame in reversed(stack):
+            if frame.kind is FrameKind.CLASS and isinstance(frame.node, cst.ClassDef):
+                return frame.node
+        return None
+
     @cached_property
     def assignments_by_function(self) -> dict[cst.CSTNode | None, dict[str, list[Assignment]]]:
         """Function node (None: module level) -> target -> its assignments there, in file order.

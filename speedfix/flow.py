@@ -17,7 +17,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.arguments import argparse_option
+from speedfix.arguments import argparse_option, find_argument
 from speedfix.blocks import statement_owner
 from speedfix.codegen import code_of
 from speedfix.context import FileContext, Stack
@@ -149,15 +149,10 @@ def _argument_default(ctx: FileContext, name: str, stack: Stack, depth: int) -> 
     for site in ctx.calls:
         if site.func != function.name.value:
             continue
-        given = next((a.value for a in site.node.args if a.keyword is not None and a.keyword.value == name), None)
-        positional = [a for a in site.node.args if a.keyword is None]
-        if given is None and index < len(positional) and not any(a.star for a in positional[: index + 1]):
-            given = positional[index].value
+        passed = find_argument(ctx, site, name, index)
+        given = function.params.params[index].default if passed.missing else passed.node
         if given is None:
-            default = function.params.params[index].default
-            if default is None or any(a.star for a in site.node.args):
-                return _UNKNOWN
-            given = default
+            return _UNKNOWN  # `*args` in the call, or a required parameter left out
         values.append(_default_value(ctx, given, site.stack, depth + 1))
     if not values or any(v is _UNKNOWN for v in values) or any(v is not values[0] and v != values[0] for v in values):
         return _UNKNOWN

@@ -307,15 +307,10 @@ def _stored_as(ctx: FileContext, site: CallSite, name: str) -> list[str]:
     if len(inits) != 1:
         return []
     params = [param.name.value for param in inits[0].node.params.params][1:]
-    found = []
-    for index, arg in enumerate(site.node.args):
-        if dotted_name(arg.value) != name or arg.star:
-            continue
-        param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
-        for target, assignments in ctx.assignments_by_function.get(inits[0].node, {}).items():
-            if target.startswith("self.") and any(dotted_name(a.value) == param for a in assignments):
-                found.append(target)
-    return found
+    given = [param for index, param in enumerate(params)
+             if dotted_name(find_argument(ctx, site, param, index).node) == name]
+    return [target for target, assignments in ctx.assignments_by_function.get(inits[0].node, {}).items()
+            if target.startswith("self.") and any(dotted_name(a.value) in given for a in assignments)]
 
 
 def _stored_and_iterated_per_epoch(ctx: FileContext, site: CallSite, attribute: str) -> bool:
@@ -323,8 +318,8 @@ def _stored_and_iterated_per_epoch(ctx: FileContext, site: CallSite, attribute: 
     for info in ctx.loops.values():
         if info.iter is None or dotted_name(unwrap_iterable(info.iter)) != attribute:
             continue
-        owner = next((f.node.name.value for f in info.stack if isinstance(f.node, cst.ClassDef)), None)
-        if owner == site.func and ctx.nearest_loop(info.stack) is not None:
+        owner = ctx.class_of(info.stack)
+        if owner is not None and owner.name.value == site.func and ctx.nearest_loop(info.stack) is not None:
             return True
     return False
 
@@ -348,7 +343,7 @@ def late_attributes(ctx: FileContext, site: CallSite) -> list[Assignment]:
     loader = assigned_name(site)
     if loader is None or site.statement is None:
         return []
-    function, owner = ctx.function_of(site.stack), _class_of(site.stack)
+    function, owner = ctx.function_of(site.stack), ctx.class_of(site.stack)
     rebound = [a.statement for a in ctx.assignments_in(function, loader)
                if a.statement is not None and a.statement is not site.statement]
     found = []
@@ -362,7 +357,7 @@ def late_attributes(ctx: FileContext, site: CallSite) -> list[Assignment]:
                     for other in rebound
                 ):  # not after `loader = Wrapper(loader)`: that object's attribute
                     found.append(assignment)
-            elif loader.startswith("self.") and owner is not None and _class_of(assignment.stack) is owner:
+            elif loader.startswith("self.") and owner is not None and ctx.class_of(assignment.stack) is owner:
                 found.append(assignment)
     return sorted(found, key=cmp_to_key(lambda a, b: -1 if comes_before(ctx, a.statement, b.statement) else 1))
 
@@ -371,7 +366,3 @@ def late_value(ctx: FileContext, site: CallSite, attribute: str) -> Assignment |
     """The last assignment of ``attribute`` after the loader's creation (see `late_attributes`)."""
     found = [a for a in late_attributes(ctx, site) if a.target.rpartition(".")[2] == attribute]
     return found[-1] if found else None
-
-
-def _class_of(stack: Stack) -> cst.CSTNode | None:
-    return next((frame.node for frame in reversed(stack) if isinstance(frame.node, cst.ClassDef)), None)

@@ -175,7 +175,7 @@ def project_links(
     digests: dict[Path, str] = {}
     for target in targets:
         try:
-            data = (texts or {}).get(target.path) or read_bytes(target.path, settings.max_file_size)
+            data = texts[target.path] if texts and target.path in texts else read_bytes(target.path, settings.max_file_size)
         except SourceError:
             continue
         digests[target.path] = _digest(target.path, data)
