@@ -4,12 +4,13 @@ from collections import defaultdict
 
 import libcst as cst
 
-from speedfix.amp import Autocast, Precision, autocasts, gated_autocasts, mixed_precision_by_default
+from speedfix.amp import Autocast, Passing, Precision, autocasts, gated_autocasts, mixed_precision_by_default
 from speedfix.arguments import find_argument
 from speedfix.blocks import statement_owner
 from speedfix.codegen import code_of, reference, string_literal
 from speedfix.context import CallSite, WithInfo, walk_expression
 from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.flow import off_by_default
 from speedfix.forward import (assigned_names, backward_calls, calls_model, forward_range, read_names, statement_block, steps,
                               wrap)
 from speedfix.names import dotted_name
@@ -391,6 +392,26 @@ class NoMixedPrecision(Rule):
                 scaler.update()
             """,
         ),
+        Invalid(  # autocast handed around only under a flag that is off by default (timm's train.py)
+            """
+            import argparse
+            from contextlib import suppress
+            from functools import partial
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--amp", action="store_true", default=False)
+            args = parser.parse_args()
+            amp_autocast = suppress
+            if args.amp:
+                amp_autocast = partial(torch.autocast, device_type="cuda", dtype=torch.bfloat16)
+            for x, y in loader:
+                with amp_autocast():
+                    loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                opt.step()
+            """,
+        ),
         Invalid(  # autocast around the loss only: the forward pass moves in
             """
             import torch
@@ -440,8 +461,16 @@ class NoMixedPrecision(Rule):
             self._report_block([site for site, _ in sites], sites[0][1])
 
     # ------------------------------------------------------------------ autocast off by default
-    def _report_gated(self, cast: Autocast) -> None:
+    def _report_gated(self, cast: Autocast | Passing) -> None:
         """Autocast is there but its defaults turn it off: the default run is fp32."""
+        if isinstance(cast, Passing):
+            gate = off_by_default(self.ctx, cast.statement, cast.stack)
+            self.report(
+                cast.node,
+                f"autocast is set up only when `{gate}`, which is off by default: with its defaults the script trains in fp32",
+                no_fix_reason="make bf16 the default of the script's own precision option (or run it with bf16)",
+            )
+            return
         site = cast.site
         if cast.precision is Precision.FP32:
             dtype = find_argument(self.ctx, site, "dtype", 1).node

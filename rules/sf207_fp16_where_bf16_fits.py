@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.amp import Autocast, Precision, autocast_passed_around, autocasts, scaler_removal, scaler_scope, scalers
+from speedfix.amp import (Autocast, Precision, autocast_passed_around, autocasts, loss_scaler_calls, scaler_removal,
+                          scaler_scope, scalers)
 from speedfix.codegen import append_args, keyword_arg, reference
 from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.rule import Invalid, Rule, Valid
@@ -16,7 +17,9 @@ class Fp16WhereBf16Fits(Rule):
     `torch.autocast("cuda", dtype=torch.float16)`, or an autocast that leaves the dtype to
     CUDA's default, which is fp16 (`torch.cuda.amp.autocast()`, `torch.amp.autocast("cuda")`).
     Scripts that choose the dtype at run time (nanoGPT's `'bfloat16' if
-    torch.cuda.is_bf16_supported() else 'float16'`, timm's `--amp-dtype`) are left alone.
+    torch.cuda.is_bf16_supported() else 'float16'`, timm's `--amp-dtype`) are left alone. A
+    timm/Meta loss scaler called as `loss_scaler(loss, optimizer, ...)` counts as the GradScaler
+    when it is made in another file (DeiT's and MAE's `engine.py`): reported without a fix.
 
     ## Why is this bad?
     fp16 has a 5-bit exponent: small gradients underflow to zero, so fp16 training needs a
@@ -72,7 +75,7 @@ class Fp16WhereBf16Fits(Rule):
     name = "fp16-where-bf16-fits"
     summary = "fp16 autocast with a GradScaler where bf16 (no scaler) would do"
     severity = Severity.WARNING
-    requires = (b"GradScaler",)
+    requires = (b"GradScaler", b"scaler")  # `scaler`: a timm/Meta NativeScaler passed in
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
     fix_title = "Use bf16 autocast and drop the GradScaler"
@@ -213,6 +216,19 @@ class Fp16WhereBf16Fits(Rule):
                 log(loss_scale=scaler.get_scale())
             """,
         ),
+        Invalid(  # the engine of a DeiT/MAE layout: the NativeScaler comes from main.py, no fix
+            """
+            import torch
+
+            def train_one_epoch(model, criterion, data_loader, optimizer, device, loss_scaler, max_norm=0):
+                for samples, targets in data_loader:
+                    samples = samples.to(device, non_blocking=True)
+                    with torch.cuda.amp.autocast():
+                        loss = criterion(model(samples), targets.to(device, non_blocking=True))
+                    optimizer.zero_grad()
+                    loss_scaler(loss, optimizer, clip_grad=max_norm, parameters=model.parameters())
+            """,
+        ),
     ]
 
     def finish(self) -> None:
@@ -223,10 +239,13 @@ class Fp16WhereBf16Fits(Rule):
         running = [cast for cast in cuda if cast.on_by_default]
         if not running or any(cast.precision is not Precision.FP16 for cast in running):
             return
+        message = "fp16 autocast with a GradScaler: on Ampere or newer GPUs bf16 is as fast and needs no loss scaling"
         made = [scaler for scaler in scalers(ctx) if scaler.enabled is not False]
         if not made:
+            passed_in = loss_scaler_calls(ctx)
+            if passed_in and not scalers(ctx):
+                self.report(running[0].site.node, message, no_fix_reason=_PASSED_IN.format(passed_in[0].func))
             return
-        message = "fp16 autocast with a GradScaler: on Ampere or newer GPUs bf16 is as fast and needs no loss scaling"
         ops: list[FixOp] = []
         reason = None
         for scaler in scalers(ctx):
@@ -255,6 +274,12 @@ class Fp16WhereBf16Fits(Rule):
         bf16 = reference(self.ctx, "torch.bfloat16", ops, cast.site.stack)
         indent = self.ctx.module.default_indent
         return Transform(cast.site.node, lambda call: _with_dtype(call, cst.parse_expression(bf16), indent))
+
+
+_PASSED_IN = (
+    "the loss scaler (`{}`) is made elsewhere: set `dtype=torch.bfloat16` here, then call "
+    "`loss.backward()` and `optimizer.step()` instead of the scaler (or build it disabled)"
+)
 
 
 def _with_dtype(call: cst.CSTNode, dtype: cst.BaseExpression, indent: str) -> cst.CSTNode:

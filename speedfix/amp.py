@@ -26,7 +26,7 @@ from speedfix.arguments import argparse_default, find_argument
 from speedfix.blocks import statement_owner
 from speedfix.context import CallSite, FileContext, FrameKind, Stack, walk_expression
 from speedfix.findings import FixOp, RemoveImportIfUnused, Transform
-from speedfix.flow import default_truth
+from speedfix.flow import default_truth, off_by_default
 from speedfix.names import dotted_name
 from speedfix.patterns import AUTOCAST
 from speedfix.removal import removal_ops
@@ -208,18 +208,34 @@ def _autocast(ctx: FileContext, site: CallSite) -> Autocast:
     return Autocast(site, device, precision, enabled, legacy)
 
 
-def autocast_passed_around(ctx: FileContext) -> bool:
-    """Is autocast itself used as a value (`partial(torch.autocast, ...)`, `ac = torch.autocast`)?
-    Then the precision it runs in is not in any one call the file shows."""
-    found = _PASSED_AROUND.get(ctx)
+@dataclass(frozen=True)
+class Passing:
+    """A place that hands autocast itself around (`partial(torch.autocast, ...)`, `ac =
+    torch.autocast`): the precision it runs in is in no one call the file shows."""
+
+    node: cst.CSTNode
+    statement: cst.SimpleStatementLine | None
+    stack: Stack
+
+
+def autocast_passings(ctx: FileContext) -> list[Passing]:
+    found = _PASSINGS.get(ctx)
     if found is None:
-        found = _PASSED_AROUND[ctx] = any(
-            ctx.qualname(arg.value) in ALL_AUTOCAST for site in ctx.calls for arg in site.node.args
-        ) or any(ctx.qualname(a.value) in ALL_AUTOCAST for assignments in ctx.assignments.values() for a in assignments)
+        found = [Passing(site.node, site.statement, site.stack) for site in ctx.calls
+                 if any(ctx.qualname(arg.value) in ALL_AUTOCAST for arg in site.node.args)]
+        found += [Passing(a.value, a.statement, a.stack) for assignments in ctx.assignments.values()
+                  for a in assignments if ctx.qualname(a.value) in ALL_AUTOCAST]
+        _PASSINGS[ctx] = found
     return found
 
 
-_PASSED_AROUND: WeakKeyDictionary[FileContext, bool] = WeakKeyDictionary()
+def autocast_passed_around(ctx: FileContext) -> bool:
+    """Is autocast handed around on the script's default path? timm's `if args.amp:
+    amp_autocast = partial(torch.autocast, ...)` with `--amp` off by default is not."""
+    return any(off_by_default(ctx, p.statement, p.stack) is None for p in autocast_passings(ctx))
+
+
+_PASSINGS: WeakKeyDictionary[FileContext, list[Passing]] = WeakKeyDictionary()
 
 
 def mixed_precision_by_default(ctx: FileContext) -> bool:
@@ -229,14 +245,15 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
     casts = autocasts(ctx)
     if autocast_passed_around(ctx) or any(cast.on_by_default for cast in casts):
         return True
-    if casts:
+    if casts or autocast_passings(ctx):
         return _low_precision_elsewhere(ctx)
     return ctx.mentions_low_precision or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname)
 
 
-def gated_autocasts(ctx: FileContext) -> list[Autocast]:
-    """The file's autocasts when all of them are off by default and nothing else runs in 16-bit."""
-    return [] if mixed_precision_by_default(ctx) else autocasts(ctx)
+def gated_autocasts(ctx: FileContext) -> list[Autocast | Passing]:
+    """The file's autocasts (and places that hand autocast around) when all of them are off by
+    default and nothing else runs in 16-bit."""
+    return [] if mixed_precision_by_default(ctx) else [*autocasts(ctx), *autocast_passings(ctx)]
 
 
 def _low_precision_elsewhere(ctx: FileContext) -> bool:
@@ -275,6 +292,12 @@ def scalers(ctx: FileContext) -> list[Scaler]:
         enabled = True if enabled_arg.missing else truth_value(ctx, enabled_arg.node, site.stack)
         found.append(Scaler(site, enabled, _assigned_to(site)))
     return found
+
+
+def loss_scaler_calls(ctx: FileContext) -> list[CallSite]:
+    """timm/Meta `loss_scaler(loss, optimizer, ...)` calls: a GradScaler built elsewhere (a
+    `NativeScaler` made in `main.py` and passed in) that scales, unscales and steps."""
+    return [site for site in ctx.calls if ctx.is_loss_scaler(site)]
 
 
 def _assigned_to(site: CallSite) -> str | None:

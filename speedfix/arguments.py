@@ -15,7 +15,7 @@ from enum import Enum
 
 import libcst as cst
 
-from speedfix.context import CallSite, FileContext, Stack
+from speedfix.context import Assignment, CallSite, FileContext, Stack, walk_expression
 from speedfix.names import dotted_name
 
 
@@ -206,18 +206,68 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
     """The `add_argument` calls whose destination is the attribute ``node`` reads from parsed args."""
     if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
         return []
-    holder = ctx.single_value(node.value.value, ())
-    if holder is None:
-        # `args` is often assigned inside main(), or twice (`args = get_args_parser()` then
-        # `args = args.parse_args()`, MAE/DeiT): the last assignment anywhere parses them.
-        found = ctx.assignments.get(node.value.value, [])
-        holder = found[-1].value if found and not found[-1].unpacked else None
-    if not (isinstance(holder, cst.Call) and isinstance(holder.func, cst.Attribute)):
-        return []
-    if holder.func.attr.value not in ("parse_args", "parse_known_args"):
+    # `args` is often assigned inside main(), or twice (`args = get_args_parser()` then
+    # `args = args.parse_args()`, MAE/DeiT): the last assignment anywhere parses them.
+    found = ctx.assignments.get(node.value.value, [])
+    if not found or not _holds_parsed_args(ctx, found[-1]):
         return []
     dest = node.attr.value
     return [site for site in ctx.method_calls("add_argument") if _dest_of(site) == dest]
+
+
+def _holds_parsed_args(ctx: FileContext, assignment: Assignment) -> bool:
+    """Is the target bound to the parsed options: `args = parser.parse_args()`, `args, _ =
+    parser.parse_known_args()`, or the same through a function of the file (timm's `args,
+    args_text = _parse_args()`, YOLOv5's `opt = parse_opt()`)?"""
+    index = _unpacked_index(assignment) if assignment.unpacked else None
+    if assignment.unpacked and index is None:
+        return False
+    return _parses(ctx, assignment.value, index, 0)
+
+
+def _parses(ctx: FileContext, value: cst.BaseExpression, index: int | None, depth: int) -> bool:
+    if depth > 2:
+        return False
+    if isinstance(value, cst.IfExp):
+        return _parses(ctx, value.body, index, depth) and _parses(ctx, value.orelse, index, depth)
+    if isinstance(value, cst.Subscript) and index is None and len(value.slice) == 1:
+        element = value.slice[0].slice
+        if isinstance(element, cst.Index) and isinstance(element.value, cst.Integer) and element.value.value == "0":
+            return _parses(ctx, value.value, 0, depth)  # `parser.parse_known_args()[0]`
+        return False
+    if not isinstance(value, cst.Call):
+        return False
+    if isinstance(value.func, cst.Attribute):
+        method = value.func.attr.value
+        return (method == "parse_args" and index is None) or (method == "parse_known_args" and index == 0)
+    if not isinstance(value.func, cst.Name):
+        return False
+    functions = [info for info in ctx.functions.get(value.func.value, ()) if not info.stack]
+    if len(functions) != 1:
+        return False
+    returns = [n.value for n in walk_expression(functions[0].node.body) if isinstance(n, cst.Return) and n.value is not None]
+    return bool(returns) and all(_returns_parsed(ctx, functions[0].node, r, index, depth + 1) for r in returns)
+
+
+def _returns_parsed(ctx: FileContext, function: cst.CSTNode, value: cst.BaseExpression, index: int | None, depth: int) -> bool:
+    if isinstance(value, cst.Tuple) and index is not None:
+        if index >= len(value.elements):
+            return False
+        value, index = value.elements[index].value, None
+    if isinstance(value, cst.Name):
+        local = [a for a in ctx.assignments.get(value.value, ()) if ctx.function_of(a.stack) is function]
+        return bool(local) and index is None and not local[-1].unpacked and _parses(ctx, local[-1].value, None, depth)
+    return _parses(ctx, value, index, depth)
+
+
+def _unpacked_index(assignment: Assignment) -> int | None:
+    """The position of the target in `a, b = value`."""
+    statement = assignment.statement
+    small = statement.body[0] if statement is not None and len(statement.body) == 1 else None
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1 or not isinstance(small.targets[0].target, cst.Tuple):
+        return None
+    names = [dotted_name(element.value) for element in small.targets[0].target.elements]
+    return names.index(assignment.target) if names.count(assignment.target) == 1 else None
 
 
 def _keyword(site: CallSite, name: str) -> cst.BaseExpression | None:

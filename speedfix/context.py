@@ -530,6 +530,11 @@ class FileContext(NameBindings, Visitor):
             return self.is_optimizer_like(func.value, site.stack)
         if self.call_qualname(site) == "torch.autograd.backward":
             return True
+        return self.is_loss_scaler(site)
+
+    @staticmethod
+    def is_loss_scaler(site: CallSite) -> bool:
+        """`loss_scaler(loss, optimizer, ...)` (timm/Meta `NativeScaler`)."""
         args = site.node.args
         positional = [dotted_name(arg.value) for arg in args if arg.keyword is None and not arg.star]
         keywords = {arg.keyword.value for arg in args if arg.keyword is not None}

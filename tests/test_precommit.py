@@ -5,8 +5,7 @@ with their local edits plus untracked, not-ignored ones), committed in a tempora
 `pre-commit try-repo` on the checkout itself only carries tracked and staged changes, so new
 files would be missing. Building the environment needs the package index (pip installs
 speedfix with its core dependencies); the module builds it once, in a shared PRE_COMMIT_HOME,
-and `pre-commit run` reuses it. One test runs `pre-commit try-repo`, which always builds its
-own environment in a temporary store.
+and `pre-commit run` reuses it.
 """
 
 from __future__ import annotations
@@ -273,21 +272,3 @@ def test_hook_environment_has_no_torch(hooks):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     imported = subprocess.run([str(pythons[0]), "-c", "import torch"], env=env, capture_output=True, text=True)
     assert imported.returncode != 0 and "No module named 'torch'" in imported.stderr
-
-
-def test_try_repo_runs_both_hooks_from_the_checkout(hooks, tmp_path):
-    """`pre-commit try-repo` as a developer would run it (it builds its own environment)."""
-    repo, rev, env = hooks
-    path = tmp_path / "try"
-    _init_repo(path, env)
-    (path / "train.py").write_text(SLOW_SCRIPT, encoding="utf-8")
-    (path / "util.py").write_text(CLEAN_FILE, encoding="utf-8")
-    _git(path, "add", "train.py", "util.py", env=env)
-    proc = subprocess.run([*PRE_COMMIT, "try-repo", str(repo), "--files", "train.py", "util.py", "--color", "never"],
-                          cwd=path, env=env, capture_output=True, text=True, timeout=900)
-    out = _output(proc)
-    assert proc.returncode == 1, out
-    assert "id: speedfix\n" in out and "id: speedfix-apply\n" in out  # the config try-repo made
-    assert out.count("Failed") == 2, out
-    assert ": SF102 [*] " in out and "files were modified by this hook" in out
-    assert 'torch.amp.GradScaler("cuda")' in (path / "train.py").read_text(encoding="utf-8")

@@ -1,15 +1,12 @@
-"""Property tests: apply never crashes, always emits code that parses, and is idempotent.
-
-Two generators: hypothesmith's arbitrary Python modules (odd syntax, few findings), and
-training scripts assembled from realistic fragments with random import aliases, nesting,
-layouts and line endings (many findings and fixes interacting).
+"""Property tests: apply never crashes, always emits code that parses, and is idempotent, on
+training scripts assembled from realistic fragments with random import aliases, nesting, layouts
+and line endings (many findings and fixes interacting). Arbitrary modules: test_fuzz_apply.py.
 """
 
 from __future__ import annotations
 
 import ast
 
-import hypothesmith
 import libcst as cst
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,8 +15,12 @@ from speedfix.engine import SYNTAX_ERROR_CODE, SyntaxProblem
 from speedfix.fixer import fix_code
 
 def profile(examples: int) -> settings:
+    # derandomize: the same examples on every run, so CI fails only on a real regression
     return settings(
-        max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
 
 
@@ -31,6 +32,9 @@ def check(code: str, unsafe: bool = True) -> None:
     if any(item.finding.code == SYNTAX_ERROR_CODE for item in first.unfixed):
         assert first.code == code and not first.changed  # invalid code is reported, never rewritten
         return
+    if not first.changed:
+        assert first.code == code  # nothing to fix: returned as read, even what libcst cannot parse
+        return
     cst.parse_module(first.code)
     try:
         ast.parse(code)
@@ -40,12 +44,6 @@ def check(code: str, unsafe: bool = True) -> None:
         ast.parse(first.code)
     second = fix_code(first.code, path="gen.py", unsafe=unsafe)
     assert second.code == first.code
-
-
-@profile(60)
-@given(hypothesmith.from_grammar())
-def test_arbitrary_modules(code):
-    check(code)
 
 
 TORCH_IMPORTS = st.sampled_from(["import torch", "import torch as T", "import torch as torch_"])
