@@ -9,7 +9,8 @@ from speedfix.codegen import append_args, find_arg, keyword_arg, reference, repl
 from speedfix.context import CallSite, FrameKind
 from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.comments import argument_comments, statement_comments
-from speedfix.loaders import Place, assigned_name, iterated_per_epoch, late_value, samples_place
+from speedfix.flow import assigned_name
+from speedfix.loaders import Place, iterated_per_epoch, late_value, samples_place
 from speedfix.patterns import (
     DATALOADER,
     dataset_argument,

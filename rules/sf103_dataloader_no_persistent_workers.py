@@ -3,14 +3,18 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.arguments import find_argument, literal_int
-from speedfix.codegen import append_args, keyword_arg
+from speedfix.codegen import append_args, code_of, keyword_arg
 from speedfix.context import CallSite
 from speedfix.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.names import dotted_name
-from speedfix.loaders import assigned_name, iterated_per_epoch
+from speedfix.flow import assigned_name
+from speedfix.loaders import iterated_per_epoch, returned_to_training
 from speedfix.patterns import DATALOADER, dataset_argument
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
+
+
+_CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count"})
 
 
 class DataloaderNoPersistentWorkers(Rule):
@@ -194,6 +198,42 @@ class DataloaderNoPersistentWorkers(Rule):
                     train(x, y)
             """,
         ),
+        Invalid(  # iterated through another name each epoch (a resumable run)
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, num_workers=4)
+            for epoch in range(10):
+                active = skip(loader, start) if epoch == 0 else loader
+                for x, y in active:
+                    train(x, y)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, num_workers=4, persistent_workers=True)
+            for epoch in range(10):
+                active = skip(loader, start) if epoch == 0 else loader
+                for x, y in active:
+                    train(x, y)
+            """,
+        ),
+        Invalid(  # one worker per core (Pytorch-UNet)
+            """
+            import os
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, num_workers=os.cpu_count())
+            for epoch in range(10):
+                for x, y in loader:
+                    train(x, y)
+            """,
+            fixed="""
+            import os
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, num_workers=os.cpu_count(), persistent_workers=True)
+            for epoch in range(10):
+                for x, y in loader:
+                    train(x, y)
+            """,
+        ),
         Invalid(  # passed to a per-epoch function; the worker count is an argparse option
             """
             import argparse
@@ -252,11 +292,14 @@ class DataloaderNoPersistentWorkers(Rule):
         workers = find_argument(ctx, site, "num_workers", 5)
         if workers.missing or workers.unknown or not find_argument(ctx, site, "persistent_workers").missing:
             return
-        count = literal_int(ctx, workers.node, site.stack)
-        if not count or count <= 0:
+        count: int | str | None = literal_int(ctx, workers.node, site.stack)
+        if count is None and isinstance(workers.node, cst.Call) and ctx.qualname(workers.node.func) in _CPU_COUNTS:
+            count = f"`{code_of(workers.node)}`"  # one per core: never 0
+        if not count or (isinstance(count, int) and count <= 0):
             return
         loader = assigned_name(site)
-        if loader is None or not iterated_per_epoch(ctx, loader):
+        returned = returned_to_training(ctx, site)  # `return DataLoader(...)` to another file's loop
+        if not (returned[0] if returned is not None else loader is not None and iterated_per_epoch(ctx, loader)):
             return
         message = f"`DataLoader` starts its {count} worker processes again every epoch"
         given = dataset_argument(site)
@@ -264,7 +307,7 @@ class DataloaderNoPersistentWorkers(Rule):
         if dataset is not None and self._changed_in_a_loop(dataset):
             self.report(site.node, message, no_fix_reason="the dataset is changed between epochs: persistent workers would not see it")
             return
-        if isinstance(workers.node, cst.Integer):
+        if isinstance(workers.node, cst.Integer) or isinstance(count, str):
             value: cst.BaseExpression = cst.Name("True")
         elif workers.arg is not None and isinstance(workers.node, (cst.Name, cst.Attribute)):
             value = cst.Comparison(workers.node, [cst.ComparisonTarget(cst.GreaterThan(), cst.Integer("0"))])

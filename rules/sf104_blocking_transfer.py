@@ -172,6 +172,25 @@ class BlockingTransfer(Rule):
             """,
             count=2,
         ),
+        Invalid(  # a batch flattened before its copy (pytorch-tutorial's MLPs)
+            """
+            import torch
+            for images, labels in train_loader:
+                images = images.reshape(-1, 28 * 28).to("cuda")
+                loss = criterion(model(images), labels.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for images, labels in train_loader:
+                images = images.reshape(-1, 28 * 28).to("cuda", non_blocking=True)
+                loss = criterion(model(images), labels.cuda(non_blocking=True))
+                loss.backward()
+                optimizer.step()
+            """,
+            count=2,
+        ),
         Invalid(  # dict batches, `.cuda()`, and a same-file step function called per batch
             """
             import torch
@@ -286,7 +305,7 @@ class BlockingTransfer(Rule):
             return False
         func = site.node.func
         assert isinstance(func, cst.Attribute)
-        if not self.batches.is_batch(func.value, site.stack):
+        if not self.batches.is_batch(_without_layout_calls(func.value), site.stack):
             return False
         if not find_argument(ctx, site, "non_blocking").missing or _sets_more_positionally(site):
             return False
@@ -302,6 +321,19 @@ class BlockingTransfer(Rule):
     def _all_loaders_pinned(self) -> bool:
         loaders = self.ctx.calls_to(*DATALOADER)
         return bool(loaders) and all(not find_argument(self.ctx, s, "pin_memory", 7).missing for s in loaders)
+
+
+# Tensor methods that reshape or convert a batch on the CPU before its copy: `x.view(-1, 784).to(device)`
+# still copies the batch (from its pinned storage, for the views).
+_LAYOUT_METHODS = frozenset({"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
+                             "contiguous", "float", "long", "int", "half", "double", "bool"})
+
+
+def _without_layout_calls(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`x.reshape(-1, 784).float()` -> `x`."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _LAYOUT_METHODS:
+        expr = expr.func.value
+    return expr
 
 
 def _sets_more_positionally(site: CallSite) -> bool:

@@ -5,8 +5,8 @@ import libcst as cst
 from speedfix.arguments import find_argument, literal_bool, literal_int
 from speedfix.context import Assignment, CallSite, FrameKind
 from speedfix.findings import Category, Severity
-from speedfix.flow import comes_before
-from speedfix.loaders import FROZEN_ATTRIBUTES, IGNORED_ATTRIBUTES, assigned_name, late_attributes
+from speedfix.flow import assigned_name, comes_before
+from speedfix.loaders import FROZEN_ATTRIBUTES, IGNORED_ATTRIBUTES, late_attributes
 from speedfix.names import dotted_name
 from speedfix.patterns import DATALOADER, unwrap_iterable
 from speedfix.rule import Invalid, Rule, Valid

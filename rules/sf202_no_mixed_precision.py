@@ -10,11 +10,12 @@ from speedfix.blocks import statement_owner
 from speedfix.codegen import code_of, reference, string_literal
 from speedfix.context import CallSite, WithInfo, walk_expression
 from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.flow import off_by_default
 from speedfix.forward import (assigned_names, backward_calls, calls_model, forward_range, read_names, statement_block, steps,
                               wrap)
+from speedfix.models import project_builds_rnn
 from speedfix.names import dotted_name
 from speedfix.rule import Invalid, Rule, Valid
+from speedfix.steps import CUDNN_RNN_LAYERS
 from speedfix.versions import v
 
 # Autocast raises on these ("unsafe to autocast"): the model has to move to the logits version first.
@@ -22,11 +23,6 @@ _BANNED_UNDER_AUTOCAST = ("torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "
 # Autocast runs cuDNN RNNs in fp16 whatever dtype is asked for (its `_cudnn_rnn` wrapper
 # reflattens the weights into an fp16 buffer; cuDNN had no bf16 RNNs before 9.13): without a
 # GradScaler their gradients can underflow.
-_CUDNN_RNNS = tuple(f"torch.nn.{kind}" for kind in ("LSTM", "GRU", "RNN")) + tuple(
-    f"torch.nn.modules.rnn.{kind}" for kind in ("LSTM", "GRU", "RNN")
-)
-
-
 class NoMixedPrecision(Rule):
     """
     ## What it does
@@ -392,6 +388,24 @@ class NoMixedPrecision(Rule):
                 scaler.update()
             """,
         ),
+        Invalid(  # an fp32 branch and an autocast branch, chosen by a flag that is off by default (ConvNeXt)
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--use_amp", action="store_true")
+            args = parser.parse_args()
+            for x, y in loader:
+                if args.use_amp:
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        loss = criterion(model(x.cuda()), y.cuda())
+                else:
+                    loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                opt.step()
+            """,
+        ),
         Invalid(  # autocast handed around only under a flag that is off by default (timm's train.py)
             """
             import argparse
@@ -410,6 +424,37 @@ class NoMixedPrecision(Rule):
                     loss = criterion(model(x.cuda()), y.cuda())
                 loss.backward()
                 opt.step()
+            """,
+        ),
+        Invalid(  # a linear probe (DINO): the frozen backbone's no_grad block goes under autocast too
+            """
+            import torch
+            for x, y in loader:
+                with torch.no_grad():
+                    if use_cls_token:
+                        features = backbone(x.cuda())[:, 0]
+                    else:
+                        features = backbone(x.cuda()).mean(1)
+                output = head(features)
+                loss = criterion(output, y.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for x, y in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    with torch.no_grad():
+                        if use_cls_token:
+                            features = backbone(x.cuda())[:, 0]
+                        else:
+                            features = backbone(x.cuda()).mean(1)
+                    output = head(features)
+                    loss = criterion(output, y.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
             """,
         ),
         Invalid(  # autocast around the loss only: the forward pass moves in
@@ -463,23 +508,17 @@ class NoMixedPrecision(Rule):
     # ------------------------------------------------------------------ autocast off by default
     def _report_gated(self, cast: Autocast | Passing) -> None:
         """Autocast is there but its defaults turn it off: the default run is fp32."""
-        if isinstance(cast, Passing):
-            gate = off_by_default(self.ctx, cast.statement, cast.stack)
-            self.report(
-                cast.node,
-                f"autocast is set up only when `{gate}`, which is off by default: with its defaults the script trains in fp32",
-                no_fix_reason="make bf16 the default of the script's own precision option (or run it with bf16)",
-            )
-            return
-        site = cast.site
-        if cast.precision is Precision.FP32:
-            dtype = find_argument(self.ctx, site, "dtype", 1).node
+        node = cast.node if isinstance(cast, Passing) else cast.site.node
+        if cast.gate is not None:
+            why = f"runs only when `{cast.gate}`, which is off by default"
+        elif cast.precision is Precision.FP32:
+            dtype = find_argument(self.ctx, cast.site, "dtype", 1).node
             why = f"asks for float32 by default (`dtype={code_of(dtype) if dtype is not None else '...'}`), which turns it off"
         else:
-            enabled = find_argument(self.ctx, site, "enabled", 0 if cast.legacy else 2).node
+            enabled = find_argument(self.ctx, cast.site, "enabled", 0 if cast.legacy else 2).node
             why = f"is disabled by default (`enabled={code_of(enabled) if enabled is not None else '...'}`)"
         self.report(
-            site.node,
+            node,
             f"autocast {why}: with its defaults the script trains in fp32",
             no_fix_reason="make bf16 the default of the script's own precision option (or run it with bf16)",
         )
@@ -546,8 +585,8 @@ class NoMixedPrecision(Rule):
         if self.ctx.calls_to(*_BANNED_UNDER_AUTOCAST):
             self.report(first.node, message, no_fix_reason=_BCE_REASON)
             return
-        if self.ctx.calls_to(*_CUDNN_RNNS):
-            self.report(first.node, message, no_fix_reason=_RNN_REASON)
+        if self.ctx.calls_to(*CUDNN_RNN_LAYERS) or any(project_builds_rnn(self.ctx, site.node) for site in self.ctx.calls):
+            self.report(first.node, message, no_fix_reason=_RNN_REASON)  # here, or in a network of another file
             return
         statements = owner[1]
         ranges = [forward_range(self.ctx, statements, site) for site in sites]

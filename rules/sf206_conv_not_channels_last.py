@@ -368,7 +368,7 @@ class ConvNotChannelsLast(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.step_loops:
+        if not ctx.drives_training:
             return
         layout_gate = self._layout_gate()
         if layout_gate == "":

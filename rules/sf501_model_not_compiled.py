@@ -8,12 +8,14 @@ from speedfix.amp import string_value
 from speedfix.arguments import find_argument
 from speedfix.blocks import enclosing_block
 from speedfix.codegen import reference, statement
-from speedfix.context import CallSite, Stack
+from speedfix.context import CallSite, Stack, walk_expression
 from speedfix.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity
-from speedfix.flow import default_choice, enclosing_statements
+from speedfix.flow import default_choice, enclosing_statements, is_returned
+from speedfix.forward import LOSS_NAME, is_local_object
 from speedfix.frameworks import ACCELERATOR
 from speedfix.models import DATA_PARALLEL, fresh_assignments, optimizer_factories, peel, trained_models, wrapper_of
 from speedfix.names import dotted_name
+from speedfix.patterns import NO_GRAD
 from speedfix.rule import Invalid, Rule, Valid
 from speedfix.versions import v
 
@@ -179,6 +181,18 @@ class ModelNotCompiled(Rule):
             model = Net().cuda()
             model = compile_for_speed(model)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            """
+        ),
+        Valid(  # an optimizer factory (ConvNeXt's optim_factory.py): the caller builds the model
+            """
+            import torch
+
+            def create_optimizer(args, model):
+                params = [p for p in model.parameters() if p.requires_grad]
+                optimizer = torch.optim.SGD(params, lr=args.lr, momentum=0.9)
+                return optimizer
+
+            x = torch.ones(1).cuda()
             """
         ),
     ]
@@ -424,6 +438,20 @@ class ModelNotCompiled(Rule):
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             """,
         ),
+        Invalid(  # a linear probe (DINO): the frozen backbone does the work, so no automatic fix
+            """
+            import torch
+            backbone = Backbone().cuda().eval()
+            head = torch.nn.Linear(768, 1000).cuda()
+            optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+            for x, y in loader:
+                with torch.no_grad():
+                    features = backbone(x.cuda())
+                loss = criterion(head(features), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
     ]
 
     def finish(self) -> None:
@@ -435,7 +463,7 @@ class ModelNotCompiled(Rule):
             return
         reported: set[str] = set()
         for model, site in [*trained_models(ctx), *optimizer_factories(ctx)]:
-            if model in reported or self._detection_model(model, site):
+            if model in reported or self._detection_model(model, site) or self._optimizer_factory(model, site):
                 continue
             helper_compiled, helper_gate = default_choice(ctx, self._compile_helpers(model))
             if helper_compiled:
@@ -453,6 +481,19 @@ class ModelNotCompiled(Rule):
                 if not off:
                     return True
         return False
+
+    def _optimizer_factory(self, model: str, site: CallSite) -> bool:
+        """`def create_optimizer(args, model): ... return SGD(params)`: the model is handed in and
+        the optimizer handed back; the model is compiled where it is built, by the caller."""
+        ctx = self.ctx
+        function = ctx.function_of(site.stack)
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        params = {param.name.value for param in (*function.params.params, *function.params.kwonly_params)}
+        root = model.split(".", 1)[0]
+        if root not in params or root == "self":  # Lightning's `configure_optimizers(self)` is no factory
+            return False
+        return is_returned(function, site)
 
     def _detection_model(self, model: str, site: CallSite) -> bool:
         """A torchvision detection model (Faster/Mask R-CNN, RetinaNet...): images of varying
@@ -496,6 +537,11 @@ class ModelNotCompiled(Rule):
             self.report(node, message, no_fix_reason="the model is set up in `configure_model` (sharded or parallelized): "
                         "compile its blocks there, before they are wrapped")
             return
+        frozen = self._frozen_module(model)
+        if frozen is not None:
+            self.report(node, message, no_fix_reason=f"`{frozen}` also runs in the step, frozen under `torch.no_grad()`: "
+                        f"compile the module that does the work (`{frozen}.compile()` for a frozen backbone)")
+            return
         if not self.ctx.torch_version >= v("2.2") and self._touches_state_dict():
             self.report(node, message, no_fix_reason="with torch < 2.2 compiling renames state_dict keys (`_orig_mod.`)")
             return
@@ -512,6 +558,21 @@ class ModelNotCompiled(Rule):
         # InsertStatements, not a Transform of the anchor: other fixes may rewrite that statement
         ops.insert(0, InsertStatements(placement.anchor, (new,), after=not placement.before))
         self.report(node, message, fix_ops=ops)
+
+    def _frozen_module(self, model: str) -> str | None:
+        """Another module called under `torch.no_grad()` in the training step (DINO's linear
+        probe: a frozen backbone, then the trained head): the work may well be there."""
+        ctx = self.ctx
+        for info in ctx.withs:
+            if not any(isinstance(item, cst.Call) and ctx.qualname(item.func) in NO_GRAD for item in info.items):
+                continue
+            if not ctx.in_training_loop(info.stack):
+                continue
+            for node in walk_expression(info.node.body):
+                name = dotted_name(node.func) if isinstance(node, cst.Call) else None  # `backbone(x)`, `self.encoder(x)`
+                if is_local_object(ctx, name) and name != model and not LOSS_NAME.search(name or ""):
+                    return name
+        return None
 
     # ------------------------------------------------------------------ where the compile goes
     def _placement(self, site: CallSite, model: str) -> _Placement | str:

@@ -274,7 +274,7 @@ class CudnnBenchmarkOff(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.step_loops or self._uses_lightning():
+        if not ctx.drives_training or self._uses_lightning():
             return
         choices = cudnn_choices(ctx)
         chosen, gate = default_choice(ctx, choices)

@@ -124,7 +124,7 @@ class DeterministicMode(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.step_loops:
+        if not ctx.drives_training:
             return
         for name, assignments in ctx.assignments.items():
             if not name.endswith("cudnn.deterministic"):

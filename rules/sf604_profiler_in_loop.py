@@ -6,7 +6,7 @@ from speedfix.arguments import find_argument, literal_bool
 from speedfix.branches import BranchTracker, Frequency, frequency, opt_in_flag
 from speedfix.context import CallSite, FrameKind, WithInfo
 from speedfix.findings import Severity
-from speedfix.loaders import assigned_name
+from speedfix.flow import assigned_name
 from speedfix.names import dotted_name
 from speedfix.rule import Invalid, Rule, Valid
 

@@ -94,6 +94,17 @@ class HfEagerAttention(Rule):
             print("FlashAttention enabled")
             """
         ),
+        Valid(  # chosen in the keyword arguments handed to from_pretrained (peft's sft utils)
+            """
+            import torch
+            from transformers import AutoModelForCausalLM
+            model_kwargs = {"dtype": torch.bfloat16}
+            if use_flash_attn:
+                print("Using flash attention")
+                model_kwargs["attn_implementation"] = "flash_attention_2"
+            model = AutoModelForCausalLM.from_pretrained(name, **model_kwargs)
+            """
+        ),
         Valid(  # Gemma: eager is transformers' own advice for training
             """
             from transformers import AutoModelForCausalLM
@@ -198,10 +209,12 @@ class HfEagerAttention(Rule):
     def _check_claims(self) -> None:
         """A message that says FlashAttention is on, in a script that never chooses one."""
         ctx = self.ctx
+        if not any(self._builds_model(site) for site in ctx.calls):
+            return
         chooses = any(_chooses_attention(site) for site in ctx.calls) or any(
             name.rsplit(".", 1)[-1] in _ATTRIBUTES for name in ctx.assignments
-        )
-        if chooses or not any(self._builds_model(site) for site in ctx.calls):
+        ) or self._names_the_key()
+        if chooses:
             return
         for site in ctx.calls:
             if _message_call(site) and _claims_flash(site.node):
@@ -214,6 +227,17 @@ class HfEagerAttention(Rule):
                     '"flash_attention_2" with the flash-attn package, fp16/bf16 and an Ampere or newer GPU',
                 )
                 return  # one is enough: the other messages say the same
+
+
+    def _names_the_key(self) -> bool:
+        """`model_kwargs["attn_implementation"] = ...`, `{"attn_implementation": ...}`: chosen in a
+        dict that reaches `from_pretrained(**model_kwargs)`."""
+        return any(
+            isinstance(node, cst.SimpleString) and node.evaluated_value in _ATTRIBUTES
+            for assignments in (*self.ctx.item_assignments.values(), *self.ctx.assignments.values())
+            for assignment in assignments
+            for node in walk_expression(assignment.statement or assignment.value)
+        )
 
 
 def _chooses_attention(site: CallSite) -> bool:
@@ -229,7 +253,7 @@ def _message_call(site: CallSite) -> bool:
 # Words that make a message about FlashAttention say it is on, and words that say it is not
 # ("WARNING: using slow attention. Flash Attention requires PyTorch >= 2.0", nanoGPT).
 _ON = re.compile(r"enabl|\bon\b|activ|\busing\b|\buse[sd]?\b|启用|开启|已", re.IGNORECASE)
-_OFF = re.compile(r"\bnot\b|unavailable|disabl|requires?\b|\bslow|warn|fall ?back|without|未|不", re.IGNORECASE)
+_OFF = re.compile(r"\bnot\b|\bno\b|instead|unavailable|disabl|requires?\b|\bslow|warn|fall ?back|without|未|不", re.IGNORECASE)
 
 
 def _claims_flash(call: cst.Call) -> bool:

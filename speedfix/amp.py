@@ -78,11 +78,12 @@ class Autocast:
     precision: Precision  # on the default path
     enabled: bool | None  # None: decided at run time
     legacy: bool  # torch.cuda.amp / torch.cpu.amp signature
+    gate: str | None = None  # the test of an `if` that keeps it off the default path (`args.amp`)
 
     @property
     def on_by_default(self) -> bool:
         """Does it run in 16-bit when the script runs with its defaults (or may it)?"""
-        return self.enabled is not False and self.precision is not Precision.FP32
+        return self.enabled is not False and self.precision is not Precision.FP32 and self.gate is None
 
     @property
     def on_cuda(self) -> bool:
@@ -205,7 +206,8 @@ def _autocast(ctx: FileContext, site: CallSite) -> Autocast:
         precision = precision_of(ctx, dtype.node, site.stack)
     enabled_arg = find_argument(ctx, site, "enabled", 0 if legacy else 2)
     enabled = True if enabled_arg.missing else truth_value(ctx, enabled_arg.node, site.stack)
-    return Autocast(site, device, precision, enabled, legacy)
+    statement = site.statement or next((w.node for w in ctx.withs if site.node in w.items), None)
+    return Autocast(site, device, precision, enabled, legacy, off_by_default(ctx, statement, site.stack))
 
 
 @dataclass(frozen=True)
@@ -214,25 +216,24 @@ class Passing:
     torch.autocast`): the precision it runs in is in no one call the file shows."""
 
     node: cst.CSTNode
-    statement: cst.SimpleStatementLine | None
-    stack: Stack
+    gate: str | None  # the test of an `if` that keeps it off the default path (`args.amp`)
 
 
 def autocast_passings(ctx: FileContext) -> list[Passing]:
     found = _PASSINGS.get(ctx)
     if found is None:
-        found = [Passing(site.node, site.statement, site.stack) for site in ctx.calls
-                 if any(ctx.qualname(arg.value) in ALL_AUTOCAST for arg in site.node.args)]
-        found += [Passing(a.value, a.statement, a.stack) for assignments in ctx.assignments.values()
-                  for a in assignments if ctx.qualname(a.value) in ALL_AUTOCAST]
-        _PASSINGS[ctx] = found
+        places = [(site.node, site.statement, site.stack) for site in ctx.calls
+                  if any(ctx.qualname(arg.value) in ALL_AUTOCAST for arg in site.node.args)]
+        places += [(a.value, a.statement, a.stack) for assignments in ctx.assignments.values()
+                   for a in assignments if ctx.qualname(a.value) in ALL_AUTOCAST]
+        found = _PASSINGS[ctx] = [Passing(node, off_by_default(ctx, statement, stack)) for node, statement, stack in places]
     return found
 
 
 def autocast_passed_around(ctx: FileContext) -> bool:
     """Is autocast handed around on the script's default path? timm's `if args.amp:
     amp_autocast = partial(torch.autocast, ...)` with `--amp` off by default is not."""
-    return any(off_by_default(ctx, p.statement, p.stack) is None for p in autocast_passings(ctx))
+    return any(passing.gate is None for passing in autocast_passings(ctx))
 
 
 _PASSINGS: WeakKeyDictionary[FileContext, list[Passing]] = WeakKeyDictionary()

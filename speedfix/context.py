@@ -80,6 +80,7 @@ class Assignment:
     statement: cst.SimpleStatementLine | None
     unpacked: bool = False  # `x, y = value`: target is one element of value
     augmented: bool = False  # `x += value`
+    part: cst.BaseExpression | None = None  # `x, y = a, b`: the element the target takes (`a`)
 
 
 @dataclass(slots=True)
@@ -171,6 +172,19 @@ def target_names(target: cst.BaseExpression) -> tuple[str, ...]:
         return target_names(target.value)
     name = dotted_name(target)
     return (name,) if name else ()
+
+
+def _parts(target: cst.Tuple | cst.List, value: cst.BaseExpression) -> dict[str, cst.BaseExpression]:
+    """`x, y = a, b` -> {"x": a, "y": b}; {} unless both sides are flat and of one length."""
+    if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) != len(target.elements):
+        return {}
+    parts: dict[str, cst.BaseExpression] = {}
+    for left, right in zip(target.elements, value.elements):
+        name = dotted_name(left.value)
+        if name is None or isinstance(left, cst.StarredElement) or isinstance(right, cst.StarredElement):
+            return {}
+        parts[name] = right.value
+    return parts
 
 
 class Visitor(BatchableCSTVisitor):
@@ -350,9 +364,10 @@ class FileContext(NameBindings, Visitor):
 
     def _record_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
+            parts = _parts(target, value)
             for name in target_names(target):
                 self.assignments[name].append(
-                    Assignment(name, value, self.stack, self._statement, unpacked=True)
+                    Assignment(name, value, self.stack, self._statement, unpacked=True, part=parts.get(name))
                 )
             return
         if isinstance(target, cst.Subscript):
@@ -598,9 +613,12 @@ class FileContext(NameBindings, Visitor):
 
     @cached_property
     def copies_to_device(self) -> bool:
-        """Is anything copied to a device here (`.to(...)`, `.cuda()`), or in the training loop
-        of a function of another scanned file that this file calls (the batches of its loaders)?"""
+        """Is anything copied to a device here (`.to(...)`, `.cuda()`), in the training loop
+        of a function of another scanned file that this file calls (the batches of its loaders),
+        or by the file that iterates the loaders this file's functions return?"""
         if any(True for _ in self.method_calls("to")) or any(True for _ in self.method_calls("cuda")):
+            return True
+        if any(uploads for _, _, uploads in self.links.feeds):
             return True
         return any((callee := self.project_callee(site)) is not None and callee.uploads for site in self.calls)
 
@@ -647,6 +665,14 @@ class FileContext(NameBindings, Visitor):
             elif (callee := self.project_callee(site)) is not None and callee.steps:
                 result.add(loop)
         return result
+
+    @cached_property
+    def drives_training(self) -> bool:
+        """Does the file train: a step loop of its own, or a call of another scanned file's
+        function that holds a training loop (`train_one_epoch(model, loader, ...)` in main.py)?"""
+        return bool(self.step_loops) or any(
+            (callee := self.project_callee(site)) is not None and callee.trains for site in self.calls
+        )
 
     def _hot(self, stack: Stack, *, through_calls: bool, guards_count: bool = True) -> bool:
         type_guarded = False

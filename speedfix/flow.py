@@ -20,7 +20,7 @@ import libcst as cst
 from speedfix.arguments import argparse_option, find_argument
 from speedfix.blocks import statement_owner
 from speedfix.codegen import code_of
-from speedfix.context import FileContext, Stack
+from speedfix.context import CallSite, FileContext, Stack, walk_expression
 from speedfix.names import dotted_name
 from speedfix.walk import child_nodes
 
@@ -275,3 +275,25 @@ def _compound_statements(body) -> Iterator[cst.BaseCompoundStatement]:  # type: 
 def _clause_body(clause: cst.CSTNode) -> list[cst.BaseStatement]:
     body = getattr(clause, "body", None)
     return list(body.body) if isinstance(body, cst.IndentedBlock) else []
+
+
+def assigned_name(site: CallSite) -> str | None:
+    """`loader = DataLoader(...)`: the name the call's value is bound to."""
+    statement = site.statement
+    if statement is None or len(statement.body) != 1 or not isinstance(statement.body[0], cst.Assign):
+        return None
+    assign = statement.body[0]
+    if assign.value is not site.node or len(assign.targets) != 1:
+        return None
+    return dotted_name(assign.targets[0].target)
+
+
+def is_returned(function: cst.FunctionDef, site: CallSite) -> bool:
+    """Does ``function`` return what the call of ``site`` makes: `return DataLoader(...)`,
+    `return train, val`, or `optimizer = SGD(...)` then `return optimizer`?"""
+    name = assigned_name(site)
+    for node in walk_expression(function.body):
+        if isinstance(node, cst.Return) and node.value is not None:
+            if any(n is site.node or (name is not None and dotted_name(n) == name) for n in walk_expression(node.value)):
+                return True
+    return False

@@ -125,13 +125,19 @@ def _loss_name(receiver: cst.BaseExpression) -> str | None:
     return dotted_name(receiver)
 
 
-def assigned_names(statement: cst.BaseStatement) -> set[str]:
-    """Names a statement assigns, looking into `with` blocks (`with autocast(): loss = ...`)."""
-    if isinstance(statement, cst.With) and isinstance(statement.body, cst.IndentedBlock):
+def assigned_names(statement: cst.BaseStatement | cst.Else, *, in_with: bool = False) -> set[str]:
+    """Names a statement assigns, looking into `with` blocks (`with autocast(): loss = ...`) and,
+    inside one, into the branches of an `if` (DINO's frozen backbone: `with torch.no_grad(): if
+    vit: ... else: ...`). An `if` of its own is not looked into: its branches may compute
+    different things (`output, hidden = model(x, hidden)` in one of them)."""
+    if isinstance(statement, cst.With) or (in_with and isinstance(statement, (cst.If, cst.Else))):
+        if not isinstance(statement.body, cst.IndentedBlock):
+            return set()
         names: set[str] = set()
         for inner in statement.body.body:
-            names |= assigned_names(inner)
-        return names
+            names |= assigned_names(inner, in_with=True)
+        orelse = getattr(statement, "orelse", None)
+        return names | assigned_names(orelse, in_with=True) if orelse is not None else names
     if not isinstance(statement, cst.SimpleStatementLine):
         return set()
     names = set()

@@ -26,7 +26,7 @@ import libcst as cst
 
 from speedfix.arguments import find_argument
 from speedfix.context import Assignment, CallSite, FileContext, Stack, walk_expression
-from speedfix.flow import comes_before
+from speedfix.flow import assigned_name, comes_before, is_returned
 from speedfix.names import dotted_name
 from speedfix.patterns import TENSOR_DATASET, dataset_argument, is_cpu_device, is_dtype, unwrap_iterable
 
@@ -263,17 +263,6 @@ def _combine(places: list[Place | None]) -> Place | None:
 
 
 # ---------------------------------------------------------------- iteration
-def assigned_name(site: CallSite) -> str | None:
-    """`loader = DataLoader(...)`: the name the loader is bound to."""
-    statement = site.statement
-    if statement is None or len(statement.body) != 1 or not isinstance(statement.body[0], cst.Assign):
-        return None
-    assign = statement.body[0]
-    if assign.value is not site.node or len(assign.targets) != 1:
-        return None
-    return dotted_name(assign.targets[0].target)
-
-
 def iterated_per_epoch(ctx: FileContext, loader: str) -> bool:
     """Is ``loader`` iterated more than once: in a nested loop, in a function called in a loop,
     or passed to one there? (A test loader iterated once after training is not.)"""
@@ -283,8 +272,9 @@ def iterated_per_epoch(ctx: FileContext, loader: str) -> bool:
         if ctx.nearest_loop(site.stack) is not None and site.func in ctx.functions
         for info in ctx.functions[site.func]
     }
+    names = {loader} | _aliases(ctx, loader)
     for info in ctx.loops.values():
-        if info.iter is None or dotted_name(unwrap_iterable(info.iter)) != loader:
+        if info.iter is None or dotted_name(unwrap_iterable(info.iter)) not in names:
             continue
         if ctx.nearest_loop(info.stack) is not None or ctx.function_of(info.stack) in called_in_loops:
             return True
@@ -298,6 +288,33 @@ def iterated_per_epoch(ctx: FileContext, loader: str) -> bool:
                                             _stored_as(ctx, site, loader)):
             return True  # `Trainer(model, loader).fit(epochs)` of this file
     return False
+
+
+def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool] | None:
+    """(iterated every epoch, its batches copied to a device) when the DataLoader of ``site`` is
+    returned by a module-level function whose result a training loop of another scanned file
+    iterates (`return DataLoader(...)` in `data.py`, `loader = get_loader(...)` in `train.py`)."""
+    if not ctx.links.feeds:
+        return None
+    function = ctx.function_of(site.stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.class_of(site.stack) is not None:
+        return None
+    uses = next(((per_epoch, uploads) for name, per_epoch, uploads in ctx.links.feeds if name == function.name.value), None)
+    if uses is None:
+        return None
+    return uses if is_returned(function, site) else None
+
+
+def _aliases(ctx: FileContext, loader: str) -> set[str]:
+    """Names bound to the loader itself: `active = train_loader`, `loader = a if resume else train_loader`."""
+    found = set()
+    for target, assignments in ctx.assignments.items():
+        for assignment in assignments:
+            value = assignment.part or assignment.value
+            options = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+            if not assignment.augmented and any(dotted_name(option) == loader for option in options):
+                found.add(target)
+    return found - {loader}
 
 
 def _stored_as(ctx: FileContext, site: CallSite, name: str) -> list[str]:

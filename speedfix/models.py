@@ -19,6 +19,7 @@ from speedfix.context import Assignment, CallSite, FileContext, FrameKind, Stack
 from speedfix.flow import comes_before
 from speedfix.names import dotted_name
 from speedfix.patterns import NN_MODULE, OPTIMIZER_PREFIX
+from speedfix.project import FunctionFacts
 from speedfix.steps import CONV_LAYERS
 
 DATA_PARALLEL = (
@@ -148,10 +149,19 @@ def is_conv2d_net(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> b
 def project_conv_dims(ctx: FileContext, call: cst.Call) -> tuple[int, ...]:
     """The ConvNd dimensions of the network a class (or factory) of another scanned file builds:
     `net = ResNet18()` after `from models import *`."""
-    if not ctx.links.modules:
-        return ()
-    facts = ctx.links.function(ctx.project_name(dotted_name(call.func)))
+    facts = _project_builder(ctx, call)
     return facts.conv_dims if facts is not None else ()
+
+
+def project_builds_rnn(ctx: FileContext, call: cst.Call) -> bool:
+    """Does a class (or factory) of another scanned file build cuDNN LSTM/GRU/RNN layers
+    (`decoder = DecoderRNN(...)` from model.py)?"""
+    facts = _project_builder(ctx, call)
+    return facts is not None and facts.rnn
+
+
+def _project_builder(ctx: FileContext, call: cst.Call) -> FunctionFacts | None:
+    return ctx.links.function(ctx.project_name(dotted_name(call.func))) if ctx.links.modules else None
 
 
 def built_classes(ctx: FileContext, call: cst.Call, stack: Stack, depth: int = 0) -> set[str]:

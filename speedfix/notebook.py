@@ -11,7 +11,8 @@ match the order a notebook UI shows; lines within a cell are 1-based too.
 
 IPython syntax never reaches the parser. Each line that IPython would transform — line magics
 (``%time f()``), shell escapes (``!pip install x``), assignments from them (``files = !ls``), help
-(``obj?``, ``?obj``), the other escapes (``/f x``, ``,f a``, ``;f a``), backslash-continued lines of
+(``obj?``, ``?obj``), the other escapes (``/f x``, ``,f a``, ``;f a``), line magics written without
+their ``%`` (automagic: ``pip install timm``, ``cd /kaggle/working``), backslash-continued lines of
 these — becomes a placeholder on the same line: a comment ``# ~speedfix~ magic 7`` at the top
 level, and ``pass  # ~speedfix~ magic 7`` when indented, so that a block whose body is only magic
 (``if IN_COLAB:`` / ``!pip install ...``) still parses. A cell magic (first non-blank line starts
@@ -39,6 +40,8 @@ exactly its own bytes is refused rather than reformatted.
 
 from __future__ import annotations
 
+import ast
+
 import bisect
 import difflib
 import json
@@ -61,6 +64,14 @@ _PLACEHOLDER_RE = re.compile(r"^([ \t]*)(?:pass[ \t]+)?# ~speedfix~ magic (\d+)[
 # start a Python statement, so a logical line that starts with one is always IPython syntax.
 _ESCAPES = ("%", "!", "?", "/", ",", ";")
 _ASSIGN_FROM_MAGIC = re.compile(r"^[ \t]*[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*[!%]")
+# Line magics IPython runs without their `%` (automagic, on by default): `pip install timm` in a
+# Kaggle or Colab cell. Such a line is magic only when it is not a useful Python statement
+# (`time = 5` is; `cd /kaggle/working` parses as a division that does nothing), and the word is
+# not followed by what continues a Python statement (`env = dict(`, `run (`, `time + (`).
+_AUTOMAGIC = re.compile(
+    r"^(?:pip|conda|mamba|cd|env|set_env|mkdir|rmdir|cp|mv|rm|cat|load_ext|reload_ext|unload_ext|autoreload|"
+    r"matplotlib|pylab|time|timeit|run|config|who|whos|history|store|sx|system)[ \t]+(?![-+*%&|^<>@=(\[,:]|$)"
+)
 _BOM = b"\xef\xbb\xbf"
 _LINE_REFERENCE = re.compile(r"\bon line (\d+)\b")
 # Cell magics whose body IPython runs as Python code.
@@ -433,9 +444,20 @@ def _is_magic(line: str) -> bool:
         return False
     if stripped.startswith(_ESCAPES) or _ASSIGN_FROM_MAGIC.match(line):
         return True
+    if _AUTOMAGIC.match(stripped) and not _useful_python(stripped):
+        return True
     lexer = _Lexer()
     lexer.feed(line)
     return lexer.code.rstrip().endswith("?") and lexer.at_statement_start  # help: ``obj?``, ``obj??``
+
+
+def _useful_python(line: str) -> bool:
+    """Does the line parse as a statement that does something (not a bare `cd / data`)?"""
+    try:
+        tree = ast.parse(line)
+    except (SyntaxError, ValueError):
+        return False
+    return not (len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.BinOp))
 
 
 class _Lexer:

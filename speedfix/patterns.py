@@ -25,6 +25,8 @@ AUTOCAST = (
     "torch.cpu.amp.autocast",
 )
 OPTIMIZER_PREFIX = "torch.optim."
+NO_GRAD = tuple(f"{module}.{name}" for module in ("torch", "torch.autograd", "torch.autograd.grad_mode")
+                for name in ("no_grad", "inference_mode"))
 NN_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 _DTYPES = {
     "float", "float32", "float64", "double", "float16", "half", "bfloat16", "int", "int8", "int16",
@@ -151,7 +153,10 @@ def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _dep
         if ctx.qualname(call.func) in DATALOADER:
             return True
         inner = unwrap_iterable(call)
-        return inner is not call and _depth < 3 and is_dataloader(ctx, inner, stack, _depth + 1)
+        if inner is call:  # a factory named like one: `get_loader(...)`, `build_dataloader(...)`
+            func = dotted_name(call.func)
+            return func is not None and bool(_LOADER_NAME.search(func.rsplit(".", 1)[-1]))
+        return _depth < 3 and is_dataloader(ctx, inner, stack, _depth + 1)
     name = dotted_name(expr)
     return name is not None and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
 
@@ -280,7 +285,8 @@ class BatchNames:
                 for assignment in assignments:
                     if assignment.augmented:
                         continue
-                    if root_name(assignment.value) in names and _is_projection(assignment.value):
+                    value = assignment.part or assignment.value  # `x, y = batch["x"], batch["y"]`
+                    if root_name(value) in names and _is_projection(value):
                         names.add(target)
                         added = True
                         break
@@ -301,7 +307,7 @@ class BatchNames:
         name = root_name(expr)
         function = self.ctx.function_of(stack)
         for assignment in self.ctx.assignments_in(function, name or ""):
-            if _moves_to_device(assignment.value):
+            if _moves_to_device(assignment.part or assignment.value):
                 return False
         return True
 

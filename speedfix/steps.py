@@ -34,6 +34,9 @@ CONV_LAYERS = {
     for prefix in ("", "modules.conv.") for kind in ("Conv", "ConvTranspose") for dims in (1, 2, 3)
 }
 
+# cuDNN recurrent layers: autocast runs them in fp16 whatever dtype it is asked for.
+CUDNN_RNN_LAYERS = frozenset(f"torch.nn.{prefix}{kind}" for prefix in ("", "modules.rnn.") for kind in ("LSTM", "GRU", "RNN"))
+
 
 def last_part(name: str) -> str:
     return name.rsplit(".", 1)[-1]

@@ -204,6 +204,16 @@ values = dict(
     a=1,  # !comment
 )
 print(doc, values, files, a, b, t)  # ends with a question?
+pip install -q timm
+cd /kaggle/working
+matplotlib inline
+env = dict(
+    cd=1,
+)
+time = (1 +
+    2)
+run (3)
+cd
 '''
 
 
@@ -223,6 +233,8 @@ def test_magics_and_shell_lines_are_skipped(run_cli, tmp_path):
     virtual = load_notebook(path).source
     assert "%" not in virtual.replace('"""\n%not a magic', "")  # only the string keeps its text
     assert "!neither" in virtual and "a=1,  # !comment" in virtual
+    assert "pip install" not in virtual and "cd /kaggle" not in virtual and "matplotlib inline" not in virtual  # automagic
+    assert "env = dict(\n    cd=1,\n)\ntime = (1 +\n    2)\nrun (3)\ncd\n" in virtual  # Python that starts like one
     assert "    pass  # ~speedfix~ magic" in virtual  # an indented magic stays a statement
     assert "for f in *" not in virtual
 

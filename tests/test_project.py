@@ -558,3 +558,94 @@ def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_
         """)
     result = run_cli("scan", ".", "--select", "SF103", "--no-summary", cwd=tmp_path)
     assert result.stdout.splitlines() == ["main.py:5:7: SF103 [*] `DataLoader` starts its 8 worker processes again every epoch"]
+
+
+def test_a_loader_returned_by_a_factory_of_another_file(run_cli, tmp_path, write):
+    """pytorch-tutorial's `get_loader()` in data_loader.py: the loader is built there, the loop
+    that iterates it every epoch and copies its batches is in train.py."""
+    write("data.py", """\
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def get_loaders(batch_size):
+            train = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=batch_size, num_workers=4)
+            val = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=batch_size)
+            return train, val
+        """)
+    write("train.py", """\
+        import torch
+        from data import get_loaders
+
+        def main():
+            train_loader, val_loader = get_loaders(32)
+            for epoch in range(10):
+                for (x,) in train_loader:
+                    x = x.view(-1, 8).to("cuda")
+                    model(x).sum().backward()
+                    optimizer.step()
+
+        main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF102,SF103,SF104", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines() == [
+        "data.py:5:13: SF102 [*] `DataLoader` without `pin_memory=True`: batches are copied to the GPU from pageable memory",
+        "data.py:5:13: SF103 [*] `DataLoader` starts its 4 worker processes again every epoch",
+        "data.py:6:11: SF102 [*] `DataLoader` without `pin_memory=True`: batches are copied to the GPU from pageable memory",
+        "train.py:8:17: SF104 [*] `.to()` of a batch in the training loop blocks the CPU until the copy is done "
+        "(pin the DataLoader's memory too, SF102)",
+    ]
+
+
+def test_an_lstm_in_another_file_keeps_the_autocast_fix_away(run_cli, tmp_path, write):
+    """pytorch-tutorial's image captioning: DecoderRNN (an nn.LSTM) lives in model.py; autocast
+    would run its cuDNN LSTM in fp16, so SF202 reports without a fix."""
+    write("model.py", """\
+        import torch.nn as nn
+
+        class DecoderRNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = nn.LSTM(256, 512, batch_first=True)
+        """)
+    write("train.py", """\
+        import torch
+        from model import DecoderRNN
+
+        decoder = DecoderRNN().cuda()
+        for x, y in loader:
+            loss = criterion(decoder(x.cuda()), y.cuda())
+            loss.backward()
+            optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF202", "--output-format", "json", cwd=tmp_path)
+    (finding,) = json.loads(result.stdout)
+    assert finding["path"] == "train.py" and finding["fix"] is None
+    assert "cuDNN LSTM" in finding["no_fix_reason"]
+
+
+def test_a_conv_net_trained_by_an_engine_of_another_file(run_cli, tmp_path, write):
+    """DeiT/ConvNeXt layout: main.py builds a timm ResNet and calls engine.train_one_epoch every
+    epoch; cuDNN autotuning and channels-last are set up in main.py, where the model is."""
+    write("engine.py", """\
+        import torch
+
+        def train_one_epoch(model, loader, optimizer):
+            for x, y in loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                optimizer.step()
+        """)
+    write("main.py", """\
+        import timm
+        import torch
+        from engine import train_one_epoch
+
+        def main():
+            model = timm.create_model("resnet50").cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                train_one_epoch(model, loader, optimizer)
+
+        main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF206,SF601", "--no-summary", cwd=tmp_path)
+    assert [line.split(" ", 2)[:2] for line in result.stdout.splitlines()] == [["main.py:6:13:", "SF206"], ["main.py:6:13:", "SF601"]]

@@ -24,8 +24,8 @@ import ast
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from speedfix.steps import (CONV_LAYERS, CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, is_iterable_wrapper,
-                            is_loss_scaler_call, is_optimizer_name)
+from speedfix.steps import (CONV_LAYERS, CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_RNN_LAYERS,
+                            is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name)
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class FunctionFacts:
     uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
     cuda: bool = False  # names CUDA, or returns a CUDA device
     conv_dims: tuple[int, ...] = ()  # a class (or a factory returning one) that builds ConvNd layers: the Ns
+    rnn: bool = False  # a class (or a factory returning one) that builds cuDNN LSTM/GRU/RNN layers
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class ModuleFacts:
     cuda_names: tuple[str, ...] = ()  # module-level names that hold (or return) a CUDA device
     functions: dict[str, FunctionFacts] = field(default_factory=dict)
     hot_calls: tuple[str, ...] = ()  # qualified names (through imports) called on every training step
+    # imported functions whose returned loader a training loop here iterates (`loader = get_loader()`):
+    # (qualified name, iterated every epoch, its batches copied to a device)
+    loader_calls: tuple[tuple[str, bool, bool], ...] = ()
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
 
@@ -73,6 +77,7 @@ class ModuleFacts:
             cuda_names=tuple(map(str, record["cuda_names"])),
             functions=functions,
             hot_calls=tuple(map(str, record["hot_calls"])),
+            loader_calls=tuple((str(q), bool(e), bool(u)) for q, e, u in record["loader_calls"]),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
         )
@@ -126,6 +131,7 @@ class _Loop:
     marker: bool = False  # a step marker directly in its body (no nested loop in between)
     uploads: bool = False
     calls: list[tuple[str, bool]] = field(default_factory=list)  # (callee as written, under a periodic guard)
+    nested: bool = False  # inside another loop of the same function (an epoch loop)
 
 
 @dataclass
@@ -159,6 +165,8 @@ class _Collector(ast.NodeVisitor):
         # class or module-level function -> the names it calls (a function: in what it returns)
         self.builds: dict[str, set[str]] = {}
         self.conv_layers: dict[str, set[int]] = {}  # ... -> dims of the ConvNd layers it calls itself
+        self.rnn_layers: dict[str, set[bool]] = {}  # ... -> {True} when it calls a cuDNN RNN layer itself
+        self.made_at_module: dict[str, str] = {}  # module-level `v = f(...)` -> v: f (as written)
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -223,7 +231,7 @@ class _Collector(ast.NodeVisitor):
         return self.loop_stack[-1] if self.loop_stack else None
 
     def _visit_loop(self, node: ast.For | ast.AsyncFor | ast.While, iterable: str | None) -> None:
-        loop = _Loop(self.function_stack[-1] if self.function_stack else None, iterable)
+        loop = _Loop(self.function_stack[-1] if self.function_stack else None, iterable, nested=self._current_loop() is not None)
         self.loops.append(loop)
         if loop.function is not None:
             loop.function.loops.append(loop)
@@ -270,20 +278,22 @@ class _Collector(ast.NodeVisitor):
 
     def _assigned(self, targets: list[ast.expr], value: ast.expr) -> None:
         function = self.function_stack[-1] if self.function_stack else None
+        made = dotted(value.func) if isinstance(value, ast.Call) else None
+        made_by = function.made_by if function is not None else None if self.class_stack else self.made_at_module
         for target in targets:
+            if isinstance(target, (ast.Tuple, ast.List)) and made and made_by is not None:
+                for element in target.elts:  # `train_loader, val_loader = get_loaders(...)`
+                    if isinstance(element, ast.Name):
+                        made_by[element.id] = made
             name = dotted(target)
             if name is None:
                 continue
             if function is None and not self.class_stack and "." not in name and self._mentions_cuda(value):
                 self.cuda_names.add(name)
-            if function is None:
-                continue
-            if name.startswith("self.") and isinstance(value, ast.Name) and value.id in function.params:
+            if made and made_by is not None and "." not in name:
+                made_by[name] = made
+            if function is not None and name.startswith("self.") and isinstance(value, ast.Name) and value.id in function.params:
                 function.stored[name[5:]] = value.id
-            if isinstance(value, ast.Call) and "." not in name:
-                made = dotted(value.func)
-                if made:
-                    function.made_by[name] = made
 
     def visit_Return(self, node: ast.Return) -> None:
         if node.value is not None and self.function_stack and self._mentions_cuda(node.value):
@@ -377,9 +387,12 @@ class _Collector(ast.NodeVisitor):
 
     def _builds(self, owner: str, func: str) -> None:
         self.builds.setdefault(owner, set()).add(func)
-        dims = CONV_LAYERS.get(self.resolve(func) or "")
+        qualified = self.resolve(func) or ""
+        dims = CONV_LAYERS.get(qualified)
         if dims is not None:
             self.conv_layers.setdefault(owner, set()).add(dims)
+        if qualified in CUDNN_RNN_LAYERS:
+            self.rnn_layers.setdefault(owner, set()).add(True)
 
     def _is_marker(self, node: ast.Call, func: str | None) -> bool:
         target = node.func
@@ -411,9 +424,12 @@ class _Collector(ast.NodeVisitor):
                 loop.marker = True
         functions = {name: self._function_facts(function) for name, function in self.functions.items()}
         functions.update(self._constructors(functions))
-        for name, dims in self._conv_dims().items():
+        for name, dims in self._reached(self.conv_layers).items():
             if name in functions:
                 functions[name] = replace(functions[name], conv_dims=tuple(sorted(dims)))
+        for name in self._reached(self.rnn_layers):
+            if name in functions:
+                functions[name] = replace(functions[name], rnn=True)
         hot = sorted({q for q in self._hot_calls() if q is not None and q.split(".", 1)[0] not in _EXTERNAL})
         return ModuleFacts(
             imports=tuple(sorted(self.bindings.items())),
@@ -422,14 +438,16 @@ class _Collector(ast.NodeVisitor):
             cuda_names=tuple(sorted(self.cuda_names | self.cuda_classes | self._cuda_returners())),
             functions=functions,
             hot_calls=tuple(hot),
+            loader_calls=self._loader_calls(),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
         )
 
-    def _conv_dims(self) -> dict[str, set[int]]:
-        """Classes and factories that build convolutions, through the file's own classes and
-        helpers they call (`conv3x3()` returning `nn.Conv2d`), to a fixed point."""
-        dims = {name: set(found) for name, found in self.conv_layers.items()}
+    def _reached(self, layers: dict[str, set[Any]]) -> dict[str, set[Any]]:
+        """Classes and factories that build ``layers`` (convolutions by dimension, RNNs), through
+        the file's own classes and helpers they call (`conv3x3()` returning `nn.Conv2d`), to a
+        fixed point."""
+        dims = {name: set(found) for name, found in layers.items()}
         changed = True
         while changed:
             changed = False
@@ -488,6 +506,21 @@ class _Collector(ast.NodeVisitor):
                 cuda=any(facts.cuda for _, facts in methods) or owner in self.cuda_classes,
             )
         return result
+
+    def _loader_calls(self) -> tuple[tuple[str, bool, bool], ...]:
+        """Imported functions whose result a training loop iterates: `loader = get_loader(...)`
+        then `for x, y in loader:` (the DataLoader is built, and gets its fix, in their file)."""
+        found: dict[str, tuple[bool, bool]] = {}
+        for loop in self.loops:
+            if not loop.marker or loop.iterable is None:
+                continue
+            made_by = loop.function.made_by if loop.function is not None else self.made_at_module
+            qualified = self.resolve(made_by.get(loop.iterable))
+            if qualified is None or qualified.split(".", 1)[0] in _EXTERNAL:
+                continue
+            per_epoch, uploads = found.get(qualified, (False, False))
+            found[qualified] = (per_epoch or loop.nested, uploads or loop.uploads)
+        return tuple((name, *uses) for name, uses in sorted(found.items()))
 
     def _hot_calls(self) -> Iterator[str | None]:
         """Imported functions and methods of imported classes called on every step."""

@@ -16,6 +16,8 @@ What a file learns (``Links``):
   CUDA too: ``engine.py`` taking ``device`` as a parameter is trained on the device ``main.py``
   passes;
 - ``hot``: its functions that another file calls on every training step;
+- ``feeds``: its functions whose returned DataLoader another file's training loop iterates
+  (`loader = get_loader(...)` in ``train.py``): the loader's fixes belong where it is built;
 - ``missing``: modules it imports that exist beside it but were not scanned (to say what could
   not be checked).
 """
@@ -42,6 +44,9 @@ class Links:
     star: dict[str, str] = field(default_factory=dict)  # name bound by `from m import *` -> its qualified name
     cuda: str | None = None  # why the file runs on CUDA through another file
     hot: tuple[str, ...] = ()  # its functions (`f`, `Class.method`) called on every step from another file
+    # its functions whose returned loader another file's training loop iterates: (function, every
+    # epoch, batches copied to a device)
+    feeds: tuple[tuple[str, bool, bool], ...] = ()
     missing: tuple[str, ...] = ()  # modules it imports that exist beside it but were not scanned
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
@@ -65,6 +70,7 @@ class Links:
             "star": sorted(self.star.items()),
             "cuda": self.cuda,
             "hot": list(self.hot),
+            "feeds": [list(feed) for feed in self.feeds],
             "missing": list(self.missing),
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
@@ -204,6 +210,7 @@ def link(
         missing[path] = _missing(path, module, found, resolver)
     cuda = _cuda_reasons(facts, prefixes, show)
     hot = _hot_functions(facts, prefixes)
+    feeds = _loader_factories(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     links: dict[Path, Links] = {}
     for path, module in facts.items():
@@ -215,6 +222,7 @@ def link(
             star=star,
             cuda=cuda.get(path),
             hot=tuple(sorted(hot.get(path, ()))),
+            feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
             missing=tuple(missing[path]),
         )
     return links
@@ -340,6 +348,21 @@ def _hot_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str
             if name in facts[target].functions and not _is_class(facts[target], name):
                 hot.setdefault(target, set()).add(name)
     return hot
+
+
+def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                      ) -> dict[Path, dict[str, tuple[bool, bool]]]:
+    """Functions of each file whose returned loader another file's training loop iterates."""
+    feeds: dict[Path, dict[str, tuple[bool, bool]]] = {}
+    for path, module in facts.items():
+        for qualified, per_epoch, uploads in module.loader_calls:
+            hit = _split(qualified, prefixes[path])
+            if hit is None or hit[1] not in facts[hit[0]].functions:
+                continue
+            found = feeds.setdefault(hit[0], {})
+            old = found.get(hit[1], (False, False))
+            found[hit[1]] = (old[0] or per_epoch, old[1] or uploads)
+    return feeds
 
 
 def _is_class(module: ModuleFacts, name: str) -> bool:
