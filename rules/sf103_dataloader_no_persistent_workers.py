@@ -292,22 +292,22 @@ class DataloaderNoPersistentWorkers(Rule):
         workers = find_argument(ctx, site, "num_workers", 5)
         if workers.missing or workers.unknown or not find_argument(ctx, site, "persistent_workers").missing:
             return
-        count: int | str | None = literal_int(ctx, workers.node, site.stack)
-        if count is None and isinstance(workers.node, cst.Call) and ctx.qualname(workers.node.func) in _CPU_COUNTS:
-            count = f"`{code_of(workers.node)}`"  # one per core: never 0
-        if not count or (isinstance(count, int) and count <= 0):
+        count = literal_int(ctx, workers.node, site.stack)
+        per_core = isinstance(workers.node, cst.Call) and ctx.qualname(workers.node.func) in _CPU_COUNTS  # never 0
+        if not per_core and (count is None or count <= 0):
             return
         loader = assigned_name(site)
         returned = returned_to_training(ctx, site)  # `return DataLoader(...)` to another file's loop
         if not (returned[0] if returned is not None else loader is not None and iterated_per_epoch(ctx, loader)):
             return
-        message = f"`DataLoader` starts its {count} worker processes again every epoch"
+        shown = f"`{code_of(workers.node)}`" if per_core else count
+        message = f"`DataLoader` starts its {shown} worker processes again every epoch"
         given = dataset_argument(site)
         dataset = dotted_name(given) if given is not None else None
         if dataset is not None and self._changed_in_a_loop(dataset):
             self.report(site.node, message, no_fix_reason="the dataset is changed between epochs: persistent workers would not see it")
             return
-        if isinstance(workers.node, cst.Integer) or isinstance(count, str):
+        if isinstance(workers.node, cst.Integer) or per_core:
             value: cst.BaseExpression = cst.Name("True")
         elif workers.arg is not None and isinstance(workers.node, (cst.Name, cst.Attribute)):
             value = cst.Comparison(workers.node, [cst.ComparisonTarget(cst.GreaterThan(), cst.Integer("0"))])

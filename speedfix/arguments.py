@@ -219,10 +219,9 @@ def _holds_parsed_args(ctx: FileContext, assignment: Assignment) -> bool:
     """Is the target bound to the parsed options: `args = parser.parse_args()`, `args, _ =
     parser.parse_known_args()`, or the same through a function of the file (timm's `args,
     args_text = _parse_args()`, YOLOv5's `opt = parse_opt()`)?"""
-    index = _unpacked_index(assignment) if assignment.unpacked else None
-    if assignment.unpacked and index is None:
+    if assignment.unpacked and assignment.position is None:
         return False
-    return _parses(ctx, assignment.value, index, 0)
+    return _parses(ctx, assignment.value, assignment.position, 0)
 
 
 def _parses(ctx: FileContext, value: cst.BaseExpression, index: int | None, depth: int) -> bool:
@@ -258,16 +257,6 @@ def _returns_parsed(ctx: FileContext, function: cst.CSTNode, value: cst.BaseExpr
         local = [a for a in ctx.assignments.get(value.value, ()) if ctx.function_of(a.stack) is function]
         return bool(local) and index is None and not local[-1].unpacked and _parses(ctx, local[-1].value, None, depth)
     return _parses(ctx, value, index, depth)
-
-
-def _unpacked_index(assignment: Assignment) -> int | None:
-    """The position of the target in `a, b = value`."""
-    statement = assignment.statement
-    small = statement.body[0] if statement is not None and len(statement.body) == 1 else None
-    if not isinstance(small, cst.Assign) or len(small.targets) != 1 or not isinstance(small.targets[0].target, cst.Tuple):
-        return None
-    names = [dotted_name(element.value) for element in small.targets[0].target.elements]
-    return names.index(assignment.target) if names.count(assignment.target) == 1 else None
 
 
 def _keyword(site: CallSite, name: str) -> cst.BaseExpression | None:

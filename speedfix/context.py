@@ -80,7 +80,19 @@ class Assignment:
     statement: cst.SimpleStatementLine | None
     unpacked: bool = False  # `x, y = value`: target is one element of value
     augmented: bool = False  # `x += value`
-    part: cst.BaseExpression | None = None  # `x, y = a, b`: the element the target takes (`a`)
+    position: int | None = None  # `x, y = value`: the target's place in a flat target tuple (`y`: 1)
+
+    @property
+    def part(self) -> cst.BaseExpression | None:
+        """`x, y = a, b`: the element the target takes (`a`); None unless both sides are flat
+        and of one length."""
+        value = self.value
+        if self.position is None or not isinstance(value, (cst.Tuple, cst.List)):
+            return None
+        elements = value.elements
+        if any(isinstance(element, cst.StarredElement) for element in elements) or self.position >= len(elements):
+            return None
+        return elements[self.position].value
 
 
 @dataclass(slots=True)
@@ -172,19 +184,6 @@ def target_names(target: cst.BaseExpression) -> tuple[str, ...]:
         return target_names(target.value)
     name = dotted_name(target)
     return (name,) if name else ()
-
-
-def _parts(target: cst.Tuple | cst.List, value: cst.BaseExpression) -> dict[str, cst.BaseExpression]:
-    """`x, y = a, b` -> {"x": a, "y": b}; {} unless both sides are flat and of one length."""
-    if not isinstance(value, (cst.Tuple, cst.List)) or len(value.elements) != len(target.elements):
-        return {}
-    parts: dict[str, cst.BaseExpression] = {}
-    for left, right in zip(target.elements, value.elements):
-        name = dotted_name(left.value)
-        if name is None or isinstance(left, cst.StarredElement) or isinstance(right, cst.StarredElement):
-            return {}
-        parts[name] = right.value
-    return parts
 
 
 class Visitor(BatchableCSTVisitor):
@@ -364,11 +363,12 @@ class FileContext(NameBindings, Visitor):
 
     def _record_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
-            parts = _parts(target, value)
-            for name in target_names(target):
-                self.assignments[name].append(
-                    Assignment(name, value, self.stack, self._statement, unpacked=True, part=parts.get(name))
-                )
+            names = target_names(target)
+            flat = len(names) == len(target.elements) and not any(isinstance(e, cst.StarredElement) for e in target.elements)
+            for position, name in enumerate(names):
+                self.assignments[name].append(Assignment(
+                    name, value, self.stack, self._statement, unpacked=True, position=position if flat else None
+                ))
             return
         if isinstance(target, cst.Subscript):
             owner = dotted_name(target.value)

@@ -41,7 +41,6 @@ exactly its own bytes is refused rather than reformatted.
 from __future__ import annotations
 
 import ast
-
 import bisect
 import difflib
 import json

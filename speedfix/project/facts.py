@@ -10,9 +10,11 @@ it keeps only what the other files need:
 - per function, method and class (called as its constructor): whether it takes a training step
   outside any loop (a per-step helper), whether it holds a training loop, which of its
   parameters that loop iterates (the loader), and whether the loop copies batches to a device;
-- which imported functions it calls on every training step (``utils.log_loss_dict``);
-- which classes (and module-level factories returning them) build convolution layers, directly
-  or through the file's other classes and helpers (``ResNet`` -> ``BasicBlock`` -> ``conv3x3``).
+- which imported functions it calls on every training step (``utils.log_loss_dict``), and which
+  return the loader one of its training loops iterates (``loader = get_loader(...)``);
+- which classes (and module-level factories returning them) build convolution or cuDNN RNN
+  layers, directly or through the file's other classes and helpers (``ResNet`` ->
+  ``BasicBlock`` -> ``conv3x3``).
 
 A training loop is recognised as in ``speedfix.context`` (same markers, from ``speedfix.steps``),
 within this file and one call deep.
@@ -164,8 +166,8 @@ class _Collector(ast.NodeVisitor):
         self.references: set[str] = set()
         # class or module-level function -> the names it calls (a function: in what it returns)
         self.builds: dict[str, set[str]] = {}
-        self.conv_layers: dict[str, set[int]] = {}  # ... -> dims of the ConvNd layers it calls itself
-        self.rnn_layers: dict[str, set[bool]] = {}  # ... -> {True} when it calls a cuDNN RNN layer itself
+        # ... -> the layers it calls itself: ConvNd by N, and "rnn" for a cuDNN LSTM/GRU/RNN
+        self.layers: dict[str, set[int | str]] = {}
         self.made_at_module: dict[str, str] = {}  # module-level `v = f(...)` -> v: f (as written)
 
     # ------------------------------------------------------------------ imports
@@ -388,11 +390,9 @@ class _Collector(ast.NodeVisitor):
     def _builds(self, owner: str, func: str) -> None:
         self.builds.setdefault(owner, set()).add(func)
         qualified = self.resolve(func) or ""
-        dims = CONV_LAYERS.get(qualified)
-        if dims is not None:
-            self.conv_layers.setdefault(owner, set()).add(dims)
-        if qualified in CUDNN_RNN_LAYERS:
-            self.rnn_layers.setdefault(owner, set()).add(True)
+        layer = "rnn" if qualified in CUDNN_RNN_LAYERS else CONV_LAYERS.get(qualified)
+        if layer is not None:
+            self.layers.setdefault(owner, set()).add(layer)
 
     def _is_marker(self, node: ast.Call, func: str | None) -> bool:
         target = node.func
@@ -424,12 +424,10 @@ class _Collector(ast.NodeVisitor):
                 loop.marker = True
         functions = {name: self._function_facts(function) for name, function in self.functions.items()}
         functions.update(self._constructors(functions))
-        for name, dims in self._reached(self.conv_layers).items():
+        for name, layers in self._layers_reached().items():
             if name in functions:
-                functions[name] = replace(functions[name], conv_dims=tuple(sorted(dims)))
-        for name in self._reached(self.rnn_layers):
-            if name in functions:
-                functions[name] = replace(functions[name], rnn=True)
+                dims = tuple(sorted(layer for layer in layers if isinstance(layer, int)))
+                functions[name] = replace(functions[name], conv_dims=dims, rnn="rnn" in layers)
         hot = sorted({q for q in self._hot_calls() if q is not None and q.split(".", 1)[0] not in _EXTERNAL})
         return ModuleFacts(
             imports=tuple(sorted(self.bindings.items())),
@@ -443,20 +441,19 @@ class _Collector(ast.NodeVisitor):
             trains=any(loop.marker for loop in self.loops),
         )
 
-    def _reached(self, layers: dict[str, set[Any]]) -> dict[str, set[Any]]:
-        """Classes and factories that build ``layers`` (convolutions by dimension, RNNs), through
-        the file's own classes and helpers they call (`conv3x3()` returning `nn.Conv2d`), to a
-        fixed point."""
-        dims = {name: set(found) for name, found in layers.items()}
+    def _layers_reached(self) -> dict[str, set[int | str]]:
+        """Classes and factories that build convolutions or RNNs, through the file's own classes
+        and helpers they call (`conv3x3()` returning `nn.Conv2d`), to a fixed point."""
+        found = {name: set(found) for name, found in self.layers.items()}
         changed = True
         while changed:
             changed = False
             for owner, called in self.builds.items():
-                reached = set().union(*(dims.get(name, set()) for name in called))
-                if not reached <= dims.get(owner, set()):
-                    dims.setdefault(owner, set()).update(reached)
+                reached = set().union(*(found.get(name, set()) for name in called))
+                if not reached <= found.get(owner, set()):
+                    found.setdefault(owner, set()).update(reached)
                     changed = True
-        return dims
+        return found
 
     def _cuda_returners(self) -> set[str]:
         """Module-level functions that return a CUDA device (`get_device()`, `try_gpu()`)."""
