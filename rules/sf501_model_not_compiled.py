@@ -63,9 +63,16 @@ class ModelNotCompiled(Rule):
     ```
 
     ## Fix safety
-    Unsafe: the first steps pay the compile time (seconds to minutes), code that compile cannot
-    trace causes graph breaks, changing input shapes trigger recompiles (after 8 the function falls
-    back to eager), fused kernels change numerics slightly, and Windows support is limited.
+    Unsafe: the first step pays the compile time (seconds to minutes: about a minute for a
+    12-layer transformer on a GPU, as nanoGPT notes), and the first call under `torch.no_grad()`
+    or in eval mode (an evaluation pass, a FLOP profile in the loop) compiles a second graph, so a
+    short benchmark window may hold a compile. A batch of a new shape (an epoch's smaller last
+    batch, per-batch padding to the longest sequence) recompiles once with that dimension dynamic,
+    not once per shape, so per-batch padding keeps the fix (`dynamic=True` from the start saves
+    that one recompile and compiles the batch dimension symbolic too); guards that keep failing
+    recompile up to `torch._dynamo.config.recompile_limit` (8) times, then the function runs
+    eagerly. Code that compile cannot trace causes graph breaks, fused kernels change numerics
+    slightly, and Windows support is limited.
 
     Where the statement goes, and why: right after the model is built and moved to its device,
     before the optimizer is created from it. Before a `DistributedDataParallel` wrapper, also one
@@ -422,6 +429,36 @@ class ModelNotCompiled(Rule):
             model.to("cuda")
             model.compile()
             optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
+            """,
+        ),
+        Invalid(  # batches padded per batch to their longest sequence: one recompile, then the
+            # sequence dimension is dynamic (automatic dynamic shapes), so the fix stays
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from transformers import AutoModelForCausalLM, DataCollatorWithPadding
+
+            model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-0.5B").to("cuda")
+            loader = DataLoader(dataset, batch_size=8, collate_fn=DataCollatorWithPadding(tokenizer))
+            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5)
+            for batch in loader:
+                loss = model(**batch.to("cuda")).loss
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            from transformers import AutoModelForCausalLM, DataCollatorWithPadding
+
+            model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen2-0.5B").to("cuda")
+            model.compile()
+            loader = DataLoader(dataset, batch_size=8, collate_fn=DataCollatorWithPadding(tokenizer))
+            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5)
+            for batch in loader:
+                loss = model(**batch.to("cuda")).loss
+                loss.backward()
+                optimizer.step()
             """,
         ),
         Invalid(  # compiling is an option that is off by default: the default run is eager
