@@ -132,13 +132,16 @@ def _split(after: cst.ParenthesizedWhitespace, head: cst.ParenthesizedWhitespace
 
 def _insert(call: cst.Call, index: int, new: cst.Arg, indent: str) -> cst.Call:
     args = list(call.args)
+    lead = call.whitespace_before_args
+    if not args and isinstance(lead, cst.ParenthesizedWhitespace):  # `f(  # comment` / `)`: a line of its own
+        return call.with_changes(whitespace_before_args=lead.with_changes(last_line=_line_break(lead, extra=indent).last_line),
+                                 args=[new.with_changes(whitespace_after_arg=_line_break(lead))])
     if not args:
         return call.with_changes(args=[new])
     befores = _befores(call)
     own_line = _one_per_line(befores)
     space = cst.SimpleWhitespace(" ")
     if index == 0:
-        lead = call.whitespace_before_args
         if own_line and isinstance(lead, cst.ParenthesizedWhitespace):
             opening, rest = _split(lead, lead)
             return call.with_changes(whitespace_before_args=opening,

@@ -152,6 +152,19 @@ def test_insert_first_and_remove():
     assert cst.Module([]).code_for_node(remove_arg(two, two.args[1])) == "f(\n    x,\n)"
 
 
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("GradScaler(  # fp16 only\n)", 'GradScaler(  # fp16 only\n    "cuda"\n)'),
+        ("GradScaler(\n    # fp16 only\n)", 'GradScaler(\n    # fp16 only\n    "cuda"\n)'),
+    ],
+)
+def test_the_first_argument_of_an_empty_call_with_a_comment_gets_a_line_of_its_own(before, after):
+    call = cst.parse_expression(before)
+    assert isinstance(call, cst.Call)
+    assert cst.Module([]).code_for_node(insert_first_arg(call, cst.Arg(cst.SimpleString('"cuda"')))) == after
+
+
 def test_insert_first_leaves_the_comment_after_the_open_paren():
     call = cst.parse_expression("GradScaler(  # fp16 only\n    # the default scale\n    init_scale=1024,  # tuned\n)")
     assert isinstance(call, cst.Call)

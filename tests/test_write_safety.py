@@ -215,3 +215,15 @@ def test_a_symbolic_link_within_the_configured_project_is_written_through(run_cl
     result = run_cli("apply", tmp_path / "jobs")
     assert result.exit_code == 1, result.stderr
     assert "pin_memory=True" in shared.read_text() and (tmp_path / "jobs" / "train.py").is_symlink()
+
+
+def test_write_fixed_refuses_a_read_only_script(tmp_path):
+    # `apply --verify` writes the kept fixes through write_fixed: the same refusals as `apply`.
+    from speedfix.fixer import write_fixed
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    script.chmod(0o444)
+    with pytest.raises(WriteRefused, match="read-only"):
+        write_fixed(script, "fixed\n", unchanged_since=SCRIPT.encode())
+    assert script.read_text() == SCRIPT
