@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.blocks import enclosing_block
-from speedfix.codegen import append_args, keyword_arg, reference, statement, string_literal
+from speedfix.codegen import append_args, insert_first_arg, keyword_arg, reference, remove_arg, statement, string_literal
 from speedfix.context import Assignment, CallSite, Stack, walk_expression
 from speedfix.flow import default_choice, enclosing_statements
 from speedfix.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity, Transform
@@ -573,12 +573,13 @@ def _input_to_layout(call: cst.CSTNode, layout: str, cuda: str) -> cst.CSTNode:
     if call.func.attr.value == "to":
         return append_args(call, new)
     device = [arg for arg in call.args if arg.keyword is None or arg.keyword.value == "device"]
-    rest = [arg for arg in call.args if not (arg.keyword is None or arg.keyword.value == "device")]
     if not device:
         target: cst.BaseExpression = cst.parse_expression(cuda)
     elif len(device) == 1 and isinstance(device[0].value, cst.Integer):
         target = cst.parse_expression(f"{cuda[0]}cuda:{device[0].value.value}{cuda[0]}")
     else:
         return cst.Call(func=cst.Attribute(value=call, attr=cst.Name("contiguous")), args=[new])
-    moved = call.with_changes(func=call.func.with_changes(attr=cst.Name("to")), args=[cst.Arg(target)])
-    return append_args(moved, *[arg.with_changes(comma=cst.MaybeSentinel.DEFAULT) for arg in rest], new)
+    moved = call.with_changes(func=call.func.with_changes(attr=cst.Name("to")))
+    if device:  # the other arguments keep their places, lines and comments
+        moved = remove_arg(moved, device[0])
+    return append_args(insert_first_arg(moved, cst.Arg(target)), new)

@@ -19,7 +19,7 @@ from speedfix.linemap import LineMap
 from speedfix.notebook import read_python
 from speedfix.parsing import collector_paused
 from speedfix.scan import display_path, project_links, time_limit_message
-from speedfix.source import FileChanged, SourceError, diff_labels, write_atomic
+from speedfix.source import SourceError, WriteRefused, diff_labels, write_atomic, write_refusal
 
 
 @dataclass
@@ -41,6 +41,7 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
     outcome = ApplyOutcome()
     targets = list(iter_targets(paths, settings))
     links, _ = project_links(targets, paths, settings)  # read before any file is written
+    folders = project_folders(paths, settings)
     for target in targets:
         shown = display_path(target.path)
         notebook = None
@@ -68,10 +69,23 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
         except deadline.TimeLimitExceeded as exc:
             outcome.errors.append(FileError(shown, time_limit_message(exc)))
             continue
-        outcome.unfixed.extend(fixed.unfixed)
         if data == original:
+            outcome.unfixed.extend(fixed.unfixed)
             continue
-        outcome.changed_files.append(shown)
+        refused = write_refusal(target.path, folders)  # said with --diff too: it shows what apply would do
+        try:
+            if refused is not None:
+                raise WriteRefused(target.path, refused)
+            if write:  # refused too if the file changed since it was read (an editor saved it meanwhile)
+                write_atomic(target.path, data, expected=original, within=folders)
+        except WriteRefused as exc:
+            outcome.errors.append(FileError(shown, exc.reason))
+            continue
+        except OSError as exc:
+            outcome.errors.append(FileError(shown, f"cannot write: {exc.strerror or exc}"))
+            continue
+        outcome.unfixed.extend(fixed.unfixed)  # a refused file has its error instead (positions of unwritten code)
+        outcome.changed_files.append(shown)  # only files written (or, with --diff, that would be)
         outcome.applied.update(fixed.applied)
         outcome.applied_by_file[shown] = dict(fixed.applied)
         if show_diff and notebook is not None:
@@ -79,15 +93,14 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
                 print_diff(console, *change.for_diff(), f"{shown}:cell {change.number}")
         elif show_diff:
             print_diff(console, source.text, fixed.code, shown)
-        if write:
-            try:
-                # Refused if the file changed since it was read (an editor saved it meanwhile).
-                write_atomic(target.path, data, expected=original)
-            except FileChanged:
-                outcome.errors.append(FileError(shown, "changed on disk while speedfix worked on it; not written (run speedfix again)"))
-            except OSError as exc:
-                outcome.errors.append(FileError(shown, f"cannot write: {exc.strerror or exc}"))
     return outcome
+
+
+def project_folders(paths: list[Path], settings: Settings) -> list[Path]:
+    """The folders `apply` may write into through a symbolic link: the folder of the configuration
+    file in use, each folder given, and the folder of each file given."""
+    given = [path if path.is_dir() else path.absolute().parent for path in paths]
+    return [settings.root, *given] if settings.config_file is not None else given
 
 
 def print_diff(console: Console, before: str, after: str, path: str) -> None:

@@ -362,7 +362,10 @@ def fixable_codes(
 
 
 def write_fixed(path: Path, code: str, *, unchanged_since: bytes | None = None) -> None:
-    """Write ``code`` over ``path`` atomically, in the file's own encoding (BOM included).
+    """Write ``code`` over ``path`` atomically, in the file's own encoding (BOM included), with the
+    rules of ``speedfix apply`` (``speedfix.source.write_atomic``): ``WriteRefused`` and nothing
+    written for a read-only file, a symbolic link out of the script's folder, or an owner or
+    extended attribute that cannot be kept.
 
     With ``unchanged_since`` (the bytes the caller read), nothing is written and ``FileChanged`` is
     raised when the file no longer holds them, checked right before the replace: a user's edit
@@ -373,4 +376,4 @@ def write_fixed(path: Path, code: str, *, unchanged_since: bytes | None = None) 
         encoding = decode_source(data)[1]
     except SourceError:
         encoding = "utf-8"
-    write_atomic(path, code.encode(encoding), expected=unchanged_since)
+    write_atomic(path, code.encode(encoding), expected=unchanged_since, within=[path.absolute().parent])

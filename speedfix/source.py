@@ -2,13 +2,16 @@
 
 A file is kept as the raw bytes it was read from. libcst parses those bytes itself (it honours
 the coding cookie and a UTF-8 BOM, and ``Module.bytes`` writes them back the same way), and
-keeps every line ending as it found it. Writes are atomic: a temporary file in the same folder,
-fsync, then ``os.replace`` with the original's permission bits.
+keeps every line ending as it found it. Writes are atomic: a temporary file in the same folder
+gets the original's owner, group, extended attributes (POSIX ACLs among them) and permission
+bits, is fsynced, then ``os.replace``s it.
 
 Reads accept regular files only (a FIFO would block, ``/dev/zero`` never ends) and stop at a size
-cap. A write can be told what the file held when it was read; right before the replace it reads
-the file again and refuses (``FileChanged``) if an editor saved something in between. A symbolic
-link is written through: its target gets the new content and the link stays a link.
+cap. A write is refused (``WriteRefused``, nothing written) for a read-only file (its owner may
+not write it), when the owner, group or an extended attribute cannot be kept, for a symbolic link
+whose target lies outside the folders the caller allows, and, when told what the file held when it
+was read, if an editor saved something else in between (``FileChanged``). Any other symbolic link
+is written through: its target gets the new content and the link stays a link.
 """
 
 from __future__ import annotations
@@ -22,14 +25,26 @@ import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 
 class SourceError(Exception):
     """A file that cannot be read as Python source; the message names the problem."""
 
 
-class FileChanged(OSError):
+class WriteRefused(OSError):
+    """A file that was not written, on purpose: ``reason`` says why, ``str()`` adds the path."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.reason = reason
+
+
+class FileChanged(WriteRefused):
     """The file on disk is no longer what was read: it was not written."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, "changed on disk while speedfix worked on it; not written (run speedfix again)")
 
 
 # The default of the `max-file-size-mb` setting: a bigger file is skipped, never read.
@@ -137,27 +152,35 @@ def _special_kind(mode: int) -> str | None:
     return "not a plain file"
 
 
-def write_atomic(path: Path, data: bytes, *, expected: bytes | None = None) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file.
+def write_atomic(path: Path, data: bytes, *, expected: bytes | None = None, within: Sequence[Path] | None = None) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file, with
+    the old one's owner, group, extended attributes and permission bits.
 
-    With ``expected`` (the bytes the file held when it was read), the file is read again right
-    before the replace and ``FileChanged`` is raised, writing nothing, if it differs. A symbolic
-    link is followed: its target is replaced and the link is kept."""
-    path = _write_target(Path(path))
+    Raises ``WriteRefused``, writing nothing, for a file that ``write_refusal`` refuses (``within``:
+    the folders a symbolic link may lead into), and with ``expected`` (the bytes the file held when
+    it was read) ``FileChanged`` if the file differs right before the replace. A symbolic link is
+    followed: its target is replaced and the link is kept."""
+    path = Path(path)
+    reason = write_refusal(path, within)
+    if reason is not None:
+        raise WriteRefused(path, reason)
+    path = _write_target(path)
     try:
-        mode: int | None = stat.S_IMODE(path.stat().st_mode)
+        old: os.stat_result | None = path.stat()
     except FileNotFoundError:
-        mode = None
+        old = None
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".speedfix-tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp_name, mode)
+        if old is not None:
+            reason = _keep_metadata(path, tmp_name, old)
+            if reason is not None:
+                raise WriteRefused(path, reason)
         if expected is not None and not _still(path, expected):
-            raise FileChanged(f"{path}: changed on disk after speedfix read it; not written (run speedfix again)")
+            raise FileChanged(path)
         os.replace(tmp_name, path)
     except BaseException:
         try:
@@ -165,6 +188,91 @@ def write_atomic(path: Path, data: bytes, *, expected: bytes | None = None) -> N
         except FileNotFoundError:
             pass
         raise
+
+
+def write_refusal(path: Path, within: Sequence[Path] | None = None) -> str | None:
+    """Why ``path`` must not be rewritten (None: it may be): a symbolic link to a file outside the
+    folders ``within`` (when given), or a read-only file: one its owner has no write permission on
+    (root could write it anyway; a user who made it read-only wants it left alone)."""
+    path = Path(path)
+    try:
+        target = _write_target(path)
+        if within is not None and path.is_symlink() and not _inside(target, within):
+            return f"a symbolic link to {target}, outside the project; not written (fix that file where it is)"
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        return None
+    if not mode & stat.S_IWUSR:
+        return f"read-only (mode {stat.S_IMODE(mode):04o}); not written (make it writable to fix it)"
+    return None
+
+
+def _inside(target: Path, folders: Sequence[Path]) -> bool:
+    real = os.path.realpath(target)
+    for folder in folders:
+        base = os.path.realpath(folder)
+        try:
+            if os.path.commonpath([real, base]) == base:
+                return True
+        except ValueError:  # another drive on Windows
+            continue
+    return False
+
+
+def _keep_metadata(path: Path, tmp_name: str, old: os.stat_result) -> str | None:
+    """Give the temporary file the owner, group, extended attributes and permission bits of
+    ``path``; None when done, else why they cannot all be kept. The owner and group come first
+    (changing them clears set-user-ID bits and file capabilities), the permission bits last (a
+    POSIX ACL, an extended attribute, sets the group bits too)."""
+    new = os.stat(tmp_name)
+    if (new.st_uid, new.st_gid) != (old.st_uid, old.st_gid) and hasattr(os, "chown"):
+        try:
+            os.chown(tmp_name, old.st_uid, old.st_gid)
+        except OSError:
+            return (f"owned by user {old.st_uid}, group {old.st_gid}, which speedfix cannot give the rewritten file; "
+                    "not written (run it as that user)")
+    reason = _copy_xattrs(path, tmp_name)
+    if reason is not None:
+        return reason
+    os.chmod(tmp_name, stat.S_IMODE(old.st_mode))
+    return None
+
+
+def _copy_xattrs(source: Path, target: str) -> str | None:
+    """Copy the extended attributes of ``source`` to ``target`` (where the system has them)."""
+    if not hasattr(os, "listxattr"):
+        return None
+    try:
+        names = os.listxattr(source)
+    except OSError:  # not supported by this file system: there are none to keep
+        return None
+    for name in names:
+        try:
+            value = os.getxattr(source, name)
+        except OSError as exc:  # removed meanwhile, or not readable: it cannot be copied
+            return f"its extended attribute {name} cannot be read ({exc.strerror or exc}); not written"
+        try:
+            os.setxattr(target, name, value)
+        except OSError as exc:
+            if _xattr(target, name) != value:  # unless the new file has it already (a default ACL)
+                return f"its extended attribute {name} cannot be kept ({exc.strerror or exc}); not written"
+    try:
+        extra = set(os.listxattr(target)) - set(names)
+    except OSError:
+        extra = set()
+    for name in sorted(extra):  # inherited by the new file (a folder's default ACL) but not on the old one
+        try:
+            os.removexattr(target, name)
+        except OSError:
+            pass
+    return None
+
+
+def _xattr(path: str, name: str) -> bytes | None:
+    try:
+        return os.getxattr(path, name)
+    except OSError:
+        return None
 
 
 def _write_target(path: Path) -> Path:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 import speedfix.apply
-from speedfix.source import FileChanged, write_atomic
+from speedfix.source import FileChanged, WriteRefused, write_atomic
 
 # SF102 (pin_memory) and SF104 (non_blocking) are safe fixes: `apply` writes them by default.
 SCRIPT = """\
@@ -42,6 +42,7 @@ def test_an_edit_saved_while_apply_runs_is_kept_and_reported(run_cli, write, mon
     assert edited.read_text() == USER_EDIT
     assert f"{edited.name}: error: changed on disk while speedfix worked on it; not written" in result.stderr
     assert "pin_memory=True" in other.read_text()  # the other file is still fixed
+    assert "Fixed 2 findings in 1 file" in result.stdout  # the refused file is not counted (issue 27)
     assert "Traceback" not in result.stderr + result.stdout
 
 
@@ -104,3 +105,125 @@ def test_write_fixed_refuses_a_script_edited_during_a_long_run(tmp_path):
     assert script.read_text() == USER_EDIT
     write_fixed(script, "fixed\n", unchanged_since=USER_EDIT.encode())
     assert script.read_text() == "fixed\n"
+
+
+# ------------------------------------------------------------------ issue 27, item 3: apply as root
+def _acl(entries: list[tuple[int, int, int]]) -> bytes:
+    """A POSIX ACL as the `system.posix_acl_access` extended attribute holds it."""
+    import struct
+
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in entries)
+
+
+def _set_xattrs(path) -> dict[str, bytes]:
+    """A user attribute and an ACL that lets user 1234 read the file, where the file system
+    takes them; the attributes the file then has."""
+    acl = _acl([(0x01, 6, 0xFFFFFFFF), (0x02, 4, 1234), (0x04, 4, 0xFFFFFFFF), (0x10, 4, 0xFFFFFFFF), (0x20, 0, 0xFFFFFFFF)])
+    for name, value in (("user.origin", b"dataset-v2"), ("system.posix_acl_access", acl)):
+        try:
+            os.setxattr(path, name, value)
+        except OSError:  # not supported here: then the rewritten file must have none either
+            pass
+    return _xattrs(path)
+
+
+def _xattrs(path) -> dict[str, bytes]:
+    try:
+        return {name: os.getxattr(path, name) for name in os.listxattr(path)}
+    except OSError:
+        return {}
+
+
+def test_apply_keeps_the_owner_group_mode_and_extended_attributes(run_cli, write):
+    script = write("train.py", SCRIPT)
+    owner = (1234, 1234) if os.geteuid() == 0 else (os.getuid(), os.getgid())
+    os.chown(script, *owner)  # as root: another user's file, which apply used to give to root
+    os.chmod(script, 0o640)
+    attributes = _set_xattrs(script)
+    result = run_cli("apply", script)
+    assert result.exit_code == 1, result.stderr
+    assert "pin_memory=True" in script.read_text()
+    status = os.stat(script)
+    assert (status.st_uid, status.st_gid, oct(status.st_mode & 0o7777)) == (*owner, oct(0o640))
+    assert _xattrs(script) == attributes
+    assert os.listdir(script.parent) == ["train.py"]
+
+
+def test_a_file_whose_owner_cannot_be_kept_is_not_written(run_cli, write, monkeypatch):
+    script, other = write("train.py", SCRIPT), write("other.py", SCRIPT)
+    foreign = os.geteuid() == 0  # only root can make a file another user's
+    if foreign:
+        os.chown(script, 1234, 1234)
+
+    def refuse(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "chown", refuse)
+    result = run_cli("apply", script, other)
+    assert "pin_memory=True" in other.read_text()
+    if foreign:
+        assert result.exit_code == 2
+        assert "train.py: error: owned by user 1234, group 1234, which speedfix cannot give the rewritten file" in result.stderr
+        assert script.read_text() == SCRIPT and os.stat(script).st_uid == 1234
+        assert "Fixed 2 findings in 1 file" in result.stdout
+    else:  # the file is this user's: the owner needs no change, and chown is never called
+        assert result.exit_code == 1 and "pin_memory=True" in script.read_text()
+    assert sorted(os.listdir(script.parent)) == ["other.py", "train.py"]
+
+
+def test_a_read_only_file_is_reported_and_left_alone(run_cli, write, tmp_path):
+    read_only, other = write("locked.py", SCRIPT), write("other.py", SCRIPT)
+    os.chmod(read_only, 0o444)
+    for args in (("apply", "--diff", tmp_path), ("apply", tmp_path)):
+        result = run_cli(*args)
+        assert result.exit_code == 2
+        assert "locked.py: error: read-only (mode 0444); not written (make it writable to fix it)" in result.stderr
+        assert read_only.read_text() == SCRIPT and oct(os.stat(read_only).st_mode & 0o777) == oct(0o444)
+    assert "pin_memory=True" in other.read_text()
+    assert "Fixed 2 findings in 1 file" in result.stdout  # the refused file is not counted (item 8)
+
+
+def test_write_atomic_refuses_a_read_only_file(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("x = 1\n")
+    path.chmod(0o444)
+    with pytest.raises(WriteRefused, match="read-only"):
+        write_atomic(path, b"fixed\n")
+    assert path.read_text() == "x = 1\n" and os.listdir(tmp_path) == ["train.py"]
+
+
+def test_a_symbolic_link_out_of_the_project_is_not_written_through(run_cli, write, tmp_path):
+    outside = write("elsewhere/shared.py", SCRIPT)
+    project = tmp_path / "project"
+    write("project/train.py", SCRIPT)
+    (project / "linked.py").symlink_to(outside)
+    for args in (("apply", project), ("apply", project / "linked.py", project / "train.py")):
+        result = run_cli(*args)
+        assert result.exit_code == 2
+        assert f"linked.py: error: a symbolic link to {outside}, outside the project; not written" in result.stderr
+        assert outside.read_text() == SCRIPT
+    assert "pin_memory=True" in (project / "train.py").read_text()
+    assert "Fixed" not in result.stdout  # train.py was fixed by the first run; the refused link is not counted
+    assert (project / "linked.py").is_symlink()
+
+
+def test_a_symbolic_link_within_the_configured_project_is_written_through(run_cli, write, tmp_path):
+    write("pyproject.toml", "[tool.speedfix]\n")
+    shared = write("common/train.py", SCRIPT)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "train.py").symlink_to(shared)
+    result = run_cli("apply", tmp_path / "jobs")
+    assert result.exit_code == 1, result.stderr
+    assert "pin_memory=True" in shared.read_text() and (tmp_path / "jobs" / "train.py").is_symlink()
+
+
+def test_write_fixed_refuses_a_read_only_script(tmp_path):
+    # `apply --verify` writes the kept fixes through write_fixed: the same refusals as `apply`.
+    from speedfix.fixer import write_fixed
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    script.chmod(0o444)
+    with pytest.raises(WriteRefused, match="read-only"):
+        write_fixed(script, "fixed\n", unchanged_since=SCRIPT.encode())
+    assert script.read_text() == SCRIPT

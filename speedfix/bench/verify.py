@@ -41,7 +41,7 @@ from typing import Any
 
 from rich.console import Console
 
-from speedfix.source import FileChanged, read_source
+from speedfix.source import WriteRefused, read_source
 
 from . import numerics, report, stats
 from .compare import CompareSettings, ComparisonError, Session
@@ -237,7 +237,7 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
     if write and kept_codes:
         try:  # never over an edit the user saved while the benchmark ran
             fixer.write_fixed(script, final, unchanged_since=read.data)
-        except FileChanged as err:
+        except WriteRefused as err:  # changed meanwhile, read-only, owner or attributes not keepable
             changed_meanwhile = str(err)
             console.print(f"[red]error:[/] {err}")
             write = False
