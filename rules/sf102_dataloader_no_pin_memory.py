@@ -2,14 +2,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.arguments import find_argument
-from speedfix.codegen import append_args, keyword_arg
-from speedfix.context import CallSite
-from speedfix.findings import Applicability, LossCheck, Severity, Transform
-from speedfix.frameworks import framework_uses_cuda
-from speedfix.loaders import Place, late_value, samples_place
-from speedfix.patterns import DATALOADER
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, keyword_arg
+from speedfix.model.arguments import find_argument
+from speedfix.model.context import CallSite
+from speedfix.model.frameworks import framework_uses_cuda
+from speedfix.model.loaders import Place, late_value, samples_place
+from speedfix.model.patterns import DATALOADER
 
 
 class DataloaderNoPinMemory(Rule):

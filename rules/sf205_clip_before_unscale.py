@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.blocks import statement_owner
-from speedfix.codegen import code_of, insert_before, statement
-from speedfix.context import CallSite, walk_expression
-from speedfix.findings import Applicability, Category, LossCheck, Severity
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, Category, LossCheck, Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import code_of, insert_before, statement
+from speedfix.model.context import CallSite, walk_expression
+from speedfix.syntax.blocks import statement_owner
 
 _CLIP = tuple(
     f"torch.nn.utils.{module}{name}"

@@ -6,14 +6,14 @@ from functools import cached_property
 
 import libcst as cst
 
-from speedfix.branches import Branch, BranchTracker, rare_path
-from speedfix.codegen import code_of
-from speedfix.context import FileContext, Stack, walk_expression
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.names import dotted_name
-from speedfix.patterns import BatchNames, is_cpu_device
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.suppression import line_suppresses
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.engine.suppression import line_suppresses
+from speedfix.fixes.codegen import code_of
+from speedfix.model.branches import Branch, BranchTracker, rare_path
+from speedfix.model.context import FileContext, Stack, walk_expression
+from speedfix.model.patterns import BatchNames, is_cpu_device
+from speedfix.syntax.names import dotted_name
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int", "bool", "str", "repr", "format")

@@ -5,18 +5,18 @@ from functools import cached_property
 
 import libcst as cst
 
-from speedfix.arguments import find_argument, literal_bool
-from speedfix.attention import (TWO_MASKS, UNKNOWN_MASK, AdditiveMask, Attention, CausalFill, Factor,
+from speedfix.engine.findings import AddImport, Applicability, FixOp, LossCheck, RemoveImportIfUnused, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, code_of, keyword_arg, reference
+from speedfix.fixes.removal import call_removal, removal_ops
+from speedfix.model.arguments import find_argument, literal_bool
+from speedfix.model.attention import (TWO_MASKS, UNKNOWN_MASK, AdditiveMask, Attention, CausalFill, Factor,
                                 argument, class_of_method, matmul_operands, mentions, read_attention,
                                 softmax_input)
-from speedfix.blocks import statement_owner
-from speedfix.codegen import append_args, code_of, keyword_arg, reference
-from speedfix.context import CallSite, Stack, target_names, walk_expression
-from speedfix.findings import AddImport, Applicability, FixOp, LossCheck, RemoveImportIfUnused, Severity, Transform
-from speedfix.names import dotted_name
-from speedfix.removal import call_removal, removal_ops
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.model.context import CallSite, Stack, target_names, walk_expression
+from speedfix.model.versions import v
+from speedfix.syntax.blocks import statement_owner
+from speedfix.syntax.names import dotted_name
 
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
 # A function or class that calls one of these already has a fast path: its hand-written attention

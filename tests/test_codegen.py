@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from speedfix.codegen import append_args, insert_first_arg, keyword_arg, remove_arg
+from speedfix.fixes.codegen import append_args, insert_first_arg, keyword_arg, remove_arg
 
 
 def grow(code: str, *names: str) -> str:

@@ -9,12 +9,12 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from speedfix.context import FileContext
-from speedfix.engine import SYNTAX_ERROR_CODE, analyze
-from speedfix.registry import all_rules, rule_by_code
-from speedfix.source import SourceFile, decode_source
-from speedfix.versions import TorchVersion
-from speedfix.walk import walk_batched
+from speedfix.engine.analysis import SYNTAX_ERROR_CODE, analyze
+from speedfix.engine.registry import all_rules, rule_by_code
+from speedfix.model.context import FileContext
+from speedfix.model.versions import TorchVersion
+from speedfix.syntax.source import SourceFile, decode_source
+from speedfix.syntax.walk import walk_batched
 
 TARGET = TorchVersion.parse("2.4")
 
@@ -306,7 +306,7 @@ POSITION_SAMPLES.append('# header comment\n\n"""doc"""\nimport torch; import os\
 def test_sparse_positions_equal_libcsts_positions(code):
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from speedfix.positions import positions_for
+    from speedfix.syntax.positions import positions_for
 
     code = textwrap.dedent(code)
     module = cst.parse_module(code)

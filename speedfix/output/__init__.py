@@ -15,10 +15,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from speedfix.apply import ApplyOutcome
-    from speedfix.rule import Rule
-    from speedfix.scan import ScanResult
-    from speedfix.versions import TorchVersion
+    from speedfix.commands.apply import ApplyOutcome
+    from speedfix.commands.scan import ScanResult
+    from speedfix.engine.rule import Rule
+    from speedfix.model.versions import TorchVersion
 
 DEFAULT_FORMAT = "text"
 
@@ -71,7 +71,7 @@ class UnknownFormat(ValueError):
 def reporters() -> dict[str, type[Reporter]]:
     """Every format by name, the default first. Imported on first use: the format modules
     import the scan machinery, which imports the configuration, which asks for the names."""
-    from speedfix.plugins import check_unique, one_per_module
+    from speedfix.engine.plugins import check_unique, one_per_module
 
     found = one_per_module(__name__, Reporter)
     check_unique(found, "name")
@@ -103,7 +103,7 @@ def statistics_rows(result: ScanResult) -> list[StatisticsRow]:
     """`--statistics`: findings per rule, most frequent first (then by code)."""
     from collections import Counter
 
-    from speedfix.registry import rule_by_code
+    from speedfix.engine.registry import rule_by_code
 
     counts = Counter(f.code for f in result.findings)
     fixable = {f.code for f in result.findings if f.fix is not None}
