@@ -35,7 +35,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from speedfix.bench.runner import RunConfig, RunSpec, run_once
+from speedfix.bench.runner import RunSpec, run_once
+from speedfix.bench.settings import RunConfig
 from speedfix.bench.suite import cuda_available, fixtures_dir, load_suite, write_speedfix_variant
 from speedfix.fixes import fixer
 

@@ -44,10 +44,11 @@ from rich.console import Console
 from speedfix.syntax.source import FileChanged, read_source
 
 from . import numerics, report, stats
-from .compare import CompareSettings, ComparisonError, Session
+from .compare import ComparisonError, Session
 from .results import CandidateResult, Decision, FixDecision, VerifyFailure, VerifyReport
 from .runner import (RunSpec, mirror_tree, owned_tempdir, remove_tree, run_once, shielded, sweep_stale_tempdirs,
                      terminate_cleanly)
+from .settings import CompareSettings
 from .stats import INCONCLUSIVE, SLOWER, SLOWER_BELOW
 
 MAX_COMBINATION_RETRIES = 2

@@ -13,9 +13,9 @@ import pytest
 import typer
 
 from speedfix.bench.cli import bench
-from speedfix.bench.compare import CompareSettings
 from speedfix.bench.results import RunResult
-from speedfix.bench.runner import RunConfig, RunSpec
+from speedfix.bench.runner import RunSpec
+from speedfix.bench.settings import CompareSettings, RunConfig
 
 # A minimal training loop; {before_loop} and {in_loop} are filled per test.
 TRAIN = """\
