@@ -4,7 +4,7 @@ import libcst as cst
 
 from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
-from speedfix.fixes.codegen import append_args, code_of, keyword_arg
+from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument, literal_int
 from speedfix.model.context import CallSite
 from speedfix.model.flow import assigned_name
@@ -12,6 +12,7 @@ from speedfix.model.loaders import iterated_per_epoch, returned_to_training
 from speedfix.model.patterns import DATALOADER, dataset_argument
 from speedfix.model.versions import v
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of
 
 
 _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count"})

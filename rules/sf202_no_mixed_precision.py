@@ -6,7 +6,7 @@ import libcst as cst
 
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
-from speedfix.fixes.codegen import code_of, reference, string_literal
+from speedfix.fixes.codegen import reference, string_literal
 from speedfix.model.amp import Autocast, Passing, Precision, autocasts, gated_autocasts, mixed_precision_by_default
 from speedfix.model.arguments import find_argument
 from speedfix.model.context import CallSite, WithInfo, walk_expression
@@ -17,6 +17,7 @@ from speedfix.model.versions import v
 from speedfix.project.steps import CUDNN_RNN_LAYERS
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of
 
 # Autocast raises on these ("unsafe to autocast"): the model has to move to the logits version first.
 _BANNED_UNDER_AUTOCAST = ("torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.functional.binary_cross_entropy")

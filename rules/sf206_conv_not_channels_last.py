@@ -5,8 +5,9 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, reference, statement, string_literal
-from speedfix.model.context import Assignment, CallSite, Stack, walk_expression
+from speedfix.model.context import Assignment, CallSite, walk_expression
 from speedfix.model.flow import default_choice, enclosing_statements
+from speedfix.model.frames import Stack
 from speedfix.model.networks import (builds, built_classes, calls_in_training_step, fresh_assignments, is_conv2d_net, model_classes,
                              model_names, optimizer_factories, project_conv_dims, reads, reshapes_its_input,
                              trained_models, view_calls)

@@ -5,8 +5,9 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, reference
-from speedfix.model.amp import (Autocast, Precision, autocast_passed_around, autocasts, loss_scaler_calls, scaler_removal,
-                          scaler_scope, scalers)
+from speedfix.fixes.scaler import scaler_removal
+from speedfix.model.amp import (Autocast, Precision, autocast_passed_around, autocasts, loss_scaler_calls,
+                                scaler_scope, scalers)
 from speedfix.model.versions import v
 
 

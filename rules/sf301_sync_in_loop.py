@@ -9,11 +9,12 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.engine.suppression import line_suppresses
-from speedfix.fixes.codegen import code_of
 from speedfix.model.branches import Branch, BranchTracker, rare_path
-from speedfix.model.context import FileContext, Stack, walk_expression
+from speedfix.model.context import FileContext, walk_expression
+from speedfix.model.frames import Stack
 from speedfix.model.patterns import BatchNames, is_cpu_device
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int", "bool", "str", "repr", "format")

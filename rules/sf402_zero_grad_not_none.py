@@ -4,13 +4,14 @@ import libcst as cst
 
 from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
-from speedfix.fixes.codegen import append_args, code_of, keyword_arg, remove_arg
+from speedfix.fixes.codegen import append_args, keyword_arg, remove_arg
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.context import CallSite
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.model.versions import v
 from speedfix.syntax.comments import own_lines
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of
 
 _ZEROING_METHODS = ("zero_", "detach_", "requires_grad_")
 

@@ -7,11 +7,11 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import reference, statement
-from speedfix.model.amp import string_value
-from speedfix.model.arguments import find_argument
-from speedfix.model.context import CallSite, Stack, walk_expression
+from speedfix.model.arguments import find_argument, string_value
+from speedfix.model.context import CallSite, walk_expression
 from speedfix.model.flow import default_choice, enclosing_statements, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object
+from speedfix.model.frames import Stack
 from speedfix.model.frameworks import ACCELERATOR
 from speedfix.model.networks import DATA_PARALLEL, fresh_assignments, optimizer_factories, peel, trained_models, wrapper_of
 from speedfix.model.patterns import NO_GRAD

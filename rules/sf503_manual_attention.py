@@ -7,16 +7,17 @@ import libcst as cst
 
 from speedfix.engine.findings import AddImport, Applicability, FixOp, LossCheck, RemoveImportIfUnused, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
-from speedfix.fixes.codegen import append_args, code_of, keyword_arg, reference
+from speedfix.fixes.codegen import append_args, keyword_arg, reference
 from speedfix.fixes.removal import call_removal, removal_ops
 from speedfix.model.arguments import find_argument, literal_bool
-from speedfix.model.attention import (TWO_MASKS, UNKNOWN_MASK, AdditiveMask, Attention, CausalFill, Factor,
-                                argument, class_of_method, matmul_operands, mentions, read_attention,
-                                softmax_input)
-from speedfix.model.context import CallSite, Stack, target_names, walk_expression
+from speedfix.model.attention import (AdditiveMask, Attention, CausalFill, Factor, TWO_MASKS, UNKNOWN_MASK, argument,
+                                      matmul_operands, mentions, read_attention, softmax_input)
+from speedfix.model.context import CallSite, target_names, walk_expression
+from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.versions import v
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of
 
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
 # A function or class that calls one of these already has a fast path: its hand-written attention

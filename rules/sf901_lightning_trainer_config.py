@@ -6,8 +6,7 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, arg_removed, keyword_arg, same_quotes, string_literal, value_replaced
 from speedfix.fixes.entry import setting_at_entry_point
-from speedfix.model.amp import string_value
-from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int
+from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
 from speedfix.model.context import CallSite
 from speedfix.model.frameworks import LIGHTNING_TRAINER, SET_ELSEWHERE, in_lightning_method, lightning_on_gpu
 from speedfix.model.networks import conv2d_classes

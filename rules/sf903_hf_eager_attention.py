@@ -7,7 +7,7 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, LossCheck, Severity, replace
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes, value_replaced
-from speedfix.model.amp import string_value
+from speedfix.model.arguments import string_value
 from speedfix.model.context import CallSite, walk_expression
 from speedfix.model.frameworks import SET_ELSEWHERE
 

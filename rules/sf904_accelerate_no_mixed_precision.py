@@ -5,8 +5,7 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes, value_replaced
-from speedfix.model.amp import string_value
-from speedfix.model.arguments import find_argument
+from speedfix.model.arguments import find_argument, string_value
 from speedfix.model.context import CallSite
 from speedfix.model.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu
 

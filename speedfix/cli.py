@@ -54,7 +54,7 @@ def _fail(message: str) -> typer.Exit:
 
 def _settings(paths: list[Path], **options: object) -> Settings:
     try:
-        return resolve_settings(paths, **options)  # type: ignore[arg-type]
+        return resolve_settings(paths, output_formats=format_names(), **options)  # type: ignore[arg-type]
     except ConfigError as exc:
         raise _fail(str(exc)) from None
 

@@ -34,6 +34,7 @@ from speedfix.engine.analysis import Analysis, FileError, SyntaxProblem, analyze
 from speedfix.engine.findings import Applicability, Finding, Fix, Severity
 from speedfix.engine.registry import rule_by_code
 from speedfix.fixes.fixer import FixError, allowed, apply_fixes, fix_source, op_node
+from speedfix.output import format_names
 from speedfix.project import Links
 from speedfix.syntax import deadline
 from speedfix.syntax.source import SourceError, SourceFile, decode_source
@@ -168,7 +169,7 @@ def source_from_text(path: Path, text: str) -> SourceFile:
 
 def settings_for(path: Path | None) -> Settings | None:
     """The CLI's settings for ``path`` (``None``: the file is excluded). Raises ConfigError."""
-    settings = resolve_settings([path] if path is not None else [])
+    settings = resolve_settings([path] if path is not None else [], output_formats=format_names())
     if path is None:
         return settings
     try:

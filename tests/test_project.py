@@ -14,6 +14,7 @@ import pytest
 
 import speedfix.commands.scan as scan_module
 from speedfix.model.context import FileContext
+from speedfix.model.devices import uses_cuda
 from speedfix.model.versions import TorchVersion
 from speedfix.project import extract_facts, link
 from speedfix.syntax.walk import walk_batched
@@ -387,7 +388,7 @@ def test_per_step_helpers_are_hot():
     ],
 )
 def test_cuda_evidence_in_the_file(code):
-    assert context("import torch\n" + code).uses_cuda
+    assert uses_cuda(context("import torch\n" + code))
 
 
 def test_cuda_evidence_from_other_files(tmp_path):

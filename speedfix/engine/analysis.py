@@ -28,6 +28,7 @@ from speedfix.engine.findings import Finding, Severity
 from speedfix.engine.rule import Rule
 from speedfix.engine.suppression import FileSuppressions, line_suppresses
 from speedfix.model.context import FileContext
+from speedfix.model.devices import uses_cuda
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.syntax import deadline
@@ -193,7 +194,7 @@ def analyze(
     walk_batched(module, [context, *rules], top_of)
     findings: list[Finding] = []
     for rule in rules:
-        if rule.gpu_only and not context.uses_cuda:
+        if rule.gpu_only and not uses_cuda(context):
             continue
         deadline.check()
         rule.finish()

@@ -12,8 +12,10 @@ from typing import Callable
 import libcst as cst
 
 from speedfix.engine.findings import AddImport, FixOp, InsertStatements, Transform
-from speedfix.model.context import FileContext, Stack
+from speedfix.model.context import FileContext
+from speedfix.model.frames import Stack
 from speedfix.syntax.names import line_binds
+from speedfix.syntax.nodes import code_of
 
 NO_SPACE = cst.SimpleWhitespace("")
 
@@ -79,11 +81,6 @@ def append_args(call: cst.Call, *new_args: cst.Arg, indent: str = "    ") -> cst
     if _is_multiline(call) or len(code_of(call)) > WRAP_AT:  # a long line stays the author's choice
         return grown
     return explode(grown, indent) if len(code_of(grown)) > WRAP_AT else grown
-
-
-def code_of(node: cst.CSTNode) -> str:
-    """The source text of a node, as libcst prints it."""
-    return cst.Module([]).code_for_node(node)
 
 
 def _append(call: cst.Call, new_args: tuple[cst.Arg, ...]) -> cst.Call:

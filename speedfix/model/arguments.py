@@ -15,7 +15,8 @@ from enum import Enum
 
 import libcst as cst
 
-from speedfix.model.context import Assignment, CallSite, FileContext, Stack, walk_expression
+from speedfix.model.context import Assignment, CallSite, FileContext, walk_expression
+from speedfix.model.frames import Stack
 from speedfix.syntax.names import dotted_name
 
 
@@ -160,6 +161,21 @@ def _literal_keys(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, dept
 
 
 # ---------------------------------------------------------------- literal values
+VALUE_DEPTH = 4  # how many names, constants and defaults a value is followed through
+
+
+def string_value(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> str | None:
+    """The string an expression certainly holds: a literal, a constant, an argparse default."""
+    if node is None or depth > VALUE_DEPTH:
+        return None
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.Name):
+        return string_value(ctx, ctx.single_value(node.value, stack), stack, depth + 1)
+    return string_value(ctx, argparse_default(ctx, node), stack, depth + 1)
+
+
 def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> int | None:
     """An int the expression certainly has: a literal, a constant, or an argparse default."""
     if node is None or depth > 3:

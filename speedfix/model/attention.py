@@ -23,7 +23,8 @@ from typing import Sequence
 
 import libcst as cst
 
-from speedfix.model.context import FileContext, FrameKind, Stack, walk_expression
+from speedfix.model.context import FileContext, walk_expression
+from speedfix.model.frames import Stack, class_of_method
 from speedfix.syntax.names import dotted_name
 
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax")
@@ -513,14 +514,3 @@ def argument(args: Sequence[cst.Arg], keyword: str, position: int) -> cst.BaseEx
             return arg.value
     positional = [arg for arg in args if arg.keyword is None and not arg.star]
     return positional[position].value if position < len(positional) else None
-
-
-def class_of_method(stack: Stack) -> cst.ClassDef | None:
-    """The class a method is defined in (the frame right outside the innermost function)."""
-    for index in range(len(stack) - 1, -1, -1):
-        if stack[index].kind is FrameKind.FUNCTION:
-            outer = stack[index - 1] if index > 0 else None
-            if outer is not None and outer.kind is FrameKind.CLASS and isinstance(outer.node, cst.ClassDef):
-                return outer.node
-            return None
-    return None

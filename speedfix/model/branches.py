@@ -20,19 +20,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar, Sequence, Union
+from typing import ClassVar, Sequence, Union
 
 import libcst as cst
 
-from speedfix.engine.findings import Severity
-from speedfix.fixes.codegen import code_of
-from speedfix.fixes.removal import NOT_ALONE, call_removal
-from speedfix.model.context import CallSite, FileContext, FrameKind, Stack, Visitor, walk_expression
+from speedfix.model.context import FileContext, Visitor, walk_expression
 from speedfix.model.flow import default_truth
+from speedfix.model.frames import FrameKind, Stack
 from speedfix.syntax.names import dotted_name
-
-if TYPE_CHECKING:
-    from speedfix.engine.rule import Rule
+from speedfix.syntax.nodes import code_of
 
 BranchNode = Union[cst.If, cst.ExceptHandler, cst.ExceptStarHandler]
 
@@ -145,25 +141,6 @@ def frequency(ctx: FileContext, stack: Stack, branches: Sequence[Branch]) -> Fre
     if not ctx.is_hot(stack):
         return Frequency(interval=_interval(stack) or "")
     return Frequency(flag=rare.flag if rare is not None else None)
-
-
-def report_loop_call(rule: Rule, site: CallSite, what: str, every_step: str, each_call: str) -> None:
-    """Report a costly call in the training loop that removing fixes (`empty_cache()`,
-    `gc.collect()`): a warning on every step; an info note when its cost is spread over N steps
-    or it runs under an opt-in flag (no fix there: the user asked for it); nothing once or on an
-    error path. ``rule`` is a ``BranchTracker`` that tracks the call."""
-    assert isinstance(rule, BranchTracker)
-    how_often = frequency(rule.ctx, site.stack, rule.branches_at(site.node))
-    if how_often is None:
-        return
-    if how_often.every_step:
-        rule.report(site.node, f"{what} {every_step}", fix_ops=call_removal(rule.ctx, site), no_fix_reason=NOT_ALONE)
-        return
-    message = f"{what} {how_often.describe()} in the training loop: each call {each_call}"
-    if how_often.flag is not None:
-        rule.report(site.node, message, severity=Severity.INFO, no_fix_reason=f"it only runs while `{how_often.flag}` is on")
-    else:
-        rule.report(site.node, message, severity=Severity.INFO, fix_ops=call_removal(rule.ctx, site), no_fix_reason=NOT_ALONE)
 
 
 def _interval(stack: Stack) -> str | None:

@@ -18,20 +18,20 @@ level, also from another scanned file) and Lightning ``training_step`` methods a
 except for code under ``if isinstance(v, torch.Tensor):`` in such a helper (whether it runs on
 tensors is the caller's business). An epoch loop that only contains the batch loop is not a step
 loop, so what runs once per epoch is not hot. CUDA evidence can come from another scanned file
-too (``uses_cuda``).
+too (``speedfix.model.devices``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from enum import Enum
 from functools import cached_property
 from typing import ClassVar, Iterator, Union
 
 import libcst as cst
 from libcst import BatchableCSTVisitor
 
+from speedfix.model.frames import Frame, FrameKind, Stack
 from speedfix.model.scopes import NameBindings
 from speedfix.model.versions import TorchVersion
 from speedfix.project.facts import FunctionFacts
@@ -41,25 +41,6 @@ from speedfix.syntax.names import ImportTable, dotted_name, line_binds
 from speedfix.syntax.walk import child_nodes
 
 
-class FrameKind(Enum):
-    FUNCTION = "function"
-    CLASS = "class"
-    LOOP = "loop"
-    GUARD = "guard"  # body of a periodic `if step % N == 0:` (or `if i == 0:`)
-    MAIN = "main"  # body of `if __name__ == "__main__":`
-    WITH = "with"
-    # body of `if isinstance(v, torch.Tensor):` in a helper (`v = v.item()` in a logger's
-    # update()): it runs on every step only if the caller passes tensors, which the call shows
-    TYPE_GUARD = "type_guard"
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    kind: FrameKind
-    node: cst.CSTNode
-
-
-Stack = tuple[Frame, ...]
 Loop = Union[cst.For, cst.While]
 FunctionNode = cst.FunctionDef
 
@@ -231,7 +212,6 @@ class FileContext(NameBindings, Visitor):
         self.import_lines: list[cst.SimpleStatementLine] = []  # every import line, any depth
         self.mentions_cuda = False
         self.mentions_low_precision = False  # torch.bfloat16/float16/half, "bf16-mixed", ...
-        self._framework_cuda: bool | None = None  # Lightning/HF/Accelerate evidence, computed once
         self._quotes = {"'": 0, '"': 0}
         self.stack: Stack = ()
         self._statement: cst.SimpleStatementLine | None = None
@@ -722,19 +702,6 @@ class FileContext(NameBindings, Visitor):
             if (frame.kind is FrameKind.LOOP and frame.node in self.step_loops) or frame.kind is FrameKind.FUNCTION:
                 return frame.node
         return None
-
-    @property
-    def uses_cuda(self) -> bool:
-        """Does the script touch CUDA at all? If not, GPU-only advice is noise. Another
-        scanned file can say so (``Links.cuda``): ``DEVICE`` imported from ``config.py``, or an
-        importer that trains on CUDA."""
-        if self.mentions_cuda or self.links.cuda is not None:
-            return True
-        if self._framework_cuda is None:
-            from speedfix.model.frameworks import framework_uses_cuda  # frameworks imports this module
-
-            self._framework_cuda = framework_uses_cuda(self)
-        return self._framework_cuda
 
     @staticmethod
     def enclosing_loops(stack: Stack) -> list[cst.CSTNode]:

@@ -17,11 +17,12 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.fixes.codegen import code_of
 from speedfix.model.arguments import argparse_option, find_argument
-from speedfix.model.context import CallSite, FileContext, Stack, walk_expression
+from speedfix.model.context import CallSite, FileContext, walk_expression
+from speedfix.model.frames import Stack
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of
 from speedfix.syntax.walk import child_nodes
 
 _UNKNOWN = object()  # a default that cannot be known

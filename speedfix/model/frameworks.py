@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.model.amp import string_value
-from speedfix.model.arguments import find_argument, literal_bool
-from speedfix.model.attention import class_of_method
+from speedfix.model.arguments import find_argument, literal_bool, string_value
 from speedfix.model.context import LIGHTNING_MODULE, CallSite, FileContext
+from speedfix.model.frames import class_of_method
 from speedfix.syntax.names import dotted_name
 
 LIGHTNING_TRAINER = (

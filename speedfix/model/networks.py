@@ -15,8 +15,9 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.arguments import argparse_default
-from speedfix.model.context import Assignment, CallSite, FileContext, FrameKind, Stack, walk_expression
+from speedfix.model.context import Assignment, CallSite, FileContext, walk_expression
 from speedfix.model.flow import comes_before
+from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.project import FunctionFacts
 from speedfix.project.steps import CONV_LAYERS

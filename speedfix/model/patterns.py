@@ -10,7 +10,8 @@ from typing import Callable
 
 import libcst as cst
 
-from speedfix.model.context import CallSite, FileContext, LoopInfo, Stack
+from speedfix.model.context import CallSite, FileContext, LoopInfo
+from speedfix.model.frames import Stack
 from speedfix.project.steps import is_iterable_wrapper
 from speedfix.syntax.names import dotted_name
 

@@ -18,14 +18,12 @@ thing. Otherwise the fix imports the module under a name that occurs nowhere in 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import libcst as cst
 
+from speedfix.model.frames import FrameKind, Stack
 from speedfix.syntax.names import bound_name, dotted_name
-
-if TYPE_CHECKING:
-    from speedfix.model.context import Stack
 
 
 _CURRENT = object()  # `_bind`'s default scope: the one being visited
@@ -50,8 +48,6 @@ class NameBindings:
     # ------------------------------------------------------------------ recording
     def _scope(self, skip: int = 0) -> cst.CSTNode | None:
         """The innermost function or class frame (``skip`` innermost ones left out)."""
-        from speedfix.model.context import FrameKind
-
         for frame in reversed(self.stack[: len(self.stack) - skip] if skip else self.stack):
             if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
                 return frame.node
@@ -169,8 +165,6 @@ class NameBindings:
 def _lookup_scopes(stack: Stack) -> list[cst.CSTNode]:
     """The scopes Python searches before the module: the innermost function or class, then
     the enclosing functions (a class body is not visible from the methods inside it)."""
-    from speedfix.model.context import FrameKind
-
     scopes = [frame for frame in stack if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS)]
     if not scopes:
         return []

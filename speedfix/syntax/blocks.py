@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Protocol, Sequence
 from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.context import FileContext
 from speedfix.syntax.walk import child_nodes
 
 
-def enclosing_block(ctx: FileContext, statement: cst.BaseStatement) -> list[cst.BaseStatement] | None:
+class HasModule(Protocol):
+    """What the lookups need of a file: its module (the model's file index has it)."""
+
+    module: cst.Module
+
+
+def enclosing_block(ctx: HasModule, statement: cst.BaseStatement) -> list[cst.BaseStatement] | None:
     """The list of sibling statements ``statement`` belongs to, or None."""
     found = statement_owner(ctx, statement)
     return found[1] if found is not None else None
 
 
-def statement_owner(ctx: FileContext, statement: cst.BaseStatement) -> tuple[cst.CSTNode, list[cst.BaseStatement]] | None:
+def statement_owner(ctx: HasModule, statement: cst.BaseStatement) -> tuple[cst.CSTNode, list[cst.BaseStatement]] | None:
     """(the node whose block holds ``statement`` — the Module or a compound statement, or an
     ``Else``/``ExceptHandler``/``Finally`` clause — and that block's statements)."""
     index = _OWNERS.get(ctx)
@@ -27,7 +32,7 @@ def statement_owner(ctx: FileContext, statement: cst.BaseStatement) -> tuple[cst
 
 
 # One walk over the statements per file, shared by every rule that asks.
-_OWNERS: WeakKeyDictionary[FileContext, dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]]] = WeakKeyDictionary()
+_OWNERS: WeakKeyDictionary[HasModule, dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]]] = WeakKeyDictionary()
 
 
 def _index_owners(module: cst.Module) -> dict[int, tuple[cst.CSTNode, list[cst.BaseStatement]]]:

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -148,15 +148,19 @@ def real_path(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def load_config(pyproject: Path) -> Settings:
+def load_config(pyproject: Path, output_formats: Sequence[str] | None = None) -> Settings:
     data = _read_toml(pyproject)
     table = _tool_table(data, pyproject).get("speedfix", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{pyproject}: [tool.speedfix] must be a table")
-    return settings_from_table(table, source=str(pyproject), root=pyproject.parent, config_file=pyproject)
+    return settings_from_table(table, source=str(pyproject), root=pyproject.parent, config_file=pyproject,
+                               output_formats=output_formats)
 
 
-def settings_from_table(table: dict[str, Any], *, source: str, root: Path, config_file: Path | None) -> Settings:
+def settings_from_table(table: dict[str, Any], *, source: str, root: Path, config_file: Path | None,
+                        output_formats: Sequence[str] | None = None) -> Settings:
+    """Settings from a ``[tool.speedfix]`` table; ``output_formats``: the names `output-format`
+    may take (the output layer knows them; None: not checked)."""
     unknown = sorted(set(table) - _KNOWN_KEYS)
     if unknown:
         raise ConfigError(
@@ -184,10 +188,8 @@ def settings_from_table(table: dict[str, Any], *, source: str, root: Path, confi
             raise ConfigError(f"{source}: `torch-version`: {exc}") from None
         values["torch_version"] = version
     if "output-format" in table:
-        from speedfix.output import format_names  # the format modules import this one
-
-        if table["output-format"] not in format_names():
-            raise ConfigError(f"{source}: `output-format` must be one of {', '.join(format_names())}")
+        if output_formats is not None and table["output-format"] not in output_formats:
+            raise ConfigError(f"{source}: `output-format` must be one of {', '.join(output_formats)}")
         values["output_format"] = table["output-format"]
     if "per-file-ignores" in table:
         mapping = table["per-file-ignores"]
@@ -251,16 +253,18 @@ def resolve_settings(
     force_exclude: bool | None = None,
     max_file_size_mb: float | None = None,
     file_time_limit: float | None = None,
+    output_formats: Sequence[str] | None = None,
 ) -> Settings:
-    """Settings for a run: the config file found for ``paths``, then the command line on top."""
+    """Settings for a run: the config file found for ``paths``, then the command line on top
+    (``output_formats``: the names the config's `output-format` may take; None: not checked)."""
     if config is not None:
-        settings = load_config(config)
+        settings = load_config(config, output_formats)
     elif isolated:
         settings = Settings()
     else:
         base = _common_folder(paths)
         found = find_config(base)
-        settings = load_config(found) if found else Settings(root=base if base.is_dir() else base.parent)
+        settings = load_config(found, output_formats) if found else Settings(root=base if base.is_dir() else base.parent)
     overrides: dict[str, Any] = {}
     if (codes := split_codes(select)) is not None:
         overrides["select"] = codes
