@@ -6,7 +6,7 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Rule
 from speedfix.fixes.removal import NOT_ALONE, call_removal
 from speedfix.model.branches import BranchTracker, frequency
-from speedfix.model.context import CallSite
+from speedfix.model.index import CallSite
 
 
 def report_loop_call(rule: Rule, site: CallSite, what: str, every_step: str, each_call: str) -> None:

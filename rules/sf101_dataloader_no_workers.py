@@ -8,9 +8,9 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
 from speedfix.model.arguments import find_argument, literal_int
-from speedfix.model.context import CallSite
 from speedfix.model.flow import assigned_name
 from speedfix.model.frames import FrameKind
+from speedfix.model.index import CallSite
 from speedfix.model.loaders import Place, iterated_per_epoch, late_value, samples_place
 from speedfix.model.patterns import (
     DATALOADER,

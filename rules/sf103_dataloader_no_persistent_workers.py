@@ -6,8 +6,8 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, Transfo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument, literal_int
-from speedfix.model.context import CallSite
 from speedfix.model.flow import assigned_name
+from speedfix.model.index import CallSite
 from speedfix.model.loaders import iterated_per_epoch, returned_to_training
 from speedfix.model.patterns import DATALOADER, dataset_argument
 from speedfix.model.versions import v

@@ -8,8 +8,8 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, Transfo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
-from speedfix.model.context import CallSite, LoopInfo
 from speedfix.model.frames import Stack
+from speedfix.model.index import CallSite, LoopInfo
 from speedfix.model.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype
 from speedfix.syntax.names import dotted_name
 

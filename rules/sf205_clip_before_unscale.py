@@ -5,9 +5,9 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, Category, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import insert_before, statement
-from speedfix.model.context import CallSite, walk_expression
+from speedfix.model.index import CallSite
 from speedfix.syntax.blocks import statement_owner
-from speedfix.syntax.nodes import code_of
+from speedfix.syntax.nodes import code_of, walk_expression
 
 _CLIP = tuple(
     f"torch.nn.utils.{module}{name}"

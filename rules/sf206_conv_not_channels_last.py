@@ -5,15 +5,16 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, reference, statement, string_literal
-from speedfix.model.context import Assignment, CallSite, walk_expression
 from speedfix.model.flow import default_choice, enclosing_statements
 from speedfix.model.frames import Stack
+from speedfix.model.index import Assignment, CallSite
 from speedfix.model.networks import (builds, built_classes, calls_in_training_step, fresh_assignments, is_conv2d_net, model_classes,
                              model_names, optimizer_factories, project_conv_dims, reads, reshapes_its_input,
                              trained_models, view_calls)
 from speedfix.model.patterns import BatchNames, root_name
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 _LAYOUT = "torch.channels_last"
 

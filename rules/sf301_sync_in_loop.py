@@ -10,11 +10,11 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.engine.suppression import line_suppresses
 from speedfix.model.branches import Branch, BranchTracker, rare_path
-from speedfix.model.context import FileContext, walk_expression
+from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.patterns import BatchNames, is_cpu_device
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import code_of
+from speedfix.syntax.nodes import code_of, walk_expression
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int", "bool", "str", "repr", "format")

@@ -7,7 +7,7 @@ import libcst as cst
 from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.branches import BranchTracker, frequency
-from speedfix.model.context import CallSite
+from speedfix.model.index import CallSite
 from speedfix.syntax.comments import statement_comments
 
 _SYNCHRONIZE = ("torch.cuda.synchronize", "torch.accelerator.synchronize")

@@ -6,7 +6,7 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, Transfo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, remove_arg
 from speedfix.model.arguments import find_argument, literal_bool
-from speedfix.model.context import CallSite
+from speedfix.model.index import CallSite
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.model.versions import v
 from speedfix.syntax.comments import own_lines

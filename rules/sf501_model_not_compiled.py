@@ -8,16 +8,17 @@ from speedfix.engine.findings import Applicability, FixOp, InsertStatements, Los
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import reference, statement
 from speedfix.model.arguments import find_argument, string_value
-from speedfix.model.context import CallSite, walk_expression
 from speedfix.model.flow import default_choice, enclosing_statements, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import ACCELERATOR
+from speedfix.model.index import CallSite
 from speedfix.model.networks import DATA_PARALLEL, fresh_assignments, optimizer_factories, peel, trained_models, wrapper_of
 from speedfix.model.patterns import NO_GRAD
 from speedfix.model.versions import v
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 
 @dataclass(frozen=True)

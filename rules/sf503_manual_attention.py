@@ -12,12 +12,12 @@ from speedfix.fixes.removal import call_removal, removal_ops
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.attention import (AdditiveMask, Attention, CausalFill, Factor, TWO_MASKS, UNKNOWN_MASK, argument,
                                       matmul_operands, mentions, read_attention, softmax_input)
-from speedfix.model.context import CallSite, target_names, walk_expression
 from speedfix.model.frames import Stack, class_of_method
+from speedfix.model.index import CallSite
 from speedfix.model.versions import v
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import code_of
+from speedfix.syntax.nodes import code_of, target_names, walk_expression
 
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
 # A function or class that calls one of these already has a fast path: its hand-written attention

@@ -5,7 +5,7 @@ import libcst as cst
 from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, string_value
-from speedfix.model.context import CallSite
+from speedfix.model.index import CallSite
 from speedfix.model.versions import v
 
 _AUTOTUNE = ("max-autotune", "max-autotune-no-cudagraphs")

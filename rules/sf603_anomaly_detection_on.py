@@ -7,7 +7,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import find_arg, remove_arg
 from speedfix.fixes.removal import NOT_ALONE, call_removal
 from speedfix.model.arguments import find_argument, literal_bool
-from speedfix.model.context import CallSite
+from speedfix.model.index import CallSite
 
 _SET = ("torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly")
 _CONTEXT = ("torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly")

@@ -6,9 +6,9 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.branches import BranchTracker, Frequency, frequency, opt_in_flag
-from speedfix.model.context import CallSite, WithInfo
 from speedfix.model.flow import assigned_name
 from speedfix.model.frames import FrameKind
+from speedfix.model.index import CallSite, WithInfo
 from speedfix.syntax.names import dotted_name
 
 # Context managers that record (or count) every operator while they are entered (or started).

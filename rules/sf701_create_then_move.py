@@ -7,7 +7,7 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, LossCheck, Severity, replace
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, string_literal
-from speedfix.model.context import CallSite
+from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype
 from speedfix.syntax.names import dotted_name
 

@@ -5,13 +5,13 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import reference
-from speedfix.model.context import CallSite, target_names, walk_expression
 from speedfix.model.flow import enclosing_statements
 from speedfix.model.forward import backward_calls, read_names, statement_block, steps, wrap
 from speedfix.model.frames import FrameKind
+from speedfix.model.index import CallSite
 from speedfix.model.networks import DISTRIBUTED_DATA_PARALLEL
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import code_of
+from speedfix.syntax.nodes import code_of, target_names, walk_expression
 
 # What a script does when it already skips the all-reduce of non-final micro-steps.
 _SYNC_SWITCHES = frozenset({"no_sync", "require_backward_grad_sync"})

@@ -7,8 +7,8 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, arg_removed, keyword_arg, same_quotes, string_literal, value_replaced
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
-from speedfix.model.context import CallSite
 from speedfix.model.frameworks import LIGHTNING_TRAINER, SET_ELSEWHERE, in_lightning_method, lightning_on_gpu
+from speedfix.model.index import CallSite
 from speedfix.model.networks import conv2d_classes
 from speedfix.model.patterns import cudnn_settings, matmul_precision_chosen
 

@@ -17,8 +17,8 @@ from speedfix.fixes.codegen import (
 )
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
-from speedfix.model.context import CallSite
 from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, hf_args_on_gpu
+from speedfix.model.index import CallSite
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
 from speedfix.model.versions import v
 

@@ -8,8 +8,9 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, replace
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes, value_replaced
 from speedfix.model.arguments import string_value
-from speedfix.model.context import CallSite, walk_expression
 from speedfix.model.frameworks import SET_ELSEWHERE
+from speedfix.model.index import CallSite
+from speedfix.syntax.nodes import walk_expression
 
 _KEYWORD = "attn_implementation"
 _ATTRIBUTES = ("attn_implementation", "_attn_implementation")

@@ -6,8 +6,8 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes, value_replaced
 from speedfix.model.arguments import find_argument, string_value
-from speedfix.model.context import CallSite
 from speedfix.model.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu
+from speedfix.model.index import CallSite
 
 
 class AccelerateNoMixedPrecision(Rule):

@@ -5,10 +5,11 @@ A rule is one file in ``rules/``. Its class docstring is its documentation in fi
 ``VALID`` and ``INVALID`` examples are its tests (an ``Invalid`` carries the expected fixed
 code), and its class attributes are the metadata the engine, the report and ``apply`` use.
 
-Rules are batchable libcst visitors that run in the same traversal as ``FileContext``. They may
-collect candidates in ``visit_*`` methods and decide in ``finish()``, once the whole file is
-known. Most rules only need ``finish()``: the context already indexes calls, assignments,
-loops, functions and classes.
+Rules are batchable libcst visitors that run in the same traversal as the file index
+(``speedfix.model.index``). They may collect candidates in ``visit_*`` methods and decide in
+``finish()``, once the whole file is known. Most rules only need ``finish()``: the index already
+records calls, assignments, loops, functions and classes, and the model answers what they mean
+(``speedfix.model``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import ClassVar
 
 import libcst as cst
 from speedfix.engine.findings import Applicability, Category, Finding, Fix, FixOp, LossCheck, Severity
-from speedfix.model.context import FileContext, Visitor
+from speedfix.model.context import FileContext
 from speedfix.model.frameworks import GPU_MARKERS
 from speedfix.model.versions import TorchVersion
+from speedfix.syntax.walk import Visitor
 
 DOC_SECTIONS = (
     "What it does",

@@ -17,8 +17,9 @@ import libcst as cst
 
 from speedfix.engine.findings import FixOp, InsertStatements
 from speedfix.fixes.codegen import NO_IMPORT_BLOCK, reference, setting_after_imports, statement
-from speedfix.model.context import FileContext, is_main_guard
+from speedfix.model.context import FileContext
 from speedfix.model.frames import Frame, FrameKind, Stack
+from speedfix.syntax.nodes import is_main_guard
 
 OPT_IN_AT_IMPORT = "the script's own opt-in setting runs at import time, before its entry point would set this"
 NO_ENTRY_POINT = "a library module (no `main()`, `__main__` block or module-level training): the setting belongs in the script that runs"

@@ -21,10 +21,10 @@ from speedfix.engine.findings import (AddImport, Applicability, Blocker, Finding
                                Transform)
 from speedfix.engine.registry import select_rules
 from speedfix.engine.rule import Rule
-from speedfix.model.context import walk_expression
 from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.project import Links
 from speedfix.syntax.comments import own_lines
+from speedfix.syntax.nodes import walk_expression
 from speedfix.syntax.parsing import python_ast
 from speedfix.syntax.roundtrip import Restorer, RoundTripError
 from speedfix.syntax.source import SourceError, SourceFile, decode_source, read_bytes, write_atomic

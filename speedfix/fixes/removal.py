@@ -14,10 +14,12 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.engine.findings import FixOp, Transform
-from speedfix.model.context import CallSite, FileContext, walk_expression
+from speedfix.model.context import FileContext
+from speedfix.model.index import CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.comments import own_lines
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 _PURE_CALLS = ("len", "torch.cuda.is_available", "is_available", "isinstance")
 

@@ -11,9 +11,10 @@ import libcst as cst
 from speedfix.engine.findings import FixOp, RemoveImportIfUnused, Transform
 from speedfix.fixes.removal import removal_ops
 from speedfix.model.amp import DEPRECATED_AMP_MODULES, Scaler, scaler_scope
-from speedfix.model.context import FileContext, walk_expression
+from speedfix.model.context import FileContext
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 
 @dataclass

@@ -22,9 +22,10 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
-from speedfix.model.context import CallSite, FileContext
+from speedfix.model.context import FileContext
 from speedfix.model.flow import default_truth, off_by_default
 from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.index import CallSite
 from speedfix.model.patterns import AUTOCAST
 from speedfix.syntax.names import dotted_name
 

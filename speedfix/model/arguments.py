@@ -15,9 +15,11 @@ from enum import Enum
 
 import libcst as cst
 
-from speedfix.model.context import Assignment, CallSite, FileContext, walk_expression
+from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
+from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 
 class State(Enum):

@@ -23,9 +23,10 @@ from typing import Sequence
 
 import libcst as cst
 
-from speedfix.model.context import FileContext, walk_expression
+from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax")
 SOFTMAX_MODULES = ("torch.nn.Softmax", "torch.nn.modules.activation.Softmax")

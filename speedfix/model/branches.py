@@ -24,11 +24,12 @@ from typing import ClassVar, Sequence, Union
 
 import libcst as cst
 
-from speedfix.model.context import FileContext, Visitor, walk_expression
+from speedfix.model.context import FileContext
 from speedfix.model.flow import default_truth
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import code_of
+from speedfix.syntax.nodes import code_of, walk_expression
+from speedfix.syntax.walk import Visitor
 
 BranchNode = Union[cst.If, cst.ExceptHandler, cst.ExceptStarHandler]
 

@@ -20,7 +20,8 @@ from typing import Any
 import libcst as cst
 
 from speedfix.model.arguments import find_argument
-from speedfix.model.context import CallSite, FileContext
+from speedfix.model.context import FileContext
+from speedfix.model.index import CallSite
 
 # Calls that take a DeepSpeed config, and the keyword (and position) it is passed by.
 CONFIG_TAKERS: dict[str, tuple[str, int | None]] = {

@@ -18,11 +18,12 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.arguments import argparse_option, find_argument
-from speedfix.model.context import CallSite, FileContext, walk_expression
+from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
+from speedfix.model.index import CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import code_of
+from speedfix.syntax.nodes import code_of, walk_expression
 from speedfix.syntax.walk import child_nodes
 
 _UNKNOWN = object()  # a default that cannot be known

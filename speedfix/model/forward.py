@@ -14,9 +14,11 @@ import re
 
 import libcst as cst
 
-from speedfix.model.context import CallSite, FileContext, target_names, walk_expression
+from speedfix.model.context import FileContext
+from speedfix.model.index import CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import target_names, walk_expression
 
 # Calls that move or reshape a batch rather than run the model: a statement made only of these
 # is data preparation and stays outside the wrapped block.

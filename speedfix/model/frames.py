@@ -43,3 +43,40 @@ def class_of_method(stack: Stack) -> cst.ClassDef | None:
                 return outer.node
             return None
     return None
+
+
+def function_of(stack: Stack) -> cst.CSTNode | None:
+    for frame in reversed(stack):
+        if frame.kind is FrameKind.FUNCTION:
+            return frame.node
+    return None
+
+
+def class_of(stack: Stack) -> cst.ClassDef | None:
+    """The innermost class around code at ``stack`` (its methods included)."""
+    for frame in reversed(stack):
+        if frame.kind is FrameKind.CLASS and isinstance(frame.node, cst.ClassDef):
+            return frame.node
+    return None
+
+
+def nearest_loop(stack: Stack) -> cst.CSTNode | None:
+    """The innermost loop around ``stack`` within the same function."""
+    for frame in reversed(stack):
+        if frame.kind is FrameKind.LOOP:
+            return frame.node
+        if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
+            return None
+    return None
+
+
+def enclosing_loops(stack: Stack) -> list[cst.CSTNode]:
+    return [frame.node for frame in stack if frame.kind is FrameKind.LOOP]
+
+
+def in_main_guard(stack: Stack) -> bool:
+    return any(frame.kind is FrameKind.MAIN for frame in stack)
+
+
+def at_module_level(stack: Stack) -> bool:
+    return not any(frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS) for frame in stack)

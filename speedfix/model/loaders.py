@@ -25,11 +25,13 @@ from functools import cmp_to_key
 import libcst as cst
 
 from speedfix.model.arguments import find_argument
-from speedfix.model.context import Assignment, CallSite, FileContext, walk_expression
+from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, comes_before, is_returned
 from speedfix.model.frames import Stack
+from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import TENSOR_DATASET, dataset_argument, is_cpu_device, is_dtype, unwrap_iterable
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 _HOST_LIBRARIES = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.")
 _WRAPPERS = (

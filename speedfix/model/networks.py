@@ -15,13 +15,15 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.arguments import argparse_default
-from speedfix.model.context import Assignment, CallSite, FileContext, walk_expression
+from speedfix.model.context import FileContext
 from speedfix.model.flow import comes_before
 from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.project import FunctionFacts
 from speedfix.project.steps import CONV_LAYERS
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 DATA_PARALLEL = (
     "torch.nn.DataParallel",

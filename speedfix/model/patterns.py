@@ -10,8 +10,9 @@ from typing import Callable
 
 import libcst as cst
 
-from speedfix.model.context import CallSite, FileContext, LoopInfo
+from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
+from speedfix.model.index import CallSite, LoopInfo
 from speedfix.project.steps import is_iterable_wrapper
 from speedfix.syntax.names import dotted_name
 

@@ -36,7 +36,7 @@ class Binding:
 
 
 class NameBindings:
-    """Mixin for ``FileContext``: an index of name bindings, and questions about it."""
+    """Mixin for ``FileIndex``: an index of name bindings, and questions about it."""
 
     stack: Stack
     module: cst.Module

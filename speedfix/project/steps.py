@@ -1,6 +1,6 @@
 """What marks a training step, a batch source and a CUDA device, by name.
 
-Shared by the per-file index (``speedfix.model.context``, on libcst trees) and the project facts
+Shared by the per-file model (``speedfix.model.context``, on libcst trees) and the project facts
 (``speedfix.project.facts``, on ``ast`` trees of the other files), so that a loop is a training
 loop by the same test whichever file it is in. Everything here works on dotted names as written
 (``opt.step``, ``metric_logger.log_every``), never on trees.

@@ -7,18 +7,43 @@ parse. This walker reads the same dataclass fields and calls the same ``visit_<N
 ``visit_<Node>_<field>``, ``leave_<Node>_<field>`` and ``leave_<Node>`` methods of the same
 ``BatchableCSTVisitor`` objects, in pre-order, but builds nothing. It skips whitespace, comments
 and punctuation nodes, which no rule looks at. A test checks it against ``visit_batched``.
+
+``Visitor`` is the base of the visitors it runs: the file index and the rules.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Iterator
+from typing import Callable, ClassVar, Iterable, Iterator
 
 import libcst as cst
 
 from speedfix.syntax import deadline
 
 Method = Callable[[cst.CSTNode], object]
+
+
+class Visitor(cst.BatchableCSTVisitor):
+    """A batchable visitor whose method lookup never touches other attributes.
+
+    libcst's default ``get_visitors`` runs ``inspect.getmembers``, which evaluates every
+    property, and so would compute (and cache) facts before the tree was even walked.
+    """
+
+    _method_names: ClassVar[dict[type, tuple[str, ...]]] = {}
+
+    def get_visitors(self):  # type: ignore[no-untyped-def]
+        cls = type(self)
+        names = Visitor._method_names.get(cls)
+        if names is None:  # computed once per class: dir() over libcst's stubs is slow
+            names = tuple(
+                name
+                for name in dir(cls)
+                if name.startswith(("visit_", "leave_")) and not getattr(getattr(cls, name), "_is_no_op", False)
+            )
+            Visitor._method_names[cls] = names
+        return {name: getattr(self, name) for name in names}
+
 
 # The per-file time limit is checked every 4,096 nodes (a few milliseconds of walking).
 _CHECK_EVERY = 4095
