@@ -70,3 +70,37 @@ def _pure(test: cst.BaseExpression) -> bool:
             if not any(name == pure or name.endswith("." + pure) for pure in _PURE_CALLS):
                 return False
     return True
+
+
+def blank_lines_of_removed(block: list[cst.BaseStatement], removed: list[cst.SimpleStatementLine]) -> list[FixOp]:
+    """Ops that drop the blank lines of ``removed`` statements of ``block`` that would pile up
+    above the next statement left (the removal of a run of statements, not of one).
+
+    The removal moves each removed statement's comments and blank lines above that statement;
+    of a run of removed steps, only the first one's blank lines are kept, and only when the
+    statement they land on has none of its own. A statement that becomes the first of its block
+    loses its blank lines too."""
+    ops: list[FixOp] = []
+    gone = {id(statement) for statement in removed}
+    first_of_run, kept_before = True, False
+    for position, statement in enumerate(block):
+        if id(statement) not in gone:
+            if not kept_before and position > 0:
+                ops.extend(_drop_blank_lines(statement))
+            first_of_run, kept_before = True, True
+            continue
+        following = next((s for s in block[position + 1:] if id(s) not in gone), None)
+        lands_on_blank = following is not None and any(_is_blank(line) for line in following.leading_lines)
+        if not first_of_run or lands_on_blank or not kept_before:
+            ops.extend(_drop_blank_lines(statement))
+        first_of_run = False
+    return ops
+
+
+def _drop_blank_lines(statement: cst.BaseStatement) -> list[FixOp]:
+    blank = [line for line in statement.leading_lines if _is_blank(line)]
+    return [Transform(line, lambda _: cst.RemovalSentinel.REMOVE) for line in blank]
+
+
+def _is_blank(line: cst.EmptyLine) -> bool:
+    return line.comment is None

@@ -14,19 +14,30 @@ and minGPT's ``CausalSelfAttention``::
 assignment that made it, earlier in the same block. What it recognises but cannot prove to be
 exactly ``F.scaled_dot_product_attention`` (a step under an ``if``, a dtype cast, a mask that is
 not provably causal, two masks) is kept as a *problem*: the rule reports it without a fix.
+
+Around an attention, the model also answers what decides whether SDPA computes the same: is
+there a fused path beside it already (``has_fast_path``), may its keys come from a key/value
+cache (``may_cache_keys``), are its weights used elsewhere (``weights_used_elsewhere``), does a
+name it reads change between its statements (``moved_names_rebound``), which
+``register_buffer`` call holds its causal mask (``causal_mask_buffer``), and is its scale
+SDPA's default 1/sqrt(head_dim) (``is_default_scale``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Sequence
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
+from speedfix.model.arguments import find_argument
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method
+from speedfix.model.index import CallSite
+from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import bound_names, code_of, target_names, walk_expression
 
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax")
 SOFTMAX_MODULES = ("torch.nn.Softmax", "torch.nn.modules.activation.Softmax")
@@ -37,6 +48,16 @@ DROPOUT_FUNCTIONS = {
 }
 DROPOUT_MODULES = ("torch.nn.Dropout", "torch.nn.modules.dropout.Dropout")
 MATMUL = ("torch.matmul",)
+# A function or class that calls one of these already has a fast path: its hand-written attention
+# is the fallback (nanoGPT's `if self.flash: ... else: ...`, timm's `fused_attn`).
+FAST_ATTENTION = ("scaled_dot_product_attention", "flash_attn_func", "flash_attn_qkvpacked_func",
+                  "flash_attn_varlen_func", "memory_efficient_attention")
+# Hugging Face models choose their attention function at run time (`config._attn_implementation`:
+# "eager", "sdpa", "flash_attention_2"); their eager one exists to return the weights.
+DISPATCH_ATTRIBUTE = "_attn_implementation"
+_CONCATENATE = ("torch.cat", "torch.concat", "torch.concatenate")
+# What a causal mask buffer may be wrapped in where it is built or read (`mask.view(1, 1, n, n)`).
+_MASK_WRAPPERS = ("view", "reshape", "unsqueeze", "bool", "float", "byte", "int", "long", "to", "type", "contiguous")
 _CASTS = ("float", "half", "bfloat16", "double", "type", "type_as", "to")
 
 # Why a recognised attention gets no fix (the first one found is the finding's reason).
@@ -515,3 +536,189 @@ def argument(args: Sequence[cst.Arg], keyword: str, position: int) -> cst.BaseEx
             return arg.value
     positional = [arg for arg in args if arg.keyword is None and not arg.star]
     return positional[position].value if position < len(positional) else None
+
+
+# ---------------------------------------------------------------- around the attention
+def attention_of(ctx: FileContext, site: CallSite) -> tuple[Attention, list[cst.BaseStatement], int] | None:
+    """The attention a softmax call is part of, with its block and the output's index there."""
+    owner = statement_owner(ctx, site.statement) if site.statement is not None else None
+    if owner is None:
+        return None
+    block = owner[1]
+    start = next(i for i, statement in enumerate(block) if statement is site.statement)
+    for index in range(start, len(block)):
+        if not isinstance(block[index], cst.SimpleStatementLine):
+            continue
+        for node in walk_expression(block[index]):
+            if matmul_operands(ctx, node) is None:
+                continue
+            found = read_attention(ctx, block, index, node, site.stack)  # type: ignore[arg-type]
+            if found is not None and found.softmax is site.node:
+                return found, block, index
+    return None
+
+
+_FAST_PATHS: WeakKeyDictionary[FileContext, set[cst.CSTNode]] = WeakKeyDictionary()
+
+
+def has_fast_path(ctx: FileContext, stack: Stack) -> bool:
+    """Does the function or class around ``stack`` also call a fused attention (the code at
+    ``stack`` is then its fallback)?"""
+    found = _FAST_PATHS.get(ctx)
+    if found is None:
+        found = _FAST_PATHS[ctx] = {  # every frame around a call of a fused attention
+            frame.node
+            for site in ctx.calls
+            if (dotted_name(site.node.func) or "").rsplit(".", 1)[-1] in FAST_ATTENTION
+            for frame in site.stack
+        }
+    scopes = {ctx.function_of(stack), class_of_method(stack)} - {None}
+    return any(node in scopes for node in found)
+
+
+def may_cache_keys(ctx: FileContext, attention: Attention, scope: cst.CSTNode) -> bool:
+    """Can the keys be longer than the queries (a key/value cache: `torch.cat` on the keys, a
+    `past`/`cache` name in ``scope``)? `[:T, :T]` with one new token masks nothing, while
+    `is_causal=True` aligns its mask to the top left and would hide all but the first key."""
+    key = attention.key
+    key_name = dotted_name(key) if key is not None else None
+    for node in walk_expression(scope):
+        if isinstance(node, cst.Name) and ("cache" in node.value.lower() or "past" in node.value.lower()):
+            return True
+        if isinstance(node, cst.Assign) and key_name in {n for t in node.targets for n in target_names(t.target)}:
+            calls = (c for c in walk_expression(node.value) if isinstance(c, cst.Call))
+            if any(ctx.qualname(c.func) in _CONCATENATE for c in calls):
+                return True
+    return False
+
+
+def weights_used_elsewhere(attention: Attention, scope: cst.CSTNode) -> bool:
+    """Are the attention's weights read in ``scope`` outside the chain (returned, stored)?"""
+    chain = {id(name) for name in attention.chain_names}
+    names = {name.value for name in attention.chain_names}
+    return any(
+        isinstance(node, cst.Name) and node.value in names and id(node) not in chain
+        for node in walk_expression(scope)
+    )
+
+
+def moved_names_rebound(attention: Attention, block: list[cst.BaseStatement], index: int) -> bool:
+    """Does a statement between the attention's first one and its output (``block[index]``)
+    rebind something a rewrite would move to the output (q, k, the mask, the scale, the
+    dropout's p)?"""
+    skip = {id(statement) for statement in attention.steps}
+    bound: set[str] = set()
+    for statement in block[attention.first:index]:
+        if id(statement) not in skip:
+            bound |= bound_names(statement)
+    read = {dotted_name(node) for expr in attention.moved for node in walk_expression(expr)} - {None}
+    return any(name == b or name.startswith(b + ".") for name in read for b in bound)  # type: ignore[union-attr]
+
+
+def causal_mask_buffer(ctx: FileContext, buffer: str, stack: Stack) -> CallSite | None:
+    """The class's one `self.register_buffer("<buffer>", torch.tril(torch.ones(...))...)`, for a
+    method at ``stack`` that reads `self.<buffer>`; None when the buffer is anything else or is
+    assigned too."""
+    cls = class_of_method(stack)
+    assigned = ctx.assignments.get(f"self.{buffer}", [])
+    if cls is None or any(any(f.node is cls for f in a.stack) for a in assigned):
+        return None
+    sites = [
+        site for site in ctx.method_calls("register_buffer")
+        if dotted_name(site.node.func) == "self.register_buffer" and any(f.node is cls for f in site.stack)
+        and _string(find_argument(ctx, site, "name", 0).node) == buffer
+    ]
+    if len(sites) != 1:
+        return None
+    tensor = find_argument(ctx, sites[0], "tensor", 1).node
+    return sites[0] if tensor is not None and _is_tril_of_ones(ctx, tensor, sites[0].stack) else None
+
+
+def unwrap_mask(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``x`` for ``x.view(1, 1, n, n)``, ``x.bool()``, ``x[None, None]`` and the like."""
+    while True:
+        func = node.func if isinstance(node, cst.Call) else None
+        if isinstance(func, cst.Attribute) and func.attr.value in _MASK_WRAPPERS:
+            node = func.value
+        elif isinstance(node, cst.Subscript) and all(
+            isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.Name, cst.Ellipsis))
+            and (not isinstance(e.slice.value, cst.Name) or e.slice.value.value == "None")
+            for e in node.slice
+        ):
+            node = node.value
+        else:
+            return node
+
+
+def _unwrap_assigned(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression:
+    """``unwrap_mask``, through a variable assigned once (`mask = torch.tril(...)`) too."""
+    node = unwrap_mask(node)
+    value = ctx.single_value(node.value, stack) if isinstance(node, cst.Name) else None
+    return unwrap_mask(value) if value is not None else node
+
+
+def _is_tril_of_ones(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> bool:
+    node = _unwrap_assigned(ctx, node, stack)
+    if isinstance(node, cst.Call) and ctx.qualname(node.func) == "torch.tril":
+        args = node.args
+        inner = args[0].value if args and not args[0].keyword else None
+        diagonal = argument(args[1:], "diagonal", 0)
+    elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "tril":
+        inner, diagonal = node.func.value, argument(node.args, "diagonal", 0)
+    else:
+        return False
+    if diagonal is not None and not (isinstance(diagonal, cst.Integer) and diagonal.value == "0"):
+        return False
+    inner = _unwrap_assigned(ctx, inner, stack) if inner is not None else None
+    return isinstance(inner, cst.Call) and ctx.qualname(inner.func) == "torch.ones"
+
+
+def _string(node: cst.BaseExpression | None) -> str | None:
+    return str(node.evaluated_value) if isinstance(node, cst.SimpleString) else None
+
+
+def is_default_scale(ctx: FileContext, attention: Attention, factor: Factor) -> bool:
+    """Is ``factor`` SDPA's default scale, 1/sqrt(head_dim) (`/ math.sqrt(k.size(-1))`,
+    `* k.size(-1) ** -0.5`, `* (1.0 / math.sqrt(q.shape[-1]))`)?"""
+    meaning = factor.meaning
+    if factor.divide:
+        return _is_sqrt_head_dim(ctx, attention, meaning)
+    if isinstance(meaning, cst.BinaryOperation) and isinstance(meaning.operator, cst.Divide):
+        one = meaning.left
+        return (isinstance(one, (cst.Integer, cst.Float)) and float(one.value) == 1.0
+                and _is_sqrt_head_dim(ctx, attention, meaning.right))
+    base = _is_power(meaning, -0.5)
+    return base is not None and _is_head_dim(attention, base)
+
+
+def _is_sqrt_head_dim(ctx: FileContext, attention: Attention, node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.Call) and ctx.qualname(node.func) == "math.sqrt" and len(node.args) == 1:
+        return _is_head_dim(attention, node.args[0].value)
+    base = _is_power(node, 0.5)
+    return base is not None and _is_head_dim(attention, base)
+
+
+def _is_head_dim(attention: Attention, node: cst.BaseExpression | None) -> bool:
+    """`k.size(-1)`, `q.shape[-1]`: the last dimension of the query or the key."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "size":
+        tensor, ok = node.func.value, len(node.args) == 1 and code_of(node.args[0].value).strip() == "-1"
+    elif (isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute)
+          and node.value.attr.value == "shape"):
+        tensor, ok = node.value.value, len(node.slice) == 1 and code_of(node.slice[0].slice).strip() == "-1"
+    else:
+        return False
+    sides = (attention.query, attention.key)
+    return ok and any(side is not None and tensor.deep_equals(side) for side in sides)
+
+
+def _is_power(node: cst.BaseExpression, exponent: float) -> cst.BaseExpression | None:
+    """``base`` for ``base ** exponent``."""
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power)):
+        return None
+    right = node.right
+    sign = 1.0
+    if isinstance(right, cst.UnaryOperation) and isinstance(right.operator, cst.Minus):
+        sign, right = -1.0, right.expression
+    if isinstance(right, (cst.Float, cst.Integer)) and sign * float(right.value) == exponent:
+        return node.left
+    return None

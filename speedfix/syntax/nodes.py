@@ -1,5 +1,5 @@
 """Small questions about one node: its code as written, the nodes below it, the names a target
-binds, whether an `if` test is the `__main__` guard."""
+binds, whether it is a string literal or the `__main__` guard's test."""
 
 from __future__ import annotations
 
@@ -46,3 +46,20 @@ def is_main_guard(test: cst.BaseExpression) -> bool:
     strings = [s.evaluated_value for s in sides if isinstance(s, cst.SimpleString)]
     return names == ["__name__"] and strings == ["__main__"]
 
+
+def is_string(node: cst.BaseExpression) -> bool:
+    """A string literal: plain, implicitly concatenated or an f-string."""
+    return isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+
+
+def bound_names(statement: cst.CSTNode) -> set[str]:
+    """Dotted names a statement (re)binds anywhere inside it."""
+    bound: set[str] = set()
+    for node in walk_expression(statement):
+        if isinstance(node, cst.AssignTarget):
+            bound.update(target_names(node.target))
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
+            bound.update(target_names(node.target))
+        elif isinstance(node, cst.AsName) and isinstance(node.name, (cst.Name, cst.Tuple, cst.List)):
+            bound.update(target_names(node.name))
+    return bound
