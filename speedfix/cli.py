@@ -1,4 +1,9 @@
-"""The `speedfix` command line: scan, apply, rules, rule, bench."""
+"""The `speedfix` command line: scan, apply, rules, rule, bench.
+
+Each command imports its machinery inside its function (the scan, apply, the rule catalog, the
+benchmark's verification, the server): those imports point down the layers and keep the start of
+`speedfix --help`, and of a scan whose files are all cached, short.
+"""
 
 from __future__ import annotations
 
