@@ -19,8 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from speedfix.bench.compare import CompareSettings, Session
+from speedfix.bench.compare import Session
 from speedfix.bench.runner import RunSpec
+from speedfix.bench.settings import CompareSettings
 from speedfix.bench.stats import FASTER, MIN_VERDICT_PAIRS, SLOWER
 from speedfix.bench.suite import cuda_available, fixtures_dir, load_suite
 

@@ -35,9 +35,10 @@ import tempfile
 import threading
 from pathlib import Path
 
-from speedfix.bench.runner import RunConfig, RunSpec, run_once
+from speedfix.bench.runner import RunSpec, run_once
+from speedfix.bench.settings import RunConfig
 from speedfix.bench.suite import cuda_available, fixtures_dir, load_suite, write_speedfix_variant
-from speedfix import fixer
+from speedfix.fixes import fixer
 
 LOG_EVERY = 50
 STEP_LINE = re.compile(r"\bstep (\d+)\b.*\(([\d.]+) ms/step\)")

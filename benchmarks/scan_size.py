@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from speedfix.config import Settings  # noqa: E402
-from speedfix.discovery import Target  # noqa: E402
-from speedfix.scan import scan_file  # noqa: E402
+from speedfix.commands.scan import scan_file  # noqa: E402
+from speedfix.workspace.config import Settings  # noqa: E402
+from speedfix.workspace.discovery import Target  # noqa: E402
 
 HEADER = '''\
 """A generated training module (benchmarks/scan_size.py)."""

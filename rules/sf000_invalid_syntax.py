@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from speedfix.engine import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME
-from speedfix.findings import Category, Severity
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.analysis import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME
+from speedfix.engine.findings import Category, Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
 
 
 class InvalidSyntax(Rule):

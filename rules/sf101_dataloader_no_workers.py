@@ -4,21 +4,22 @@ import re
 
 import libcst as cst
 
-from speedfix.arguments import find_argument, literal_int
-from speedfix.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
-from speedfix.context import CallSite, FrameKind
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.comments import argument_comments, statement_comments
-from speedfix.flow import assigned_name
-from speedfix.loaders import Place, iterated_per_epoch, late_value, samples_place
-from speedfix.patterns import (
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
+from speedfix.model.arguments import find_argument, literal_int
+from speedfix.model.flow import assigned_name
+from speedfix.model.frames import FrameKind
+from speedfix.model.index import CallSite
+from speedfix.model.loaders import Place, iterated_per_epoch, late_value, samples_place
+from speedfix.model.patterns import (
     DATALOADER,
     dataset_argument,
     is_in_memory_dataset,
     is_iterable_dataset,
     worker_start_refusal,
 )
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.syntax.comments import argument_comments, statement_comments
 
 
 class DataloaderNoWorkers(Rule):

@@ -2,14 +2,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.arguments import find_argument
-from speedfix.codegen import append_args, keyword_arg
-from speedfix.context import CallSite
-from speedfix.findings import Applicability, LossCheck, Severity, Transform
-from speedfix.frameworks import framework_uses_cuda
-from speedfix.loaders import Place, late_value, samples_place
-from speedfix.patterns import DATALOADER
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, keyword_arg
+from speedfix.model.arguments import find_argument
+from speedfix.model.devices import copies_to_device
+from speedfix.model.frameworks import framework_uses_cuda
+from speedfix.model.index import CallSite
+from speedfix.model.loaders import Place, late_value, samples_place
+from speedfix.model.patterns import DATALOADER
 
 
 class DataloaderNoPinMemory(Rule):
@@ -241,7 +242,7 @@ class DataloaderNoPinMemory(Rule):
     ]
 
     def finish(self) -> None:
-        if not (self.ctx.copies_to_device or framework_uses_cuda(self.ctx)):
+        if not (copies_to_device(self.ctx) or framework_uses_cuda(self.ctx)):
             # nothing is ever copied to a device, here, in a loop of another file it calls, or by a
             # framework (Lightning, Accelerate and the HF Trainer move the batches themselves)
             return

@@ -2,16 +2,17 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.arguments import find_argument, literal_int
-from speedfix.codegen import append_args, code_of, keyword_arg
-from speedfix.context import CallSite
-from speedfix.findings import Applicability, LossCheck, Severity, Transform
-from speedfix.names import dotted_name
-from speedfix.flow import assigned_name
-from speedfix.loaders import iterated_per_epoch, returned_to_training
-from speedfix.patterns import DATALOADER, dataset_argument
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, keyword_arg
+from speedfix.model.arguments import find_argument, literal_int
+from speedfix.model.flow import assigned_name
+from speedfix.model.index import CallSite
+from speedfix.model.loaders import iterated_per_epoch, returned_to_training
+from speedfix.model.patterns import DATALOADER, dataset_argument
+from speedfix.model.versions import v
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of
 
 
 _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count"})

@@ -4,13 +4,14 @@ from functools import cached_property
 
 import libcst as cst
 
-from speedfix.arguments import find_argument
-from speedfix.codegen import append_args, keyword_arg
-from speedfix.context import CallSite, LoopInfo, Stack
-from speedfix.findings import Applicability, LossCheck, Severity, Transform
-from speedfix.names import dotted_name
-from speedfix.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, keyword_arg
+from speedfix.model.arguments import find_argument
+from speedfix.model.frames import Stack
+from speedfix.model.index import CallSite, LoopInfo
+from speedfix.model.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype
+from speedfix.syntax.names import dotted_name
 
 
 class BlockingTransfer(Rule):

@@ -2,15 +2,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.arguments import find_argument, literal_bool, literal_int
-from speedfix.context import Assignment, CallSite, FrameKind
-from speedfix.findings import Category, Severity
-from speedfix.flow import assigned_name, comes_before
-from speedfix.loaders import FROZEN_ATTRIBUTES, IGNORED_ATTRIBUTES, late_attributes
-from speedfix.names import dotted_name
-from speedfix.patterns import DATALOADER, unwrap_iterable
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.engine.findings import Category, Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.model.arguments import find_argument, literal_bool, literal_int
+from speedfix.model.flow import assigned_name, comes_before
+from speedfix.model.frames import FrameKind
+from speedfix.model.index import Assignment, CallSite
+from speedfix.model.loaders import FROZEN_ATTRIBUTES, IGNORED_ATTRIBUTES, late_attributes
+from speedfix.model.patterns import DATALOADER, unwrap_iterable
+from speedfix.model.versions import v
+from speedfix.syntax.names import dotted_name
 
 
 class DataloaderAttributeAfterCreation(Rule):

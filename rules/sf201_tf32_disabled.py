@@ -1,14 +1,14 @@
 from __future__ import annotations
 
 
-from speedfix.codegen import string_literal
-from speedfix.entry import setting_at_entry_point
-from speedfix.findings import Applicability, LossCheck, Severity
-from speedfix.flow import default_choice, off_by_default
-from speedfix.amp import mixed_precision_by_default
-from speedfix.patterns import matmul_precision_choices
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.engine.findings import Applicability, LossCheck, Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import string_literal
+from speedfix.fixes.entry import setting_at_entry_point
+from speedfix.model.amp import mixed_precision_by_default
+from speedfix.model.flow import default_choice, off_by_default
+from speedfix.model.patterns import matmul_precision_choices
+from speedfix.model.versions import v
 
 
 class Tf32Disabled(Rule):

@@ -4,19 +4,20 @@ from collections import defaultdict
 
 import libcst as cst
 
-from speedfix.amp import Autocast, Passing, Precision, autocasts, gated_autocasts, mixed_precision_by_default
-from speedfix.arguments import find_argument
-from speedfix.blocks import statement_owner
-from speedfix.codegen import code_of, reference, string_literal
-from speedfix.context import CallSite, WithInfo, walk_expression
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.forward import (assigned_names, backward_calls, calls_model, forward_range, read_names, statement_block, steps,
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import reference, string_literal
+from speedfix.model.amp import Autocast, Passing, Precision, autocasts, gated_autocasts, mixed_precision_by_default
+from speedfix.model.arguments import find_argument
+from speedfix.model.forward import (assigned_names, backward_calls, calls_model, forward_range, read_names, statement_block, steps,
                               wrap)
-from speedfix.models import project_builds_rnn
-from speedfix.names import dotted_name
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.steps import CUDNN_RNN_LAYERS
-from speedfix.versions import v
+from speedfix.model.index import CallSite, WithInfo
+from speedfix.model.networks import project_builds_rnn
+from speedfix.model.versions import v
+from speedfix.project.steps import CUDNN_RNN_LAYERS
+from speedfix.syntax.blocks import statement_owner
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of, walk_expression
 
 # Autocast raises on these ("unsafe to autocast"): the model has to move to the logits version first.
 _BANNED_UNDER_AUTOCAST = ("torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.functional.binary_cross_entropy")

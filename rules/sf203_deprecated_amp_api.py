@@ -4,12 +4,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from speedfix.codegen import NO_SPACE, append_args, insert_first_arg, keyword_arg, string_literal
-from speedfix.findings import Applicability, Category, FixOp, LossCheck, Severity, Transform
-from speedfix.context import walk_expression
-from speedfix.names import bound_name, dotted_name
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import TorchVersion, v
+from speedfix.engine.findings import Applicability, Category, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import NO_SPACE, append_args, insert_first_arg, keyword_arg, string_literal
+from speedfix.model.versions import TorchVersion, v
+from speedfix.syntax.names import bound_name, dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 
 @dataclass(frozen=True)

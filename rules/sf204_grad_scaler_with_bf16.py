@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from speedfix.amp import Precision, autocast_passed_around, autocasts, scaler_removal, scaler_scope, scalers
-from speedfix.findings import Applicability, LossCheck, Severity
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, LossCheck, Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.scaler import scaler_removal
+from speedfix.model.amp import Precision, autocast_passed_around, autocasts, scaler_scope, scalers
 
 
 class GradScalerWithBf16(Rule):

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.blocks import statement_owner
-from speedfix.codegen import code_of, insert_before, statement
-from speedfix.context import CallSite, walk_expression
-from speedfix.findings import Applicability, Category, LossCheck, Severity
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, Category, LossCheck, Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import insert_before, statement
+from speedfix.model.index import CallSite
+from speedfix.syntax.blocks import statement_owner
+from speedfix.syntax.nodes import code_of, walk_expression
 
 _CLIP = tuple(
     f"torch.nn.utils.{module}{name}"

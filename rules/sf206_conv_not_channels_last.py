@@ -2,17 +2,19 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.blocks import enclosing_block
-from speedfix.codegen import append_args, insert_first_arg, keyword_arg, reference, remove_arg, statement, string_literal
-from speedfix.context import Assignment, CallSite, Stack, walk_expression
-from speedfix.flow import default_choice, enclosing_statements
-from speedfix.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity, Transform
-from speedfix.models import (builds, built_classes, calls_in_training_step, fresh_assignments, is_conv2d_net, model_classes,
+from speedfix.engine.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, insert_first_arg, keyword_arg, reference, remove_arg, statement, string_literal
+from speedfix.model.flow import default_choice, enclosing_statements
+from speedfix.model.frames import Stack
+from speedfix.model.index import Assignment, CallSite
+from speedfix.model.networks import (builds, built_classes, calls_in_training_step, fresh_assignments, is_conv2d_net, model_classes,
                              model_names, optimizer_factories, project_conv_dims, reads, reshapes_its_input,
                              trained_models, view_calls)
-from speedfix.names import dotted_name
-from speedfix.patterns import BatchNames, root_name
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.model.patterns import BatchNames, root_name
+from speedfix.syntax.blocks import enclosing_block
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 _LAYOUT = "torch.channels_last"
 

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.amp import (Autocast, Precision, autocast_passed_around, autocasts, loss_scaler_calls, scaler_removal,
-                          scaler_scope, scalers)
-from speedfix.codegen import append_args, keyword_arg, reference
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, keyword_arg, reference
+from speedfix.fixes.scaler import scaler_removal
+from speedfix.model.amp import (Autocast, Precision, autocast_passed_around, autocasts, loss_scaler_calls,
+                                scaler_scope, scalers)
+from speedfix.model.versions import v
 
 
 class Fp16WhereBf16Fits(Rule):

@@ -6,41 +6,17 @@ from functools import cached_property
 
 import libcst as cst
 
-from speedfix.branches import Branch, BranchTracker, rare_path
-from speedfix.codegen import code_of
-from speedfix.context import FileContext, Stack, walk_expression
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.names import dotted_name
-from speedfix.patterns import BatchNames, is_cpu_device
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.suppression import line_suppresses
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.engine.suppression import line_suppresses
+from speedfix.model.branches import Branch, BranchTracker, rare_path
+from speedfix.model.context import FileContext
+from speedfix.model.frames import Stack
+from speedfix.model.patterns import is_cpu_device
+from speedfix.model.tensors import HOST_CONVERSIONS, SYNC_METHODS, Tensors, has_sync_before, is_library_value, tensors
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of, is_string, walk_expression
 
-_SYNC_METHODS = ("item", "cpu", "tolist")
-_CONVERSIONS = ("float", "int", "bool", "str", "repr", "format")
-# Tensor methods whose result is again a tensor on the same device (`.item()`, `.tolist()`,
-# `.cpu()`, `.size()` and friends are not: their results are host values).
-_TENSOR_METHODS = frozenset(
-    """
-    abs add all any argmax argmin bfloat16 bmm ceil clamp clip clone contiguous cuda detach div
-    double eq exp expand flatten float floor ge gt half isfinite isinf isnan le log log_softmax
-    long lt masked_fill matmul max mean min mm mul ne neg norm permute pow prod relu reshape round
-    sigmoid sign softmax sqrt square squeeze std sub sum t tanh transpose type_as unsqueeze var
-    view view_as
-    """.split()
-)
-# Attributes of a tensor that are host values: reading them never waits for the GPU.
-_HOST_ATTRIBUTES = frozenset("shape dtype device ndim is_cuda requires_grad grad_fn is_leaf layout names".split())
-# torch functions that do not return a tensor (torch.cuda.*, torch.nn.Linear, ... are left out
-# by their dot: only top-level functions and the functional modules below count).
-_NOT_TENSORS = frozenset(
-    """
-    device dtype Size Generator finfo iinfo load save compile no_grad enable_grad inference_mode
-    set_grad_enabled autocast manual_seed seed initial_seed numel typename result_type
-    promote_types can_cast broadcast_shapes
-    """.split()
-)
-_TENSOR_MODULES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.")
-_HOST_CONVERSIONS = ("item", "tolist", "numpy")
 _NAMED_AT_MOST = 3
 
 
@@ -517,7 +493,7 @@ class SyncInLoop(BranchTracker, Rule):
         self._candidate(node.expression, "f-string")
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.operator, cst.Modulo) and _is_string(node.left):
+        if isinstance(node.operator, cst.Modulo) and is_string(node.left):
             self._candidate(node, "%")
 
     def visit_If(self, node: cst.If) -> None:
@@ -555,8 +531,8 @@ class SyncInLoop(BranchTracker, Rule):
 
     # ------------------------------------------------------------------ decisions
     @cached_property
-    def batches(self) -> BatchNames:
-        return BatchNames(self.ctx)
+    def tensors(self) -> Tensors:
+        return tensors(self.ctx)
 
     def finish(self) -> None:
         ctx = self.ctx
@@ -578,12 +554,12 @@ class SyncInLoop(BranchTracker, Rule):
         if isinstance(node, cst.Call) and kind == "call":
             return self._call_sync(node, stack)
         if isinstance(node, cst.BinaryOperation) and kind == "%":
-            tensor = next((e for e in _operands(node.right) if self._is_tensor_value(e, stack)), None)
+            tensor = next((e for e in _operands(node.right) if self.tensors.is_tensor(e, stack)), None)
             return None if tensor is None else self._formatting(node, tensor, "with `%`")
         assert isinstance(node, cst.BaseExpression)
         if kind == "f-string":
-            return self._formatting(node, node, "in an f-string") if self._is_tensor_value(node, stack) else None
-        tested = self._truth_tested(node, stack)
+            return self._formatting(node, node, "in an f-string") if self.tensors.is_tensor(node, stack) else None
+        tested = self.tensors.truth_tested(node, stack)
         if tested is None:
             return None
         what = _code(tested)
@@ -604,18 +580,18 @@ class SyncInLoop(BranchTracker, Rule):
             return self._method_sync(call, func, stack)
         arguments = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
         if qualified is not None:  # an imported function: `math`'s convert a tensor to a float
-            if qualified.startswith("math.") and arguments and self._is_tensor_value(arguments[0], stack):
+            if qualified.startswith("math.") and arguments and self.tensors.is_tensor(arguments[0], stack):
                 label = f"`{qualified}({_code(arguments[0])})`"
                 return _Sync(call, label, f"{label} in the training loop converts a tensor to a Python number, waiting for the GPU every step",
                              no_fix_reason="the value is needed every step")
             return None
         name = dotted_name(func)
-        if name in _CONVERSIONS and arguments and self._is_tensor_value(arguments[0], stack):
+        if name in HOST_CONVERSIONS and arguments and self.tensors.is_tensor(arguments[0], stack):
             label = f"`{name}({_code(arguments[0])})`"
             return _Sync(call, label, f"{label} of a tensor in the training loop waits for the GPU every step",
                          no_fix_reason="the value is needed every step")
         if name == "print":
-            tensor = next((arg for arg in arguments if self._is_tensor_value(arg, stack)), None)
+            tensor = next((arg for arg in arguments if self.tensors.is_tensor(arg, stack)), None)
             if tensor is not None:
                 return _Sync(call, f"`print({_code(tensor)})`",
                              f"printing tensor `{_code(tensor)}` in the training loop waits for the GPU every step",
@@ -624,19 +600,19 @@ class SyncInLoop(BranchTracker, Rule):
 
     def _method_sync(self, call: cst.Call, func: cst.Attribute, stack: Stack) -> _Sync | None:
         method, receiver = func.attr.value, func.value
-        if method == "format" and _is_string(receiver):
-            tensor = next((arg.value for arg in call.args if self._is_tensor_value(arg.value, stack)), None)
+        if method == "format" and is_string(receiver):
+            tensor = next((arg.value for arg in call.args if self.tensors.is_tensor(arg.value, stack)), None)
             return None if tensor is None else self._formatting(call, tensor, "with `.format()`")
         if method == "to":
             if call.args and call.args[0].keyword is None and is_cpu_device(self.ctx, call.args[0].value, stack):
-                if not self.batches.is_host_batch(receiver, stack) and not _has_sync_before(receiver):
+                if not self.tensors.batches.is_host_batch(receiver, stack) and not has_sync_before(receiver):
                     return _Sync(call, "`.to(\"cpu\")`",
                                  "`.to(\"cpu\")` in the training loop copies to the host and waits for the GPU every step",
                                  no_fix_reason="the host copy is used every step")
             return None
-        if method not in _SYNC_METHODS or call.args:
+        if method not in SYNC_METHODS or call.args:
             return None
-        if self.batches.is_host_batch(receiver, stack) or _has_sync_before(receiver) or self._is_library_value(receiver):
+        if self.tensors.batches.is_host_batch(receiver, stack) or has_sync_before(receiver) or is_library_value(self.ctx, receiver):
             return None
         what = f"`{_short(call)}`"
         message = f"{what} in the training loop makes the CPU wait for the GPU every step"
@@ -644,15 +620,6 @@ class SyncInLoop(BranchTracker, Rule):
             return _Sync(call, what, message, no_fix_reason="the host copy is used every step")
         fix, reason = self._item_fix(call, receiver, stack)
         return _Sync(call, what, message, fix=fix, no_fix_reason=reason)
-
-    def _is_library_value(self, receiver: cst.BaseExpression) -> bool:
-        """`np.array(...).tolist()`: a call into another library returns no tensor."""
-        while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
-            qualified = self.ctx.qualname(receiver.func)
-            if qualified is not None:
-                return not qualified.startswith("torch.")
-            receiver = receiver.func.value
-        return False
 
     # ------------------------------------------------------------------ the finding of a step
     def _report_step(self, syncs: list[_Sync]) -> None:
@@ -712,85 +679,6 @@ class SyncInLoop(BranchTracker, Rule):
             reads.append(load)
         return reads, outer
 
-    # ------------------------------------------------------------------ tensors
-    @cached_property
-    def _tensor_names(self) -> dict[cst.CSTNode | None, set[str]]:
-        """Per function: names that certainly hold tensors (backward receivers and the results
-        of tensor-returning torch calls and tensor methods on those), less the names also bound
-        to a host value (`lossf = loss.item()`): those may hold a Python number."""
-        ctx = self.ctx
-        result: dict[cst.CSTNode | None, set[str]] = {}
-        for site in ctx.method_calls("backward"):
-            receiver = site.node.func.value  # type: ignore[attr-defined]
-            if site.node.args:  # `accelerator.backward(loss)`, `fabric.backward(loss)`: the argument is the tensor
-                receiver = site.node.args[0].value
-            # `l.mean().backward()`, `loss.sum().backward()`: `l` holds a tensor too
-            while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) \
-                    and receiver.func.attr.value in _TENSOR_METHODS and ctx.qualname(receiver.func) is None:
-                receiver = receiver.func.value  # (not `torch.mean(...)`: `torch` is a module)
-            if isinstance(receiver, cst.Name):
-                result.setdefault(ctx.function_of(site.stack), set()).add(receiver.value)
-        host: dict[cst.CSTNode | None, set[str]] = {}
-        for target, assignments in ctx.assignments.items():
-            for assignment in assignments:
-                if not assignment.augmented and _is_host_value(assignment.value):
-                    host.setdefault(ctx.function_of(assignment.stack), set()).add(target)
-        for _ in range(3):
-            for target, assignments in ctx.assignments.items():
-                for assignment in assignments:
-                    names = result.setdefault(ctx.function_of(assignment.stack), set())
-                    if target not in names and not assignment.unpacked and self._is_tensor_expr(assignment.value, assignment.stack, names):
-                        names.add(target)
-        for function, names in host.items():
-            result.get(function, set()).difference_update(names)
-        return result
-
-    def _is_tensor_value(self, expr: cst.BaseExpression, stack: Stack) -> bool:
-        """A tensor the code holds (not a batch still on the host)."""
-        if isinstance(expr, (cst.Name, cst.Subscript, cst.Attribute)) and self.batches.is_host_batch(expr, stack):
-            return False
-        return self._is_tensor_expr(expr, stack)
-
-    def _truth_tested(self, test: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
-        """The tensor whose truth value a condition takes (`if t:`, `if not t.any():`, `a and t`)."""
-        if isinstance(test, cst.BooleanOperation):
-            return self._truth_tested(test.left, stack) or self._truth_tested(test.right, stack)
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            return self._truth_tested(test.expression, stack)
-        return test if self._is_tensor_value(test, stack) else None
-
-    def _is_tensor_expr(self, expr: cst.BaseExpression, stack: Stack, names: set[str] | None = None) -> bool:
-        if names is None:
-            names = self._tensor_names.get(self.ctx.function_of(stack), set())
-        if isinstance(expr, cst.Name):
-            return expr.value in names
-        if isinstance(expr, cst.Call):
-            qualified = self.ctx.qualname(expr.func)
-            if qualified is not None:
-                return _returns_tensor(qualified)
-            if not isinstance(expr.func, cst.Attribute):
-                return False
-            method, receiver = expr.func.attr.value, expr.func.value
-            if method in ("cuda", "to") and self.batches.is_batch(receiver, stack):
-                return True  # a batch tensor moved to the device
-            return method in _TENSOR_METHODS and self._is_tensor_expr(receiver, stack, names)
-        if isinstance(expr, cst.Attribute):
-            return expr.attr.value not in _HOST_ATTRIBUTES and self._is_tensor_expr(expr.value, stack, names)
-        if isinstance(expr, cst.Subscript):
-            return self._is_tensor_expr(expr.value, stack, names)
-        if isinstance(expr, cst.BinaryOperation):
-            if _is_string(expr.left):
-                return False  # `"%g" % t` is a string
-            return self._is_tensor_expr(expr.left, stack, names) or self._is_tensor_expr(expr.right, stack, names)
-        if isinstance(expr, cst.UnaryOperation):
-            return not isinstance(expr.operator, cst.Not) and self._is_tensor_expr(expr.expression, stack, names)
-        if isinstance(expr, cst.Comparison):
-            if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in expr.comparisons):
-                return False
-            sides = [expr.left, *(c.comparator for c in expr.comparisons)]
-            return any(self._is_tensor_expr(side, stack, names) for side in sides)
-        return False
-
 
 def _name_all(labels: list[str]) -> str:
     """`a`, `b` (x2) and 3 more: each label once, with how often it occurs."""
@@ -798,26 +686,6 @@ def _name_all(labels: list[str]) -> str:
     named = [f"{label} (x{counts[label]})" if counts[label] > 1 else label for label in counts]
     text = ", ".join(named[:_NAMED_AT_MOST])
     return text + (f" and {len(named) - _NAMED_AT_MOST} more" if len(named) > _NAMED_AT_MOST else "")
-
-
-def _returns_tensor(qualified: str) -> bool:
-    if qualified.startswith(_TENSOR_MODULES):
-        return True
-    if not qualified.startswith("torch."):
-        return False
-    name = qualified[len("torch."):]
-    return "." not in name and name not in _NOT_TENSORS and not name.startswith(("is_", "get_", "set_", "are_", "use_"))
-
-
-def _is_host_value(value: cst.BaseExpression) -> bool:
-    """`t.item()`, `float(t)`, `t.item() * n`: a Python number (or list) made on the host."""
-    if isinstance(value, cst.BinaryOperation):
-        return _is_host_value(value.left) or _is_host_value(value.right)
-    if not isinstance(value, cst.Call):
-        return False
-    if isinstance(value.func, cst.Attribute):
-        return value.func.attr.value in _HOST_CONVERSIONS
-    return isinstance(value.func, cst.Name) and value.func.value in ("float", "int", "bool")
 
 
 def _accepted(statement: cst.SimpleStatementLine | None) -> bool:
@@ -868,10 +736,6 @@ def _short(call: cst.Call, limit: int = 40) -> str:
     return (base or "(...)") + "".join(parts)
 
 
-def _is_string(node: cst.BaseExpression) -> bool:
-    return isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
-
-
 def _operands(node: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The values `%` formats: one, or the elements of a tuple."""
     if isinstance(node, cst.Tuple):
@@ -885,19 +749,6 @@ def _names_in(target: cst.BaseExpression) -> list[cst.Name]:
     if isinstance(target, (cst.Tuple, cst.List)):
         return [name for element in target.elements for name in _names_in(element.value)]
     return []
-
-
-def _has_sync_before(expr: cst.BaseExpression) -> bool:
-    """`x.cpu().numpy().tolist()`: only the first host copy in a chain is reported."""
-    while True:
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-            if expr.func.attr.value in ("item", "cpu", "numpy", "tolist"):
-                return True
-            expr = expr.func.value
-        elif isinstance(expr, (cst.Attribute, cst.Subscript)):
-            expr = expr.value
-        else:
-            return False
 
 
 def _only_arithmetic_around(value: cst.BaseExpression, call: cst.Call) -> bool:

@@ -4,11 +4,11 @@ import re
 
 import libcst as cst
 
-from speedfix.branches import BranchTracker, frequency
-from speedfix.comments import statement_comments
-from speedfix.context import CallSite
-from speedfix.findings import Severity
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.model.branches import BranchTracker, frequency
+from speedfix.model.index import CallSite
+from speedfix.syntax.comments import statement_comments
 
 _SYNCHRONIZE = ("torch.cuda.synchronize", "torch.accelerator.synchronize")
 # A comment that says the call is there to measure time.

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from speedfix.branches import BranchTracker, report_loop_call
-from speedfix.findings import Applicability, LossCheck, Severity
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, LossCheck, Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.model.branches import BranchTracker
+from speedfix.rules._loop_calls import report_loop_call
 
 
 class GcCollectInLoop(BranchTracker, Rule):

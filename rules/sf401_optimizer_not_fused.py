@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.arguments import find_argument
-from speedfix.codegen import append_args, keyword_arg
-from speedfix.context import CallSite
-from speedfix.findings import Applicability, LossCheck, Severity, Transform
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, keyword_arg
+from speedfix.model.arguments import find_argument
+from speedfix.model.index import CallSite
+from speedfix.model.versions import v
 
 _FUSABLE = (
     "torch.optim.Adam",

@@ -2,15 +2,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.arguments import find_argument, literal_bool
-from speedfix.codegen import append_args, code_of, keyword_arg, remove_arg
-from speedfix.comments import own_lines
-from speedfix.context import CallSite
-from speedfix.findings import Applicability, LossCheck, Severity, Transform
-from speedfix.names import dotted_name
-from speedfix.patterns import NN_MODULE, OPTIMIZER_PREFIX
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, keyword_arg, remove_arg
+from speedfix.model.arguments import find_argument, literal_bool
+from speedfix.model.index import CallSite
+from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
+from speedfix.model.versions import v
+from speedfix.syntax.comments import own_lines
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of
 
 _ZEROING_METHODS = ("zero_", "detach_", "requires_grad_")
 

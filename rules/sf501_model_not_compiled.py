@@ -4,20 +4,21 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from speedfix.amp import string_value
-from speedfix.arguments import find_argument
-from speedfix.blocks import enclosing_block
-from speedfix.codegen import reference, statement
-from speedfix.context import CallSite, Stack, walk_expression
-from speedfix.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity
-from speedfix.flow import default_choice, enclosing_statements, is_returned
-from speedfix.forward import LOSS_NAME, is_local_object
-from speedfix.frameworks import ACCELERATOR
-from speedfix.models import DATA_PARALLEL, fresh_assignments, optimizer_factories, peel, trained_models, wrapper_of
-from speedfix.names import dotted_name
-from speedfix.patterns import NO_GRAD
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.engine.findings import Applicability, FixOp, InsertStatements, LossCheck, Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import reference, statement
+from speedfix.model.arguments import find_argument, string_value
+from speedfix.model.flow import default_choice, enclosing_statements, is_returned
+from speedfix.model.forward import LOSS_NAME, is_local_object
+from speedfix.model.frames import Stack
+from speedfix.model.frameworks import ACCELERATOR
+from speedfix.model.index import CallSite
+from speedfix.model.networks import DATA_PARALLEL, fresh_assignments, optimizer_factories, peel, trained_models, wrapper_of
+from speedfix.model.patterns import NO_GRAD
+from speedfix.model.versions import v
+from speedfix.syntax.blocks import enclosing_block
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 
 @dataclass(frozen=True)

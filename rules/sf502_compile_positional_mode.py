@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.codegen import NO_SPACE
-from speedfix.findings import Applicability, Category, LossCheck, Severity, Transform
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.engine.findings import Applicability, Category, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import NO_SPACE
+from speedfix.model.versions import v
 
 
 class CompilePositionalMode(Rule):

@@ -1,34 +1,25 @@
 from __future__ import annotations
 
 from collections import Counter
-from functools import cached_property
 
 import libcst as cst
 
-from speedfix.arguments import find_argument, literal_bool
-from speedfix.attention import (TWO_MASKS, UNKNOWN_MASK, AdditiveMask, Attention, CausalFill, Factor,
-                                argument, class_of_method, matmul_operands, mentions, read_attention,
-                                softmax_input)
-from speedfix.blocks import statement_owner
-from speedfix.codegen import append_args, code_of, keyword_arg, reference
-from speedfix.context import CallSite, Stack, target_names, walk_expression
-from speedfix.findings import AddImport, Applicability, FixOp, LossCheck, RemoveImportIfUnused, Severity, Transform
-from speedfix.names import dotted_name
-from speedfix.removal import call_removal, removal_ops
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.engine.findings import AddImport, Applicability, FixOp, LossCheck, RemoveImportIfUnused, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, keyword_arg, reference
+from speedfix.fixes.removal import blank_lines_of_removed, call_removal, removal_ops
+from speedfix.model.arguments import find_argument, literal_bool
+from speedfix.model.attention import (DISPATCH_ATTRIBUTE, TWO_MASKS, UNKNOWN_MASK, AdditiveMask, Attention, CausalFill,
+                                      attention_of, causal_mask_buffer, has_fast_path, is_default_scale, matmul_operands,
+                                      may_cache_keys, mentions, moved_names_rebound, softmax_input, unwrap_mask,
+                                      weights_used_elsewhere)
+from speedfix.model.frames import Stack, class_of_method
+from speedfix.model.index import CallSite
+from speedfix.model.tensors import is_python_number
+from speedfix.model.versions import v
+from speedfix.syntax.nodes import code_of, walk_expression
 
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
-# A function or class that calls one of these already has a fast path: its hand-written attention
-# is the fallback (nanoGPT's `if self.flash: ... else: ...`, timm's `fused_attn`).
-_FAST_ATTENTION = ("scaled_dot_product_attention", "flash_attn_func", "flash_attn_qkvpacked_func",
-                   "flash_attn_varlen_func", "memory_efficient_attention")
-# Hugging Face models choose their attention function at run time (`config._attn_implementation`:
-# "eager", "sdpa", "flash_attention_2"); their eager one exists to return the weights.
-_DISPATCH_ATTRIBUTE = "_attn_implementation"
-_TRIL_WRAPPERS = ("view", "reshape", "unsqueeze", "bool", "float", "byte", "int", "long", "to", "type", "contiguous")
-
-_CONCATENATE = ("torch.cat", "torch.concat", "torch.concatenate")
 KEY_CACHE = "the keys may be longer than the queries (a key/value cache), where `is_causal=True` masks differently"
 WEIGHTS_USED = "the attention weights are also used elsewhere (returned or stored), and SDPA does not return them"
 REBOUND = "a name the attention reads changes between its statements"
@@ -496,46 +487,13 @@ class ManualAttention(Rule):
         self._attributes[node.attr.value] += 1
 
     def finish(self) -> None:
-        if self._attributes[_DISPATCH_ATTRIBUTE]:
+        if self._attributes[DISPATCH_ATTRIBUTE]:
             return
         sites = [site for site in self.ctx.calls if softmax_input(self.ctx, site.node, class_of_method(site.stack))]
         for site in sites:
-            found = self._attention_of(site)
-            if found is not None and not self._has_fast_path(site.stack):
+            found = attention_of(self.ctx, site)
+            if found is not None and not has_fast_path(self.ctx, site.stack):
                 self._report(site, found)
-
-    # ------------------------------------------------------------------ finding it
-    def _attention_of(self, site: CallSite) -> tuple[Attention, list[cst.BaseStatement], int] | None:
-        """The attention this softmax is part of, with its block and the output's index there."""
-        owner = statement_owner(self.ctx, site.statement) if site.statement is not None else None
-        if owner is None:
-            return None
-        block = owner[1]
-        start = next(i for i, statement in enumerate(block) if statement is site.statement)
-        for index in range(start, len(block)):
-            if not isinstance(block[index], cst.SimpleStatementLine):
-                continue
-            for node in walk_expression(block[index]):
-                if matmul_operands(self.ctx, node) is None:
-                    continue
-                found = read_attention(self.ctx, block, index, node, site.stack)  # type: ignore[arg-type]
-                if found is not None and found.softmax is site.node:
-                    return found, block, index
-        return None
-
-    def _has_fast_path(self, stack: Stack) -> bool:
-        scopes = {self.ctx.function_of(stack), class_of_method(stack)} - {None}
-        return any(node in scopes for node in self._fast_path_scopes)
-
-    @cached_property
-    def _fast_path_scopes(self) -> set[cst.CSTNode]:
-        """Functions and classes (and every other frame) around a call of a fused attention."""
-        return {
-            frame.node
-            for site in self.ctx.calls
-            if (dotted_name(site.node.func) or "").rsplit(".", 1)[-1] in _FAST_ATTENTION
-            for frame in site.stack
-        }
 
     # ------------------------------------------------------------------ reporting
     def _report(self, site: CallSite, found: tuple[Attention, list[cst.BaseStatement], int]) -> None:
@@ -573,123 +531,22 @@ class _Fix:
             return TWO_MASKS
         mask = attention.masks[0] if attention.masks else None
         if isinstance(mask, CausalFill):
-            self.buffer = self._tril_buffer(mask.buffer)
+            self.buffer = causal_mask_buffer(self.ctx, mask.buffer, self.stack)
             if self.buffer is None:
                 return UNKNOWN_MASK
-            if self._may_cache_keys():
+            if may_cache_keys(self.ctx, attention, self.scope):
                 return KEY_CACHE
-        if self._weights_used_elsewhere():
+        if weights_used_elsewhere(attention, self.scope):
             return WEIGHTS_USED
-        if self._moved_names_rebound():
+        if moved_names_rebound(attention, self.block, self.index):
             return REBOUND
         scale = self._scale()
         if scale is not None and self.ctx.torch_version < v("2.1"):
             return SCALE_NEEDS
         factor = self.attention.factors[0] if self.attention.factors else None
-        if scale is not None and factor is not None and not self._is_number(factor.meaning, self.stack):
+        if scale is not None and factor is not None and not is_python_number(self.ctx, factor.meaning, self.stack):
             return SCALE_TENSOR
         return None
-
-    def _is_number(self, node: cst.BaseExpression, stack: Stack, depth: int = 0) -> bool:
-        """Is ``node`` a Python number (SDPA's `scale=` takes no tensor)? Literals, arithmetic,
-        `math.*`, `float()`/`int()`, the `__init__` parameters a model is configured with, and
-        variables and `self.` attributes set once to such values."""
-        if depth > 5:
-            return False
-        if isinstance(node, (cst.Integer, cst.Float)):
-            return True
-        if isinstance(node, cst.UnaryOperation):
-            return self._is_number(node.expression, stack, depth + 1)
-        if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)):
-            return self._is_number(node.left, stack, depth + 1) and self._is_number(node.right, stack, depth + 1)
-        if isinstance(node, cst.Call):
-            name = self.ctx.qualname(node.func) or ""
-            return name.startswith("math.") or (isinstance(node.func, cst.Name) and node.func.value in ("float", "int")
-                                                and not name)
-        if isinstance(node, cst.Name):
-            if node.value == "None":
-                return True  # `qk_scale or head_dim ** -0.5`
-            assigned = self.ctx.assignments_in_scope(node.value, stack)
-            if len(assigned) == 1 and not assigned[0].unpacked:
-                return self._is_number(assigned[0].value, assigned[0].stack, depth + 1)
-            return not assigned and _is_number_parameter(self.ctx.function_of(stack), node.value)
-        name = dotted_name(node)
-        cls = class_of_method(stack)
-        if name is not None and name.startswith("self.") and name.count(".") == 1 and cls is not None:
-            found = [a for a in self.ctx.assignments.get(name, []) if any(f.node is cls for f in a.stack)]
-            return len(found) == 1 and self._is_number(found[0].value, found[0].stack, depth + 1)
-        return False
-
-    def _may_cache_keys(self) -> bool:
-        """Can the keys be longer than the queries (a key/value cache: `torch.cat` on the keys,
-        a `past`/`cache` name)? `[:T, :T]` with one new token masks nothing, while `is_causal=True`
-        aligns its mask to the top left and would hide all but the first key."""
-        key = self.attention.key
-        key_name = dotted_name(key) if key is not None else None
-        for node in walk_expression(self.scope):
-            if isinstance(node, cst.Name) and ("cache" in node.value.lower() or "past" in node.value.lower()):
-                return True
-            if isinstance(node, cst.Assign) and key_name in {n for t in node.targets for n in target_names(t.target)}:
-                calls = (c for c in walk_expression(node.value) if isinstance(c, cst.Call))
-                if any(self.ctx.qualname(c.func) in _CONCATENATE for c in calls):
-                    return True
-        return False
-
-    def _weights_used_elsewhere(self) -> bool:
-        chain = {id(name) for name in self.attention.chain_names}
-        names = {name.value for name in self.attention.chain_names}
-        return any(
-            isinstance(node, cst.Name) and node.value in names and id(node) not in chain
-            for node in walk_expression(self.scope)
-        )
-
-    def _moved_names_rebound(self) -> bool:
-        """Does a statement between the attention's first one and its output rebind something
-        the fix moves to the output (q, k, the mask, the scale, the dropout's p)?"""
-        skip = {id(statement) for statement in self.attention.steps}
-        bound: set[str] = set()
-        for statement in self.block[self.attention.first:self.index]:
-            if id(statement) not in skip:
-                bound |= _bound_names(statement)
-        read = {dotted_name(node) for expr in self.attention.moved for node in walk_expression(expr)} - {None}
-        return any(name == b or name.startswith(b + ".") for name in read for b in bound)  # type: ignore[union-attr]
-
-    def _tril_buffer(self, buffer: str) -> CallSite | None:
-        """The class's one `self.register_buffer("<buffer>", torch.tril(torch.ones(...))...)`."""
-        cls = class_of_method(self.stack)
-        assigned = self.ctx.assignments.get(f"self.{buffer}", [])
-        if cls is None or any(any(f.node is cls for f in a.stack) for a in assigned):
-            return None
-        sites = [
-            site for site in self.ctx.method_calls("register_buffer")
-            if dotted_name(site.node.func) == "self.register_buffer" and any(f.node is cls for f in site.stack)
-            and _string(find_argument(self.ctx, site, "name", 0).node) == buffer
-        ]
-        if len(sites) != 1:
-            return None
-        tensor = find_argument(self.ctx, sites[0], "tensor", 1).node
-        return sites[0] if tensor is not None and self._is_tril_of_ones(tensor, sites[0].stack) else None
-
-    def _unwrap(self, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression:
-        """``_unwrap``, through a variable assigned once (`mask = torch.tril(...)`) too."""
-        node = _unwrap(node)
-        value = self.ctx.single_value(node.value, stack) if isinstance(node, cst.Name) else None
-        return _unwrap(value) if value is not None else node
-
-    def _is_tril_of_ones(self, node: cst.BaseExpression, stack: Stack) -> bool:
-        node = self._unwrap(node, stack)
-        if isinstance(node, cst.Call) and self.ctx.qualname(node.func) == "torch.tril":
-            args = node.args
-            inner = args[0].value if args and not args[0].keyword else None
-            diagonal = argument(args[1:], "diagonal", 0)
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "tril":
-            inner, diagonal = node.func.value, argument(node.args, "diagonal", 0)
-        else:
-            return False
-        if diagonal is not None and not (isinstance(diagonal, cst.Integer) and diagonal.value == "0"):
-            return False
-        inner = self._unwrap(inner, stack) if inner is not None else None
-        return isinstance(inner, cst.Call) and self.ctx.qualname(inner.func) == "torch.ones"
 
     # ------------------------------------------------------------------ the new call
     def _scale(self) -> str | None:
@@ -698,41 +555,13 @@ class _Fix:
         if not factors:
             return "1.0"
         factor = factors[0]
-        if self._is_default(factor):
+        if is_default_scale(self.ctx, self.attention, factor):
             return None
         value = factor.value.with_changes(lpar=[], rpar=[])
         if not factor.divide:
             return code_of(value)
         atomic = isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float))
         return f"1 / {code_of(value) if atomic else '(' + code_of(value) + ')'}"
-
-    def _is_default(self, factor: Factor) -> bool:
-        meaning = factor.meaning
-        if factor.divide:
-            return self._is_sqrt_head_dim(meaning)
-        if isinstance(meaning, cst.BinaryOperation) and isinstance(meaning.operator, cst.Divide):
-            one = meaning.left
-            return (isinstance(one, (cst.Integer, cst.Float)) and float(one.value) == 1.0
-                    and self._is_sqrt_head_dim(meaning.right))
-        return _is_power(meaning, -0.5) is not None and self._is_head_dim(_is_power(meaning, -0.5))
-
-    def _is_sqrt_head_dim(self, node: cst.BaseExpression) -> bool:
-        if isinstance(node, cst.Call) and self.ctx.qualname(node.func) == "math.sqrt" and len(node.args) == 1:
-            return self._is_head_dim(node.args[0].value)
-        base = _is_power(node, 0.5)
-        return base is not None and self._is_head_dim(base)
-
-    def _is_head_dim(self, node: cst.BaseExpression | None) -> bool:
-        """`k.size(-1)`, `q.shape[-1]`: the last dimension of the query or the key."""
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "size":
-            tensor, ok = node.func.value, len(node.args) == 1 and code_of(node.args[0].value).strip() == "-1"
-        elif (isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute)
-              and node.value.attr.value == "shape"):
-            tensor, ok = node.value.value, len(node.slice) == 1 and code_of(node.slice[0].slice).strip() == "-1"
-        else:
-            return False
-        sides = (self.attention.query, self.attention.key)
-        return ok and any(side is not None and tensor.deep_equals(side) for side in sides)
 
     def _dropout(self) -> str | None:
         dropout = self.attention.dropout
@@ -782,7 +611,7 @@ class _Fix:
         removed = [*attention.steps, *self._dead_scale()]
         for statement in removed:
             ops.extend(removal_ops(self.ctx, statement) or ())
-        ops.extend(_extra_blank_lines(self.block, removed))
+        ops.extend(blank_lines_of_removed(self.block, removed))
         ops.extend(self._dead_buffer())
         if self.ctx.imports.bindings.get("math") == "math" and any(
             self.ctx.qualname(node) == "math.sqrt" for statement in removed for node in walk_expression(statement)
@@ -793,7 +622,7 @@ class _Fix:
     def _dead_scale(self) -> list[cst.SimpleStatementLine]:
         """`scale = 1.0 / math.sqrt(k.size(-1))`, read only by the attention, goes with it."""
         factor = self.attention.factors[0] if self.attention.factors else None
-        if factor is None or factor.definition is None or not self._is_default(factor):
+        if factor is None or factor.definition is None or not is_default_scale(self.ctx, self.attention, factor):
             return []
         assert isinstance(factor.value, cst.Name)
         return [factor.definition] if mentions(self.scope, factor.value.value) == 2 else []
@@ -813,7 +642,7 @@ class _Fix:
             return []
         ops = list(call_removal(self.ctx, site) or ())
         tensor = find_argument(self.ctx, site, "tensor", 1).node
-        tensor = _unwrap(tensor) if tensor is not None else None  # `mask.view(1, 1, n, n)`: `mask`
+        tensor = unwrap_mask(tensor) if tensor is not None else None  # `mask.view(1, 1, n, n)`: `mask`
         builder = self.ctx.function_of(site.stack)
         if ops and isinstance(tensor, cst.Name) and builder is not None and mentions(builder, tensor.value) == 2:
             assignment = self.ctx.assignments_in_scope(tensor.value, site.stack)
@@ -832,100 +661,3 @@ def _sdpa_name(ctx, ops: list[FixOp], stack: Stack) -> str:  # type: ignore[no-u
         ops.append(AddImport("torch.nn.functional", asname="F"))
         return "F.scaled_dot_product_attention"
     return reference(ctx, SDPA, ops, stack)
-
-
-# ---------------------------------------------------------------------- helpers
-def _is_number_parameter(function: cst.CSTNode | None, name: str) -> bool:
-    """A parameter of ``__init__`` (what a model is configured with: sizes, rates), or one
-    annotated `float`/`int` or defaulting to a number elsewhere."""
-    if not isinstance(function, cst.FunctionDef):
-        return False
-    params = function.params
-    for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
-        if param.name.value != name:
-            continue
-        annotation = dotted_name(param.annotation.annotation) if param.annotation is not None else None
-        if annotation is not None:
-            return annotation in ("float", "int")
-        return function.name.value == "__init__" or isinstance(param.default, (cst.Integer, cst.Float))
-    return False
-
-
-def _extra_blank_lines(block: list[cst.BaseStatement], removed: list[cst.SimpleStatementLine]) -> list[FixOp]:
-    """Blank lines of removed statements that would pile up above the next statement left.
-
-    The removal moves each removed statement's comments and blank lines above that statement;
-    of a run of removed steps, only the first one's blank lines are kept, and only when the
-    statement they land on has none of its own. A statement that becomes the first of its block
-    loses its blank lines too."""
-    ops: list[FixOp] = []
-    gone = {id(statement) for statement in removed}
-    first_of_run, kept_before = True, False
-    for position, statement in enumerate(block):
-        if id(statement) not in gone:
-            if not kept_before and position > 0:
-                ops.extend(_drop_blank_lines(statement))
-            first_of_run, kept_before = True, True
-            continue
-        following = next((s for s in block[position + 1:] if id(s) not in gone), None)
-        lands_on_blank = following is not None and any(_is_blank(line) for line in following.leading_lines)
-        if not first_of_run or lands_on_blank or not kept_before:
-            ops.extend(_drop_blank_lines(statement))
-        first_of_run = False
-    return ops
-
-
-def _drop_blank_lines(statement: cst.BaseStatement) -> list[FixOp]:
-    blank = [line for line in statement.leading_lines if _is_blank(line)]
-    return [Transform(line, lambda _: cst.RemovalSentinel.REMOVE) for line in blank]
-
-
-def _is_blank(line: cst.EmptyLine) -> bool:
-    return line.comment is None
-
-
-def _bound_names(statement: cst.CSTNode) -> set[str]:
-    """Dotted names a statement (re)binds anywhere inside it."""
-    bound: set[str] = set()
-    for node in walk_expression(statement):
-        if isinstance(node, cst.AssignTarget):
-            bound.update(target_names(node.target))
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
-            bound.update(target_names(node.target))
-        elif isinstance(node, cst.AsName) and isinstance(node.name, (cst.Name, cst.Tuple, cst.List)):
-            bound.update(target_names(node.name))
-    return bound
-
-
-def _string(node: cst.BaseExpression | None) -> str | None:
-    return str(node.evaluated_value) if isinstance(node, cst.SimpleString) else None
-
-
-def _unwrap(node: cst.BaseExpression) -> cst.BaseExpression:
-    """``x`` for ``x.view(1, 1, n, n)``, ``x.bool()``, ``x[None, None]`` and the like."""
-    while True:
-        func = node.func if isinstance(node, cst.Call) else None
-        if isinstance(func, cst.Attribute) and func.attr.value in _TRIL_WRAPPERS:
-            node = func.value
-        elif isinstance(node, cst.Subscript) and all(
-            isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.Name, cst.Ellipsis))
-            and (not isinstance(e.slice.value, cst.Name) or e.slice.value.value == "None")
-            for e in node.slice
-        ):
-            node = node.value
-        else:
-            return node
-
-
-def _is_power(node: cst.BaseExpression, exponent: float) -> cst.BaseExpression | None:
-    """``base`` for ``base ** exponent``."""
-    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power)):
-        return None
-    right = node.right
-    sign = 1.0
-    if isinstance(right, cst.UnaryOperation) and isinstance(right.operator, cst.Minus):
-        sign, right = -1.0, right.expression
-    if isinstance(right, (cst.Float, cst.Integer)) and sign * float(right.value) == exponent:
-        return node.left
-    return None
-

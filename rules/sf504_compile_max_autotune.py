@@ -2,12 +2,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.amp import string_value
-from speedfix.arguments import find_argument
-from speedfix.context import CallSite
-from speedfix.findings import Severity
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.engine.findings import Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.model.arguments import find_argument, string_value
+from speedfix.model.index import CallSite
+from speedfix.model.versions import v
 
 _AUTOTUNE = ("max-autotune", "max-autotune-no-cudagraphs")
 # Where a compile mode is chosen: the call, and the Hugging Face Trainer's argument.

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
-from speedfix.context import CallSite
-from speedfix.entry import setting_at_entry_point
-from speedfix.findings import Applicability, LossCheck, Severity
-from speedfix.flow import default_choice, off_by_default
-from speedfix.models import is_conv_architecture, project_conv_dims, zoo_architecture
-from speedfix.patterns import cudnn_choices
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.steps import CONV_LAYERS
+from speedfix.engine.findings import Applicability, LossCheck, Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.entry import setting_at_entry_point
+from speedfix.model.flow import default_choice, off_by_default
+from speedfix.model.index import CallSite
+from speedfix.model.networks import is_conv_architecture, project_conv_dims, zoo_architecture
+from speedfix.model.patterns import cudnn_choices
+from speedfix.project.steps import CONV_LAYERS
 
 _CONV = tuple(CONV_LAYERS)  # transposed convolutions run on cuDNN too
 

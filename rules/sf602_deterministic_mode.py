@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.arguments import find_argument, literal_bool
-from speedfix.blocks import statement_owner
-from speedfix.context import FileContext, is_main_guard
-from speedfix.findings import Severity
-from speedfix.patterns import DETERMINISTIC_ALGORITHMS
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.model.arguments import find_argument, literal_bool
+from speedfix.model.context import FileContext
+from speedfix.model.patterns import DETERMINISTIC_ALGORITHMS
+from speedfix.syntax.blocks import statement_owner
+from speedfix.syntax.nodes import is_main_guard
 
 
 class DeterministicMode(Rule):

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.arguments import find_argument, literal_bool
-from speedfix.codegen import find_arg, remove_arg
-from speedfix.context import CallSite
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.removal import NOT_ALONE, call_removal
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import find_arg, remove_arg
+from speedfix.fixes.removal import NOT_ALONE, call_removal
+from speedfix.model.arguments import find_argument, literal_bool
+from speedfix.model.index import CallSite
 
 _SET = ("torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly")
 _CONTEXT = ("torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly")

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.arguments import find_argument, literal_bool
-from speedfix.branches import BranchTracker, Frequency, frequency, opt_in_flag
-from speedfix.context import CallSite, FrameKind, WithInfo
-from speedfix.findings import Severity
-from speedfix.flow import assigned_name
-from speedfix.names import dotted_name
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.model.arguments import find_argument, literal_bool
+from speedfix.model.branches import BranchTracker, Frequency, frequency, opt_in_flag
+from speedfix.model.flow import assigned_name
+from speedfix.model.frames import FrameKind
+from speedfix.model.index import CallSite, WithInfo
+from speedfix.syntax.names import dotted_name
 
 # Context managers that record (or count) every operator while they are entered (or started).
 _RECORDERS = frozenset(

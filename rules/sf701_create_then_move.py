@@ -4,12 +4,12 @@ import re
 
 import libcst as cst
 
-from speedfix.codegen import append_args, keyword_arg, string_literal
-from speedfix.context import CallSite
-from speedfix.findings import Applicability, LossCheck, Severity, replace
-from speedfix.names import dotted_name
-from speedfix.patterns import is_dtype
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, LossCheck, Severity, replace
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, keyword_arg, string_literal
+from speedfix.model.index import CallSite
+from speedfix.model.patterns import is_dtype
+from speedfix.syntax.names import dotted_name
 
 _FACTORIES = frozenset(
     f"torch.{name}" for name in ("zeros", "ones", "empty", "full", "arange", "eye", "linspace", "logspace", "tensor")

@@ -5,15 +5,17 @@ from functools import cached_property
 
 import libcst as cst
 
-from speedfix.codegen import reference
-from speedfix.context import CallSite, FrameKind, LoopInfo, Stack, walk_expression
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.flow import comes_before
-from speedfix.forward import calls_model, with_statement
-from speedfix.names import dotted_name
-from speedfix.patterns import is_dataloader, unwrap_iterable
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.steps import is_optimizer_name
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import reference
+from speedfix.model.flow import comes_before
+from speedfix.model.forward import calls_model, with_statement
+from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.index import CallSite, LoopInfo
+from speedfix.model.patterns import is_dataloader, unwrap_iterable
+from speedfix.project.steps import is_optimizer_name
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 GRAD_MODES = tuple(
     f"{module}.{name}"

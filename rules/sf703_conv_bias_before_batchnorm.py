@@ -4,12 +4,12 @@ from collections import Counter
 
 import libcst as cst
 
-from speedfix.arguments import find_argument
-from speedfix.codegen import append_args, keyword_arg
-from speedfix.context import CallSite
-from speedfix.findings import Applicability, LossCheck, Severity, Transform
-from speedfix.names import dotted_name
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, keyword_arg
+from speedfix.model.arguments import find_argument
+from speedfix.model.index import CallSite
+from speedfix.syntax.names import dotted_name
 
 _CONV = {f"torch.nn.{prefix}Conv{d}d" for prefix in ("", "modules.conv.") for d in (1, 2, 3)}
 _BATCHNORM = {f"torch.nn.{prefix}BatchNorm{d}d" for prefix in ("", "modules.batchnorm.") for d in (1, 2, 3)}

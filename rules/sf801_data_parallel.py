@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from speedfix.findings import Severity
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
 
 _DATA_PARALLEL = (
     "torch.nn.DataParallel",

@@ -2,14 +2,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.codegen import code_of, reference
-from speedfix.context import CallSite, FrameKind, target_names, walk_expression
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.flow import enclosing_statements
-from speedfix.forward import backward_calls, read_names, statement_block, steps, wrap
-from speedfix.models import DISTRIBUTED_DATA_PARALLEL
-from speedfix.names import dotted_name
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import reference
+from speedfix.model.flow import enclosing_statements
+from speedfix.model.forward import backward_calls, read_names, statement_block, steps, wrap
+from speedfix.model.frames import FrameKind
+from speedfix.model.index import CallSite
+from speedfix.model.networks import DISTRIBUTED_DATA_PARALLEL
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of, target_names, walk_expression
 
 # What a script does when it already skips the all-reduce of non-final micro-steps.
 _SYNC_SWITCHES = frozenset({"no_sync", "require_backward_grad_sync"})

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from speedfix.arguments import find_argument, literal_bool
-from speedfix.findings import Severity
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.model.arguments import find_argument, literal_bool
 
 _DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
 

@@ -2,16 +2,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.amp import string_value
-from speedfix.arguments import ArgValue, find_argument, literal_bool, literal_int
-from speedfix.codegen import append_args, arg_removed, keyword_arg, same_quotes, string_literal, value_replaced
-from speedfix.context import CallSite
-from speedfix.entry import setting_at_entry_point
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.frameworks import LIGHTNING_TRAINER, SET_ELSEWHERE, in_lightning_method, lightning_on_gpu
-from speedfix.models import conv2d_classes
-from speedfix.patterns import cudnn_settings, matmul_precision_chosen
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import append_args, arg_removed, keyword_arg, same_quotes, string_literal, value_replaced
+from speedfix.fixes.entry import setting_at_entry_point
+from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
+from speedfix.model.frameworks import LIGHTNING_TRAINER, SET_ELSEWHERE, in_lightning_method, lightning_on_gpu
+from speedfix.model.index import CallSite
+from speedfix.model.networks import conv2d_classes
+from speedfix.model.patterns import cudnn_settings, matmul_precision_chosen
 
 _FP32 = frozenset({"32", "32-true"})
 _FP16 = frozenset({"16", "16-mixed"})

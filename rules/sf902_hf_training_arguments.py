@@ -4,9 +4,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from speedfix.amp import string_value
-from speedfix.arguments import find_argument, literal_bool, literal_int
-from speedfix.codegen import (
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import (
     append_args,
     arg_removed,
     keyword_arg,
@@ -15,13 +15,12 @@ from speedfix.codegen import (
     string_literal,
     value_replaced,
 )
-from speedfix.context import CallSite
-from speedfix.entry import setting_at_entry_point
-from speedfix.findings import Applicability, FixOp, LossCheck, Severity, Transform
-from speedfix.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, hf_args_on_gpu
-from speedfix.patterns import matmul_precision_chosen, worker_start_refusal
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.versions import v
+from speedfix.fixes.entry import setting_at_entry_point
+from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
+from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, hf_args_on_gpu
+from speedfix.model.index import CallSite
+from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
+from speedfix.model.versions import v
 
 # Optimizer names whose update runs as several kernels per parameter group.
 _UNFUSED = frozenset({"adamw_torch", "adamw_hf", "adamw_torch_foreach"})

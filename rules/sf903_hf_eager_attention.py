@@ -4,12 +4,13 @@ import re
 
 import libcst as cst
 
-from speedfix.amp import string_value
-from speedfix.codegen import same_quotes, value_replaced
-from speedfix.context import CallSite, walk_expression
-from speedfix.findings import Applicability, LossCheck, Severity, replace
-from speedfix.frameworks import SET_ELSEWHERE
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, LossCheck, Severity, replace
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import same_quotes, value_replaced
+from speedfix.model.arguments import string_value
+from speedfix.model.frameworks import SET_ELSEWHERE
+from speedfix.model.index import CallSite
+from speedfix.syntax.nodes import walk_expression
 
 _KEYWORD = "attn_implementation"
 _ATTRIBUTES = ("attn_implementation", "_attn_implementation")

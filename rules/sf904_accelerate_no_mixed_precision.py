@@ -2,13 +2,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.amp import string_value
-from speedfix.arguments import find_argument
-from speedfix.codegen import same_quotes, value_replaced
-from speedfix.context import CallSite
-from speedfix.findings import Applicability, LossCheck, Severity
-from speedfix.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, LossCheck, Severity
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import same_quotes, value_replaced
+from speedfix.model.arguments import find_argument, string_value
+from speedfix.model.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu
+from speedfix.model.index import CallSite
 
 
 class AccelerateNoMixedPrecision(Rule):

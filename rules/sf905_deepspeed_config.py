@@ -4,11 +4,11 @@ from typing import Any, Iterator
 
 import libcst as cst
 
-from speedfix.codegen import same_quotes
-from speedfix.context import FileContext
-from speedfix.deepspeed_config import MARKERS, DeepSpeedConfig, named_configs
-from speedfix.findings import Applicability, LossCheck, Severity, Transform
-from speedfix.rule import Invalid, Rule, Valid
+from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.codegen import same_quotes
+from speedfix.model.context import FileContext
+from speedfix.model.deepspeed_config import MARKERS, DeepSpeedConfig, named_configs
 
 # DeepSpeed's default bucket size (elements) for gradient reduction and parameter all-gathers.
 _DEFAULT_BUCKET = 500_000_000

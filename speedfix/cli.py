@@ -1,4 +1,9 @@
-"""The `speedfix` command line: scan, apply, rules, rule, bench."""
+"""The `speedfix` command line: scan, apply, rules, rule, bench.
+
+Each command imports its machinery inside its function (the scan, apply, the rule catalog, the
+benchmark's verification, the server): those imports point down the layers and keep the start of
+`speedfix --help`, and of a scan whose files are all cached, short.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +16,13 @@ import typer
 from rich.console import Console
 
 from speedfix import __version__
-from speedfix.config import ConfigError, Settings, resolve_settings
-from speedfix.discovery import MissingPath, is_scanned
 from speedfix.output import Reporter, ReportOptions, UnknownFormat, format_names, get_reporter
+from speedfix.workspace.config import ConfigError, Settings, resolve_settings
+from speedfix.workspace.discovery import MissingPath, is_scanned
 
 if TYPE_CHECKING:
-    from speedfix.engine import FileError, Note
-    from speedfix.apply import ApplyOutcome
+    from speedfix.commands.apply import ApplyOutcome
+    from speedfix.engine.analysis import FileError, Note
 
 app = typer.Typer(
     name="speedfix",
@@ -54,7 +59,7 @@ def _fail(message: str) -> typer.Exit:
 
 def _settings(paths: list[Path], **options: object) -> Settings:
     try:
-        return resolve_settings(paths, **options)  # type: ignore[arg-type]
+        return resolve_settings(paths, output_formats=format_names(), **options)  # type: ignore[arg-type]
     except ConfigError as exc:
         raise _fail(str(exc)) from None
 
@@ -129,7 +134,7 @@ def _print_errors(errors: Iterable[FileError | Note]) -> None:
 def _run_apply(paths: list[Path], settings: Settings, *, diff: bool, summary: bool = True, show_fixes: bool = False) -> ApplyOutcome:
     """`speedfix apply` (and `scan --fix`/`--diff`): fix or show the diff; the summary goes to
     standard error with a diff (standard output is the patch)."""
-    from speedfix.apply import apply_paths
+    from speedfix.commands.apply import apply_paths
 
     try:
         outcome = apply_paths(paths, settings, write=not diff, show_diff=diff, console=Console(highlight=False))
@@ -174,7 +179,7 @@ def scan(
     """Report missed optimizations: `path:line:col: CODE [*] message` per finding ([*]: a fix exists).
 
     A file that does not parse is a finding too: SF000 (invalid-syntax)."""
-    from speedfix.scan import scan_paths
+    from speedfix.commands.scan import scan_paths
 
     targets = list(paths or [Path(".")])
     settings = _settings(
@@ -258,7 +263,7 @@ RuleFormatOption = typer.Option("text", "--output-format", "--format", help=f"Ou
 @app.command("rules")
 def list_rules(output_format: str = RuleFormatOption) -> None:
     """List every rule: code, name, fix availability, summary."""
-    from speedfix.registry import all_rules
+    from speedfix.engine.registry import all_rules
 
     reporter = _reporter(output_format, "rule_list")
     sys.stdout.write(reporter.rule_list(all_rules(), _report_options()))
@@ -270,7 +275,7 @@ def show_rule(
     output_format: str = RuleFormatOption,
 ) -> None:
     """Show a rule's documentation."""
-    from speedfix.registry import rule_by_code
+    from speedfix.engine.registry import rule_by_code
 
     reporter = _reporter(output_format, "rule_page")
     rule = rule_by_code(code)

@@ -28,17 +28,19 @@ from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import PositionCodec
 
-from speedfix import __version__, deadline
-from speedfix.cache import ScanCache, cache_enabled
-from speedfix.config import ConfigError, Settings, real_path, resolve_settings
-from speedfix.discovery import MissingPath, iter_targets
-from speedfix.engine import Analysis, FileError, SyntaxProblem, analyze
-from speedfix.findings import Applicability, Finding, Fix, Severity
-from speedfix.fixer import FixError, allowed, apply_fixes, fix_source, op_node
-from speedfix.registry import rule_by_code
+from speedfix import __version__
+from speedfix.commands.scan import display_path, project_links, time_limit_message
+from speedfix.engine.analysis import Analysis, FileError, SyntaxProblem, analyze
+from speedfix.engine.findings import Applicability, Finding, Fix, Severity
+from speedfix.engine.registry import rule_by_code
+from speedfix.fixes.fixer import FixError, allowed, apply_fixes, fix_source, op_node
+from speedfix.output import format_names
 from speedfix.project import Links
-from speedfix.scan import display_path, project_links, time_limit_message
-from speedfix.source import SourceError, SourceFile, decode_source
+from speedfix.syntax import deadline
+from speedfix.syntax.source import SourceError, SourceFile, decode_source
+from speedfix.workspace.cache import ScanCache, cache_enabled
+from speedfix.workspace.config import ConfigError, Settings, real_path, resolve_settings
+from speedfix.workspace.discovery import MissingPath, iter_targets
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +169,7 @@ def source_from_text(path: Path, text: str) -> SourceFile:
 
 def settings_for(path: Path | None) -> Settings | None:
     """The CLI's settings for ``path`` (``None``: the file is excluded). Raises ConfigError."""
-    settings = resolve_settings([path] if path is not None else [])
+    settings = resolve_settings([path] if path is not None else [], output_formats=format_names())
     if path is None:
         return settings
     try:

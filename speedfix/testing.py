@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from speedfix.engine import analyze
-from speedfix.fixer import fix_source
-from speedfix.rule import Invalid, Rule, Valid
-from speedfix.source import SourceFile, decode_source
-from speedfix.versions import DEFAULT_TARGET, TorchVersion
+from speedfix.engine.analysis import analyze
+from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.fixes.fixer import fix_source
+from speedfix.model.versions import DEFAULT_TARGET, TorchVersion
+from speedfix.syntax.source import SourceFile, decode_source
 
 
 def _source(code: str) -> SourceFile:

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from speedfix.fixer import fix_code
+from speedfix.fixes.fixer import fix_code
 
 LATIN1_SCRIPT = (
     "# -*- coding: latin-1 -*-\n"
@@ -178,7 +178,7 @@ def test_write_is_atomic_and_keeps_permissions(run_cli, write, train_script, tmp
 
 def test_only_output_that_parses_is_written(monkeypatch, write, train_script, run_cli):
     """A fix that produced broken code must leave the file alone and say so."""
-    import speedfix.fixer as fixer
+    import speedfix.fixes.fixer as fixer
 
     class Broken:  # what a buggy fix would produce: a doubled comma
         def __init__(self, module):
@@ -221,7 +221,7 @@ def test_fix_code_api_reuses_aliases_and_adds_imports_once():
 
 @pytest.mark.parametrize("unsafe", [False, True])
 def test_apply_is_idempotent_on_the_examples_of_every_rule(unsafe):
-    from speedfix.registry import all_rules
+    from speedfix.engine.registry import all_rules
 
     for rule in all_rules():
         for example in rule.INVALID:
@@ -271,8 +271,8 @@ def test_a_fix_that_moves_statements_runs_alone_in_its_block():
 def test_fixes_inside_a_restructured_block_wait_for_the_next_pass():
     import libcst as cst
 
-    from speedfix.findings import Applicability, Fix, InsertStatements, Transform
-    from speedfix.fixer import this_pass
+    from speedfix.engine.findings import Applicability, Fix, InsertStatements, Transform
+    from speedfix.fixes.fixer import this_pass
 
     module = cst.parse_module("for x in y:\n    a()\n    b()\n")
     loop = module.body[0]

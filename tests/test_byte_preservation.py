@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from speedfix.fixer import FixError, fix_code
-from speedfix.roundtrip import Restorer, RoundTripError
+from speedfix.fixes.fixer import FixError, fix_code
+from speedfix.syntax.roundtrip import Restorer, RoundTripError
 
 # The loop trains on CUDA; SF303 removes `torch.cuda.empty_cache()`, SF304 `gc.collect()`.
 HEAD = "import gc\nimport torch\n\nfor x, y in loader:\n    loss = model(x.cuda(non_blocking=True)).sum()\n    loss.backward()\n    opt.step()\n"

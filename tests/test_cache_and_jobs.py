@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import speedfix.scan as scan_module
+import speedfix.commands.scan as scan_module
 
 
 @pytest.fixture
@@ -119,6 +119,6 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, tmp_path, write, train_scr
 
 
 def _settings(root):
-    from speedfix.config import Settings
+    from speedfix.workspace.config import Settings
 
     return Settings(root=root)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from speedfix.bench import numerics
-from speedfix.findings import LossCheck
+from speedfix.engine.findings import LossCheck
+from speedfix.engine.plugins import PluginError, check_unique, one_per_module
+from speedfix.engine.registry import all_rules, discover_rules
 from speedfix.output import Reporter, format_names, get_reporter, reporters
-from speedfix.plugins import PluginError, check_unique, one_per_module
-from speedfix.registry import all_rules, discover_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,7 +45,7 @@ def package(tmp_path, monkeypatch):
 
 
 RULE = """\
-    from speedfix.rule import Rule
+    from speedfix.engine.rule import Rule
 
     class {cls}(Rule):
         code = "{code}"

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft7Validator
 
-from speedfix.engine import FileError
-from speedfix.findings import Applicability, Edit, Finding, Fix, Severity
+from speedfix.commands.scan import ScanResult
+from speedfix.engine.analysis import FileError
+from speedfix.engine.findings import Applicability, Edit, Finding, Fix, Severity
+from speedfix.engine.registry import all_rules
 from speedfix.output.github import render_github
 from speedfix.output.sarif import render_sarif
-from speedfix.registry import all_rules
-from speedfix.scan import ScanResult
 
 # The OASIS schema, vendored unmodified (see data/sarif-schema-2.1.0.NOTICE.md).
 SARIF_SCHEMA = Path(__file__).resolve().parent / "data" / "sarif-schema-2.1.0.json"

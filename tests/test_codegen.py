@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from speedfix.codegen import append_args, insert_first_arg, keyword_arg, remove_arg
-from speedfix.fixer import fix_code
+from speedfix.fixes.codegen import append_args, insert_first_arg, keyword_arg, remove_arg
+from speedfix.fixes.fixer import fix_code
 
 
 def grow(code: str, *names: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from speedfix.source import DEFAULT_MAX_FILE_SIZE
+from speedfix.syntax.source import DEFAULT_MAX_FILE_SIZE
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs, sockets and /dev/zero are POSIX")
 

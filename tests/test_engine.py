@@ -9,12 +9,13 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from speedfix.context import FileContext
-from speedfix.engine import SYNTAX_ERROR_CODE, analyze
-from speedfix.registry import all_rules, rule_by_code
-from speedfix.source import SourceFile, decode_source
-from speedfix.versions import TorchVersion
-from speedfix.walk import walk_batched
+from speedfix.engine.analysis import SYNTAX_ERROR_CODE, analyze
+from speedfix.engine.registry import all_rules, rule_by_code
+from speedfix.model.context import FileContext
+from speedfix.model.devices import uses_cuda
+from speedfix.model.versions import TorchVersion
+from speedfix.syntax.source import SourceFile, decode_source
+from speedfix.syntax.walk import walk_batched
 
 TARGET = TorchVersion.parse("2.4")
 
@@ -163,10 +164,10 @@ def test_lightning_training_step_is_hot():
 
 
 def test_cuda_detection():
-    assert context("import torch\nx = torch.zeros(1).cuda()\n").uses_cuda
-    assert context('import torch\ndevice = "cuda:0"\n').uses_cuda
-    assert context("import torch\ndev = torch.accelerator.current_accelerator()\n").uses_cuda
-    assert not context('import torch\ndevice = "cpu"\nx = torch.zeros(1, device=device)\n').uses_cuda
+    assert uses_cuda(context("import torch\nx = torch.zeros(1).cuda()\n"))
+    assert uses_cuda(context('import torch\ndevice = "cuda:0"\n'))
+    assert uses_cuda(context("import torch\ndev = torch.accelerator.current_accelerator()\n"))
+    assert not uses_cuda(context('import torch\ndevice = "cpu"\nx = torch.zeros(1, device=device)\n'))
 
 
 def test_kwargs_dict_literals_are_resolved_and_unknowns_mean_silence():
@@ -306,7 +307,7 @@ POSITION_SAMPLES.append('# header comment\n\n"""doc"""\nimport torch; import os\
 def test_sparse_positions_equal_libcsts_positions(code):
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from speedfix.positions import positions_for
+    from speedfix.syntax.positions import positions_for
 
     code = textwrap.dedent(code)
     module = cst.parse_module(code)

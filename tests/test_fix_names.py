@@ -14,7 +14,7 @@ import types
 
 import pytest
 
-from speedfix.fixer import fix_code
+from speedfix.fixes.fixer import fix_code
 
 
 def fixed(code: str, rule: str, torch_version: str | None = None) -> str:

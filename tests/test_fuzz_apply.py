@@ -26,8 +26,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from speedfix.engine import SyntaxProblem
-from speedfix.fixer import FixError, fix_code
+from speedfix.engine.analysis import SyntaxProblem
+from speedfix.fixes.fixer import FixError, fix_code
 
 EXAMPLES = int(os.environ.get("SPEEDFIX_FUZZ_EXAMPLES", "100"))
 pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")  # generated code may say odd things

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-import speedfix.deadline
-from speedfix.parsing import NestingTooDeep, parse_module
+import speedfix.syntax.deadline
+from speedfix.syntax.parsing import NestingTooDeep, parse_module
 
 
 
@@ -20,7 +20,7 @@ def flat_sum(terms: int) -> str:
 def slow_clock(monkeypatch):
     """A clock that advances 100 s each time the time limit looks at it."""
     ticks = itertools.count(step=100)
-    monkeypatch.setattr(speedfix.deadline, "clock", lambda: float(next(ticks)))
+    monkeypatch.setattr(speedfix.syntax.deadline, "clock", lambda: float(next(ticks)))
 
 
 def test_a_file_over_the_time_limit_is_skipped_and_reported(good_script, run_cli, write, tmp_path, slow_clock):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speedfix.linemap import LineMap
+from speedfix.fixes.linemap import LineMap
 
 ORIGINAL = "a = 1\nx = f(y).item()\nb = 2\n"
 

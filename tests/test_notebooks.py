@@ -13,7 +13,7 @@ import pytest
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import RemoveImportsVisitor
 
-from speedfix.notebook import Notebook, NotebookError, load_notebook
+from speedfix.workspace.notebook import Notebook, NotebookError, load_notebook
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 

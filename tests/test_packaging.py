@@ -29,6 +29,9 @@ def test_wheel_maps_rules_into_the_package(wheel):
     assert "speedfix/rules/sf101_dataloader_no_workers.py" in names
     assert "speedfix/fixtures/sd.py" in names and "speedfix/fixtures/suite.toml" in names
     assert not [n for n in names if n.split("/")[0] in ("rules", "fixtures", "tests")]
+    # every layer of the package ships (pyproject lists each subpackage by name)
+    packages = {p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "speedfix").rglob("__init__.py")}
+    assert len(packages) > 5 and {f"{package}/__init__.py" for package in packages} <= set(names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     core = [line for line in requires if "extra ==" not in line]

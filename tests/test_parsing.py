@@ -1,4 +1,4 @@
-"""A big module parsed in chunks is the module one parse would build (speedfix.parsing)."""
+"""A big module parsed in chunks is the module one parse would build (speedfix.syntax.parsing)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from speedfix.parsing import parse_module, statement_first_lines
+from speedfix.syntax.parsing import parse_module, statement_first_lines
 
 TRICKY = [
     # comments in a block's footer, less indented ones, and column-0 ones before the next def

@@ -1,5 +1,5 @@
 """Per-finding fix previews (JSON/SARIF/Markdown) cost what the fix changes, not findings x file
-size, and say exactly what a whole-module preview says (speedfix.previews)."""
+size, and say exactly what a whole-module preview says (speedfix.fixes.previews)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from speedfix.config import Settings
-from speedfix.engine import analyze
-from speedfix.fixer import preview
-from speedfix.source import split_lines
-from speedfix.scan import attach_fix_details
-from speedfix.source import SourceFile, decode_source
+from speedfix.commands.scan import attach_fix_details
+from speedfix.engine.analysis import analyze
+from speedfix.fixes.fixer import preview
+from speedfix.syntax.source import split_lines
+from speedfix.syntax.source import SourceFile, decode_source
+from speedfix.workspace.config import Settings
 
 SCRIPTS = {
     "every rule": """\
@@ -104,7 +104,7 @@ def test_previews_say_what_a_whole_module_preview_says(name):
 
 def test_details_of_a_module_with_many_findings_stay_cheap(monkeypatch):
     """Counted, not timed: no finding's preview transforms the whole module."""
-    import speedfix.fixer as fixer
+    import speedfix.fixes.fixer as fixer
 
     block = textwrap.dedent(SCRIPTS["every rule"]).split("def train(data):")[1]
     code = "#!/usr/bin/env python\n# a header comment\nimport torch\nimport os\nfrom torch.utils.data import DataLoader\n" + "".join(
@@ -116,7 +116,7 @@ def test_details_of_a_module_with_many_findings_stay_cheap(monkeypatch):
     whole = []
     real = fixer.apply_fixes
     monkeypatch.setattr(fixer, "apply_fixes", lambda module, fixes, only=None: whole.append(only is None) or real(module, fixes, only=only))
-    monkeypatch.setattr("speedfix.previews.apply_fixes", fixer.apply_fixes)
+    monkeypatch.setattr("speedfix.fixes.previews.apply_fixes", fixer.apply_fixes)
     attach_fix_details(analysis, code)
     fixable = [f for f in analysis.findings if f.edits]
     assert len(fixable) > 200

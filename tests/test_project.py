@@ -12,11 +12,12 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import speedfix.scan as scan_module
-from speedfix.context import FileContext
+import speedfix.commands.scan as scan_module
+from speedfix.model.context import FileContext
+from speedfix.model.devices import uses_cuda
+from speedfix.model.versions import TorchVersion
 from speedfix.project import extract_facts, link
-from speedfix.versions import TorchVersion
-from speedfix.walk import walk_batched
+from speedfix.syntax.walk import walk_batched
 
 # The layout of most research code: the device in config.py, the network in models.py, the loop
 # in engine.py, and main.py building loaders, model and optimizer.
@@ -272,7 +273,7 @@ def context(code: str, links=None) -> FileContext:
     ],
 )
 def test_wrapped_loader_loops_find_the_batch(loop):
-    from speedfix.patterns import BatchNames
+    from speedfix.model.patterns import BatchNames
 
     ctx = context(f"""
         import torch
@@ -290,7 +291,7 @@ def test_wrapped_loader_loops_find_the_batch(loop):
 
 
 def test_iter_next_batches_and_parameter_loaders():
-    from speedfix.patterns import BatchNames
+    from speedfix.model.patterns import BatchNames
 
     ctx = context("""
         def train(model, batches, opt, steps):
@@ -387,7 +388,7 @@ def test_per_step_helpers_are_hot():
     ],
 )
 def test_cuda_evidence_in_the_file(code):
-    assert context("import torch\n" + code).uses_cuda
+    assert uses_cuda(context("import torch\n" + code))
 
 
 def test_cuda_evidence_from_other_files(tmp_path):

@@ -11,8 +11,8 @@ import libcst as cst
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from speedfix.engine import SYNTAX_ERROR_CODE, SyntaxProblem
-from speedfix.fixer import fix_code
+from speedfix.engine.analysis import SYNTAX_ERROR_CODE, SyntaxProblem
+from speedfix.fixes.fixer import fix_code
 
 def profile(examples: int) -> settings:
     # derandomize: the same examples on every run, so CI fails only on a real regression

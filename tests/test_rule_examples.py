@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from speedfix.registry import all_rules
-from speedfix.rule import DOC_SECTIONS, Invalid, Valid
+from speedfix.engine.registry import all_rules
+from speedfix.engine.rule import DOC_SECTIONS, Invalid, Valid
 from speedfix.testing import check_example
 
 EXAMPLES = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from speedfix.registry import rule_by_code
+from speedfix.engine.registry import rule_by_code
 
 SAFE_FIXED = "Fixed 4 findings in 1 file (SF102 x1, SF104 x2, SF203 x1)."
 

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from speedfix.cli import app
-from speedfix.config import resolve_settings
-from speedfix.scan import scan_paths
+from speedfix.commands.scan import scan_paths
+from speedfix.workspace.config import resolve_settings
 
 pytest.importorskip("pygls")
 
@@ -357,7 +357,7 @@ def test_shutdown_and_exit(tmp_path: Path) -> None:
 
 
 def test_scan_does_not_import_pygls() -> None:
-    code = "import sys, speedfix.cli, speedfix.scan, speedfix.apply; sys.exit('pygls' in sys.modules)"
+    code = "import sys, speedfix.cli, speedfix.commands.scan, speedfix.commands.apply; sys.exit('pygls' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-import speedfix.apply
-from speedfix.source import FileChanged, WriteRefused, write_atomic
+import speedfix.commands.apply
+from speedfix.syntax.source import FileChanged, WriteRefused, write_atomic
 
 # SF102 (pin_memory) and SF104 (non_blocking) are safe fixes: `apply` writes them by default.
 SCRIPT = """\
@@ -28,7 +28,7 @@ USER_EDIT = SCRIPT.replace("batch_size=32", "batch_size=64  # saved by the edito
 def test_an_edit_saved_while_apply_runs_is_kept_and_reported(run_cli, write, monkeypatch):
     edited = write("edited.py", SCRIPT)
     other = write("other.py", SCRIPT)
-    real_fix_source = speedfix.apply.fix_source
+    real_fix_source = speedfix.commands.apply.fix_source
 
     def fix_while_the_user_saves(source, path, *args, **kwargs):
         outcome = real_fix_source(source, path, *args, **kwargs)
@@ -36,7 +36,7 @@ def test_an_edit_saved_while_apply_runs_is_kept_and_reported(run_cli, write, mon
             edited.write_text(USER_EDIT)
         return outcome
 
-    monkeypatch.setattr(speedfix.apply, "fix_source", fix_while_the_user_saves)
+    monkeypatch.setattr(speedfix.commands.apply, "fix_source", fix_while_the_user_saves)
     result = run_cli("apply", edited, other)
     assert result.exit_code == 2
     assert edited.read_text() == USER_EDIT
@@ -93,8 +93,8 @@ def test_apply_writes_through_a_symbolic_link_and_keeps_it(run_cli, write, tmp_p
 
 def test_write_fixed_refuses_a_script_edited_during_a_long_run(tmp_path):
     # `apply --verify` reads the script, benchmarks for minutes, then writes the kept fixes.
-    from speedfix.fixer import write_fixed
-    from speedfix.source import read_source
+    from speedfix.fixes.fixer import write_fixed
+    from speedfix.syntax.source import read_source
 
     script = tmp_path / "train.py"
     script.write_bytes(SCRIPT.replace("\n", "\r\n").encode())
@@ -219,7 +219,7 @@ def test_a_symbolic_link_within_the_configured_project_is_written_through(run_cl
 
 def test_write_fixed_refuses_a_read_only_script(tmp_path):
     # `apply --verify` writes the kept fixes through write_fixed: the same refusals as `apply`.
-    from speedfix.fixer import write_fixed
+    from speedfix.fixes.fixer import write_fixed
 
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

@@ -20,8 +20,8 @@ from .stats import MIN_VERDICT_PAIRS  # pure python: cheap to import with the CL
 # not slow down `speedfix scan` (and the pre-commit hook).
 
 if TYPE_CHECKING:
-    from .compare import CompareSettings
     from .runner import RunSpec
+    from .settings import CompareSettings
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -87,7 +87,7 @@ def bench(
             console.print(f"[red]error:[/] no such script: {script}")
             raise typer.Exit(EXIT_ERROR)
     _require_torch(console)
-    from .compare import CompareSettings
+    from .settings import CompareSettings
     from .runner import RunSpec, terminate_cleanly, use_real_cwd
 
     settings = CompareSettings(seed=seed, warmup=warmup, steps=steps, warmup_s=warmup_s, window_s=window_s,

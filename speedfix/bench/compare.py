@@ -14,41 +14,17 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from . import numerics
 from .results import (INCOMPLETE, OK, SAMPLES_PER_S, STEPS_PER_S, Calibration, CandidateResult, Comparison, Device, Env, Load,
                       LoggedRun, MemoryChange, RunAggregate, RunResult, ScriptRef, SeedBand, Speedup, Window,
                       median_or_none)
-from .runner import RunConfig, RunSpec, run_once
-from .stats import MIN_VERDICT_PAIRS, cv, precise_enough, summarize
+from .runner import RunSpec, run_once
+from .settings import CompareSettings, RunConfig
+from .stats import cv, precise_enough, summarize
 
 RunFn = Callable[[RunSpec, RunConfig], RunResult]
-
-
-@dataclass
-class CompareSettings:
-    seed: int = 0
-    warmup: int | None = None  # fixed warm-up steps; None: calibrate
-    steps: int | None = None  # fixed window steps; None: calibrate
-    warmup_s: float = 2.0  # calibration targets (>= 20 steps and >= 2-5 s of warm-up)
-    window_s: float = 5.0
-    min_warmup_steps: int = 20
-    min_steps: int = 20
-    max_pairs: int = 10
-    min_pairs: int = MIN_VERDICT_PAIRS
-    budget_s: float = 900.0
-    tolerance: float = 0.05
-    seed_band_runs: int = 2
-    timeout_s: float = 600.0
-    discard: bool = True
-    result_grace_s: float = 5.0
-    hard_grace_s: float = 20.0
-
-    def run_config(self, **overrides) -> RunConfig:
-        base = RunConfig(seed=self.seed, timeout_s=self.timeout_s, result_grace_s=self.result_grace_s,
-                         hard_grace_s=self.hard_grace_s)
-        return replace(base, **overrides)
 
 
 class Progress:

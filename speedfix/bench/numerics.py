@@ -39,7 +39,7 @@ _LOOSENESS = {EXACT: 0, NUMERICS: 1, RNG: 2, AUTO: 2}
 def rule_class(code: str) -> str:
     """The loss check a rule's fix declares (``Rule.loss_check``). An unknown code or a fix with
     no declared check is an error, never a silently loose check."""
-    from speedfix.registry import rule_by_code  # the rule catalog: only loaded when judging fixes
+    from speedfix.engine.registry import rule_by_code  # the rule catalog: only loaded when judging fixes
 
     rule = rule_by_code(code)
     if rule is None:

@@ -16,12 +16,10 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from .settings import CompareSettings
 from .stats import INCONCLUSIVE, SpeedupSummary
-
-if TYPE_CHECKING:
-    from .compare import CompareSettings
 
 RUN_SCHEMA = "speedfix.bench/0.1"
 COMPARE_SCHEMA = "speedfix.bench.compare/0.1"
@@ -602,8 +600,6 @@ class ScriptRef(Record):
 
 
 def _settings(data: Mapping[str, Any]) -> CompareSettings:
-    from .compare import CompareSettings  # compare imports this module
-
     known = {f.name for f in fields(CompareSettings)}
     return CompareSettings(**{k: v for k, v in data.items() if k in known})
 

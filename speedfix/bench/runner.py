@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .results import RunnerInfo, RunResult
+from .settings import RunConfig
 
 CHILD = Path(__file__).with_name("child.py")
 REAPER = Path(__file__).with_name("reaper.py")
@@ -69,23 +70,6 @@ class RunSpec:
     @property
     def name(self) -> str:
         return self.label or self.script.name
-
-
-@dataclass
-class RunConfig:
-    """How long to warm up and measure. Steps and seconds are both minimums."""
-
-    warmup_steps: int = 20
-    warmup_s: float = 0.0
-    steps: int = 50
-    window_s: float = 0.0
-    seed: int = 0
-    seed_offset: int = 0
-    record_all_steps: bool = False  # also every warm-up step's duration (calibration)
-    timeout_s: float = 600.0
-    result_grace_s: float = 5.0  # after the result appears: time for the script to unwind
-    hard_grace_s: float = 20.0  # past timeout_s: for a child whose watchdog cannot run
-    python: str = sys.executable
 
 
 def _user() -> str:

@@ -28,9 +28,10 @@ from typing import Any
 from rich.console import Console
 
 from . import numerics, report
-from .compare import CompareSettings, ComparisonError, Session
+from .compare import ComparisonError, Session
 from .results import SAMPLES_PER_S, CandidateResult, Load, SuiteResult, SuiteRow
 from .runner import RunSpec, owned_tempdir, remove_tree, run_once
+from .settings import CompareSettings
 from .stats import FASTER
 
 SUITE_FILE = "suite.toml"

@@ -16,7 +16,7 @@ A "fix" here is every instance of one rule code. Policy:
    same test, the kept fix with the smallest median speedup is dropped and the rest re-measured,
    at most ``MAX_COMBINATION_RETRIES`` times; after that only the single best fix is kept. A
    combination that was not measured enough keeps only the single best fix (measured alone).
-4. The kept set is written to the script with ``speedfix.fixer.write_fixed``; a Markdown and a
+4. The kept set is written to the script with ``speedfix.fixes.fixer.write_fixed``; a Markdown and a
    JSON report say, per fix, the speedup with its interval, the loss check, the memory change,
    and kept or rejected and why.
 
@@ -41,13 +41,14 @@ from typing import Any
 
 from rich.console import Console
 
-from speedfix.source import WriteRefused, read_source
+from speedfix.syntax.source import WriteRefused, read_source
 
 from . import numerics, report, stats
-from .compare import CompareSettings, ComparisonError, Session
+from .compare import ComparisonError, Session
 from .results import CandidateResult, Decision, FixDecision, VerifyFailure, VerifyReport
 from .runner import (RunSpec, mirror_tree, owned_tempdir, remove_tree, run_once, shielded, sweep_stale_tempdirs,
                      terminate_cleanly)
+from .settings import CompareSettings
 from .stats import INCONCLUSIVE, SLOWER, SLOWER_BELOW
 
 MAX_COMBINATION_RETRIES = 2
@@ -59,7 +60,7 @@ LEGACY_VARIANT = re.compile(r"^\.speedfix-verify-(?:SF\d+|combined\d+)-.+\.py$")
 
 def load_fixer() -> Any:
     """The fixer module (``fix_code``, ``fixable_codes``, ``write_fixed``); tests pass a fake."""
-    from speedfix import fixer
+    from speedfix.fixes import fixer
 
     return fixer
 
@@ -153,7 +154,7 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
                   compare_settings: CompareSettings | None = None, fixer: Any = None, run=run_once) -> int:
     """Measure each applicable fix and the kept ones together; write the kept fixes and a report.
 
-    ``settings`` is speedfix's configuration (``speedfix.config.Settings``): its enabled rules for
+    ``settings`` is speedfix's configuration (``speedfix.workspace.config.Settings``): its enabled rules for
     this file, target torch version and unsafe-fixes choice are used unless ``select``,
     ``ignore``, ``torch_version`` or ``unsafe`` are given. ``budget_s`` and ``max_pairs`` apply
     to each comparison (the single fixes, then each combination attempt); ``compare_settings``
@@ -268,7 +269,7 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
 
 def _gpu_only(label: str) -> bool:
     """The fix's rule fires only on scripts that target CUDA: its effect exists only there."""
-    from speedfix.registry import rule_by_code
+    from speedfix.engine.registry import rule_by_code
 
     rule = rule_by_code(label)
     return bool(rule and rule.gpu_only)

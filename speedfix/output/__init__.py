@@ -10,15 +10,19 @@ does not override its method. Adding a format is adding a module; the command li
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
+from speedfix.engine.plugins import check_unique, one_per_module
+from speedfix.engine.registry import rule_by_code
+
 if TYPE_CHECKING:
-    from speedfix.apply import ApplyOutcome
-    from speedfix.rule import Rule
-    from speedfix.scan import ScanResult
-    from speedfix.versions import TorchVersion
+    from speedfix.commands.apply import ApplyOutcome
+    from speedfix.commands.scan import ScanResult
+    from speedfix.engine.rule import Rule
+    from speedfix.model.versions import TorchVersion
 
 DEFAULT_FORMAT = "text"
 
@@ -69,10 +73,7 @@ class UnknownFormat(ValueError):
 
 @lru_cache(maxsize=1)
 def reporters() -> dict[str, type[Reporter]]:
-    """Every format by name, the default first. Imported on first use: the format modules
-    import the scan machinery, which imports the configuration, which asks for the names."""
-    from speedfix.plugins import check_unique, one_per_module
-
+    """Every format by name, the default first (their modules are imported on first use)."""
     found = one_per_module(__name__, Reporter)
     check_unique(found, "name")
     return {cls.name: cls for cls in sorted(found, key=lambda cls: (cls.name != DEFAULT_FORMAT, cls.name))}
@@ -101,10 +102,6 @@ class StatisticsRow:
 
 def statistics_rows(result: ScanResult) -> list[StatisticsRow]:
     """`--statistics`: findings per rule, most frequent first (then by code)."""
-    from collections import Counter
-
-    from speedfix.registry import rule_by_code
-
     counts = Counter(f.code for f in result.findings)
     fixable = {f.code for f in result.findings if f.fix is not None}
     return [StatisticsRow(code, rule.name if (rule := rule_by_code(code)) else "", count, code in fixable)

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
-from speedfix.findings import Finding, Severity
+from speedfix.engine.findings import Finding, Severity
 from speedfix.output import Reporter, ReportOptions
 
 if TYPE_CHECKING:
-    from speedfix.scan import ScanResult
+    from speedfix.commands.scan import ScanResult
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 

@@ -9,12 +9,12 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
-from speedfix.findings import Finding
+from speedfix.engine.findings import Finding
 from speedfix.output import Reporter, ReportOptions, statistics_rows
 
 if TYPE_CHECKING:
-    from speedfix.rule import Rule
-    from speedfix.scan import ScanResult
+    from speedfix.commands.scan import ScanResult
+    from speedfix.engine.rule import Rule
 
 
 def finding_to_dict(finding: Finding) -> dict[str, Any]:

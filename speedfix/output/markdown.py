@@ -12,13 +12,13 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
 from speedfix import __version__
-from speedfix.findings import Applicability, Category, Finding
+from speedfix.engine.findings import Applicability, Category, Finding
+from speedfix.engine.registry import rule_by_code
+from speedfix.engine.rule import Rule
 from speedfix.output import Reporter, ReportOptions
-from speedfix.registry import rule_by_code
-from speedfix.rule import Rule
 
 if TYPE_CHECKING:
-    from speedfix.scan import ScanResult
+    from speedfix.commands.scan import ScanResult
 
 _URL = re.compile(r"https?://[^\s,)]+")
 

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from speedfix import __version__
-from speedfix.findings import Finding, Severity
+from speedfix.engine.findings import Finding, Severity
+from speedfix.engine.registry import all_rules
+from speedfix.engine.rule import Rule
 from speedfix.output import Reporter, ReportOptions
-from speedfix.registry import all_rules
-from speedfix.rule import Rule
 
 if TYPE_CHECKING:
-    from speedfix.engine import FileError
-    from speedfix.scan import ScanResult
+    from speedfix.commands.scan import ScanResult
+    from speedfix.engine.analysis import FileError
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}

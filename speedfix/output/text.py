@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from rich.console import Console
 from rich.text import Text
 
-from speedfix.findings import Applicability, Blocker, Finding
+from speedfix.engine.findings import Applicability, Blocker, Finding
+from speedfix.engine.registry import rule_by_code
 from speedfix.output import Reporter, ReportOptions, statistics_rows
-from speedfix.registry import rule_by_code
 
 if TYPE_CHECKING:
-    from speedfix.apply import ApplyOutcome
-    from speedfix.rule import Rule
-    from speedfix.scan import ScanResult
+    from speedfix.commands.apply import ApplyOutcome
+    from speedfix.commands.scan import ScanResult
+    from speedfix.engine.rule import Rule
 
 
 def finding_line(finding: Finding) -> Text:

@@ -16,7 +16,7 @@ it keeps only what the other files need:
   layers, directly or through the file's other classes and helpers (``ResNet`` ->
   ``BasicBlock`` -> ``conv3x3``).
 
-A training loop is recognised as in ``speedfix.context`` (same markers, from ``speedfix.steps``),
+A training loop is recognised as in ``speedfix.model.context`` (same markers, from ``speedfix.project.steps``),
 within this file and one call deep.
 """
 
@@ -26,7 +26,7 @@ import ast
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from speedfix.steps import (CONV_LAYERS, CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_RNN_LAYERS,
+from speedfix.project.steps import (CONV_LAYERS, CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_RNN_LAYERS,
                             is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name)
 
 

@@ -13,9 +13,9 @@ import pytest
 import typer
 
 from speedfix.bench.cli import bench
-from speedfix.bench.compare import CompareSettings
 from speedfix.bench.results import RunResult
-from speedfix.bench.runner import RunConfig, RunSpec
+from speedfix.bench.runner import RunSpec
+from speedfix.bench.settings import CompareSettings, RunConfig
 
 # A minimal training loop; {before_loop} and {in_loop} are filled per test.
 TRAIN = """\
@@ -142,7 +142,7 @@ class FixOutcome:
 
 
 class FakeFixer:
-    """Stands in for speedfix.fixer: each rule code is a plain text replacement."""
+    """Stands in for speedfix.fixes.fixer: each rule code is a plain text replacement."""
 
     def __init__(self, rewrites: dict[str, tuple[str, str]]) -> None:
         self.rewrites = rewrites
@@ -162,7 +162,7 @@ class FakeFixer:
         return FixOutcome(code, applied)
 
     def write_fixed(self, path, code, *, unchanged_since=None):
-        from speedfix.fixer import write_fixed  # the real write: atomic, checks for a changed file
+        from speedfix.fixes.fixer import write_fixed  # the real write: atomic, checks for a changed file
 
         write_fixed(path, code, unchanged_since=unchanged_since)
         self.written.append((Path(path), code))

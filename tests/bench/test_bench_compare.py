@@ -8,8 +8,9 @@ import pytest
 
 from speedfix.bench import compare as compare_mod
 from speedfix.bench import stats
-from speedfix.bench.compare import CompareSettings, ComparisonError, Session
+from speedfix.bench.compare import ComparisonError, Session
 from speedfix.bench.runner import RunSpec
+from speedfix.bench.settings import CompareSettings
 
 def spec(name: str) -> RunSpec:
     return RunSpec(Path(f"{name}.py"), [], None, label=name)

@@ -123,7 +123,7 @@ def test_a_verify_report_reads_back(tmp_path, fake_fixer, fake_runs, quick_setti
 
 
 def test_a_suite_result_reads_back_and_its_rows_tell_a_failed_loss_check(tmp_path, fake_fixer, fake_runs):
-    from speedfix.bench.compare import CompareSettings
+    from speedfix.bench.settings import CompareSettings
     from speedfix.bench.suite import run_suite
 
     fixtures = tmp_path / "fixtures"

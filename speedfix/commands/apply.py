@@ -1,0 +1,120 @@
+"""`speedfix apply`: fix files in place (or show the diff), and say what was left unfixed."""
+
+from __future__ import annotations
+
+import difflib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from speedfix.commands.scan import display_path, project_links, time_limit_message
+from speedfix.engine.analysis import FileError, SyntaxProblem
+from speedfix.fixes.fixer import FixError, Unfixed, fix_source
+from speedfix.fixes.linemap import LineMap
+from speedfix.syntax import deadline
+from speedfix.syntax.parsing import collector_paused
+from speedfix.syntax.source import SourceError, WriteRefused, diff_labels, write_atomic, write_refusal
+from speedfix.workspace.config import Settings
+from speedfix.workspace.discovery import iter_targets
+from speedfix.workspace.notebook import read_python
+
+
+@dataclass
+class ApplyOutcome:
+    changed_files: list[str] = field(default_factory=list)
+    applied: Counter[str] = field(default_factory=Counter)
+    applied_by_file: dict[str, dict[str, int]] = field(default_factory=dict)  # path -> code -> fixes
+    unfixed: list[Unfixed] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.errors:
+            return 2
+        return 1 if self.changed_files else 0
+
+
+def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff: bool, console: Console) -> ApplyOutcome:
+    outcome = ApplyOutcome()
+    targets = list(iter_targets(paths, settings))
+    links, _ = project_links(targets, paths, settings)  # read before any file is written
+    folders = project_folders(paths, settings)
+    for target in targets:
+        shown = display_path(target.path)
+        notebook = None
+        try:
+            source, notebook = read_python(target.path, settings.max_file_size)
+            with deadline.time_limit(settings.file_time_limit), collector_paused():
+                fixed = fix_source(source, shown, settings.rules_for(target.path), settings.target,
+                                   unsafe=settings.unsafe_fixes, links=links.get(target.path))
+            original, data = source.data, fixed.data
+            left = [item.finding for item in fixed.unfixed]
+            if not write:  # positions must be those of the file on disk, not of the fixed code
+                LineMap(fixed.code, source.text).remap(left)
+            if notebook is not None:
+                notebook.locate(left, fixed.code if write else None)
+                original, data = notebook.data, notebook.rebuild(fixed.code)
+        except SourceError as exc:
+            outcome.errors.append(FileError(shown, str(exc)))
+            continue
+        except SyntaxProblem as problem:
+            outcome.errors.append(problem.error if notebook is None else notebook.locate_error(problem.error))
+            continue
+        except FixError as exc:
+            outcome.errors.append(FileError(shown, str(exc)))
+            continue
+        except deadline.TimeLimitExceeded as exc:
+            outcome.errors.append(FileError(shown, time_limit_message(exc)))
+            continue
+        if data == original:
+            outcome.unfixed.extend(fixed.unfixed)
+            continue
+        refused = write_refusal(target.path, folders)  # said with --diff too: it shows what apply would do
+        try:
+            if refused is not None:
+                raise WriteRefused(target.path, refused)
+            if write:  # refused too if the file changed since it was read (an editor saved it meanwhile)
+                write_atomic(target.path, data, expected=original, within=folders)
+        except WriteRefused as exc:
+            outcome.errors.append(FileError(shown, exc.reason))
+            continue
+        except OSError as exc:
+            outcome.errors.append(FileError(shown, f"cannot write: {exc.strerror or exc}"))
+            continue
+        outcome.unfixed.extend(fixed.unfixed)  # a refused file has its error instead (positions of unwritten code)
+        outcome.changed_files.append(shown)  # only files written (or, with --diff, that would be)
+        outcome.applied.update(fixed.applied)
+        outcome.applied_by_file[shown] = dict(fixed.applied)
+        if show_diff and notebook is not None:
+            for change in notebook.changes(fixed.code):
+                print_diff(console, *change.for_diff(), f"{shown}:cell {change.number}")
+        elif show_diff:
+            print_diff(console, source.text, fixed.code, shown)
+    return outcome
+
+
+def project_folders(paths: list[Path], settings: Settings) -> list[Path]:
+    """The folders `apply` may write into through a symbolic link: the folder of the configuration
+    file in use, each folder given, and the folder of each file given."""
+    given = [path if path.is_dir() else path.absolute().parent for path in paths]
+    return [settings.root, *given] if settings.config_file is not None else given
+
+
+def print_diff(console: Console, before: str, after: str, path: str) -> None:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), *diff_labels(path)
+    )
+    for line in lines:
+        style = ""
+        if line.startswith(("+++", "---")):
+            style = "bold"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        elif line.startswith("@@"):
+            style = "cyan"
+        console.print(Text(line.rstrip("\r\n"), style=style), soft_wrap=True, highlight=False)

@@ -1,0 +1,336 @@
+"""Scan files and directories: discovery, reading, the project links, analysis, fix details for
+the reports."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, TypeVar
+
+from speedfix.engine.analysis import Analysis, FileError, Note, analyze
+from speedfix.engine.findings import Finding, from_record, to_record
+from speedfix.model.deepspeed_config import named_json_files
+from speedfix.project import Links, ModuleFacts, extract_facts, link
+from speedfix.project.linker import imported_words, linked_candidates
+from speedfix.syntax import deadline
+from speedfix.syntax.parsing import collector_paused
+from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
+from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
+from speedfix.workspace.config import Settings, real_path
+from speedfix.workspace.discovery import Target, iter_targets
+from speedfix.workspace.notebook import Notebook, NotebookError, is_notebook, read_python
+
+
+@dataclass
+class ScanResult:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+    files: int = 0
+    notes: list[Note] = field(default_factory=list)  # what could not be checked, skipped cells
+
+    @property
+    def exit_code(self) -> int:
+        if self.errors:
+            return 2
+        return 1 if self.findings else 0
+
+
+def display_path(path: Path) -> str:
+    """Paths relative to the current folder when they are below it (as ruff prints them)."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def scan_file(target: Target, settings: Settings, *, details: bool = False, links: Links | None = None) -> Analysis:
+    """Analyse one file (``links``: what the other files of the scan tell it); errors are
+    returned, never raised."""
+    shown = display_path(target.path)
+    try:
+        source, notebook = read_python(target.path, settings.max_file_size)
+    except SourceError as exc:
+        return Analysis(shown, error=FileError(shown, str(exc)))
+    try:
+        with deadline.time_limit(settings.file_time_limit), collector_paused():
+            analysis = analyze(source, shown, settings.rules_for(target.path), settings.target, links)
+            if notebook is not None:
+                notebook.locate(analysis.findings)
+                analysis.notes[:0] = [Note(shown, message) for message in notebook.skipped()]
+                if analysis.error is not None:
+                    notebook.locate_error(analysis.error)
+            if details:
+                attach_fix_details(analysis, source.text, notebook)
+    except RecursionError:
+        return Analysis(shown, error=FileError(shown, "the file is nested too deeply to analyse"))
+    except deadline.TimeLimitExceeded as exc:
+        return Analysis(shown, error=FileError(shown, time_limit_message(exc)))
+    analysis.module = None  # keep memory flat on big trees
+    analysis.context = None
+    return analysis
+
+
+def time_limit_message(exc: deadline.TimeLimitExceeded) -> str:
+    return f"skipped: analysing it {exc} (raise `file-time-limit` or pass --file-time-limit)"
+
+
+def attach_fix_details(analysis: Analysis, original: str, notebook: Notebook | None = None) -> None:
+    """Each fixable finding gets its own diff and text edits (for JSON, SARIF and Markdown).
+
+    In a notebook the edits are on the lines of its code cells as one module, and the diff
+    shows the changed cells. ``speedfix.fixes.previews`` keeps the cost proportional to what each fix
+    changes; what it cannot vouch for is previewed on the whole module."""
+    from speedfix.fixes.fixer import preview  # libcst's codemod machinery: only loaded when needed
+    from speedfix.fixes.previews import Change, Previewer, apply_changes, diff
+
+    fixable = [finding for finding in analysis.findings if finding.fix is not None]
+    if not fixable or analysis.module is None:
+        return
+    previewer = Previewer(analysis.module, original, [finding.fix for finding in fixable if finding.fix])
+    lines = previewer.lines
+    for finding in fixable:
+        deadline.check()
+        assert finding.fix is not None
+        changes = previewer.changes(finding.fix)
+        if changes is None:
+            fixed = preview(analysis, finding)
+            if fixed is None or fixed == original:
+                continue
+            changes = [Change(0, lines, tuple(split_lines(fixed)))]
+        if not changes:
+            continue
+        finding.edits = [edit for change in changes for edit in change.edits()]
+        if notebook is not None:
+            try:
+                finding.diff = notebook.diff(apply_changes(lines, changes), analysis.path)
+                continue
+            except NotebookError:
+                pass  # the fix crosses a cell boundary: show it on the code cells as one module
+        finding.diff = diff(lines, changes, diff_labels(analysis.path))
+
+
+def _record(analysis: Analysis) -> dict:
+    error = analysis.error
+    return {
+        "error": None if error is None else error.__dict__,
+        "findings": [to_record(f) for f in analysis.findings],
+        "notes": [note.message for note in analysis.notes],
+    }
+
+
+def _from_record(record: dict) -> Analysis:
+    error = record.get("error")
+    return Analysis(
+        path="",
+        findings=[from_record(f) for f in record["findings"]],
+        error=None if error is None else FileError(**error),
+        notes=[Note("", str(message)) for message in record.get("notes", [])],
+    )
+
+
+def _loaded(record: object) -> Analysis | None:
+    """The cached analysis, or None for a damaged entry (the cache is a file anyone can edit)."""
+    try:
+        analysis = _from_record(record)  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    well_formed = all(
+        isinstance(f.code, str) and isinstance(f.message, str)
+        and all(isinstance(n, int) for n in (f.line, f.column, f.end_line, f.end_column))
+        for f in analysis.findings
+    )
+    return analysis if well_formed else None
+
+
+Job = tuple[Target, Settings, bool, "Links | None"]
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def _analyse_to_record(job: Job) -> dict:
+    """Worker: analyse one file and return its plain record."""
+    target, settings, details, links = job
+    return _record(scan_file(target, settings, details=details, links=links))
+
+
+def _cache_key(settings: Settings, target: Target, details: bool, digest: str | None, links: Links | None) -> str | None:
+    if digest is None:
+        return None  # unreadable: analysing it reports why
+    rules = tuple(rule.code for rule in settings.rules_for(target.path))
+    return content_key(digest, rules, details, links.digest() if links is not None else "")
+
+
+def project_links(
+    targets: list[Target], paths: list[Path], settings: Settings, cache: ScanCache | None = None,
+    jobs: int | None = 1, texts: dict[Path, bytes] | None = None,
+) -> tuple[dict[Path, Links], dict[Path, str]]:
+    """The links between the scanned Python files that import each other, by target path, and
+    each readable file's digest. Only files that import, or are imported by, another scanned
+    file are parsed for their facts (with Python's own parser; cached by content). ``texts``:
+    contents to use instead of what is on disk (an editor's unsaved buffer)."""
+    sources: dict[Path, bytes] = {}
+    digests: dict[Path, str] = {}
+    for target in targets:
+        try:
+            data = texts[target.path] if texts and target.path in texts else read_bytes(target.path, settings.max_file_size)
+        except SourceError:
+            continue
+        digests[target.path] = _digest(target.path, data)
+        if not is_notebook(target.path):
+            sources[target.path] = data
+    by_real = {real_path(path): path for path in sources}
+    facts = _all_facts({real: by_real[real] for real in linked_candidates(
+        {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, jobs)
+    roots = [real_path(p) if p.is_dir() else real_path(p).parent for p in paths]
+    linked = link(facts, roots, lambda real: display_path(by_real[real]))
+    links = {by_real[real]: found for real, found in linked.items()}
+    for path, data in sources.items():
+        if path not in links:
+            missing = _siblings_not_scanned(path, data, by_real)
+            if missing:
+                links[path] = Links(missing=missing)
+    return links, digests
+
+
+def _all_facts(
+    candidates: dict[Path, Path], sources: dict[Path, bytes], digests: dict[Path, str],
+    cache: ScanCache | None, jobs: int | None,
+) -> dict[Path, ModuleFacts]:
+    """The facts of each candidate (real path -> target path): from the cache, else read in
+    parallel with the analysis's workers."""
+    facts: dict[Path, ModuleFacts | None] = {}
+    todo: list[Path] = []
+    for real, path in candidates.items():
+        record = cache.get_facts(path, digests[path]) if cache is not None else None
+        if record is not None:
+            try:
+                facts[real] = ModuleFacts.from_record(record)
+                continue
+            except (KeyError, TypeError, ValueError, AttributeError):
+                pass  # a damaged entry: read the file again
+        todo.append(real)
+    for real, found in zip(todo, parallel_map(extract_facts, [sources[candidates[r]] for r in todo], jobs)):
+        facts[real] = found
+        if cache is not None:
+            path = candidates[real]
+            cache.put_facts(path, digests[path], found.to_record() if found is not None else None)
+    return {real: found for real, found in facts.items() if found is not None}
+
+
+def _digest(path: Path, data: bytes) -> str:
+    """The digest of what a file's findings depend on: its bytes, and the JSON files it names
+    that a rule reads (a DeepSpeed config beside it)."""
+    named = named_json_files(path, data) if b".json" in data else []  # at most MAX_BYTES each
+    parts = [data]
+    for json_path in named:
+        try:
+            parts.append(json_path.read_bytes())
+        except OSError:
+            parts.append(b"unreadable")
+    return file_digest(b"\0".join(parts)) if named else file_digest(data)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # analysing it reports why
+
+
+def _siblings_not_scanned(path: Path, data: bytes, scanned: dict[Path, Path]) -> tuple[str, ...]:
+    """Modules a lone file imports that sit beside it but are not part of the scan."""
+    folder = path.parent
+    missing = []
+    for word in sorted(imported_words(data, modules_only=True)):
+        candidate = folder / f"{word}.py"
+        if candidate != path and candidate.is_file() and real_path(candidate) not in scanned:
+            missing.append(candidate.name)
+    return tuple(missing)
+
+
+def scan_paths(
+    paths: list[Path],
+    settings: Settings,
+    *,
+    details: bool = False,
+    jobs: int | None = None,
+    use_cache: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScanResult:
+    """Scan ``paths``; results are the same whatever ``jobs`` and the cache state are."""
+    result = ScanResult()
+    targets = list(iter_targets(paths, settings))
+    cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
+    links, digests = project_links(targets, paths, settings, cache, jobs)
+    analyses: dict[int, Analysis] = {}
+    keys: dict[int, str | None] = {}
+    todo: list[int] = []
+    for index, target in enumerate(targets):
+        hit = None
+        if cache is not None:
+            # A file edited after this point is re-analysed next time: its hash will differ.
+            keys[index] = _cache_key(settings, target, details, digests.get(target.path), links.get(target.path))
+            hit = cache.get(target.path, keys[index]) if keys[index] is not None else None
+            hit = _loaded(hit) if hit is not None else None  # a damaged entry is analysed again
+        if hit is not None:
+            analyses[index] = hit
+        else:
+            todo.append(index)
+    done = len(analyses)
+    if progress is not None:
+        progress(done, len(targets))
+    if todo:  # once here, not once per forked worker: the rules are imported, the version read
+        settings.rules()
+        settings.target  # noqa: B018
+    # Biggest files first, so that no worker is left with a large one while the others idle.
+    todo.sort(key=lambda i: -_size(targets[i].path))
+    for index, record in zip(todo, _run([(targets[i], settings, details, links.get(targets[i].path)) for i in todo], jobs)):
+        analyses[index] = _from_record(record)
+        key = keys.get(index)
+        if cache is not None and key is not None and record["error"] is None:
+            cache.put(targets[index].path, key, record)
+        done += 1
+        if progress is not None:
+            progress(done, len(targets))
+    if cache is not None:
+        cache.save()
+    for index, target in enumerate(targets):
+        analysis = analyses[index]
+        shown = display_path(target.path)  # cached records may come from another folder
+        for finding in analysis.findings:
+            finding.path = shown
+        if analysis.error is not None:
+            analysis.error.path = shown
+        for note in analysis.notes:
+            note.path = shown
+        result.files += 1
+        if analysis.error is not None:
+            result.errors.append(analysis.error)
+        result.findings.extend(analysis.findings)
+        result.notes.extend(analysis.notes)
+    result.findings.sort(key=lambda f: f.sort_key)
+    return result
+
+
+# Below this many files a process pool costs more than it saves.
+_PARALLEL_FROM = 8
+
+
+def _run(jobs_list: list[Job], jobs: int | None) -> Iterator[dict]:
+    return parallel_map(_analyse_to_record, jobs_list, jobs)
+
+
+def parallel_map(function: Callable[[Item], Result], items: list[Item], jobs: int | None) -> Iterator[Result]:
+    """``map(function, items)``, in order, on ``jobs`` worker processes (None: all cores)."""
+    workers = min(jobs or os.cpu_count() or 1, len(items))
+    if workers <= 1 or len(items) < _PARALLEL_FROM:
+        yield from map(function, items)
+        return
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    context = multiprocessing.get_context(method)
+    chunk = max(1, len(items) // (workers * 8))
+    with context.Pool(workers) as pool:
+        yield from pool.imap(function, items, chunksize=chunk)

@@ -1,0 +1,261 @@
+"""Analyse one file: one parse, one batched traversal for all enabled rules.
+
+The cheap steps come first: a file that never mentions ``torch`` (nor ``lightning`` or
+``transformers``, which the framework rules read) is only checked for syntax errors with the
+interpreter's own parser and then skipped. Positions are computed once, at the end, and only for
+the reported nodes.
+
+A file of a project (``speedfix.project``) gets ``Links``: what the other scanned files tell it
+(they run it on CUDA, they call its functions on every step, the functions it imports hold the
+training loop). A file whose training loop is nowhere to be seen gets a ``Note`` saying what
+could not be checked, instead of silence.
+
+A syntax error is a finding like any other, ``SF000 invalid-syntax`` (as ruff reports
+``invalid-syntax``), with the interpreter's message and position. What is left as a
+``FileError`` is a file that could not be analysed at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import libcst as cst
+from libcst import ParserSyntaxError
+
+from speedfix.engine.coverage import unchecked_loop_note
+from speedfix.engine.findings import Finding, Severity
+from speedfix.engine.rule import Rule
+from speedfix.engine.suppression import FileSuppressions, line_suppresses
+from speedfix.model.context import FileContext
+from speedfix.model.devices import uses_cuda
+from speedfix.model.versions import TorchVersion
+from speedfix.project import Links
+from speedfix.syntax import deadline
+from speedfix.syntax.parsing import parse_module, python_ast
+from speedfix.syntax.positions import positions_for
+from speedfix.syntax.source import SourceFile
+from speedfix.syntax.walk import walk_batched
+
+_RELEVANT = (b"torch", b"lightning", b"transformers", b"accelerate", b"deepspeed")
+
+SYNTAX_ERROR_CODE = "SF000"
+SYNTAX_ERROR_NAME = "invalid-syntax"
+
+
+@dataclass
+class FileError:
+    """A file that could not be analysed; ``line``/``column`` are 1-based when known."""
+
+    path: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+    kind: str = "error"  # error | syntax
+
+    def render(self) -> str:
+        where = f"{self.path}:{self.line}:{self.column}" if self.line else self.path
+        prefix = "syntax error" if self.kind == "syntax" else "error"
+        return f"{where}: {prefix}: {self.message}"
+
+
+@dataclass
+class Note:
+    """Something the report must say about a file that is neither a finding nor an error: what
+    could not be checked, a notebook cell that was skipped."""
+
+    path: str
+    message: str
+
+    def render(self) -> str:
+        return f"{self.path}: note: {self.message}"
+
+
+@dataclass
+class Analysis:
+    """The result for one file; ``module``/``context`` are kept for ``apply``."""
+
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    error: FileError | None = None
+    module: cst.Module | None = None
+    context: FileContext | None = None
+    notes: list[Note] = field(default_factory=list)
+
+    @property
+    def syntax_error(self) -> Finding | None:
+        """The SF000 finding when the file does not parse."""
+        return next((f for f in self.findings if f.code == SYNTAX_ERROR_CODE), None)
+
+
+class SyntaxProblem(Exception):
+    """The parser gave up: ``error.kind`` is ``syntax`` for invalid code, ``error`` otherwise."""
+
+    def __init__(self, error: FileError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def syntax_finding(error: FileError) -> Finding:
+    """The SF000 finding for a syntax error: one character at the parser's position."""
+    line, column = error.line or 1, error.column or 1
+    return Finding(
+        code=SYNTAX_ERROR_CODE,
+        name=SYNTAX_ERROR_NAME,
+        message=error.message,
+        severity=Severity.ERROR,
+        node=None,
+        path=error.path,
+        line=line,
+        column=column,
+        end_line=line,
+        end_column=column + 1,
+        no_fix_reason="a file that does not parse is never rewritten",
+    )
+
+
+def parse(data: bytes | str, path: str) -> cst.Module:
+    try:
+        return parse_module(data, between_chunks=deadline.check)  # linear in size, never hangs
+    except ParserSyntaxError as exc:
+        # The interpreter's own message ("'(' was never closed") is the one users know.
+        native = _check_syntax_only_text(data, path)
+        if native is not None:
+            raise SyntaxProblem(native) from None
+        # Python accepts the code and libcst does not: a limit of this tool, not a syntax error.
+        detail = str(getattr(exc, "message", "") or exc).strip().splitlines() or ["no details"]
+        message = f"libcst cannot parse this file, although Python can: {detail[0].rstrip('.')}"
+        raise SyntaxProblem(FileError(path, message, exc.raw_line, exc.raw_column + 1)) from None
+    except (RecursionError, MemoryError) as exc:
+        raise SyntaxProblem(FileError(path, _too_deep(exc))) from None
+
+
+def _check_syntax_only(source: SourceFile, path: str) -> FileError | None:
+    return _check_syntax_only_text(source.text, path)
+
+
+def _check_syntax_only_text(text: str | bytes, path: str) -> FileError | None:
+    try:
+        python_ast(text, filename=path)
+    except SyntaxError as exc:  # IndentationError and TabError too: the name says which
+        message = f"{type(exc).__name__}: {exc.msg or 'invalid syntax'}"
+        return FileError(path, message, exc.lineno, (exc.offset or 0) or 1, "syntax")
+    except ValueError as exc:  # null bytes, before Python 3.12 made that a SyntaxError
+        return FileError(path, f"cannot parse: {exc}")
+    except (RecursionError, MemoryError) as exc:
+        return FileError(path, _too_deep(exc))
+    return None
+
+
+def _too_deep(exc: BaseException) -> str:
+    # Python's parser raises a bare MemoryError (no message) on deeply nested expressions.
+    detail = str(exc).strip() or f"{type(exc).__name__} in the parser"
+    return f"cannot parse: the code is nested too deeply ({detail})"
+
+
+def _failed(result: Analysis, error: FileError | None) -> Analysis:
+    """Record a parse failure: a syntax error as its SF000 finding, anything else as the error."""
+    if error is not None and error.kind == "syntax":
+        result.findings = [syntax_finding(error)]
+    else:
+        result.error = error
+    return result
+
+
+def analyze(
+    source: SourceFile,
+    path: str,
+    rule_classes: Sequence[type[Rule]],
+    torch_version: TorchVersion,
+    links: Links | None = None,
+) -> Analysis:
+    """Run ``rule_classes`` on one file and return its findings (positions and noqa applied);
+    ``links``: what the other files of the scan tell this one (None: a file on its own)."""
+    result = Analysis(path)
+    suppressions = FileSuppressions.parse(source.text) if b"noqa" in source.data else FileSuppressions(frozenset())
+    if suppressions.skips_file:
+        return result
+    cuda = links is not None and links.cuda is not None
+    hot = links is not None and bool(links.hot)  # a helper of another file's training loop
+    linked = links is not None and bool(links.modules)  # imports another scanned file
+    # A file of a CUDA project may reach torch only through what it is given (`self.device`).
+    if not (hot or cuda or any(marker in source.data for marker in _RELEVANT)) or not any(
+        cls.may_apply(source.data, cuda=cuda, hot=hot, linked=linked) for cls in rule_classes
+    ):
+        return _failed(result, _check_syntax_only(source, path))
+    try:
+        module = parse(source.data, path)
+    except SyntaxProblem as problem:
+        return _failed(result, problem.error)
+    context = FileContext(module, path, torch_version, links)
+    rules = [cls(context) for cls in rule_classes
+             if cls.applies_to(torch_version) and cls.may_apply(source.data, cuda=cuda, hot=hot, linked=linked)]
+    top_of: dict[cst.CSTNode, int] = {}
+    walk_batched(module, [context, *rules], top_of)
+    findings: list[Finding] = []
+    for rule in rules:
+        if rule.gpu_only and not uses_cuda(context):
+            continue
+        deadline.check()
+        rule.finish()
+        findings.extend(rule.findings)
+    result.module, result.context = module, context
+    result.findings = locate(findings, module, source, path, suppressions, top_of)
+    note = unchecked_loop_note(context, rule_classes)
+    if note is not None:
+        result.notes.append(Note(path, note))
+    return result
+
+
+def locate(
+    findings: list[Finding],
+    module: cst.Module,
+    source: SourceFile,
+    path: str,
+    suppressions: FileSuppressions,
+    top_of: dict[cst.CSTNode, int] | None = None,
+) -> list[Finding]:
+    """Give findings their positions, drop suppressed ones, and sort them."""
+    nodes = [f.node for f in findings if f.node is not None]
+    positions = positions_for(module, nodes, text=source.text, top_of=top_of)
+    lines = source.text.splitlines()
+    kept: list[Finding] = []
+    suppressed: list[Finding] = []
+    for finding in findings:
+        where = positions.get(finding.node) if finding.node is not None else None
+        if where is not None:
+            finding.line, finding.column = where.start.line, where.start.column + 1
+            finding.end_line, finding.end_column = where.end.line, where.end.column + 1
+        finding.path = path
+        line_text = lines[finding.line - 1] if 0 < finding.line <= len(lines) else ""
+        if suppressions.suppresses(finding.code) or line_suppresses(line_text, finding.code):
+            suppressed.append(finding)
+        else:
+            kept.append(finding)
+    _drop_fixes_sharing_ops(kept, suppressed)
+    kept.sort(key=lambda f: f.sort_key)
+    return _dedupe(kept)
+
+
+def _drop_fixes_sharing_ops(kept: list[Finding], suppressed: list[Finding]) -> None:
+    """A fix that shares an edit with a suppressed finding's fix (one import rewritten for
+    several uses) would change the suppressed code too, so it is withdrawn."""
+    shared = {id(op) for finding in suppressed if finding.fix for op in finding.fix.ops}
+    if not shared:
+        return
+    for finding in kept:
+        if finding.fix and any(id(op) in shared for op in finding.fix.ops):
+            finding.fix = None
+            finding.no_fix_reason = "another use of the same import is suppressed with noqa"
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    """One finding per (code, position): a rule may reach the same node twice."""
+    seen: set[tuple[str, int, int]] = set()
+    unique = []
+    for finding in findings:
+        key = (finding.code, finding.line, finding.column)
+        if key not in seen:
+            seen.add(key)
+            unique.append(finding)
+    return unique

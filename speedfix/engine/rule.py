@@ -1,0 +1,177 @@
+"""The rule base class: mostly data, plus the checks.
+
+A rule is one file in ``rules/``. Its class docstring is its documentation in fixed sections
+(What it does / Why is this bad? / Example / Use instead / Fix safety / Measured effect), its
+``VALID`` and ``INVALID`` examples are its tests (an ``Invalid`` carries the expected fixed
+code), and its class attributes are the metadata the engine, the report and ``apply`` use.
+
+Rules are batchable libcst visitors that run in the same traversal as the file index
+(``speedfix.model.index``). They may collect candidates in ``visit_*`` methods and decide in
+``finish()``, once the whole file is known. Most rules only need ``finish()``: the index already
+records calls, assignments, loops, functions and classes, and the model answers what they mean
+(``speedfix.model``).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import ClassVar
+
+import libcst as cst
+from speedfix.engine.findings import Applicability, Category, Finding, Fix, FixOp, LossCheck, Severity
+from speedfix.model.context import FileContext
+from speedfix.model.frameworks import GPU_MARKERS
+from speedfix.model.versions import TorchVersion
+from speedfix.syntax.walk import Visitor
+
+DOC_SECTIONS = (
+    "What it does",
+    "Why is this bad?",
+    "Example",
+    "Use instead",
+    "Fix safety",
+    "Measured effect",
+)
+
+
+def _clean(code: str) -> str:
+    return textwrap.dedent(code).lstrip("\n")
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code the rule must not report."""
+
+    code: str
+    torch: str | None = None  # target torch version for this example
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", _clean(self.code))
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code the rule must report; ``fixed`` is the exact result of its fixes (None: no fix)."""
+
+    code: str
+    fixed: str | None = None
+    torch: str | None = None
+    count: int = 1  # how many findings of this rule the example produces
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", _clean(self.code))
+        if self.fixed is not None:
+            object.__setattr__(self, "fixed", _clean(self.fixed))
+
+
+class Rule(Visitor):
+    code: ClassVar[str]
+    name: ClassVar[str]  # kebab-case; names the pattern, not the fix
+    summary: ClassVar[str]  # one line for `speedfix rules`
+    severity: ClassVar[Severity] = Severity.WARNING
+    category: ClassVar[Category] = Category.PERFORMANCE
+    fix_applicability: ClassVar[Applicability | None] = None  # None: the rule has no fix
+    # Required with a fix: how the benchmark judges the patched script's loss (no default, so a
+    # new fix cannot silently get a looser check than it needs).
+    loss_check: ClassVar[LossCheck | None] = None
+    fix_title: ClassVar[str | None] = None
+    gpu_only: ClassVar[bool] = False  # silent in scripts that never touch CUDA
+    # Cheap prefilter: the rule only runs on files whose bytes contain one of these.
+    requires: ClassVar[tuple[bytes, ...]] = ()
+    # Also reads what the other scanned files define (a conv net in models.py): it runs on a
+    # file that imports them even without its markers.
+    reads_project: ClassVar[bool] = False
+    min_torch: ClassVar[TorchVersion | None] = None  # advice applies from this version on
+    max_torch: ClassVar[TorchVersion | None] = None  # ... and before this one
+    effect: ClassVar[str] = ""  # expected gain, one sentence, with its source
+    VALID: ClassVar[list[Valid]] = []
+    INVALID: ClassVar[list[Invalid]] = []
+
+    def __init__(self, ctx: FileContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.findings: list[Finding] = []
+
+    # -------------------------------------------------------------- reporting
+    def report(
+        self,
+        node: cst.CSTNode,
+        message: str,
+        *,
+        fix_ops: list[FixOp] | tuple[FixOp, ...] | None = None,
+        fix_title: str | None = None,
+        no_fix_reason: str | None = None,
+        severity: Severity | None = None,
+        applicability: Applicability | None = None,
+        restructures: cst.CSTNode | None = None,
+    ) -> None:
+        fix = None
+        if fix_ops:
+            applicability = applicability or self.fix_applicability
+            assert applicability is not None, f"{self.code} reports a fix but declares none"
+            fix = Fix(
+                title=fix_title or self.fix_title or "",
+                applicability=applicability,
+                ops=tuple(fix_ops),
+                restructures=restructures,
+            )
+        self.findings.append(
+            Finding(
+                code=self.code,
+                name=self.name,
+                message=message,
+                severity=severity or self.severity,
+                node=node,
+                fix=fix,
+                no_fix_reason=None if fix else no_fix_reason,
+            )
+        )
+
+    def finish(self) -> None:
+        """Called once the whole file has been traversed."""
+
+    # -------------------------------------------------------------- metadata
+    @classmethod
+    def may_apply(cls, data: bytes, *, cuda: bool = False, hot: bool = False, linked: bool = False) -> bool:
+        """False when the file cannot contain what the rule looks for (no parse needed).
+        Another file of the project can say that this one runs on CUDA (``cuda``), calls its
+        functions on every training step (``hot``: the markers are in that other file), or
+        defines what it imports (``linked``)."""
+        if cls.gpu_only and not (cuda or b"cuda" in data or b"accelerator" in data
+                                 or any(marker in data for marker in GPU_MARKERS)):
+            return False
+        return hot or (linked and cls.reads_project) or not cls.requires or any(marker in data for marker in cls.requires)
+
+    @classmethod
+    def applies_to(cls, version: TorchVersion) -> bool:
+        if cls.min_torch is not None and version < cls.min_torch:
+            return False
+        return cls.max_torch is None or version < cls.max_torch
+
+    @classmethod
+    def docs(cls) -> str:
+        return textwrap.dedent(cls.__doc__ or "").strip()
+
+    @classmethod
+    def doc_sections(cls) -> dict[str, str]:
+        """The docstring split at its `## Heading` lines."""
+        sections: dict[str, str] = {}
+        current: str | None = None
+        lines: list[str] = []
+        for line in cls.docs().splitlines():
+            heading = re.match(r"^## (.+?)\s*$", line)
+            if heading:
+                if current is not None:
+                    sections[current] = "\n".join(lines).strip()
+                current, lines = heading.group(1), []
+            elif current is not None:
+                lines.append(line)
+        if current is not None:
+            sections[current] = "\n".join(lines).strip()
+        return sections
+
+    @classmethod
+    def fix_availability(cls) -> str:
+        return cls.fix_applicability.value if cls.fix_applicability else "none"

@@ -1,0 +1,312 @@
+"""Automatic mixed precision as a script sets it up, read without running it.
+
+- ``autocasts``: each `torch.autocast` / `torch.amp.autocast` / `torch.cuda.amp.autocast` call
+  with the precision it runs in on the script's *default path*: the dtype it asks for (else the
+  device's default: fp16 on CUDA, bf16 on the CPU) and whether it is enabled, resolved through
+  constants, argparse defaults (`store_true` flags included) and `{...}[key]` tables (nanoGPT's
+  `ptdtype = {'float32': torch.float32, ...}[dtype]`). A value chosen at run time
+  (`'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'`) stays unknown, and unknown
+  means the rules stay silent.
+- ``mixed_precision_by_default``: does the script train in 16-bit when run as it is? An autocast
+  that is off by default (`--dtype float32`, `enabled=args.amp` with no default) does not count.
+- ``scalers`` and ``scaler_scope``: the GradScalers a script makes and where their names can be
+  used (the rewrite that drops one is ``speedfix.fixes.scaler``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from weakref import WeakKeyDictionary
+
+import libcst as cst
+
+from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
+from speedfix.model.context import FileContext
+from speedfix.model.flow import default_truth, off_by_default
+from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.index import CallSite
+from speedfix.model.patterns import AUTOCAST
+from speedfix.syntax.names import dotted_name
+
+
+class Precision(Enum):
+    FP16 = "float16"
+    BF16 = "bfloat16"
+    FP32 = "float32"
+    UNKNOWN = "unknown"
+
+
+_DTYPES = {
+    "torch.float16": Precision.FP16,
+    "torch.half": Precision.FP16,
+    "torch.bfloat16": Precision.BF16,
+    "torch.float32": Precision.FP32,
+    "torch.float": Precision.FP32,
+}
+# The deprecated device-specific autocasts: their device is their module, their signature is
+# (enabled, dtype, cache_enabled); torch.autocast's is (device_type, dtype, enabled, cache_enabled).
+_LEGACY_AUTOCAST = {
+    "torch.cuda.amp.autocast": "cuda",
+    "torch.cuda.amp.autocast_mode.autocast": "cuda",
+    "torch.cpu.amp.autocast": "cpu",
+    "torch.cpu.amp.autocast_mode.autocast": "cpu",
+}
+ALL_AUTOCAST = (*AUTOCAST, "torch.cuda.amp.autocast_mode.autocast", "torch.cpu.amp.autocast_mode.autocast")
+_DEFAULT_DTYPE_SETTERS = ("torch.set_autocast_gpu_dtype", "torch.set_autocast_dtype")
+GRAD_SCALER = (
+    "torch.GradScaler",
+    "torch.amp.GradScaler",
+    "torch.amp.grad_scaler.GradScaler",
+    "torch.cuda.amp.GradScaler",
+    "torch.cuda.amp.grad_scaler.GradScaler",
+    "torch.cpu.amp.GradScaler",
+    "torch.cpu.amp.grad_scaler.GradScaler",
+)
+DEPRECATED_AMP_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
+# Keywords through which a framework or a model is put in 16-bit (Lightning, FSDP, HF, accelerate).
+_PRECISION_KEYWORDS = frozenset({"precision", "param_dtype", "mixed_precision", "torch_dtype", "bf16", "fp16"})
+
+
+@dataclass(frozen=True)
+class Autocast:
+    site: CallSite
+    device: str | None  # "cuda", "cpu", ...; None when only known at run time
+    precision: Precision  # on the default path
+    enabled: bool | None  # None: decided at run time
+    legacy: bool  # torch.cuda.amp / torch.cpu.amp signature
+    gate: str | None = None  # the test of an `if` that keeps it off the default path (`args.amp`)
+
+    @property
+    def on_by_default(self) -> bool:
+        """Does it run in 16-bit when the script runs with its defaults (or may it)?"""
+        return self.enabled is not False and self.precision is not Precision.FP32 and self.gate is None
+
+    @property
+    def on_cuda(self) -> bool:
+        """On the GPU path: CUDA, or a device the file only knows at run time."""
+        return self.device is None or self.device == "cuda"
+
+
+@dataclass(frozen=True)
+class Scaler:
+    site: CallSite
+    enabled: bool | None
+    target: str | None  # `scaler` / `self.scaler` when `target = GradScaler(...)` is its own statement
+
+
+# ---------------------------------------------------------------- values on the default path
+def precision_of(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> Precision:
+    """The floating-point dtype an expression certainly holds (`torch.bfloat16`, a constant bound
+    to one, `{...}[key]` with a known key, `getattr(torch, "float16")`)."""
+    if node is None or depth > VALUE_DEPTH:
+        return Precision.UNKNOWN
+    known = _DTYPES.get(ctx.qualname(node) or "")
+    if known is not None:
+        return known
+    if isinstance(node, cst.Name):
+        return precision_of(ctx, ctx.single_value(node.value, stack), stack, depth + 1)
+    if isinstance(node, cst.Subscript):
+        return precision_of(ctx, _table_entry(ctx, node, stack, depth), stack, depth + 1)
+    if isinstance(node, cst.Call) and dotted_name(node.func) == "getattr" and len(node.args) == 2:
+        if ctx.qualname(node.args[0].value) == "torch":
+            name = string_value(ctx, node.args[1].value, stack, depth + 1)
+            return _DTYPES.get(f"torch.{name}", Precision.UNKNOWN)
+    if isinstance(node, cst.IfExp):
+        branches = {precision_of(ctx, node.body, stack, depth + 1), precision_of(ctx, node.orelse, stack, depth + 1)}
+        return branches.pop() if len(branches) == 1 else Precision.UNKNOWN
+    return Precision.UNKNOWN
+
+
+def _table_entry(ctx: FileContext, node: cst.Subscript, stack: Stack, depth: int) -> cst.BaseExpression | None:
+    """`{'float32': torch.float32, ...}[dtype]` with `dtype` known: the entry's value."""
+    table = node.value
+    if isinstance(table, cst.Name):
+        table = ctx.single_value(table.value, stack)
+    if not isinstance(table, cst.Dict) or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    key = string_value(ctx, node.slice[0].slice.value, stack, depth + 1)
+    if key is None:
+        return None
+    for element in table.elements:
+        if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
+            if element.key.evaluated_value == key:
+                return element.value
+    return None
+
+
+def truth_value(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool | None:
+    """Whether a condition holds with the script's defaults: ``flow.default_truth`` (constants,
+    argparse defaults and flags, `not`/`and`/`or`), plus `dtype == 'float16'` with `dtype` known."""
+    if node is None:
+        return None
+    if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+        compared = _compare(ctx, node, stack, 0)
+        if compared is not None:
+            return compared
+    return default_truth(ctx, node, stack)
+
+
+def _compare(ctx: FileContext, node: cst.Comparison, stack: Stack, depth: int) -> bool | None:
+    operator = node.comparisons[0].operator
+    if not isinstance(operator, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)):
+        return None
+    left, right = node.left, node.comparisons[0].comparator
+    equal: bool | None = None
+    strings = string_value(ctx, left, stack, depth + 1), string_value(ctx, right, stack, depth + 1)
+    if None not in strings:
+        equal = strings[0] == strings[1]
+    else:
+        dtypes = precision_of(ctx, left, stack, depth + 1), precision_of(ctx, right, stack, depth + 1)
+        if Precision.UNKNOWN not in dtypes:
+            equal = dtypes[0] is dtypes[1]
+    if equal is None:
+        return None
+    return equal if isinstance(operator, (cst.Equal, cst.Is)) else not equal
+
+
+# ---------------------------------------------------------------- autocast
+_AUTOCASTS: WeakKeyDictionary[FileContext, list[Autocast]] = WeakKeyDictionary()
+
+
+def autocasts(ctx: FileContext) -> list[Autocast]:
+    """Every autocast call of the file (`with` item, assigned context or decorator), in order."""
+    found = _AUTOCASTS.get(ctx)
+    if found is None:
+        found = _AUTOCASTS[ctx] = [_autocast(ctx, site) for site in ctx.calls_to(*ALL_AUTOCAST)]
+    return found
+
+
+def _autocast(ctx: FileContext, site: CallSite) -> Autocast:
+    device = _LEGACY_AUTOCAST.get(ctx.call_qualname(site) or "")
+    legacy = device is not None
+    if not legacy:
+        device_arg = find_argument(ctx, site, "device_type", 0)
+        device = string_value(ctx, device_arg.node, site.stack)
+    dtype = find_argument(ctx, site, "dtype", 1)
+    if dtype.missing:
+        default_set = bool(ctx.calls_to(*_DEFAULT_DTYPE_SETTERS))
+        precision = Precision.UNKNOWN if default_set else (Precision.BF16 if device == "cpu" else Precision.FP16)
+    else:
+        precision = precision_of(ctx, dtype.node, site.stack)
+    enabled_arg = find_argument(ctx, site, "enabled", 0 if legacy else 2)
+    enabled = True if enabled_arg.missing else truth_value(ctx, enabled_arg.node, site.stack)
+    statement = site.statement or next((w.node for w in ctx.withs if site.node in w.items), None)
+    return Autocast(site, device, precision, enabled, legacy, off_by_default(ctx, statement, site.stack))
+
+
+@dataclass(frozen=True)
+class Passing:
+    """A place that hands autocast itself around (`partial(torch.autocast, ...)`, `ac =
+    torch.autocast`): the precision it runs in is in no one call the file shows."""
+
+    node: cst.CSTNode
+    gate: str | None  # the test of an `if` that keeps it off the default path (`args.amp`)
+
+
+def autocast_passings(ctx: FileContext) -> list[Passing]:
+    found = _PASSINGS.get(ctx)
+    if found is None:
+        places = [(site.node, site.statement, site.stack) for site in ctx.calls
+                  if any(ctx.qualname(arg.value) in ALL_AUTOCAST for arg in site.node.args)]
+        places += [(a.value, a.statement, a.stack) for assignments in ctx.assignments.values()
+                   for a in assignments if ctx.qualname(a.value) in ALL_AUTOCAST]
+        found = _PASSINGS[ctx] = [Passing(node, off_by_default(ctx, statement, stack)) for node, statement, stack in places]
+    return found
+
+
+def autocast_passed_around(ctx: FileContext) -> bool:
+    """Is autocast handed around on the script's default path? timm's `if args.amp:
+    amp_autocast = partial(torch.autocast, ...)` with `--amp` off by default is not."""
+    return any(passing.gate is None for passing in autocast_passings(ctx))
+
+
+_PASSINGS: WeakKeyDictionary[FileContext, list[Passing]] = WeakKeyDictionary()
+
+
+def mixed_precision_by_default(ctx: FileContext) -> bool:
+    """Does the script run its model in 16-bit with its defaults, as far as the file tells?
+    Unknown counts as yes (rules stay silent). An autocast that is off by default does not count,
+    nor do the 16-bit dtypes that only its options name."""
+    casts = autocasts(ctx)
+    if autocast_passed_around(ctx) or any(cast.on_by_default for cast in casts):
+        return True
+    if casts or autocast_passings(ctx):
+        return _low_precision_elsewhere(ctx)
+    return ctx.mentions_low_precision or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname)
+
+
+def gated_autocasts(ctx: FileContext) -> list[Autocast | Passing]:
+    """The file's autocasts (and places that hand autocast around) when all of them are off by
+    default and nothing else runs in 16-bit."""
+    return [] if mixed_precision_by_default(ctx) else [*autocasts(ctx), *autocast_passings(ctx)]
+
+
+def _low_precision_elsewhere(ctx: FileContext) -> bool:
+    """A 16-bit model or framework setting besides autocast: `.half()`, `.to(torch.bfloat16)`,
+    Lightning's `precision="bf16-mixed"`, FSDP's `param_dtype=`, HF's `bf16=True`."""
+    if any(True for _ in ctx.method_calls("half")) or any(True for _ in ctx.method_calls("bfloat16")):
+        return True
+    for site in ctx.method_calls("to"):
+        if any(precision_of(ctx, arg.value, site.stack) in (Precision.FP16, Precision.BF16) for arg in site.node.args):
+            return True
+    for site in ctx.calls:
+        for arg in site.node.args:
+            if arg.keyword is not None and arg.keyword.value in _PRECISION_KEYWORDS and _sixteen_bit(ctx, arg, site):
+                return True
+    return False
+
+
+def _sixteen_bit(ctx: FileContext, arg: cst.Arg, site: CallSite) -> bool:
+    """May this precision keyword select 16-bit? (Unknown values count.)"""
+    if precision_of(ctx, arg.value, site.stack) is Precision.FP32:
+        return False
+    text = string_value(ctx, arg.value, site.stack)
+    if text is not None:
+        return "16" in text
+    if isinstance(arg.value, cst.Integer):
+        return arg.value.value == "16"
+    return truth_value(ctx, arg.value, site.stack) is not False
+
+
+# ---------------------------------------------------------------- GradScaler
+def scalers(ctx: FileContext) -> list[Scaler]:
+    found = []
+    for site in ctx.calls_to(*GRAD_SCALER):
+        legacy = (ctx.call_qualname(site) or "").startswith(DEPRECATED_AMP_MODULES)
+        enabled_arg = find_argument(ctx, site, "enabled", 4 if legacy else 5)
+        enabled = True if enabled_arg.missing else truth_value(ctx, enabled_arg.node, site.stack)
+        found.append(Scaler(site, enabled, _assigned_to(site)))
+    return found
+
+
+def loss_scaler_calls(ctx: FileContext) -> list[CallSite]:
+    """timm/Meta `loss_scaler(loss, optimizer, ...)` calls: a GradScaler built elsewhere (a
+    `NativeScaler` made in `main.py` and passed in) that scales, unscales and steps."""
+    return [site for site in ctx.calls if ctx.is_loss_scaler(site)]
+
+
+def _assigned_to(site: CallSite) -> str | None:
+    statement = site.statement
+    if statement is None or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1 or small.value is not site.node:
+        return None
+    return dotted_name(small.targets[0].target)
+
+
+def scaler_scope(ctx: FileContext, scaler: Scaler) -> cst.CSTNode | None:
+    """Where the scaler's name can be used: its class for `self.x`, else its function or module.
+
+    A fix that drops the scaler restructures this node (``Rule.report(restructures=...)``): a fix
+    of another rule that would write a new scaler call in it (SF205's `scaler.unscale_(opt)`)
+    waits for the next pass, which no longer finds the scaler."""
+    name = scaler.target or ""
+    wanted = FrameKind.CLASS if name.startswith("self.") and name.count(".") == 1 else FrameKind.FUNCTION
+    if "." in name and wanted is FrameKind.FUNCTION:
+        return None  # `trainer.scaler`: used wherever `trainer` goes
+    for frame in reversed(scaler.site.stack):
+        if frame.kind is wanted:
+            return frame.node
+    return None if wanted is FrameKind.CLASS else ctx.module

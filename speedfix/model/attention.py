@@ -1,0 +1,724 @@
+"""Attention written by hand, read back from its output.
+
+``softmax(q @ k.transpose(-2, -1) * scale [+ mask | .masked_fill(...)]) [dropout] @ v``, in one
+expression or spread over the statements of one block on the same variables, as in nanoGPT's
+and minGPT's ``CausalSelfAttention``::
+
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+    att = F.softmax(att, dim=-1)
+    att = self.attn_dropout(att)
+    y = att @ v
+
+``read_attention`` starts at the output (``att @ v``) and follows each variable to the plain
+assignment that made it, earlier in the same block. What it recognises but cannot prove to be
+exactly ``F.scaled_dot_product_attention`` (a step under an ``if``, a dtype cast, a mask that is
+not provably causal, two masks) is kept as a *problem*: the rule reports it without a fix.
+
+Around an attention, the model also answers what decides whether SDPA computes the same: is
+there a fused path beside it already (``has_fast_path``), may its keys come from a key/value
+cache (``may_cache_keys``), are its weights used elsewhere (``weights_used_elsewhere``), does a
+name it reads change between its statements (``moved_names_rebound``), which
+``register_buffer`` call holds its causal mask (``causal_mask_buffer``), and is its scale
+SDPA's default 1/sqrt(head_dim) (``is_default_scale``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+from weakref import WeakKeyDictionary
+
+import libcst as cst
+
+from speedfix.model.arguments import find_argument
+from speedfix.model.context import FileContext
+from speedfix.model.frames import Stack, class_of_method
+from speedfix.model.index import CallSite
+from speedfix.syntax.blocks import statement_owner
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import bound_names, code_of, target_names, walk_expression
+
+SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax")
+SOFTMAX_MODULES = ("torch.nn.Softmax", "torch.nn.modules.activation.Softmax")
+# qualified name -> (the probability's keyword, the training switch's keyword, default probability)
+DROPOUT_FUNCTIONS = {
+    "torch.nn.functional.dropout": ("p", "training", "0.5"),
+    "torch.dropout": ("p", "train", None),
+}
+DROPOUT_MODULES = ("torch.nn.Dropout", "torch.nn.modules.dropout.Dropout")
+MATMUL = ("torch.matmul",)
+# A function or class that calls one of these already has a fast path: its hand-written attention
+# is the fallback (nanoGPT's `if self.flash: ... else: ...`, timm's `fused_attn`).
+FAST_ATTENTION = ("scaled_dot_product_attention", "flash_attn_func", "flash_attn_qkvpacked_func",
+                  "flash_attn_varlen_func", "memory_efficient_attention")
+# Hugging Face models choose their attention function at run time (`config._attn_implementation`:
+# "eager", "sdpa", "flash_attention_2"); their eager one exists to return the weights.
+DISPATCH_ATTRIBUTE = "_attn_implementation"
+_CONCATENATE = ("torch.cat", "torch.concat", "torch.concatenate")
+# What a causal mask buffer may be wrapped in where it is built or read (`mask.view(1, 1, n, n)`).
+_MASK_WRAPPERS = ("view", "reshape", "unsqueeze", "bool", "float", "byte", "int", "long", "to", "type", "contiguous")
+_CASTS = ("float", "half", "bfloat16", "double", "type", "type_as", "to")
+
+# Why a recognised attention gets no fix (the first one found is the finding's reason).
+CONDITIONAL = "a step of the attention runs under a condition"
+CAST = "the scores or weights are cast to another dtype"
+UNKNOWN_MASK = "the mask is not provably causal (only a `torch.tril` buffer sliced `[:T, :T]` is)"
+TWO_MASKS = "it applies two masks (SDPA takes one)"
+SCALE_AFTER_MASK = "the scale is applied after the mask"
+TWO_SCALES = "the scores are scaled twice"
+UNKNOWN_DROPOUT = "the dropout's probability is not known (an `nn.Dropout` module or `F.dropout`)"
+SOFTMAX_ARGS = "the softmax takes extra arguments"
+
+
+@dataclass(frozen=True)
+class Factor:
+    """``scores * value`` (``divide``: ``scores / value``). A variable set once earlier in the
+    block (``scale = 1.0 / math.sqrt(k.size(-1))``) also gives that statement and its value."""
+
+    value: cst.BaseExpression
+    divide: bool
+    definition: cst.SimpleStatementLine | None = None
+    resolved: cst.BaseExpression | None = None
+
+    @property
+    def meaning(self) -> cst.BaseExpression:
+        return self.resolved if self.resolved is not None else self.value
+
+
+@dataclass(frozen=True)
+class CausalFill:
+    """``scores.masked_fill(self.<buffer>[..., :T, :T] == 0, float("-inf"))``."""
+
+    buffer: str  # the attribute: `bias`
+    node: cst.Call
+
+
+@dataclass(frozen=True)
+class AdditiveMask:
+    value: cst.BaseExpression
+
+
+@dataclass(frozen=True)
+class Dropout:
+    module: str | None = None  # `self.attn_drop`, an nn.Dropout
+    p: cst.BaseExpression | None = None  # functional dropout: its probability ...
+    training: cst.BaseExpression | None = None  # ... and its `training` argument (None: always)
+
+
+Mask = CausalFill | AdditiveMask
+
+
+@dataclass
+class Attention:
+    output: cst.BaseExpression  # `att @ v` / `torch.matmul(att, v)`: what SDPA replaces
+    softmax: cst.Call
+    query: cst.BaseExpression | None = None
+    key: cst.BaseExpression | None = None
+    value: cst.BaseExpression | None = None
+    factors: list[Factor] = field(default_factory=list)
+    masks: list[Mask] = field(default_factory=list)
+    dropout: Dropout | None = None
+    steps: list[cst.SimpleStatementLine] = field(default_factory=list)  # chain statements before the output's
+    first: int = 0  # index in the block of the first statement the chain reads
+    chain_names: list[cst.Name] = field(default_factory=list)  # every mention of the chain's variables
+    moved: list[cst.BaseExpression] = field(default_factory=list)  # code the fix moves to the output
+    problems: list[str] = field(default_factory=list)
+
+    def problem(self, reason: str) -> None:
+        if reason not in self.problems:
+            self.problems.append(reason)
+
+
+def softmax_input(ctx: FileContext, call: cst.Call, cls: cst.ClassDef | None
+                  ) -> tuple[cst.BaseExpression, bool] | None:
+    """(input, whether it takes more arguments) of a softmax over the last dimension:
+    `F.softmax(x, dim=-1)`, `x.softmax(-1)`, or `self.softmax(x)` with `self.softmax =
+    nn.Softmax(dim=-1)` in the class ``cls``."""
+    func = call.func
+    if ctx.qualname(func) in SOFTMAX:
+        data, rest = (call.args[0].value if call.args and not call.args[0].keyword else None), call.args[1:]
+    elif isinstance(func, cst.Attribute) and func.attr.value == "softmax" and not ctx.qualname(func):
+        data, rest = func.value, call.args
+    else:
+        built = module_built_by(ctx, cls, dotted_name(func) or "")
+        if built is None or ctx.qualname(built.func) not in SOFTMAX_MODULES:
+            return None
+        if len(call.args) != 1 or call.args[0].keyword:
+            return None
+        data, rest = call.args[0].value, built.args
+    if data is None or not rest or not _is_minus_one(argument(rest, "dim", 0)):
+        return None
+    return data, len(rest) > 1
+
+
+def module_built_by(ctx: FileContext, cls: cst.ClassDef | None, name: str) -> cst.Call | None:
+    """The call that built `self.<attr>` (``name``), assigned exactly once in class ``cls``."""
+    if cls is None or not name.startswith("self.") or name.count(".") != 1:
+        return None
+    found = [a for a in ctx.assignments.get(name, []) if any(f.node is cls for f in a.stack)]
+    value = found[0].value if len(found) == 1 else None
+    return value if isinstance(value, cst.Call) else None
+
+
+def matmul_operands(ctx: FileContext, node: cst.CSTNode) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """``(a, b)`` for ``a @ b`` and ``torch.matmul(a, b)``."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        return node.left, node.right
+    if isinstance(node, cst.Call) and ctx.qualname(node.func) in MATMUL:
+        args = _positional(node, 2)
+        if args is not None:
+            return args[0], args[1]
+    return None
+
+
+def read_attention(ctx: FileContext, block: Sequence[cst.BaseStatement], index: int,
+                   output: cst.BaseExpression, stack: Stack) -> Attention | None:
+    """The attention whose output is ``output``, an expression in ``block[index]`` (a block at
+    ``stack``); None when ``output`` is not ``softmax(q @ kᵀ ...) @ v``."""
+    operands = matmul_operands(ctx, output)
+    if operands is None:
+        return None
+    weights, value = operands
+    found = Attention(output=output, softmax=cst.Call(func=cst.Name("softmax")), value=value, first=index)
+    softmax = _Reader(ctx, block, class_of_method(stack), found)._weights(weights, index)
+    if softmax is None:
+        return None
+    found.softmax = softmax
+    return found
+
+
+class _Reader:
+    """Reads the attention back from its output into ``found``."""
+
+    def __init__(self, ctx: FileContext, block: Sequence[cst.BaseStatement], cls: cst.ClassDef | None,
+                 found: Attention) -> None:
+        self.ctx = ctx
+        self.block = block
+        self.cls = cls  # the class whose method holds the block
+        self.found = found
+
+    def _weights(self, expr: cst.BaseExpression, at: int) -> cst.Call | None:
+        """softmax(scores) [dropout] [cast]: the softmax call, or None."""
+        expr, at = self._peel(expr, at)
+        attention = self.found
+        if isinstance(expr, cst.Call):
+            dropped = self._dropout(expr)
+            if dropped is not None:
+                if attention.dropout is not None:
+                    return None
+                attention.dropout, inner = dropped
+                return self._weights(inner, at)
+            scores = self._softmax_input(expr)
+            if scores is not None:
+                return expr if self._scores(scores, at) else None
+        return None
+
+    def _softmax_input(self, call: cst.Call) -> cst.BaseExpression | None:
+        found = softmax_input(self.ctx, call, self.cls)
+        if found is None:
+            return None
+        data, extra = found
+        if extra:
+            self.found.problem(SOFTMAX_ARGS)
+        return data
+
+    def _dropout(self, call: cst.Call) -> tuple[Dropout, cst.BaseExpression] | None:
+        """`self.attn_drop(x)` (an nn.Dropout, or a module named like one) or `F.dropout(x, p, training)`."""
+        attention = self.found
+        if not call.args or call.args[0].keyword or call.args[0].star:
+            return None
+        data, rest = call.args[0].value, call.args[1:]
+        signature = DROPOUT_FUNCTIONS.get(self.ctx.qualname(call.func) or "")
+        if signature is not None:
+            p_name, training_name, p_default = signature
+            p = argument(rest, p_name, 0) or (cst.Float(p_default) if p_default else None)
+            if p is None:
+                return None
+            training = argument(rest, training_name, 1)
+            attention.moved.extend(node for node in (p, training) if node is not None)
+            return Dropout(p=p, training=training), data
+        name = dotted_name(call.func)
+        if name is None or "drop" not in name.rsplit(".", 1)[-1].lower() or rest:
+            return None
+        built = module_built_by(self.ctx, self.cls, name)
+        if built is None or self.ctx.qualname(built.func) not in DROPOUT_MODULES:
+            attention.problem(UNKNOWN_DROPOUT)
+        return Dropout(module=name), data
+
+    # ------------------------------------------------------------------ scores
+    def _scores(self, expr: cst.BaseExpression, at: int) -> bool:
+        """q @ kᵀ, scaled and masked in any order; True when it is one."""
+        expr, at = self._peel(expr, at)
+        attention = self.found
+        raw = self._raw_scores(expr)
+        if raw is not None:
+            attention.query, attention.key = raw
+            attention.moved.extend(raw)
+            attention.first = min(attention.first, at)
+            return True
+        if isinstance(expr, cst.Call):
+            filled = self._masked_fill(expr)
+            if filled is not None:
+                return self._scores(filled, at)
+            where = self._where(expr)
+            if where is not None:
+                attention.problem(UNKNOWN_MASK)
+                return self._scores(where, at)
+            return False
+        if not isinstance(expr, cst.BinaryOperation):
+            return False
+        if isinstance(expr.operator, cst.Add):
+            for scores, mask in ((expr.left, expr.right), (expr.right, expr.left)):
+                inner = self._scores_apart(scores, at)
+                if inner is not None:
+                    self._absorb(inner)
+                    attention.masks.append(AdditiveMask(mask))
+                    attention.moved.append(mask)
+                    return True
+            return False
+        if isinstance(expr.operator, (cst.Multiply, cst.Divide)):
+            divide = isinstance(expr.operator, cst.Divide)
+            pairs = [(expr.left, expr.right)] if divide else [(expr.left, expr.right), (expr.right, expr.left)]
+            for scores, value in pairs:
+                inner = self._scores_apart(scores, at)
+                if inner is not None:
+                    if inner.masks:
+                        attention.problem(SCALE_AFTER_MASK)
+                    self._absorb(inner)
+                    attention.factors.append(self._factor(value, divide, at))
+                    attention.moved.append(value)
+                    return True
+        return False
+
+    def _scores_apart(self, expr: cst.BaseExpression, at: int) -> Attention | None:
+        """``expr`` read as scores into a record of its own (None: it is not): which operand of
+        `+` or `*` is the scores decides which one is the mask or the scale. Each operand is read
+        once, so nested sums cost linear time."""
+        apart = Attention(output=self.found.output, softmax=self.found.softmax, first=self.found.first)
+        return apart if _Reader(self.ctx, self.block, self.cls, apart)._scores(expr, at) else None
+
+    def _absorb(self, apart: Attention) -> None:
+        found = self.found
+        found.query, found.key = apart.query, apart.key
+        found.factors.extend(apart.factors)
+        found.masks.extend(apart.masks)
+        found.steps.extend(apart.steps)
+        found.chain_names.extend(apart.chain_names)
+        found.moved.extend(apart.moved)
+        found.first = min(found.first, apart.first)
+        for reason in apart.problems:
+            found.problem(reason)
+
+    def _factor(self, value: cst.BaseExpression, divide: bool, at: int) -> Factor:
+        if isinstance(value, cst.Name):
+            for index in range(at - 1, -1, -1):
+                statement = self.block[index]
+                if mentions(statement, value.value):
+                    resolved = _assigned_value(statement, value.value)
+                    if resolved is not None and isinstance(statement, cst.SimpleStatementLine):
+                        return Factor(value, divide, statement, resolved)
+                    break
+        return Factor(value, divide)
+
+    def _raw_scores(self, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+        operands = matmul_operands(self.ctx, expr)
+        if operands is None:
+            return None
+        key = untransposed(self.ctx, operands[1])
+        return (operands[0], key) if key is not None else None
+
+    def _masked_fill(self, call: cst.Call) -> cst.BaseExpression | None:
+        """`scores.masked_fill(cond, value)`: the scores; records the mask."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in ("masked_fill", "masked_fill_")):
+            return None
+        args = _positional(call, 2)
+        if args is None:
+            return None
+        attention = self.found
+        buffer = _causal_condition(args[0])
+        if buffer is None or not is_minus_inf(self.ctx, args[1]):
+            buffer = ""
+            attention.problem(UNKNOWN_MASK)
+        attention.masks.append(CausalFill(buffer, call))
+        return func.value
+
+    def _where(self, call: cst.Call) -> cst.BaseExpression | None:
+        """`torch.where(mask, scores, fill)`: the scores (a mask the rule cannot prove causal)."""
+        if self.ctx.qualname(call.func) != "torch.where":
+            return None
+        args = _positional(call, 3)
+        return args[1] if args is not None else None
+
+    # ------------------------------------------------------------------ variables
+    def _peel(self, expr: cst.BaseExpression, at: int) -> tuple[cst.BaseExpression, int]:
+        """Follow variables and see through dtype casts (`.float()`, `.type_as(q)`: a problem)."""
+        expr, at = self._resolve(expr, at)
+        inner = _cast_operand(expr) if isinstance(expr, cst.Call) else None
+        while inner is not None:
+            self.found.problem(CAST)
+            expr, at = self._resolve(inner, at)
+            inner = _cast_operand(expr) if isinstance(expr, cst.Call) else None
+        return expr, at
+
+    def _resolve(self, expr: cst.BaseExpression, at: int) -> tuple[cst.BaseExpression, int]:
+        """Follow a variable to the value it was last given by a plain assignment earlier in the
+        block (``att += mask`` reads as ``att + mask``); anything else stays as it is."""
+        attention = self.found
+        while isinstance(expr, cst.Name):
+            found = self._definition(expr.value, at)
+            if found is None:
+                return expr, at
+            attention.chain_names.append(expr)
+            expr, at = found
+        return expr, at
+
+    def _definition(self, name: str, before: int) -> tuple[cst.BaseExpression, int] | None:
+        attention = self.found
+        for index in range(before - 1, -1, -1):
+            statement = self.block[index]
+            if not mentions(statement, name):
+                continue
+            if isinstance(statement, cst.BaseCompoundStatement):
+                attention.problem(CONDITIONAL)  # `if mask is not None: att = att + mask`
+                continue
+            value = _assigned_value(statement, name)
+            if value is None:
+                return None  # unpacked, annotated, only read: not a step of the chain
+            assert isinstance(statement, cst.SimpleStatementLine)
+            attention.steps.append(statement)
+            attention.chain_names.append(_target(statement))
+            attention.first = min(attention.first, index)
+            return value, index
+        return None
+
+
+def _assigned_value(statement: cst.BaseStatement, name: str) -> cst.BaseExpression | None:
+    """`name = value` -> value; `name += x` -> `name + x` (likewise `*=` and `/=`)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        target = small.targets[0].target
+        if isinstance(target, cst.Name) and target.value == name:
+            return small.value
+    if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name) and small.target.value == name:
+        operators = {cst.AddAssign: cst.Add, cst.MultiplyAssign: cst.Multiply, cst.DivideAssign: cst.Divide}
+        operator = operators.get(type(small.operator))
+        if operator is not None:
+            return cst.BinaryOperation(left=small.target, operator=operator(), right=small.value)
+    return None
+
+
+def mentions(node: cst.CSTNode, name: str) -> int:
+    """How often the name ``name`` occurs in ``node`` (read or written)."""
+    return sum(isinstance(n, cst.Name) and n.value == name for n in walk_expression(node))
+
+
+def _target(statement: cst.SimpleStatementLine) -> cst.Name:
+    small = statement.body[0]
+    target = small.targets[0].target if isinstance(small, cst.Assign) else small.target  # type: ignore[union-attr]
+    assert isinstance(target, cst.Name)
+    return target
+
+
+# ---------------------------------------------------------------------- small shapes
+def untransposed(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """``k`` for ``k.transpose(-2, -1)``, ``k.transpose(2, 3)`` (4-D), ``k.mT``,
+    ``k.permute(0, 1, 3, 2)`` and ``torch.transpose(k, -2, -1)``."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "mT":
+        return expr.value
+    if not isinstance(expr, cst.Call):
+        return None
+    if ctx.qualname(expr.func) == "torch.transpose":
+        args = _positional(expr, 3)
+        return args[0] if args is not None and _ints(args[1:]) in _LAST_TWO else None
+    func = expr.func
+    if not isinstance(func, cst.Attribute) or ctx.qualname(func):
+        return None
+    positional = all(not arg.keyword and not arg.star for arg in expr.args)
+    dims = _ints([arg.value for arg in expr.args]) if positional else None
+    if func.attr.value == "transpose" and dims in _LAST_TWO:
+        return func.value
+    if func.attr.value == "permute" and dims == (0, 1, 3, 2):
+        return func.value
+    return None
+
+
+_LAST_TWO = ((-2, -1), (-1, -2), (2, 3), (3, 2))
+
+
+def _ints(nodes: Sequence[cst.BaseExpression]) -> tuple[int, ...] | None:
+    values: list[int] = []
+    for node in nodes:
+        value = _int(node)
+        if value is None:
+            return None
+        values.append(value)
+    return tuple(values)
+
+
+def _int(node: cst.BaseExpression | None) -> int | None:
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _int(node.expression)
+        return -inner if inner is not None and isinstance(node.expression, cst.Integer) else None
+    return None
+
+
+def _is_minus_one(node: cst.BaseExpression | None) -> bool:
+    return _int(node) == -1
+
+
+def is_minus_inf(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """``float("-inf")``, ``-float("inf")``, ``-math.inf``, ``-torch.inf``."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "float":
+        args = _positional(node, 1)
+        return args is not None and isinstance(args[0], cst.SimpleString) and args[0].evaluated_value == "-inf"
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = node.expression
+        if ctx.qualname(inner) in ("math.inf", "torch.inf", "numpy.inf"):
+            return True
+        if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Name) and inner.func.value == "float":
+            args = _positional(inner, 1)
+            return args is not None and isinstance(args[0], cst.SimpleString) and args[0].evaluated_value == "inf"
+    return False
+
+
+def _causal_condition(cond: cst.BaseExpression) -> str | None:
+    """``self.<buffer>[:, :, :T, :T] == 0`` -> the buffer's attribute name."""
+    if not (isinstance(cond, cst.Comparison) and len(cond.comparisons) == 1):
+        return None
+    target = cond.comparisons[0]
+    if not isinstance(target.operator, cst.Equal) or _int(target.comparator) != 0:
+        return None
+    subscript = cond.left
+    if not isinstance(subscript, cst.Subscript):
+        return None
+    name = dotted_name(subscript.value)
+    if name is None or not name.startswith("self.") or name.count(".") != 1:
+        return None
+    slices = [element.slice for element in subscript.slice]
+    if len(slices) < 2 or not all(isinstance(s, cst.Slice) and s.step is None and s.lower is None for s in slices):
+        return None
+    *leading, rows, columns = slices
+    if any(s.upper is not None for s in leading):  # type: ignore[union-attr]
+        return None
+    upper = rows.upper  # type: ignore[union-attr]
+    if upper is None or columns.upper is None or not upper.deep_equals(columns.upper):  # type: ignore[union-attr]
+        return None
+    return name.split(".", 1)[1]
+
+
+def _cast_operand(call: cst.Call) -> cst.BaseExpression | None:
+    """``x`` for ``x.float()``, ``x.type_as(q)``, ``x.to(v.dtype)``..."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _CASTS:
+        if func.attr.value in ("float", "half", "bfloat16", "double") and call.args:
+            return None
+        return func.value
+    return None
+
+
+def _positional(call: cst.Call, count: int) -> list[cst.BaseExpression] | None:
+    """The call's arguments when it has exactly ``count``, all positional."""
+    if len(call.args) != count or any(arg.keyword or arg.star for arg in call.args):
+        return None
+    return [arg.value for arg in call.args]
+
+
+def argument(args: Sequence[cst.Arg], keyword: str, position: int) -> cst.BaseExpression | None:
+    """The value of ``keyword``, else of the ``position``-th positional argument, in ``args``."""
+    for arg in args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [arg for arg in args if arg.keyword is None and not arg.star]
+    return positional[position].value if position < len(positional) else None
+
+
+# ---------------------------------------------------------------- around the attention
+def attention_of(ctx: FileContext, site: CallSite) -> tuple[Attention, list[cst.BaseStatement], int] | None:
+    """The attention a softmax call is part of, with its block and the output's index there."""
+    owner = statement_owner(ctx, site.statement) if site.statement is not None else None
+    if owner is None:
+        return None
+    block = owner[1]
+    start = next(i for i, statement in enumerate(block) if statement is site.statement)
+    for index in range(start, len(block)):
+        if not isinstance(block[index], cst.SimpleStatementLine):
+            continue
+        for node in walk_expression(block[index]):
+            if matmul_operands(ctx, node) is None:
+                continue
+            found = read_attention(ctx, block, index, node, site.stack)  # type: ignore[arg-type]
+            if found is not None and found.softmax is site.node:
+                return found, block, index
+    return None
+
+
+_FAST_PATHS: WeakKeyDictionary[FileContext, set[cst.CSTNode]] = WeakKeyDictionary()
+
+
+def has_fast_path(ctx: FileContext, stack: Stack) -> bool:
+    """Does the function or class around ``stack`` also call a fused attention (the code at
+    ``stack`` is then its fallback)?"""
+    found = _FAST_PATHS.get(ctx)
+    if found is None:
+        found = _FAST_PATHS[ctx] = {  # every frame around a call of a fused attention
+            frame.node
+            for site in ctx.calls
+            if (dotted_name(site.node.func) or "").rsplit(".", 1)[-1] in FAST_ATTENTION
+            for frame in site.stack
+        }
+    scopes = {ctx.function_of(stack), class_of_method(stack)} - {None}
+    return any(node in scopes for node in found)
+
+
+def may_cache_keys(ctx: FileContext, attention: Attention, scope: cst.CSTNode) -> bool:
+    """Can the keys be longer than the queries (a key/value cache: `torch.cat` on the keys, a
+    `past`/`cache` name in ``scope``)? `[:T, :T]` with one new token masks nothing, while
+    `is_causal=True` aligns its mask to the top left and would hide all but the first key."""
+    key = attention.key
+    key_name = dotted_name(key) if key is not None else None
+    for node in walk_expression(scope):
+        if isinstance(node, cst.Name) and ("cache" in node.value.lower() or "past" in node.value.lower()):
+            return True
+        if isinstance(node, cst.Assign) and key_name in {n for t in node.targets for n in target_names(t.target)}:
+            calls = (c for c in walk_expression(node.value) if isinstance(c, cst.Call))
+            if any(ctx.qualname(c.func) in _CONCATENATE for c in calls):
+                return True
+    return False
+
+
+def weights_used_elsewhere(attention: Attention, scope: cst.CSTNode) -> bool:
+    """Are the attention's weights read in ``scope`` outside the chain (returned, stored)?"""
+    chain = {id(name) for name in attention.chain_names}
+    names = {name.value for name in attention.chain_names}
+    return any(
+        isinstance(node, cst.Name) and node.value in names and id(node) not in chain
+        for node in walk_expression(scope)
+    )
+
+
+def moved_names_rebound(attention: Attention, block: list[cst.BaseStatement], index: int) -> bool:
+    """Does a statement between the attention's first one and its output (``block[index]``)
+    rebind something a rewrite would move to the output (q, k, the mask, the scale, the
+    dropout's p)?"""
+    skip = {id(statement) for statement in attention.steps}
+    bound: set[str] = set()
+    for statement in block[attention.first:index]:
+        if id(statement) not in skip:
+            bound |= bound_names(statement)
+    read = {dotted_name(node) for expr in attention.moved for node in walk_expression(expr)} - {None}
+    return any(name == b or name.startswith(b + ".") for name in read for b in bound)  # type: ignore[union-attr]
+
+
+def causal_mask_buffer(ctx: FileContext, buffer: str, stack: Stack) -> CallSite | None:
+    """The class's one `self.register_buffer("<buffer>", torch.tril(torch.ones(...))...)`, for a
+    method at ``stack`` that reads `self.<buffer>`; None when the buffer is anything else or is
+    assigned too."""
+    cls = class_of_method(stack)
+    assigned = ctx.assignments.get(f"self.{buffer}", [])
+    if cls is None or any(any(f.node is cls for f in a.stack) for a in assigned):
+        return None
+    sites = [
+        site for site in ctx.method_calls("register_buffer")
+        if dotted_name(site.node.func) == "self.register_buffer" and any(f.node is cls for f in site.stack)
+        and _string(find_argument(ctx, site, "name", 0).node) == buffer
+    ]
+    if len(sites) != 1:
+        return None
+    tensor = find_argument(ctx, sites[0], "tensor", 1).node
+    return sites[0] if tensor is not None and _is_tril_of_ones(ctx, tensor, sites[0].stack) else None
+
+
+def unwrap_mask(node: cst.BaseExpression) -> cst.BaseExpression:
+    """``x`` for ``x.view(1, 1, n, n)``, ``x.bool()``, ``x[None, None]`` and the like."""
+    while True:
+        func = node.func if isinstance(node, cst.Call) else None
+        if isinstance(func, cst.Attribute) and func.attr.value in _MASK_WRAPPERS:
+            node = func.value
+        elif isinstance(node, cst.Subscript) and all(
+            isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.Name, cst.Ellipsis))
+            and (not isinstance(e.slice.value, cst.Name) or e.slice.value.value == "None")
+            for e in node.slice
+        ):
+            node = node.value
+        else:
+            return node
+
+
+def _unwrap_assigned(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression:
+    """``unwrap_mask``, through a variable assigned once (`mask = torch.tril(...)`) too."""
+    node = unwrap_mask(node)
+    value = ctx.single_value(node.value, stack) if isinstance(node, cst.Name) else None
+    return unwrap_mask(value) if value is not None else node
+
+
+def _is_tril_of_ones(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> bool:
+    node = _unwrap_assigned(ctx, node, stack)
+    if isinstance(node, cst.Call) and ctx.qualname(node.func) == "torch.tril":
+        args = node.args
+        inner = args[0].value if args and not args[0].keyword else None
+        diagonal = argument(args[1:], "diagonal", 0)
+    elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "tril":
+        inner, diagonal = node.func.value, argument(node.args, "diagonal", 0)
+    else:
+        return False
+    if diagonal is not None and not (isinstance(diagonal, cst.Integer) and diagonal.value == "0"):
+        return False
+    inner = _unwrap_assigned(ctx, inner, stack) if inner is not None else None
+    return isinstance(inner, cst.Call) and ctx.qualname(inner.func) == "torch.ones"
+
+
+def _string(node: cst.BaseExpression | None) -> str | None:
+    return str(node.evaluated_value) if isinstance(node, cst.SimpleString) else None
+
+
+def is_default_scale(ctx: FileContext, attention: Attention, factor: Factor) -> bool:
+    """Is ``factor`` SDPA's default scale, 1/sqrt(head_dim) (`/ math.sqrt(k.size(-1))`,
+    `* k.size(-1) ** -0.5`, `* (1.0 / math.sqrt(q.shape[-1]))`)?"""
+    meaning = factor.meaning
+    if factor.divide:
+        return _is_sqrt_head_dim(ctx, attention, meaning)
+    if isinstance(meaning, cst.BinaryOperation) and isinstance(meaning.operator, cst.Divide):
+        one = meaning.left
+        return (isinstance(one, (cst.Integer, cst.Float)) and float(one.value) == 1.0
+                and _is_sqrt_head_dim(ctx, attention, meaning.right))
+    base = _is_power(meaning, -0.5)
+    return base is not None and _is_head_dim(attention, base)
+
+
+def _is_sqrt_head_dim(ctx: FileContext, attention: Attention, node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.Call) and ctx.qualname(node.func) == "math.sqrt" and len(node.args) == 1:
+        return _is_head_dim(attention, node.args[0].value)
+    base = _is_power(node, 0.5)
+    return base is not None and _is_head_dim(attention, base)
+
+
+def _is_head_dim(attention: Attention, node: cst.BaseExpression | None) -> bool:
+    """`k.size(-1)`, `q.shape[-1]`: the last dimension of the query or the key."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "size":
+        tensor, ok = node.func.value, len(node.args) == 1 and code_of(node.args[0].value).strip() == "-1"
+    elif (isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute)
+          and node.value.attr.value == "shape"):
+        tensor, ok = node.value.value, len(node.slice) == 1 and code_of(node.slice[0].slice).strip() == "-1"
+    else:
+        return False
+    sides = (attention.query, attention.key)
+    return ok and any(side is not None and tensor.deep_equals(side) for side in sides)
+
+
+def _is_power(node: cst.BaseExpression, exponent: float) -> cst.BaseExpression | None:
+    """``base`` for ``base ** exponent``."""
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power)):
+        return None
+    right = node.right
+    sign = 1.0
+    if isinstance(right, cst.UnaryOperation) and isinstance(right.operator, cst.Minus):
+        sign, right = -1.0, right.expression
+    if isinstance(right, (cst.Float, cst.Integer)) and sign * float(right.value) == exponent:
+        return node.left
+    return None

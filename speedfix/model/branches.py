@@ -1,0 +1,270 @@
+"""Which code inside a training step does not run on every step.
+
+The context already takes code under `if step % N == 0:` off the hot path. Rules about per-step
+costs (host syncs, `synchronize()`, `empty_cache()`) also need the rarer branches inside a step:
+
+- a branch that ends the run or the loop (`if not math.isfinite(loss_value): print(...);
+  sys.exit(1)`, a `raise`, a `break` out of the step loop) or that runs on one step
+  (`if step == 0:`): ONCE;
+- an `except` handler (`except torch.cuda.OutOfMemoryError: torch.cuda.empty_cache()`): ERROR;
+- an opt-in debugging or timing flag (`if args.synchronize_step:`, `if debug:`), unless it is
+  on with the script's defaults (`DEBUG = True`, `default=True`): FLAG.
+
+``BranchTracker`` is a mixin for rules: during the one traversal it keeps ``branches``, the
+`if`/`else`/`except` branches around the node being visited; ``rare_path`` then says whether
+one of them, inside the step, makes the code rare.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar, Sequence, Union
+
+import libcst as cst
+
+from speedfix.model.context import FileContext
+from speedfix.model.flow import default_truth
+from speedfix.model.frames import FrameKind, Stack
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of, walk_expression
+from speedfix.syntax.walk import Visitor
+
+BranchNode = Union[cst.If, cst.ExceptHandler, cst.ExceptStarHandler]
+
+# Words of a flag's name that mark it as debugging or timing (split at `_`: `synchronize_step`).
+_FLAG_WORDS = frozenset(
+    """
+    debug debugging dbg verbose profile profiling profiler prof timing timings time timer timed
+    benchmark bench sync synchronize synchronise trace tracing anomaly sanity nan
+    """.split()
+)
+_EXITS = ("sys.exit", "os._exit", "os.abort")
+
+
+class Rare(Enum):
+    ONCE = "once"  # ends the run or the step loop, or runs on a single step
+    ERROR = "error"  # an exception handler
+    FLAG = "flag"  # an opt-in debugging or timing flag
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    node: BranchNode
+    taken: bool  # in the `if` body (True) or in its `else`/`elif` part (False)
+    stack: Stack  # the context's frames where the branch starts
+
+
+@dataclass(frozen=True)
+class RarePath:
+    kind: Rare
+    branch: Branch
+    flag: str | None = None  # FLAG: the flag as written (`args.synchronize_step`)
+
+
+class BranchTracker(Visitor):
+    """Mixin for a rule (which has ``ctx``): ``branches`` around the node being visited,
+    outermost first, and kept for the calls named in ``tracked_calls`` (``branches_at``)."""
+
+    ctx: FileContext
+    branches: tuple[Branch, ...] = ()
+    # last names: `synchronize`, `collect`; None: every call (a helper's call site counts too)
+    tracked_calls: ClassVar[frozenset[str] | None] = frozenset()
+    _tracked: dict[cst.Call, tuple[Branch, ...]] | None = None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = node.func.attr if isinstance(node.func, cst.Attribute) else node.func
+        if self.branches and (self.tracked_calls is None or isinstance(name, cst.Name) and name.value in self.tracked_calls):
+            if self._tracked is None:
+                self._tracked = {}
+            self._tracked[node] = self.branches
+
+    def branches_at(self, call: cst.Call) -> tuple[Branch, ...]:
+        return self._tracked.get(call, ()) if self._tracked is not None else ()
+
+    def _enter(self, node: BranchNode, taken: bool) -> None:
+        self.branches = (*self.branches, Branch(node, taken, self.ctx.stack))
+
+    def _leave(self) -> None:
+        self.branches = self.branches[:-1]
+
+    def visit_If_body(self, node: cst.If) -> None:
+        self._enter(node, True)
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self._leave()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self._enter(node, False)
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self._leave()
+
+    def visit_ExceptHandler_body(self, node: cst.ExceptHandler) -> None:
+        self._enter(node, True)
+
+    def leave_ExceptHandler_body(self, node: cst.ExceptHandler) -> None:
+        self._leave()
+
+    def visit_ExceptStarHandler_body(self, node: cst.ExceptStarHandler) -> None:
+        self._enter(node, True)
+
+    def leave_ExceptStarHandler_body(self, node: cst.ExceptStarHandler) -> None:
+        self._leave()
+
+
+@dataclass(frozen=True)
+class Frequency:
+    """How often a call in the training loop runs, when not on every step."""
+
+    flag: str | None = None  # only while this opt-in flag is on
+    interval: str | None = None  # every N steps (N as written), under a periodic guard
+
+    @property
+    def every_step(self) -> bool:
+        return self.flag is None and self.interval is None
+
+    def describe(self) -> str:
+        if self.flag is not None:
+            return f"while `{self.flag}` is on"
+        return f"every `{self.interval}` steps" if self.interval else "every few steps"
+
+
+def frequency(ctx: FileContext, stack: Stack, branches: Sequence[Branch]) -> Frequency | None:
+    """How often code at ``stack`` runs in the training loop (periodic guards included); None
+    outside it, or on a path that runs once or only on errors."""
+    if not ctx.in_training_loop(stack):
+        return None
+    rare = rare_path(ctx, branches, ctx.step_scope(stack))
+    if rare is not None and rare.kind is not Rare.FLAG:
+        return None
+    if not ctx.is_hot(stack):
+        return Frequency(interval=_interval(stack) or "")
+    return Frequency(flag=rare.flag if rare is not None else None)
+
+
+def _interval(stack: Stack) -> str | None:
+    """`100` in the innermost `if step % 100 == 0:` around ``stack``."""
+    for frame in reversed(stack):
+        if frame.kind is FrameKind.GUARD and isinstance(frame.node, cst.If):
+            for node in walk_expression(frame.node.test):
+                if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+                    return code_of(node.right)
+    return None
+
+
+def rare_path(ctx: FileContext, branches: Sequence[Branch], scope: cst.CSTNode | None) -> RarePath | None:
+    """The innermost branch inside ``scope`` (a step loop or hot function, see
+    ``FileContext.step_scope``) that keeps code from running on every step, or None."""
+    for branch in reversed(branches):
+        if not any(frame.node is scope for frame in branch.stack):
+            return None  # this branch and the ones around it enclose the whole step
+        found = _rarity(ctx, branch, scope)
+        if found is not None:
+            return found
+    return None
+
+
+def _rarity(ctx: FileContext, branch: Branch, scope: cst.CSTNode | None) -> RarePath | None:
+    node = branch.node
+    if not isinstance(node, cst.If):
+        return RarePath(Rare.ERROR, branch)
+    if branch.taken and _runs_on_one_step(ctx, node.test, scope):
+        return RarePath(Rare.ONCE, branch)
+    block = node.body if branch.taken else node.orelse.body if isinstance(node.orelse, cst.Else) else None
+    if block is not None and _ends_the_loop(ctx, block, branch.stack, scope):
+        return RarePath(Rare.ONCE, branch)
+    flag = _opt_in_flag(ctx, node.test, branch)
+    return RarePath(Rare.FLAG, branch, flag) if flag else None
+
+
+# ---------------------------------------------------------------- once
+def _ends_the_loop(ctx: FileContext, block: cst.BaseSuite, stack: Stack, scope: cst.CSTNode | None) -> bool:
+    """Does ``block`` end with `raise`, `sys.exit()`, or a `break`/`return` that leaves the step loop?"""
+    statements = block.body
+    last = statements[-1] if statements else None
+    if isinstance(last, cst.SimpleStatementLine):
+        small: cst.BaseSmallStatement | None = last.body[-1] if last.body else None
+    elif isinstance(block, cst.SimpleStatementSuite):
+        small = block.body[-1] if block.body else None
+    else:
+        return False
+    if isinstance(small, cst.Raise):
+        return True
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        func = small.value.func
+        qualified = ctx.qualname(func)
+        return qualified in _EXITS or (qualified is None and dotted_name(func) in ("exit", "quit"))
+    if not isinstance(scope, (cst.For, cst.While)):
+        return False  # in a hot function, `break`/`return` only end this step
+    if isinstance(small, cst.Break):
+        return ctx.nearest_loop(stack) is scope
+    if isinstance(small, cst.Return):
+        return not _function_inside(stack, scope)
+    return False
+
+
+def _function_inside(stack: Stack, scope: cst.CSTNode) -> bool:
+    """Is there a function boundary between ``scope`` and the innermost frame of ``stack``?"""
+    inside = False
+    for frame in stack:
+        if frame.node is scope:
+            inside = True
+        elif inside and frame.kind is FrameKind.FUNCTION:
+            return True
+    return False
+
+
+def _runs_on_one_step(ctx: FileContext, test: cst.BaseExpression, scope: cst.CSTNode | None) -> bool:
+    """`step == 0`, `i == len(loader) - 1`, `epoch == 0 and step == 0`: the step loop's own
+    counter compared for equality (an epoch counter or a rank would not do)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _runs_on_one_step(ctx, test.left, scope) or _runs_on_one_step(ctx, test.right, scope)
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    if not isinstance(test.comparisons[0].operator, cst.Equal):
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    return any(isinstance(side, cst.Name) and _is_step_counter(ctx, side.value, scope) for side in sides)
+
+
+def _is_step_counter(ctx: FileContext, name: str, scope: cst.CSTNode | None) -> bool:
+    info = ctx.loops.get(scope) if scope is not None else None
+    if info is None:
+        return False
+    if name in info.targets:
+        return True
+    return any(a.augmented and ctx.nearest_loop(a.stack) is scope for a in ctx.assignments.get(name, ()))
+
+
+# ---------------------------------------------------------------- flags
+def opt_in_flag(ctx: FileContext, branches: Sequence[Branch]) -> str | None:
+    """The debugging/timing flag (off by default) that one of ``branches`` needs, or None."""
+    for branch in reversed(branches):
+        if isinstance(branch.node, cst.If):
+            flag = _opt_in_flag(ctx, branch.node.test, branch)
+            if flag is not None:
+                return flag
+    return None
+
+
+def _opt_in_flag(ctx: FileContext, test: cst.BaseExpression, branch: Branch) -> str | None:
+    """The debugging/timing flag that must be on for the branch to run, or None."""
+    if not branch.taken:
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return _flag(ctx, test.expression, branch.stack)
+        return None
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _opt_in_flag(ctx, test.left, branch) or _opt_in_flag(ctx, test.right, branch)
+    return _flag(ctx, test, branch.stack)
+
+
+def _flag(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> str | None:
+    name = dotted_name(expr)
+    if name is None:
+        return None
+    words = set(re.split(r"_+", name.rsplit(".", 1)[-1].lower()))
+    if not words & _FLAG_WORDS or default_truth(ctx, expr, stack) is True:
+        return None  # `DEBUG = True`, `action="store_false"`: left on, so not opt-in
+    return name

@@ -1,0 +1,216 @@
+"""What a file's code means for training: its step loops and the code that runs on every step.
+
+``FileContext`` is what a rule is given: the file index (``speedfix.model.index``) and, on top of
+it, the training loops. A *step loop* is a ``for``/``while`` whose body calls ``.backward()``
+(``accelerator.backward(loss)`` too), an optimizer's/scaler's ``.step()`` or a callable loss
+scaler (``loss_scaler(loss, optimizer, ...)``) outside any nested loop, directly or in a function
+it calls (one level): one of this file (``f()``, ``self.f()``, ``obj.f()`` for an object made by
+a class of this file) or of another scanned file (``Links``, see ``speedfix.project``). Code is
+*hot* when its nearest enclosing step loop is reached before a function boundary and no periodic
+guard sits in between; functions called from hot code (one level, also from another scanned
+file) and Lightning ``training_step`` methods are hot too, except for code under ``if
+isinstance(v, torch.Tensor):`` in such a helper (whether it runs on tensors is the caller's
+business). An epoch loop that only contains the batch loop is not a step loop, so what runs once
+per epoch is not hot.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import libcst as cst
+
+from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.index import CallSite, FileIndex, FunctionInfo
+from speedfix.project.facts import FunctionFacts
+from speedfix.project.steps import is_loss_scaler_call, is_optimizer_name
+from speedfix.syntax.names import dotted_name
+
+LIGHTNING_MODULE = (
+    "lightning.LightningModule",
+    "lightning.pytorch.LightningModule",
+    "lightning.pytorch.core.LightningModule",
+    "pytorch_lightning.LightningModule",
+)
+
+
+class FileContext(FileIndex):
+    """The file index, and which of its loops train (see the module docstring)."""
+
+    def is_optimizer_like(self, receiver: cst.BaseExpression, stack: Stack) -> bool:
+        """Is `receiver.step()` an optimizer or GradScaler step (not an LR scheduler's)?"""
+        made_by = self.constructor_of(receiver, stack)
+        if made_by:
+            if made_by.startswith("torch.optim.lr_scheduler"):
+                return False
+            if made_by.startswith("torch.optim.") or made_by.endswith("GradScaler"):
+                return True
+        name = dotted_name(receiver)
+        return name is not None and is_optimizer_name(name)
+
+    def _is_step_marker(self, site: CallSite) -> bool:
+        """`.backward()` (also `accelerator.backward(loss)`, `scaler.scale(loss).backward()`),
+        an optimizer's or scaler's `.step()`, `loss_scaler(loss, optimizer, ...)`."""
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "backward":
+            return True
+        if isinstance(func, cst.Attribute) and func.attr.value == "step":
+            return self.is_optimizer_like(func.value, site.stack)
+        if self.call_qualname(site) == "torch.autograd.backward":
+            return True
+        return self.is_loss_scaler(site)
+
+    @staticmethod
+    def is_loss_scaler(site: CallSite) -> bool:
+        """`loss_scaler(loss, optimizer, ...)` (timm/Meta `NativeScaler`)."""
+        args = site.node.args
+        positional = [dotted_name(arg.value) for arg in args if arg.keyword is None and not arg.star]
+        keywords = {arg.keyword.value for arg in args if arg.keyword is not None}
+        return is_loss_scaler_call(site.func, positional, keywords)
+
+    @cached_property
+    def _markers(self) -> tuple[set[cst.CSTNode], set[cst.CSTNode]]:
+        """(loops with a marker directly in their body, functions with one outside loops)."""
+        loops: set[cst.CSTNode] = set()
+        functions: set[cst.CSTNode] = set()
+        for site in self.calls:
+            if not self._is_step_marker(site):
+                continue
+            loop = self.nearest_loop(site.stack)
+            if loop is not None:
+                loops.add(loop)
+            else:
+                function = self.function_of(site.stack)
+                if function is not None:
+                    functions.add(function)
+        return loops, functions
+
+    def local_callees(self, site: CallSite) -> list[FunctionInfo]:
+        """The same-file functions a call may run: `f(...)`, `self.f(...)`, and `obj.f(...)`
+        where `obj` was made by a class of this file (`metric = Accumulator(3)`)."""
+        func = site.node.func
+        if isinstance(func, cst.Name):
+            return self.functions.get(func.value, [])
+        if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+            return []
+        found = self.functions.get(func.attr.value, [])
+        if func.value.value == "self":
+            return found
+        owner = self.constructor_of(func.value, site.stack)
+        return [info for info in found if owner is not None and info.class_name == owner and owner in self.classes]
+
+    def project_callee(self, site: CallSite) -> FunctionFacts | None:
+        """The facts of the function of another scanned file that a call runs: an imported
+        function (`train_one_epoch(...)`, `engine.train(...)`), class (`Trainer(...)`, its
+        constructor) or a method of an object made by an imported class (`trainer.fit()`)."""
+        if not self.links.modules:
+            return None
+        facts = self.links.function(self.project_name(site.func))
+        if facts is not None:
+            return facts
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            owner = self.project_name(self.constructor_of(func.value, site.stack))
+            return self.links.function(f"{owner}.{func.attr.value}") if owner else None
+        return None
+
+    def project_iterates(self, site: CallSite, name: str, *, any_loop: bool = False) -> bool:
+        """Does the function of another scanned file that ``site`` calls iterate the argument
+        ``name`` in its training loop (`train_one_epoch(model, loader, ...)`), or with
+        ``any_loop`` in any loop (`evaluate(val_loader, model)`)?"""
+        callee = self.project_callee(site)
+        iterated = (callee.loops_over if any_loop else callee.iterated) if callee is not None else ()
+        if not iterated:
+            return False
+        params = callee.params[1:] if callee.params[:1] == ("self",) else callee.params  # type: ignore[union-attr]
+        for index, arg in enumerate(site.node.args):
+            if dotted_name(arg.value) != name or arg.star:
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+            if param in iterated:
+                return True
+        return False
+
+    def project_name(self, dotted: str | None) -> str | None:
+        """Qualified name through the file's imports, `from m import *` of scanned files included."""
+        if dotted is None:
+            return None
+        qualified = self.imports.resolve(dotted)
+        if qualified is None and self.links.star:
+            head, _, rest = dotted.partition(".")
+            star = self.links.star.get(head)
+            qualified = f"{star}.{rest}" if star and rest else star
+        return qualified
+
+    @cached_property
+    def step_loops(self) -> set[cst.CSTNode]:
+        """Loops with a step marker in their body, or calling a function (of this file or
+        another scanned one) that takes a step outside its own loops."""
+        direct_loops, step_functions = self._markers
+        result = set(direct_loops)
+        for site in self.calls:
+            loop = self.nearest_loop(site.stack)
+            if loop is None or loop in result:
+                continue
+            if any(info.node in step_functions for info in self.local_callees(site)):
+                result.add(loop)
+            elif (callee := self.project_callee(site)) is not None and callee.steps:
+                result.add(loop)
+        return result
+
+    @cached_property
+    def drives_training(self) -> bool:
+        """Does the file train: a step loop of its own, or a call of another scanned file's
+        function that holds a training loop (`train_one_epoch(model, loader, ...)` in main.py)?"""
+        return bool(self.step_loops) or any(
+            (callee := self.project_callee(site)) is not None and callee.trains for site in self.calls
+        )
+
+    def _hot(self, stack: Stack, *, through_calls: bool, guards_count: bool = True) -> bool:
+        type_guarded = False
+        for frame in reversed(stack):
+            if frame.kind is FrameKind.GUARD and guards_count:
+                return False
+            type_guarded = type_guarded or frame.kind is FrameKind.TYPE_GUARD
+            if frame.kind is FrameKind.LOOP and frame.node in self.step_loops:
+                return True
+            if frame.kind is FrameKind.FUNCTION:
+                return through_calls and not type_guarded and frame.node in self.hot_functions
+            if frame.kind is FrameKind.CLASS:
+                return False
+        return False
+
+    @cached_property
+    def hot_functions(self) -> set[cst.CSTNode]:
+        """Functions run on every step: called from hot code here (one level), or from a
+        training loop in another scanned file (``Links.hot``), and Lightning training steps."""
+        hot: set[cst.CSTNode] = set()
+        for site in self.calls:
+            if self._hot(site.stack, through_calls=False):
+                hot.update(info.node for info in self.local_callees(site))
+        for key in self.links.hot:
+            owner, _, name = key.rpartition(".")
+            hot.update(info.node for info in self.functions.get(name, ()) if info.class_name == (owner or None))
+        for info in self.functions.get("training_step", ()):
+            if info.class_name and self.is_subclass_of(info.class_name, *LIGHTNING_MODULE):
+                hot.add(info.node)
+        return hot
+
+    def is_hot(self, stack: Stack) -> bool:
+        """Does code at ``stack`` run on every training step (see the module docstring)?"""
+        return self._hot(stack, through_calls=True)
+
+    def in_training_loop(self, stack: Stack) -> bool:
+        """Like ``is_hot``, but code under a periodic guard counts too ("every N steps" is still
+        inside the loop: right for calls that cost a lot each time they run)."""
+        return self._hot(stack, through_calls=True, guards_count=False)
+
+    def step_scope(self, stack: Stack) -> cst.CSTNode | None:
+        """The step loop, or the hot function, that puts code at ``stack`` in the training loop
+        (as ``in_training_loop`` decides), or None: what runs once per step for that code."""
+        if not self.in_training_loop(stack):
+            return None
+        for frame in reversed(stack):
+            if (frame.kind is FrameKind.LOOP and frame.node in self.step_loops) or frame.kind is FrameKind.FUNCTION:
+                return frame.node
+        return None

@@ -1,0 +1,301 @@
+"""Control flow between statements: what encloses a statement, in what order statements come,
+and does a statement run when the script is started with its default options?
+
+`if args.compile: model = torch.compile(model)` with `--compile` defaulting to False, or nanoGPT's
+`compile = False` at module level, leaves the default run uncompiled: a rule must not take such an
+option for the optimization itself. A statement is *off by default* when an `if` on its way
+from the module is certainly not taken with the defaults: its test reads argparse defaults
+(`store_true` flags are False, an option without a default is None), module-level constants and
+literals, combined with `not`/`and`/`or` and `is (not) None`. Anything else (`if use_amp:`,
+`if torch.cuda.is_available():`) counts as taken: a rule stays silent rather than guess.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+from weakref import WeakKeyDictionary
+
+import libcst as cst
+
+from speedfix.model.arguments import argparse_option, find_argument
+from speedfix.model.context import FileContext
+from speedfix.model.frames import Stack
+from speedfix.model.index import CallSite
+from speedfix.syntax.blocks import statement_owner
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of, walk_expression
+from speedfix.syntax.walk import child_nodes
+
+_UNKNOWN = object()  # a default that cannot be known
+_OBJECT = object()  # a default that is some object (a constructor call), certainly not None
+
+
+def off_by_default(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack) -> str | None:
+    """The test (as code, `args.compile`) of the `if` that keeps ``statement`` off the default
+    path, or None when it runs by default or that cannot be known."""
+    for owner in _owners(ctx, statement):
+        if isinstance(owner, cst.If) and default_truth(ctx, owner.test, stack) is False:
+            return code_of(owner.test)
+        for test in _tests_passed_as_false(ctx, owner):
+            if default_truth(ctx, test, stack) is True:
+                return f"not ({code_of(test)})"
+    return None
+
+
+def default_choice(ctx: FileContext, places: Iterable[tuple[cst.BaseStatement | None, Stack]]) -> tuple[bool, str | None]:
+    """(does one of ``places`` run by default?; if none does, the test of the option that turns
+    the first one on). The places are where a script makes a choice (`torch.compile`, a cuDNN
+    setting); `(False, None)` when there are none."""
+    gates: list[str] = []
+    for statement, stack in places:
+        gate = off_by_default(ctx, statement, stack)
+        if gate is None:
+            return True, None
+        gates.append(gate)
+    return False, gates[0] if gates else None
+
+
+def enclosing_statements(ctx: FileContext, statement: cst.BaseStatement) -> list[cst.BaseStatement]:
+    """``statement`` and the compound statements around it, innermost first."""
+    found = [statement]
+    for owner in _owners(ctx, statement):
+        outer = _statement_of(ctx, owner)
+        if isinstance(outer, cst.BaseStatement) and outer is not found[-1]:
+            found.append(outer)
+    return found
+
+
+def _owners(ctx: FileContext, statement: cst.BaseStatement | None) -> Iterator[cst.CSTNode]:
+    """The compound statements and clauses (`else:`, an `elif`) around ``statement``, innermost first."""
+    node: cst.CSTNode | None = statement
+    while isinstance(node, cst.BaseStatement):
+        found = statement_owner(ctx, node)
+        if found is None or isinstance(found[0], cst.Module):
+            return
+        yield found[0]
+        node = _statement_of(ctx, found[0])
+
+
+def default_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, depth: int = 0) -> bool | None:
+    """The truth value of ``test`` with the script's defaults (None: unknown)."""
+    if depth > 4:
+        return None
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = default_truth(ctx, test.expression, stack, depth + 1)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left = default_truth(ctx, test.left, stack, depth + 1)
+        right = default_truth(ctx, test.right, stack, depth + 1)
+        if isinstance(test.operator, cst.And):
+            return False if False in (left, right) else (True if left and right else None)
+        return True if True in (left, right) else (False if left is False and right is False else None)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        return _none_test(ctx, test, stack, depth)
+    value = _default_value(ctx, test, stack, depth)
+    return None if value is _UNKNOWN else _truth(value)
+
+
+def _none_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
+    """`x is None` / `x is not None` with x's default."""
+    target = test.comparisons[0]
+    if not (isinstance(target.comparator, cst.Name) and target.comparator.value == "None"):
+        return None
+    if not isinstance(target.operator, (cst.Is, cst.IsNot)):
+        return None
+    value = _default_value(ctx, test.left, stack, depth)
+    if value is _UNKNOWN:
+        return None
+    is_none = value is None
+    return is_none if isinstance(target.operator, cst.Is) else not is_none
+
+
+def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
+    """A Python value for a literal, a module-level constant or an argparse option's default
+    (``_UNKNOWN`` when it cannot be known)."""
+    if depth > 6:
+        return _UNKNOWN
+    if isinstance(node, cst.Name):
+        if node.value in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[node.value]
+        value = ctx.single_value(node.value, stack)
+        if value is None:
+            return _argument_default(ctx, node.value, stack, depth)
+        return _default_value(ctx, value, stack, depth + 1)
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return node.evaluated_value
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value
+    if isinstance(node, cst.IfExp):  # `GradScaler() if args.amp else None`
+        chosen = default_truth(ctx, node.test, stack, depth + 1)
+        return _UNKNOWN if chosen is None else _default_value(ctx, node.body if chosen else node.orelse, stack, depth + 1)
+    if isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1][:1].isupper():
+        return _OBJECT  # a class's constructor: some object, never None
+    option = argparse_option(ctx, node)
+    if option is not None:
+        return _option_default(ctx, option.node, stack, depth)
+    return _UNKNOWN
+
+
+def _argument_default(ctx: FileContext, name: str, stack: Stack, depth: int) -> object:
+    """A parameter of a module-level function: the value every call of it in the file passes
+    (torchvision's `train_one_epoch(..., scaler)` with `scaler = GradScaler() if args.amp else None`)."""
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
+        return _UNKNOWN
+    params = [param.name.value for param in function.params.params]
+    if name not in params or not any(
+            info.node is function and not info.stack for info in ctx.functions.get(function.name.value, ())):
+        return _UNKNOWN
+    index = params.index(name)
+    values = []
+    for site in ctx.calls:
+        if site.func != function.name.value:
+            continue
+        passed = find_argument(ctx, site, name, index)
+        given = function.params.params[index].default if passed.missing else passed.node
+        if given is None:
+            return _UNKNOWN  # `*args` in the call, or a required parameter left out
+        values.append(_default_value(ctx, given, site.stack, depth + 1))
+    if not values or any(v is _UNKNOWN for v in values) or any(v is not values[0] and v != values[0] for v in values):
+        return _UNKNOWN
+    return values[0]
+
+
+def _option_default(ctx: FileContext, call: cst.Call, stack: Stack, depth: int) -> object:
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    if "default" in keywords:
+        return _default_value(ctx, keywords["default"], stack, depth + 1)
+    action = keywords.get("action")
+    if isinstance(action, cst.SimpleString):
+        kind = action.evaluated_value
+        if kind == "store_true":
+            return False
+        if kind == "store_false":
+            return True
+        if kind in ("store", "append", "count"):
+            return None
+        return _UNKNOWN
+    return None if action is None else _UNKNOWN
+
+
+def _truth(value: object) -> bool | None:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return bool(value)
+    return None  # _OBJECT: its truth is its class's business
+
+
+# ---------------------------------------------------------------- if/elif/else structure
+def _tests_passed_as_false(ctx: FileContext, owner: cst.CSTNode) -> Iterator[cst.BaseExpression]:
+    """For an `else:` clause or an `elif`, the tests of the earlier branches (all False there)."""
+    parent = _chain_parents(ctx).get(id(owner))
+    while parent is not None:
+        yield parent.test
+        parent = _chain_parents(ctx).get(id(parent))
+
+
+def _statement_of(ctx: FileContext, owner: cst.CSTNode) -> cst.CSTNode | None:
+    """The statement ``owner`` (a compound statement or one of its clauses) belongs to."""
+    top = owner
+    while id(top) in _chain_parents(ctx):
+        top = _chain_parents(ctx)[id(top)]
+    if isinstance(top, (cst.Else, cst.ExceptHandler, cst.Finally, cst.ExceptStarHandler)):
+        return _clause_owners(ctx).get(id(top))
+    return top
+
+
+def comes_before(ctx: FileContext, first: cst.BaseStatement, second: cst.BaseStatement) -> bool:
+    """Does ``first`` start before ``second`` in the file?"""
+    order = _ORDER.get(ctx)
+    if order is None:
+        order = _ORDER[ctx] = {id(node): index for index, node in enumerate(_statements_in_order(ctx.module.body))}
+    return order.get(id(first), -1) < order.get(id(second), -1)
+
+
+def _statements_in_order(body) -> Iterator[cst.BaseStatement]:  # type: ignore[no-untyped-def]
+    for node in body:
+        yield node
+        if isinstance(node, cst.BaseCompoundStatement):
+            for child in child_nodes(node):
+                if isinstance(child, cst.IndentedBlock):
+                    yield from _statements_in_order(child.body)
+                elif isinstance(child, cst.If):
+                    yield from _statements_in_order([child])
+                elif isinstance(child, (cst.Else, cst.ExceptHandler, cst.Finally, cst.ExceptStarHandler)):
+                    yield from _statements_in_order(_clause_body(child))
+
+
+_ORDER: WeakKeyDictionary[FileContext, dict[int, int]] = WeakKeyDictionary()
+_CHAINS: WeakKeyDictionary[FileContext, tuple[dict[int, cst.If], dict[int, cst.CSTNode]]] = WeakKeyDictionary()
+
+
+def _chain_parents(ctx: FileContext) -> dict[int, cst.If]:
+    """id(an `elif` If or an `else` clause of an if-chain) -> the If it continues."""
+    return _index(ctx)[0]
+
+
+def _clause_owners(ctx: FileContext) -> dict[int, cst.CSTNode]:
+    """id(an `else`/`except`/`finally` clause of a loop or try) -> its statement."""
+    return _index(ctx)[1]
+
+
+def _index(ctx: FileContext) -> tuple[dict[int, cst.If], dict[int, cst.CSTNode]]:
+    found = _CHAINS.get(ctx)
+    if found is None:
+        parents: dict[int, cst.If] = {}
+        clauses: dict[int, cst.CSTNode] = {}
+        for statement in _compound_statements(ctx.module.body):
+            if isinstance(statement, cst.If):
+                current = statement
+                while current.orelse is not None:
+                    parents[id(current.orelse)] = current
+                    if not isinstance(current.orelse, cst.If):
+                        break
+                    current = current.orelse
+            for child in child_nodes(statement):
+                if isinstance(child, (cst.Else, cst.ExceptHandler, cst.Finally, cst.ExceptStarHandler)):
+                    clauses.setdefault(id(child), statement)
+        found = _CHAINS[ctx] = (parents, clauses)
+    return found
+
+
+def _compound_statements(body) -> Iterator[cst.BaseCompoundStatement]:  # type: ignore[no-untyped-def]
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        if not isinstance(node, cst.BaseCompoundStatement):
+            continue
+        yield node
+        for child in child_nodes(node):
+            if isinstance(child, cst.IndentedBlock):
+                todo.extend(child.body)
+            elif isinstance(child, cst.If):  # an `elif`
+                todo.append(child)
+            elif isinstance(child, (cst.Else, cst.ExceptHandler, cst.Finally, cst.ExceptStarHandler)):
+                todo.extend(_clause_body(child))
+
+
+def _clause_body(clause: cst.CSTNode) -> list[cst.BaseStatement]:
+    body = getattr(clause, "body", None)
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else []
+
+
+def assigned_name(site: CallSite) -> str | None:
+    """`loader = DataLoader(...)`: the name the call's value is bound to."""
+    statement = site.statement
+    if statement is None or len(statement.body) != 1 or not isinstance(statement.body[0], cst.Assign):
+        return None
+    assign = statement.body[0]
+    if assign.value is not site.node or len(assign.targets) != 1:
+        return None
+    return dotted_name(assign.targets[0].target)
+
+
+def is_returned(function: cst.FunctionDef, site: CallSite) -> bool:
+    """Does ``function`` return what the call of ``site`` makes: `return DataLoader(...)`,
+    `return train, val`, or `optimizer = SGD(...)` then `return optimizer`?"""
+    name = assigned_name(site)
+    for node in walk_expression(function.body):
+        if isinstance(node, cst.Return) and node.value is not None:
+            if any(n is site.node or (name is not None and dotted_name(n) == name) for n in walk_expression(node.value)):
+                return True
+    return False

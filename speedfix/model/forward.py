@@ -1,0 +1,180 @@
+"""The forward pass of a training step, as the statements of a block show it.
+
+Several fixes put a `with` around the statements that run the model and compute the loss that a
+``backward()`` call differentiates (autocast, SF202; DDP's ``no_sync``, SF802), and some rules
+ask whether code runs the model at all (an evaluation loop, SF702). A "model call" is a call of a
+local object (``model(x)``, ``self.net(x)``) that is not named like a loss function; calls of
+imports, of the file's own functions and classes, and of builtins are not.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+
+import libcst as cst
+
+from speedfix.model.context import FileContext
+from speedfix.model.index import CallSite
+from speedfix.syntax.blocks import statement_owner
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import target_names, walk_expression
+
+# Calls that move or reshape a batch rather than run the model: a statement made only of these
+# is data preparation and stays outside the wrapped block.
+_DATA_MOVES = frozenset({"to", "cuda", "pin_memory", "float", "long", "view", "reshape", "squeeze", "unsqueeze"})
+_STEP_CALLS = frozenset({"backward", "step", "zero_grad"})
+LOSS_NAME = re.compile(r"loss|criterion", re.IGNORECASE)
+
+
+def forward_range(ctx: FileContext, statements: list[cst.BaseStatement], site: CallSite) -> tuple[int, int] | None:
+    """(first, last) indices in ``statements`` of those computing the loss that the backward call
+    ``site`` differentiates: from the model call to the last assignment of the loss before the
+    backward statement. None when they are not next to it in the same block."""
+    index = next((i for i, s in enumerate(statements) if s is site.statement), None)
+    func = site.node.func
+    if index is None or site.statement is None or not isinstance(func, cst.Attribute) or len(site.statement.body) != 1:
+        return None
+    loss = _loss_name(func.value)
+    if loss is None:
+        return None
+    end = next((i for i in range(index - 1, -1, -1) if loss in assigned_names(statements[i])), None)
+    if end is None:
+        return None
+    needed = read_names(statements[end])
+    start = end
+    for i in range(end - 1, -1, -1):
+        candidate = statements[i]
+        if not (assigned_names(candidate) & needed) or not _computes(candidate):
+            break
+        needed |= read_names(candidate)
+        start = i
+    while start <= end and not calls_model(ctx, statements[start]):
+        start += 1
+    if start > end or any(steps(statements[i]) for i in range(start, end + 1)):
+        return None
+    return start, end
+
+
+def calls_model(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Does ``node`` call the model (a local object that is not the loss function)?"""
+    for child in walk_expression(node):
+        if isinstance(child, cst.Call):
+            name = dotted_name(child.func)
+            if is_local_object(ctx, name) and not LOSS_NAME.search(name or ""):
+                return True
+    return False
+
+
+def is_local_object(ctx: FileContext, name: str | None) -> bool:
+    """`model(x)`, `self.net(x)`: a call of an object (the model, a loss module), not of an
+    import, a def, a class or a builtin."""
+    if name is None:
+        return False
+    root = name.split(".")[0]
+    if root == "self":
+        return name.count(".") == 1
+    if "." in name or ctx.imports.resolve(root) is not None:
+        return False
+    return root not in ctx.functions and root not in ctx.classes and not hasattr(builtins, root)
+
+
+def backward_calls(ctx: FileContext) -> list[CallSite]:
+    """`loss.backward()` calls in training loops (not `accelerator.backward(loss)`, whose
+    framework owns precision and gradient sync)."""
+    return [
+        site for site in ctx.method_calls("backward")
+        if not (site.node.args and site.node.args[0].keyword is None) and ctx.in_training_loop(site.stack)
+    ]
+
+
+def statement_block(ctx: FileContext, statement: cst.BaseStatement | None) -> tuple[cst.IndentedBlock, list[cst.BaseStatement]] | None:
+    """(the indented block that holds ``statement``, its statements), or None (module level, a
+    one-line block)."""
+    found = statement_owner(ctx, statement) if statement is not None else None
+    block = getattr(found[0], "body", None) if found is not None else None
+    return (block, found[1]) if found is not None and isinstance(block, cst.IndentedBlock) else None
+
+
+def wrap(block: cst.CSTNode, spans: list[tuple[int, int]], context: str) -> cst.CSTNode:
+    """``block`` with the statements of each (first, last) span inside `with <context>:`.
+
+    A fix using this restructures the block (``Rule.report(restructures=block)``), so no other
+    fix touches it in the same pass: the indices computed from the analysed block still hold."""
+    assert isinstance(block, cst.IndentedBlock)
+    body = list(block.body)
+    for start, end in sorted(set(spans), reverse=True):
+        body[start : end + 1] = [with_statement(context, body[start : end + 1])]
+    return block.with_changes(body=body)
+
+
+def with_statement(context: str, statements: list[cst.BaseStatement]) -> cst.With:
+    """`with <context>:` around ``statements``; the comments above the first one go above it."""
+    head = statements[0]
+    return cst.With(
+        items=[cst.WithItem(cst.parse_expression(context))],
+        body=cst.IndentedBlock(body=[head.with_changes(leading_lines=[]), *statements[1:]]),
+        leading_lines=head.leading_lines,
+    )
+
+
+def _loss_name(receiver: cst.BaseExpression) -> str | None:
+    """`loss` in `loss.backward()`, `(loss / accum).backward()` and `scaler.scale(loss).backward()`."""
+    if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value == "scale":
+        receiver = receiver.args[0].value if receiver.args else receiver
+    if isinstance(receiver, cst.BinaryOperation):
+        receiver = receiver.left
+    return dotted_name(receiver)
+
+
+def assigned_names(statement: cst.BaseStatement | cst.Else, *, in_with: bool = False) -> set[str]:
+    """Names a statement assigns, looking into `with` blocks (`with autocast(): loss = ...`) and,
+    inside one, into the branches of an `if` (DINO's frozen backbone: `with torch.no_grad(): if
+    vit: ... else: ...`). An `if` of its own is not looked into: its branches may compute
+    different things (`output, hidden = model(x, hidden)` in one of them)."""
+    if isinstance(statement, cst.With) or (in_with and isinstance(statement, (cst.If, cst.Else))):
+        if not isinstance(statement.body, cst.IndentedBlock):
+            return set()
+        names: set[str] = set()
+        for inner in statement.body.body:
+            names |= assigned_names(inner, in_with=True)
+        orelse = getattr(statement, "orelse", None)
+        return names | assigned_names(orelse, in_with=True) if orelse is not None else names
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return set()
+    names = set()
+    for small in statement.body:
+        if isinstance(small, cst.Assign):
+            for target in small.targets:
+                names.update(target_names(target.target))
+        elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
+            names.update(target_names(small.target))
+    return names
+
+
+def read_names(node: cst.CSTNode) -> set[str]:
+    """Every dotted name in ``node``: `self.model` gives `self.model` and `self`."""
+    names: set[str] = set()
+    for child in walk_expression(node):
+        if isinstance(child, (cst.Name, cst.Attribute)):
+            name = dotted_name(child)
+            if name:
+                names.add(name)
+    return names
+
+
+def _computes(statement: cst.BaseStatement) -> bool:
+    """Does the statement call anything besides moving or reshaping data?"""
+    for node in walk_expression(statement):
+        if isinstance(node, cst.Call):
+            if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in _DATA_MOVES):
+                return True
+    return False
+
+
+def steps(statement: cst.CSTNode) -> bool:
+    """Does the statement call `backward()`, `step()` or `zero_grad()`?"""
+    return any(
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _STEP_CALLS
+        for node in walk_expression(statement)
+    )

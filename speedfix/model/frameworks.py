@@ -1,0 +1,136 @@
+"""What the training frameworks tell about a script: Lightning, Hugging Face's Trainer, Accelerate.
+
+A framework script often never writes "cuda": Lightning's `Trainer` uses the GPU whenever one is
+there (its default `accelerator="auto"`), so do Hugging Face's `TrainingArguments` (unless
+`use_cpu=True`) and Accelerate's `Accelerator` (unless `cpu=True`), and all three move the
+batches to the device themselves. These helpers read that from the code; they never import a
+framework.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.model.arguments import find_argument, literal_bool, string_value
+from speedfix.model.context import FileContext, LIGHTNING_MODULE
+from speedfix.model.frames import class_of_method
+from speedfix.model.index import CallSite
+from speedfix.syntax.names import dotted_name
+
+LIGHTNING_TRAINER = (
+    "lightning.Trainer",
+    "lightning.pytorch.Trainer",
+    "lightning.pytorch.trainer.Trainer",
+    "lightning.pytorch.trainer.trainer.Trainer",
+    "pytorch_lightning.Trainer",
+    "pytorch_lightning.trainer.Trainer",
+    "pytorch_lightning.trainer.trainer.Trainer",
+)
+LIGHTNING_FABRIC = ("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric")
+LIGHTNING_CLI = (
+    "lightning.pytorch.cli.LightningCLI",
+    "pytorch_lightning.cli.LightningCLI",
+    "pytorch_lightning.utilities.cli.LightningCLI",
+)
+LIGHTNING_DATAMODULE = (
+    "lightning.LightningDataModule",
+    "lightning.pytorch.LightningDataModule",
+    "lightning.pytorch.core.LightningDataModule",
+    "pytorch_lightning.LightningDataModule",
+)
+HF_TRAINING_ARGUMENTS = (
+    "transformers.TrainingArguments",
+    "transformers.training_args.TrainingArguments",
+    "transformers.Seq2SeqTrainingArguments",
+    "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+)
+ACCELERATOR = ("accelerate.Accelerator", "accelerate.accelerator.Accelerator")
+# Bytes that can make a file GPU code without the word "cuda" (for `Rule.may_apply`'s prefilter).
+GPU_MARKERS = (b"Trainer", b"TrainingArguments", b"Accelerator", b"Fabric", b"Lightning")
+# Why a finding on a framework setting has no fix: the call does not write the value itself.
+SET_ELSEWHERE = "the value is set outside the call (a constant or an argparse default)"
+# Lightning accelerators that are certainly not a CUDA GPU.
+_NOT_CUDA = frozenset({"cpu", "tpu", "mps", "hpu", "ipu", "xla"})
+
+
+def lightning_on_gpu(ctx: FileContext, site: CallSite) -> bool:
+    """Does this Lightning `Trainer(...)`/`Fabric(...)` train on a CUDA GPU when there is one?
+
+    Its `accelerator` defaults to "auto", which picks the GPU: only a known CPU/TPU/MPS value
+    says no. A value speedfix cannot know (`accelerator=args.accelerator` without a default)
+    means no, so that the framework rules stay silent rather than guess.
+    """
+    accelerator = find_argument(ctx, site, "accelerator")
+    if accelerator.missing:
+        return True
+    value = string_value(ctx, accelerator.node, site.stack)
+    return value is not None and value.lower() not in _NOT_CUDA
+
+
+def hf_args_on_gpu(ctx: FileContext, site: CallSite) -> bool:
+    """`TrainingArguments` train on CUDA when it is there, unless told `use_cpu`/`no_cuda`."""
+    for keyword in ("use_cpu", "no_cuda"):
+        flag = find_argument(ctx, site, keyword)
+        if flag.unknown or (not flag.missing and literal_bool(ctx, flag.node, site.stack) is not False):
+            return False
+    return True
+
+
+def accelerator_on_gpu(ctx: FileContext, site: CallSite) -> bool:
+    """`Accelerator(...)` places everything on the GPU when there is one, unless `cpu=True`."""
+    cpu = find_argument(ctx, site, "cpu")
+    return cpu.missing or literal_bool(ctx, cpu.node, site.stack) is False
+
+
+def framework_uses_cuda(ctx: FileContext) -> bool:
+    """CUDA evidence from the frameworks: a GPU-capable Lightning Trainer or Fabric (without one, a
+    `LightningCLI` or a LightningModule/DataModule: Lightning's default accelerator is the GPU),
+    Hugging Face `TrainingArguments`, an `Accelerator`, or `accelerator.device` used as a device.
+
+    Each of them also moves the batches to the device itself, so a DataLoader in such a file
+    feeds the GPU without any `.to()`/`.cuda()` in the file."""
+    trainers = ctx.calls_to(*LIGHTNING_TRAINER, *LIGHTNING_FABRIC)
+    if any(lightning_on_gpu(ctx, site) for site in trainers):
+        return True
+    if not trainers and (ctx.calls_to(*LIGHTNING_CLI) or any(is_lightning_class(ctx, name) for name in ctx.classes)):
+        return True
+    return (
+        any(hf_args_on_gpu(ctx, site) for site in ctx.calls_to(*HF_TRAINING_ARGUMENTS))
+        or any(accelerator_on_gpu(ctx, site) for site in ctx.calls_to(*ACCELERATOR))
+        or _uses_accelerator_device(ctx)
+    )
+
+
+def is_lightning_class(ctx: FileContext, class_name: str | None) -> bool:
+    """A LightningModule or LightningDataModule defined in this file."""
+    return class_name is not None and ctx.is_subclass_of(class_name, *LIGHTNING_MODULE, *LIGHTNING_DATAMODULE)
+
+
+def in_lightning_method(ctx: FileContext, site: CallSite) -> bool:
+    """Is the call in a method of a LightningModule/LightningDataModule of this file?"""
+    owner = class_of_method(site.stack)
+    return owner is not None and is_lightning_class(ctx, owner.name.value)
+
+
+def _uses_accelerator_device(ctx: FileContext) -> bool:
+    """`model.to(accelerator.device)`, `device = accelerator.device` (Accelerate's idiom)."""
+    holders = {"accelerator", *_assigned_from(ctx, ACCELERATOR)}
+
+    def is_device(node: cst.BaseExpression) -> bool:
+        name = dotted_name(node) or ""
+        owner, _, attr = name.rpartition(".")
+        return attr == "device" and (owner in holders or owner.endswith(".accelerator"))
+
+    if any(is_device(a.value) for found in ctx.assignments.values() for a in found):
+        return True
+    return any(is_device(arg.value) for site in ctx.method_calls("to") for arg in site.node.args)
+
+
+def _assigned_from(ctx: FileContext, qualnames: tuple[str, ...]) -> set[str]:
+    """Variables assigned the result of one of these calls (`accelerator = Accelerator(...)`)."""
+    names: set[str] = set()
+    for site in ctx.calls_to(*qualnames):
+        for statement in site.statement.body if site.statement is not None else ():
+            if isinstance(statement, cst.Assign) and statement.value is site.node:
+                names.update(n for target in statement.targets if (n := dotted_name(target.target)))
+    return names

@@ -1,0 +1,436 @@
+"""The file index: what one file says, recorded in the one batched walk that also runs the rules.
+
+``FileIndex`` is the first visitor of the batch. While the tree is walked it records imports,
+calls, assignments, loops, functions, classes and ``with`` blocks, each with the *stack* of
+enclosing frames (``speedfix.model.frames``), the names each scope binds
+(``speedfix.model.scopes``) and what the file mentions (CUDA, 16-bit dtypes). After the walk
+it answers lookups: the qualified name of a call, the calls of a torch function, the value a
+name certainly holds, the bases of a class. What the recorded code means for training is the
+business of the modules above it (``speedfix.model.context`` for the training loops).
+
+Rules record candidates during the walk and decide in ``Rule.finish()``, when the whole file is
+known: a ``DataLoader`` may be created before the loop that proves the script trains on CUDA,
+and an import may follow its first use.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterator, Union
+
+import libcst as cst
+
+from speedfix.model.frames import (Frame, FrameKind, Stack, at_module_level, class_of, enclosing_loops, function_of,
+                                   in_main_guard, nearest_loop)
+from speedfix.model.scopes import NameBindings
+from speedfix.model.versions import TorchVersion
+from speedfix.project.linker import Links
+from speedfix.project.steps import CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS
+from speedfix.syntax.names import ImportTable, dotted_name, line_binds
+from speedfix.syntax.nodes import is_main_guard, target_names, walk_expression
+from speedfix.syntax.walk import Visitor
+
+Loop = Union[cst.For, cst.While]
+FunctionNode = cst.FunctionDef
+
+
+@dataclass(slots=True)
+class CallSite:
+    node: cst.Call
+    func: str | None  # dotted name as written (`DL`, `torch.utils.data.DataLoader`, `opt.step`)
+    stack: Stack
+    statement: cst.SimpleStatementLine | None
+
+
+@dataclass(slots=True)
+class Assignment:
+    target: str  # dotted: `model`, `self.model`
+    value: cst.BaseExpression
+    stack: Stack
+    statement: cst.SimpleStatementLine | None
+    unpacked: bool = False  # `x, y = value`: target is one element of value
+    augmented: bool = False  # `x += value`
+    position: int | None = None  # `x, y = value`: the target's place in a flat target tuple (`y`: 1)
+
+    @property
+    def part(self) -> cst.BaseExpression | None:
+        """`x, y = a, b`: the element the target takes (`a`); None unless both sides are flat
+        and of one length."""
+        value = self.value
+        if self.position is None or not isinstance(value, (cst.Tuple, cst.List)):
+            return None
+        elements = value.elements
+        if any(isinstance(element, cst.StarredElement) for element in elements) or self.position >= len(elements):
+            return None
+        return elements[self.position].value
+
+
+@dataclass(slots=True)
+class LoopInfo:
+    node: Loop
+    stack: Stack  # frames enclosing the loop statement itself
+    targets: tuple[str, ...]  # names bound by a `for` target
+    iter: cst.BaseExpression | None
+
+
+@dataclass(slots=True)
+class FunctionInfo:
+    node: FunctionNode
+    name: str
+    class_name: str | None
+    stack: Stack
+
+
+@dataclass(slots=True)
+class ClassInfo:
+    node: cst.ClassDef
+    name: str
+    bases: list[str]
+
+
+@dataclass(slots=True)
+class WithInfo:
+    node: cst.With
+    items: list[cst.BaseExpression]
+    stack: Stack
+
+
+_LOW_PRECISION = frozenset({"bfloat16", "float16", "half"})
+
+
+def _is_periodic_test(test: cst.BaseExpression) -> bool:
+    """`step % N == 0`, `not (i % N)`, `(i + 1) % N == 0 and ...`: logging, not the hot path.
+
+    Only a modulo makes a guard periodic: `if rank == 0:` or `if verbose:` still run every step.
+    """
+    return any(
+        isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)
+        for node in walk_expression(test)
+    )
+
+
+def _is_tensor_type_test(test: cst.BaseExpression) -> bool:
+    """`isinstance(v, torch.Tensor)`, `torch.is_tensor(v)`."""
+    if not isinstance(test, cst.Call):
+        return False
+    name = dotted_name(test.func) or ""
+    if name.endswith("is_tensor"):
+        return True
+    return name == "isinstance" and len(test.args) == 2 and (dotted_name(test.args[1].value) or "").endswith("Tensor")
+
+
+class FileIndex(NameBindings, Visitor):
+    """What one file says; also the indexing visitor that records it."""
+
+    def __init__(self, module: cst.Module, path: str, torch_version: TorchVersion, links: Links | None = None) -> None:
+        Visitor.__init__(self)
+        NameBindings.__init__(self)
+        self.module = module
+        self.path = path
+        self.torch_version = torch_version
+        self.links = links or Links()  # what the other files of the scan tell this one
+        self.imports = ImportTable()
+        self.calls: list[CallSite] = []
+        self.assignments: dict[str, list[Assignment]] = defaultdict(list)
+        # `kw["num_workers"] = 4`: mutations of a dict that **kwargs resolution must respect
+        self.item_assignments: dict[str, list[Assignment]] = defaultdict(list)
+        self.loops: dict[cst.CSTNode, LoopInfo] = {}
+        self.functions: dict[str, list[FunctionInfo]] = defaultdict(list)
+        self.classes: dict[str, ClassInfo] = {}
+        self.withs: list[WithInfo] = []
+        self.module_imports: list[cst.SimpleStatementLine] = []  # top-level import lines
+        self.import_lines: list[cst.SimpleStatementLine] = []  # every import line, any depth
+        self.mentions_cuda = False
+        self.mentions_low_precision = False  # torch.bfloat16/float16/half, "bf16-mixed", ...
+        self._quotes = {"'": 0, '"': 0}
+        self.stack: Stack = ()
+        self._statement: cst.SimpleStatementLine | None = None
+        self._import_depth = 0
+        self._framed_ifs: set[cst.If] = set()
+
+    # ------------------------------------------------------------------ indexing visitor
+    def _push(self, kind: FrameKind, node: cst.CSTNode) -> None:
+        self.stack = self.stack + (Frame(kind, node),)
+
+    def _pop(self) -> None:
+        self.stack = self.stack[:-1]
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._statement = node
+        if any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body):
+            self.import_lines.append(node)
+            if not self.stack:
+                self.module_imports.append(node)
+
+    def leave_SimpleStatementLine(self, original_node: cst.SimpleStatementLine) -> None:
+        self._statement = None
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.imports.add_import(node, module_level=not self._in_function())
+        self._import_depth += 1
+
+    def leave_Import(self, original_node: cst.Import) -> None:
+        self._import_depth -= 1
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.imports.add_import_from(node, module_level=not self._in_function())
+        self._import_depth += 1
+
+    def leave_ImportFrom(self, original_node: cst.ImportFrom) -> None:
+        self._import_depth -= 1
+
+    @property
+    def in_import(self) -> bool:
+        return self._import_depth > 0
+
+    def _in_function(self) -> bool:
+        return any(frame.kind is FrameKind.FUNCTION for frame in self.stack)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        name = node.name.value
+        owner = self.stack[-1].node if self.stack and self.stack[-1].kind is FrameKind.CLASS else None
+        class_name = owner.name.value if isinstance(owner, cst.ClassDef) else None
+        self.functions[name].append(FunctionInfo(node, name, class_name, self.stack))
+        if not self.stack:
+            self.imports.local_definitions.add(name)
+        self._push(FrameKind.FUNCTION, node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        bases = [dotted_name(arg.value) or "" for arg in node.bases if arg.keyword is None]
+        self.classes[node.name.value] = ClassInfo(node, node.name.value, bases)
+        if not self.stack:
+            self.imports.local_definitions.add(node.name.value)
+        self._push(FrameKind.CLASS, node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._pop()
+
+    def visit_For(self, node: cst.For) -> None:
+        self.loops[node] = LoopInfo(node, self.stack, target_names(node.target), node.iter)
+
+    def visit_For_body(self, node: cst.For) -> None:
+        self._push(FrameKind.LOOP, node)
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self._pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self.loops[node] = LoopInfo(node, self.stack, (), None)
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self._push(FrameKind.LOOP, node)
+
+    def leave_While_body(self, node: cst.While) -> None:
+        self._pop()
+
+    def visit_If_body(self, node: cst.If) -> None:
+        if is_main_guard(node.test):
+            self._push(FrameKind.MAIN, node)
+        elif _is_periodic_test(node.test):
+            self._push(FrameKind.GUARD, node)
+        elif _is_tensor_type_test(node.test) and self._in_function():
+            self._push(FrameKind.TYPE_GUARD, node)
+        else:
+            return
+        self._framed_ifs.add(node)
+
+    def leave_If_body(self, node: cst.If) -> None:
+        if node in self._framed_ifs:
+            self._framed_ifs.discard(node)
+            self._pop()
+
+    def visit_With(self, node: cst.With) -> None:
+        self.withs.append(WithInfo(node, [item.item for item in node.items], self.stack))
+
+    def visit_With_body(self, node: cst.With) -> None:
+        self._push(FrameKind.WITH, node)
+
+    def leave_With_body(self, node: cst.With) -> None:
+        self._pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(CallSite(node, dotted_name(node.func), self.stack, self._statement))
+        if isinstance(node.func, cst.Name) and node.func.value in CUDA_DEVICE_HELPERS:
+            self.mentions_cuda = True  # `try_gpu()`
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._record_assignment(target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._record_assignment(node.target, node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        name = dotted_name(node.target)
+        if name:
+            self.assignments[name].append(
+                Assignment(name, node.value, self.stack, self._statement, augmented=True)
+            )
+
+    def _record_assignment(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            names = target_names(target)
+            flat = len(names) == len(target.elements) and not any(isinstance(e, cst.StarredElement) for e in target.elements)
+            for position, name in enumerate(names):
+                self.assignments[name].append(Assignment(
+                    name, value, self.stack, self._statement, unpacked=True, position=position if flat else None
+                ))
+            return
+        if isinstance(target, cst.Subscript):
+            owner = dotted_name(target.value)
+            if owner:
+                self.item_assignments[owner].append(Assignment(owner, value, self.stack, self._statement))
+            return
+        name = dotted_name(target)
+        if name:
+            self.assignments[name].append(Assignment(name, value, self.stack, self._statement))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        attr = node.attr.value
+        if attr in CUDA_ATTRIBUTES or (isinstance(node.value, cst.Name) and node.value.value in CUDA_OBJECTS):
+            self.mentions_cuda = True
+        elif attr in _LOW_PRECISION:
+            self.mentions_low_precision = True
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if "cuda" in node.value:
+            self.mentions_cuda = True
+        if "16" in node.value and any(tag in node.value for tag in ("bf16", "fp16", "16-mixed", "float16")):
+            self.mentions_low_precision = True
+        quote = node.quote[0]
+        if quote in self._quotes:
+            self._quotes[quote] += 1
+
+    @property
+    def quote(self) -> str:
+        """The file's prevailing quote character, for string literals a fix writes."""
+        return "'" if self._quotes["'"] > self._quotes['"'] else '"'
+    # ------------------------------------------------------------------ frames
+    # The stack questions of ``frames``, asked of the index as rules have always asked them.
+    function_of = staticmethod(function_of)
+    class_of = staticmethod(class_of)
+    nearest_loop = staticmethod(nearest_loop)
+    enclosing_loops = staticmethod(enclosing_loops)
+    in_main_guard = staticmethod(in_main_guard)
+    at_module_level = staticmethod(at_module_level)
+    # ------------------------------------------------------------------ names
+
+    def qualname(self, node: cst.BaseExpression | None) -> str | None:
+        """Qualified name of a Name/Attribute chain through the file's imports."""
+        if node is None:
+            return None
+        return self.imports.resolve(dotted_name(node))
+
+    def call_qualname(self, site: CallSite) -> str | None:
+        return self.imports.resolve(site.func)
+
+    @cached_property
+    def calls_by_qualname(self) -> dict[str, list[CallSite]]:
+        index: dict[str, list[CallSite]] = defaultdict(list)
+        for site in self.calls:
+            name = self.imports.resolve(site.func)
+            if name:
+                index[name].append(site)
+        return index
+
+    @cached_property
+    def _sites(self) -> dict[cst.Call, CallSite]:
+        return {site.node: site for site in self.calls}
+
+    def site_of(self, call: cst.Call) -> CallSite | None:
+        return self._sites.get(call)
+
+    def calls_to(self, *qualnames: str) -> list[CallSite]:
+        found: list[CallSite] = []
+        for name in qualnames:
+            found.extend(self.calls_by_qualname.get(name, ()))
+        return found
+
+    def method_calls(self, attr: str) -> Iterator[CallSite]:
+        """Calls of the form `<expr>.attr(...)`."""
+        for site in self.calls:
+            func = site.node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == attr:
+                yield site
+
+    def imports_binding(self, local: str) -> list[cst.SimpleStatementLine]:
+        return [line for line in self.import_lines if line_binds(line, local)]
+
+    def local_name_for(self, qualified: str, stack: Stack = ()) -> str | None:
+        """How code inserted at ``stack`` can spell ``qualified`` with the file's module-level
+        imports (``T.compile``), or None when no imported name certainly means it there."""
+        return self.imports.local_name_for(qualified, module_level=True,
+                                           usable=lambda local, target: self.means(local, target, stack))
+    # ------------------------------------------------------------------ values
+
+    @cached_property
+    def assignments_by_function(self) -> dict[cst.CSTNode | None, dict[str, list[Assignment]]]:
+        """Function node (None: module level) -> target -> its assignments there, in file order.
+
+        Built once after the walk: looking a name up among all of the file's assignments for
+        every use made the scan quadratic on generated files with thousands of functions."""
+        index: dict[cst.CSTNode | None, dict[str, list[Assignment]]] = {}
+        for name, found in self.assignments.items():
+            for assignment in found:
+                index.setdefault(self.function_of(assignment.stack), {}).setdefault(name, []).append(assignment)
+        return index
+
+    def assignments_in(self, function: cst.CSTNode | None, name: str) -> list[Assignment]:
+        """Assignments to ``name`` directly in ``function`` (None: at module level)."""
+        return self.assignments_by_function.get(function, {}).get(name, [])
+
+    def assignments_in_scope(self, name: str, stack: Stack) -> list[Assignment]:
+        """Assignments to ``name`` in the function of ``stack``, else at module level."""
+        function = self.function_of(stack)
+        local = self.assignments_in(function, name)
+        if local or function is None:
+            return list(local)
+        return list(self.assignments_in(None, name))
+
+    def single_value(self, name: str, stack: Stack) -> cst.BaseExpression | None:
+        """The value of a name assigned exactly once (plainly) in scope, else None."""
+        found = self.assignments_in_scope(name, stack)
+        if len(found) != 1 or found[0].unpacked or found[0].augmented:
+            return None
+        return found[0].value
+
+    def constructor_of(self, expr: cst.BaseExpression, stack: Stack) -> str | None:
+        """Qualified name of the call that made ``expr`` (`opt = torch.optim.AdamW(...)`)."""
+        name = dotted_name(expr)
+        if name is None:
+            return None
+        value = self.single_value(name, stack)
+        if isinstance(value, cst.Call):
+            return self.qualname(value.func) or dotted_name(value.func)
+        return None
+    # ------------------------------------------------------------------ classes
+
+    def class_bases(self, class_name: str, _seen: frozenset[str] = frozenset()) -> set[str]:
+        """Qualified bases of a class defined in this file, transitively through local classes."""
+        info = self.classes.get(class_name)
+        if info is None or class_name in _seen:
+            return set()
+        result: set[str] = set()
+        for base in info.bases:
+            qualified = self.imports.resolve(base)
+            if qualified:
+                result.add(qualified)
+            elif base in self.classes:
+                result |= self.class_bases(base, _seen | {class_name})
+        return result
+
+    def is_subclass_of(self, class_name: str, *qualnames: str) -> bool:
+        return bool(self.class_bases(class_name) & set(qualnames))
+    # ------------------------------------------------------------------ the module
+
+    @cached_property
+    def has_main_guard(self) -> bool:
+        return any(
+            isinstance(statement, cst.If) and is_main_guard(statement.test) for statement in self.module.body
+        )

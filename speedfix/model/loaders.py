@@ -1,0 +1,388 @@
+"""What a script tells about one of its DataLoaders: where its samples live and how often it is
+iterated.
+
+Where the samples live decides whether a DataLoader fix can raise. The pin thread of a loader
+with `pin_memory=True` raises `cannot pin 'torch.cuda.FloatTensor'` for a CUDA tensor (and for a
+sparse one), and worker processes that touch CUDA fail under `fork`. So a dataset is looked at:
+
+- HOST: samples are certainly dense CPU data: torchvision/torchaudio/torchtext datasets, a
+  `TensorDataset` (or list) of tensors made on the CPU, a Dataset class of this file whose methods
+  never move anything to a device, and `Subset`/`random_split`/`ConcatDataset` of those;
+- DEVICE: a `TensorDataset` of CUDA tensors, a Dataset class that calls `.to(device)`/`.cuda()`
+  or passes `device=` (in `__getitem__` or when it loads its data), a `collate_fn` that does;
+- None: anything else (a dataset built by a function, imported from the project or a library,
+  a parameter): a fix that could raise on it is unsafe.
+
+A name the file never binds counts as HOST: the line that reads it cannot run as written (a
+snippet), so no fix there can make the script raise.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from functools import cmp_to_key
+
+import libcst as cst
+
+from speedfix.model.arguments import find_argument
+from speedfix.model.context import FileContext
+from speedfix.model.flow import assigned_name, comes_before, is_returned
+from speedfix.model.frames import Stack
+from speedfix.model.index import Assignment, CallSite
+from speedfix.model.patterns import TENSOR_DATASET, dataset_argument, is_cpu_device, is_dtype, unwrap_iterable
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
+
+_HOST_LIBRARIES = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.")
+_WRAPPERS = (
+    "torch.utils.data.Subset", "torch.utils.data.dataset.Subset", "torch.utils.data.random_split",
+    "torch.utils.data.dataset.random_split", "torch.utils.data.ConcatDataset", "torch.utils.data.dataset.ConcatDataset",
+)
+_DATASET_BASES = (
+    "torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset", "torch.utils.data.IterableDataset",
+    "torch.utils.data.dataset.IterableDataset",
+)
+# Calls that make a tensor that cannot be pinned: sparse layouts.
+_UNPINNABLE = frozenset({"to_sparse", "to_sparse_csr", "sparse_coo_tensor", "sparse_csr_tensor"})
+# torch functions that make a new tensor from Python data or a shape, on the default device.
+_FACTORIES = frozenset(
+    """
+    tensor Tensor FloatTensor LongTensor IntTensor BoolTensor from_numpy zeros ones empty full rand
+    randn randint randperm arange linspace logspace eye
+    """.split()
+)
+_DEPTH = 4
+
+
+class Place(Enum):
+    HOST = "host"
+    DEVICE = "device"  # on a GPU, or otherwise impossible to pin
+
+
+def samples_place(ctx: FileContext, site: CallSite) -> Place | None:
+    """Where the batches of the DataLoader built at ``site`` live (see the module docstring)."""
+    collate = find_argument(ctx, site, "collate_fn", 4)
+    if collate.unknown:
+        return None
+    if not collate.missing:
+        place = _function_place(ctx, collate.node, site.stack)
+        if place is not Place.HOST:
+            return place
+    return dataset_place(ctx, dataset_argument(site), site.stack)
+
+
+def dataset_place(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> Place | None:
+    if dataset is None or depth > _DEPTH:
+        return None
+    if isinstance(dataset, (cst.List, cst.Tuple)):
+        return _combine([tensor_place(ctx, element.value, stack, depth + 1) for element in dataset.elements])
+    if not isinstance(dataset, cst.Call):
+        values = _values_of(ctx, dataset, stack)
+        if not values:
+            return Place.HOST if _unbound(ctx, dataset) else None
+        return _combine([dataset_place(ctx, value, stack, depth + 1) for value in values])
+    qualified = ctx.qualname(dataset.func)
+    arguments = [arg.value for arg in dataset.args if arg.keyword is None and not arg.star]
+    if qualified in TENSOR_DATASET:
+        return _combine([tensor_place(ctx, value, stack, depth + 1) for value in arguments])
+    if qualified in _WRAPPERS:
+        return dataset_place(ctx, arguments[0], stack, depth + 1) if arguments else None
+    if qualified is not None:
+        return Place.HOST if qualified.startswith(_HOST_LIBRARIES) else None
+    name = dotted_name(dataset.func)
+    if name not in ctx.classes:
+        return None
+    given = [tensor_place(ctx, arg.value, stack, depth + 1) for arg in dataset.args]
+    if Place.DEVICE in given:
+        return Place.DEVICE
+    return _class_place(ctx, name)
+
+
+def tensor_place(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth: int = 0) -> Place | None:
+    """Where a tensor expression lives: `x.cuda()` DEVICE, `torch.randn(n)` HOST, a parameter None."""
+    if depth > _DEPTH:
+        return None
+    if isinstance(expr, cst.Name):
+        values = _values_of(ctx, expr, stack)
+        if not values:
+            return Place.HOST if _unbound(ctx, expr) else None
+        return _combine([tensor_place(ctx, value, stack, depth + 1) for value in values])
+    if isinstance(expr, cst.Subscript):
+        return tensor_place(ctx, expr.value, stack, depth + 1)
+    if not isinstance(expr, cst.Call):
+        return None
+    qualified = ctx.qualname(expr.func)
+    if qualified is not None:
+        return _torch_call_place(ctx, expr, qualified, stack, depth) if qualified.startswith("torch.") else None
+    if isinstance(expr.func, cst.Attribute):
+        if _moves_off_host(ctx, expr, stack):
+            return Place.DEVICE
+        if expr.func.attr.value in ("cpu", "pin_memory"):
+            return Place.HOST
+        return tensor_place(ctx, expr.func.value, stack, depth + 1)
+    return None
+
+
+def _torch_call_place(ctx: FileContext, call: cst.Call, qualified: str, stack: Stack, depth: int) -> Place | None:
+    """`torch.randn(n)` HOST, `torch.zeros(n, device="cuda")` DEVICE, `torch.stack([a, b])` where a and b are."""
+    site = ctx.site_of(call)
+    name = qualified.rsplit(".", 1)[-1]
+    if site is None or qualified == "torch.load":
+        return None
+    if name in _UNPINNABLE:
+        return Place.DEVICE
+    device = find_argument(ctx, site, "device")
+    if not device.missing:
+        return Place.HOST if device.node is not None and is_cpu_device(ctx, device.node, stack) else Place.DEVICE
+    if name in _FACTORIES:  # on the default device, which the script may have changed
+        return None if ctx.calls_to("torch.set_default_device") else Place.HOST
+    first = next((arg.value for arg in call.args if arg.keyword is None and not arg.star), None)
+    if isinstance(first, (cst.List, cst.Tuple)):
+        return _combine([tensor_place(ctx, element.value, stack, depth + 1) for element in first.elements])
+    return tensor_place(ctx, first, stack, depth + 1) if first is not None else None
+
+
+def _moves_off_host(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
+    """`.cuda()`, `.to(device)`, `.to_sparse()`: a tensor that cannot be pinned afterwards
+    (`.to(torch.float16)`, `.to("cpu")` and `.to(self.dtype)` stay on the host)."""
+    if not isinstance(call.func, cst.Attribute):
+        return False
+    method = call.func.attr.value
+    if method == "cuda" or method in _UNPINNABLE:
+        return True
+    if method != "to":
+        return False
+    site = ctx.site_of(call)
+    if site is None:
+        return False
+    target = find_argument(ctx, site, "device", 0)
+    node = target.node
+    if target.missing or node is None:
+        return False  # `.to(dtype=...)`, `.to(memory_format=...)`
+    if is_dtype(ctx, node) or "dtype" in (dotted_name(node) or "").rsplit(".", 1)[-1]:
+        return False
+    return not is_cpu_device(ctx, node, stack)
+
+
+def _values_of(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> list[cst.BaseExpression]:
+    """Every value a variable is given in scope, `a, b = A(), B()` and `a, b = random_split(...)`
+    included; [] when one cannot be told (`x += ...`, unpacking something else)."""
+    name = dotted_name(expr)
+    values: list[cst.BaseExpression] = []
+    for assignment in ctx.assignments_in_scope(name, stack) if name else ():
+        value: cst.BaseExpression | None = assignment.value
+        if assignment.augmented:
+            return []
+        if assignment.unpacked and not isinstance(value, cst.Call):
+            value = _element_for(assignment.statement, name, value)
+        if value is None:
+            return []
+        values.append(value)
+    return values
+
+
+def _unbound(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """A name the file never binds (and no `import *` could): the line that reads it cannot run
+    as written (a snippet), so no fix there can make the script raise."""
+    if not isinstance(expr, cst.Name) or expr.value in ctx.name_bindings or expr.value in ctx.rebound_everywhere:
+        return False
+    return not any(
+        isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar)
+        for line in ctx.import_lines for small in line.body
+    )
+
+
+def _element_for(statement: cst.SimpleStatementLine | None, name: str, value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`a, b = x, y`: the element of ``value`` that goes to ``name``."""
+    assign = statement.body[0] if statement is not None and statement.body else None
+    if not isinstance(assign, cst.Assign) or not isinstance(value, (cst.Tuple, cst.List)):
+        return None
+    for target in assign.targets:
+        if isinstance(target.target, (cst.Tuple, cst.List)) and len(target.target.elements) == len(value.elements):
+            names = [dotted_name(element.value) for element in target.target.elements]
+            if name in names:
+                return value.elements[names.index(name)].value
+    return None
+
+
+def _class_place(ctx: FileContext, name: str, seen: frozenset[str] = frozenset()) -> Place | None:
+    """A Dataset class of this file: DEVICE if a method moves data off the host, HOST if its
+    bases are torch's or its own, None when it inherits code speedfix cannot see."""
+    info = ctx.classes[name]
+    for base in info.bases:
+        if base in ctx.classes and base not in seen:
+            inherited = _class_place(ctx, base, seen | {name})
+            if inherited is not Place.HOST:
+                return inherited
+        elif ctx.imports.resolve(base) not in _DATASET_BASES and base != "object":
+            return None
+    return Place.DEVICE if _moves_any(ctx, info.node) else Place.HOST
+
+
+def _function_place(ctx: FileContext, func: cst.BaseExpression | None, stack: Stack) -> Place | None:
+    """A `collate_fn`: a lambda or a function of this file is looked at; torch's default is HOST."""
+    if isinstance(func, cst.Lambda):
+        return Place.DEVICE if _moves_any(ctx, func) else Place.HOST
+    name = dotted_name(func) if func is not None else None
+    if name is None:
+        return None
+    if ctx.qualname(func) in ("torch.utils.data.default_collate", "torch.utils.data.dataloader.default_collate"):
+        return Place.HOST
+    defined = [info.node for info in ctx.functions.get(name, ()) if info.class_name is None]
+    if len(defined) != 1:
+        return None
+    return Place.DEVICE if _moves_any(ctx, defined[0]) else Place.HOST
+
+
+def _moves_any(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Does a call inside ``node`` (a class, a function, a lambda) move data off the host?"""
+    for site in ctx.calls:
+        if _within(site, node) and (_moves_off_host(ctx, site.node, site.stack) or _makes_device_tensor(ctx, site)):
+            return True
+    return False
+
+
+def _within(site: CallSite, node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.Lambda):
+        return any(child is site.node for child in walk_expression(node))
+    return any(frame.node is node for frame in site.stack)
+
+
+def _makes_device_tensor(ctx: FileContext, site: CallSite) -> bool:
+    """`torch.tensor(x, device=self.device)` or a sparse tensor made by a torch function."""
+    qualified = ctx.call_qualname(site)
+    if qualified is None or not qualified.startswith("torch."):
+        return False
+    if qualified.rsplit(".", 1)[-1] in _UNPINNABLE:
+        return True
+    device = find_argument(ctx, site, "device")
+    return not device.missing and device.node is not None and not is_cpu_device(ctx, device.node, site.stack)
+
+
+def _combine(places: list[Place | None]) -> Place | None:
+    if Place.DEVICE in places:
+        return Place.DEVICE
+    return Place.HOST if places and all(place is Place.HOST for place in places) else None
+
+
+# ---------------------------------------------------------------- iteration
+def iterated_per_epoch(ctx: FileContext, loader: str) -> bool:
+    """Is ``loader`` iterated more than once: in a nested loop, in a function called in a loop,
+    or passed to one there? (A test loader iterated once after training is not.)"""
+    called_in_loops = {
+        info.node
+        for site in ctx.calls
+        if ctx.nearest_loop(site.stack) is not None and site.func in ctx.functions
+        for info in ctx.functions[site.func]
+    }
+    names = {loader} | _aliases(ctx, loader)
+    for info in ctx.loops.values():
+        if info.iter is None or dotted_name(unwrap_iterable(info.iter)) not in names:
+            continue
+        if ctx.nearest_loop(info.stack) is not None or ctx.function_of(info.stack) in called_in_loops:
+            return True
+    for site in ctx.calls:
+        if site.func in ctx.functions and ctx.nearest_loop(site.stack) is not None:
+            if any(dotted_name(arg.value) == loader for arg in site.node.args):
+                return True
+        if ctx.nearest_loop(site.stack) is not None and ctx.project_iterates(site, loader, any_loop=True):
+            return True  # `train_one_epoch(model, loader)`, `evaluate(val_loader)` of another file, every epoch
+        if site.func in ctx.classes and any(_stored_and_iterated_per_epoch(ctx, site, attr) for attr in
+                                            _stored_as(ctx, site, loader)):
+            return True  # `Trainer(model, loader).fit(epochs)` of this file
+    return False
+
+
+def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool] | None:
+    """(iterated every epoch, its batches copied to a device) when the DataLoader of ``site`` is
+    returned by a module-level function whose result a training loop of another scanned file
+    iterates (`return DataLoader(...)` in `data.py`, `loader = get_loader(...)` in `train.py`)."""
+    if not ctx.links.feeds:
+        return None
+    function = ctx.function_of(site.stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.class_of(site.stack) is not None:
+        return None
+    uses = next(((per_epoch, uploads) for name, per_epoch, uploads in ctx.links.feeds if name == function.name.value), None)
+    if uses is None:
+        return None
+    return uses if is_returned(function, site) else None
+
+
+def _aliases(ctx: FileContext, loader: str) -> set[str]:
+    """Names bound to the loader itself: `active = train_loader`, `loader = a if resume else train_loader`."""
+    found = set()
+    for target, assignments in ctx.assignments.items():
+        for assignment in assignments:
+            value = assignment.part or assignment.value
+            options = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+            if not assignment.augmented and any(dotted_name(option) == loader for option in options):
+                found.add(target)
+    return found - {loader}
+
+
+def _stored_as(ctx: FileContext, site: CallSite, name: str) -> list[str]:
+    """`Trainer(model, loader)` whose `__init__` does `self.train_loader = train_loader`: the
+    attributes (`self.train_loader`) that hold the argument ``name``."""
+    inits = [info for info in ctx.functions.get("__init__", ()) if info.class_name == site.func]
+    if len(inits) != 1:
+        return []
+    params = [param.name.value for param in inits[0].node.params.params][1:]
+    given = [param for index, param in enumerate(params)
+             if dotted_name(find_argument(ctx, site, param, index).node) == name]
+    return [target for target, assignments in ctx.assignments_by_function.get(inits[0].node, {}).items()
+            if target.startswith("self.") and any(dotted_name(a.value) in given for a in assignments)]
+
+
+def _stored_and_iterated_per_epoch(ctx: FileContext, site: CallSite, attribute: str) -> bool:
+    """Does a method of the class of ``site`` iterate ``attribute`` inside another loop?"""
+    for info in ctx.loops.values():
+        if info.iter is None or dotted_name(unwrap_iterable(info.iter)) != attribute:
+            continue
+        owner = ctx.class_of(info.stack)
+        if owner is not None and owner.name.value == site.func and ctx.nearest_loop(info.stack) is not None:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- attributes set after creation
+# `DataLoader.__setattr__` raises ValueError for these once the loader exists.
+FROZEN_ATTRIBUTES = frozenset({"batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers"})
+# Read by each new iterator: set later, they apply from the next `iter(loader)` on.
+ITERATOR_ATTRIBUTES = frozenset(
+    {"num_workers", "prefetch_factor", "pin_memory", "pin_memory_device", "timeout", "worker_init_fn",
+     "collate_fn", "multiprocessing_context", "generator", "in_order"}
+)
+# Arguments of `DataLoader(...)` that it turns into other objects: the attribute is never read.
+IGNORED_ATTRIBUTES = frozenset({"shuffle"})
+
+
+def late_attributes(ctx: FileContext, site: CallSite) -> list[Assignment]:
+    """`loader.num_workers = 16` after `loader = DataLoader(...)`: the assignments to the
+    loader's attributes that follow its creation (in its function, or for `self.loader` in any
+    method of its class), in file order."""
+    loader = assigned_name(site)
+    if loader is None or site.statement is None:
+        return []
+    function, owner = ctx.function_of(site.stack), ctx.class_of(site.stack)
+    rebound = [a.statement for a in ctx.assignments_in(function, loader)
+               if a.statement is not None and a.statement is not site.statement]
+    found = []
+    for attribute in sorted(FROZEN_ATTRIBUTES | ITERATOR_ATTRIBUTES | IGNORED_ATTRIBUTES):
+        for assignment in ctx.assignments.get(f"{loader}.{attribute}", ()):
+            if assignment.statement is None or assignment.unpacked or assignment.augmented:
+                continue
+            if ctx.function_of(assignment.stack) is function:
+                if comes_before(ctx, site.statement, assignment.statement) and not any(
+                    comes_before(ctx, site.statement, other) and comes_before(ctx, other, assignment.statement)
+                    for other in rebound
+                ):  # not after `loader = Wrapper(loader)`: that object's attribute
+                    found.append(assignment)
+            elif loader.startswith("self.") and owner is not None and ctx.class_of(assignment.stack) is owner:
+                found.append(assignment)
+    return sorted(found, key=cmp_to_key(lambda a, b: -1 if comes_before(ctx, a.statement, b.statement) else 1))
+
+
+def late_value(ctx: FileContext, site: CallSite, attribute: str) -> Assignment | None:
+    """The last assignment of ``attribute`` after the loader's creation (see `late_attributes`)."""
+    found = [a for a in late_attributes(ctx, site) if a.target.rpartition(".")[2] == attribute]
+    return found[-1] if found else None

@@ -1,0 +1,480 @@
+"""Models in a training script: which expression builds one, which are 2-D conv nets, what wraps
+them, which one an optimizer trains and where it is called in the training loop.
+
+A model is built by a class the file defines (`Net()`), by a model zoo
+(`torchvision.models.resnet50()`, `models.__dict__[args.arch]()`, `models.get_model("resnet50")`,
+`timm.create_model("resnet50")`) or by Hugging Face (`AutoModel.from_pretrained(...)`), possibly
+followed by `.to(device)`/`.cuda()` and wrapped in `nn.DataParallel`/`DistributedDataParallel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from weakref import WeakKeyDictionary
+
+import libcst as cst
+
+from speedfix.model.arguments import argparse_default
+from speedfix.model.context import FileContext
+from speedfix.model.flow import comes_before
+from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.index import Assignment, CallSite
+from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
+from speedfix.project import FunctionFacts
+from speedfix.project.steps import CONV_LAYERS
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
+
+DATA_PARALLEL = (
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+)
+DISTRIBUTED_DATA_PARALLEL = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+)
+PARALLEL_WRAPPERS = DATA_PARALLEL + DISTRIBUTED_DATA_PARALLEL
+CONV2D = tuple(name for name, dims in CONV_LAYERS.items() if dims == 2)
+# Methods that return the module itself (or a copy of it) rather than build another one.
+_MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "to_empty"})
+_ZOO_FACTORIES = {
+    "torchvision.models.get_model": "torchvision",
+    "timm.create_model": "timm",
+    "timm.models.create_model": "timm",
+    "timm.models._factory.create_model": "timm",
+}
+# Families without 2-D convolutions beyond a patch embedding (vision transformers, MLP mixers).
+_NOT_CONV_NETS = (
+    "vit", "swin", "maxvit", "deit", "beit", "eva", "cait", "xcit", "mixer", "gmlp", "resmlp", "pit_",
+    "crossvit", "twins", "tnt_", "convit", "sequencer", "hiera", "flexivit", "samvit", "vitamin",
+)
+
+
+# ---------------------------------------------------------------- building and wrapping
+def peel(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``expr`` without `.to(...)`/`.cuda()`/`.train()` chains and DataParallel/DDP wrappers:
+    `nn.DataParallel(Net().cuda()).cuda()` -> `Net()`."""
+    while isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
+            expr = func.value
+        elif ctx.qualname(func) in PARALLEL_WRAPPERS and expr.args and expr.args[0].keyword is None:
+            expr = expr.args[0].value
+        else:
+            break
+    return expr
+
+
+def wrapper_of(ctx: FileContext, expr: cst.BaseExpression) -> tuple[str, cst.Call] | None:
+    """(qualified wrapper, its call) when ``expr`` is `DDP(x, ...)` or `nn.DataParallel(x).cuda()`."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _MODULE_METHODS:
+        expr = expr.func.value
+    if isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None:
+        qualified = ctx.qualname(expr.func)
+        if qualified in PARALLEL_WRAPPERS:
+            return qualified, expr
+    return None
+
+
+def zoo_architecture(ctx: FileContext, call: cst.Call, stack: Stack) -> tuple[str, str | None] | None:
+    """(zoo, architecture name or None when unknown) for a call that builds a model from a zoo:
+    `torchvision.models.resnet50()`, `models.__dict__[args.arch]()`, `get_model("resnet50")`,
+    `timm.create_model(args.model)` (argparse defaults and constants are resolved)."""
+    func = call.func
+    if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute) and func.value.attr.value == "__dict__":
+        zoo = _zoo_module(ctx.qualname(func.value.value))
+        if zoo is None or len(func.slice) != 1 or not isinstance(func.slice[0].slice, cst.Index):
+            return None
+        return zoo, _string_value(ctx, func.slice[0].slice.value, stack)
+    qualified = ctx.qualname(func) or ""
+    if qualified in _ZOO_FACTORIES:
+        first = call.args[0] if call.args and call.args[0].keyword is None else next(
+            (arg for arg in call.args if arg.keyword is not None and arg.keyword.value in ("name", "model_name")), None
+        )
+        return _ZOO_FACTORIES[qualified], _string_value(ctx, first.value, stack) if first is not None else None
+    zoo = _zoo_module(qualified.rpartition(".")[0])
+    leaf = qualified.rpartition(".")[2]
+    if zoo == "torchvision" and leaf[:1].islower() and leaf not in ("get_weight", "get_model_weights", "list_models"):
+        return zoo, leaf
+    return None
+
+
+def _zoo_module(qualified: str | None) -> str | None:
+    if qualified is None:
+        return None
+    if qualified == "torchvision.models" or qualified.startswith("torchvision.models."):
+        return None if ".detection" in qualified or ".video" in qualified or ".optical_flow" in qualified else "torchvision"
+    if qualified in ("timm", "timm.models"):
+        return "timm"
+    return None
+
+
+def _string_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> str | None:
+    for _ in range(3):
+        if isinstance(node, cst.SimpleString):
+            value = node.evaluated_value
+            return value if isinstance(value, str) else None
+        default = argparse_default(ctx, node)
+        if default is not None:
+            node = default
+            continue
+        name = dotted_name(node)
+        value = ctx.single_value(name, stack) if name else None
+        if value is None:
+            return None
+        node = value
+    return None
+
+
+def is_conv_architecture(name: str | None) -> bool:
+    """A zoo architecture with 2-D convolutions throughout (unknown names count: the classification
+    zoos are mostly CNNs, and `models.__dict__[args.arch]` scripts default to a ResNet)."""
+    return name is None or not name.lower().startswith(_NOT_CONV_NETS)
+
+
+def is_conv2d_net(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> bool:
+    """Does ``expr`` build a network with 2-D convolutions (`nn.Conv2d`/`nn.ConvTranspose2d`)?"""
+    built = peel(ctx, expr)
+    if not isinstance(built, cst.Call):
+        return False
+    zoo = zoo_architecture(ctx, built, stack)
+    if zoo is not None:
+        return is_conv_architecture(zoo[1])
+    classes = built_classes(ctx, built, stack)
+    if classes:
+        return bool(classes & conv2d_classes(ctx))
+    if 2 in project_conv_dims(ctx, built):
+        return True
+    return any(isinstance(node, cst.Call) and ctx.qualname(node.func) in CONV2D for node in walk_expression(built))
+
+
+def project_conv_dims(ctx: FileContext, call: cst.Call) -> tuple[int, ...]:
+    """The ConvNd dimensions of the network a class (or factory) of another scanned file builds:
+    `net = ResNet18()` after `from models import *`."""
+    facts = _project_builder(ctx, call)
+    return facts.conv_dims if facts is not None else ()
+
+
+def project_builds_rnn(ctx: FileContext, call: cst.Call) -> bool:
+    """Does a class (or factory) of another scanned file build cuDNN LSTM/GRU/RNN layers
+    (`decoder = DecoderRNN(...)` from model.py)?"""
+    facts = _project_builder(ctx, call)
+    return facts is not None and facts.rnn
+
+
+def _project_builder(ctx: FileContext, call: cst.Call) -> FunctionFacts | None:
+    return ctx.links.function(ctx.project_name(dotted_name(call.func))) if ctx.links.modules else None
+
+
+def built_classes(ctx: FileContext, call: cst.Call, stack: Stack, depth: int = 0) -> set[str]:
+    """The local classes a call instantiates: `Net()`, a local factory `resnet50()` that returns
+    `ResNet(...)`, or a registry of them, `models[args.arch]()` with `models = {"resnet50": resnet50}`."""
+    if depth > 3:
+        return set()
+    func = call.func
+    if isinstance(func, cst.Subscript):
+        registry = ctx.single_value(func.value.value, stack) if isinstance(func.value, cst.Name) else None
+        if not isinstance(registry, cst.Dict):
+            return set()
+        found: set[str] = set()
+        for element in registry.elements:
+            if isinstance(element, cst.DictElement):
+                found |= _classes_named(ctx, dotted_name(element.value), stack, depth)
+        return found
+    return _classes_named(ctx, dotted_name(func), stack, depth)
+
+
+def _classes_named(ctx: FileContext, name: str | None, stack: Stack, depth: int) -> set[str]:
+    """A local class, or what a local module-level function returns (`return ResNet(...)`)."""
+    if name in ctx.classes:
+        return {name}
+    factories = [info for info in ctx.functions.get(name or "", ()) if not info.stack]
+    if len(factories) != 1:
+        return set()
+    found: set[str] = set()
+    for node in walk_expression(factories[0].node.body):
+        if isinstance(node, cst.Return) and node.value is not None:
+            returned = peel(ctx, node.value)
+            if isinstance(returned, cst.Call):
+                found |= built_classes(ctx, returned, stack, depth + 1)
+    return found
+
+
+def model_classes(ctx: FileContext, name: str) -> set[str]:
+    """The local class ``name`` and the local classes its body instantiates, transitively."""
+    calls = _classes(ctx).calls
+    found: set[str] = set()
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        if current in found or current not in ctx.classes:
+            continue
+        found.add(current)
+        todo.extend(calls.get(current, ()))
+    return found
+
+
+def conv2d_classes(ctx: FileContext) -> set[str]:
+    """Local classes whose bodies build 2-D convolutions or a zoo CNN, directly or through other
+    local classes they instantiate."""
+    index = _classes(ctx)
+    if index.conv2d is None:
+        direct = {
+            name for name, sites in index.sites.items()
+            if any(ctx.qualname(site.node.func) in CONV2D or _builds_zoo_cnn(ctx, site) for site in sites)
+        }
+        index.conv2d = {name for name in ctx.classes if model_classes(ctx, name) & direct}
+    return index.conv2d
+
+
+def _builds_zoo_cnn(ctx: FileContext, site: CallSite) -> bool:
+    zoo = zoo_architecture(ctx, site.node, site.stack)
+    return zoo is not None and is_conv_architecture(zoo[1])
+
+
+@dataclass
+class _ClassIndex:
+    sites: dict[str, list[CallSite]]  # local class -> the calls in its body (methods included)
+    calls: dict[str, set[str]]  # local class -> the local classes it instantiates
+    conv2d: set[str] | None = None
+
+
+_CLASSES: WeakKeyDictionary[FileContext, _ClassIndex] = WeakKeyDictionary()
+
+
+def _classes(ctx: FileContext) -> _ClassIndex:
+    index = _CLASSES.get(ctx)
+    if index is None:
+        sites: dict[str, list[CallSite]] = {}
+        for site in ctx.calls:
+            for frame in site.stack:
+                if frame.kind is FrameKind.CLASS and isinstance(frame.node, cst.ClassDef):
+                    sites.setdefault(frame.node.name.value, []).append(site)
+        calls = {
+            name: {called for site in found if (called := dotted_name(site.node.func)) in ctx.classes}
+            for name, found in sites.items()
+        }
+        index = _CLASSES[ctx] = _ClassIndex(sites, calls)
+    return index
+
+
+def view_calls(ctx: FileContext, classes: set[str]) -> list[CallSite]:
+    """`.view(...)` calls in the bodies of these local classes."""
+    return [
+        site for name in sorted(classes) for site in _classes(ctx).sites.get(name, ())
+        if isinstance(site.node.func, cst.Attribute) and site.node.func.attr.value == "view"
+    ]
+
+
+_RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "flatten", "permute", "transpose", "unflatten"})
+
+
+def reshapes_its_input(ctx: FileContext, class_name: str) -> bool:
+    """Does the `forward` of local class ``class_name`` reshape its input (`x.view(-1, 1, 28, 28)`,
+    `x.unsqueeze(1)`), so that the batch it gets need not be 4-D?"""
+    for info in ctx.functions.get("forward", ()):
+        params = info.node.params.params
+        if info.class_name != class_name or len(params) < 2:
+            continue
+        name = params[1].name.value
+        # Only the input itself: `x = self.conv1(x)` and later `torch.flatten(x, 1)` is not it.
+        rebound = [a.statement for a in ctx.assignments_in(info.node, name) if a.statement is not None]
+        first = rebound[0] if rebound else None
+        for site in _classes(ctx).sites.get(class_name, ()):
+            if ctx.function_of(site.stack) is not info.node or site.statement is None:
+                continue
+            if first is not None and site.statement is not first and not comes_before(ctx, site.statement, first):
+                continue
+            func = site.node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in _RESHAPES and dotted_name(func.value) == name:
+                return True
+            if (ctx.qualname(func) or "").rpartition(".")[2] in _RESHAPES and site.node.args and dotted_name(site.node.args[0].value) == name:
+                return True
+    return False
+
+
+def is_module_class(ctx: FileContext, name: str) -> bool:
+    return ctx.is_subclass_of(name, *NN_MODULE)
+
+
+# ---------------------------------------------------------------- the trained model
+def optimized_module(ctx: FileContext, site: CallSite) -> str | None:
+    """`X` in `Optimizer(X.parameters(), ...)`, in its param groups, or in a variable that holds
+    them (`params = model.parameters()`): the one module whose parameters an optimizer updates."""
+    if not site.node.args:
+        return None
+    roots = _parameter_roots(ctx, site.node.args[0].value, site.stack, depth=0)
+    if len(roots) != 1:
+        return None
+    root = roots.pop()
+    return None if root == "self" else root
+
+
+def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth: int) -> set[str]:
+    receivers = [
+        dotted_name(node.func.value)
+        for node in walk_expression(expr)
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in ("parameters", "named_parameters")
+    ]
+    roots = {r.split(".")[0] if not r.startswith("self.") else ".".join(r.split(".")[:2]) for r in receivers if r}
+    if not roots and isinstance(expr, cst.Call):
+        group = _param_group_helper_model(ctx, expr)
+        if group is not None:
+            roots = {group}
+    if not roots and isinstance(expr, cst.Name) and depth < 2:
+        for assignment in ctx.assignments_in_scope(expr.value, stack):
+            roots |= _parameter_roots(ctx, assignment.value, stack, depth + 1)
+    return {_unaliased(ctx, root, stack) for root in roots}
+
+
+# What scripts call their parsed options: never the model.
+_OPTIONS_NAMES = frozenset({"args", "cfg", "config", "opt", "opts", "hparams", "options", "params"})
+# Words in the name of a helper that turns a model into optimizer param groups:
+# torchvision's `set_weight_decay(model, wd)`, timm's `param_groups_weight_decay(model, wd)`,
+# MAE's `param_groups_lrd(model, ...)`.
+_PARAM_GROUP_WORDS = ("weight_decay", "param_group", "parameter_group", "params")
+
+
+def _param_group_helper_model(ctx: FileContext, call: cst.Call) -> str | None:
+    """`set_weight_decay(model, 1e-4)`: the model a param-group helper of the project or a
+    library (not torch itself) is given as its first argument."""
+    name = (dotted_name(call.func) or "").rsplit(".", 1)[-1].lower()
+    qualified = ctx.qualname(call.func) or ""
+    if not any(word in name for word in _PARAM_GROUP_WORDS) or qualified.startswith("torch.") or not call.args:
+        return None
+    first = call.args[0]
+    model = dotted_name(first.value) if first.keyword is None and not first.star else None
+    return model if model and "." not in model else None
+
+
+def _unaliased(ctx: FileContext, name: str, stack: Stack) -> str:
+    """`model_without_ddp = model` (or `= model.module`) everywhere it is assigned: `model`."""
+    found = ctx.assignments_in_scope(name, stack)
+    targets = {dotted_name(a.value.value) if isinstance(a.value, cst.Attribute) and a.value.attr.value == "module"
+               else dotted_name(a.value) for a in found}
+    if found and len(targets) == 1 and None not in targets:
+        target = targets.pop()
+        if target and "." not in target and target != name:
+            return target
+    return name
+
+
+def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:
+    """(model name, the optimizer call) for each `torch.optim` optimizer over one model, in order."""
+    found: list[tuple[str, CallSite]] = []
+    for site in ctx.calls:
+        qualified = ctx.call_qualname(site)
+        if not qualified or not qualified.startswith(OPTIMIZER_PREFIX) or qualified.startswith("torch.optim.lr_scheduler"):
+            continue
+        model = optimized_module(ctx, site)
+        if model is not None:
+            found.append((model, site))
+    return found
+
+
+def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
+    """(model, call) for optimizers made by a factory that takes the model itself
+    (`create_optimizer_v2(model, ...)` in timm)."""
+    found: list[tuple[str, CallSite]] = []
+    for site in ctx.calls:
+        leaf = (site.func or "").rsplit(".", 1)[-1].lower()
+        if "optimizer" in leaf and leaf.startswith(("create", "build", "make", "get")) and site.node.args:
+            # the model is the first name that is not the options (timm: `create_optimizer(args, model)`)
+            names = [dotted_name(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
+            name = next((n for n in names if n and n not in _OPTIONS_NAMES), None)
+            if name and "." not in name:
+                found.append((_unaliased(ctx, name, site.stack), site))
+    return found
+
+
+@dataclass(frozen=True)
+class Build:
+    """An assignment that builds the model (`model = Net().to(device)`)."""
+
+    assignment: Assignment
+    built: cst.Call  # the constructor or factory call inside it
+
+
+def builds(ctx: FileContext, model: str, stack: Stack, before: cst.BaseStatement | None) -> list[Build]:
+    """The fresh assignments to ``model`` (see ``fresh_assignments``) that build a module."""
+    found: list[Build] = []
+    for assignment in fresh_assignments(ctx, model, stack, before):
+        built = peel(ctx, assignment.value)
+        if isinstance(built, cst.Call) and _builds_module(ctx, built, assignment.stack):
+            found.append(Build(assignment, built))
+    return found
+
+
+def fresh_assignments(ctx: FileContext, model: str, stack: Stack, before: cst.BaseStatement | None) -> list[Assignment]:
+    """Assignments that give ``model`` a new value in the scope of ``stack``, before the
+    statement ``before``: not the ones that wrap, move or convert it (`model = DDP(model)`)."""
+    return [
+        assignment for assignment in ctx.assignments_in_scope(model, stack)
+        if not (assignment.unpacked or assignment.augmented or assignment.statement is None)
+        and (before is None or comes_before(ctx, assignment.statement, before))
+        and not reads(assignment.value, model.split(".")[0])
+    ]
+
+
+def reads(node: cst.CSTNode, name: str) -> bool:
+    """Does ``node`` read the variable ``name`` (not an attribute or a keyword of that name)?"""
+    skipped: set[int] = set()
+    for child in walk_expression(node):
+        if isinstance(child, cst.Attribute):
+            skipped.add(id(child.attr))
+        elif isinstance(child, cst.Arg) and child.keyword is not None:
+            skipped.add(id(child.keyword))
+        elif isinstance(child, cst.Name) and child.value == name and id(child) not in skipped:
+            return True
+    return False
+
+
+def _builds_module(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
+    if zoo_architecture(ctx, call, stack) is not None:
+        return True
+    classes = built_classes(ctx, call, stack)
+    if classes:
+        return any(is_module_class(ctx, name) or name in conv2d_classes(ctx) for name in classes)
+    qualified = ctx.qualname(call.func) or ""
+    if qualified.endswith(".from_pretrained") or qualified.startswith("torch.nn.") or project_conv_dims(ctx, call):
+        return True
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "from_pretrained"
+
+
+# ---------------------------------------------------------------- where the model runs
+def model_names(ctx: FileContext, model: str, stack: Stack) -> dict[cst.CSTNode | None, set[str]]:
+    """Function (None: module level) -> the names the model goes by there: the variable, the
+    wrappers made of it (`ddp_model = DDP(model)`), and the parameters of same-file functions
+    it is passed to (`train(loader, model, ...)`), two calls deep."""
+    home = ctx.function_of(stack)
+    names: dict[cst.CSTNode | None, set[str]] = {home: {model}}
+    for target, assignments in ctx.assignments_by_function.get(home, {}).items():
+        for assignment in assignments:
+            wrapped = wrapper_of(ctx, assignment.value)
+            if wrapped and dotted_name(wrapped[1].args[0].value) == model:
+                names[home].add(target)
+    for _ in range(2):
+        for site in ctx.calls:
+            caller = names.get(ctx.function_of(site.stack))
+            callee = ctx.functions.get(dotted_name(site.node.func) or "", [])
+            if not caller or len(callee) != 1:
+                continue
+            params = [p.name.value for p in callee[0].node.params.params]
+            for index, arg in enumerate(site.node.args):
+                if dotted_name(arg.value) not in caller or arg.star:
+                    continue
+                param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+                if param is not None:
+                    names.setdefault(callee[0].node, set()).add(param)
+    return names
+
+
+def calls_in_training_step(ctx: FileContext, names: dict[cst.CSTNode | None, set[str]]) -> list[CallSite]:
+    """Calls of the model (under any of its ``names``) that run on every training step."""
+    return [
+        site for site in ctx.calls
+        if site.func is not None and site.func in names.get(ctx.function_of(site.stack), ())
+        and ctx.is_hot(site.stack)
+    ]

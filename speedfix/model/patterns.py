@@ -1,0 +1,367 @@
+"""PyTorch knowledge shared by several rules: which names are DataLoaders, autocast, dtypes,
+which variables hold a batch from a DataLoader, which hold a model being trained."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable
+
+import libcst as cst
+
+from speedfix.model.context import FileContext
+from speedfix.model.frames import Stack
+from speedfix.model.index import CallSite, LoopInfo
+from speedfix.project.steps import is_iterable_wrapper
+from speedfix.syntax.names import dotted_name
+
+DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+TENSOR_DATASET = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset")
+ITERABLE_DATASET = ("torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset")
+AUTOCAST = (
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.amp.autocast_mode.autocast",
+    "torch.cuda.amp.autocast",
+    "torch.cpu.amp.autocast",
+)
+OPTIMIZER_PREFIX = "torch.optim."
+NO_GRAD = tuple(f"{module}.{name}" for module in ("torch", "torch.autograd", "torch.autograd.grad_mode")
+                for name in ("no_grad", "inference_mode"))
+NN_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
+_DTYPES = {
+    "float", "float32", "float64", "double", "float16", "half", "bfloat16", "int", "int8", "int16",
+    "int32", "int64", "long", "short", "uint8", "bool", "complex64", "complex128", "cfloat",
+    "float8_e4m3fn", "float8_e5m2",
+}
+_LOADER_NAME = re.compile(r"(loader|_dl$|^dl$|^dl_)", re.IGNORECASE)
+
+
+def is_dtype(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    qualified = ctx.qualname(node)
+    return bool(qualified and qualified.startswith("torch.") and qualified.split(".", 1)[1] in _DTYPES)
+
+
+def is_cpu_device(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> bool:
+    """A device expression that is certainly the CPU (``"cpu"``, ``torch.device("cpu")``)."""
+    if isinstance(node, cst.SimpleString):
+        return str(node.evaluated_value).startswith("cpu")
+    if isinstance(node, cst.Call) and ctx.qualname(node.func) == "torch.device" and node.args:
+        return is_cpu_device(ctx, node.args[0].value, stack)
+    if isinstance(node, cst.Name):
+        value = ctx.single_value(node.value, stack)
+        return value is not None and is_cpu_device(ctx, value, stack)
+    return False
+
+
+def dataset_argument(site: CallSite) -> cst.BaseExpression | None:
+    for arg in site.node.args:
+        if arg.keyword is not None and arg.keyword.value == "dataset":
+            return arg.value
+    first = site.node.args[0] if site.node.args else None
+    return first.value if first is not None and first.keyword is None and first.star == "" else None
+
+
+def constructor_call(ctx: FileContext, expr: cst.BaseExpression | None, stack: Stack) -> cst.Call | None:
+    """The call that built ``expr`` (the expression itself, or a variable's single value)."""
+    if isinstance(expr, cst.Call):
+        return expr
+    name = dotted_name(expr) if expr is not None else None
+    value = ctx.single_value(name, stack) if name else None
+    return value if isinstance(value, cst.Call) else None
+
+
+def is_in_memory_dataset(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> bool:
+    """A `TensorDataset`, a plain sequence (`range(n)`, a list: index loaders), or a local
+    Dataset class whose `__getitem__` only indexes tensors it holds (`return self.x[i],
+    self.y[i]`): worker processes cannot make any of these faster."""
+    if isinstance(dataset, (cst.List, cst.Tuple)):
+        return True
+    call = constructor_call(ctx, dataset, stack)
+    if call is None:
+        return False
+    if ctx.qualname(call.func) in TENSOR_DATASET:
+        return True
+    if isinstance(call.func, cst.Name) and call.func.value in ("range", "list", "tuple") and not ctx.qualname(call.func):
+        return True
+    info = ctx.classes.get(dotted_name(call.func) or "")
+    if info is None:
+        return False
+    for function in ctx.functions.get("__getitem__", ()):
+        if function.class_name == info.name:
+            return _only_indexes_attributes(function.node)
+    return False
+
+
+def _only_indexes_attributes(function: cst.FunctionDef) -> bool:
+    params = function.params.params
+    if len(params) != 2 or not isinstance(function.body, cst.IndentedBlock) or len(function.body.body) != 1:
+        return False
+    index = params[1].name.value
+    line = function.body.body[0]
+    if not (isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.Return)):
+        return False
+    value = line.body[0].value
+    parts = [element.value for element in value.elements] if isinstance(value, cst.Tuple) else [value]
+
+    def indexes_self(part: cst.BaseExpression | None) -> bool:
+        return (
+            isinstance(part, cst.Subscript)
+            and (dotted_name(part.value) or "").startswith("self.")
+            and len(part.slice) == 1
+            and isinstance(part.slice[0].slice, cst.Index)
+            and dotted_name(part.slice[0].slice.value) == index
+        )
+
+    return bool(parts) and all(indexes_self(part) for part in parts)
+
+
+def is_iterable_dataset(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> bool:
+    call = constructor_call(ctx, dataset, stack)
+    if call is None:
+        return False
+    qualified = ctx.qualname(call.func)
+    if qualified in ITERABLE_DATASET:
+        return True
+    name = dotted_name(call.func)
+    return name is not None and ctx.is_subclass_of(name, *ITERABLE_DATASET)
+
+
+def worker_start_refusal(ctx: FileContext, stack: Stack) -> str | None:
+    """Why DataLoader workers must not be added to code at ``stack`` (None: they may).
+
+    With the spawn/forkserver start method (Windows, macOS, Linux on Python 3.14+) every worker
+    re-imports the script: a notebook's classes cannot be unpickled, and a script without an
+    `if __name__ == "__main__":` guard would run again in each worker."""
+    if ctx.path.endswith(".ipynb"):
+        return (
+            "in a notebook, worker processes started with spawn/forkserver (macOS, Windows, "
+            "Python 3.14+) cannot unpickle datasets defined in the notebook"
+        )
+    if not ctx.has_main_guard or (ctx.at_module_level(stack) and not ctx.in_main_guard(stack)):
+        return (
+            'no `if __name__ == "__main__":` guard: with the spawn/forkserver start method every '
+            "worker would re-run the script"
+        )
+    return None
+
+
+def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _depth: int = 0) -> bool:
+    """A DataLoader: built by one here, or a variable/parameter named like one (`train_loader`);
+    through wrappers kept in a variable (`pbar = tqdm(loader)`)."""
+    call = constructor_call(ctx, expr, stack)
+    if call is not None:
+        if ctx.qualname(call.func) in DATALOADER:
+            return True
+        inner = unwrap_iterable(call)
+        if inner is call:  # a factory named like one: `get_loader(...)`, `build_dataloader(...)`
+            func = dotted_name(call.func)
+            return func is not None and bool(_LOADER_NAME.search(func.rsplit(".", 1)[-1]))
+        return _depth < 3 and is_dataloader(ctx, inner, stack, _depth + 1)
+    name = dotted_name(expr)
+    return name is not None and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
+
+
+def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``enumerate(tqdm(loader))``, ``metric_logger.log_every(loader, 10)`` -> ``loader``."""
+    while isinstance(expr, cst.Call) and is_iterable_wrapper(dotted_name(expr.func)) and expr.args:
+        expr = expr.args[0].value
+    return expr
+
+
+def is_step_loop_source(ctx: FileContext, info: LoopInfo) -> bool:
+    """The iterable of a training loop that comes from outside the function: a parameter
+    (`def train(model, data, opt): for x, y in data:`) or an attribute (`self.train_data`).
+    What drives a training loop is its batches, whatever the loader is called."""
+    if info.node not in ctx.step_loops or info.iter is None:
+        return False
+    source = unwrap_iterable(info.iter)
+    name = dotted_name(source)
+    if name is None:
+        return False
+    if name.startswith("self.") and name.count(".") == 1:
+        return True
+    function = ctx.function_of(info.stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
+        return False
+    return name in {param.name.value for param in function.params.params}
+
+
+_CUDNN_SWITCHES = ("cudnn.benchmark", "cudnn.deterministic", "cudnn.enabled")
+DETERMINISTIC_ALGORITHMS = ("torch.use_deterministic_algorithms",)
+
+
+def cudnn_settings(ctx: FileContext) -> bool:
+    """Does the script choose cuDNN's behaviour itself (autotuning, determinism, cuDNN off)?"""
+    return bool(cudnn_choices(ctx))
+
+
+def cudnn_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:
+    """(statement, stack) of each place that chooses cuDNN's behaviour."""
+    found = [(site.statement, site.stack) for site in ctx.calls_to(*DETERMINISTIC_ALGORITHMS)]
+    return found + _assigned(ctx, lambda name: name.endswith(_CUDNN_SWITCHES))
+
+
+_TF32_SWITCHES = ("allow_tf32", "fp32_precision")
+
+
+def matmul_precision_chosen(ctx: FileContext) -> bool:
+    """Does the script choose the fp32 matmul precision itself (`set_float32_matmul_precision`,
+    any `allow_tf32`/`fp32_precision` setting, "highest" included)?"""
+    return bool(matmul_precision_choices(ctx))
+
+
+def matmul_precision_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:
+    """(statement, stack) of each place that chooses the fp32 matmul precision."""
+    found = [(site.statement, site.stack) for site in ctx.calls_to("torch.set_float32_matmul_precision")]
+    found += _assigned(ctx, lambda name: name.rsplit(".", 1)[-1] in _TF32_SWITCHES)
+    return found + [
+        (site.statement, site.stack) for site in ctx.calls if "fp32_precision" in (dotted_name(site.node.func) or "")
+    ]
+
+
+def _assigned(ctx: FileContext, wanted: Callable[[str], bool]) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:
+    return [(a.statement, a.stack) for name, found in ctx.assignments.items() if wanted(name) for a in found]
+
+
+@dataclass
+class BatchNames:
+    """Variables holding (parts of) a batch straight from a DataLoader, per function."""
+
+    ctx: FileContext
+
+    @cached_property
+    def by_function(self) -> dict[cst.CSTNode | None, set[str]]:
+        result: dict[cst.CSTNode | None, set[str]] = {}
+        for info in self.ctx.loops.values():
+            if not isinstance(info.node, cst.For) or info.iter is None:
+                continue
+            if not is_dataloader(self.ctx, unwrap_iterable(info.iter), info.stack) and not is_step_loop_source(self.ctx, info):
+                continue
+            if _device_placed(self.ctx, unwrap_iterable(info.iter)):
+                continue  # its batches arrive on the GPU already
+            names = result.setdefault(self.ctx.function_of(info.stack), set())
+            names.update(n for n in info.targets if not _is_index_name(info, n))
+        self._add_next_batches(result)
+        self._add_callee_parameters(result)
+        for function, names in result.items():
+            self._add_derived(function, names)
+        return result
+
+    def _add_next_batches(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
+        """`x, y = next(batches)` or `next(iter(loader))` in a training loop: a batch."""
+        for target, assignments in self.ctx.assignments.items():
+            for assignment in assignments:
+                value = assignment.value
+                if not (isinstance(value, cst.Call) and dotted_name(value.func) == "next" and value.args):
+                    continue
+                source = unwrap_iterable(value.args[0].value)
+                if dotted_name(source) is not None and self.ctx.in_training_loop(assignment.stack):
+                    result.setdefault(self.ctx.function_of(assignment.stack), set()).add(target)
+
+    def _add_callee_parameters(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
+        """`for batch in loader: train_step(model, batch)` makes `batch` a batch in train_step."""
+        for site in self.ctx.calls:
+            if not isinstance(site.node.func, cst.Name) or site.node.func.value not in self.ctx.functions:
+                continue
+            caller = result.get(self.ctx.function_of(site.stack))
+            if not caller:
+                continue
+            for info in self.ctx.functions[site.node.func.value]:
+                params = [p.name.value for p in info.node.params.params]
+                for index, arg in enumerate(site.node.args):
+                    if arg.keyword is None and arg.star == "" and index < len(params):
+                        if dotted_name(arg.value) in caller:
+                            result.setdefault(info.node, set()).add(params[index])
+                    elif arg.keyword is not None and dotted_name(arg.value) in caller:
+                        result.setdefault(info.node, set()).add(arg.keyword.value)
+
+    def _add_derived(self, function: cst.CSTNode | None, names: set[str]) -> None:
+        """`x, y = batch`, `inputs = batch["input_ids"]`, `x = batch[0]` derive batch parts."""
+        for _ in range(3):
+            added = False
+            for target, assignments in self.ctx.assignments_by_function.get(function, {}).items():
+                if target in names:
+                    continue
+                for assignment in assignments:
+                    if assignment.augmented:
+                        continue
+                    value = assignment.part or assignment.value  # `x, y = batch["x"], batch["y"]`
+                    if root_name(value) in names and _is_projection(value):
+                        names.add(target)
+                        added = True
+                        break
+            if not added:
+                return
+
+    def names_at(self, stack: Stack) -> set[str]:
+        return self.by_function.get(self.ctx.function_of(stack), set())
+
+    def is_batch(self, expr: cst.BaseExpression, stack: Stack) -> bool:
+        """``expr`` is a batch variable, or an item/attribute of one (``batch["x"]``)."""
+        return _is_projection(expr) and root_name(expr) in self.names_at(stack)
+
+    def is_host_batch(self, expr: cst.BaseExpression, stack: Stack) -> bool:
+        """A batch part that was never moved to a device in this function (still on the CPU)."""
+        if not self.is_batch(expr, stack):
+            return False
+        name = root_name(expr)
+        function = self.ctx.function_of(stack)
+        for assignment in self.ctx.assignments_in(function, name or ""):
+            if _moves_to_device(assignment.part or assignment.value):
+                return False
+        return True
+
+
+# Framework calls that return a loader whose batches they move to the device themselves.
+_DEVICE_PLACING = frozenset({"prepare", "setup_dataloaders", "prepare_data_loader"})
+
+
+def _device_placed(ctx: FileContext, iterable: cst.BaseExpression, depth: int = 0) -> bool:
+    """`model, opt, loader = accelerator.prepare(model, opt, loader)`, `fabric.setup_dataloaders(...)`,
+    and what is made of such a loader (`accelerator.skip_first_batches(loader, n) if ... else loader`)."""
+    if depth > 6:
+        return False
+    if isinstance(iterable, cst.IfExp):
+        return _device_placed(ctx, iterable.body, depth + 1) and _device_placed(ctx, iterable.orelse, depth + 1)
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute):
+        if iterable.func.attr.value in _DEVICE_PLACING:
+            return True
+        if iterable.func.attr.value == "skip_first_batches" and iterable.args:
+            return _device_placed(ctx, iterable.args[0].value, depth + 1)
+        return False
+    name = dotted_name(iterable)
+    found = ctx.assignments.get(name, ()) if name is not None else ()
+    return any(_device_placed(ctx, a.value, depth + 1) for a in found if a.value is not iterable)
+
+
+def _is_index_name(info, name: str) -> bool:
+    """`for i, batch in enumerate(loader)`: `i` is a counter, not a batch."""
+    return (
+        isinstance(info.iter, cst.Call)
+        and dotted_name(info.iter.func) == "enumerate"
+        and isinstance(info.node.target, cst.Tuple)
+        and dotted_name(info.node.target.elements[0].value) == name
+    )
+
+
+def root_name(expr: cst.BaseExpression) -> str | None:
+    while isinstance(expr, (cst.Subscript, cst.Attribute)):
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _is_projection(expr: cst.BaseExpression) -> bool:
+    """A name, or subscripts/attributes of one (no calls): the data itself, not derived math."""
+    while isinstance(expr, (cst.Subscript, cst.Attribute)):
+        expr = expr.value
+    return isinstance(expr, cst.Name)
+
+
+def _moves_to_device(value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        if value.func.attr.value in ("to", "cuda"):
+            return True
+        return _moves_to_device(value.func.value)
+    return False

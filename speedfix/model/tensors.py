@@ -1,0 +1,249 @@
+"""Tensors and host values: which expressions certainly hold a tensor, which make a Python value
+on the host, and which calls wait for the GPU to make one.
+
+A name holds a tensor in a function when it receives a ``backward()`` (``loss.backward()``,
+``accelerator.backward(loss)``, also through ``loss.mean().backward()``), or is assigned the
+result of a tensor-returning torch function or a tensor method on a tensor, or a batch moved to
+the device; a name also bound to a host value somewhere in the function (``lossf =
+loss.item()``) may hold a Python number, so it does not count. Reading a tensor's value on the
+host (``.item()``, ``.cpu()``, ``.tolist()``, ``float(t)``, formatting it, testing its truth)
+makes the CPU wait until the GPU has computed it. The answers are certain or silent: an
+expression not known to hold a tensor is not one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from weakref import WeakKeyDictionary
+
+import libcst as cst
+
+from speedfix.model.context import FileContext
+from speedfix.model.frames import Stack, class_of_method
+from speedfix.model.patterns import BatchNames
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import is_string
+
+# Tensor methods that copy the tensor to the host and wait for the GPU.
+SYNC_METHODS = ("item", "cpu", "tolist")
+# Built-ins that need a tensor's value as a Python object (a number, a string).
+HOST_CONVERSIONS = ("float", "int", "bool", "str", "repr", "format")
+# Tensor methods whose result is again a tensor on the same device (`.item()`, `.tolist()`,
+# `.cpu()`, `.size()` and friends are not: their results are host values).
+TENSOR_METHODS = frozenset(
+    """
+    abs add all any argmax argmin bfloat16 bmm ceil clamp clip clone contiguous cuda detach div
+    double eq exp expand flatten float floor ge gt half isfinite isinf isnan le log log_softmax
+    long lt masked_fill matmul max mean min mm mul ne neg norm permute pow prod relu reshape round
+    sigmoid sign softmax sqrt square squeeze std sub sum t tanh transpose type_as unsqueeze var
+    view view_as
+    """.split()
+)
+# Attributes of a tensor that are host values: reading them never waits for the GPU.
+HOST_ATTRIBUTES = frozenset("shape dtype device ndim is_cuda requires_grad grad_fn is_leaf layout names".split())
+# torch functions that do not return a tensor (torch.cuda.*, torch.nn.Linear, ... are left out
+# by their dot: only top-level functions and the functional modules below count).
+_NOT_TENSORS = frozenset(
+    """
+    device dtype Size Generator finfo iinfo load save compile no_grad enable_grad inference_mode
+    set_grad_enabled autocast manual_seed seed initial_seed numel typename result_type
+    promote_types can_cast broadcast_shapes
+    """.split()
+)
+_TENSOR_MODULES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.")
+# Tensor methods whose result is a Python value (or a NumPy array) on the host.
+_HOST_RESULTS = ("item", "tolist", "numpy")
+
+
+def returns_tensor(qualified: str) -> bool:
+    """Does the torch function of this qualified name return a tensor (`torch.zeros`,
+    `torch.nn.functional.softmax`; not `torch.device`, `torch.is_tensor`)?"""
+    if qualified.startswith(_TENSOR_MODULES):
+        return True
+    if not qualified.startswith("torch."):
+        return False
+    name = qualified[len("torch."):]
+    return "." not in name and name not in _NOT_TENSORS and not name.startswith(("is_", "get_", "set_", "are_", "use_"))
+
+
+def is_host_value(value: cst.BaseExpression) -> bool:
+    """`t.item()`, `float(t)`, `t.item() * n`: a Python number (or list) made on the host."""
+    if isinstance(value, cst.BinaryOperation):
+        return is_host_value(value.left) or is_host_value(value.right)
+    if not isinstance(value, cst.Call):
+        return False
+    if isinstance(value.func, cst.Attribute):
+        return value.func.attr.value in _HOST_RESULTS
+    return isinstance(value.func, cst.Name) and value.func.value in ("float", "int", "bool")
+
+
+def has_sync_before(expr: cst.BaseExpression) -> bool:
+    """`x.cpu().numpy().tolist()`: a host copy earlier in the chain already waited for the GPU."""
+    while True:
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            if expr.func.attr.value in ("item", "cpu", "numpy", "tolist"):
+                return True
+            expr = expr.func.value
+        elif isinstance(expr, (cst.Attribute, cst.Subscript)):
+            expr = expr.value
+        else:
+            return False
+
+
+def is_library_value(ctx: FileContext, receiver: cst.BaseExpression) -> bool:
+    """`np.array(...).tolist()`: a call into another library returns no tensor."""
+    while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+        qualified = ctx.qualname(receiver.func)
+        if qualified is not None:
+            return not qualified.startswith("torch.")
+        receiver = receiver.func.value
+    return False
+
+
+def is_python_number(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int = 0) -> bool:
+    """Is ``node`` certainly a Python number, not a tensor? Literals, arithmetic, `math.*`,
+    `float()`/`int()`, the `__init__` parameters a model is configured with, and variables and
+    `self.` attributes set once to such values."""
+    if depth > 5:
+        return False
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.UnaryOperation):
+        return is_python_number(ctx, node.expression, stack, depth + 1)
+    if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)):
+        return is_python_number(ctx, node.left, stack, depth + 1) and is_python_number(ctx, node.right, stack, depth + 1)
+    if isinstance(node, cst.Call):
+        name = ctx.qualname(node.func) or ""
+        return name.startswith("math.") or (isinstance(node.func, cst.Name) and node.func.value in ("float", "int")
+                                            and not name)
+    if isinstance(node, cst.Name):
+        if node.value == "None":
+            return True  # `qk_scale or head_dim ** -0.5`
+        assigned = ctx.assignments_in_scope(node.value, stack)
+        if len(assigned) == 1 and not assigned[0].unpacked:
+            return is_python_number(ctx, assigned[0].value, assigned[0].stack, depth + 1)
+        return not assigned and _is_number_parameter(ctx.function_of(stack), node.value)
+    name = dotted_name(node)
+    cls = class_of_method(stack)
+    if name is not None and name.startswith("self.") and name.count(".") == 1 and cls is not None:
+        found = [a for a in ctx.assignments.get(name, []) if any(f.node is cls for f in a.stack)]
+        return len(found) == 1 and is_python_number(ctx, found[0].value, found[0].stack, depth + 1)
+    return False
+
+
+def _is_number_parameter(function: cst.CSTNode | None, name: str) -> bool:
+    """A parameter of ``__init__`` (what a model is configured with: sizes, rates), or one
+    annotated `float`/`int` or defaulting to a number elsewhere."""
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    params = function.params
+    for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
+        if param.name.value != name:
+            continue
+        annotation = dotted_name(param.annotation.annotation) if param.annotation is not None else None
+        if annotation is not None:
+            return annotation in ("float", "int")
+        return function.name.value == "__init__" or isinstance(param.default, (cst.Integer, cst.Float))
+    return False
+
+
+@dataclass
+class Tensors:
+    """The tensors of one file (see the module docstring); ``tensors(ctx)`` gives the file's."""
+
+    ctx: FileContext
+    batches: BatchNames = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.batches = BatchNames(self.ctx)
+
+    @cached_property
+    def names(self) -> dict[cst.CSTNode | None, set[str]]:
+        """Per function: names that certainly hold tensors (backward receivers and the results
+        of tensor-returning torch calls and tensor methods on those), less the names also bound
+        to a host value (`lossf = loss.item()`): those may hold a Python number."""
+        ctx = self.ctx
+        result: dict[cst.CSTNode | None, set[str]] = {}
+        for site in ctx.method_calls("backward"):
+            receiver = site.node.func.value  # type: ignore[attr-defined]
+            if site.node.args:  # `accelerator.backward(loss)`, `fabric.backward(loss)`: the argument is the tensor
+                receiver = site.node.args[0].value
+            # `l.mean().backward()`, `loss.sum().backward()`: `l` holds a tensor too
+            while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) \
+                    and receiver.func.attr.value in TENSOR_METHODS and ctx.qualname(receiver.func) is None:
+                receiver = receiver.func.value  # (not `torch.mean(...)`: `torch` is a module)
+            if isinstance(receiver, cst.Name):
+                result.setdefault(ctx.function_of(site.stack), set()).add(receiver.value)
+        host: dict[cst.CSTNode | None, set[str]] = {}
+        for target, assignments in ctx.assignments.items():
+            for assignment in assignments:
+                if not assignment.augmented and is_host_value(assignment.value):
+                    host.setdefault(ctx.function_of(assignment.stack), set()).add(target)
+        for _ in range(3):
+            for target, assignments in ctx.assignments.items():
+                for assignment in assignments:
+                    names = result.setdefault(ctx.function_of(assignment.stack), set())
+                    if target not in names and not assignment.unpacked and self.holds_tensor(assignment.value, assignment.stack, names):
+                        names.add(target)
+        for function, names in host.items():
+            result.get(function, set()).difference_update(names)
+        return result
+
+    def is_tensor(self, expr: cst.BaseExpression, stack: Stack) -> bool:
+        """Does ``expr`` at ``stack`` hold a tensor the code computed (not a batch still on the host)?"""
+        if isinstance(expr, (cst.Name, cst.Subscript, cst.Attribute)) and self.batches.is_host_batch(expr, stack):
+            return False
+        return self.holds_tensor(expr, stack)
+
+    def truth_tested(self, test: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+        """The tensor whose truth value a condition takes (`if t:`, `if not t.any():`, `a and t`)."""
+        if isinstance(test, cst.BooleanOperation):
+            return self.truth_tested(test.left, stack) or self.truth_tested(test.right, stack)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return self.truth_tested(test.expression, stack)
+        return test if self.is_tensor(test, stack) else None
+
+    def holds_tensor(self, expr: cst.BaseExpression, stack: Stack, names: set[str] | None = None) -> bool:
+        """Is ``expr`` a tensor by what it is made of (``names``: the tensors of its function)?"""
+        if names is None:
+            names = self.names.get(self.ctx.function_of(stack), set())
+        if isinstance(expr, cst.Name):
+            return expr.value in names
+        if isinstance(expr, cst.Call):
+            qualified = self.ctx.qualname(expr.func)
+            if qualified is not None:
+                return returns_tensor(qualified)
+            if not isinstance(expr.func, cst.Attribute):
+                return False
+            method, receiver = expr.func.attr.value, expr.func.value
+            if method in ("cuda", "to") and self.batches.is_batch(receiver, stack):
+                return True  # a batch tensor moved to the device
+            return method in TENSOR_METHODS and self.holds_tensor(receiver, stack, names)
+        if isinstance(expr, cst.Attribute):
+            return expr.attr.value not in HOST_ATTRIBUTES and self.holds_tensor(expr.value, stack, names)
+        if isinstance(expr, cst.Subscript):
+            return self.holds_tensor(expr.value, stack, names)
+        if isinstance(expr, cst.BinaryOperation):
+            if is_string(expr.left):
+                return False  # `"%g" % t` is a string
+            return self.holds_tensor(expr.left, stack, names) or self.holds_tensor(expr.right, stack, names)
+        if isinstance(expr, cst.UnaryOperation):
+            return not isinstance(expr.operator, cst.Not) and self.holds_tensor(expr.expression, stack, names)
+        if isinstance(expr, cst.Comparison):
+            if any(isinstance(c.operator, (cst.Is, cst.IsNot, cst.In, cst.NotIn)) for c in expr.comparisons):
+                return False
+            sides = [expr.left, *(c.comparator for c in expr.comparisons)]
+            return any(self.holds_tensor(side, stack, names) for side in sides)
+        return False
+
+
+_TENSORS: WeakKeyDictionary[FileContext, Tensors] = WeakKeyDictionary()
+
+
+def tensors(ctx: FileContext) -> Tensors:
+    """The file's tensors, computed once and shared by every rule that asks."""
+    found = _TENSORS.get(ctx)
+    if found is None:
+        found = _TENSORS[ctx] = Tensors(ctx)
+    return found

@@ -1,0 +1,68 @@
+"""What marks a training step, a batch source and a CUDA device, by name.
+
+Shared by the per-file model (``speedfix.model.context``, on libcst trees) and the project facts
+(``speedfix.project.facts``, on ``ast`` trees of the other files), so that a loop is a training
+loop by the same test whichever file it is in. Everything here works on dotted names as written
+(``opt.step``, ``metric_logger.log_every``), never on trees.
+"""
+
+from __future__ import annotations
+
+import re
+
+_OPTIMIZER_NAME = re.compile(r"(^|_)(optim|optimizer|optimiser|opt|scaler)(_|\d|$)", re.IGNORECASE)
+_SCHEDULER_NAME = re.compile(r"sched|lr_", re.IGNORECASE)
+# timm/Meta `NativeScaler`: `loss_scaler(loss, optimizer, clip_grad=..., parameters=...)` runs
+# backward, unscale, clip and step in one call.
+_LOSS_SCALER_NAME = re.compile(r"(^|_)scaler$", re.IGNORECASE)
+
+# `enumerate(tqdm(loader))`, `iter(loader)`: the loader is the first argument.
+ITERABLE_WRAPPERS = frozenset({"enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "iter"})
+# `metric_logger.log_every(loader, print_freq, header)` (DeiT, MAE, torchvision references).
+ITERABLE_WRAPPER_METHODS = frozenset({"log_every"})
+# Helpers that return a GPU device when there is one (d2l's `try_gpu()`, `try_all_gpus()`).
+CUDA_DEVICE_HELPERS = frozenset({"try_gpu", "try_all_gpus"})
+# Attributes that say CUDA: `torch.cuda`, `x.cuda()`, `torch.cuda.FloatTensor`, `torch.accelerator`,
+# `d2l.try_gpu()`; and objects whose attributes do (Hugging Face Accelerate's
+# `accelerator.device`, `accelerator.backward(loss)`).
+CUDA_ATTRIBUTES = frozenset({"cuda", "accelerator"}) | CUDA_DEVICE_HELPERS
+CUDA_OBJECTS = frozenset({"accelerator"})
+# Convolution layers by qualified name -> their dimension (transposed ones included): a class
+# that builds them is a conv net, in this file or, through the project facts, in another one.
+CONV_LAYERS = {
+    f"torch.nn.{prefix}{kind}{dims}d": dims
+    for prefix in ("", "modules.conv.") for kind in ("Conv", "ConvTranspose") for dims in (1, 2, 3)
+}
+
+# cuDNN recurrent layers: autocast runs them in fp16 whatever dtype it is asked for.
+CUDNN_RNN_LAYERS = frozenset(f"torch.nn.{prefix}{kind}" for prefix in ("", "modules.rnn.") for kind in ("LSTM", "GRU", "RNN"))
+
+
+def last_part(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def is_optimizer_name(name: str) -> bool:
+    """`opt`, `optimizer`, `self.optim_g`, `scaler`: a receiver whose `.step()` is a training
+    step (an LR scheduler's is not)."""
+    last = last_part(name)
+    return bool(_OPTIMIZER_NAME.search(last)) and not _SCHEDULER_NAME.search(last)
+
+
+def is_loss_scaler_call(func: str | None, positional: list[str | None], keywords: set[str]) -> bool:
+    """`loss_scaler(loss, optimizer, ...)`: a callable scaler that steps the optimizer.
+
+    ``positional`` holds the dotted names of the positional arguments (None for other
+    expressions); the second one, or an ``optimizer=`` keyword, must name an optimizer."""
+    if func is None or not _LOSS_SCALER_NAME.search(last_part(func)) or not positional:
+        return False
+    if "optimizer" in keywords:
+        return True
+    return len(positional) >= 2 and positional[1] is not None and is_optimizer_name(positional[1])
+
+
+def is_iterable_wrapper(func: str | None) -> bool:
+    """A call whose first argument is what a `for` over it really iterates."""
+    if func is None:
+        return False
+    return func in ITERABLE_WRAPPERS or last_part(func) in ITERABLE_WRAPPER_METHODS

@@ -1,0 +1,265 @@
+"""libcst parsing whose cost grows linearly with the file, and never hangs.
+
+libcst's parser has two costs that grow faster than the input:
+
+- a chain of N operators, attributes or calls (``a + b + ... ``, ``f()()()``, ``a.b.c...``) is a
+  tree N levels deep, and parsing it costs about N² (1,000 terms: 0.3 s; 2,000: 1.5 s; a
+  20,000-term generated expression does not finish). Python's own parser (``ast``, in C, a few
+  milliseconds) measures the nesting first, and code nested deeper than ``MAX_DEPTH`` is refused
+  with a ``NestingTooDeep`` error naming the line, before libcst ever sees it;
+- one parse of a whole multi-megabyte module costs more per byte than parses of its parts (2 MB:
+  17 s in one piece, 13 s in 64 KB pieces). A module over ``CHUNK_FROM`` is therefore parsed in
+  chunks of whole top-level statements, cut only where the lines between two statements are
+  empty or column-0 comments (there libcst gives them to the next statement, whatever precedes
+  it), and the chunks are joined into the ``Module`` a single parse would have built. A test
+  compares the two trees with ``deep_equals``. Chunks that disagree on the default indentation or
+  newline fall back to one parse.
+
+A syntax error found by ``ast`` is raised as libcst's ``ParserSyntaxError`` without running
+libcst, so callers keep one error path.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import io
+import re
+import tokenize
+import warnings
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import libcst as cst
+from libcst import ParserSyntaxError
+
+from speedfix.syntax.source import split_lines
+
+# Deeper expressions are refused (libcst's cost per expression grows with the square of this).
+MAX_DEPTH = 1000
+# Modules smaller than this are parsed in one piece, exactly as libcst does it.
+CHUNK_FROM = 256 * 1024
+CHUNK_SIZE = 64 * 1024
+
+_GAP_LINE = re.compile(r"(?:#[^\r\n]*)?(?:\r\n|\r|\n)?")
+
+
+class NestingTooDeep(RecursionError):
+    """Code nested deeper than libcst can parse in reasonable time (a RecursionError, so that
+    callers treat it as the interpreter's own "too deeply nested" failure)."""
+
+
+def python_ast(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse`` without its SyntaxWarnings (``"a" "b"()``, ``x is 1``): they are about the
+    user's code, and speedfix is not the place that prints them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ast.parse(source, filename=filename)
+
+
+def parse_module(
+    data: bytes | str,
+    *,
+    max_depth: int = MAX_DEPTH,
+    chunk_from: int = CHUNK_FROM,
+    chunk_size: int = CHUNK_SIZE,
+    between_chunks: Callable[[], None] | None = None,
+) -> cst.Module:
+    """``libcst.parse_module(data)``, linear in the size of ``data`` (see the module docstring).
+
+    ``between_chunks`` is called before each chunk is parsed (a deadline check)."""
+    encoding, text = _decode(data)
+    try:
+        tree = python_ast(text)
+    except SyntaxError as exc:
+        raise ParserSyntaxError(
+            exc.msg or "invalid syntax", lines=text.splitlines() or [""],
+            raw_line=exc.lineno or 1, raw_column=max((exc.offset or 1) - 1, 0),
+        ) from None
+    except ValueError as exc:  # NUL bytes (before Python 3.12)
+        raise ParserSyntaxError(str(exc), lines=[""], raw_line=1, raw_column=0) from None
+    except (RecursionError, MemoryError):
+        raise NestingTooDeep("Python's own parser gives up on it") from None
+    lines = split_lines(text)
+    _check_depth(tree, lines, max_depth)
+    # (first line, last line) of each top-level statement; the ast itself can go now.
+    statements = [(first_line(node), node.end_lineno or node.lineno) for node in tree.body]
+    del tree
+    with collector_paused():
+        module = None
+        if len(text) >= chunk_from:
+            module = _parse_in_chunks(statements, lines, chunk_size, between_chunks)
+        module = cst.parse_module(data) if module is None else module.with_changes(encoding=encoding)
+    global _last_parsed
+    _last_parsed = (text, [first for first, _ in statements])
+    return module
+
+
+# The text last parsed, and the first line of each of its top-level statements as ast numbers
+# them (one entry per ast statement: `a = 1; b = 2` is two), so that positions are computed
+# without parsing the file with ast a second time (a tenth of a big file's scan).
+_last_parsed: tuple[str, list[int]] | None = None
+
+
+def statement_first_lines(text: str) -> list[int] | None:
+    """What ``parse_module`` recorded for ``text``, if it was the last text parsed."""
+    last = _last_parsed
+    return last[1] if last is not None and last[0] == text else None
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a file's tree is built and analysed.
+
+    A parse allocates millions of nodes, none of them in a reference cycle; every collection
+    would walk all the nodes built so far (a third of a 2 MB parse's time, a fifth of a scan's).
+    The few cycles made meanwhile are collected once it is enabled again."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _decode(data: bytes | str) -> tuple[str, str]:
+    """(encoding, text) as libcst decodes them: BOM or coding cookie, else UTF-8."""
+    if isinstance(data, str):
+        return "utf-8", data
+    try:
+        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+        return encoding, data.decode(encoding)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        raise ParserSyntaxError(f"cannot decode the file: {exc}", lines=[""], raw_line=1, raw_column=0) from None
+
+
+# ------------------------------------------------------------------ nesting depth
+def _check_depth(tree: ast.Module, lines: list[str], limit: int) -> None:
+    """Raise NestingTooDeep when an expression is nested deeper than ``limit``.
+
+    Only expressions long enough to reach the limit are walked (each level of nesting takes at
+    least one character), so ordinary code costs one look per statement."""
+    for expression in _long_expressions(tree, lines, limit):
+        depth, line = _depth(expression)
+        if depth > limit:
+            raise NestingTooDeep(f"line {line} nests {depth:,} expressions; the limit is {limit:,}")
+
+
+def _long_expressions(tree: ast.Module, lines: list[str], limit: int) -> Iterator[ast.expr]:
+    starts = _line_starts(lines)
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                todo.append(child)
+            elif isinstance(child, ast.expr) and _span(child, starts) >= limit:
+                yield child
+            elif not isinstance(child, ast.expr):  # handlers, match cases, arguments, ...
+                todo.append(child)
+
+
+def _line_starts(lines: list[str]) -> list[int]:
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line.encode("utf-8", "surrogatepass")))
+    return starts
+
+
+def _span(node: ast.expr, starts: list[int]) -> int:
+    """An upper bound of the expression's length in characters (UTF-8 bytes from the start of
+    its first line)."""
+    end_line = node.end_lineno or node.lineno
+    if end_line == node.lineno:
+        return (node.end_col_offset or 0) - node.col_offset
+    last = min(end_line, len(starts) - 1)
+    return starts[last - 1] + (node.end_col_offset or 0) - starts[node.lineno - 1]
+
+
+def _depth(root: ast.expr) -> tuple[int, int]:
+    """(how many expressions are nested in ``root``, at most, counting it; the line where the
+    deepest is), without recursion. Keywords, comprehensions and the like are passed through
+    without counting, as are contexts and operators."""
+    deepest, where = 0, root.lineno
+    todo: list[tuple[ast.AST, int]] = [(root, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > deepest:
+            deepest, where = depth, getattr(node, "lineno", where)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                todo.append((child, depth + 1))
+            elif not isinstance(child, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)):
+                todo.append((child, depth))
+    return deepest, where
+
+
+# ------------------------------------------------------------------ chunks
+def _parse_in_chunks(
+    statements: list[tuple[int, int]], lines: list[str], chunk_size: int, between_chunks: Callable[[], None] | None
+) -> cst.Module | None:
+    """The module parsed chunk by chunk and joined, or None when the chunks disagree."""
+    cuts = _cuts(statements, lines, chunk_size)
+    if not cuts:
+        return None
+    pieces: list[cst.Module] = []
+    bounds = [0, *cuts, len(lines)]
+    for start, end in zip(bounds, bounds[1:]):
+        if between_chunks is not None:
+            between_chunks()
+        pieces.append(cst.parse_module("".join(lines[start:end])))
+    first = pieces[0]
+    if any(
+        piece.default_indent != first.default_indent or piece.default_newline != first.default_newline
+        for piece in pieces
+    ):
+        return None
+    statements: list[cst.BaseStatement] = list(first.body)
+    for piece in pieces[1:]:
+        if not piece.body:
+            return None
+        # At the start of a chunk, libcst puts the lines above the first statement in the
+        # module header; in the whole module they lead that statement.
+        head, *rest = piece.body
+        statements.append(head.with_changes(leading_lines=[*piece.header, *head.leading_lines]))
+        statements.extend(rest)
+    last = pieces[-1]
+    return first.with_changes(body=statements, footer=last.footer, has_trailing_newline=last.has_trailing_newline)
+
+
+def _cuts(statements: list[tuple[int, int]], lines: list[str], chunk_size: int) -> list[int]:
+    """0-based indexes of the lines where a new chunk starts: right after a statement's last
+    line, once the chunk holds ``chunk_size`` bytes, where the gap is clean (``_clean_gap``)."""
+    offsets = _line_starts(lines)
+    cuts: list[int] = []
+    chunk_start = 0
+    previous_end: int | None = None  # 0-based index of the line after the previous statement
+    for first, last in statements:
+        start = first - 1
+        if (
+            previous_end is not None
+            and offsets[start] - offsets[chunk_start] >= chunk_size
+            and _clean_gap(lines, previous_end, start)
+        ):
+            cuts.append(previous_end)
+            chunk_start = previous_end
+        previous_end = last
+    return cuts
+
+
+def first_line(statement: ast.stmt) -> int:
+    """The line a top-level statement starts on, its decorators included."""
+    decorators = getattr(statement, "decorator_list", None)
+    return decorators[0].lineno if decorators else statement.lineno
+
+
+def _clean_gap(lines: list[str], start: int, end: int) -> bool:
+    """Lines ``start`` to ``end`` (exclusive) are empty or column-0 comments, and the line
+    before them ends a statement (no backslash continuation, no `;` joined statement)."""
+    if start > end or start == 0:
+        return False
+    before = lines[start - 1].rstrip("\r\n")
+    if before.endswith("\\"):
+        return False
+    return all(_GAP_LINE.fullmatch(line) for line in lines[start:end])

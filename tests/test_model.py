@@ -1,0 +1,99 @@
+"""The semantic model answers PyTorch questions for any rule: tensors and host values, Python
+numbers, hand-written attention and what surrounds it."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from speedfix.model.attention import attention_of, has_fast_path, is_default_scale, softmax_input
+from speedfix.model.context import FileContext
+from speedfix.model.frames import class_of_method
+from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
+from speedfix.model.versions import TorchVersion
+from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.walk import walk_batched
+
+
+def context(code: str) -> FileContext:
+    module = cst.parse_module(textwrap.dedent(code))
+    ctx = FileContext(module, "t.py", TorchVersion.parse("2.4"))
+    walk_batched(module, [ctx])
+    return ctx
+
+
+def expression(ctx: FileContext, code: str) -> tuple[cst.BaseExpression, tuple]:
+    """The first expression of the file written as ``code``, with the stack it is read at."""
+    for site in ctx.calls:
+        for node in walk_expression(site.node):
+            if isinstance(node, cst.BaseExpression) and ctx.module.code_for_node(node) == code:
+                return node, site.stack
+    raise AssertionError(f"{code!r} is not an argument of a call")
+
+
+TRAINING = """
+    import torch
+    def train(model, loader, opt):
+        for x, y in loader:
+            loss = model(x.cuda()).sum()
+            lossf = loss.item()
+            loss.backward()
+            scaled = loss * 2
+            opt.step()
+            print(scaled, lossf, loss.shape, x)
+"""
+
+
+def test_tensors_of_a_training_step():
+    ctx = context(TRAINING)
+    found = tensors(ctx)
+    scaled, stack = expression(ctx, "scaled")
+    assert found.is_tensor(scaled, stack)  # made from the tensor that receives backward()
+    assert not found.is_tensor(expression(ctx, "lossf")[0], stack)  # a Python number
+    assert not found.is_tensor(expression(ctx, "loss.shape")[0], stack)  # a host attribute
+    assert not found.is_tensor(expression(ctx, "x")[0], stack)  # a batch still on the host
+    assert tensors(ctx) is found  # computed once per file
+
+
+def test_host_values_and_syncs():
+    assert returns_tensor("torch.zeros") and returns_tensor("torch.nn.functional.softmax")
+    assert not returns_tensor("torch.device") and not returns_tensor("torch.is_tensor")
+    assert is_host_value(cst.parse_expression("loss.item() * n"))
+    assert not is_host_value(cst.parse_expression("loss * n"))
+    assert has_sync_before(cst.parse_expression("x.cpu().numpy().tolist()").func.value)  # type: ignore[attr-defined]
+    assert not has_sync_before(cst.parse_expression("x.sum()"))
+
+
+ATTENTION = """
+    import math
+    import torch
+    import torch.nn.functional as F
+    class Attention(torch.nn.Module):
+        def __init__(self, scale):
+            self.scale = scale
+        def forward(self, q, k, v):
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = F.softmax(att, dim=-1)
+            return att @ v
+        def scaled(self, q, k, v):
+            return F.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1) @ v
+    def fused(q, k, v):
+        if torch.cuda.is_available():
+            return F.scaled_dot_product_attention(q, k, v)
+        return F.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+"""
+
+
+def test_attention_and_what_surrounds_it():
+    ctx = context(ATTENTION)
+    softmaxes = [site for site in ctx.calls if softmax_input(ctx, site.node, class_of_method(site.stack))]
+    assert len(softmaxes) == 3
+    forward, scaled, fused = softmaxes
+    attention, _, _ = attention_of(ctx, forward)  # type: ignore[misc]
+    assert is_default_scale(ctx, attention, attention.factors[0])  # 1/sqrt(head_dim)
+    other, _, _ = attention_of(ctx, scaled)  # type: ignore[misc]
+    assert not is_default_scale(ctx, other, other.factors[0])
+    # `self.scale` is an `__init__` parameter: a number the model is configured with, no tensor
+    assert is_python_number(ctx, other.factors[0].meaning, scaled.stack)
+    assert not has_fast_path(ctx, forward.stack) and has_fast_path(ctx, fused.stack)
