@@ -33,11 +33,15 @@ class InvalidSyntax(Rule):
     No automatic fix: a file that does not parse is never rewritten. `speedfix apply` lists the
     finding among those left unfixed and leaves the file exactly as it is.
 
+    ## Impact
+    High: a file that does not parse does not run. Nothing moves it.
+
     ## Measured effect
     None on speed: the file has to parse before anything else can be checked or measured.
     Source: https://docs.python.org/3/library/exceptions.html#SyntaxError
     """
 
+    impact = "high"
     code = SYNTAX_ERROR_CODE
     name = SYNTAX_ERROR_NAME
     summary = "A file that Python cannot parse (syntax error, Python 2 code); always reported"

@@ -51,6 +51,10 @@ class BlockingTransfer(Rule):
     parameter: it may be an object of the collate function's making whose `.to()` takes no
     `non_blocking` (transformers' `BatchEncoding` before 4.48 raises a `TypeError`).
 
+    ## Impact
+    Medium: the CPU waits for each batch's copy instead of queueing the step's kernels; with
+    pinned memory (SF102) the copy overlaps with compute. Nothing moves it.
+
     ## Measured effect
     Removes one host synchronisation per copied tensor per step; the PyTorch tutorial on pinned
     memory shows many small non-blocking copies beating blocking ones. pytorch/examples' ImageNet
@@ -58,6 +62,7 @@ class BlockingTransfer(Rule):
     Source: https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html
     """
 
+    impact = "medium"
     code = "SF104"
     name = "blocking-transfer"
     summary = "Host-to-GPU batch copy in the training loop without `non_blocking=True`"

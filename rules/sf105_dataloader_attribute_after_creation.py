@@ -11,6 +11,7 @@ from speedfix.model.index import Assignment, CallSite
 from speedfix.model.loaders import FROZEN_ATTRIBUTES, IGNORED_ATTRIBUTES, late_attributes
 from speedfix.model.patterns import DATALOADER, unwrap_iterable
 from speedfix.model.versions import v
+from speedfix.rules._impact import Estimate, Finding, Impact
 from speedfix.syntax.names import dotted_name
 
 
@@ -59,6 +60,11 @@ class DataloaderAttributeAfterCreation(Rule):
     ## Fix safety
     No automatic fix: the value is often computed between the call and the assignment.
 
+    ## Impact
+    High when the assignment raises (`ValueError`, or `TypeError` at the first iteration).
+    Medium when it does nothing or never reaches the running iterator, low when it works from
+    the next `iter(loader)` on.
+
     ## Measured effect
     None in speed by itself; it decides whether the workers the script asks for exist at all.
     The attributes guarded by `DataLoader.__setattr__`, and the `prefetch_factor=None` of a
@@ -66,6 +72,7 @@ class DataloaderAttributeAfterCreation(Rule):
     https://github.com/pytorch/pytorch/blob/main/torch/utils/data/dataloader.py
     """
 
+    impact = "high"
     code = "SF105"
     name = "dataloader-attribute-after-creation"
     summary = "DataLoader setting assigned after the loader exists (`loader.num_workers = 8`)"
@@ -179,6 +186,13 @@ class DataloaderAttributeAfterCreation(Rule):
             """
         ),
     ]
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        if finding.severity is Severity.ERROR:
+            return None  # it raises
+        if finding.severity is Severity.INFO:
+            return Estimate(Impact.LOW, "the setting works from the next `iter(loader)` on")
+        return Estimate(Impact.MEDIUM, "the setting does nothing, but nothing raises")
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*DATALOADER):

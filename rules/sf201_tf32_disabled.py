@@ -9,6 +9,7 @@ from speedfix.model.amp import mixed_precision_by_default
 from speedfix.model.flow import default_choice, off_by_default
 from speedfix.model.patterns import matmul_precision_choices
 from speedfix.model.versions import v
+from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 
 
 class Tf32Disabled(Rule):
@@ -59,6 +60,11 @@ class Tf32Disabled(Rule):
     fix: the setting belongs in the program that runs it. Processes started with
     `mp.spawn(worker)` do not run `main()`: set it in the worker too.
 
+    ## Impact
+    High: fp32 matmuls without TF32 run at a fraction of an Ampere GPU's tensor-core
+    throughput. Medium for a small model (under 10M parameters, counted from the layers the
+    file writes).
+
     ## Measured effect
     A 10240x10240 fp32 matmul on an A100: 0.11 s in fp32, 0.016 s with TF32 (about 7x), from
     PyTorch's CUDA semantics notes; Hugging Face reports "up to 3x" training throughput.
@@ -66,6 +72,7 @@ class Tf32Disabled(Rule):
     https://huggingface.co/docs/transformers/perf_train_gpu_one
     """
 
+    impact = "high"
     code = "SF201"
     name = "tf32-disabled"
     summary = "CUDA fp32 training that never enables TF32 matmuls"
@@ -298,6 +305,9 @@ class Tf32Disabled(Rule):
             """,
         ),
     ]
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        return small_model(self.ctx, Impact.MEDIUM)
 
     def finish(self) -> None:
         ctx = self.ctx

@@ -15,6 +15,7 @@ from speedfix.model.index import CallSite, WithInfo
 from speedfix.model.networks import project_builds_rnn
 from speedfix.model.versions import v
 from speedfix.project.steps import CUDNN_RNN_LAYERS
+from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
@@ -85,6 +86,10 @@ class NoMixedPrecision(Rule):
     default gets no fix: which option turns it on is the script's own choice. Verify with
     `speedfix apply --verify`.
 
+    ## Impact
+    High: mixed precision is one of the largest single gains in training speed and memory.
+    Medium for a small model (under 10M parameters, counted from the layers the file writes).
+
     ## Measured effect
     PyTorch's performance tuning guide: mixed precision gives "up to 3x overall speedup on Volta
     and newer GPU architectures"; Lightning's docs report up to 3x; the PyTorch 2.0 release
@@ -93,6 +98,7 @@ class NoMixedPrecision(Rule):
     https://pytorch.org/get-started/pytorch-2.0/
     """
 
+    impact = "high"
     code = "SF202"
     name = "no-mixed-precision"
     summary = "CUDA training loop whose forward pass runs in fp32 (no autocast)"
@@ -485,6 +491,9 @@ class NoMixedPrecision(Rule):
             """,
         ),
     ]
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        return small_model(self.ctx, Impact.MEDIUM)
 
     def finish(self) -> None:
         ctx = self.ctx

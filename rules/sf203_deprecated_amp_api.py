@@ -95,12 +95,16 @@ class DeprecatedAmpApi(Rule):
     one, or in the other branch of a version test such as `if hasattr(torch.amp, "GradScaler"):`)
     is left alone: it is there for older torch.
 
+    ## Impact
+    Low: a deprecation, nothing to gain in speed. Nothing moves it.
+
     ## Measured effect
     None on speed: removes a `FutureWarning` per call and keeps the script working when the old
     names are removed (deprecated since torch 2.4).
     Source: https://pytorch.org/docs/stable/amp.html
     """
 
+    impact = "low"
     code = "SF203"
     name = "deprecated-amp-api"
     summary = "Deprecated `torch.cuda.amp` / `torch.cpu.amp` API (autocast, GradScaler, custom_fwd)"

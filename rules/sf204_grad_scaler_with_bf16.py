@@ -51,6 +51,10 @@ class GradScalerWithBf16(Rule):
     read with `get_scale()`, passed to a function, tested with `scaler is not None`) gets no fix:
     there, `GradScaler(..., enabled=False)` keeps every call working and does nothing.
 
+    ## Impact
+    Medium: the scaler's unscale, inf check and host sync every step, for nothing. Nothing
+    moves it.
+
     ## Measured effect
     One unscale and inf/NaN check over all gradients and one host sync per optimizer step less;
     worth most in loops with small models or many steps. Accelerate and Hugging Face's Trainer
@@ -59,6 +63,7 @@ class GradScalerWithBf16(Rule):
     https://github.com/huggingface/accelerate/pull/1036, https://pytorch.org/docs/stable/amp.html
     """
 
+    impact = "medium"
     code = "SF204"
     name = "grad-scaler-with-bf16"
     summary = "GradScaler next to bf16 autocast, which needs no loss scaling"

@@ -54,6 +54,10 @@ class ClipBeforeUnscale(Rule):
     inserts `scaler.unscale_(optimizer)` with the optimizer that the following `scaler.step(...)`
     takes; without such a call in the same block there is no fix.
 
+    ## Impact
+    High: a correctness bug; the clipping threshold is compared with scaled gradients, so the
+    gradients are clipped at the wrong norm. Nothing moves it.
+
     ## Measured effect
     A correctness rule, not a speed rule: it restores the clipping the script asks for. pytorch/
     examples' minGPT-DDP trainer clips scaled gradients this way; nanoGPT unscales first.
@@ -61,6 +65,7 @@ class ClipBeforeUnscale(Rule):
     https://github.com/pytorch/examples/blob/main/distributed/minGPT-ddp/mingpt/trainer.py
     """
 
+    impact = "high"
     code = "SF205"
     name = "clip-before-unscale"
     summary = "Gradient clipping of GradScaler-scaled gradients (no `scaler.unscale_` first)"

@@ -64,6 +64,10 @@ class Fp16WhereBf16Fits(Rule):
     passed to a function, tested with `scaler is not None`) gets no fix. Verify with
     `speedfix apply --verify`.
 
+    ## Impact
+    Medium: no loss scaling, so the scaler's work and its host sync per step go. Nothing moves
+    it.
+
     ## Measured effect
     On an A100, HF's trainer benchmark measured bf16 and fp16 autocast within a few percent of
     each other, so the speed stays; what goes is the scaler's per-step unscale, inf/NaN check
@@ -72,6 +76,7 @@ class Fp16WhereBf16Fits(Rule):
     https://pytorch.org/docs/stable/amp.html
     """
 
+    impact = "medium"
     code = "SF207"
     name = "fp16-where-bf16-fits"
     summary = "fp16 autocast with a GradScaler where bf16 (no scaler) would do"

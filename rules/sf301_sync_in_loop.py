@@ -131,6 +131,11 @@ class SyncInLoop(BranchTracker, Rule):
     by hand. A fix that leaves a sync (another one in the step, or a sum over the micro-steps of an
     outer step that is read once per outer step) says so in its title, and the finding stays.
 
+    ## Impact
+    High: a host sync every step keeps the CPU from queueing the next kernels while the GPU
+    works. A `speedfix bench` result of the script measured on a GPU decides: high for a median
+    step of 50 ms or less, low for 500 ms or more (a sync is then a small share of the step).
+
     ## Measured effect
     torchtune measured 40-50 ms of `cudaStreamSynchronize` per step from `loss.item()` and moved it
     under its logging interval; an honest A/B elsewhere found 4% in a microbenchmark and under 1% in
@@ -139,6 +144,8 @@ class SyncInLoop(BranchTracker, Rule):
     https://github.com/lnccbrown/LANfactory/pull/120
     """
 
+    impact = "high"
+    measure = "host_sync"
     code = "SF301"
     name = "sync-in-loop"
     summary = "CPU-GPU synchronisation (`.item()`, `.cpu()`, `print(t)`) on every training step"

@@ -55,6 +55,11 @@ class SynchronizeInLoop(BranchTracker, Rule):
     No automatic fix: the call is usually there for timing, and the timings it guards become
     wrong without it. Move it under the logging condition by hand.
 
+    ## Impact
+    High: the CPU waits for the GPU every step. A `speedfix bench` result of the script
+    measured on a GPU decides: high for a median step of 50 ms or less, low for 500 ms or more
+    (a sync is then a small share of the step).
+
     ## Measured effect
     About 25% slower training with a per-step synchronize on an RTX 2080 Ti (KPConv). The effect
     depends on how launch-bound the step is; one report of a C++ LSTM ran faster with a sync, so
@@ -63,6 +68,8 @@ class SynchronizeInLoop(BranchTracker, Rule):
     https://github.com/pytorch/pytorch/issues/63618
     """
 
+    impact = "high"
+    measure = "host_sync"
     code = "SF302"
     name = "synchronize-in-loop"
     summary = "`torch.cuda.synchronize()` on every training step"

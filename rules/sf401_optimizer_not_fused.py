@@ -8,6 +8,7 @@ from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.index import CallSite
 from speedfix.model.versions import v
+from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 
 _FUSABLE = (
     "torch.optim.Adam",
@@ -48,12 +49,17 @@ class OptimizerNotFused(Rule):
     (pytorch#121857, A40): benchmark it. SGD is never fused automatically: fused SGD corrupts
     momentum on GradScaler-skipped steps (LibreYOLO#771).
 
+    ## Impact
+    Medium. Low for a small model (under 10M parameters, counted from the layers the file
+    writes), whose optimizer update is a small share of a step.
+
     ## Measured effect
     +1.5-2% MFU for Llama-8B in torchtitan; 2-3 ms per iteration in litgpt; Hugging Face made
     `adamw_torch_fused` its default optimizer for torch 2.8 and newer.
     Sources: https://github.com/pytorch/torchtitan/pull/355, https://github.com/Lightning-AI/litgpt/pull/857
     """
 
+    impact = "medium"
     code = "SF401"
     name = "optimizer-not-fused"
     summary = "Adam/AdamW on CUDA without `fused=True`"
@@ -114,6 +120,9 @@ class OptimizerNotFused(Rule):
             """,
         ),
     ]
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        return small_model(self.ctx, Impact.LOW)
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*_FUSABLE):

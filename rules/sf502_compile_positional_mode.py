@@ -33,11 +33,15 @@ class CompilePositionalMode(Rule):
     ## Fix safety
     Safe: it turns a call that raises into the call that was meant.
 
+    ## Impact
+    High: a correctness bug; `torch.compile` raises `TypeError`. Nothing moves it.
+
     ## Measured effect
     The script runs instead of crashing; the speed is then the compile mode's.
     Source: https://docs.pytorch.org/docs/stable/generated/torch.compile.html
     """
 
+    impact = "high"
     code = "SF502"
     name = "compile-positional-mode"
     summary = "`torch.compile(m, \"mode\")`: the mode must be a keyword (TypeError)"

@@ -88,6 +88,9 @@ class ManualAttention(Rule):
     `persistent=False` is not in checkpoints and is removed when nothing else reads it. The
     `nn.Softmax`/`nn.Dropout` modules stay too (no parameters; the dropout's `p` is read).
 
+    ## Impact
+    High: attention is a large share of a transformer's time and memory. Nothing moves it.
+
     ## Measured effect
     FlashAttention's paper: GPT-2 training 3x faster at sequence length 1K, BERT-large 15% end to
     end. On one H100 (torch 2.11), the forward and backward pass of the bundled GPT fixture's
@@ -101,6 +104,7 @@ class ManualAttention(Rule):
     https://github.com/pytorch/pytorch/blob/main/torch/_inductor/fx_passes/fuse_attention.py
     """
 
+    impact = "high"
     code = "SF503"
     name = "manual-attention"
     summary = "Attention written by hand (`softmax(q @ k.T) @ v`) instead of `F.scaled_dot_product_attention`"

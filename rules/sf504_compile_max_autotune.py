@@ -47,6 +47,10 @@ class CompileMaxAutotune(Rule):
     ## Fix safety
     No automatic fix: for long runs the mode is the right choice.
 
+    ## Impact
+    Low: minutes of compile time at each start, which matter for short or varied runs only.
+    Nothing moves it.
+
     ## Measured effect
     The Hugging Face guide lists the mode as "longer compilation"; before torch 2.0 autotuning
     made one timm training benchmark compile in 360 s instead of 25 s (since shortened). Sources:
@@ -54,6 +58,7 @@ class CompileMaxAutotune(Rule):
     https://github.com/pytorch/torchdynamo/issues/1807
     """
 
+    impact = "low"
     code = "SF504"
     name = "compile-max-autotune"
     summary = '`mode="max-autotune"`: much longer compiles, worth it only for long fixed-shape runs'

@@ -8,6 +8,7 @@ from speedfix.model.index import CallSite
 from speedfix.model.networks import is_conv_architecture, project_conv_dims, zoo_architecture
 from speedfix.model.patterns import cudnn_choices
 from speedfix.project.steps import CONV_LAYERS
+from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 
 _CONV = tuple(CONV_LAYERS)  # transposed convolutions run on cuDNN too
 
@@ -59,6 +60,10 @@ class CudnnBenchmarkOff(Rule):
     point only defines things for others to import and gets no fix. Processes started with
     `mp.spawn(worker)` do not run `main()`: set it in the worker too.
 
+    ## Impact
+    Medium. Low for a small model (under 10M parameters, counted from the layers the file
+    writes).
+
     ## Measured effect
     SpeechBrain: 17 to 12 minutes per epoch on a V100 (1.42x) and 60 to 25 minutes on a 1080 Ti
     after enabling it; the PyTorch performance tuning guide recommends it for fixed-size inputs.
@@ -66,6 +71,7 @@ class CudnnBenchmarkOff(Rule):
     https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
     """
 
+    impact = "medium"
     code = "SF601"
     name = "cudnn-benchmark-off"
     summary = "Conv net trained on CUDA without `cudnn.benchmark = True`"
@@ -271,6 +277,9 @@ class CudnnBenchmarkOff(Rule):
             """,
         ),
     ]
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        return small_model(self.ctx, Impact.LOW)
 
     def finish(self) -> None:
         ctx = self.ctx

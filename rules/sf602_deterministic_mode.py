@@ -42,6 +42,10 @@ class DeterministicMode(Rule):
     ## Fix safety
     No automatic fix: reproducibility is the user's contract, not ours to drop.
 
+    ## Impact
+    Medium: deterministic kernels are slower for some layers, and the setting is often left on
+    from debugging. Nothing moves it.
+
     ## Measured effect
     Depends on the model: the cost is in the convolution and scatter kernels that determinism
     rules out. PyTorch's reproducibility notes: deterministic operations "are often slower than
@@ -50,6 +54,7 @@ class DeterministicMode(Rule):
     https://github.com/pytorch/examples/blob/main/imagenet/main.py
     """
 
+    impact = "medium"
     code = "SF602"
     name = "deterministic-mode"
     summary = "Deterministic cuDNN/algorithms switched on unconditionally in training"

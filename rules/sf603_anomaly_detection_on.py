@@ -43,12 +43,17 @@ class AnomalyDetectionOn(Rule):
     block (its body stays, one level less indented) and drops the Trainer argument; values that are
     not a literal `True` (`set_detect_anomaly(args.debug)`) are not reported.
 
+    ## Impact
+    High: anomaly detection records a traceback for every operation and checks every backward's
+    result, which makes training several times slower. Nothing moves it.
+
     ## Measured effect
     22 s against 52-57 s per epoch (about 2.4x) in an ignite report; 2.5x and 3x in Lightning
     issues.
     Sources: https://github.com/pytorch/ignite/pull/219, https://github.com/Lightning-AI/pytorch-lightning/issues/17359
     """
 
+    impact = "high"
     code = "SF603"
     name = "anomaly-detection-on"
     summary = "Autograd anomaly detection left on (`set_detect_anomaly(True)`, `detect_anomaly()`)"

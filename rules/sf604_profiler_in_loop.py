@@ -9,6 +9,7 @@ from speedfix.model.branches import BranchTracker, Frequency, frequency, opt_in_
 from speedfix.model.flow import assigned_name
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite, WithInfo
+from speedfix.rules._impact import Estimate, Finding, Impact
 from speedfix.syntax.names import dotted_name
 
 # Context managers that record (or count) every operator while they are entered (or started).
@@ -72,6 +73,10 @@ class ProfilerInLoop(BranchTracker, Rule):
     ## Fix safety
     No automatic fix: the profile is there on purpose; where to limit it is the user's choice.
 
+    ## Impact
+    High: a profiler, FLOP counter or gradcheck on every step multiplies its time. Medium when
+    it runs every few steps rather than on every one.
+
     ## Measured effect
     The PyTorch profiler recipe recommends `schedule=` for long jobs because recording every
     step adds overhead and memory. A 3-layer MLP training step (batch 32, one CPU thread, torch
@@ -81,6 +86,7 @@ class ProfilerInLoop(BranchTracker, Rule):
     https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html
     """
 
+    impact = "high"
     code = "SF604"
     name = "profiler-in-loop"
     summary = "Profiler, FLOP counter or gradcheck active on every training step"
@@ -187,6 +193,11 @@ class ProfilerInLoop(BranchTracker, Rule):
             """
         ),
     ]
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        if "every training step" in finding.message:
+            return None
+        return Estimate(Impact.MEDIUM, "it runs every few steps, not on every one")
 
     def finish(self) -> None:
         ctx = self.ctx

@@ -53,6 +53,10 @@ class CreateThenMove(Rule):
     already names a device or asks for `requires_grad=True` (moving it makes a non-leaf copy,
     creating it on the device a leaf), and a move that also changes the dtype, are left alone.
 
+    ## Impact
+    Medium: the tensor is made on every step and copied from pageable memory, a blocking copy.
+    Nothing moves it.
+
     ## Measured effect
     Small per call (one allocation and copy); it adds up in `forward` and per-step code. PyTorch's
     tuning guide: "create tensors directly on the target device"; the profiler's pattern matcher
@@ -61,6 +65,7 @@ class CreateThenMove(Rule):
     https://github.com/pytorch/pytorch/blob/main/torch/profiler/_pattern_matcher.py
     """
 
+    impact = "medium"
     code = "SF701"
     name = "create-then-move"
     summary = "Tensor created on the CPU and moved to the GPU (`torch.zeros(...).cuda()`)"

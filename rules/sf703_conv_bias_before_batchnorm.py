@@ -44,6 +44,10 @@ class ConvBiasBeforeBatchnorm(Rule):
     pretrained checkpoint with `strict=True` fails, and the results change within float rounding.
     An explicit `bias=True` is reported without a fix.
 
+    ## Impact
+    Low: one wasted addition per convolution and a parameter that does nothing. Nothing moves
+    it.
+
     ## Measured effect
     Small: one broadcast add and its gradient per convolution; the profiler's pattern matcher
     reports it as `Conv2dBiasFollowedByBatchNorm2dPattern`.
@@ -51,6 +55,7 @@ class ConvBiasBeforeBatchnorm(Rule):
     https://github.com/pytorch/pytorch/blob/main/torch/profiler/_pattern_matcher.py
     """
 
+    impact = "low"
     code = "SF703"
     name = "conv-bias-before-batchnorm"
     summary = "Convolution with a bias straight into BatchNorm (the bias is cancelled)"

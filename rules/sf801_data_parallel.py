@@ -41,6 +41,10 @@ class DataParallel(Rule):
     No automatic fix: moving to DDP changes how the script is launched (`torchrun`), needs a
     process group, a `DistributedSampler`, and rank-0-only logging and checkpointing.
 
+    ## Impact
+    Medium: on one GPU DataParallel costs little; on several it is much slower than
+    DistributedDataParallel. Nothing moves it.
+
     ## Measured effect
     fairseq saw no speedup with DataParallel and about 5.5-6x on 8 GPUs with one process per
     GPU; on consumer GPUs without peer-to-peer links DataParallel has been measured faster in some
@@ -49,6 +53,7 @@ class DataParallel(Rule):
     https://pytorch.org/docs/stable/notes/cuda.html#use-nn-parallel-distributeddataparallel-instead-of-multiprocessing-or-nn-dataparallel
     """
 
+    impact = "medium"
     code = "SF801"
     name = "data-parallel"
     summary = "`nn.DataParallel` instead of DistributedDataParallel"

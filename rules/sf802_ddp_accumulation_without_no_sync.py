@@ -68,6 +68,10 @@ class DdpAccumulationWithoutNoSync(Rule):
     does not exist on a model that is not wrapped (a single-GPU run of a script that wraps only
     `if args.distributed:`). Elsewhere the finding has no fix.
 
+    ## Impact
+    High: an all-reduce of every gradient on every micro-step instead of once per optimizer
+    step. Nothing moves it.
+
     ## Measured effect
     (N-1)/N fewer gradient all-reduces; speechbrain measured 10-20% faster training with DDP and
     gradient accumulation, more across nodes.
@@ -75,6 +79,7 @@ class DdpAccumulationWithoutNoSync(Rule):
     https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html
     """
 
+    impact = "high"
     code = "SF802"
     name = "ddp-accumulation-without-no-sync"
     summary = "DDP gradient accumulation that all-reduces on every micro-step (no `no_sync()`)"

@@ -35,6 +35,9 @@ class DdpFindUnusedParameters(Rule):
     have finished reduction in the prior iteration" at the next step. Remove it, run a few steps;
     keep it (or try `static_graph=True`) only if that error appears.
 
+    ## Impact
+    Medium: an extra traversal of the autograd graph on every step. Nothing moves it.
+
     ## Measured effect
     One extra traversal of the autograd graph per step plus later communication; lightly reported
     the flag "can slow down training considerably".
@@ -42,6 +45,7 @@ class DdpFindUnusedParameters(Rule):
     https://github.com/lightly-ai/lightly/issues/1434
     """
 
+    impact = "medium"
     code = "SF803"
     name = "ddp-find-unused-parameters"
     summary = "`DistributedDataParallel(find_unused_parameters=True)`"

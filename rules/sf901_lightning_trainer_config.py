@@ -11,6 +11,7 @@ from speedfix.model.frameworks import LIGHTNING_TRAINER, SET_ELSEWHERE, in_light
 from speedfix.model.index import CallSite
 from speedfix.model.networks import conv2d_classes
 from speedfix.model.patterns import cudnn_settings, matmul_precision_chosen
+from speedfix.rules._impact import Estimate, Finding, Impact, by_message
 
 _FP32 = frozenset({"32", "32-true"})
 _FP16 = frozenset({"16", "16-mixed"})
@@ -78,6 +79,11 @@ class LightningTrainerConfig(Rule):
     the right batch size depends on the GPU's memory, and a per-step metric may need the
     all-reduce.
 
+    ## Impact
+    High: fp32 training on a GPU, a profiler left on and TF32 off are among the largest gaps.
+    Medium for fp16 instead of bf16, cuDNN autotuning off and values all-reduced for logging on
+    every step; low for `accumulate_grad_batches`.
+
     ## Measured effect
     Mixed precision: "up to 3x" on Volta and newer GPUs (PyTorch's tuning guide) and Lightning's
     docs; TF32: about 7x for a large A100 matmul; profilers: the tuning guide's "Disable
@@ -89,6 +95,7 @@ class LightningTrainerConfig(Rule):
     https://github.com/speechbrain/speechbrain/pull/294
     """
 
+    impact = "high"
     code = "SF901"
     name = "lightning-trainer-config"
     summary = "Lightning `Trainer` on a GPU in fp32, without TF32, with a profiler or without cuDNN autotuning"
@@ -250,6 +257,14 @@ class LightningTrainerConfig(Rule):
             """,
         ),
     ]
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        return by_message(finding, (
+            ("fp16 mixed precision", Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
+            ("cuDNN's default algorithms", Impact.MEDIUM, "cuDNN autotuning"),
+            ("sync_dist=True", Impact.MEDIUM, "one small all-reduce per logged value and step"),
+            ("accumulate_grad_batches", Impact.LOW, "a larger batch, if it fits"),
+        ))
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*LIGHTNING_TRAINER):

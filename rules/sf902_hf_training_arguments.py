@@ -21,6 +21,7 @@ from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, hf_a
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
 from speedfix.model.versions import v
+from speedfix.rules._impact import Estimate, Finding, Impact, by_message
 
 # Optimizer names whose update runs as several kernels per parameter group.
 _UNFUSED = frozenset({"adamw_torch", "adamw_hf", "adamw_torch_foreach"})
@@ -85,6 +86,11 @@ class HfTrainingArguments(Rule):
     yields every sample once per worker. Pinned memory is page-locked host RAM. A value set outside
     the call is reported without a fix.
 
+    ## Impact
+    High: fp32 training on a GPU and TF32 off are among the largest gaps. Medium for fp16
+    instead of bf16, gradient checkpointing and a batch size left small; low for the unfused
+    AdamW and unpinned loader memory.
+
     ## Measured effect
     Mixed precision and TF32: "up to 3x" training throughput; gradient checkpointing "slows
     training by approximately 20%"; the fused AdamW is transformers' default from torch 2.8 on
@@ -93,6 +99,7 @@ class HfTrainingArguments(Rule):
     https://github.com/Lightning-AI/litgpt/pull/857
     """
 
+    impact = "high"
     code = "SF902"
     name = "hf-training-arguments"
     summary = "Hugging Face `TrainingArguments` on a GPU in fp32, without TF32, fused AdamW or loader workers"
@@ -239,6 +246,16 @@ class HfTrainingArguments(Rule):
             """,
         ),
     ]
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        return by_message(finding, (
+            ("fp32", Impact.HIGH, "fp32 training"),
+            ("`fp16=True`", Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
+            ("AdamW", Impact.LOW, "a fused optimizer step"),
+            ("dataloader_pin_memory", Impact.LOW, "pinned memory for the Trainer's loader"),
+            ("checkpointing", Impact.MEDIUM, "memory traded for a recomputed forward pass"),
+            ("batch size", Impact.MEDIUM, "a larger batch, if it fits"),
+        ))
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*HF_TRAINING_ARGUMENTS):

@@ -60,6 +60,9 @@ class HfEagerAttention(Rule):
     longer available. The misleading message is reported without a fix: whether FlashAttention-2
     fits depends on the GPU, the dtype and the installed packages.
 
+    ## Impact
+    High: eager attention computes and stores the full score matrix. Nothing moves it.
+
     ## Measured effect
     Hugging Face's GPU training guide lists SDPA and FlashAttention among the changes that improve
     training speed and memory; the PyTorch 2.0 release measured fused SDPA kernels against the eager
@@ -68,6 +71,7 @@ class HfEagerAttention(Rule):
     https://pytorch.org/blog/accelerated-pytorch-2/
     """
 
+    impact = "high"
     code = "SF903"
     name = "hf-eager-attention"
     summary = 'Hugging Face model with `attn_implementation="eager"`, or a FlashAttention claim that enables nothing'

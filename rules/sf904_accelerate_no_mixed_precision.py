@@ -41,6 +41,10 @@ class AccelerateNoMixedPrecision(Rule):
     bf16 on a GPU without bf16 support (before Ampere: use "fp16" there). A value set outside the
     call (a constant, an argparse default) is reported without a fix.
 
+    ## Impact
+    High: mixed precision is one of the largest single gains in training speed and memory.
+    Nothing moves it.
+
     ## Measured effect
     Mixed precision gives "up to 3x" on Volta and newer GPUs (PyTorch's tuning guide); Hugging
     Face lists it among the changes that improve training speed.
@@ -48,6 +52,7 @@ class AccelerateNoMixedPrecision(Rule):
     https://huggingface.co/docs/accelerate/usage_guides/low_precision_training
     """
 
+    impact = "high"
     code = "SF904"
     name = "accelerate-no-mixed-precision"
     summary = 'Accelerate\'s `Accelerator(mixed_precision="no")` on a GPU'

@@ -81,6 +81,9 @@ class DeepSpeedConfigRule(Rule):
     own fp16 flag and raise on a mismatch). A JSON file is never rewritten: the finding says
     what to change in it.
 
+    ## Impact
+    Medium. Nothing moves it.
+
     ## Measured effect
     bf16 runs at fp16's tensor-core speed without loss scaling (PyTorch's AMP documentation);
     ZeRO on one GPU "will only slow things down" when the model fits (Hugging Face DeepSpeed
@@ -88,6 +91,7 @@ class DeepSpeedConfigRule(Rule):
     https://www.deepspeed.ai/docs/config-json/
     """
 
+    impact = "medium"
     code = "SF905"
     name = "deepspeed-config"
     summary = "DeepSpeed config with fp16 where bf16 fits, per-step timers, ZeRO on one GPU or tiny buckets"

@@ -45,6 +45,7 @@ ConfigOption = typer.Option(None, "--config", help="Read settings from this pypr
 IsolatedOption = typer.Option(False, "--isolated", help="Ignore every configuration file.")
 ForceExcludeOption = typer.Option(False, "--force-exclude", help="Apply `exclude` also to files named on the command line (for pre-commit).")
 MaxFileSizeOption = typer.Option(None, "--max-file-size-mb", help="Skip (and report) files bigger than this (default: config, else 10; 0: no limit).", metavar="MB")
+MinImpactOption = typer.Option(None, "--min-impact", help="Leave out findings below this impact: high, medium or low (default: config, else low).", metavar="LEVEL")
 FileTimeLimitOption = typer.Option(None, "--file-time-limit", help="Skip (and report) a file whose analysis takes longer (default: config, else 120; 0: no limit).", metavar="SECONDS")
 
 
@@ -147,6 +148,21 @@ def _run_apply(paths: list[Path], settings: Settings, *, diff: bool, summary: bo
     return outcome
 
 
+def _run_add_noqa(paths: list[Path], settings: Settings) -> typer.Exit:
+    """`scan --add-noqa`: what was added on standard output, problems on standard error."""
+    from speedfix.commands.noqa import add_noqa_paths
+
+    try:
+        outcome = add_noqa_paths(paths, settings)
+    except MissingPath as exc:
+        raise _fail(str(exc)) from None
+    _print_errors([*outcome.errors, *outcome.notes])
+    files = len(outcome.files)
+    sys.stdout.write(f"Added {outcome.added} noqa directive{'s' if outcome.added != 1 else ''}"
+                     f" to {files} file{'s' if files != 1 else ''}.\n")
+    return typer.Exit(outcome.exit_code)
+
+
 def _exit(code: int, exit_zero: bool = False) -> typer.Exit:
     return typer.Exit(0 if exit_zero and code == 1 else code)
 
@@ -162,6 +178,7 @@ def scan(
     diff: bool = typer.Option(False, "--diff", help="Print the diff of the fixes and write nothing (as `speedfix apply --diff`); exit 1 if there is a diff."),
     show_fixes: bool = typer.Option(False, "--show-fixes", help="Text format: with --fix or --diff, list what was fixed per file and rule; otherwise show each finding's fix and diff under it."),
     statistics: bool = typer.Option(False, "--statistics", help="Print only the number of findings per rule (text or json format)."),
+    add_noqa: bool = typer.Option(False, "--add-noqa", help="Add `# noqa: SFxxx` to every line with findings (a baseline for an existing codebase); report nothing else."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when there are findings (errors still exit 2)."),
     select: Optional[list[str]] = SelectOption,
     ignore: Optional[list[str]] = IgnoreOption,
@@ -172,13 +189,16 @@ def scan(
     force_exclude: bool = ForceExcludeOption,
     max_file_size_mb: Optional[float] = MaxFileSizeOption,
     file_time_limit: Optional[float] = FileTimeLimitOption,
+    min_impact: Optional[str] = MinImpactOption,
+    bench_result: Optional[list[Path]] = typer.Option(None, "--bench-result", help="A `speedfix bench SCRIPT --json` result whose measurements decide the impact of the script's findings (default: SCRIPT's <stem>.speedfix-bench.json, if there is one).", exists=True, dir_okay=False, metavar="FILE"),
     no_summary: bool = typer.Option(False, "--no-summary", help="Text format: only the finding lines."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Files analysed in parallel (default: all cores)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the .speedfix_cache/ results cache."),
 ) -> None:
-    """Report missed optimizations: `path:line:col: CODE [*] message` per finding ([*]: a fix exists).
+    """Report missed optimizations: `path:line:col: CODE [*] message (impact: LEVEL)` per finding, the highest impact first ([*]: a fix exists).
 
     A file that does not parse is a finding too: SF000 (invalid-syntax)."""
+    from speedfix.commands.measurements import BenchResultError
     from speedfix.commands.scan import scan_paths
 
     targets = list(paths or [Path(".")])
@@ -186,9 +206,12 @@ def scan(
         targets, config=config, select=select, ignore=ignore, extend_select=extend_select,
         torch_version=torch_version, unsafe_fixes=unsafe_fixes, output_format=output_format, isolated=isolated,
         force_exclude=force_exclude, max_file_size_mb=max_file_size_mb, file_time_limit=file_time_limit,
+        min_impact=min_impact,
     )
     if output is not None and is_scanned(output, targets, settings):
         raise _fail(f"--output {output} is one of the files being scanned; the report would replace it (choose another file)")
+    if add_noqa:
+        raise _run_add_noqa(targets, settings)
     reporter = _reporter(settings.output_format, "statistics" if statistics else "scan")
     if diff:  # as in ruff, --diff only previews the fixes (with or without --fix)
         raise _exit(_run_apply(targets, settings, diff=True, show_fixes=show_fixes).exit_code, exit_zero)
@@ -197,10 +220,12 @@ def scan(
         with scan_progress() as progress:
             result = scan_paths(
                 targets, settings, details=reporter.fix_details or (show_fixes and not fix), jobs=jobs,
-                use_cache=settings.cache and not no_cache, progress=progress,
+                use_cache=settings.cache and not no_cache, progress=progress, bench_results=bench_result,
             )
     except MissingPath as exc:
         raise _fail(str(exc)) from None
+    except BenchResultError as exc:
+        raise _fail(f"--bench-result {exc}") from None
     _print_errors([*(fixed.errors if fixed else []), *result.errors])
     if reporter.name != "text":  # the text report lists them itself; others keep standard output parseable
         _print_errors(result.notes)
@@ -238,12 +263,13 @@ def apply(
     force_exclude: bool = ForceExcludeOption,
     max_file_size_mb: Optional[float] = MaxFileSizeOption,
     file_time_limit: Optional[float] = FileTimeLimitOption,
+    min_impact: Optional[str] = MinImpactOption,
 ) -> None:
-    """Rewrite files with the selected rules' fixes (safe ones unless --unsafe-fixes)."""
+    """Rewrite files with the selected rules' fixes (safe ones unless --unsafe-fixes); --min-impact fixes only the findings of that impact or higher."""
     settings = _settings(
         paths, config=config, select=select, ignore=ignore, extend_select=extend_select,
         torch_version=torch_version, unsafe_fixes=unsafe_fixes, isolated=isolated, force_exclude=force_exclude,
-        max_file_size_mb=max_file_size_mb, file_time_limit=file_time_limit,
+        max_file_size_mb=max_file_size_mb, file_time_limit=file_time_limit, min_impact=min_impact,
     )
     if verify:
         from speedfix.bench.verify import verify_script

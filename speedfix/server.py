@@ -230,7 +230,8 @@ def diagnostic(finding: Finding, index: LineIndex) -> types.Diagnostic:
         code=finding.code,
         code_description=types.CodeDescription(href=RULES_HREF) if rule is not None and rule.docs() else None,
         source=SOURCE,
-        message=finding.message,
+        message=f"{finding.message} (impact: {finding.impact.value})",
+        data={"impact": finding.impact.value},
     )
 
 
@@ -246,7 +247,9 @@ def error_diagnostic(error: FileError, index: LineIndex) -> types.Diagnostic:
 
 
 def diagnostics(checked: Checked, index: LineIndex) -> list[types.Diagnostic]:
-    found = [diagnostic(finding, index) for finding in checked.analysis.findings]
+    """The highest impact first, as `speedfix scan` lists them; none below `min-impact`."""
+    wanted = [f for f in checked.analysis.findings if f.impact.at_least(checked.settings.min_impact)]
+    found = [diagnostic(finding, index) for finding in sorted(wanted, key=lambda f: f.impact_key)]
     if checked.analysis.error is not None:
         found.append(error_diagnostic(checked.analysis.error, index))
     return found

@@ -42,8 +42,8 @@ SLOW = textwrap.dedent(
 )
 BROKEN = "def train(:\n    pass\n"
 BINARY = b"\x00\x01torch\x00"  # a file that cannot be read as source: an error, not a finding
-JSON_KEYS = {"path", "line", "column", "end_line", "end_column", "code", "name", "severity", "message", "fix"}
-JSON_OPTIONAL_KEYS = {"cell", "cell_line", "no_fix_reason"}
+JSON_KEYS = {"path", "line", "column", "end_line", "end_column", "code", "name", "severity", "impact", "message", "fix"}
+JSON_OPTIONAL_KEYS = {"cell", "cell_line", "no_fix_reason", "impact_reason", "impact_measured"}
 
 
 @pytest.fixture(scope="module")
@@ -205,12 +205,12 @@ def test_github_annotations(run_cli, write, tmp_path):
     lines = result.stdout.splitlines()
     assert lines and all(line.startswith("::warning file=train.py,") for line in lines)
     assert (
-        "::warning file=train.py,line=5,col=10,endLine=5,endColumn=35,title=SF203 deprecated-amp-api::"
+        "::warning file=train.py,line=5,col=10,endLine=5,endColumn=35,title=SF203 deprecated-amp-api (low impact)::"
         "SF203 [*] `torch.cuda.amp.GradScaler` is deprecated"
     ) in result.stdout
     # Columns only for one-line spans (GitHub rejects them otherwise).
     (pin,) = [line for line in lines if "title=SF102" in line]
-    assert pin.startswith("::warning file=train.py,line=6,endLine=10,title=SF102 dataloader-no-pin-memory::SF102 [*] ")
+    assert pin.startswith("::warning file=train.py,line=6,endLine=10,title=SF102 dataloader-no-pin-memory (medium impact)::SF102 [*] ")
     assert len([line for line in lines if "title=SF104" in line]) == 2
 
 
@@ -220,7 +220,7 @@ def test_github_syntax_errors_are_annotations_and_unreadable_files_errors(run_cl
     result = _scan(run_cli, tmp_path, "github", "broken.py", "ok.py")
     assert result.exit_code == 1
     assert result.stdout == (
-        "::error file=broken.py,line=1,col=11,endLine=1,endColumn=12,title=SF000 invalid-syntax::"
+        "::error file=broken.py,line=1,col=11,endLine=1,endColumn=12,title=SF000 invalid-syntax (high impact)::"
         "SF000 SyntaxError: invalid syntax\n"
     )
     (tmp_path / "blob.py").write_bytes(BINARY)
@@ -235,7 +235,7 @@ def test_github_escaping():
     error = FileError("bad,1.py", "unexpected\nEOF", line=2, column=5, kind="syntax")
     output = render_github(ScanResult(findings=[finding], errors=[error], files=2))
     assert output.splitlines() == [
-        "::notice file=dir%2Cx/a%3Ab%25.py,line=3,col=1,endLine=3,endColumn=4,title=SF102 dataloader-no-pin-memory::"
+        "::notice file=dir%2Cx/a%3Ab%25.py,line=3,col=1,endLine=3,endColumn=4,title=SF102 dataloader-no-pin-memory (medium impact)::"
         "SF102 100%25 slower,%0D%0Areally: yes",
         "::error file=bad%2C1.py,line=2,col=5,title=speedfix::bad,1.py:2:5: syntax error: unexpected%0AEOF",
     ]
@@ -245,7 +245,7 @@ def test_github_notebook_findings_are_file_annotations_naming_the_cell():
     nb = Finding(code="SF102", name="dataloader-no-pin-memory", message="no pin", severity=Severity.WARNING,
                  node=None, path="nb.ipynb", line=14, column=10, end_line=14, end_column=30, cell=3, cell_line=2)
     assert render_github(ScanResult(findings=[nb], files=1)) == (
-        "::warning file=nb.ipynb,title=SF102 dataloader-no-pin-memory::SF102 no pin (cell 3, line 2, column 10)\n"
+        "::warning file=nb.ipynb,title=SF102 dataloader-no-pin-memory (medium impact)::SF102 no pin (cell 3, line 2, column 10)\n"
     )
 
 
@@ -291,7 +291,7 @@ def test_json_reports_a_syntax_error_as_a_finding(run_cli, write, tmp_path):
     (syntax,) = [item for item in findings if item["path"] == "legacy.py"]
     assert syntax == {
         "path": "legacy.py", "line": 2, "column": 1, "end_line": 2, "end_column": 2, "code": "SF000",
-        "name": "invalid-syntax", "severity": "error",
+        "name": "invalid-syntax", "severity": "error", "impact": "high",
         "message": "SyntaxError: Missing parentheses in call to 'print'. Did you mean print(...)?",
         "fix": None, "no_fix_reason": "a file that does not parse is never rewritten",
     }

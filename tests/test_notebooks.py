@@ -256,7 +256,7 @@ def test_syntax_error_names_the_cell(run_cli, tmp_path):
     # The parser's own "on line N" is a line of the cells joined together: it names the cell too.
     assert result.stdout == (
         "bad.ipynb:cell 3:2:1: SF000 IndentationError: expected an indented block after 'for' statement "
-        "on line 1 of cell 3\n"
+        "on line 1 of cell 3 (impact: high)\n"
     )
 
 

@@ -272,3 +272,39 @@ def test_hook_environment_has_no_torch(hooks):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     imported = subprocess.run([str(pythons[0]), "-c", "import torch"], env=env, capture_output=True, text=True)
     assert imported.returncode != 0 and "No module named 'torch'" in imported.stderr
+
+
+# ------------------------------------------------------------------ the README's local recipe
+def _readme_local_config() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## pre-commit\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert "repo: local" in block and "rev:" not in block
+    return block
+
+
+def test_readme_local_hooks_work_and_a_baseline_lets_old_code_pass(tmp_path):
+    """The README's `repo: local` snippet, as it stands, with the speedfix of this environment:
+    it fails on an old script's findings until `speedfix scan --add-noqa` makes a baseline."""
+    env = _env(tmp_path / "home")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    repo = tmp_path / "project"
+    _init_repo(repo, env)
+    (repo / ".pre-commit-config.yaml").write_text(_readme_local_config(), encoding="utf-8")
+    (repo / "train.py").write_text(SLOW_SCRIPT, encoding="utf-8")
+    _git(repo, "add", "-A", env=env)
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*PRE_COMMIT, "run", "--all-files", "--color", "never"], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    first = run()
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "files were modified by this hook" in first.stdout and ": SF501 " in first.stdout
+    _git(repo, "checkout", "--", "train.py", env=env)  # drop the fixes: adopt the hook on the code as it is
+    baseline = subprocess.run(["speedfix", "scan", ".", "--add-noqa"], cwd=repo, env=env, capture_output=True, text=True)
+    assert baseline.returncode == 0 and baseline.stdout.startswith("Added "), baseline.stdout + baseline.stderr
+    _git(repo, "add", "-A", env=env)
+    second = run()
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert second.stdout.count("Passed") == 2

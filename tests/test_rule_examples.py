@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from speedfix.engine.registry import all_rules
-from speedfix.engine.rule import DOC_SECTIONS, Invalid, Valid
+from speedfix.engine.rule import DOC_SECTIONS, Invalid, Rule, Valid
 from speedfix.testing import check_example
 
 EXAMPLES = [
@@ -37,6 +37,20 @@ def test_rule_docs_have_the_fixed_sections_in_order(rule) -> None:
     for title, text in rule.doc_sections().items():
         assert text.strip(), f"{rule.code}: section '{title}' is empty"
     assert "http" in rule.doc_sections()["Measured effect"], f"{rule.code}: the measured effect needs a source"
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.code)
+def test_rule_docs_say_its_impact_and_what_moves_it(rule) -> None:
+    """The Impact section starts with the rule's usual impact; a rule whose findings never move
+    says so, and one that moves them (its own decision, or a benchmark's measurement) says how."""
+    text = " ".join(rule.doc_sections()["Impact"].split())
+    assert text.startswith(rule.impact.value.capitalize()), f"{rule.code}: Impact starts with {text.split()[0]!r}"
+    moves = rule.impact_here is not Rule.impact_here
+    if rule.measure is not None:
+        assert "`speedfix bench`" in text, f"{rule.code}: a benchmark decides its impact, the docs must say how"
+    assert ("Nothing moves it." in text) == (not moves and rule.measure is None), (
+        f"{rule.code}: the Impact section and impact_here/measure disagree"
+    )
 
 
 @pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.code)

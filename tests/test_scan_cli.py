@@ -8,6 +8,9 @@ import re
 LINE = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<code>SF\d{3}) (?P<fix>\[\*\] )?(?P<message>.+)$")
 
 
+IMPACT = re.compile(r" \(impact: (high|medium|low)(?:, measured)?\)$")  # the end of every finding line
+
+
 def finding_lines(stdout: str) -> list[re.Match]:
     return [m for m in map(LINE.match, stdout.splitlines()) if m]
 
@@ -21,16 +24,18 @@ def test_text_output_lines_and_summary(run_cli, train_script, write):
     result = run_cli("scan", path)
     assert result.exit_code == 1
     lines = finding_lines(result.stdout)
-    assert [m["code"] for m in lines] == ["SF501", "SF203", "SF101", "SF102", "SF104", "SF104", "SF301"]
+    assert [m["code"] for m in lines] == ["SF501", "SF101", "SF301", "SF102", "SF104", "SF104", "SF203"]
     first = lines[0]
     assert first["path"] == str(path) and (first["line"], first["col"]) == ("7", "13")
-    assert first["fix"] and "`model` is trained without `torch.compile`" in first["message"]
-    # stable order: by path, line, column, code
-    keys = [(int(m["line"]), int(m["col"]), m["code"]) for m in lines]
+    assert first["fix"] and first["message"] == "`model` is trained without `torch.compile` (impact: high)"
+    # stable order: the highest impact first, then by path, line, column, code
+    impacts = [IMPACT.search(m["message"])[1] for m in lines]
+    assert impacts == ["high"] * 3 + ["medium"] * 3 + ["low"]
+    keys = [(["high", "medium", "low"].index(i), int(m["line"]), int(m["col"]), m["code"]) for i, m in zip(impacts, lines)]
     assert keys == sorted(keys)
     # the summary, grouped by rule, follows the finding lines
-    assert "Found 7 findings in 1 file" in result.stdout
-    assert re.search(r"SF104\s+blocking-transfer\s+2\s+safe", result.stdout)
+    assert "Found 7 findings in 1 file: 3 high impact, 3 medium, 1 low" in result.stdout
+    assert re.search(r"SF104\s+blocking-transfer\s+2\s+medium\s+safe", result.stdout)
 
 
 def test_lines_never_wrap_when_piped(run_cli, train_script, write):
@@ -142,14 +147,14 @@ def test_syntax_error_is_a_finding_and_other_files_still_scanned(run_cli, train_
     write("b_train.py", train_script)
     result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)
     assert result.exit_code == 1 and result.stderr == ""
-    assert result.stdout.startswith("a_broken.py:2:7: SF000 SyntaxError: invalid syntax\n")
+    assert result.stdout.startswith("a_broken.py:2:7: SF000 SyntaxError: invalid syntax (impact: high)\n")
     assert {m["path"] for m in finding_lines(result.stdout)} == {"a_broken.py", "b_train.py"}
 
 
 def test_syntax_error_in_a_file_without_torch_is_still_reported(run_cli, train_script, write):
     path = write("util.py", "def f(:\n")
     result = run_cli("scan", path, "--no-summary")
-    assert result.exit_code == 1 and result.stdout == f"{path}:1:7: SF000 SyntaxError: invalid syntax\n"
+    assert result.exit_code == 1 and result.stdout == f"{path}:1:7: SF000 SyntaxError: invalid syntax (impact: high)\n"
 
 
 def test_python2_files_in_a_tree_are_findings_not_errors(run_cli, train_script, write, tmp_path):
@@ -159,8 +164,9 @@ def test_python2_files_in_a_tree_are_findings_not_errors(run_cli, train_script, 
     result = run_cli("scan", ".", "--no-summary", "--select", "SF000", cwd=tmp_path)
     assert result.exit_code == 1 and result.stderr == ""
     assert result.stdout.splitlines() == [
-        "legacy/old_train.py:2:1: SF000 SyntaxError: Missing parentheses in call to 'print'. Did you mean print(...)?",
-        "legacy/tabs.py:4:1: SF000 TabError: inconsistent use of tabs and spaces in indentation",
+        "legacy/old_train.py:2:1: SF000 SyntaxError: Missing parentheses in call to 'print'. Did you mean print(...)?"
+        " (impact: high)",
+        "legacy/tabs.py:4:1: SF000 TabError: inconsistent use of tabs and spaces in indentation (impact: high)",
     ]  # SF000 is reported whatever the selection; the selected rules found nothing else
 
 
@@ -233,7 +239,8 @@ def test_markdown_report(run_cli, train_script, write, tmp_path):
     assert result.exit_code == 1 and result.stdout == ""
     report = out.read_text()
     assert report.startswith("# speedfix optimization report")
-    assert "| SF104 | blocking-transfer | 2 | safe |" in report
+    assert "| 1 | high | Compile the model after it is built and moved to its device (SF501; unsafe fix) |" in report
+    assert "### SF104 blocking-transfer: 2 findings" in report
     assert "**What is slow:**" in report and "**Why:**" in report and "**Expected gain:**" in report
     assert "```diff" in report and "+        x, y = x.to(device, non_blocking=True)" in report
     assert "https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html" in report

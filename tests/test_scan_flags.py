@@ -94,7 +94,8 @@ def test_diff_prints_the_patch_writes_nothing_and_exits_1(run_cli, write, train_
 def test_show_fixes_without_fix_shows_each_fix_under_its_finding(run_cli, write, train_script, tmp_path):
     write("train.py", train_script)
     lines = _lines(run_cli("scan", "train.py", "--show-fixes", "--no-summary", cwd=tmp_path).stdout)
-    pin = lines.index("train.py:10:14: SF102 [*] `DataLoader` without `pin_memory=True`: batches are copied to the GPU from pageable memory")
+    pin = lines.index("train.py:10:14: SF102 [*] `DataLoader` without `pin_memory=True`: batches are copied to the GPU from pageable memory"
+                      " (impact: medium)")
     title = rule_by_code("SF102").fix_title
     assert lines[pin + 1] == f"    safe fix: {title}"
     assert "    +    loader = DataLoader(train_set, batch_size=32, shuffle=True, pin_memory=True)" in lines[pin + 2:pin + 12]
@@ -122,14 +123,15 @@ def test_summary_table_is_neither_wrapped_nor_padded_when_piped(run_cli, write, 
     assert all(line == line.rstrip() for line in lines)
     header = lines.index(next(line for line in lines if line.startswith("rule ")))
     rows = lines[header + 1:]
-    assert [row.split()[0] for row in rows] == ["SF101", "SF102", "SF104", "SF203", "SF301", "SF501"]
+    # the highest impact first, then by code
+    assert [row.split()[0] for row in rows] == ["SF101", "SF301", "SF501", "SF102", "SF104", "SF203"]
     for row in rows:
         rule = rule_by_code(row.split()[0])
         assert row.endswith(rule.effect)  # the whole effect on the rule's own line
     assert max(map(len, rows)) > 80
 
 
-def test_markdown_groups_findings_by_what_they_are(run_cli, write, tmp_path):
+def test_markdown_leads_with_ranked_actions_and_folds_the_low_impact(run_cli, write, tmp_path):
     write("train.py", """\
         import torch
         from torch.cuda.amp import autocast
@@ -145,15 +147,38 @@ def test_markdown_groups_findings_by_what_they_are(run_cli, write, tmp_path):
     write("old.py", 'print "hello"\n')
     report = run_cli("scan", ".", "--output-format", "markdown", "--select", "SF104,SF203", cwd=tmp_path).stdout
     headings = [line for line in report.splitlines() if line.startswith("## ")]
-    assert headings == ["## Totals by rule", "## What is slow", "## What is wrong", "## What is deprecated"]
+    assert headings == ["## Top actions", "## High impact", "## Medium impact", "## Low impact"]
+    assert "**3 findings** in 2 files (1 high impact, 1 medium, 1 low)" in report
     sections = {part.split("\n", 1)[0]: part for part in report.split("\n## ")}
-    slow, wrong, deprecated = sections["What is slow"], sections["What is wrong"], sections["What is deprecated"]
-    assert "SF104 blocking-transfer" in slow and "SF203" not in slow
-    assert "SF000 invalid-syntax at `old.py:1:1`" in wrong
-    assert "**What is deprecated:** `torch.cuda.amp.autocast` is deprecated" in deprecated
-    why = next(line for line in deprecated.splitlines() if line.startswith("**Why:**"))
-    assert '`torch.cuda.amp.autocast(args...)` becomes `torch.amp.autocast("cuda", args...)`' in why
-    assert "**Effect of the fix:** None on speed" in deprecated and "Expected gain" not in deprecated
+    actions = [line for line in sections["Top actions"].splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split(" | ")[1] for row in actions] == ["high", "medium", "low"]  # ranked
+    assert "Add `non_blocking=True` (SF104; safe fix) | `train.py:6` |" in actions[1]
+    high, medium, low = sections["High impact"], sections["Medium impact"], sections["Low impact"]
+    assert "### SF000 invalid-syntax: 1 finding" in high and "**What is wrong:**" in high  # a correctness bug
+    assert "### SF104 blocking-transfer: 1 finding" in medium and "#### 1. `train.py:6:9`" in medium
+    assert "**What is slow:**" in medium and "**Expected gain:**" in medium
+    # low impact: one row each, folded
+    assert low.index("<details>") < low.index("SF203 deprecated-amp-api") < low.index("</details>")
+    assert "<summary>1 low-impact finding (SF203 x1)</summary>" in low
+    assert "`torch.cuda.amp.autocast` is deprecated" in low and "```diff" not in low
+
+
+def test_markdown_shows_at_most_ten_actions_ranked():
+    from speedfix.commands.scan import ScanResult
+    from speedfix.engine.findings import Finding, Impact, Severity
+    from speedfix.engine.registry import all_rules
+    from speedfix.output import ReportOptions, get_reporter
+
+    rules = [rule for rule in all_rules() if rule.code != "SF000"][:14]
+    findings = [Finding(rule.code, rule.name, "m", Severity.WARNING, None, path="a.py", line=index + 1,
+                        impact=Impact.LOW if index < 7 else Impact.HIGH)
+                for index, rule in enumerate(rules)]
+    report = get_reporter("markdown").scan(ScanResult(findings=findings, files=1), ReportOptions())
+    section = report.split("## Top actions", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == 10 and "The 10 of 14 actions that matter most" in section
+    assert [row.split(" | ")[1] for row in rows] == ["high"] * 7 + ["low"] * 3
+    assert [row.split(" | ")[3] for row in rows[:2]] == ["`a.py:8`", "`a.py:9`"]  # then by position
 
 
 def test_rule_pages_and_lists_in_every_format_that_has_them(run_cli):

@@ -49,7 +49,7 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
             source, notebook = read_python(target.path, settings.max_file_size)
             with deadline.time_limit(settings.file_time_limit), collector_paused():
                 fixed = fix_source(source, shown, settings.rules_for(target.path), settings.target,
-                                   unsafe=settings.unsafe_fixes, links=links.get(target.path))
+                                   unsafe=settings.unsafe_fixes, links=links.get(target.path), min_impact=settings.min_impact)
             original, data = source.data, fixed.data
             left = [item.finding for item in fixed.unfixed]
             if not write:  # positions must be those of the file on disk, not of the fixed code
@@ -72,17 +72,9 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
         if data == original:
             outcome.unfixed.extend(fixed.unfixed)
             continue
-        refused = write_refusal(target.path, folders)  # said with --diff too: it shows what apply would do
-        try:
-            if refused is not None:
-                raise WriteRefused(target.path, refused)
-            if write:  # refused too if the file changed since it was read (an editor saved it meanwhile)
-                write_atomic(target.path, data, expected=original, within=folders)
-        except WriteRefused as exc:
-            outcome.errors.append(FileError(shown, exc.reason))
-            continue
-        except OSError as exc:
-            outcome.errors.append(FileError(shown, f"cannot write: {exc.strerror or exc}"))
+        problem = write_file(target.path, data, original, folders, write=write)  # said with --diff too
+        if problem is not None:
+            outcome.errors.append(FileError(shown, problem))
             continue
         outcome.unfixed.extend(fixed.unfixed)  # a refused file has its error instead (positions of unwritten code)
         outcome.changed_files.append(shown)  # only files written (or, with --diff, that would be)
@@ -94,6 +86,23 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
         elif show_diff:
             print_diff(console, source.text, fixed.code, shown)
     return outcome
+
+
+def write_file(path: Path, data: bytes, original: bytes, folders: list[Path], *, write: bool = True) -> str | None:
+    """Write ``data`` over ``path`` as `apply` does; why it was not written, or None. Refused: a
+    read-only file, a link out of ``folders``, a file that no longer holds ``original`` (an
+    editor saved it meanwhile). With ``write`` False only the refusal is checked (`--diff`)."""
+    try:
+        refused = write_refusal(path, folders)
+        if refused is not None:
+            raise WriteRefused(path, refused)
+        if write:
+            write_atomic(path, data, expected=original, within=folders)
+    except WriteRefused as exc:
+        return exc.reason
+    except OSError as exc:
+        return f"cannot write: {exc.strerror or exc}"
+    return None
 
 
 def project_folders(paths: list[Path], settings: Settings) -> list[Path]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 from speedfix.engine.analysis import Analysis, FileError, Note, analyze
+from speedfix.commands.measurements import apply_benches, find_benches
 from speedfix.engine.findings import Finding, from_record, to_record
 from speedfix.model.deepspeed_config import named_json_files
 from speedfix.project import Links, ModuleFacts, extract_facts, link
@@ -259,8 +260,14 @@ def scan_paths(
     jobs: int | None = None,
     use_cache: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    bench_results: list[Path] | None = None,
 ) -> ScanResult:
-    """Scan ``paths``; results are the same whatever ``jobs`` and the cache state are."""
+    """Scan ``paths``; results are the same whatever ``jobs`` and the cache state are.
+
+    The impact of the findings is what the rules estimate, unless a `speedfix bench` result of
+    a script is at hand (``bench_results``, or one beside it): its measurements decide
+    (``speedfix.commands.measurements``). Findings below ``settings.min_impact`` are left out.
+    Raises BenchResultError for a result in ``bench_results`` that cannot be used."""
     result = ScanResult()
     targets = list(iter_targets(paths, settings))
     cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
@@ -311,6 +318,11 @@ def scan_paths(
             result.errors.append(analysis.error)
         result.findings.extend(analysis.findings)
         result.notes.extend(analysis.notes)
+    scripts = {real_path(t.path): display_path(t.path) for t in targets if t.path.suffix == ".py"}
+    benches, bench_notes = find_benches(scripts, list(bench_results or ()))
+    result.notes.extend(bench_notes)
+    apply_benches(result.findings, benches, scripts)
+    result.findings = [f for f in result.findings if f.impact.at_least(settings.min_impact)]
     result.findings.sort(key=lambda f: f.sort_key)
     return result
 

@@ -24,7 +24,7 @@ import libcst as cst
 from libcst import ParserSyntaxError
 
 from speedfix.engine.coverage import unchecked_loop_note
-from speedfix.engine.findings import Finding, Severity
+from speedfix.engine.findings import Finding, Impact, Severity
 from speedfix.engine.rule import Rule
 from speedfix.engine.suppression import FileSuppressions, line_suppresses
 from speedfix.model.context import FileContext
@@ -111,6 +111,7 @@ def syntax_finding(error: FileError) -> Finding:
         end_line=line,
         end_column=column + 1,
         no_fix_reason="a file that does not parse is never rewritten",
+        impact=Impact.HIGH,  # the script does not run at all
     )
 
 

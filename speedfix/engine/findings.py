@@ -15,6 +15,43 @@ class Severity(str, Enum):
     INFO = "info"  # a smaller or situational gain
 
 
+class Impact(str, Enum):
+    """What a finding is worth for this script: the report leads with the high ones.
+
+    High: a correctness bug, or one of the large wins (mixed precision, compile, a loader that
+    starves the GPU, a host sync every step). Low: a small or situational gain (pinned memory for
+    an evaluation loader, `set_to_none`, a fused optimizer on a small model, a deprecation). A rule
+    declares its usual impact; its decision may move one finding up or down for what the script
+    is (an evaluation-only loader, a tiny model), and a measurement of the script (`speedfix
+    bench`) decides over both.
+    """
+
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+    @property
+    def order(self) -> int:
+        """0 for high: the sort order of a report that leads with the biggest wins."""
+        return _IMPACT_ORDER[self]
+
+    def at_least(self, floor: Impact) -> bool:
+        return self.order <= floor.order
+
+    @classmethod
+    def parse(cls, text: str) -> Impact:
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            raise ValueError(f"must be one of high, medium, low, not {text!r}") from None
+
+
+_IMPACT_ORDER = {Impact.HIGH: 0, Impact.MEDIUM: 1, Impact.LOW: 2}
+# SARIF `result.rank` (0-100, higher first): a measured impact outranks an estimated one of its level.
+_RANK = {Impact.HIGH: 80, Impact.MEDIUM: 50, Impact.LOW: 20}
+MEASURED_RANK_BONUS = 10
+
+
 class Applicability(str, Enum):
     SAFE = "safe"  # behaviour and numerics identical: applied by default
     UNSAFE = "unsafe"  # numerics or behaviour may change: needs --unsafe-fixes (and a benchmark)
@@ -123,6 +160,10 @@ class Finding:
     cell_line: int | None = None  # notebooks: line within the cell
     edits: list[Edit] | None = field(default=None, repr=False)  # filled on demand
     diff: str | None = field(default=None, repr=False)  # filled on demand
+    impact: Impact = Impact.MEDIUM
+    impact_reason: str | None = None  # what moved the impact from the rule's usual one
+    measure: str | None = None  # the benchmark measurement that can decide the impact (engine.impact)
+    measured: bool = False  # the impact comes from a measurement of the script
 
     @property
     def fixable(self) -> bool:
@@ -138,6 +179,20 @@ class Finding:
     @property
     def sort_key(self) -> tuple[str, int, int, str]:
         return (self.path, self.line, self.column, self.code)
+
+    @property
+    def rank(self) -> int:
+        """0-100, higher first (SARIF's `rank`): the impact, a measured one above an estimated one."""
+        return self.rank_of(self.impact) + (MEASURED_RANK_BONUS if self.measured else 0)
+
+    @staticmethod
+    def rank_of(impact: Impact) -> int:
+        return _RANK[impact]
+
+    @property
+    def impact_key(self) -> tuple[int, str, int, int, str]:
+        """The order of a report that leads: highest rank first, then by position."""
+        return (-self.rank, *self.sort_key)
 
 
 # ---------------------------------------------------------------- plain records
@@ -160,6 +215,10 @@ def to_record(finding: Finding) -> dict:
         "cell_line": finding.cell_line,
         "edits": None if finding.edits is None else [e.__dict__ for e in finding.edits],
         "diff": finding.diff,
+        "impact": finding.impact.value,
+        "impact_reason": finding.impact_reason,
+        "measure": finding.measure,
+        "measured": finding.measured,
     }
 
 
@@ -183,6 +242,10 @@ def from_record(record: dict) -> Finding:
         cell_line=record.get("cell_line"),
         edits=None if edits is None else [Edit(**e) for e in edits],
         diff=record.get("diff"),
+        impact=Impact(record.get("impact", Impact.MEDIUM.value)),
+        impact_reason=record.get("impact_reason"),
+        measure=record.get("measure"),
+        measured=bool(record.get("measured", False)),
     )
 
 

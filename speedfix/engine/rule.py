@@ -1,7 +1,8 @@
 """The rule base class: mostly data, plus the checks.
 
 A rule is one file in ``rules/``. Its class docstring is its documentation in fixed sections
-(What it does / Why is this bad? / Example / Use instead / Fix safety / Measured effect), its
+(What it does / Why is this bad? / Example / Use instead / Fix safety / Impact / Measured
+effect), its
 ``VALID`` and ``INVALID`` examples are its tests (an ``Invalid`` carries the expected fixed
 code), and its class attributes are the metadata the engine, the report and ``apply`` use.
 
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import libcst as cst
-from speedfix.engine.findings import Applicability, Category, Finding, Fix, FixOp, LossCheck, Severity
+from speedfix.engine.findings import Applicability, Category, Finding, Fix, FixOp, Impact, LossCheck, Severity
+from speedfix.engine.impact import Estimate, Measure
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import GPU_MARKERS
 from speedfix.model.versions import TorchVersion
@@ -32,8 +34,10 @@ DOC_SECTIONS = (
     "Example",
     "Use instead",
     "Fix safety",
+    "Impact",  # the rule's usual impact, and what moves a finding up or down
     "Measured effect",
 )
+
 
 
 def _clean(code: str) -> str:
@@ -71,6 +75,11 @@ class Rule(Visitor):
     name: ClassVar[str]  # kebab-case; names the pattern, not the fix
     summary: ClassVar[str]  # one line for `speedfix rules`
     severity: ClassVar[Severity] = Severity.WARNING
+    # What a finding is usually worth ("high", "medium", "low"); ``impact_here`` moves one finding
+    # up or down for what the script is, and a benchmark measurement of the kind ``measure``
+    # ("data_wait", "host_sync") decides over both. Written as strings in the rule files.
+    impact: ClassVar[Impact] = Impact.MEDIUM
+    measure: ClassVar[Measure | None] = None
     category: ClassVar[Category] = Category.PERFORMANCE
     fix_applicability: ClassVar[Applicability | None] = None  # None: the rule has no fix
     # Required with a fix: how the benchmark judges the patched script's loss (no default, so a
@@ -88,6 +97,11 @@ class Rule(Visitor):
     effect: ClassVar[str] = ""  # expected gain, one sentence, with its source
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.impact = Impact(cls.impact)
+        cls.measure = Measure(cls.measure) if cls.measure is not None else None
 
     def __init__(self, ctx: FileContext) -> None:
         super().__init__()
@@ -117,17 +131,30 @@ class Rule(Visitor):
                 ops=tuple(fix_ops),
                 restructures=restructures,
             )
-        self.findings.append(
-            Finding(
-                code=self.code,
-                name=self.name,
-                message=message,
-                severity=severity or self.severity,
-                node=node,
-                fix=fix,
-                no_fix_reason=None if fix else no_fix_reason,
-            )
+        finding = Finding(
+            code=self.code,
+            name=self.name,
+            message=message,
+            severity=severity or self.severity,
+            node=node,
+            fix=fix,
+            no_fix_reason=None if fix else no_fix_reason,
+            impact=self.impact,
+            measure=self.measure.value if self.measure is not None else None,
         )
+        estimate = self.impact_here(finding)
+        if estimate is not None:
+            finding.impact = estimate.impact
+            finding.impact_reason = estimate.reason if estimate.impact is not self.impact else None
+            if not estimate.measurable:
+                finding.measure = None
+        self.findings.append(finding)
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        """Override to move ``finding`` (its node, message, severity) from the rule's usual
+        impact for what the script is (an evaluation-only loader, a small model): the rule's
+        decision, from what the model says. None: the usual impact."""
+        return None
 
     def finish(self) -> None:
         """Called once the whole file has been traversed."""

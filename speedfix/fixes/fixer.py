@@ -17,8 +17,8 @@ from typing import AbstractSet as Set, Iterable, Sequence
 
 import libcst as cst
 from speedfix.engine.analysis import SYNTAX_ERROR_CODE, Analysis, SyntaxProblem, analyze
-from speedfix.engine.findings import (AddImport, Applicability, Blocker, Finding, Fix, InsertStatements, RemoveImportIfUnused,
-                               Transform)
+from speedfix.engine.findings import (AddImport, Applicability, Blocker, Finding, Fix, Impact, InsertStatements,
+                                      RemoveImportIfUnused, Transform)
 from speedfix.engine.registry import select_rules
 from speedfix.engine.rule import Rule
 from speedfix.model.versions import TorchVersion, resolve_target
@@ -239,16 +239,23 @@ def fix_source(
     *,
     unsafe: bool,
     links: Links | None = None,
+    min_impact: Impact = Impact.LOW,
 ) -> FixOutcome:
-    """Fix ``source`` to a fixed point (``links``: what the other files of the project tell it).
+    """Fix ``source`` to a fixed point (``links``: what the other files of the project tell it;
+    ``min_impact``: findings of a lower impact are neither fixed nor listed as left).
     Raises FixError when a fix breaks the code, and SyntaxProblem when the parser gives up on
     valid code; a syntax error in ``source`` comes back as an unfixed SF000 finding, with the
-    code unchanged."""
-    original_findings: Counter[str] | None = None
+    code unchanged.
+
+    ``applied`` counts what was written: per rule and pass, the fixes applied whose findings are
+    gone in the next pass (a fix that changed nothing, or a finding that vanished without its own
+    fix being applied, is not counted)."""
     data = source.data
     passes = 0
     analysis: Analysis | None = None
     restorer: Restorer | None = None
+    written: Counter[str] = Counter()
+
     def analyse(data: bytes, fixed: bool) -> Analysis:
         result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target, links)
         broken = result.error or result.syntax_error  # the parse runs the interpreter's ast too
@@ -256,13 +263,19 @@ def fix_source(
             raise FixError(f"{path}: a fix produced code that does not parse ({broken.message}); nothing was written")
         return result
 
+    def wanted(finding: Finding) -> bool:
+        return finding.impact.at_least(min_impact)
+
+    chosen_codes: Counter[str] = Counter()  # the rules of the fixes the previous pass applied
+    before: Counter[str] = Counter()  # the findings per rule the previous pass saw
     for passes in range(1, MAX_PASSES + 1):
         analysis = analyse(data, fixed=passes > 1)
         if analysis.error is not None:
             raise SyntaxProblem(analysis.error)
-        if original_findings is None:
-            original_findings = Counter(f.code for f in analysis.findings)
-        fixes = this_pass([f.fix for f in analysis.findings if allowed(f, unsafe) and f.fix is not None])
+        now = Counter(f.code for f in analysis.findings)
+        _count_written(written, chosen_codes, before, now)
+        candidates = [f for f in analysis.findings if allowed(f, unsafe) and f.fix is not None and wanted(f)]
+        fixes = this_pass([f.fix for f in candidates if f.fix is not None])
         if not fixes or analysis.module is None:
             break
         if restorer is None:  # before the first fix: can every untouched byte be kept?
@@ -273,21 +286,20 @@ def fix_source(
         new_data = apply_fixes(analysis.module, fixes).bytes
         if new_data == data:
             break
+        chosen = {id(fix) for fix in fixes}
+        chosen_codes = Counter(f.code for f in candidates if f.fix is not None and id(f.fix) in chosen)
+        before = now
         data = new_data
     else:  # still changing after MAX_PASSES: analyse the final state once more
         analysis = analyse(data, fixed=True)
-    assert analysis is not None and original_findings is not None
+        _count_written(written, chosen_codes, before, Counter(f.code for f in analysis.findings))
+    assert analysis is not None
     if restorer is not None:  # every pass parsed its code; bytes put back afterwards get a look of their own
         restored = restorer.restore(data)
         if restored != data:
             _check_parses(restored, path)
         data = restored
-    remaining = Counter(f.code for f in analysis.findings)
-    applied = {
-        code: count - remaining.get(code, 0)
-        for code, count in sorted(original_findings.items())
-        if count - remaining.get(code, 0) > 0
-    }
+    applied = {code: count for code, count in sorted(written.items()) if count > 0}
     if data == source.data:
         applied = {}
     text, _ = decode_source(data)
@@ -295,9 +307,15 @@ def fix_source(
         code=text,
         data=data,
         applied=applied,
-        unfixed=[unfixed(f, unsafe) for f in analysis.findings],
+        unfixed=[unfixed(f, unsafe) for f in analysis.findings if wanted(f)],
         passes=passes,
     )
+
+
+def _count_written(written: Counter[str], chosen: Counter[str], before: Counter[str], now: Counter[str]) -> None:
+    """Per rule: of the fixes the last pass applied, as many as its findings went down by."""
+    for code, count in chosen.items():
+        written[code] += min(count, max(0, before[code] - now[code]))
 
 
 def unfixed(finding: Finding, unsafe: bool) -> Unfixed:

@@ -15,6 +15,9 @@ from functools import lru_cache, total_ordering
 DEFAULT_TARGET = "2.4"
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+# A target a user writes: 2.4, 2.4.1, 2.5.0a0, 2.13.0+cpu; nothing else after the numbers.
+_TARGET_RE = re.compile(r"^\s*v?\d+(?:\.\d+){0,2}(?:(?:a|b|rc|\.?dev|\.?post)\d*)*(?:\+[0-9A-Za-z.]+)?\s*$")
+KNOWN_MAJORS = (1, 2)  # the torch releases there are
 
 
 @total_ordering
@@ -32,6 +35,18 @@ class TorchVersion:
             raise ValueError(f"not a torch version: {text!r} (expected e.g. 2.4 or 2.13.0)")
         major, minor, patch = (int(part) if part else 0 for part in match.groups())
         return cls(major, minor, patch)
+
+    @classmethod
+    def parse_target(cls, text: str) -> TorchVersion:
+        """A target version as a user writes it: ``parse``, but the whole text must be a version
+        (``1.x`` is not) of a torch that exists (``99`` is not). Raises ValueError."""
+        if not _TARGET_RE.match(text):
+            raise ValueError(f"not a torch version: {text!r} (expected e.g. 2.4 or 2.13.0)")
+        version = cls.parse(text)
+        if version.major not in KNOWN_MAJORS:
+            known = " or ".join(f"{major}.x" for major in KNOWN_MAJORS)
+            raise ValueError(f"no torch {text.strip()} exists (expected a {known} version, e.g. 2.4)")
+        return version
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, TorchVersion):

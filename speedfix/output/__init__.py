@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
+from speedfix.engine.findings import Impact
 from speedfix.engine.plugins import check_unique, one_per_module
 from speedfix.engine.registry import rule_by_code
 
 if TYPE_CHECKING:
     from speedfix.commands.apply import ApplyOutcome
+    from speedfix.engine.findings import Finding
     from speedfix.commands.scan import ScanResult
     from speedfix.engine.rule import Rule
     from speedfix.model.versions import TorchVersion
@@ -106,3 +108,18 @@ def statistics_rows(result: ScanResult) -> list[StatisticsRow]:
     fixable = {f.code for f in result.findings if f.fix is not None}
     return [StatisticsRow(code, rule.name if (rule := rule_by_code(code)) else "", count, code in fixable)
             for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
+
+
+def by_impact(findings: list[Finding]) -> list[Finding]:
+    """The order of a report that leads: the highest impact first (a measured one before an
+    estimated one of its level), then by position."""
+    return sorted(findings, key=lambda f: f.impact_key)
+
+
+def impact_counts(findings: list[Finding]) -> str:
+    """`2 high impact, 5 medium, 3 low` (levels without findings left out)."""
+    counts = Counter(f.impact for f in findings)
+    parts = [f"{counts[level]} {level.value}" for level in Impact if counts[level]]
+    if parts:
+        parts[0] += " impact"
+    return ", ".join(parts)

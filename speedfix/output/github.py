@@ -13,7 +13,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from speedfix.engine.findings import Finding, Severity
-from speedfix.output import Reporter, ReportOptions
+from speedfix.output import Reporter, ReportOptions, by_impact
 
 if TYPE_CHECKING:
     from speedfix.commands.scan import ScanResult
@@ -44,10 +44,10 @@ def _position(f: Finding) -> dict[str, object]:
 
 def render_github(result: ScanResult) -> str:
     lines = []
-    for f in result.findings:
+    for f in by_impact(result.findings):
         where = f" (cell {f.cell}, line {f.cell_line}, column {f.column})" if f.cell is not None else ""
         message = f"{f.code}{' [*]' if f.fix else ''} {f.message}{where}"
-        properties = {"file": PurePath(f.path).as_posix(), **_position(f), "title": f"{f.code} {f.name}"}
+        properties = {"file": PurePath(f.path).as_posix(), **_position(f), "title": f"{f.code} {f.name} ({f.impact.value} impact)"}
         lines.append(_command(_COMMAND[f.severity], properties, message))
     for error in result.errors:
         position = {"line": error.line, **({"col": error.column} if error.column else {})} if error.line else {}

@@ -27,9 +27,13 @@ def finding_to_dict(finding: Finding) -> dict[str, Any]:
         "code": finding.code,
         "name": finding.name,
         "severity": finding.severity.value,
+        "impact": finding.impact.value,
         "message": finding.message,
         "fix": None,
     }
+    if finding.impact_reason:
+        data["impact_reason"] = finding.impact_reason
+        data["impact_measured"] = finding.measured
     if finding.cell is not None:
         data["cell"] = finding.cell
         data["cell_line"] = finding.cell_line
@@ -59,6 +63,7 @@ def rule_to_dict(rule: type[Rule]) -> dict[str, Any]:
         "name": rule.name,
         "fix": rule.fix_availability(),
         "severity": rule.severity.value,
+        "impact": rule.impact.value,
         "category": rule.category.value,
         "gpu_only": rule.gpu_only,
         "summary": rule.summary,

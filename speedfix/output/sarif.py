@@ -45,13 +45,18 @@ def _result(finding: Finding, index: dict[str, int]) -> dict[str, Any]:
     artifact = _artifact(finding.path)
     physical: dict[str, Any] = {"artifactLocation": artifact}
     message = finding.message
-    result: dict[str, Any] = {"ruleId": finding.code, "ruleIndex": index[finding.code], "level": _LEVEL[finding.severity]}
+    result: dict[str, Any] = {"ruleId": finding.code, "ruleIndex": index[finding.code], "level": _LEVEL[finding.severity],
+                              "rank": finding.rank}
+    properties: dict[str, Any] = {"impact": finding.impact.value}
+    if finding.impact_reason:
+        properties["impactReason"] = finding.impact_reason
     if finding.cell is not None:
         # Notebook positions are within a cell, not lines of the .ipynb file: no region, no fix.
         message += f" (cell {finding.cell}, line {finding.cell_line}, column {finding.column})"
-        result["properties"] = {"notebookCell": finding.cell, "cellLine": finding.cell_line, "cellColumn": finding.column}
+        properties.update(notebookCell=finding.cell, cellLine=finding.cell_line, cellColumn=finding.column)
     else:
         physical["region"] = _region(finding.line, finding.column, finding.end_line, finding.end_column)
+    result["properties"] = properties
     result["message"] = {"text": message}
     result["locations"] = [{"physicalLocation": physical}]
     if finding.fix is not None and finding.edits and finding.cell is None:
@@ -92,10 +97,11 @@ def _rule(rule: type[Rule]) -> dict[str, Any]:
         "fullDescription": {"text": rule.doc_sections().get("What it does", rule.summary)},
         "help": {"text": docs or rule.summary, "markdown": docs or rule.summary},
         "helpUri": _HELP_URI,
-        "defaultConfiguration": {"level": _LEVEL[rule.severity]},
+        "defaultConfiguration": {"level": _LEVEL[rule.severity], "rank": Finding.rank_of(rule.impact)},
         "properties": {
             "fix": rule.fix_availability(),
             "expectedEffect": rule.effect,
+            "impact": rule.impact.value,
             "tags": [rule.category.value, "pytorch"],
         },
     }

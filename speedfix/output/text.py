@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from rich.console import Console
 from rich.text import Text
 
-from speedfix.engine.findings import Applicability, Blocker, Finding
+from speedfix.engine.findings import Applicability, Blocker, Finding, Impact
 from speedfix.engine.registry import rule_by_code
-from speedfix.output import Reporter, ReportOptions, statistics_rows
+from speedfix.output import Reporter, ReportOptions, by_impact, impact_counts, statistics_rows
 
 if TYPE_CHECKING:
     from speedfix.commands.apply import ApplyOutcome
@@ -24,8 +24,11 @@ if TYPE_CHECKING:
     from speedfix.engine.rule import Rule
 
 
+_IMPACT_STYLE = {Impact.HIGH: "bold", Impact.MEDIUM: "", Impact.LOW: "dim"}
+
+
 def finding_line(finding: Finding) -> Text:
-    """The line editors and CI parse."""
+    """The line editors and CI parse: `path:line:col: CODE [*] message (impact: high)`."""
     text = Text()
     text.append(finding.location, style="bold")
     text.append(": ")
@@ -34,6 +37,8 @@ def finding_line(finding: Finding) -> Text:
     if finding.fix is not None:
         text.append("[*] ", style="cyan")
     text.append(finding.message)
+    text.append(f" (impact: {finding.impact.value}{', measured' if finding.measured else ''})",
+                style=_IMPACT_STYLE[finding.impact])
     return text
 
 
@@ -108,7 +113,7 @@ def _summary(console: Console, result: ScanResult) -> None:
     files = len({f.path for f in findings})
     safe = sum(1 for f in findings if f.fix and f.fix.applicability is Applicability.SAFE)
     unsafe = sum(1 for f in findings if f.fix and f.fix.applicability is Applicability.UNSAFE)
-    summary = f"Found {_plural(len(findings), 'finding')} in {_plural(files, 'file')}"
+    summary = f"Found {_plural(len(findings), 'finding')} in {_plural(files, 'file')}: {impact_counts(findings)}"
     if safe or unsafe:
         parts = []
         if safe:
@@ -120,8 +125,11 @@ def _summary(console: Console, result: ScanResult) -> None:
     rows = []
     for code, count in sorted(Counter(f.code for f in findings).items()):
         rule = rule_by_code(code)
-        rows.append([code, rule.name if rule else "", str(count), rule.fix_availability() if rule else "", rule.effect if rule else ""])
-    for line in table(["rule", "name", "count", "fix", "expected effect"], rows, right=frozenset({2})):
+        impact = min((f.impact for f in findings if f.code == code), key=lambda level: level.order)
+        rows.append([code, rule.name if rule else "", str(count), impact.value, rule.fix_availability() if rule else "",
+                     rule.effect if rule else ""])
+    rows.sort(key=lambda row: (Impact(row[3]).order, row[0]))
+    for line in table(["rule", "name", "count", "impact", "fix", "expected effect"], rows, right=frozenset({2})):
         console.print(line)
 
 
@@ -130,7 +138,7 @@ class TextReporter(Reporter):
 
     def scan(self, result: ScanResult, options: ReportOptions) -> str:
         def draw(console: Console) -> None:
-            for finding in result.findings:
+            for finding in by_impact(result.findings):
                 console.print(finding_line(finding))
                 if options.show_fixes and options.fixed is None:
                     _fix_details(console, finding)
@@ -164,7 +172,7 @@ class TextReporter(Reporter):
             if not outcome.unfixed:
                 return
             console.print(f"{_plural(len(outcome.unfixed), 'finding')} left unfixed:")
-            for item in outcome.unfixed:
+            for item in sorted(outcome.unfixed, key=lambda item: item.finding.impact_key):  # the highest impact first
                 console.print(f"  {item.finding.location}: {item.finding.code} {item.reason}")
             if not options.unsafe_fixes and any(item.blocker is Blocker.NEEDS_UNSAFE for item in outcome.unfixed):
                 console.print("Run `speedfix apply --unsafe-fixes` to apply those too (then verify with `speedfix bench`).")

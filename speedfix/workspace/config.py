@@ -20,6 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from speedfix.engine.findings import Impact
 from speedfix.engine.registry import known_selector, matches, select_rules
 from speedfix.engine.rule import Rule
 from speedfix.model.versions import TorchVersion, resolve_target
@@ -29,7 +30,7 @@ from speedfix.syntax.source import DEFAULT_MAX_FILE_SIZE
 _LIST_KEYS = {"select", "ignore", "extend-select", "exclude", "extend-exclude"}
 _KNOWN_KEYS = _LIST_KEYS | {
     "unsafe-fixes", "per-file-ignores", "torch-version", "output-format", "respect-gitignore", "cache",
-    "force-exclude", "max-file-size-mb", "file-time-limit",
+    "force-exclude", "max-file-size-mb", "file-time-limit", "min-impact",
 }
 
 
@@ -52,6 +53,7 @@ class Settings:
     force_exclude: bool = False
     max_file_size: int | None = DEFAULT_MAX_FILE_SIZE  # bytes; a bigger file is skipped (None: no cap)
     file_time_limit: float | None = deadline.DEFAULT_SECONDS  # seconds of analysis per file (None: none)
+    min_impact: Impact = Impact.LOW  # findings of a lower impact are left out (scan) and not fixed (apply)
     root: Path = field(default_factory=Path.cwd)
     config_file: Path | None = None
 
@@ -183,7 +185,7 @@ def settings_from_table(table: dict[str, Any], *, source: str, root: Path, confi
     if "torch-version" in table:
         version = str(table["torch-version"])
         try:
-            TorchVersion.parse(version)
+            TorchVersion.parse_target(version)
         except ValueError as exc:
             raise ConfigError(f"{source}: `torch-version`: {exc}") from None
         values["torch_version"] = version
@@ -198,6 +200,8 @@ def settings_from_table(table: dict[str, Any], *, source: str, root: Path, confi
         ):
             raise ConfigError(f"{source}: `per-file-ignores` must map glob patterns to lists of codes")
         values["per_file_ignores"] = {pattern: tuple(codes) for pattern, codes in mapping.items()}
+    if "min-impact" in table:
+        values["min_impact"] = _impact(table["min-impact"], f"{source}: `min-impact`")
     if "max-file-size-mb" in table:
         values["max_file_size"] = max_file_size(_non_negative(table["max-file-size-mb"], f"{source}: `max-file-size-mb`"))
     if "file-time-limit" in table:
@@ -211,6 +215,13 @@ def _non_negative(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ConfigError(f"{what} must be a number >= 0 (0: no limit)")
     return float(value)
+
+
+def _impact(value: object, what: str) -> Impact:
+    try:
+        return Impact.parse(value) if isinstance(value, str) else Impact.parse(repr(value))
+    except ValueError as exc:
+        raise ConfigError(f"{what} {exc}") from None
 
 
 def max_file_size(megabytes: float) -> int | None:
@@ -253,6 +264,7 @@ def resolve_settings(
     force_exclude: bool | None = None,
     max_file_size_mb: float | None = None,
     file_time_limit: float | None = None,
+    min_impact: str | None = None,
     output_formats: Sequence[str] | None = None,
 ) -> Settings:
     """Settings for a run: the config file found for ``paths``, then the command line on top
@@ -274,7 +286,7 @@ def resolve_settings(
         overrides["extend_select"] = settings.extend_select + codes
     if torch_version is not None:
         try:
-            TorchVersion.parse(torch_version)
+            TorchVersion.parse_target(torch_version)
         except ValueError as exc:
             raise ConfigError(f"--torch-version: {exc}") from None
         overrides["torch_version"] = torch_version
@@ -288,6 +300,8 @@ def resolve_settings(
         overrides["max_file_size"] = max_file_size(_non_negative(max_file_size_mb, "--max-file-size-mb"))
     if file_time_limit is not None:
         overrides["file_time_limit"] = time_limit(_non_negative(file_time_limit, "--file-time-limit"))
+    if min_impact is not None:
+        overrides["min_impact"] = _impact(min_impact, "--min-impact")
     settings = replace(settings, **overrides)
     check_selectors(settings, "command line")
     return settings

@@ -1,0 +1,51 @@
+"""Impact estimates that several rules share: an evaluation-only loader, a small model."""
+
+from __future__ import annotations
+
+from speedfix.engine.findings import Finding, Impact, Severity
+from speedfix.engine.impact import Estimate
+from speedfix.model.context import FileContext
+from speedfix.model.patterns import DATALOADER
+from speedfix.model.scale import SMALL_MODEL_PARAMETERS, Role, largest_trained_model, loader_role
+
+__all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "evaluation_loader", "small_model", "spread_out"]  # what a rule's impact_here needs
+
+
+def evaluation_loader(ctx: FileContext, finding: Finding) -> Estimate | None:
+    """Low for a finding on a DataLoader that only evaluation or testing reads; a benchmark of
+    the script (which measures the training loop) does not decide it."""
+    site = next((site for site in ctx.calls_to(*DATALOADER) if site.node is finding.node), None)
+    if site is not None and loader_role(ctx, site) is Role.EVALUATION:
+        return Estimate(Impact.LOW, "a loader that only evaluation or testing reads", measurable=False)
+    return None
+
+
+def small_model(ctx: FileContext, impact: Impact) -> Estimate | None:
+    """``impact`` when every model the script trains is small, counted from the layers it writes."""
+    count = largest_trained_model(ctx)
+    if count is None or count >= SMALL_MODEL_PARAMETERS:
+        return None
+    return Estimate(impact, f"a small model (about {_millions(count)} parameters)")
+
+
+def _millions(count: int) -> str:
+    return f"{count / 1e6:.1f}M" if count >= 100_000 else f"{count:,}"
+
+
+def by_message(finding: Finding, table: tuple[tuple[str, Impact, str], ...]) -> Estimate | None:
+    """For a rule that reports several settings: the impact of the first entry whose words the
+    finding's message holds (the rule's usual impact when none does)."""
+    for words, impact, reason in table:
+        if words in finding.message:
+            return Estimate(impact, reason)
+    return None
+
+
+def spread_out(finding: Finding) -> Estimate | None:
+    """Medium for a costly call that runs every N steps rather than on every one (reported as
+    info), low for one that runs only while an option is on."""
+    if finding.severity is not Severity.INFO:
+        return None
+    if finding.no_fix_reason and "only runs while" in finding.no_fix_reason:
+        return Estimate(Impact.LOW, "it runs only while an option is on")
+    return Estimate(Impact.MEDIUM, "it runs every few steps, not on every one")

@@ -1,0 +1,290 @@
+"""How much is at stake in a script: the questions a finding's impact depends on.
+
+Is a DataLoader the one the training loop iterates, or one only evaluation reads? How big is the
+model the script trains, counted from the layers the file writes? The answers are estimates from
+the code; a rule turns them into an impact (``Rule.report(impact=...)``), and a benchmark
+measurement of the script decides over them (``speedfix.engine.impact``).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+import libcst as cst
+
+from speedfix.model.arguments import literal_int
+from speedfix.model.context import FileContext
+from speedfix.model.flow import assigned_name, is_returned
+from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.index import CallSite
+from speedfix.model.networks import builds, built_classes, model_classes, peel, trained_models, zoo_architecture
+from speedfix.model.patterns import unwrap_iterable
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
+
+
+# ---------------------------------------------------------------- which loader
+class Role(Enum):
+    TRAINING = "training"  # its batches feed the training step
+    EVALUATION = "evaluation"  # only validation, test or prediction reads it
+    UNKNOWN = "unknown"
+
+
+# `val_loader`, `testloader`, `eval_dataloader`, `self.valid_dl`, Lightning's `val_dataloader()`
+_EVALUATION_NAME = re.compile(
+    r"(?:^|[._])(?:val|valid|validation|eval|evaluation|test|testing|predict|prediction|inference|dev)"
+    r"(?:_|loader|dataloader|set|data|dl|$)",
+    re.IGNORECASE,
+)
+_TRAINING_NAME = re.compile(r"(?:^|[._])train", re.IGNORECASE)
+
+
+def loader_role(ctx: FileContext, site: CallSite) -> Role:
+    """Does the DataLoader made at ``site`` feed the training step, or only evaluation?
+
+    Where the loader is iterated decides: in a training loop (directly or through a function of
+    the file it is passed to), or only in loops that take no optimizer step. A loader iterated
+    nowhere in the file is judged by its name (`test_loader`, Lightning's `val_dataloader()`)."""
+    names = _loader_names(ctx, site)
+    seen_training = seen_other = False
+    for loop, iterates in _iterations(ctx, names):
+        if iterates:
+            if loop in ctx.step_loops:
+                seen_training = True
+            else:
+                seen_other = True
+    if seen_training:
+        return Role.TRAINING
+    if seen_other:
+        return Role.EVALUATION
+    words = [name for name in names if name]
+    if any(_EVALUATION_NAME.search(name) for name in words):
+        return Role.EVALUATION
+    if any(_TRAINING_NAME.search(name) for name in words):
+        return Role.TRAINING
+    return Role.UNKNOWN
+
+
+def _loader_names(ctx: FileContext, site: CallSite) -> set[str]:
+    """The variable the loader is bound to, and the function that returns it (`val_dataloader`)."""
+    names = set()
+    bound = assigned_name(site)
+    if bound:
+        names.add(bound)
+    function = ctx.function_of(site.stack)
+    if isinstance(function, cst.FunctionDef) and is_returned(function, site):
+        names.add(function.name.value)
+    return names
+
+
+def _iterations(ctx: FileContext, names: set[str]) -> list[tuple[cst.CSTNode, bool]]:
+    """(loop, True) for each loop over the loader, or over the parameter of a function of the
+    file that the loader is passed to (`test(model, test_loader)`)."""
+    found: list[tuple[cst.CSTNode, bool]] = []
+    parameters: dict[cst.CSTNode, set[str]] = {}
+    for call in ctx.calls:
+        callees = ctx.functions.get(dotted_name(call.node.func) or "", [])
+        if len(callees) != 1 or not isinstance(callees[0].node, cst.FunctionDef):
+            continue
+        params = [p.name.value for p in callees[0].node.params.params]
+        if params and params[0] == "self":
+            params = params[1:]
+        for index, arg in enumerate(call.node.args):
+            if arg.star or dotted_name(arg.value) not in names:
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+            if param is not None:
+                parameters.setdefault(callees[0].node, set()).add(param)
+    for info in ctx.loops.values():
+        if info.iter is None:
+            continue
+        source = dotted_name(unwrap_iterable(info.iter))
+        if source is None:
+            continue
+        function = ctx.function_of(info.stack)
+        if source in names or source in parameters.get(function, ()):  # type: ignore[arg-type]
+            found.append((info.node, True))
+    return found
+
+
+# ---------------------------------------------------------------- how big a model
+# Below this many parameters a model is small: its optimizer step, layout and kernel fusion
+# are worth little next to the rest (a fused optimizer on an MNIST net).
+SMALL_MODEL_PARAMETERS = 10_000_000
+
+_NN = "torch.nn."
+
+
+def _linear(a: list[int | None]) -> int | None:
+    return None if None in a[:2] or len(a) < 2 else a[0] * a[1] + a[1]  # type: ignore[operator]
+
+
+def _conv(dims: int):  # type: ignore[no-untyped-def]
+    def count(a: list[int | None]) -> int | None:
+        if len(a) < 3 or None in a[:3]:
+            return None
+        return a[0] * a[1] * a[2] ** dims + a[1]  # type: ignore[operator]
+    return count
+
+
+def _embedding(a: list[int | None]) -> int | None:
+    return None if len(a) < 2 or None in a[:2] else a[0] * a[1]  # type: ignore[operator]
+
+
+def _recurrent(gates: int):  # type: ignore[no-untyped-def]
+    def count(a: list[int | None]) -> int | None:
+        if len(a) < 2 or None in a[:2]:
+            return None
+        size, hidden = a[0], a[1]
+        layers = a[2] if len(a) > 2 and a[2] is not None else 1
+        return gates * hidden * (size + hidden + 2) * layers  # type: ignore[operator]
+    return count
+
+
+def _norm(a: list[int | None]) -> int | None:
+    return None if not a or a[0] is None else 2 * a[0]
+
+
+def _attention(a: list[int | None]) -> int | None:
+    return None if not a or a[0] is None else 4 * a[0] * a[0] + 4 * a[0]
+
+
+# What a layer of torch.nn holds, from its positional sizes (in, out, kernel / num, dim / ...).
+_LAYERS = {
+    "Linear": _linear, "Bilinear": _linear, "Conv1d": _conv(1), "Conv2d": _conv(2), "Conv3d": _conv(3),
+    "ConvTranspose1d": _conv(1), "ConvTranspose2d": _conv(2), "ConvTranspose3d": _conv(3),
+    "Embedding": _embedding, "EmbeddingBag": _embedding, "LSTM": _recurrent(4), "GRU": _recurrent(3),
+    "RNN": _recurrent(1), "LayerNorm": _norm, "BatchNorm1d": _norm, "BatchNorm2d": _norm, "BatchNorm3d": _norm,
+    "InstanceNorm2d": _norm, "MultiheadAttention": _attention,
+}
+# Layers with parameters whose size this table does not know: the model's size is unknown.
+_UNSIZED = ("Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
+            "TransformerDecoderLayer", "GroupNorm", "PReLU", "LazyLinear", "LazyConv2d")
+
+
+def parameter_estimate(ctx: FileContext, call: cst.Call, stack: Stack) -> int | None:
+    """The parameters of the network ``call`` builds, counted from the torch.nn layers the
+    file's classes (or an inline `nn.Sequential`) create with sizes it can read: literals,
+    constants, argparse defaults, products of them, parameter defaults. None when it cannot
+    tell: a model zoo, `from_pretrained`, a class of another file, a size it cannot read."""
+    built = peel(ctx, call)
+    if not isinstance(built, cst.Call) or zoo_architecture(ctx, built, stack) is not None:
+        return None
+    classes = built_classes(ctx, built, stack)
+    if classes:
+        sites = [site for name in set().union(*(model_classes(ctx, c) for c in classes))
+                 for site in ctx.calls if _in_class(site, name)]
+    elif (ctx.qualname(built.func) or "").startswith(_NN):
+        sites = [site for site in ctx.calls if _within(site.node, built)]
+        return _count(ctx, sites, stack)
+    else:
+        return None
+    return _count(ctx, sites, None)
+
+
+def largest_trained_model(ctx: FileContext) -> int | None:
+    """The parameters of the biggest model the script trains, when every one can be counted
+    (None: no model, or one whose size the file does not show)."""
+    counts = [parameter_estimate(ctx, b.built, b.assignment.stack)
+              for model, site in trained_models(ctx) for b in builds(ctx, model, site.stack, site.statement)]
+    if not counts or None in counts:
+        return None
+    return max(counts)  # type: ignore[type-var]
+
+
+def _in_class(site: CallSite, name: str) -> bool:
+    return any(frame.kind is FrameKind.CLASS and isinstance(frame.node, cst.ClassDef) and frame.node.name.value == name
+               for frame in site.stack)
+
+
+def _within(node: cst.CSTNode, outer: cst.CSTNode) -> bool:
+    return node is outer or any(child is node for child in walk_expression(outer))
+
+
+def _count(ctx: FileContext, sites: list[CallSite], stack: Stack | None) -> int | None:
+    total = 0
+    for site in sites:
+        qualified = ctx.qualname(site.node.func) or ""
+        if not qualified.startswith(_NN):
+            continue
+        layer = qualified[len(_NN):]
+        if layer in _UNSIZED:
+            return None
+        counter = _LAYERS.get(layer)
+        if counter is None:
+            continue  # activations, pooling, dropout, containers: no parameters of their own
+        where = stack if stack is not None else site.stack
+        sizes = [_size(ctx, arg.value, where) for arg in site.node.args if arg.keyword is None and not arg.star]
+        for arg in site.node.args:
+            if arg.keyword is not None and arg.keyword.value in ("num_layers",):
+                sizes += [None] * (3 - len(sizes)) if len(sizes) < 3 else []
+                sizes[2] = _size(ctx, arg.value, where)
+        count = counter(sizes)
+        repeat = _repeats(ctx, site)
+        if count is None or repeat is None:
+            return None
+        total += count * repeat
+    return total or None  # no layer it knows: parameters made by hand (`nn.Parameter(...)`)
+
+
+def _repeats(ctx: FileContext, site: CallSite) -> int | None:
+    """How many times a layer's call runs where it is written: 1, or the constant count of the
+    `for _ in range(n)` loops around it inside the class (None: a count it cannot read)."""
+    times = 1
+    for frame in site.stack:
+        if frame.kind is not FrameKind.LOOP:
+            continue
+        loop = frame.node
+        if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call) or dotted_name(loop.iter.func) != "range":
+            return None
+        counts = [_size(ctx, arg.value, site.stack) for arg in loop.iter.args]
+        if not counts or None in counts:
+            return None
+        times *= counts[0] if len(counts) == 1 else max(0, counts[1] - counts[0])  # type: ignore[operator]
+    return times
+
+
+def _size(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int = 0) -> int | None:
+    if depth > 4:
+        return None
+    value = literal_int(ctx, node, stack)
+    if value is not None:
+        return value
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Add, cst.Subtract,
+                                                                             cst.FloorDivide, cst.Power)):
+        left, right = _size(ctx, node.left, stack, depth + 1), _size(ctx, node.right, stack, depth + 1)
+        if left is None or right is None:
+            return None
+        operator = node.operator
+        if isinstance(operator, cst.Multiply):
+            return left * right
+        if isinstance(operator, cst.Add):
+            return left + right
+        if isinstance(operator, cst.Subtract):
+            return left - right
+        if isinstance(operator, cst.Power):
+            return left ** right if right < 8 else None
+        return left // right if right else None
+    if isinstance(node, cst.Call) and dotted_name(node.func) == "int" and len(node.args) == 1:
+        return _size(ctx, node.args[0].value, stack, depth + 1)
+    if isinstance(node, cst.Name):
+        branches = ctx.assignments_in_scope(node.value, stack)  # `nc = 3` or `nc = 1` by data set: the larger
+        values = [literal_int(ctx, a.value, a.stack) for a in branches if not (a.unpacked or a.augmented)]
+        if values and len(values) == len(branches) and None not in values:
+            return max(values)  # type: ignore[type-var]
+        return _parameter_default(ctx, node.value, stack, depth)
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return _parameter_default(ctx, node.attr.value, stack, depth)
+    return None
+
+
+def _parameter_default(ctx: FileContext, name: str, stack: Stack, depth: int) -> int | None:
+    """The default of the enclosing function's parameter ``name`` (`def __init__(self, hidden=128)`)."""
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    for param in (*function.params.params, *function.params.kwonly_params):
+        if param.name.value == name and param.default is not None:
+            return _size(ctx, param.default, stack, depth + 1)
+    return None

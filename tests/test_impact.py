@@ -1,0 +1,241 @@
+"""Every finding carries an impact: the rules estimate it from what the script is, a benchmark
+of the script decides it, and the reports lead with the highest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from speedfix.engine.findings import Finding, Impact, Severity
+from speedfix.engine.impact import Measurements, judge
+
+# A CUDA script with a training loader and a test loader, a small MLP (about 0.1M parameters).
+SMALL = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def test(model, loader):
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader:
+            model(x.to("cuda"))
+
+
+def main():
+    train_loader = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=4)
+    test_loader = DataLoader(test_set, batch_size=1000, num_workers=4)
+    model = Net().to("cuda")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(10):
+        for x, y in train_loader:
+            x, y = x.to("cuda"), y.to("cuda")
+            loss = nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            print(loss.item())
+        test(model, test_loader)
+
+
+main()
+"""
+
+
+def _json(run_cli, *args, cwd):
+    result = run_cli("scan", *args, "--output-format", "json", "--torch-version", "2.4", cwd=cwd)
+    assert result.exit_code in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+def _by(findings, code, line=None):
+    return [f for f in findings if f["code"] == code and (line is None or f["line"] == line)]
+
+
+def test_the_rules_estimate_the_impact_for_this_script(run_cli, write, tmp_path):
+    write("train.py", SMALL)
+    found = _json(run_cli, "train.py", cwd=tmp_path)
+    assert all(f["impact"] in ("high", "medium", "low") for f in found)
+    (train_pin,) = _by(found, "SF102", 24)
+    (test_pin,) = _by(found, "SF102", 25)
+    assert train_pin["impact"] == "medium" and "impact_reason" not in train_pin
+    assert test_pin["impact"] == "low"
+    assert test_pin["impact_reason"] == "a loader that only evaluation or testing reads"
+    # a small model: compile and mixed precision matter less, a fused optimizer little
+    (compiled,) = _by(found, "SF501")
+    assert compiled["impact"] == "medium" and compiled["impact_reason"] == "a small model (about 0.1M parameters)"
+    (fused,) = _by(found, "SF401")
+    assert fused["impact"] == "low"
+    (sync,) = _by(found, "SF104")[:1]
+    assert sync["impact"] == "medium"
+
+
+def test_a_big_or_unknown_model_keeps_the_rules_usual_impact(run_cli, write, tmp_path):
+    write("train.py", SMALL.replace("nn.Linear(784, 128)", "nn.Linear(784, 128 * 1024)")
+          .replace("nn.Linear(128, 10)", "nn.Linear(128 * 1024, 10)"))
+    write("zoo.py", SMALL.replace("Net().to", "torchvision.models.resnet50().to").replace("import torch\n", "import torch\nimport torchvision\n", 1))
+    for name in ("train.py", "zoo.py"):
+        found = _json(run_cli, name, cwd=tmp_path)
+        assert _by(found, "SF501")[0]["impact"] == "high", name
+        assert _by(found, "SF401")[0]["impact"] == "medium", name
+
+
+def test_channels_last_without_mixed_precision_is_low(run_cli, write, tmp_path):
+    conv = SMALL.replace("nn.Linear(784, 128)", "nn.Conv2d(3, 64, 3)").replace("nn.Linear(128, 10)", "nn.Linear(64, 10)")
+    write("fp32.py", conv.replace("nn.Conv2d(3, 64, 3)", "nn.Conv2d(3, 4096, 3)"))
+    (layout,) = _by(_json(run_cli, "fp32.py", cwd=tmp_path), "SF206")
+    assert layout["impact"] == "low" and "no mixed precision" in layout["impact_reason"]
+
+
+def _bench(tmp_path, name="train.speedfix-bench.json", *, wait=0.58, step=0.02, device="cuda", script="train.py"):
+    data = {"schema": "speedfix.bench/0.1", "status": "ok", "script": script, "device": {"type": device},
+            "timing": {"step_time_s": {"median": step}}, "data": {"data_wait_fraction": wait}}
+    path = tmp_path / name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_a_bench_result_beside_the_script_decides(run_cli, write, tmp_path):
+    write("train.py", SMALL)
+    _bench(tmp_path, wait=0.58, step=0.02)
+    found = _json(run_cli, "train.py", cwd=tmp_path)
+    (train_pin,) = _by(found, "SF102", 24)
+    assert train_pin["impact"] == "high" and train_pin["impact_measured"] is True
+    assert "58% of the step time waiting for data" in train_pin["impact_reason"]
+    assert _by(found, "SF102", 25)[0]["impact"] == "low"  # the benchmark measures the training loop only
+    # the text report puts the measured loader first
+    lines = run_cli("scan", "train.py", "--no-summary", "--torch-version", "2.4", cwd=tmp_path).stdout.splitlines()
+    assert lines[0].startswith("train.py:24:") and lines[0].endswith("(impact: high, measured)")
+    assert "train.py:24:20: SF102" in lines[0] or "train.py:24:20: SF101" in lines[0]
+
+
+def test_a_bench_result_can_lower_the_impact_when_measured_on_a_gpu(run_cli, write, tmp_path):
+    write("train.py", SMALL.replace("num_workers=4)\n    test", "num_workers=0)\n    test", 1))
+    _bench(tmp_path, wait=0.01, step=0.8)
+    found = _json(run_cli, "train.py", cwd=tmp_path)
+    assert _by(found, "SF101", 24)[0]["impact"] == "low"  # the loader keeps up
+    _bench(tmp_path, wait=0.01, step=0.8, device="cpu")  # a CPU run says nothing about the GPU's wait
+    found = _json(run_cli, "train.py", cwd=tmp_path)
+    assert _by(found, "SF101", 24)[0]["impact"] == "high" and "impact_reason" not in _by(found, "SF101", 24)[0]
+
+
+def test_bench_result_given_on_the_command_line(run_cli, write, tmp_path):
+    write("train.py", SMALL)
+    given = _bench(tmp_path, "run.json", wait=0.3)
+    found = _json(run_cli, "train.py", "--bench-result", given, cwd=tmp_path)
+    assert _by(found, "SF102", 24)[0]["impact_measured"] is True
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "speedfix.bench.compare/0.1"}', encoding="utf-8")
+    result = run_cli("scan", "train.py", "--bench-result", bad, cwd=tmp_path)
+    assert result.exit_code == 2 and "not the result of one `speedfix bench SCRIPT --json` run" in result.stderr
+    result = run_cli("scan", "train.py", "--bench-result", tmp_path / "missing.json", cwd=tmp_path)
+    assert result.exit_code == 2
+
+
+def test_an_unreadable_bench_result_beside_the_script_is_a_note(run_cli, write, tmp_path):
+    write("train.py", SMALL)
+    (tmp_path / "train.speedfix-bench.json").write_text("{not json", encoding="utf-8")
+    result = run_cli("scan", "train.py", "--torch-version", "2.4", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert "train.py: note: train.speedfix-bench.json: cannot read a `speedfix bench` result" in result.stdout
+
+
+def test_judge_thresholds():
+    def finding(measure):
+        return Finding("SF101", "n", "m", Severity.WARNING, None, impact=Impact.HIGH, measure=measure)
+
+    cases = [(0.25, "cuda", Impact.HIGH), (0.10, "cuda", Impact.MEDIUM), (0.06, "cuda", Impact.HIGH),
+             (0.02, "cuda", Impact.LOW), (0.02, "cpu", Impact.HIGH), (0.10, "cpu", Impact.MEDIUM)]
+    for wait, device, expected in cases:
+        found = finding("data_wait")
+        judge([found], Measurements("r.json", device=device, data_wait=wait))
+        assert found.impact is expected, (wait, device)
+    unmeasured = finding(None)
+    judge([unmeasured], Measurements("r.json", device="cuda", data_wait=0.9))
+    assert unmeasured.impact is Impact.HIGH and not unmeasured.measured
+    sync = finding("host_sync")
+    judge([sync], Measurements("r.json", device="cuda", step_time_s=0.9))
+    assert sync.impact is Impact.LOW and "900 ms" in (sync.impact_reason or "")
+
+
+def test_min_impact_filters_scan_and_apply(run_cli, write, tmp_path):
+    path = write("train.py", SMALL)
+    found = _json(run_cli, "train.py", "--min-impact", "medium", cwd=tmp_path)
+    assert found and all(f["impact"] in ("high", "medium") for f in found)
+    assert {f["impact"] for f in _json(run_cli, "train.py", "--min-impact", "HIGH", cwd=tmp_path)} == {"high"}
+    bad = run_cli("scan", "train.py", "--min-impact", "huge", cwd=tmp_path)
+    assert bad.exit_code == 2 and "--min-impact must be one of high, medium, low, not 'huge'" in bad.stderr
+    # apply: only the fixes of findings at that impact or higher; the low ones are not listed as left
+    result = run_cli("apply", "train.py", "--min-impact", "medium", "--torch-version", "2.4", cwd=tmp_path)
+    fixed = path.read_text(encoding="utf-8")
+    assert fixed.count("pin_memory=True") == 1 and "non_blocking=True" in fixed
+    assert "DataLoader(test_set, batch_size=1000, num_workers=4)" in fixed  # its pin_memory is low impact
+    assert "train.py:25:" not in result.stdout
+    path.write_text(SMALL, encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text('[tool.speedfix]\nmin-impact = "high"\n', encoding="utf-8")
+    assert {f["impact"] for f in _json(run_cli, "train.py", cwd=tmp_path)} == {"high"}
+    (tmp_path / "pyproject.toml").write_text('[tool.speedfix]\nmin-impact = 3\n', encoding="utf-8")
+    bad = run_cli("scan", "train.py", cwd=tmp_path)
+    assert bad.exit_code == 2 and "`min-impact` must be one of high, medium, low" in bad.stderr
+
+
+def test_sarif_ranks_and_text_orders_by_impact(run_cli, write, tmp_path):
+    write("train.py", SMALL)
+    sarif = json.loads(run_cli("scan", "train.py", "--output-format", "sarif", cwd=tmp_path).stdout)
+    run = sarif["runs"][0]
+    ranks = {(r["ruleId"], r["locations"][0]["physicalLocation"]["region"]["startLine"]): r["rank"] for r in run["results"]}
+    assert ranks[("SF102", 24)] == 50 and ranks[("SF102", 25)] == 20
+    assert all(0 <= rank <= 100 for rank in ranks.values())
+    assert all(r["properties"]["impact"] in ("high", "medium", "low") for r in run["results"])
+    rules = {rule["id"]: rule for rule in run["tool"]["driver"]["rules"]}
+    assert rules["SF205"]["defaultConfiguration"]["rank"] == 80 and rules["SF402"]["defaultConfiguration"]["rank"] == 20
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("1.x", "not a torch version: '1.x'"),
+    ("abc", "not a torch version: 'abc'"),
+    ("99", "no torch 99 exists"),
+    ("3.0", "no torch 3.0 exists"),
+])
+def test_torch_version_is_validated(run_cli, write, tmp_path, value, message):
+    write("train.py", SMALL)
+    for command in ("scan", "apply"):
+        result = run_cli(command, "train.py", "--torch-version", value, cwd=tmp_path)
+        assert result.exit_code == 2 and f"--torch-version: {message}" in result.stderr, result.stderr
+    (tmp_path / "pyproject.toml").write_text(f'[tool.speedfix]\ntorch-version = "{value}"\n', encoding="utf-8")
+    result = run_cli("scan", "train.py", cwd=tmp_path)
+    assert result.exit_code == 2 and message in result.stderr
+
+
+@pytest.mark.parametrize("value", ["2.4", "1.13.1", "2.13.0+cpu", "2.5.0a0", "v2.1", "2.6.0.dev20240101"])
+def test_real_torch_versions_are_accepted(run_cli, write, tmp_path, value):
+    write("train.py", "import torch\n")
+    assert run_cli("scan", "train.py", "--torch-version", value, cwd=tmp_path).exit_code == 0
+
+
+def test_editor_diagnostics_lead_with_the_highest_impact(tmp_path):
+    pytest.importorskip("pygls")
+    from pygls.workspace.position_codec import PositionCodec
+
+    from speedfix.server import LineIndex, check, diagnostics
+    from speedfix.workspace.config import Settings
+
+    checked = check(tmp_path / "train.py", SMALL, Settings(root=tmp_path, torch_version="2.4"))
+    shown = diagnostics(checked, LineIndex(SMALL, PositionCodec()))
+    impacts = [d.data["impact"] for d in shown]
+    assert impacts == sorted(impacts, key=["high", "medium", "low"].index) and impacts[-1] == "low"
+    assert all(d.message.endswith(f"(impact: {d.data['impact']})") for d in shown)
+    quiet = check(tmp_path / "train.py", SMALL, Settings(root=tmp_path, torch_version="2.4", min_impact=Impact.HIGH))
+    assert {d.data["impact"] for d in diagnostics(quiet, LineIndex(SMALL, PositionCodec()))} == {"high"}
