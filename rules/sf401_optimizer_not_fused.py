@@ -8,7 +8,7 @@ from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.index import CallSite
 from speedfix.model.versions import v
-from speedfix.rules._impact import Estimate, Finding, Impact, small_model
+from speedfix.rules._impact import Estimate, Finding, Impact, trains_hub_model
 
 _FUSABLE = (
     "torch.optim.Adam",
@@ -50,8 +50,10 @@ class OptimizerNotFused(Rule):
     momentum on GradScaler-skipped steps (LibreYOLO#771).
 
     ## Impact
-    Medium. Low for a small model (under 10M parameters, counted from the layers the file
-    writes), whose optimizer update is a small share of a step.
+    Low: the update is a small share of a step next to the forward and backward passes, and
+    PyTorch already runs it as a few multi-tensor kernels (foreach). Medium for a Hugging Face
+    transformer (`from_pretrained`, or a `transformers` model class), whose many parameters
+    make the update a larger share.
 
     ## Measured effect
     +1.5-2% MFU for Llama-8B in torchtitan; 2-3 ms per iteration in litgpt; Hugging Face made
@@ -59,7 +61,7 @@ class OptimizerNotFused(Rule):
     Sources: https://github.com/pytorch/torchtitan/pull/355, https://github.com/Lightning-AI/litgpt/pull/857
     """
 
-    impact = "medium"
+    impact = "low"
     code = "SF401"
     name = "optimizer-not-fused"
     summary = "Adam/AdamW on CUDA without `fused=True`"
@@ -122,7 +124,9 @@ class OptimizerNotFused(Rule):
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
-        return small_model(self.ctx, Impact.LOW)
+        if trains_hub_model(self.ctx):
+            return Estimate(Impact.MEDIUM, "a Hugging Face transformer: many parameters to update every step")
+        return None
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*_FUSABLE):

@@ -11,7 +11,7 @@ from speedfix.model.frameworks import LIGHTNING_TRAINER, SET_ELSEWHERE, in_light
 from speedfix.model.index import CallSite
 from speedfix.model.networks import conv2d_classes
 from speedfix.model.patterns import cudnn_settings, matmul_precision_chosen
-from speedfix.rules._impact import Estimate, Finding, Impact, by_message
+from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model
 
 _FP32 = frozenset({"32", "32-true"})
 _FP16 = frozenset({"16", "16-mixed"})
@@ -80,9 +80,10 @@ class LightningTrainerConfig(Rule):
     all-reduce.
 
     ## Impact
-    High: fp32 training on a GPU, a profiler left on and TF32 off are among the largest gaps.
-    Medium for fp16 instead of bf16, cuDNN autotuning off and values all-reduced for logging on
-    every step; low for `accumulate_grad_batches`.
+    High: fp32 training on a GPU, a profiler left on and TF32 off are among the largest gaps;
+    fp32 and TF32 are medium for a small model (under 10M parameters, counted from the layers
+    the file writes). Medium for fp16 instead of bf16, cuDNN autotuning off and values all-
+    reduced for logging on every step; low for `accumulate_grad_batches`.
 
     ## Measured effect
     Mixed precision: "up to 3x" on Volta and newer GPUs (PyTorch's tuning guide) and Lightning's
@@ -259,6 +260,10 @@ class LightningTrainerConfig(Rule):
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
+        if "fp32" in finding.message:
+            small = small_model(self.ctx, Impact.MEDIUM)
+            if small is not None:
+                return small
         return by_message(finding, (
             ("fp16 mixed precision", Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
             ("cuDNN's default algorithms", Impact.MEDIUM, "cuDNN autotuning"),

@@ -86,10 +86,17 @@ def test_a_big_or_unknown_model_keeps_the_rules_usual_impact(run_cli, write, tmp
     write("train.py", SMALL.replace("nn.Linear(784, 128)", "nn.Linear(784, 128 * 1024)")
           .replace("nn.Linear(128, 10)", "nn.Linear(128 * 1024, 10)"))
     write("zoo.py", SMALL.replace("Net().to", "torchvision.models.resnet50().to").replace("import torch\n", "import torch\nimport torchvision\n", 1))
-    for name in ("train.py", "zoo.py"):
+    write("hub.py", SMALL.replace("Net().to", "AutoModel.from_pretrained('gpt2').to")
+          .replace("import torch\n", "import torch\nfrom transformers import AutoModel\n", 1))
+    for name in ("train.py", "zoo.py", "hub.py"):
         found = _json(run_cli, name, cwd=tmp_path)
         assert _by(found, "SF501")[0]["impact"] == "high", name
-        assert _by(found, "SF401")[0]["impact"] == "medium", name
+        # a fused optimizer matters for a pretrained transformer's many parameters only
+        assert _by(found, "SF401")[0]["impact"] == ("medium" if name == "hub.py" else "low"), name
+    # TF32: a conv net's convolutions already use it; a zoo transformer's matmuls do not
+    assert _by(_json(run_cli, "zoo.py", cwd=tmp_path), "SF201")[0]["impact"] == "low"
+    write("vit.py", SMALL.replace("Net().to", "torchvision.models.vit_b_16().to").replace("import torch\n", "import torch\nimport torchvision\n", 1))
+    assert _by(_json(run_cli, "vit.py", cwd=tmp_path), "SF201")[0]["impact"] == "high"
 
 
 def test_channels_last_without_mixed_precision_is_low(run_cli, write, tmp_path):

@@ -18,8 +18,9 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, is_returned
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import CallSite
-from speedfix.model.networks import builds, built_classes, model_classes, peel, trained_models, zoo_architecture
-from speedfix.model.patterns import unwrap_iterable
+from speedfix.model.networks import (builds, built_classes, conv2d_classes, is_conv_architecture, model_classes,
+                                      optimized_module, peel, trained_models, zoo_architecture)
+from speedfix.model.patterns import OPTIMIZER_PREFIX, unwrap_iterable
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -173,24 +174,65 @@ def parameter_estimate(ctx: FileContext, call: cst.Call, stack: Stack) -> int | 
         return None
     classes = built_classes(ctx, built, stack)
     if classes:
-        sites = [site for name in set().union(*(model_classes(ctx, c) for c in classes))
-                 for site in ctx.calls if _in_class(site, name)]
-    elif (ctx.qualname(built.func) or "").startswith(_NN):
-        sites = [site for site in ctx.calls if _within(site.node, built)]
-        return _count(ctx, sites, stack)
-    else:
-        return None
-    return _count(ctx, sites, None)
+        return _classes_parameters(ctx, classes)
+    if (ctx.qualname(built.func) or "").startswith(_NN):
+        return _count(ctx, [site for site in ctx.calls if _within(site.node, built)], stack)
+    return None
+
+
+def _classes_parameters(ctx: FileContext, classes: set[str]) -> int | None:
+    """The layers the classes create, and those of the local classes they instantiate."""
+    names = set().union(*(model_classes(ctx, name) for name in classes))
+    return _count(ctx, [site for site in ctx.calls if any(_in_class(site, name) for name in names)], None)
 
 
 def largest_trained_model(ctx: FileContext) -> int | None:
     """The parameters of the biggest model the script trains, when every one can be counted
-    (None: no model, or one whose size the file does not show)."""
-    counts = [parameter_estimate(ctx, b.built, b.assignment.stack)
-              for model, site in trained_models(ctx) for b in builds(ctx, model, site.stack, site.statement)]
+    (None: no model, or one whose size the file does not show). A module that makes its own
+    optimizer (Lightning's `configure_optimizers`: `Adam(self.parameters())`) is counted whole."""
+    counts: list[int | None] = []
+    for site in _optimizers(ctx):
+        model = optimized_module(ctx, site)
+        owner = ctx.class_of(site.stack)
+        if model is None or model.startswith("self."):
+            counts.append(_classes_parameters(ctx, {owner.name.value}) if owner is not None and _of_self(site) else None)
+            continue
+        counts += [parameter_estimate(ctx, b.built, b.assignment.stack)
+                   for b in builds(ctx, model, site.stack, site.statement)] or [None]
     if not counts or None in counts:
         return None
     return max(counts)  # type: ignore[type-var]
+
+
+def trains_hub_model(ctx: FileContext) -> bool:
+    """Does the script train a Hugging Face transformer (`AutoModel.from_pretrained(...)`,
+    `Qwen2ForCausalLM(config)`, directly or from a factory function of the file)?"""
+    for model, site in trained_models(ctx):
+        for build in builds(ctx, model, site.stack, site.statement):
+            call = peel(ctx, build.built)
+            if not isinstance(call, cst.Call):
+                continue
+            factories = ctx.functions.get(dotted_name(call.func) or "", [])
+            places = [call] + [info.node for info in factories if len(factories) == 1]
+            if any(isinstance(node, cst.Call) and _from_hub(ctx, node) for place in places for node in walk_expression(place)):
+                return True
+    return False
+
+
+def _from_hub(ctx: FileContext, call: cst.Call) -> bool:
+    qualified = ctx.qualname(call.func) or ""
+    return qualified.startswith("transformers.") or (dotted_name(call.func) or "").endswith(".from_pretrained")
+
+
+def _optimizers(ctx: FileContext) -> list[CallSite]:
+    return [site for site in ctx.calls if (q := ctx.call_qualname(site) or "").startswith(OPTIMIZER_PREFIX)
+            and not q.startswith("torch.optim.lr_scheduler")]
+
+
+def _of_self(site: CallSite) -> bool:
+    """`Adam(self.parameters())`, `Adam(self.net.parameters())`: a module's own optimizer."""
+    first = site.node.args[0].value if site.node.args else None
+    return isinstance(first, cst.Call) and (dotted_name(first.func) or "").startswith("self.")
 
 
 def _in_class(site: CallSite, name: str) -> bool:
@@ -288,3 +330,48 @@ def _parameter_default(ctx: FileContext, name: str, stack: Stack, depth: int) ->
         if param.name.value == name and param.default is not None:
             return _size(ctx, param.default, stack, depth + 1)
     return None
+
+
+# ---------------------------------------------------------------- where the time goes
+# Layers and calls that make a network's matmuls more than a final classifier.
+_MATMUL_LAYERS = frozenset({"MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
+                            "TransformerEncoderLayer", "TransformerDecoderLayer", "LSTM", "GRU", "RNN",
+                            "LSTMCell", "GRUCell", "RNNCell"})
+_MATMUL_CALLS = frozenset({"torch.matmul", "torch.bmm", "torch.einsum", "torch.mm", "torch.baddbmm",
+                           "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.linear"})
+
+
+def conv_nets_only(ctx: FileContext) -> bool:
+    """Is every model the script trains a 2-D conv net whose matmuls are at most a classifier
+    head: a CNN of a model zoo, or classes of the file with convolutions and no attention,
+    recurrent layer or matmul of their own? (Its convolutions already run in TF32: cuDNN's
+    default.)"""
+    found = False
+    for model, site in trained_models(ctx):
+        built = builds(ctx, model, site.stack, site.statement)
+        if not built:
+            return False
+        for build in built:
+            call = peel(ctx, build.built)
+            if not isinstance(call, cst.Call) or not _conv_only(ctx, call, build.assignment.stack):
+                return False
+            found = True
+    return found
+
+
+def _conv_only(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
+    zoo = zoo_architecture(ctx, call, stack)
+    if zoo is not None:
+        return is_conv_architecture(zoo[1])
+    classes = built_classes(ctx, call, stack)
+    if not classes or not classes & conv2d_classes(ctx):
+        return False
+    names = set().union(*(model_classes(ctx, name) for name in classes))
+    for site in ctx.calls:
+        if not any(_in_class(site, name) for name in names):
+            continue
+        qualified = ctx.qualname(site.node.func) or ""
+        if qualified.startswith(_NN) and qualified[len(_NN):] in _MATMUL_LAYERS or qualified in _MATMUL_CALLS:
+            return False
+    return not any(isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)
+                   for name in names for node in walk_expression(ctx.classes[name].node))
