@@ -163,6 +163,13 @@ def project_builds_rnn(ctx: FileContext, call: cst.Call) -> bool:
     return facts is not None and facts.rnn
 
 
+def project_builds_matmuls(ctx: FileContext, call: cst.Call) -> bool:
+    """Does a network of another scanned file have attention, recurrent layers or matmuls of its
+    own, beyond a classifier head?"""
+    facts = _project_builder(ctx, call)
+    return facts is None or facts.matmuls
+
+
 def _project_builder(ctx: FileContext, call: cst.Call) -> FunctionFacts | None:
     return ctx.links.function(ctx.project_name(dotted_name(call.func))) if ctx.links.modules else None
 

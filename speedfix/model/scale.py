@@ -18,9 +18,11 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, is_returned
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import CallSite
-from speedfix.model.networks import (builds, built_classes, conv2d_classes, is_conv_architecture, model_classes,
-                                      optimized_module, peel, trained_models, zoo_architecture)
+from speedfix.model.networks import (builds, built_classes, is_conv_architecture, model_classes,
+                                      optimized_module, peel, project_builds_matmuls, project_builds_rnn,
+                                      project_conv_dims, trained_models, zoo_architecture)
 from speedfix.model.patterns import OPTIMIZER_PREFIX, unwrap_iterable
+from speedfix.project.steps import CONV_LAYERS, MATMUL_LAYERS
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -333,19 +335,11 @@ def _parameter_default(ctx: FileContext, name: str, stack: Stack, depth: int) ->
 
 
 # ---------------------------------------------------------------- where the time goes
-# Layers and calls that make a network's matmuls more than a final classifier.
-_MATMUL_LAYERS = frozenset({"MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
-                            "TransformerEncoderLayer", "TransformerDecoderLayer", "LSTM", "GRU", "RNN",
-                            "LSTMCell", "GRUCell", "RNNCell"})
-_MATMUL_CALLS = frozenset({"torch.matmul", "torch.bmm", "torch.einsum", "torch.mm", "torch.baddbmm",
-                           "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.linear"})
-
-
 def conv_nets_only(ctx: FileContext) -> bool:
-    """Is every model the script trains a 2-D conv net whose matmuls are at most a classifier
-    head: a CNN of a model zoo, or classes of the file with convolutions and no attention,
-    recurrent layer or matmul of their own? (Its convolutions already run in TF32: cuDNN's
-    default.)"""
+    """Is every model the script trains a conv net whose matmuls are at most a classifier head:
+    a CNN of a model zoo, or a network (of this file or another scanned one) with convolutions
+    and no attention, recurrent layer or matmul of its own? (cuDNN runs its convolutions in TF32
+    by default, in any dimension.)"""
     found = False
     for model, site in trained_models(ctx):
         built = builds(ctx, model, site.stack, site.statement)
@@ -364,14 +358,11 @@ def _conv_only(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
     if zoo is not None:
         return is_conv_architecture(zoo[1])
     classes = built_classes(ctx, call, stack)
-    if not classes or not classes & conv2d_classes(ctx):
-        return False
+    if not classes:  # a network of another scanned file
+        return bool(project_conv_dims(ctx, call)) and not project_builds_rnn(ctx, call) and not project_builds_matmuls(ctx, call)
     names = set().union(*(model_classes(ctx, name) for name in classes))
-    for site in ctx.calls:
-        if not any(_in_class(site, name) for name in names):
-            continue
-        qualified = ctx.qualname(site.node.func) or ""
-        if qualified.startswith(_NN) and qualified[len(_NN):] in _MATMUL_LAYERS or qualified in _MATMUL_CALLS:
-            return False
+    layers = {ctx.qualname(site.node.func) for site in ctx.calls if any(_in_class(site, name) for name in names)}
+    if not layers & CONV_LAYERS.keys() or layers & MATMUL_LAYERS:
+        return False
     return not any(isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)
                    for name in names for node in walk_expression(ctx.classes[name].node))

@@ -26,7 +26,7 @@ import ast
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from speedfix.project.steps import (CONV_LAYERS, CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_RNN_LAYERS,
+from speedfix.project.steps import (CONV_LAYERS, CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_RNN_LAYERS, MATMUL_LAYERS,
                             is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name)
 
 
@@ -44,6 +44,7 @@ class FunctionFacts:
     cuda: bool = False  # names CUDA, or returns a CUDA device
     conv_dims: tuple[int, ...] = ()  # a class (or a factory returning one) that builds ConvNd layers: the Ns
     rnn: bool = False  # a class (or a factory returning one) that builds cuDNN LSTM/GRU/RNN layers
+    matmuls: bool = False  # ... attention, recurrent layers or matmuls of its own (more than a classifier head)
 
 
 @dataclass(frozen=True)
@@ -393,6 +394,13 @@ class _Collector(ast.NodeVisitor):
         layer = "rnn" if qualified in CUDNN_RNN_LAYERS else CONV_LAYERS.get(qualified)
         if layer is not None:
             self.layers.setdefault(owner, set()).add(layer)
+        if qualified in MATMUL_LAYERS:
+            self.layers.setdefault(owner, set()).add("matmul")
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.MatMult) and self.class_stack:  # `q @ k.transpose(-2, -1)` in a module
+            self.layers.setdefault(self.class_stack[-1], set()).add("matmul")
+        self.generic_visit(node)
 
     def _is_marker(self, node: ast.Call, func: str | None) -> bool:
         target = node.func
@@ -427,7 +435,7 @@ class _Collector(ast.NodeVisitor):
         for name, layers in self._layers_reached().items():
             if name in functions:
                 dims = tuple(sorted(layer for layer in layers if isinstance(layer, int)))
-                functions[name] = replace(functions[name], conv_dims=dims, rnn="rnn" in layers)
+                functions[name] = replace(functions[name], conv_dims=dims, rnn="rnn" in layers, matmuls="matmul" in layers)
         hot = sorted({q for q in self._hot_calls() if q is not None and q.split(".", 1)[0] not in _EXTERNAL})
         return ModuleFacts(
             imports=tuple(sorted(self.bindings.items())),

@@ -37,6 +37,15 @@ CONV_LAYERS = {
 # cuDNN recurrent layers: autocast runs them in fp16 whatever dtype it is asked for.
 CUDNN_RNN_LAYERS = frozenset(f"torch.nn.{prefix}{kind}" for prefix in ("", "modules.rnn.") for kind in ("LSTM", "GRU", "RNN"))
 
+# What makes a network's matmuls more than a classifier head: attention, transformer and
+# recurrent layers, and matmuls written out (with `@` as well).
+MATMUL_LAYERS = frozenset(
+    f"torch.nn.{kind}" for kind in ("MultiheadAttention", "Transformer", "TransformerEncoder", "TransformerDecoder",
+                                    "TransformerEncoderLayer", "TransformerDecoderLayer", "LSTM", "GRU", "RNN",
+                                    "LSTMCell", "GRUCell", "RNNCell")
+) | frozenset({"torch.matmul", "torch.bmm", "torch.einsum", "torch.mm", "torch.baddbmm",
+               "torch.nn.functional.scaled_dot_product_attention"})
+
 
 def last_part(name: str) -> str:
     return name.rsplit(".", 1)[-1]
