@@ -116,3 +116,6 @@ def test_a_finding_that_vanishes_without_its_fix_is_not_counted():
     outcome = fix_source(source, "t.py", [_Silenced], v("2.4"), unsafe=False)
     assert outcome.code == "import torch\ndone()\ntodo()\n"
     assert outcome.applied == {"SF998": 1}  # one fix written; the other finding merely went quiet
+    # ... and it stays listed, where it is in the fixed code, with why it has no fix
+    assert [(item.finding.line, item.finding.code, item.reason) for item in outcome.unfixed] == [
+        (3, "SF998", "no longer reported after the SF998 fix: not counted as fixed")]

@@ -256,3 +256,4 @@ class Blocker(Enum):
     NO_FIX_HERE = "no fix in this case"  # the rule has a fix, this finding does not
     NO_FIX = "no automatic fix for this rule"
     SYNTAX = "the file does not parse"
+    QUIET = "no longer reported after other fixes"  # gone without its own fix: not counted as fixed

@@ -20,6 +20,7 @@ from speedfix.engine.analysis import SYNTAX_ERROR_CODE, Analysis, SyntaxProblem,
 from speedfix.engine.findings import (AddImport, Applicability, Blocker, Finding, Fix, Impact, InsertStatements,
                                       RemoveImportIfUnused, Transform)
 from speedfix.engine.registry import select_rules
+from speedfix.fixes.linemap import LineMap
 from speedfix.engine.rule import Rule
 from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.project import Links
@@ -248,13 +249,16 @@ def fix_source(
     code unchanged.
 
     ``applied`` counts what was written: per rule and pass, the fixes applied whose findings are
-    gone in the next pass (a fix that changed nothing, or a finding that vanished without its own
-    fix being applied, is not counted)."""
+    gone in the next pass. A fix that changed nothing is not counted; a finding that went quiet
+    without its own fix (another fix made its rule stop reporting it: mixed precision makes TF32
+    advice moot, and a rule with a whole-file check may fall silent for the wrong reason) is not
+    counted either, and stays listed as left, at its place in the fixed code, naming those fixes."""
     data = source.data
     passes = 0
     analysis: Analysis | None = None
     restorer: Restorer | None = None
     written: Counter[str] = Counter()
+    quiet: list[tuple[Finding, str, list[str]]] = []  # gone without their fix: the code they were in, the fixes then
 
     def analyse(data: bytes, fixed: bool) -> Analysis:
         result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target, links)
@@ -266,14 +270,13 @@ def fix_source(
     def wanted(finding: Finding) -> bool:
         return finding.impact.at_least(min_impact)
 
-    chosen_codes: Counter[str] = Counter()  # the rules of the fixes the previous pass applied
-    before: Counter[str] = Counter()  # the findings per rule the previous pass saw
+    previous: tuple[list[Finding], set[int], str] | None = None  # the last pass's findings, those it fixed, its code
     for passes in range(1, MAX_PASSES + 1):
         analysis = analyse(data, fixed=passes > 1)
         if analysis.error is not None:
             raise SyntaxProblem(analysis.error)
-        now = Counter(f.code for f in analysis.findings)
-        _count_written(written, chosen_codes, before, now)
+        if previous is not None:
+            _settle(previous, analysis.findings, written, quiet)
         candidates = [f for f in analysis.findings if allowed(f, unsafe) and f.fix is not None and wanted(f)]
         fixes = this_pass([f.fix for f in candidates if f.fix is not None])
         if not fixes or analysis.module is None:
@@ -287,12 +290,12 @@ def fix_source(
         if new_data == data:
             break
         chosen = {id(fix) for fix in fixes}
-        chosen_codes = Counter(f.code for f in candidates if f.fix is not None and id(f.fix) in chosen)
-        before = now
+        previous = (analysis.findings, {id(f) for f in candidates if id(f.fix) in chosen}, analysis.module.code)
         data = new_data
     else:  # still changing after MAX_PASSES: analyse the final state once more
         analysis = analyse(data, fixed=True)
-        _count_written(written, chosen_codes, before, Counter(f.code for f in analysis.findings))
+        if previous is not None:
+            _settle(previous, analysis.findings, written, quiet)
     assert analysis is not None
     if restorer is not None:  # every pass parsed its code; bytes put back afterwards get a look of their own
         restored = restorer.restore(data)
@@ -301,21 +304,41 @@ def fix_source(
         data = restored
     applied = {code: count for code, count in sorted(written.items()) if count > 0}
     if data == source.data:
-        applied = {}
+        applied, quiet = {}, []
     text, _ = decode_source(data)
+    final = analysis.module.code if analysis.module is not None else text
+    left = [unfixed(f, unsafe) for f in analysis.findings if wanted(f)]
+    for finding, code, fixes_then in quiet:  # where it was found, in the code as fixed
+        LineMap(code, final).remap([finding])
+        reason = f"no longer reported after the {', '.join(fixes_then)} fix{'es' if len(fixes_then) > 1 else ''}: not counted as fixed"
+        left.append(Unfixed(finding, reason, Blocker.QUIET))
     return FixOutcome(
         code=text,
         data=data,
         applied=applied,
-        unfixed=[unfixed(f, unsafe) for f in analysis.findings if wanted(f)],
+        unfixed=sorted(left, key=lambda item: item.finding.sort_key),
         passes=passes,
     )
 
 
-def _count_written(written: Counter[str], chosen: Counter[str], before: Counter[str], now: Counter[str]) -> None:
-    """Per rule: of the fixes the last pass applied, as many as its findings went down by."""
-    for code, count in chosen.items():
-        written[code] += min(count, max(0, before[code] - now[code]))
+def _settle(previous: tuple[list[Finding], set[int], str], now: list[Finding], written: Counter[str],
+            quiet: list[tuple[Finding, str, list[str]]]) -> None:
+    """What the last pass did, per rule: of the fixes it applied, as many as its findings went
+    down by were written; if they went down by more, the findings it did not fix that are gone
+    went quiet (another fix made the rule stop reporting them)."""
+    before, fixed, code = previous
+    fixes_then = sorted({f.code for f in before if id(f) in fixed})
+    after = Counter(f.code for f in now)
+    after_keys = Counter((f.code, f.message) for f in now)
+    for rule in sorted({f.code for f in before}):
+        mine = [f for f in before if f.code == rule]
+        gone = max(0, len(mine) - after[rule])
+        done = min(gone, sum(1 for f in mine if id(f) in fixed))
+        written[rule] += done
+        unfixed_ones = [f for f in mine if id(f) not in fixed]
+        # the ones whose message is gone first: a message that changed (SF301 lists the step's other syncs) is not gone
+        unfixed_ones.sort(key=lambda f: after_keys[(f.code, f.message)] > 0)
+        quiet += [(f, code, fixes_then) for f in unfixed_ones[:gone - done]]
 
 
 def unfixed(finding: Finding, unsafe: bool) -> Unfixed:
