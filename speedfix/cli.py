@@ -211,6 +211,8 @@ def scan(
     if output is not None and is_scanned(output, targets, settings):
         raise _fail(f"--output {output} is one of the files being scanned; the report would replace it (choose another file)")
     if add_noqa:
+        if fix or diff:
+            raise _fail("--add-noqa cannot be combined with --fix or --diff (fix first, then add the baseline)")
         raise _run_add_noqa(targets, settings)
     reporter = _reporter(settings.output_format, "statistics" if statistics else "scan")
     if diff:  # as in ruff, --diff only previews the fixes (with or without --fix)

@@ -116,3 +116,11 @@ def test_a_read_only_file_is_refused_and_the_others_written(run_cli, write, trai
         os.chmod(locked, 0o644)
     assert result.exit_code == 2 and "locked.py" in result.stderr
     assert locked.read_text(encoding="utf-8") == train_script and "# noqa: SF" in other.read_text(encoding="utf-8")
+
+
+def test_add_noqa_is_not_combined_with_fixing(run_cli, write, train_script, tmp_path):
+    path = write("train.py", train_script)
+    for flag in ("--fix", "--diff"):
+        result = run_cli("scan", ".", "--add-noqa", flag, cwd=tmp_path)
+        assert result.exit_code == 2 and "--add-noqa cannot be combined with --fix or --diff" in result.stderr
+    assert path.read_text(encoding="utf-8") == train_script

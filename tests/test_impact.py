@@ -246,3 +246,17 @@ def test_editor_diagnostics_lead_with_the_highest_impact(tmp_path):
     assert all(d.message.endswith(f"(impact: {d.data['impact']})") for d in shown)
     quiet = check(tmp_path / "train.py", SMALL, Settings(root=tmp_path, torch_version="2.4", min_impact=Impact.HIGH))
     assert {d.data["impact"] for d in diagnostics(quiet, LineIndex(SMALL, PositionCodec()))} == {"high"}
+
+
+def test_a_cached_finding_without_an_impact_is_analysed_again():
+    from speedfix.commands.scan import _loaded
+    from speedfix.engine.findings import to_record
+
+    finding = Finding("SF102", "dataloader-no-pin-memory", "m", Severity.WARNING, None, path="t.py", impact=Impact.LOW,
+                      impact_reason="a loader that only evaluation or testing reads")
+    record = {"error": None, "findings": [to_record(finding)], "notes": []}
+    restored = _loaded(record)
+    assert restored is not None and restored.findings[0].impact is Impact.LOW
+    assert restored.findings[0].impact_reason == "a loader that only evaluation or testing reads"
+    del record["findings"][0]["impact"]  # written by a version without impacts
+    assert _loaded(record) is None

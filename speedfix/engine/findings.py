@@ -242,7 +242,7 @@ def from_record(record: dict) -> Finding:
         cell_line=record.get("cell_line"),
         edits=None if edits is None else [Edit(**e) for e in edits],
         diff=record.get("diff"),
-        impact=Impact(record.get("impact", Impact.MEDIUM.value)),
+        impact=Impact(record["impact"]),  # a record of a version without impacts is analysed again
         impact_reason=record.get("impact_reason"),
         measure=record.get("measure"),
         measured=bool(record.get("measured", False)),

@@ -168,6 +168,7 @@ def rule_markdown(rule: type[Rule]) -> str:
         "",
         f"- Fix: {rule.fix_availability()}" + (f" ({rule.fix_title})" if rule.fix_title else ""),
         f"- Severity: {rule.severity.value}",
+        f"- Impact: {rule.impact.value} (see Impact below for what moves it)",
         f"- Applies to: {', '.join(versions) if versions else 'every torch version'}"
         + ("; CUDA scripts only" if rule.gpu_only else ""),
         "",
