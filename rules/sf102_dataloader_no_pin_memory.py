@@ -55,9 +55,8 @@ class DataloaderNoPinMemory(Rule):
 
     ## Impact
     Medium: pinned memory makes the batch copies asynchronous, a real but modest gain. Low for
-    a loader that only evaluation or testing reads. A `speedfix bench` result of the script
-    decides for a training loader: high when it measured 20% or more of the step time waiting
-    for data, medium from 8%, low under 5% on a GPU.
+    a loader that only evaluation or testing reads. (A loader that keeps the GPU waiting needs
+    workers first: SF101, which a `speedfix bench` measurement of the data wait decides.)
 
     ## Measured effect
     Small to moderate on its own, larger together with `non_blocking=True` copies: 9.5 to 9.8 it/s
@@ -68,7 +67,6 @@ class DataloaderNoPinMemory(Rule):
     """
 
     impact = "medium"
-    measure = "data_wait"
     code = "SF102"
     name = "dataloader-no-pin-memory"
     summary = "CUDA training DataLoader without `pin_memory=True`"

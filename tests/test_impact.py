@@ -115,17 +115,19 @@ def _bench(tmp_path, name="train.speedfix-bench.json", *, wait=0.58, step=0.02, 
 
 
 def test_a_bench_result_beside_the_script_decides(run_cli, write, tmp_path):
-    write("train.py", SMALL)
+    write("train.py", SMALL.replace(", num_workers=4)", ")"))
     _bench(tmp_path, wait=0.58, step=0.02)
     found = _json(run_cli, "train.py", cwd=tmp_path)
-    (train_pin,) = _by(found, "SF102", 24)
-    assert train_pin["impact"] == "high" and train_pin["impact_measured"] is True
-    assert "58% of the step time waiting for data" in train_pin["impact_reason"]
-    assert _by(found, "SF102", 25)[0]["impact"] == "low"  # the benchmark measures the training loop only
+    (train_workers,) = _by(found, "SF101", 24)
+    assert train_workers["impact"] == "high" and train_workers["impact_measured"] is True
+    assert "58% of the step time waiting for data" in train_workers["impact_reason"]
+    assert _by(found, "SF101", 25)[0]["impact"] == "low"  # the benchmark measures the training loop only
+    assert "impact_measured" not in _by(found, "SF102", 24)[0]  # pinning is not what a data wait asks for
+    (sync,) = _by(found, "SF301")
+    assert sync["impact"] == "high" and "median step of 20 ms" in sync["impact_reason"]
     # the text report puts the measured loader first
     lines = run_cli("scan", "train.py", "--no-summary", "--torch-version", "2.4", cwd=tmp_path).stdout.splitlines()
-    assert lines[0].startswith("train.py:24:") and lines[0].endswith("(impact: high, measured)")
-    assert "train.py:24:20: SF102" in lines[0] or "train.py:24:20: SF101" in lines[0]
+    assert lines[0].startswith("train.py:24:20: SF101") and lines[0].endswith("(impact: high, measured)")
 
 
 def test_a_bench_result_can_lower_the_impact_when_measured_on_a_gpu(run_cli, write, tmp_path):
@@ -141,8 +143,9 @@ def test_a_bench_result_can_lower_the_impact_when_measured_on_a_gpu(run_cli, wri
 def test_bench_result_given_on_the_command_line(run_cli, write, tmp_path):
     write("train.py", SMALL)
     given = _bench(tmp_path, "run.json", wait=0.3)
+    write("train.py", SMALL.replace(", num_workers=4)", ")"))
     found = _json(run_cli, "train.py", "--bench-result", given, cwd=tmp_path)
-    assert _by(found, "SF102", 24)[0]["impact_measured"] is True
+    assert _by(found, "SF101", 24)[0]["impact_measured"] is True
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "speedfix.bench.compare/0.1"}', encoding="utf-8")
     result = run_cli("scan", "train.py", "--bench-result", bad, cwd=tmp_path)
