@@ -178,7 +178,10 @@ def test_markdown_shows_at_most_ten_actions_ranked():
     rows = [line for line in section.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(rows) == 10 and "The 10 of 14 actions that matter most" in section
     assert [row.split(" | ")[1] for row in rows] == ["high"] * 7 + ["low"] * 3
-    assert [row.split(" | ")[3] for row in rows[:2]] == ["`a.py:8`", "`a.py:9`"]  # then by position
+    # a correctness bug first, then by position
+    correctness = [rule.code for rule in rules[7:] if rule.category.value == "correctness"]
+    firsts = [row.split(" | ")[2].rsplit("(", 1)[1].split(";")[0] for row in rows[:7]]
+    assert firsts[:len(correctness)] == correctness and len(correctness) >= 1
 
 
 def test_rule_pages_and_lists_in_every_format_that_has_them(run_cli):

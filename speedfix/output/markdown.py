@@ -125,16 +125,17 @@ class Action:
 
 
 def ranked_actions(findings: list[Finding]) -> list[Action]:
-    """Findings grouped by rule and impact level, the highest ranked first (then the most
-    findings, then the first in position)."""
+    """Findings grouped by rule and impact level, the highest ranked first (then correctness
+    bugs, then the most findings, then the first in position)."""
     actions: dict[tuple[str, Impact], Action] = {}
     for finding in by_impact(findings):
         key = (finding.code, finding.impact)
         if key not in actions:
             actions[key] = Action(_rule(finding.code))
         actions[key].findings.append(finding)
-    ordered = sorted(actions.values(), key=lambda a: (-a.rank, -len(a.findings), a.findings[0].sort_key))
-    return ordered
+    # a bug before a speed-up of its impact, then the action with the most findings
+    return sorted(actions.values(), key=lambda a: (-a.rank, a.rule.category is not Category.CORRECTNESS,
+                                                   -len(a.findings), a.findings[0].sort_key))
 
 
 def _low_impact(findings: list[Finding]) -> list[str]:
