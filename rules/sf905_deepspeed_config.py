@@ -8,7 +8,8 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, Transfo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes
 from speedfix.model.context import FileContext
-from speedfix.model.deepspeed_config import MARKERS, DeepSpeedConfig, named_configs
+from speedfix.model.deepspeed_config import DeepSpeedConfig, named_configs
+from speedfix.model.deepspeed_files import MARKERS
 
 # DeepSpeed's default bucket size (elements) for gradient reduction and parameter all-gathers.
 _DEFAULT_BUCKET = 500_000_000

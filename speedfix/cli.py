@@ -22,7 +22,7 @@ from speedfix.workspace.discovery import MissingPath, is_scanned
 
 if TYPE_CHECKING:
     from speedfix.commands.apply import ApplyOutcome
-    from speedfix.engine.analysis import FileError, Note
+    from speedfix.engine.results import FileError, Note
 
 app = typer.Typer(
     name="speedfix",

@@ -30,9 +30,10 @@ from pygls.workspace.position_codec import PositionCodec
 
 from speedfix import __version__
 from speedfix.commands.scan import display_path, project_links, time_limit_message
-from speedfix.engine.analysis import Analysis, FileError, SyntaxProblem, analyze
+from speedfix.engine.analysis import SyntaxProblem, analyze
 from speedfix.engine.findings import Applicability, Finding, Fix, Severity
 from speedfix.engine.registry import rule_by_code
+from speedfix.engine.results import Analysis, FileError
 from speedfix.fixes.fixer import FixError, allowed, apply_fixes, fix_source, op_node
 from speedfix.output import format_names
 from speedfix.project import Links

@@ -12,7 +12,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-import speedfix.commands.scan as scan_module
+import speedfix.engine.analysis as analysis_module
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
 from speedfix.model.versions import TorchVersion
@@ -156,13 +156,13 @@ def test_apply_fixes_the_file_where_the_fix_belongs(run_cli, project):
 @pytest.fixture
 def counted(monkeypatch):
     calls: list[str] = []
-    original = scan_module.analyze
+    original = analysis_module.analyze
 
     def counting(source, path, *args, **kwargs):
         calls.append(Path(path).name)
         return original(source, path, *args, **kwargs)
 
-    monkeypatch.setattr(scan_module, "analyze", counting)
+    monkeypatch.setattr(analysis_module, "analyze", counting)  # the scan imports it when it analyses
     monkeypatch.delenv("SPEEDFIX_NO_CACHE", raising=False)
     return calls
 

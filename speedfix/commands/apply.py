@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.text import Text
 
 from speedfix.commands.scan import display_path, project_links, time_limit_message
-from speedfix.engine.analysis import FileError, SyntaxProblem
+from speedfix.engine.analysis import SyntaxProblem
+from speedfix.engine.results import FileError
 from speedfix.fixes.fixer import FixError, Unfixed, fix_source
 from speedfix.fixes.linemap import LineMap
 from speedfix.syntax import deadline

@@ -9,13 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
-from speedfix.engine.analysis import Analysis, FileError, Note, analyze
 from speedfix.engine.findings import Finding, from_record, to_record
-from speedfix.model.deepspeed_config import named_json_files
+from speedfix.engine.results import Analysis, FileError, Note
+from speedfix.model.deepspeed_files import named_json_files
 from speedfix.project import Links, ModuleFacts, extract_facts, link
 from speedfix.project.linker import imported_words, linked_candidates
 from speedfix.syntax import deadline
-from speedfix.syntax.parsing import collector_paused
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
 from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.workspace.config import Settings, real_path
@@ -49,6 +48,11 @@ def display_path(path: Path) -> str:
 def scan_file(target: Target, settings: Settings, *, details: bool = False, links: Links | None = None) -> Analysis:
     """Analyse one file (``links``: what the other files of the scan tell it); errors are
     returned, never raised."""
+    # The engine, the rules and libcst load with the first file the cache does not hold: a scan
+    # of cached files never imports them.
+    from speedfix.engine.analysis import analyze
+    from speedfix.syntax.parsing import collector_paused
+
     shown = display_path(target.path)
     try:
         source, notebook = read_python(target.path, settings.max_file_size)
@@ -159,8 +163,7 @@ def _analyse_to_record(job: Job) -> dict:
 def _cache_key(settings: Settings, target: Target, details: bool, digest: str | None, links: Links | None) -> str | None:
     if digest is None:
         return None  # unreadable: analysing it reports why
-    rules = tuple(rule.code for rule in settings.rules_for(target.path))
-    return content_key(digest, rules, details, links.digest() if links is not None else "")
+    return content_key(digest, settings.codes_for(target.path), details, links.digest() if links is not None else "")
 
 
 def project_links(

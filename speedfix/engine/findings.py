@@ -1,12 +1,19 @@
-"""Findings and fixes: what a rule reports and how it would change the code."""
+"""Findings and fixes: what a rule reports and how it would change the code.
+
+Only data: findings read back from the scan cache need no libcst (its node types are named in
+annotations alone).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
-import libcst as cst
+if TYPE_CHECKING:
+    import libcst as cst
+
+    NodeResult = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
 
 
 class Severity(str, Enum):
@@ -38,9 +45,6 @@ class LossCheck(str, Enum):
 
 
 # ---------------------------------------------------------------- fix operations
-NodeResult = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
-
-
 @dataclass(frozen=True, eq=False)
 class Transform:
     """Rewrite ``node``: ``func`` gets the node as already updated by nested fixes."""

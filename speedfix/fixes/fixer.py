@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import AbstractSet as Set, Iterable, Sequence
 
 import libcst as cst
-from speedfix.engine.analysis import SYNTAX_ERROR_CODE, Analysis, SyntaxProblem, analyze
+from speedfix.engine.analysis import SyntaxProblem, analyze
 from speedfix.engine.findings import (AddImport, Applicability, Blocker, Finding, Fix, InsertStatements, RemoveImportIfUnused,
                                Transform)
 from speedfix.engine.registry import select_rules
+from speedfix.engine.results import SYNTAX_ERROR_CODE, Analysis
 from speedfix.engine.rule import Rule
 from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.project import Links

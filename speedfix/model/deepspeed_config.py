@@ -3,16 +3,14 @@
 A config reaches DeepSpeed as a dict (`deepspeed.initialize(..., config=ds_config)`) or as the
 path of a JSON file (`config="ds_config.json"`, `TrainingArguments(deepspeed="ds_z2.json")`,
 `HfDeepSpeedConfig("ds.json")`, an argparse `--deepspeed_config` default). A dict written in the
-file is read from its syntax tree; a JSON file is read from beside the script, else from the
-current folder (where `python train.py` is run) or below them, never through `..`, an absolute
-path or a link out of those folders, and never bigger than ``MAX_BYTES``. What the JSON files
-hold is part of the script's cache key (``named_json_files``).
+file is read from its syntax tree; a JSON file from where ``speedfix.model.deepspeed_files``
+finds it (beside the script or in the current folder, never out of them), and what it holds is
+part of the script's cache key.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import libcst as cst
 
 from speedfix.model.arguments import find_argument
 from speedfix.model.context import FileContext
+from speedfix.model.deepspeed_files import locate
 from speedfix.model.index import CallSite
 
 # Calls that take a DeepSpeed config, and the keyword (and position) it is passed by.
@@ -35,10 +34,6 @@ CONFIG_TAKERS: dict[str, tuple[str, int | None]] = {
     "accelerate.utils.DeepSpeedPlugin": ("hf_ds_config", 0),
 }
 _ARGPARSE_OPTIONS = ("deepspeed_config", "deepspeed")
-MAX_BYTES = 1024 * 1024
-# A script that can pass a DeepSpeed config has one of these (SF905 runs only there too).
-MARKERS = (b"deepspeed", b"DeepSpeed", b"ds_config")
-_JSON_NAME = re.compile(rb"""["']([^"'\r\n]{1,200}\.json)["']""")
 
 
 @dataclass(frozen=True)
@@ -74,19 +69,6 @@ def named_configs(ctx: FileContext) -> list[DeepSpeedConfig]:
     return list(found.values())
 
 
-def named_json_files(script: Path, data: bytes) -> list[Path]:
-    """The JSON files a DeepSpeed script's string literals name that exist where ``_read`` looks:
-    what its findings depend on besides its own bytes (other scripts' data files are not read)."""
-    if not any(marker in data for marker in MARKERS):
-        return []
-    found = []
-    for match in _JSON_NAME.finditer(data):
-        path = _locate(script, match.group(1).decode("utf-8", "replace"))
-        if path is not None:
-            found.append(path)
-    return found
-
-
 def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> DeepSpeedConfig | None:
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, site.stack)
@@ -120,7 +102,7 @@ def _argparse_config(ctx: FileContext, site: CallSite) -> DeepSpeedConfig | None
 
 
 def _from_file(ctx: FileContext, node: cst.SimpleString, name: str) -> DeepSpeedConfig | None:
-    path = _locate(Path(ctx.path), name)
+    path = locate(Path(ctx.path), name)
     if path is None:
         return None  # not beside the script nor in the current folder (or too big): nothing to read
     try:
@@ -135,25 +117,6 @@ def _from_file(ctx: FileContext, node: cst.SimpleString, name: str) -> DeepSpeed
     if not isinstance(values, dict):
         return DeepSpeedConfig(node, None, name, problem=f"{name} holds a JSON {type(values).__name__}, not an object")
     return DeepSpeedConfig(node, values, name)
-
-
-def _locate(script: Path, name: str) -> Path | None:
-    """``name`` in the script's folder or the current one (or below them), a regular file of at
-    most ``MAX_BYTES``; never an absolute path, a `..` or a link that leads out of that folder."""
-    candidate = Path(name)
-    if candidate.is_absolute() or ".." in candidate.parts:
-        return None  # another machine's path, or outside the project: not ours to read
-    for folder in (script.parent, Path.cwd()):
-        path = folder / candidate
-        try:
-            if not path.is_file() or path.stat().st_size > MAX_BYTES:
-                continue
-            if not path.resolve().is_relative_to(folder.resolve()):
-                continue  # a link out of the folder
-            return path
-        except (OSError, RuntimeError):  # RuntimeError: a symlink loop
-            continue
-    return None
 
 
 def _literal_dict(node: cst.Dict) -> dict[str, Any] | None:

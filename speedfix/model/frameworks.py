@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.model.arguments import find_argument, literal_bool, string_value
-from speedfix.model.context import FileContext, LIGHTNING_MODULE
+from speedfix.model.context import LIGHTNING_MODULE, FileContext
 from speedfix.model.frames import class_of_method
 from speedfix.model.index import CallSite
 from speedfix.syntax.names import dotted_name

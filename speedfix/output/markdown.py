@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 from speedfix import __version__
 from speedfix.engine.findings import Applicability, Category, Finding
 from speedfix.engine.registry import rule_by_code
-from speedfix.engine.rule import Rule
 from speedfix.output import Reporter, ReportOptions
 
 if TYPE_CHECKING:
     from speedfix.commands.scan import ScanResult
+    from speedfix.engine.rule import Rule
 
 _URL = re.compile(r"https?://[^\s,)]+")
 

@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from speedfix.engine.analysis import SYNTAX_ERROR_CODE, FileError
 from speedfix.engine.findings import Finding
+from speedfix.engine.results import SYNTAX_ERROR_CODE, FileError
 from speedfix.syntax.source import (DEFAULT_MAX_FILE_SIZE, SourceError, SourceFile, diff_labels, read_bytes, read_source,
                              split_lines)
 
