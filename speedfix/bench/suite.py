@@ -50,13 +50,24 @@ class Workload:
 _FIELDS = {f.name for f in fields(Workload)}
 
 
+def installed_fixtures() -> Path | None:
+    """The folder of the installed ``speedfix.fixtures`` package, None where it is not a folder.
+
+    The package has no ``__init__.py`` (a namespace package): ``resources.files`` gives a
+    ``MultiplexedPath`` whose ``str`` is its repr, not a path. Its child is a real file, though."""
+    try:
+        suite = resources.files("speedfix.fixtures").joinpath(SUITE_FILE)
+    except (ModuleNotFoundError, TypeError):
+        return None
+    return suite.parent if isinstance(suite, Path) else None  # a zip import has no folder to run from
+
+
 def fixtures_dir(explicit: Path | None = None) -> Path:
     """--fixtures DIR, else the installed ``speedfix.fixtures`` package, else the repo's fixtures/."""
     candidates = [Path(explicit)] if explicit else []
-    try:
-        candidates.append(Path(str(resources.files("speedfix.fixtures"))))
-    except (ModuleNotFoundError, TypeError):
-        pass
+    installed = installed_fixtures()
+    if installed is not None:
+        candidates.append(installed)
     candidates.append(Path(__file__).resolve().parents[2] / "fixtures")
     for candidate in candidates:
         if (candidate / SUITE_FILE).is_file():
