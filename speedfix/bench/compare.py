@@ -1,11 +1,17 @@
 """A/B comparison of an original script against one or more candidates.
 
-Sequence: one discarded run (the first run after an idle spell is slow: cold caches and clocks),
-one calibration run of the original that picks the warm-up W and the window N from a time target
-(past lazy initialisation, and long enough to average out per-step jitter), then rounds of fresh
-runs in counterbalanced order - A B, then B A (ABBA for one candidate; A B C, C B A for
-several) - until the 95% interval of every median speedup is within the tolerance, or
-``max_pairs`` rounds, or the time budget. Every run uses the same seed, W, N and cwd. The original's runs double as its A/A baseline for the loss check.
+Sequence: a calibration run of every variant (the original first: it also takes the place of a
+discarded first run, whose job was to warm the caches after an idle spell), which gives each
+variant its own warm-up W (past lazy initialisation and compilation) and its own window N (the
+steps it runs in the time target), then rounds of fresh runs in counterbalanced order - A B, then
+B A (ABBA for one candidate; A B C, C B A for several) - until the 95% interval of every median
+speedup is within the tolerance, or ``max_pairs`` rounds, or the time budget. Every run uses the
+same seed and cwd; each variant its own W and N, so a slow original is not timed over the many
+steps a fast candidate fills in the same seconds. Rates (steps/s, samples/s) are compared, and
+losses over the steps both variants ran. With ``--warmup``/``--steps`` every variant uses the
+given window and one short discarded run comes first. A variant added after the first comparison
+(a combination of fixes) is calibrated once when it first runs. The original's runs double as its
+A/A baseline for the loss check.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -20,8 +27,9 @@ from . import numerics
 from .results import (INCOMPLETE, OK, SAMPLES_PER_S, STEPS_PER_S, Calibration, CandidateResult, Comparison, Device, Env, Load,
                       LoggedRun, MemoryChange, RunAggregate, RunResult, ScriptRef, SeedBand, Speedup, Window,
                       median_or_none)
-from .runner import RunConfig, RunSpec, run_once
+from .runner import RunConfig, RunSpec, run_once, runs_in_real_cwd
 from .stats import MIN_VERDICT_PAIRS, cv, precise_enough, summarize
+from .timeplan import TimePlan, about
 
 RunFn = Callable[[RunSpec, RunConfig], RunResult]
 
@@ -41,7 +49,9 @@ class CompareSettings:
     tolerance: float = 0.05
     seed_band_runs: int = 2
     timeout_s: float = 600.0
-    discard: bool = True
+    discard: bool = True  # with a fixed window (no calibration run to warm the caches)
+    # after the result appears: time for the script to unwind. Only where it runs in the real
+    # working directory (what it writes there stays); in a scratch mirror it is stopped at once.
     result_grace_s: float = 5.0
     hard_grace_s: float = 20.0
 
@@ -60,8 +70,14 @@ class Progress:
     def start(self, description: str) -> None:
         """A run starts."""
 
+    def expect(self, seconds_left: float | None) -> None:
+        """The runs still planned will take about this long (None: not known yet)."""
+
     def finish(self, result: RunResult) -> None:
         """The run that started last has ended."""
+
+    def note(self, text: str) -> None:
+        """A line for the reader (the expected time of what comes next)."""
 
 
 class ComparisonError(RuntimeError):
@@ -73,10 +89,11 @@ class ComparisonError(RuntimeError):
 
 
 class Session:
-    """One original script under comparison: its calibrated window, its runs and its seed band.
+    """One original script under comparison: the variants' calibrated windows, the original's runs
+    and its seed band.
 
-    ``verify`` reuses one session for every fix and for the combination, so the discarded run,
-    the calibration and the seed band are paid once.
+    ``verify`` reuses one session for every comparison (the combination of fixes, the steps of a
+    search for the fix that fails it), so the original's calibration and seed band are paid once.
     """
 
     def __init__(self, original: RunSpec, settings: CompareSettings, *, run: RunFn = run_once,
@@ -85,96 +102,149 @@ class Session:
         self.settings = settings
         self.run_fn = run
         self.progress = progress or Progress()
-        self.warmup: int | None = settings.warmup
-        self.steps: int | None = settings.steps
+        self.fixed = settings.warmup is not None and settings.steps is not None  # no calibration
         self.calibration: Calibration | None = None
         self.prepared = False
         self.calibration_failures: dict[str, RunResult] = {}
+        self.needed: dict[str, int] = {}  # warm-up steps each calibrated variant needs
+        self.filled: dict[str, int] = {}  # steps each variant ran in its calibration window
+        self.limits: list[int] = []  # steps of the variants that ended before the calibration window did
         self.a_losses: list[list] = []  # every timed run of the original, for the A/A baseline
         self._band: SeedBand | None = None
+        self._original_calibration: RunResult | None = None
         self.env: Env | None = None  # interpreter, torch and device of the original's first good run
         self.device: Device | None = None
+        self.time = TimePlan(original.name)
 
     # ------------------------------------------------------------ plumbing
-    def _run(self, spec: RunSpec, config: RunConfig, what: str) -> RunResult:
+    def _plan(self, names: list[str]) -> None:
+        self.time.add(names)
+        self.progress.plan(len(names))
+
+    def _unplan(self, names: list[str]) -> None:
+        self.time.drop(names)
+        self.progress.plan(-len(names))
+
+    def _run(self, spec: RunSpec, config: RunConfig, what: str, *, typical: bool = True) -> RunResult:
         self.progress.start(f"{what}: {spec.name}")
+        started = time.monotonic()
         result = self.run_fn(spec, config)
+        self.time.ran(spec.name, time.monotonic() - started if typical else None)
+        self.progress.expect(self.time.left() if self.time.pending else None)
         self.progress.finish(result)
         return result
 
-    def timed_config(self, **overrides) -> RunConfig:
-        return self.settings.run_config(warmup_steps=self.warmup, steps=self.steps, **overrides)
+    def _grace(self, spec: RunSpec) -> float:
+        """Stopped as soon as its result is written, unless what it writes lands in the real cwd."""
+        return self.settings.result_grace_s if runs_in_real_cwd(spec) else 0.0
+
+    def window(self, name: str) -> Window:
+        """The warm-up and timed steps of one variant: the given ones, else its calibrated own
+        (before its calibration: the minimums), shortened for a script that ends sooner."""
+        s = self.settings
+        warmup = s.warmup or self.needed.get(name, s.min_warmup_steps)
+        steps = s.steps or self.filled.get(name)
+        if self.limits:
+            # The script is shorter than the targets. Keep a 5% margin, so that a candidate whose
+            # GradScaler skips a few more steps (fp16 scale calibration) still completes the window.
+            shortest = min(self.limits)
+            usable = shortest - max(1, shortest // 20)
+            if warmup + (steps or usable) > usable:
+                warmup = s.warmup or max(1, min(warmup, usable // 2))
+                steps = s.steps or max(1, usable - warmup)
+        return Window(warmup, steps or s.min_steps)
+
+    @property
+    def warmup(self) -> int | None:
+        return self.window(self.original.name).warmup
+
+    @property
+    def steps(self) -> int | None:
+        return self.window(self.original.name).steps
+
+    def timed_config(self, spec: RunSpec | None = None, **overrides) -> RunConfig:
+        spec = spec or self.original
+        window = self.window(spec.name)
+        return self.settings.run_config(warmup_steps=window.warmup, steps=window.steps,
+                                        result_grace_s=self._grace(spec), **overrides)
 
     # ------------------------------------------------------------ phases
     def prepare(self, candidates: list[RunSpec] = ()) -> None:
-        """Discarded run, then calibration of the original and the candidates.
+        """Calibration of the original and the candidates (with a fixed window: one discarded run).
 
         Raises ComparisonError if the original cannot run. A candidate that fails its
         calibration run is recorded in ``calibration_failures`` and not run again.
         """
         s = self.settings
         self.prepared = True
-        needs_calibration = self.warmup is None or self.steps is None
-        self.progress.plan(int(s.discard) + (1 + len(candidates)) * int(needs_calibration))
-        if s.discard:
-            result = self._run(self.original, s.run_config(warmup_steps=1, steps=2), "discarded warm-up run")
-            if not result.measured:
-                raise ComparisonError(f"the original script failed: {result.message}", result)
-        if needs_calibration:
-            self._calibrate(list(candidates))
+        if self.fixed:
+            if s.discard:
+                self._plan([self.original.name])
+                result = self._run(self.original, s.run_config(warmup_steps=1, steps=2,
+                                                               result_grace_s=self._grace(self.original)),
+                                   "discarded warm-up run", typical=False)
+                if not result.measured:
+                    raise ComparisonError(f"the original script failed: {result.message}", result)
+                self.env, self.device = result.env, result.device
+            return
+        self._calibrate_new([self.original, *candidates])
 
-    def _calibrate(self, candidates: list[RunSpec]) -> None:
-        """W and N from time targets. Every variant is calibrated: a compiled candidate
-        needs a longer warm-up than the original (its slow compile and recompile steps must end
-        before the window), and A and B must share W and N."""
+    def _calibrate_new(self, variants: list[RunSpec]) -> None:
+        """One calibration run of each variant not calibrated yet (none with a fixed window)."""
+        if self.fixed:
+            return
+        new = [v for v in variants if v.name not in self.needed and v.name not in self.calibration_failures]
+        self._plan([v.name for v in new])
+        for spec in new:
+            self._calibrate(spec)
+
+    def _calibrate(self, spec: RunSpec) -> None:
+        """W and N of one variant from the time targets: W is at least the minimum steps and
+        ``warmup_s``, longer while the variant is still settling (a compiled one needs longer);
+        N is the steps it runs in ``window_s`` (at least the minimum steps)."""
         s = self.settings
         config = s.run_config(
-            warmup_steps=self.warmup or s.min_warmup_steps, warmup_s=0.0 if self.warmup else s.warmup_s,
-            steps=self.steps or s.min_steps, window_s=0.0 if self.steps else s.window_s, record_all_steps=True)
-        result = self._run(self.original, config, "calibration run")
-        status = result.status
+            warmup_steps=s.warmup or s.min_warmup_steps, warmup_s=0.0 if s.warmup else s.warmup_s,
+            steps=s.steps or s.min_steps, window_s=0.0 if s.steps else s.window_s, record_all_steps=True,
+            result_grace_s=self._grace(spec))
+        result = self._run(spec, config, "calibration run")
         if not result.measured or result.observed_steps < 4:
-            raise ComparisonError(f"the original script could not be calibrated ({status}): "
-                                  f"{result.message}", result)
-        needed = {self.original.name: _needed_warmup(result)}
-        # the largest window any variant filled: one calibration run caught in a busy phase of the
-        # machine must not shrink every later window
-        window = [result.timing.steps_timed] if result.ok else []
-        limits = [result.observed_steps] if status == INCOMPLETE else []
-        for cand in candidates:
-            res = self._run(cand, config, "calibration run")
-            if not res.measured or res.observed_steps < 4:
-                self.calibration_failures[cand.name] = res
-                continue
-            needed[cand.name] = _needed_warmup(res)
-            if res.ok:
-                window.append(res.timing.steps_timed)
-            if res.status == INCOMPLETE:
-                limits.append(res.observed_steps)
-        warmup = self.warmup or max(needed.values())
-        steps = self.steps or (max(window) if window and result.ok else None)
+            if spec.name == self.original.name:
+                raise ComparisonError(f"the original script could not be calibrated ({result.status}): "
+                                      f"{result.message}", result)
+            self.calibration_failures[spec.name] = result
+            return
+        self.needed[spec.name] = _needed_warmup(result)
+        if result.ok:
+            self.filled[spec.name] = result.timing.steps_timed
+        if result.status == INCOMPLETE:
+            self.limits.append(result.observed_steps)
+        if spec.name == self.original.name:
+            self._original_calibration = result
+            if self.env is None:
+                self.env, self.device = result.env, result.device
+        first = self._original_calibration
+        window = self.window(self.original.name)
         note = None
-        if limits:
-            # The script is shorter than the targets. Keep a 5% margin, so that a candidate whose
-            # GradScaler skips a few more steps (fp16 scale calibration) still completes the window.
-            shortest = min(limits)
-            usable = shortest - max(1, shortest // 20)
-            if warmup + (steps or usable) > usable:
-                warmup = self.warmup or max(1, min(warmup, usable // 2))
-                steps = self.steps or max(1, usable - warmup)
-                note = (f"the script runs only {shortest} optimizer steps: window shortened to "
-                        f"{warmup} warm-up + {steps} timed steps")
-        self.warmup, self.steps = warmup, steps or s.min_steps
-        self.calibration = Calibration(status=status, steps_per_s=result.timing.steps_per_s,
-                                       observed_steps=result.observed_steps, warmup=self.warmup, steps=self.steps,
-                                       warmup_needed=needed, wall_s=result.runner.wall_s, note=note)
+        if self.limits:
+            note = (f"the script runs only {min(self.limits)} optimizer steps: windows shortened (the "
+                    f"original's to {window.warmup} warm-up + {window.steps} timed steps)")
+        self.calibration = Calibration(status=first.status, steps_per_s=first.timing.steps_per_s,
+                                       observed_steps=first.observed_steps, warmup=window.warmup,
+                                       steps=window.steps, warmup_needed=dict(self.needed),
+                                       wall_s=first.runner.wall_s, note=note)
+
+    @property
+    def band_measured(self) -> bool:
+        return self._band is not None
 
     def seed_band(self) -> SeedBand:
         """The original with other seeds (lazy, measured once per session)."""
         if self._band is None:
             others = []
-            self.progress.plan(self.settings.seed_band_runs)
-            for offset in range(1, self.settings.seed_band_runs + 1):
+            runs = self.settings.seed_band_runs
+            self._plan([self.original.name] * runs)
+            for offset in range(1, runs + 1):
                 result = self._run(self.original, self.timed_config(seed_offset=offset), f"seed band (seed +{offset})")
                 if result.ok:
                     others.append(result.losses)
@@ -182,20 +252,29 @@ class Session:
             self._band = numerics.seed_band(reference, others)
         return self._band
 
+    def rounds(self) -> tuple[int, int]:
+        """(fewest, most) rounds a comparison runs."""
+        most = max(1, self.settings.max_pairs)
+        return min(max(1, self.settings.min_pairs), most), most
+
     def compare(self, candidates: list[RunSpec], *, kinds: dict[str, str] | None = None,
                 budget_s: float | None = None) -> Comparison:
         """Rounds of original + candidates in alternating order; one speedup per candidate."""
         s = self.settings
-        if not self.prepared:
-            self.prepare(candidates)
-        budget = s.budget_s if budget_s is None else budget_s
-        max_rounds = max(1, s.max_pairs)
-        min_rounds = min(max(1, s.min_pairs), max_rounds)
         variants = [self.original, *candidates]
         if len({v.name for v in variants}) != len(variants):
             raise ValueError(f"variants need distinct labels: {[v.name for v in variants]}")
-        self.progress.plan(max_rounds * len(variants))
-        config = self.timed_config()
+        if not self.prepared:
+            self.prepare(candidates)
+        else:
+            self._calibrate_new(candidates)
+        budget = s.budget_s if budget_s is None else budget_s
+        min_rounds, max_rounds = self.rounds()
+        planned = [v.name for v in variants] * max_rounds
+        self._plan(planned)
+        self.progress.note(f"{len(candidates)} candidate(s) against the original: up to {max_rounds} pairs, "
+                           f"{len(planned)} runs{about(self.time.seconds(planned))}")
+        configs = {v.name: self.timed_config(v) for v in variants}
         started = time.monotonic()
         runs: dict[str, list[RunResult]] = {v.name: [] for v in variants}
         failed = {c.name: self.calibration_failures[c.name] for c in candidates if c.name in self.calibration_failures}
@@ -222,7 +301,8 @@ class Session:
                 order.reverse()
             this_round: dict[str, RunResult] = {}
             for position, spec in enumerate(order):
-                result = self._run(spec, config, f"pair {rnd + 1}/{max_rounds}, run {position + 1}/{len(order)}")
+                result = self._run(spec, configs[spec.name],
+                                   f"pair {rnd + 1}/{max_rounds}, run {position + 1}/{len(order)}")
                 this_round[spec.name] = result
                 runs[spec.name].append(result)
                 log.append(LoggedRun(rnd, position, spec.name, result.summary()))
@@ -241,12 +321,12 @@ class Session:
                     continue
                 key = metric.setdefault(cand.name, _metric(base, res))
                 ratios[cand.name].append(res.rate(key) / base.rate(key))
-        # Unused planned runs must not linger in the progress total.
-        self.progress.plan(-(max_rounds * len(variants) - sum(len(r) for r in runs.values())))
+        # Unused planned runs must not linger in the progress total or the time left.
+        self._unplan(list((Counter(planned) - Counter(n for n, rs in runs.items() for _ in rs)).elements()))
         every_run = [r for rs in runs.values() for r in rs]
         return Comparison(
             original=ScriptRef(str(self.original.script), list(self.original.args), self.original.name),
-            env=self.env, device=self.device, settings=replace(s), window=Window(self.warmup, self.steps),
+            env=self.env, device=self.device, settings=replace(s), window=self.window(self.original.name),
             calibration=self.calibration, pairs=len(round_times), stop_reason=stop_reason,
             elapsed_s=time.monotonic() - started, original_runs=RunAggregate.of(runs[self.original.name]),
             candidates=[self._candidate_report(c, runs, ratios, failed, metric, (kinds or {}).get(c.name))
@@ -278,7 +358,7 @@ class Session:
             metric=metric.get(cand.name), runs=RunAggregate.of(runs[cand.name]),
             failure=broken.failure() if broken else None, speedup=speedup, memory=memory, numerics=check,
             loss_original=(self.a_losses[0] if self.a_losses else []) if b_runs else None,
-            loss_candidate=b_runs[0].losses if b_runs else None)
+            loss_candidate=b_runs[0].losses if b_runs else None, window=self.window(cand.name))
 
 
 SLOW_STEP = 5.0  # a step this many times the settled median is still warming up

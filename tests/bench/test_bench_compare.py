@@ -84,10 +84,18 @@ def test_calibration_picks_the_window_from_the_time_targets(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 100.0})
     session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=1.0, window_s=2.0), run=runs)
     session.prepare()
-    calibration_cfg = runs.calls[1][1]
+    assert len(runs.calls) == 1  # the calibration run warms the caches: no discarded run before it
+    calibration_cfg = runs.calls[0][1]
     assert calibration_cfg.warmup_s == 1.0 and calibration_cfg.window_s == 2.0
     assert calibration_cfg.warmup_steps == 20  # at least 20 warm-up steps
     assert (session.warmup, session.steps) == (20, 200)  # 2 s at 100 steps/s
+
+
+def test_a_fixed_window_needs_no_calibration_but_one_discarded_run(fake_runs):
+    runs = fake_runs({"A": 100.0})
+    Session(spec("A"), settings(warmup=5, steps=20), run=runs).prepare()
+    (name, cfg), = runs.calls
+    assert name == "A" and (cfg.warmup_steps, cfg.steps, cfg.record_all_steps) == (1, 2, False)
 
 
 def test_calibration_shortens_the_window_for_a_short_script(fake_runs):
@@ -130,16 +138,16 @@ def test_settled_after_skips_past_the_last_slow_warm_up_step():
     assert compare_mod.settled_after([0.1] * 30 + [5.0] + [0.1] * 9) == 0
 
 
-def test_a_slowly_settling_candidate_lengthens_everyones_warm_up(fake_runs):
+def test_a_slowly_settling_candidate_gets_a_longer_warm_up_of_its_own(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 100.0}, slow_steps={"B": 60})  # B compiles for 60 steps
     session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.5, window_s=2.0, max_pairs=1,
                                           min_pairs=1), run=runs)
-    session.compare([spec("B")])
+    outcome = session.compare([spec("B")])
     assert [name for name, cfg in runs.calls if cfg.record_all_steps] == ["A", "B"]
-    assert session.calibration.warmup_needed["A"] == 20
-    assert session.warmup == 61 + compare_mod.WARMUP_MARGIN
-    timed = {(cfg.warmup_steps, cfg.steps) for _, cfg in runs.calls[3:]}
-    assert timed == {(session.warmup, session.steps)}  # A and B share W and N
+    assert session.calibration.warmup_needed == {"A": 20, "B": 61 + compare_mod.WARMUP_MARGIN}
+    timed = {name: (cfg.warmup_steps, cfg.steps) for name, cfg in runs.calls[2:]}
+    assert timed == {"A": (20, 200), "B": (61 + compare_mod.WARMUP_MARGIN, 200)}
+    assert outcome.window.warmup == 20 and outcome.candidates[0].window.warmup == 61 + compare_mod.WARMUP_MARGIN
 
 
 def test_a_candidate_that_fails_calibration_is_not_run_again(fake_runs):
@@ -149,10 +157,57 @@ def test_a_candidate_that_fails_calibration_is_not_run_again(fake_runs):
     assert outcome.candidates[0].status == "error"
 
 
-def test_the_window_is_the_longest_any_variant_filled(fake_runs):
-    # the original's calibration ran in a slow phase (50 steps/s); the candidate's did not
+def test_each_variant_is_timed_over_the_steps_it_runs_in_the_time_target(fake_runs):
+    # a slow original is not timed over the many steps a fast candidate fills in the same seconds
     runs = fake_runs({"A": 50.0, "B": 200.0})
-    session = Session(spec("A"), settings(warmup=None, steps=None, window_s=2.0, max_pairs=1, min_pairs=1),
+    session = Session(spec("A"), settings(warmup=None, steps=None, window_s=2.0, max_pairs=2, min_pairs=2),
+                      run=runs)
+    outcome = session.compare([spec("B")])
+    timed = {(name, cfg.steps) for name, cfg in runs.calls if not cfg.record_all_steps}
+    assert timed == {("A", 100), ("B", 400)}
+    assert outcome.candidates[0].speedup.median == pytest.approx(4.0)  # rates are compared
+
+
+def test_a_variant_added_later_is_calibrated_once_when_it_first_runs(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 150.0, "C": 300.0})
+    session = Session(spec("A"), settings(warmup=None, steps=None, window_s=1.0, max_pairs=2, min_pairs=2),
                       run=runs)
     session.compare([spec("B")])
-    assert session.steps == 400
+    session.compare([spec("C")])
+    session.compare([spec("C")])
+    calibrated = [name for name, cfg in runs.calls if cfg.record_all_steps]
+    assert calibrated == ["A", "B", "C"]
+    assert {cfg.steps for name, cfg in runs.calls if name == "C" and not cfg.record_all_steps} == {300}
+
+
+def test_runs_in_a_scratch_mirror_are_stopped_as_soon_as_their_result_is_written(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 100.0})
+    real = RunSpec(Path("B.py"), [], None, label="B", real_cwd=True)
+    Session(spec("A"), settings(max_pairs=1, min_pairs=1, result_grace_s=5.0), run=runs).compare([real])
+    grace = {(name, cfg.result_grace_s) for name, cfg in runs.calls}
+    assert grace == {("A", 0.0), ("B", 5.0)}  # B writes into the real folder: it may unwind
+
+
+class Recorder(compare_mod.Progress):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.left: list[float | None] = []
+
+    def expect(self, seconds_left):
+        self.left.append(seconds_left)
+
+    def note(self, text):
+        self.lines.append(text)
+
+
+def test_the_expected_time_is_said_before_the_pairs_and_counted_down(fake_runs, monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(compare_mod.time, "monotonic", lambda: clock[0])
+    runs = fake_runs({"A": 100.0, "B": 150.0}, clock=clock)  # every run takes 10 s
+    progress = Recorder()
+    Session(spec("A"), settings(warmup=None, steps=None, max_pairs=3, min_pairs=3), run=runs,
+            progress=progress).compare([spec("B")])
+    assert progress.lines == ["1 candidate(s) against the original: up to 3 pairs, 6 runs, about 1 min 00 s"]
+    # after each calibration run (B's still to come after A's), then after each of the 6 timed runs
+    # (None: nothing left in the plan)
+    assert progress.left == [pytest.approx(v) for v in (10.0, None, 50.0, 40.0, 30.0, 20.0, 10.0, None)]
