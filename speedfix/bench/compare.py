@@ -1,17 +1,20 @@
 """A/B comparison of an original script against one or more candidates.
 
 Sequence: a calibration run of every variant (the original first: it also takes the place of a
-discarded first run, whose job was to warm the caches after an idle spell), which gives each
-variant its own warm-up W (past lazy initialisation and compilation) and its own window N (the
-steps it runs in the time target), then rounds of fresh runs in counterbalanced order - A B, then
+discarded first run, whose job was to warm the caches after an idle spell), which finds how many
+warm-up steps each variant needs (past lazy initialisation and compilation) and whether the script
+is shorter than the time targets; then rounds of fresh runs in counterbalanced order - A B, then
 B A (ABBA for one candidate; A B C, C B A for several) - until the 95% interval of every median
 speedup is within the tolerance, or ``max_pairs`` rounds, or the time budget. Every run uses the
-same seed and cwd; each variant its own W and N, so a slow original is not timed over the many
-steps a fast candidate fills in the same seconds. Rates (steps/s, samples/s) are compared, and
-losses over the steps both variants ran. With ``--warmup``/``--steps`` every variant uses the
-given window and one short discarded run comes first. A variant added after the first comparison
-(a combination of fixes) is calibrated once when it first runs. The original's runs double as its
-A/A baseline for the loss check.
+same seed and cwd and the same time targets: a warm-up of at least ``warmup_s`` and its variant's
+warm-up steps, then a window of ``window_s`` seconds (at least ``min_steps`` steps). So every run
+lasts about as long, a slow original is not timed over the many steps a fast candidate fills in the
+same seconds, and a run caught in a slow phase of the machine does not take ten times longer.
+Rates (steps/s, samples/s) are compared, and losses over the steps both variants ran. With
+``--warmup``/``--steps`` every variant runs exactly those steps and one short discarded run comes
+first; a script shorter than the targets runs its calibrated steps, shortened to fit. A variant
+added after the first comparison (a combination of fixes) is calibrated once when it first runs.
+The original's runs double as its A/A baseline for the loss check.
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ class Session:
         self.calibration: Calibration | None = None
         self.prepared = False
         self.calibration_failures: dict[str, RunResult] = {}
-        self.needed: dict[str, int] = {}  # warm-up steps each calibrated variant needs
+        self.needed: dict[str, int] = {}  # warm-up steps each calibrated variant took to reach its targets
+        self.settled: dict[str, int] = {}  # warm-up steps past its last slow step (compilation, lazy init)
         self.filled: dict[str, int] = {}  # steps each variant ran in its calibration window
         self.limits: list[int] = []  # steps of the variants that ended before the calibration window did
         self.a_losses: list[list] = []  # every timed run of the original, for the A/A baseline
@@ -139,20 +143,27 @@ class Session:
         return self.settings.result_grace_s if runs_in_real_cwd(spec) else 0.0
 
     def window(self, name: str) -> Window:
-        """The warm-up and timed steps of one variant: the given ones, else its calibrated own
-        (before its calibration: the minimums), shortened for a script that ends sooner."""
+        """How one variant is timed. With ``--warmup``/``--steps``: those steps. Otherwise a time
+        target per run: at least the minimum warm-up steps (more while the variant was still
+        settling in its calibration run) and ``warmup_s``, then ``window_s`` of timed steps (at
+        least the minimum), so every run lasts about as long whatever its rate and whatever phase
+        the machine is in. A script that ends sooner gets its calibrated steps, shortened to fit."""
         s = self.settings
-        warmup = s.warmup or self.needed.get(name, s.min_warmup_steps)
-        steps = s.steps or self.filled.get(name)
+        if self.fixed:
+            return Window(s.warmup, s.steps)
         if self.limits:
             # The script is shorter than the targets. Keep a 5% margin, so that a candidate whose
             # GradScaler skips a few more steps (fp16 scale calibration) still completes the window.
             shortest = min(self.limits)
             usable = shortest - max(1, shortest // 20)
+            warmup = s.warmup or self.needed.get(name, s.min_warmup_steps)
+            steps = s.steps or self.filled.get(name)
             if warmup + (steps or usable) > usable:
                 warmup = s.warmup or max(1, min(warmup, usable // 2))
                 steps = s.steps or max(1, usable - warmup)
-        return Window(warmup, steps or s.min_steps)
+            return Window(warmup, steps or s.min_steps)
+        return Window(s.warmup or self.settled.get(name, s.min_warmup_steps), s.steps or s.min_steps,
+                      warmup_s=None if s.warmup else s.warmup_s, window_s=None if s.steps else s.window_s)
 
     @property
     def warmup(self) -> int | None:
@@ -165,7 +176,8 @@ class Session:
     def timed_config(self, spec: RunSpec | None = None, **overrides) -> RunConfig:
         spec = spec or self.original
         window = self.window(spec.name)
-        return self.settings.run_config(warmup_steps=window.warmup, steps=window.steps,
+        return self.settings.run_config(warmup_steps=window.warmup, warmup_s=window.warmup_s or 0.0,
+                                        steps=window.steps, window_s=window.window_s or 0.0,
                                         result_grace_s=self._grace(spec), **overrides)
 
     # ------------------------------------------------------------ phases
@@ -215,6 +227,7 @@ class Session:
             self.calibration_failures[spec.name] = result
             return
         self.needed[spec.name] = _needed_warmup(result)
+        self.settled[spec.name] = max(s.min_warmup_steps, settled_after(result.timing.all_step_s or []))
         if result.ok:
             self.filled[spec.name] = result.timing.steps_timed
         if result.status == INCOMPLETE:
@@ -227,12 +240,22 @@ class Session:
         window = self.window(self.original.name)
         note = None
         if self.limits:
-            note = (f"the script runs only {min(self.limits)} optimizer steps: windows shortened (the "
-                    f"original's to {window.warmup} warm-up + {window.steps} timed steps)")
+            note = (f"the script runs only {min(self.limits)} optimizer steps: windows in steps that fit it (the "
+                    f"original's {window.warmup} warm-up + {window.steps} timed steps)")
+        name = self.original.name
         self.calibration = Calibration(status=first.status, steps_per_s=first.timing.steps_per_s,
-                                       observed_steps=first.observed_steps, warmup=window.warmup,
-                                       steps=window.steps, warmup_needed=dict(self.needed),
+                                       observed_steps=first.observed_steps, warmup=self.needed.get(name),
+                                       steps=self.filled.get(name, window.steps), warmup_needed=dict(self.needed),
                                        wall_s=first.runner.wall_s, note=note)
+
+    def _ended_early(self, spec: RunSpec, result: RunResult) -> bool:
+        """A time-targeted window ran past the end of the script (a fast phase, or a variant whose
+        calibration just fitted): its length is learnt, and every variant's window is then in steps
+        that fit it."""
+        if result.status != INCOMPLETE or self.window(spec.name).window_s is None or not result.observed_steps:
+            return False
+        self.limits.append(result.observed_steps)
+        return True
 
     @property
     def band_measured(self) -> bool:
@@ -301,8 +324,12 @@ class Session:
                 order.reverse()
             this_round: dict[str, RunResult] = {}
             for position, spec in enumerate(order):
-                result = self._run(spec, configs[spec.name],
-                                   f"pair {rnd + 1}/{max_rounds}, run {position + 1}/{len(order)}")
+                what = f"pair {rnd + 1}/{max_rounds}, run {position + 1}/{len(order)}"
+                result = self._run(spec, configs[spec.name], what)
+                if self._ended_early(spec, result):  # run again, in a window of steps that fits the script
+                    configs = {v.name: self.timed_config(v) for v in variants}
+                    self._plan([spec.name])
+                    result = self._run(spec, configs[spec.name], f"{what} again, in a window that fits the script")
                 this_round[spec.name] = result
                 runs[spec.name].append(result)
                 log.append(LoggedRun(rnd, position, spec.name, result.summary()))

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from . import compare, numerics, stats
 from .results import (OK, Comparison, Decision, FixDecision, Load, LossCheck, MemoryChange, RunResult, Speedup, SuiteResult,
-                      VerifyReport)
+                      VerifyReport, Window)
 from .timeplan import fmt_duration
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -51,6 +51,15 @@ def fmt_speedup(speedup: Speedup | None) -> str:
         pairs = speedup.pairs or len(speedup.per_pair)
         return f"{speedup.median:.2f}x (no interval: {pairs} pair{'s' if pairs != 1 else ''})"
     return f"{speedup.median:.2f}x [{speedup.lo:.2f}, {speedup.hi:.2f}]"
+
+
+def fmt_window(window: Window) -> str:
+    """How a variant was timed: steps, or time targets with the steps as minimums."""
+    if window.window_s is None:
+        return f"{window.warmup} warm-up + {window.steps} timed steps"
+    warmup = f"{window.warmup_s:g} s" if window.warmup_s is not None else f"{window.warmup} steps"
+    return (f"warm-up {warmup} (at least {window.warmup} steps), then {window.window_s:g} s timed "
+            f"(at least {window.steps} steps)")
 
 
 def not_on_gpu_note(report: VerifyReport) -> str | None:
@@ -206,8 +215,8 @@ def render_compare(outcome: Comparison, console: Console) -> None:
         table.add_row(name, first, *rest)
     print_table(console, table)
     warn_real_files_modified(outcome.real_files_modified, console)
-    console.print(f"{outcome.pairs} pairs in alternating order (ABBA), warm-up {window.warmup} steps, "
-                  f"window {window.steps} steps (~{(orig.window_s or 0):.1f} s); stopped: "
+    console.print(f"{outcome.pairs} pairs in alternating order (ABBA); each run: {fmt_window(window)} "
+                  f"(~{(orig.window_s or 0):.1f} s timed); stopped: "
                   f"{outcome.stop_reason}; speedup metric: "
                   f"{', '.join(sorted({c.metric or '-' for c in cands}))}.")
     note = load_note(outcome.load)
@@ -302,8 +311,8 @@ def verify_markdown(report: VerifyReport) -> str:
            f"- date: {report.date}", f"- device: {report.device}, torch {report.torch}",
            *([f"- **{note}**"] if (note := not_on_gpu_note(report)) else []),
            f"- arguments: `{' '.join(report.args) or '(none)'}`",
-           f"- window (the original's): {report.window.warmup} warm-up + {report.window.steps} timed optimizer "
-           f"steps, seed {report.seed}; every variant runs its own window, sized by the same time targets",
+           f"- each run (the original's; every variant its own warm-up steps): {fmt_window(report.window)}, "
+           f"seed {report.seed}",
            f"- mode: {report.mode or 'per-fix'}",
            f"- result: {report.summary}",
            *([f"- {note}"] if (note := load_note(report.load)) else []), "",
@@ -355,7 +364,7 @@ def _fix_details(fix: FixDecision) -> list[str]:
         out.append(f"- speedup ({fix.metric}): {fmt_speedup(speed)}, "
                    f"min {speed.min:.3f}, max {speed.max:.3f} over {speed.pairs} pairs")
     if fix.window:
-        out.append(f"- its window: {fix.window.warmup} warm-up + {fix.window.steps} timed steps")
+        out.append(f"- each run: {fmt_window(fix.window)}")
     if fix.numerics:
         out.append(f"- loss check ({fix.numerics.kind} rewrite): {fix.numerics.reason}")
     if fix.failure:

@@ -552,8 +552,12 @@ class MemoryChange(Record):
 
 @dataclass(frozen=True)
 class Window(Record):
+    """Warm-up and timed steps; with seconds, those are minimums and the seconds the target."""
+
     warmup: int | None = None
     steps: int | None = None
+    warmup_s: float | None = _omitted()
+    window_s: float | None = _omitted()
 
 
 @dataclass(frozen=True)
