@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None, run=run_command) -> int:
     parser.add_argument("--items", default=",".join(ITEMS), help=f"comma-separated, in order (of {', '.join(ITEMS)})")
     parser.add_argument("--pairs", type=int, default=6, help="pairs per comparison (6: the fewest with a verdict)")
     parser.add_argument("--run-cost-s", type=float, default=None,
-                        help="expected seconds per run before one was measured (default: 15, --tiny 6)")
+                        help="expected seconds per run before one was measured (default: 25, --tiny 6)")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="per-run limit for the bench items")
     parser.add_argument("--warmup-s", type=float, default=None, help="bench items: --warmup-s (default: speedfix's)")
     parser.add_argument("--window-s", type=float, default=None, help="bench items: --window-s (default: speedfix's)")
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None, run=run_command) -> int:
         report = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "device": probe,
                   "python": sys.version.split()[0], "speedfix": speedfix_version(), "tiny": opts.tiny,
                   "pairs": opts.pairs, "deadline_s": opts.deadline_s, "wall_s": 0.0, "items": []}
-        cost = opts.run_cost_s if opts.run_cost_s is not None else (6.0 if opts.tiny else 15.0)
+        cost = opts.run_cost_s if opts.run_cost_s is not None else (6.0 if opts.tiny else 25.0)
         fixer = None
         for name in names:
             item = ITEMS[name]
