@@ -142,7 +142,8 @@ class FixSets:
         a bisection finds. GPU-only fixes wait for a CUDA machine."""
         self.session.prepare()  # the original's calibration: its device and the cost of a run
         decisions: dict[str, FixDecision] = {}
-        measurable = [c for c in codes if self.device == "cuda" or not gpu_only(c)]
+        known = self.session.device is not None  # not before a run (a fixed window without a discarded run)
+        measurable = [c for c in codes if not known or self.device == "cuda" or not gpu_only(c)]
         for code in codes:
             if code not in measurable:
                 decisions[code] = FixDecision(code, kept=False, decision=NEEDS_GPU,
@@ -157,8 +158,12 @@ class FixSets:
                 + (f"; if that fails, a search for the fixes that fail it: up to {most} more comparisons"
                    f"{about(self._cost_of_comparisons(most, kind))} at most" if most else ""))
             kept = self._extend([], measurable, decisions)
+        for code in kept:
+            if self.device != "cuda" and gpu_only(code):  # measured after all: never verified off CUDA
+                decisions[code] = replace(decisions[code], kept=False, decision=NEEDS_GPU,
+                                          reason=gpu_only_reason(self.device, decisions[code].reason))
         self.fixes += [decisions[code] for code in codes]
-        return kept
+        return [code for code in kept if decisions[code].kept]
 
     def _extend(self, base: list[str], group: list[str], decisions: dict[str, FixDecision]) -> list[str]:
         """``base`` (a set that passes, or nothing) plus the largest part of ``group`` found to pass with it."""

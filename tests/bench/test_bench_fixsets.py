@@ -134,3 +134,14 @@ def test_the_cpu_timing_example_holds_three_cpu_fixes_and_no_gpu_only_one():
     example = Path(__file__).resolve().parents[2] / "benchmarks" / "verify_cpu_example.py"
     codes = list(fixer.fixable_codes(example.read_text(), path=str(example), unsafe=True))
     assert codes == ["SF304", "SF402", "SF603"] and not any(gpu_only(c) for c in codes)
+
+
+def test_without_a_run_before_the_combination_a_gpu_only_fix_measured_on_a_cpu_is_still_not_verified(
+        tmp_path, fake_fixer, fake_runs, quick_settings):
+    # a fixed window and no discarded run: the device is known only once the combination ran
+    runs = fake_runs({"original": 100.0, "SF102+SF304": 200.0}, device="cpu")
+    code, report, text, _ = verify(tmp_path, fake_fixer, runs, quick_settings,
+                                   rewrites={"SF102": ("A", "a"), "SF304": ("B", "b")}, discard=False)
+    decisions = {f["label"]: f["decision"] for f in report["fixes"]}
+    assert decisions == {"SF102": "needs a GPU to verify", "SF304": "kept"}
+    assert report["kept"] == ["SF304"] and text == "A\nb\nC\n" and code == 1
