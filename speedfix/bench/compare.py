@@ -1,20 +1,21 @@
 """A/B comparison of an original script against one or more candidates.
 
 Sequence: a calibration run of every variant (the original first: it also takes the place of a
-discarded first run, whose job was to warm the caches after an idle spell), which finds how many
-warm-up steps each variant needs (past lazy initialisation and compilation) and whether the script
-is shorter than the time targets; then rounds of fresh runs in counterbalanced order - A B, then
-B A (ABBA for one candidate; A B C, C B A for several) - until the 95% interval of every median
-speedup is within the tolerance, or ``max_pairs`` rounds, or the time budget. Every run uses the
-same seed and cwd and the same time targets: a warm-up of at least ``warmup_s`` and its variant's
-warm-up steps, then a window of ``window_s`` seconds (at least ``min_steps`` steps). So every run
-lasts about as long, a slow original is not timed over the many steps a fast candidate fills in the
-same seconds, and a run caught in a slow phase of the machine does not take ten times longer.
-Rates (steps/s, samples/s) are compared, and losses over the steps both variants ran. With
-``--warmup``/``--steps`` every variant runs exactly those steps and one short discarded run comes
-first; a script shorter than the targets runs its calibrated steps, shortened to fit. A variant
-added after the first comparison (a combination of fixes) is calibrated once when it first runs.
-The original's runs double as its A/A baseline for the loss check.
+discarded first run, whose job was to warm the caches after an idle spell), then rounds of fresh
+runs in counterbalanced order - A B, then B A (ABBA for one candidate; A B C, C B A for several) -
+until the 95% interval of every median speedup is within the tolerance, or ``max_pairs`` rounds, or
+the time budget. Every run of a comparison uses the same seed, cwd, warm-up W and window N, so
+that each variant is timed over the same steps of the script: a script whose steps differ in cost
+(a grid search training one model after another, epochs with evaluation between them) is
+compared like for like. W and N come from the calibration runs and are sized by the *slowest*
+variant: N is the steps it runs in ``window_s``, W the steps it runs in ``warmup_s`` (at least the
+minimum, and past the last slow step of any variant: compilation, lazy initialisation). So no run
+lasts much longer than the time targets, and a faster variant runs the same steps in less time.
+(Sizing by the fastest variant made an original at 2-3 steps/s run 100 s against a candidate at 37
+steps/s.) Rates are compared. With ``--warmup``/``--steps`` every variant runs exactly those steps
+and one short discarded run comes first; a script shorter than the targets gets a window that fits
+it. A variant added after the first comparison (a combination of fixes) is calibrated once when it
+first runs. The original's runs double as its A/A baseline for the loss check.
 """
 
 from __future__ import annotations
@@ -109,9 +110,9 @@ class Session:
         self.calibration: Calibration | None = None
         self.prepared = False
         self.calibration_failures: dict[str, RunResult] = {}
-        self.needed: dict[str, int] = {}  # warm-up steps each calibrated variant took to reach its targets
+        self.needed: dict[str, int] = {}  # warm-up steps each calibrated variant ran in warmup_s
         self.settled: dict[str, int] = {}  # warm-up steps past its last slow step (compilation, lazy init)
-        self.filled: dict[str, int] = {}  # steps each variant ran in its calibration window
+        self.filled: dict[str, int] = {}  # steps each variant ran in window_s
         self.limits: list[int] = []  # steps of the variants that ended before the calibration window did
         self.a_losses: list[list] = []  # every timed run of the original, for the A/A baseline
         self._band: SeedBand | None = None
@@ -119,6 +120,7 @@ class Session:
         self.env: Env | None = None  # interpreter, torch and device of the original's first good run
         self.device: Device | None = None
         self.time = TimePlan(original.name)
+        self._last_window: Window | None = None  # the latest comparison's (the seed band runs it too)
 
     # ------------------------------------------------------------ plumbing
     def _plan(self, names: list[str]) -> None:
@@ -142,42 +144,37 @@ class Session:
         """Stopped as soon as its result is written, unless what it writes lands in the real cwd."""
         return self.settings.result_grace_s if runs_in_real_cwd(spec) else 0.0
 
-    def window(self, name: str) -> Window:
-        """How one variant is timed. With ``--warmup``/``--steps``: those steps. Otherwise a time
-        target per run: at least the minimum warm-up steps (more while the variant was still
-        settling in its calibration run) and ``warmup_s``, then ``window_s`` of timed steps (at
-        least the minimum), so every run lasts about as long whatever its rate and whatever phase
-        the machine is in. A script that ends sooner gets its calibrated steps, shortened to fit."""
+    def window(self, names: list[str] | None = None) -> Window:
+        """The warm-up and timed steps every variant of a comparison runs (``names``: its variants,
+        default the original): the given ones, else sized by the slowest calibrated variant (see the
+        module's docstring), shortened for a script that ends sooner."""
         s = self.settings
-        if self.fixed:
-            return Window(s.warmup, s.steps)
+        names = [n for n in (names or [self.original.name]) if n in self.needed]
+        warmup = s.warmup or max([s.min_warmup_steps, min((self.needed[n] for n in names), default=0),
+                                  *(self.settled[n] for n in names)])
+        steps = s.steps or min((self.filled[n] for n in names if n in self.filled), default=None)
         if self.limits:
             # The script is shorter than the targets. Keep a 5% margin, so that a candidate whose
             # GradScaler skips a few more steps (fp16 scale calibration) still completes the window.
             shortest = min(self.limits)
             usable = shortest - max(1, shortest // 20)
-            warmup = s.warmup or self.needed.get(name, s.min_warmup_steps)
-            steps = s.steps or self.filled.get(name)
             if warmup + (steps or usable) > usable:
                 warmup = s.warmup or max(1, min(warmup, usable // 2))
                 steps = s.steps or max(1, usable - warmup)
-            return Window(warmup, steps or s.min_steps)
-        return Window(s.warmup or self.settled.get(name, s.min_warmup_steps), s.steps or s.min_steps,
-                      warmup_s=None if s.warmup else s.warmup_s, window_s=None if s.steps else s.window_s)
+        return Window(warmup, steps or s.min_steps)
 
     @property
     def warmup(self) -> int | None:
-        return self.window(self.original.name).warmup
+        return self.window().warmup
 
     @property
     def steps(self) -> int | None:
-        return self.window(self.original.name).steps
+        return self.window().steps
 
-    def timed_config(self, spec: RunSpec | None = None, **overrides) -> RunConfig:
+    def timed_config(self, spec: RunSpec | None = None, window: Window | None = None, **overrides) -> RunConfig:
         spec = spec or self.original
-        window = self.window(spec.name)
-        return self.settings.run_config(warmup_steps=window.warmup, warmup_s=window.warmup_s or 0.0,
-                                        steps=window.steps, window_s=window.window_s or 0.0,
+        window = window or self.window()
+        return self.settings.run_config(warmup_steps=window.warmup, steps=window.steps,
                                         result_grace_s=self._grace(spec), **overrides)
 
     # ------------------------------------------------------------ phases
@@ -226,8 +223,8 @@ class Session:
                                       f"{result.message}", result)
             self.calibration_failures[spec.name] = result
             return
-        self.needed[spec.name] = _needed_warmup(result)
-        self.settled[spec.name] = max(s.min_warmup_steps, settled_after(result.timing.all_step_s or []))
+        self.needed[spec.name] = max(s.min_warmup_steps, result.steps.warmup or 0)
+        self.settled[spec.name] = settled_after(result.timing.all_step_s or [])
         if result.ok:
             self.filled[spec.name] = result.timing.steps_timed
         if result.status == INCOMPLETE:
@@ -237,23 +234,23 @@ class Session:
             if self.env is None:
                 self.env, self.device = result.env, result.device
         first = self._original_calibration
-        window = self.window(self.original.name)
+        window = self.window(list(self.needed))
         note = None
         if self.limits:
-            note = (f"the script runs only {min(self.limits)} optimizer steps: windows in steps that fit it (the "
-                    f"original's {window.warmup} warm-up + {window.steps} timed steps)")
-        name = self.original.name
+            note = (f"the script runs only {min(self.limits)} optimizer steps: window shortened to "
+                    f"{window.warmup} warm-up + {window.steps} timed steps")
         self.calibration = Calibration(status=first.status, steps_per_s=first.timing.steps_per_s,
-                                       observed_steps=first.observed_steps, warmup=self.needed.get(name),
-                                       steps=self.filled.get(name, window.steps), warmup_needed=dict(self.needed),
+                                       observed_steps=first.observed_steps, warmup=window.warmup, steps=window.steps,
+                                       warmup_needed={n: max(self.needed[n], self.settled[n]) for n in self.needed},
                                        wall_s=first.runner.wall_s, note=note)
 
-    def _ended_early(self, spec: RunSpec, result: RunResult) -> bool:
-        """A time-targeted window ran past the end of the script (a fast phase, or a variant whose
-        calibration just fitted): its length is learnt, and every variant's window is then in steps
-        that fit it."""
-        if result.status != INCOMPLETE or self.window(spec.name).window_s is None or not result.observed_steps:
+    def _ended_early(self, result: RunResult) -> bool:
+        """The script ended before a window that no calibration run reached (the slowest variant's
+        warm-up steps plus another's settling steps): its length is learnt, the window shortened."""
+        if self.fixed or result.status != INCOMPLETE or not result.observed_steps:
             return False
+        if self.limits and result.observed_steps >= min(self.limits):
+            return False  # known already: the window fits it, this run ended short for its own reasons
         self.limits.append(result.observed_steps)
         return True
 
@@ -268,7 +265,8 @@ class Session:
             runs = self.settings.seed_band_runs
             self._plan([self.original.name] * runs)
             for offset in range(1, runs + 1):
-                result = self._run(self.original, self.timed_config(seed_offset=offset), f"seed band (seed +{offset})")
+                result = self._run(self.original, self.timed_config(window=self._last_window, seed_offset=offset),
+                                   f"seed band (seed +{offset})")
                 if result.ok:
                     others.append(result.losses)
             reference = self.a_losses[0] if self.a_losses else []
@@ -297,7 +295,8 @@ class Session:
         self._plan(planned)
         self.progress.note(f"{len(candidates)} candidate(s) against the original: up to {max_rounds} pairs, "
                            f"{len(planned)} runs{about(self.time.seconds(planned))}")
-        configs = {v.name: self.timed_config(v) for v in variants}
+        window = self._last_window = self.window([v.name for v in variants])
+        configs = {v.name: self.timed_config(v, window) for v in variants}
         started = time.monotonic()
         runs: dict[str, list[RunResult]] = {v.name: [] for v in variants}
         failed = {c.name: self.calibration_failures[c.name] for c in candidates if c.name in self.calibration_failures}
@@ -326,8 +325,9 @@ class Session:
             for position, spec in enumerate(order):
                 what = f"pair {rnd + 1}/{max_rounds}, run {position + 1}/{len(order)}"
                 result = self._run(spec, configs[spec.name], what)
-                if self._ended_early(spec, result):  # run again, in a window of steps that fits the script
-                    configs = {v.name: self.timed_config(v) for v in variants}
+                if self._ended_early(result):  # run again, in a window that fits the script
+                    window = self._last_window = self.window([v.name for v in variants])
+                    configs = {v.name: self.timed_config(v, window) for v in variants}
                     self._plan([spec.name])
                     result = self._run(spec, configs[spec.name], f"{what} again, in a window that fits the script")
                 this_round[spec.name] = result
@@ -353,16 +353,17 @@ class Session:
         every_run = [r for rs in runs.values() for r in rs]
         return Comparison(
             original=ScriptRef(str(self.original.script), list(self.original.args), self.original.name),
-            env=self.env, device=self.device, settings=replace(s), window=self.window(self.original.name),
+            env=self.env, device=self.device, settings=replace(s), window=window,
             calibration=self.calibration, pairs=len(round_times), stop_reason=stop_reason,
             elapsed_s=time.monotonic() - started, original_runs=RunAggregate.of(runs[self.original.name]),
-            candidates=[self._candidate_report(c, runs, ratios, failed, metric, (kinds or {}).get(c.name))
+            candidates=[self._candidate_report(c, runs, ratios, failed, metric, (kinds or {}).get(c.name), window)
                         for c in candidates],
             runs=log, load=_load(every_run), caveat=numerics.CAVEAT,
             real_files_modified=sorted({p for r in every_run for p in r.runner.real_files_modified}))
 
     def _candidate_report(self, cand: RunSpec, runs: dict[str, list[RunResult]], ratios: dict[str, list[float]],
-                          failed: dict[str, RunResult], metric: dict[str, str], kind: str | None) -> CandidateResult:
+                          failed: dict[str, RunResult], metric: dict[str, str], kind: str | None,
+                          window: Window) -> CandidateResult:
         a_runs, b_runs = runs[self.original.name], [r for r in runs[cand.name] if r.ok]
         kind = kind or numerics.AUTO
         broken = failed.get(cand.name)
@@ -385,7 +386,7 @@ class Session:
             metric=metric.get(cand.name), runs=RunAggregate.of(runs[cand.name]),
             failure=broken.failure() if broken else None, speedup=speedup, memory=memory, numerics=check,
             loss_original=(self.a_losses[0] if self.a_losses else []) if b_runs else None,
-            loss_candidate=b_runs[0].losses if b_runs else None, window=self.window(cand.name))
+            loss_candidate=b_runs[0].losses if b_runs else None, window=window)
 
 
 SLOW_STEP = 5.0  # a step this many times the settled median is still warming up
@@ -401,11 +402,6 @@ def settled_after(durations: list[float]) -> int:
     reference = statistics.median(durations[len(durations) // 2:])
     slow = [i for i, d in enumerate(durations[:len(durations) // 2]) if d > SLOW_STEP * reference]
     return slow[-1] + 2 + WARMUP_MARGIN if slow else 0
-
-
-def _needed_warmup(result: RunResult) -> int:
-    """The warm-up a variant needs: its time-based warm-up, or longer if it was still settling."""
-    return max(result.steps.warmup or 0, settled_after(result.timing.all_step_s or []))
 
 
 def _metric(a: RunResult, b: RunResult) -> str:

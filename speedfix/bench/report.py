@@ -54,12 +54,7 @@ def fmt_speedup(speedup: Speedup | None) -> str:
 
 
 def fmt_window(window: Window) -> str:
-    """How a variant was timed: steps, or time targets with the steps as minimums."""
-    if window.window_s is None:
-        return f"{window.warmup} warm-up + {window.steps} timed steps"
-    warmup = f"{window.warmup_s:g} s" if window.warmup_s is not None else f"{window.warmup} steps"
-    return (f"warm-up {warmup} (at least {window.warmup} steps), then {window.window_s:g} s timed "
-            f"(at least {window.steps} steps)")
+    return f"{window.warmup} warm-up + {window.steps} timed steps"
 
 
 def not_on_gpu_note(report: VerifyReport) -> str | None:
@@ -215,8 +210,8 @@ def render_compare(outcome: Comparison, console: Console) -> None:
         table.add_row(name, first, *rest)
     print_table(console, table)
     warn_real_files_modified(outcome.real_files_modified, console)
-    console.print(f"{outcome.pairs} pairs in alternating order (ABBA); each run: {fmt_window(window)} "
-                  f"(~{(orig.window_s or 0):.1f} s timed); stopped: "
+    console.print(f"{outcome.pairs} pairs in alternating order (ABBA), every run {fmt_window(window)} "
+                  f"(the original's window ~{(orig.window_s or 0):.1f} s); stopped: "
                   f"{outcome.stop_reason}; speedup metric: "
                   f"{', '.join(sorted({c.metric or '-' for c in cands}))}.")
     note = load_note(outcome.load)
@@ -311,8 +306,8 @@ def verify_markdown(report: VerifyReport) -> str:
            f"- date: {report.date}", f"- device: {report.device}, torch {report.torch}",
            *([f"- **{note}**"] if (note := not_on_gpu_note(report)) else []),
            f"- arguments: `{' '.join(report.args) or '(none)'}`",
-           f"- each run (the original's; every variant its own warm-up steps): {fmt_window(report.window)}, "
-           f"seed {report.seed}",
+           f"- window: {fmt_window(report.window)} (the first comparison's; every set's is in its details), "
+           f"seed {report.seed}, the same for every run of a comparison",
            f"- mode: {report.mode or 'per-fix'}",
            f"- result: {report.summary}",
            *([f"- {note}"] if (note := load_note(report.load)) else []), "",
@@ -341,9 +336,10 @@ def verify_markdown(report: VerifyReport) -> str:
                     "added halves of the fixes to the set that passed so far, each step its own comparison, down "
                     "to the single fix that fails, and the largest passing set found was kept.")
     out += ["## Method", "",
-            f"{strategy} Each variant runs in a fresh process with the same seed; a calibration run of each gives "
-            "its own warm-up and window from the same time targets, and rates are compared. Runs alternate in "
-            "counterbalanced order (original first, then reversed). A decision needs at least "
+            f"{strategy} Each variant runs in a fresh process with the same seed, warm-up and window (the same "
+            "steps of the script), sized by a calibration run of each so that the slowest variant's runs take "
+            "about the time targets; rates are compared. Runs alternate in counterbalanced order (original "
+            "first, then reversed). A decision needs at least "
             f"{stats.MIN_VERDICT_PAIRS} pairs (the fewest with a 95% distribution-free interval); with fewer a "
             "set is not measured enough. A set is kept unless it is measurably slower (the interval below 0.98), "
             "inconclusive with a median below 0.98, or fails the loss check (over the steps both variants ran); a "
@@ -364,7 +360,7 @@ def _fix_details(fix: FixDecision) -> list[str]:
         out.append(f"- speedup ({fix.metric}): {fmt_speedup(speed)}, "
                    f"min {speed.min:.3f}, max {speed.max:.3f} over {speed.pairs} pairs")
     if fix.window:
-        out.append(f"- each run: {fmt_window(fix.window)}")
+        out.append(f"- window: {fmt_window(fix.window)}")
     if fix.numerics:
         out.append(f"- loss check ({fix.numerics.kind} rewrite): {fix.numerics.reason}")
     if fix.failure:

@@ -552,12 +552,8 @@ class MemoryChange(Record):
 
 @dataclass(frozen=True)
 class Window(Record):
-    """Warm-up and timed steps; with seconds, those are minimums and the seconds the target."""
-
     warmup: int | None = None
     steps: int | None = None
-    warmup_s: float | None = _omitted()
-    window_s: float | None = _omitted()
 
 
 @dataclass(frozen=True)
@@ -576,7 +572,7 @@ class CandidateResult(Record):
     numerics: LossCheck | None = _optional(LossCheck, omit=True)
     loss_original: list[float | None] | None = _omitted()
     loss_candidate: list[float | None] | None = _omitted()
-    window: Window | None = _optional(Window, omit=True)  # its own warm-up and timed steps
+    window: Window | None = _optional(Window, omit=True)  # the comparison's warm-up and timed steps
 
 
 @dataclass(frozen=True)
@@ -667,7 +663,7 @@ class FixDecision(Record):
     failure: Failure | None = _optional(Failure)
     codes: list[str] | None = _omitted()  # a combination's fixes
     measured_as: str | None = _omitted()  # the figures are those of this set of fixes (not the fix alone)
-    window: Window | None = _optional(Window, omit=True)  # the measured variant's own warm-up and timed steps
+    window: Window | None = _optional(Window, omit=True)  # the warm-up and timed steps it was measured over
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FixDecision:

@@ -1,8 +1,8 @@
 """How long the runs still planned will take: each variant's measured cost per run, and the plan.
 
 A run's cost is what it took from start to end, start-up and clean-up included, as measured by the
-parent. A variant that has not run yet costs what the reference variant (the original) took: every
-run is sized by the same time targets, so variants cost about the same.
+parent. A variant that has not run yet costs what the reference variant (the original) took: the
+window is sized by the slowest variant, usually the original, so that is an upper bound as a rule.
 """
 
 from __future__ import annotations

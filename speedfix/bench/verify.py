@@ -221,7 +221,7 @@ def verify_script(script: Path, script_args: list[str], *, settings: Any = None,
     result = VerifyReport(script=str(script), args=list(script_args),
                           date=_dt.datetime.now().isoformat(timespec="seconds"), seed=compare_settings.seed,
                           torch=measured_torch, device=verified_on, verified_on=verified_on,
-                          window=session.window(original.name), calibration=session.calibration, fixes=fixes,
+                          window=first.window if first else session.window(), calibration=session.calibration, fixes=fixes,
                           combinations=sets.combos, kept=kept_codes, written=bool(write and kept_codes),
                           summary=summary, load=first.load if first else Load(), caveat=numerics.CAVEAT,
                           comparison=first or Comparison(), mode="per-fix" if per_fix else "combination first")

@@ -106,7 +106,9 @@ class FakeRuns:
                                         "runner": {"stderr_tail": "Traceback ...\nRuntimeError: broke"}})
         rate = self.speed[spec.name]
         warmup, steps = config.warmup_steps, config.steps
-        if config.window_s:  # calibration: enough steps to fill the window at this rate
+        if config.warmup_s:  # calibration: enough steps to fill the time targets at this rate
+            warmup = max(warmup, int(rate * config.warmup_s))
+        if config.window_s:
             steps = max(steps, int(rate * config.window_s))
         status = "ok"
         if self.total_steps is not None and warmup + steps > self.total_steps:

@@ -88,10 +88,7 @@ def test_calibration_picks_the_window_from_the_time_targets(fake_runs):
     calibration_cfg = runs.calls[0][1]
     assert calibration_cfg.warmup_s == 1.0 and calibration_cfg.window_s == 2.0
     assert calibration_cfg.warmup_steps == 20  # at least 20 warm-up steps
-    assert session.calibration.steps == 200  # 2 s at 100 steps/s
-    # every timed run: the same time targets, with the step counts as minimums
-    timed = session.timed_config()
-    assert (timed.warmup_steps, timed.warmup_s, timed.steps, timed.window_s) == (20, 1.0, 20, 2.0)
+    assert (session.warmup, session.steps) == (100, 200)  # 1 s and 2 s at 100 steps/s
 
 
 def test_a_fixed_window_needs_no_calibration_but_one_discarded_run(fake_runs):
@@ -141,16 +138,16 @@ def test_settled_after_skips_past_the_last_slow_warm_up_step():
     assert compare_mod.settled_after([0.1] * 30 + [5.0] + [0.1] * 9) == 0
 
 
-def test_a_slowly_settling_candidate_gets_a_longer_warm_up_of_its_own(fake_runs):
+def test_a_slowly_settling_candidate_lengthens_everyones_warm_up(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 100.0}, slow_steps={"B": 60})  # B compiles for 60 steps
-    session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.5, window_s=2.0, max_pairs=1,
+    session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.1, window_s=2.0, max_pairs=1,
                                           min_pairs=1), run=runs)
     outcome = session.compare([spec("B")])
     assert [name for name, cfg in runs.calls if cfg.record_all_steps] == ["A", "B"]
     assert session.calibration.warmup_needed == {"A": 20, "B": 61 + compare_mod.WARMUP_MARGIN}
-    timed = {name: (cfg.warmup_steps, cfg.warmup_s, cfg.window_s) for name, cfg in runs.calls[2:]}
-    assert timed == {"A": (20, 0.5, 2.0), "B": (61 + compare_mod.WARMUP_MARGIN, 0.5, 2.0)}
-    assert outcome.window.warmup == 20 and outcome.candidates[0].window.warmup == 61 + compare_mod.WARMUP_MARGIN
+    timed = {(cfg.warmup_steps, cfg.steps) for _, cfg in runs.calls[2:]}
+    assert timed == {(61 + compare_mod.WARMUP_MARGIN, 200)}  # A and B run the same steps
+    assert outcome.window == outcome.candidates[0].window
 
 
 def test_a_candidate_that_fails_calibration_is_not_run_again(fake_runs):
@@ -160,15 +157,23 @@ def test_a_candidate_that_fails_calibration_is_not_run_again(fake_runs):
     assert outcome.candidates[0].status == "error"
 
 
-def test_each_variant_is_timed_over_the_steps_it_runs_in_the_time_target(fake_runs):
-    # a slow original is not timed over the many steps a fast candidate fills in the same seconds
+def test_the_window_is_sized_by_the_slowest_variant_and_the_same_for_all(fake_runs):
+    # a slow original is not timed over the many steps a fast candidate fills in the same seconds;
+    # the candidate runs the original's steps, in less time (the same steps of the script: like for like)
     runs = fake_runs({"A": 50.0, "B": 200.0})
-    session = Session(spec("A"), settings(warmup=None, steps=None, window_s=2.0, max_pairs=2, min_pairs=2),
-                      run=runs)
+    session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=1.0, window_s=2.0, max_pairs=2,
+                                          min_pairs=2), run=runs)
     outcome = session.compare([spec("B")])
-    assert {(cfg.steps, cfg.window_s) for name, cfg in runs.calls if not cfg.record_all_steps} == {(20, 2.0)}
-    assert outcome.original_runs.window_s == outcome.candidates[0].runs.window_s == pytest.approx(2.0)
+    assert {(cfg.warmup_steps, cfg.steps) for _, cfg in runs.calls if not cfg.record_all_steps} == {(50, 100)}
     assert outcome.candidates[0].speedup.median == pytest.approx(4.0)  # rates are compared
+
+
+def test_a_calibration_caught_in_a_slow_phase_shortens_the_window_not_lengthens_the_runs(fake_runs):
+    runs = fake_runs({"A": 200.0, "B": 50.0})  # here the candidate is the slow one
+    session = Session(spec("A"), settings(warmup=None, steps=None, window_s=2.0, max_pairs=1, min_pairs=1),
+                      run=runs)
+    session.compare([spec("B")])
+    assert session.window(["A", "B"]).steps == 100
 
 
 def test_a_variant_added_later_is_calibrated_once_when_it_first_runs(fake_runs):
@@ -180,7 +185,8 @@ def test_a_variant_added_later_is_calibrated_once_when_it_first_runs(fake_runs):
     session.compare([spec("C")])
     calibrated = [name for name, cfg in runs.calls if cfg.record_all_steps]
     assert calibrated == ["A", "B", "C"]
-    assert {cfg.window_s for name, cfg in runs.calls if name == "C" and not cfg.record_all_steps} == {1.0}
+    # each comparison sized by its own variants: A (100 steps/s) is the slowest of A and C
+    assert {cfg.steps for name, cfg in runs.calls if name == "C" and not cfg.record_all_steps} == {100}
 
 
 def test_runs_in_a_scratch_mirror_are_stopped_as_soon_as_their_result_is_written(fake_runs):
@@ -216,20 +222,18 @@ def test_the_expected_time_is_said_before_the_pairs_and_counted_down(fake_runs, 
     assert progress.left == [pytest.approx(v) for v in (10.0, None, 50.0, 40.0, 30.0, 20.0, 10.0, None)]
 
 
-def test_a_time_targeted_window_past_the_end_of_the_script_is_run_again_in_steps_that_fit(fake_runs):
-    # B's calibration fitted in the script's 500 steps; in a faster phase its 2 s window does not
-    fake = fake_runs({"A": 100.0, "B": 200.0}, total_steps=500)
+def test_a_window_past_the_end_of_the_script_is_shortened_and_the_run_repeated(fake_runs):
+    # the calibration runs did not reach the script's end (300 steps); the window does
+    fake = fake_runs({"A": 100.0, "B": 100.0})
 
     def run(spec, config):
-        if spec.name == "B" and not config.record_all_steps:
-            fake.speed["B"] = 300.0
+        fake.total_steps = None if config.record_all_steps else 300
         return fake(spec, config)
 
-    outcome = Session(spec("A"), settings(warmup=None, steps=None, window_s=2.0, max_pairs=2, min_pairs=2),
-                      run=run).compare([spec("B")])
-    cand = outcome.candidates[0]
-    assert cand.status == "ok" and cand.speedup.pairs == 2  # not a failure of the fix
-    b_runs = [cfg for name, cfg in fake.calls if name == "B" and not cfg.record_all_steps]
-    assert b_runs[0].window_s == 2.0 and b_runs[1:] and all(c.window_s == 0.0 for c in b_runs[1:])
-    assert b_runs[1].warmup_steps + b_runs[1].steps <= 500 - 25  # fits, with the 5% margin
-    assert cand.window.window_s is None and outcome.window.window_s is None  # every variant: steps now
+    outcome = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.1, window_s=3.0, max_pairs=2,
+                                          min_pairs=2), run=run).compare([spec("B")])
+    assert outcome.candidates[0].status == "ok" and outcome.candidates[0].speedup.pairs == 2
+    timed = [(name, cfg.warmup_steps + cfg.steps) for name, cfg in fake.calls if not cfg.record_all_steps]
+    assert timed[0] == ("A", 320)  # ended at step 300
+    assert timed[1][0] == "A" and all(total <= 300 - 15 for _, total in timed[1:])  # again, and later runs, fit
+    assert len(timed) == 5 and outcome.window.warmup + outcome.window.steps <= 285
