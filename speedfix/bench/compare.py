@@ -9,7 +9,7 @@ that each variant is timed over the same steps of the script: a script whose ste
 (a grid search training one model after another, epochs with evaluation between them) is
 compared like for like. W and N come from the calibration runs and are sized by the *slowest*
 variant: N is the steps it runs in ``window_s``, W the steps it runs in ``warmup_s`` (at least the
-minimum, and past the last slow step of any variant: compilation, lazy initialisation). So no run
+minimum, and past the last slow step of any compiled variant: its recompiles). So no run
 lasts much longer than the time targets, and a faster variant runs the same steps in less time.
 (Sizing by the fastest variant made an original at 2-3 steps/s run 100 s against a candidate at 37
 steps/s.) Rates are compared. With ``--warmup``/``--steps`` every variant runs exactly those steps
@@ -224,7 +224,11 @@ class Session:
             self.calibration_failures[spec.name] = result
             return
         self.needed[spec.name] = max(s.min_warmup_steps, result.steps.warmup or 0)
-        self.settled[spec.name] = settled_after(result.timing.all_step_s or [])
+        # Past the last slow step of a compiled variant (compilation, recompiles). An eager one's slow
+        # steps after the minimum warm-up are the machine's (a busy phase), and would lengthen the
+        # warm-up of every variant for nothing.
+        compiled = bool(result.compile.compilations or result.compile.seconds)
+        self.settled[spec.name] = settled_after(result.timing.all_step_s or []) if compiled else 0
         if result.ok:
             self.filled[spec.name] = result.timing.steps_timed
         if result.status == INCOMPLETE:

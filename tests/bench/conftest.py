@@ -127,6 +127,7 @@ class FakeRuns:
                        "step_time_s": {"p10": 0.9 / rate, "median": 1 / rate}, "all_step_s": durations},
             "data": {"samples_per_s": 8 * rate},
             "memory": {"vmhwm_window_kb": 1000, "children_rss_kb": 0},
+            "compile": {"compilations": 1 if self.slow_steps.get(spec.name) else 0},
             "loss": {"values": values, "nonfinite": sum(v is None for v in values)},
             "runner": {"wall_s": 1.0}})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -166,6 +167,19 @@ def test_the_window_is_sized_by_the_slowest_variant_and_the_same_for_all(fake_ru
     outcome = session.compare([spec("B")])
     assert {(cfg.warmup_steps, cfg.steps) for _, cfg in runs.calls if not cfg.record_all_steps} == {(50, 100)}
     assert outcome.candidates[0].speedup.median == pytest.approx(4.0)  # rates are compared
+
+
+def test_slow_steps_of_an_eager_variant_are_the_machines_and_do_not_lengthen_the_warm_up(fake_runs, monkeypatch):
+    runs = fake_runs({"A": 100.0, "B": 100.0}, slow_steps={"B": 60})
+
+    def eager(spec, config):  # the same slow first steps, but nothing was compiled: a busy phase
+        result = runs(spec, config)
+        return replace(result, compile=replace(result.compile, compilations=0))
+
+    session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.1, window_s=2.0, max_pairs=1,
+                                          min_pairs=1), run=eager)
+    session.compare([spec("B")])
+    assert session.window(["A", "B"]).warmup == 20
 
 
 def test_a_calibration_caught_in_a_slow_phase_shortens_the_window_not_lengthens_the_runs(fake_runs):
