@@ -84,7 +84,7 @@ def nonfinite(values: Sequence[float | None]) -> int:
 
 def compare_losses(a: Sequence[float | None], b: Sequence[float | None]) -> LossDiff:
     """How far trajectory b is from trajectory a, position by position over the steps both ran
-    (each variant runs its own window, so a faster one records more losses)."""
+    (the original's runs from an earlier comparison of a verify may have run a longer window)."""
     n = min(len(a), len(b))
     diffs = [(i, _rel(x, y)) for i, (x, y) in enumerate(zip(a[:n], b[:n]))
              if x is not None and y is not None]
