@@ -17,7 +17,8 @@ from rich.table import Table
 
 from . import compare, numerics, stats
 from .results import (OK, Comparison, Decision, FixDecision, Load, LossCheck, MemoryChange, RunResult, Speedup, SuiteResult,
-                      VerifyReport)
+                      VerifyReport, Window)
+from .timeplan import fmt_duration
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -50,6 +51,10 @@ def fmt_speedup(speedup: Speedup | None) -> str:
         pairs = speedup.pairs or len(speedup.per_pair)
         return f"{speedup.median:.2f}x (no interval: {pairs} pair{'s' if pairs != 1 else ''})"
     return f"{speedup.median:.2f}x [{speedup.lo:.2f}, {speedup.hi:.2f}]"
+
+
+def fmt_window(window: Window) -> str:
+    return f"{window.warmup} warm-up + {window.steps} timed steps"
 
 
 def not_on_gpu_note(report: VerifyReport) -> str | None:
@@ -205,8 +210,8 @@ def render_compare(outcome: Comparison, console: Console) -> None:
         table.add_row(name, first, *rest)
     print_table(console, table)
     warn_real_files_modified(outcome.real_files_modified, console)
-    console.print(f"{outcome.pairs} pairs in alternating order (ABBA), warm-up {window.warmup} steps, "
-                  f"window {window.steps} steps (~{(orig.window_s or 0):.1f} s); stopped: "
+    console.print(f"{outcome.pairs} pairs in alternating order (ABBA), every run {fmt_window(window)} "
+                  f"(the original's window ~{(orig.window_s or 0):.1f} s); stopped: "
                   f"{outcome.stop_reason}; speedup metric: "
                   f"{', '.join(sorted({c.metric or '-' for c in cands}))}.")
     note = load_note(outcome.load)
@@ -263,12 +268,13 @@ def suite_markdown(suite: SuiteResult) -> str:
 # ---------------------------------------------------------------- verify
 def render_verify(report: VerifyReport, console: Console) -> None:
     table = Table(title=f"speedfix apply --verify: {Path(report.script).name}")
-    for col in ("fix", "speedup [95% CI]", "verdict", "loss check", "memory", "decision"):
+    for col in ("fix", "measured as", "speedup [95% CI]", "verdict", "loss check", "memory", "decision"):
         table.add_column(col)
     for fix in report.fixes:
         style = "green" if fix.kept else ("red" if fix.decision is Decision.REJECTED else "yellow")
-        table.add_row(fix.label, fmt_speedup(fix.speedup), fix.speedup.verdict if fix.speedup else "-",
-                      _numerics_text(fix.numerics), _fmt_mem(fix.memory), f"[{style}]{fix.decision.value}[/]")
+        table.add_row(fix.label, _measured_as(fix), fmt_speedup(fix.speedup),
+                      fix.speedup.verdict if fix.speedup else "-", _numerics_text(fix.numerics), _fmt_mem(fix.memory),
+                      f"[{style}]{fix.decision.value}[/]")
     if note := not_on_gpu_note(report):
         console.print(f"[yellow]{note}[/]")
     print_table(console, table)
@@ -282,6 +288,13 @@ def render_verify(report: VerifyReport, console: Console) -> None:
     console.print(f"[dim]{numerics.CAVEAT}[/]")
 
 
+def _measured_as(fix: FixDecision) -> str:
+    """Whose figures a fix's row shows: its own, or those of the set of fixes that decided it."""
+    if not fix.speedup and not fix.numerics:
+        return "-"
+    return fix.measured_as or "alone"
+
+
 def _fmt_mem(memory: MemoryChange | None) -> str:
     if not memory or not memory.ratio:
         return "-"
@@ -293,29 +306,46 @@ def verify_markdown(report: VerifyReport) -> str:
            f"- date: {report.date}", f"- device: {report.device}, torch {report.torch}",
            *([f"- **{note}**"] if (note := not_on_gpu_note(report)) else []),
            f"- arguments: `{' '.join(report.args) or '(none)'}`",
-           f"- window: {report.window.warmup} warm-up + {report.window.steps} timed optimizer steps, "
-           f"seed {report.seed}, same for every run",
+           f"- window: {fmt_window(report.window)} (the first comparison's; every set's is in its details), "
+           f"seed {report.seed}, the same for every run of a comparison",
+           f"- mode: {report.mode or 'per-fix'}",
            f"- result: {report.summary}",
            *([f"- {note}"] if (note := load_note(report.load)) else []), "",
-           "| fix | speedup [95% CI] | verdict | pairs | loss check | peak memory | decision |",
-           "|---|---|---|---|---|---|---|"]
+           "| fix | measured as | speedup [95% CI] | verdict | pairs | loss check | peak memory | decision |",
+           "|---|---|---|---|---|---|---|---|"]
     for fix in report.fixes:
         speed = fix.speedup
-        out.append(f"| {fix.label} | {fmt_speedup(speed)} | {speed.verdict if speed else '-'} | "
+        out.append(f"| {fix.label} | {_measured_as(fix)} | {fmt_speedup(speed)} | {speed.verdict if speed else '-'} | "
                    f"{speed.pairs if speed else '-'} | {_numerics_text(fix.numerics)} | {_fmt_mem(fix.memory)} | "
                    f"{fix.decision.value}: {fix.reason} |")
+    if report.combinations:
+        out += ["", "## Sets of fixes measured", "", "| set | speedup [95% CI] | verdict | loss check | decision |",
+                "|---|---|---|---|---|"]
+        for combo in report.combinations:
+            speed = combo.speedup
+            out.append(f"| {combo.label} | {fmt_speedup(speed)} | {speed.verdict if speed else '-'} | "
+                       f"{_numerics_text(combo.numerics)} | {combo.decision.value}: {combo.reason} |")
     out += ["", "## Details", ""]
     for fix in report.fixes:
         out += _fix_details(fix)
-
+    if report.mode == "per-fix":
+        strategy = ("Every fix was measured alone against the original, all in one set of rounds, then the kept "
+                    "ones together.")
+    else:
+        strategy = ("All the fixes were measured together first; only when that combination failed, a bisection "
+                    "added halves of the fixes to the set that passed so far, each step its own comparison, down "
+                    "to the single fix that fails, and the largest passing set found was kept.")
     out += ["## Method", "",
-            "Each variant runs in a fresh process with the same seed, warm-up and window. After one discarded "
-            "run and a calibration run of the original, runs alternate in counterbalanced order (original "
-            "first, then reversed) until the 95% interval of every median speedup is within +-5% or "
-            f"the budget is spent. A decision needs at least {stats.MIN_VERDICT_PAIRS} pairs (the fewest with a "
-            "95% distribution-free interval); with fewer a fix is not measured enough. A fix is kept unless it is measurably slower "
-            "(the interval below 0.98), inconclusive with a median below 0.98, or fails the loss check; a fix "
-            "for a CUDA script measured without a CUDA GPU is never called verified.", "", numerics.CAVEAT, ""]
+            f"{strategy} Each variant runs in a fresh process with the same seed, warm-up and window (the same "
+            "steps of the script), sized by a calibration run of each so that the slowest variant's runs take "
+            "about the time targets; rates are compared. Runs alternate in counterbalanced order (original "
+            "first, then reversed). A decision needs at least "
+            f"{stats.MIN_VERDICT_PAIRS} pairs (the fewest with a 95% distribution-free interval); with fewer a "
+            "set is not measured enough. A set is kept unless it is measurably slower (the interval below 0.98), "
+            "inconclusive with a median below 0.98, or fails the loss check (over the steps both variants ran); a "
+            "fix for a CUDA script measured without a CUDA GPU is never called verified. Each comparison calls an "
+            "identical script faster or slower at most 2/2^n of the time with n pairs; m comparisons at most m "
+            "times that.", "", numerics.CAVEAT, ""]
     return "\n".join(out)
 
 
@@ -323,10 +353,14 @@ def _fix_details(fix: FixDecision) -> list[str]:
     out = [f"### {fix.label}", ""]
     if fix.applied:
         out.append(f"- fixes applied: {', '.join(f'{k} x{v}' for k, v in fix.applied.items())}")
+    if fix.measured_as:
+        out.append(f"- measured as part of {fix.measured_as} (the figures below are that set's)")
     speed = fix.speedup
     if speed:
         out.append(f"- speedup ({fix.metric}): {fmt_speedup(speed)}, "
                    f"min {speed.min:.3f}, max {speed.max:.3f} over {speed.pairs} pairs")
+    if fix.window:
+        out.append(f"- window: {fmt_window(fix.window)}")
     if fix.numerics:
         out.append(f"- loss check ({fix.numerics.kind} rewrite): {fix.numerics.reason}")
     if fix.failure:
@@ -345,6 +379,7 @@ class RichProgress(compare.Progress):
         self.live = console.is_terminal
         self.total = 0
         self.started = 0.0
+        self.left: float | None = None  # the planned runs' expected time (compare.Progress.expect)
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
                             console=console, transient=True, disable=not self.live)
@@ -368,9 +403,16 @@ class RichProgress(compare.Progress):
             done = int(self.bar.tasks[0].completed)
             self.console.print(f"[{done + 1}/{self.total}] {description} ...", highlight=False)
 
+    def expect(self, seconds_left: float | None) -> None:
+        self.left = seconds_left
+
     def finish(self, result: RunResult) -> None:
         self.bar.advance(self.task)
         if not self.live:
             s = result.summary()
+            left = f", about {fmt_duration(self.left)} left" if self.left is not None else ""
             self.console.print(f"    {s.status}, {fmt_rate(s.steps_per_s)} steps/s, "
-                               f"{time.monotonic() - self.started:.1f} s", highlight=False)
+                               f"{time.monotonic() - self.started:.1f} s{left}", highlight=False)
+
+    def note(self, text: str) -> None:
+        self.console.print(text, highlight=False)

@@ -549,6 +549,12 @@ class MemoryChange(Record):
 
 
 @dataclass(frozen=True)
+class Window(Record):
+    warmup: int | None = None
+    steps: int | None = None
+
+
+@dataclass(frozen=True)
 class CandidateResult(Record):
     """One candidate against the original: status, speedup, memory, loss check."""
 
@@ -564,6 +570,7 @@ class CandidateResult(Record):
     numerics: LossCheck | None = _optional(LossCheck, omit=True)
     loss_original: list[float | None] | None = _omitted()
     loss_candidate: list[float | None] | None = _omitted()
+    window: Window | None = _optional(Window, omit=True)  # the comparison's warm-up and timed steps
 
 
 @dataclass(frozen=True)
@@ -576,12 +583,6 @@ class Calibration(Record):
     warmup_needed: dict[str, int] = field(default_factory=dict)  # per variant label
     wall_s: float | None = None
     note: str | None = None  # the window was shortened for a short script
-
-
-@dataclass(frozen=True)
-class Window(Record):
-    warmup: int | None = None
-    steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -657,6 +658,8 @@ class FixDecision(Record):
     memory: MemoryChange | None = _optional(MemoryChange)
     failure: Failure | None = _optional(Failure)
     codes: list[str] | None = _omitted()  # a combination's fixes
+    measured_as: str | None = _omitted()  # the figures are those of this set of fixes (not the fix alone)
+    window: Window | None = _optional(Window, omit=True)  # the warm-up and timed steps it was measured over
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FixDecision:
@@ -674,7 +677,7 @@ class FixDecision(Record):
         return cls(cand.label, kept=decision is Decision.KEPT, decision=decision,
                    measured=decision is not Decision.UNMEASURED, reason=reason, applied=dict(applied),
                    metric=cand.metric, speedup=cand.speedup, numerics=cand.numerics, memory=cand.memory,
-                   failure=cand.failure, codes=codes)
+                   failure=cand.failure, codes=codes, window=cand.window)
 
     def to_json(self) -> dict[str, Any]:
         if self.decision is Decision.SKIPPED:
@@ -704,7 +707,8 @@ class VerifyReport(Record):
     summary: str = ""
     load: Load = _nested(Load)
     caveat: str = ""
-    comparison: Comparison = _nested(Comparison)  # the single fixes' comparison; its candidates are in fixes
+    comparison: Comparison = _nested(Comparison)  # the first comparison (the combination, or the single fixes)
+    mode: str = ""  # "combination first" or "per-fix"
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()

@@ -113,7 +113,7 @@ def test_a_verify_report_reads_back(tmp_path, fake_fixer, fake_runs, quick_setti
     script = tmp_path / "train.py"
     script.write_text("A\nB\nC\n")
     fixer = fake_fixer({"SF102": ("A", "a"), "SF104": ("B", "b"), "SF402": ("C\n", "C\n")})  # SF402: no change
-    runs = fake_runs({"original": 100.0, "SF102": 130.0, "SF104": 50.0})
+    runs = fake_runs({"original": 100.0, "SF102": 130.0, "SF104": 50.0, "SF102+SF104": 50.0})
     settings = quick_settings(max_pairs=MIN_VERDICT_PAIRS, min_pairs=MIN_VERDICT_PAIRS)
     verify_script(script, [], console=Console(record=True), fixer=fixer, compare_settings=settings, run=runs)
     saved = json.loads((tmp_path / "train.speedfix-verify.json").read_text())
