@@ -146,7 +146,8 @@ def epochs_text(result: RunResult) -> str | None:
     between = [b for b in epochs.between if b.phase == "window" and b.at_step >= warmup]
     how = "an epoch ends where the training DataLoader runs out"
     if not between:
-        return f"{epochs.ended or 'none'} ended, none inside the window ({how})"
+        return (f"{epochs.ended} ended, none inside the window ({how})" if epochs.ended
+                else f"none ended while the script ran ({how})")
     parts = [f"{b.seconds:.1f} s after epoch {b.after_epoch}" + (f" ({b.compilations} compilation(s))"
                                                                  if b.compilations else "") for b in between[:4]]
     more = f", and {len(between) - 4} more" if len(between) > 4 else ""

@@ -56,6 +56,9 @@ def large_linked_file():
     with open(here / "data.bin", "r+b") as f:
         f.write(b"overwritten")
 
+def save_over_the_large_linked_file():  # torch.save writes from C++: no audit event of its own
+    torch.save({"w": torch.ones(2)}, here / "data.bin")
+
 def absolute_path_into_the_folder():
     open(os.path.join(sys.argv[2], "out.txt"), "w").write("x")
 
@@ -66,6 +69,7 @@ attempt("save", save_next_to_the_script)
 attempt("runs", runs_folder)
 attempt("hidden", hidden_folders)
 attempt("large", large_linked_file)
+attempt("save_linked", save_over_the_large_linked_file)
 attempt("absolute", absolute_path_into_the_folder)
 attempt("remove", remove_the_script)
 with open(sys.argv[1], "w") as f:  # outside the user's folder
@@ -109,6 +113,7 @@ def test_the_cases_of_the_issue_leave_the_users_folder_byte_identical(tmp_path, 
     assert seen["save"] == seen["runs"] == seen["hidden"] == seen["remove"] == "done"
     # what would reach a real file is refused, and the run's report names it
     assert seen["large"].startswith("PermissionError: [Errno 13] speedfix bench keeps your files unchanged")
+    assert seen["save_linked"].startswith("PermissionError")
     assert seen["absolute"].startswith("PermissionError")
     assert {(r.event, r.path) for r in result.guard.refused} == {("open", str(project / "data.bin")),
                                                                   ("open", str(project / "out.txt"))}
