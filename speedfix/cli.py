@@ -287,10 +287,10 @@ def show_rule(
 
 def _register_bench() -> None:
     try:
-        from speedfix.bench.cli import bench
+        from speedfix.bench.cli import CONTEXT_SETTINGS, bench
     except ImportError:  # the benchmark module is optional at import time
         return
-    app.command("bench", context_settings={"help_option_names": ["-h", "--help"]})(bench)
+    app.command("bench", context_settings=CONTEXT_SETTINGS)(bench)
 
 
 _register_bench()

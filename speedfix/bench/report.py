@@ -44,6 +44,10 @@ def fmt_bytes(value: float | None) -> str:
     return "-"
 
 
+def fmt_seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s (not timed)"
+
+
 def fmt_speedup(speedup: Speedup | None) -> str:
     if not speedup:
         return "-"
@@ -126,6 +130,35 @@ def warn_real_files_modified(paths: list[str], console: Console) -> None:
                       f"{' ...' if len(paths) > 5 else ''}[/]")
 
 
+def warn_refused_writes(result: RunResult, console: Console) -> None:
+    """The write guard refused changes to the user's files: say which (the script may have failed on it)."""
+    guard = result.guard
+    if guard and guard.refusals:
+        paths = sorted({f"{r.event} {r.path}" for r in guard.refused})
+        console.print(f"[yellow]the benchmark kept your files unchanged: it refused {guard.refusals} change(s) the "
+                      f"script tried to make to them ({'; '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}); "
+                      "--real-cwd lets the script change your files[/]", highlight=False)
+
+
+def epochs_text(result: RunResult) -> str | None:
+    """How epochs were found, and the time between them that the window left out."""
+    epochs = result.epochs
+    if not result.reported or not result.observed_steps:
+        return None
+    if epochs.detected_by is None:
+        return "not seen (no DataLoader in the training loop): the window is continuous time"
+    warmup = result.steps.warmup or 0
+    between = [b for b in epochs.between if b.phase == "window" and b.at_step >= warmup]
+    how = "an epoch ends where the training DataLoader runs out"
+    if not between:
+        return (f"{epochs.ended} ended, none inside the window ({how})" if epochs.ended
+                else f"none ended while the script ran ({how})")
+    parts = [f"{b.seconds:.1f} s after epoch {b.after_epoch}" + (f" ({b.compilations} compilation(s))"
+                                                                 if b.compilations else "") for b in between[:4]]
+    more = f", and {len(between) - 4} more" if len(between) > 4 else ""
+    return f"between epochs: {', '.join(parts)}{more}; measured apart, not in the window ({how})"
+
+
 def render_run(result: RunResult, console: Console) -> None:
     s = result.summary()
     env, device, steps = result.env, result.device, result.steps
@@ -135,7 +168,7 @@ def render_run(result: RunResult, console: Console) -> None:
     table.add_column("")
     style = "green" if s.status == OK else "red"
     table.add_row("status", f"[{style}]{s.status}[/]: {s.message}")
-    table.add_row("device", f"{device.type or '?'} ({device.param_dtype or '?'} parameters), "
+    table.add_row("device", f"{device.describe()} ({device.param_dtype or '?'} parameters), "
                   f"torch {_or_unknown(env.torch)}, python {_or_unknown(env.python)}")
     table.add_row("steps", f"{steps.warmup or 0} warm-up + {s.steps_timed or 0} timed "
                   f"({steps.observed_primary or 0} observed, {steps.optimizers or 0} optimizer(s))")
@@ -145,10 +178,15 @@ def render_run(result: RunResult, console: Console) -> None:
     if compiled.compilations:
         settled = "" if compiled.settled is not False else "; [yellow]still compiling when the window opened[/]"
         in_window = compiled.in_window or 0
+        restarts = compiled.window_restarts
+        again = (f"; the window was measured again after compiling inside it at step "
+                 f"{', '.join(str(r.get('at_step')) for r in restarts)} (warm-up extended)" if restarts else "")
         table.add_row("compile", f"{compiled.seconds:.1f} s in {compiled.compilations} compilation(s), "
-                      f"paid once per run; {in_window or 'none'} inside the window{settled}")
+                      f"paid once per run; {in_window or 'none'} inside the window{settled}{again}")
     if s.window_s:
-        table.add_row("window", f"{s.window_s:.2f} s")
+        table.add_row("window", f"{s.window_s:.2f} s of training")
+    if epochs := epochs_text(result):
+        table.add_row("epochs", epochs)
     table.add_row("steps/s", fmt_rate(s.steps_per_s))
     source = data.batch_size_source
     table.add_row("samples/s", fmt_rate(s.samples_per_s) +
@@ -171,6 +209,7 @@ def render_run(result: RunResult, console: Console) -> None:
                           f"{loss.grad_scaler_step_calls or 0}")
     print_table(console, table)
     warn_real_files_modified(result.runner.real_files_modified, console)
+    warn_refused_writes(result, console)
     if s.status != OK:
         tail = result.runner.stderr_tail.strip()
         if tail:
@@ -203,6 +242,9 @@ def render_compare(outcome: Comparison, console: Console) -> None:
             ("samples/s", fmt_rate(orig.samples_per_s), [fmt_rate(c.runs.samples_per_s) for c in cands]),
             ("data wait", fmt_pct(orig.data_wait_fraction), [fmt_pct(c.runs.data_wait_fraction) for c in cands]),
             ("peak memory", fmt_bytes(orig.peak_bytes), [fmt_bytes(c.runs.peak_bytes) for c in cands]),
+            *([("between epochs", fmt_seconds(orig.between_epochs_s), [fmt_seconds(c.runs.between_epochs_s)
+                                                                        for c in cands])]
+              if any(r.between_epochs_s for r in (orig, *(c.runs for c in cands))) else []),
             ("speedup [95% CI]", "1.00x", [fmt_speedup(c.speedup) for c in cands]),
             ("verdict", "", [c.speedup.verdict if c.speedup else "-" for c in cands]),
             ("loss check", "", [_numerics_text(c.numerics) for c in cands])]

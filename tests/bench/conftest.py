@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import typer
 
-from speedfix.bench.cli import bench
+from speedfix.bench.cli import CONTEXT_SETTINGS, bench
+from speedfix.bench.settings import CompareSettings
 from speedfix.bench.results import RunResult
 from speedfix.bench.runner import RunSpec
 from speedfix.bench.settings import CompareSettings, RunConfig
@@ -180,7 +181,7 @@ def fake_fixer():
 def cli_app():
     """The bench command on a throwaway typer app, as speedfix.cli registers it."""
     app = typer.Typer()
-    app.command("bench")(bench)
+    app.command("bench", context_settings=CONTEXT_SETTINGS)(bench)
 
     @app.callback()
     def _root() -> None:

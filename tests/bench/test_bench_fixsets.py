@@ -128,7 +128,7 @@ def test_the_cpu_timing_example_holds_three_cpu_fixes_and_no_gpu_only_one():
     # benchmarks/verify_cpu_example.py is the script whose `apply --verify` time docs/benchmarks.md reports
     from pathlib import Path
 
-    from speedfix import fixer
+    from speedfix.fixes import fixer
     from speedfix.bench.fixsets import gpu_only
 
     example = Path(__file__).resolve().parents[2] / "benchmarks" / "verify_cpu_example.py"
