@@ -104,3 +104,20 @@ for x, y in loader:
 def good_script() -> str:
     """A small CUDA training script with exactly one finding (SF102)."""
     return GOOD_SCRIPT
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The names of the files really analysed (not served from the cache); the cache is on."""
+    import speedfix.commands.scan as scan_module
+
+    calls: list[str] = []
+    original = scan_module.analyze
+
+    def counting(source, path, *args, **kwargs):
+        calls.append(Path(path).name)
+        return original(source, path, *args, **kwargs)
+
+    monkeypatch.setattr(scan_module, "analyze", counting)
+    monkeypatch.delenv("SPEEDFIX_NO_CACHE", raising=False)
+    return calls
