@@ -33,7 +33,7 @@ from .results import (INCOMPLETE, OK, SAMPLES_PER_S, STEPS_PER_S, Calibration, C
                       median_or_none)
 from .runner import RunSpec, run_once, runs_in_real_cwd
 from .settings import CompareSettings, RunConfig
-from .stats import MIN_VERDICT_PAIRS, cv, precise_enough, summarize
+from .stats import cv, precise_enough, summarize
 from .timeplan import TimePlan, about
 
 RunFn = Callable[[RunSpec, RunConfig], RunResult]

@@ -24,6 +24,7 @@ from speedfix.engine.results import SYNTAX_ERROR_CODE, Analysis
 from speedfix.engine.rule import Rule
 from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.project import Links
+from speedfix.model.project_files import ProjectFiles
 from speedfix.syntax.comments import own_lines
 from speedfix.syntax.nodes import walk_expression
 from speedfix.syntax.parsing import python_ast
@@ -240,6 +241,7 @@ def fix_source(
     *,
     unsafe: bool,
     links: Links | None = None,
+    project: ProjectFiles | None = None,
 ) -> FixOutcome:
     """Fix ``source`` to a fixed point (``links``: what the other files of the project tell it).
     Raises FixError when a fix breaks the code, and SyntaxProblem when the parser gives up on
@@ -251,7 +253,7 @@ def fix_source(
     analysis: Analysis | None = None
     restorer: Restorer | None = None
     def analyse(data: bytes, fixed: bool) -> Analysis:
-        result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target, links)
+        result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target, links, project)
         broken = result.error or result.syntax_error  # the parse runs the interpreter's ast too
         if broken is not None and fixed:  # the input parsed: our own fix broke it
             raise FixError(f"{path}: a fix produced code that does not parse ({broken.message}); nothing was written")
