@@ -4,7 +4,7 @@ Every ```console block of README.md whose first line is `$ speedfix ...` is a sa
 command is run in-process from the repository root (no cache, no configuration file), and the
 rest of the block is what it prints (standard output, then standard error; trailing spaces
 dropped). A sample may keep only a part of the output (``PARTS``). Samples whose output depends on the machine (the
-benchmark's timings) are listed in ``MEASURED`` and left as they are: their figures are dated
+benchmark's timings, ``measured``) are left as they are: their figures are dated
 measurements, not generated text.
 
     python docs/readme_samples.py          # rewrite the samples in README.md
@@ -25,8 +25,10 @@ README = ROOT / "README.md"
 
 BLOCK = re.compile(r"^```console\n\$ (speedfix [^\n]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
-# Benchmark runs: timings of one machine on one day, kept as measured.
-MEASURED = ("speedfix bench ", "speedfix apply lstm_forecast.py --verify")
+def measured(command: str) -> bool:
+    """A benchmark run (`speedfix bench`, `apply --verify`): timings of one machine on one day,
+    kept as measured."""
+    return command.startswith("speedfix bench ") or " --verify" in command
 
 
 def _section(heading: str) -> Callable[[str], str]:
@@ -67,13 +69,13 @@ def run(command: str) -> str:
 
 def samples(readme: str) -> list[tuple[str, str]]:
     """(command, the output the README shows) for every generated sample."""
-    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(readme) if not m.group(1).startswith(MEASURED)]
+    return [(m.group(1), m.group(2)) for m in BLOCK.finditer(readme) if not measured(m.group(1))]
 
 
 def regenerate(readme: str) -> str:
     def replace(match: re.Match[str]) -> str:
         command = match.group(1)
-        if command.startswith(MEASURED):
+        if measured(command):
             return match.group(0)
         return f"```console\n$ {command}\n{run(command)}```"
 

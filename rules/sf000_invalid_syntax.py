@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from speedfix.engine.analysis import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME
 from speedfix.engine.findings import Category, Severity
+from speedfix.engine.results import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME
 from speedfix.engine.rule import Invalid, Rule, Valid
 
 

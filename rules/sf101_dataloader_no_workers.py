@@ -11,7 +11,7 @@ from speedfix.model.arguments import find_argument, literal_int
 from speedfix.model.flow import assigned_name
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import Place, iterated_per_epoch, late_value, samples_place
+from speedfix.model.loaders import Place, evaluation_only, iterated_per_epoch, late_value, samples_place
 from speedfix.model.patterns import (
     DATALOADER,
     dataset_argument,
@@ -365,6 +365,8 @@ class DataloaderNoWorkers(Rule):
         dataset = dataset_argument(site)
         if is_in_memory_dataset(ctx, dataset, site.stack) or samples_place(ctx, site) is Place.DEVICE:
             return  # nothing for workers to do; with CUDA samples, forked workers would fail
+        if evaluation_only(ctx, site):
+            return  # one evaluation pass after training; the framework builds the training loader
         workers = find_argument(ctx, site, "num_workers", 5)
         if workers.unknown or _justified(site, workers.arg):
             return

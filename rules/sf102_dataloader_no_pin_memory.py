@@ -9,7 +9,7 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.devices import copies_to_device
 from speedfix.model.frameworks import framework_uses_cuda
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import Place, late_value, samples_place
+from speedfix.model.loaders import Place, evaluation_only, late_value, samples_place
 from speedfix.model.patterns import DATALOADER
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 
@@ -263,6 +263,8 @@ class DataloaderNoPinMemory(Rule):
         pin = find_argument(self.ctx, site, "pin_memory", 7)
         if not pin.missing or late_value(self.ctx, site, "pin_memory") is not None:
             return  # chosen, in the call or afterwards (`loader.pin_memory = True`: SF105)
+        if evaluation_only(self.ctx, site):
+            return  # one evaluation pass after training; the framework builds the training loader
         place = samples_place(self.ctx, site)
         if place is Place.DEVICE:
             return  # CUDA (or sparse) samples cannot be pinned: the DataLoader would raise

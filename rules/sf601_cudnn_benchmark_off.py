@@ -4,7 +4,9 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.flow import default_choice, off_by_default
+from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.index import CallSite
+from speedfix.model.lightning_config import configured_trainers
 from speedfix.model.networks import is_conv_architecture, project_conv_dims, zoo_architecture
 from speedfix.model.patterns import cudnn_choices
 from speedfix.project.steps import CONV_LAYERS
@@ -313,7 +315,5 @@ class CudnnBenchmarkOff(Rule):
         return None
 
     def _uses_lightning(self) -> bool:
-        """Lightning's `Trainer(benchmark=...)` owns the flag."""
-        return any(
-            (self.ctx.call_qualname(site) or "").startswith(("lightning", "pytorch_lightning")) for site in self.ctx.calls
-        )
+        """Lightning's `Trainer(benchmark=...)` owns the flag (SF901 says so); a `Fabric` has none."""
+        return bool(self.ctx.calls_to(*LIGHTNING_TRAINER, *LIGHTNING_CLI)) or bool(configured_trainers(self.ctx))

@@ -29,10 +29,11 @@ from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import PositionCodec
 
 from speedfix import __version__
-from speedfix.commands.scan import display_path, project_links, time_limit_message
-from speedfix.engine.analysis import Analysis, FileError, SyntaxProblem, analyze
+from speedfix.commands.scan import display_path, file_setup, project_links, time_limit_message
+from speedfix.engine.analysis import SyntaxProblem, analyze
 from speedfix.engine.findings import Applicability, Finding, Fix, Severity
 from speedfix.engine.registry import rule_by_code
+from speedfix.engine.results import Analysis, FileError
 from speedfix.fixes.fixer import FixError, allowed, apply_fixes, fix_source, op_node
 from speedfix.output import format_names
 from speedfix.project import Links
@@ -146,8 +147,9 @@ class Checked:
         if not any(allowed(finding, unsafe) for finding in self.analysis.findings):
             return None
         rules = self.settings.rules_for(self.source.path)
+        project, version = file_setup(self.settings, self.source.path)
         try:
-            outcome = fix_source(self.source, self.path, rules, self.settings.target, unsafe=unsafe)
+            outcome = fix_source(self.source, self.path, rules, version, unsafe=unsafe, project=project)
         except (SyntaxProblem, FixError) as exc:
             log.warning("fix all: %s", exc)
             return None
@@ -214,7 +216,8 @@ def check(path: Path | None, text: str, settings: Settings) -> Checked:
     try:
         # the same per-file limit as `scan`: a pathological buffer must not block the editor
         with deadline.time_limit(settings.file_time_limit):
-            analysis = analyze(source, shown, settings.rules_for(file), settings.target, links)
+            project, version = file_setup(settings, file)
+            analysis = analyze(source, shown, settings.rules_for(file), version, links, project)
     except RecursionError:
         analysis = Analysis(shown, error=FileError(shown, "the file is nested too deeply to analyse"))
     except deadline.TimeLimitExceeded as exc:
@@ -247,8 +250,10 @@ def error_diagnostic(error: FileError, index: LineIndex) -> types.Diagnostic:
 
 
 def diagnostics(checked: Checked, index: LineIndex) -> list[types.Diagnostic]:
-    """The highest impact first, as `speedfix scan` lists them; none below `min-impact`."""
-    wanted = [f for f in checked.analysis.findings if f.impact.at_least(checked.settings.min_impact)]
+    """The highest impact first, as `speedfix scan` lists them; none below `min-impact`. A finding
+    about a configuration file the script reads belongs to that file, not this buffer."""
+    wanted = [f for f in checked.analysis.findings
+              if f.file is None and f.impact.at_least(checked.settings.min_impact)]
     found = [diagnostic(finding, index) for finding in sorted(wanted, key=lambda f: f.impact_key)]
     if checked.analysis.error is not None:
         found.append(error_diagnostic(checked.analysis.error, index))

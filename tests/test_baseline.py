@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LOADER = "loader = DataLoader(train_set, batch_size=32, shuffle=True)"
 
@@ -124,3 +128,12 @@ def test_add_noqa_is_not_combined_with_fixing(run_cli, write, train_script, tmp_
         result = run_cli("scan", ".", "--add-noqa", flag, cwd=tmp_path)
         assert result.exit_code == 2 and "--add-noqa cannot be combined with --fix or --diff" in result.stderr
     assert path.read_text(encoding="utf-8") == train_script
+
+
+def test_findings_in_configuration_files_are_named_not_dropped(run_cli, tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "fixtures" / "projects" / "hf_deepspeed_lora", project)
+    result = run_cli("scan", ".", "--add-noqa", cwd=project)
+    assert result.exit_code == 0, result.stderr
+    assert ("SF906 at configs/ds_offload.json:7 is in a configuration file: no `# noqa` added there" in result.stderr)
+    assert json.loads((project / "configs" / "ds_offload.json").read_text(encoding="utf-8"))  # still JSON

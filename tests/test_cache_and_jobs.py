@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import speedfix.commands.scan as scan_module
+import speedfix.engine.analysis as analysis_module
 
 
 @pytest.fixture
@@ -29,13 +33,13 @@ def cached_cli(run_cli, monkeypatch):
 def analyses(monkeypatch):
     """Counts the files that were really analysed (not served from the cache)."""
     calls: list[str] = []
-    original = scan_module.analyze
+    original = analysis_module.analyze
 
     def counting(source, path, *args, **kwargs):
         calls.append(path)
         return original(source, path, *args, **kwargs)
 
-    monkeypatch.setattr(scan_module, "analyze", counting)
+    monkeypatch.setattr(analysis_module, "analyze", counting)  # the scan imports it when it analyses
     return calls
 
 
@@ -122,3 +126,23 @@ def _settings(root):
     from speedfix.workspace.config import Settings
 
     return Settings(root=root)
+
+
+
+def test_a_scan_of_cached_files_imports_no_rule_and_no_libcst(tmp_path, train_script):
+    """What a warm scan starts is what it pays for: with every file cached, the engine, the
+    rules and libcst stay unloaded (the first scan, which analyses the file, loads them)."""
+    (tmp_path / "train.py").write_text(train_script)
+    code = (
+        "import sys\nfrom speedfix.cli import main\n"
+        "try:\n    main(['scan', 'train.py', '--no-summary'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m in ('libcst', 'speedfix.model.context', 'speedfix.rules.sf101_dataloader_no_workers')))\n"
+    )
+    env = {name: value for name, value in os.environ.items() if name != "SPEEDFIX_NO_CACHE"}
+
+    def loaded() -> str:
+        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+        return run.stdout.splitlines()[-1]
+
+    assert loaded() == "['libcst', 'speedfix.model.context', 'speedfix.rules.sf101_dataloader_no_workers']"
+    assert loaded() == "[]"

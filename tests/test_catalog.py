@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from speedfix.bench import numerics
+from speedfix.engine.catalog import catalog
 from speedfix.engine.findings import LossCheck
 from speedfix.engine.plugins import PluginError, check_unique, one_per_module
 from speedfix.engine.registry import all_rules, discover_rules
@@ -23,6 +24,8 @@ def test_every_rule_module_defines_the_rule_its_file_name_says():
     modules = sorted(p.stem for p in (ROOT / "rules").glob("*.py") if not p.name.startswith("_"))
     assert modules == [f"{rule.code.lower()}_{rule.name.replace('-', '_')}" for rule in all_rules()]
     assert [rule.__module__.rsplit(".", 1)[1] for rule in all_rules()] == modules
+    # ... so the codes and names known without importing a rule are the catalog's
+    assert catalog() == {rule.code: rule.name for rule in all_rules()}
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import pytest
 from jsonschema import Draft7Validator
 
 from speedfix.commands.scan import ScanResult
-from speedfix.engine.analysis import FileError
 from speedfix.engine.findings import Applicability, Edit, Finding, Fix, Severity
 from speedfix.engine.registry import all_rules
+from speedfix.engine.results import FileError
 from speedfix.output.github import render_github
 from speedfix.output.sarif import render_sarif
 

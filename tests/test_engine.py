@@ -9,8 +9,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from speedfix.engine.analysis import SYNTAX_ERROR_CODE, analyze
+from speedfix.engine.analysis import analyze
 from speedfix.engine.registry import all_rules, rule_by_code
+from speedfix.engine.results import SYNTAX_ERROR_CODE
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
 from speedfix.model.versions import TorchVersion

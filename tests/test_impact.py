@@ -99,6 +99,21 @@ def test_a_big_or_unknown_model_keeps_the_rules_usual_impact(run_cli, write, tmp
     assert _by(_json(run_cli, "vit.py", cwd=tmp_path), "SF201")[0]["impact"] == "high"
 
 
+def test_a_hub_model_is_as_big_as_its_checkpoint_or_config_says(run_cli, write, tmp_path):
+    hub = "import torch\nfrom transformers import AutoModel, GPT2Config, GPT2LMHeadModel\n"
+    write("tiny.py", SMALL.replace("Net().to", "AutoModel.from_pretrained('prajjwal1/bert-tiny').to")
+          .replace("import torch\n", hub, 1))
+    write("config.py", SMALL.replace("Net().to", "GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, vocab_size=1000)).to")
+          .replace("import torch\n", hub, 1))
+    tiny = _by(_json(run_cli, "tiny.py", cwd=tmp_path), "SF501")[0]
+    assert tiny["impact"] == "medium" and tiny["impact_reason"] == "a small model (about 4.4M parameters)"
+    assert _by(_json(run_cli, "config.py", cwd=tmp_path), "SF501")[0]["impact"] == "medium"
+    # LoRA: the optimizer updates the adapters only, so fusing it is worth little
+    write("lora.py", SMALL.replace("Net().to", "get_peft_model(AutoModel.from_pretrained('gpt2'), LoraConfig(r=8)).to")
+          .replace("import torch\n", "import torch\nfrom peft import LoraConfig, get_peft_model\nfrom transformers import AutoModel\n", 1))
+    assert _by(_json(run_cli, "lora.py", cwd=tmp_path), "SF401")[0]["impact"] == "low"
+
+
 def test_channels_last_without_mixed_precision_is_low(run_cli, write, tmp_path):
     conv = SMALL.replace("nn.Linear(784, 128)", "nn.Conv2d(3, 64, 3)").replace("nn.Linear(128, 10)", "nn.Linear(64, 10)")
     write("fp32.py", conv.replace("nn.Conv2d(3, 64, 3)", "nn.Conv2d(3, 4096, 3)"))

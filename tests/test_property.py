@@ -11,7 +11,8 @@ import libcst as cst
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from speedfix.engine.analysis import SYNTAX_ERROR_CODE, SyntaxProblem
+from speedfix.engine.analysis import SyntaxProblem
+from speedfix.engine.results import SYNTAX_ERROR_CODE
 from speedfix.fixes.fixer import fix_code
 
 def profile(examples: int) -> settings:

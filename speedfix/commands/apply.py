@@ -10,8 +10,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from speedfix.commands.scan import display_path, project_links, time_limit_message
-from speedfix.engine.analysis import FileError, SyntaxProblem
+from speedfix.commands.scan import display_path, file_setup, project_links, time_limit_message
+from speedfix.engine.analysis import SyntaxProblem
+from speedfix.engine.results import FileError
 from speedfix.fixes.fixer import FixError, Unfixed, fix_source
 from speedfix.fixes.linemap import LineMap
 from speedfix.syntax import deadline
@@ -48,8 +49,10 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
         try:
             source, notebook = read_python(target.path, settings.max_file_size)
             with deadline.time_limit(settings.file_time_limit), collector_paused():
-                fixed = fix_source(source, shown, settings.rules_for(target.path), settings.target,
-                                   unsafe=settings.unsafe_fixes, links=links.get(target.path), min_impact=settings.min_impact)
+                project, version = file_setup(settings, target.path)
+                fixed = fix_source(source, shown, settings.rules_for(target.path), version,
+                                   unsafe=settings.unsafe_fixes, links=links.get(target.path), project=project,
+                                   min_impact=settings.min_impact)
             original, data = source.data, fixed.data
             left = [item.finding for item in fixed.unfixed]
             if not write:  # positions must be those of the file on disk, not of the fixed code

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from speedfix.engine.analysis import Note
+from speedfix.engine.results import Note
 from speedfix.engine.findings import Finding
 from speedfix.engine.impact import Measurements, judge
 from speedfix.project.linker import imported_words

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from speedfix.commands.apply import project_folders, write_file
-from speedfix.commands.scan import display_path, project_links, time_limit_message
-from speedfix.engine.analysis import SYNTAX_ERROR_CODE, FileError, Note, SyntaxProblem, analyze
+from speedfix.commands.scan import display_path, file_setup, project_links, time_limit_message
+from speedfix.engine.analysis import SyntaxProblem, analyze
+from speedfix.engine.results import SYNTAX_ERROR_CODE, FileError, Note
 from speedfix.engine.findings import Finding
 from speedfix.syntax import deadline
 from speedfix.syntax.parsing import collector_paused
@@ -54,7 +55,7 @@ def add_noqa_paths(paths: list[Path], settings: Settings) -> NoqaOutcome:
         shown = display_path(target.path)
         try:
             source, notebook = read_python(target.path, settings.max_file_size)
-            text, added, refused = _baseline(source, shown, settings, links.get(target.path), target.path)
+            text, added, refused, elsewhere = _baseline(source, shown, settings, links.get(target.path), target.path)
         except SourceError as exc:
             outcome.errors.append(FileError(shown, str(exc)))
             continue
@@ -67,6 +68,7 @@ def add_noqa_paths(paths: list[Path], settings: Settings) -> NoqaOutcome:
         for line in refused:
             outcome.notes.append(Note(shown, f"line {line} ends inside a string or after a backslash: "
                                              "no `# noqa` added there"))
+        outcome.notes += [_elsewhere_note(shown, finding) for finding in elsewhere]
         if not added:
             continue
         data = notebook.rebuild(text) if notebook is not None else text.encode(source.encoding)
@@ -80,26 +82,38 @@ def add_noqa_paths(paths: list[Path], settings: Settings) -> NoqaOutcome:
     return outcome
 
 
+def _elsewhere_note(shown: str, finding: Finding) -> Note:
+    """A finding of the script's analysis in a configuration file is not edited: said, with the
+    way to silence it (a YAML or shell line takes a comment, a JSON file none)."""
+    where = display_path(Path(finding.file or ""))
+    how = (f"list {finding.code} in `per-file-ignores` for {shown}" if where.endswith(".json")
+           else f"that line takes `# noqa: {finding.code}` by hand")
+    return Note(shown, f"{finding.code} at {where}:{finding.line} is in a configuration file: no `# noqa` added there ({how})")
+
+
 _PASSES = 10  # a suppressed finding may let the rule report the next place (SF301's other syncs)
 
 
 def _baseline(source: SourceFile, shown: str, settings: Settings, links: Links | None,
-              path: Path) -> tuple[str, int, list[int]]:
+              path: Path) -> tuple[str, int, list[int], list[Finding]]:
     """The file's text with `# noqa` on every line with findings, until no finding is left that
-    a comment can take; the lines changed and those that cannot take one."""
-    text, added, refused = source.text, 0, []
+    a comment can take; the lines changed, those that cannot take one, and the findings in
+    configuration files (YAML, JSON, launch scripts) that the script's analysis reported."""
+    text, added, refused, elsewhere = source.text, 0, [], []
+    project, version = file_setup(settings, path)
     for _ in range(_PASSES):
         current = SourceFile(source.path, text.encode(source.encoding), text, source.encoding)
         with deadline.time_limit(settings.file_time_limit), collector_paused():
-            analysis = analyze(current, shown, settings.rules_for(path), settings.target, links)
-        findings = [f for f in analysis.findings
-                    if f.code != SYNTAX_ERROR_CODE and f.impact.at_least(settings.min_impact) and f.line not in refused]
+            analysis = analyze(current, shown, settings.rules_for(path), version, links, project)
+        wanted = [f for f in analysis.findings if f.code != SYNTAX_ERROR_CODE and f.impact.at_least(settings.min_impact)]
+        elsewhere = elsewhere or [f for f in wanted if f.file is not None]
+        findings = [f for f in wanted if f.file is None and f.line not in refused]
         text, more, cannot = with_noqa(text, findings)
         refused += cannot
         if not more:
             break
         added += more
-    return text, added, refused
+    return text, added, refused, elsewhere
 
 
 def with_noqa(text: str, findings: list[Finding]) -> tuple[str, int, list[int]]:

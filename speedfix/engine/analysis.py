@@ -17,75 +17,29 @@ A syntax error is a finding like any other, ``SF000 invalid-syntax`` (as ruff re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import libcst as cst
 from libcst import ParserSyntaxError
 
 from speedfix.engine.coverage import unchecked_loop_note
-from speedfix.engine.findings import Finding, Impact, Severity
+from speedfix.engine.findings import Finding
+from speedfix.engine.results import Analysis, FileError, Note, syntax_finding
 from speedfix.engine.rule import Rule
 from speedfix.engine.suppression import FileSuppressions, line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
+from speedfix.model.project_files import ProjectFiles, display_path
 from speedfix.syntax import deadline
 from speedfix.syntax.parsing import parse_module, python_ast
 from speedfix.syntax.positions import positions_for
 from speedfix.syntax.source import SourceFile
 from speedfix.syntax.walk import walk_batched
 
-_RELEVANT = (b"torch", b"lightning", b"transformers", b"accelerate", b"deepspeed")
-
-SYNTAX_ERROR_CODE = "SF000"
-SYNTAX_ERROR_NAME = "invalid-syntax"
-
-
-@dataclass
-class FileError:
-    """A file that could not be analysed; ``line``/``column`` are 1-based when known."""
-
-    path: str
-    message: str
-    line: int | None = None
-    column: int | None = None
-    kind: str = "error"  # error | syntax
-
-    def render(self) -> str:
-        where = f"{self.path}:{self.line}:{self.column}" if self.line else self.path
-        prefix = "syntax error" if self.kind == "syntax" else "error"
-        return f"{where}: {prefix}: {self.message}"
-
-
-@dataclass
-class Note:
-    """Something the report must say about a file that is neither a finding nor an error: what
-    could not be checked, a notebook cell that was skipped."""
-
-    path: str
-    message: str
-
-    def render(self) -> str:
-        return f"{self.path}: note: {self.message}"
-
-
-@dataclass
-class Analysis:
-    """The result for one file; ``module``/``context`` are kept for ``apply``."""
-
-    path: str
-    findings: list[Finding] = field(default_factory=list)
-    error: FileError | None = None
-    module: cst.Module | None = None
-    context: FileContext | None = None
-    notes: list[Note] = field(default_factory=list)
-
-    @property
-    def syntax_error(self) -> Finding | None:
-        """The SF000 finding when the file does not parse."""
-        return next((f for f in self.findings if f.code == SYNTAX_ERROR_CODE), None)
+_RELEVANT = (b"torch", b"lightning", b"transformers", b"accelerate", b"deepspeed", b"trl")
 
 
 class SyntaxProblem(Exception):
@@ -94,25 +48,6 @@ class SyntaxProblem(Exception):
     def __init__(self, error: FileError) -> None:
         super().__init__(error.message)
         self.error = error
-
-
-def syntax_finding(error: FileError) -> Finding:
-    """The SF000 finding for a syntax error: one character at the parser's position."""
-    line, column = error.line or 1, error.column or 1
-    return Finding(
-        code=SYNTAX_ERROR_CODE,
-        name=SYNTAX_ERROR_NAME,
-        message=error.message,
-        severity=Severity.ERROR,
-        node=None,
-        path=error.path,
-        line=line,
-        column=column,
-        end_line=line,
-        end_column=column + 1,
-        no_fix_reason="a file that does not parse is never rewritten",
-        impact=Impact.HIGH,  # the script does not run at all
-    )
 
 
 def parse(data: bytes | str, path: str) -> cst.Module:
@@ -169,9 +104,12 @@ def analyze(
     rule_classes: Sequence[type[Rule]],
     torch_version: TorchVersion,
     links: Links | None = None,
+    project: ProjectFiles | None = None,
 ) -> Analysis:
     """Run ``rule_classes`` on one file and return its findings (positions and noqa applied);
-    ``links``: what the other files of the scan tell this one (None: a file on its own)."""
+    ``links``: what the other files of the scan tell this one (None: a file on its own);
+    ``project``: how to read the project's configuration files (None: the file's folder and
+    the current one)."""
     result = Analysis(path)
     suppressions = FileSuppressions.parse(source.text) if b"noqa" in source.data else FileSuppressions(frozenset())
     if suppressions.skips_file:
@@ -188,7 +126,8 @@ def analyze(
         module = parse(source.data, path)
     except SyntaxProblem as problem:
         return _failed(result, problem.error)
-    context = FileContext(module, path, torch_version, links)
+    project = project or ProjectFiles.for_script(Path(source.path), (Path.cwd(),))
+    context = FileContext(module, path, torch_version, links, project)
     rules = [cls(context) for cls in rule_classes
              if cls.applies_to(torch_version) and cls.may_apply(source.data, cuda=cuda, hot=hot, linked=linked)]
     top_of: dict[cst.CSTNode, int] = {}
@@ -202,6 +141,8 @@ def analyze(
         findings.extend(rule.findings)
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
+    result.inputs = dict(project.inputs)
+    result.notes.extend(Note(path, problem) for problem in dict.fromkeys(project.problems))
     note = unchecked_loop_note(context, rule_classes)
     if note is not None:
         result.notes.append(Note(path, note))
@@ -227,6 +168,13 @@ def locate(
         if where is not None:
             finding.line, finding.column = where.start.line, where.start.column + 1
             finding.end_line, finding.end_column = where.end.line, where.end.column + 1
+        if finding.file is not None:  # a line of a configuration file (`Rule.report_at`)
+            finding.path = display_path(Path(finding.file))
+            if suppressions.suppresses(finding.code):
+                suppressed.append(finding)
+            else:
+                kept.append(finding)
+            continue
         finding.path = path
         line_text = lines[finding.line - 1] if 0 < finding.line <= len(lines) else ""
         if suppressions.suppresses(finding.code) or line_suppresses(line_text, finding.code):
@@ -251,11 +199,13 @@ def _drop_fixes_sharing_ops(kept: list[Finding], suppressed: list[Finding]) -> N
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
-    """One finding per (code, position): a rule may reach the same node twice."""
-    seen: set[tuple[str, int, int]] = set()
+    """One finding per (code, position, message): a rule may reach the same node twice (two
+    different findings of one rule that start at one place, a framework call that is also its
+    statement, are both kept)."""
+    seen: set[tuple[str, str, int, int, str]] = set()
     unique = []
     for finding in findings:
-        key = (finding.code, finding.line, finding.column)
+        key = (finding.code, finding.path, finding.line, finding.column, finding.message)
         if key not in seen:
             seen.add(key)
             unique.append(finding)

@@ -1,12 +1,19 @@
-"""Findings and fixes: what a rule reports and how it would change the code."""
+"""Findings and fixes: what a rule reports and how it would change the code.
+
+Only data: findings read back from the scan cache need no libcst (its node types are named in
+annotations alone).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
-import libcst as cst
+if TYPE_CHECKING:
+    import libcst as cst
+
+    NodeResult = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
 
 
 class Severity(str, Enum):
@@ -75,9 +82,6 @@ class LossCheck(str, Enum):
 
 
 # ---------------------------------------------------------------- fix operations
-NodeResult = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
-
-
 @dataclass(frozen=True, eq=False)
 class Transform:
     """Rewrite ``node``: ``func`` gets the node as already updated by nested fixes."""
@@ -158,6 +162,9 @@ class Finding:
     no_fix_reason: str | None = None  # why a fixable rule has no fix here
     cell: int | None = None  # notebooks: 1-based cell number
     cell_line: int | None = None  # notebooks: line within the cell
+    # A finding about a configuration file (YAML, JSON, a launch script) the script reads: its
+    # absolute path; ``path``/``line``/``column`` are then that file's, as the report shows them.
+    file: str | None = None
     edits: list[Edit] | None = field(default=None, repr=False)  # filled on demand
     diff: str | None = field(default=None, repr=False)  # filled on demand
     impact: Impact = Impact.MEDIUM
@@ -213,6 +220,7 @@ def to_record(finding: Finding) -> dict:
         "no_fix_reason": finding.no_fix_reason,
         "cell": finding.cell,
         "cell_line": finding.cell_line,
+        "file": finding.file,
         "edits": None if finding.edits is None else [e.__dict__ for e in finding.edits],
         "diff": finding.diff,
         "impact": finding.impact.value,
@@ -240,6 +248,7 @@ def from_record(record: dict) -> Finding:
         no_fix_reason=record.get("no_fix_reason"),
         cell=record.get("cell"),
         cell_line=record.get("cell_line"),
+        file=record.get("file"),
         edits=None if edits is None else [Edit(**e) for e in edits],
         diff=record.get("diff"),
         impact=Impact(record["impact"]),  # a record of a version without impacts is analysed again

@@ -23,9 +23,11 @@ from typing import ClassVar
 import libcst as cst
 from speedfix.engine.findings import Applicability, Category, Finding, Fix, FixOp, Impact, LossCheck, Severity
 from speedfix.engine.impact import Estimate, Measure
+from speedfix.engine.suppression import line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import GPU_MARKERS
 from speedfix.model.versions import TorchVersion
+from speedfix.model.project_files import Location
 from speedfix.syntax.walk import Visitor
 
 DOC_SECTIONS = (
@@ -131,30 +133,45 @@ class Rule(Visitor):
                 ops=tuple(fix_ops),
                 restructures=restructures,
             )
-        finding = Finding(
-            code=self.code,
-            name=self.name,
-            message=message,
-            severity=severity or self.severity,
-            node=node,
-            fix=fix,
-            no_fix_reason=None if fix else no_fix_reason,
-            impact=self.impact,
-            measure=self.measure.value if self.measure is not None else None,
-        )
+        self.findings.append(self._finding(message, severity, node=node, fix=fix, no_fix_reason=None if fix else no_fix_reason))
+
+    def _finding(self, message: str, severity: Severity | None, **fields: object) -> Finding:
+        """A finding of this rule, with its impact for this script (``impact_here``)."""
+        finding = Finding(code=self.code, name=self.name, message=message, severity=severity or self.severity,
+                          impact=self.impact, measure=self.measure.value if self.measure is not None else None,
+                          **fields)  # type: ignore[arg-type]
         estimate = self.impact_here(finding)
         if estimate is not None:
             finding.impact = estimate.impact
             finding.impact_reason = estimate.reason if estimate.impact is not self.impact else None
             if not estimate.measurable:
                 finding.measure = None
-        self.findings.append(finding)
+        return finding
 
     def impact_here(self, finding: Finding) -> Estimate | None:
         """Override to move ``finding`` (its node, message, severity) from the rule's usual
         impact for what the script is (an evaluation-only loader, a small model): the rule's
         decision, from what the model says. None: the usual impact."""
         return None
+
+    def report_at(
+        self,
+        where: Location,
+        message: str,
+        *,
+        no_fix_reason: str | None = None,
+        severity: Severity | None = None,
+    ) -> None:
+        """Report a value of a configuration file the script reads (a YAML or JSON line, a
+        launch script's option) at its place in that file. speedfix rewrites Python only, so
+        such a finding has no fix: ``no_fix_reason`` says what to change. A `# noqa` on that
+        line (YAML and shell comments) suppresses it as in Python."""
+        if line_suppresses(where.line_text, self.code):
+            return
+        self.findings.append(self._finding(
+            message, severity, node=None, no_fix_reason=no_fix_reason, file=str(where.path),
+            line=where.line, column=where.column, end_line=where.end_line, end_column=where.end_column,
+        ))
 
     def finish(self) -> None:
         """Called once the whole file has been traversed."""

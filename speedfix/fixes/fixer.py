@@ -16,14 +16,16 @@ from pathlib import Path
 from typing import AbstractSet as Set, Iterable, Sequence
 
 import libcst as cst
-from speedfix.engine.analysis import SYNTAX_ERROR_CODE, Analysis, SyntaxProblem, analyze
+from speedfix.engine.analysis import SyntaxProblem, analyze
 from speedfix.engine.findings import (AddImport, Applicability, Blocker, Finding, Fix, Impact, InsertStatements,
                                       RemoveImportIfUnused, Transform)
 from speedfix.engine.registry import select_rules
+from speedfix.engine.results import SYNTAX_ERROR_CODE, Analysis
 from speedfix.fixes.linemap import LineMap
 from speedfix.engine.rule import Rule
 from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.project import Links
+from speedfix.model.project_files import ProjectFiles
 from speedfix.syntax.comments import own_lines
 from speedfix.syntax.nodes import walk_expression
 from speedfix.syntax.parsing import python_ast
@@ -240,6 +242,7 @@ def fix_source(
     *,
     unsafe: bool,
     links: Links | None = None,
+    project: ProjectFiles | None = None,
     min_impact: Impact = Impact.LOW,
 ) -> FixOutcome:
     """Fix ``source`` to a fixed point (``links``: what the other files of the project tell it;
@@ -261,7 +264,7 @@ def fix_source(
     quiet: list[tuple[Finding, str, list[str]]] = []  # gone without their fix: the code they were in, the fixes then
 
     def analyse(data: bytes, fixed: bool) -> Analysis:
-        result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target, links)
+        result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target, links, project)
         broken = result.error or result.syntax_error  # the parse runs the interpreter's ast too
         if broken is not None and fixed:  # the input parsed: our own fix broke it
             raise FixError(f"{path}: a fix produced code that does not parse ({broken.message}); nothing was written")

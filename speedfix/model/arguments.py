@@ -290,3 +290,16 @@ def _dest_of(site: CallSite) -> str:
     longs = [o for o in options if o.startswith("--")]
     chosen = longs[0] if longs else (options[0] if options else "")
     return chosen.lstrip("-").replace("-", "_")
+
+
+UNKNOWN_VALUE = object()  # what ``known_value`` returns for a value the file cannot tell
+
+
+def known_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> object:
+    """The Python value (bool, int, str or None) an expression certainly holds: a literal, a
+    constant, an argparse default; ``UNKNOWN_VALUE`` otherwise."""
+    for read in (literal_bool, literal_int, string_value):
+        value = read(ctx, node, stack)
+        if value is not None:
+            return value
+    return None if isinstance(node, cst.Name) and node.value == "None" else UNKNOWN_VALUE

@@ -386,3 +386,24 @@ def late_value(ctx: FileContext, site: CallSite, attribute: str) -> Assignment |
     """The last assignment of ``attribute`` after the loader's creation (see `late_attributes`)."""
     found = [a for a in late_attributes(ctx, site) if a.target.rpartition(".")[2] == attribute]
     return found[-1] if found else None
+
+
+# Calls that build the training loader themselves, from a dataset: `deepspeed.initialize(...,
+# training_data=trainset)` returns it as its third value.
+_FRAMEWORK_LOADERS = {"deepspeed.initialize": "training_data"}
+
+
+def evaluation_only(ctx: FileContext, site: CallSite) -> bool:
+    """A DataLoader the default run iterates once, outside the training loop, in a script whose
+    training batches come from a loader a framework builds (`deepspeed.initialize(...,
+    training_data=trainset)`): an evaluation after training, where workers and pinned memory
+    would start up for a single pass."""
+    if not any(not find_argument(ctx, init, keyword).missing
+               for qualified, keyword in _FRAMEWORK_LOADERS.items() for init in ctx.calls_to(qualified)):
+        return False
+    name = assigned_name(site)
+    if name is None or iterated_per_epoch(ctx, name):
+        return False
+    iterating = [info for info in ctx.loops.values()
+                 if info.iter is not None and dotted_name(unwrap_iterable(info.iter)) == name]
+    return bool(iterating) and not any(info.node in ctx.step_loops for info in iterating)

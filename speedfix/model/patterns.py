@@ -11,6 +11,7 @@ from typing import Callable
 import libcst as cst
 
 from speedfix.model.context import FileContext
+from speedfix.model.flow import default_choice
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
 from speedfix.project.steps import is_iterable_wrapper
@@ -207,9 +208,11 @@ _TF32_SWITCHES = ("allow_tf32", "fp32_precision")
 
 
 def matmul_precision_chosen(ctx: FileContext) -> bool:
-    """Does the script choose the fp32 matmul precision itself (`set_float32_matmul_precision`,
-    any `allow_tf32`/`fp32_precision` setting, "highest" included)?"""
-    return bool(matmul_precision_choices(ctx))
+    """Does the script's default run choose the fp32 matmul precision itself
+    (`set_float32_matmul_precision`, any `allow_tf32`/`fp32_precision` setting, "highest"
+    included)? A choice behind an option that is off by default (`if args.allow_tf32:` with a
+    `store_true` flag) does not count."""
+    return default_choice(ctx, matmul_precision_choices(ctx))[0]
 
 
 def matmul_precision_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:

@@ -18,6 +18,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, is_returned
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import CallSite
+from speedfix.model.model_size import estimated_parameters
 from speedfix.model.networks import (builds, built_classes, is_conv_architecture, model_classes,
                                       optimized_module, peel, project_builds_matmuls, project_builds_rnn,
                                       project_conv_dims, trained_models, zoo_architecture)
@@ -191,7 +192,9 @@ def _classes_parameters(ctx: FileContext, classes: set[str]) -> int | None:
 def largest_trained_model(ctx: FileContext) -> int | None:
     """The parameters of the biggest model the script trains, when every one can be counted
     (None: no model, or one whose size the file does not show). A module that makes its own
-    optimizer (Lightning's `configure_optimizers`: `Adam(self.parameters())`) is counted whole."""
+    optimizer (Lightning's `configure_optimizers`: `Adam(self.parameters())`) is counted whole;
+    a model of the Hugging Face Hub is as big as its config or checkpoint name says
+    (``model_size``)."""
     counts: list[int | None] = []
     for site in _optimizers(ctx):
         model = optimized_module(ctx, site)
@@ -201,9 +204,12 @@ def largest_trained_model(ctx: FileContext) -> int | None:
             continue
         counts += [parameter_estimate(ctx, b.built, b.assignment.stack)
                    for b in builds(ctx, model, site.stack, site.statement)] or [None]
-    if not counts or None in counts:
+    if counts and None not in counts:
+        return max(counts)  # type: ignore[type-var]
+    stated = estimated_parameters(ctx)  # a Hugging Face config or checkpoint that states its size
+    if stated is None:
         return None
-    return max(counts)  # type: ignore[type-var]
+    return max([stated] + [count for count in counts if count is not None])
 
 
 def trains_hub_model(ctx: FileContext) -> bool:

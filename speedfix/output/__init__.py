@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, ClassVar
 
+from speedfix.engine.catalog import rule_name
 from speedfix.engine.findings import Impact
 from speedfix.engine.plugins import check_unique, one_per_module
-from speedfix.engine.registry import rule_by_code
 
 if TYPE_CHECKING:
     from speedfix.commands.apply import ApplyOutcome
@@ -106,7 +106,7 @@ def statistics_rows(result: ScanResult) -> list[StatisticsRow]:
     """`--statistics`: findings per rule, most frequent first (then by code)."""
     counts = Counter(f.code for f in result.findings)
     fixable = {f.code for f in result.findings if f.fix is not None}
-    return [StatisticsRow(code, rule.name if (rule := rule_by_code(code)) else "", count, code in fixable)
+    return [StatisticsRow(code, rule_name(code) or "", count, code in fixable)
             for code, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))]
 
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from speedfix import __version__
 from speedfix.engine.findings import Applicability, Category, Finding, Impact
 from speedfix.engine.registry import rule_by_code
-from speedfix.engine.rule import Rule
 from speedfix.output import Reporter, ReportOptions, by_impact, impact_counts
 
 if TYPE_CHECKING:
     from speedfix.commands.scan import ScanResult
+    from speedfix.engine.rule import Rule
 
 MAX_ACTIONS = 10
 _PLACES_SHOWN = 3  # places named in an action's row before "and N more"

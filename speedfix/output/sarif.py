@@ -17,12 +17,12 @@ from urllib.parse import quote
 from speedfix import __version__
 from speedfix.engine.findings import Finding, Severity
 from speedfix.engine.registry import all_rules
-from speedfix.engine.rule import Rule
 from speedfix.output import Reporter, ReportOptions
 
 if TYPE_CHECKING:
     from speedfix.commands.scan import ScanResult
-    from speedfix.engine.analysis import FileError
+    from speedfix.engine.results import FileError
+    from speedfix.engine.rule import Rule
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}

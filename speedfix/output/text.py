@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from rich.console import Console
 from rich.text import Text
 
+from speedfix.engine.catalog import rule_name
 from speedfix.engine.findings import Applicability, Blocker, Finding, Impact
 from speedfix.engine.registry import rule_by_code
 from speedfix.output import Reporter, ReportOptions, by_impact, impact_counts, statistics_rows
@@ -96,8 +97,7 @@ def _fixed_lines(outcome: ApplyOutcome, verb: str, *, per_file: bool) -> list[st
     for path, applied in outcome.applied_by_file.items():
         lines.append(f"  {path}")
         for code, count in sorted(applied.items()):
-            rule = rule_by_code(code)
-            lines.append(f"    {count} x {code} {rule.name if rule else ''}".rstrip())
+            lines.append(f"    {count} x {code} {rule_name(code) or ''}".rstrip())
     return lines
 
 

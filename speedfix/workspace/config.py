@@ -13,19 +13,21 @@ import sys
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from speedfix.engine.catalog import known_selector, matches, selected_codes
 from speedfix.engine.findings import Impact
-from speedfix.engine.registry import known_selector, matches, select_rules
-from speedfix.engine.rule import Rule
 from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.syntax import deadline
 from speedfix.syntax.source import DEFAULT_MAX_FILE_SIZE
+
+if TYPE_CHECKING:
+    from speedfix.engine.rule import Rule
 
 _LIST_KEYS = {"select", "ignore", "extend-select", "exclude", "extend-exclude"}
 _KNOWN_KEYS = _LIST_KEYS | {
@@ -61,16 +63,29 @@ class Settings:
     def target(self) -> TorchVersion:
         return resolve_target(None, self.torch_version)
 
-    def rules(self) -> tuple[type[Rule], ...]:
+    def codes(self) -> tuple[str, ...]:
+        """The codes of the enabled rules (no rule is imported)."""
         return _selected(self.select, self.ignore, self.extend_select)
+
+    def codes_for(self, path: Path) -> tuple[str, ...]:
+        """The enabled codes minus the file's ``per-file-ignores``."""
+        ignored = self.ignored_for(path)
+        codes = self.codes()
+        if not ignored:
+            return codes
+        return tuple(code for code in codes if not any(matches(code, s) for s in ignored))
+
+    def rules(self) -> tuple[type[Rule], ...]:
+        """The enabled rules' classes (imported on first use: a scan of cached files needs none)."""
+        from speedfix.engine.registry import all_rules
+
+        codes = set(self.codes())
+        return tuple(rule for rule in all_rules() if rule.code in codes)
 
     def rules_for(self, path: Path) -> tuple[type[Rule], ...]:
         """The enabled rules minus the file's ``per-file-ignores``."""
-        ignored = self.ignored_for(path)
-        rules = self.rules()
-        if not ignored:
-            return rules
-        return tuple(rule for rule in rules if not any(matches(rule.code, s) for s in ignored))
+        codes = set(self.codes_for(path))
+        return tuple(rule for rule in self.rules() if rule.code in codes)
 
     def ignored_for(self, path: Path) -> list[str]:
         if not self.per_file_ignores:
@@ -86,7 +101,7 @@ class Settings:
         """Everything that changes results, for the scan cache key."""
         return repr(
             (
-                sorted(rule.code for rule in self.rules()),
+                sorted(self.codes()),
                 sorted((k, tuple(v)) for k, v in self.per_file_ignores.items()),
                 str(self.target),
             )
@@ -94,11 +109,9 @@ class Settings:
 
 
 @lru_cache(maxsize=32)
-def _selected(
-    select: tuple[str, ...] | None, ignore: tuple[str, ...], extend_select: tuple[str, ...]
-) -> tuple[type[Rule], ...]:
+def _selected(select: tuple[str, ...] | None, ignore: tuple[str, ...], extend_select: tuple[str, ...]) -> tuple[str, ...]:
     """Rule selection, computed once per distinct selection (it is asked for every file)."""
-    return select_rules(select, ignore, extend_select)
+    return selected_codes(select, ignore, extend_select)
 
 
 def _relative(path: Path, root: Path) -> str:

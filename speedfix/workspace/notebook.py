@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from speedfix.engine.analysis import SYNTAX_ERROR_CODE, FileError
 from speedfix.engine.findings import Finding
+from speedfix.engine.results import SYNTAX_ERROR_CODE, FileError
 from speedfix.syntax.source import (DEFAULT_MAX_FILE_SIZE, SourceError, SourceFile, diff_labels, read_bytes, read_source,
                              split_lines)
 
@@ -191,6 +191,8 @@ class Notebook:
             return f"on line {line} of cell {cell}"
 
         for finding in findings:
+            if finding.file is not None:
+                continue  # a line of a configuration file the notebook reads
             finding.cell, finding.cell_line = _position(finding.line, starts, numbers)
             if finding.code == SYNTAX_ERROR_CODE:  # the parser's "... on line 3" counts virtual lines
                 finding.message = _LINE_REFERENCE.sub(in_cell, finding.message)
