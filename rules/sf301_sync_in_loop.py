@@ -9,6 +9,7 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.engine.suppression import line_suppresses
+from speedfix.model.autograd import feeds_environment
 from speedfix.model.branches import Branch, BranchTracker, rare_path
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
@@ -152,6 +153,19 @@ class SyncInLoop(BranchTracker, Rule):
     effect = "The CPU queues the next step while the GPU works (0-50 ms/step)."
 
     VALID = [
+        Valid(  # acting: the environment steps with the action on the host (CleanRL's DQN)
+            """
+            import torch
+            for global_step in range(100000):
+                with torch.no_grad():
+                    q_values = q_network(torch.as_tensor(obs, device="cuda"))
+                actions = torch.argmax(q_values, dim=1).cpu().numpy()
+                obs, rewards, dones, infos = envs.step(actions)
+                loss = td_loss(q_network, rb.sample(128))
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # Accelerate's idiom: `accelerator` is no tensor, `torch.mean(...)` no tensor name
             """
             import torch
@@ -614,6 +628,9 @@ class SyncInLoop(BranchTracker, Rule):
             return None
         if self.tensors.batches.is_host_batch(receiver, stack) or has_sync_before(receiver) or is_library_value(self.ctx, receiver):
             return None
+        site = self.ctx.site_of(call)
+        if site is not None and feeds_environment(self.ctx, site):
+            return None  # an action for `env.step()`: the environment needs it on the host
         what = f"`{_short(call)}`"
         message = f"{what} in the training loop makes the CPU wait for the GPU every step"
         if method != "item":

@@ -205,6 +205,22 @@ class ModelNotCompiled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the model makes its own optimizer (nanoGPT/llm.c); compiling is off by default
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--compile", type=int, default=0)
+            args = parser.parse_args()
+            model = GPT(config)
+            model.to("cuda")
+            if args.compile:
+                model = torch.compile(model)
+            raw_model = model.module if ddp else model
+            optimizer = raw_model.configure_optimizers(weight_decay=0.1, learning_rate=6e-4)
+            """,
+        ),
         Invalid(  # timm's optimizer factory, given the options first (DeiT)
             """
             import torch

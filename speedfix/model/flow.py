@@ -118,9 +118,15 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         if node.value in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[node.value]
         value = ctx.single_value(node.value, stack)
-        if value is None:
-            return _argument_default(ctx, node.value, stack, depth)
-        return _default_value(ctx, value, stack, depth + 1)
+        if value is not None:
+            return _default_value(ctx, value, stack, depth + 1)
+        found = ctx.assignments_in_scope(node.value, stack)
+        if len(found) > 1 and not any(a.unpacked or a.augmented for a in found):
+            # llm.c's `FLASH = 0`, later `FLASH = args.flash` (default 0): the same value either way
+            values = [_default_value(ctx, a.value, a.stack, depth + 1) for a in found]
+            same = all(v is not _UNKNOWN and (v is values[0] or v == values[0]) for v in values)
+            return values[0] if same else _UNKNOWN
+        return _argument_default(ctx, node.value, stack, depth)
     if isinstance(node, (cst.Integer, cst.Float)):
         return node.evaluated_value
     if isinstance(node, cst.SimpleString):
