@@ -13,7 +13,8 @@ from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import ACCELERATOR
 from speedfix.model.index import CallSite
-from speedfix.model.networks import DATA_PARALLEL, fresh_assignments, optimizer_factories, peel, trained_models, wrapper_of
+from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, optimized_modules, optimizer_factories, peel,
+                                     trained_models, wrapper_of)
 from speedfix.model.patterns import NO_GRAD
 from speedfix.model.versions import v
 from speedfix.syntax.blocks import enclosing_block
@@ -205,6 +206,43 @@ class ModelNotCompiled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a GAN: the generator runs under no_grad in the critic's step but is trained, not frozen
+            """
+            import torch
+            generator = Generator().cuda()
+            critic = Critic().cuda()
+            opt_g = torch.optim.Adam(generator.parameters(), lr=1e-4)
+            opt_c = torch.optim.Adam(critic.parameters(), lr=1e-4)
+            for real, _ in loader:
+                with torch.no_grad():
+                    fake = generator(torch.randn(64, 128, device="cuda"))
+                critic_loss = critic(fake).mean() - critic(real.cuda()).mean()
+                critic_loss.backward()
+                opt_c.step()
+                gen_loss = -critic(generator(torch.randn(64, 128, device="cuda"))).mean()
+                gen_loss.backward()
+                opt_g.step()
+            """,
+            fixed="""
+            import torch
+            generator = Generator().cuda()
+            generator.compile()
+            critic = Critic().cuda()
+            critic.compile()
+            opt_g = torch.optim.Adam(generator.parameters(), lr=1e-4)
+            opt_c = torch.optim.Adam(critic.parameters(), lr=1e-4)
+            for real, _ in loader:
+                with torch.no_grad():
+                    fake = generator(torch.randn(64, 128, device="cuda"))
+                critic_loss = critic(fake).mean() - critic(real.cuda()).mean()
+                critic_loss.backward()
+                opt_c.step()
+                gen_loss = -critic(generator(torch.randn(64, 128, device="cuda"))).mean()
+                gen_loss.backward()
+                opt_g.step()
+            """,
+            count=2,
+        ),
         Invalid(  # the model makes its own optimizer (nanoGPT/llm.c); compiling is off by default
             """
             import argparse
@@ -617,6 +655,7 @@ class ModelNotCompiled(Rule):
         """Another module called under `torch.no_grad()` in the training step (DINO's linear
         probe: a frozen backbone, then the trained head): the work may well be there."""
         ctx = self.ctx
+        trained = optimized_modules(ctx)  # a GAN's generator under no_grad in the critic's step is trained, not frozen
         for info in ctx.withs:
             if not any(isinstance(item, cst.Call) and ctx.qualname(item.func) in NO_GRAD for item in info.items):
                 continue
@@ -624,7 +663,7 @@ class ModelNotCompiled(Rule):
                 continue
             for node in walk_expression(info.node.body):
                 name = dotted_name(node.func) if isinstance(node, cst.Call) else None  # `backbone(x)`, `self.encoder(x)`
-                if is_local_object(ctx, name) and name != model and not LOSS_NAME.search(name or ""):
+                if is_local_object(ctx, name) and name != model and not LOSS_NAME.search(name or "") and name not in trained:
                     return name
         return None
 

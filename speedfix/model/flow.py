@@ -90,9 +90,33 @@ def default_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, dept
             return False if False in (left, right) else (True if left and right else None)
         return True if True in (left, right) else (False if left is False and right is False else None)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        return _none_test(ctx, test, stack, depth)
+        return _none_test(ctx, test, stack, depth) if _is_none_test(test) else _number_test(ctx, test, stack, depth)
     value = _default_value(ctx, test, stack, depth)
     return None if value is _UNKNOWN else _truth(value)
+
+
+_NUMBER_TESTS = {
+    cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
+    cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
+    cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b,
+}
+
+
+def _is_none_test(test: cst.Comparison) -> bool:
+    target = test.comparisons[0]
+    return isinstance(target.comparator, cst.Name) and target.comparator.value == "None"
+
+
+def _number_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
+    """`num_gpus > 1` with `num_gpus = 1` (or an option's default of 1)."""
+    target = test.comparisons[0]
+    compare = _NUMBER_TESTS.get(type(target.operator))
+    if compare is None:
+        return None
+    left = _default_value(ctx, test.left, stack, depth + 1)
+    right = _default_value(ctx, target.comparator, stack, depth + 1)
+    numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in (left, right))
+    return compare(left, right) if numbers else None
 
 
 def _none_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
@@ -134,6 +158,9 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if isinstance(node, cst.IfExp):  # `GradScaler() if args.amp else None`
         chosen = default_truth(ctx, node.test, stack, depth + 1)
         return _UNKNOWN if chosen is None else _default_value(ctx, node.body if chosen else node.orelse, stack, depth + 1)
+    if isinstance(node, cst.Call) and dotted_name(node.func) in ("int", "float") and len(node.args) == 1:
+        value = _default_value(ctx, node.args[0].value, stack, depth + 1)  # `ngpu = int(opt.ngpu)`
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _UNKNOWN
     if isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1][:1].isupper():
         return _OBJECT  # a class's constructor: some object, never None
     option = argparse_option(ctx, node)

@@ -488,6 +488,17 @@ def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:
     return found
 
 
+def optimized_modules(ctx: FileContext) -> set[str]:
+    """Every module whose parameters some optimizer updates, also those sharing one optimizer
+    (a CycleGAN's `Adam(itertools.chain(G_AB.parameters(), G_BA.parameters()))`)."""
+    found: set[str] = set()
+    for site in ctx.calls:
+        qualified = ctx.call_qualname(site)
+        if qualified and qualified.startswith(OPTIMIZER_PREFIX) and site.node.args:
+            found |= _parameter_roots(ctx, site.node.args[0].value, site.stack, depth=0)
+    return found | {model for model, _ in optimizer_factories(ctx)}
+
+
 def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
     """(model, call) for optimizers made by a factory that takes the model itself
     (`create_optimizer_v2(model, ...)` in timm) or by the model (`model.configure_optimizers(...)`)."""
