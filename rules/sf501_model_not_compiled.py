@@ -206,6 +206,31 @@ class ModelNotCompiled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the optimizer class chosen by name, its groups filled from `model.named_parameters()`
+            """
+            import torch
+
+            def main(args):
+                model = build_model(args).cuda()
+                decay, no_decay = [], []
+                for name, param in model.named_parameters():
+                    (no_decay if name.endswith("bias") else decay).append(param)
+                groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+                optimizer = getattr(torch.optim, args.optimizer)(groups, lr=1e-4)
+            """,
+            fixed="""
+            import torch
+
+            def main(args):
+                model = build_model(args).cuda()
+                model.compile()
+                decay, no_decay = [], []
+                for name, param in model.named_parameters():
+                    (no_decay if name.endswith("bias") else decay).append(param)
+                groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+                optimizer = getattr(torch.optim, args.optimizer)(groups, lr=1e-4)
+            """,
+        ),
         Invalid(  # a GAN: the generator runs under no_grad in the critic's step but is trained, not frozen
             """
             import torch

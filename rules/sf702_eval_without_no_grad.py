@@ -8,11 +8,12 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import reference
-from speedfix.model.autograd import outputs_leave_autograd, runs_network
+from speedfix.model.autograd import feeds_environment, outputs_leave_autograd, runs_network
 from speedfix.model.flow import comes_before
 from speedfix.model.forward import calls_model, with_statement
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import CallSite, LoopInfo
+from speedfix.model.networks import optimized_modules
 from speedfix.model.patterns import is_dataloader, unwrap_iterable
 from speedfix.model.rl import is_acting_function
 from speedfix.project.steps import is_optimizer_name
@@ -271,6 +272,43 @@ class EvalWithoutNoGrad(Rule):
                         preds.append(model(x).argmax(1))
             """,
         ),
+        Invalid(  # an evaluation on held-out tensors after each epoch, no DataLoader in sight
+            """
+            import torch
+
+            def evaluate(model, x_val, y_val):
+                model.eval()
+                out = model(x_val)
+                return criterion(out, y_val).item(), (out.argmax(1) == y_val).float().mean().item()
+
+            model = Net().cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(100):
+                model.train()
+                loss = criterion(model(x_train), y_train)
+                loss.backward()
+                optimizer.step()
+                val_loss, val_acc = evaluate(model, x_val, y_val)
+            """,
+            fixed="""
+            import torch
+
+            def evaluate(model, x_val, y_val):
+                model.eval()
+                with torch.no_grad():
+                    out = model(x_val)
+                return criterion(out, y_val).item(), (out.argmax(1) == y_val).float().mean().item()
+
+            model = Net().cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(100):
+                model.train()
+                loss = criterion(model(x_train), y_train)
+                loss.backward()
+                optimizer.step()
+                val_loss, val_acc = evaluate(model, x_val, y_val)
+            """,
+        ),
         Invalid(  # DQN acting: the Q-values only pick the action the environment steps with
             """
             import torch
@@ -410,9 +448,12 @@ class EvalWithoutNoGrad(Rule):
         as an image: a forward pass, run again and again, whose outputs only leave as host values.
         One finding per function; the fix runs each such call's statement under `no_grad`."""
         ctx = self.ctx
+        trains = ctx.drives_training or bool(optimized_modules(ctx))  # not a test of a module's outputs
         by_function: dict[cst.CSTNode | None, list[CallSite]] = defaultdict(list)
         for site in ctx.calls:
             if any(frame.node in reported for frame in site.stack) or not runs_network(ctx, site):
+                continue
+            if not trains and not is_acting_function(ctx.function_of(site.stack)):
                 continue
             if self._runs_again(site) and not self._grad_off(site.stack) and not self._callee_grad_off(site) \
                     and outputs_leave_autograd(ctx, site):
@@ -449,10 +490,12 @@ class EvalWithoutNoGrad(Rule):
             context = f"{reference(self.ctx, 'torch.no_grad', ops, sites[0].stack)}()"
             ops[:0] = [Transform(statement, lambda node: with_statement(context, [node])) for statement in statements]
         calls = _name_all([f"`{dotted_name(site.node.func)}(...)`" for site in sites])
+        acting = any(feeds_environment(self.ctx, site) or is_acting_function(self.ctx.function_of(site.stack))
+                     for site in sites)
+        what = "to pick actions" if acting else "but the outputs only leave as host values (an image, a logged number)"
         self.report(
             sites[0].node,
-            f"{calls} {'runs' if len(sites) == 1 else 'run'} with autograd on, but the outputs only leave as host "
-            "values (an action for the environment, an image, a logged number): every call records an autograd "
+            f"{calls} {'runs' if len(sites) == 1 else 'run'} with autograd on {what}: every call records an autograd "
             "graph that no backward uses",
             fix_ops=ops or None,
             fix_title="Run the call under `torch.no_grad()`" if len(statements) == 1 else "Run the calls under `torch.no_grad()`",

@@ -202,10 +202,12 @@ class _Flow:
             return True
         if is_env_step(call.func):
             return True
-        if qualified.startswith(("torch.autograd", "torch.optim")):
-            return False
+        if qualified.startswith(("torch.autograd", "torch.distributed.autograd", "torch.optim")):
+            return False  # differentiated there (`dist_autograd.backward(cid, [loss])`)
         if qualified.startswith(("torch.", "torchvision.utils.")):
             return None
+        if not qualified and LOSS_NAME.search(name or "") and is_local_object(self.ctx, name):
+            return None  # `criterion(out, y)`: the loss of an evaluation carries the graph on
         return False
 
     def _assigned(self, assign: cst.Assign, depth: int) -> bool:

@@ -17,10 +17,10 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.arguments import argparse_option, find_argument
+from speedfix.model.arguments import argparse_option, find_argument, parameter_default
 from speedfix.model.context import FileContext
-from speedfix.model.frames import Stack
-from speedfix.model.index import CallSite
+from speedfix.model.frames import Stack, class_of
+from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
@@ -150,7 +150,12 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
             values = [_default_value(ctx, a.value, a.stack, depth + 1) for a in found]
             same = all(v is not _UNKNOWN and (v is values[0] or v == values[0]) for v in values)
             return values[0] if same else _UNKNOWN
-        return _argument_default(ctx, node.value, stack, depth)
+        passed = _argument_default(ctx, node.value, stack, depth)
+        default = parameter_default(ctx, node.value, stack) if passed is _UNKNOWN else None
+        return passed if default is None else _default_value(ctx, default, stack, depth + 1)
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        stored = _stored_attribute(ctx, code_of(node), stack)  # `self.amp = amp` in `__init__`
+        return _UNKNOWN if stored is None else _default_value(ctx, stored.value, stored.stack, depth + 1)
     if isinstance(node, (cst.Integer, cst.Float)):
         return node.evaluated_value
     if isinstance(node, cst.SimpleString):
@@ -167,6 +172,16 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if option is not None:
         return _option_default(ctx, option.node, stack, depth)
     return _UNKNOWN
+
+
+def _stored_attribute(ctx: FileContext, name: str, stack: Stack) -> Assignment | None:
+    """The one plain assignment of `self.x` in the methods of the class around ``stack``."""
+    owner = class_of(stack)
+    if owner is None:
+        return None
+    found = [a for infos in ctx.functions.values() for info in infos if info.class_name == owner.name.value
+             for a in ctx.assignments_in(info.node, name)]
+    return found[0] if len(found) == 1 and not (found[0].unpacked or found[0].augmented) else None
 
 
 def _argument_default(ctx: FileContext, name: str, stack: Stack, depth: int) -> object:

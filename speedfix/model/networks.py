@@ -357,12 +357,8 @@ def training_multiplies_matrices(ctx: FileContext) -> bool:
         if not calls and name in dict(trained_models(ctx)):
             return True  # a trained model built in a way not read here
         for call, at in calls:  # `Tensor = torch.cuda.FloatTensor if cuda else ...` is no network
-            qualified = ctx.qualname(call.func)
-            if builds_module(ctx, call, at) or _project_builder(ctx, call) or layer_kind(qualified) == "opaque":
-                if multiplies_matrices(ctx, call, at):
-                    return True
-            elif qualified is None:
-                return True  # made by something this file does not show (`Net()` of an unscanned module)
+            if multiplies_matrices(ctx, call, at):
+                return True  # also what wraps a module (`parallelize_module(model, ...)`): unknown
     return not networks
 
 
@@ -433,7 +429,22 @@ def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
     if not roots and isinstance(expr, cst.Name) and depth < 2:
         for assignment in ctx.assignments_in_scope(expr.value, stack):
             roots |= _parameter_roots(ctx, assignment.value, stack, depth + 1)
+    if not roots and depth == 0:
+        roots = _function_parameter_roots(ctx, stack)  # groups filled in a loop over `model.named_parameters()`
     return {_unaliased(ctx, root, stack) for root in roots}
+
+
+def _function_parameter_roots(ctx: FileContext, stack: Stack) -> set[str]:
+    """The one module whose `.parameters()`/`.named_parameters()` the function around ``stack``
+    reads (`for name, p in model.named_parameters(): decay.append(p)`), else nothing."""
+    function = ctx.function_of(stack)
+    found = {
+        dotted_name(site.node.func.value) for site in ctx.calls  # type: ignore[attr-defined]
+        if isinstance(site.node.func, cst.Attribute) and site.node.func.attr.value in ("parameters", "named_parameters")
+        and ctx.function_of(site.stack) is function
+    }
+    roots = {r.split(".")[0] if not r.startswith("self.") else ".".join(r.split(".")[:2]) for r in found if r}
+    return roots if len(roots) == 1 and None not in found else set()
 
 
 # What scripts call their parsed options: never the model.
@@ -475,12 +486,20 @@ def _unwrapped_name(value: cst.BaseExpression) -> str | None:
     return dotted_name(value)
 
 
+def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
+    """`torch.optim.AdamW(...)`, also chosen by name: `getattr(torch.optim, args.optimizer)(...)`."""
+    func = site.node.func
+    if isinstance(func, cst.Call) and dotted_name(func.func) == "getattr" and func.args:
+        return ctx.qualname(func.args[0].value) == "torch.optim"
+    qualified = ctx.call_qualname(site)
+    return bool(qualified) and qualified.startswith(OPTIMIZER_PREFIX) and not qualified.startswith("torch.optim.lr_scheduler")
+
+
 def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:
     """(model name, the optimizer call) for each `torch.optim` optimizer over one model, in order."""
     found: list[tuple[str, CallSite]] = []
     for site in ctx.calls:
-        qualified = ctx.call_qualname(site)
-        if not qualified or not qualified.startswith(OPTIMIZER_PREFIX) or qualified.startswith("torch.optim.lr_scheduler"):
+        if not is_optimizer_call(ctx, site):
             continue
         model = optimized_module(ctx, site)
         if model is not None:
@@ -493,8 +512,7 @@ def optimized_modules(ctx: FileContext) -> set[str]:
     (a CycleGAN's `Adam(itertools.chain(G_AB.parameters(), G_BA.parameters()))`)."""
     found: set[str] = set()
     for site in ctx.calls:
-        qualified = ctx.call_qualname(site)
-        if qualified and qualified.startswith(OPTIMIZER_PREFIX) and site.node.args:
+        if is_optimizer_call(ctx, site) and site.node.args:
             found |= _parameter_roots(ctx, site.node.args[0].value, site.stack, depth=0)
     return found | {model for model, _ in optimizer_factories(ctx)}
 
