@@ -155,6 +155,25 @@ class SyncInLoop(BranchTracker, Rule):
     effect = "The CPU queues the next step while the GPU works (0-50 ms/step)."
 
     VALID = [
+        Valid(  # a policy's select_action hands the action back for the environment step
+            """
+            import torch
+
+            class Agent:
+                def select_action(self, state):
+                    with torch.no_grad():
+                        action = self.dqn(torch.as_tensor(state, device="cuda")).argmax()
+                    return action.cpu().numpy()
+
+                def train(self, frames):
+                    for frame in range(frames):
+                        action = self.select_action(self.state)
+                        self.state, reward, done = self.step(action)
+                        loss = self.compute_loss()
+                        loss.backward()
+                        self.optimizer.step()
+            """
+        ),
         Valid(  # acting: the environment steps with the action on the host (CleanRL's DQN)
             """
             import torch

@@ -489,13 +489,14 @@ class EvalWithoutNoGrad(Rule):
         if fixable:
             context = f"{reference(self.ctx, 'torch.no_grad', ops, sites[0].stack)}()"
             ops[:0] = [Transform(statement, lambda node: with_statement(context, [node])) for statement in statements]
-        calls = _name_all([f"`{dotted_name(site.node.func)}(...)`" for site in sites])
+        labels = list(dict.fromkeys(f"`{dotted_name(site.node.func)}(...)`" for site in sites))
+        calls = _name_all(labels)
         acting = any(feeds_environment(self.ctx, site) or is_acting_function(self.ctx.function_of(site.stack))
                      for site in sites)
         what = "to pick actions" if acting else "but the outputs only leave as host values (an image, a logged number)"
         self.report(
             sites[0].node,
-            f"{calls} {'runs' if len(sites) == 1 else 'run'} with autograd on {what}: every call records an autograd "
+            f"{calls} {'runs' if len(labels) == 1 else 'run'} with autograd on {what}: every call records an autograd "
             "graph that no backward uses",
             fix_ops=ops or None,
             fix_title="Run the call under `torch.no_grad()`" if len(statements) == 1 else "Run the calls under `torch.no_grad()`",

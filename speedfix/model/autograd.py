@@ -20,8 +20,8 @@ from speedfix.model.context import FileContext
 from speedfix.model.forward import LOSS_NAME, calls_model, is_local_object, steps
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
-from speedfix.model.networks import builds, builds_module, is_module_class, peel, trained_models
-from speedfix.model.rl import is_env_step
+from speedfix.model.networks import builds, builds_module, class_assignments, is_module_class, peel, trained_models
+from speedfix.model.rl import is_acting_function, is_env_step
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 from speedfix.syntax.walk import child_nodes
@@ -55,17 +55,27 @@ def runs_network(ctx: FileContext, site: CallSite) -> bool:
         return False
     receiver = dotted_name(func.value)  # a method of the network: `actor.get_action(obs)`
     return receiver is not None and is_local_object(ctx, receiver) and _is_network(ctx, receiver, site) \
-        and _forward_method(ctx, func.attr.value)
+        and _forward_method(ctx, func.attr.value, receiver, site)
 
 
-def _forward_method(ctx: FileContext, name: str) -> bool:
+def _forward_method(ctx: FileContext, name: str, receiver: str, site: CallSite) -> bool:
     """Is every method ``name`` of the file's modules a forward pass: one that runs the module
     (`self.fc(x)`, `self(x)`) and takes no training step (`model.pi(x)`, not `model.train_net()`)?
-    Methods of other files are unknown: no."""
+    A method of a class of another scanned file (`self.policy.sample(state)` with the policy from
+    model.py) is one when it takes no step there; methods the scan cannot see are not."""
     methods = [info for info in ctx.functions.get(name, ()) if info.class_name and is_module_class(ctx, info.class_name)]
-    return bool(methods) and all(
-        (calls_model(ctx, info.node.body) or _calls_self(info.node.body)) and not steps(info.node.body) for info in methods
-    )
+    if methods:
+        return all((calls_model(ctx, info.node.body) or _calls_self(info.node.body)) and not steps(info.node.body)
+                   for info in methods)
+    made = class_assignments(ctx, receiver, site.stack) if receiver.startswith("self.") else \
+        ctx.assignments_in_scope(receiver, site.stack)
+    for assignment in made:
+        built = peel(ctx, assignment.value)
+        owner = ctx.project_name(dotted_name(built.func)) if isinstance(built, cst.Call) else None
+        facts = ctx.links.function(f"{owner}.{name}") if owner else None
+        if facts is not None:
+            return not (facts.steps or facts.trains)
+    return False
 
 
 def _calls_self(body: cst.CSTNode) -> bool:
@@ -81,11 +91,7 @@ def _is_network(ctx: FileContext, name: str, site: CallSite) -> bool:
     if any(model == name for model, _ in trained_models(ctx)) or builds(ctx, name, site.stack, None):
         return True
     if name.startswith("self."):  # `self.actor = Actor(...).to(device)` in `__init__` (TD3's agent class)
-        return owner is not None and any(
-            _builds_network(ctx, assignment.value, assignment.stack)
-            for info in ctx.functions.values() for method in info if method.class_name == owner.name.value
-            for assignment in ctx.assignments_in(method.node, name)
-        )
+        return any(_builds_network(ctx, a.value, a.stack) for a in class_assignments(ctx, name, site.stack))
     return _builds_network(ctx, cst.Name(name), site.stack)
 
 
@@ -112,8 +118,9 @@ _PARENTS: WeakKeyDictionary[FileContext, dict[int, dict[int, cst.CSTNode]]] = We
 
 def feeds_environment(ctx: FileContext, site: CallSite) -> bool:
     """Does the call's value (`q.argmax(1).cpu().numpy()`, `m.sample().item()`) reach an
-    environment's `step()`, directly or through the names it is assigned to? The environment
-    needs it on the host: its sync is the price of acting, not a mistake."""
+    environment's `step()`, directly or through the names it is assigned to, or leave a policy's
+    `select_action` as the action? The environment needs it on the host: its sync is the price
+    of acting, not a mistake."""
     scope = ctx.function_of(site.stack) or ctx.module
     return _Flow(ctx, scope).reaches_env(site.node, 0)
 
@@ -184,6 +191,8 @@ class _Flow:
             if isinstance(parent, cst.Call) and is_env_step(parent.func) \
                     and parent.func is not current:
                 return True
+            if isinstance(parent, cst.Return) and is_acting_function(self.scope):
+                return True  # the action a policy's `select_action` hands to the environment step
             if isinstance(parent, cst.Assign) and parent.value is current:
                 statement = parents.get(id(parent))
                 names = [n for t in parent.targets for n in (_plain_names(t.target) or ())]

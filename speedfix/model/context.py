@@ -115,10 +115,11 @@ class FileContext(FileIndex):
         if made[0] is None:  # `policy = TD3.TD3(...)` or `DDPG.DDPG(...)` by an option: any of them
             made = [dotted_name(a.value.func) for a in self.assignments_in_scope(func.value.value, site.stack)
                     if isinstance(a.value, cst.Call)]
-        for owner in map(self.project_name, made):
-            found = self.links.function(f"{owner}.{func.attr.value}") if owner else None
-            if found is not None:
-                return found
+        for owner in made:  # spelled through the imports (`sac.SAC`) or not yet (`from models import *`)
+            for qualified in (owner, self.project_name(owner)):
+                found = self.links.function(f"{qualified}.{func.attr.value}") if qualified else None
+                if found is not None:
+                    return found
         return None
 
     def project_iterates(self, site: CallSite, name: str, *, any_loop: bool = False) -> bool:

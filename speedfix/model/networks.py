@@ -18,13 +18,13 @@ from speedfix.model.arguments import argparse_default
 from speedfix.model.context import FileContext
 from speedfix.model.flow import comes_before
 from speedfix.model.forward import LOSS_NAME, is_local_object
-from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.frames import FrameKind, Stack, class_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.project import FunctionFacts
 from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, layer_kind
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import code_of, walk_expression
 
 DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -324,10 +324,37 @@ def _call_multiplies(ctx: FileContext, call: cst.Call, stack: Stack, seen: set[i
             return facts.matmul
         return layer_kind(qualified) in ("matmul", "rnn", "opaque")
     name = dotted_name(func)
+    if name is not None and name.startswith("self.") and name.count(".") == 1:
+        # `self.encoder(src)`: built in this class (walked with it) or handed in (unknown)
+        built = class_assignments(ctx, name, stack)
+        return not built or any(not isinstance(peel(ctx, a.value), cst.Call) for a in built)
+    function = ctx.function_of(stack)
+    if isinstance(function, cst.FunctionDef) and name in {p.name.value for p in function.params.params}:
+        return True  # `block(inplanes, planes)`: a layer class handed in
     for info in ctx.functions.get(name or "", ()):  # a helper of this file (`conv3x3(...)`)
         if not info.stack and id(info.node) not in seen and _body_multiplies(ctx, info.node, seen):
             return True
     return False
+
+
+def _own_method(ctx: FileContext, name: str | None, stack: Stack) -> bool:
+    """`self.label2onehot(...)`: a method of the class around ``stack``, not a network."""
+    owner = class_of(stack)
+    if owner is None or not name or not name.startswith("self."):
+        return False
+    return any(info.class_name == owner.name.value for info in ctx.functions.get(name[5:], ()))
+
+
+def class_assignments(ctx: FileContext, name: str, stack: Stack) -> list[Assignment]:
+    """The assignments of `self.x` in every method of the class around ``stack``, except those
+    that only move or wrap it (`self.G = self.G.to(device)`)."""
+    owner = class_of(stack)
+    if owner is None:
+        return []
+    return [
+        a for infos in ctx.functions.values() for info in infos if info.class_name == owner.name.value
+        for a in ctx.assignments_in(info.node, name) if name not in code_of(a.value)
+    ]
 
 
 def training_multiplies_matrices(ctx: FileContext) -> bool:
@@ -344,13 +371,13 @@ def training_multiplies_matrices(ctx: FileContext) -> bool:
         if layer_kind(ctx.qualname(func)) == "matmul" or isinstance(func, cst.Attribute) and func.attr.value in MATMUL_METHODS:
             return True  # `torch.matmul(...)`, `F.linear(...)` in the step
         name = dotted_name(site.node.func)
-        if is_local_object(ctx, name) and not LOSS_NAME.search(name or ""):
+        if is_local_object(ctx, name) and not LOSS_NAME.search(name or "") and not _own_method(ctx, name, site.stack):
             networks.setdefault(name, site.stack)  # type: ignore[arg-type]
     for loop in ctx.step_loops:
         if any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.MatrixMultiply) for n in walk_expression(loop)):
             return True
     for name, stack in networks.items():
-        assignments = fresh_assignments(ctx, name, stack, None)
+        assignments = class_assignments(ctx, name, stack) if name.startswith("self.") else fresh_assignments(ctx, name, stack, None)
         if not assignments:
             return True  # a parameter, an attribute set elsewhere: unknown
         calls = [(call, a.stack) for a in assignments if isinstance(call := peel(ctx, a.value), cst.Call)]

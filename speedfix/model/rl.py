@@ -17,6 +17,7 @@ import libcst as cst
 from speedfix.model.context import FileContext
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 _BUFFER_CLASS = re.compile(r"buffer|replay|memory|storage|rollout", re.IGNORECASE)
 
@@ -29,11 +30,13 @@ def is_env_step(func: cst.BaseExpression) -> bool:
 
 
 def is_acting_function(function: cst.CSTNode | None) -> bool:
-    """`act`, `select_action`, `get_action`, `sample_action`: a policy picking an action."""
+    """`act`, `select_action`, `get_action`, `sample_action`: a policy picking an action, one
+    that returns it (not `set_action_std`, which only changes a setting)."""
     if not isinstance(function, cst.FunctionDef):
         return False
     words = function.name.value.lower().split("_")
-    return "act" in words or "action" in words
+    return ("act" in words or "action" in words) and any(
+        isinstance(node, cst.Return) and node.value is not None for node in walk_expression(function.body))
 
 
 def is_buffer_sampler(stack: Stack) -> bool:
