@@ -3,7 +3,7 @@
 A GPU machine may be lent for 15 minutes, start-up included; this turns them into results. From a
 checkout, with the wheels brought along in ``.whl/`` (see docs/benchmarks.md):
 
-    pip install --no-index --find-links .whl libcst typer rich
+    pip install --no-index --find-links .whl libcst typer rich PyYAML
     python benchmarks/gpu_acceptance.py --out results/
 
 Items, in this order unless ``--items`` says otherwise:
@@ -37,6 +37,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -176,8 +177,11 @@ def figures(item: Item, data: dict, probe: dict) -> dict:
     report = VerifyReport.from_json(data)
     first = report.combinations[0] if report.combinations else None
     speed, peak = (first.speedup, first.memory) if first else (None, None)
+    rates = sorted(run[first.metric] for run in data.get("comparison", {}).get("runs", [])
+                   if first and first.metric and run.get("label") == first.label and run.get(first.metric))
     return {**row, "metric": first.metric if first else None,
             "before": fmt_rate(report.comparison.original_runs.rate(first.metric)) if first and first.metric else "-",
+            "after": fmt_rate(statistics.median(rates)) if rates else "-",
             "speedup": fmt_speedup(speed), "verdict": speed.verdict if speed else "-",
             "loss_check": text(first.numerics) if first else "-",
             "peak_memory": f"{fmt_bytes(peak.peak_a_bytes)} -> {fmt_bytes(peak.peak_b_bytes)}" if peak else "-",

@@ -78,7 +78,7 @@ class CudnnBenchmarkOff(Rule):
     name = "cudnn-benchmark-off"
     summary = "Conv net trained on CUDA without `cudnn.benchmark = True`"
     severity = Severity.INFO
-    requires = (b"Conv", b"models", b"create_model")
+    requires = (b"Conv", b"models", b"create_model", b"diffusers")
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
     fix_title = "Enable the cuDNN autotuner: `torch.backends.cudnn.benchmark = True` at the entry point"
@@ -135,6 +135,39 @@ class CudnnBenchmarkOff(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a diffusers U-Net is a conv net
+            """
+            import torch
+            from diffusers import UNet2DModel
+
+            def main():
+                model = UNet2DModel(sample_size=64, in_channels=3, out_channels=3).to("cuda")
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+                for batch in loader:
+                    loss = model(batch.cuda(), t).sample.mean()
+                    loss.backward()
+                    optimizer.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import torch
+            from diffusers import UNet2DModel
+
+            def main():
+                torch.backends.cudnn.benchmark = True
+                model = UNet2DModel(sample_size=64, in_channels=3, out_channels=3).to("cuda")
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+                for batch in loader:
+                    loss = model(batch.cuda(), t).sample.mean()
+                    loss.backward()
+                    optimizer.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
         Invalid(
             """
             import torch

@@ -7,6 +7,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes, value_replaced
 from speedfix.model.arguments import argparse_option, find_argument, known_value, string_value
 from speedfix.model.context import FileContext
+from speedfix.model.flow import default_truth
 from speedfix.model.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu, launched_mixed_precision
 from speedfix.model.index import CallSite
 
@@ -80,6 +81,15 @@ class AccelerateNoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # mixed precision behind a constructor default that is off (`amp = False`)
+            """
+            from accelerate import Accelerator
+
+            class Trainer:
+                def __init__(self, model, *, amp=False, mixed_precision_type="fp16"):
+                    self.accelerator = Accelerator(mixed_precision=mixed_precision_type if amp else "no")
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -131,7 +141,11 @@ class AccelerateNoMixedPrecision(Rule):
 
     def _check(self, site: CallSite) -> None:
         precision = find_argument(self.ctx, site, "mixed_precision")
-        value = string_value(self.ctx, precision.node, site.stack)
+        node = precision.node
+        if isinstance(node, cst.IfExp):  # lucidrains' `mixed_precision_type if amp else "no"`, `amp=False`
+            chosen = default_truth(self.ctx, node.test, site.stack)
+            node = None if chosen is None else (node.body if chosen else node.orelse)
+        value = string_value(self.ctx, node, site.stack)
         original = precision.arg
         if precision.missing or _is_none(self.ctx, precision.node, site):
             self._check_launched(site, original)

@@ -43,9 +43,12 @@ def test_existing_comments_line_endings_and_encoding_are_kept(run_cli, tmp_path)
         "from torch.utils.data import DataLoader\r\n"
         "# donn\xe9es\r\n"
         f"{LOADER}  # tuned by hand\r\n"
-        f"val = DataLoader(val_set, batch_size=32)  # noqa: E501\r\n"
+        f"extra = DataLoader(extra_set, batch_size=32)  # noqa: E501\r\n"
         "for x, y in loader:\r\n"
         "    x = x.to('cuda')\r\n"
+        "    model(x).sum().backward()\r\n"
+        "    optimizer.step()\r\n"
+        "for x, y in extra:\r\n"  # a loader is reported where the training iterates it
         "    model(x).sum().backward()\r\n"
         "    optimizer.step()\r\n"
     )
@@ -55,7 +58,7 @@ def test_existing_comments_line_endings_and_encoding_are_kept(run_cli, tmp_path)
     assert result.exit_code == 0, result
     after = path.read_bytes().decode("latin-1")
     assert f"{LOADER}  # tuned by hand  # noqa: SF101, SF102\r\n" in after
-    assert "val = DataLoader(val_set, batch_size=32)  # noqa: E501, SF101, SF102\r\n" in after  # one list
+    assert "extra = DataLoader(extra_set, batch_size=32)  # noqa: E501, SF101, SF102\r\n" in after  # one list
     assert "    x = x.to('cuda')  # noqa: SF104\r\n" in after
     assert "# donn\xe9es\r\n" in after and after.count("\r\n") == code.count("\r\n") and "\n" not in after.replace("\r\n", "")
     assert run_cli("scan", "train.py", "--select", "SF1", cwd=tmp_path).exit_code == 0

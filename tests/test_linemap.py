@@ -22,3 +22,12 @@ def test_a_changed_line_keeps_the_column_of_the_text_it_kept():
     assert lines.position(2, 1) == (2, 1)
     assert lines.position(2, 11) == (2, 8)  # inside the inserted text: where it was inserted
     assert lines.position(2, len(fixed.splitlines()[1]) + 1) == (2, len(ORIGINAL.splitlines()[1]) + 1)  # end of line
+
+
+def test_a_call_wrapped_over_lines_keeps_the_column_of_its_first_line():
+    original = "a = 1\nloader = DataLoader(data, batch_size=8)\nb = 2\n"
+    fixed = "a = 1\nloader = DataLoader(\n    data,\n    batch_size=8,\n    pin_memory=True,\n)\nb = 2\n"
+    lines = LineMap(fixed, original)
+    assert lines.position(2, 10) == (2, 10)  # the call still starts where it did
+    assert lines.position(4, 5) == (2, 1)  # a line the fix added: the start of what it replaced
+    assert lines.position(7, 1) == (3, 1)

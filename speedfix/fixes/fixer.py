@@ -23,6 +23,7 @@ from speedfix.engine.registry import select_rules
 from speedfix.engine.results import SYNTAX_ERROR_CODE, Analysis
 from speedfix.fixes.linemap import LineMap
 from speedfix.engine.rule import Rule
+from speedfix.fixes.width import wrap_long_lines
 from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.project import Links
 from speedfix.model.project_files import ProjectFiles
@@ -183,7 +184,7 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix], *, only: Set[int] | No
             updated = RemoveImportsVisitor(context).transform_module(updated)
         if applier.imports:
             updated = AddImportsVisitor(context).transform_module(updated)
-    return updated
+    return wrap_long_lines(module, updated)
 
 
 def this_pass(fixes: Sequence[Fix]) -> list[Fix]:

@@ -3,7 +3,8 @@
 `speedfix apply --diff` (and `scan --diff`) analyse the fixed code to say what is left, but write
 nothing, so the positions they print must be those of the file on disk. A line the fixes did not
 touch maps by its offset; a line they changed maps to its counterpart in a block of as many
-lines, column by column; a line they added maps to the first line of the block it replaced.
+lines, column by column; a line they added maps to the first line of the block it replaced (the
+first line of such a block keeps the columns of the text it kept: a call wrapped over lines).
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ class LineMap:
             return i1 + offset + 1, column
         if j2 - j1 == i2 - i1:  # a changed line with a counterpart: map the column inside it
             return i1 + offset + 1, _column(self._new[line - 1], self._old[i1 + offset], column)
-        return min(i1, max(len(self._old) - 1, 0)) + 1, 1
+        first = min(i1, max(len(self._old) - 1, 0))
+        if offset == 0 and i2 > i1:  # the first line of a block of another length: its kept start keeps its columns
+            return first + 1, _column(self._new[line - 1], self._old[i1], column)
+        return first + 1, 1
 
     def remap(self, findings: Iterable[Finding]) -> None:
         """Move ``findings`` (positions in the fixed code) to the original's positions."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from enum import Enum
 from functools import cmp_to_key
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -291,6 +292,35 @@ def iterated_per_epoch(ctx: FileContext, loader: str) -> bool:
                                             _stored_as(ctx, site, loader)):
             return True  # `Trainer(model, loader).fit(epochs)` of this file
     return False
+
+
+def never_read(ctx: FileContext, site: CallSite) -> bool:
+    """Is the DataLoader of ``site`` bound to a name that nothing reads: in its function, or, at
+    module level, anywhere in a script that trains (not a module others may import from)? A test
+    loader made and never used costs nothing: advice about its workers or pinning is noise."""
+    name = assigned_name(site)
+    if name is None or "." in name:
+        return False
+    scope = ctx.function_of(site.stack)
+    if scope is None and not ctx.step_loops:
+        return False
+    return name not in _read_names(ctx, scope or ctx.module)
+
+
+_READ: WeakKeyDictionary[FileContext, dict[int, set[str]]] = WeakKeyDictionary()
+
+
+def _read_names(ctx: FileContext, scope: cst.CSTNode) -> set[str]:
+    """Every name ``scope`` mentions other than as a plain assignment target (once per scope)."""
+    by_scope = _READ.setdefault(ctx, {})
+    found = by_scope.get(id(scope))
+    if found is None:
+        targets = {id(target.target) for assignments in ctx.assignments.values() for a in assignments
+                   if a.statement is not None for small in a.statement.body if isinstance(small, cst.Assign)
+                   for target in small.targets}
+        found = by_scope[id(scope)] = {node.value for node in walk_expression(scope)
+                                       if isinstance(node, cst.Name) and id(node) not in targets}
+    return found
 
 
 def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool] | None:

@@ -13,7 +13,6 @@ import pytest
 import typer
 
 from speedfix.bench.cli import CONTEXT_SETTINGS, bench
-from speedfix.bench.settings import CompareSettings
 from speedfix.bench.results import RunResult
 from speedfix.bench.runner import RunSpec
 from speedfix.bench.settings import CompareSettings, RunConfig
