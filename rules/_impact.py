@@ -8,10 +8,10 @@ from speedfix.model.context import FileContext
 from speedfix.model.model_size import trains_adapters
 from speedfix.model.patterns import DATALOADER
 from speedfix.model.scale import (SMALL_MODEL_PARAMETERS, Role, conv_nets_only, largest_trained_model, loader_role,
-                                   trains_hub_model)
+                                   matmul_nets, trains_hub_model)
 
-__all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "conv_nets_only", "evaluation_loader", "small_model",
-           "spread_out", "trains_adapters", "trains_hub_model"]  # what a rule's impact_here needs
+__all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "conv_nets_only", "evaluation_loader", "matmul_nets",
+           "small_model", "spread_out", "trains_adapters", "trains_hub_model"]  # what a rule's impact_here needs
 
 
 def evaluation_loader(ctx: FileContext, finding: Finding) -> Estimate | None:

@@ -10,7 +10,7 @@ from speedfix.model.flow import default_choice, off_by_default
 from speedfix.model.networks import training_multiplies_matrices
 from speedfix.model.patterns import matmul_precision_choices
 from speedfix.model.versions import v
-from speedfix.rules._impact import Estimate, Finding, Impact, conv_nets_only, small_model
+from speedfix.rules._impact import Estimate, Finding, Impact, conv_nets_only, matmul_nets, small_model
 
 
 class Tf32Disabled(Rule):
@@ -63,10 +63,13 @@ class Tf32Disabled(Rule):
 
     ## Impact
     High: fp32 matmuls without TF32 run at a fraction of an Ampere GPU's tensor-core
-    throughput. Medium for a small model (under 10M parameters, counted from the layers the
-    file writes). Low for a conv net whose matmuls are at most a classifier head (a zoo CNN, or
-    classes with convolutions and no attention or recurrent layer): cuDNN already runs its
-    convolutions in TF32.
+    throughput, for a model known to multiply matrices (a transformer of the Hub or a zoo,
+    attention, recurrent or linear layers in the scanned files). Medium for a small model (under
+    10M parameters, counted from the layers the file writes), and for a model whose layers the
+    scan does not see (a factory of another package): TF32 does not speed up its convolutions.
+    Low for a conv net whose matmuls are at most a classifier head (a zoo CNN, or classes with
+    convolutions and no attention or recurrent layer): cuDNN already runs its convolutions in
+    TF32.
 
     ## Measured effect
     A 10240x10240 fp32 matmul on an A100: 0.11 s in fp32, 0.016 s with TF32 (about 7x), from
@@ -384,7 +387,13 @@ class Tf32Disabled(Rule):
     def impact_here(self, finding: Finding) -> Estimate | None:
         if conv_nets_only(self.ctx):
             return Estimate(Impact.LOW, "a conv net: cuDNN already runs its convolutions in TF32")
-        return small_model(self.ctx, Impact.MEDIUM)
+        small = small_model(self.ctx, Impact.MEDIUM)
+        if small is not None:
+            return small
+        if not matmul_nets(self.ctx):
+            return Estimate(Impact.MEDIUM, "a model whose layers the scan does not see: TF32 speeds up its matmuls, "
+                                           "not its convolutions")
+        return None
 
     def finish(self) -> None:
         ctx = self.ctx

@@ -8,6 +8,7 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.branches import BranchTracker, frequency
 from speedfix.model.index import CallSite
+from speedfix.rules._impact import Estimate, Finding, Impact
 from speedfix.syntax.comments import statement_comments
 
 _SYNCHRONIZE = ("torch.cuda.synchronize", "torch.accelerator.synchronize")
@@ -58,7 +59,8 @@ class SynchronizeInLoop(BranchTracker, Rule):
     ## Impact
     High: the CPU waits for the GPU every step. A `speedfix bench` result of the script
     measured on a GPU decides: high for a median step of 50 ms or less, low for 500 ms or more
-    (a sync is then a small share of the step).
+    (a sync is then a small share of the step). Low for a sync that runs only while an option
+    is on, or that a comment says times the step.
 
     ## Measured effect
     About 25% slower training with a per-step synchronize on an RTX 2080 Ti (KPConv). The effect
@@ -184,6 +186,11 @@ class SynchronizeInLoop(BranchTracker, Rule):
             """
         ),
     ]
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        if finding.severity is Severity.INFO:  # under a flag that is off by default, or to time the step
+            return Estimate(Impact.LOW, "it runs only while an option is on, or to time a step", measurable=False)
+        return None
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*_SYNCHRONIZE):

@@ -114,6 +114,26 @@ def test_a_hub_model_is_as_big_as_its_checkpoint_or_config_says(run_cli, write, 
     assert _by(_json(run_cli, "lora.py", cwd=tmp_path), "SF401")[0]["impact"] == "low"
 
 
+def test_tf32_is_high_for_known_matmuls_and_medium_for_a_model_the_scan_cannot_see(run_cli, write, tmp_path):
+    write("mlp.py", SMALL.replace("nn.Linear(784, 128)", "nn.Linear(784, 128 * 1024)")
+          .replace("nn.Linear(128, 10)", "nn.Linear(128 * 1024, 10)"))
+    write("factory.py", SMALL.replace("Net().to", "build_model(cfg).to")
+          .replace("import torch\n", "import torch\nfrom mylib import build_model\n", 1))
+    assert _by(_json(run_cli, "mlp.py", cwd=tmp_path), "SF201")[0]["impact"] == "high"
+    (tf32,) = _by(_json(run_cli, "factory.py", cwd=tmp_path), "SF201")
+    assert tf32["impact"] == "medium" and tf32["impact_reason"].startswith("a model whose layers the scan does not see")
+
+
+def test_a_synchronize_under_an_option_is_low(run_cli, write, tmp_path):
+    timed = SMALL.replace("            print(loss.item())\n",
+                          "            if args.sync_each_step:\n                torch.cuda.synchronize()\n")
+    write("train.py", "import argparse\n" + timed.replace(
+        "def main():\n", "def main():\n    parser = argparse.ArgumentParser()\n"
+        "    parser.add_argument('--sync-each-step', action='store_true')\n    args = parser.parse_args()\n"))
+    (sync,) = _by(_json(run_cli, "train.py", cwd=tmp_path), "SF302")
+    assert sync["impact"] == "low" and sync["impact_reason"] == "it runs only while an option is on, or to time a step"
+
+
 def test_channels_last_without_mixed_precision_is_low(run_cli, write, tmp_path):
     conv = SMALL.replace("nn.Linear(784, 128)", "nn.Conv2d(3, 64, 3)").replace("nn.Linear(128, 10)", "nn.Linear(64, 10)")
     write("fp32.py", conv.replace("nn.Conv2d(3, 64, 3)", "nn.Conv2d(3, 4096, 3)"))

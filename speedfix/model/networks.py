@@ -177,6 +177,14 @@ def project_builds_matmuls(ctx: FileContext, call: cst.Call) -> bool:
     return facts is None or facts.matmuls
 
 
+def project_known_matmuls(ctx: FileContext, call: cst.Call) -> bool:
+    """Is a network of another scanned file known to multiply matrices beyond a classifier head:
+    attention, recurrent layers, matmuls of its own, or linear layers without convolutions (an
+    MLP)? False when it is not known (not a network of a scanned file)."""
+    facts = _project_builder(ctx, call)
+    return facts is not None and (facts.matmuls or (facts.matmul and not facts.conv_dims))
+
+
 def _project_builder(ctx: FileContext, call: cst.Call) -> FunctionFacts | None:
     return ctx.links.function(ctx.project_name(dotted_name(call.func))) if ctx.links.modules else None
 

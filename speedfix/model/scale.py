@@ -19,9 +19,9 @@ from speedfix.model.flow import assigned_name, is_returned
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import CallSite
 from speedfix.model.model_size import estimated_parameters
-from speedfix.model.networks import (builds, built_classes, is_conv_architecture, model_classes,
+from speedfix.model.networks import (builds, built_classes, fresh_assignments, is_conv_architecture, model_classes,
                                       optimized_module, peel, project_builds_matmuls, project_builds_rnn,
-                                      project_conv_dims, trained_models, zoo_architecture)
+                                      project_conv_dims, project_known_matmuls, trained_models, zoo_architecture)
 from speedfix.model.patterns import OPTIMIZER_PREFIX, unwrap_iterable
 from speedfix.project.steps import CONV_LAYERS, MATMUL_LAYERS
 from speedfix.syntax.names import dotted_name
@@ -359,6 +359,63 @@ def conv_nets_only(ctx: FileContext) -> bool:
     return found
 
 
+def matmul_nets(ctx: FileContext) -> bool:
+    """Does the script train a model known to multiply matrices beyond a classifier head: a
+    Hugging Face transformer, a zoo transformer, a network (of this file or another scanned one)
+    with attention, recurrent layers or matmuls of its own, or of linear layers without
+    convolutions (an MLP)? False when no model's layers are known (a factory of another package)."""
+    if trains_hub_model(ctx):
+        return True
+    untraced = False  # a model passed in as a parameter (`def train(model, loader)`)
+    for model, site in trained_models(ctx):
+        built = builds(ctx, model, site.stack, site.statement)
+        untraced = untraced or not fresh_assignments(ctx, model, site.stack, site.statement)
+        for build in built:
+            call = peel(ctx, build.built)
+            if isinstance(call, cst.Call) and _multiplies(ctx, call, build.assignment.stack):
+                return True
+    if not untraced:
+        return False
+    # then the networks the file writes or loads decide
+    return (any(_classes_multiply(ctx, {name}) for name in ctx.classes)
+            or any(_from_hub(ctx, site.node) for site in ctx.calls))
+
+
+def _multiplies(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
+    zoo = zoo_architecture(ctx, call, stack)
+    if zoo is not None:
+        return zoo[1] is not None and not is_conv_architecture(zoo[1])
+    classes = built_classes(ctx, call, stack)
+    if classes:
+        return _classes_multiply(ctx, classes)
+    if (ctx.qualname(call.func) or "").startswith(_NN):  # an inline `nn.Sequential(...)`
+        nodes = list(walk_expression(call))
+        return _layers_multiply({ctx.qualname(node.func) for node in nodes if isinstance(node, cst.Call)}, nodes)
+    return project_known_matmuls(ctx, call)
+
+
+def _classes_multiply(ctx: FileContext, classes: set[str]) -> bool:
+    return _layers_multiply(*_class_layers(ctx, classes))
+
+
+def _class_layers(ctx: FileContext, classes: set[str]) -> tuple[set[str | None], list[cst.CSTNode]]:
+    """The torch.nn layers the classes (and the local classes they build) call, and their nodes."""
+    names = set().union(*(model_classes(ctx, name) for name in classes))
+    layers = {ctx.qualname(site.node.func) for site in ctx.calls if any(_in_class(site, name) for name in names)}
+    return layers, [node for name in names for node in walk_expression(ctx.classes[name].node)]
+
+
+def _layers_multiply(layers: set[str | None], nodes: list[cst.CSTNode]) -> bool:
+    """Attention, recurrent layers, matmuls written out, or linear layers without convolutions."""
+    return _beyond_a_head(layers, nodes) or (_NN + "Linear" in layers and not layers & CONV_LAYERS.keys())
+
+
+def _beyond_a_head(layers: set[str | None], nodes: list[cst.CSTNode]) -> bool:
+    """Matmuls more than a classifier head's: attention, recurrent layers, `@`, `torch.matmul`."""
+    return bool(layers & MATMUL_LAYERS) or any(isinstance(node, cst.BinaryOperation)
+                                               and isinstance(node.operator, cst.MatrixMultiply) for node in nodes)
+
+
 def _conv_only(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
     zoo = zoo_architecture(ctx, call, stack)
     if zoo is not None:
@@ -366,9 +423,5 @@ def _conv_only(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
     classes = built_classes(ctx, call, stack)
     if not classes:  # a network of another scanned file
         return bool(project_conv_dims(ctx, call)) and not project_builds_rnn(ctx, call) and not project_builds_matmuls(ctx, call)
-    names = set().union(*(model_classes(ctx, name) for name in classes))
-    layers = {ctx.qualname(site.node.func) for site in ctx.calls if any(_in_class(site, name) for name in names)}
-    if not layers & CONV_LAYERS.keys() or layers & MATMUL_LAYERS:
-        return False
-    return not any(isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)
-                   for name in names for node in walk_expression(ctx.classes[name].node))
+    layers, nodes = _class_layers(ctx, classes)
+    return bool(layers & CONV_LAYERS.keys()) and not _beyond_a_head(layers, nodes)
