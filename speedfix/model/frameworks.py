@@ -12,10 +12,10 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import find_argument, literal_bool, string_value
+from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
 from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import FileContext, LIGHTNING_MODULE
-from speedfix.model.flow import default_truth
+from speedfix.model.flow import assigned_name, default_truth, is_returned
 from speedfix.model.frames import class_of_method
 from speedfix.model.index import CallSite
 from speedfix.syntax.names import dotted_name
@@ -125,6 +125,27 @@ def in_lightning_method(ctx: FileContext, site: CallSite) -> bool:
     """Is the call in a method of a LightningModule/LightningDataModule of this file?"""
     owner = class_of_method(site.stack)
     return owner is not None and is_lightning_class(ctx, owner.name.value)
+
+
+_LOADER_HOOKS = ("train_dataloader", "val_dataloader")  # iterated every epoch (validation runs per epoch)
+
+
+def lightning_iterates_per_epoch(ctx: FileContext, site: CallSite) -> bool:
+    """Does Lightning iterate the DataLoader made at ``site`` once per epoch, for several epochs?
+    It does for a loader returned by a LightningModule/DataModule's `train_dataloader` or
+    `val_dataloader`, and for one handed to `trainer.fit(...)`, unless every Trainer of the file
+    stops after one epoch (`max_epochs=1`; Lightning's default is 1000 epochs)."""
+    function = ctx.function_of(site.stack)
+    hooked = isinstance(function, cst.FunctionDef) and function.name.value in _LOADER_HOOKS \
+        and in_lightning_method(ctx, site) and is_returned(function, site)
+    loader = assigned_name(site)
+    fitted = loader is not None and any(
+        dotted_name(arg.value) == loader for fit in ctx.method_calls("fit") for arg in fit.node.args[1:])
+    if not (hooked or fitted):
+        return False
+    trainers = ctx.calls_to(*LIGHTNING_TRAINER)
+    return not trainers or any(
+        literal_int(ctx, find_argument(ctx, trainer, "max_epochs").node, trainer.stack) != 1 for trainer in trainers)
 
 
 def _uses_accelerator_device(ctx: FileContext) -> bool:
