@@ -121,6 +121,18 @@ def is_lightning_class(ctx: FileContext, class_name: str | None) -> bool:
     return class_name is not None and ctx.is_subclass_of(class_name, *LIGHTNING_MODULE, *LIGHTNING_DATAMODULE)
 
 
+LIGHTNING_CALLBACK = ("lightning.pytorch.callbacks.Callback", "lightning.pytorch.Callback", "lightning.Callback",
+                      "pytorch_lightning.callbacks.Callback", "pytorch_lightning.Callback",
+                      "pytorch_lightning.callbacks.base.Callback")
+
+
+def in_lightning_callback(ctx: FileContext, site: CallSite) -> bool:
+    """Is the call in a hook of a Lightning `Callback` of this file (`on_fit_start(self, trainer,
+    pl_module)`)? What it trains hangs off the LightningModule the Trainer owns."""
+    owner = class_of_method(site.stack)
+    return owner is not None and ctx.is_subclass_of(owner.name.value, *LIGHTNING_CALLBACK)
+
+
 def in_lightning_method(ctx: FileContext, site: CallSite) -> bool:
     """Is the call in a method of a LightningModule/LightningDataModule of this file?"""
     owner = class_of_method(site.stack)
@@ -146,6 +158,11 @@ def lightning_iterates_per_epoch(ctx: FileContext, site: CallSite) -> bool:
     trainers = ctx.calls_to(*LIGHTNING_TRAINER)
     return not trainers or any(
         literal_int(ctx, find_argument(ctx, trainer, "max_epochs").node, trainer.stack) != 1 for trainer in trainers)
+
+
+def lightning_fits(ctx: FileContext) -> bool:
+    """Does the file train through Lightning: a `Trainer` and a `.fit(...)` call?"""
+    return bool(ctx.calls_to(*LIGHTNING_TRAINER)) and any(True for _ in ctx.method_calls("fit"))
 
 
 def _uses_accelerator_device(ctx: FileContext) -> bool:

@@ -307,6 +307,28 @@ def never_read(ctx: FileContext, site: CallSite) -> bool:
     return name not in _read_names(ctx, scope or ctx.module)
 
 
+def only_peeked(ctx: FileContext, site: CallSite) -> bool:
+    """Is the DataLoader of ``site`` bound to a name that is only iterated by loops that stop
+    after their first batch (`for img, label in loader: show(encoder(img)); break`)? Looking at
+    one batch (a shape check, a picture in a notebook) is no training: its workers and pinning
+    do not matter."""
+    name = assigned_name(site)
+    if name is None or "." in name:
+        return False
+    scope = ctx.function_of(site.stack) or ctx.module
+    loops = [info.node for info in ctx.loops.values() if isinstance(info.node, cst.For) and info.iter is not None
+             and dotted_name(unwrap_iterable(info.iter)) == name]
+    mentions = sum(1 for node in walk_expression(scope) if isinstance(node, cst.Name) and node.value == name)
+    return bool(loops) and mentions == len(loops) + 1 and all(_stops_at_once(loop) for loop in loops)
+
+
+def _stops_at_once(loop: cst.For) -> bool:
+    """The loop's body ends in an unconditional `break`."""
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    last = body[-1] if body else None
+    return isinstance(last, cst.SimpleStatementLine) and any(isinstance(small, cst.Break) for small in last.body)
+
+
 _READ: WeakKeyDictionary[FileContext, dict[int, set[str]]] = WeakKeyDictionary()
 
 
