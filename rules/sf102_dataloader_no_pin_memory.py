@@ -72,6 +72,16 @@ class DataloaderNoPinMemory(Rule):
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."
 
     VALID = [
+        Valid(  # one batch drawn to look at the model's outputs, outside any loop
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            sample_loader = DataLoader(train_set, batch_size=128, shuffle=False)
+            imgs, _ = next(iter(sample_loader))
+            with torch.no_grad():
+                probs = model(imgs.to("cuda")).softmax(dim=1)
+            """
+        ),
         Valid(  # a test loader made and never used
             """
             import torch
