@@ -172,6 +172,28 @@ class BlockingTransfer(Rule):
             """,
             count=2,
         ),
+        Invalid(  # a list batch drawn with next() and copied element by element
+            """
+            import torch
+            batches = iter(loader)
+            while True:
+                pair = next(batches)
+                pair = [t.to("cuda") for t in pair]
+                loss = model(*pair)
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            batches = iter(loader)
+            while True:
+                pair = next(batches)
+                pair = [t.to("cuda", non_blocking=True) for t in pair]
+                loss = model(*pair)
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # Accelerate copies the prepared loader's batches itself, blocking by default
             """
             from accelerate import Accelerator

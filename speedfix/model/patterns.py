@@ -257,7 +257,8 @@ class BatchNames:
 
     def _add_values(self, function: cst.CSTNode | None, names: set[str]) -> None:
         """`{k: v.to(device) for k, v in batch.items()}` and `for k, v in batch.items():
-        batch[k] = v.to(device)`: the values of a dict batch, copied key by key."""
+        batch[k] = v.to(device)`: the values of a dict batch, copied key by key; the elements of a
+        list batch copied one by one (`[t.to(device) for t in batch]`)."""
         for method in ("items", "values"):
             for site in self.ctx.method_calls(method):
                 receiver = site.node.func.value  # type: ignore[attr-defined]
@@ -273,6 +274,14 @@ class BatchNames:
                     if isinstance(target, cst.Name):
                         names.add(target.value)
                         self.values.add(target.value)
+        # `[t.to(device) for t in batch]` (minGPT): each element of a tuple/list batch is a tensor
+        for assignments in self.ctx.assignments_by_function.get(function, {}).values():
+            for assignment in assignments:
+                for node in walk_expression(assignment.value):
+                    if isinstance(node, cst.CompFor) and isinstance(node.iter, cst.Name) and node.iter.value in names \
+                            and isinstance(node.target, cst.Name):
+                        names.add(node.target.value)
+                        self.values.add(node.target.value)
 
     def _add_next_batches(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
         """`x, y = next(batches)` or `next(iter(loader))` in a training loop: a batch."""
