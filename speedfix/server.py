@@ -29,7 +29,7 @@ from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import PositionCodec
 
 from speedfix import __version__
-from speedfix.commands.scan import display_path, project_links, time_limit_message
+from speedfix.commands.scan import TOO_DEEP, display_path, project_links, time_limit_message
 from speedfix.engine.analysis import SyntaxProblem, analyze
 from speedfix.engine.findings import Applicability, Finding, Fix, Severity
 from speedfix.engine.registry import rule_by_code
@@ -38,6 +38,7 @@ from speedfix.fixes.fixer import FixError, allowed, apply_fixes, fix_source, op_
 from speedfix.output import format_names
 from speedfix.project import Links
 from speedfix.syntax import deadline
+from speedfix.syntax.parsing import room_for_deep_trees
 from speedfix.syntax.source import SourceError, SourceFile, decode_source
 from speedfix.workspace.cache import ScanCache, cache_enabled
 from speedfix.workspace.config import ConfigError, Settings, real_path, resolve_settings
@@ -149,7 +150,7 @@ class Checked:
         rules = self.settings.rules_for(self.source.path)
         try:
             outcome = fix_source(self.source, self.path, rules, self.settings.target, unsafe=unsafe)
-        except (SyntaxProblem, FixError) as exc:
+        except (SyntaxProblem, FixError, RecursionError) as exc:
             log.warning("fix all: %s", exc)
             return None
         return outcome.code if outcome.changed and outcome.code != self.text else None
@@ -217,7 +218,7 @@ def check(path: Path | None, text: str, settings: Settings) -> Checked:
         with deadline.time_limit(settings.file_time_limit):
             analysis = analyze(source, shown, settings.rules_for(file), settings.target, links)
     except RecursionError:
-        analysis = Analysis(shown, error=FileError(shown, "the file is nested too deeply to analyse"))
+        analysis = Analysis(shown, error=FileError(shown, TOO_DEEP))
     except deadline.TimeLimitExceeded as exc:
         analysis = Analysis(shown, error=FileError(shown, time_limit_message(exc)))
     return Checked(text, source, shown, settings, analysis)
@@ -301,7 +302,8 @@ def quick_fix(checked: Checked, finding: Finding, uri: str, index: LineIndex) ->
     assert finding.fix is not None and checked.analysis.module is not None
     group = coupled(finding, checked.analysis.findings)
     try:
-        fixed = apply_fixes(checked.analysis.module, [f.fix for f in group if f.fix is not None]).code
+        with room_for_deep_trees():
+            fixed = apply_fixes(checked.analysis.module, [f.fix for f in group if f.fix is not None]).code
     except Exception:  # as in `fixer.preview`: a fix that fails must not take the server down
         log.exception("%s: the fix for %s failed", checked.path, finding.code)
         return None

@@ -4,6 +4,8 @@ what happened (issue 13, item 4). No test here depends on the real clock."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 
@@ -50,16 +52,15 @@ def test_time_limit_from_the_configuration(good_script, run_cli, write, tmp_path
     assert result.exit_code == 2 and "took longer than 150 s" in result.stderr
 
 
-@pytest.mark.parametrize("terms", [20_000, 1_500], ids=["beyond Python's parser", "beyond the limit"])
+@pytest.mark.parametrize("terms", [20_000, 1_500], ids=["far beyond the limit", "beyond the limit"])
 def test_a_huge_flat_expression_is_refused_before_libcst_sees_it(good_script, run_cli, write, tmp_path, terms):
     # 20,000 terms: libcst's parser (about N**2) would not finish; the scan answers at once.
     write("generated.py", "import torch\n" + flat_sum(terms) + "x = torch.zeros(3).cuda()\n")
     write("good.py", good_script)
     result = run_cli("scan", tmp_path, "--no-summary")
     assert result.exit_code == 2
-    assert "generated.py: error: cannot parse: the code is nested too deeply (" in result.stderr
-    if terms == 1_500:
-        assert "line 2 nests 1,500 expressions; the limit is 1,000" in result.stderr
+    assert "generated.py:2:1: error: cannot parse: the code is nested too deeply (" in result.stderr
+    assert f"line 2 nests {terms:,} expressions; the limit is 1,000" in result.stderr
     assert "good.py:4:10: SF102" in result.stdout
 
 
@@ -81,3 +82,46 @@ def test_parse_failures_never_print_an_empty_message(run_cli, write, code):
     for line in result.stderr.splitlines():
         assert not line.rstrip().endswith(":"), line
     assert "cannot parse: \n" not in result.stderr
+
+
+# Code libcst nests although Python's ast keeps it flat. The first three crashed scan, apply and the
+# editor server with a segmentation fault (libcst's native parser); the others stopped with a
+# RecursionError that named no line.
+DEEP_SHAPES = {
+    "and_chain.py": ("def train(model, loader):\n    for batch in loader:\n        if " + " and ".join(["ok(batch)"] * 8_000) + ":\n            model(batch)\n", 3),
+    "dotted_import.py": ("import " + ".".join(["m"] * 8_000) + "\n", 1),
+    "from_import.py": ("def f():\n    from " + ".".join(["m"] * 8_000) + " import x\n", 2),
+    "or_chain.py": ("x = " + " or ".join(["a"] * 1_500) + "\n", 1),
+    "concatenation.py": ("x = (\n" + '"a"\n' * 1_500 + ")\n", 2),
+    "comprehension.py": ("x = [a " + " ".join(f"for a{i} in b" for i in range(1_500)) + "]\n", 1),
+    "elif_chain.py": ("if a:\n    pass\n" + "elif a:\n    pass\n" * 1_500, 2_001),  # the 1,000th elif
+}
+
+
+def test_code_libcst_nests_deeply_is_refused_with_its_line_and_never_crashes(tmp_path, good_script):
+    for name, (code, _) in DEEP_SHAPES.items():
+        (tmp_path / name).write_text(good_script + code)  # 8 lines, with a finding
+    (tmp_path / "good.py").write_text(good_script)
+    command = [sys.executable, "-m", "speedfix", "scan", "--no-cache", "--no-summary", "."]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result  # not -11: a crash would lose every other file's report
+    for name, (_, line) in DEEP_SHAPES.items():
+        line += 8
+        assert f"{name}:{line}:1: error: cannot parse: the code is nested too deeply (line {line} nests" in result.stderr
+    assert "good.py:4:10: SF102" in result.stdout
+    result = subprocess.run([*command[:3], "apply", "."], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Fixed 1 finding in 1 file" in result.stdout, result
+    assert result.stderr.count("nested too deeply") == len(DEEP_SHAPES)
+
+
+@pytest.mark.parametrize("shape", ["and", "elif", "concatenation"])
+def test_code_nested_just_under_the_limit_is_fixed(run_cli, write, good_script, shape):
+    deep = {
+        "and": "if " + " and ".join(["a"] * 990) + ":\n    pass\n",
+        "elif": "if a:\n    pass\n" + "elif a:\n    pass\n" * 990,
+        "concatenation": "x = (" + " ".join(['"a"'] * 990) + ")\n",
+    }[shape]
+    path = write("train.py", good_script + deep)
+    result = run_cli("apply", path)  # a RecursionError from libcst's code generation before
+    assert result.exit_code == 1 and "Fixed 1 finding in 1 file" in result.stdout, result
+    assert "pin_memory=True" in path.read_text() and path.read_text().endswith(deep)

@@ -51,7 +51,7 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
     # The engine, the rules and libcst load with the first file the cache does not hold: a scan
     # of cached files never imports them.
     from speedfix.engine.analysis import analyze
-    from speedfix.syntax.parsing import collector_paused
+    from speedfix.syntax.parsing import collector_paused, room_for_deep_trees
 
     shown = display_path(target.path)
     try:
@@ -59,7 +59,7 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
     except SourceError as exc:
         return Analysis(shown, error=FileError(shown, str(exc)))
     try:
-        with deadline.time_limit(settings.file_time_limit), collector_paused():
+        with deadline.time_limit(settings.file_time_limit), collector_paused(), room_for_deep_trees():
             analysis = analyze(source, shown, settings.rules_for(target.path), settings.target, links)
             if notebook is not None:
                 notebook.locate(analysis.findings)
@@ -69,12 +69,16 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
             if details:
                 attach_fix_details(analysis, source.text, notebook)
     except RecursionError:
-        return Analysis(shown, error=FileError(shown, "the file is nested too deeply to analyse"))
+        return Analysis(shown, error=FileError(shown, TOO_DEEP))
     except deadline.TimeLimitExceeded as exc:
         return Analysis(shown, error=FileError(shown, time_limit_message(exc)))
     analysis.module = None  # keep memory flat on big trees
     analysis.context = None
     return analysis
+
+
+# What a RecursionError in the analysis of a file says (the parser refuses the deepest code first).
+TOO_DEEP = "the file is nested too deeply to analyse"
 
 
 def time_limit_message(exc: deadline.TimeLimitExceeded) -> str:

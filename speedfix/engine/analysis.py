@@ -32,7 +32,7 @@ from speedfix.model.devices import uses_cuda
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.syntax import deadline
-from speedfix.syntax.parsing import parse_module, python_ast
+from speedfix.syntax.parsing import parse_module, python_ast, room_for_deep_trees
 from speedfix.syntax.positions import positions_for
 from speedfix.syntax.source import SourceFile
 from speedfix.syntax.walk import walk_batched
@@ -61,7 +61,8 @@ def parse(data: bytes | str, path: str) -> cst.Module:
         message = f"libcst cannot parse this file, although Python can: {detail[0].rstrip('.')}"
         raise SyntaxProblem(FileError(path, message, exc.raw_line, exc.raw_column + 1)) from None
     except (RecursionError, MemoryError) as exc:
-        raise SyntaxProblem(FileError(path, _too_deep(exc))) from None
+        line = getattr(exc, "line", None)  # NestingTooDeep knows where
+        raise SyntaxProblem(FileError(path, _too_deep(exc), line, 1 if line else None)) from None
 
 
 def _check_syntax_only(source: SourceFile, path: str) -> FileError | None:
@@ -96,6 +97,7 @@ def _failed(result: Analysis, error: FileError | None) -> Analysis:
     return result
 
 
+@room_for_deep_trees()
 def analyze(
     source: SourceFile,
     path: str,

@@ -26,7 +26,7 @@ from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.project import Links
 from speedfix.syntax.comments import own_lines
 from speedfix.syntax.nodes import walk_expression
-from speedfix.syntax.parsing import python_ast
+from speedfix.syntax.parsing import python_ast, room_for_deep_trees
 from speedfix.syntax.roundtrip import Restorer, RoundTripError
 from speedfix.syntax.source import SourceError, SourceFile, decode_source, read_bytes, write_atomic
 
@@ -222,6 +222,7 @@ def allowed(finding: Finding, unsafe: bool) -> bool:
     return finding.fix is not None and (unsafe or finding.fix.applicability is Applicability.SAFE)
 
 
+@room_for_deep_trees()
 def preview(analysis: Analysis, finding: Finding) -> str | None:
     """The file's code with only ``finding``'s fix applied (for diffs and JSON edits)."""
     if finding.fix is None or analysis.module is None:
@@ -232,6 +233,7 @@ def preview(analysis: Analysis, finding: Finding) -> str | None:
         return None
 
 
+@room_for_deep_trees()
 def fix_source(
     source: SourceFile,
     path: str,

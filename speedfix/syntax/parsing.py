@@ -6,7 +6,10 @@ libcst's parser has two costs that grow faster than the input:
   tree N levels deep, and parsing it costs about N² (1,000 terms: 0.3 s; 2,000: 1.5 s; a
   20,000-term generated expression does not finish). Python's own parser (``ast``, in C, a few
   milliseconds) measures the nesting first, and code nested deeper than ``MAX_DEPTH`` is refused
-  with a ``NestingTooDeep`` error naming the line, before libcst ever sees it;
+  with a ``NestingTooDeep`` error naming the line, before libcst ever sees it. The nesting is
+  counted as libcst builds it, where ``and`` chains, dotted names and ``elif`` chains are deep
+  (its native parser crashes the process on about 6,000 levels), and ``room_for_deep_trees``
+  gives libcst's recursive visitors the Python frames the accepted depth needs;
 - one parse of a whole multi-megabyte module costs more per byte than parses of its parts (2 MB:
   17 s in one piece, 13 s in 64 KB pieces). A module over ``CHUNK_FROM`` is therefore parsed in
   chunks of whole top-level statements, cut only where the lines between two statements are
@@ -25,6 +28,7 @@ import ast
 import gc
 import io
 import re
+import sys
 import tokenize
 import warnings
 from contextlib import contextmanager
@@ -37,6 +41,10 @@ from speedfix.syntax.source import split_lines
 
 # Deeper expressions are refused (libcst's cost per expression grows with the square of this).
 MAX_DEPTH = 1000
+# libcst's visitors, transformers and code generation recurse: up to 4 Python frames per level
+# of the tree (5 here, with a margin), for MAX_DEPTH levels of expressions and elifs plus the
+# indented blocks (Python allows 100) and statements around them.
+DEEP_TREES_RECURSION_LIMIT = 1000 + 5 * (MAX_DEPTH + 200)
 # Modules smaller than this are parsed in one piece, exactly as libcst does it.
 CHUNK_FROM = 256 * 1024
 CHUNK_SIZE = 64 * 1024
@@ -46,7 +54,12 @@ _GAP_LINE = re.compile(r"(?:#[^\r\n]*)?(?:\r\n|\r|\n)?")
 
 class NestingTooDeep(RecursionError):
     """Code nested deeper than libcst can parse in reasonable time (a RecursionError, so that
-    callers treat it as the interpreter's own "too deeply nested" failure)."""
+    callers treat it as the interpreter's own "too deeply nested" failure); ``line``: where, when
+    known."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
 
 
 def python_ast(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
@@ -123,6 +136,20 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextmanager
+def room_for_deep_trees() -> Iterator[None]:
+    """Raise Python's recursion limit (1,000 frames by default) so that libcst can walk, transform
+    and print every tree ``parse_module`` accepts; a tree of a few hundred levels would
+    otherwise stop ``apply`` with a RecursionError. 7,000 frames stay far from the C stack's
+    end (Python 3.10, where each frame takes C stack, crashes near 28,000)."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, DEEP_TREES_RECURSION_LIMIT))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def _decode(data: bytes | str) -> tuple[str, str]:
     """(encoding, text) as libcst decodes them: BOM or coding cookie, else UTF-8."""
     if isinstance(data, str):
@@ -136,28 +163,46 @@ def _decode(data: bytes | str) -> tuple[str, str]:
 
 # ------------------------------------------------------------------ nesting depth
 def _check_depth(tree: ast.Module, lines: list[str], limit: int) -> None:
-    """Raise NestingTooDeep when an expression is nested deeper than ``limit``.
+    """Raise NestingTooDeep when code is nested deeper than ``limit`` in libcst's tree.
 
-    Only expressions long enough to reach the limit are walked (each level of nesting takes at
-    least one character), so ordinary code costs one look per statement."""
-    for expression in _long_expressions(tree, lines, limit):
-        depth, line = _depth(expression)
-        if depth > limit:
-            raise NestingTooDeep(f"line {line} nests {depth:,} expressions; the limit is {limit:,}")
-
-
-def _long_expressions(tree: ast.Module, lines: list[str], limit: int) -> Iterator[ast.expr]:
+    libcst nests what ``ast`` keeps flat: ``a and b and c`` is ``(a and b) and c``, a dotted name
+    (``import a.b.c``) is attributes in attributes, ``"a" "b" "c"`` is a concatenation in a
+    concatenation, each ``for`` of a comprehension is inside the one before, and each ``elif``
+    inside the ``if`` above it. Those count here too: libcst's native parser crashes the process
+    (a segmentation fault, not an exception) on about 6,000 of them. Only expressions long enough
+    to reach the limit are walked (each level of nesting takes at least one character), so
+    ordinary code costs one look per statement."""
     starts = _line_starts(lines)
-    todo: list[ast.AST] = list(tree.body)
+    todo: list[tuple[ast.AST, int]] = [(statement, 0) for statement in tree.body]
     while todo:
-        node = todo.pop()
+        node, blocks = todo.pop()  # blocks: the statements around this one
+        if blocks > limit:
+            raise _too_deep(getattr(node, "lineno", 1), blocks, limit, "blocks")
+        if isinstance(node, ast.ImportFrom) and node.module:
+            _check_name(node.module, node.lineno, blocks, limit)
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.stmt):
-                todo.append(child)
-            elif isinstance(child, ast.expr) and _span(child, starts) >= limit:
-                yield child
-            elif not isinstance(child, ast.expr):  # handlers, match cases, arguments, ...
-                todo.append(child)
+                todo.append((child, blocks + 1))
+            elif isinstance(child, ast.expr):
+                if blocks + _span(child, starts) > limit:
+                    depth, line = _depth(child, lines, starts, limit - blocks)
+                    if blocks + depth > limit:
+                        what = "blocks and expressions" if blocks else "expressions"
+                        raise _too_deep(line, blocks + depth, limit, what)
+            elif isinstance(child, ast.alias):
+                _check_name(child.name, getattr(child, "lineno", node.lineno), blocks, limit)  # type: ignore[attr-defined]
+            else:  # handlers, match cases, arguments, ...
+                todo.append((child, blocks))
+
+
+def _too_deep(line: int, depth: int, limit: int, what: str) -> NestingTooDeep:
+    return NestingTooDeep(f"line {line} nests {depth:,} {what}; the limit is {limit:,}", line)
+
+
+def _check_name(name: str, line: int, blocks: int, limit: int) -> None:
+    """An imported dotted name: libcst nests each ``.`` as an attribute."""
+    if blocks + len(name) > limit and blocks + name.count(".") + 1 > limit:
+        raise _too_deep(line, blocks + name.count(".") + 1, limit, "names")
 
 
 def _line_starts(lines: list[str]) -> list[int]:
@@ -177,22 +222,52 @@ def _span(node: ast.expr, starts: list[int]) -> int:
     return starts[last - 1] + (node.end_col_offset or 0) - starts[node.lineno - 1]
 
 
-def _depth(root: ast.expr) -> tuple[int, int]:
-    """(how many expressions are nested in ``root``, at most, counting it; the line where the
-    deepest is), without recursion. Keywords, comprehensions and the like are passed through
-    without counting, as are contexts and operators."""
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _depth(root: ast.expr, lines: list[str], starts: list[int], limit: int) -> tuple[int, int]:
+    """(how many expressions are nested in ``root`` in libcst's tree, at most, counting it; the
+    line where the deepest is), without recursion. Keywords, comprehensions and the like are
+    passed through without counting, as are contexts and operators. Literals are only looked
+    into where they could take the count over ``limit``."""
     deepest, where = 0, root.lineno
     todo: list[tuple[ast.AST, int]] = [(root, 1)]
     while todo:
         node, depth = todo.pop()
+        # "a" "b" "c" is a concatenation in a concatenation (each literal takes 2 characters)
+        if isinstance(node, (ast.Constant, ast.JoinedStr)) and depth + _span(node, starts) // 2 > limit:
+            depth += _string_parts(node, lines) - 1
         if depth > deepest:
             deepest, where = depth, getattr(node, "lineno", where)
+        # `a and b and c` is ((a and b) and c): the first operand is len(values) - 1 levels down
+        below = depth + len(node.values) - 1 if isinstance(node, ast.BoolOp) else depth + 1
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
-                todo.append((child, depth + 1))
-            elif not isinstance(child, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)):
+                if not (isinstance(node, ast.JoinedStr) and isinstance(child, ast.Constant)):  # its own text
+                    todo.append((child, below))
+            elif not isinstance(child, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.comprehension)):
                 todo.append((child, depth))
+        if isinstance(node, _COMPREHENSIONS):  # each `for` is inside the one before it
+            todo.extend((generator, depth + index) for index, generator in enumerate(node.generators))
     return deepest, where
+
+
+def _string_parts(node: ast.expr, lines: list[str]) -> int:
+    """How many literals a string constant is written as (``"a" "b"`` is two)."""
+    if isinstance(node, ast.Constant) and not isinstance(node.value, (str, bytes)):
+        return 1
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    code = "".join(lines[first : last + 1]).encode("utf-8", "surrogatepass")
+    end = len(code) - len(lines[last].encode("utf-8", "surrogatepass")) + (node.end_col_offset or 0)
+    segment = b"(" + code[node.col_offset : end] + b")"
+    try:
+        tokens = tokenize.tokenize(io.BytesIO(segment).readline)
+        return max(1, sum(token.type in _STRING_STARTS for token in tokens))
+    except (tokenize.TokenError, SyntaxError):
+        return 1
+
+
+_STRING_STARTS = frozenset({tokenize.STRING, getattr(tokenize, "FSTRING_START", tokenize.STRING)})
 
 
 # ------------------------------------------------------------------ chunks
