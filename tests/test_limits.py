@@ -4,12 +4,15 @@ what happened (issue 13, item 4). No test here depends on the real clock."""
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 import speedfix.syntax.deadline
+from speedfix.fixes.fixer import fix_code
 from speedfix.syntax.parsing import NestingTooDeep, parse_module
 
 
@@ -125,3 +128,102 @@ def test_code_nested_just_under_the_limit_is_fixed(run_cli, write, good_script, 
     result = run_cli("apply", path)  # a RecursionError from libcst's code generation before
     assert result.exit_code == 1 and "Fixed 1 finding in 1 file" in result.stdout, result
     assert "pin_memory=True" in path.read_text() and path.read_text().endswith(deep)
+
+
+HEX = "0x" + "f" * 4_400  # Python cannot print this number: str() raises ValueError
+
+
+def test_an_integer_too_long_to_print_is_no_count(run_cli, write):
+    # A ValueError from SF103's message ("starts its <num_workers> worker processes") before.
+    path = write("train.py", f"""\
+        import torch
+        from torch.utils.data import DataLoader
+
+        loader = DataLoader(ds, batch_size=32, num_workers={HEX})
+        for epoch in range({HEX}):
+            for x, y in loader:
+                model(x.cuda(0x0)).sum().backward()
+        """)
+    result = run_cli("scan", path, "--no-summary", "--output-format", "json")
+    assert result.exit_code == 1 and result.stderr == ""
+    assert {finding["code"] for finding in json.loads(result.stdout)} >= {"SF102", "SF202"}
+
+
+def test_a_hexadecimal_device_number_is_written_as_a_device_string():
+    # `.cuda(0x1)` became `.to("cuda:0x1", ...)` before, which torch refuses at run time.
+    code = textwrap.dedent("""\
+        import torch
+        import torchvision
+
+        model = torchvision.models.resnet50().cuda(0x1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            x = x.cuda(0x1)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y.cuda(0x1))
+            loss.backward()
+            opt.step()
+        """)
+    fixed = fix_code(code, path="train.py", select=["SF206"]).code
+    assert 'x.to("cuda:1", memory_format=torch.channels_last)' in fixed
+
+
+def test_a_deepspeed_json_nested_too_deeply_is_a_note_about_the_json(run_cli, write, tmp_path):
+    # The script lost every finding before: "the file is nested too deeply to analyse".
+    (tmp_path / "ds.json").write_text('{"train_batch_size": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    path = write("train.py", """\
+        import deepspeed
+        from torch.utils.data import DataLoader
+
+        loader = DataLoader(ds, batch_size=32)
+        engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=params, config="ds.json")
+        for x, y in loader:
+            engine.backward(engine(x.cuda(non_blocking=True)).sum())
+        """)
+    result = run_cli("scan", path, "--no-summary")
+    assert result.exit_code == 1 and result.stderr == ""
+    assert "train.py:4:10: SF102" in result.stdout
+    assert "SF905 DeepSpeed config not checked: ds.json is nested too deeply to read" in result.stdout
+
+
+NEWER_SYNTAX = """\
+    import torch
+    from torch.utils.data import DataLoader
+
+    type Batch = list[torch.Tensor]
+
+
+    def first[T](items: list[T]) -> T:
+        return items[0]
+
+
+    label = f"{"nested quotes"} {f"{f"{first([1])}"}"}"
+    loader = DataLoader(ds, batch_size=32)
+    for x, y in loader:
+        loss = model(x.cuda(non_blocking=True)).sum()
+        loss.backward()
+    """
+
+
+def test_code_for_a_newer_python_is_analysed_with_libcsts_grammar(run_cli, write):
+    # SF000 "invalid syntax" at `type Batch` before, and no finding.
+    path = write("train.py", NEWER_SYNTAX)
+    result = run_cli("scan", path, "--no-summary")
+    assert result.exit_code == 1 and "SF000" not in result.stdout
+    assert "train.py:12:10: SF102" in result.stdout
+    result = run_cli("apply", path)
+    assert result.exit_code == 1 and "pin_memory=True" in path.read_text()
+    assert '"nested quotes"' in path.read_text()
+
+
+def test_invalid_code_is_still_a_syntax_error_with_newer_syntax_beside_it(run_cli, write):
+    path = write("train.py", "import torch\ntype Batch = list[torch.Tensor]\nprint 'python 2'\n")
+    result = run_cli("scan", path, "--no-summary")
+    assert result.exit_code == 1 and "SF000" in result.stdout
+
+
+def test_the_nesting_of_newer_syntax_is_bounded_from_its_tokens(run_cli, write):
+    deep = " and ".join(["a"] * 8_000)
+    path = write("train.py", f"import torch\ntype Batch = list[torch.Tensor]\nif {deep}:\n    pass\n")
+    result = run_cli("scan", path)
+    assert result.exit_code == 2 and "train.py:3:1: error: cannot parse: the code is nested too deeply" in result.stderr

@@ -32,7 +32,7 @@ from speedfix.model.devices import uses_cuda
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.syntax import deadline
-from speedfix.syntax.parsing import parse_module, python_ast, room_for_deep_trees
+from speedfix.syntax.parsing import NestingTooDeep, newer_syntax, parse_module, python_ast, room_for_deep_trees
 from speedfix.syntax.positions import positions_for
 from speedfix.syntax.source import SourceFile
 from speedfix.syntax.walk import walk_batched
@@ -53,7 +53,7 @@ def parse(data: bytes | str, path: str) -> cst.Module:
         return parse_module(data, between_chunks=deadline.check)  # linear in size, never hangs
     except ParserSyntaxError as exc:
         # The interpreter's own message ("'(' was never closed") is the one users know.
-        native = _check_syntax_only_text(data, path)
+        native = _check_syntax_only_text(data, path, newer=False)  # the parse tried newer syntax
         if native is not None:
             raise SyntaxProblem(native) from None
         # Python accepts the code and libcst does not: a limit of this tool, not a syntax error.
@@ -61,31 +61,39 @@ def parse(data: bytes | str, path: str) -> cst.Module:
         message = f"libcst cannot parse this file, although Python can: {detail[0].rstrip('.')}"
         raise SyntaxProblem(FileError(path, message, exc.raw_line, exc.raw_column + 1)) from None
     except (RecursionError, MemoryError) as exc:
-        line = getattr(exc, "line", None)  # NestingTooDeep knows where
-        raise SyntaxProblem(FileError(path, _too_deep(exc), line, 1 if line else None)) from None
+        raise SyntaxProblem(_too_deep(path, exc)) from None
 
 
 def _check_syntax_only(source: SourceFile, path: str) -> FileError | None:
     return _check_syntax_only_text(source.text, path)
 
 
-def _check_syntax_only_text(text: str | bytes, path: str) -> FileError | None:
+def _check_syntax_only_text(text: str | bytes, path: str, *, newer: bool = True) -> FileError | None:
+    """The interpreter's syntax error, unless ``newer`` and the code is written for a newer
+    Python that libcst reads (then the file is fine)."""
     try:
         python_ast(text, filename=path)
+        return None
     except SyntaxError as exc:  # IndentationError and TabError too: the name says which
-        message = f"{type(exc).__name__}: {exc.msg or 'invalid syntax'}"
-        return FileError(path, message, exc.lineno, (exc.offset or 0) or 1, "syntax")
+        error = exc
     except ValueError as exc:  # null bytes, before Python 3.12 made that a SyntaxError
         return FileError(path, f"cannot parse: {exc}")
     except (RecursionError, MemoryError) as exc:
-        return FileError(path, _too_deep(exc))
-    return None
+        return _too_deep(path, exc)
+    try:
+        if newer and newer_syntax(text):
+            return None
+    except NestingTooDeep as exc:
+        return _too_deep(path, exc)
+    message = f"{type(error).__name__}: {error.msg or 'invalid syntax'}"
+    return FileError(path, message, error.lineno, (error.offset or 0) or 1, "syntax")
 
 
-def _too_deep(exc: BaseException) -> str:
+def _too_deep(path: str, exc: BaseException) -> FileError:
     # Python's parser raises a bare MemoryError (no message) on deeply nested expressions.
     detail = str(exc).strip() or f"{type(exc).__name__} in the parser"
-    return f"cannot parse: the code is nested too deeply ({detail})"
+    line = getattr(exc, "line", None)  # NestingTooDeep knows where
+    return FileError(path, f"cannot parse: the code is nested too deeply ({detail})", line, 1 if line else None)
 
 
 def _failed(result: Analysis, error: FileError | None) -> Analysis:

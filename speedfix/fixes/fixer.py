@@ -26,7 +26,7 @@ from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.project import Links
 from speedfix.syntax.comments import own_lines
 from speedfix.syntax.nodes import walk_expression
-from speedfix.syntax.parsing import python_ast, room_for_deep_trees
+from speedfix.syntax.parsing import newer_syntax, python_ast, room_for_deep_trees
 from speedfix.syntax.roundtrip import Restorer, RoundTripError
 from speedfix.syntax.source import SourceError, SourceFile, decode_source, read_bytes, write_atomic
 
@@ -315,8 +315,8 @@ def unfixed(finding: Finding, unsafe: bool) -> Unfixed:
 
 
 def _check_parses(data: bytes, path: str) -> None:
-    """The fixed bytes parse for libcst and compile for the interpreter (the input did both: a file
-    that does not never gets here)."""
+    """The fixed bytes parse for libcst and compile for the interpreter, or for libcst alone when
+    they are written for a newer Python (the input did: a file that does not never gets here)."""
     try:
         cst.parse_module(data)
     except Exception as exc:
@@ -324,7 +324,8 @@ def _check_parses(data: bytes, path: str) -> None:
     try:
         python_ast(data)
     except (SyntaxError, ValueError) as exc:
-        raise FixError(f"{path}: the fixed code does not compile ({exc}); nothing was written") from None
+        if not (isinstance(exc, SyntaxError) and newer_syntax(data)):
+            raise FixError(f"{path}: the fixed code does not compile ({exc}); nothing was written") from None
 
 
 # ------------------------------------------------------------------ public helpers (bench, verify)

@@ -21,6 +21,7 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_files import locate
 from speedfix.model.index import CallSite
+from speedfix.syntax.nodes import integer_value
 
 # Calls that take a DeepSpeed config, and the keyword (and position) it is passed by.
 CONFIG_TAKERS: dict[str, tuple[str, int | None]] = {
@@ -114,6 +115,8 @@ def _from_file(ctx: FileContext, node: cst.SimpleString, name: str) -> DeepSpeed
     except (ValueError, UnicodeDecodeError) as exc:
         return DeepSpeedConfig(node, None, name, problem=f"{name} is not plain JSON ({exc}); DeepSpeed reads it as "
                                                          "hjson, which allows comments, speedfix does not")
+    except RecursionError:  # the script keeps its findings: only the JSON is left unread
+        return DeepSpeedConfig(node, None, name, problem=f"{name} is nested too deeply to read")
     if not isinstance(values, dict):
         return DeepSpeedConfig(node, None, name, problem=f"{name} holds a JSON {type(values).__name__}, not an object")
     return DeepSpeedConfig(node, values, name)
@@ -137,7 +140,10 @@ def _literal(node: cst.BaseExpression) -> Any:
         return _literal_dict(node)
     if isinstance(node, cst.SimpleString):
         return node.evaluated_value
-    if isinstance(node, (cst.Integer, cst.Float)):
+    if isinstance(node, cst.Integer):
+        value = integer_value(node)
+        return ... if value is None else value
+    if isinstance(node, cst.Float):
         return node.evaluated_value
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[node.value]

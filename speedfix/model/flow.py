@@ -23,7 +23,7 @@ from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import code_of, walk_expression
+from speedfix.syntax.nodes import code_of, integer_value, walk_expression
 from speedfix.syntax.walk import child_nodes
 
 _UNKNOWN = object()  # a default that cannot be known
@@ -121,9 +121,10 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         if value is None:
             return _argument_default(ctx, node.value, stack, depth)
         return _default_value(ctx, value, stack, depth + 1)
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return node.evaluated_value
-    if isinstance(node, cst.SimpleString):
+    if isinstance(node, cst.Integer):
+        value = integer_value(node)
+        return _UNKNOWN if value is None else value
+    if isinstance(node, (cst.Float, cst.SimpleString)):
         return node.evaluated_value
     if isinstance(node, cst.IfExp):  # `GradScaler() if args.amp else None`
         chosen = default_truth(ctx, node.test, stack, depth + 1)

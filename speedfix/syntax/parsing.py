@@ -38,6 +38,7 @@ import libcst as cst
 from libcst import ParserSyntaxError
 
 from speedfix.syntax.source import split_lines
+from speedfix.syntax.walk import child_nodes
 
 # Deeper expressions are refused (libcst's cost per expression grows with the square of this).
 MAX_DEPTH = 1000
@@ -85,6 +86,9 @@ def parse_module(
     try:
         tree = python_ast(text)
     except SyntaxError as exc:
+        newer = _newer_syntax(data, text, max_depth)  # `type X = ...` under Python 3.11
+        if newer is not None:
+            return newer
         raise ParserSyntaxError(
             exc.msg or "invalid syntax", lines=text.splitlines() or [""],
             raw_line=exc.lineno or 1, raw_column=max((exc.offset or 1) - 1, 0),
@@ -268,6 +272,93 @@ def _string_parts(node: ast.expr, lines: list[str]) -> int:
 
 
 _STRING_STARTS = frozenset({tokenize.STRING, getattr(tokenize, "FSTRING_START", tokenize.STRING)})
+
+
+# ------------------------------------------------------------------ newer syntax
+# Nodes of a grammar newer than the interpreter that runs speedfix: type aliases and parameters
+# (3.12), template strings (3.14), `except*` (3.11).
+_NEWER_NODES: tuple[type[cst.CSTNode], ...] = (cst.TypeAlias, cst.TypeParameters, cst.TemplatedString)
+if sys.version_info < (3, 11):
+    _NEWER_NODES += (cst.TryStar,)
+
+
+def _newer_syntax(data: bytes | str, text: str, max_depth: int) -> cst.Module | None:
+    """The module, when Python's parser refused code that libcst's grammar (Python 3.0 to 3.14)
+    takes and the code uses syntax newer than this interpreter's; None otherwise (the
+    interpreter's syntax error stands). Python 3.12 code analysed with Python 3.11 gets its
+    findings, not an SF000. Raises NestingTooDeep when the code may be too deep for libcst."""
+    try:
+        _check_depth_by_tokens(text, max_depth)  # no ast to measure the nesting with
+        with collector_paused():
+            module = cst.parse_module(data)
+    except (ParserSyntaxError, tokenize.TokenError, SyntaxError):
+        return None
+    todo: list[cst.CSTNode] = [module]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, _NEWER_NODES) or (isinstance(node, cst.FormattedString) and _newer_f_string(node)):
+            return module
+        todo.extend(child_nodes(node))
+    return None
+
+
+def newer_syntax(data: bytes | str) -> bool:
+    """Python's parser refuses ``data`` because it is written for a newer Python (see
+    ``_newer_syntax``); raises NestingTooDeep when it may be too deep to tell."""
+    try:
+        return _newer_syntax(data, _decode(data)[1], MAX_DEPTH) is not None
+    except ParserSyntaxError:  # cannot be decoded
+        return False
+
+
+def _newer_f_string(node: cst.FormattedString) -> bool:
+    """An f-string only Python 3.12 reads (the same quotes inside, a backslash or a comment in
+    a replacement field)."""
+    try:
+        python_ast(cst.Module([]).code_for_node(node))
+    except SyntaxError:
+        return True
+    return False
+
+
+_NESTING_WORDS = frozenset({"and", "or", "not", "if", "else", "for", "lambda", "await"})
+_ATOM_ENDS = frozenset({")", "]", "}"})
+
+
+def _check_depth_by_tokens(text: str, limit: int) -> None:
+    """An upper bound of the nesting from the tokens, where ``ast`` cannot measure it: in each
+    comma-separated part of each bracket, the operators, dots, keywords like ``and`` and
+    ``for``, calls and subscripts on a call, and string literals after another; the brackets
+    around; the file's ``elif``s (a chain nests each in the one before)."""
+    levels = [0]  # per open bracket: what nests in the current comma-separated part
+    elifs = 0
+    previous: tokenize.TokenInfo | None = None
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        kind, string = token.type, token.string
+        if kind == tokenize.NEWLINE:
+            levels = [0]
+        elif kind == tokenize.OP and string in "([{":
+            if previous is not None and previous.type == tokenize.OP and previous.string in _ATOM_ENDS:
+                levels[-1] += 1  # `f()()`, `a[0][0]`
+            levels.append(0)
+        elif kind == tokenize.OP and string in ")]}":
+            if len(levels) > 1:
+                levels.pop()
+        elif kind == tokenize.OP and string == ",":
+            levels[-1] = 0
+        elif kind == tokenize.OP or (kind == tokenize.NAME and string in _NESTING_WORDS):
+            levels[-1] += 1
+        elif kind == tokenize.STRING and previous is not None and previous.type == tokenize.STRING:
+            levels[-1] += 1
+        elif kind == tokenize.NAME and string == "elif":
+            elifs += 1
+        depth = sum(levels) + len(levels)
+        if depth > limit or elifs > limit:
+            line, most = token.start[0], max(depth, elifs)
+            raise NestingTooDeep(f"line {line} may nest up to {most:,} expressions (counted from its tokens: the "
+                                 f"file is written for a newer Python); the limit is {limit:,}", line)
+        if kind not in (tokenize.NL, tokenize.COMMENT):
+            previous = token
 
 
 # ------------------------------------------------------------------ chunks
