@@ -316,7 +316,7 @@ def server(
         if (exc.name or "").split(".")[0] not in ("pygls", "lsprotocol", "cattrs"):
             raise
         raise _fail("`speedfix server` needs pygls: pip install 'speedfix[server]'") from None
-    serve()
+    raise typer.Exit(serve())
 
 
 def main(argv: list[str] | None = None) -> None:

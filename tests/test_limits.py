@@ -8,11 +8,16 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
 import speedfix.syntax.deadline
+from speedfix.engine.analysis import analyze
+from speedfix.engine.registry import all_rules
 from speedfix.fixes.fixer import fix_code
+from speedfix.model.versions import v
+from speedfix.syntax.source import SourceFile
 from speedfix.syntax.parsing import NestingTooDeep, parse_module
 
 
@@ -26,6 +31,17 @@ def slow_clock(monkeypatch):
     """A clock that advances 100 s each time the time limit looks at it."""
     ticks = itertools.count(step=100)
     monkeypatch.setattr(speedfix.syntax.deadline, "clock", lambda: float(next(ticks)))
+
+
+def test_an_analysis_gives_way_once_it_is_called_off(good_script, tmp_path):
+    # The editor server's next message calls off the analysis of a text that is stale already.
+    event = threading.Event()
+    source = SourceFile(tmp_path / "train.py", good_script.encode(), good_script, "utf-8")
+    with speedfix.syntax.deadline.cancelled_by(event):
+        assert analyze(source, "train.py", all_rules(), v("2.4")).findings  # not called off: done
+        event.set()
+        with pytest.raises(speedfix.syntax.deadline.Cancelled):
+            analyze(source, "train.py", all_rules(), v("2.4"))
 
 
 def test_a_file_over_the_time_limit_is_skipped_and_reported(good_script, run_cli, write, tmp_path, slow_clock):

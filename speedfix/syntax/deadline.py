@@ -7,11 +7,15 @@ few thousand nodes and the engine between rules call ``check()``, which raises
 works in the main thread and cannot interrupt libcst's native parser anyway (the parser's own
 worst cases are refused up front, see ``speedfix.syntax.parsing``).
 
+``with cancelled_by(event): ...`` makes ``check()`` raise ``Cancelled`` once ``event`` is set: the
+editor server abandons the analysis of a text that the next keystroke has made stale.
+
 ``clock`` is looked up at each call so that tests can replace it with a fake clock.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -23,6 +27,7 @@ DEFAULT_SECONDS = 120.0
 
 clock = time.monotonic
 _deadline: ContextVar[tuple[float, float] | None] = ContextVar("speedfix_deadline", default=None)
+_cancel: ContextVar[threading.Event | None] = ContextVar("speedfix_cancel", default=None)
 
 
 class TimeLimitExceeded(Exception):
@@ -43,8 +48,27 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         _deadline.reset(token)
 
 
+class Cancelled(BaseException):
+    """The work was abandoned because something newer came in (a BaseException, as asyncio's
+    CancelledError, so that no ``except Exception`` on the way takes it for a failure)."""
+
+
+@contextmanager
+def cancelled_by(event: threading.Event) -> Iterator[None]:
+    """Run the block so that ``check()`` raises Cancelled once ``event`` is set."""
+    token = _cancel.set(event)
+    try:
+        yield
+    finally:
+        _cancel.reset(token)
+
+
 def check() -> None:
-    """Raise TimeLimitExceeded when the current deadline has passed."""
+    """Raise TimeLimitExceeded when the current deadline has passed, Cancelled when the work
+    was called off."""
     current = _deadline.get()
     if current is not None and clock() > current[0]:
         raise TimeLimitExceeded(current[1])
+    event = _cancel.get()
+    if event is not None and event.is_set():
+        raise Cancelled
