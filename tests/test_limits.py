@@ -9,7 +9,9 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
+import libcst as cst
 import pytest
 
 import speedfix.syntax.deadline
@@ -17,6 +19,7 @@ from speedfix.engine.analysis import analyze
 from speedfix.engine.registry import all_rules
 from speedfix.fixes.fixer import fix_code
 from speedfix.model.versions import v
+from speedfix.syntax.names import dotted_name
 from speedfix.syntax.source import SourceFile
 from speedfix.syntax.parsing import NestingTooDeep, parse_module
 
@@ -243,3 +246,80 @@ def test_the_nesting_of_newer_syntax_is_bounded_from_its_tokens(run_cli, write):
     path = write("train.py", f"import torch\ntype Batch = list[torch.Tensor]\nif {deep}:\n    pass\n")
     result = run_cli("scan", path)
     assert result.exit_code == 2 and "train.py:3:1: error: cannot parse: the code is nested too deeply" in result.stderr
+
+
+# ------------------------------------------------------------------ file size and time (issue 27, item 5)
+def loaders_module(count: int, in_functions: bool) -> str:
+    """``count`` loaders, each iterated every epoch with a training step: at module level, or
+    one per training function (all named `loader`)."""
+    step = "for epoch in range(10):\n    for x, y in {0}:\n        loss = model(x.cuda()).sum()\n        loss.backward()\n        opt.step()\n"
+    if in_functions:
+        blocks = (f"def train{i}(model, ds, opt):\n    loader = DataLoader(ds, batch_size=32, num_workers=4)\n"
+                  + textwrap.indent(step.format("loader"), "    ") for i in range(count))
+    else:
+        blocks = (f"loader{i} = DataLoader(ds, batch_size=32, num_workers=4)\n" + step.format(f"loader{i}") for i in range(count))
+    return "import torch\nfrom torch.utils.data import DataLoader\n\n" + "".join(blocks)
+
+
+def work_of(code: str) -> int:
+    """How many times the rules asked the helpers that tick the time limit (not a clock)."""
+    source = SourceFile(Path("train.py"), code.encode(), code, "utf-8")
+    before = next(speedfix.syntax.deadline._ticks)
+    analysis = analyze(source, "train.py", all_rules(), v("2.4"))
+    assert analysis.error is None and len(analysis.findings) > count_of(code)
+    return next(speedfix.syntax.deadline._ticks) - before
+
+
+def count_of(code: str) -> int:
+    return code.count("DataLoader(")
+
+
+@pytest.mark.parametrize("in_functions", [False, True], ids=["module level", "in functions"])
+def test_rules_work_in_proportion_to_the_file(in_functions):
+    # SF103 asked every call and loop of the file for each loader, SF202 every call for each
+    # backward, SF104 every loop for each copy: 400 loaders cost four times the work of 200 (a
+    # 4.8 MB file ran over 500 s).
+    small, big = work_of(loaders_module(200, in_functions)), work_of(loaders_module(400, in_functions))
+    assert big < 2.5 * small, (small, big)
+
+
+def test_the_time_limit_stops_a_rule_inside_its_loop(good_script, run_cli, write, monkeypatch):
+    # Checked only between rules before: a 400 KB file with a 10 s limit took 51 s.
+    from speedfix.rules.sf103_dataloader_no_persistent_workers import DataloaderNoPersistentWorkers as Slow
+
+    late = []
+    monkeypatch.setattr(speedfix.syntax.deadline, "clock", lambda: 1_000.0 if late else 0.0)
+
+    def endless(self):  # a rule that would never finish, asking the helpers every rule asks
+        late.append(True)
+        while True:
+            dotted_name(cst.Name("x"))
+
+    monkeypatch.setattr(Slow, "finish", endless)
+    path = write("train.py", good_script.replace("batch_size=32", "batch_size=32, num_workers=4"))
+    result = run_cli("scan", path, "--file-time-limit", "150")
+    assert result.exit_code == 2 and "took longer than 150 s" in result.stderr
+
+
+def nested_sums(count: int, indent: str = "    ") -> str:
+    return "".join(f"{indent}total = " + " + ".join(f"a{i}" for i in range(990)) + "\n" for _ in range(count))
+
+
+def test_a_statement_too_costly_to_parse_in_one_piece_is_refused(run_cli, write, good_script):
+    # A training function of 990-term sums: 4 MB ran out of memory (6 GB, the process aborted),
+    # 2 MB took 202 s; libcst parses a statement in one piece, and nothing interrupts it.
+    write("sums.py", good_script + "\n\ndef train():\n" + nested_sums(60))  # 8 lines, then the function
+    write("literal.py", good_script + "DATA = [\n" + "    0.123456789,\n" * 160_000 + "]\n")  # 2.6 MB
+    path = write("good.py", good_script)
+    result = run_cli("scan", path.parent, "--no-summary")
+    assert result.exit_code == 2 and "good.py:4:10: SF102" in result.stdout
+    assert ("sums.py:11:1: error: skipped: lines 11-71 are one statement whose expressions nest as much as 59 "
+            "expressions 1,000 levels deep") in result.stderr
+    assert "literal.py:9:1: error: skipped: lines 9-160,010 are one statement of 2.6 MB" in result.stderr
+
+
+def test_nested_sums_at_module_level_are_parsed_in_pieces_the_time_limit_can_stop():
+    pieces = []
+    code = "import torch\n" + nested_sums(12, indent="")
+    parse_module(code, between_chunks=lambda: pieces.append(True))
+    assert len(pieces) == 3  # four sums a piece (about a second of libcst), in a file far under the chunking size

@@ -32,7 +32,8 @@ from speedfix.model.devices import uses_cuda
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.syntax import deadline
-from speedfix.syntax.parsing import NestingTooDeep, newer_syntax, parse_module, python_ast, room_for_deep_trees
+from speedfix.syntax.parsing import (NestingTooDeep, TooBigToParse, newer_syntax, parse_module, python_ast,
+                                     room_for_deep_trees)
 from speedfix.syntax.positions import positions_for
 from speedfix.syntax.source import SourceFile
 from speedfix.syntax.walk import walk_batched
@@ -62,6 +63,8 @@ def parse(data: bytes | str, path: str) -> cst.Module:
         raise SyntaxProblem(FileError(path, message, exc.raw_line, exc.raw_column + 1)) from None
     except (RecursionError, MemoryError) as exc:
         raise SyntaxProblem(_too_deep(path, exc)) from None
+    except TooBigToParse as exc:
+        raise SyntaxProblem(_too_big(path, exc)) from None
 
 
 def _check_syntax_only(source: SourceFile, path: str) -> FileError | None:
@@ -85,6 +88,8 @@ def _check_syntax_only_text(text: str | bytes, path: str, *, newer: bool = True)
             return None
     except NestingTooDeep as exc:
         return _too_deep(path, exc)
+    except TooBigToParse as exc:
+        return _too_big(path, exc)
     message = f"{type(error).__name__}: {error.msg or 'invalid syntax'}"
     return FileError(path, message, error.lineno, (error.offset or 0) or 1, "syntax")
 
@@ -94,6 +99,10 @@ def _too_deep(path: str, exc: BaseException) -> FileError:
     detail = str(exc).strip() or f"{type(exc).__name__} in the parser"
     line = getattr(exc, "line", None)  # NestingTooDeep knows where
     return FileError(path, f"cannot parse: the code is nested too deeply ({detail})", line, 1 if line else None)
+
+
+def _too_big(path: str, exc: TooBigToParse) -> FileError:
+    return FileError(path, f"skipped: {exc}", exc.line, 1)
 
 
 def _failed(result: Analysis, error: FileError | None) -> Analysis:
@@ -148,6 +157,7 @@ def analyze(
     note = unchecked_loop_note(context, rule_classes)
     if note is not None:
         result.notes.append(Note(path, note))
+    deadline.check()  # a rule that took the limit's time out and swallowed it must not count as done
     return result
 
 

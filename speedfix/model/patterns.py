@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -332,8 +333,17 @@ def _device_placed(ctx: FileContext, iterable: cst.BaseExpression, depth: int = 
             return _device_placed(ctx, iterable.args[0].value, depth + 1)
         return False
     name = dotted_name(iterable)
-    found = ctx.assignments.get(name, ()) if name is not None else ()
-    return any(_device_placed(ctx, a.value, depth + 1) for a in found if a.value is not iterable)
+    if name is None:
+        return False
+    if depth == 0:  # a loop over a name: the same answer for every loop over it, found once per file
+        placed = _PLACED.setdefault(ctx, {})
+        if name not in placed:
+            placed[name] = any(_device_placed(ctx, a.value, 1) for a in ctx.assignments.get(name, ()))
+        return placed[name]
+    return any(_device_placed(ctx, a.value, depth + 1) for a in ctx.assignments.get(name, ()) if a.value is not iterable)
+
+
+_PLACED: WeakKeyDictionary[FileContext, dict[str, bool]] = WeakKeyDictionary()
 
 
 def _is_index_name(info, name: str) -> bool:
