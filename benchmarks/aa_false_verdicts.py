@@ -37,14 +37,19 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=MIN_VERDICT_PAIRS, help="pairs per comparison")
     parser.add_argument("--warmup", type=int, default=10, help="warm-up steps")
     parser.add_argument("--steps", type=int, default=30, help="timed steps")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="size the window by calibration runs, as bench A.py B.py does by default, instead of "
+                             "--warmup/--steps")
     parser.add_argument("--full", action="store_true", help="real sizes (for a GPU)")
     parser.add_argument("--workload", action="append", help="only this workload (repeatable)")
     parser.add_argument("--json", type=Path, help="write every comparison's figures as JSON")
     opts = parser.parse_args()
-    settings = CompareSettings(warmup=opts.warmup, steps=opts.steps, max_pairs=opts.pairs, min_pairs=opts.pairs,
-                               budget_s=3600.0, seed_band_runs=0)
-    print(f"device: {'cuda' if cuda_available() else 'cpu'}; {opts.pairs} pairs per comparison, "
-          f"warm-up {opts.warmup}, window {opts.steps} steps")
+    fixed = not opts.calibrate
+    settings = CompareSettings(warmup=opts.warmup if fixed else None, steps=opts.steps if fixed else None,
+                               max_pairs=opts.pairs, min_pairs=opts.pairs, budget_s=3600.0, seed_band_runs=0)
+    window = f"warm-up {opts.warmup}, window {opts.steps} steps" if fixed else (
+        f"calibrated window (the slower variant's {settings.warmup_s:g} s warm-up and {settings.window_s:g} s window)")
+    print(f"device: {'cuda' if cuda_available() else 'cpu'}; {opts.pairs} pairs per comparison, {window}")
     rows, false = [], 0
     with tempfile.TemporaryDirectory(prefix="speedfix-aa-") as tmp:
         work = Path(tmp)

@@ -8,10 +8,11 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
 from speedfix.model.arguments import find_argument, literal_int
+from speedfix.model.devices import one_process_per_gpu
 from speedfix.model.flow import assigned_name
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import Place, iterated_per_epoch, late_value, samples_place
+from speedfix.model.loaders import Place, evaluation_only, iterated_per_epoch, late_value, never_read, samples_place
 from speedfix.model.patterns import (
     DATALOADER,
     dataset_argument,
@@ -62,7 +63,10 @@ class DataloaderNoWorkers(Rule):
     for those too. Random augmentations draw from per-worker seeds, so augmented samples differ from a
     `num_workers=0` run. `persistent_workers=True` is added only to a loader iterated every epoch
     (a test loader used once gets none); it keeps workers (and their copy of the dataset) alive
-    between epochs.
+    between epochs. The count is per process: in a script that runs one process per GPU (DDP,
+    `mp.spawn`, a `DistributedSampler`) the node's cores are divided among them,
+    `min(8, (os.cpu_count() or 1) // max(1, torch.cuda.device_count()))`, so that 8 GPUs do not
+    start 64 workers on a 32-core node.
 
     ## Measured effect
     Workload-dependent: near zero for in-memory tensors, large when `__getitem__` decodes or augments.
@@ -83,6 +87,21 @@ class DataloaderNoWorkers(Rule):
     effect = "Overlaps data loading with compute; large when `__getitem__` decodes or augments."
 
     VALID = [
+        Valid(  # a test loader made and never used
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main():
+                train_loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
+                test_loader = DataLoader(test_set, batch_size=1000)
+                for epoch in range(10):
+                    for x, y in train_loader:
+                        loss = model(x.cuda()).sum()
+                        loss.backward()
+                        optimizer.step()
+            """
+        ),
         Valid(  # workers set after the loader exists (SF105 says to pass them to the call)
             """
             import multiprocessing
@@ -200,6 +219,58 @@ class DataloaderNoWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # one process per GPU: the node's cores are shared, the worker count is per process
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def main():
+                dist.init_process_group("nccl")
+                loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+                for epoch in range(10):
+                    for x, y in loader:
+                        step(x, y)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import torch
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
+            import os
+
+            def main():
+                dist.init_process_group("nccl")
+                loader = DataLoader(
+                    train_set,
+                    batch_size=32,
+                    sampler=DistributedSampler(train_set),
+                    num_workers=min(8, (os.cpu_count() or 1) // max(1, torch.cuda.device_count())),
+                    persistent_workers=True,
+                )
+                for epoch in range(10):
+                    for x, y in loader:
+                        step(x, y)
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        Invalid(  # a constructor default that no call in the file overrides
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            class Trainer:
+                def __init__(self, model, dataset, batch_size: int = 32, num_workers: int = 0):
+                    self.model = model.cuda()
+                    self.loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers)
+
+            trainer = Trainer(Net(), train_set, batch_size=64)
+            """,
+        ),
         Invalid(  # a collate function defined inside another: reported, no fix (it cannot be pickled)
             """
             from torch.utils.data import DataLoader
@@ -293,6 +364,7 @@ class DataloaderNoWorkers(Rule):
             def main():
                 kwargs = {"batch_size": 32, "num_workers": 0}
                 loader = data.DataLoader(train_set, **kwargs)
+                return loader
 
             if __name__ == "__main__":
                 main()
@@ -318,6 +390,7 @@ class DataloaderNoWorkers(Rule):
 
             def main():
                 loader = DataLoader(Stream(), batch_size=4)
+                return sum(len(batch) for batch in loader)
 
             if __name__ == "__main__":
                 main()
@@ -350,6 +423,10 @@ class DataloaderNoWorkers(Rule):
         dataset = dataset_argument(site)
         if is_in_memory_dataset(ctx, dataset, site.stack) or samples_place(ctx, site) is Place.DEVICE:
             return  # nothing for workers to do; with CUDA samples, forked workers would fail
+        if evaluation_only(ctx, site):
+            return  # one evaluation pass after training; the framework builds the training loader
+        if never_read(ctx, site):
+            return  # a loader made and never used
         workers = find_argument(ctx, site, "num_workers", 5)
         if workers.unknown or _justified(site, workers.arg):
             return
@@ -369,7 +446,7 @@ class DataloaderNoWorkers(Rule):
                 self.report(
                     site.node,
                     "`DataLoader` loads every batch in the main process (`num_workers` resolves to 0)",
-                    no_fix_reason="the value is set outside the call (a constant, **kwargs or an argparse default)",
+                    no_fix_reason="the value is set outside the call (a constant, a parameter's default, **kwargs or an argparse default)",
                 )
         elif count <= 2:
             self.report(
@@ -386,7 +463,11 @@ class DataloaderNoWorkers(Rule):
             return
         ops: list[FixOp] = []
         cpu_count = reference(self.ctx, "os.cpu_count", ops, site.stack)
-        value = cst.parse_expression(f"min(8, {cpu_count}() or 1)")
+        if one_process_per_gpu(self.ctx):  # every process of the node starts its own workers
+            device_count = reference(self.ctx, "torch.cuda.device_count", ops, site.stack)
+            value = cst.parse_expression(f"min(8, ({cpu_count}() or 1) // max(1, {device_count}()))")
+        else:
+            value = cst.parse_expression(f"min(8, {cpu_count}() or 1)")
         loader = assigned_name(site)
         # Persistent workers only pay off for a loader iterated again (every epoch): a test
         # loader used once would just keep its workers alive.

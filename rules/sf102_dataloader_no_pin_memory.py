@@ -9,7 +9,7 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.devices import copies_to_device
 from speedfix.model.frameworks import framework_uses_cuda
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import Place, late_value, samples_place
+from speedfix.model.loaders import Place, evaluation_only, late_value, never_read, samples_place
 from speedfix.model.patterns import DATALOADER
 
 
@@ -72,6 +72,21 @@ class DataloaderNoPinMemory(Rule):
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."
 
     VALID = [
+        Valid(  # a test loader made and never used
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main():
+                train_loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
+                test_loader = DataLoader(test_set, batch_size=1000, num_workers=4)
+                for epoch in range(10):
+                    for x, y in train_loader:
+                        loss = model(x.cuda()).sum()
+                        loss.backward()
+                        optimizer.step()
+            """
+        ),
         Valid(  # pinned after the loader exists (SF105 says to pass it to the call)
             """
             from torch.utils.data import DataLoader
@@ -253,6 +268,10 @@ class DataloaderNoPinMemory(Rule):
         pin = find_argument(self.ctx, site, "pin_memory", 7)
         if not pin.missing or late_value(self.ctx, site, "pin_memory") is not None:
             return  # chosen, in the call or afterwards (`loader.pin_memory = True`: SF105)
+        if evaluation_only(self.ctx, site):
+            return  # one evaluation pass after training; the framework builds the training loader
+        if never_read(self.ctx, site):
+            return  # a loader made and never used
         place = samples_place(self.ctx, site)
         if place is Place.DEVICE:
             return  # CUDA (or sparse) samples cannot be pinned: the DataLoader would raise

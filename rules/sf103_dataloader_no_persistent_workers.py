@@ -9,6 +9,8 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument, literal_int
 from speedfix.model.flow import assigned_name
+from speedfix.model.context import FileContext
+from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.loaders import iterated_per_epoch, returned_to_training
 from speedfix.model.patterns import DATALOADER, dataset_argument
@@ -18,6 +20,17 @@ from speedfix.syntax.nodes import code_of
 
 
 _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count"})
+
+
+def _per_core(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool:
+    """`os.cpu_count()`, also through a constant (`workers = os.cpu_count()` at module level)."""
+    for _ in range(3):
+        if isinstance(node, cst.Call):
+            return ctx.qualname(node.func) in _CPU_COUNTS
+        if not isinstance(node, cst.Name):
+            return False
+        node = ctx.single_value(node.value, stack)
+    return False
 
 
 class DataloaderNoPersistentWorkers(Rule):
@@ -105,6 +118,32 @@ class DataloaderNoPersistentWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a module constant of one worker per core
+            """
+            import os
+            from torch.utils.data import DataLoader
+
+            workers = os.cpu_count()
+
+            def main():
+                loader = DataLoader(ds, batch_size=64, num_workers=workers)
+                for epoch in range(10):
+                    for x, y in loader:
+                        train(x, y)
+            """,
+            fixed="""
+            import os
+            from torch.utils.data import DataLoader
+
+            workers = os.cpu_count()
+
+            def main():
+                loader = DataLoader(ds, batch_size=64, num_workers=workers, persistent_workers=True)
+                for epoch in range(10):
+                    for x, y in loader:
+                        train(x, y)
+            """,
+        ),
         Invalid(  # MAE/DeiT: the parser comes from a function, `args` is bound twice
             """
             import argparse
@@ -296,7 +335,7 @@ class DataloaderNoPersistentWorkers(Rule):
         if workers.missing or workers.unknown or not find_argument(ctx, site, "persistent_workers").missing:
             return
         count = literal_int(ctx, workers.node, site.stack)
-        per_core = isinstance(workers.node, cst.Call) and ctx.qualname(workers.node.func) in _CPU_COUNTS  # never 0
+        per_core = _per_core(ctx, workers.node, site.stack)  # never 0
         if not per_core and (count is None or count <= 0):
             return
         loader = assigned_name(site)

@@ -10,7 +10,8 @@ from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
-from speedfix.model.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype
+from speedfix.model.frameworks import ACCELERATOR
+from speedfix.model.patterns import DATALOADER, BatchNames, device_placing_call, is_cpu_device, is_dtype, unwrap_iterable
 from speedfix.syntax.names import dotted_name
 
 
@@ -62,7 +63,7 @@ class BlockingTransfer(Rule):
     name = "blocking-transfer"
     summary = "Host-to-GPU batch copy in the training loop without `non_blocking=True`"
     severity = Severity.WARNING
-    requires = (b".to(", b".cuda(", b".type(")
+    requires = (b".to(", b".cuda(", b".type(", b".prepare(")
     fix_applicability = Applicability.SAFE
     loss_check = LossCheck.EXACT
     fix_title = "Add `non_blocking=True`"
@@ -70,10 +71,22 @@ class BlockingTransfer(Rule):
     effect = "The CPU keeps queueing work while the batch is copied."
 
     VALID = [
-        Valid(  # Accelerate placed the batches already: the `.to()` is a no-op
+        Valid(  # Accelerate told to copy without blocking
             """
             from accelerate import Accelerator
-            accelerator = Accelerator()
+            from accelerate.utils import DataLoaderConfiguration
+            accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking=True))
+            model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
+            for batch in train_dl:
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+            """
+        ),
+        Valid(  # Accelerate placed the batches already (without blocking): the `.to()` is a no-op
+            """
+            from accelerate import Accelerator
+            from accelerate.utils import DataLoaderConfiguration
+            accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking=True))
             model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
             for epoch in range(3):
                 active = accelerator.skip_first_batches(train_dl, 10) if epoch == 0 else train_dl
@@ -126,6 +139,50 @@ class BlockingTransfer(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a dict batch copied key by key (Hugging Face scripts)
+            """
+            import torch
+            device = torch.device("cuda")
+            for epoch in range(3):
+                for batch in train_loader:
+                    batch = {k: v.to(device) for k, v in batch.items()}
+                    loss = model(**batch).loss
+                    loss.backward()
+                    optimizer.step()
+                for step, batch in enumerate(train_loader):
+                    for k, v in batch.items():
+                        batch[k] = v.to(device)
+                    model(**batch).loss.backward()
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            device = torch.device("cuda")
+            for epoch in range(3):
+                for batch in train_loader:
+                    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                    loss = model(**batch).loss
+                    loss.backward()
+                    optimizer.step()
+                for step, batch in enumerate(train_loader):
+                    for k, v in batch.items():
+                        batch[k] = v.to(device, non_blocking=True)
+                    model(**batch).loss.backward()
+                    optimizer.step()
+            """,
+            count=2,
+        ),
+        Invalid(  # Accelerate copies the prepared loader's batches itself, blocking by default
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator(mixed_precision="bf16")
+            model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
+            for epoch in range(3):
+                for batch in train_dl:
+                    accelerator.backward(model(**batch).loss)
+                    optimizer.step()
+            """,
+        ),
         Invalid(  # a legacy tensor-type copy (PyTorch-GAN style)
             """
             import torch
@@ -264,11 +321,35 @@ class BlockingTransfer(Rule):
                 else:
                     self.report(site.node, message, fix_ops=ops)
 
+        self._check_accelerate()
         for site in self.ctx.method_calls("type"):
             if self._is_legacy_upload(site):
                 ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))]
                 self.report(site.node, "`.type()` to a CUDA tensor type copies the batch to the GPU in the training "
                             "loop and blocks the CPU until the copy is done", fix_ops=ops)
+
+    def _check_accelerate(self) -> None:
+        """A training loop over a loader that `accelerator.prepare` made: Accelerate copies each
+        batch to the GPU itself, blocking unless `DataLoaderConfiguration(non_blocking=True)`."""
+        ctx = self.ctx
+        accelerators = ctx.calls_to(*ACCELERATOR)
+        if len(accelerators) != 1 or not find_argument(ctx, accelerators[0], "dataloader_config").missing:
+            return  # made elsewhere, or its loaders configured (the config may well say non_blocking)
+        reported: set[int] = set()
+        for info in ctx.loops.values():
+            if info.node not in ctx.step_loops or info.iter is None:
+                continue
+            prepare = device_placing_call(ctx, unwrap_iterable(info.iter))
+            if prepare is None or prepare.func.attr.value != "prepare" or id(prepare) in reported:  # type: ignore[attr-defined]
+                continue
+            reported.add(id(prepare))
+            self.report(
+                prepare,
+                "Accelerate copies each batch of the prepared loader to the GPU blocking (its `non_blocking` is "
+                "off by default)",
+                no_fix_reason="pass `dataloader_config=DataLoaderConfiguration(non_blocking=True)` (accelerate 0.30 "
+                "and newer) to `Accelerator(...)`, with `pin_memory=True` on the loader",
+            )
 
     def _is_legacy_upload(self, site: CallSite) -> bool:
         """`imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`
@@ -291,6 +372,8 @@ class BlockingTransfer(Rule):
         if not isinstance(receiver, cst.Name):
             return False
         ctx, name = self.ctx, receiver.value
+        if name in self.batches.values:  # `v` of `batch.items()`: a tensor of the batch
+            return False
         function = ctx.function_of(stack)
         for assignment in ctx.assignments_in(function, name):
             if assignment.unpacked or isinstance(assignment.value, (cst.Subscript, cst.Attribute)):

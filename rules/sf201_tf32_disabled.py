@@ -7,6 +7,7 @@ from speedfix.fixes.codegen import string_literal
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.amp import mixed_precision_by_default
 from speedfix.model.flow import default_choice, off_by_default
+from speedfix.model.networks import training_multiplies_matrices
 from speedfix.model.patterns import matmul_precision_choices
 from speedfix.model.versions import v
 
@@ -79,6 +80,31 @@ class Tf32Disabled(Rule):
     effect = "fp32 matmuls on tensor cores: about 7x for a large A100 matmul."
 
     VALID = [
+        Valid(  # conv-only networks (DCGAN, super-resolution): cuDNN convolutions use TF32 already
+            """
+            import torch
+            import torch.nn as nn
+
+            class Generator(nn.Module):
+                def __init__(self):
+                    super(Generator, self).__init__()
+                    self.main = nn.Sequential(
+                        nn.ConvTranspose2d(100, 64, 4, 1, 0, bias=False), nn.BatchNorm2d(64), nn.ReLU(True),
+                        nn.ConvTranspose2d(64, 3, 4, 2, 1, bias=False), nn.Tanh(),
+                    )
+
+                def forward(self, z):
+                    return self.main(z)
+
+            netG = Generator().cuda()
+            criterion = nn.MSELoss()
+            optimizer = torch.optim.Adam(netG.parameters())
+            for x, _ in loader:
+                loss = criterion(netG(noise), x.cuda())
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(
             """
             import torch
@@ -150,6 +176,53 @@ class Tf32Disabled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a conv net with a Linear head multiplies matrices; an fp32 autocast and a bf16 copy
+            # written on the host (llm.c's checkpoint export) are no mixed precision
+            """
+            import torch
+            import torch.nn as nn
+
+            class QNetwork(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(4, 32, 8, stride=4)
+                    self.fc = nn.Linear(3136, 512)
+
+            def export(t):
+                return t.detach().cpu().to(torch.bfloat16)
+
+            q_network = QNetwork().cuda()
+            ctx = torch.autocast("cuda", dtype=torch.float32)
+            for x, y in loader:
+                with ctx:
+                    loss = q_network(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            torch.set_float32_matmul_precision("high")
+
+            class QNetwork(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(4, 32, 8, stride=4)
+                    self.fc = nn.Linear(3136, 512)
+
+            def export(t):
+                return t.detach().cpu().to(torch.bfloat16)
+
+            q_network = QNetwork().cuda()
+            ctx = torch.autocast("cuda", dtype=torch.float32)
+            for x, y in loader:
+                with ctx:
+                    loss = q_network(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # workers started with mp.spawn never run main()'s settings: the worker gets it
             """
             import torch
@@ -301,8 +374,8 @@ class Tf32Disabled(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.step_loops or mixed_precision_by_default(ctx):
-            return
+        if not ctx.step_loops or mixed_precision_by_default(ctx) or not training_multiplies_matrices(ctx):
+            return  # conv-only training: cuDNN convolutions already use TF32 by default
         choices = matmul_precision_choices(ctx)
         chosen, gate = default_choice(ctx, choices)
         if chosen:

@@ -178,6 +178,24 @@ class NoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # autocast behind a constructor default that is off (`amp: bool = False`)
+            """
+            import torch
+
+            class Trainer:
+                def __init__(self, model, amp: bool = False):
+                    self.model = model.cuda()
+                    self.amp = amp
+                    self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+                def fit(self, loader):
+                    for x, y in loader:
+                        with torch.autocast("cuda", enabled=self.amp):
+                            loss = self.model(x.cuda()).sum()
+                        loss.backward()
+                        self.opt.step()
+            """,
+        ),
         Invalid(  # the scaler handed to the epoch function (torchvision's train_one_epoch)
             """
             import argparse

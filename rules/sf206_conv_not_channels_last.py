@@ -75,7 +75,7 @@ class ConvNotChannelsLast(Rule):
     name = "conv-not-channels-last"
     summary = "2-D conv net trained on CUDA in NCHW layout, without `channels_last`"
     severity = Severity.INFO
-    requires = (b"Conv2d", b"ConvTranspose2d", b"models", b"create_model")
+    requires = (b"Conv2d", b"ConvTranspose2d", b"models", b"create_model", b"diffusers")
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
     fix_title = "Convert the model and the input batch to `torch.channels_last`"

@@ -9,6 +9,7 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.engine.suppression import line_suppresses
+from speedfix.model.autograd import feeds_environment
 from speedfix.model.branches import Branch, BranchTracker, rare_path
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
@@ -128,8 +129,10 @@ class SyncInLoop(BranchTracker, Rule):
     No fix when `total` is read on every step (a progress bar: `float(total)` there would sync as
     before), nor when the value itself is needed every step (an early stop, a NaN guard, a list of
     per-step values): there the sync is the price of the feature, or the code needs restructuring
-    by hand. A fix that leaves a sync (another one in the step, or a sum over the micro-steps of an
-    outer step that is read once per outer step) says so in its title, and the finding stays.
+    by hand. No fix either when another sync of the same step has none (super_resolution's
+    `print(... loss.item())` on every iteration): the step would still wait there, so moving the
+    sum to the device would gain nothing. A fix that leaves a sync once per outer step (a sum over
+    the micro-steps of a meta-learning step) says so in its title.
 
     ## Measured effect
     torchtune measured 40-50 ms of `cudaStreamSynchronize` per step from `loss.item()` and moved it
@@ -152,6 +155,38 @@ class SyncInLoop(BranchTracker, Rule):
     effect = "The CPU queues the next step while the GPU works (0-50 ms/step)."
 
     VALID = [
+        Valid(  # a policy's select_action hands the action back for the environment step
+            """
+            import torch
+
+            class Agent:
+                def select_action(self, state):
+                    with torch.no_grad():
+                        action = self.dqn(torch.as_tensor(state, device="cuda")).argmax()
+                    return action.cpu().numpy()
+
+                def train(self, frames):
+                    for frame in range(frames):
+                        action = self.select_action(self.state)
+                        self.state, reward, done = self.step(action)
+                        loss = self.compute_loss()
+                        loss.backward()
+                        self.optimizer.step()
+            """
+        ),
+        Valid(  # acting: the environment steps with the action on the host (CleanRL's DQN)
+            """
+            import torch
+            for global_step in range(100000):
+                with torch.no_grad():
+                    q_values = q_network(torch.as_tensor(obs, device="cuda"))
+                actions = torch.argmax(q_values, dim=1).cpu().numpy()
+                obs, rewards, dones, infos = envs.step(actions)
+                loss = td_loss(q_network, rb.sample(128))
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # Accelerate's idiom: `accelerator` is no tensor, `torch.mean(...)` no tensor name
             """
             import torch
@@ -380,7 +415,8 @@ class SyncInLoop(BranchTracker, Rule):
                 pbar.set_postfix(loss=total / (i + 1))
             """,
         ),
-        Invalid(  # one sync fixed, one left: the title says which stays
+        Invalid(  # a sync the fix cannot remove stays every step (super_resolution prints
+            # `loss.item()` each iteration): keeping the sum on the device would gain nothing, no fix
             """
             import torch
             for step, (x, y) in enumerate(loader):
@@ -392,18 +428,6 @@ class SyncInLoop(BranchTracker, Rule):
                 pbar.set_postfix(acc=(out.argmax(1) == y.cuda()).float().mean().item())
                 if step % 50 == 0:
                     log(running / 50)
-            """,
-            fixed="""
-            import torch
-            for step, (x, y) in enumerate(loader):
-                out = model(x.cuda())
-                loss = criterion(out, y.cuda())
-                loss.backward()
-                optimizer.step()
-                running += loss.detach()
-                pbar.set_postfix(acc=(out.argmax(1) == y.cuda()).float().mean().item())
-                if step % 50 == 0:
-                    log(float(running) / 50)
             """,
         ),
         Invalid(  # a NaN check on the tensor is the sync; the .item() in the exit branch is not
@@ -614,6 +638,9 @@ class SyncInLoop(BranchTracker, Rule):
             return None
         if self.tensors.batches.is_host_batch(receiver, stack) or has_sync_before(receiver) or is_library_value(self.ctx, receiver):
             return None
+        site = self.ctx.site_of(call)
+        if site is not None and feeds_environment(self.ctx, site):
+            return None  # an action for `env.step()`: the environment needs it on the host
         what = f"`{_short(call)}`"
         message = f"{what} in the training loop makes the CPU wait for the GPU every step"
         if method != "item":
@@ -632,9 +659,12 @@ class SyncInLoop(BranchTracker, Rule):
             self.report(first.node, message, no_fix_reason=first.no_fix_reason)
             return
         left = [sync.label for sync in syncs if sync.fix is None]
+        if left:  # the step would wait there anyway: the fix would gain nothing (super_resolution's print)
+            self.report(first.node, message, no_fix_reason=(
+                f"{_name_all(left)} also sync{'s' if len(left) == 1 else ''} every step, so keeping the others on the "
+                "device would not remove the wait: log every N steps to drop them all"))
+            return
         notes = [fix.note for fix in fixes if fix.note]
-        if left:
-            notes.append(f"{_name_all(left)} still sync{'s' if len(left) == 1 else ''} every step")
         title = f"{self.fix_title} ({'; '.join(notes)})" if notes else self.fix_title
         self.report(first.node, message, fix_ops=_fix_ops(fixes), fix_title=title)
 

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, RemoveImportIfUnused, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
-from speedfix.fixes.codegen import append_args, keyword_arg
-from speedfix.model.arguments import find_argument
+from speedfix.fixes.codegen import append_args, keyword_arg, reference, remove_arg
+from speedfix.model.arguments import find_argument, literal_bool
+from speedfix.model.flow import off_by_default
 from speedfix.model.index import CallSite
 from speedfix.model.versions import v
 
@@ -15,6 +16,8 @@ _FUSABLE = (
     "torch.optim.adam.Adam",
     "torch.optim.adamw.AdamW",
 )
+# transformers' own AdamW (deprecated, removed from recent releases): never fused.
+_TRANSFORMERS_ADAMW = ("transformers.AdamW", "transformers.optimization.AdamW")
 # Options that rule out, or explicitly choose, an implementation: the user decided.
 _CHOSEN = ("fused", "foreach", "differentiable")
 
@@ -97,6 +100,45 @@ class OptimizerNotFused(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # transformers' own AdamW: deprecated, unfused, with other defaults than torch's
+            """
+            import torch
+            from transformers import AdamW, get_linear_schedule_with_warmup
+
+            model = Net().cuda()
+            optimizer = AdamW(model.parameters(), lr=5e-5, correct_bias=True)
+            """,
+            fixed="""
+            import torch
+            from transformers import get_linear_schedule_with_warmup
+
+            model = Net().cuda()
+            optimizer = torch.optim.AdamW(
+                model.parameters(),
+                lr=5e-5,
+                eps=1e-6,
+                weight_decay=0.0,
+                fused=True,
+            )
+            """,
+        ),
+        Invalid(  # the optimizer class through an alias; 8-bit Adam under an option that is off by default
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--use_8bit_adam", action="store_true")
+            args = parser.parse_args()
+            model = Net().cuda()
+            if args.use_8bit_adam:
+                import bitsandbytes as bnb
+                optimizer_cls = bnb.optim.AdamW8bit
+            else:
+                optimizer_cls = torch.optim.AdamW
+            optimizer = optimizer_cls(model.parameters(), lr=1e-4)
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -123,10 +165,71 @@ class OptimizerNotFused(Rule):
             self.report(
                 site.node,
                 f"`{name}` runs its update as several kernels per step; `fused=True` does it in one",
-                fix_ops=[Transform(site.node, lambda call: append_args(
-                    call, keyword_arg("fused", cst.Name("True")), indent=self.ctx.module.default_indent
-                ))],
+                fix_ops=[self._add_fused(site.node)],
             )
+        for site in self.ctx.calls_to(*_TRANSFORMERS_ADAMW):
+            self._transformers_adamw(site)
+        for site in self.ctx.calls:
+            if isinstance(site.node.func, cst.Name) and self.ctx.qualname(site.node.func) is None:
+                self._alias(site)
+
+    def _add_fused(self, call: cst.Call) -> Transform:
+        return Transform(call, lambda node: append_args(
+            node, keyword_arg("fused", cst.Name("True")), indent=self.ctx.module.default_indent
+        ))
+
+    def _alias(self, site: CallSite) -> None:
+        """`optimizer_cls = torch.optim.AdamW` (diffusers: `bnb.optim.AdamW8bit` under
+        `--use_8bit_adam`, off by default), then `optimizer = optimizer_cls(params, ...)`."""
+        ctx = self.ctx
+        name = site.node.func.value  # type: ignore[attr-defined]
+        assignments = ctx.assignments_in_scope(name, site.stack)
+        torch_ones = [a for a in assignments if ctx.qualname(a.value) in _FUSABLE]
+        default = [a for a in torch_ones if off_by_default(ctx, a.statement, a.stack) is None]
+        if not default or self._implementation_chosen(site):
+            return
+        qualified = ctx.qualname(default[0].value) or ""
+        message = (f"`{name}` is `{qualified.rsplit('.', 1)[-1]}` by default, which runs its update as several "
+                   "kernels per step; `fused=True` does it in one")
+        if len(assignments) == len(torch_ones):
+            self.report(site.node, message, fix_ops=[self._add_fused(site.node)])
+            return
+        self.report(site.node, message, no_fix_reason=f"`{name}` may also be another optimizer, which may not take "
+                    f"`fused=`: pass it where `{name}` is the torch one (`functools.partial({qualified}, fused=True)`)")
+
+    def _transformers_adamw(self, site: CallSite) -> None:
+        """`transformers.AdamW`: the library's own copy of AdamW, deprecated for years and gone from
+        recent releases, never fused. `torch.optim.AdamW` with its defaults pinned replaces it."""
+        ctx = self.ctx
+        message = ("`transformers.AdamW` is deprecated (and gone from recent transformers releases) and runs its "
+                   "update as several kernels per step: `torch.optim.AdamW(..., fused=True)` does it in one")
+        call = site.node
+        if any(arg.star for arg in call.args) or sum(arg.keyword is None for arg in call.args) > 5:
+            self.report(call, message, no_fix_reason="its arguments are not plain keywords")
+            return
+        correct_bias = find_argument(ctx, site, "correct_bias", 5)
+        if not correct_bias.missing and literal_bool(ctx, correct_bias.node, site.stack) is not True:
+            self.report(call, message, no_fix_reason="`correct_bias=False` has no counterpart in torch's AdamW")
+            return
+        ops: list[FixOp] = []
+        torch_adamw = cst.parse_expression(reference(ctx, "torch.optim.AdamW", ops, site.stack))
+        ops.append(RemoveImportIfUnused(*(ctx.call_qualname(site) or "transformers.AdamW").rsplit(".", 1)))
+
+        def rewrite(node: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(node, cst.Call)
+            for keyword in ("correct_bias", "no_deprecation_warning"):
+                dropped = next((arg for arg in node.args if arg.keyword is not None and arg.keyword.value == keyword), None)
+                if dropped is not None:
+                    node = remove_arg(node, dropped)
+            node = node.with_changes(func=torch_adamw)
+            extra = [keyword_arg(name, value) for name, index, value in (("eps", 3, "1e-6"), ("weight_decay", 4, "0.0"))
+                     if find_argument(ctx, site, name, index).missing]  # transformers' defaults, not torch's
+            return append_args(node, *extra, keyword_arg("fused", cst.Name("True")), indent=ctx.module.default_indent)
+
+        ops.insert(0, Transform(call, rewrite))
+        self.report(call, message, fix_ops=ops,
+                    fix_title="Use `torch.optim.AdamW(..., fused=True)` with transformers' defaults (`eps=1e-6`, "
+                              "`weight_decay=0.0`)")
 
     def _implementation_chosen(self, site: CallSite) -> bool:
         return any(not find_argument(self.ctx, site, keyword).missing for keyword in _CHOSEN)

@@ -13,7 +13,8 @@ from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import ACCELERATOR
 from speedfix.model.index import CallSite
-from speedfix.model.networks import DATA_PARALLEL, fresh_assignments, optimizer_factories, peel, trained_models, wrapper_of
+from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, optimized_modules, optimizer_factories, peel,
+                                     trained_models, wrapper_of)
 from speedfix.model.patterns import NO_GRAD
 from speedfix.model.versions import v
 from speedfix.syntax.blocks import enclosing_block
@@ -205,6 +206,84 @@ class ModelNotCompiled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the optimizer class chosen by name, its groups filled from `model.named_parameters()`
+            """
+            import torch
+
+            def main(args):
+                model = build_model(args).cuda()
+                decay, no_decay = [], []
+                for name, param in model.named_parameters():
+                    (no_decay if name.endswith("bias") else decay).append(param)
+                groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+                optimizer = getattr(torch.optim, args.optimizer)(groups, lr=1e-4)
+            """,
+            fixed="""
+            import torch
+
+            def main(args):
+                model = build_model(args).cuda()
+                model.compile()
+                decay, no_decay = [], []
+                for name, param in model.named_parameters():
+                    (no_decay if name.endswith("bias") else decay).append(param)
+                groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+                optimizer = getattr(torch.optim, args.optimizer)(groups, lr=1e-4)
+            """,
+        ),
+        Invalid(  # a GAN: the generator runs under no_grad in the critic's step but is trained, not frozen
+            """
+            import torch
+            generator = Generator().cuda()
+            critic = Critic().cuda()
+            opt_g = torch.optim.Adam(generator.parameters(), lr=1e-4)
+            opt_c = torch.optim.Adam(critic.parameters(), lr=1e-4)
+            for real, _ in loader:
+                with torch.no_grad():
+                    fake = generator(torch.randn(64, 128, device="cuda"))
+                critic_loss = critic(fake).mean() - critic(real.cuda()).mean()
+                critic_loss.backward()
+                opt_c.step()
+                gen_loss = -critic(generator(torch.randn(64, 128, device="cuda"))).mean()
+                gen_loss.backward()
+                opt_g.step()
+            """,
+            fixed="""
+            import torch
+            generator = Generator().cuda()
+            generator.compile()
+            critic = Critic().cuda()
+            critic.compile()
+            opt_g = torch.optim.Adam(generator.parameters(), lr=1e-4)
+            opt_c = torch.optim.Adam(critic.parameters(), lr=1e-4)
+            for real, _ in loader:
+                with torch.no_grad():
+                    fake = generator(torch.randn(64, 128, device="cuda"))
+                critic_loss = critic(fake).mean() - critic(real.cuda()).mean()
+                critic_loss.backward()
+                opt_c.step()
+                gen_loss = -critic(generator(torch.randn(64, 128, device="cuda"))).mean()
+                gen_loss.backward()
+                opt_g.step()
+            """,
+            count=2,
+        ),
+        Invalid(  # the model makes its own optimizer (nanoGPT/llm.c); compiling is off by default
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--compile", type=int, default=0)
+            args = parser.parse_args()
+            model = GPT(config)
+            model.to("cuda")
+            if args.compile:
+                model = torch.compile(model)
+            raw_model = model.module if ddp else model
+            optimizer = raw_model.configure_optimizers(weight_decay=0.1, learning_rate=6e-4)
+            """,
+        ),
         Invalid(  # timm's optimizer factory, given the options first (DeiT)
             """
             import torch
@@ -601,6 +680,7 @@ class ModelNotCompiled(Rule):
         """Another module called under `torch.no_grad()` in the training step (DINO's linear
         probe: a frozen backbone, then the trained head): the work may well be there."""
         ctx = self.ctx
+        trained = optimized_modules(ctx)  # a GAN's generator under no_grad in the critic's step is trained, not frozen
         for info in ctx.withs:
             if not any(isinstance(item, cst.Call) and ctx.qualname(item.func) in NO_GRAD for item in info.items):
                 continue
@@ -608,7 +688,7 @@ class ModelNotCompiled(Rule):
                 continue
             for node in walk_expression(info.node.body):
                 name = dotted_name(node.func) if isinstance(node, cst.Call) else None  # `backbone(x)`, `self.encoder(x)`
-                if is_local_object(ctx, name) and name != model and not LOSS_NAME.search(name or ""):
+                if is_local_object(ctx, name) and name != model and not LOSS_NAME.search(name or "") and name not in trained:
                     return name
         return None
 

@@ -10,9 +10,9 @@ from speedfix.fixes.codegen import append_args, keyword_arg, reference
 from speedfix.fixes.removal import blank_lines_of_removed, call_removal, removal_ops
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.attention import (DISPATCH_ATTRIBUTE, TWO_MASKS, UNKNOWN_MASK, AdditiveMask, Attention, CausalFill,
-                                      attention_of, causal_mask_buffer, has_fast_path, is_default_scale, matmul_operands,
-                                      may_cache_keys, mentions, moved_names_rebound, softmax_input, unwrap_mask,
-                                      weights_used_elsewhere)
+                                      attention_of, causal_mask_buffer, fast_path_gate, has_fast_path, is_default_scale,
+                                      matmul_operands, may_cache_keys, mentions, moved_names_rebound, softmax_input,
+                                      unwrap_mask, weights_used_elsewhere)
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import CallSite
 from speedfix.model.tensors import is_python_number
@@ -176,6 +176,64 @@ class ManualAttention(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the fused path only behind a flag that is off by default (llm.c's `--flash 0`)
+            """
+            import argparse
+            import math
+            import torch
+            import torch.nn.functional as F
+
+            FLASH = 0
+
+            class CausalSelfAttention(torch.nn.Module):
+                def __init__(self, block_size):
+                    super().__init__()
+                    self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+                def forward(self, q, k, v):
+                    T = q.size(2)
+                    if FLASH:
+                        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    else:
+                        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+                        att = F.softmax(att, dim=-1)
+                        y = att @ v
+                    return y
+
+            if __name__ == "__main__":
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--flash", type=int, default=0)
+                args = parser.parse_args()
+                FLASH = args.flash
+            """,
+            fixed="""
+            import argparse
+            import torch
+            import torch.nn.functional as F
+
+            FLASH = 0
+
+            class CausalSelfAttention(torch.nn.Module):
+                def __init__(self, block_size):
+                    super().__init__()
+                    self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
+
+                def forward(self, q, k, v):
+                    T = q.size(2)
+                    if FLASH:
+                        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    else:
+                        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                    return y
+
+            if __name__ == "__main__":
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--flash", type=int, default=0)
+                args = parser.parse_args()
+                FLASH = args.flash
+            """,
+        ),
         Invalid(  # minGPT: causal tril buffer, nn.Dropout, 1/sqrt(head_dim); the buffer stays, `math` goes
             """
             import math
@@ -500,6 +558,9 @@ class ManualAttention(Rule):
         attention, block, index = found
         message = ("attention written by hand: `F.scaled_dot_product_attention` computes it in one fused "
                    "kernel without storing the T x T score matrix")
+        gate = fast_path_gate(self.ctx, site.stack)
+        if gate is not None:
+            message += f"; the fused path runs only when `{gate}`, which is off by default"
         plan = _Fix(self, attention, block, index, site.stack)
         reason = plan.refusal()
         if reason is not None:

@@ -4,7 +4,9 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.flow import default_choice, off_by_default
+from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.index import CallSite
+from speedfix.model.lightning_config import configured_trainers
 from speedfix.model.networks import is_conv_architecture, project_conv_dims, zoo_architecture
 from speedfix.model.patterns import cudnn_choices
 from speedfix.project.steps import CONV_LAYERS
@@ -70,7 +72,7 @@ class CudnnBenchmarkOff(Rule):
     name = "cudnn-benchmark-off"
     summary = "Conv net trained on CUDA without `cudnn.benchmark = True`"
     severity = Severity.INFO
-    requires = (b"Conv", b"models", b"create_model")
+    requires = (b"Conv", b"models", b"create_model", b"diffusers")
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
     fix_title = "Enable the cuDNN autotuner: `torch.backends.cudnn.benchmark = True` at the entry point"
@@ -127,6 +129,39 @@ class CudnnBenchmarkOff(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a diffusers U-Net is a conv net
+            """
+            import torch
+            from diffusers import UNet2DModel
+
+            def main():
+                model = UNet2DModel(sample_size=64, in_channels=3, out_channels=3).to("cuda")
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+                for batch in loader:
+                    loss = model(batch.cuda(), t).sample.mean()
+                    loss.backward()
+                    optimizer.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import torch
+            from diffusers import UNet2DModel
+
+            def main():
+                torch.backends.cudnn.benchmark = True
+                model = UNet2DModel(sample_size=64, in_channels=3, out_channels=3).to("cuda")
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+                for batch in loader:
+                    loss = model(batch.cuda(), t).sample.mean()
+                    loss.backward()
+                    optimizer.step()
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -304,7 +339,5 @@ class CudnnBenchmarkOff(Rule):
         return None
 
     def _uses_lightning(self) -> bool:
-        """Lightning's `Trainer(benchmark=...)` owns the flag."""
-        return any(
-            (self.ctx.call_qualname(site) or "").startswith(("lightning", "pytorch_lightning")) for site in self.ctx.calls
-        )
+        """Lightning's `Trainer(benchmark=...)` owns the flag (SF901 says so); a `Fabric` has none."""
+        return bool(self.ctx.calls_to(*LIGHTNING_TRAINER, *LIGHTNING_CLI)) or bool(configured_trainers(self.ctx))

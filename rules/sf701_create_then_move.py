@@ -4,11 +4,13 @@ import re
 
 import libcst as cst
 
-from speedfix.engine.findings import Applicability, LossCheck, Severity, replace
+from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, replace
 from speedfix.engine.rule import Invalid, Rule, Valid
-from speedfix.fixes.codegen import append_args, keyword_arg, string_literal
+from speedfix.fixes.codegen import append_args, keyword_arg, reference, string_literal
+from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype
+from speedfix.model.rl import in_rollout
 from speedfix.syntax.names import dotted_name
 
 _FACTORIES = frozenset(
@@ -18,6 +20,35 @@ _FACTORIES = frozenset(
 _RANDOM = frozenset(f"torch.{name}" for name in ("rand", "randn", "randint", "randperm", "normal"))
 _KEEP_AS_IS = frozenset({"device", "requires_grad", "pin_memory", "out"})
 _DEVICE_NAME = re.compile(r"device|^dev$|_dev$|gpu|rank", re.IGNORECASE)
+
+
+# Legacy tensor types that convert data (`torch.FloatTensor(np_array)`) -> the dtype they make.
+_LEGACY_TYPES = {
+    "torch.Tensor": "torch.float32", "torch.FloatTensor": "torch.float32", "torch.DoubleTensor": "torch.float64",
+    "torch.LongTensor": "torch.int64", "torch.IntTensor": "torch.int32", "torch.BoolTensor": "torch.bool",
+    "torch.ByteTensor": "torch.uint8",
+}
+_CASTS = {"float": "torch.float32", "double": "torch.float64", "long": "torch.int64", "int": "torch.int32", "bool": "torch.bool"}
+
+
+def _conversion(ctx: FileContext, call: cst.Call) -> tuple[cst.BaseExpression, str | None, str] | None:
+    """(data, dtype, how it is written) for `torch.FloatTensor(data)` and `torch.from_numpy(data)`
+    with an optional cast (`.float()`): data turned into a CPU tensor."""
+    dtype: str | None = None
+    suffix = ""
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in _CASTS and not call.args \
+            and isinstance(call.func.value, cst.Call):
+        dtype, suffix = _CASTS[call.func.attr.value], f".{call.func.attr.value}()"
+        call = call.func.value
+    qualified = ctx.qualname(call.func)
+    if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+        return None
+    data = call.args[0].value
+    if qualified == "torch.from_numpy":
+        return data, dtype, f"torch.from_numpy(...){suffix}"
+    if qualified in _LEGACY_TYPES and not suffix and not isinstance(data, (cst.Integer, cst.Float)):
+        return data, _LEGACY_TYPES[qualified], f"{qualified}(...)"
+    return None
 
 
 class CreateThenMove(Rule):
@@ -32,6 +63,10 @@ class CreateThenMove(Rule):
     one host-to-device copy and a synchronisation point per call, where `device=` makes it on the
     GPU directly. For `torch.tensor(data)` the data still has to travel, but the CPU tensor in
     between goes away.
+
+    Also finds data converted into a CPU tensor and copied over on every environment step or
+    update of an RL script: `torch.FloatTensor(obs).to(device)` in the rollout loop or a policy's
+    `select_action`, `torch.from_numpy(x).float().to(device)` in a replay buffer's `sample`.
 
     ## Example
     ```python
@@ -52,6 +87,10 @@ class CreateThenMove(Rule):
     generator gives different numbers than the CPU one, so results would change. A factory that
     already names a device or asks for `requires_grad=True` (moving it makes a non-leaf copy,
     creating it on the device a leaf), and a move that also changes the dtype, are left alone.
+    `torch.from_numpy(x).float().to(device)` becomes `torch.as_tensor(x, dtype=torch.float32,
+    device=device)` (the same values; safe). The legacy constructors (`torch.FloatTensor(x)`,
+    `torch.Tensor(x)`) become the same, unsafe: given an int `n` they make an uninitialised
+    tensor of size `n`, where `as_tensor` makes the number `n`.
 
     ## Measured effect
     Small per call (one allocation and copy); it adds up in `forward` and per-step code. PyTorch's
@@ -98,6 +137,15 @@ class CreateThenMove(Rule):
                 def forward(self, x):
                     scale = torch.ones(1, requires_grad=True).cuda()
                     return x.cuda() * scale
+            """
+        ),
+        Valid(  # `torch.FloatTensor(3, 4)` is a size, not data; and outside the rollout
+            """
+            import torch
+            for step in range(100):
+                obs, reward, done, info = env.step(action)
+                buffer = torch.FloatTensor(3, 4).to(device)
+            stats = torch.FloatTensor(all_rewards).to(device)
             """
         ),
         Valid(  # once, at set-up: not worth a finding
@@ -147,6 +195,45 @@ class CreateThenMove(Rule):
                 opt.step()
             """,
         ),
+        Invalid(  # a replay buffer's sample (TD3) and a policy's select_action: once per update and per step
+            """
+            import numpy as np
+            import torch
+            device = torch.device("cuda")
+
+            class ReplayBuffer:
+                def sample(self, batch_size):
+                    ind = np.random.randint(0, self.size, size=batch_size)
+                    return (
+                        torch.from_numpy(self.state[ind]).float().to(self.device),
+                        torch.FloatTensor(self.reward[ind]).to(self.device),
+                    )
+
+            class Agent:
+                def select_action(self, state):
+                    state = torch.FloatTensor(state.reshape(1, -1)).to(device)
+                    return self.actor(state)
+            """,
+            fixed="""
+            import numpy as np
+            import torch
+            device = torch.device("cuda")
+
+            class ReplayBuffer:
+                def sample(self, batch_size):
+                    ind = np.random.randint(0, self.size, size=batch_size)
+                    return (
+                        torch.as_tensor(self.state[ind], dtype=torch.float32, device=self.device),
+                        torch.as_tensor(self.reward[ind], dtype=torch.float32, device=self.device),
+                    )
+
+            class Agent:
+                def select_action(self, state):
+                    state = torch.as_tensor(state.reshape(1, -1), dtype=torch.float32, device=device)
+                    return self.actor(state)
+            """,
+            count=3,
+        ),
         Invalid(  # random numbers differ between CPU and CUDA generators: no fix
             """
             import torch
@@ -173,6 +260,10 @@ class CreateThenMove(Rule):
         factory = move.func.value if isinstance(move.func, cst.Attribute) else None
         if not isinstance(factory, cst.Call) or not self._runs_every_step(site):
             return
+        conversion = _conversion(ctx, factory)
+        if conversion is not None:
+            self._check_conversion(site, method, conversion)
+            return
         qualified = ctx.qualname(factory.func)
         if qualified not in _FACTORIES and qualified not in _RANDOM:
             return
@@ -191,6 +282,32 @@ class CreateThenMove(Rule):
         indent = ctx.module.default_indent
         made_there = append_args(factory, keyword_arg("device", device), indent=indent)
         self.report(move, message, fix_ops=[replace(move, made_there)])
+
+    def _check_conversion(self, site: CallSite, method: str, conversion: tuple[cst.BaseExpression, str | None, str]) -> None:
+        """`torch.FloatTensor(obs).to(device)`, `torch.from_numpy(x).float().to(device)`: the data
+        is converted into a CPU tensor, then copied; `torch.as_tensor(x, dtype=..., device=...)`
+        makes the device tensor from the data directly."""
+        data, dtype, what = conversion
+        move = site.node
+        device = self._target_device(move, method)
+        message = f"`{what}` converts the data into a CPU tensor on every step, then copies that to the GPU"
+        if device is None:
+            self.report(move, message, no_fix_reason="the device is not a plain `.to(device)`")
+            return
+        ops: list[FixOp] = []
+        args = [cst.Arg(data)]
+        if dtype is not None:
+            args.append(keyword_arg("dtype", cst.parse_expression(reference(self.ctx, dtype, ops, site.stack))))
+        args.append(keyword_arg("device", device))
+        func = cst.parse_expression(reference(self.ctx, "torch.as_tensor", ops, site.stack))
+        ops.insert(0, replace(move, cst.Call(func=func, args=args)))
+        legacy = not what.startswith("torch.from_numpy")
+        self.report(
+            move, message, fix_ops=ops,
+            fix_title="Make the tensor on the device from the data: `torch.as_tensor(..., device=...)`"
+            + (" (unsafe: given an int, the legacy constructor makes a tensor of that size)" if legacy else ""),
+            applicability=Applicability.UNSAFE if legacy else Applicability.SAFE,
+        )
 
     def _target_device(self, move: cst.Call, method: str) -> cst.BaseExpression | None:
         """What `device=` should be, when the call only moves to a device (else None)."""
@@ -215,8 +332,9 @@ class CreateThenMove(Rule):
         return value if name and _DEVICE_NAME.search(name.rsplit(".", 1)[-1]) else None
 
     def _runs_every_step(self, site: CallSite) -> bool:
-        """In the training loop (or a function it calls), or in a module's `forward`."""
-        if self.ctx.in_training_loop(site.stack):
+        """In the training loop (or a function it calls), in a module's `forward`, or once per
+        environment step or update of an RL script (acting, a replay buffer's `sample`)."""
+        if self.ctx.in_training_loop(site.stack) or in_rollout(self.ctx, site.stack):
             return True
         function = self.ctx.function_of(site.stack)
         return isinstance(function, cst.FunctionDef) and function.name.value == "forward"

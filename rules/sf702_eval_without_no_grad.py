@@ -8,12 +8,16 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import reference
+from speedfix.model.autograd import feeds_environment, outputs_leave_autograd, runs_network
 from speedfix.model.flow import comes_before
 from speedfix.model.forward import calls_model, with_statement
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import CallSite, LoopInfo
+from speedfix.model.networks import optimized_modules
 from speedfix.model.patterns import is_dataloader, unwrap_iterable
+from speedfix.model.rl import is_acting_function
 from speedfix.project.steps import is_optimizer_name
+from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -39,6 +43,13 @@ class EvalWithoutNoGrad(Rule):
     named like `evaluate`/`validate`/`test`/`predict` or after `model.eval()`, and no
     `torch.no_grad()`/`torch.inference_mode()` around it (as a `with`, a decorator of the
     function or around the call of the function).
+
+    Also finds a forward pass, run again and again (in a loop, in a function called in one, in
+    a policy's `act`/`select_action`), whose outputs only leave as host values, indices or
+    detached copies: acting in reinforcement learning (`q_network(obs)` whose argmax goes to
+    `env.step`), samples saved as images (`save_image(G(z))`). An output that is stored, returned,
+    handed to unknown code or reaches a `backward()` is never reported (REINFORCE keeps each
+    action's log-probability for its loss).
 
     ## Why is this bad?
     `model.eval()` switches dropout and batch norm to inference behaviour; it does not turn
@@ -76,7 +87,8 @@ class EvalWithoutNoGrad(Rule):
     in `torch.no_grad()` rather than `torch.inference_mode()`: inference mode saves a little more
     (no version counters), but the tensors it makes can never be used by autograd or modified in
     place outside it, which raises where a metric or a cached output is reused later; `no_grad`
-    gives the main saving (no graph, no saved activations) without that risk.
+    gives the main saving (no graph, no saved activations) without that risk. A forward whose
+    outputs only go to the host gets `with torch.no_grad():` around its statement.
 
     ## Measured effect
     Mostly memory: fairchem's validation fell from 3.3-8.1 GB to 1.1-2.3 GB of allocated GPU
@@ -90,7 +102,7 @@ class EvalWithoutNoGrad(Rule):
     name = "eval-without-no-grad"
     summary = "Evaluation loop without `torch.no_grad()` / `torch.inference_mode()`"
     severity = Severity.WARNING
-    requires = (b"val", b"test", b"pred", b"infer")
+    requires = (b"val", b"test", b"pred", b"infer", b"step(", b"action")
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.EXACT
     fix_title = "Run the evaluation loop under `torch.no_grad()`"
@@ -169,6 +181,39 @@ class EvalWithoutNoGrad(Rule):
                 optimizer.step()
             """
         ),
+        Valid(  # REINFORCE keeps the log-probability of each action for the loss at the episode's end
+            """
+            import torch
+            from torch.distributions import Categorical
+            policy = Policy()
+            optimizer = torch.optim.Adam(policy.parameters())
+            for episode in range(1000):
+                state, done = env.reset(), False
+                while not done:
+                    prob = policy(torch.from_numpy(state).float())
+                    m = Categorical(prob)
+                    action = m.sample()
+                    state, reward, done, _ = env.step(action.item())
+                    policy.put_data((reward, prob[action]))
+                policy.train_net()
+            """
+        ),
+        Valid(  # acting under no_grad (CleanRL's PPO rollout); the update uses the outputs
+            """
+            import torch
+            agent = Agent(envs).to(device)
+            optimizer = torch.optim.Adam(agent.parameters())
+            for update in range(100):
+                for step in range(128):
+                    with torch.no_grad():
+                        action, logprob = agent.get_action(next_obs)
+                    next_obs, reward, done, info = envs.step(action.cpu().numpy())
+                new_logprob = agent.get_log_prob(b_obs, b_actions)
+                loss = -(new_logprob * advantages).mean()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -227,6 +272,148 @@ class EvalWithoutNoGrad(Rule):
                         preds.append(model(x).argmax(1))
             """,
         ),
+        Invalid(  # an evaluation on held-out tensors after each epoch, no DataLoader in sight
+            """
+            import torch
+
+            def evaluate(model, x_val, y_val):
+                model.eval()
+                out = model(x_val)
+                return criterion(out, y_val).item(), (out.argmax(1) == y_val).float().mean().item()
+
+            model = Net().cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(100):
+                model.train()
+                loss = criterion(model(x_train), y_train)
+                loss.backward()
+                optimizer.step()
+                val_loss, val_acc = evaluate(model, x_val, y_val)
+            """,
+            fixed="""
+            import torch
+
+            def evaluate(model, x_val, y_val):
+                model.eval()
+                with torch.no_grad():
+                    out = model(x_val)
+                return criterion(out, y_val).item(), (out.argmax(1) == y_val).float().mean().item()
+
+            model = Net().cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(100):
+                model.train()
+                loss = criterion(model(x_train), y_train)
+                loss.backward()
+                optimizer.step()
+                val_loss, val_acc = evaluate(model, x_val, y_val)
+            """,
+        ),
+        Invalid(  # DQN acting: the Q-values only pick the action the environment steps with
+            """
+            import torch
+            q_network = QNetwork().to(device)
+            optimizer = torch.optim.Adam(q_network.parameters())
+            obs = envs.reset()
+            for global_step in range(100000):
+                q_values = q_network(torch.as_tensor(obs, device=device))
+                actions = torch.argmax(q_values, dim=1).cpu().numpy()
+                obs, rewards, dones, infos = envs.step(actions)
+                loss = td_loss(q_network, rb.sample(128))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            q_network = QNetwork().to(device)
+            optimizer = torch.optim.Adam(q_network.parameters())
+            obs = envs.reset()
+            for global_step in range(100000):
+                with torch.no_grad():
+                    q_values = q_network(torch.as_tensor(obs, device=device))
+                actions = torch.argmax(q_values, dim=1).cpu().numpy()
+                obs, rewards, dones, infos = envs.step(actions)
+                loss = td_loss(q_network, rb.sample(128))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(  # a policy's select_action (TD3), called by another file's training loop
+            """
+            import torch
+            import torch.nn as nn
+
+            class Actor(nn.Module):
+                def forward(self, state):
+                    return torch.tanh(self.l3(self.l2(self.l1(state))))
+
+            class Agent:
+                def __init__(self):
+                    self.actor = Actor().to("cuda")
+
+                def select_action(self, state):
+                    state = torch.as_tensor(state.reshape(1, -1), device="cuda")
+                    return self.actor(state).cpu().data.numpy().flatten()
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            class Actor(nn.Module):
+                def forward(self, state):
+                    return torch.tanh(self.l3(self.l2(self.l1(state))))
+
+            class Agent:
+                def __init__(self):
+                    self.actor = Actor().to("cuda")
+
+                def select_action(self, state):
+                    state = torch.as_tensor(state.reshape(1, -1), device="cuda")
+                    with torch.no_grad():
+                        return self.actor(state).cpu().data.numpy().flatten()
+            """,
+        ),
+        Invalid(  # GAN samples saved as images every few hundred steps (PyTorch-GAN's sample_images)
+            """
+            import torch
+            from torchvision.utils import make_grid, save_image
+
+            def sample_images(step):
+                generator.eval()
+                fake = generator(fixed_noise)
+                save_image(make_grid(fake, nrow=5, normalize=True), f"images/{step}.png")
+
+            generator = Generator().cuda()
+            optimizer = torch.optim.Adam(generator.parameters())
+            for i, (imgs, _) in enumerate(loader):
+                loss = generator_loss(generator, imgs.cuda())
+                loss.backward()
+                optimizer.step()
+                if i % 400 == 0:
+                    sample_images(i)
+            """,
+            fixed="""
+            import torch
+            from torchvision.utils import make_grid, save_image
+
+            def sample_images(step):
+                generator.eval()
+                with torch.no_grad():
+                    fake = generator(fixed_noise)
+                save_image(make_grid(fake, nrow=5, normalize=True), f"images/{step}.png")
+
+            generator = Generator().cuda()
+            optimizer = torch.optim.Adam(generator.parameters())
+            for i, (imgs, _) in enumerate(loader):
+                loss = generator_loss(generator, imgs.cuda())
+                loss.backward()
+                optimizer.step()
+                if i % 400 == 0:
+                    sample_images(i)
+            """,
+        ),
     ]
 
     @cached_property
@@ -253,6 +440,68 @@ class EvalWithoutNoGrad(Rule):
             if self._evaluation_loop(info) and not self._grad_off(info.stack) and not self._grad_after(info):
                 reported.add(info.node)
                 self._report(info)
+        self._report_host_only_forwards(reported)
+
+    # ------------------------------------------------------------------ forwards whose outputs go to the host
+    def _report_host_only_forwards(self, reported: set[cst.CSTNode]) -> None:
+        """Acting in RL (`q_network(obs).argmax(1).cpu().numpy()` for `env.step`), a sample saved
+        as an image: a forward pass, run again and again, whose outputs only leave as host values.
+        One finding per function; the fix runs each such call's statement under `no_grad`."""
+        ctx = self.ctx
+        trains = ctx.drives_training or bool(optimized_modules(ctx))  # not a test of a module's outputs
+        by_function: dict[cst.CSTNode | None, list[CallSite]] = defaultdict(list)
+        for site in ctx.calls:
+            if any(frame.node in reported for frame in site.stack) or not runs_network(ctx, site):
+                continue
+            if not trains and not is_acting_function(ctx.function_of(site.stack)):
+                continue
+            if self._runs_again(site) and not self._grad_off(site.stack) and not self._callee_grad_off(site) \
+                    and outputs_leave_autograd(ctx, site):
+                by_function[ctx.function_of(site.stack)].append(site)
+        for sites in by_function.values():
+            self._report_forwards(sites)
+
+    def _runs_again(self, site: CallSite) -> bool:
+        """In a loop, in a function called in a loop of the file, or in a policy's `act` /
+        `select_action` (called by the training loop of another file)."""
+        ctx = self.ctx
+        if ctx.nearest_loop(site.stack) is not None:
+            return True
+        function = ctx.function_of(site.stack)
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        if is_acting_function(function):
+            return True
+        return any(ctx.nearest_loop(call.stack) is not None for call in self._calls_by_name.get(function.name.value, ()))
+
+    def _callee_grad_off(self, site: CallSite) -> bool:
+        """`model.generate(...)` whose def is decorated with `@torch.no_grad()`."""
+        callees = self.ctx.local_callees(site)
+        return bool(callees) and all(
+            any(self._grad_mode(decorator.decorator, info.stack) for decorator in info.node.decorators)  # type: ignore[union-attr]
+            for info in callees
+        )
+
+    def _report_forwards(self, sites: list[CallSite]) -> None:
+        ops: list[FixOp] = []
+        statements = list({id(site.statement): site.statement for site in sites if site.statement is not None}.values())
+        fixable = all(site.statement is not None and enclosing_block(self.ctx, site.statement) is not None for site in sites)
+        if fixable:
+            context = f"{reference(self.ctx, 'torch.no_grad', ops, sites[0].stack)}()"
+            ops[:0] = [Transform(statement, lambda node: with_statement(context, [node])) for statement in statements]
+        labels = list(dict.fromkeys(f"`{dotted_name(site.node.func)}(...)`" for site in sites))
+        calls = _name_all(labels)
+        acting = any(feeds_environment(self.ctx, site) or is_acting_function(self.ctx.function_of(site.stack))
+                     for site in sites)
+        what = "to pick actions" if acting else "but the outputs only leave as host values (an image, a logged number)"
+        self.report(
+            sites[0].node,
+            f"{calls} {'runs' if len(labels) == 1 else 'run'} with autograd on {what}: every call records an autograd "
+            "graph that no backward uses",
+            fix_ops=ops or None,
+            fix_title="Run the call under `torch.no_grad()`" if len(statements) == 1 else "Run the calls under `torch.no_grad()`",
+            no_fix_reason=None if ops else "a call is not a statement of its own",
+        )
 
     def _evaluation_loop(self, info: LoopInfo) -> bool:
         ctx = self.ctx
@@ -359,6 +608,12 @@ class EvalWithoutNoGrad(Rule):
             "evaluation loop without `torch.no_grad()`: every forward pass records its autograd graph",
             fix_ops=ops,
         )
+
+
+def _name_all(labels: list[str]) -> str:
+    """`a`, `b` and `c`: each label once."""
+    labels = list(dict.fromkeys(labels))
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + f" and {labels[-1]}"
 
 
 def _switches_mode(site: CallSite) -> bool:

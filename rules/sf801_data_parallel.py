@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import libcst as cst
+
 from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.model.context import FileContext
+from speedfix.model.flow import enclosing_statements, off_by_default
 
 _DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -13,7 +17,9 @@ _DATA_PARALLEL = (
 class DataParallel(Rule):
     """
     ## What it does
-    Finds `torch.nn.DataParallel`.
+    Finds `torch.nn.DataParallel`, once per choice (one model wrapped in either branch of an
+    `if` is one finding), and not where it runs only with more GPUs than the script's default
+    (`if num_gpus > 1:` with `--ngpu` defaulting to 1).
 
     ## Why is this bad?
     `DataParallel` runs one Python process that replicates the model onto every GPU on every
@@ -65,6 +71,20 @@ class DataParallel(Rule):
             model = DDP(model.cuda(rank), device_ids=[rank])
             """
         ),
+        Valid(  # only with more GPUs than the default of one
+            """
+            import argparse
+            import torch.nn as nn
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--ngpu", type=int, default=1)
+            opt = parser.parse_args()
+            num_gpus = int(opt.ngpu)
+            netG, netD = Generator().cuda(), Discriminator().cuda()
+            if num_gpus > 1:
+                netG = nn.DataParallel(netG)
+                netD = nn.DataParallel(netD)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -76,12 +96,41 @@ class DataParallel(Rule):
             model = model.cuda()
             """
         ),
+        Invalid(  # one model wrapped one way or the other (pytorch/examples ImageNet): one finding
+            """
+            import torch
+            if args.arch.startswith("alexnet") or args.arch.startswith("vgg"):
+                model.features = torch.nn.DataParallel(model.features)
+                model.cuda()
+            else:
+                model = torch.nn.DataParallel(model).cuda()
+            """
+        ),
     ]
 
     def finish(self) -> None:
-        for site in self.ctx.calls_to(*_DATA_PARALLEL):
+        ctx = self.ctx
+        reported: list[cst.CSTNode] = []  # the `if` chains holding a reported wrapper
+        for site in ctx.calls_to(*_DATA_PARALLEL):
+            if off_by_default(ctx, site.statement, site.stack) is not None:
+                continue  # `if num_gpus > 1:` with one GPU by default
+            chain = _if_chain(ctx, site.statement)
+            if chain is not None and any(chain is seen for seen in reported):
+                continue  # another branch of the same choice (one model, wrapped one way or another)
+            if chain is not None:
+                reported.append(chain)
             self.report(
                 site.node,
                 "`DataParallel` drives every GPU from one process; use DistributedDataParallel with torchrun",
                 no_fix_reason="moving to DDP changes how the script is launched",
             )
+
+
+def _if_chain(ctx: FileContext, statement: cst.BaseStatement | None) -> cst.CSTNode | None:
+    """The outermost `if` of the `if`/`elif`/`else` chain that ``statement`` sits in a branch of."""
+    found = None
+    for outer in enclosing_statements(ctx, statement)[1:] if statement is not None else ():
+        if not isinstance(outer, cst.If):
+            break
+        found = outer
+    return found

@@ -7,14 +7,23 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, arg_removed, keyword_arg, same_quotes, string_literal, value_replaced
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
-from speedfix.model.frameworks import LIGHTNING_TRAINER, SET_ELSEWHERE, in_lightning_method, lightning_on_gpu
+from speedfix.model.context import FileContext
+from speedfix.model.frameworks import LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, in_lightning_method, lightning_on_gpu
+from speedfix.model.hydra_config import INSTANTIATE, config_of
+from speedfix.model.lightning_config import UNKNOWN, ConfiguredTrainer, TrainerValue, configured_trainers
 from speedfix.model.index import CallSite
 from speedfix.model.networks import conv2d_classes
 from speedfix.model.patterns import cudnn_settings, matmul_precision_chosen
+from speedfix.model.versions import v
 
 _FP32 = frozenset({"32", "32-true"})
 _FP16 = frozenset({"16", "16-mixed"})
 _HEAVY_PROFILERS = frozenset({"advanced", "pytorch", "xla"})
+_COMPILE_FROM = v("2.0")
+_SHARDING = ("torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard",
+             "torch.distributed.tensor.parallel.parallelize_module")
+_COMPILE_REASON = ("the first steps pay the compile, and a module that does not trace breaks its graph: "
+                   "measure it with `speedfix bench`")
 
 
 # FSDP mixed-precision policies: a model sharded with one computes in its `param_dtype`.
@@ -36,6 +45,19 @@ class LightningTrainerConfig(Rule):
     - a convolutional network (`nn.Conv2d` layers) trained without `benchmark=True`;
     - `accumulate_grad_batches` above 1, which does not make steps faster (information only);
     - `self.log(..., sync_dist=True)` in `training_step`, an all-reduce per step with several GPUs.
+
+    - a LightningModule trained on the GPU that nothing compiles (`torch.compile`, information
+      only; with hydra, a `compile: false` in the model's config is reported on its line).
+
+    The same checks hold for a `Fabric` (its precision also defaults to "32-true") and for
+    Trainers built from configuration: `hydra.utils.instantiate(cfg.trainer)` with the YAML
+    hydra composes (`@hydra.main(config_path=..., config_name=...)`, its defaults list and the
+    GPU options of the `trainer` group; a `precision` left out is reported on the commented-out
+    `# precision:` line when there is one), `LightningCLI(..., trainer_defaults={...})` with what
+    the launch commands add (`--trainer.precision`, the `trainer:` section of their `--config`
+    YAML), and Lightning 1.x's `Trainer.from_argparse_args(args)` (CPU and fp32 unless
+    `parser.set_defaults(...)` or the launch commands say otherwise). A value in a YAML file or a
+    launch command is reported on its line, with what to write there.
 
     A `Trainer` is GPU code unless its `accelerator` is a known non-GPU one ("cpu", "tpu",
     "mps", ...): the default, "auto", picks the GPU whenever there is one. An `accelerator` or
@@ -71,6 +93,8 @@ class LightningTrainerConfig(Rule):
     Unsafe. `precision="bf16-mixed"` and TF32 change the numbers (bf16 keeps 8 mantissa bits,
     TF32 10), and bf16 needs an Ampere or newer GPU (A100, RTX 30xx, H100): on a V100 or T4 use
     "16-mixed". The TF32 setting goes at the top of `main()` (or the `__main__` block).
+    A setting in a YAML file or a launch command is reported with what to write there: speedfix
+    rewrites Python only. `torch.compile` is never added: the first steps pay the compile.
     `benchmark=True` makes cuDNN measure every new input shape: for inputs whose shape changes
     from batch to batch it can be slower, and results are no longer bit-reproducible. Removing
     the profiler removes its report. A value set outside the call (a constant, an argparse
@@ -91,9 +115,9 @@ class LightningTrainerConfig(Rule):
 
     code = "SF901"
     name = "lightning-trainer-config"
-    summary = "Lightning `Trainer` on a GPU in fp32, without TF32, with a profiler or without cuDNN autotuning"
+    summary = "Lightning `Trainer` or `Fabric` on a GPU in fp32, without TF32, with a profiler or without cuDNN autotuning"
     severity = Severity.WARNING
-    requires = (b"Trainer", b"sync_dist")
+    requires = (b"Trainer", b"sync_dist", b"Fabric", b"LightningCLI", b"hydra")
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
     fix_title = 'Train in bf16 mixed precision (`precision="bf16-mixed"`)'
@@ -169,7 +193,7 @@ class LightningTrainerConfig(Rule):
                 trainer = L.Trainer(max_epochs=10, precision="bf16-mixed")
                 trainer.fit(model, datamodule=dm)
             """,
-            count=2,
+            count=3,
         ),
         Invalid(  # an explicit 32, a profiler and accumulation (reported, no fix)
             """
@@ -235,6 +259,50 @@ class LightningTrainerConfig(Rule):
                 trainer = L.Trainer(precision=args.precision)
             """,
         ),
+        Invalid(  # LightningCLI: `trainer_defaults` without a precision, nothing compiles the module
+            """
+            import torch
+            from lightning.pytorch.cli import LightningCLI
+
+            if __name__ == "__main__":
+                torch.set_float32_matmul_precision("high")
+                LightningCLI(Model, DataModule, trainer_defaults={"max_epochs": 90, "benchmark": True})
+            """,
+            count=2,
+        ),
+        Invalid(  # Fabric defaults to "32-true" as well
+            """
+            import torch
+            import lightning as L
+
+            def main():
+                torch.set_float32_matmul_precision("high")
+                fabric = L.Fabric(accelerator="cuda", devices=1)
+            """,
+            fixed="""
+            import torch
+            import lightning as L
+
+            def main():
+                torch.set_float32_matmul_precision("high")
+                fabric = L.Fabric(accelerator="cuda", devices=1, precision="bf16-mixed")
+            """,
+        ),
+        Invalid(  # Lightning 1.x: `from_argparse_args` with the GPU chosen by `set_defaults`
+            """
+            import argparse
+            import torch
+            from pytorch_lightning import Trainer
+
+            def main():
+                torch.set_float32_matmul_precision("high")
+                parser = argparse.ArgumentParser()
+                parser = Trainer.add_argparse_args(parser)
+                parser.set_defaults(gpus=1, max_epochs=10)
+                args = parser.parse_args()
+                trainer = Trainer.from_argparse_args(args)
+            """,
+        ),
         Invalid(  # an all-reduce per logged value and step
             """
             import lightning as L
@@ -251,22 +319,107 @@ class LightningTrainerConfig(Rule):
         ),
     ]
 
+    def __init__(self, ctx: FileContext) -> None:
+        super().__init__(ctx)
+        self._tf32_reported = False
+        self._on_gpu = False  # a Lightning Trainer of this file trains on the GPU
+
     def finish(self) -> None:
         for site in self.ctx.calls_to(*LIGHTNING_TRAINER):
             self._check_trainer(site)
+        for trainer in configured_trainers(self.ctx):
+            self._check_configured(trainer)
+        for site in self.ctx.calls_to(*LIGHTNING_FABRIC):
+            # a Fabric script holds its training loop: SF201 says what TF32 would do for it
+            if lightning_on_gpu(self.ctx, site) and self._check_precision(site, "Fabric") and not self.ctx.step_loops:
+                self._check_tf32(site.statement or site.node)
         self._check_sync_dist()
+        if self._on_gpu:
+            self._check_compile()
 
     def _check_trainer(self, site: CallSite) -> None:
         if lightning_on_gpu(self.ctx, site):
+            self._on_gpu = True
             if self._check_precision(site):
-                self._check_tf32(site)
+                self._check_tf32(site.statement or site.node)
             self._check_benchmark(site)
         self._check_profiler(site)
         self._check_accumulation(site)
 
+    # ------------------------------------------------------------------ Trainers built from configuration
+    def _check_configured(self, trainer: ConfiguredTrainer) -> None:
+        if not trainer.on_gpu():
+            return
+        self._on_gpu = True
+        self._check_configured_benchmark(trainer)
+        precision = trainer.get("precision")
+        if precision is not None and precision.value is UNKNOWN:
+            return
+        value = "32" if precision is None else str(precision.value)
+        fp16 = value in _FP16
+        if value not in _FP32 and not fp16:
+            return
+        bf16 = '"bf16"' if trainer.lightning_1x else '"bf16-mixed"'
+        if fp16:
+            message = (f"{_capital(trainer.label)} runs fp16 mixed precision, which scales the loss and checks every "
+                       f"gradient for inf each step; bf16 (`precision={bf16}`) needs neither on Ampere and newer GPUs")
+        else:
+            written = '`precision` defaults to "32-true"' if precision is None else f"`precision={_shown(value)}`"
+            message = f"{_capital(trainer.label)} trains in fp32 ({written}): bf16 mixed precision runs on the tensor cores"
+        severity = Severity.INFO if fp16 else Severity.WARNING
+        self._report_setting(trainer, precision, "precision", bf16, message, severity)
+        if not fp16:
+            self._check_tf32(trainer.site.statement or trainer.site.node)
+
+    def _check_configured_benchmark(self, trainer: ConfiguredTrainer) -> None:
+        deterministic = trainer.get("deterministic")
+        off = deterministic is None or deterministic.value is False
+        if self._conv_net_untuned(trainer.get("benchmark") is not None, False if off else None):
+            self._report_setting(trainer, None, "benchmark", "true", f"{_capital(trainer.label)} trains a conv net with "
+                                 "cuDNN's default algorithms: `benchmark` is not set", Severity.INFO)
+
+    def _report_setting(self, trainer: ConfiguredTrainer, setting: TrainerValue | None, key: str, value: str,
+                        message: str, severity: Severity) -> None:
+        """Report a configured Trainer's setting where it is (or would be) written."""
+        where = setting.where if setting is not None else trainer.commented.get(key) or trainer.add_at
+        if setting is not None and setting.node is not None:
+            self.report(setting.node, message, severity=severity, no_fix_reason=SET_ELSEWHERE)
+        elif where is not None:
+            self.report_at(where, message, severity=severity,
+                           no_fix_reason=f"set `{key}: {value.strip(chr(34))}` there (speedfix rewrites Python only)")
+        else:
+            how = (f'add `"{key}": {value}` to `trainer_defaults`, or pass `--trainer.{key}`' if trainer.kind == "cli"
+                   else f"pass `--{key} {value.strip(chr(34))}` where the script is launched")
+            self.report(trainer.add_node or trainer.site.node, message, severity=severity, no_fix_reason=how)
+
+    def _check_compile(self) -> None:
+        """A LightningModule trained on the GPU that nothing compiles."""
+        ctx = self.ctx
+        if ctx.torch_version < _COMPILE_FROM:
+            return
+        for site in ctx.calls_to(*INSTANTIATE):  # the module's own switch, set in its hydra config
+            resolved = config_of(ctx, site.node.args[0].value) if site.node.args else None
+            node = resolved[0].composed.tree.get(*resolved[1]) if resolved and resolved[0].composed else None
+            flag = node.get("compile") if node is not None else None
+            if flag is not None and flag.value is False:
+                self.report_at(flag.at, "`compile: false`: the LightningModule trains without `torch.compile`, "
+                               "which fuses its kernels", severity=Severity.INFO, no_fix_reason=_COMPILE_REASON)
+                return
+        if ctx.calls_to("torch.compile", *_SHARDING) or any(True for _ in ctx.method_calls("compile")):
+            return  # compiled already, or sharded by hand (compile goes block by block there)
+        fits = [site for site in ctx.method_calls("fit") if site.node.args]
+        cli = next((trainer for trainer in configured_trainers(ctx) if trainer.kind == "cli"), None)
+        target: cst.CSTNode | None = fits[0].node if fits else None
+        if target is None and cli is not None:  # the module class LightningCLI gets
+            target = cli.site.node.args[0].value if cli.site.node.args else cli.site.node
+        if target is not None:
+            self.report(target, "the LightningModule trains without `torch.compile`: compile it before `trainer.fit` "
+                        "(`model = torch.compile(model)`) or in its `configure_model`", severity=Severity.INFO,
+                        no_fix_reason=_COMPILE_REASON)
+
     # ------------------------------------------------------------------ precision
-    def _check_precision(self, site: CallSite) -> bool:
-        """Report fp32 or fp16 training; True when the Trainer certainly trains in fp32."""
+    def _check_precision(self, site: CallSite, what: str = "Trainer") -> bool:
+        """Report fp32 or fp16 training; True when the Trainer (or Fabric) certainly trains in fp32."""
         precision = find_argument(self.ctx, site, "precision")
         if precision.unknown:
             return False
@@ -277,7 +430,7 @@ class LightningTrainerConfig(Rule):
             written = '`precision` defaults to "32-true"' if precision.missing else f"`precision={_shown(value)}`"
             self.report(
                 precision.arg or site.node,
-                f"`Trainer` trains in fp32 ({written}): bf16 mixed precision runs on the tensor cores",
+                f"`{what}` trains in fp32 ({written}): bf16 mixed precision runs on the tensor cores",
                 fix_ops=self._set_precision(site, precision),
                 no_fix_reason=SET_ELSEWHERE,
             )
@@ -309,14 +462,17 @@ class LightningTrainerConfig(Rule):
             return None
         return [value_replaced(site.node, original, value)]
 
-    def _check_tf32(self, site: CallSite) -> None:
+    def _check_tf32(self, statement: cst.CSTNode) -> None:
+        """Once per file: fp32 training and nothing chooses TF32 (reported on the statement: the
+        precision finding sits on the call itself)."""
         ctx = self.ctx
-        if matmul_precision_chosen(ctx) or site is not ctx.calls_to(*LIGHTNING_TRAINER)[0]:
+        if matmul_precision_chosen(ctx) or self._tf32_reported:
             return
+        self._tf32_reported = True
         high = string_literal(ctx, "high")
         ops, reason = setting_at_entry_point(ctx, "torch.set_float32_matmul_precision", lambda call: f"{call}({high})")
         self.report(
-            site.statement or site.node,  # the precision finding sits on the call itself
+            statement,
             "fp32 matmuls run without TF32 tensor cores: nothing calls `torch.set_float32_matmul_precision`",
             fix_ops=ops,
             no_fix_reason=reason,
@@ -324,12 +480,17 @@ class LightningTrainerConfig(Rule):
         )
 
     # ------------------------------------------------------------------ other settings
+    def _conv_net_untuned(self, benchmark_set: bool, deterministic: bool | None) -> bool:
+        """A conv net of this file, cuDNN left to its heuristics: no `benchmark`, no cuDNN
+        setting of the script, `deterministic` off."""
+        return not benchmark_set and not cudnn_settings(self.ctx) and bool(conv2d_classes(self.ctx)) \
+            and deterministic is False
+
     def _check_benchmark(self, site: CallSite) -> None:
         ctx = self.ctx
-        if not find_argument(ctx, site, "benchmark").missing or cudnn_settings(ctx) or not conv2d_classes(ctx):
-            return
         deterministic = find_argument(ctx, site, "deterministic")
-        if not deterministic.missing and literal_bool(ctx, deterministic.node, site.stack) is not False:
+        off = deterministic.missing or literal_bool(ctx, deterministic.node, site.stack) is False
+        if not self._conv_net_untuned(not find_argument(ctx, site, "benchmark").missing, False if off else None):
             return
         self.report(
             site.node,
@@ -395,6 +556,10 @@ class LightningTrainerConfig(Rule):
 
     def _append(self, site: CallSite, arg: cst.Arg) -> Transform:
         return Transform(site.node, lambda call: append_args(call, arg, indent=self.ctx.module.default_indent))
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _shown(value: str) -> str:

@@ -16,24 +16,31 @@ from speedfix.fixes.codegen import (
     value_replaced,
 )
 from speedfix.fixes.entry import setting_at_entry_point
-from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
-from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, hf_args_on_gpu
+from speedfix.model.context import FileContext
+from speedfix.model.flow import off_by_default
+from speedfix.model.frames import Stack
+from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_CONFIGS
+from speedfix.model.hf_args import TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, call_setting, parsed_arguments
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
 from speedfix.model.versions import v
+from speedfix.syntax.nodes import code_of
 
 # Optimizer names whose update runs as several kernels per parameter group.
 _UNFUSED = frozenset({"adamw_torch", "adamw_hf", "adamw_torch_foreach"})
 _FUSED_DEFAULT_FROM = v("2.8")  # transformers picks "adamw_torch_fused" itself from torch 2.8 on
-_FUSED_CPU_FROM = v("2.4")  # fused AdamW on the CPU too, so the fix cannot fail on a CPU run
+_FUSED_CPU_FROM = v("2.4")
+_COMPILE_FROM = v("2.0")  # torch.compile  # fused AdamW on the CPU too, so the fix cannot fail on a CPU run
 _CHECKPOINTING = ("gradient_checkpointing", "activation_checkpointing")
+_COMPILE_REFUSAL = ("`torch_compile=True` is left to you: the first steps pay the compile, and per-batch padding "
+                    "recompiles once before the sequence dimension goes dynamic (measure it with `speedfix bench`)")
 
 
 class HfTrainingArguments(Rule):
     """
     ## What it does
-    Finds Hugging Face `TrainingArguments` (and `Seq2SeqTrainingArguments`) that leave speed on
-    the table on a GPU:
+    Finds Hugging Face `TrainingArguments` (`Seq2SeqTrainingArguments`, TRL's `SFTConfig`,
+    `DPOConfig`, ...) that leave speed on the table on a GPU:
 
     - neither `bf16` nor `fp16`: the Trainer runs every step in fp32;
     - fp32 without TF32 (`tf32=True` or `torch.set_float32_matmul_precision`);
@@ -41,14 +48,22 @@ class HfTrainingArguments(Rule):
     - an unfused AdamW: `optim="adamw_torch"`, or no `optim` when targeting torch before 2.8
       (from 2.8 on transformers defaults to `"adamw_torch_fused"`);
     - `dataloader_num_workers` unset or 0, and `dataloader_pin_memory=False`;
-    - `gradient_checkpointing=True` (or `model.gradient_checkpointing_enable()`), which trades
-      speed for memory, and `gradient_accumulation_steps` with a micro-batch of 1 or 2
-      (information only: neither makes training faster).
+    - no `torch_compile` in a script that never compiles the model itself (information only);
+    - `gradient_checkpointing=True` (or `model.gradient_checkpointing_enable()` that runs by
+      default), which trades speed for memory, and `gradient_accumulation_steps` with a
+      micro-batch of 1 or 2 (information only: neither makes training faster).
+
+    The same holds for the arguments `HfArgumentParser(...).parse_args_into_dataclasses()` or
+    TRL's `TrlParser(...).parse_args_and_config()` fill from the command line. Their values come
+    from the project's launch commands (`--bf16 True` in every shell script or README command
+    that runs the script; TRL's `--config` YAML), else from the field defaults of the project's
+    own subclass (`optim: str = field(default="adamw_torch")`, reported on that line), else
+    from TRL's defaults (`gradient_checkpointing=True` since TRL 0.22; bf16 is TRL's choice),
+    else from transformers'. A finding about a launch command's option points at its line.
 
     `TrainingArguments` train on CUDA whenever it is there, so they are GPU code unless
     `use_cpu=True` (or the old `no_cuda=True`) says otherwise. Values speedfix cannot know
-    (`bf16=args.bf16`, unresolved `**kwargs`) mean silence. `torch_compile` is left to you: with
-    dynamic padding every new sequence length compiles again.
+    (`bf16=args.bf16`, unresolved `**kwargs`, launch commands that disagree) mean silence.
 
     ## Why is this bad?
     fp32 leaves the tensor cores mostly idle: `bf16=True` runs the forward and backward pass
@@ -75,7 +90,8 @@ class HfTrainingArguments(Rule):
     ```
 
     ## Fix safety
-    Unsafe. bf16 and TF32 change the numbers. The fix writes `bf16=torch.cuda.is_bf16_supported()`,
+    Unsafe, and only for a `TrainingArguments(...)` call or a field default of the script (a
+    value set on a command line is reported with what to pass). bf16 and TF32 change the numbers. The fix writes `bf16=torch.cuda.is_bf16_supported()`,
     not `bf16=True`, and TF32 as `torch.set_float32_matmul_precision("high")` at the entry point,
     not `tf32=True`: the Trainer raises `ValueError` for `bf16=True` or `tf32=True` on a machine
     without a suitable GPU (a CPU run included). Before Ampere (V100, T4) bf16 is emulated and slow:
@@ -83,7 +99,8 @@ class HfTrainingArguments(Rule):
     script under spawn (refused without an `if __name__ == "__main__":` guard and in notebooks),
     each hold a copy of the dataset, and an `IterableDataset` that does not shard itself by worker
     yields every sample once per worker. Pinned memory is page-locked host RAM. A value set outside
-    the call is reported without a fix.
+    the call is reported without a fix. `torch_compile` is never added: the first steps pay the
+    compile, and per-batch padding recompiles once before the sequence dimension goes dynamic.
 
     ## Measured effect
     Mixed precision and TF32: "up to 3x" training throughput; gradient checkpointing "slows
@@ -97,7 +114,7 @@ class HfTrainingArguments(Rule):
     name = "hf-training-arguments"
     summary = "Hugging Face `TrainingArguments` on a GPU in fp32, without TF32, fused AdamW or loader workers"
     severity = Severity.WARNING
-    requires = (b"TrainingArguments", b"gradient_checkpointing_enable")
+    requires = (b"TrainingArguments", b"gradient_checkpointing_enable", b"ArgumentParser", b"TrlParser", b"Config(")
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
     fix_title = "Train in bf16 where the GPU has it (`bf16=torch.cuda.is_bf16_supported()`)"
@@ -115,6 +132,7 @@ class HfTrainingArguments(Rule):
                     tf32=True,
                     optim="adamw_torch_fused",
                     dataloader_num_workers=4,
+                    torch_compile=True,
                 )
 
             if __name__ == "__main__":
@@ -140,7 +158,7 @@ class HfTrainingArguments(Rule):
 
             def main():
                 torch.set_float32_matmul_precision("high")
-                args = TrainingArguments(output_dir="out", bf16=True, dataloader_num_workers=4)
+                args = TrainingArguments(output_dir="out", bf16=True, dataloader_num_workers=4, torch_compile=True)
 
             if __name__ == "__main__":
                 main()
@@ -217,7 +235,7 @@ class HfTrainingArguments(Rule):
             if __name__ == "__main__":
                 main()
             """,
-            count=4,
+            count=5,
         ),
         Invalid(  # memory-for-speed trades, reported without a fix
             """
@@ -232,6 +250,63 @@ class HfTrainingArguments(Rule):
             """,
             count=3,
         ),
+        Valid(  # checkpointing behind an option that is off by default
+            """
+            import argparse
+            from transformers import AutoModelForCausalLM
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gradient_checkpointing", action="store_true")
+            args = parser.parse_args()
+            model = AutoModelForCausalLM.from_pretrained("gpt2")
+            if args.gradient_checkpointing:
+                model.gradient_checkpointing_enable()
+            """
+        ),
+        Invalid(  # a parser fills the project's subclass: its field default, and the defaults it keeps
+            """
+            from dataclasses import dataclass, field
+            import transformers
+
+            @dataclass
+            class TrainingArguments(transformers.TrainingArguments):
+                optim: str = field(default="adamw_torch")
+
+            def train():
+                parser = transformers.HfArgumentParser((TrainingArguments,))
+                (training_args,) = parser.parse_args_into_dataclasses()
+
+            if __name__ == "__main__":
+                train()
+            """,
+            fixed="""
+            from dataclasses import dataclass, field
+            import transformers
+            import torch
+
+            @dataclass
+            class TrainingArguments(transformers.TrainingArguments):
+                optim: str = field(default="adamw_torch_fused")
+
+            def train():
+                parser = transformers.HfArgumentParser((TrainingArguments,))
+                (training_args,) = parser.parse_args_into_dataclasses()
+
+            if __name__ == "__main__":
+                torch.set_float32_matmul_precision("high")
+                train()
+            """,
+            count=3,
+        ),
+        Invalid(  # TRL's configs turn gradient checkpointing on; bf16 is TRL's choice
+            """
+            from trl import ScriptArguments, SFTConfig, TrlParser
+
+            if __name__ == "__main__":
+                parser = TrlParser((ScriptArguments, SFTConfig))
+                script_args, training_args = parser.parse_args_and_config()
+            """,
+            count=2,
+        ),
         Invalid(  # module level without a `__main__` guard: workers reported, not added
             """
             from transformers import TrainingArguments
@@ -241,54 +316,80 @@ class HfTrainingArguments(Rule):
     ]
 
     def finish(self) -> None:
-        for site in self.ctx.calls_to(*HF_TRAINING_ARGUMENTS):
-            self._check(site)
+        ctx = self.ctx
+        for site in ctx.calls_to(*HF_TRAINING_ARGUMENTS, *TRL_CONFIGS):
+            self._check(_Arguments.of_call(ctx, site))
+        for parsed in parsed_arguments(ctx):
+            self._check(_Arguments.of_parser(parsed))
         self._check_checkpointing_calls()
 
-    def _check(self, site: CallSite) -> None:
+    def _check(self, args: _Arguments) -> None:
         defaults: list[_Default] = []
         fp32 = False
-        if hf_args_on_gpu(self.ctx, site):
-            fp32 = self._check_precision(site, defaults)
+        if args.on_gpu():
+            fp32 = self._check_precision(args, defaults)
             if fp32:
-                self._check_tf32(site)
-            self._check_optimizer(site, defaults)
-            self._check_pin_memory(site)
-        self._check_workers(site, defaults)
-        self._report_defaults(site, defaults, fp32)
-        self._check_checkpointing(site)
-        self._check_accumulation(site)
+                self._check_tf32(args)
+            self._check_optimizer(args, defaults)
+            self._check_pin_memory(args)
+        self._check_workers(args, defaults)
+        if args.on_gpu():
+            self._check_compile(args, defaults)
+        self._report_defaults(args, defaults, fp32)
+        self._check_checkpointing(args)
+        self._check_accumulation(args)
 
-    def _report_defaults(self, site: CallSite, defaults: list[_Default], fp32: bool) -> None:
+    def _report_defaults(self, args: _Arguments, defaults: list[_Default], fp32: bool) -> None:
         """One finding for the settings left out (they all sit on the call), one fix adding them."""
         if not defaults:
             return
+        severity = Severity.WARNING if fp32 else Severity.INFO
+        listed = ", ".join(default.what for default in defaults)
+        if args.site is None:  # filled from the command line: say what to pass
+            options = " ".join(default.option for default in defaults if default.option)
+            self.report(args.anchor, f"{args.shown} keep slow defaults: {listed}", severity=severity,
+                        no_fix_reason=f"pass `{options}` where the script is launched, or give the fields those "
+                        "defaults in a subclass" if options else None)
+            return
         ops: list[FixOp] = [op for default in defaults for op in default.ops]
         new_args = [default.arg for default in defaults if default.arg is not None]
+        site = args.site
         if new_args:
             indent = self.ctx.module.default_indent
             ops.insert(0, Transform(site.node, lambda call: append_args(call, *new_args, indent=indent)))
         refusals = [default.refusal for default in defaults if default.refusal]
         self.report(
             site.node,
-            "`TrainingArguments` keep slow defaults: " + ", ".join(default.what for default in defaults),
-            severity=Severity.WARNING if fp32 else Severity.INFO,
+            f"{args.shown} keep slow defaults: {listed}",
+            severity=severity,
             fix_ops=ops if new_args else None,
             no_fix_reason="; ".join(refusals) or None,
             fix_title="Add " + ", ".join(f"`{a.keyword.value}`" for a in new_args if a.keyword) if new_args else None,
         )
 
+    def _at(self, args: _Arguments, setting: Setting, message: str, *, severity: Severity | None = None,
+            fix_ops: list[FixOp] | None = None, fix_title: str | None = None, no_fix_reason: str | None = None) -> None:
+        """Report a setting where it is written: the call's argument, the field of the project's
+        subclass, the launch command's option; the call or the parser's class when left out."""
+        if setting.source is Source.LAUNCH and setting.where is not None:
+            self.report_at(setting.where, message, severity=severity,
+                           no_fix_reason="the option is set in a launch command: speedfix rewrites Python only")
+            return
+        # a framework's default sits on the statement (the call itself holds the defaults finding)
+        node = setting.arg or setting.node or (args.statement if setting.source is Source.FRAMEWORK else args.anchor)
+        self.report(node, message, severity=severity, fix_ops=fix_ops, fix_title=fix_title,
+                    no_fix_reason=no_fix_reason or (SET_ELSEWHERE if setting.source is Source.CALL else None))
+
     # ------------------------------------------------------------------ precision
-    def _check_precision(self, site: CallSite, defaults: list[_Default]) -> bool:
+    def _check_precision(self, args: _Arguments, defaults: list[_Default]) -> bool:
         """Report fp32 (and fp16) training; True when the Trainer certainly trains in fp32."""
-        bf16, fp16 = (find_argument(self.ctx, site, key) for key in ("bf16", "fp16"))
-        flags = [None if arg.missing else literal_bool(self.ctx, arg.node, site.stack) for arg in (bf16, fp16)]
-        unknowable = any(arg.arg is not None and flag is None for arg, flag in zip((bf16, fp16), flags))
-        if bf16.unknown or fp16.unknown or unknowable:
-            return False  # a value speedfix cannot know (`bf16=args.bf16`)
-        if flags[1] and not flags[0]:
-            self.report(
-                fp16.arg or site.node,
+        bf16, fp16 = args.setting("bf16"), args.setting("fp16")
+        if fp16.unknown or (bf16.unknown and not (args.trl and fp16.value is True)):
+            return False  # a value speedfix cannot know (`bf16=args.bf16`), or TRL's own choice
+        on = [setting.value is True for setting in (bf16, fp16)]
+        if on[1] and not (on[0] and not bf16.unknown):
+            self._at(
+                args, fp16,
                 "`fp16=True` scales the loss and checks every gradient for inf each step; "
                 "`bf16=True` needs neither on Ampere and newer GPUs",
                 severity=Severity.INFO,
@@ -296,30 +397,33 @@ class HfTrainingArguments(Rule):
                 "swap `fp16=True` for `bf16=True` on A100/H100/RTX 30xx and newer",
             )
             return False
-        if flags[0] or flags[1]:
+        if any(on) or any(s.value not in (None, False) for s in (bf16, fp16)):
             return False
-        ops: list[FixOp] = []
-        supported = cst.parse_expression(f"{reference(self.ctx, 'torch.cuda.is_bf16_supported', ops, site.stack)}()")
-        original = bf16.arg
         if bf16.missing:
-            defaults.append(_Default("fp32 (neither `bf16` nor `fp16`)", keyword_arg("bf16", supported), ops))
+            ops: list[FixOp] = []
+            supported = cst.parse_expression(f"{reference(self.ctx, 'torch.cuda.is_bf16_supported', ops, args.stack)}()")
+            defaults.append(_Default("fp32 (neither `bf16` nor `fp16`)", keyword_arg("bf16", supported), ops,
+                                     option="--bf16 True"))
             return True
         fix = None
-        if original is not None and isinstance(original.value, cst.Name) and original.value.value == "False":
-            fix = [value_replaced(site.node, original, supported), *ops]
-        self.report(original or site.node, "`TrainingArguments` train in fp32: `bf16=False` and no `fp16`",
-                    fix_ops=fix, no_fix_reason=SET_ELSEWHERE)
+        original = bf16.arg
+        if args.site is not None and original is not None and isinstance(original.value, cst.Name) \
+                and original.value.value == "False":
+            ops = []
+            supported = cst.parse_expression(f"{reference(self.ctx, 'torch.cuda.is_bf16_supported', ops, args.stack)}()")
+            fix = [value_replaced(args.site.node, original, supported), *ops]
+        self._at(args, bf16, f"{args.shown} train in fp32: `bf16=False` and no `fp16`", fix_ops=fix)
         return True
 
-    def _check_tf32(self, site: CallSite) -> None:
+    def _check_tf32(self, args: _Arguments) -> None:
         ctx = self.ctx
-        compiled = literal_bool(ctx, find_argument(ctx, site, "torch_compile").node, site.stack)
-        if not find_argument(ctx, site, "tf32").missing or compiled or matmul_precision_chosen(ctx):
+        if not args.setting("tf32").missing or args.setting("torch_compile").value is True \
+                or matmul_precision_chosen(ctx):
             return  # `torch_compile=True` makes the Trainer turn TF32 on itself
         high = string_literal(ctx, "high")
         ops, reason = setting_at_entry_point(ctx, "torch.set_float32_matmul_precision", lambda call: f"{call}({high})")
         self.report(
-            site.statement or site.node,  # the precision finding sits on the call itself
+            args.statement,  # the precision finding sits on the call itself
             "fp32 matmuls run without TF32 tensor cores: neither `tf32=True` nor `torch.set_float32_matmul_precision`",
             severity=Severity.INFO,
             fix_ops=ops,
@@ -327,53 +431,61 @@ class HfTrainingArguments(Rule):
             fix_title='Enable TF32 matmuls: `torch.set_float32_matmul_precision("high")` at the entry point',
         )
 
-    # ------------------------------------------------------------------ optimizer and data
-    def _check_optimizer(self, site: CallSite, defaults: list[_Default]) -> None:
+    # ------------------------------------------------------------------ optimizer, data, compile
+    def _check_optimizer(self, args: _Arguments, defaults: list[_Default]) -> None:
         version = self.ctx.torch_version
-        optim = find_argument(self.ctx, site, "optim")
+        optim = args.setting("optim")
         if version < _FUSED_CPU_FROM or optim.unknown:
             return
         if optim.missing:
             if version < _FUSED_DEFAULT_FROM:
                 fused = cst.parse_expression(string_literal(self.ctx, "adamw_torch_fused"))
-                defaults.append(_Default("the unfused AdamW before torch 2.8 (`optim`)", keyword_arg("optim", fused)))
+                defaults.append(_Default("the unfused AdamW before torch 2.8 (`optim`)", keyword_arg("optim", fused),
+                                         option="--optim adamw_torch_fused"))
             return
-        name = string_value(self.ctx, optim.node, site.stack)
+        name = optim.value
         if name not in _UNFUSED:
             return
-        original = optim.arg
         fix = None
-        if original is not None and isinstance(original.value, cst.SimpleString):
-            fused = same_quotes(original.value, "adamw_torch_fused")
-            fix = [value_replaced(site.node, original, fused)]
-        self.report(
-            original or site.node,
+        written = optim.node if optim.source in (Source.CALL, Source.FIELD) else None
+        if isinstance(written, cst.SimpleString):
+            fused = same_quotes(written, "adamw_torch_fused")
+            fix = [Transform(written, lambda _node: fused)]
+        self._at(
+            args, optim,
             f'`optim="{name}"` runs AdamW as several kernels per step; "adamw_torch_fused" runs one',
             severity=Severity.INFO,
             fix_ops=fix,
-            no_fix_reason=SET_ELSEWHERE,
             fix_title='Use the fused AdamW (`optim="adamw_torch_fused"`)',
         )
 
-    def _check_workers(self, site: CallSite, defaults: list[_Default]) -> None:
+    def _check_workers(self, args: _Arguments, defaults: list[_Default]) -> None:
         ctx = self.ctx
-        workers = find_argument(ctx, site, "dataloader_num_workers")
-        if workers.unknown or (not workers.missing and literal_int(ctx, workers.node, site.stack) != 0):
+        workers = args.setting("dataloader_num_workers")
+        if workers.unknown or (not workers.missing and workers.value != 0):
+            return
+        what = "batches collated in the main process (`dataloader_num_workers`)"
+        option = "--dataloader_num_workers 4"
+        refusal = worker_start_refusal(ctx, args.stack)
+        if args.site is None or workers.source is not Source.CALL and not workers.missing:
+            if workers.missing:
+                defaults.append(_Default(what, None, option=option))
+            else:
+                self._at(args, workers, "the Trainer's DataLoader collates every batch in the main process "
+                         "(`dataloader_num_workers=0`)", severity=Severity.INFO)
             return
         original = workers.arg
-        refusal = worker_start_refusal(ctx, site.stack)
-        if refusal is None and not workers.missing and not isinstance(workers.node, cst.Integer):
+        if refusal is None and original is not None and not isinstance(original.value, cst.Integer):
             refusal = SET_ELSEWHERE
         ops: list[FixOp] = []
-        count = cst.parse_expression(f"min(8, {reference(ctx, 'os.cpu_count', ops, site.stack)}() or 1)")
-        what = "batches collated in the main process (`dataloader_num_workers`)"
+        count = cst.parse_expression(f"min(8, {reference(ctx, 'os.cpu_count', ops, args.stack)}() or 1)")
         if original is None:
             defaults.append(_Default(what, None, [], refusal) if refusal else
                             _Default(what, keyword_arg("dataloader_num_workers", count), ops))
             return
         fix = None
         if refusal is None:
-            fix = [value_replaced(site.node, original, count), *ops]
+            fix = [value_replaced(args.site.node, original, count), *ops]
         self.report(
             original,
             "the Trainer's DataLoader collates every batch in the main process (`dataloader_num_workers=0`)",
@@ -383,49 +495,61 @@ class HfTrainingArguments(Rule):
             fix_title="Load batches in worker processes (`dataloader_num_workers` from the CPU count)",
         )
 
-    def _check_pin_memory(self, site: CallSite) -> None:
-        pin = find_argument(self.ctx, site, "dataloader_pin_memory")
-        original = pin.arg
-        if original is None or literal_bool(self.ctx, pin.node, site.stack) is not False:
+    def _check_pin_memory(self, args: _Arguments) -> None:
+        pin = args.setting("dataloader_pin_memory")
+        if pin.value is not False:
             return
-        self.report(
-            original,
+        fix = [arg_removed(args.site.node, pin.arg)] if args.site is not None and pin.arg is not None else None
+        self._at(
+            args, pin,
             "`dataloader_pin_memory=False`: batches are copied to the GPU from pageable memory",
             severity=Severity.INFO,
-            fix_ops=[arg_removed(site.node, original)],
+            fix_ops=fix,
             fix_title="Pin the batches' memory (the default)",
         )
 
+    def _check_compile(self, args: _Arguments, defaults: list[_Default]) -> None:
+        compiled = args.setting("torch_compile")
+        if compiled.value not in (None, False) or _compiles(self.ctx) or self.ctx.torch_version < _COMPILE_FROM:
+            return
+        if compiled.missing:
+            defaults.append(_Default("an uncompiled model (`torch_compile`)", None, refusal=_COMPILE_REFUSAL,
+                                     option="--torch_compile True"))
+            return
+        self._at(args, compiled, f"{args.shown} do not compile the model (`torch_compile=False`): `torch.compile` "
+                 "fuses its kernels", severity=Severity.INFO, no_fix_reason=_COMPILE_REFUSAL)
+
     # ------------------------------------------------------------------ memory-for-speed trades
-    def _check_checkpointing(self, site: CallSite) -> None:
+    def _check_checkpointing(self, args: _Arguments) -> None:
         for keyword in _CHECKPOINTING:
-            flag = find_argument(self.ctx, site, keyword)
-            if flag.arg is not None and literal_bool(self.ctx, flag.node, site.stack) is True:
-                self._report_checkpointing(flag.arg, f"`{keyword}=True`")
+            flag = args.setting(keyword)
+            if flag.value is not True:
+                continue
+            what = f"`{keyword}=True`"
+            if flag.source is Source.FRAMEWORK:
+                what = f"`{args.name}` turns `{keyword}` on by default (TRL 0.22 and newer), which"
+            self._at(args, flag, _checkpointing_message(what), severity=Severity.INFO,
+                     no_fix_reason="keep it only if the batch does not fit without it")
 
     def _check_checkpointing_calls(self) -> None:
-        if not any(target.startswith("transformers") for target in self.ctx.imports.bindings.values()):
-            return
-        for site in self.ctx.method_calls("gradient_checkpointing_enable"):
-            self._report_checkpointing(site.node, "`gradient_checkpointing_enable()`")
-
-    def _report_checkpointing(self, node: cst.CSTNode, what: str) -> None:
-        self.report(
-            node,
-            f"{what} saves memory by recomputing the forward pass in the backward pass: about 20-30% slower per step",
-            severity=Severity.INFO,
-            no_fix_reason="keep it only if the batch does not fit without it",
-        )
-
-    def _check_accumulation(self, site: CallSite) -> None:
         ctx = self.ctx
-        accumulation = find_argument(ctx, site, "gradient_accumulation_steps")
-        steps = literal_int(ctx, accumulation.node, site.stack)
-        batch = literal_int(ctx, find_argument(ctx, site, "per_device_train_batch_size").node, site.stack)
-        if steps is None or steps <= 1 or batch is None or batch > 2:
+        if not any(target.startswith("transformers") for target in ctx.imports.bindings.values()):
             return
-        self.report(
-            accumulation.arg or site.node,
+        for site in ctx.method_calls("gradient_checkpointing_enable"):
+            if off_by_default(ctx, site.statement, site.stack) is not None:
+                continue  # behind an option that is off by default (`if args.gradient_checkpointing:`)
+            self.report(site.node, _checkpointing_message("`gradient_checkpointing_enable()`"), severity=Severity.INFO,
+                        no_fix_reason="keep it only if the batch does not fit without it")
+
+    def _check_accumulation(self, args: _Arguments) -> None:
+        accumulation = args.setting("gradient_accumulation_steps")
+        steps, batch = accumulation.value, args.setting("per_device_train_batch_size").value
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 1:
+            return
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch > 2:
+            return
+        self._at(
+            args, accumulation,
             f"a micro-batch of {batch} with {steps} accumulation steps: accumulation does not make training faster, "
             "a larger `per_device_train_batch_size` with fewer steps does",
             severity=Severity.INFO,
@@ -433,12 +557,83 @@ class HfTrainingArguments(Rule):
         )
 
 
+def _checkpointing_message(what: str) -> str:
+    return f"{what} saves memory by recomputing the forward pass in the backward pass: about 20-30% slower per step"
+
+
+def _compiles(ctx: FileContext) -> bool:
+    """Does the file compile a model itself (`torch.compile(model)`, `model.compile()`)?"""
+    return bool(ctx.calls_to("torch.compile")) or any(True for _ in ctx.method_calls("compile"))
+
+
+@dataclass(frozen=True)
+class _Arguments:
+    """One `TrainingArguments`: a call of the script (``site``), or a class a parser fills."""
+
+    ctx: FileContext
+    site: CallSite | None
+    parsed: ParsedArguments | None
+    name: str  # the class as the script names it
+
+    @classmethod
+    def of_call(cls, ctx: FileContext, site: CallSite) -> _Arguments:
+        return cls(ctx, site, None, (ctx.call_qualname(site) or "TrainingArguments").rsplit(".", 1)[-1])
+
+    @classmethod
+    def of_parser(cls, parsed: ParsedArguments) -> _Arguments:
+        return cls(parsed.ctx, None, parsed, code_of(parsed.reference))
+
+    @property
+    def trl(self) -> bool:
+        if self.parsed is not None:
+            return self.parsed.trl
+        return self.site is not None and self.ctx.call_qualname(self.site) in TRL_CONFIGS
+
+    @property
+    def shown(self) -> str:
+        if self.parsed is None:
+            return f"`{self.name}`" if self.trl else "`TrainingArguments`"
+        parser = "TRL's parser" if self.parsed.trl or "Trl" in code_of(self.parsed.parse.node) else "`HfArgumentParser`"
+        return f"the `{self.name}` that {parser} fills from the command line"
+
+    @property
+    def anchor(self) -> cst.CSTNode:
+        return self.site.node if self.site is not None else self.parsed.reference  # type: ignore[union-attr]
+
+    @property
+    def stack(self) -> Stack:
+        return self.site.stack if self.site is not None else self.parsed.parse.stack  # type: ignore[union-attr]
+
+    @property
+    def statement(self) -> cst.CSTNode:
+        """The statement of the call (or of the parse call): where the findings that are not
+        about one argument go."""
+        site = self.site if self.site is not None else self.parsed.parse  # type: ignore[union-attr]
+        return site.statement or site.node
+
+    def setting(self, key: str) -> Setting:
+        if self.parsed is not None:
+            return self.parsed.setting(key)
+        assert self.site is not None
+        found = call_setting(self.ctx, self.site, key)
+        if found.missing and self.trl and key in TRL_DEFAULTS:
+            return Setting(TRL_DEFAULTS[key], Source.FRAMEWORK)
+        if found.missing and self.trl and key == "bf16":
+            return Setting(UNKNOWN, Source.FRAMEWORK)
+        return found
+
+    def on_gpu(self) -> bool:
+        """`TrainingArguments` train on CUDA when it is there, unless told `use_cpu`/`no_cuda`."""
+        return all(self.setting(key).value in (None, False) for key in ("use_cpu", "no_cuda"))
+
+
 @dataclass(frozen=True)
 class _Default:
     """A setting left at a slow default: what it is, the keyword the fix adds, the ops that
-    argument needs (an import), or why it is not added."""
+    argument needs (an import), or why it is not added; the command-line option that sets it."""
 
     what: str
     arg: cst.Arg | None
     ops: list[FixOp] = field(default_factory=list)
     refusal: str | None = None
+    option: str | None = None

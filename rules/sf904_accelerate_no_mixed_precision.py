@@ -5,8 +5,10 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes, value_replaced
-from speedfix.model.arguments import find_argument, string_value
-from speedfix.model.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu
+from speedfix.model.arguments import argparse_option, find_argument, known_value, string_value
+from speedfix.model.context import FileContext
+from speedfix.model.flow import default_truth
+from speedfix.model.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu, launched_mixed_precision
 from speedfix.model.index import CallSite
 
 
@@ -15,10 +17,15 @@ class AccelerateNoMixedPrecision(Rule):
     ## What it does
     Finds Accelerate's `Accelerator(mixed_precision="no")` on a GPU: the model trains in fp32.
     `mixed_precision="fp16"` is reported at lower severity (bf16 needs no loss scaling).
-    `Accelerator()` without `mixed_precision` (or with `None`) is not reported: it takes the
-    setting from `accelerate launch --mixed_precision` or the `accelerate config` file, which the
-    script does not show. An `Accelerator` is GPU code unless `cpu=True`; `accelerator.device`
-    is where it puts the model.
+
+    `Accelerator()` without `mixed_precision` (or with `None`, an argparse default of None)
+    takes the setting from `accelerate launch --mixed_precision`, the config file it is given,
+    or the user's `accelerate config`, and else trains in fp32. So the project's launch commands
+    are read (shell scripts and README commands that run the script, and the Accelerate YAML
+    their `--config_file` names): when every one of them sets a precision, that one counts;
+    when one runs the script without (or there is none), the default run is fp32 and is
+    reported as an info note (a machine-wide `accelerate config` may still set it). An
+    `Accelerator` is GPU code unless `cpu=True`; `accelerator.device` is where it puts the model.
 
     ## Why is this bad?
     In fp32 matmuls and convolutions run at a fraction of the tensor cores' speed. With
@@ -59,14 +66,6 @@ class AccelerateNoMixedPrecision(Rule):
     effect = "bf16 autocast on tensor cores: up to 3x per the PyTorch tuning guide."
 
     VALID = [
-        Valid(  # the launch configuration decides
-            """
-            import torch
-            from accelerate import Accelerator
-            accelerator = Accelerator()
-            other = Accelerator(mixed_precision=None)
-            """
-        ),
         Valid(
             """
             import torch
@@ -75,19 +74,17 @@ class AccelerateNoMixedPrecision(Rule):
             cpu_only = Accelerator(cpu=True, mixed_precision="no")
             """
         ),
-        Valid(  # Accelerate's own examples: the command line chooses
-            """
-            import argparse
-            import torch
-            from accelerate import Accelerator
-            parser = argparse.ArgumentParser()
-            parser.add_argument("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16"])
-            args = parser.parse_args()
-            accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)
-            """
-        ),
     ]
     INVALID = [
+        Invalid(  # mixed precision behind a constructor default that is off (`amp = False`)
+            """
+            from accelerate import Accelerator
+
+            class Trainer:
+                def __init__(self, model, *, amp=False, mixed_precision_type="fp16"):
+                    self.accelerator = Accelerator(mixed_precision=mixed_precision_type if amp else "no")
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -99,6 +96,25 @@ class AccelerateNoMixedPrecision(Rule):
             from accelerate import Accelerator
             accelerator = Accelerator(mixed_precision='bf16', gradient_accumulation_steps=2)
             """,
+        ),
+        Invalid(  # left to the launch command, and the project shows none that sets it: an info note
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            """
+        ),
+        Invalid(  # Accelerate's own examples: the command line may choose, its default is None
+            """
+            import argparse
+            import torch
+            from accelerate import Accelerator
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16"])
+            parser.add_argument("--cpu", action="store_true")
+            args = parser.parse_args()
+            accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)
+            """
         ),
         Invalid(  # an argparse default: reported, no fix
             """
@@ -120,8 +136,15 @@ class AccelerateNoMixedPrecision(Rule):
 
     def _check(self, site: CallSite) -> None:
         precision = find_argument(self.ctx, site, "mixed_precision")
-        value = string_value(self.ctx, precision.node, site.stack)
+        node = precision.node
+        if isinstance(node, cst.IfExp):  # lucidrains' `mixed_precision_type if amp else "no"`, `amp=False`
+            chosen = default_truth(self.ctx, node.test, site.stack)
+            node = None if chosen is None else (node.body if chosen else node.orelse)
+        value = string_value(self.ctx, node, site.stack)
         original = precision.arg
+        if precision.missing or _is_none(self.ctx, precision.node, site):
+            self._check_launched(site, original)
+            return
         if value not in ("no", "fp16") or original is None:
             return
         fix = None
@@ -137,3 +160,38 @@ class AccelerateNoMixedPrecision(Rule):
             fix_ops=fix,
             no_fix_reason=SET_ELSEWHERE,
         )
+
+    def _check_launched(self, site: CallSite, original: cst.Arg | None) -> None:
+        """`Accelerator()`: the launch commands decide, and plain `python script.py` is fp32."""
+        chosen = launched_mixed_precision(self.ctx)
+        if "?" in chosen or (chosen and all(value in ("bf16", "fp8") for value in chosen)):
+            return
+        if chosen and all(value == "fp16" for value in chosen):
+            message = ('every launch command runs `mixed_precision="fp16"`, which scales the loss and checks every '
+                       'gradient for inf each step; "bf16" needs neither')
+        else:
+            shown = "no launch command of the project sets it" if not any(chosen) else \
+                "a launch command of the project runs the script without it"
+            message = ("`Accelerator()` leaves `mixed_precision` to `accelerate launch` or its config file, and "
+                       f"{shown}: the default run trains in fp32")
+        self.report(
+            original or site.node,
+            message,
+            severity=Severity.INFO,
+            no_fix_reason='a machine-wide `accelerate config` may set it: pass `mixed_precision="bf16"` to '
+            "`Accelerator(...)` or `--mixed_precision bf16` to `accelerate launch` on Ampere and newer GPUs",
+        )
+
+
+def _is_none(ctx: FileContext, node: cst.BaseExpression | None, site: CallSite) -> bool:
+    """`mixed_precision=None`, or an argparse option whose default is None (given or left out)."""
+    if node is None:
+        return False
+    if known_value(ctx, node, site.stack) is None:
+        return True
+    option = argparse_option(ctx, node)
+    if option is None:
+        return False
+    keywords = {arg.keyword.value: arg.value for arg in option.node.args if arg.keyword is not None}
+    default = keywords.get("default")
+    return (default is None and "action" not in keywords) or (isinstance(default, cst.Name) and default.value == "None")

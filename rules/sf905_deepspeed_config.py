@@ -7,9 +7,10 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes
+from speedfix.model.amp import autocasts
 from speedfix.model.context import FileContext
-from speedfix.model.deepspeed_config import DeepSpeedConfig, named_configs
-from speedfix.model.deepspeed_files import MARKERS
+from speedfix.model.deepspeed_config import MARKERS, UNRESOLVED, DeepSpeedConfig, element, named_configs, offloaded, section
+from speedfix.model.versions import v
 
 # DeepSpeed's default bucket size (elements) for gradient reduction and parameter all-gathers.
 _DEFAULT_BUCKET = 500_000_000
@@ -37,11 +38,19 @@ class DeepSpeedConfigRule(Rule):
       (`train_batch_size` = micro-batch x accumulation steps): ZeRO shards state across
       data-parallel GPUs, so there it saves no memory and only adds work: an info note;
     - `reduce_bucket_size` or `allgather_bucket_size` ten times below DeepSpeed's default of
-      5e8 elements: many small collective calls per step (an info note).
+      5e8 elements: many small collective calls per step (an info note);
+    - a config for `deepspeed.initialize` that enables neither `bf16` nor `fp16` in a script
+      without autocast: the engine trains in fp32;
+    - a training script that never compiles its engine (`engine.compile()`, an info note).
 
-    A file that cannot be read as JSON is named in an info note (DeepSpeed reads configs as
-    hjson, which also allows comments). Values DeepSpeed fills in (`"auto"`, in configs for the
-    Hugging Face Trainer) are left alone.
+    Values the script decides are worked out from its argparse defaults (`"enabled": args.dtype
+    == "fp16"` with `--dtype` defaulting to "fp16"). The config may also come from the project's
+    launch commands: `deepspeed train.py --deepspeed ds_config.json` in every shell script or
+    README command that runs the script. A JSON file's findings point at its lines; a file that
+    cannot be read as JSON is named in an info note (DeepSpeed reads configs as hjson, which also
+    allows comments). `"auto"` values are the Hugging Face Trainer's to fill in, as it does: the
+    precision from its own `bf16`/`fp16` flags (SF902 reports those), the batch sizes from its
+    batch size, accumulation and world size, which a scan cannot know.
 
     ## Why is this bad?
     fp16 needs dynamic loss scaling: the loss is scaled, and steps whose gradients overflow are
@@ -110,7 +119,10 @@ class DeepSpeedConfigRule(Rule):
         Valid(  # ZeRO across GPUs: 256 = 8 per GPU x 32 GPUs
             """
             import deepspeed
-            config = {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 1}}
+            config = {
+                "train_batch_size": 256, "train_micro_batch_size_per_gpu": 8,
+                "bf16": {"enabled": True}, "zero_optimization": {"stage": 1},
+            }
             deepspeed.initialize(model=model, config=config)
             """
         ),
@@ -154,13 +166,14 @@ class DeepSpeedConfigRule(Rule):
                 "train_batch_size": 16,
                 "train_micro_batch_size_per_gpu": 8,
                 "gradient_accumulation_steps": 2,
+                "bf16": {"enabled": True},
                 "zero_optimization": {"stage": 2, "reduce_bucket_size": 1e6},
             }
             deepspeed.initialize(model=model, config=config)
             """,
             count=2,
         ),
-        Invalid(  # inputs cast to fp16: bf16 weights would meet them, so no fix
+        Invalid(  # inputs cast to fp16: bf16 weights would meet them, so no fix; the engine is not compiled
             """
             import deepspeed
             ds_config = {"train_batch_size": 8, "fp16": {"enabled": True}}
@@ -169,7 +182,23 @@ class DeepSpeedConfigRule(Rule):
                 loss = engine(x.cuda().half(), y.cuda())
                 engine.backward(loss)
                 engine.step()
+            """,
+            count=2,
+        ),
+        Invalid(  # the precision an argparse default picks; no reduced precision at all
             """
+            import argparse
+            import deepspeed
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
+            args = parser.parse_args()
+            ds_config = {"train_batch_size": 8, "fp16": {"enabled": args.dtype == "fp16"},
+                         "bf16": {"enabled": args.dtype == "bf16"}}
+            deepspeed.initialize(model=model, config=ds_config)
+            fp32 = {"train_batch_size": 8}
+            deepspeed.initialize(model=model, config=fp32)
+            """,
+            count=2,
         ),
     ]
 
@@ -189,22 +218,49 @@ class DeepSpeedConfigRule(Rule):
                 self._fp16_subscripts.add(node.value.value)
 
     def finish(self) -> None:
-        for config in named_configs(self.ctx):
+        configs = named_configs(self.ctx)
+        for config in configs:
             if config.values is None:
-                self.report(config.node, f"DeepSpeed config not checked: {config.problem}", severity=Severity.INFO)
+                message = f"DeepSpeed config not checked: {config.problem}"
+                if config.node is not None:
+                    self.report(config.node, message, severity=Severity.INFO)
+                elif config.where is not None:
+                    self.report_at(config.where, message, severity=Severity.INFO)
                 continue
             self._check(config)
+        self._check_compile(configs)
 
     def _check(self, config: DeepSpeedConfig) -> None:
         problems = list(self._problems(config))
         if config.literal is not None:
             for keys, message, severity, fix in problems:
-                self.report(_element(config.literal, keys) or config.node, message, severity=severity, fix_ops=fix,
+                self.report(element(config.literal, keys) or config.literal, message, severity=severity, fix_ops=fix,
                             no_fix_reason="the section holds more than loss-scaling settings")
-        elif problems:  # one finding on the file's name, which is where the script shows it
-            severity = Severity.WARNING if any(p[2] is Severity.WARNING for p in problems) else Severity.INFO
-            self.report(config.node, f"`{config.file}`: " + "; ".join(p[1] for p in problems), severity=severity,
-                        no_fix_reason="the config is a JSON file: speedfix rewrites Python only")
+            return
+        for keys, message, severity, _fix in problems:  # each on its line of the JSON file
+            where = config.location(*keys)
+            if where is not None:
+                self.report_at(where, message, severity=severity,
+                               no_fix_reason="the config is a JSON file: speedfix rewrites Python only")
+            elif config.node is not None:
+                self.report(config.node, f"`{config.file}`: {message}", severity=severity,
+                            no_fix_reason="the config is a JSON file: speedfix rewrites Python only")
+
+    def _check_compile(self, configs: list[DeepSpeedConfig]) -> None:
+        """A training script that builds a DeepSpeed engine and never compiles it."""
+        ctx = self.ctx
+        if ctx.calls_to("torch.compile") or any(True for _ in ctx.method_calls("compile")) or not ctx.step_loops \
+                or ctx.torch_version < v("2.0"):
+            return
+        for site in ctx.calls_to("deepspeed.initialize"):
+            self.report(
+                site.node,
+                "the DeepSpeed engine runs the model eagerly: `engine.compile()` after `deepspeed.initialize` "
+                "(DeepSpeed 0.14 and newer) compiles it with `torch.compile`",
+                severity=Severity.INFO,
+                no_fix_reason="the first steps pay the compile, and a model that does not trace breaks its graph: "
+                "measure it with `speedfix bench`",
+            )
 
     def _fp16_elsewhere(self, config: DeepSpeedConfig) -> bool:
         """Does anything else in the script count on fp16: inputs cast with `.half()` or to
@@ -221,7 +277,10 @@ class DeepSpeedConfigRule(Rule):
 
     def _problems(self, config: DeepSpeedConfig) -> Iterator[tuple[tuple[str, ...], str, Severity, list[Transform] | None]]:
         values = config.values or {}
-        fp16, bf16 = _section(values, "fp16"), _section(values, "bf16")
+        fp16, bf16 = section(values, "fp16"), section(values, "bf16")
+        if self._fp32(config, fp16, bf16):
+            yield (), ('the DeepSpeed config enables neither "bf16" nor "fp16": the engine trains in fp32; '
+                       '`"bf16": {"enabled": true}` runs the matmuls on the tensor cores'), Severity.WARNING, None
         if fp16.get("enabled") is True and bf16.get("enabled") is not True:
             yield ("fp16",), ('"fp16" trains with dynamic loss scaling (a scaled loss, skipped steps on overflow); on '
                               'Ampere and newer GPUs `"bf16": {"enabled": true}` runs as fast without loss scaling'), \
@@ -230,9 +289,9 @@ class DeepSpeedConfigRule(Rule):
             yield ("wall_clock_breakdown",), ('"wall_clock_breakdown": true reads its CUDA-event timers on every step, '
                                               "which waits for the GPU, and prints a timing line each time"), \
                 Severity.WARNING, None
-        zero = _section(values, "zero_optimization")
+        zero = section(values, "zero_optimization")
         stage = zero.get("stage")
-        if isinstance(stage, int) and not isinstance(stage, bool) and stage >= 1 and not _offloads(zero) \
+        if isinstance(stage, int) and not isinstance(stage, bool) and stage >= 1 and not offloaded(zero) \
                 and _one_gpu(values):
             sharded = {1: "optimizer state", 2: "optimizer state and gradients"}.get(stage, "optimizer state, "
                                                                                      "gradients and parameters")
@@ -246,21 +305,32 @@ class DeepSpeedConfigRule(Rule):
                 yield ("zero_optimization", key), (f'"{key}": {size:,.0f} elements makes many small collective calls '
                                                    f"per step; DeepSpeed's default is {_DEFAULT_BUCKET:,}"), Severity.INFO, None
 
+    def _fp32(self, config: DeepSpeedConfig, fp16: dict[str, Any], bf16: dict[str, Any]) -> bool:
+        """A config given to `deepspeed.initialize` that turns on no reduced precision, in a
+        script without autocast (the Trainer and Accelerate set the precision themselves)."""
+        values = config.values or {}
+        if config.for_trainer or config.taker is None or UNRESOLVED in values or autocasts(self.ctx):
+            return False
+        if any(section(values, key).get("enabled") is not False for key in ("fp16", "bf16", "amp", "torch_autocast")
+               if key in values):
+            return False  # on, or a value speedfix cannot know
+        return not fp16.get("enabled") and not bf16.get("enabled")
+
     def _bf16_fix(self, config: DeepSpeedConfig) -> list[Transform] | None:
         if config.literal is None or "bf16" in (config.values or {}) or self._fp16_elsewhere(config):
             return None
-        element = _element(config.literal, ("fp16",))
-        fp16 = _section(config.values or {}, "fp16")
-        if element is None or not isinstance(element.key, cst.SimpleString) or not set(fp16) <= _LOSS_SCALING:
+        fp16_element = element(config.literal, ("fp16",))
+        fp16 = section(config.values or {}, "fp16")
+        if fp16_element is None or not isinstance(fp16_element.key, cst.SimpleString) or not set(fp16) <= _LOSS_SCALING:
             return None
-        key = same_quotes(element.key, "bf16")
-        enabled = same_quotes(element.key, "enabled")
+        key = same_quotes(fp16_element.key, "bf16")
+        enabled = same_quotes(fp16_element.key, "enabled")
 
         def rewrite(node: cst.CSTNode) -> cst.CSTNode:
             assert isinstance(node, cst.DictElement)
             return node.with_changes(key=key, value=cst.Dict([cst.DictElement(enabled, cst.Name("True"))]))
 
-        return [Transform(element, rewrite)]
+        return [Transform(fp16_element, rewrite)]
 
 
 def _one_gpu(values: dict[str, Any]) -> bool:
@@ -270,33 +340,3 @@ def _one_gpu(values: dict[str, Any]) -> bool:
     steps = values.get("gradient_accumulation_steps", 1)
     numbers = [v for v in (batch, micro, steps) if isinstance(v, int) and not isinstance(v, bool)]
     return len(numbers) == 3 and batch == micro * steps
-
-
-def _section(values: dict[str, Any], key: str) -> dict[str, Any]:
-    found = values.get(key)
-    return found if isinstance(found, dict) else {}
-
-
-def _offloads(zero: dict[str, Any]) -> bool:
-    return any(
-        isinstance(zero.get(key), dict) and zero[key].get("device") not in (None, "none")
-        for key in ("offload_optimizer", "offload_param")
-    ) or bool(zero.get("cpu_offload"))
-
-
-def _element(literal: cst.Dict, keys: tuple[str, ...]) -> cst.DictElement | None:
-    """The element of ``literal`` at the path ``keys`` (nested dicts)."""
-    current: cst.Dict | None = literal
-    found: cst.DictElement | None = None
-    for key in keys:
-        if current is None:
-            return None
-        found = next(
-            (e for e in current.elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
-             and e.key.evaluated_value == key),
-            None,
-        )
-        if found is None:
-            return None
-        current = found.value if isinstance(found.value, cst.Dict) else None
-    return found

@@ -234,8 +234,9 @@ def apply(
     paths: list[Path] = typer.Argument(..., help="Files and folders to fix (with --verify: one script).", metavar="PATH"),
     diff: bool = typer.Option(False, "--diff", help="Show what would change as a unified diff; write nothing."),
     unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that can change numerics or behaviour (default: config, else no)."),
-    verify: bool = typer.Option(False, "--verify", help="Benchmark every fix on SCRIPT (args after --) and keep only those that pay off with matching loss."),
-    max_pairs: int = typer.Option(10, "--max-pairs", min=1, help="--verify: at most this many ABBA pairs per comparison."),
+    verify: bool = typer.Option(False, "--verify", help="Benchmark the fixes on SCRIPT (args after --) and keep only those that pay off with matching loss: all together first, a search for the ones that fail only if that combination fails."),
+    per_fix: bool = typer.Option(False, "--per-fix", help="--verify: measure every fix alone, then the kept ones together (slower)."),
+    max_pairs: int = typer.Option(6, "--max-pairs", min=1, help="--verify: at most this many ABBA pairs per comparison (6: exactly 6, the fewest with a 95% interval)."),
     budget_s: float = typer.Option(900.0, "--budget-s", min=1, help="--verify: time budget per comparison (seconds)."),
     real_cwd: bool = typer.Option(False, "--real-cwd", help="--verify: run the script in the working directory itself, not in a scratch mirror of it (files it writes there then change)."),
     select: Optional[list[str]] = SelectOption,
@@ -261,7 +262,7 @@ def apply(
             raise _fail("--verify takes exactly one script (arguments for it go after --)")
         script_args = list((ctx.obj or {}).get("script_args", []))
         raise typer.Exit(verify_script(paths[0], script_args, settings=settings, max_pairs=max_pairs, budget_s=budget_s,
-                                       real_cwd=real_cwd))
+                                       real_cwd=real_cwd, per_fix=per_fix))
     raise typer.Exit(_run_apply(paths, settings, diff=diff).exit_code)
 
 
@@ -295,10 +296,10 @@ def show_rule(
 
 def _register_bench() -> None:
     try:
-        from speedfix.bench.cli import bench
+        from speedfix.bench.cli import CONTEXT_SETTINGS, bench
     except ImportError:  # the benchmark module is optional at import time
         return
-    app.command("bench", context_settings={"help_option_names": ["-h", "--help"]})(bench)
+    app.command("bench", context_settings=CONTEXT_SETTINGS)(bench)
 
 
 _register_bench()

@@ -43,7 +43,7 @@ from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import PositionCodec
 
 from speedfix import __version__
-from speedfix.commands.scan import TOO_DEEP, display_path, project_links, time_limit_message
+from speedfix.commands.scan import TOO_DEEP, display_path, file_setup, project_links, time_limit_message
 from speedfix.engine.analysis import SyntaxProblem, analyze
 from speedfix.engine.findings import Applicability, Finding, Fix, Severity
 from speedfix.engine.registry import rule_by_code
@@ -163,8 +163,9 @@ class Checked:
         if not any(allowed(finding, unsafe) for finding in self.analysis.findings):
             return None
         rules = self.settings.rules_for(self.source.path)
+        project, version = file_setup(self.settings, self.source.path)
         try:
-            outcome = fix_source(self.source, self.path, rules, self.settings.target, unsafe=unsafe)
+            outcome = fix_source(self.source, self.path, rules, version, unsafe=unsafe, project=project)
         except (SyntaxProblem, FixError, RecursionError) as exc:
             log.warning("fix all: %s", exc)
             return None
@@ -239,7 +240,8 @@ def check(path: Path | None, text: str, settings: Settings) -> Checked:
     try:
         # the same per-file limit as `scan`: a pathological buffer must not block the editor
         with deadline.time_limit(settings.file_time_limit):
-            analysis = analyze(source, shown, settings.rules_for(file), settings.target, links)
+            project, version = file_setup(settings, file)
+            analysis = analyze(source, shown, settings.rules_for(file), version, links, project)
     except RecursionError:
         analysis = Analysis(shown, error=FileError(shown, TOO_DEEP))
     except deadline.TimeLimitExceeded as exc:
@@ -271,7 +273,8 @@ def error_diagnostic(error: FileError, index: LineIndex) -> types.Diagnostic:
 
 
 def diagnostics(checked: Checked, index: LineIndex) -> list[types.Diagnostic]:
-    found = [diagnostic(finding, index) for finding in checked.analysis.findings]
+    # a finding about a configuration file the script reads belongs to that file, not this buffer
+    found = [diagnostic(finding, index) for finding in checked.analysis.findings if finding.file is None]
     if checked.analysis.error is not None:
         found.append(error_diagnostic(checked.analysis.error, index))
     return found

@@ -104,3 +104,20 @@ for x, y in loader:
 def good_script() -> str:
     """A small CUDA training script with exactly one finding (SF102)."""
     return GOOD_SCRIPT
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The names of the files really analysed (not served from the cache); the cache is on."""
+    import speedfix.engine.analysis as analysis_module
+
+    calls: list[str] = []
+    original = analysis_module.analyze
+
+    def counting(source, path, *args, **kwargs):
+        calls.append(Path(path).name)
+        return original(source, path, *args, **kwargs)
+
+    monkeypatch.setattr(analysis_module, "analyze", counting)  # the scan imports it when it analyses
+    monkeypatch.delenv("SPEEDFIX_NO_CACHE", raising=False)
+    return calls

@@ -177,6 +177,7 @@ def test_kwargs_dict_literals_are_resolved_and_unknowns_mean_silence():
         def main():
             kw = dict(batch_size=8, num_workers=0)
             loader = DataLoader(ds, **kw)
+            return loader
         if __name__ == "__main__":
             main()
     """

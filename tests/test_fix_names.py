@@ -162,6 +162,7 @@ def test_os_cpu_count_respects_a_parameter_named_os():
 
         def main(os):
             loader = DataLoader(train_set, batch_size=64, shuffle=True)
+            return loader
 
         if __name__ == "__main__":
             main()

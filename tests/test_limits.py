@@ -205,6 +205,31 @@ def test_a_deepspeed_json_nested_too_deeply_is_a_note_about_the_json(run_cli, wr
     assert "SF905 DeepSpeed config not checked: ds.json is nested too deeply to read" in result.stdout
 
 
+@pytest.mark.parametrize("depth", [300, 50_000], ids=["read by json, too deep to walk", "too deep for json"])
+def test_a_project_config_nested_too_deeply_is_left_unread_and_the_script_analysed(run_cli, write, tmp_path, depth):
+    # A deep hydra YAML or DeepSpeed JSON stopped the analysis of the script with a RecursionError.
+    write("conf/train.yaml", "_target_: lightning.pytorch.Trainer\nmax_epochs: " + "[" * depth + "]" * depth + "\n")
+    write("ds.json", '{"train_batch_size": ' + "[" * depth + "]" * depth + "}")
+    write("train.py", """\
+        import deepspeed
+        import hydra
+        from torch.utils.data import DataLoader
+
+        @hydra.main(version_base="1.3", config_path="conf", config_name="train")
+        def main(cfg):
+            trainer = hydra.utils.instantiate(cfg)
+            loader = DataLoader(ds, batch_size=32)
+            engine, optimizer, _, _ = deepspeed.initialize(model=model, config="ds.json")
+            for x, y in loader:
+                engine.backward(engine(x.cuda(non_blocking=True)).sum())
+        """)
+    result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)
+    assert result.exit_code == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "train.py:8:14: SF102" in result.stdout
+    assert "ds.json is nested too deeply to read" in result.stdout
+    assert "train.py: note: conf/train.yaml: not read: " in result.stdout
+
+
 NEWER_SYNTAX = """\
     import torch
     from torch.utils.data import DataLoader

@@ -3,8 +3,10 @@ benchmark suite, the core install pulls no torch, and `speedfix --help` works.""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import sysconfig
 import venv
 import zipfile
 from pathlib import Path
@@ -58,3 +60,28 @@ def test_fresh_venv_install_and_help(wheel, tmp_path):
         capture_output=True, text=True, cwd=tmp_path,
     )
     assert scan.returncode == 1 and "SF102" in scan.stdout
+
+
+def test_the_suite_runs_from_an_installed_wheel(wheel, tmp_path):
+    # Installed as a user installs it: no editable finder to fall back on the checkout's fixtures/.
+    # torch, libcst, typer and rich come from the test environment (a .pth file), not the registry.
+    env = tmp_path / "env"
+    venv.create(env, with_pip=False)
+    python = env / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
+                    str(wheel)], check=True)
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    where = subprocess.run([str(python), "-c", "import speedfix; print(speedfix.__file__)"], capture_output=True,
+                           text=True, check=True, cwd=tmp_path).stdout
+    assert where.startswith(str(env))  # the wheel's copy, not the checkout
+    out = tmp_path / "suite.json"
+    result = subprocess.run(
+        [str(env / "bin" / "speedfix"), "bench", "--suite", "--workload", "lstm_forecast", "--tiny", "--warmup", "2",
+         "--steps", "3", "--max-pairs", "1", "--min-pairs", "1", "--json", str(out)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: a check failed, not a usage error
+    (row,) = json.loads(out.read_text())["workloads"]
+    assert row["name"] == "lstm_forecast" and not row.get("error")
+    assert row["before"] > 0 and row["after"] > 0 and row["pairs"] == 1

@@ -63,6 +63,7 @@ SCRIPTS = {
 
         def other(data):
             loader = DataLoader(data, batch_size=8)
+            return loader
 
         if __name__ == "__main__":
             main(data)

@@ -15,13 +15,21 @@ guards, no recompiles), no host synchronisation inside the timed window, no poll
   that never builds an optimizer (hand-written SGD) is clocked by its ``backward()`` calls.
   After the warm-up - which also waits until ``torch.compile`` has stopped compiling - it opens
   a window, closes it after N steps (device synchronize only at the two edges), writes the
-  result file atomically and only then raises ``HarnessStop`` (a ``BaseException`` of its own);
+  result file atomically and only then raises ``HarnessStop`` (a ``BaseException`` of its own).
+  A compilation inside the window throws the window away and the warm-up goes on (at most
+  ``_MAX_WINDOW_RESTARTS`` times; then the run is "unsettled", never "ok");
+* times training only: the time between epochs - from the training DataLoader iterator's end
+  to the next epoch's start (evaluation, checkpoints, the recompiles they cause) - is left out
+  of the clock and reported on its own (``epochs``);
 * records the loss of every ``backward()`` as a detached view (a clone only under CUDA graphs,
   which reuse their outputs; unscaled under GradScaler) and reads the values once, at the end;
 * wraps the DataLoader iterator for batch size, samples/s and data-wait time; without a
   DataLoader, one forward pre-hook reads the batch size from the first model call and removes
   itself at once (and before any compilation starts, so Dynamo never traces it);
 * guards every side effect to the main pid: forked DataLoader workers inherit every patch;
+* installs the audit hook of ``guard.py`` before the script runs: no change to the user's real
+  folders when the script runs from a scratch mirror of them, and a note of any signal the script
+  sends to the benchmark's processes (the runner then knows who killed a run);
 * a watchdog timer writes a ``timeout``/``no_steps`` result and hard-exits; the kernel ends the
   child with its parent (``PR_SET_PDEATHSIG``), so no thread polls for that.
 """
@@ -57,6 +65,36 @@ _MAX_LOSSES = 200_000  # bound memory if a script runs far past the window (time
 _SETTLE_STEPS = 5
 _STABLE_RATIO = 3.0
 _MAX_EXTRA_WARMUP = 200
+# A compilation inside the window restarts it (the warm-up goes on) at most this many times;
+# a window that still compiles after that is "unsettled", never "ok".
+_MAX_WINDOW_RESTARTS = 3
+
+
+# where multiprocessing ends every forked process (os._exit with the process's exit code)
+_MP_ENDS = (os.sep + os.path.join("multiprocessing", "popen_fork.py"),)
+
+
+def _load_sibling(name: str):
+    """A standard-library-only module next to this file (child.py runs as a file, outside speedfix)."""
+    key = f"_speedfix_bench_{name}"
+    module = sys.modules.get(key)
+    if module is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+        spec = importlib.util.spec_from_file_location(key, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def _write_note(path: str, note: dict) -> None:
+    _load_sibling("guard").write_note(path, note)
+
+
+def _read_notes(path: str) -> list:
+    return _load_sibling("guard").read_notes(path)
 
 
 class HarnessStop(BaseException):
@@ -174,6 +212,25 @@ def _children_rss_kb() -> tuple[int, int]:
     return total, count
 
 
+def _driver_version() -> str | None:
+    """The NVIDIA driver's version, from the kernel module (Linux) or NVML where it is installed."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            for word in f.readline().split():
+                if word[:1].isdigit() and "." in word:
+                    return word
+    except OSError:
+        pass
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # not installed, no driver, or an NVML error: unknown
+        return None
+
+
 def _quantile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return 0.0
@@ -216,7 +273,8 @@ class CompileWatch:
         self.events = 0
         self.seconds = 0.0
         self.last_end_step: int | None = None
-        self.in_window = 0
+        self.in_window = 0  # compilations inside the (final) window's training time
+        self.ended: list[tuple[float, float]] = []  # (start, end) of compilations since the last step
 
     def attach(self, *, load: bool = True) -> bool:
         if self.attached:
@@ -229,6 +287,8 @@ class CompileWatch:
             return False
         callback_handler.register_start_callback(self._start)
         callback_handler.register_end_callback(self._end)
+        if self.harness.guard is not None:
+            self.harness.guard.hide_from_dynamo()
         self.attached = True
         return True
 
@@ -237,13 +297,13 @@ class CompileWatch:
         self.active_since = time.perf_counter()
 
     def _end(self, *args) -> None:
-        if self.active_since is not None:
-            self.seconds += time.perf_counter() - self.active_since
+        end = time.perf_counter()
+        start = end if self.active_since is None else self.active_since
+        self.seconds += end - start
         self.active_since = None
         self.events += 1
         self.last_end_step = self.harness.steps
-        if self.harness.phase == "window":
-            self.in_window += 1
+        self.ended.append((start, end))  # inside the window or between epochs: decided at the next step
 
     def compiled(self) -> bool:
         """Anything compiled or compiling so far (attaches first if the script loaded Dynamo)."""
@@ -253,6 +313,13 @@ class CompileWatch:
     def quiet_for(self, steps: int) -> bool:
         """No compilation now and none in the last ``_SETTLE_STEPS`` steps."""
         return self.active_since is None and steps - (self.last_end_step or 0) >= _SETTLE_STEPS
+
+    def take(self, pause: tuple[float, float] | None) -> tuple[int, int]:
+        """The compilations since the last step: (between epochs, in training time). A compilation
+        inside ``pause`` (the time between two epochs) is not the training loop's."""
+        spans, self.ended = self.ended, []
+        between = sum(1 for start, end in spans if pause is not None and pause[0] <= start and end <= pause[1])
+        return between, len(spans) - between
 
     def report(self) -> dict:
         return {"watched": self.attached, "compilations": self.events, "seconds": self.seconds,
@@ -269,6 +336,9 @@ class Harness:
         self.window_s = float(cfg.get("window_s") or 0.0)
         self.timeout_s = float(cfg.get("timeout_s") or 600.0)
         self.result_path: str = cfg["result_path"]
+        self.notes_path: str | None = cfg.get("notes_path")
+        self.mirror_root: str | None = cfg.get("mirror_root")  # the script runs from a copy under it
+        self.guard = None  # guard.Guard once installed
         self.record_all = bool(cfg.get("record_all_steps"))  # calibration: find slow warm-up steps
         self.all_times: list[float] = []
         self.lock = threading.Lock()
@@ -282,16 +352,20 @@ class Harness:
         self.optimizers_built = 0
         self.recent_steps: deque[float] = deque(maxlen=_SETTLE_STEPS + 1)
         self.warmup_settled: bool | None = None
+        self.settle_from = self.warmup_steps  # the warm-up may go on this many steps past it (then forced)
+        self.window_restarts: list[dict] = []  # compilation inside the window: measured again
         self.compile_watch = CompileWatch(self)
         self.backward_at_window: list[int] = []
         self.primary_ref = None  # weakref: the clock passes on once its optimizer is freed
         self.t_first_step: float | None = None
-        self.t_window_start: float | None = None
+        self.t_window_start: float | None = None  # on the clock (time between epochs left out)
+        self.t_window_start_raw: float | None = None  # on perf_counter
         self.t_window_end: float | None = None
         self.cpu_window: list[float] = []  # process CPU time at the window's edges
         self.window_start_step = 0
         self.step_times: list[float] = []
-        self.device = {"type": None, "param_dtype": None}
+        self.device = {"type": None, "param_dtype": None, "name": None, "driver_version": None,
+                       "cuda_version": None}
         self.synchronized = False
         # loss
         self.losses: list = []
@@ -314,6 +388,14 @@ class Harness:
         self.data_wait_window = 0.0
         self.fwd_batch: int | None = None
         self.fwd_handles: list = []
+        # epochs: the time from the training iterator's end to the next epoch's start is not training
+        self.last_iter = None  # weakref: the iterator of the latest batch fetched with grad enabled
+        self.train_iter = None  # weakref: the iterator whose batches the latest step trained on
+        self.pause_from: float | None = None  # when the training iterator ran out (an epoch ended)
+        self.pause_to: float | None = None  # when the training loop started its next epoch
+        self.paused_s = 0.0  # time between epochs so far: the clock's times leave it out
+        self.epochs_ended = 0
+        self.between_epochs: list[dict] = []
         # memory
         self.memory: dict = {}
         self.torch = None
@@ -333,6 +415,7 @@ class Harness:
         # A compiled module warns once about global hooks; the forward hook is gone before it matters.
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         self._patch_compile(torch)
+        self._patch_save(torch)
         os._exit = self._os_exit  # type: ignore[assignment]
         watchdog = threading.Timer(self.timeout_s, self._on_timeout)
         watchdog.daemon = True
@@ -450,27 +533,49 @@ class Harness:
             cls.scale, cls.step = scale, step
 
     def _patch_dataloader(self, torch) -> None:
+        """Batch size, samples/s and data wait from the iterator; where epochs end and start again.
+
+        An epoch ends when the iterator the steps trained on runs out (StopIteration); the next one
+        starts when a DataLoader is iterated again with grad enabled (``DataLoader.__iter__``: the
+        workers a non-persistent loader starts again are the training loop's cost), or at the first
+        batch fetched with grad enabled. The time between is not training (``_end_pause``).
+        """
         from torch.utils.data import dataloader
 
         original = dataloader._BaseDataLoaderIter.__next__
+        original_iter = dataloader.DataLoader.__iter__
         harness = self
+        grad_enabled = torch.is_grad_enabled
 
         def __next__(it):
             if os.getpid() != MAIN_PID:
                 return original(it)
             t0 = time.perf_counter()
+            if harness.pause_from is not None and harness.pause_to is None and grad_enabled():
+                harness.pause_to = t0
             batch = None
-            ok = False
+            ok = exhausted = False
             try:
                 batch = original(it)
                 ok = True
                 return batch
+            except StopIteration:
+                exhausted = True
+                raise
             finally:
                 t1 = time.perf_counter()
-                harness._on_batch(batch, ok, t1 - t0)
+                harness._on_batch(it, batch, ok, t1 - t0)
+                if exhausted:
+                    harness._on_exhausted(it, t1)
                 harness._charge(t1)
 
+        def __iter__(loader):
+            if harness.pause_from is not None and os.getpid() == MAIN_PID and grad_enabled():
+                harness.pause_to = time.perf_counter()  # the latest wins: an evaluation with grad on came first
+            return original_iter(loader)
+
         dataloader._BaseDataLoaderIter.__next__ = __next__
+        dataloader.DataLoader.__iter__ = __iter__
 
     def _patch_forward(self, torch) -> None:
         """Batch size for scripts without a DataLoader: the first grad-enabled model call.
@@ -520,6 +625,21 @@ class Harness:
 
         torch.compile = compile
 
+    def _patch_save(self, torch) -> None:
+        """``torch.save`` to a path writes from C++ (no audit event): raise the ``open`` event the
+        write guard checks, as Python's own ``open`` would."""
+        writer = getattr(torch.serialization, "_open_zipfile_writer_file", None)
+        if writer is None:
+            return
+        original = writer.__init__
+
+        @functools.wraps(original)
+        def __init__(self_, name, *args, **kwargs):
+            sys.audit("open", name, "wb", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            return original(self_, name, *args, **kwargs)
+
+        writer.__init__ = __init__
+
     # ------------------------------------------------------------------ hooks
     def _record_loss(self, tensors) -> None:
         torch = self.torch
@@ -540,10 +660,13 @@ class Harness:
             self.losses.append(t.detach().clone() if self.clone_losses else t.detach())
             self.loss_steps.append(self.steps)
 
-    def _on_batch(self, batch, ok: bool, dt: float) -> None:
+    def _on_batch(self, it, batch, ok: bool, dt: float) -> None:
         if not self.torch.is_grad_enabled():
             self.batches_no_grad += 1  # evaluation loop
             return
+        last = self.last_iter
+        if last is None or last() is not it:
+            self.last_iter = weakref.ref(it)
         if self.phase == "window":
             self.data_wait_window += dt
         if not ok:
@@ -558,10 +681,32 @@ class Harness:
             self.batches_in_window += 1
             self.samples_in_window += size or 0
 
+    def _on_exhausted(self, it, now: float) -> None:
+        """An iterator ran out: if the steps trained on it, an epoch ended (time stops counting)."""
+        train = self.train_iter
+        if self.pause_from is None and train is not None and train() is it:
+            self.pause_from, self.pause_to = now, None
+            self.epochs_ended += 1
+            self.train_iter = None
+
+    def _end_pause(self) -> tuple[float, float] | None:
+        """At the first step after an epoch ended: the time between the epochs, taken off the clock.
+
+        Without a sign of where the next epoch started (no DataLoader iterated with grad enabled)
+        nothing is taken off: the step carries it, as without epochs."""
+        start, end = self.pause_from, self.pause_to
+        self.pause_from = self.pause_to = None
+        if end is None or end < start:
+            return None
+        self.paused_s += end - start
+        self.between_epochs.append({"after_epoch": self.epochs_ended, "seconds": end - start,
+                                    "phase": self.phase, "at_step": self.steps, "compilations": 0})
+        return start, end
+
     def _charge(self, t0: float) -> None:
         """Add the harness's own time since ``t0`` to its bill, for the part inside the window."""
-        if self.phase == "window":
-            self.self_s += time.perf_counter() - max(t0, self.t_window_start)
+        if self.phase == "window" and self.pause_from is None:
+            self.self_s += time.perf_counter() - max(t0, self.t_window_start_raw)
 
     def _on_step(self, optimizer, args, kwargs) -> None:
         if os.getpid() != MAIN_PID:
@@ -597,7 +742,10 @@ class Harness:
         self.t_window_start = self.t_first_step = None
         self.window_start_step, self.self_s = 0, 0.0
         self.samples_in_window = self.batches_in_window = 0
-        self.data_wait_window = 0.0
+        self.data_wait_window = self.paused_s = 0.0
+        self.pause_from = self.pause_to = self.train_iter = None
+        self.epochs_ended = 0
+        self.between_epochs.clear()
         for series in (self.recent_steps, self.all_times, self.step_times, self.cpu_window, self.backward_at_window):
             series.clear()
         if not self.fwd_handles and not self.compile_watch.compiled():
@@ -617,11 +765,27 @@ class Harness:
             raise HarnessStop()
         self._tick(time.perf_counter())
 
-    def _tick(self, now: float) -> None:
-        """One step of the clock: warm-up, then the timed window."""
+    def _tick(self, raw: float) -> None:
+        """One step of the clock: warm-up, then the timed window.
+
+        The clock's times leave out the time between epochs (``paused_s``), so every duration,
+        the window and the warm-up count training time only."""
+        pause = self._end_pause() if self.pause_from is not None else None
+        self.train_iter = self.last_iter
+        in_training = 0
+        if self.compile_watch.ended:
+            between, in_training = self.compile_watch.take(pause)
+            if between and pause is not None:
+                self.between_epochs[-1]["compilations"] = between
+        now = raw - self.paused_s
         self.steps += 1
         if self.record_all:
             self.all_times.append(now)
+        if self.phase == "window" and in_training:
+            if len(self.window_restarts) < _MAX_WINDOW_RESTARTS:
+                self._restart_window(in_training)
+            else:
+                self.compile_watch.in_window += in_training
         if self.phase == "warmup":
             self.recent_steps.append(now)
             if self.steps >= self.warmup_steps and now - self.t_first_step >= self.warmup_s and self._settled():
@@ -631,8 +795,35 @@ class Harness:
             timed = self.steps - self.window_start_step
             if timed >= self.window_steps and now - self.t_window_start >= self.window_s:
                 self._close_window()
-                self._finish("ok", f"measured {timed} steps after {self.window_start_step} warm-up steps")
+                if self.compile_watch.in_window:
+                    self._finish("unsettled", f"torch.compile compiled {self.compile_watch.in_window} time(s) "
+                                 f"inside the window after the window was restarted {len(self.window_restarts)} "
+                                 "times for compiling: no figure without compilation")
+                else:
+                    self._finish("ok", f"measured {timed} steps after {self.window_start_step} warm-up steps"
+                                 + self._restarts_note())
                 raise HarnessStop()
+
+    def _restart_window(self, compilations: int) -> None:
+        """Compilation inside the window: throw the window away and go on warming up."""
+        self.window_restarts.append({"at_step": self.steps, "compilations": compilations,
+                                     "window_steps_dropped": self.steps - 1 - self.window_start_step})
+        self.phase = "warmup"
+        self.settle_from = self.steps
+        self.recent_steps.clear()
+        self.step_times.clear()
+        self.cpu_window.clear()
+        self.backward_at_window.clear()
+        self.t_window_start = self.t_window_start_raw = None
+        self.self_s = self.data_wait_window = 0.0
+        self.samples_in_window = self.batches_in_window = 0
+
+    def _restarts_note(self) -> str:
+        if not self.window_restarts:
+            return ""
+        steps = ", ".join(str(r["at_step"]) for r in self.window_restarts)
+        return (f" (torch.compile compiled inside the window at step {steps}: the warm-up was extended and the "
+                "window measured again)")
 
     def _settled(self) -> bool:
         """Compilation has stopped and the last steps took similar times (compile-aware warm-up).
@@ -641,7 +832,7 @@ class Harness:
         """
         if not self.compile_watch.compiled():
             return True
-        if self.steps - self.warmup_steps >= _MAX_EXTRA_WARMUP:
+        if self.steps - self.settle_from >= _MAX_EXTRA_WARMUP:
             self.warmup_settled = False  # still compiling: measure anyway, and say so
             return True
         if not self.compile_watch.quiet_for(self.steps) or len(self.recent_steps) <= _SETTLE_STEPS:
@@ -661,9 +852,23 @@ class Harness:
         if tensor is not None:
             try:
                 self.device = {"type": tensor.device.type, "param_dtype": str(tensor.dtype).replace("torch.", ""),
-                               "index": tensor.device.index}
+                               "index": tensor.device.index, **self._gpu_info(tensor.device)}
             except AttributeError:
                 pass
+
+    def _gpu_info(self, device) -> dict:
+        """The GPU's name, the driver's and CUDA's versions (None off CUDA); read once, before the window."""
+        info = {"name": None, "driver_version": None, "cuda_version": None}
+        if device.type != "cuda":
+            return info
+        torch = self.torch
+        try:
+            info["name"] = torch.cuda.get_device_name(device)
+        except (RuntimeError, AssertionError, AttributeError):
+            pass
+        info["cuda_version"] = getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)
+        info["driver_version"] = _driver_version()
+        return info
 
     def _sync(self) -> None:
         torch, kind = self.torch, self.device.get("type")
@@ -683,7 +888,8 @@ class Harness:
                 f.write("5")
         except OSError:
             pass
-        self.t_window_start = time.perf_counter()
+        self.t_window_start_raw = time.perf_counter()
+        self.t_window_start = self.t_window_start_raw - self.paused_s
         self.cpu_window = [time.process_time()]
         self.backward_at_window = [self.backward_calls]
         self.window_start_step = self.steps
@@ -691,7 +897,7 @@ class Harness:
 
     def _close_window(self) -> None:
         self._sync()
-        self.t_window_end = time.perf_counter()
+        self.t_window_end = time.perf_counter() - self.paused_s
         self.cpu_window.append(time.process_time())
         self.backward_at_window.append(self.backward_calls)
         self.phase = "done"
@@ -721,17 +927,32 @@ class Harness:
     def _os_exit(self, code: int = 0) -> None:
         if os.getpid() == MAIN_PID:
             self.finish_after_script(exit_code=code, how="os._exit")
+        else:  # a forked process (DataLoader worker): multiprocessing ends every one this way; note the others
+            caller = sys._getframe(1).f_code.co_filename
+            if not caller.endswith(_MP_ENDS) and self.notes_path:
+                where = traceback.extract_stack(sys._getframe(1), limit=1)[-1]
+                _write_note(self.notes_path, {"kind": "exit", "pid": os.getpid(), "code": code,
+                                              "where": f"{self._unmirror(where.filename)}:{where.lineno}"})
         _REAL_EXIT(code)
+
+    def _unmirror(self, text: str) -> str:
+        """Paths as the user knows them: the script runs from a copy under the mirror root."""
+        return text.replace(self.mirror_root, "") if self.mirror_root else text
+
+    def _worker_exits(self) -> str:
+        notes = [n for n in _read_notes(self.notes_path) if n.get("kind") == "exit"] if self.notes_path else []
+        return "".join(f"; a forked worker process (pid {n.get('pid')}) called os._exit({n.get('code')}) at "
+                       f"{n.get('where')}" for n in notes[:3])
 
     def finish_after_script(self, *, exit_code=None, how: str = "return", exc: BaseException | None = None) -> None:
         """Status for a script that ended without closing the window."""
         if self.written:
             return
         if exc is not None:
-            message = f"{type(exc).__name__}: {exc}"
+            message = self._unmirror(f"{type(exc).__name__}: {exc}")
             if self.steps:
                 message += f" (after {self.steps} optimizer steps)"
-            self._finish("error", message, exc)
+            self._finish("error", message + self._worker_exits(), exc)
             return
         ended = {"return": "the script ended", "sys.exit": f"the script called sys.exit({exit_code!r})",
                  "os._exit": f"the script called os._exit({exit_code!r})"}[how]
@@ -756,7 +977,6 @@ class Harness:
         with self.lock:
             if self.written:
                 return
-            self.written = True
             if self.phase == "window" and self.step_times:
                 self.t_window_end = self.step_times[-1]
             if not self.memory:
@@ -766,6 +986,14 @@ class Harness:
             with open(tmp, "w") as f:
                 json.dump(result, f)
             os.replace(tmp, self.result_path)  # atomic: the parent never sees half a file
+            self.written = True  # only now: an exception raised meanwhile (a signal handler) leaves it to a retry
+
+    def _epochs_report(self) -> dict:
+        """Where epochs ended, and the time between them that the clock left out."""
+        in_window = [p for p in self.between_epochs if p["phase"] == "window" and p["at_step"] >= self.window_start_step]
+        detected = "dataloader" if self.batches_total else None  # the training loop iterates a DataLoader
+        return {"detected_by": detected, "ended": self.epochs_ended, "between": self.between_epochs[-50:],
+                "between_in_window_s": sum(p["seconds"] for p in in_window) if in_window else 0.0}
 
     def _loss_values(self) -> list:
         torch = self.torch
@@ -816,7 +1044,8 @@ class Harness:
                     "torch_num_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()},
             "device": dict(self.device),
             "clock": self.clock,
-            "compile": {**self.compile_watch.report(), "settled": self.warmup_settled},
+            "compile": {**self.compile_watch.report(), "settled": self.warmup_settled,
+                        "window_restarts": self.window_restarts},
             "steps": {"warmup": self.window_start_step or None, "warmup_requested": self.warmup_steps,
                       "warmup_s_requested": self.warmup_s, "requested": self.window_steps,
                       "window_s_requested": self.window_s, "observed_primary": self.steps,
@@ -842,6 +1071,8 @@ class Harness:
                      "data_wait_fraction": data_wait_fraction, "batches_fetched_total": self.batches_total,
                      "batches_fetched_no_grad": self.batches_no_grad},
             "memory": self.memory,
+            "epochs": self._epochs_report(),
+            "guard": self.guard.report() if self.guard is not None else None,
             "loss": {"source": self.loss_source, "values": losses, "step_index": self.loss_steps[:len(losses)],
                      "backward_calls": self.backward_calls, "nonscalar_backward_calls": self.nonscalar_backward,
                      "nonfinite": sum(v is None for v in losses), "grad_scaler_seen": self.scaler_seen,
@@ -849,32 +1080,67 @@ class Harness:
                      "grad_scaler_skipped_steps": self.scaler_skipped},
         }
         if exc is not None:
-            result["exception"] = {"type": type(exc).__name__, "message": str(exc)[:2000],
-                                   "traceback": _trimmed_traceback(exc)[-8000:]}
+            result["exception"] = {"type": type(exc).__name__, "message": self._unmirror(str(exc))[:2000],
+                                   "traceback": self._unmirror(_trimmed_traceback(exc))[-8000:]}
         return result
 
     # ------------------------------------------------------------------ run
     def run(self) -> int:
         import runpy
 
-        exit_code = 0
+        self._install_guard()
+        ending: dict = {}
         try:
             runpy.run_path(self.script, run_name="__main__")
         except HarnessStop:
             pass
         except SystemExit as exc:
-            code = exc.code
-            exit_code = code if isinstance(code, int) else (0 if code is None else 1)
-            self.finish_after_script(exit_code=code, how="sys.exit")
+            ending = {"exit_code": exc.code, "how": "sys.exit"}
         except BaseException as exc:  # the script's own crash (KeyboardInterrupt included)
-            sys.stderr.write(_trimmed_traceback(exc))
-            self.finish_after_script(exc=exc)
-            exit_code = 1
-        else:
-            self.finish_after_script()
+            ending = {"exc": exc}
+        exit_code = self._end(ending)
         # Drop the last frames (they hold DataLoader iterators) so workers shut down cleanly.
-        gc.collect()
+        try:
+            gc.collect()
+        except BaseException:  # a late signal handler of the script (DataLoader's SIGCHLD)
+            pass
         return exit_code
+
+    def _end(self, ending: dict) -> int:
+        """Write the result of a script that ended. The script's signal handlers can still raise
+        here (DataLoader's SIGCHLD handler raises when a worker died): such an exception is the
+        script's error if nothing was written yet, and the result is written all the same."""
+        for _ in range(5):
+            try:
+                self.finish_after_script(**ending)
+                break
+            except BaseException as late:
+                if "exc" not in ending:
+                    ending = {"exc": late}
+        exc = ending.get("exc")
+        if exc is not None:
+            try:
+                sys.stderr.write(self._unmirror(_trimmed_traceback(exc)))
+            except BaseException:
+                pass
+            return 1
+        code = ending.get("exit_code")
+        return code if isinstance(code, int) else (0 if code is None else 1)
+
+    def _install_guard(self) -> None:
+        """The audit hook: no change to the user's real folders (unless the runner runs the script
+        in them), and a note of any signal the script sends to the benchmark's processes."""
+        guard = _load_sibling("guard")
+        config: dict = {}
+        if self.cfg.get("guard_path"):
+            with open(self.cfg["guard_path"]) as f:
+                config = json.load(f)
+            sys.dont_write_bytecode = True  # no .pyc written through a link into the user's folder
+        self.guard = guard.Guard(protected=config.get("protected", ()), linked=config.get("linked", ()),
+                                 mirror_root=config.get("mirror_root"),
+                                 allowed=guard.default_allowed(self.cfg.get("workdir")),
+                                 notes_path=self.notes_path, main_pid=MAIN_PID, parent_pid=PARENT_PID)
+        self.guard.install()
 
 
 def main() -> int:

@@ -24,12 +24,31 @@ if TYPE_CHECKING:
     from .settings import CompareSettings
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR = 0, 1, 2
-
+# How speedfix.cli registers the command: an unknown option before `--` reaches SCRIPTS, where
+# ``_misplaced_script_args`` refuses it with the command line that passes it to the script.
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "ignore_unknown_options": True}
 
 
 def _script_args(ctx: typer.Context) -> list[str]:
     obj = ctx.obj if isinstance(ctx.obj, dict) else {}
     return list(obj.get("script_args") or [])
+
+
+def _misplaced_script_args(scripts: list[Path], script_args: list[str], suite_only: list[list[str]]) -> str | None:
+    """The message for script arguments given before ``--`` (they would not reach the script):
+    unknown options among SCRIPTS, or ``suite_only`` options (each with its values) without --suite."""
+    names = [str(s) for s in scripts]
+    first = next((i for i, name in enumerate(names) if name.startswith("-") and name != "-"), None)
+    if first is None and not suite_only:
+        return None
+    positional = names if first is None else names[:first]
+    moved = [*(word for option in suite_only for word in option), *(names[first:] if first is not None else []),
+             *script_args]
+    flags = "/".join(option[0] for option in suite_only)
+    what = (f"{names[first]} is not an option of speedfix bench" if first is not None
+            else f"{flags} {'is an option' if len(suite_only) == 1 else 'are options'} of speedfix bench --suite only")
+    command = " ".join(["speedfix bench", *positional, "--", *moved])
+    return f"{what}: arguments for the script go after `--`, as in: {command}"
 
 
 def _require_torch(console: Console) -> None:
@@ -62,10 +81,10 @@ def bench(
     fixtures: Path | None = typer.Option(None, "--fixtures", help="Suite: directory holding suite.toml."),
     workload: list[str] = typer.Option(None, "--workload", help="Suite: run only this workload (repeatable)."),
     cwd: Path | None = typer.Option(None, "--cwd", help="The folder the scripts see as their working directory (default: the current one); they run in a scratch mirror of it unless --real-cwd."),
-    real_cwd: bool = typer.Option(False, "--real-cwd", help="Run in the working directory itself (what the script "
-                                  "writes there stays). Default: a scratch mirror of it, where new files and "
-                                  "overwritten files up to 16 MiB (checkpoints up to 2 GiB) stay; writes into linked "
-                                  "folders (hidden, or past 256 entries) and other large files reach the real ones."),
+    real_cwd: bool = typer.Option(False, "--real-cwd", help="Run the script from its real folder in the real working "
+                                  "directory, where it may change your files. Default: from a scratch mirror of both, "
+                                  "and changes to your files (through the mirror's links to large files and crowded "
+                                  "folders, or by absolute path) are refused."),
 ) -> None:
     """Run training scripts unchanged and measure them: steps/s, samples/s, data-wait share, peak memory and the loss trajectory.
 
@@ -75,10 +94,18 @@ def bench(
 
     speedfix bench --suite: the bundled workloads, original vs speedfix's fixes vs an expert version.
 
-    Exit codes: 0 ok; 1 a check failed (single run: the window did not complete; comparison or suite: slower, or the loss check failed); 2 usage error, or a script that cannot be benchmarked (crash, timeout, no optimizer steps).
+    Exit codes: 0 ok; 1 a check failed (single run: the window did not complete, or torch.compile kept compiling inside it; comparison or suite: slower, or the loss check failed); 2 usage error, or a script that cannot be benchmarked (crash, timeout, no optimizer steps).
     """
     console = Console()
     scripts = list(scripts or [])
+    if not suite:
+        given = ([["--tiny" if tiny else "--full"]] if tiny is not None else []) + \
+                [["--workload", name] for name in workload or ()] + \
+                [[flag, str(value)] for flag, value in (("--fixtures", fixtures), ("--markdown", markdown)) if value]
+        misplaced = _misplaced_script_args(scripts, _script_args(ctx), given)
+        if misplaced:
+            console.print(f"[red]error:[/] {misplaced}", highlight=False)
+            raise typer.Exit(EXIT_ERROR)
     if suite == bool(scripts) or len(scripts) > 2:
         console.print("[red]usage:[/] speedfix bench SCRIPT | A.py B.py | --suite  [-- script args]")
         raise typer.Exit(EXIT_ERROR)
@@ -118,7 +145,7 @@ def _single(spec: RunSpec, s: CompareSettings, json_file: Path | None, console: 
     if json_file:
         report.write_json(json_file, result.to_json())
     report.render_run(result, console)
-    return {"ok": EXIT_OK, "incomplete": EXIT_CHECK_FAILED}.get(result.status, EXIT_ERROR)
+    return {"ok": EXIT_OK, "incomplete": EXIT_CHECK_FAILED, "unsettled": EXIT_CHECK_FAILED}.get(result.status, EXIT_ERROR)
 
 
 def _pair(scripts: list[Path], args: list[str], cwd: Path | None, s: CompareSettings, json_file: Path | None,

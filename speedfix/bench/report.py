@@ -17,7 +17,8 @@ from rich.table import Table
 
 from . import compare, numerics, stats
 from .results import (OK, Comparison, Decision, FixDecision, Load, LossCheck, MemoryChange, RunResult, Speedup, SuiteResult,
-                      VerifyReport)
+                      VerifyReport, Window)
+from .timeplan import fmt_duration
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -43,6 +44,10 @@ def fmt_bytes(value: float | None) -> str:
     return "-"
 
 
+def fmt_seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s (not timed)"
+
+
 def fmt_speedup(speedup: Speedup | None) -> str:
     if not speedup:
         return "-"
@@ -50,6 +55,10 @@ def fmt_speedup(speedup: Speedup | None) -> str:
         pairs = speedup.pairs or len(speedup.per_pair)
         return f"{speedup.median:.2f}x (no interval: {pairs} pair{'s' if pairs != 1 else ''})"
     return f"{speedup.median:.2f}x [{speedup.lo:.2f}, {speedup.hi:.2f}]"
+
+
+def fmt_window(window: Window) -> str:
+    return f"{window.warmup} warm-up + {window.steps} timed steps"
 
 
 def not_on_gpu_note(report: VerifyReport) -> str | None:
@@ -121,6 +130,35 @@ def warn_real_files_modified(paths: list[str], console: Console) -> None:
                       f"{' ...' if len(paths) > 5 else ''}[/]")
 
 
+def warn_refused_writes(result: RunResult, console: Console) -> None:
+    """The write guard refused changes to the user's files: say which (the script may have failed on it)."""
+    guard = result.guard
+    if guard and guard.refusals:
+        paths = sorted({f"{r.event} {r.path}" for r in guard.refused})
+        console.print(f"[yellow]the benchmark kept your files unchanged: it refused {guard.refusals} change(s) the "
+                      f"script tried to make to them ({'; '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}); "
+                      "--real-cwd lets the script change your files[/]", highlight=False)
+
+
+def epochs_text(result: RunResult) -> str | None:
+    """How epochs were found, and the time between them that the window left out."""
+    epochs = result.epochs
+    if not result.reported or not result.observed_steps:
+        return None
+    if epochs.detected_by is None:
+        return "not seen (no DataLoader in the training loop): the window is continuous time"
+    warmup = result.steps.warmup or 0
+    between = [b for b in epochs.between if b.phase == "window" and b.at_step >= warmup]
+    how = "an epoch ends where the training DataLoader runs out"
+    if not between:
+        return (f"{epochs.ended} ended, none inside the window ({how})" if epochs.ended
+                else f"none ended while the script ran ({how})")
+    parts = [f"{b.seconds:.1f} s after epoch {b.after_epoch}" + (f" ({b.compilations} compilation(s))"
+                                                                 if b.compilations else "") for b in between[:4]]
+    more = f", and {len(between) - 4} more" if len(between) > 4 else ""
+    return f"between epochs: {', '.join(parts)}{more}; measured apart, not in the window ({how})"
+
+
 def render_run(result: RunResult, console: Console) -> None:
     s = result.summary()
     env, device, steps = result.env, result.device, result.steps
@@ -130,7 +168,7 @@ def render_run(result: RunResult, console: Console) -> None:
     table.add_column("")
     style = "green" if s.status == OK else "red"
     table.add_row("status", f"[{style}]{s.status}[/]: {s.message}")
-    table.add_row("device", f"{device.type or '?'} ({device.param_dtype or '?'} parameters), "
+    table.add_row("device", f"{device.describe()} ({device.param_dtype or '?'} parameters), "
                   f"torch {_or_unknown(env.torch)}, python {_or_unknown(env.python)}")
     table.add_row("steps", f"{steps.warmup or 0} warm-up + {s.steps_timed or 0} timed "
                   f"({steps.observed_primary or 0} observed, {steps.optimizers or 0} optimizer(s))")
@@ -140,10 +178,15 @@ def render_run(result: RunResult, console: Console) -> None:
     if compiled.compilations:
         settled = "" if compiled.settled is not False else "; [yellow]still compiling when the window opened[/]"
         in_window = compiled.in_window or 0
+        restarts = compiled.window_restarts
+        again = (f"; the window was measured again after compiling inside it at step "
+                 f"{', '.join(str(r.get('at_step')) for r in restarts)} (warm-up extended)" if restarts else "")
         table.add_row("compile", f"{compiled.seconds:.1f} s in {compiled.compilations} compilation(s), "
-                      f"paid once per run; {in_window or 'none'} inside the window{settled}")
+                      f"paid once per run; {in_window or 'none'} inside the window{settled}{again}")
     if s.window_s:
-        table.add_row("window", f"{s.window_s:.2f} s")
+        table.add_row("window", f"{s.window_s:.2f} s of training")
+    if epochs := epochs_text(result):
+        table.add_row("epochs", epochs)
     table.add_row("steps/s", fmt_rate(s.steps_per_s))
     source = data.batch_size_source
     table.add_row("samples/s", fmt_rate(s.samples_per_s) +
@@ -166,6 +209,7 @@ def render_run(result: RunResult, console: Console) -> None:
                           f"{loss.grad_scaler_step_calls or 0}")
     print_table(console, table)
     warn_real_files_modified(result.runner.real_files_modified, console)
+    warn_refused_writes(result, console)
     if s.status != OK:
         tail = result.runner.stderr_tail.strip()
         if tail:
@@ -198,6 +242,9 @@ def render_compare(outcome: Comparison, console: Console) -> None:
             ("samples/s", fmt_rate(orig.samples_per_s), [fmt_rate(c.runs.samples_per_s) for c in cands]),
             ("data wait", fmt_pct(orig.data_wait_fraction), [fmt_pct(c.runs.data_wait_fraction) for c in cands]),
             ("peak memory", fmt_bytes(orig.peak_bytes), [fmt_bytes(c.runs.peak_bytes) for c in cands]),
+            *([("between epochs", fmt_seconds(orig.between_epochs_s), [fmt_seconds(c.runs.between_epochs_s)
+                                                                        for c in cands])]
+              if any(r.between_epochs_s for r in (orig, *(c.runs for c in cands))) else []),
             ("speedup [95% CI]", "1.00x", [fmt_speedup(c.speedup) for c in cands]),
             ("verdict", "", [c.speedup.verdict if c.speedup else "-" for c in cands]),
             ("loss check", "", [_numerics_text(c.numerics) for c in cands])]
@@ -205,8 +252,8 @@ def render_compare(outcome: Comparison, console: Console) -> None:
         table.add_row(name, first, *rest)
     print_table(console, table)
     warn_real_files_modified(outcome.real_files_modified, console)
-    console.print(f"{outcome.pairs} pairs in alternating order (ABBA), warm-up {window.warmup} steps, "
-                  f"window {window.steps} steps (~{(orig.window_s or 0):.1f} s); stopped: "
+    console.print(f"{outcome.pairs} pairs in alternating order (ABBA), every run {fmt_window(window)} "
+                  f"(the original's window ~{(orig.window_s or 0):.1f} s); stopped: "
                   f"{outcome.stop_reason}; speedup metric: "
                   f"{', '.join(sorted({c.metric or '-' for c in cands}))}.")
     note = load_note(outcome.load)
@@ -263,12 +310,13 @@ def suite_markdown(suite: SuiteResult) -> str:
 # ---------------------------------------------------------------- verify
 def render_verify(report: VerifyReport, console: Console) -> None:
     table = Table(title=f"speedfix apply --verify: {Path(report.script).name}")
-    for col in ("fix", "speedup [95% CI]", "verdict", "loss check", "memory", "decision"):
+    for col in ("fix", "measured as", "speedup [95% CI]", "verdict", "loss check", "memory", "decision"):
         table.add_column(col)
     for fix in report.fixes:
         style = "green" if fix.kept else ("red" if fix.decision is Decision.REJECTED else "yellow")
-        table.add_row(fix.label, fmt_speedup(fix.speedup), fix.speedup.verdict if fix.speedup else "-",
-                      _numerics_text(fix.numerics), _fmt_mem(fix.memory), f"[{style}]{fix.decision.value}[/]")
+        table.add_row(fix.label, _measured_as(fix), fmt_speedup(fix.speedup),
+                      fix.speedup.verdict if fix.speedup else "-", _numerics_text(fix.numerics), _fmt_mem(fix.memory),
+                      f"[{style}]{fix.decision.value}[/]")
     if note := not_on_gpu_note(report):
         console.print(f"[yellow]{note}[/]")
     print_table(console, table)
@@ -282,6 +330,13 @@ def render_verify(report: VerifyReport, console: Console) -> None:
     console.print(f"[dim]{numerics.CAVEAT}[/]")
 
 
+def _measured_as(fix: FixDecision) -> str:
+    """Whose figures a fix's row shows: its own, or those of the set of fixes that decided it."""
+    if not fix.speedup and not fix.numerics:
+        return "-"
+    return fix.measured_as or "alone"
+
+
 def _fmt_mem(memory: MemoryChange | None) -> str:
     if not memory or not memory.ratio:
         return "-"
@@ -293,29 +348,46 @@ def verify_markdown(report: VerifyReport) -> str:
            f"- date: {report.date}", f"- device: {report.device}, torch {report.torch}",
            *([f"- **{note}**"] if (note := not_on_gpu_note(report)) else []),
            f"- arguments: `{' '.join(report.args) or '(none)'}`",
-           f"- window: {report.window.warmup} warm-up + {report.window.steps} timed optimizer steps, "
-           f"seed {report.seed}, same for every run",
+           f"- window: {fmt_window(report.window)} (the first comparison's; every set's is in its details), "
+           f"seed {report.seed}, the same for every run of a comparison",
+           f"- mode: {report.mode or 'per-fix'}",
            f"- result: {report.summary}",
            *([f"- {note}"] if (note := load_note(report.load)) else []), "",
-           "| fix | speedup [95% CI] | verdict | pairs | loss check | peak memory | decision |",
-           "|---|---|---|---|---|---|---|"]
+           "| fix | measured as | speedup [95% CI] | verdict | pairs | loss check | peak memory | decision |",
+           "|---|---|---|---|---|---|---|---|"]
     for fix in report.fixes:
         speed = fix.speedup
-        out.append(f"| {fix.label} | {fmt_speedup(speed)} | {speed.verdict if speed else '-'} | "
+        out.append(f"| {fix.label} | {_measured_as(fix)} | {fmt_speedup(speed)} | {speed.verdict if speed else '-'} | "
                    f"{speed.pairs if speed else '-'} | {_numerics_text(fix.numerics)} | {_fmt_mem(fix.memory)} | "
                    f"{fix.decision.value}: {fix.reason} |")
+    if report.combinations:
+        out += ["", "## Sets of fixes measured", "", "| set | speedup [95% CI] | verdict | loss check | decision |",
+                "|---|---|---|---|---|"]
+        for combo in report.combinations:
+            speed = combo.speedup
+            out.append(f"| {combo.label} | {fmt_speedup(speed)} | {speed.verdict if speed else '-'} | "
+                       f"{_numerics_text(combo.numerics)} | {combo.decision.value}: {combo.reason} |")
     out += ["", "## Details", ""]
     for fix in report.fixes:
         out += _fix_details(fix)
-
+    if report.mode == "per-fix":
+        strategy = ("Every fix was measured alone against the original, all in one set of rounds, then the kept "
+                    "ones together.")
+    else:
+        strategy = ("All the fixes were measured together first; only when that combination failed, a bisection "
+                    "added halves of the fixes to the set that passed so far, each step its own comparison, down "
+                    "to the single fix that fails, and the largest passing set found was kept.")
     out += ["## Method", "",
-            "Each variant runs in a fresh process with the same seed, warm-up and window. After one discarded "
-            "run and a calibration run of the original, runs alternate in counterbalanced order (original "
-            "first, then reversed) until the 95% interval of every median speedup is within +-5% or "
-            f"the budget is spent. A decision needs at least {stats.MIN_VERDICT_PAIRS} pairs (the fewest with a "
-            "95% distribution-free interval); with fewer a fix is not measured enough. A fix is kept unless it is measurably slower "
-            "(the interval below 0.98), inconclusive with a median below 0.98, or fails the loss check; a fix "
-            "for a CUDA script measured without a CUDA GPU is never called verified.", "", numerics.CAVEAT, ""]
+            f"{strategy} Each variant runs in a fresh process with the same seed, warm-up and window (the same "
+            "steps of the script), sized by a calibration run of each so that the slowest variant's runs take "
+            "about the time targets; rates are compared. Runs alternate in counterbalanced order (original "
+            "first, then reversed). A decision needs at least "
+            f"{stats.MIN_VERDICT_PAIRS} pairs (the fewest with a 95% distribution-free interval); with fewer a "
+            "set is not measured enough. A set is kept unless it is measurably slower (the interval below 0.98), "
+            "inconclusive with a median below 0.98, or fails the loss check (over the steps both variants ran); a "
+            "fix for a CUDA script measured without a CUDA GPU is never called verified. Each comparison calls an "
+            "identical script faster or slower at most 2/2^n of the time with n pairs; m comparisons at most m "
+            "times that.", "", numerics.CAVEAT, ""]
     return "\n".join(out)
 
 
@@ -323,10 +395,14 @@ def _fix_details(fix: FixDecision) -> list[str]:
     out = [f"### {fix.label}", ""]
     if fix.applied:
         out.append(f"- fixes applied: {', '.join(f'{k} x{v}' for k, v in fix.applied.items())}")
+    if fix.measured_as:
+        out.append(f"- measured as part of {fix.measured_as} (the figures below are that set's)")
     speed = fix.speedup
     if speed:
         out.append(f"- speedup ({fix.metric}): {fmt_speedup(speed)}, "
                    f"min {speed.min:.3f}, max {speed.max:.3f} over {speed.pairs} pairs")
+    if fix.window:
+        out.append(f"- window: {fmt_window(fix.window)}")
     if fix.numerics:
         out.append(f"- loss check ({fix.numerics.kind} rewrite): {fix.numerics.reason}")
     if fix.failure:
@@ -345,6 +421,7 @@ class RichProgress(compare.Progress):
         self.live = console.is_terminal
         self.total = 0
         self.started = 0.0
+        self.left: float | None = None  # the planned runs' expected time (compare.Progress.expect)
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
                             console=console, transient=True, disable=not self.live)
@@ -368,9 +445,16 @@ class RichProgress(compare.Progress):
             done = int(self.bar.tasks[0].completed)
             self.console.print(f"[{done + 1}/{self.total}] {description} ...", highlight=False)
 
+    def expect(self, seconds_left: float | None) -> None:
+        self.left = seconds_left
+
     def finish(self, result: RunResult) -> None:
         self.bar.advance(self.task)
         if not self.live:
             s = result.summary()
+            left = f", about {fmt_duration(self.left)} left" if self.left is not None else ""
             self.console.print(f"    {s.status}, {fmt_rate(s.steps_per_s)} steps/s, "
-                               f"{time.monotonic() - self.started:.1f} s", highlight=False)
+                               f"{time.monotonic() - self.started:.1f} s{left}", highlight=False)
+
+    def note(self, text: str) -> None:
+        self.console.print(text, highlight=False)

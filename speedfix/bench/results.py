@@ -130,12 +130,27 @@ class Device(Record):
     type: str | None = None
     param_dtype: str | None = None
     index: int | None = None  # written once the device is known (None on a CPU)
+    name: str | None = None  # the GPU (torch.cuda.get_device_name); None off CUDA
+    driver_version: str | None = None  # the NVIDIA driver's
+    cuda_version: str | None = None  # torch.version.cuda
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
         if self.type is None:  # no step yet: child.py has not read a tensor's device
             del out["index"]
         return out
+
+    def describe(self) -> str:
+        """``cuda:0 NVIDIA H100 80GB HBM3 (driver 580.159.04, CUDA 13.0)``, ``cpu``, ``?``."""
+        text = self.type or "?"
+        if self.index is not None:
+            text += f":{self.index}"
+        if self.name:
+            versions = [f"driver {self.driver_version}" if self.driver_version else "",
+                        f"CUDA {self.cuda_version}" if self.cuda_version else ""]
+            extra = ", ".join(v for v in versions if v)
+            text += f" {self.name}" + (f" ({extra})" if extra else "")
+        return text
 
 
 @dataclass(frozen=True)
@@ -147,6 +162,8 @@ class CompileInfo(Record):
     seconds: float | None = None
     in_window: int | None = None
     settled: bool | None = None  # False: still compiling when the window opened
+    # each compilation inside the window threw it away: at_step, compilations, window_steps_dropped
+    window_restarts: list[dict[str, int]] = _items()
 
 
 @dataclass(frozen=True)
@@ -219,6 +236,42 @@ class Memory(Record):
 
 
 @dataclass(frozen=True)
+class BetweenEpochs(Record):
+    """The time from the end of an epoch (its training iterator ran out) to the next one's start,
+    left out of the clock: evaluation, checkpoints, the recompiles they cause."""
+
+    after_epoch: int = 0
+    seconds: float = 0.0
+    phase: str = ""  # warmup, window
+    at_step: int = 0  # steps done when training went on
+    compilations: int = 0
+
+
+@dataclass(frozen=True)
+class Epochs(Record):
+    detected_by: str | None = None  # "dataloader": the training iterator's end; None: no DataLoader
+    ended: int = 0
+    between: list[BetweenEpochs] = _records(BetweenEpochs)
+    between_in_window_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RefusedWrite(Record):
+    event: str = ""  # the audit event: open, os.remove, os.rename, ...
+    path: str = ""  # where it would have landed (links resolved)
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class GuardInfo(Record):
+    """The write guard of the run (guard.py): active when the script ran in a scratch mirror."""
+
+    active: bool = False
+    refusals: int = 0
+    refused: list[RefusedWrite] = _records(RefusedWrite)
+
+
+@dataclass(frozen=True)
 class LossTrace(Record):
     source: str | None = None
     values: list[float | None] = _items()  # one per backward(); NaN/inf as None
@@ -268,7 +321,7 @@ class RunnerInfo(Record):
 
 # the keys child.py writes; a result the runner made up for a child that wrote none has none of them
 _CHILD_KEYS = ("seed", "seed_offset", "env", "device", "clock", "compile", "steps", "wall", "timing", "data",
-               "memory", "loss")
+               "memory", "epochs", "guard", "loss")
 
 
 @dataclass(frozen=True)
@@ -292,6 +345,8 @@ class RunResult(Record):
     timing: Timing = _nested(Timing)
     data: DataStats = _nested(DataStats)
     memory: Memory = _nested(Memory)
+    epochs: Epochs = _nested(Epochs)
+    guard: GuardInfo | None = _optional(GuardInfo)  # None: older results
     loss: LossTrace = _nested(LossTrace)
     exception: ExceptionInfo | None = _optional(ExceptionInfo, omit=True)
     runner: RunnerInfo = _nested(RunnerInfo)
@@ -373,6 +428,7 @@ class RunSummary(Record):
     nonfinite: int | None = None
     grad_scaler_skipped_steps: int | None = None
     wall_s: float | None = None
+    between_epochs_s: float | None = _omitted()  # inside the window, left out of it (None: older reports)
 
     @classmethod
     def of(cls, result: RunResult) -> RunSummary:
@@ -386,7 +442,8 @@ class RunSummary(Record):
                    peak_bytes=peak, peak_kind=peak_kind, harness_share=timing.harness_share,
                    compile_s=result.compile.seconds, loss_first=values[0] if values else None,
                    loss_last=values[-1] if values else None, nonfinite=loss.nonfinite,
-                   grad_scaler_skipped_steps=loss.grad_scaler_skipped_steps, wall_s=result.runner.wall_s)
+                   grad_scaler_skipped_steps=loss.grad_scaler_skipped_steps, wall_s=result.runner.wall_s,
+                   between_epochs_s=result.epochs.between_in_window_s if result.reported else None)
 
 
 @dataclass(frozen=True)
@@ -482,6 +539,7 @@ class RunAggregate(Record):
     window_s: float | None = None
     loss_last: float | None = None
     grad_scaler_skipped_steps: float | None = None
+    between_epochs_s: float | None = _omitted()  # left out of the window (None: older reports)
 
     @classmethod
     def of(cls, results: list[RunResult]) -> RunAggregate:
@@ -491,7 +549,8 @@ class RunAggregate(Record):
                    data_wait_fraction=median_or_none([s.data_wait_fraction for s in ok]),
                    peak_bytes=median_or_none([s.peak_bytes for s in ok]), window_s=median_or_none([s.window_s for s in ok]),
                    loss_last=median_or_none([s.loss_last for s in ok]),
-                   grad_scaler_skipped_steps=median_or_none([s.grad_scaler_skipped_steps for s in ok]))
+                   grad_scaler_skipped_steps=median_or_none([s.grad_scaler_skipped_steps for s in ok]),
+                   between_epochs_s=median_or_none([s.between_epochs_s for s in ok]))
 
     def rate(self, metric: str) -> float | None:
         """The median throughput in ``metric``, or in steps/s where that is unknown."""
@@ -549,6 +608,12 @@ class MemoryChange(Record):
 
 
 @dataclass(frozen=True)
+class Window(Record):
+    warmup: int | None = None
+    steps: int | None = None
+
+
+@dataclass(frozen=True)
 class CandidateResult(Record):
     """One candidate against the original: status, speedup, memory, loss check."""
 
@@ -564,6 +629,7 @@ class CandidateResult(Record):
     numerics: LossCheck | None = _optional(LossCheck, omit=True)
     loss_original: list[float | None] | None = _omitted()
     loss_candidate: list[float | None] | None = _omitted()
+    window: Window | None = _optional(Window, omit=True)  # the comparison's warm-up and timed steps
 
 
 @dataclass(frozen=True)
@@ -576,12 +642,6 @@ class Calibration(Record):
     warmup_needed: dict[str, int] = field(default_factory=dict)  # per variant label
     wall_s: float | None = None
     note: str | None = None  # the window was shortened for a short script
-
-
-@dataclass(frozen=True)
-class Window(Record):
-    warmup: int | None = None
-    steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -657,6 +717,8 @@ class FixDecision(Record):
     memory: MemoryChange | None = _optional(MemoryChange)
     failure: Failure | None = _optional(Failure)
     codes: list[str] | None = _omitted()  # a combination's fixes
+    measured_as: str | None = _omitted()  # the figures are those of this set of fixes (not the fix alone)
+    window: Window | None = _optional(Window, omit=True)  # the warm-up and timed steps it was measured over
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FixDecision:
@@ -674,7 +736,7 @@ class FixDecision(Record):
         return cls(cand.label, kept=decision is Decision.KEPT, decision=decision,
                    measured=decision is not Decision.UNMEASURED, reason=reason, applied=dict(applied),
                    metric=cand.metric, speedup=cand.speedup, numerics=cand.numerics, memory=cand.memory,
-                   failure=cand.failure, codes=codes)
+                   failure=cand.failure, codes=codes, window=cand.window)
 
     def to_json(self) -> dict[str, Any]:
         if self.decision is Decision.SKIPPED:
@@ -704,7 +766,8 @@ class VerifyReport(Record):
     summary: str = ""
     load: Load = _nested(Load)
     caveat: str = ""
-    comparison: Comparison = _nested(Comparison)  # the single fixes' comparison; its candidates are in fixes
+    comparison: Comparison = _nested(Comparison)  # the first comparison (the combination, or the single fixes)
+    mode: str = ""  # "combination first" or "per-fix"
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()

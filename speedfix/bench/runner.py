@@ -14,11 +14,13 @@ Nothing a run starts outlives :func:`run_once` (DataLoader workers, compile work
   speedfix is stopped by SIGTERM/SIGINT/SIGHUP (:func:`terminate_cleanly`), by the supervisor
   when speedfix was killed, and otherwise at the next start (:func:`sweep_stale_tempdirs`
   removes the folders of owners that are gone).
-* **Working directory.** Unless asked for the real one (``RunSpec.real_cwd`` or
-  :func:`use_real_cwd`), the script runs in a scratch mirror of its working directory
-  (:func:`mirror_tree`): the same names resolve, but files it creates stay in the scratch folder,
-  and the existing files it overwrites are copies (files up to ``COPY_FILE_LIMIT``); see
-  :func:`mirror_tree` for what still reaches the real tree.
+* **The user's files.** Unless asked for the real folders (``RunSpec.real_cwd`` or
+  :func:`use_real_cwd`), the script runs from a scratch mirror of its own folder and of its
+  working directory (:func:`mirror_tree`): ``__file__``, sibling imports and relative paths
+  resolve the same, files it creates stay in the scratch folder, and the existing files it
+  overwrites are copies (files up to ``COPY_FILE_LIMIT``). What the mirror links to instead of
+  copying (large files, crowded folders) and absolute paths into the user's folders are kept
+  unchanged by the child's write guard (``guard.py``), which refuses such changes.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ import time
 import threading
 import uuid
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .guard import read_notes
 from .results import RunnerInfo, RunResult
 from .settings import RunConfig
 
@@ -328,6 +331,7 @@ CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".pth.tar")
 CHECKPOINT_FILE_LIMIT = 2 * 2**30
 CHECKPOINT_TOTAL_LIMIT = 4 * 2**30
 MIRROR_ENTRIES = 256  # entries re-created below the mirrored folder's top level; past it, folders are linked
+VCS_FOLDERS = frozenset({".git", ".hg", ".svn"})  # linked, never re-created (large, and scripts only read them)
 MIRROR_PARENTS = 2  # parent levels mirrored as links (``..``, ``../..``)
 
 _real_cwd_default: contextvars.ContextVar[bool] = contextvars.ContextVar("speedfix_real_cwd", default=False)
@@ -350,10 +354,24 @@ def runs_in_real_cwd(spec: RunSpec) -> bool:
 
 @dataclass
 class Mirror:
-    """A scratch view of a real folder: ``leaf`` stands for it."""
+    """A scratch view of real folders under ``root``: ``path(real)`` stands for ``real``."""
 
-    leaf: Path
+    root: Path
+    leaf: Path  # the view of the first folder mirrored
     linked_files: dict[str, tuple[int, int]] = field(default_factory=dict)  # real path -> (size, mtime_ns)
+    tops: list[str] = field(default_factory=list)  # the folders mirrored (real paths)
+    link_targets: set[str] = field(default_factory=set)  # real locations the mirror's links lead to
+
+    def path(self, real: Path | str) -> Path:
+        """Where a real path (in or below a mirrored folder) is seen in the mirror."""
+        return self.root.joinpath(*Path(os.path.abspath(real)).parts[1:])
+
+    def guard_config(self) -> dict:
+        """What the write guard of the run (guard.py) protects: the mirrored folders, and what the
+        mirror's links lead to outside them."""
+        tops = sorted({os.path.realpath(t) for t in self.tops})
+        outside = sorted(t for t in self.link_targets if not any(_inside(t, top) for top in tops))
+        return {"protected": tops, "linked": outside, "mirror_root": str(self.root)}
 
     def modified(self) -> list[str]:
         """Linked (large) real files whose size or modification time changed since the mirror was made."""
@@ -369,75 +387,94 @@ class Mirror:
         return changed
 
 
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _skip_entry(name: str) -> bool:
     return name.startswith("speedfix-") and bool(_OWNED.match(name) or name.startswith("speedfix-run-"))
 
 
-def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = ()) -> Mirror:
-    """Build ``root/<absolute path of real>``, a folder in which the same relative names resolve as in
-    ``real``, and return it as ``Mirror.leaf``.
+def mirror_tree(reals: Path | str | Sequence[Path | str], root: Path, *, skip: Collection[str] = ()) -> Mirror:
+    """Build ``root/<absolute path of each real folder>``, folders in which the same relative names
+    resolve as in the real ones (``Mirror.path``; ``Mirror.leaf`` for the first), and return them.
 
-    * Every entry of ``real`` is there. Its sub-folders (not hidden ones such as ``.git``, nor
-      ``__pycache__``) are re-created as real folders, breadth first, while they hold fewer than
-      ``MIRROR_ENTRIES`` entries in all; a sub-folder past that budget is a link to the real one.
+    * Every entry of a mirrored folder is there. Its sub-folders (hidden ones and ``__pycache__``
+      included; not version-control folders such as ``.git``) are re-created as real folders,
+      breadth first, while they hold fewer than ``MIRROR_ENTRIES`` entries in all; a sub-folder
+      past that budget is a link to the real one. A mirrored folder, and every folder on the way
+      from one mirrored folder down to another (the script's folder below the working directory),
+      is always re-created in full.
     * Regular files up to ``COPY_FILE_LIMIT`` (and ``COPY_TOTAL_LIMIT`` in all) are copies: a script that
       overwrites ``checkpoint.pt`` or appends to a log changes the copy. Checkpoint files
       (``CHECKPOINT_SUFFIXES``) are copied up to ``CHECKPOINT_FILE_LIMIT`` each (and
       ``CHECKPOINT_TOTAL_LIMIT`` in all). Larger files, links and special files are links to the
       real ones (``Mirror.modified`` tells if one was changed).
-    * The ``MIRROR_PARENTS`` levels above ``real`` are folders of links to those parents' entries, so that
-      ``../data`` and ``Path(__file__).parents[1]`` resolve too.
-    * Names in ``skip`` (at the top level) and speedfix's own temporary folders are left out.
+    * The ``MIRROR_PARENTS`` levels above each mirrored folder are folders of links to those
+      parents' entries, so that ``../data`` and ``Path(__file__).parents[1]`` resolve too.
+    * Names in ``skip`` (at the top level of the first folder) and speedfix's own temporary folders
+      are left out.
 
-    What still reaches the real tree: writes into a linked folder or a linked (large) file, and
-    writes through ``..``. Absolute paths are the script's business.
+    What the links reach is real: the write guard of the benchmark child (guard.py) refuses
+    changes there (``Mirror.protected``).
     """
-    real = Path(os.path.abspath(real))
-    leaf = root.joinpath(*real.parts[1:])
-    leaf.mkdir(parents=True, exist_ok=True)
-    mirror = Mirror(leaf)
-    # parents: links to their entries, except the one that leads down to ``real``
-    for depth in range(max(0, len(real.parts) - 1 - MIRROR_PARENTS), len(real.parts) - 1):
-        level, down = Path(*real.parts[:depth + 1]), real.parts[depth + 1]
-        target = root.joinpath(*real.parts[1:depth + 1])
+    given = [reals] if isinstance(reals, (str, os.PathLike)) else list(reals)
+    tops = list(dict.fromkeys(Path(os.path.abspath(r)) for r in given))
+    first = tops[0]
+    # folders that are never links: the mirrored ones and those between them and the root
+    keep = {*tops, *(parent for top in tops for parent in top.parents)}
+    outer = [t for t in tops if not any(o != t and o in t.parents for o in tops)]
+    mirror = Mirror(root, root.joinpath(*first.parts[1:]), tops=[str(t) for t in tops])
+
+    def link(source: Path, dest: Path) -> None:
+        _link(source, dest)
+        mirror.link_targets.add(os.path.realpath(source))
+
+    levels = {Path(*top.parts[:depth + 1]) for top in outer
+              for depth in range(max(0, len(top.parts) - 1 - MIRROR_PARENTS), len(top.parts) - 1)}
+    for level in sorted(levels):  # parents: links to their entries, except those leading down to a mirrored folder
+        target = mirror.path(level)
+        target.mkdir(parents=True, exist_ok=True)
         try:
             names = [e.name for e in os.scandir(level)]
         except OSError:  # unreadable: nothing to mirror there
             continue
         for name in names:
-            if name != down and not _skip_entry(name):
-                _link(level / name, target / name)
+            if level / name not in keep and not _skip_entry(name):
+                link(level / name, target / name)
     budget, copied_bytes, checkpoint_bytes = MIRROR_ENTRIES, 0, 0
-    queue: deque[tuple[Path, Path, bool]] = deque([(real, leaf, True)])
+    queue: deque[tuple[Path, Path, bool]] = deque()
+    for top in outer:
+        mirror.path(top).mkdir(parents=True, exist_ok=True)
+        queue.append((top, mirror.path(top), True))
     while queue:
-        source, dest, top = queue.popleft()
+        source, dest, full = queue.popleft()
         listing: list[os.DirEntry] | None = []
         try:
             with os.scandir(source) as it:
                 for entry in it:
-                    if _skip_entry(entry.name) or (top and entry.name in skip):
+                    if _skip_entry(entry.name) or (source == first and entry.name in skip):
                         continue
                     listing.append(entry)
-                    if not top and len(listing) > budget:
+                    if not full and len(listing) > budget:
                         break
         except OSError:
             listing = None
-        if not top and (listing is None or len(listing) > budget):  # past the budget: link the folder
+        if not full and (listing is None or len(listing) > budget):  # past the budget: link the folder
             try:
                 dest.rmdir()
             except OSError:
                 continue
-            _link(source, dest)
+            link(source, dest)
             continue
-        if not top:  # the top level is always there in full
+        if not full:  # mirrored folders are always there in full
             budget -= len(listing or ())
         for entry in listing or ():
             src, dst = Path(entry.path), dest / entry.name
             try:
-                if entry.is_dir(follow_symlinks=False) and not (entry.name.startswith(".")
-                                                                 or entry.name == "__pycache__"):
-                    dst.mkdir()
-                    queue.append((src, dst, False))
+                if entry.is_dir(follow_symlinks=False) and (src in keep or entry.name not in VCS_FOLDERS):
+                    dst.mkdir(exist_ok=src in keep)
+                    queue.append((src, dst, src in keep))
                     continue
                 if entry.is_file(follow_symlinks=False):
                     info = entry.stat(follow_symlinks=False)
@@ -456,7 +493,7 @@ def mirror_tree(real: Path, root: Path, *, skip: Collection[str] = ()) -> Mirror
                         except OSError:  # unreadable: the link fails for the script as the original would
                             dst.unlink(missing_ok=True)
                     mirror.linked_files[str(src)] = (info.st_size, info.st_mtime_ns)
-                _link(src, dst)
+                link(src, dst)
             except OSError:
                 continue
     return mirror
@@ -493,7 +530,7 @@ def run_once(spec: RunSpec, config: RunConfig) -> RunResult:
 class _Supervised:
     """The child behind ``reaper.py``: ``proc`` is the supervisor, the status file names the child."""
 
-    lost = False  # the supervisor died before it finished (the script killed its parent)
+    lost = False  # the supervisor died before it finished (killed by the script, or by something else)
 
     def __init__(self, config: RunConfig, workdir: Path, cwd: Path, env: dict, out, err) -> None:
         self.status_path = workdir / "supervisor.json"
@@ -562,21 +599,28 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> RunResult:
     run_id = uuid.uuid4().hex
     (workdir / "tmp").mkdir()
     mirror = None
-    run_cwd = cwd
+    run_cwd, run_script = cwd, script
     if not runs_in_real_cwd(spec):
-        try:
-            mirror = mirror_tree(cwd, workdir / "cwd")
+        try:  # the working directory and the script's own folder (its __file__, siblings, Path(__file__).parent)
+            mirror = mirror_tree([cwd, script.parent], workdir / "mirror")
+            run_cwd, run_script = mirror.leaf, mirror.path(script)
+            if not os.path.lexists(run_script):
+                raise OSError(f"{script.name} could not be placed in it")
         except OSError as err:
             result = _failed("error", f"could not prepare the scratch working directory ({err}); "
                              "run in the real one with --real-cwd", spec)
             return replace(result, runner=RunnerInfo(run_id=run_id))  # never started: no wall time
-        run_cwd = mirror.leaf
-    result_path = workdir / "result.json"
-    child_cfg = {"script": str(script), "args": list(spec.args), "seed": config.seed,
+    result_path, notes_path = workdir / "result.json", workdir / "notes.jsonl"
+    child_cfg = {"script": str(run_script), "args": list(spec.args), "seed": config.seed,
                  "seed_offset": config.seed_offset, "warmup_steps": config.warmup_steps,
                  "warmup_s": config.warmup_s, "steps": config.steps, "window_s": config.window_s,
                  "timeout_s": config.timeout_s, "record_all_steps": config.record_all_steps,
-                 "result_path": str(result_path)}
+                 "result_path": str(result_path), "notes_path": str(notes_path), "workdir": str(workdir),
+                 "mirror_root": str(mirror.root) if mirror else None, "guard_path": None}
+    if mirror:  # the protected list can be long: a file, not the environment (128 KiB per variable)
+        guard_path = workdir / "guard.json"
+        guard_path.write_text(json.dumps(mirror.guard_config()))
+        child_cfg["guard_path"] = str(guard_path)
     env = dict(os.environ)
     env[CONFIG_ENV] = json.dumps(child_cfg)
     env[MARKER_ENV] = run_id
@@ -622,17 +666,54 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> RunResult:
         if killed == "hard_timeout":
             result = _failed("timeout", f"the child did not respond within {config.timeout_s:g} s "
                              "(+ grace) and was killed", spec)
-        elif handle is not None and handle.lost:
-            result = _failed("error", f"the benchmark supervisor was killed ({returncode}) before the child "
-                             "wrote a result (did the script kill its parent process?)", spec)
         else:
-            result = _failed("error", f"the child exited with code {returncode} without a result "
-                             "(killed by a signal, out of memory, or a crash in native code)", spec)
+            lost = handle is not None and handle.lost
+            result = _failed("error", no_result_message(returncode, lost, read_notes(str(notes_path))), spec)
+    unmirror = (lambda text: text.replace(str(mirror.root), "")) if mirror else (lambda text: text)
     # Load average (1 min) around the run: other work on the machine is the usual cause of noise.
     runner = RunnerInfo(returncode=returncode, wall_s=wall_s, killed=killed, loadavg=[load_before, os.getloadavg()[0]],
                         leftover_processes_at_exit=leftovers, run_id=run_id, supervised=SUPERVISED,
                         scratch_cwd=str(run_cwd) if mirror else None,
                         real_files_modified=mirror.modified() if mirror else [],
-                        stdout_tail=_tail(out_path), stderr_tail=_tail(err_path))
-    # cwd: the folder the script saw (a scratch mirror of it unless real_cwd)
-    return replace(result, args=list(spec.args), cwd=str(cwd), runner=runner)
+                        stdout_tail=unmirror(_tail(out_path)), stderr_tail=unmirror(_tail(err_path)))
+    # script and cwd: the user's (the script saw copies of them in the scratch mirror unless real_cwd)
+    return replace(result, script=str(script), args=list(spec.args), cwd=str(cwd), runner=runner)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def no_result_message(returncode: int | None, lost: bool, notes: list[dict]) -> str:
+    """Why a child wrote no result, from what is known for sure: its (or its supervisor's) exit
+    status and the notes the child wrote (signals the script sent to the benchmark's processes,
+    ``os._exit`` calls of its forked workers)."""
+    signals = [n for n in notes if n.get("kind") == "signal"]
+    at_parent = [n for n in signals if n.get("target") == "parent"]
+    at_child = [n for n in signals if n.get("target") == "child"]
+    exits = [n for n in notes if n.get("kind") == "exit"]
+    how = "killed" if returncode is not None and returncode < 0 else "ended"
+    status = (f"by {_signal_name(-returncode)}" if returncode is not None and returncode < 0
+              else f"with code {returncode}")
+    if lost:
+        if at_parent:
+            return (f"the script killed its parent process, speedfix's supervisor ({at_parent[0].get('call')}), "
+                    "before the child wrote a result")
+        return (f"the benchmark supervisor was {how} {status} before the child wrote a result; the script sent it "
+                "no signal: another process killed it (the out-of-memory killer, a user, a job scheduler, or a "
+                "program the script started)")
+    if at_child:
+        return f"the script killed the benchmark child itself ({at_child[0].get('call')}) before it wrote a result"
+    worker = ("; " + "; ".join(f"a forked worker process (pid {n.get('pid')}) called os._exit({n.get('code')}) at "
+                               f"{n.get('where')}" for n in exits[:3])) if exits else ""
+    if returncode is not None and returncode < 0:
+        cause = {signal.SIGKILL: "not by a signal the script sent: the out-of-memory killer, a user or a job "
+                                 "scheduler killed it",
+                 signal.SIGSEGV: "a crash in native code", signal.SIGBUS: "a crash in native code",
+                 signal.SIGABRT: "an abort in native code"}.get(-returncode, "not by a signal the script sent")
+        return f"the child was killed by {_signal_name(-returncode)} without a result ({cause}){worker}"
+    return (f"the child exited with code {returncode} without a result (its stop was bypassed: a native exit, "
+            f"or an error while it ended){worker}")

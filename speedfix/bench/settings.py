@@ -40,7 +40,9 @@ class CompareSettings:
     tolerance: float = 0.05
     seed_band_runs: int = 2
     timeout_s: float = 600.0
-    discard: bool = True
+    discard: bool = True  # with a fixed window (no calibration run to warm the caches)
+    # after the result appears: time for the script to unwind. Only where it runs in the real
+    # working directory (what it writes there stays); in a scratch mirror it is stopped at once.
     result_grace_s: float = 5.0
     hard_grace_s: float = 20.0
 

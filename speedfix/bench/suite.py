@@ -51,13 +51,24 @@ class Workload:
 _FIELDS = {f.name for f in fields(Workload)}
 
 
+def installed_fixtures() -> Path | None:
+    """The folder of the installed ``speedfix.fixtures`` package, None where it is not a folder.
+
+    The package has no ``__init__.py`` (a namespace package): ``resources.files`` gives a
+    ``MultiplexedPath`` whose ``str`` is its repr, not a path. Its child is a real file, though."""
+    try:
+        suite = resources.files("speedfix.fixtures").joinpath(SUITE_FILE)
+    except (ModuleNotFoundError, TypeError):
+        return None
+    return suite.parent if isinstance(suite, Path) else None  # a zip import has no folder to run from
+
+
 def fixtures_dir(explicit: Path | None = None) -> Path:
     """--fixtures DIR, else the installed ``speedfix.fixtures`` package, else the repo's fixtures/."""
     candidates = [Path(explicit)] if explicit else []
-    try:
-        candidates.append(Path(str(resources.files("speedfix.fixtures"))))
-    except (ModuleNotFoundError, TypeError):
-        pass
+    installed = installed_fixtures()
+    if installed is not None:
+        candidates.append(installed)
     candidates.append(Path(__file__).resolve().parents[2] / "fixtures")
     for candidate in candidates:
         if (candidate / SUITE_FILE).is_file():
@@ -94,7 +105,8 @@ def run_suite(*, fixtures: Path | None = None, tiny: bool | None = None, only: l
     workloads = [w for w in load_suite(directory) if not only or w.name in only]
     has_cuda = cuda_available()
     tiny = (not has_cuda) if tiny is None else tiny
-    settings = settings or CompareSettings()
+    # the scripts run in a temporary copy of the fixtures: stopped as soon as their result is written
+    settings = replace(settings or CompareSettings(), result_grace_s=0.0)
     if fixer is None:
         from .verify import load_fixer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from speedfix.commands.scan import TOO_DEEP, display_path, project_links, time_limit_message
+from speedfix.commands.scan import TOO_DEEP, display_path, file_setup, project_links, time_limit_message
 from speedfix.engine.analysis import SyntaxProblem
 from speedfix.engine.results import FileError
 from speedfix.fixes.fixer import FixError, Unfixed, fix_source
@@ -49,8 +49,9 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
         try:
             source, notebook = read_python(target.path, settings.max_file_size)
             with deadline.time_limit(settings.file_time_limit), collector_paused():
-                fixed = fix_source(source, shown, settings.rules_for(target.path), settings.target,
-                                   unsafe=settings.unsafe_fixes, links=links.get(target.path))
+                project, version = file_setup(settings, target.path)
+                fixed = fix_source(source, shown, settings.rules_for(target.path), version,
+                                   unsafe=settings.unsafe_fixes, links=links.get(target.path), project=project)
             original, data = source.data, fixed.data
             left = [item.finding for item in fixed.unfixed]
             if not write:  # positions must be those of the file on disk, not of the fixed code

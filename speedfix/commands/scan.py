@@ -12,8 +12,9 @@ from typing import Callable, Iterator, TypeVar
 from speedfix.engine.findings import Finding, from_record, to_record
 from speedfix.engine.catalog import rule_name
 from speedfix.engine.results import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, Analysis, FileError, Note
-from speedfix.model.deepspeed_files import named_json_files
+from speedfix.model.versions import TorchVersion, project_target
 from speedfix.project import Links, ModuleFacts, extract_facts, link
+from speedfix.model.project_files import ProjectFiles, display_path, inputs_unchanged
 from speedfix.project.linker import imported_words, linked_candidates
 from speedfix.syntax import deadline
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
@@ -37,13 +38,15 @@ class ScanResult:
         return 1 if self.findings else 0
 
 
-def display_path(path: Path) -> str:
-    """Paths relative to the current folder when they are below it (as ruff prints them)."""
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:
-        return str(path)
-    return str(path) if relative.startswith("..") else relative
+def file_setup(settings: Settings, path: Path) -> tuple[ProjectFiles, TorchVersion]:
+    """How the analysis of ``path`` reads its project's files (inside the scan's root, the
+    current folder and the file's own folder), and the torch it targets: the one the user
+    named, else the installed one moved into the range the project pins (`torch<2` in its
+    requirements.txt makes it 1.13)."""
+    project = ProjectFiles.for_script(path, (settings.root, Path.cwd()))
+    if settings.torch_version:
+        return project, settings.target
+    return project, project_target(project, settings.target)
 
 
 def scan_file(target: Target, settings: Settings, *, details: bool = False, links: Links | None = None) -> Analysis:
@@ -61,7 +64,8 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
         return Analysis(shown, error=FileError(shown, str(exc)))
     try:
         with deadline.time_limit(settings.file_time_limit), collector_paused(), room_for_deep_trees():
-            analysis = analyze(source, shown, settings.rules_for(target.path), settings.target, links)
+            project, version = file_setup(settings, target.path)
+            analysis = analyze(source, shown, settings.rules_for(target.path), version, links, project)
             if notebook is not None:
                 notebook.locate(analysis.findings)
                 analysis.notes[:0] = [Note(shown, message) for message in notebook.skipped()]
@@ -127,6 +131,7 @@ def _record(analysis: Analysis) -> dict:
         "error": None if error is None else error.__dict__,
         "findings": [to_record(f) for f in analysis.findings],
         "notes": [note.message for note in analysis.notes],
+        "inputs": analysis.inputs,
     }
 
 
@@ -137,6 +142,7 @@ def _from_record(record: dict) -> Analysis:
         findings=[from_record(f) for f in record["findings"]],
         error=None if error is None else FileError(**error),
         notes=[Note("", str(message)) for message in record.get("notes", [])],
+        inputs={str(k): str(v) for k, v in record.get("inputs", {}).items()},
     )
 
 
@@ -251,16 +257,9 @@ def _all_facts(
 
 
 def _digest(path: Path, data: bytes) -> str:
-    """The digest of what a file's findings depend on: its bytes, and the JSON files it names
-    that a rule reads (a DeepSpeed config beside it)."""
-    named = named_json_files(path, data) if b".json" in data else []  # at most MAX_BYTES each
-    parts = [data]
-    for json_path in named:
-        try:
-            parts.append(json_path.read_bytes())
-        except OSError:
-            parts.append(b"unreadable")
-    return file_digest(b"\0".join(parts)) if named else file_digest(data)
+    """The digest of a file's bytes. (What its findings read besides, the project's
+    configuration files, is checked on a cache hit: ``Analysis.inputs``.)"""
+    return file_digest(data)
 
 
 def _size(path: Path) -> int:
@@ -297,6 +296,7 @@ def scan_paths(
     links, digests = project_links(targets, paths, settings, cache, jobs)
     analyses: dict[int, Analysis] = {}
     keys: dict[int, str | None] = {}
+    seen: dict[str, str] = {}  # project files' digests, computed once per scan
     todo: list[int] = []
     for index, target in enumerate(targets):
         hit = None
@@ -305,6 +305,8 @@ def scan_paths(
             keys[index] = _cache_key(settings, target, details, digests.get(target.path), links.get(target.path))
             hit = cache.get(target.path, keys[index]) if keys[index] is not None else None
             hit = _loaded(hit) if hit is not None else None  # a damaged entry is analysed again
+            if hit is not None and not inputs_unchanged(hit.inputs, seen):
+                hit = None  # a configuration file it read has changed
         if hit is not None:
             analyses[index] = hit
         else:
@@ -331,7 +333,7 @@ def scan_paths(
         analysis = analyses[index]
         shown = display_path(target.path)  # cached records may come from another folder
         for finding in analysis.findings:
-            finding.path = shown
+            finding.path = display_path(Path(finding.file)) if finding.file else shown
         if analysis.error is not None:
             analysis.error.path = shown
         for note in analysis.notes:
@@ -341,8 +343,24 @@ def scan_paths(
             result.errors.append(analysis.error)
         result.findings.extend(analysis.findings)
         result.notes.extend(analysis.notes)
+    result.findings = _one_per_place(result.findings)
     result.findings.sort(key=lambda f: f.sort_key)
     return result
+
+
+def _one_per_place(findings: list[Finding]) -> list[Finding]:
+    """A configuration file two scripts read (hydra's trainer YAML for train.py and eval.py) is
+    reported once per place and message."""
+    seen: set[tuple[str, int, int, str, str]] = set()
+    kept = []
+    for finding in findings:
+        if finding.file is not None:
+            key = (finding.file, finding.line, finding.column, finding.code, finding.message)
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(finding)
+    return kept
 
 
 # Below this many files a process pool costs more than it saves.

@@ -17,6 +17,7 @@ A syntax error is a finding like any other, ``SF000 invalid-syntax`` (as ruff re
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import libcst as cst
@@ -31,6 +32,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
+from speedfix.model.project_files import ProjectFiles, display_path
 from speedfix.syntax import deadline
 from speedfix.syntax.parsing import (NestingTooDeep, TooBigToParse, newer_syntax, parse_module, python_ast,
                                      room_for_deep_trees)
@@ -38,7 +40,7 @@ from speedfix.syntax.positions import positions_for
 from speedfix.syntax.source import SourceFile
 from speedfix.syntax.walk import walk_batched
 
-_RELEVANT = (b"torch", b"lightning", b"transformers", b"accelerate", b"deepspeed")
+_RELEVANT = (b"torch", b"lightning", b"transformers", b"accelerate", b"deepspeed", b"trl")
 
 
 class SyntaxProblem(Exception):
@@ -121,9 +123,12 @@ def analyze(
     rule_classes: Sequence[type[Rule]],
     torch_version: TorchVersion,
     links: Links | None = None,
+    project: ProjectFiles | None = None,
 ) -> Analysis:
     """Run ``rule_classes`` on one file and return its findings (positions and noqa applied);
-    ``links``: what the other files of the scan tell this one (None: a file on its own)."""
+    ``links``: what the other files of the scan tell this one (None: a file on its own);
+    ``project``: how to read the project's configuration files (None: the file's folder and
+    the current one)."""
     result = Analysis(path)
     suppressions = FileSuppressions.parse(source.text) if b"noqa" in source.data else FileSuppressions(frozenset())
     if suppressions.skips_file:
@@ -140,7 +145,8 @@ def analyze(
         module = parse(source.data, path)
     except SyntaxProblem as problem:
         return _failed(result, problem.error)
-    context = FileContext(module, path, torch_version, links)
+    project = project or ProjectFiles.for_script(Path(source.path), (Path.cwd(),))
+    context = FileContext(module, path, torch_version, links, project)
     rules = [cls(context) for cls in rule_classes
              if cls.applies_to(torch_version) and cls.may_apply(source.data, cuda=cuda, hot=hot, linked=linked)]
     top_of: dict[cst.CSTNode, int] = {}
@@ -154,6 +160,8 @@ def analyze(
         findings.extend(rule.findings)
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
+    result.inputs = dict(project.inputs)
+    result.notes.extend(Note(path, problem) for problem in dict.fromkeys(project.problems))
     note = unchecked_loop_note(context, rule_classes)
     if note is not None:
         result.notes.append(Note(path, note))
@@ -180,6 +188,13 @@ def locate(
         if where is not None:
             finding.line, finding.column = where.start.line, where.start.column + 1
             finding.end_line, finding.end_column = where.end.line, where.end.column + 1
+        if finding.file is not None:  # a line of a configuration file (`Rule.report_at`)
+            finding.path = display_path(Path(finding.file))
+            if suppressions.suppresses(finding.code):
+                suppressed.append(finding)
+            else:
+                kept.append(finding)
+            continue
         finding.path = path
         line_text = lines[finding.line - 1] if 0 < finding.line <= len(lines) else ""
         if suppressions.suppresses(finding.code) or line_suppresses(line_text, finding.code):
@@ -204,11 +219,13 @@ def _drop_fixes_sharing_ops(kept: list[Finding], suppressed: list[Finding]) -> N
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
-    """One finding per (code, position): a rule may reach the same node twice."""
-    seen: set[tuple[str, int, int]] = set()
+    """One finding per (code, position, message): a rule may reach the same node twice (two
+    different findings of one rule that start at one place, a framework call that is also its
+    statement, are both kept)."""
+    seen: set[tuple[str, str, int, int, str]] = set()
     unique = []
     for finding in findings:
-        key = (finding.code, finding.line, finding.column)
+        key = (finding.code, finding.path, finding.line, finding.column, finding.message)
         if key not in seen:
             seen.add(key)
             unique.append(finding)

@@ -125,6 +125,9 @@ class Finding:
     no_fix_reason: str | None = None  # why a fixable rule has no fix here
     cell: int | None = None  # notebooks: 1-based cell number
     cell_line: int | None = None  # notebooks: line within the cell
+    # A finding about a configuration file (YAML, JSON, a launch script) the script reads: its
+    # absolute path; ``path``/``line``/``column`` are then that file's, as the report shows them.
+    file: str | None = None
     edits: list[Edit] | None = field(default=None, repr=False)  # filled on demand
     diff: str | None = field(default=None, repr=False)  # filled on demand
 
@@ -162,6 +165,7 @@ def to_record(finding: Finding) -> dict:
         "no_fix_reason": finding.no_fix_reason,
         "cell": finding.cell,
         "cell_line": finding.cell_line,
+        "file": finding.file,
         "edits": None if finding.edits is None else [e.__dict__ for e in finding.edits],
         "diff": finding.diff,
     }
@@ -185,6 +189,7 @@ def from_record(record: dict) -> Finding:
         no_fix_reason=record.get("no_fix_reason"),
         cell=record.get("cell"),
         cell_line=record.get("cell_line"),
+        file=record.get("file"),
         edits=None if edits is None else [Edit(**e) for e in edits],
         diff=record.get("diff"),
     )

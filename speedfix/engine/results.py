@@ -60,6 +60,9 @@ class Analysis:
     module: cst.Module | None = None
     context: FileContext | None = None
     notes: list[Note] = field(default_factory=list)
+    # The project files the analysis read (configuration, launch scripts): path -> digest
+    # (``speedfix.model.project_files``); a cached result holds only while they are unchanged.
+    inputs: dict[str, str] = field(default_factory=dict)
 
     @property
     def syntax_error(self) -> Finding | None:

@@ -21,9 +21,11 @@ from typing import ClassVar
 
 import libcst as cst
 from speedfix.engine.findings import Applicability, Category, Finding, Fix, FixOp, LossCheck, Severity
+from speedfix.engine.suppression import line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import GPU_MARKERS
 from speedfix.model.versions import TorchVersion
+from speedfix.model.project_files import Location
 from speedfix.syntax.walk import Visitor
 
 DOC_SECTIONS = (
@@ -117,17 +119,30 @@ class Rule(Visitor):
                 ops=tuple(fix_ops),
                 restructures=restructures,
             )
-        self.findings.append(
-            Finding(
-                code=self.code,
-                name=self.name,
-                message=message,
-                severity=severity or self.severity,
-                node=node,
-                fix=fix,
-                no_fix_reason=None if fix else no_fix_reason,
-            )
-        )
+        self.findings.append(self._finding(message, severity, node=node, fix=fix, no_fix_reason=None if fix else no_fix_reason))
+
+    def _finding(self, message: str, severity: Severity | None, **fields: object) -> Finding:
+        return Finding(code=self.code, name=self.name, message=message, severity=severity or self.severity,
+                       **fields)  # type: ignore[arg-type]
+
+    def report_at(
+        self,
+        where: Location,
+        message: str,
+        *,
+        no_fix_reason: str | None = None,
+        severity: Severity | None = None,
+    ) -> None:
+        """Report a value of a configuration file the script reads (a YAML or JSON line, a
+        launch script's option) at its place in that file. speedfix rewrites Python only, so
+        such a finding has no fix: ``no_fix_reason`` says what to change. A `# noqa` on that
+        line (YAML and shell comments) suppresses it as in Python."""
+        if line_suppresses(where.line_text, self.code):
+            return
+        self.findings.append(self._finding(
+            message, severity, node=None, no_fix_reason=no_fix_reason, file=str(where.path),
+            line=where.line, column=where.column, end_line=where.end_line, end_column=where.end_column,
+        ))
 
     def finish(self) -> None:
         """Called once the whole file has been traversed."""

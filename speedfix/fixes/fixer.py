@@ -22,8 +22,10 @@ from speedfix.engine.findings import (AddImport, Applicability, Blocker, Finding
 from speedfix.engine.registry import select_rules
 from speedfix.engine.results import SYNTAX_ERROR_CODE, Analysis
 from speedfix.engine.rule import Rule
+from speedfix.fixes.width import wrap_long_lines
 from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.project import Links
+from speedfix.model.project_files import ProjectFiles
 from speedfix.syntax.comments import own_lines
 from speedfix.syntax.nodes import walk_expression
 from speedfix.syntax.parsing import newer_syntax, python_ast, room_for_deep_trees
@@ -181,7 +183,7 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix], *, only: Set[int] | No
             updated = RemoveImportsVisitor(context).transform_module(updated)
         if applier.imports:
             updated = AddImportsVisitor(context).transform_module(updated)
-    return updated
+    return wrap_long_lines(module, updated)
 
 
 def this_pass(fixes: Sequence[Fix]) -> list[Fix]:
@@ -242,6 +244,7 @@ def fix_source(
     *,
     unsafe: bool,
     links: Links | None = None,
+    project: ProjectFiles | None = None,
 ) -> FixOutcome:
     """Fix ``source`` to a fixed point (``links``: what the other files of the project tell it).
     Raises FixError when a fix breaks the code, and SyntaxProblem when the parser gives up on
@@ -253,7 +256,7 @@ def fix_source(
     analysis: Analysis | None = None
     restorer: Restorer | None = None
     def analyse(data: bytes, fixed: bool) -> Analysis:
-        result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target, links)
+        result = analyze(SourceFile(source.path, data, *decode_source(data)), path, rules, target, links, project)
         broken = result.error or result.syntax_error  # the parse runs the interpreter's ast too
         if broken is not None and fixed:  # the input parsed: our own fix broke it
             raise FixError(f"{path}: a fix produced code that does not parse ({broken.message}); nothing was written")

@@ -43,6 +43,8 @@ class LineMap:
     def remap(self, findings: Iterable[Finding]) -> None:
         """Move ``findings`` (positions in the fixed code) to the original's positions."""
         for finding in findings:
+            if finding.file is not None:
+                continue  # a line of a configuration file, not of this code
             finding.line, finding.column = self.position(finding.line, finding.column)
             finding.end_line, finding.end_column = self.position(finding.end_line, finding.end_column)
 

@@ -25,8 +25,10 @@ from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.flow import default_truth, off_by_default
 from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.frameworks import ACCELERATOR
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import AUTOCAST
+from speedfix.model.tensors import has_sync_before
 from speedfix.syntax.names import dotted_name
 
 
@@ -231,9 +233,18 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
     casts = autocasts(ctx)
     if autocast_passed_around(ctx) or any(cast.on_by_default for cast in casts):
         return True
-    if casts or autocast_passings(ctx):
+    if casts or autocast_passings(ctx) or _accelerate_in_fp32(ctx):
         return _low_precision_elsewhere(ctx)
     return ctx.mentions_low_precision or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname)
+
+
+def _accelerate_in_fp32(ctx: FileContext) -> bool:
+    """Does every `Accelerator` of the file train in fp32 by default (diffusers' `--mixed_precision`
+    option, default "no")? The 16-bit dtypes the file names are then for its other choices."""
+    sites = ctx.calls_to(*ACCELERATOR)
+    return bool(sites) and all(
+        string_value(ctx, find_argument(ctx, site, "mixed_precision").node, site.stack) == "no" for site in sites
+    )
 
 
 def gated_autocasts(ctx: FileContext) -> list[Autocast | Passing]:
@@ -245,9 +256,12 @@ def gated_autocasts(ctx: FileContext) -> list[Autocast | Passing]:
 def _low_precision_elsewhere(ctx: FileContext) -> bool:
     """A 16-bit model or framework setting besides autocast: `.half()`, `.to(torch.bfloat16)`,
     Lightning's `precision="bf16-mixed"`, FSDP's `param_dtype=`, HF's `bf16=True`."""
-    if any(True for _ in ctx.method_calls("half")) or any(True for _ in ctx.method_calls("bfloat16")):
-        return True
+    for method in ("half", "bfloat16"):
+        if any(not _host_copy(site) for site in ctx.method_calls(method)):
+            return True
     for site in ctx.method_calls("to"):
+        if _host_copy(site):
+            continue
         if any(precision_of(ctx, arg.value, site.stack) in (Precision.FP16, Precision.BF16) for arg in site.node.args):
             return True
     for site in ctx.calls:
@@ -255,6 +269,25 @@ def _low_precision_elsewhere(ctx: FileContext) -> bool:
             if arg.keyword is not None and arg.keyword.value in _PRECISION_KEYWORDS and _sixteen_bit(ctx, arg, site):
                 return True
     return False
+
+
+def _host_copy(site: CallSite) -> bool:
+    """`t.detach().cpu().to(torch.bfloat16)`: a copy on the host (a checkpoint written in bf16),
+    not the model or the batch put in 16-bit for training."""
+    receiver = site.node.func.value  # type: ignore[attr-defined]
+    return has_sync_before(receiver) or any(
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "detach"
+        for node in _chain(receiver)
+    )
+
+
+def _chain(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """`a.b().c()[0].d()` -> every link, outermost first."""
+    links = []
+    while isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
+        links.append(expr)
+        expr = expr.func if isinstance(expr, cst.Call) else expr.value
+    return links
 
 
 def _sixteen_bit(ctx: FileContext, arg: cst.Arg, site: CallSite) -> bool:

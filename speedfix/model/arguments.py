@@ -16,7 +16,7 @@ from enum import Enum
 import libcst as cst
 
 from speedfix.model.context import FileContext
-from speedfix.model.frames import Stack
+from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import integer_value, walk_expression
@@ -185,7 +185,7 @@ def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack,
     if isinstance(node, cst.Integer):
         return integer_value(node)
     if isinstance(node, cst.Name):
-        value = ctx.single_value(node.value, stack)
+        value = ctx.single_value(node.value, stack) or parameter_default(ctx, node.value, stack)
         return literal_int(ctx, value, stack, depth + 1)
     if isinstance(node, cst.Call) and dotted_name(node.func) == "int" and len(node.args) == 1:
         return literal_int(ctx, node.args[0].value, stack, depth + 1)  # `int(opt.workers)`
@@ -193,6 +193,31 @@ def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack,
     if default is not None:
         return literal_int(ctx, default, stack, depth + 1)
     return None
+
+
+def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:
+    """The default of the parameter ``name`` of the function around ``stack`` when no call in
+    the file passes it and the function never rebinds it: `def __init__(self, ...,
+    num_workers: int = 0)` with `Trainer(model, data)` calls (or none) runs with 0."""
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
+        return None
+    params = [*function.params.params, *function.params.kwonly_params]
+    param = next((p for p in params if p.name.value == name), None)
+    if param is None or param.default is None:
+        return None
+    owner = class_of_method(stack)
+    called = owner.name.value if owner is not None and function.name.value == "__init__" else function.name.value
+    positional = [p.name.value for p in function.params.params]
+    index = positional.index(name) if name in positional else None
+    if index is not None and owner is not None:
+        index -= 1  # `self` is not passed
+    for site in ctx.calls:
+        if (site.func or "").rsplit(".", 1)[-1] != called:
+            continue
+        if any(arg.star for arg in site.node.args) or not find_argument(ctx, site, name, index).missing:
+            return None  # a call passes it (or may, through `*args`/`**kwargs`)
+    return param.default
 
 
 def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool | None:
@@ -287,3 +312,16 @@ def _dest_of(site: CallSite) -> str:
     longs = [o for o in options if o.startswith("--")]
     chosen = longs[0] if longs else (options[0] if options else "")
     return chosen.lstrip("-").replace("-", "_")
+
+
+UNKNOWN_VALUE = object()  # what ``known_value`` returns for a value the file cannot tell
+
+
+def known_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> object:
+    """The Python value (bool, int, str or None) an expression certainly holds: a literal, a
+    constant, an argparse default; ``UNKNOWN_VALUE`` otherwise."""
+    for read in (literal_bool, literal_int, string_value):
+        value = read(ctx, node, stack)
+        if value is not None:
+            return value
+    return None if isinstance(node, cst.Name) and node.value == "None" else UNKNOWN_VALUE

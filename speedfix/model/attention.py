@@ -33,6 +33,7 @@ import libcst as cst
 
 from speedfix.model.arguments import find_argument
 from speedfix.model.context import FileContext
+from speedfix.model.flow import off_by_default
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import CallSite
 from speedfix.syntax.blocks import statement_owner
@@ -561,15 +562,29 @@ def attention_of(ctx: FileContext, site: CallSite) -> tuple[Attention, list[cst.
 _FAST_PATHS: WeakKeyDictionary[FileContext, set[cst.CSTNode]] = WeakKeyDictionary()
 
 
+def fast_path_gate(ctx: FileContext, stack: Stack) -> str | None:
+    """The test that keeps a fused attention of the function or class around ``stack`` off by
+    default (llm.c's `if FLASH:` with `--flash 0`), or None."""
+    scopes = {ctx.function_of(stack), class_of_method(stack)} - {None}
+    for site in ctx.calls:
+        if (dotted_name(site.node.func) or "").rsplit(".", 1)[-1] in FAST_ATTENTION and any(
+                frame.node in scopes for frame in site.stack):
+            gate = off_by_default(ctx, site.statement, site.stack)
+            if gate is not None:
+                return gate
+    return None
+
+
 def has_fast_path(ctx: FileContext, stack: Stack) -> bool:
     """Does the function or class around ``stack`` also call a fused attention (the code at
     ``stack`` is then its fallback)?"""
     found = _FAST_PATHS.get(ctx)
     if found is None:
-        found = _FAST_PATHS[ctx] = {  # every frame around a call of a fused attention
+        found = _FAST_PATHS[ctx] = {  # every frame around a call of a fused attention run by default
             frame.node
             for site in ctx.calls
             if (dotted_name(site.node.func) or "").rsplit(".", 1)[-1] in FAST_ATTENTION
+            and off_by_default(ctx, site.statement, site.stack) is None  # not llm.c's `if FLASH:` (0)
             for frame in site.stack
         }
     scopes = {ctx.function_of(stack), class_of_method(stack)} - {None}

@@ -109,9 +109,17 @@ class FileContext(FileIndex):
         if facts is not None:
             return facts
         func = site.node.func
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
-            owner = self.project_name(self.constructor_of(func.value, site.stack))
-            return self.links.function(f"{owner}.{func.attr.value}") if owner else None
+        if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+            return None
+        made = [self.constructor_of(func.value, site.stack)]
+        if made[0] is None:  # `policy = TD3.TD3(...)` or `DDPG.DDPG(...)` by an option: any of them
+            made = [dotted_name(a.value.func) for a in self.assignments_in_scope(func.value.value, site.stack)
+                    if isinstance(a.value, cst.Call)]
+        for owner in made:  # spelled through the imports (`sac.SAC`) or not yet (`from models import *`)
+            for qualified in (owner, self.project_name(owner)):
+                found = self.links.function(f"{qualified}.{func.attr.value}") if qualified else None
+                if found is not None:
+                    return found
         return None
 
     def project_iterates(self, site: CallSite, name: str, *, any_loop: bool = False) -> bool:

@@ -1,27 +1,31 @@
 """The DeepSpeed configuration a script names, read without running the script.
 
-A config reaches DeepSpeed as a dict (`deepspeed.initialize(..., config=ds_config)`) or as the
+A config reaches DeepSpeed as a dict (`deepspeed.initialize(..., config=ds_config)`), as the
 path of a JSON file (`config="ds_config.json"`, `TrainingArguments(deepspeed="ds_z2.json")`,
-`HfDeepSpeedConfig("ds.json")`, an argparse `--deepspeed_config` default). A dict written in the
-file is read from its syntax tree; a JSON file from where ``speedfix.model.deepspeed_files``
-finds it (beside the script or in the current folder, never out of them), and what it holds is
-part of the script's cache key.
+`HfDeepSpeedConfig("ds.json")`, an argparse `--deepspeed_config` default), or on the command
+line of the project's launch scripts (`deepspeed train.py --deepspeed ds_config.json`, in every
+command that runs the script). A dict written in the file is read from its syntax tree (a value
+such as `args.dtype == "fp16"` is worked out from the argparse default); a JSON file through
+``ProjectFiles``: inside the project only, never bigger than its cap, and part of what the scan
+cache checks. Each value of a JSON file keeps its line, so a finding points at it.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import libcst as cst
 
-from speedfix.model.arguments import find_argument
+from speedfix.model import launch
+from speedfix.model.arguments import find_argument, string_value
+from speedfix.model.config_tree import ConfigError, Node, TooDeep, load
 from speedfix.model.context import FileContext
-from speedfix.model.deepspeed_files import locate
+from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
-from speedfix.syntax.nodes import integer_value
+from speedfix.model.project_files import Location
+from speedfix.syntax.nodes import integer_value, walk_expression
 
 # Calls that take a DeepSpeed config, and the keyword (and position) it is passed by.
 CONFIG_TAKERS: dict[str, tuple[str, int | None]] = {
@@ -35,24 +39,52 @@ CONFIG_TAKERS: dict[str, tuple[str, int | None]] = {
     "accelerate.utils.DeepSpeedPlugin": ("hf_ds_config", 0),
 }
 _ARGPARSE_OPTIONS = ("deepspeed_config", "deepspeed")
+_INITIALIZE = "deepspeed.initialize"
+_HF_TAKERS = ("transformers.HfArgumentParser", "transformers.hf_argparser.HfArgumentParser", "trl.TrlParser",
+              "transformers.Trainer", "accelerate.Accelerator")
+# A script that can pass a DeepSpeed config has one of these (SF905 runs only there too); a
+# Hugging Face script may get one from its launch command (`--deepspeed ds.json`).
+MARKERS = (b"deepspeed", b"DeepSpeed", b"ds_config", b"HfArgumentParser", b"TrlParser")
+UNRESOLVED = "\0unresolved"  # the key of a dict literal's values when some of its keys are unknown
 
 
 @dataclass(frozen=True)
 class DeepSpeedConfig:
     """A config as the script gives it: ``values`` (None when it cannot be read, ``problem`` says
-    why), the node to report on, and the JSON file's name (None: a dict in the script)."""
+    why), the node to report on (None: named by a launch command, at ``where``), and the JSON
+    file's name and tree (None: a dict in the script)."""
 
-    node: cst.CSTNode
+    node: cst.CSTNode | None
     values: dict[str, Any] | None
     file: str | None = None
     literal: cst.Dict | None = None  # the dict as written, when the script holds it
     problem: str | None = None
     taker: str | None = None  # the call it is passed to (qualified), None: an argparse default
     name: str | None = None  # the variable that holds it (`ds_config`), when it is one
+    tree: Node | None = None  # a JSON file's values with their lines
+    where: Location | None = None  # the launch command's option that names the file
+
+    @property
+    def for_trainer(self) -> bool:
+        """Given to the Hugging Face Trainer or Accelerate, which fill in "auto" values and
+        check fp16/bf16 against their own flags (a launch command's `--deepspeed` too, unless
+        the script hands it to `deepspeed.initialize` itself)."""
+        return self.taker is not None and self.taker != _INITIALIZE
+
+    def location(self, *keys: str) -> Location | None:
+        """The line of a key of a JSON file (the nearest enclosing key that exists)."""
+        if self.tree is None:
+            return None
+        for end in range(len(keys), 0, -1):
+            found = self.tree.get(*keys[:end])
+            if found is not None:
+                return found.at
+        return self.tree.where
 
 
 def named_configs(ctx: FileContext) -> list[DeepSpeedConfig]:
-    """The DeepSpeed configs the script passes (or defaults to), in file order, one per node."""
+    """The DeepSpeed configs the script passes (or defaults to, or is launched with), in file
+    order, one per node (a launch command's file: once)."""
     found: dict[int, DeepSpeedConfig] = {}
     for qualified, (keyword, position) in CONFIG_TAKERS.items():
         for site in ctx.calls_to(qualified):
@@ -63,26 +95,58 @@ def named_configs(ctx: FileContext) -> list[DeepSpeedConfig]:
             if config is not None:
                 name = argument.node.value if isinstance(argument.node, cst.Name) else None
                 found.setdefault(id(config.node), replace(config, taker=qualified, name=name))
+    # a file named on the command line goes to `deepspeed.initialize(args=args)`, else the Trainer
+    taker = _INITIALIZE if ctx.calls_to(_INITIALIZE) and not ctx.calls_to(*_HF_TAKERS) else "transformers.Trainer"
     for site in ctx.calls:
         config = _argparse_config(ctx, site)
         if config is not None:
-            found.setdefault(id(config.node), config)
+            found.setdefault(id(config.node), replace(config, taker=taker))
+    launched = _launched(ctx)
+    if launched is not None and not any(config.file == launched.file for config in found.values()):
+        found[id(launched)] = replace(launched, taker=taker)
     return list(found.values())
 
 
 def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> DeepSpeedConfig | None:
+    stack = site.stack
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, site.stack)
         if value is None:
             return None
         node = value
+    if isinstance(node, cst.Call):  # `ds_config = get_ds_config(args)`, a function of this file
+        built = _returned_dict(ctx, node)
+        if built is None:
+            return None
+        node, stack = built
     if isinstance(node, cst.Dict):
-        values = _literal_dict(node)
-        return DeepSpeedConfig(node, values, literal=node) if values is not None else None
+        values = _literal_dict(ctx, node, stack)
+        return DeepSpeedConfig(node, values, literal=node)
     if isinstance(node, cst.SimpleString):
         name = node.evaluated_value
         if isinstance(name, str) and name.endswith(".json"):
             return _from_file(ctx, node, name)
+    return None
+
+
+def _returned_dict(ctx: FileContext, call: cst.Call) -> tuple[cst.Dict, Stack] | None:
+    """The dict a module-level function of the file returns (`return ds_config`, assigned once
+    there, or a dict literal), with the stack its values are read in."""
+    if not isinstance(call.func, cst.Name):
+        return None
+    functions = [info for info in ctx.functions.get(call.func.value, ()) if not info.stack]
+    if len(functions) != 1 or not isinstance(functions[0].node, cst.FunctionDef):
+        return None
+    function = functions[0].node
+    returns = [n.value for n in walk_expression(function.body) if isinstance(n, cst.Return) and n.value is not None]
+    if len(returns) != 1:
+        return None
+    value = returns[0]
+    if isinstance(value, cst.Name):
+        local = [a for a in ctx.assignments.get(value.value, ()) if ctx.function_of(a.stack) is function]
+        if len(local) != 1 or local[0].unpacked or not isinstance(local[0].value, cst.Dict):
+            return None
+        return local[0].value, local[0].stack
     return None
 
 
@@ -102,42 +166,63 @@ def _argparse_config(ctx: FileContext, site: CallSite) -> DeepSpeedConfig | None
     return None
 
 
+def _launched(ctx: FileContext) -> DeepSpeedConfig | None:
+    """The JSON file every launch command of the script names (`--deepspeed ds.json`)."""
+    given = launch.option(ctx, *_ARGPARSE_OPTIONS)
+    if not given.known or not isinstance(given.value, str) or not given.value.endswith(".json") or given.where is None:
+        return None
+    project = ctx.project
+    assert project is not None  # launch commands are only read through the project's files
+    path = project.find(given.value, (given.where.path.parent, project.top(), project.folder))
+    if path is None:
+        return None
+    return replace(_parse(ctx, path, given.value, None), where=given.where)
+
+
 def _from_file(ctx: FileContext, node: cst.SimpleString, name: str) -> DeepSpeedConfig | None:
-    path = locate(Path(ctx.path), name)
+    project = ctx.project
+    if project is None:
+        return None
+    path = project.find(name)
     if path is None:
         return None  # not beside the script nor in the current folder (or too big): nothing to read
+    return _parse(ctx, path, name, node)
+
+
+def _parse(ctx: FileContext, path: Path, name: str, node: cst.CSTNode | None) -> DeepSpeedConfig:
+    assert ctx.project is not None
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return DeepSpeedConfig(node, None, name, problem=f"cannot read {name}: {exc.strerror or exc}")
-    try:
-        values = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return DeepSpeedConfig(node, None, name, problem=f"{name} is not plain JSON ({exc}); DeepSpeed reads it as "
-                                                         "hjson, which allows comments, speedfix does not")
-    except RecursionError:  # the script keeps its findings: only the JSON is left unread
-        return DeepSpeedConfig(node, None, name, problem=f"{name} is nested too deeply to read")
+        tree = load(ctx.project, path)
+    except TooDeep as exc:  # the script keeps its findings: only the JSON is left unread
+        return DeepSpeedConfig(node, None, name, problem=f"{name} is {exc}")
+    except ConfigError as exc:
+        return DeepSpeedConfig(node, None, name, problem=f"{name} is {exc}; DeepSpeed reads it as hjson, which "
+                                                         "allows comments, speedfix does not")
+    if tree is None:
+        return DeepSpeedConfig(node, None, name, problem=f"cannot read {name}")
+    values = tree.plain()
     if not isinstance(values, dict):
         return DeepSpeedConfig(node, None, name, problem=f"{name} holds a JSON {type(values).__name__}, not an object")
-    return DeepSpeedConfig(node, values, name)
+    return DeepSpeedConfig(node, values, name, tree=tree)
 
 
-def _literal_dict(node: cst.Dict) -> dict[str, Any] | None:
+def _literal_dict(ctx: FileContext, node: cst.Dict, stack: Stack) -> dict[str, Any]:
     """A dict of literals (nested dicts, strings, numbers, True/False/None); unknown values
-    (names, calls) are kept as ``...`` so that the keys around them still count."""
+    (names, calls) are kept as ``...`` so that the keys around them still count. A key or a
+    comparison the argparse defaults decide counts too (`dtype: {...}`, `args.dtype == "fp16"`)."""
     values: dict[str, Any] = {}
     for element in node.elements:
-        if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
-            continue
-        key = element.key.evaluated_value
+        key = string_value(ctx, element.key, stack) if isinstance(element, cst.DictElement) else None
         if isinstance(key, str):
-            values[key] = _literal(element.value)
+            values[key] = _literal(ctx, element.value, stack)
+        else:
+            values[UNRESOLVED] = ...  # `**base` or a key speedfix cannot know: any key may be set
     return values
 
 
-def _literal(node: cst.BaseExpression) -> Any:
+def _literal(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> Any:
     if isinstance(node, cst.Dict):
-        return _literal_dict(node)
+        return _literal_dict(ctx, node, stack)
     if isinstance(node, cst.SimpleString):
         return node.evaluated_value
     if isinstance(node, cst.Integer):
@@ -147,4 +232,53 @@ def _literal(node: cst.BaseExpression) -> Any:
         return node.evaluated_value
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+        return _compared(ctx, node, stack)
     return ...
+
+
+def _compared(ctx: FileContext, node: cst.Comparison, stack: Stack) -> Any:
+    """`args.dtype == "fp16"` with the option's default "fp16": True (``...`` when unknown)."""
+    target = node.comparisons[0]
+    if not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
+        return ...
+    left, right = string_value(ctx, node.left, stack), string_value(ctx, target.comparator, stack)
+    if left is None or right is None:
+        return ...
+    return (left == right) == isinstance(target.operator, cst.Equal)
+
+
+def section(values: dict[str, Any], key: str) -> dict[str, Any]:
+    found = values.get(key)
+    return found if isinstance(found, dict) else {}
+
+
+def element(literal: cst.Dict, keys: tuple[str, ...]) -> cst.DictElement | None:
+    """The element of ``literal`` at the path ``keys`` (nested dicts)."""
+    current: cst.Dict | None = literal
+    found: cst.DictElement | None = None
+    for key in keys:
+        if current is None:
+            return None
+        found = next(
+            (e for e in current.elements if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+             and e.key.evaluated_value == key),
+            None,
+        )
+        if found is None:
+            return None
+        current = found.value if isinstance(found.value, cst.Dict) else None
+    return found
+
+
+def offloaded(zero: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The ZeRO settings that move state to the CPU or NVMe, as key paths under
+    `zero_optimization`: `("offload_optimizer", "device")`, `("offload_param", "device")`, or the
+    old `("cpu_offload",)`/`("cpu_offload_params",)` flags."""
+    found: list[tuple[str, ...]] = []
+    for key in ("offload_optimizer", "offload_param"):
+        section = zero.get(key)
+        if isinstance(section, dict) and section.get("device") not in (None, "none"):
+            found.append((key, "device"))
+    found.extend((key,) for key in ("cpu_offload", "cpu_offload_params") if zero.get(key) is True)
+    return found

@@ -40,3 +40,20 @@ def copies_to_device(ctx: FileContext) -> bool:
             or any((callee := ctx.project_callee(site)) is not None and callee.uploads for site in ctx.calls)
         )
     return found
+
+
+# Calls that start one process per GPU, or join such a group.
+_PER_GPU_PROCESSES = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.distributed.init_process_group",
+    "torch.multiprocessing.spawn",
+    "torch.utils.data.DistributedSampler",
+    "torch.utils.data.distributed.DistributedSampler",
+)
+
+
+def one_process_per_gpu(ctx: FileContext) -> bool:
+    """Does the script run as one process per GPU (DDP, `init_process_group`, `mp.spawn`, a
+    `DistributedSampler`)? The node's CPU cores are then shared by all of them."""
+    return bool(ctx.calls_to(*_PER_GPU_PROCESSES))

@@ -17,10 +17,10 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.arguments import argparse_option, find_argument
+from speedfix.model.arguments import argparse_option, find_argument, parameter_default
 from speedfix.model.context import FileContext
-from speedfix.model.frames import Stack
-from speedfix.model.index import CallSite
+from speedfix.model.frames import Stack, class_of
+from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, integer_value, walk_expression
@@ -90,9 +90,33 @@ def default_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, dept
             return False if False in (left, right) else (True if left and right else None)
         return True if True in (left, right) else (False if left is False and right is False else None)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        return _none_test(ctx, test, stack, depth)
+        return _none_test(ctx, test, stack, depth) if _is_none_test(test) else _number_test(ctx, test, stack, depth)
     value = _default_value(ctx, test, stack, depth)
     return None if value is _UNKNOWN else _truth(value)
+
+
+_NUMBER_TESTS = {
+    cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
+    cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
+    cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b,
+}
+
+
+def _is_none_test(test: cst.Comparison) -> bool:
+    target = test.comparisons[0]
+    return isinstance(target.comparator, cst.Name) and target.comparator.value == "None"
+
+
+def _number_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
+    """`num_gpus > 1` with `num_gpus = 1` (or an option's default of 1)."""
+    target = test.comparisons[0]
+    compare = _NUMBER_TESTS.get(type(target.operator))
+    if compare is None:
+        return None
+    left = _default_value(ctx, test.left, stack, depth + 1)
+    right = _default_value(ctx, target.comparator, stack, depth + 1)
+    numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in (left, right))
+    return compare(left, right) if numbers else None
 
 
 def _none_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
@@ -118,9 +142,20 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         if node.value in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[node.value]
         value = ctx.single_value(node.value, stack)
-        if value is None:
-            return _argument_default(ctx, node.value, stack, depth)
-        return _default_value(ctx, value, stack, depth + 1)
+        if value is not None:
+            return _default_value(ctx, value, stack, depth + 1)
+        found = ctx.assignments_in_scope(node.value, stack)
+        if len(found) > 1 and not any(a.unpacked or a.augmented for a in found):
+            # llm.c's `FLASH = 0`, later `FLASH = args.flash` (default 0): the same value either way
+            values = [_default_value(ctx, a.value, a.stack, depth + 1) for a in found]
+            same = all(v is not _UNKNOWN and (v is values[0] or v == values[0]) for v in values)
+            return values[0] if same else _UNKNOWN
+        passed = _argument_default(ctx, node.value, stack, depth)
+        default = parameter_default(ctx, node.value, stack) if passed is _UNKNOWN else None
+        return passed if default is None else _default_value(ctx, default, stack, depth + 1)
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        stored = _stored_attribute(ctx, code_of(node), stack)  # `self.amp = amp` in `__init__`
+        return _UNKNOWN if stored is None else _default_value(ctx, stored.value, stored.stack, depth + 1)
     if isinstance(node, cst.Integer):
         value = integer_value(node)
         return _UNKNOWN if value is None else value
@@ -129,12 +164,25 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if isinstance(node, cst.IfExp):  # `GradScaler() if args.amp else None`
         chosen = default_truth(ctx, node.test, stack, depth + 1)
         return _UNKNOWN if chosen is None else _default_value(ctx, node.body if chosen else node.orelse, stack, depth + 1)
+    if isinstance(node, cst.Call) and dotted_name(node.func) in ("int", "float") and len(node.args) == 1:
+        value = _default_value(ctx, node.args[0].value, stack, depth + 1)  # `ngpu = int(opt.ngpu)`
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _UNKNOWN
     if isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1][:1].isupper():
         return _OBJECT  # a class's constructor: some object, never None
     option = argparse_option(ctx, node)
     if option is not None:
         return _option_default(ctx, option.node, stack, depth)
     return _UNKNOWN
+
+
+def _stored_attribute(ctx: FileContext, name: str, stack: Stack) -> Assignment | None:
+    """The one plain assignment of `self.x` in the methods of the class around ``stack``."""
+    owner = class_of(stack)
+    if owner is None:
+        return None
+    found = [a for infos in ctx.functions.values() for info in infos if info.class_name == owner.name.value
+             for a in ctx.assignments_in(info.node, name)]
+    return found[0] if len(found) == 1 and not (found[0].unpacked or found[0].augmented) else None
 
 
 def _argument_default(ctx: FileContext, name: str, stack: Stack, depth: int) -> object:

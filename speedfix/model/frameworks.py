@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from speedfix.model import launch
 from speedfix.model.arguments import find_argument, literal_bool, string_value
-from speedfix.model.context import LIGHTNING_MODULE, FileContext
+from speedfix.model.config_tree import ConfigError, load
+from speedfix.model.context import FileContext, LIGHTNING_MODULE
+from speedfix.model.flow import default_truth
 from speedfix.model.frames import class_of_method
 from speedfix.model.index import CallSite
 from speedfix.syntax.names import dotted_name
@@ -44,9 +47,19 @@ HF_TRAINING_ARGUMENTS = (
     "transformers.Seq2SeqTrainingArguments",
     "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
 )
+# TRL's trainer configs: subclasses of TrainingArguments with TRL's own defaults.
+TRL_CONFIGS = tuple(
+    f"trl.{name}Config" for name in (
+        "SFT", "DPO", "GRPO", "KTO", "Reward", "RLOO", "ORPO", "CPO", "PPO", "BCO", "OnlineDPO", "GKD", "PRM",
+        "XPO", "NashMD",
+    )
+)
+# Parsers that fill TrainingArguments (or a TRL config) from the command line.
+HF_ARGUMENT_PARSERS = ("transformers.HfArgumentParser", "transformers.hf_argparser.HfArgumentParser", "trl.TrlParser")
 ACCELERATOR = ("accelerate.Accelerator", "accelerate.accelerator.Accelerator")
 # Bytes that can make a file GPU code without the word "cuda" (for `Rule.may_apply`'s prefilter).
-GPU_MARKERS = (b"Trainer", b"TrainingArguments", b"Accelerator", b"Fabric", b"Lightning")
+GPU_MARKERS = (b"Trainer", b"TrainingArguments", b"Accelerator", b"Fabric", b"Lightning", b"ArgumentParser",
+               b"TrlParser", b"Config(")
 # Why a finding on a framework setting has no fix: the call does not write the value itself.
 SET_ELSEWHERE = "the value is set outside the call (a constant or an argparse default)"
 # Lightning accelerators that are certainly not a CUDA GPU.
@@ -77,9 +90,10 @@ def hf_args_on_gpu(ctx: FileContext, site: CallSite) -> bool:
 
 
 def accelerator_on_gpu(ctx: FileContext, site: CallSite) -> bool:
-    """`Accelerator(...)` places everything on the GPU when there is one, unless `cpu=True`."""
+    """`Accelerator(...)` places everything on the GPU when there is one, unless `cpu=True` (a
+    `--cpu` flag that is off by default counts as False)."""
     cpu = find_argument(ctx, site, "cpu")
-    return cpu.missing or literal_bool(ctx, cpu.node, site.stack) is False
+    return cpu.missing or cpu.node is not None and default_truth(ctx, cpu.node, site.stack) is False
 
 
 def framework_uses_cuda(ctx: FileContext) -> bool:
@@ -95,7 +109,8 @@ def framework_uses_cuda(ctx: FileContext) -> bool:
     if not trainers and (ctx.calls_to(*LIGHTNING_CLI) or any(is_lightning_class(ctx, name) for name in ctx.classes)):
         return True
     return (
-        any(hf_args_on_gpu(ctx, site) for site in ctx.calls_to(*HF_TRAINING_ARGUMENTS))
+        any(hf_args_on_gpu(ctx, site) for site in ctx.calls_to(*HF_TRAINING_ARGUMENTS, *TRL_CONFIGS))
+        or bool(ctx.calls_to(*HF_ARGUMENT_PARSERS))
         or any(accelerator_on_gpu(ctx, site) for site in ctx.calls_to(*ACCELERATOR))
         or _uses_accelerator_device(ctx)
     )
@@ -134,3 +149,27 @@ def _assigned_from(ctx: FileContext, qualnames: tuple[str, ...]) -> set[str]:
             if isinstance(statement, cst.Assign) and statement.value is site.node:
                 names.update(n for target in statement.targets if (n := dotted_name(target.target)))
     return names
+
+
+def launched_mixed_precision(ctx: FileContext) -> list[str | None]:
+    """The mixed precision each launch command of the project gives an `Accelerator()` that
+    leaves it open: `accelerate launch --mixed_precision bf16`, the `mixed_precision:` of the
+    `--config_file` it names, or the script's own `--mixed_precision` option; None for a
+    command that sets none, "?" where it cannot be known (a shell variable, an unreadable file)."""
+    found: list[str | None] = []
+    project = ctx.project
+    for command in launch.launches(ctx):
+        value = command.launcher_options.get("mixed_precision", command.options.get("mixed_precision"))
+        config = command.launcher_options.get("config_file")
+        if value is None and isinstance(config, str) and project is not None:
+            path = project.find(config, (command.file.parent, project.top(), project.folder))
+            try:
+                tree = load(project, path) if path is not None else None
+            except ConfigError:
+                tree = None
+            node = tree.get("mixed_precision") if tree is not None else None
+            value = node.value if node is not None else ("?" if tree is None else None)
+        elif value is None and config is not None:
+            value = "?"
+        found.append(value if isinstance(value, str) or value is None else "?")
+    return found

@@ -25,6 +25,7 @@ import libcst as cst
 from speedfix.model.frames import (Frame, FrameKind, Stack, at_module_level, class_of, enclosing_loops, function_of,
                                    in_main_guard, nearest_loop)
 from speedfix.model.scopes import NameBindings
+from speedfix.model.project_files import ProjectFiles
 from speedfix.model.versions import TorchVersion
 from speedfix.project.linker import Links
 from speedfix.project.steps import CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS
@@ -124,13 +125,18 @@ def _is_tensor_type_test(test: cst.BaseExpression) -> bool:
 class FileIndex(NameBindings, Visitor):
     """What one file says; also the indexing visitor that records it."""
 
-    def __init__(self, module: cst.Module, path: str, torch_version: TorchVersion, links: Links | None = None) -> None:
+    def __init__(
+        self, module: cst.Module, path: str, torch_version: TorchVersion, links: Links | None = None,
+        project: ProjectFiles | None = None,
+    ) -> None:
         Visitor.__init__(self)
         NameBindings.__init__(self)
         self.module = module
         self.path = path
         self.torch_version = torch_version
         self.links = links or Links()  # what the other files of the scan tell this one
+        # the project's configuration files, read inside the project only (None: none are read)
+        self.project = project
         self.imports = ImportTable()
         self.calls: list[CallSite] = []
         self.assignments: dict[str, list[Assignment]] = defaultdict(list)

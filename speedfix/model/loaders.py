@@ -322,6 +322,35 @@ def _iterations(ctx: FileContext) -> _Iterations:
     return found
 
 
+def never_read(ctx: FileContext, site: CallSite) -> bool:
+    """Is the DataLoader of ``site`` bound to a name that nothing reads: in its function, or, at
+    module level, anywhere in a script that trains (not a module others may import from)? A test
+    loader made and never used costs nothing: advice about its workers or pinning is noise."""
+    name = assigned_name(site)
+    if name is None or "." in name:
+        return False
+    scope = ctx.function_of(site.stack)
+    if scope is None and not ctx.step_loops:
+        return False
+    return name not in _read_names(ctx, scope or ctx.module)
+
+
+_READ: WeakKeyDictionary[FileContext, dict[int, set[str]]] = WeakKeyDictionary()
+
+
+def _read_names(ctx: FileContext, scope: cst.CSTNode) -> set[str]:
+    """Every name ``scope`` mentions other than as a plain assignment target (once per scope)."""
+    by_scope = _READ.setdefault(ctx, {})
+    found = by_scope.get(id(scope))
+    if found is None:
+        targets = {id(target.target) for assignments in ctx.assignments.values() for a in assignments
+                   if a.statement is not None for small in a.statement.body if isinstance(small, cst.Assign)
+                   for target in small.targets}
+        found = by_scope[id(scope)] = {node.value for node in walk_expression(scope)
+                                       if isinstance(node, cst.Name) and id(node) not in targets}
+    return found
+
+
 def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool] | None:
     """(iterated every epoch, its batches copied to a device) when the DataLoader of ``site`` is
     returned by a module-level function whose result a training loop of another scanned file
@@ -427,3 +456,24 @@ def late_value(ctx: FileContext, site: CallSite, attribute: str) -> Assignment |
     """The last assignment of ``attribute`` after the loader's creation (see `late_attributes`)."""
     found = [a for a in late_attributes(ctx, site) if a.target.rpartition(".")[2] == attribute]
     return found[-1] if found else None
+
+
+# Calls that build the training loader themselves, from a dataset: `deepspeed.initialize(...,
+# training_data=trainset)` returns it as its third value.
+_FRAMEWORK_LOADERS = {"deepspeed.initialize": "training_data"}
+
+
+def evaluation_only(ctx: FileContext, site: CallSite) -> bool:
+    """A DataLoader the default run iterates once, outside the training loop, in a script whose
+    training batches come from a loader a framework builds (`deepspeed.initialize(...,
+    training_data=trainset)`): an evaluation after training, where workers and pinned memory
+    would start up for a single pass."""
+    if not any(not find_argument(ctx, init, keyword).missing
+               for qualified, keyword in _FRAMEWORK_LOADERS.items() for init in ctx.calls_to(qualified)):
+        return False
+    name = assigned_name(site)
+    if name is None or iterated_per_epoch(ctx, name):
+        return False
+    iterating = [info for info in ctx.loops.values()
+                 if info.iter is not None and dotted_name(unwrap_iterable(info.iter)) == name]
+    return bool(iterating) and not any(info.node in ctx.step_loops for info in iterating)

@@ -17,13 +17,14 @@ import libcst as cst
 from speedfix.model.arguments import argparse_default
 from speedfix.model.context import FileContext
 from speedfix.model.flow import comes_before
-from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.forward import LOSS_NAME, is_local_object
+from speedfix.model.frames import FrameKind, Stack, class_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.project import FunctionFacts
-from speedfix.project.steps import CONV_LAYERS
+from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, layer_kind
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import code_of, walk_expression
 
 DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -44,6 +45,8 @@ _ZOO_FACTORIES = {
     "timm.models.create_model": "timm",
     "timm.models._factory.create_model": "timm",
 }
+# diffusers' 2-D convolutional networks (U-Nets with attention blocks, VAEs).
+_DIFFUSERS_CONV_NETS = frozenset({"UNet2DModel", "UNet2DConditionModel", "AutoencoderKL", "VQModel", "ControlNetModel"})
 # Families without 2-D convolutions beyond a patch embedding (vision transformers, MLP mixers).
 _NOT_CONV_NETS = (
     "vit", "swin", "maxvit", "deit", "beit", "eva", "cait", "xcit", "mixer", "gmlp", "resmlp", "pit_",
@@ -80,7 +83,8 @@ def wrapper_of(ctx: FileContext, expr: cst.BaseExpression) -> tuple[str, cst.Cal
 def zoo_architecture(ctx: FileContext, call: cst.Call, stack: Stack) -> tuple[str, str | None] | None:
     """(zoo, architecture name or None when unknown) for a call that builds a model from a zoo:
     `torchvision.models.resnet50()`, `models.__dict__[args.arch]()`, `get_model("resnet50")`,
-    `timm.create_model(args.model)` (argparse defaults and constants are resolved)."""
+    `timm.create_model(args.model)` (argparse defaults and constants are resolved), a diffusers
+    U-Net or VAE (`UNet2DModel(...)`, `AutoencoderKL.from_pretrained(...)`)."""
     func = call.func
     if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute) and func.value.attr.value == "__dict__":
         zoo = _zoo_module(ctx.qualname(func.value.value))
@@ -93,6 +97,9 @@ def zoo_architecture(ctx: FileContext, call: cst.Call, stack: Stack) -> tuple[st
             (arg for arg in call.args if arg.keyword is not None and arg.keyword.value in ("name", "model_name")), None
         )
         return _ZOO_FACTORIES[qualified], _string_value(ctx, first.value, stack) if first is not None else None
+    built = qualified.removesuffix(".from_pretrained").removesuffix(".from_config")
+    if built.startswith("diffusers.") and built.rpartition(".")[2] in _DIFFUSERS_CONV_NETS:
+        return "diffusers", built.rpartition(".")[2]  # `UNet2DModel(...)`, `UNet2DModel.from_config(config)`
     zoo = _zoo_module(qualified.rpartition(".")[0])
     leaf = qualified.rpartition(".")[2]
     if zoo == "torchvision" and leaf[:1].islower() and leaf not in ("get_weight", "get_model_weights", "list_models"):
@@ -259,6 +266,129 @@ def _classes(ctx: FileContext) -> _ClassIndex:
     return index
 
 
+# ---------------------------------------------------------------- matrix multiplications
+def multiplies_matrices(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> bool:
+    """May the network that ``expr`` builds multiply matrices outside cuDNN's convolutions
+    (Linear, attention, RNN layers, `@`, `torch.matmul`)? False only when all its layers are
+    known to be others: the conv-only generators and discriminators of DCGAN, SRCNN."""
+    built = peel(ctx, expr)
+    if not isinstance(built, cst.Call) or zoo_architecture(ctx, built, stack) is not None:
+        return True
+    classes = built_classes(ctx, built, stack)
+    if classes:
+        return any(_class_multiplies(ctx, name) for name in classes)
+    facts = _project_builder(ctx, built)
+    if facts is not None:
+        return facts.matmul
+    if not (ctx.qualname(built.func) or "").startswith("torch.nn."):
+        return True
+    calls = [node for node in walk_expression(built) if isinstance(node, cst.Call)]  # `nn.Sequential(nn.Conv2d(...), ...)`
+    return any(_call_multiplies(ctx, call, stack, set()) for call in calls)
+
+
+def _class_multiplies(ctx: FileContext, name: str) -> bool:
+    found = _MULTIPLIES.setdefault(ctx, {})
+    if name not in found:
+        found[name] = True  # a class that builds itself stays unknown
+        found[name] = _body_multiplies(ctx, ctx.classes[name].node, set())
+    return found[name]
+
+
+_MULTIPLIES: WeakKeyDictionary[FileContext, dict[str, bool]] = WeakKeyDictionary()
+
+
+def _body_multiplies(ctx: FileContext, node: cst.CSTNode, seen: set[int]) -> bool:
+    """A class or function of this file: its `@` operators, the classes it names (`ResNet(BasicBlock,
+    ...)`, `Block(...)`) and what its calls build."""
+    seen.add(id(node))
+    for child in walk_expression(node):
+        if isinstance(child, cst.BinaryOperation) and isinstance(child.operator, cst.MatrixMultiply):
+            return True
+        if isinstance(child, cst.Name) and child.value in ctx.classes and ctx.classes[child.value].node is not node:
+            if _class_multiplies(ctx, child.value):
+                return True
+        site = ctx.site_of(child) if isinstance(child, cst.Call) else None
+        if site is not None and _call_multiplies(ctx, site.node, site.stack, seen):
+            return True
+    return False
+
+
+def _call_multiplies(ctx: FileContext, call: cst.Call, stack: Stack, seen: set[int]) -> bool:
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value in MATMUL_METHODS:
+        return True
+    qualified = ctx.qualname(func)
+    if qualified is not None:
+        facts = _project_builder(ctx, call)
+        if facts is not None:
+            return facts.matmul
+        return layer_kind(qualified) in ("matmul", "rnn", "opaque")
+    name = dotted_name(func)
+    if name is not None and name.startswith("self.") and name.count(".") == 1:
+        # `self.encoder(src)`: built in this class (walked with it) or handed in (unknown)
+        built = class_assignments(ctx, name, stack)
+        return not built or any(not isinstance(peel(ctx, a.value), cst.Call) for a in built)
+    function = ctx.function_of(stack)
+    if isinstance(function, cst.FunctionDef) and name in {p.name.value for p in function.params.params}:
+        return True  # `block(inplanes, planes)`: a layer class handed in
+    for info in ctx.functions.get(name or "", ()):  # a helper of this file (`conv3x3(...)`)
+        if not info.stack and id(info.node) not in seen and _body_multiplies(ctx, info.node, seen):
+            return True
+    return False
+
+
+def _own_method(ctx: FileContext, name: str | None, stack: Stack) -> bool:
+    """`self.label2onehot(...)`: a method of the class around ``stack``, not a network."""
+    owner = class_of(stack)
+    if owner is None or not name or not name.startswith("self."):
+        return False
+    return any(info.class_name == owner.name.value for info in ctx.functions.get(name[5:], ()))
+
+
+def class_assignments(ctx: FileContext, name: str, stack: Stack) -> list[Assignment]:
+    """The assignments of `self.x` in every method of the class around ``stack``, except those
+    that only move or wrap it (`self.G = self.G.to(device)`)."""
+    owner = class_of(stack)
+    if owner is None:
+        return []
+    return [
+        a for infos in ctx.functions.values() for info in infos if info.class_name == owner.name.value
+        for a in ctx.assignments_in(info.node, name) if name not in code_of(a.value)
+    ]
+
+
+def training_multiplies_matrices(ctx: FileContext) -> bool:
+    """May the file's training multiply matrices outside convolutions: in its trained models, in
+    the other networks its steps call (a frozen feature extractor) or in the step code itself?
+    False only when every one of them is known (conv-only DCGAN or super-resolution training)."""
+    networks: dict[str, Stack] = {}
+    for model, site in [*trained_models(ctx), *optimizer_factories(ctx)]:
+        networks.setdefault(model, site.stack)
+    for site in ctx.calls:
+        if not ctx.in_training_loop(site.stack):
+            continue
+        func = site.node.func
+        if layer_kind(ctx.qualname(func)) == "matmul" or isinstance(func, cst.Attribute) and func.attr.value in MATMUL_METHODS:
+            return True  # `torch.matmul(...)`, `F.linear(...)` in the step
+        name = dotted_name(site.node.func)
+        if is_local_object(ctx, name) and not LOSS_NAME.search(name or "") and not _own_method(ctx, name, site.stack):
+            networks.setdefault(name, site.stack)  # type: ignore[arg-type]
+    for loop in ctx.step_loops:
+        if any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.MatrixMultiply) for n in walk_expression(loop)):
+            return True
+    for name, stack in networks.items():
+        assignments = class_assignments(ctx, name, stack) if name.startswith("self.") else fresh_assignments(ctx, name, stack, None)
+        if not assignments:
+            return True  # a parameter, an attribute set elsewhere: unknown
+        calls = [(call, a.stack) for a in assignments if isinstance(call := peel(ctx, a.value), cst.Call)]
+        if not calls and name in dict(trained_models(ctx)):
+            return True  # a trained model built in a way not read here
+        for call, at in calls:  # `Tensor = torch.cuda.FloatTensor if cuda else ...` is no network
+            if multiplies_matrices(ctx, call, at):
+                return True  # also what wraps a module (`parallelize_module(model, ...)`): unknown
+    return not networks
+
+
 def view_calls(ctx: FileContext, classes: set[str]) -> list[CallSite]:
     """`.view(...)` calls in the bodies of these local classes."""
     return [
@@ -326,7 +456,22 @@ def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
     if not roots and isinstance(expr, cst.Name) and depth < 2:
         for assignment in ctx.assignments_in_scope(expr.value, stack):
             roots |= _parameter_roots(ctx, assignment.value, stack, depth + 1)
+    if not roots and depth == 0:
+        roots = _function_parameter_roots(ctx, stack)  # groups filled in a loop over `model.named_parameters()`
     return {_unaliased(ctx, root, stack) for root in roots}
+
+
+def _function_parameter_roots(ctx: FileContext, stack: Stack) -> set[str]:
+    """The one module whose `.parameters()`/`.named_parameters()` the function around ``stack``
+    reads (`for name, p in model.named_parameters(): decay.append(p)`), else nothing."""
+    function = ctx.function_of(stack)
+    found = {
+        dotted_name(site.node.func.value) for site in ctx.calls  # type: ignore[attr-defined]
+        if isinstance(site.node.func, cst.Attribute) and site.node.func.attr.value in ("parameters", "named_parameters")
+        and ctx.function_of(site.stack) is function
+    }
+    roots = {r.split(".")[0] if not r.startswith("self.") else ".".join(r.split(".")[:2]) for r in found if r}
+    return roots if len(roots) == 1 and None not in found else set()
 
 
 # What scripts call their parsed options: never the model.
@@ -352,8 +497,8 @@ def _param_group_helper_model(ctx: FileContext, call: cst.Call) -> str | None:
 def _unaliased(ctx: FileContext, name: str, stack: Stack) -> str:
     """`model_without_ddp = model` (or `= model.module`) everywhere it is assigned: `model`."""
     found = ctx.assignments_in_scope(name, stack)
-    targets = {dotted_name(a.value.value) if isinstance(a.value, cst.Attribute) and a.value.attr.value == "module"
-               else dotted_name(a.value) for a in found}
+    targets = {_unwrapped_name(value) for a in found
+               for value in ((a.value.body, a.value.orelse) if isinstance(a.value, cst.IfExp) else (a.value,))}
     if found and len(targets) == 1 and None not in targets:
         target = targets.pop()
         if target and "." not in target and target != name:
@@ -361,12 +506,27 @@ def _unaliased(ctx: FileContext, name: str, stack: Stack) -> str:
     return name
 
 
+def _unwrapped_name(value: cst.BaseExpression) -> str | None:
+    """`model.module` (the module a DDP wrapper holds) or `model`: `model`."""
+    if isinstance(value, cst.Attribute) and value.attr.value == "module":
+        return dotted_name(value.value)
+    return dotted_name(value)
+
+
+def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
+    """`torch.optim.AdamW(...)`, also chosen by name: `getattr(torch.optim, args.optimizer)(...)`."""
+    func = site.node.func
+    if isinstance(func, cst.Call) and dotted_name(func.func) == "getattr" and func.args:
+        return ctx.qualname(func.args[0].value) == "torch.optim"
+    qualified = ctx.call_qualname(site)
+    return bool(qualified) and qualified.startswith(OPTIMIZER_PREFIX) and not qualified.startswith("torch.optim.lr_scheduler")
+
+
 def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:
     """(model name, the optimizer call) for each `torch.optim` optimizer over one model, in order."""
     found: list[tuple[str, CallSite]] = []
     for site in ctx.calls:
-        qualified = ctx.call_qualname(site)
-        if not qualified or not qualified.startswith(OPTIMIZER_PREFIX) or qualified.startswith("torch.optim.lr_scheduler"):
+        if not is_optimizer_call(ctx, site):
             continue
         model = optimized_module(ctx, site)
         if model is not None:
@@ -374,12 +534,28 @@ def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:
     return found
 
 
+def optimized_modules(ctx: FileContext) -> set[str]:
+    """Every module whose parameters some optimizer updates, also those sharing one optimizer
+    (a CycleGAN's `Adam(itertools.chain(G_AB.parameters(), G_BA.parameters()))`)."""
+    found: set[str] = set()
+    for site in ctx.calls:
+        if is_optimizer_call(ctx, site) and site.node.args:
+            found |= _parameter_roots(ctx, site.node.args[0].value, site.stack, depth=0)
+    return found | {model for model, _ in optimizer_factories(ctx)}
+
+
 def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
     """(model, call) for optimizers made by a factory that takes the model itself
-    (`create_optimizer_v2(model, ...)` in timm)."""
+    (`create_optimizer_v2(model, ...)` in timm) or by the model (`model.configure_optimizers(...)`)."""
     found: list[tuple[str, CallSite]] = []
     for site in ctx.calls:
         leaf = (site.func or "").rsplit(".", 1)[-1].lower()
+        if "optimizer" in leaf and leaf.startswith("configure") and isinstance(site.node.func, cst.Attribute):
+            # nanoGPT's `raw_model.configure_optimizers(...)`: the model makes its own optimizer
+            receiver = dotted_name(site.node.func.value)
+            if receiver and "." not in receiver and receiver not in _OPTIONS_NAMES:
+                found.append((_unaliased(ctx, receiver, site.stack), site))
+            continue
         if "optimizer" in leaf and leaf.startswith(("create", "build", "make", "get")) and site.node.args:
             # the model is the first name that is not the options (timm: `create_optimizer(args, model)`)
             names = [dotted_name(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
@@ -402,7 +578,7 @@ def builds(ctx: FileContext, model: str, stack: Stack, before: cst.BaseStatement
     found: list[Build] = []
     for assignment in fresh_assignments(ctx, model, stack, before):
         built = peel(ctx, assignment.value)
-        if isinstance(built, cst.Call) and _builds_module(ctx, built, assignment.stack):
+        if isinstance(built, cst.Call) and builds_module(ctx, built, assignment.stack):
             found.append(Build(assignment, built))
     return found
 
@@ -431,7 +607,7 @@ def reads(node: cst.CSTNode, name: str) -> bool:
     return False
 
 
-def _builds_module(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
+def builds_module(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
     if zoo_architecture(ctx, call, stack) is not None:
         return True
     classes = built_classes(ctx, call, stack)

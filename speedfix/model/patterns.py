@@ -4,7 +4,7 @@ which variables hold a batch from a DataLoader, which hold a model being trained
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 from weakref import WeakKeyDictionary
@@ -12,10 +12,12 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.context import FileContext
+from speedfix.model.flow import default_choice
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
 from speedfix.project.steps import is_iterable_wrapper
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
 TENSOR_DATASET = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset")
@@ -208,9 +210,11 @@ _TF32_SWITCHES = ("allow_tf32", "fp32_precision")
 
 
 def matmul_precision_chosen(ctx: FileContext) -> bool:
-    """Does the script choose the fp32 matmul precision itself (`set_float32_matmul_precision`,
-    any `allow_tf32`/`fp32_precision` setting, "highest" included)?"""
-    return bool(matmul_precision_choices(ctx))
+    """Does the script's default run choose the fp32 matmul precision itself
+    (`set_float32_matmul_precision`, any `allow_tf32`/`fp32_precision` setting, "highest"
+    included)? A choice behind an option that is off by default (`if args.allow_tf32:` with a
+    `store_true` flag) does not count."""
+    return default_choice(ctx, matmul_precision_choices(ctx))[0]
 
 
 def matmul_precision_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:
@@ -231,6 +235,7 @@ class BatchNames:
     """Variables holding (parts of) a batch straight from a DataLoader, per function."""
 
     ctx: FileContext
+    values: set[str] = field(default_factory=set)  # the values of dict batches (tensors), by name
 
     @cached_property
     def by_function(self) -> dict[cst.CSTNode | None, set[str]]:
@@ -248,7 +253,27 @@ class BatchNames:
         self._add_callee_parameters(result)
         for function, names in result.items():
             self._add_derived(function, names)
+            self._add_values(function, names)
         return result
+
+    def _add_values(self, function: cst.CSTNode | None, names: set[str]) -> None:
+        """`{k: v.to(device) for k, v in batch.items()}` and `for k, v in batch.items():
+        batch[k] = v.to(device)`: the values of a dict batch, copied key by key."""
+        for method in ("items", "values"):
+            for site in self.ctx.method_calls(method):
+                receiver = site.node.func.value  # type: ignore[attr-defined]
+                if site.node.args or self.ctx.function_of(site.stack) is not function or root_name(receiver) not in names:
+                    continue
+                holders: list[cst.CSTNode] = [info.node for info in self.ctx.loops.values() if info.iter is site.node]
+                if site.statement is not None:
+                    holders.extend(n for n in walk_expression(site.statement) if isinstance(n, cst.CompFor) and n.iter is site.node)
+                for holder in holders:
+                    target = holder.target  # type: ignore[attr-defined]
+                    if method == "items" and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+                        target = target.elements[1].value
+                    if isinstance(target, cst.Name):
+                        names.add(target.value)
+                        self.values.add(target.value)
 
     def _add_next_batches(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
         """`x, y = next(batches)` or `next(iter(loader))` in a training loop: a batch."""
@@ -319,31 +344,45 @@ class BatchNames:
 _DEVICE_PLACING = frozenset({"prepare", "setup_dataloaders", "prepare_data_loader"})
 
 
-def _device_placed(ctx: FileContext, iterable: cst.BaseExpression, depth: int = 0) -> bool:
-    """`model, opt, loader = accelerator.prepare(model, opt, loader)`, `fabric.setup_dataloaders(...)`,
-    and what is made of such a loader (`accelerator.skip_first_batches(loader, n) if ... else loader`)."""
+def _device_placed(ctx: FileContext, iterable: cst.BaseExpression) -> bool:
+    return device_placing_call(ctx, iterable) is not None
+
+
+def device_placing_call(ctx: FileContext, iterable: cst.BaseExpression, depth: int = 0) -> cst.Call | None:
+    """The call that made the loader one whose batches a framework moves to the device itself:
+    `model, opt, loader = accelerator.prepare(model, opt, loader)`, `fabric.setup_dataloaders(...)`,
+    also for what is made of such a loader (`accelerator.skip_first_batches(loader, n) if ... else loader`)."""
     if depth > 6:
-        return False
+        return None
     if isinstance(iterable, cst.IfExp):
-        return _device_placed(ctx, iterable.body, depth + 1) and _device_placed(ctx, iterable.orelse, depth + 1)
+        body = device_placing_call(ctx, iterable.body, depth + 1)
+        return body if body is not None and device_placing_call(ctx, iterable.orelse, depth + 1) is not None else None
     if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute):
         if iterable.func.attr.value in _DEVICE_PLACING:
-            return True
+            return iterable
         if iterable.func.attr.value == "skip_first_batches" and iterable.args:
-            return _device_placed(ctx, iterable.args[0].value, depth + 1)
-        return False
+            return device_placing_call(ctx, iterable.args[0].value, depth + 1)
+        return None
     name = dotted_name(iterable)
     if name is None:
-        return False
+        return None
     if depth == 0:  # a loop over a name: the same answer for every loop over it, found once per file
         placed = _PLACED.setdefault(ctx, {})
         if name not in placed:
-            placed[name] = any(_device_placed(ctx, a.value, 1) for a in ctx.assignments.get(name, ()))
+            placed[name] = _assigned_placing_call(ctx, name, iterable, 1)
         return placed[name]
-    return any(_device_placed(ctx, a.value, depth + 1) for a in ctx.assignments.get(name, ()) if a.value is not iterable)
+    return _assigned_placing_call(ctx, name, iterable, depth + 1)
 
 
-_PLACED: WeakKeyDictionary[FileContext, dict[str, bool]] = WeakKeyDictionary()
+def _assigned_placing_call(ctx: FileContext, name: str, iterable: cst.BaseExpression, depth: int) -> cst.Call | None:
+    for assignment in ctx.assignments.get(name, ()):
+        found = device_placing_call(ctx, assignment.value, depth) if assignment.value is not iterable else None
+        if found is not None:
+            return found
+    return None
+
+
+_PLACED: WeakKeyDictionary[FileContext, dict[str, cst.Call | None]] = WeakKeyDictionary()
 
 
 def _is_index_name(info, name: str) -> bool:

@@ -3,7 +3,8 @@
 Version-dependent advice (``set_to_none`` is the default since 2.0, ``torch.amp.GradScaler``
 needs 2.3, ...) is judged against a *target* version: ``--torch-version``, else the
 ``torch-version`` config key, else the installed torch (read from package metadata, never
-imported), else ``DEFAULT_TARGET``.
+imported), else ``DEFAULT_TARGET``; without an explicit version, a project that pins torch
+(`torch<2` in its requirements) moves that target into the range it pins (``project_target``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache, total_ordering
+from pathlib import Path
+
+from speedfix.model.project_files import ProjectFiles
 
 DEFAULT_TARGET = "2.4"
 
@@ -63,3 +67,109 @@ def resolve_target(cli_value: str | None, config_value: str | None) -> TorchVers
 def v(text: str) -> TorchVersion:
     """Shorthand for rule tables: ``v("2.3")``."""
     return TorchVersion.parse(text)
+
+
+# ---------------------------------------------------------------- the torch a project pins
+# `torch==1.13.1`, `torch>=1.10,<2`, `"torch~=2.1.0"`: a requirement on torch itself (not
+# torchvision, not pytorch-lightning), in requirements*.txt, pyproject.toml, setup.py or setup.cfg.
+_REQUIREMENT = re.compile(
+    r"(?<![\w.-])torch(?![\w.-])\s*(?:\[[^\]\n]*\])?\s*"
+    r"(?P<spec>(?:===|==|!=|~=|<=|>=|<|>)\s*[\w.*+!]+(?:\s*,\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[\w.*+!]+)*)"
+)
+_CLAUSE = re.compile(r"(===|==|!=|~=|<=|>=|<|>)\s*([\w.*+!]+)")
+_PIN_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+# The last minor release of each major version, for "the newest torch below 2.0".
+_LAST_MINOR = {0: 4, 1: 13}
+
+
+def project_target(project: ProjectFiles, current: TorchVersion) -> TorchVersion:
+    """The torch a project's pinned requirement allows, as close to ``current`` (the installed
+    torch, else the default) as it allows: a pin that admits ``current`` changes nothing; one
+    that excludes it (`torch<2`, `torch==1.13.1`) moves the target to the newest version it
+    allows below ``current`` (or the oldest above it). The pin is read from the nearest folder,
+    going up from the script to the project's top, whose requirement files name torch."""
+    for folder in project.folders_up():
+        clauses = [c for path in _pin_files(project, folder) for c in _torch_clauses(project.text(path) or "", path)]
+        if clauses:
+            return _clamp(current, clauses)
+    return current
+
+
+def _pin_files(project: ProjectFiles, folder: Path) -> list[Path]:
+    found = [p for p in project.listing(folder, (".txt",)) if p.name.startswith("requirements")]
+    found.extend(folder / name for name in _PIN_FILES if project.is_file(folder / name))
+    return found
+
+
+def _torch_clauses(text: str, path: Path) -> list[tuple[str, str]]:
+    clauses: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        for match in _REQUIREMENT.finditer(line.split(" #")[0]):
+            clauses.extend(_CLAUSE.findall(match.group("spec")))
+    return clauses
+
+
+def _clamp(current: TorchVersion, clauses: list[tuple[str, str]]) -> TorchVersion:
+    parsed: list[tuple[str, TorchVersion, bool]] = []
+    for op, text in clauses:
+        try:
+            version = TorchVersion.parse(text)
+        except ValueError:
+            return current  # a version we cannot read: keep the target as it is
+        if op == "~=":  # `~=2.1.0` is >=2.1.0,<2.2; `~=1.12` is >=1.12,<2
+            parts = len(text.split("."))
+            end = TorchVersion(version.major, version.minor + 1) if parts >= 3 else TorchVersion(version.major + 1)
+            parsed.extend([(">=", version, False), ("<", end, False)])
+        else:
+            parsed.append((op, version, text.endswith("*")))
+    if _allows(parsed, current):
+        return current
+    exact = [version for op, version, wild in parsed if op in ("==", "===") and not wild]
+    if exact:
+        return exact[0]
+    below = [candidate for candidate in _upper_candidates(parsed) if candidate < current and _allows(parsed, candidate)]
+    if below:
+        return max(below)
+    above = [version for op, version, _ in parsed if op in (">=", "==") and _allows(parsed, version)]
+    return min(above) if above else current
+
+
+def _allows(clauses: list[tuple[str, TorchVersion, bool]], version: TorchVersion) -> bool:
+    for op, bound, wild in clauses:
+        if wild:
+            if _same_prefix(version, bound) == (op == "!="):
+                return False
+            continue
+        ok = {
+            "==": version == bound, "===": version == bound, "!=": version != bound, "<": version < bound,
+            "<=": version <= bound, ">": version > bound, ">=": version >= bound,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def _same_prefix(version: TorchVersion, bound: TorchVersion) -> bool:
+    """`==1.13.*`: the same major and minor (a patch wildcard is rare enough to read this way)."""
+    return (version.major, version.minor) == (bound.major, bound.minor)
+
+
+def _upper_candidates(clauses: list[tuple[str, TorchVersion, bool]]) -> list[TorchVersion]:
+    found = []
+    for op, bound, wild in clauses:
+        if op == "<=" or (op in ("==", "===") and wild):
+            found.append(bound)
+        elif op == "<":
+            found.append(_previous(bound))
+    return found
+
+
+def _previous(version: TorchVersion) -> TorchVersion:
+    """The newest release before ``version`` (`<2.1` -> 2.0, `<2` -> 1.13)."""
+    if version.patch:
+        return TorchVersion(version.major, version.minor, version.patch - 1)
+    if version.minor:
+        return TorchVersion(version.major, version.minor - 1)
+    return TorchVersion(version.major - 1, _LAST_MINOR.get(version.major - 1, 0))

@@ -26,8 +26,8 @@ import ast
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from speedfix.project.steps import (CONV_LAYERS, CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_RNN_LAYERS,
-                            is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name)
+from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, MATMUL_METHODS,
+                                    is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind)
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class FunctionFacts:
     cuda: bool = False  # names CUDA, or returns a CUDA device
     conv_dims: tuple[int, ...] = ()  # a class (or a factory returning one) that builds ConvNd layers: the Ns
     rnn: bool = False  # a class (or a factory returning one) that builds cuDNN LSTM/GRU/RNN layers
+    matmul: bool = True  # ... that may multiply matrices (Linear, attention, `@`); False only when known
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ class _Collector(ast.NodeVisitor):
         self.references: set[str] = set()
         # class or module-level function -> the names it calls (a function: in what it returns)
         self.builds: dict[str, set[str]] = {}
-        # ... -> the layers it calls itself: ConvNd by N, and "rnn" for a cuDNN LSTM/GRU/RNN
+        # ... -> what it calls itself: ConvNd by N, "rnn" (cuDNN LSTM/GRU/RNN), "matmul", "opaque" (steps.layer_kind)
         self.layers: dict[str, set[int | str]] = {}
         self.made_at_module: dict[str, str] = {}  # module-level `v = f(...)` -> v: f (as written)
 
@@ -367,6 +368,10 @@ class _Collector(ast.NodeVisitor):
                 loop.calls.append((func, self.guards > 0))
         if self.class_stack and func is not None:
             self._builds_through(self.class_stack[-1], node)
+        owner = self._layer_owner()
+        if owner is not None and (layer_kind(self.resolve(func)) == "matmul" or (
+                isinstance(node.func, ast.Attribute) and node.func.attr in MATMUL_METHODS)):
+            self.layers.setdefault(owner, set()).add("matmul")  # in a helper's body too, not only what it returns
         self.generic_visit(node)
 
     def visit_Return(self, node: ast.Return) -> None:
@@ -389,10 +394,22 @@ class _Collector(ast.NodeVisitor):
 
     def _builds(self, owner: str, func: str) -> None:
         self.builds.setdefault(owner, set()).add(func)
-        qualified = self.resolve(func) or ""
-        layer = "rnn" if qualified in CUDNN_RNN_LAYERS else CONV_LAYERS.get(qualified)
+        layer = layer_kind(self.resolve(func))
         if layer is not None:
             self.layers.setdefault(owner, set()).add(layer)
+
+    def _layer_owner(self) -> str | None:
+        """Whose layers code here adds to: the class around it, else the module-level function."""
+        if self.class_stack:
+            return self.class_stack[-1]
+        function = self.function_stack[0] if self.function_stack else None
+        return function.name if function is not None and function.class_name is None else None
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        owner = self._layer_owner()
+        if isinstance(node.op, ast.MatMult) and owner is not None:
+            self.layers.setdefault(owner, set()).add("matmul")  # `q @ k.transpose(-2, -1)`
+        self.generic_visit(node)
 
     def _is_marker(self, node: ast.Call, func: str | None) -> bool:
         target = node.func
@@ -427,7 +444,8 @@ class _Collector(ast.NodeVisitor):
         for name, layers in self._layers_reached().items():
             if name in functions:
                 dims = tuple(sorted(layer for layer in layers if isinstance(layer, int)))
-                functions[name] = replace(functions[name], conv_dims=dims, rnn="rnn" in layers)
+                functions[name] = replace(functions[name], conv_dims=dims, rnn="rnn" in layers,
+                                          matmul=bool(layers & {"rnn", "matmul", "opaque"}))
         hot = sorted({q for q in self._hot_calls() if q is not None and q.split(".", 1)[0] not in _EXTERNAL})
         return ModuleFacts(
             imports=tuple(sorted(self.bindings.items())),
@@ -496,6 +514,7 @@ class _Collector(ast.NodeVisitor):
                       if attr.startswith("self.") and attr[5:] in stored]
             result[owner] = FunctionFacts(
                 params=params,
+                steps=any(facts.steps for _, facts in methods),  # an agent whose `train()` takes one step
                 trains=any(facts.trains for _, facts in methods),
                 iterated=tuple(dict.fromkeys(iterated)),
                 loops_over=tuple(dict.fromkeys(looped)),

@@ -298,8 +298,8 @@ def _direct_cuda(path: Path, module: ModuleFacts, found: dict[str, Path], facts:
         if head in other.cuda_names:
             return f"`{head}` from {show(target)} is a CUDA device"
         function = other.functions.get(name)
-        if function is not None and function.cuda and function.trains:
-            return f"`{name}` from {show(target)} trains on CUDA"
+        if function is not None and (function.cuda or other.cuda) and (function.trains or function.steps):
+            return f"`{name}` from {show(target)} trains on CUDA"  # TD3's agent class: its `train()` steps
     return None
 
 

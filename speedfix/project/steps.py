@@ -37,6 +37,39 @@ CONV_LAYERS = {
 # cuDNN recurrent layers: autocast runs them in fp16 whatever dtype it is asked for.
 CUDNN_RNN_LAYERS = frozenset(f"torch.nn.{prefix}{kind}" for prefix in ("", "modules.rnn.") for kind in ("LSTM", "GRU", "RNN"))
 
+# What multiplies matrices outside cuDNN's convolutions (which use TF32 by default): layers,
+# functions and tensor methods. A network without any of them gains nothing from TF32 matmuls.
+_MATMUL_LAYERS = ("Linear", "LazyLinear", "Bilinear", "MultiheadAttention", "Transformer", "TransformerEncoder",
+                  "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer", "LSTMCell", "GRUCell",
+                  "RNNCell")
+MATMUL_CALLS = frozenset(
+    {f"torch.nn.{name}" for name in _MATMUL_LAYERS}
+    | {f"torch.{name}" for name in ("matmul", "mm", "bmm", "einsum", "addmm", "baddbmm", "tensordot", "inner")}
+    | {f"torch.nn.functional.{name}" for name in ("linear", "bilinear", "scaled_dot_product_attention",
+                                                    "multi_head_attention_forward")}
+    | {"einops.einsum"}
+)
+MATMUL_METHODS = frozenset({"matmul", "mm", "bmm", "addmm", "baddbmm"})
+# Libraries whose calls build no layers: a network that calls them is still known layer by layer.
+_NO_LAYER_LIBRARIES = frozenset({"torch", "math", "numpy", "functools", "itertools", "collections", "typing", "copy",
+                                 "warnings", "logging", "operator", "random", "os", "sys", "einops"})
+
+
+def layer_kind(qualified: str | None) -> int | str | None:
+    """What a call of ``qualified`` (as the imports resolve it) adds to a network: a ConvNd's N,
+    "rnn" (cuDNN LSTM/GRU/RNN), "matmul" (Linear, attention, `torch.matmul`), "opaque" (a
+    network of another library, `torchvision.models.vgg19()`: its layers are unknown here), or
+    None (a layer or function that multiplies no matrices, or a name of the file itself)."""
+    if not qualified:
+        return None
+    if qualified in CUDNN_RNN_LAYERS:
+        return "rnn"
+    if qualified in CONV_LAYERS:
+        return CONV_LAYERS[qualified]
+    if qualified in MATMUL_CALLS:
+        return "matmul"
+    return None if qualified.split(".", 1)[0] in _NO_LAYER_LIBRARIES else "opaque"
+
 
 def last_part(name: str) -> str:
     return name.rsplit(".", 1)[-1]

@@ -193,6 +193,8 @@ class Notebook:
             return f"on line {line} of cell {cell}"
 
         for finding in findings:
+            if finding.file is not None:
+                continue  # a line of a configuration file the notebook reads
             finding.cell, finding.cell_line = _position(finding.line, starts, numbers)
             if finding.code == SYNTAX_ERROR_CODE:  # the parser's "... on line 3" counts virtual lines
                 finding.message = _LINE_REFERENCE.sub(in_cell, finding.message)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from speedfix.bench.cli import bench
+from speedfix.bench.cli import CONTEXT_SETTINGS, bench
 from speedfix.bench.results import RunResult
 from speedfix.bench.runner import RunSpec
 from speedfix.bench.settings import CompareSettings, RunConfig
@@ -106,7 +106,9 @@ class FakeRuns:
                                         "runner": {"stderr_tail": "Traceback ...\nRuntimeError: broke"}})
         rate = self.speed[spec.name]
         warmup, steps = config.warmup_steps, config.steps
-        if config.window_s:  # calibration: enough steps to fill the window at this rate
+        if config.warmup_s:  # calibration: enough steps to fill the time targets at this rate
+            warmup = max(warmup, int(rate * config.warmup_s))
+        if config.window_s:
             steps = max(steps, int(rate * config.window_s))
         status = "ok"
         if self.total_steps is not None and warmup + steps > self.total_steps:
@@ -125,6 +127,7 @@ class FakeRuns:
                        "step_time_s": {"p10": 0.9 / rate, "median": 1 / rate}, "all_step_s": durations},
             "data": {"samples_per_s": 8 * rate},
             "memory": {"vmhwm_window_kb": 1000, "children_rss_kb": 0},
+            "compile": {"compilations": 1 if self.slow_steps.get(spec.name) else 0},
             "loss": {"values": values, "nonfinite": sum(v is None for v in values)},
             "runner": {"wall_s": 1.0}})
 
@@ -177,7 +180,7 @@ def fake_fixer():
 def cli_app():
     """The bench command on a throwaway typer app, as speedfix.cli registers it."""
     app = typer.Typer()
-    app.command("bench")(bench)
+    app.command("bench", context_settings=CONTEXT_SETTINGS)(bench)
 
     @app.callback()
     def _root() -> None:

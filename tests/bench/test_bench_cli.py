@@ -97,3 +97,19 @@ def test_suite_runs_original_fixed_and_expert(cli_app, write_script, train_sourc
     assert row["before"] and row["after"] and row["expert"]
     assert "| toy | SF304 |" in md.read_text()
     assert (fixtures / "toy.py").read_text().count("time.sleep") == 2  # the fixtures are not touched
+
+
+@pytest.mark.parametrize("args, moved", [
+    (["--tiny"], "-- --tiny"),  # a suite option: it would set the suite's sizes, not reach the script
+    (["--full", "--workload", "sd"], "-- --full --workload sd"),
+    (["--epochs", "3", "--lr=0.1"], "-- --epochs 3 --lr=0.1 --seed-data"),  # unknown options
+])
+def test_script_arguments_before_the_separator_are_refused_with_the_right_command(cli_app, tmp_path, monkeypatch,
+                                                                               args, moved):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("raise SystemExit('the script must not run')\n")
+    result = invoke(cli_app, ["train.py", *args], ["--seed-data"] if "--epochs" in args else [])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert f"speedfix bench train.py {moved}" in output
+    assert "arguments for the script go after `--`" in output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,10 +86,18 @@ def test_calibration_picks_the_window_from_the_time_targets(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 100.0})
     session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=1.0, window_s=2.0), run=runs)
     session.prepare()
-    calibration_cfg = runs.calls[1][1]
+    assert len(runs.calls) == 1  # the calibration run warms the caches: no discarded run before it
+    calibration_cfg = runs.calls[0][1]
     assert calibration_cfg.warmup_s == 1.0 and calibration_cfg.window_s == 2.0
     assert calibration_cfg.warmup_steps == 20  # at least 20 warm-up steps
-    assert (session.warmup, session.steps) == (20, 200)  # 2 s at 100 steps/s
+    assert (session.warmup, session.steps) == (100, 200)  # 1 s and 2 s at 100 steps/s
+
+
+def test_a_fixed_window_needs_no_calibration_but_one_discarded_run(fake_runs):
+    runs = fake_runs({"A": 100.0})
+    Session(spec("A"), settings(warmup=5, steps=20), run=runs).prepare()
+    (name, cfg), = runs.calls
+    assert name == "A" and (cfg.warmup_steps, cfg.steps, cfg.record_all_steps) == (1, 2, False)
 
 
 def test_calibration_shortens_the_window_for_a_short_script(fake_runs):
@@ -133,14 +142,14 @@ def test_settled_after_skips_past_the_last_slow_warm_up_step():
 
 def test_a_slowly_settling_candidate_lengthens_everyones_warm_up(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 100.0}, slow_steps={"B": 60})  # B compiles for 60 steps
-    session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.5, window_s=2.0, max_pairs=1,
+    session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.1, window_s=2.0, max_pairs=1,
                                           min_pairs=1), run=runs)
-    session.compare([spec("B")])
+    outcome = session.compare([spec("B")])
     assert [name for name, cfg in runs.calls if cfg.record_all_steps] == ["A", "B"]
-    assert session.calibration.warmup_needed["A"] == 20
-    assert session.warmup == 61 + compare_mod.WARMUP_MARGIN
-    timed = {(cfg.warmup_steps, cfg.steps) for _, cfg in runs.calls[3:]}
-    assert timed == {(session.warmup, session.steps)}  # A and B share W and N
+    assert session.calibration.warmup_needed == {"A": 20, "B": 61 + compare_mod.WARMUP_MARGIN}
+    timed = {(cfg.warmup_steps, cfg.steps) for _, cfg in runs.calls[2:]}
+    assert timed == {(61 + compare_mod.WARMUP_MARGIN, 200)}  # A and B run the same steps
+    assert outcome.window == outcome.candidates[0].window
 
 
 def test_a_candidate_that_fails_calibration_is_not_run_again(fake_runs):
@@ -150,10 +159,96 @@ def test_a_candidate_that_fails_calibration_is_not_run_again(fake_runs):
     assert outcome.candidates[0].status == "error"
 
 
-def test_the_window_is_the_longest_any_variant_filled(fake_runs):
-    # the original's calibration ran in a slow phase (50 steps/s); the candidate's did not
+def test_the_window_is_sized_by_the_slowest_variant_and_the_same_for_all(fake_runs):
+    # a slow original is not timed over the many steps a fast candidate fills in the same seconds;
+    # the candidate runs the original's steps, in less time (the same steps of the script: like for like)
     runs = fake_runs({"A": 50.0, "B": 200.0})
+    session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=1.0, window_s=2.0, max_pairs=2,
+                                          min_pairs=2), run=runs)
+    outcome = session.compare([spec("B")])
+    assert {(cfg.warmup_steps, cfg.steps) for _, cfg in runs.calls if not cfg.record_all_steps} == {(50, 100)}
+    assert outcome.candidates[0].speedup.median == pytest.approx(4.0)  # rates are compared
+
+
+def test_slow_steps_of_an_eager_variant_are_the_machines_and_do_not_lengthen_the_warm_up(fake_runs, monkeypatch):
+    runs = fake_runs({"A": 100.0, "B": 100.0}, slow_steps={"B": 60})
+
+    def eager(spec, config):  # the same slow first steps, but nothing was compiled: a busy phase
+        result = runs(spec, config)
+        return replace(result, compile=replace(result.compile, compilations=0))
+
+    session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.1, window_s=2.0, max_pairs=1,
+                                          min_pairs=1), run=eager)
+    session.compare([spec("B")])
+    assert session.window(["A", "B"]).warmup == 20
+
+
+def test_a_calibration_caught_in_a_slow_phase_shortens_the_window_not_lengthens_the_runs(fake_runs):
+    runs = fake_runs({"A": 200.0, "B": 50.0})  # here the candidate is the slow one
     session = Session(spec("A"), settings(warmup=None, steps=None, window_s=2.0, max_pairs=1, min_pairs=1),
                       run=runs)
     session.compare([spec("B")])
-    assert session.steps == 400
+    assert session.window(["A", "B"]).steps == 100
+
+
+def test_a_variant_added_later_is_calibrated_once_when_it_first_runs(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 150.0, "C": 300.0})
+    session = Session(spec("A"), settings(warmup=None, steps=None, window_s=1.0, max_pairs=2, min_pairs=2),
+                      run=runs)
+    session.compare([spec("B")])
+    session.compare([spec("C")])
+    session.compare([spec("C")])
+    calibrated = [name for name, cfg in runs.calls if cfg.record_all_steps]
+    assert calibrated == ["A", "B", "C"]
+    # each comparison sized by its own variants: A (100 steps/s) is the slowest of A and C
+    assert {cfg.steps for name, cfg in runs.calls if name == "C" and not cfg.record_all_steps} == {100}
+
+
+def test_runs_in_a_scratch_mirror_are_stopped_as_soon_as_their_result_is_written(fake_runs):
+    runs = fake_runs({"A": 100.0, "B": 100.0})
+    real = RunSpec(Path("B.py"), [], None, label="B", real_cwd=True)
+    Session(spec("A"), settings(max_pairs=1, min_pairs=1, result_grace_s=5.0), run=runs).compare([real])
+    grace = {(name, cfg.result_grace_s) for name, cfg in runs.calls}
+    assert grace == {("A", 0.0), ("B", 5.0)}  # B writes into the real folder: it may unwind
+
+
+class Recorder(compare_mod.Progress):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.left: list[float | None] = []
+
+    def expect(self, seconds_left):
+        self.left.append(seconds_left)
+
+    def note(self, text):
+        self.lines.append(text)
+
+
+def test_the_expected_time_is_said_before_the_pairs_and_counted_down(fake_runs, monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(compare_mod.time, "monotonic", lambda: clock[0])
+    runs = fake_runs({"A": 100.0, "B": 150.0}, clock=clock)  # every run takes 10 s
+    progress = Recorder()
+    Session(spec("A"), settings(warmup=None, steps=None, max_pairs=3, min_pairs=3), run=runs,
+            progress=progress).compare([spec("B")])
+    assert progress.lines == ["1 candidate(s) against the original: up to 3 pairs, 6 runs, about 1 min 00 s"]
+    # after each calibration run (B's still to come after A's), then after each of the 6 timed runs
+    # (None: nothing left in the plan)
+    assert progress.left == [pytest.approx(v) for v in (10.0, None, 50.0, 40.0, 30.0, 20.0, 10.0, None)]
+
+
+def test_a_window_past_the_end_of_the_script_is_shortened_and_the_run_repeated(fake_runs):
+    # the calibration runs did not reach the script's end (300 steps); the window does
+    fake = fake_runs({"A": 100.0, "B": 100.0})
+
+    def run(spec, config):
+        fake.total_steps = None if config.record_all_steps else 300
+        return fake(spec, config)
+
+    outcome = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.1, window_s=3.0, max_pairs=2,
+                                          min_pairs=2), run=run).compare([spec("B")])
+    assert outcome.candidates[0].status == "ok" and outcome.candidates[0].speedup.pairs == 2
+    timed = [(name, cfg.warmup_steps + cfg.steps) for name, cfg in fake.calls if not cfg.record_all_steps]
+    assert timed[0] == ("A", 320)  # ended at step 300
+    assert timed[1][0] == "A" and all(total <= 300 - 15 for _, total in timed[1:])  # again, and later runs, fit
+    assert len(timed) == 5 and outcome.window.warmup + outcome.window.steps <= 285

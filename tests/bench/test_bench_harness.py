@@ -212,7 +212,7 @@ def test_no_orphans_when_the_child_dies_hard(write_script, quick_config, tmp_pat
     """)
     result = run_once(RunSpec(script, [], tmp_path, real_cwd=True), quick_config())
     assert result.status == "error"
-    assert "without a result" in result.message
+    assert "the script killed the benchmark child itself (os.kill(" in result.message  # the true cause
     helper_pid = int((tmp_path / "helper.pid").read_text())
     assert helper_pid in result.runner.leftover_processes_at_exit
     assert not alive(helper_pid)
@@ -440,10 +440,10 @@ def test_a_helper_that_cleared_its_environment_and_left_the_session_is_killed(wr
 
     if not runner.SUPERVISED:
         pytest.skip("the subreaper supervisor needs Linux")
-    pids = tmp_path / "pids"
+    pids = tmp_path / "pids"  # outside the script's folder: the run may not write into that one
     pids.mkdir()
-    script = write_script("escape.py", ESCAPING_SCRIPT)
-    result = run_once(RunSpec(script, [str(pids), "0"], tmp_path), quick_config())
+    script = write_script("escape.py", ESCAPING_SCRIPT, tmp_path / "project")
+    result = run_once(RunSpec(script, [str(pids), "0"], script.parent), quick_config())
     assert result.status == "ok", result.message
     daemon = int((pids / "pid.daemon").read_text())
     # the daemon started with env={}: no marker to find it by; the supervisor did
@@ -462,9 +462,9 @@ def test_a_killed_speedfix_bench_leaves_no_process_and_no_folder(write_script, t
     pids, runner_tmp = tmp_path / "pids", tmp_path / "runner-tmp"
     pids.mkdir()
     runner_tmp.mkdir()
-    script = write_script("escape.py", ESCAPING_SCRIPT)
+    script = write_script("escape.py", ESCAPING_SCRIPT, tmp_path / "project")
     bench = subprocess.Popen([sys.executable, "-m", "speedfix", "bench", str(script), "--warmup", "1", "--steps",
-                              "100000", "--", str(pids), "0.2"], cwd=tmp_path,
+                              "100000", "--", str(pids), "0.2"], cwd=script.parent,
                              env={**os.environ, "TMPDIR": str(runner_tmp)},
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -562,8 +562,11 @@ def test_runs_happen_in_a_scratch_mirror_of_the_working_directory(write_script, 
             f.write("new run\\n")
         os.makedirs("outputs", exist_ok=True)
         open("outputs/metrics.txt", "w").write("new")
-        with open("big.bin", "ab") as f:  # a file over the copy limit is a link: this reaches the real one
-            f.write(b"y")
+        try:  # a file over the copy limit is a link to the real one: the write guard refuses this
+            with open("big.bin", "ab") as f:
+                f.write(b"y")
+        except PermissionError as err:
+            seen["refused"] = str(err)
         with open(sys.argv[1], "w") as f:
             json.dump(seen, f)
     """), project)
@@ -573,15 +576,15 @@ def test_runs_happen_in_a_scratch_mirror_of_the_working_directory(write_script, 
 
     assert result.status == "ok", result.message
     seen = json.loads(seen_path.read_text())
+    refusal = seen.pop("refused")
+    assert "speedfix bench keeps your files unchanged" in refusal and "--real-cwd" in refusal
     assert seen == {"cwd": result.runner.scratch_cwd, "input": "input", "parent": "from the parent folder",
                     "checkpoint": "the user's checkpoint"}
     assert seen["cwd"] != str(project) and seen["cwd"].endswith(str(project))
     assert result.cwd == str(project)
-    after = snapshot(project)
-    assert after.pop("big.bin") == b"x" * 100 + b"y"  # the documented limit, and it is reported:
-    assert result.runner.real_files_modified == [str(project / "big.bin")]
-    before.pop("big.bin")
-    assert after == before  # checkpoint, log and folder untouched, no outputs/
+    assert snapshot(project) == before  # checkpoint, log, the linked large file and the folder untouched, no outputs/
+    assert result.runner.real_files_modified == []
+    assert [(r.event, r.path) for r in result.guard.refused] == [("open", str(project / "big.bin"))]
     assert not stale.exists()  # the next start cleaned up after the killed run
     assert not list(runner_tmp.glob("speedfix-run-*"))  # and this run's own folder is gone
 
@@ -686,7 +689,7 @@ def test_a_script_that_kills_its_supervisor_is_still_cleaned_up(write_script, qu
     # process group and the SPEEDFIX_RUN_ID marker - takes the DataLoader workers.
     pids = tmp_path / "pids"
     pids.mkdir()
-    script = write_script("parricide.py", """
+    script = write_script("parricide.py", directory=tmp_path / "project", source="""
         import os, signal, sys, time
         import torch
         from torch.utils.data import DataLoader, TensorDataset
@@ -707,9 +710,9 @@ def test_a_script_that_kills_its_supervisor_is_still_cleaned_up(write_script, qu
                     os.kill(os.getppid(), signal.SIGKILL)
                     time.sleep(600)
     """)
-    result = run_once(RunSpec(script, [str(pids)], tmp_path), quick_config())
+    result = run_once(RunSpec(script, [str(pids)], script.parent), quick_config())
     assert result.status == "error"
-    assert "supervisor was killed" in result.message
+    assert "the script killed its parent process, speedfix's supervisor (os.kill(" in result.message
     workers = [int((pids / f"pid.worker{i}").read_text()) for i in (0, 1)]
     assert wait_until(lambda: not any(alive(pid) for pid in workers))
     assert_nothing_left(result)

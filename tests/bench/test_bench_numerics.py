@@ -30,6 +30,16 @@ def test_identical_trajectory_passes_without_a_seed_band():
     assert calls == []  # the extra seed runs are not paid for
 
 
+def test_losses_are_compared_over_the_steps_both_variants_ran():
+    # each variant runs its own window: a faster candidate records more losses than the original
+    longer = A + trajectory(5, n=300)
+    result = numerics.check([A, list(A)], longer, kind=numerics.EXACT)
+    assert result.passed and result.level == "identical" and result.ab.compared == len(A)
+    shorter_changed = [v * (1 + 1e-3) for v in A[:50]]
+    result = numerics.check([A, list(A)], shorter_changed, kind=numerics.EXACT)
+    assert not result.passed and "over the first 50 backward() calls" in result.reason
+
+
 def test_exact_rewrite_that_changes_the_loss_fails():
     changed = [v * (1 + 1e-4) for v in A]
     result = numerics.check([A, list(A)], changed, kind=numerics.EXACT, band=band)

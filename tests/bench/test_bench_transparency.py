@@ -69,16 +69,18 @@ def _counters(path) -> dict:
 def test_compiled_model_has_the_same_graphs_and_breaks_with_and_without_the_harness(write_script, quick_config,
                                                                                     tmp_path, monkeypatch):
     # The harness stops the script after warm-up + window (+ the steps its compile-aware
-    # warm-up may add); the bare run does at least as many steps. Steps after compilation
-    # compile nothing, so the counters of a transparent harness equal the bare ones.
-    script = write_script("compiled.py", f"STEPS = {WARMUP + WINDOW + 20}\n" + COMPILED_SCRIPT)
+    # warm-up may add: up to 200 on a busy machine, where steps take uneven times); the bare run
+    # does at least as many steps. Steps after compilation compile nothing, so the counters of a
+    # transparent harness equal the bare ones. The counters are written outside the script's
+    # folder: the run may not change that one.
+    script = write_script("compiled.py", f"STEPS = {WARMUP + WINDOW + 220}\n" + COMPILED_SCRIPT, tmp_path / "project")
     bare_out, harness_out = tmp_path / "bare.json", tmp_path / "harness.json"
 
     env = {**os.environ, "SPEEDFIX_TEST_COUNTERS": str(bare_out)}
     subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, check=True, timeout=300)
 
     monkeypatch.setenv("SPEEDFIX_TEST_COUNTERS", str(harness_out))
-    result = run_once(RunSpec(script, [], tmp_path), quick_config(warmup_steps=WARMUP, steps=WINDOW, timeout_s=240.0,
+    result = run_once(RunSpec(script, [], script.parent), quick_config(warmup_steps=WARMUP, steps=WINDOW, timeout_s=240.0,
                                                                  result_grace_s=30.0))
 
     assert result.status == "ok", result.message

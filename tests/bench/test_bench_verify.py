@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from rich.console import Console
 
 from speedfix.bench import numerics, stats
@@ -41,14 +43,14 @@ REWRITES = {
 
 def test_real_runs_with_too_few_pairs_reject_only_the_broken_fix_and_write_nothing(tmp_path, fake_fixer,
                                                                                    quick_settings):
-    # Two pairs (the budget ran out, in effect): the loss check still rejects the broken fix, but
+    # Each fix alone (--per-fix), two pairs (the budget ran out, in effect): the loss check still rejects the broken fix, but
     # neither the faster nor the slower one gets a decision on speed, and nothing is written.
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     fixer = fake_fixer(REWRITES)
     console = Console(record=True, width=200)
     code = verify_script(script, ["--some-arg"], unsafe=True, console=console, fixer=fixer,
-                         compare_settings=quick_settings(), cwd=tmp_path)
+                         compare_settings=quick_settings(), cwd=tmp_path, per_fix=True)
     assert code == 1  # not everything was kept
 
     assert script.read_text() == SCRIPT and fixer.written == []
@@ -73,16 +75,17 @@ def test_real_runs_with_too_few_pairs_reject_only_the_broken_fix_and_write_nothi
     assert "not measured enough SF304 (static advice only, not written)" in console.export_text()
 
 
-def test_measured_fixes_are_kept_or_rejected_and_the_kept_one_written(tmp_path, fake_fixer, fake_runs, quick_settings):
+def test_per_fix_measured_fixes_are_kept_or_rejected_and_the_kept_one_written(tmp_path, fake_fixer, fake_runs, quick_settings):
     script = tmp_path / "train.py"
     script.write_text("A\nB\nC\n")
     fixer = fake_fixer({"SF304": ("A", "a"), "SF303": ("B", "b"), "SF201": ("C", "c")})
     runs = fake_runs({"original": 100.0, "SF304": 150.0, "SF303": 25.0, "SF201": 100.0},
                      losses={"SF201": [float("nan")] * 40})
     code = verify_script(script, [], console=Console(record=True), fixer=fixer,
-                         compare_settings=quick_settings(**ENOUGH), run=runs)
+                         compare_settings=quick_settings(**ENOUGH), run=runs, per_fix=True)
     report = json.loads((tmp_path / "train.speedfix-verify.json").read_text())
     fixes = {f["label"]: f for f in report["fixes"]}
+    assert report["mode"] == "per-fix"
     assert fixes["SF304"]["decision"] == "kept" and fixes["SF304"]["kept"]
     assert fixes["SF304"]["speedup"]["pairs"] == stats.MIN_VERDICT_PAIRS
     assert fixes["SF303"]["decision"] == "rejected" and fixes["SF303"]["reason"].startswith("measurably slower")
@@ -91,14 +94,14 @@ def test_measured_fixes_are_kept_or_rejected_and_the_kept_one_written(tmp_path, 
     assert code == 1
 
 
-def test_combination_that_fails_drops_the_weakest_fix(tmp_path, fake_fixer, fake_runs, quick_settings):
+def test_per_fix_combination_that_fails_drops_the_weakest_fix(tmp_path, fake_fixer, fake_runs, quick_settings):
     script = tmp_path / "train.py"
     script.write_text("A\nB\nC\n")
     fixer = fake_fixer({"SF102": ("A", "a"), "SF104": ("B", "b"), "SF402": ("C", "c")})
     runs = fake_runs({"original": 100.0, "SF102": 130.0, "SF104": 120.0, "SF402": 110.0,
                       "SF102+SF104+SF402": 50.0, "SF102+SF104": 150.0})
     code = verify_script(script, [], console=Console(record=True), fixer=fixer,
-                         compare_settings=quick_settings(**ENOUGH), run=runs)
+                         compare_settings=quick_settings(**ENOUGH), run=runs, per_fix=True)
     report = json.loads((tmp_path / "train.speedfix-verify.json").read_text())
     assert [c["label"] for c in report["combinations"]] == ["SF102+SF104+SF402", "SF102+SF104"]
     assert report["kept"] == ["SF102", "SF104"]
@@ -108,14 +111,14 @@ def test_combination_that_fails_drops_the_weakest_fix(tmp_path, fake_fixer, fake
     assert code == 1
 
 
-def test_combination_that_keeps_failing_falls_back_to_the_best_single_fix(tmp_path, fake_fixer, fake_runs,
+def test_per_fix_combination_that_keeps_failing_falls_back_to_the_best_single_fix(tmp_path, fake_fixer, fake_runs,
                                                                           quick_settings):
     script = tmp_path / "train.py"
     script.write_text("A\nB\n")
     fixer = fake_fixer({"SF102": ("A", "a"), "SF104": ("B", "b")})
     runs = fake_runs({"original": 100.0, "SF102": 110.0, "SF104": 140.0, "SF102+SF104": 60.0})
     verify_script(script, [], console=Console(record=True), fixer=fixer, compare_settings=quick_settings(**ENOUGH),
-                  run=runs)
+                  run=runs, per_fix=True)
     report = json.loads((tmp_path / "train.speedfix-verify.json").read_text())
     assert report["kept"] == ["SF104"]
     assert script.read_text() == "A\nb\n"
@@ -175,7 +178,7 @@ def test_a_single_pair_decides_nothing(tmp_path, fake_fixer, fake_runs, quick_se
     script = tmp_path / "train.py"
     script.write_text("A\nB\n")
     fixer = fake_fixer({"SF102": ("A", "a"), "SF104": ("B", "b")})
-    runs = fake_runs({"original": 100.0, "SF102": 150.0, "SF104": 50.0})
+    runs = fake_runs({"original": 100.0, "SF102": 150.0, "SF104": 50.0, "SF102+SF104": 150.0})
     console = Console(record=True, width=200)
     code = verify_script(script, [], console=console, fixer=fixer, compare_settings=quick_settings(max_pairs=1),
                          run=runs)
@@ -206,7 +209,7 @@ def test_a_budget_that_runs_out_after_one_pair_decides_nothing(tmp_path, fake_fi
     assert script.read_text() == "A\n" and code == 1
 
 
-def test_a_combination_not_measured_enough_keeps_only_the_best_single_fix(tmp_path, fake_fixer, fake_runs,
+def test_per_fix_a_combination_not_measured_enough_keeps_only_the_best_single_fix(tmp_path, fake_fixer, fake_runs,
                                                                           quick_settings, monkeypatch):
     from speedfix.bench import compare as compare_mod
 
@@ -223,7 +226,7 @@ def test_a_combination_not_measured_enough_keeps_only_the_best_single_fix(tmp_pa
         return fake(spec, config)
 
     code = verify_script(script, [], console=Console(record=True), fixer=fixer,
-                         compare_settings=quick_settings(**ENOUGH, budget_s=200.0), run=run)
+                         compare_settings=quick_settings(**ENOUGH, budget_s=200.0), run=run, per_fix=True)
     report = json.loads((tmp_path / "train.speedfix-verify.json").read_text())
     (combo,) = report["combinations"]
     assert combo["decision"] == "not measured enough"
@@ -336,7 +339,8 @@ def test_hidden_variants_left_by_an_older_version_are_removed_at_the_next_run(tm
     assert "a variant left by an interrupted speedfix apply --verify" in console.export_text()
 
 
-def test_on_a_cpu_a_gpu_only_fix_is_never_called_verified(tmp_path, fake_fixer, fake_runs, quick_settings):
+@pytest.mark.parametrize("per_fix", [False, True])
+def test_on_a_cpu_a_gpu_only_fix_is_never_called_verified(tmp_path, fake_fixer, fake_runs, quick_settings, per_fix):
     # SF102 (pin_memory) targets CUDA: on a CPU it passes bit-identically even where it would
     # raise on the GPU. SF304 (gc.collect in the loop) means the same on any device.
     script = tmp_path / "train.py"
@@ -344,10 +348,13 @@ def test_on_a_cpu_a_gpu_only_fix_is_never_called_verified(tmp_path, fake_fixer, 
     fixer = fake_fixer({"SF102": ("A", "a"), "SF304": ("B", "b")})
     runs = fake_runs({"original": 100.0, "SF102": 150.0, "SF304": 150.0, "SF102+SF304": 150.0}, device="cpu")
     console = Console(record=True, width=200)
-    code = verify_script(script, [], console=console, fixer=fixer, compare_settings=quick_settings(**ENOUGH), run=runs)
+    code = verify_script(script, [], console=console, fixer=fixer, compare_settings=quick_settings(**ENOUGH), run=runs,
+                         per_fix=per_fix)
     report = json.loads((tmp_path / "train.speedfix-verify.json").read_text())
     fixes = {f["label"]: f for f in report["fixes"]}
     assert report["verified_on"] == "cpu"
+    # the combination first: the GPU-only fix is not even run on a CPU
+    assert ("SF102" in {name for name, _ in runs.calls}) is per_fix
     assert fixes["SF102"]["decision"] == "needs a GPU to verify" and not fixes["SF102"]["kept"]
     assert "run --verify on a machine with a CUDA GPU" in fixes["SF102"]["reason"]
     assert fixes["SF304"]["decision"] == "kept"

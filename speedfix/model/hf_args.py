@@ -1,0 +1,297 @@
+"""Hugging Face `TrainingArguments` a script never writes as a call: filled in by a parser.
+
+`HfArgumentParser((ModelArguments, DataArguments, TrainingArguments)).parse_args_into_dataclasses()`
+and TRL's `TrlParser((ScriptArguments, SFTConfig, ModelConfig)).parse_args_and_config()` build
+the training arguments from the command line. Their settings are then, in this order:
+
+1. the project's launch commands (``speedfix.model.launch``): `--bf16 True` in every command
+   that runs the script, or `--config recipe.yaml` for TRL's parser;
+2. the field defaults of the project's own subclass (`class TrainingArguments(transformers.
+   TrainingArguments): optim: str = field(default="adamw_torch")`), read from this file;
+3. TRL's defaults for its configs (0.22 and newer): `gradient_checkpointing=True`, and `bf16` on
+   unless `fp16` is (so precision is TRL's business, never reported as fp32);
+4. transformers' own defaults (fp32, no TF32 setting, no loader workers, ...).
+
+A value the launch commands set differently from one command to another, or through a shell
+variable, is unknown: the rules stay silent about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import libcst as cst
+
+from speedfix.model import launch
+from speedfix.model.arguments import UNKNOWN_VALUE, find_argument, known_value
+from speedfix.model.config_tree import ConfigError, load
+from speedfix.model.context import FileContext
+from speedfix.model.frameworks import HF_ARGUMENT_PARSERS, HF_TRAINING_ARGUMENTS, TRL_CONFIGS
+from speedfix.model.index import CallSite
+from speedfix.model.project_files import Location
+from speedfix.syntax.nodes import integer_value
+
+TRL_DEFAULTS = {"gradient_checkpointing": True}
+_PARSE_METHODS = frozenset({"parse_args_into_dataclasses", "parse_args_and_config"})
+_DATACLASS_FIELD = ("dataclasses.field",)
+
+
+class Source(Enum):
+    CALL = "call"  # written in a `TrainingArguments(...)` call of the script
+    LAUNCH = "launch"  # a launch command's option
+    FIELD = "field"  # the default of a field of the project's subclass
+    FRAMEWORK = "framework"  # TRL's default
+    DEFAULT = "default"  # transformers' default: missing
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One training argument of a parsed `TrainingArguments`: ``value`` (None: transformers'
+    default; ``UNKNOWN``: cannot be known), and where it is set: a launch file's line
+    (``where``) or a field of the script (``node``)."""
+
+    value: Any
+    source: Source
+    where: Location | None = None
+    node: cst.CSTNode | None = None
+    arg: cst.Arg | None = None  # the argument of the call that writes it (Source.CALL)
+
+    @property
+    def unknown(self) -> bool:
+        return self.value is UNKNOWN
+
+    @property
+    def missing(self) -> bool:
+        return self.source is Source.DEFAULT
+
+
+UNKNOWN: Any = object()
+
+
+@dataclass(frozen=True)
+class ParsedArguments:
+    """The `TrainingArguments` class a parser fills (``reference``: where the script names it in
+    the parser's tuple), the parse call, and what sets each value."""
+
+    ctx: FileContext
+    reference: cst.BaseExpression
+    parse: CallSite
+    qualname: str  # transformers' or TRL's class it is (or derives from)
+    fields: dict[str, cst.BaseExpression]  # field defaults of the project's own subclass
+    recipe: dict[str, tuple[Any, Location]]  # TRL's `--config` YAML
+
+    @property
+    def trl(self) -> bool:
+        return self.qualname in TRL_CONFIGS
+
+    def setting(self, key: str) -> Setting:
+        given = launch.option(self.ctx, key)
+        if given.state is launch.State.MIXED or (given.state is launch.State.KNOWN and not given.known):
+            return Setting(UNKNOWN, Source.LAUNCH, given.where)
+        if given.known:
+            return Setting(_parsed(given.value), Source.LAUNCH, given.where)
+        if key in self.recipe:
+            value, where = self.recipe[key]
+            return Setting(value, Source.LAUNCH, where)
+        if key in self.fields:
+            value = _literal(self.fields[key])
+            return Setting(value, Source.FIELD, node=self.fields[key])
+        if self.trl and key in TRL_DEFAULTS:
+            return Setting(TRL_DEFAULTS[key], Source.FRAMEWORK)
+        if self.trl and key == "bf16":
+            return Setting(UNKNOWN, Source.FRAMEWORK)  # on unless fp16 is: TRL decides
+        return Setting(None, Source.DEFAULT)
+
+
+def call_setting(ctx: FileContext, site: CallSite, key: str) -> Setting:
+    """A keyword of a `TrainingArguments(...)` call as a ``Setting``: its value as far as the file
+    can tell (a literal, a constant, an argparse default), UNKNOWN otherwise."""
+    found = find_argument(ctx, site, key)
+    if found.missing:
+        return Setting(None, Source.DEFAULT)
+    if found.unknown or found.node is None:
+        return Setting(UNKNOWN, Source.CALL, arg=found.arg)
+    value = known_value(ctx, found.node, site.stack)
+    return Setting(UNKNOWN if value is UNKNOWN_VALUE else value, Source.CALL, node=found.node, arg=found.arg)
+
+
+def parsed_arguments(ctx: FileContext) -> list[ParsedArguments]:
+    """Each `TrainingArguments` (or TRL config) class that a parser of this file fills from the
+    command line, when the file parses it (`parse_args_into_dataclasses()`,
+    `parse_args_and_config()`)."""
+    found = []
+    for site in ctx.calls_to(*HF_ARGUMENT_PARSERS):
+        if not site.node.args:
+            continue
+        parse = _parse_call(ctx, site)
+        if parse is None:
+            continue
+        for element in _classes(ctx, site.node.args[0].value, site):
+            qualname, fields = _training_class(ctx, element)
+            if qualname is not None:
+                found.append(ParsedArguments(ctx, element, parse, qualname, fields, _recipe(ctx)))
+    return found
+
+
+def _parse_call(ctx: FileContext, parser: CallSite) -> CallSite | None:
+    """The `parse_args_into_dataclasses()`/`parse_args_and_config()` call on the parser: the
+    parser assigned to a name (in this function, or returned by a function of the file)."""
+    holders = _holders(ctx, parser)
+    for method in _PARSE_METHODS:
+        for site in ctx.method_calls(method):
+            func = site.node.func
+            assert isinstance(func, cst.Attribute)
+            if isinstance(func.value, cst.Call) and func.value is parser.node:
+                return site
+            if isinstance(func.value, cst.Name) and func.value.value in holders:
+                return site
+    return None
+
+
+def _holders(ctx: FileContext, parser: CallSite) -> set[str]:
+    """Names that hold the parser: `parser = HfArgumentParser(...)`, or `parser = make_parser()`
+    where the file's `make_parser` returns it."""
+    names: set[str] = set()
+    returned = False
+    for line in parser.statement.body if parser.statement is not None else ():
+        if isinstance(line, cst.Assign) and line.value is parser.node:
+            names.update(t.target.value for t in line.targets if isinstance(t.target, cst.Name))
+        returned = returned or (isinstance(line, cst.Return) and line.value is parser.node)
+    function = ctx.function_of(parser.stack)
+    if not isinstance(function, cst.FunctionDef):
+        return names
+    returned = returned or any(isinstance(r.value, cst.Name) and r.value.value in names for r in _returns(function))
+    if returned:
+        for name, assignments in ctx.assignments.items():
+            if any(isinstance(a.value, cst.Call) and isinstance(a.value.func, cst.Name)
+                   and a.value.func.value == function.name.value for a in assignments):
+                names.add(name)
+    return names
+
+
+def _returns(function: cst.FunctionDef) -> list[cst.Return]:
+    found: list[cst.Return] = []
+
+    class Visitor(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+    function.visit(Visitor())
+    return found
+
+
+def _classes(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[cst.BaseExpression]:
+    """The classes of the parser's first argument: a tuple or list of them, one class, or a
+    name holding the tuple (`dataclass_types = (ScriptArguments, SFTConfig, ModelConfig)`)."""
+    if isinstance(node, cst.Name) and node.value not in ctx.classes:
+        value = ctx.single_value(node.value, site.stack)
+        if value is None or not isinstance(value, (cst.Tuple, cst.List)):
+            return [node]
+        node = value
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return [element.value for element in node.elements if isinstance(element, cst.Element)]
+    return [node]
+
+
+def _training_class(ctx: FileContext, node: cst.BaseExpression) -> tuple[str | None, dict[str, cst.BaseExpression]]:
+    """(transformers'/TRL's class, the field defaults of the file's subclasses)."""
+    qualname = ctx.qualname(node)
+    known = (*HF_TRAINING_ARGUMENTS, *TRL_CONFIGS)
+    if qualname in known:
+        return _canonical(qualname), {}
+    name = node.value if isinstance(node, cst.Name) else None
+    if name is None or name not in ctx.classes:
+        return None, {}
+    bases = ctx.class_bases(name)
+    base = next((b for b in bases if b in known), None)
+    if base is None:
+        return None, {}
+    fields: dict[str, cst.BaseExpression] = {}
+    for class_name in _lineage(ctx, name):
+        for statement in ctx.classes[class_name].node.body.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None:
+                    key = small.target.value
+                    if key not in fields:
+                        fields[key] = _field_default(ctx, small.value)
+    return _canonical(base), fields
+
+
+def _lineage(ctx: FileContext, name: str) -> list[str]:
+    """The class and its bases defined in this file, most derived first."""
+    found = [name]
+    index = 0
+    while index < len(found):
+        for base in ctx.classes[found[index]].bases:
+            short = base.rsplit(".", 1)[-1]
+            if short in ctx.classes and short not in found and base == short:
+                found.append(short)
+        index += 1
+    return found
+
+
+def _field_default(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpression:
+    """`field(default=X)` -> X; a plain default as written."""
+    if isinstance(value, cst.Call) and (ctx.qualname(value.func) in _DATACLASS_FIELD or (
+            isinstance(value.func, cst.Name) and value.func.value == "field")):
+        for arg in value.args:
+            if arg.keyword is not None and arg.keyword.value == "default":
+                return arg.value
+        return cst.Name("UNKNOWN_DEFAULT")
+    return value
+
+
+def _canonical(qualname: str) -> str:
+    return "transformers.TrainingArguments" if qualname in HF_TRAINING_ARGUMENTS else qualname
+
+
+def _literal(node: cst.BaseExpression) -> Any:
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, cst.Integer):  # an integer too long to print is no count
+        value = integer_value(node)
+        return UNKNOWN if value is None else value
+    if isinstance(node, (cst.Float, cst.SimpleString)):
+        return node.evaluated_value
+    return UNKNOWN
+
+
+def _parsed(value: object) -> Any:
+    """A launch option's text as the parser reads it: booleans, numbers, strings."""
+    if value is True:
+        return True
+    truth = launch.truth(value)
+    if truth is not None and isinstance(value, str) and value.lower() in ("true", "false"):
+        return truth
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return value
+    return UNKNOWN
+
+
+def _recipe(ctx: FileContext) -> dict[str, tuple[Any, Location]]:
+    """TRL's `--config recipe.yaml`, when every launch command names the same file."""
+    given = launch.option(ctx, "config")
+    if not given.known or not isinstance(given.value, str) or ctx.project is None or given.where is None:
+        return {}
+    project = ctx.project
+    path = project.find(given.value, (given.where.path.parent, project.top(), project.folder))
+    if path is None or path.suffix.lower() not in (".yaml", ".yml"):
+        return {}
+    try:
+        tree = load(project, path)
+    except ConfigError as exc:
+        project.note(path, f"not read: {exc}")
+        return {}
+    if tree is None or not isinstance(tree.value, dict):
+        return {}
+    return {key: (node.plain(), node.at) for key, node in tree.value.items()}

@@ -1,0 +1,244 @@
+"""The configuration hydra composes for a script, read as data.
+
+`@hydra.main(config_path="../configs", config_name="train.yaml")` composes the primary config
+with the options its defaults list names (`- trainer: default` loads
+`configs/trainer/default.yaml` under the key `trainer`), in list order, the primary config's own
+values where `_self_` stands (at the end when it is not listed: hydra 1.1 and newer). A group
+option may have a defaults list of its own (`trainer/gpu.yaml` starting from `- default`), a
+`# @package _global_` header puts a file at the root, `group@pkg` elsewhere, `optional` and
+`override` are read as plain entries and `null` loads nothing. Every value keeps the line that
+sets it, so a finding can point at `configs/trainer/default.yaml:9`.
+
+What hydra only knows at run time is not known here: command-line overrides (`trainer=gpu`),
+interpolations (`${paths.output_dir}`, kept as text), the config search path of plugins. The
+other options of a group are offered too (``group_options``): `trainer/gpu.yaml` is how a
+project that trains on the CPU by default runs on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from weakref import WeakKeyDictionary
+
+import libcst as cst
+
+from speedfix.model.arguments import find_argument, string_value
+from speedfix.model.config_tree import ConfigError, Node, load
+from speedfix.model.context import FileContext
+from speedfix.model.project_files import Location, ProjectFiles
+
+HYDRA_MAIN = ("hydra.main",)
+INSTANTIATE = ("hydra.utils.instantiate", "hydra.utils.call", "hydra.instantiate")
+_DICTCONFIG = ("omegaconf.DictConfig", "omegaconf.dictconfig.DictConfig")
+_MAX_DEPTH = 8
+
+
+@dataclass
+class Composed:
+    """A composed config: its tree, the config folder, and the files each package came from."""
+
+    tree: Node
+    folder: Path
+    files: dict[tuple[str, ...], list[Path]] = field(default_factory=dict)  # package -> files merged there
+
+
+@dataclass(frozen=True)
+class HydraMain:
+    """A function decorated with `@hydra.main`, its config, and the names that hold the config."""
+
+    function: cst.FunctionDef
+    composed: Composed | None
+    names: frozenset[str]
+
+
+_MAINS: WeakKeyDictionary[FileContext, list[HydraMain]] = WeakKeyDictionary()
+
+
+def hydra_mains(ctx: FileContext) -> list[HydraMain]:
+    """The `@hydra.main` functions of the file with their composed configs (once per file)."""
+    found = _MAINS.get(ctx)
+    if found is None:
+        found = _MAINS[ctx] = _find_mains(ctx)
+    return found
+
+
+def config_of(ctx: FileContext, node: cst.BaseExpression) -> tuple[HydraMain, tuple[str, ...]] | None:
+    """`cfg.trainer` (`cfg["trainer"]`, `cfg.get("trainer")`) -> (the hydra main, ("trainer",)),
+    when `cfg` holds the composed config: the hydra main's parameter, or a parameter annotated
+    `DictConfig` in a function of the file."""
+    keys: list[str] = []
+    while True:
+        if isinstance(node, cst.Attribute):
+            keys.append(node.attr.value)
+            node = node.value
+        elif isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) \
+                and isinstance(node.slice[0].slice.value, cst.SimpleString):
+            keys.append(str(node.slice[0].slice.value.evaluated_value))
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "get" \
+                and node.args and isinstance(node.args[0].value, cst.SimpleString):
+            keys.append(str(node.args[0].value.evaluated_value))
+            node = node.func.value
+        else:
+            break
+    if not isinstance(node, cst.Name):
+        return None
+    for main in hydra_mains(ctx):
+        if main.composed is not None and node.value in main.names:
+            return main, tuple(reversed(keys))
+    return None
+
+
+def group_options(ctx: FileContext, main: HydraMain, group: str) -> list[tuple[str, Composed]]:
+    """Each option of a config group (`trainer/gpu.yaml`, `trainer/ddp.yaml`) composed the way
+    `python train.py trainer=gpu` would compose it, placed under the group's key."""
+    composed = main.composed
+    if composed is None or ctx.project is None:
+        return []
+    options = []
+    for path in ctx.project.listing(composed.folder / group, (".yaml", ".yml")):
+        result = Composed(Node({}, Location(path, 1, 1, 1, 1)), composed.folder)
+        _compose_file(ctx.project, result, path, (group,), group, 0)
+        options.append((path.stem, result))
+    return options
+
+
+# ---------------------------------------------------------------------- composition
+def _find_mains(ctx: FileContext) -> list[HydraMain]:
+    found = []
+    for functions in ctx.functions.values():
+        for info in functions:
+            function = info.node
+            if not isinstance(function, cst.FunctionDef):
+                continue
+            decorator = next((d.decorator for d in function.decorators if isinstance(d.decorator, cst.Call)
+                              and ctx.qualname(d.decorator.func) in HYDRA_MAIN), None)
+            if decorator is None:
+                continue
+            found.append(HydraMain(function, _compose(ctx, decorator, info), _holders(ctx, function)))
+    return found
+
+
+def _compose(ctx: FileContext, decorator: cst.Call, info: Any) -> Composed | None:
+    project = ctx.project
+    if project is None:
+        return None
+    site = next((s for s in ctx.calls if s.node is decorator), None)
+    if site is None:
+        return None
+    folder_name = string_value(ctx, find_argument(ctx, site, "config_path", 0).node, site.stack)
+    name = string_value(ctx, find_argument(ctx, site, "config_name", 1).node, site.stack)
+    if folder_name is None or name is None:
+        return None
+    folder = project.resolve(folder_name)
+    if folder is None:
+        project.problems.append(f"hydra's config_path {folder_name!r} lies outside the scanned folders: "
+                                "scan the project's folder to read its configuration")
+        return None
+    path = folder / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
+    composed = Composed(Node({}, Location(path, 1, 1, 1, 1)), folder)
+    if not project.is_file(path):
+        return None
+    _compose_file(project, composed, path, (), None, 0)
+    return composed
+
+
+def _compose_file(project: ProjectFiles, composed: Composed, path: Path, package: tuple[str, ...],
+                  group: str | None, depth: int) -> None:
+    """Merge ``path`` and its defaults list into ``composed`` at ``package``."""
+    if depth > _MAX_DEPTH:
+        return
+    try:
+        tree = load(project, path)
+    except ConfigError as exc:
+        project.note(path, f"not read: {exc}")
+        return
+    if tree is None or not isinstance(tree.value, dict):
+        return
+    if _global_header(project, path):
+        package = ()
+    body = Node({k: v for k, v in tree.value.items() if k not in ("defaults", "hydra")}, tree.where, tree.key_where,
+                tree.lines)
+    defaults = tree.value.get("defaults")
+    entries = defaults.value if defaults is not None and isinstance(defaults.value, list) else []
+    own_at = next((i for i, e in enumerate(entries) if e.value == "_self_"), len(entries))
+    for index, entry in enumerate([*entries, None] if own_at == len(entries) else entries):
+        if entry is None or entry.value == "_self_":
+            _merge_at(composed, package, body, path)
+            continue
+        for target, target_package, target_group in _entry_files(composed.folder, entry.value, package, group):
+            if project.is_file(target):
+                _compose_file(project, composed, target, target_package, target_group, depth + 1)
+
+
+def _entry_files(folder: Path, value: Any, package: tuple[str, ...], group: str | None):  # type: ignore[no-untyped-def]
+    """(file, package, group) of one defaults-list entry."""
+    if isinstance(value, str):  # `- default` in a group file, `- base` in the primary config
+        base = folder / group if group else folder
+        yield base / f"{value}.yaml", package, group
+        return
+    if not isinstance(value, dict) or len(value) != 1:
+        return
+    ((key, option),) = value.items()
+    key = str(key).replace("override ", "").replace("optional ", "").strip().lstrip("/")
+    group_name, _, explicit = key.partition("@")
+    options = [child.value for child in option.value] if isinstance(option.value, list) else [option.value]
+    for choice in options:
+        if not isinstance(choice, str):
+            continue  # `null`: nothing to load
+        if explicit == "_global_":
+            target_package: tuple[str, ...] = ()
+        elif explicit:
+            target_package = tuple(explicit.split("."))
+        else:
+            target_package = (*package, *group_name.split("/")) if group else tuple(group_name.split("/"))
+        yield folder / group_name / f"{choice}.yaml", target_package, group_name
+
+
+def _global_header(project: ProjectFiles, path: Path) -> bool:
+    text = project.text(path) or ""
+    for line in text.splitlines()[:5]:
+        if line.strip().startswith("# @package") and "_global_" in line:
+            return True
+    return False
+
+
+def _merge_at(composed: Composed, package: tuple[str, ...], body: Node, path: Path) -> None:
+    composed.files.setdefault(package, []).append(path)
+    target = composed.tree
+    for key in package:
+        child = target.value.get(key)
+        if child is None or not isinstance(child.value, dict):
+            child = Node({}, body.where, lines=body.lines)
+            target.value[key] = child
+        target = child
+    _merge(target, body)
+
+
+def _merge(target: Node, source: Node) -> None:
+    """Deep-merge ``source`` into ``target``: later values win, mappings merge key by key."""
+    for key, value in source.value.items():
+        existing = target.value.get(key)
+        if existing is not None and isinstance(existing.value, dict) and isinstance(value.value, dict):
+            _merge(existing, value)
+        else:
+            target.value[key] = value
+
+
+def _holders(ctx: FileContext, function: cst.FunctionDef) -> frozenset[str]:
+    """The hydra main's first parameter and the file's parameters annotated `DictConfig`."""
+    names = set()
+    params = function.params.params
+    if params:
+        names.add(params[0].name.value)
+    for infos in ctx.functions.values():
+        for info in infos:
+            node = info.node
+            if not isinstance(node, cst.FunctionDef):
+                continue
+            for param in node.params.params:
+                if param.annotation is not None and ctx.qualname(param.annotation.annotation) in _DICTCONFIG:
+                    names.add(param.name.value)
+    return frozenset(names)

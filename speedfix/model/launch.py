@@ -1,0 +1,339 @@
+"""How a project runs a script: the command lines of its launch scripts and READMEs.
+
+`deepspeed train.py --deepspeed ds_config.json`, `accelerate launch --config_file fsdp.yaml
+train.py --bf16 True`, `torchrun --nproc_per_node=4 train.py --tf32 True`: the settings of a
+framework script are often given there, not in the script. The launch files of a project are:
+
+- shell scripts (`.sh`, `.bash`, `.slurm`) in the script's folder and its subfolders (three
+  levels: DeepSpeed-Chat keeps them in `training_scripts/opt/single_gpu/`), and in the folders
+  above it up to the project's top, with their `scripts/` subfolders;
+- the fenced code blocks of the README files of those folders, and the script's own module
+  docstring (TRL documents its example runs there).
+
+A command runs *this* script when a word of it names the script's path relative to the launch
+file, the project's top or the script's folder (`python -m pkg.train` counts too). What follows
+the script's path are its options; what comes before, the launcher's (`accelerate launch
+--mixed_precision bf16`). Values with shell variables (`$DS_CONFIG`) are unknown. Nothing is
+run: the files are read as text (``ProjectFiles``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from weakref import WeakKeyDictionary
+
+import libcst as cst
+
+from speedfix.model.context import FileContext
+from speedfix.model.project_files import Location, ProjectFiles
+
+SHELL_SUFFIXES = (".sh", ".bash", ".slurm")
+_SCRIPT_FOLDERS = ("scripts", "script", "bin", "run_scripts", "launch", "launchers")
+_DEPTH = 3  # subfolders of the script's own folder searched for shell scripts
+_MAX_FILES = 200  # launch files read per script at most
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ">", ">>", "&>", "<", "2>", "(", ")"})
+_UNKNOWN_VALUE = object()
+_PLACEHOLDER = re.compile(r"<([^<>\s]+)>")
+
+
+class State(Enum):
+    MISSING = "missing"  # no launch command sets it (or the project shows none)
+    KNOWN = "known"  # every launch command sets it, to the same value
+    MIXED = "mixed"  # some set it (or set it differently), some do not
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One command line that runs the script."""
+
+    file: Path
+    line: int
+    launcher: str  # "python", "torchrun", "deepspeed", "accelerate", ...
+    launcher_options: dict[str, object]
+    options: dict[str, object]  # the script's own, `--bf16 True` -> {"bf16": "True"}
+    where: dict[str, Location] = field(default_factory=dict)  # the line of each option
+
+
+@dataclass(frozen=True)
+class LaunchValue:
+    state: State
+    value: object = None  # a string, True for a bare flag, or _UNKNOWN_VALUE
+    where: Location | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.state is State.KNOWN and self.value is not _UNKNOWN_VALUE
+
+
+MISSING = LaunchValue(State.MISSING)
+_LAUNCHES: WeakKeyDictionary[FileContext, list[Launch]] = WeakKeyDictionary()
+
+
+def launches(ctx: FileContext) -> list[Launch]:
+    """The project's command lines that run this script (computed once per file)."""
+    found = _LAUNCHES.get(ctx)
+    if found is None:
+        found = _LAUNCHES[ctx] = _find(ctx) if ctx.project is not None else []
+    return found
+
+
+def option(ctx: FileContext, *names: str, launcher: bool = False) -> LaunchValue:
+    """What the launch commands say about an option (any of ``names``, without dashes): KNOWN
+    when every command sets it to one value, MISSING when none does, MIXED otherwise.
+    ``launcher``: an option of the launcher (`accelerate launch --mixed_precision`)."""
+    found = launches(ctx)
+    if not found:
+        return MISSING
+    values = []
+    for launch in found:
+        options = launch.launcher_options if launcher else launch.options
+        name = next((n for n in names if n in options), None)
+        values.append((options[name], launch.where.get(name)) if name is not None else None)
+    if all(value is None for value in values):
+        return MISSING
+    if any(value is None for value in values) or len({repr(v[0]) for v in values if v is not None}) > 1:
+        return LaunchValue(State.MIXED)
+    value, where = values[0]  # type: ignore[misc]
+    return LaunchValue(State.KNOWN, value, where)
+
+
+def truth(value: object) -> bool | None:
+    """`--bf16`, `--bf16 True`, `--bf16=false`: the boolean a Hugging Face/argparse flag takes."""
+    if value is True:
+        return True
+    if isinstance(value, str):
+        lowered = value.lower()
+        if lowered in ("true", "1", "yes", "y", "t"):
+            return True
+        if lowered in ("false", "0", "no", "n", "f"):
+            return False
+    return None
+
+
+def text_value(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+# ---------------------------------------------------------------------- finding the commands
+def _find(ctx: FileContext) -> list[Launch]:
+    project = ctx.project
+    assert project is not None
+    found: list[Launch] = []
+    runners = (project.script, *_wrappers(project))
+    for path in _launch_files(project):
+        text = project.text(path)
+        if text is None:
+            continue
+        blocks = _readme_blocks(text) if path.suffix.lower() == ".md" else [(1, text.splitlines())]
+        for first, lines in blocks:
+            found.extend(_commands(project, path, first, lines, runners))
+    docstring = _module_docstring(ctx)
+    if docstring is not None:
+        first, lines = docstring
+        found.extend(_commands(project, project.script, first, lines, runners))
+    return found
+
+
+def _wrappers(project: ProjectFiles) -> list[Path]:
+    """Scripts beside this one that import it and are run in its place: FastChat's
+    `train_mem.py` patches attention, then `from fastchat.train.train import train` and calls it."""
+    script = project.script
+    modules = {script.stem}
+    top = project.top()
+    if top in script.parents:
+        modules.add(".".join(script.relative_to(top).with_suffix("").parts))
+    pattern = re.compile(r"^\s*(?:from\s+(?:%s)\s+import\b|import\s+(?:%s)\b)" % (
+        "|".join(map(re.escape, modules)), "|".join(map(re.escape, modules))), re.MULTILINE)
+    found = []
+    for path in project.listing(script.parent, (".py",))[:_MAX_FILES]:
+        if path != script and pattern.search(project.text(path) or "") and "__main__" in (project.text(path) or ""):
+            found.append(path)
+    return found
+
+
+def _launch_files(project: ProjectFiles) -> list[Path]:
+    files: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(path: Path) -> None:
+        if path not in seen and len(files) < _MAX_FILES:
+            seen.add(path)
+            files.append(path)
+
+    def shell_scripts(folder: Path, depth: int) -> None:
+        for path in project.listing(folder, SHELL_SUFFIXES):
+            add(path)
+        if depth <= 0:
+            return
+        for sub in project.subfolders(folder):
+            shell_scripts(sub, depth - 1)
+
+    for index, folder in enumerate(project.folders_up()):
+        if index == 0:
+            shell_scripts(folder, _DEPTH)
+        else:
+            for path in project.listing(folder, SHELL_SUFFIXES):
+                add(path)
+            for name in _SCRIPT_FOLDERS:
+                if folder / name in project.subfolders(folder):
+                    shell_scripts(folder / name, 1)
+        for path in project.listing(folder, (".md", ".MD")):
+            if path.name.lower().startswith("readme"):
+                add(path)
+    return files
+
+
+def _readme_blocks(text: str) -> list[tuple[int, list[str]]]:
+    """The fenced code blocks of a Markdown file: (first line number, lines)."""
+    blocks: list[tuple[int, list[str]]] = []
+    current: list[str] | None = None
+    start = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if _FENCE.match(line):
+            if current is None:
+                current, start = [], number + 1
+            else:
+                blocks.append((start, current))
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def _module_docstring(ctx: FileContext) -> tuple[int, list[str]] | None:
+    body = ctx.module.body
+    if not body or not isinstance(body[0], cst.SimpleStatementLine) or not body[0].body:
+        return None
+    expr = body[0].body[0]
+    if not isinstance(expr, cst.Expr) or not isinstance(expr.value, (cst.SimpleString, cst.ConcatenatedString)):
+        return None
+    text = ctx.module.code_for_node(expr.value)
+    first = len(ctx.module.code_for_node(cst.Module(body=[], header=ctx.module.header)).splitlines()) + 1
+    return first, text.splitlines()
+
+
+def _commands(project: ProjectFiles, path: Path, first: int, lines: list[str], runners: tuple[Path, ...]) -> list[Launch]:
+    """The commands of ``lines`` (starting at line ``first`` of ``path``) that run the script, or
+    one of ``runners`` (a file beside it that imports it and runs its entry point)."""
+    found = []
+    names = {runner.name for runner in runners} | {runner.stem for runner in runners}
+    for start, logical, physical in _logical_lines(first, lines):
+        if not any(name in logical for name in names):
+            continue
+        words = _words(logical)
+        for index, word in enumerate(words):
+            module = words[index - 1] == "-m" if index else False
+            if any(_names_script(project, path, word, module, runner) for runner in runners):
+                launch = _launch(path, start, physical, words[:index], words[index + 1:])
+                found.append(launch)
+                break
+    return found
+
+
+def _logical_lines(first: int, lines: list[str]) -> list[tuple[int, str, list[tuple[int, str]]]]:
+    """Lines joined at trailing backslashes: (first line number, text, its physical lines)."""
+    result = []
+    pending: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, first):
+        stripped = line.rstrip()
+        if stripped.lstrip().startswith("#") and not pending:
+            continue
+        if stripped.endswith("\\"):
+            pending.append((number, stripped[:-1]))
+            continue
+        pending.append((number, stripped))
+        result.append((pending[0][0], " ".join(text for _, text in pending), pending))
+        pending = []
+    if pending:
+        result.append((pending[0][0], " ".join(text for _, text in pending), pending))
+    return result
+
+
+def _words(line: str) -> list[str]:
+    line = _PLACEHOLDER.sub(r"$\1", line.lstrip("$ ").strip())  # README's `<your_path>`: unknown
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.commenters = "#"
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:  # an unclosed quote
+        return line.split()
+
+
+def _names_script(project: ProjectFiles, launch_file: Path, word: str, module: bool, script: Path) -> bool:
+    if module:
+        if not re.fullmatch(r"[\w.]+", word):
+            return False
+        relative = Path(*word.split(".")).with_suffix(".py")
+        return any(os.path.normpath(base / relative) == str(script) for base in _bases(project, launch_file))
+    if not word.endswith(script.name):
+        return False
+    if "$" in word:  # `"${dir_path}/pytorch/basics/x.py"`: the path after the variable
+        tail = word.rsplit("}", 1)[-1] if "}" in word else re.sub(r"^\$\w+", "", word)
+        parts = Path(tail.lstrip("/")).parts
+        return len(parts) >= 2 and script.parts[-len(parts):] == parts
+    if word.startswith("~") or os.path.isabs(word):
+        return False
+    return any(os.path.normpath(base / word) == str(script) for base in _bases(project, launch_file))
+
+
+def _bases(project: ProjectFiles, launch_file: Path) -> tuple[Path, ...]:
+    return (launch_file.parent, project.top(), project.folder)
+
+
+def _launch(path: Path, start: int, physical: list[tuple[int, str]], before: list[str], after: list[str]) -> Launch:
+    launcher_words = [w for w in before if "=" not in w or w.startswith("-")]  # not `CUDA_VISIBLE_DEVICES=0`
+    launcher = "python"
+    for word in launcher_words:
+        name = os.path.basename(word)
+        if name in ("torchrun", "deepspeed", "accelerate", "python", "python3", "srun", "mpirun", "lightning"):
+            launcher = "python" if name.startswith("python") else name
+            if launcher != "python":
+                break
+    if "torch.distributed.launch" in before or "torch.distributed.run" in before:
+        launcher = "torchrun"
+    options = _options(after)
+    where = {name: _location(path, physical, name) for name in options}
+    return Launch(path, start, launcher, _options(before), options, where)
+
+
+def _options(words: list[str]) -> dict[str, object]:
+    options: dict[str, object] = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in _SEPARATORS:
+            break
+        index += 1
+        if not word.startswith("--") or len(word) == 2:
+            continue
+        name, equals, value = word[2:].partition("=")
+        key = name.replace("-", "_")
+        if equals:
+            options.setdefault(key, _value(value))
+        elif index < len(words) and not words[index].startswith("--") and words[index] not in _SEPARATORS:
+            options.setdefault(key, _value(words[index]))
+            index += 1
+        else:
+            options.setdefault(key, True)
+    return options
+
+
+def _value(word: str) -> object:
+    return _UNKNOWN_VALUE if "$" in word or "`" in word else word
+
+
+def _location(path: Path, physical: list[tuple[int, str]], name: str) -> Location:
+    pattern = re.compile(rf"--{re.escape(name).replace('_', '[-_]')}(?![\w-])")
+    for number, text in physical:
+        match = pattern.search(text)
+        if match:
+            return Location(path, number, match.start() + 1, number, len(text.rstrip()) + 1, text)
+    number, text = physical[0]
+    return Location(path, number, 1, number, len(text) + 1, text)

@@ -1,0 +1,261 @@
+"""Lightning Trainers a script never writes as `Trainer(...)`: built from configuration.
+
+- hydra: `hydra.utils.instantiate(cfg.trainer, ...)` where the composed config's `trainer`
+  has `_target_: lightning.pytorch.Trainer` (``speedfix.model.hydra_config``). The composed
+  default is one Trainer; each other option of the `trainer` group (`trainer=gpu`) another.
+- LightningCLI: `LightningCLI(Model, DataModule, trainer_defaults={...})`, with what every
+  launch command adds (`--trainer.precision bf16-mixed`, or a `--config config.yaml` whose
+  `trainer:` section sets it).
+- Lightning 1.x: `Trainer.from_argparse_args(args)`, whose options default to the Trainer's
+  (CPU and fp32 in 1.x) unless `parser.set_defaults(...)` or the launch commands say otherwise.
+
+Each is a ``ConfiguredTrainer``: its settings with where they are set (a YAML line, a launch
+option, a dict element of the script), and whether the settings not listed are certainly the
+Trainer's defaults (``complete``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+
+from speedfix.model import launch
+from speedfix.model.arguments import UNKNOWN_VALUE, find_argument, known_value, string_value
+from speedfix.model.config_tree import ConfigError, Node, is_interpolation, load
+from speedfix.model.context import FileContext
+from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
+from speedfix.model.hydra_config import INSTANTIATE, Composed, config_of, group_options
+from speedfix.model.index import CallSite
+from speedfix.model.project_files import Location
+
+UNKNOWN: Any = object()
+_GPU_ACCELERATORS = frozenset({"gpu", "cuda", "auto"})
+_FROM_ARGPARSE = tuple(f"{name}.from_argparse_args" for name in LIGHTNING_TRAINER)
+
+
+@dataclass(frozen=True)
+class TrainerValue:
+    value: Any
+    where: Location | None = None  # a YAML line or a launch option
+    node: cst.CSTNode | None = None  # a dict element or argument of the script
+
+
+@dataclass
+class ConfiguredTrainer:
+    kind: str  # "hydra", "cli", "argparse"
+    site: CallSite  # the call of the script that builds it
+    label: str  # how a message names it
+    settings: dict[str, TrainerValue] = field(default_factory=dict)
+    complete: bool = True  # settings not listed are the Trainer's defaults
+    add_at: Location | None = None  # where a missing setting would be written (a YAML file)
+    commented: dict[str, Location] = field(default_factory=dict)  # `# precision: 16` lines
+    add_node: cst.CSTNode | None = None  # where a missing setting would be written in the script
+    lightning_1x: bool = False  # `from_argparse_args`: Lightning before 2.0 ("bf16", not "bf16-mixed")
+
+    def get(self, key: str) -> TrainerValue | None:
+        """The setting, None when left at the Trainer's default; UNKNOWN value when it cannot be
+        known (something unknown may set it)."""
+        found = self.settings.get(key)
+        if found is None and not self.complete:
+            return TrainerValue(UNKNOWN)
+        return found
+
+    def on_gpu(self) -> bool:
+        accelerator = self.get("accelerator")
+        if self.lightning_1x:  # 1.x trains on the CPU unless told `gpus`/`accelerator`
+            gpus = self.get("gpus") or self.get("devices")
+            if accelerator is not None and isinstance(accelerator.value, str):
+                return accelerator.value.lower() in _GPU_ACCELERATORS and gpus is not None
+            return gpus is not None and gpus.value not in (None, 0, "0", UNKNOWN)
+        if accelerator is None:
+            return True  # "auto": the GPU when there is one
+        return isinstance(accelerator.value, str) and accelerator.value.lower() in _GPU_ACCELERATORS
+
+
+def configured_trainers(ctx: FileContext) -> list[ConfiguredTrainer]:
+    return [*_hydra(ctx), *_cli(ctx), *_from_argparse(ctx)]
+
+
+# ---------------------------------------------------------------------- hydra
+def _hydra(ctx: FileContext) -> list[ConfiguredTrainer]:
+    found: list[ConfiguredTrainer] = []
+    for site in ctx.calls_to(*INSTANTIATE):
+        if not site.node.args:
+            continue
+        resolved = config_of(ctx, site.node.args[0].value)
+        if resolved is None:
+            continue
+        main, keys = resolved
+        assert main.composed is not None
+        options: list[tuple[str | None, Composed]] = [(None, main.composed)]
+        if len(keys) == 1 and tuple(keys) in main.composed.files:
+            options.extend(group_options(ctx, main, keys[0]))
+        seen: dict[tuple[str, int], ConfiguredTrainer] = {}
+        for option, composed in options:
+            node = composed.tree.get(*keys)
+            if node is None or not isinstance(node.value, dict):
+                continue
+            target = node.get("_target_")
+            if target is None or target.value not in LIGHTNING_TRAINER:
+                continue
+            trainer = _from_node(ctx, site, node, composed, keys, option)
+            if not trainer.on_gpu():
+                continue
+            key = (str(trainer.add_at.path), trainer.add_at.line) if trainer.add_at else ("", 0)
+            if key in seen:  # options that share the file where the fix goes: one finding
+                if option is not None and seen[key].kind == "hydra" and "`" in seen[key].label:
+                    seen[key].label = seen[key].label.replace("` (", f"`, `{keys[0]}={option}` (", 1)
+                continue
+            seen[key] = trainer
+            found.append(trainer)
+    return found
+
+
+def _from_node(ctx: FileContext, site: CallSite, node: Node, composed: Composed, keys: tuple[str, ...],
+               option: str | None) -> ConfiguredTrainer:
+    files = composed.files.get(keys, [])
+    shown = files[-1].name if files else "the config"
+    group = "/".join(keys)
+    label = f"the `Trainer` hydra builds from `{group}/{files[-1].name}`" if files else "the `Trainer` hydra builds"
+    if option is not None and files:
+        label = f"the `Trainer` of `{group}={option}` ({group}/{shown})"
+    trainer = ConfiguredTrainer("hydra", site, label)
+    for key, child in node.value.items():
+        if key.startswith("_"):
+            continue
+        value = UNKNOWN if is_interpolation(child.value) else child.plain()
+        trainer.settings[key] = TrainerValue(value, child.at)
+    for arg in site.node.args[1:]:  # `instantiate(cfg.trainer, precision=...)` wins over the YAML
+        if arg.keyword is not None:
+            trainer.settings[arg.keyword.value] = TrainerValue(_python(ctx, arg.value, site), node=arg)
+        elif arg.star:
+            trainer.complete = False
+    target = node.get("_target_")
+    trainer.add_at = target.at if target is not None else node.where
+    for path in files:
+        tree = _tree(ctx, path)
+        hint = tree.commented_key("precision") if tree is not None else None
+        if hint is not None:
+            trainer.commented["precision"] = hint
+    return trainer
+
+
+def _tree(ctx: FileContext, path: Path) -> Node | None:
+    assert ctx.project is not None
+    try:
+        return load(ctx.project, path)
+    except ConfigError:
+        return None
+
+
+# ---------------------------------------------------------------------- LightningCLI
+def _cli(ctx: FileContext) -> list[ConfiguredTrainer]:
+    found = []
+    subclasses = _cli_subclasses(ctx)
+    sites = [*ctx.calls_to(*LIGHTNING_CLI), *(site for site in ctx.calls if site.func in subclasses)]
+    for site in sites:
+        trainer = ConfiguredTrainer("cli", site, "the `Trainer` LightningCLI builds")
+        if site.func in subclasses:
+            _cli_parser_defaults(ctx, trainer, site.func)
+        defaults = find_argument(ctx, site, "trainer_defaults")
+        if defaults.unknown:
+            trainer.complete = False
+        elif defaults.node is not None:
+            node = defaults.node
+            if isinstance(node, cst.Name):
+                node = ctx.single_value(node.value, site.stack) or node
+            if isinstance(node, cst.Dict):
+                trainer.add_node = node
+                for element in node.elements:
+                    key = string_value(ctx, element.key, site.stack) if isinstance(element, cst.DictElement) else None
+                    if key is None:
+                        trainer.complete = False
+                        continue
+                    assert isinstance(element, cst.DictElement)
+                    trainer.settings[key] = TrainerValue(_python(ctx, element.value, site), node=element)
+            else:
+                trainer.complete = False
+        _cli_launch_settings(ctx, trainer)
+        found.append(trainer)
+    return found
+
+
+def _cli_subclasses(ctx: FileContext) -> list[str]:
+    """Classes of the file that subclass LightningCLI (called by their plain name)."""
+    return [name for name in ctx.classes if ctx.is_subclass_of(name, *LIGHTNING_CLI)]
+
+
+def _cli_parser_defaults(ctx: FileContext, trainer: ConfiguredTrainer, class_name: str) -> None:
+    """`parser.set_defaults({"trainer.max_epochs": 15})` in the subclass's `add_arguments_to_parser`."""
+    owner = ctx.classes[class_name].node
+    for call in ctx.method_calls("set_defaults"):
+        if not any(frame.node is owner for frame in call.stack) or not call.node.args:
+            continue
+        values = call.node.args[0].value
+        if not isinstance(values, cst.Dict):
+            trainer.complete = False
+            continue
+        for element in values.elements:
+            key = string_value(ctx, element.key, call.stack) if isinstance(element, cst.DictElement) else None
+            if key is None:
+                trainer.complete = False
+            elif key.startswith("trainer."):
+                assert isinstance(element, cst.DictElement)
+                trainer.settings[key.split(".", 1)[1]] = TrainerValue(_python(ctx, element.value, call), node=element)
+
+
+def _cli_launch_settings(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
+    """`--config config.yaml` (its `trainer:` section) and `--trainer.X value` of the launch commands."""
+    config = launch.option(ctx, "config", "c")
+    if config.state is launch.State.MIXED or (config.state is launch.State.KNOWN and not config.known):
+        trainer.complete = False
+    elif config.known and isinstance(config.value, str) and config.where is not None and ctx.project is not None:
+        project = ctx.project
+        path = project.find(config.value, (config.where.path.parent, project.top(), project.folder))
+        tree = _tree(ctx, path) if path is not None else None
+        section = tree.get("trainer") if tree is not None else None
+        if section is None or not isinstance(section.value, dict):
+            trainer.complete = trainer.complete and path is not None and tree is not None
+        else:
+            for key, child in section.value.items():
+                trainer.settings[key] = TrainerValue(child.plain(), child.at)
+            trainer.add_at = section.at
+            hint = section.commented_key("precision")
+            if hint is not None:
+                trainer.commented["precision"] = hint
+    for launched in launch.launches(ctx):
+        for key in launched.options:
+            if key.startswith("trainer."):
+                name = key.split(".", 1)[1]
+                given = launch.option(ctx, key)
+                trainer.settings[name] = TrainerValue(given.value if given.known else UNKNOWN, given.where)
+
+
+# ---------------------------------------------------------------------- Lightning 1.x argparse
+def _from_argparse(ctx: FileContext) -> list[ConfiguredTrainer]:
+    found = []
+    for site in ctx.calls_to(*_FROM_ARGPARSE):
+        trainer = ConfiguredTrainer("argparse", site, "the `Trainer` `from_argparse_args` builds", lightning_1x=True)
+        for call in ctx.method_calls("set_defaults"):
+            for arg in call.node.args:
+                if arg.keyword is not None:
+                    trainer.settings[arg.keyword.value] = TrainerValue(_python(ctx, arg.value, call), node=arg)
+        for launched in launch.launches(ctx):
+            for key in launched.options:
+                given = launch.option(ctx, key)
+                trainer.settings[key] = TrainerValue(given.value if given.known else UNKNOWN, given.where)
+        for arg in site.node.args[1:]:
+            if arg.keyword is not None:
+                trainer.settings[arg.keyword.value] = TrainerValue(_python(ctx, arg.value, site), node=arg)
+            elif arg.star:
+                trainer.complete = False
+        found.append(trainer)
+    return found
+
+
+def _python(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> Any:
+    value = known_value(ctx, node, site.stack)
+    return UNKNOWN if value is UNKNOWN_VALUE else value

@@ -1,0 +1,117 @@
+"""How much a script trains: a LoRA adapter, or a model whose size the code gives away.
+
+Memory settings (DeepSpeed's CPU offload) are worth what they save, and that depends on how many
+parameters the optimizer holds. A static scan knows it in two cases:
+
+- the script trains adapters (`peft.get_peft_model`, `LoraConfig`, DeepSpeed-Chat's
+  `convert_linear_layer_to_lora`) on the default path: the optimizer holds the adapters only;
+- the model is built from sizes the file states: a Hugging Face config with literal sizes
+  (`GPT2Config(n_layer=6, n_embd=256, vocab_size=50257)`, the same as a dict), or a checkpoint
+  whose name says its size (`"facebook/opt-125m"`, `"EleutherAI/pythia-70m"`, `"gpt2"`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from speedfix.model.arguments import find_argument, literal_int, string_value
+from speedfix.model.context import FileContext
+from speedfix.model.flow import off_by_default
+from speedfix.model.index import CallSite
+
+ADAPTERS = (
+    "peft.get_peft_model", "peft.LoraConfig", "peft.tuners.lora.LoraConfig", "peft.mapping.get_peft_model",
+    "peft.PeftModel.from_pretrained",
+)
+_ADAPTER_HELPERS = ("convert_linear_layer_to_lora",)  # DeepSpeed-Chat's own LoRA
+_SIZE_IN_NAME = re.compile(r"[-_/](\d+(?:\.\d+)?)([mb])(?![a-z])", re.IGNORECASE)
+# Checkpoints whose names do not say their size (parameters, rounded).
+_KNOWN = {
+    "gpt2": 124_000_000, "distilgpt2": 82_000_000, "gpt2-medium": 355_000_000, "bert-base-uncased": 110_000_000,
+    "bert-base-cased": 110_000_000, "distilbert-base-uncased": 66_000_000, "roberta-base": 125_000_000,
+    "t5-small": 60_000_000, "t5-base": 220_000_000, "prajjwal1/bert-tiny": 4_400_000,
+}
+_SIZES = {  # Hugging Face config keys: (hidden, layers, feed-forward, vocabulary)
+    "hidden": ("hidden_size", "n_embd", "d_model", "dim"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "ffn": ("intermediate_size", "n_inner", "d_ff", "hidden_dim"),
+    "vocab": ("vocab_size",),
+}
+_FROM_PRETRAINED = ("from_pretrained",)
+
+
+def trains_adapters(ctx: FileContext) -> bool:
+    """Does the default run train LoRA adapters (the base model frozen)?"""
+    sites = list(ctx.calls_to(*ADAPTERS))
+    sites.extend(site for site in ctx.calls if (site.func or "").rsplit(".", 1)[-1] in _ADAPTER_HELPERS)
+    return any(off_by_default(ctx, site.statement, site.stack) is None for site in sites)
+
+
+def estimated_parameters(ctx: FileContext) -> int | None:
+    """The size of the model the file builds, when the code states it (None: unknown, or more
+    than one model)."""
+    found = {size for site in ctx.calls if (size := _config_size(ctx, site)) is not None}
+    found |= {size for site in ctx.calls if (size := _checkpoint_size(ctx, site)) is not None}
+    return found.pop() if len(found) == 1 else None
+
+
+def _config_size(ctx: FileContext, site: CallSite) -> int | None:
+    name = ctx.call_qualname(site) or ""
+    if not name.startswith("transformers.") or not name.endswith("Config"):
+        if not (name.startswith("transformers.") and name.endswith("Config.from_dict")):
+            return None
+        if not site.node.args:
+            return None
+        node = site.node.args[0].value
+        if isinstance(node, cst.Name):
+            node = ctx.single_value(node.value, site.stack) or node
+        return _size(_dict_sizes(ctx, node, site)) if isinstance(node, cst.Dict) else None
+    sizes = {}
+    for role, keys in _SIZES.items():
+        for key in keys:
+            value = literal_int(ctx, find_argument(ctx, site, key).node, site.stack)
+            if value is not None:
+                sizes[role] = value
+    return _size(sizes)
+
+
+def _dict_sizes(ctx: FileContext, node: cst.Dict, site: CallSite) -> dict[str, int]:
+    sizes = {}
+    for element in node.elements:
+        if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+            continue
+        for role, keys in _SIZES.items():
+            if element.key.evaluated_value in keys:
+                value = literal_int(ctx, element.value, site.stack)
+                if value is not None:
+                    sizes[role] = value
+    return sizes
+
+
+def _size(sizes: dict[str, int]) -> int | None:
+    """A transformer's parameters: 4 d^2 attention + 2 d f feed-forward per layer, V d embedding."""
+    if not {"hidden", "layers", "vocab"} <= set(sizes):
+        return None
+    hidden, layers, vocab = sizes["hidden"], sizes["layers"], sizes["vocab"]
+    ffn = sizes.get("ffn", 4 * hidden)
+    return layers * (4 * hidden * hidden + 2 * hidden * ffn) + vocab * hidden
+
+
+def _checkpoint_size(ctx: FileContext, site: CallSite) -> int | None:
+    func = site.node.func
+    if not isinstance(func, cst.Attribute) or func.attr.value not in _FROM_PRETRAINED or not site.node.args:
+        return None
+    if not (ctx.qualname(func.value) or "").startswith("transformers."):
+        return None
+    name = string_value(ctx, site.node.args[0].value, site.stack)
+    if name is None:
+        return None
+    if name in _KNOWN:
+        return _KNOWN[name]
+    match = _SIZE_IN_NAME.search(name.lower())
+    if match is None:
+        return None
+    number, unit = float(match.group(1)), match.group(2).lower()
+    return int(number * (1_000_000 if unit == "m" else 1_000_000_000))

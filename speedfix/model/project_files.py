@@ -1,0 +1,259 @@
+"""The files of a project that a script's analysis reads besides the script: its configuration.
+
+Frameworks keep a run's settings outside the script: hydra and LightningCLI YAML, DeepSpeed
+JSON, Accelerate config files, the command lines of launch scripts, the torch a project pins.
+``ProjectFiles`` is the one way an analysis reads them, and it reads only inside the project:
+
+- only below a *root*: the scan's root folder, the current folder, the script's own folder
+  (whichever contain the script); a path is resolved first, so neither `..` nor a symbolic link
+  leads out of them;
+- only regular files of at most ``MAX_BYTES``, read without blocking (``read_bytes``);
+- nothing is imported or executed: the callers parse what they get as data.
+
+Every file looked at (read, listed, or found missing) is recorded in ``inputs`` with a digest
+of what was seen, so that the scan cache can tell when a script's findings are stale: a result
+is reused only while every input is unchanged (``inputs_unchanged``). ``problems`` holds what
+could not be read (too big, a link out, not text), for the report's notes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from speedfix.syntax.source import SourceError, read_bytes
+
+MAX_BYTES = 1024 * 1024
+# A file or folder with one of these marks the top of a project (where the walk up stops).
+PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", ".project-root")
+_ABSENT = "-"
+_LISTING = "listing:"  # the key of a folder's listing in ``inputs``
+_SKIPPED = frozenset({"node_modules", "venv", "env", "site-packages", "build", "dist"})
+
+
+@dataclass(frozen=True)
+class Location:
+    """A span in a file other than the script: 1-based line and column, end exclusive; the
+    text of its line (a `# noqa` there suppresses the finding)."""
+
+    path: Path
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    line_text: str = ""
+
+    def shown(self, relative_to: Path | None = None) -> str:
+        """`configs/trainer/default.yaml:12`, relative to ``relative_to`` when below it."""
+        path = self.path
+        if relative_to is not None:
+            try:
+                path = self.path.relative_to(relative_to)
+            except ValueError:
+                pass
+        return f"{path.as_posix()}:{self.line}"
+
+
+@dataclass
+class ProjectFiles:
+    """Reads a script's project files inside its roots (see the module docstring)."""
+
+    script: Path
+    roots: tuple[Path, ...] = ()
+    inputs: dict[str, str] = field(default_factory=dict)  # path -> digest of what was seen
+    problems: list[str] = field(default_factory=list)
+    _texts: dict[Path, str | None] = field(default_factory=dict, repr=False)
+    _inside: dict[Path, bool] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def for_script(cls, script: Path, roots: tuple[Path, ...] = ()) -> ProjectFiles:
+        """The reader for ``script``: its own folder is always a root; of the others, those
+        that hold the script (the scan's root, the current folder)."""
+        script = Path(os.path.abspath(script))
+        kept = [script.parent]
+        for root in roots:
+            root = Path(os.path.abspath(root))
+            if _below(script, root) and root not in kept:
+                kept.append(root)
+        return cls(script, tuple(kept))
+
+    @property
+    def folder(self) -> Path:
+        return self.script.parent
+
+    def top(self) -> Path:
+        """The project's top folder: going up from the script's folder, the first folder with a
+        project marker (`.git`, `pyproject.toml`, ...), never above the outermost root."""
+        outermost = min(self.roots, key=lambda r: len(r.parts))
+        folder = self.folder
+        while True:
+            if folder == outermost or any((folder / marker).exists() for marker in PROJECT_MARKERS):
+                return folder
+            if not _below(folder.parent, outermost) or folder.parent == folder:
+                return folder
+            folder = folder.parent
+
+    def folders_up(self) -> list[Path]:
+        """The script's folder and those above it, up to ``top()``."""
+        top = self.top()
+        found = [self.folder]
+        while found[-1] != top and found[-1].parent != found[-1]:
+            found.append(found[-1].parent)
+        return found
+
+    # ------------------------------------------------------------------ finding files
+    def resolve(self, name: str, base: Path | None = None) -> Path | None:
+        """``name`` (relative to ``base``, the script's folder by default) as a path inside a
+        root, or None: an absolute path, or one that leads out through `..` or a link."""
+        if not name or "\0" in name:
+            return None
+        candidate = Path(name).expanduser() if name.startswith("~") else Path(name)
+        if candidate.is_absolute():
+            return None  # another machine's path, or outside the project: not ours to read
+        path = Path(os.path.normpath((base or self.folder) / candidate))
+        if not self.inside(path):
+            return None
+        return path
+
+    def inside(self, path: Path) -> bool:
+        """Is ``path`` (followed through links) below one of the roots?"""
+        found = self._inside.get(path)
+        if found is None:
+            real = Path(os.path.realpath(path))
+            found = self._inside[path] = any(_below(path, root) and _below(real, _real(root)) for root in self.roots)
+        return found
+
+    def find(self, name: str, bases: tuple[Path, ...] = ()) -> Path | None:
+        """The first existing file ``name`` relative to one of ``bases`` (default: the script's
+        folder, then the current folder), inside the roots."""
+        for base in bases or (self.folder, Path.cwd()):
+            path = self.resolve(name, base)
+            if path is not None and self.is_file(path):
+                return path
+        return None
+
+    def is_file(self, path: Path) -> bool:
+        """Is ``path`` a readable project file? (Recorded either way: its contents, or that it
+        is missing.)"""
+        try:
+            present = path.is_file()
+        except OSError:
+            present = False
+        if not present:
+            self.inputs.setdefault(str(path), _ABSENT)
+            return False
+        return self.text(path) is not None
+
+    def listing(self, folder: Path, suffixes: tuple[str, ...] = ()) -> list[Path]:
+        """The regular files of ``folder`` (sorted; with one of ``suffixes`` if given)."""
+        names = _names(folder, suffixes) if self.inside(folder) else []
+        self.inputs[_LISTING + "\0".join((str(folder), *suffixes))] = _digest("\n".join(names).encode())
+        return [folder / name for name in names if (folder / name).is_file()]
+
+    def note(self, path: Path, message: str) -> None:
+        """Say in the report that a project file could not be used, and why."""
+        self.problems.append(f"{display_path(path)}: {message}")
+
+    def subfolders(self, folder: Path) -> list[Path]:
+        """The folders in ``folder`` (sorted, inside the roots; hidden ones and virtual
+        environments left out), recorded like a listing."""
+        names = _folders(folder) if self.inside(folder) else []
+        self.inputs[_LISTING + str(folder) + "\0/"] = _digest("\n".join(names).encode())
+        # below a folder inside the roots, only a link can lead out
+        return [folder / name for name in names if not os.path.islink(folder / name) or self.inside(folder / name)]
+
+    # ------------------------------------------------------------------ reading
+    def text(self, path: Path) -> str | None:
+        """The text of a project file, or None (missing, outside, too big, not UTF-8: the
+        reason is in ``problems`` unless the file is simply missing)."""
+        if path in self._texts:
+            return self._texts[path]
+        text = None
+        if not self.inside(path):
+            self.note(path, "not read, it lies outside the project (a link or `..`)")
+            self.inputs[str(path)] = _ABSENT
+        else:
+            try:
+                data = read_bytes(path, MAX_BYTES)
+            except SourceError as exc:
+                self.inputs[str(path)] = _ABSENT
+                if path.exists():
+                    self.note(path, str(exc))
+            else:
+                self.inputs[str(path)] = _digest(data)
+                try:
+                    text = data.decode("utf-8-sig")
+                except UnicodeDecodeError:
+                    self.note(path, "not read, it is not UTF-8 text")
+        self._texts[path] = text
+        return text
+
+
+def inputs_unchanged(inputs: dict[str, str], seen: dict[str, str] | None = None) -> bool:
+    """Do the recorded inputs still hold what they held? ``seen``: digests computed earlier in
+    this run, by path (several scripts share a project's files)."""
+    memo = seen if seen is not None else {}
+    for path, digest in inputs.items():
+        if path not in memo:
+            memo[path] = current_digest(path)
+        if memo[path] != digest:
+            return False
+    return True
+
+
+def current_digest(path: str) -> str:
+    """What ``ProjectFiles`` would record for ``path`` now (a listing: its folder and suffixes)."""
+    if path.startswith(_LISTING):
+        folder, *suffixes = path[len(_LISTING):].split("\0")
+        if suffixes == ["/"]:  # the subfolders
+            names = _folders(Path(folder))
+        else:
+            names = _names(Path(folder), tuple(suffixes))
+        return _digest("\n".join(names).encode())
+    try:
+        return _digest(read_bytes(Path(path), MAX_BYTES))
+    except SourceError:
+        return _ABSENT
+
+
+def display_path(path: Path) -> str:
+    """Paths relative to the current folder when they are below it (as ruff prints them)."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def _folders(folder: Path) -> list[str]:
+    """The sorted names of the folders in ``folder``, hidden ones and environments left out."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entry.name for entry in entries if not entry.name.startswith((".", "_"))
+                          and entry.name not in _SKIPPED and entry.is_dir())
+    except OSError:
+        return []
+
+
+def _names(folder: Path, suffixes: tuple[str, ...]) -> list[str]:
+    """The sorted names in ``folder`` that end with one of ``suffixes`` (any, without)."""
+    try:
+        return sorted(name for name in os.listdir(folder) if not suffixes or name.endswith(suffixes))
+    except OSError:
+        return []
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def _below(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+@lru_cache(maxsize=64)
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))

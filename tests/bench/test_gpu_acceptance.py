@@ -1,0 +1,90 @@
+"""benchmarks/gpu_acceptance.py: items planned against the deadline, run, stopped or skipped with a
+note, and the JSON/Markdown written, on a CPU with --tiny."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "gpu_acceptance.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+SPEED = {"pairs": 6, "median": 1.5, "ci95_median": [1.4, 1.6], "verdict": "faster", "per_pair": [1.5] * 6}
+EXPERT = {"pairs": 6, "median": 1.6, "ci95_median": [1.55, 1.7], "verdict": "faster", "per_pair": [1.6] * 6}
+
+
+def fake_item(cmd: list[str], *, cwd: Path, env: dict, log: Path, timeout_s: float):
+    """Stands in for the speedfix subprocess: writes what each kind of item writes."""
+    log.write_text("fake\n")
+    if "--suite" in cmd:
+        workload = cmd[cmd.index("--workload") + 1]
+        Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps({"workloads": [{
+            "name": workload, "metric": "samples_per_s", "pairs": 6, "before": 1000.0, "after": 1500.0,
+            "speedup": SPEED, "expert": 1600.0, "expert_speedup": EXPERT, "captured": 0.83,
+            "loss_check": "ok: within seed band", "peak_before": 2.0 * 2**30, "peak_after": 1.5 * 2**30}]}))
+        return 1, False
+    if "--verify" in cmd:
+        script = Path(cmd[cmd.index("apply") + 1])
+        script.with_name(f"{script.stem}.speedfix-verify.json").write_text(json.dumps({
+            "summary": "kept 2 of 2 fixes (SF304, SF402); written to the script",
+            "comparison": {"original_runs": {"samples_per_s": 1000.0}},
+            "combinations": [{"label": "SF304+SF402", "decision": "kept", "kept": True, "metric": "samples_per_s",
+                              "speedup": SPEED, "codes": ["SF304", "SF402"],
+                              "numerics": {"kind": "exact", "level": "identical", "passed": True, "reason": ""}}]}))
+        return 0, False
+    if "lightning_vae.py" in " ".join(cmd):
+        return None, True  # still running at the deadline
+    return 2, False  # hf_causal_lm: the original could not be benchmarked
+
+
+def test_items_are_planned_run_stopped_or_skipped_and_reported(tmp_path):
+    acceptance = load()
+    out = tmp_path / "results"
+    items = "suite-sd,verify-sd,suite-cnn_classifier,pair-lightning_vae,pair-hf_causal_lm"
+    # 30 s a run: suite-sd (23 runs) does not fit in 600 s; verify-sd (16) does, and is measured at
+    # about 0 s a run (the fake), after which everything fits
+    assert acceptance.main(["--tiny", "--out", str(out), "--items", items, "--deadline-s", "600",
+                            "--run-cost-s", "30"], run=fake_item) == 0
+    report = json.loads((out / "acceptance.json").read_text())
+    status = {i["item"]: i["status"] for i in report["items"]}
+    assert status == {"suite-sd": "skipped", "verify-sd": "done", "suite-cnn_classifier": "done",
+                      "pair-lightning_vae": "stopped at the deadline", "pair-hf_causal_lm": "failed"}
+    notes = {i["item"]: i["note"] for i in report["items"]}
+    assert notes["suite-sd"].startswith("not started: planned 23 runs x 30.0 s = 690 s")
+    assert notes["pair-lightning_vae"].startswith("stopped after") and "pair-hf_causal_lm.log" in notes["pair-hf_causal_lm"]
+    cnn = next(i for i in report["items"] if i["item"] == "suite-cnn_classifier")
+    assert cnn["figures"]["speedup"] == "1.50x [1.40, 1.60]" and cnn["figures"]["expert_share"] == "83.0%"
+    assert cnn["figures"]["peak_memory"] == "2.0 GiB -> 1.5 GiB" and "--tiny" in cnn["command"]
+    verify = next(i for i in report["items"] if i["item"] == "verify-sd")
+    assert verify["figures"]["verify"].startswith("kept 2 of 2 fixes") and verify["figures"]["verdict"] == "faster"
+    assert (out / "verify-sd.json").exists()  # copied from beside the script
+    table = (out / "acceptance.md").read_text()
+    assert "| suite-cnn_classifier | done |" in table and "| suite-sd | skipped |" in table
+    assert "share of the expert's gain" in table and "verify decisions" in table
+
+
+def test_a_real_run_from_the_command_line_stops_at_its_deadline(tmp_path):
+    # the real subprocesses on a CPU: the first item is stopped at the deadline (or skipped, if the
+    # machine is so busy that no time was left), the second is skipped; both reports are written
+    out = tmp_path / "results"
+    result = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(out), "--deadline-s", "30",
+                             "--run-cost-s", "0.1", "--items", "verify-sd,suite-sd"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "acceptance.json").read_text())
+    first, second = report["items"]
+    assert first["status"] in ("stopped at the deadline", "skipped") and first["note"]
+    assert second["status"] == "skipped" and "before the deadline" in second["note"]
+    assert "| verify-sd |" in (out / "acceptance.md").read_text()

@@ -1,0 +1,185 @@
+"""Projects configured outside their scripts: hydra and LightningCLI YAML, DeepSpeed JSON named on a
+launch script's command line, Hugging Face arguments filled from the command line, Accelerate
+config files, and the torch a project pins.
+
+The bundled projects (`fixtures/projects/NAME/`) are scanned as a user would scan them (from
+their folder, no `--torch-version`: a pin in requirements.txt counts) and compared exactly with
+`fixtures/projects/NAME.findings.txt` (`SPEEDFIX_UPDATE_FIXTURES=1` rewrites them). The other
+tests build small projects: what is read, what is never read, and when a cached result is stale.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from speedfix.model.config_tree import ConfigError, parse_json, parse_yaml
+from speedfix.model.project_files import MAX_BYTES, ProjectFiles
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECTS = ROOT / "fixtures" / "projects"
+UPDATE = bool(os.environ.get("SPEEDFIX_UPDATE_FIXTURES"))
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PROJECTS.iterdir() if p.is_dir()))
+def test_bundled_projects_match_their_findings(name, run_cli, tmp_path):
+    project = tmp_path / name
+    shutil.copytree(PROJECTS / name, project)
+    result = run_cli("scan", ".", "--no-summary", cwd=project)
+    assert result.exit_code in (0, 1), result.stderr
+    expected = PROJECTS / f"{name}.findings.txt"
+    if UPDATE:
+        expected.write_text(result.stdout, encoding="utf-8")
+    assert result.stdout == expected.read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------- hydra
+TRAIN = """\
+import hydra
+import lightning as L
+from omegaconf import DictConfig
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    trainer = hydra.utils.instantiate(cfg.trainer)
+    trainer.fit(hydra.utils.instantiate(cfg.model))
+"""
+TRAIN_YAML = "defaults:\n  - trainer: gpu\n  - _self_\n"
+TRAINER_YAML = "_target_: lightning.pytorch.Trainer\nmax_epochs: 3\n# precision: 16\n"
+
+
+def hydra_project(write) -> Path:
+    write("train.py", TRAIN)
+    write("conf/train.yaml", TRAIN_YAML)
+    return write("conf/trainer/gpu.yaml", TRAINER_YAML)
+
+
+def test_hydra_trainer_precision_is_reported_on_the_yaml_line_and_follows_the_cache(write, run_cli, tmp_path, counted):
+    trainer_yaml = hydra_project(write)
+    first = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert "conf/trainer/gpu.yaml:3:1: SF901 The `Trainer` hydra builds from `trainer/gpu.yaml` trains in fp32" \
+        in first.stdout  # the commented-out `# precision: 16` line
+    counted.clear()
+    assert run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout == first.stdout
+    assert counted == []  # nothing changed: from the cache
+    trainer_yaml.write_text(TRAINER_YAML.replace("# precision: 16", "precision: bf16-mixed"))
+    again = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert counted == ["train.py"] and "gpu.yaml" not in again.stdout
+
+
+def test_a_noqa_comment_in_the_yaml_suppresses_the_finding(write, run_cli, tmp_path):
+    hydra_project(write).write_text(TRAINER_YAML.replace("# precision: 16", "# precision: 16  # noqa: SF901"))
+    result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert "gpu.yaml" not in result.stdout and "train.py" in result.stdout  # the TF32 finding stays
+
+
+def test_a_broken_yaml_is_named_in_a_note_and_the_script_keeps_its_findings(write, run_cli, tmp_path):
+    hydra_project(write).write_text("_target_: lightning.pytorch.Trainer\nprecision: [32\n")
+    write("train.py", TRAIN + "\n\nmodel = L.Fabric(accelerator='cuda')\n")
+    result = run_cli("scan", ".", "--select", "SF901", cwd=tmp_path)
+    assert "train.py: note: conf/trainer/gpu.yaml: not read: not valid YAML" in result.stdout
+    assert "train.py:12:9: SF901 [*] `Fabric` trains in fp32" in result.stdout  # the script is still analysed
+
+
+def test_a_config_folder_that_leads_out_of_the_project_is_not_read(write, run_cli, tmp_path):
+    outside = tmp_path / "elsewhere"
+    write("elsewhere/train.yaml", TRAIN_YAML)
+    write("elsewhere/trainer/gpu.yaml", TRAINER_YAML)
+    write("project/train.py", TRAIN)
+    (tmp_path / "project" / "conf").symlink_to(outside, target_is_directory=True)
+    result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path / "project")
+    assert "gpu.yaml" not in result.stdout and "elsewhere" not in result.stdout
+
+
+def test_yaml_is_read_as_data_only(tmp_path):
+    tree = parse_yaml("a: !!python/object/apply:os.system ['echo hi']\nb: 1\n", tmp_path / "x.yaml")
+    assert tree.get("b").value == 1 and tree.get("a").value is ...  # the tag is never constructed
+    with pytest.raises(ConfigError, match="more than"):
+        parse_yaml("a: &a [1, 2]\n" + "".join(f"{k}: &{k} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+                                               for p, k in zip("abcdefgh", "bcdefghi")), tmp_path / "bomb.yaml")
+
+
+def test_json_values_keep_their_lines(tmp_path):
+    tree = parse_json('{\n  "zero_optimization": {\n    "sub_group_size": 1e9\n  }\n}\n', tmp_path / "ds.json")
+    node = tree.get("zero_optimization", "sub_group_size")
+    assert node.value == 1e9 and node.at.line == 3  # JSON's number, the composer's position
+
+
+def test_project_files_stay_inside_the_roots_and_under_the_cap(tmp_path):
+    (tmp_path / "p").mkdir()
+    script = tmp_path / "p" / "train.py"
+    script.write_text("")
+    (tmp_path / "secret.json").write_text("{}")
+    (tmp_path / "p" / "big.json").write_bytes(b" " * (MAX_BYTES + 1))
+    files = ProjectFiles.for_script(script, (tmp_path / "p",))
+    assert files.resolve("../secret.json") is None and files.resolve("/etc/passwd") is None
+    assert files.find("big.json") is None and files.text(tmp_path / "p" / "big.json") is None
+    assert any("big.json" in problem for problem in files.problems)
+
+
+# ---------------------------------------------------------------------- launch commands
+HF_SCRIPT = """\
+import transformers
+
+def main():
+    parser = transformers.HfArgumentParser((transformers.TrainingArguments,))
+    (args,) = parser.parse_args_into_dataclasses()
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_every_launch_command_must_agree_for_a_value_to_count(write, run_cli, tmp_path):
+    write("train.py", HF_SCRIPT)
+    write("scripts/debug.sh", "python ../train.py --output_dir dbg\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "keep slow defaults: fp32 (neither `bf16` nor `fp16`)" in result.stdout
+    write("run.sh", "torchrun --nproc_per_node=8 train.py --output_dir out \\\n    --bf16 True --tf32 True\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "fp32" not in result.stdout  # the commands disagree: speedfix cannot know
+    (tmp_path / "scripts" / "debug.sh").unlink()
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "fp32" not in result.stdout and "TF32" not in result.stdout and "SF902" in result.stdout
+
+
+def test_a_deepspeed_json_named_by_a_launch_script_is_read(write, run_cli, tmp_path):
+    write("train.py", HF_SCRIPT)
+    write("run.sh", "deepspeed train.py --output_dir out --bf16 True --deepspeed ds/z2.json\n")
+    write("ds/z2.json", '{\n  "bf16": {"enabled": "auto"},\n  "wall_clock_breakdown": true\n}\n')
+    result = run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path)
+    assert result.stdout.startswith('ds/z2.json:3:3: SF905 "wall_clock_breakdown": true')
+
+
+def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_path):
+    write("train.py", "from accelerate import Accelerator\naccelerator = Accelerator()\n")
+    assert "SF904" in run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout  # fp32 default
+    write("launch.sh", "accelerate launch --config_file configs/one_gpu.yaml train.py\n")
+    write("configs/one_gpu.yaml", "distributed_type: 'NO'\nmixed_precision: bf16\n")
+    assert run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout == ""
+
+
+# ---------------------------------------------------------------------- the torch a project pins
+ADAM = """\
+import torch
+model = Net().cuda()
+opt = torch.optim.AdamW(model.parameters())
+for x in loader:
+    model(x.cuda()).sum().backward()
+    opt.step()
+"""
+
+
+def test_a_pinned_torch_below_2_silences_advice_that_needs_torch_2(write, run_cli, tmp_path):
+    write("train.py", ADAM)
+    write("requirements.txt", "numpy\ntorch==1.13.1+cu117  # the cluster's CUDA\n")
+    assert "SF401" not in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+    # the version named on the command line wins over the pin
+    pinned = run_cli("scan", "train.py", "--select", "SF401", "--torch-version", "2.4", cwd=tmp_path)
+    assert "SF401" in pinned.stdout
+    write("requirements.txt", "torch>=1.13\n")  # a pin that admits the installed torch changes nothing
+    assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
