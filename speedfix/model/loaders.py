@@ -335,17 +335,20 @@ def never_read(ctx: FileContext, site: CallSite) -> bool:
     return name not in _read_names(ctx, scope or ctx.module)
 
 
-_READ: WeakKeyDictionary[FileContext, dict[int, set[str]]] = WeakKeyDictionary()
+_READ: WeakKeyDictionary[FileContext, tuple[set[int], dict[int, set[str]]]] = WeakKeyDictionary()
 
 
 def _read_names(ctx: FileContext, scope: cst.CSTNode) -> set[str]:
-    """Every name ``scope`` mentions other than as a plain assignment target (once per scope)."""
-    by_scope = _READ.setdefault(ctx, {})
-    found = by_scope.get(id(scope))
-    if found is None:
+    """Every name ``scope`` mentions other than as a plain assignment target (once per scope;
+    the file's assignment targets once per file)."""
+    if ctx not in _READ:
         targets = {id(target.target) for assignments in ctx.assignments.values() for a in assignments
                    if a.statement is not None for small in a.statement.body if isinstance(small, cst.Assign)
                    for target in small.targets}
+        _READ[ctx] = (targets, {})
+    targets, by_scope = _READ[ctx]
+    found = by_scope.get(id(scope))
+    if found is None:
         found = by_scope[id(scope)] = {node.value for node in walk_expression(scope)
                                        if isinstance(node, cst.Name) and id(node) not in targets}
     return found

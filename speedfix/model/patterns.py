@@ -256,6 +256,14 @@ class BatchNames:
             self._add_values(function, names)
         return result
 
+    @cached_property
+    def _loops_over(self) -> dict[int, list[cst.CSTNode]]:
+        """The loops over each iterated expression (by id), found once."""
+        found: dict[int, list[cst.CSTNode]] = {}
+        for info in self.ctx.loops.values():
+            found.setdefault(id(info.iter), []).append(info.node)
+        return found
+
     def _add_values(self, function: cst.CSTNode | None, names: set[str]) -> None:
         """`{k: v.to(device) for k, v in batch.items()}` and `for k, v in batch.items():
         batch[k] = v.to(device)`: the values of a dict batch, copied key by key."""
@@ -264,7 +272,7 @@ class BatchNames:
                 receiver = site.node.func.value  # type: ignore[attr-defined]
                 if site.node.args or self.ctx.function_of(site.stack) is not function or root_name(receiver) not in names:
                     continue
-                holders: list[cst.CSTNode] = [info.node for info in self.ctx.loops.values() if info.iter is site.node]
+                holders: list[cst.CSTNode] = list(self._loops_over.get(id(site.node), ()))
                 if site.statement is not None:
                     holders.extend(n for n in walk_expression(site.statement) if isinstance(n, cst.CompFor) and n.iter is site.node)
                 for holder in holders:
