@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from functools import cached_property
+
 import libcst as cst
 
 from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
@@ -414,12 +416,19 @@ class DataloaderNoPersistentWorkers(Rule):
 
     def _changed_in_a_loop(self, dataset: str) -> bool:
         """`dataset.set_epoch(e)` or `dataset.attr = ...` inside some loop."""
+        return dataset in self._changed_in_loops
+
+    @cached_property
+    def _changed_in_loops(self) -> set[str]:
+        """Every name whose method is called, or one of whose attributes is set, inside a loop
+        (read once: a file of many loaders asked it of every call for each)."""
         ctx = self.ctx
-        for site in ctx.calls:
-            func = site.node.func
-            if isinstance(func, cst.Attribute) and dotted_name(func.value) == dataset and ctx.enclosing_loops(site.stack):
-                return True
+        changed = {
+            name for site in ctx.calls if isinstance(site.node.func, cst.Attribute)
+            and (name := dotted_name(site.node.func.value)) is not None and ctx.enclosing_loops(site.stack)
+        }
         for name, assignments in ctx.assignments.items():
-            if name.startswith(dataset + ".") and any(ctx.enclosing_loops(a.stack) for a in assignments):
-                return True
-        return False
+            if "." in name and any(ctx.enclosing_loops(a.stack) for a in assignments):
+                parts = name.split(".")
+                changed.update(".".join(parts[:end]) for end in range(1, len(parts)))
+        return changed

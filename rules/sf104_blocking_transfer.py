@@ -400,10 +400,20 @@ class BlockingTransfer(Rule):
         for assignment in ctx.assignments_in(function, name):
             if assignment.unpacked or isinstance(assignment.value, (cst.Subscript, cst.Attribute)):
                 return False
-        for info in ctx.loops.values():
-            if name in info.targets and ctx.function_of(info.stack) is function and isinstance(info.node, cst.For):
-                return _whole_target(info, name)
-        return True
+        info = self._for_loops.get((function, name))
+        return _whole_target(info, name) if info is not None else True
+
+    @cached_property
+    def _for_loops(self) -> dict[tuple[cst.CSTNode | None, str], LoopInfo]:
+        """(function, name) -> the first `for` loop of that function that binds the name (found
+        once per file, not once per call)."""
+        found: dict[tuple[cst.CSTNode | None, str], LoopInfo] = {}
+        for info in self.ctx.loops.values():
+            if isinstance(info.node, cst.For):
+                function = self.ctx.function_of(info.stack)
+                for target in info.targets:
+                    found.setdefault((function, target), info)
+        return found
 
     def _is_blocking_upload(self, site: CallSite) -> bool:
         ctx = self.ctx

@@ -19,7 +19,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import integer_value, walk_expression
 
 
 class State(Enum):
@@ -183,10 +183,7 @@ def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack,
     if node is None or depth > 3:
         return None
     if isinstance(node, cst.Integer):
-        try:
-            return int(node.value, 0)
-        except ValueError:
-            return None
+        return integer_value(node)
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, stack) or parameter_default(ctx, node.value, stack)
         return literal_int(ctx, value, stack, depth + 1)

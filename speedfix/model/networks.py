@@ -530,15 +530,21 @@ def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
 
 
 def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:
-    """(model name, the optimizer call) for each `torch.optim` optimizer over one model, in order."""
-    found: list[tuple[str, CallSite]] = []
-    for site in ctx.calls:
-        if not is_optimizer_call(ctx, site):
-            continue
-        model = optimized_module(ctx, site)
-        if model is not None:
-            found.append((model, site))
-    return found
+    """(model name, the optimizer call) for each `torch.optim` optimizer over one model, in order
+    (found once per file: rules ask for every forward pass)."""
+    if ctx not in _TRAINED:
+        found: list[tuple[str, CallSite]] = []
+        for site in ctx.calls:
+            if not is_optimizer_call(ctx, site):
+                continue
+            model = optimized_module(ctx, site)
+            if model is not None:
+                found.append((model, site))
+        _TRAINED[ctx] = found
+    return list(_TRAINED[ctx])
+
+
+_TRAINED: WeakKeyDictionary[FileContext, list[tuple[str, CallSite]]] = WeakKeyDictionary()
 
 
 def optimized_modules(ctx: FileContext) -> set[str]:

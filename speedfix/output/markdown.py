@@ -15,6 +15,7 @@ from speedfix import __version__
 from speedfix.engine.findings import Applicability, Category, Finding
 from speedfix.engine.registry import rule_by_code
 from speedfix.output import Reporter, ReportOptions
+from speedfix.syntax.source import printable
 
 if TYPE_CHECKING:
     from speedfix.commands.scan import ScanResult
@@ -54,8 +55,8 @@ def _rule(code: str) -> type[Rule]:
 
 def _finding(number: int, finding: Finding, rule: type[Rule]) -> list[str]:
     _, what, effect = _SECTIONS[rule.category]
-    out = [f"#### {number}. {finding.code} {finding.name} at `{finding.location}`", ""]
-    out += [f"**{what}:** {finding.message.rstrip('.')}.", ""]
+    out = [f"#### {number}. {finding.code} {finding.name} at `{printable(finding.location)}`", ""]
+    out += [f"**{what}:** {printable(finding.message).rstrip('.')}.", ""]
     out += [f"**Why:** {_first_paragraph(rule.doc_sections().get('Why is this bad?', ''))}", ""]
     out += [f"**What to change:** {_fix_text(finding)}", ""]
     if finding.diff:
@@ -105,7 +106,7 @@ class MarkdownReporter(Reporter):
         out.append("")
         if result.errors:
             out += ["## Files that could not be analysed", ""]
-            out += [f"- `{error.render()}`" for error in result.errors]
+            out += [f"- `{printable(error.render())}`" for error in result.errors]
             out.append("")
         if not findings:
             out.append("Nothing to report: no missed optimization was found.")
@@ -123,7 +124,7 @@ class MarkdownReporter(Reporter):
                 continue
             out += [f"## {heading}", ""]
             for path, items in grouped[category].items():
-                out += [f"### `{path}`", ""]
+                out += [f"### `{printable(path)}`", ""]
                 for number, finding in enumerate(items, 1):
                     out += _finding(number, finding, _rule(finding.code))
         return "\n".join(out) + "\n"
