@@ -12,7 +12,8 @@ from speedfix.model.devices import one_process_per_gpu
 from speedfix.model.flow import assigned_name
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import Place, evaluation_only, iterated_per_epoch, late_value, never_read, samples_place
+from speedfix.model.loaders import (Place, evaluation_only, iterated_per_epoch, late_value, never_read, only_peeked,
+                                    samples_place)
 from speedfix.model.patterns import (
     DATALOADER,
     dataset_argument,
@@ -20,6 +21,7 @@ from speedfix.model.patterns import (
     is_iterable_dataset,
     worker_start_refusal,
 )
+from speedfix.model.rl import reads_replay_buffer
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 from speedfix.syntax.comments import argument_comments, statement_comments
 
@@ -97,6 +99,26 @@ class DataloaderNoWorkers(Rule):
     effect = "Overlaps data loading with compute; large when `__getitem__` decodes or augments."
 
     VALID = [
+        Valid(  # a Dataset over the replay buffer the agent fills while it trains (Lightning's DQN)
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+            class Agent(L.LightningModule):
+                def train_dataloader(self):
+                    experience = ExperienceSource(self.replay_buffer, 200)
+                    return DataLoader(experience, batch_size=16)
+            """
+        ),
+        Valid(  # a notebook looks at one batch: a shape check, no training
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            preview = DataLoader(images, batch_size=4)
+            for picture, label in preview:
+                print(encoder(picture.cuda()).shape)
+                break
+            """
+        ),
         Valid(  # a test loader made and never used
             """
             import torch
@@ -438,10 +460,12 @@ class DataloaderNoWorkers(Rule):
         dataset = dataset_argument(site)
         if is_in_memory_dataset(ctx, dataset, site.stack) or samples_place(ctx, site) is Place.DEVICE:
             return  # nothing for workers to do; with CUDA samples, forked workers would fail
+        if reads_replay_buffer(ctx, dataset, site.stack):
+            return  # workers would sample from stale copies of the buffer
         if evaluation_only(ctx, site):
             return  # one evaluation pass after training; the framework builds the training loader
-        if never_read(ctx, site):
-            return  # a loader made and never used
+        if never_read(ctx, site) or only_peeked(ctx, site):
+            return  # a loader made and never used, or used for a look at one batch
         workers = find_argument(ctx, site, "num_workers", 5)
         if workers.unknown or _justified(site, workers.arg):
             return

@@ -9,7 +9,7 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.devices import copies_to_device
 from speedfix.model.frameworks import framework_uses_cuda
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import Place, evaluation_only, late_value, never_read, samples_place
+from speedfix.model.loaders import Place, evaluation_only, late_value, never_read, only_peeked, samples_place
 from speedfix.model.patterns import DATALOADER
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 
@@ -79,6 +79,16 @@ class DataloaderNoPinMemory(Rule):
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."
 
     VALID = [
+        Valid(  # one batch drawn to look at the model's outputs, outside any loop
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            sample_loader = DataLoader(train_set, batch_size=128, shuffle=False)
+            imgs, _ = next(iter(sample_loader))
+            with torch.no_grad():
+                probs = model(imgs.to("cuda")).softmax(dim=1)
+            """
+        ),
         Valid(  # a test loader made and never used
             """
             import torch
@@ -280,8 +290,8 @@ class DataloaderNoPinMemory(Rule):
             return  # chosen, in the call or afterwards (`loader.pin_memory = True`: SF105)
         if evaluation_only(self.ctx, site):
             return  # one evaluation pass after training; the framework builds the training loader
-        if never_read(self.ctx, site):
-            return  # a loader made and never used
+        if never_read(self.ctx, site) or only_peeked(self.ctx, site):
+            return  # a loader made and never used, or used for a look at one batch
         place = samples_place(self.ctx, site)
         if place is Place.DEVICE:
             return  # CUDA (or sparse) samples cannot be pinned: the DataLoader would raise

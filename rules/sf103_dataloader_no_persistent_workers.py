@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from functools import cached_property
+
 import libcst as cst
 
 from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
@@ -7,6 +9,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument, literal_int
 from speedfix.model.flow import assigned_name
+from speedfix.model.frameworks import lightning_iterates_per_epoch
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
@@ -20,9 +23,14 @@ from speedfix.syntax.nodes import code_of
 _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count"})
 
 
-def _per_core(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool:
-    """`os.cpu_count()`, also through a constant (`workers = os.cpu_count()` at module level)."""
-    for _ in range(3):
+def _per_core(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, shares: bool = True) -> bool:
+    """`os.cpu_count()`, also through a constant (`workers = os.cpu_count()` at module level) and
+    with ``shares``, a share of it (`int(os.cpu_count() / 2)`, `os.cpu_count() // 2`: 0 on one core)."""
+    for _ in range(5):
+        if shares and isinstance(node, cst.Call) and dotted_name(node.func) == "int" and len(node.args) == 1:
+            node = node.args[0].value
+        if shares and isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
+            node = node.left
         if isinstance(node, cst.Call):
             return ctx.qualname(node.func) in _CPU_COUNTS
         if not isinstance(node, cst.Name):
@@ -108,6 +116,14 @@ class DataloaderNoPersistentWorkers(Rule):
             for epoch in range(10):
                 for x, y in loader:
                     train(x, y)
+            """
+        ),
+        Valid(  # Lightning runs one epoch: the workers start once anyway
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+            loader = DataLoader(images, batch_size=128, num_workers=6)
+            L.Trainer(max_epochs=1).fit(Net(), loader)
             """
         ),
         Valid(  # already persistent (or explicitly not)
@@ -316,6 +332,45 @@ class DataloaderNoPersistentWorkers(Rule):
                 train_epoch(model, train_loader)
             """,
         ),
+        Invalid(  # Lightning iterates a DataModule's train loader every epoch; half the cores may be 0
+            """
+            import os
+            import lightning as L
+            from torch.utils.data import DataLoader
+            WORKERS = os.cpu_count() // 2
+            class Digits(L.LightningDataModule):
+                def train_dataloader(self):
+                    return DataLoader(self.data, batch_size=64, num_workers=WORKERS)
+            """,
+            fixed="""
+            import os
+            import lightning as L
+            from torch.utils.data import DataLoader
+            WORKERS = os.cpu_count() // 2
+            class Digits(L.LightningDataModule):
+                def train_dataloader(self):
+                    return DataLoader(
+                        self.data,
+                        batch_size=64,
+                        num_workers=WORKERS,
+                        persistent_workers=WORKERS > 0,
+                    )
+            """,
+        ),
+        Invalid(  # a loader handed to `trainer.fit`, for 20 epochs
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+            loader = DataLoader(images, batch_size=128, num_workers=6)
+            L.Trainer(max_epochs=20).fit(Net(), loader)
+            """,
+            fixed="""
+            import lightning as L
+            from torch.utils.data import DataLoader
+            loader = DataLoader(images, batch_size=128, num_workers=6, persistent_workers=True)
+            L.Trainer(max_epochs=20).fit(Net(), loader)
+            """,
+        ),
         Invalid(  # the dataset changes between epochs: reported, no fix
             """
             from torch.utils.data import DataLoader
@@ -343,7 +398,8 @@ class DataloaderNoPersistentWorkers(Rule):
             return
         loader = assigned_name(site)
         returned = returned_to_training(ctx, site)  # `return DataLoader(...)` to another file's loop
-        if not (returned[0] if returned is not None else loader is not None and iterated_per_epoch(ctx, loader)):
+        if not (returned[0] if returned is not None else loader is not None and iterated_per_epoch(ctx, loader)) \
+                and not lightning_iterates_per_epoch(ctx, site):
             return
         shown = f"`{code_of(workers.node)}`" if per_core else count
         message = f"`DataLoader` starts its {shown} worker processes again every epoch"
@@ -352,7 +408,7 @@ class DataloaderNoPersistentWorkers(Rule):
         if dataset is not None and self._changed_in_a_loop(dataset):
             self.report(site.node, message, no_fix_reason="the dataset is changed between epochs: persistent workers would not see it")
             return
-        if isinstance(workers.node, cst.Integer) or per_core:
+        if isinstance(workers.node, cst.Integer) or _per_core(ctx, workers.node, site.stack, shares=False):
             value: cst.BaseExpression = cst.Name("True")
         elif workers.arg is not None and isinstance(workers.node, (cst.Name, cst.Attribute)):
             value = cst.Comparison(workers.node, [cst.ComparisonTarget(cst.GreaterThan(), cst.Integer("0"))])
@@ -365,12 +421,19 @@ class DataloaderNoPersistentWorkers(Rule):
 
     def _changed_in_a_loop(self, dataset: str) -> bool:
         """`dataset.set_epoch(e)` or `dataset.attr = ...` inside some loop."""
+        return dataset in self._changed_in_loops
+
+    @cached_property
+    def _changed_in_loops(self) -> set[str]:
+        """Every name whose method is called, or one of whose attributes is set, inside a loop
+        (read once: a file of many loaders asked it of every call for each)."""
         ctx = self.ctx
-        for site in ctx.calls:
-            func = site.node.func
-            if isinstance(func, cst.Attribute) and dotted_name(func.value) == dataset and ctx.enclosing_loops(site.stack):
-                return True
+        changed = {
+            name for site in ctx.calls if isinstance(site.node.func, cst.Attribute)
+            and (name := dotted_name(site.node.func.value)) is not None and ctx.enclosing_loops(site.stack)
+        }
         for name, assignments in ctx.assignments.items():
-            if name.startswith(dataset + ".") and any(ctx.enclosing_loops(a.stack) for a in assignments):
-                return True
-        return False
+            if "." in name and any(ctx.enclosing_loops(a.stack) for a in assignments):
+                parts = name.split(".")
+                changed.update(".".join(parts[:end]) for end in range(1, len(parts)))
+        return changed

@@ -177,6 +177,28 @@ class BlockingTransfer(Rule):
             """,
             count=2,
         ),
+        Invalid(  # a list batch drawn with next() and copied element by element
+            """
+            import torch
+            batches = iter(loader)
+            while True:
+                pair = next(batches)
+                pair = [t.to("cuda") for t in pair]
+                loss = model(*pair)
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            batches = iter(loader)
+            while True:
+                pair = next(batches)
+                pair = [t.to("cuda", non_blocking=True) for t in pair]
+                loss = model(*pair)
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # Accelerate copies the prepared loader's batches itself, blocking by default
             """
             from accelerate import Accelerator
@@ -383,10 +405,20 @@ class BlockingTransfer(Rule):
         for assignment in ctx.assignments_in(function, name):
             if assignment.unpacked or isinstance(assignment.value, (cst.Subscript, cst.Attribute)):
                 return False
-        for info in ctx.loops.values():
-            if name in info.targets and ctx.function_of(info.stack) is function and isinstance(info.node, cst.For):
-                return _whole_target(info, name)
-        return True
+        info = self._for_loops.get((function, name))
+        return _whole_target(info, name) if info is not None else True
+
+    @cached_property
+    def _for_loops(self) -> dict[tuple[cst.CSTNode | None, str], LoopInfo]:
+        """(function, name) -> the first `for` loop of that function that binds the name (found
+        once per file, not once per call)."""
+        found: dict[tuple[cst.CSTNode | None, str], LoopInfo] = {}
+        for info in self.ctx.loops.values():
+            if isinstance(info.node, cst.For):
+                function = self.ctx.function_of(info.stack)
+                for target in info.targets:
+                    found.setdefault((function, target), info)
+        return found
 
     def _is_blocking_upload(self, site: CallSite) -> bool:
         ctx = self.ctx

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import cached_property
 
 import libcst as cst
 
@@ -598,6 +599,16 @@ class NoMixedPrecision(Rule):
         return None
 
     # ------------------------------------------------------------------ the fix
+    @cached_property
+    def _file_refuses_autocast(self) -> str | None:
+        """Why no block of this file gets the autocast fix, if something in it breaks under
+        autocast (read once per file, not once per block)."""
+        if self.ctx.calls_to(*_BANNED_UNDER_AUTOCAST):
+            return _BCE_REASON
+        if self.ctx.calls_to(*CUDNN_RNN_LAYERS) or any(project_builds_rnn(self.ctx, site.node) for site in self.ctx.calls):
+            return _RNN_REASON  # here, or in a network of another file
+        return None
+
     def _report_block(
         self,
         sites: list[CallSite],
@@ -610,11 +621,8 @@ class NoMixedPrecision(Rule):
         if owner is None or not isinstance(block, cst.IndentedBlock):
             self.report(first.node, message, no_fix_reason="the backward call is not a statement of its own")
             return
-        if self.ctx.calls_to(*_BANNED_UNDER_AUTOCAST):
-            self.report(first.node, message, no_fix_reason=_BCE_REASON)
-            return
-        if self.ctx.calls_to(*CUDNN_RNN_LAYERS) or any(project_builds_rnn(self.ctx, site.node) for site in self.ctx.calls):
-            self.report(first.node, message, no_fix_reason=_RNN_REASON)  # here, or in a network of another file
+        if self._file_refuses_autocast is not None:
+            self.report(first.node, message, no_fix_reason=self._file_refuses_autocast)
             return
         statements = owner[1]
         ranges = [forward_range(self.ctx, statements, site) for site in sites]

@@ -17,7 +17,7 @@ from speedfix.model.subjects import call_subjects, is_for_model
 from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import integer_value, walk_expression
 
 _LAYOUT = "torch.channels_last"
 
@@ -603,8 +603,8 @@ def _input_to_layout(call: cst.CSTNode, layout: str, cuda: str) -> cst.CSTNode:
     device = [arg for arg in call.args if arg.keyword is None or arg.keyword.value == "device"]
     if not device:
         target: cst.BaseExpression = cst.parse_expression(cuda)
-    elif len(device) == 1 and isinstance(device[0].value, cst.Integer):
-        target = cst.parse_expression(f"{cuda[0]}cuda:{device[0].value.value}{cuda[0]}")
+    elif len(device) == 1 and isinstance(device[0].value, cst.Integer) and (number := integer_value(device[0].value)) is not None:
+        target = cst.parse_expression(f"{cuda[0]}cuda:{number}{cuda[0]}")  # `.cuda(0x1)`: "cuda:1"
     else:
         return cst.Call(func=cst.Attribute(value=call, attr=cst.Name("contiguous")), args=[new])
     moved = call.with_changes(func=call.func.with_changes(attr=cst.Name("to")))

@@ -11,7 +11,7 @@ from speedfix.model.arguments import find_argument, string_value
 from speedfix.model.flow import default_choice, enclosing_statements, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import Stack
-from speedfix.model.frameworks import ACCELERATOR
+from speedfix.model.frameworks import ACCELERATOR, in_lightning_callback, in_lightning_method
 from speedfix.model.index import CallSite
 from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, optimized_modules, optimizer_factories, peel,
                                      trained_models, wrapper_of)
@@ -185,6 +185,48 @@ class ModelNotCompiled(Rule):
             trainer = L.Trainer(accelerator="cuda")
             """
         ),
+        Valid(  # a GAN LightningModule optimizing its generator and discriminator apart: the Trainer
+            # owns both, and the advice to compile the module comes once, from SF901
+            """
+            import torch
+            import lightning as L
+            class GAN(L.LightningModule):
+                def configure_optimizers(self):
+                    gen = torch.optim.Adam(self.gen.parameters(), lr=2e-4)
+                    disc = torch.optim.Adam(self.disc.parameters(), lr=2e-4)
+                    return [gen, disc], []
+            L.Trainer(accelerator="gpu").fit(GAN())
+            """
+        ),
+        Valid(  # a Lightning module parallelized in configure_model: SF901 reports it uncompiled
+            """
+            import torch
+            import lightning as L
+
+            class LM(L.LightningModule):
+                def configure_model(self):
+                    parallelize(self.model, self.device_mesh)
+
+                def training_step(self, batch):
+                    return self.model(batch).sum()
+
+                def configure_optimizers(self):
+                    return torch.optim.AdamW(self.model.parameters(), lr=3e-4)
+
+            L.Trainer(accelerator="cuda", precision="bf16-mixed").fit(LM(), loader)
+            """
+        ),
+        Valid(  # a Callback trains a linear probe hung on the LightningModule: the Trainer owns it
+            """
+            import torch
+            import lightning as L
+            class Probe(L.Callback):
+                def on_fit_start(self, trainer, pl_module):
+                    pl_module.probe = torch.nn.Linear(512, 10).to(pl_module.device)
+                    self.opt = torch.optim.Adam(pl_module.probe.parameters(), lr=1e-4)
+            L.Trainer(accelerator="gpu", callbacks=[Probe()]).fit(Net())
+            """
+        ),
         Valid(  # CPU-only scripts get no GPU advice
             """
             import torch
@@ -316,24 +358,6 @@ class ModelNotCompiled(Rule):
                 loss.backward()
                 optimizer.step()
             """,
-        ),
-        Invalid(  # a Lightning module parallelized in configure_model: reported, no fix
-            """
-            import torch
-            import lightning as L
-
-            class LM(L.LightningModule):
-                def configure_model(self):
-                    parallelize(self.model, self.device_mesh)
-
-                def training_step(self, batch):
-                    return self.model(batch).sum()
-
-                def configure_optimizers(self):
-                    return torch.optim.AdamW(self.model.parameters(), lr=3e-4)
-
-            L.Trainer(accelerator="cuda", precision="bf16-mixed").fit(LM(), loader)
-            """
         ),
         Invalid(  # an optimizer over param groups from a helper, and a `model_without_ddp` alias
             """
@@ -596,6 +620,8 @@ class ModelNotCompiled(Rule):
         for model, site in models:
             if model in reported or self._detection_model(model, site) or self._optimizer_factory(model, site):
                 continue
+            if model.startswith("self.") and in_lightning_method(ctx, site) or in_lightning_callback(ctx, site):
+                continue  # the LightningModule's submodules: the Trainer owns them, SF901 gives the compile advice
             # a compile of this model (or of something that may be it) settles it; one of another model does not
             mine = [(call.statement, call.stack) for call, subjects in compiles
                     if is_for_model(ctx, subjects, model, site.stack, others)]

@@ -6,6 +6,7 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.context import FileContext
+from speedfix.model.frameworks import lightning_fits
 from speedfix.model.patterns import DETERMINISTIC_ALGORITHMS
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.nodes import is_main_guard
@@ -111,6 +112,15 @@ class DeterministicMode(Rule):
             """,
             count=2,
         ),
+        Invalid(  # a Lightning script: the Trainer keeps the flag the script set (and benchmark off)
+            """
+            import torch
+            import lightning as L
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
+            L.Trainer(max_epochs=90).fit(ConvNet(), train_loader)
+            """
+        ),
         Invalid(  # in the main guard and through an alias: still unconditional
             """
             import torch.backends.cudnn as cudnn
@@ -130,7 +140,7 @@ class DeterministicMode(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.drives_training:
+        if not ctx.drives_training and not lightning_fits(ctx):  # Lightning keeps the cuDNN flags the script set
             return
         for name, assignments in ctx.assignments.items():
             if not name.endswith("cudnn.deterministic"):

@@ -182,6 +182,20 @@ class LightningTrainerConfig(Rule):
             trainer = Trainer(model=model, args=args)
             """
         ),
+        Valid(  # a settings object of the file made for the CPU
+            """
+            import dataclasses
+            import lightning as L
+
+            @dataclasses.dataclass
+            class RunConfig:
+                accelerator: str = "gpu"
+                devices: int = 1
+
+            run = RunConfig(accelerator="cpu")
+            trainer = L.Trainer(accelerator=run.accelerator, devices=run.devices)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -254,6 +268,50 @@ class LightningTrainerConfig(Rule):
 
             trainer = L.Trainer(precision="bf16-mixed", benchmark=True)
             """,
+        ),
+        Invalid(  # the module's network comes from a helper of the file that builds a torchvision ResNet
+            """
+            import torchvision
+            import lightning as L
+
+            def make_backbone():
+                return torchvision.models.resnet34(num_classes=100)
+
+            class Classifier(L.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.net = make_backbone()
+
+            trainer = L.Trainer(precision="bf16-mixed")
+            """,
+            fixed="""
+            import torchvision
+            import lightning as L
+
+            def make_backbone():
+                return torchvision.models.resnet34(num_classes=100)
+
+            class Classifier(L.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.net = make_backbone()
+
+            trainer = L.Trainer(precision="bf16-mixed", benchmark=True)
+            """,
+        ),
+        Invalid(  # the accelerator read from a settings dataclass of the file: its default "auto" picks the GPU
+            """
+            from dataclasses import dataclass
+            import lightning as L
+
+            @dataclass
+            class Settings:
+                epochs: int = 3
+                accelerator: str = "auto"
+
+            settings = Settings()
+            L.Trainer(accelerator=settings.accelerator, precision="bf16-mixed").fit(Model())
+            """
         ),
         Invalid(  # precision from an argparse default: reported, no fix for it
             """

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from speedfix import __version__
 from speedfix.output import Reporter, ReportOptions, UnknownFormat, format_names, get_reporter
+from speedfix.syntax.source import printable
 from speedfix.workspace.config import ConfigError, Settings, resolve_settings
 from speedfix.workspace.discovery import MissingPath, is_scanned
 
@@ -54,7 +55,7 @@ def _stderr() -> Console:
 
 
 def _fail(message: str) -> typer.Exit:
-    _stderr().print(f"error: {message}", markup=False)
+    _stderr().print(f"error: {printable(message)}", markup=False)
     return typer.Exit(2)
 
 
@@ -104,7 +105,15 @@ def _version_callback(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Show the version and exit."),
 ) -> None:
-    pass
+    _escape_what_cannot_be_encoded()
+
+
+def _escape_what_cannot_be_encoded() -> None:
+    """A file name the terminal's encoding cannot show (`é` with PYTHONIOENCODING=ascii, a name
+    that is not UTF-8) is printed with backslash escapes instead of stopping the run."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", None) == "strict":
+            stream.reconfigure(errors="backslashreplace")
 
 
 # ---------------------------------------------------------------------------- reports
@@ -126,7 +135,7 @@ def _report_options(settings: Settings | None = None, *, stderr: bool = False, t
 def _print_errors(errors: Iterable[FileError | Note]) -> None:
     shown: set[str] = set()
     for error in errors:
-        line = error.render()
+        line = printable(error.render())
         if line not in shown:  # `scan --fix` reads every file twice: say each problem once
             shown.add(line)
             sys.stderr.write(line + "\n")
@@ -237,7 +246,7 @@ def scan(
     report = reporter.statistics(result, options) if statistics else reporter.scan(result, options)
     if output is not None:
         try:
-            output.write_text(report, encoding="utf-8")
+            output.write_text(report, encoding="utf-8", errors="backslashreplace")  # a name that is not UTF-8
         except OSError as exc:
             raise _fail(f"cannot write {output}: {exc.strerror or exc}") from None
     elif report:
@@ -336,7 +345,7 @@ def server(
         if (exc.name or "").split(".")[0] not in ("pygls", "lsprotocol", "cattrs"):
             raise
         raise _fail("`speedfix server` needs pygls: pip install 'speedfix[server]'") from None
-    serve()
+    raise typer.Exit(serve())
 
 
 def main(argv: list[str] | None = None) -> None:

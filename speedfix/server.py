@@ -9,35 +9,51 @@ by ``apply``'s transform (``fixer.apply_fixes``), and "fix all" is ``fix_source`
 
 Published on open, change (full sync) and save; cleared on close. Jupyter notebooks (LSP
 ``notebookDocument/*``) are not supported: only Python text documents are checked.
+
+The messages are read by ``speedfix.jsonrpc``, not by pygls's own loop, which handles them one by
+one as they come. Here a change only marks its document: once every message read so far is
+handled (requests answered, in order), the marked documents are analysed in their last
+version, and that analysis gives way (``deadline.Cancelled``) as soon as another message comes
+in. Thirty quick edits are one analysis, a request never waits behind an analysis of a text
+that is already stale, and a request that cannot be handled (not JSON, parameters that do not
+fit, after ``shutdown``) gets an error answer. A document the engine cannot take (a lone
+surrogate, a path with a NUL) gets a diagnostic that says why, never silence.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import re
+import sys
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import islice
 from pathlib import Path
+from typing import BinaryIO
 
 from lsprotocol import types
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import PositionCodec
 
 from speedfix import __version__
-from speedfix.commands.scan import display_path, file_setup, project_links, time_limit_message
+from speedfix.commands.scan import TOO_DEEP, display_path, file_setup, project_links, time_limit_message
 from speedfix.engine.analysis import SyntaxProblem, analyze
 from speedfix.engine.findings import Applicability, Finding, Fix, Severity
 from speedfix.engine.registry import rule_by_code
 from speedfix.engine.results import Analysis, FileError
 from speedfix.fixes.fixer import FixError, allowed, apply_fixes, fix_source, op_node
+from speedfix.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, Frame, Inbox, Oversized, error_frame
 from speedfix.output import format_names
 from speedfix.project import Links
 from speedfix.syntax import deadline
+from speedfix.syntax.parsing import room_for_deep_trees
 from speedfix.syntax.source import SourceError, SourceFile, decode_source
 from speedfix.workspace.cache import ScanCache, cache_enabled
 from speedfix.workspace.config import ConfigError, Settings, real_path, resolve_settings
@@ -150,15 +166,20 @@ class Checked:
         project, version = file_setup(self.settings, self.source.path)
         try:
             outcome = fix_source(self.source, self.path, rules, version, unsafe=unsafe, project=project)
-        except (SyntaxProblem, FixError) as exc:
+        except (SyntaxProblem, FixError, RecursionError) as exc:
             log.warning("fix all: %s", exc)
             return None
         return outcome.code if outcome.changed and outcome.code != self.text else None
 
 
 def source_from_text(path: Path, text: str) -> SourceFile:
-    """The editor's text as the engine would read the file: encoded as its coding cookie says."""
-    data = text.encode("utf-8")
+    """The editor's text as the engine would read the file: encoded as its coding cookie says.
+    Raises SourceError for text no file can hold (a lone surrogate, which JSON can carry)."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        raise SourceError(f"line {line}: the text holds {text[exc.start]!a}, a lone surrogate, which no file can hold") from None
     encoding = "utf-8"
     try:
         encoding = decode_source(data)[1]
@@ -211,7 +232,10 @@ def check(path: Path | None, text: str, settings: Settings) -> Checked:
     """Analyse ``text`` as ``scan`` analyses the file at ``path`` (``None``: an unsaved buffer)."""
     file = path if path is not None else settings.root / "untitled.py"
     shown = display_path(file)
-    source = source_from_text(file, text)
+    try:
+        source = source_from_text(file, text)
+    except SourceError as exc:
+        return Checked(text, SourceFile(file, b"", text, "utf-8"), shown, settings, Analysis(shown, error=FileError(shown, str(exc))))
     links = links_for(path, source.data, settings) if path is not None else None
     try:
         # the same per-file limit as `scan`: a pathological buffer must not block the editor
@@ -219,7 +243,7 @@ def check(path: Path | None, text: str, settings: Settings) -> Checked:
             project, version = file_setup(settings, file)
             analysis = analyze(source, shown, settings.rules_for(file), version, links, project)
     except RecursionError:
-        analysis = Analysis(shown, error=FileError(shown, "the file is nested too deeply to analyse"))
+        analysis = Analysis(shown, error=FileError(shown, TOO_DEEP))
     except deadline.TimeLimitExceeded as exc:
         analysis = Analysis(shown, error=FileError(shown, time_limit_message(exc)))
     return Checked(text, source, shown, settings, analysis)
@@ -308,7 +332,8 @@ def quick_fix(checked: Checked, finding: Finding, uri: str, index: LineIndex) ->
     assert finding.fix is not None and checked.analysis.module is not None
     group = coupled(finding, checked.analysis.findings)
     try:
-        fixed = apply_fixes(checked.analysis.module, [f.fix for f in group if f.fix is not None]).code
+        with room_for_deep_trees():
+            fixed = apply_fixes(checked.analysis.module, [f.fix for f in group if f.fix is not None]).code
     except Exception:  # as in `fixer.preview`: a fix that fails must not take the server down
         log.exception("%s: the fix for %s failed", checked.path, finding.code)
         return None
@@ -360,6 +385,10 @@ class SpeedfixServer(LanguageServer):
         super().__init__("speedfix", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
         self.checked: dict[str, Checked] = {}  # uri -> the last analysis of an open document
         self.config_errors: set[str] = set()  # shown once each
+        self.pending: dict[str, None] = {}  # uris to analyse and publish, oldest first
+        self.arrived = threading.Event()  # set while messages wait: the work in hand gives way
+        self.shut_down = False
+        self.output: BinaryIO | None = None  # where answers go (standard output)
 
     def is_python(self, document: TextDocument) -> bool:
         return document.language_id == "python" or (document.path or "").endswith(_PYTHON_SUFFIXES)
@@ -370,8 +399,7 @@ class SpeedfixServer(LanguageServer):
         document = self.workspace.get_text_document(uri)
         if not self.is_python(document):
             return None
-        fs_path = to_fs_path(uri) if uri.startswith("file:") else None
-        path = Path(fs_path) if fs_path else None
+        path = document_path(uri)
         try:
             settings = settings_for(path)  # read again each time: pyproject.toml may have changed
         except ConfigError as exc:
@@ -390,34 +418,116 @@ class SpeedfixServer(LanguageServer):
         return checked
 
     def publish(self, uri: str) -> None:
-        checked = self.refresh(uri)
         document = self.workspace.get_text_document(uri)
-        found = diagnostics(checked, LineIndex(checked.text, document.position_codec)) if checked else []
+        try:
+            checked = self.refresh(uri)
+            found = diagnostics(checked, LineIndex(checked.text, document.position_codec)) if checked else []
+        except (deadline.Cancelled, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a document is never dropped in silence
+            log.exception("%s: the analysis failed", uri)
+            failed = FileError(uri, f"{type(exc).__name__}: {exc}")
+            found = [error_diagnostic(failed, LineIndex(document.source, document.position_codec))]
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=uri, diagnostics=found, version=document.version)
         )
+
+    def work(self) -> None:
+        """Analyse and publish the changed documents, until a message comes in."""
+        while self.pending and not self.arrived.is_set():
+            uri = next(iter(self.pending))
+            try:
+                with deadline.cancelled_by(self.arrived):
+                    self.publish(uri)
+            except deadline.Cancelled:
+                return  # the document stays pending: its text may be changing still
+            self.pending.pop(uri, None)
+
+    def receive(self, frame: Frame) -> int | None:
+        """Handle one message; the exit code once the client says ``exit``."""
+        if isinstance(frame, Oversized):
+            self.answer_error(frame.request_id(), INVALID_REQUEST, f"a message of {frame.size:,} bytes is over the limit")
+            return None
+        try:
+            data = json.loads(frame)
+        except (ValueError, RecursionError) as exc:
+            self.answer_error(None, PARSE_ERROR, f"not JSON: {exc}")
+            return None
+        if not isinstance(data, dict):
+            self.answer_error(None, INVALID_REQUEST, "a message must be a JSON object")
+            return None
+        method, request = data.get("method"), "id" in data and "method" in data
+        if method == types.EXIT:
+            return 0 if self.shut_down else 1  # as LSP says: 1 without a shutdown request first
+        if self.shut_down:
+            if request:
+                self.answer_error(data["id"], INVALID_REQUEST, "the server is shutting down")
+            return None
+        try:
+            message = self.protocol.structure_message(data)
+        except Exception as exc:  # parameters that do not fit the method (a negative line)
+            if request:
+                self.answer_error(data["id"], INVALID_PARAMS, f"invalid parameters for {method}: {exc.__cause__ or exc}")
+            return None
+        self.protocol.handle_message(message)
+        if method == types.SHUTDOWN:
+            self.shut_down = True
+        return None
+
+    def answer_error(self, request_id: object, code: int, message: str) -> None:
+        if self.output is not None and (isinstance(request_id, (int, str)) or request_id is None):
+            self.output.write(error_frame(request_id, code, message))
+            self.output.flush()
+
+    def serve(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
+        """Answer the messages of ``stdin`` on ``stdout`` until ``exit``; the exit code."""
+        self.output = stdout
+        self.protocol.set_writer(StdoutWriter(stdout))
+        inbox = Inbox(stdin)
+        self.arrived = inbox.arrived
+        while True:
+            frames = inbox.batch()
+            if frames is None:  # the client went away
+                return 0 if self.shut_down else 1
+            for frame in frames:
+                code = self.receive(frame)
+                if code is not None:
+                    return code
+            self.work()
+
+
+def document_path(uri: str) -> Path | None:
+    """The file of a ``file:`` URI; None for another scheme, or a path no file can have (a NUL)."""
+    fs_path = to_fs_path(uri) if uri.startswith("file:") else None
+    return Path(fs_path) if fs_path and "\x00" not in fs_path else None
 
 
 server = SpeedfixServer()
 
 
+def _changed(ls: SpeedfixServer, uri: str) -> None:
+    ls.pending.pop(uri, None)
+    ls.pending[uri] = None  # analysed once the messages read so far are handled
+
+
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: SpeedfixServer, params: types.DidOpenTextDocumentParams) -> None:
-    ls.publish(params.text_document.uri)
+    _changed(ls, params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def did_change(ls: SpeedfixServer, params: types.DidChangeTextDocumentParams) -> None:
-    ls.publish(params.text_document.uri)
+    _changed(ls, params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
 def did_save(ls: SpeedfixServer, params: types.DidSaveTextDocumentParams) -> None:
-    ls.publish(params.text_document.uri)
+    _changed(ls, params.text_document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: SpeedfixServer, params: types.DidCloseTextDocumentParams) -> None:
+    ls.pending.pop(params.text_document.uri, None)
     ls.checked.pop(params.text_document.uri, None)
     ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[]))
 
@@ -428,13 +538,17 @@ def did_close(ls: SpeedfixServer, params: types.DidCloseTextDocumentParams) -> N
 )
 def code_action(ls: SpeedfixServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
     uri = params.text_document.uri
-    checked = ls.refresh(uri)
-    if checked is None:
+    try:
+        with deadline.cancelled_by(ls.arrived):  # stale once the next message is in
+            checked = ls.refresh(uri)
+            if checked is None:
+                return None
+            index = LineIndex(checked.text, ls.workspace.get_text_document(uri).position_codec)
+            return code_actions(checked, uri, index, params) or None
+    except deadline.Cancelled:
         return None
-    index = LineIndex(checked.text, ls.workspace.get_text_document(uri).position_codec)
-    return code_actions(checked, uri, index, params) or None
 
 
-def serve() -> None:
-    """Speak LSP on standard input and output until the client says exit."""
-    server.start_io()
+def serve() -> int:
+    """Speak LSP on standard input and output until the client says exit; the exit code."""
+    return server.serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -4,6 +4,9 @@ workflow commands, and the JSON list of findings the README documents."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -295,3 +298,41 @@ def test_json_reports_a_syntax_error_as_a_finding(run_cli, write, tmp_path):
         "message": "SyntaxError: Missing parentheses in call to 'print'. Did you mean print(...)?",
         "fix": None, "no_fix_reason": "a file that does not parse is never rewritten",
     }
+
+
+def test_control_characters_in_file_names_are_escaped_in_every_format(run_cli, tmp_path, good_script):
+    # Printed raw before: an ESC sequence repainted the terminal, a newline forged a report line.
+    name = "e\x1b[2Jvil\nfake.py:1:1: SF000 x.py"
+    (tmp_path / name).write_text(good_script)
+    os.mkfifo(tmp_path / "pipe\x1b[31m.py")  # reported on standard error
+    shown = "e\\x1b[2Jvil\\nfake.py:1:1: SF000 x.py"
+    github = "e\\x1b[2Jvil%0Afake.py%3A1%3A1%3A SF000 x.py"  # a newline is %0A there, as GitHub reads it
+    for fmt in ("text", "github", "markdown"):
+        result = run_cli("scan", ".", "--output-format", fmt, cwd=tmp_path)
+        assert "\x1b" not in result.stdout + result.stderr, (fmt, result)
+        assert (github if fmt == "github" else shown) in result.stdout, (fmt, result)
+        assert "pipe\\x1b[31m.py" in result.stderr
+        assert not any(line.startswith("fake.py") for line in result.stdout.splitlines())
+    result = run_cli("scan", ".", "--output-format", "json", cwd=tmp_path)
+    assert json.loads(result.stdout)[0]["path"] == name  # machine formats keep the real name, escaped as JSON
+    result = run_cli("apply", "--diff", name, cwd=tmp_path)
+    assert "\x1b" not in result.stdout + result.stderr and f"--- a/{shown}" in result.stdout
+
+
+def test_file_names_the_terminal_cannot_encode_are_escaped(tmp_path, good_script):
+    # A UnicodeEncodeError before, with PYTHONIOENCODING=ascii (or LC_ALL=C on older Pythons).
+    (tmp_path / "entraînement.py").write_text(good_script)
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "SPEEDFIX_NO_CACHE": "1"}
+    for fmt in ("text", "json", "sarif", "markdown", "github"):
+        result = subprocess.run([sys.executable, "-m", "speedfix", "scan", "--output-format", fmt, "."],
+                                cwd=tmp_path, env=env, capture_output=True, timeout=120)
+        assert result.returncode == 1 and result.stdout.isascii(), (fmt, result.stderr)
+        if fmt == "json":
+            assert json.loads(result.stdout)[0]["path"] == "entraînement.py"  # \u00ee: still valid JSON
+        elif fmt == "sarif":
+            assert "entra%C3%AEnement.py" in json.dumps(json.loads(result.stdout))  # a URI
+        else:
+            assert b"entra\\xeenement.py" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "speedfix", "apply", "--diff", "."],
+                            cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    assert result.returncode == 1 and b"--- a/entra\\xeenement.py" in result.stdout, result.stderr

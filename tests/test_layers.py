@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("speedfix.__main__",),
     ("speedfix.cli",),  # the command line
     ("speedfix.server",),  # the editor's language server
+    ("speedfix.jsonrpc",),  # its messages, framed on standard input
     ("speedfix.output",),  # report formats
     ("speedfix.commands",),  # scan and apply over a tree of files
     ("speedfix.workspace", "speedfix.bench"),  # the user's project on disk | the benchmark

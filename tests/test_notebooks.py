@@ -271,6 +271,8 @@ def test_syntax_error_names_the_cell(run_cli, tmp_path):
         ('{"cells": [{"cell_type": "code", "source": ["a", 1]}]}', 'cell 1: "source" is not a string or a list of strings'),
         ('{"cells": ["code"]}', "cell 1 is not a JSON object"),
         (b"\xff\xfe{}", "not a notebook: not valid UTF-8"),
+        # a ValueError before: Python reads no integer of over 4,300 digits
+        ('{"cells": [], "metadata": {"x": ' + "9" * 5_000 + "}}", "invalid notebook JSON: Exceeds the limit (4300 digits)"),
     ],
 )
 def test_broken_notebook_is_an_error_for_that_file_only(run_cli, tmp_path, content, message):
@@ -479,3 +481,18 @@ def test_only_python_line_ends_split_lines():
     nb = _nb("a = '\u2028'\nb = 2\x0c", "c = 3")
     assert nb.position(4) == (3, 1)
     assert nb.changes(nb.source.replace("c = 3", "c = 4"))[0].after == "c = 4"
+
+
+def test_a_notebook_is_capped_by_its_code_not_by_its_plots(run_cli, tmp_path):
+    # Skipped before: "larger than 1 MB", for 70 bytes of code under 1.5 MB of plot output.
+    plot = {"output_type": "display_data", "data": {"image/png": "A" * 1_500_000}, "metadata": {}}
+    nb = notebook(code(SETUP, cell_id="setup", outputs=[plot]),
+                  code("loader = DataLoader(ds, batch_size=32)\nfor x, y in loader:\n    x = x.cuda()\n", cell_id="loop"))
+    path = tmp_path / "plots.ipynb"
+    path.write_text(nbformat_dumps(nb), encoding="utf-8")
+    result = run_cli("scan", path, "--max-file-size-mb", "1", "--no-summary", cwd=tmp_path)
+    assert result.exit_code == 1 and "plots.ipynb:cell 2:1:10: SF102" in result.stdout, result
+    nb = notebook(code("x = 1\n" * 200_000, cell_id="big"))  # 1.2 MB of code
+    path.write_text(nbformat_dumps(nb), encoding="utf-8")
+    result = run_cli("scan", path, "--max-file-size-mb", "1", cwd=tmp_path)
+    assert result.exit_code == 2 and "plots.ipynb: error: skipped: its code is larger than 1 MB" in result.stderr

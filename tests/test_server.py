@@ -59,10 +59,20 @@ class Client:
             self.messages.put(json.loads(stream.read(length)))
 
     def send(self, message: dict[str, Any]) -> None:
-        body = json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8")
+        self.raw(framed(message))
+
+    def raw(self, data: bytes) -> None:
+        """``data`` in one write: the server reads it all at once."""
         assert self.process.stdin is not None
-        self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.process.stdin.write(data)
         self.process.stdin.flush()
+
+    def next_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def answer(self, number: int) -> dict[str, Any]:
+        return self.wait_for(lambda m: m.get("id") == number and "method" not in m)
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         self.send({"method": method, "params": params or {}})
@@ -86,10 +96,9 @@ class Client:
             self.pending.append(message)
 
     def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        self._next_id += 1
-        number = self._next_id
+        number = self.next_id()
         self.send({"id": number, "method": method, "params": params or {}})
-        answer = self.wait_for(lambda m: m.get("id") == number and "method" not in m)
+        answer = self.answer(number)
         assert "error" not in answer, answer
         return answer["result"]
 
@@ -121,6 +130,11 @@ class Client:
             self.process.kill()
             self.process.wait()
         self._stderr.close()
+
+
+def framed(message: dict[str, Any]) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8")
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
 def start(folder: Path) -> Client:
@@ -369,3 +383,123 @@ def test_missing_pygls_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> 
     result = CliRunner().invoke(app, ["server"])
     assert result.exit_code == 2
     assert "speedfix[server]" in result.output
+
+
+# ------------------------------------------------------------------ hostile clients (issue 27, item 7)
+SMALL = "import torch\nfrom torch.utils.data import DataLoader\n\nloader = DataLoader(ds, batch_size=32)\nfor x, y in loader:\n    x = x.cuda()\n"
+
+
+def actions_request(number: int, uri: str, line: int = 3) -> dict[str, Any]:
+    where = {"start": {"line": line, "character": 10}, "end": {"line": line, "character": 10}}
+    return {"id": number, "method": "textDocument/codeAction",
+            "params": {"textDocument": {"uri": uri}, "range": where, "context": {"diagnostics": []}}}
+
+
+def change(uri: str, version: int, text: str) -> dict[str, Any]:
+    return {"method": "textDocument/didChange",
+            "params": {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]}}
+
+
+def published_versions(client: Client, uri: str, until: int) -> list[int]:
+    """The versions of ``uri`` whose diagnostics came, up to the one of version ``until``."""
+    versions = []
+    while not versions or versions[-1] != until:
+        message = client.wait_for(lambda m: m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == uri)
+        versions.append(message["params"]["version"])
+    return versions
+
+
+def test_quick_edits_are_analysed_once_in_their_last_version(client: Client, tmp_path: Path) -> None:
+    # Before, every change was analysed in turn, and a request waited for all 30 analyses.
+    uri = (tmp_path / "typing.py").as_uri()
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": SMALL}})
+    client.diagnostics(uri, 1)
+    number = client.next_id()
+    edits = [change(uri, version, SMALL + f"y = {version}\n") for version in range(2, 32)]
+    client.raw(b"".join(framed(message) for message in [*edits, actions_request(number, uri)]))
+    answer = client.answer(number)  # about version 31, the text it was asked on
+    assert "pin_memory=True" in json.dumps(answer["result"])
+    assert published_versions(client, uri, 31) == [31]
+
+
+def test_a_request_is_answered_before_documents_waiting_for_analysis(client: Client, tmp_path: Path) -> None:
+    # Before, opening a big document analysed it at once, and the request behind it waited.
+    small, big = (tmp_path / "small.py").as_uri(), (tmp_path / "big.py").as_uri()
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": small, "languageId": "python", "version": 1, "text": SMALL}})
+    client.diagnostics(small, 1)
+    number = client.next_id()
+    opened = {"method": "textDocument/didOpen",
+              "params": {"textDocument": {"uri": big, "languageId": "python", "version": 1, "text": SMALL * 200}}}
+    client.raw(framed(opened) + framed(actions_request(number, small)))
+    order = []
+    while len(order) < 2:
+        message = client.wait_for(lambda m: m.get("id") == number or m.get("params", {}).get("uri") == big)
+        order.append("answer" if message.get("id") == number else "big")
+    assert order == ["answer", "big"]
+
+
+def test_malformed_messages_are_answered_and_the_next_request_too(tmp_path: Path) -> None:
+    client = start(tmp_path)
+    try:
+        uri = (tmp_path / "x.py").as_uri()
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": SMALL}})
+        client.diagnostics(uri, 1)
+        # not JSON: a parse error, for no id
+        client.raw(b"Content-Length: 5\r\n\r\n{abc}")
+        assert client.wait_for(lambda m: m.get("error", {}).get("code") == -32700)["id"] is None
+        # a position on line -1: invalid parameters (never answered before)
+        number = client.next_id()
+        client.send(actions_request(number, uri, line=-1))
+        assert client.answer(number)["error"]["code"] == -32602
+        # garbage, then a header in lower case and lines ended by \n alone (lost before)
+        number = client.next_id()
+        body = framed(actions_request(number, uri)).split(b"\r\n\r\n", 1)[1]
+        client.raw(b"GET / HTTP/1.1\r\nnonsense\n\ncontent-length: %d\n\n" % len(body) + body)
+        assert "pin_memory" in json.dumps(client.answer(number)["result"])
+        # a Content-Length of 100 TB: a MemoryError ended the server before
+        number = client.next_id()
+        client.raw(b"Content-Length: 99999999999999\r\n\r\n" + json.dumps({"jsonrpc": "2.0", "id": number, "method": "x"}).encode())
+        assert client.answer(number)["error"]["code"] == -32600
+        assert client.request("textDocument/codeAction", actions_request(0, uri)["params"]) is not None
+        # after shutdown, a request is refused, not left waiting
+        assert client.request("shutdown") is None
+        number = client.next_id()
+        client.send(actions_request(number, uri))
+        assert client.answer(number)["error"]["code"] == -32600
+        client.notify("exit")
+        assert client.process.wait(timeout=TIMEOUT) == 0
+    finally:
+        client.kill()
+
+
+def test_exit_without_shutdown_exits_with_1(tmp_path: Path) -> None:
+    client = start(tmp_path)  # 0 before: LSP says 1 when no shutdown request came first
+    try:
+        client.notify("exit")
+        assert client.process.wait(timeout=TIMEOUT) == 1
+    finally:
+        client.kill()
+
+
+@pytest.mark.parametrize(
+    ("text", "uri_tail", "expected"),
+    [
+        (SMALL + "s = '\ud800'\n", "", "a lone surrogate"),  # JSON can carry one, no file can hold it
+        (SMALL, "%00", "SF102"),  # a NUL in the path: checked as an unsaved buffer
+    ],
+    ids=["lone surrogate", "NUL in the URI"],
+)
+def test_a_document_is_never_dropped_in_silence(client: Client, tmp_path: Path, text: str, uri_tail: str, expected: str) -> None:
+    uri = (tmp_path / "odd.py").as_uri() + uri_tail
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
+    assert expected in json.dumps(client.diagnostics(uri, 1))
+
+
+def test_deep_code_is_a_diagnostic_not_a_crash(client: Client, tmp_path: Path) -> None:
+    # A segmentation fault ended the server before (issue 27, item 4).
+    uri = (tmp_path / "deep.py").as_uri()
+    text = SMALL + "if " + " and ".join(["x"] * 8_000) + ":\n    pass\n"
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
+    (problem,) = client.diagnostics(uri, 1)
+    assert "nested too deeply" in problem["message"] and problem["range"]["start"]["line"] == 6
+    assert client.request("textDocument/codeAction", actions_request(0, uri)["params"]) is None  # still answering

@@ -399,6 +399,7 @@ class Harness:
         # memory
         self.memory: dict = {}
         self.torch = None
+        self.facts = None  # facts.Recorder: what the script configured (read at one-time hooks)
 
     # ------------------------------------------------------------------ setup
     def install(self) -> None:
@@ -406,6 +407,7 @@ class Harness:
 
         global _torch
         self.torch = _torch = torch
+        self.facts = _load_sibling("facts").Recorder(self._unmirror)
         self._seed(torch)
         self._patch_optimizer(torch)
         self._patch_backward(torch)
@@ -474,7 +476,10 @@ class Harness:
                 harness.optimizers_built += 1
                 if harness.clock == "backward" and harness.phase != "done":
                     harness._restart_clock()  # backward() ran before the optimizer existed (a sanity check)
-            return original_init(self_, *args, **kwargs)
+            out = original_init(self_, *args, **kwargs)
+            if os.getpid() == MAIN_PID:
+                harness.facts.on_optimizer(self_)
+            return out
 
         torch.optim.Optimizer.__init__ = __init__
 
@@ -495,6 +500,8 @@ class Harness:
                     harness._on_backward(tensors)
                 finally:
                     harness._charge(t0)
+            elif os.getpid() == MAIN_PID:
+                harness.facts.reentrant_checkpoint = True  # a backward inside a backward: reentrant checkpointing
             return original(tensors, *args, **kwargs)
 
         torch.autograd.backward = backward
@@ -544,6 +551,7 @@ class Harness:
 
         original = dataloader._BaseDataLoaderIter.__next__
         original_iter = dataloader.DataLoader.__iter__
+        original_init = dataloader.DataLoader.__init__
         harness = self
         grad_enabled = torch.is_grad_enabled
 
@@ -572,10 +580,20 @@ class Harness:
         def __iter__(loader):
             if harness.pause_from is not None and os.getpid() == MAIN_PID and grad_enabled():
                 harness.pause_to = time.perf_counter()  # the latest wins: an evaluation with grad on came first
-            return original_iter(loader)
+            iterator = original_iter(loader)
+            if os.getpid() == MAIN_PID:
+                harness.facts.on_loader_iter(loader, iterator)  # once per epoch
+            return iterator
+
+        @functools.wraps(original_init)
+        def __init__(loader, *args, **kwargs):
+            original_init(loader, *args, **kwargs)
+            if os.getpid() == MAIN_PID:
+                harness.facts.on_loader(loader)  # its settings and the user's line that made it
 
         dataloader._BaseDataLoaderIter.__next__ = __next__
         dataloader.DataLoader.__iter__ = __iter__
+        dataloader.DataLoader.__init__ = __init__
 
     def _patch_forward(self, torch) -> None:
         """Batch size for scripts without a DataLoader: the first grad-enabled model call.
@@ -598,9 +616,11 @@ class Harness:
                 # training call while nothing compiles
                 if harness.fwd_batch is None:
                     harness.fwd_batch = _batch_size(args)
+                    harness.facts.on_first_forward(torch, mod, False)  # the model, if no training call is seen
                 return
             harness.fwd_batch = _batch_size(args) or harness.fwd_batch
             harness._remove_forward_hook()
+            harness.facts.on_first_forward(torch, mod, True)  # the model the step trains, the autocast around it
 
         self.fwd_handles = [module.register_module_forward_pre_hook(pre)]
 
@@ -621,6 +641,8 @@ class Harness:
             options = kwargs.get("options") or {}
             if kwargs.get("mode") in ("reduce-overhead", "max-autotune") or options.get("triton.cudagraphs"):
                 harness.clone_losses = True  # CUDA graphs overwrite their outputs at every replay
+            if os.getpid() == MAIN_PID:
+                harness.facts.on_compile(args[0] if args else kwargs.get("model"), kwargs)
             return original(*args, **kwargs)
 
         torch.compile = compile
@@ -728,6 +750,7 @@ class Harness:
         if self.primary_ref is None:
             self.primary_ref = weakref.ref(optimizer)
             self._start_clock("optimizer.step", now, _first_param(optimizer))
+            self.facts.on_first_step(sys._getframe(1))  # the frameworks that run the step
         clock = self.primary_ref()
         if clock is not optimizer:  # by identity: a new optimizer can reuse a freed one's id()
             if clock is not None:
@@ -879,7 +902,14 @@ class Harness:
             torch.accelerator.synchronize()
             self.synchronized = True
 
+    def _read_facts(self) -> None:
+        """The loader the steps train on and the flags the window runs with: read once."""
+        if self.facts.flags is None:
+            self.facts.on_training_iterator(self.last_iter() if self.last_iter is not None else None)
+            self.facts.read_flags(self.torch, self.device)
+
     def _open_window(self) -> None:
+        self._read_facts()
         self._sync()
         if self.device.get("type") == "cuda":
             self.torch.cuda.reset_peak_memory_stats()
@@ -981,6 +1011,8 @@ class Harness:
                 self.t_window_end = self.step_times[-1]
             if not self.memory:
                 self._read_memory(window=self.phase in ("window", "done"))
+            if self.facts is not None:
+                self._read_facts()
             result = self._result(status, message, exc)
             tmp = f"{self.result_path}.tmp{os.getpid()}"
             with open(tmp, "w") as f:
@@ -1078,6 +1110,7 @@ class Harness:
                      "nonfinite": sum(v is None for v in losses), "grad_scaler_seen": self.scaler_seen,
                      "grad_scaler_step_calls": self.scaler_step_calls,
                      "grad_scaler_skipped_steps": self.scaler_skipped},
+            "runtime": self.facts.report() if self.facts is not None else None,
         }
         if exc is not None:
             result["exception"] = {"type": type(exc).__name__, "message": self._unmirror(str(exc))[:2000],

@@ -132,7 +132,7 @@ def bench(
 
 
 def _single(spec: RunSpec, s: CompareSettings, json_file: Path | None, console: Console) -> int:
-    from . import report
+    from . import advice, report
     from .runner import run_once
 
     config = s.run_config(warmup_steps=s.warmup or s.min_warmup_steps, warmup_s=0.0 if s.warmup else s.warmup_s,
@@ -142,6 +142,7 @@ def _single(spec: RunSpec, s: CompareSettings, json_file: Path | None, console: 
         progress.start(f"running {spec.name}")
         result = run_once(spec, config)
         progress.finish(result)
+    result = advice.with_findings(result)
     if json_file:
         report.write_json(json_file, result.to_json())
     report.render_run(result, console)

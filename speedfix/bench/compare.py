@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from . import numerics
+from .advice import first_runtime
 from .results import (INCOMPLETE, OK, SAMPLES_PER_S, STEPS_PER_S, Calibration, CandidateResult, Comparison, Device, Env, Load,
                       LoggedRun, MemoryChange, RunAggregate, RunResult, ScriptRef, SeedBand, Speedup, Window,
                       median_or_none)
@@ -337,7 +338,8 @@ class Session:
             candidates=[self._candidate_report(c, runs, ratios, failed, metric, (kinds or {}).get(c.name), window)
                         for c in candidates],
             runs=log, load=_load(every_run), caveat=numerics.CAVEAT,
-            real_files_modified=sorted({p for r in every_run for p in r.runner.real_files_modified}))
+            real_files_modified=sorted({p for r in every_run for p in r.runner.real_files_modified}),
+            original_runtime=first_runtime(runs[self.original.name], findings=True))
 
     def _candidate_report(self, cand: RunSpec, runs: dict[str, list[RunResult]], ratios: dict[str, list[float]],
                           failed: dict[str, RunResult], metric: dict[str, str], kind: str | None,
@@ -364,7 +366,8 @@ class Session:
             metric=metric.get(cand.name), runs=RunAggregate.of(runs[cand.name]),
             failure=broken.failure() if broken else None, speedup=speedup, memory=memory, numerics=check,
             loss_original=(self.a_losses[0] if self.a_losses else []) if b_runs else None,
-            loss_candidate=b_runs[0].losses if b_runs else None, window=window)
+            loss_candidate=b_runs[0].losses if b_runs else None, window=window,
+            runtime=first_runtime(runs[cand.name], findings=True))
 
 
 SLOW_STEP = 5.0  # a step this many times the settled median is still warming up

@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import compare, numerics, stats
-from .results import (OK, Comparison, Decision, FixDecision, Load, LossCheck, MemoryChange, RunResult, Speedup, SuiteResult,
-                      VerifyReport, Window)
+from .results import (OK, Comparison, Decision, FixDecision, Load, LossCheck, MemoryChange, RunResult, RuntimeFacts, Speedup,
+                      SuiteResult, VerifyReport, Window)
 from .timeplan import fmt_duration
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -207,7 +207,10 @@ def render_run(result: RunResult, console: Console) -> None:
         if loss.grad_scaler_seen:
             table.add_row("GradScaler", f"{loss.grad_scaler_skipped_steps or 0} skipped steps of "
                           f"{loss.grad_scaler_step_calls or 0}")
+    for name, value in runtime_rows(result):
+        table.add_row(name, value)
     print_table(console, table)
+    render_runtime_findings(result, console)
     warn_real_files_modified(result.runner.real_files_modified, console)
     warn_refused_writes(result, console)
     if s.status != OK:
@@ -215,6 +218,84 @@ def render_run(result: RunResult, console: Console) -> None:
         if tail:
             console.print("[bold]stderr (tail):[/]")
             console.print(tail[-3000:], markup=False, highlight=False)
+
+
+def _onoff(value: object) -> str:
+    return "?" if value is None else ("on" if value else "off")
+
+
+def runtime_rows(result: RunResult) -> list[tuple[str, str]]:
+    """What the script configured, as the run saw it: one row per object that decides speed."""
+    facts = result.runtime
+    if facts is None:
+        return []
+    root = str(Path(result.script).parent)
+    rows = []
+    for loader in facts.loaders[:4]:
+        role = "training" if loader.trained_on else ("iterated" if loader.epochs else "not iterated")
+        rows.append(("DataLoader", f"{loader.where(root)} ({role}): num_workers={loader.num_workers}, "
+                     f"pin_memory={loader.pin_memory}, persistent_workers={loader.persistent_workers}, "
+                     f"batch_size={loader.batch_size}" + (f", made by {loader.via}" if loader.via else "")))
+    for opt in facts.optimizers[:3]:
+        rows.append(("optimizer", f"{opt.type.rsplit('.', 1)[-1]} at {opt.where(root)}: fused={opt.fused}, "
+                     f"foreach={opt.foreach} ({opt.param_dtype or '?'} parameters on {opt.param_device or '?'})"))
+    if facts.autocast is not None:
+        ac = facts.autocast
+        rows.append(("autocast", f"{ac.dtype} on {ac.device_type}" if ac.enabled else "off around the training forward"))
+    for call in facts.compiled[:3]:
+        rows.append(("torch.compile", f"{call.target.rsplit('.', 1)[-1]} at {call.where(root)} (backend={call.backend}"
+                     + (f", mode={call.mode}" if call.mode else "") + ")"))
+    model = facts.model
+    if model is not None:
+        extra = [f"{model.parameters:,} parameters" if model.parameters is not None else "",
+                 f"under {model.wrapper}" if model.wrapper else "", "compiled" if model.compiled else "",
+                 f"DDP {model.ddp}" if model.ddp else "", f"FSDP {model.fsdp}" if model.fsdp else "",
+                 "gradient checkpointing" if model.gradient_checkpointing else ""]
+        rows.append(("model", f"{(model.inner_type or model.type).rsplit('.', 1)[-1]}"
+                     + (f" ({', '.join(e for e in extra if e)})" if any(extra) else "")))
+    if facts.reentrant_checkpoint:
+        rows.append(("checkpointing", "reentrant torch.utils.checkpoint (a backward inside the backward)"))
+    if facts.flags is not None:
+        f = facts.flags
+        rows.append(("flags", f"float32 matmul precision {f.float32_matmul_precision}, cuDNN TF32 "
+                     f"{_onoff(f.cudnn_allow_tf32)}, cudnn.benchmark {_onoff(f.cudnn_benchmark)}, deterministic "
+                     f"{_onoff(f.deterministic_algorithms or f.cudnn_deterministic)}, anomaly detection "
+                     f"{_onoff(f.anomaly_detection)}"))
+    for name, settings in facts.frameworks.items():
+        shown = ", ".join(f"{k}={v}" for k, v in settings.items() if v is not None)
+        rows.append((name, shown or "-"))
+    return rows
+
+
+def _codes(facts: RuntimeFacts | None) -> str:
+    """The codes of a variant's run-time findings (``SF101, SF401``), ``none`` or ``-`` (not known)."""
+    if facts is None:
+        return "-"
+    return ", ".join(dict.fromkeys(f.code for f in facts.findings)) or "none"
+
+
+def runtime_finding_lines(result: RunResult) -> list[str]:
+    """``SF101 data.py:18: ...`` for each run-time finding, and whether a scan reports it too."""
+    facts = result.runtime
+    if facts is None:
+        return []
+    root = str(Path(result.script).parent)
+    lines = []
+    for f in facts.findings:
+        how = {True: "confirmed at run time (speedfix scan reports it too)",
+               False: "found at run time (speedfix scan does not see it)", None: "found at run time"}[f.static]
+        impact = f", {f.impact} impact" if f.impact else ""
+        lines.append(f"{f.code} {f.name} {f.where(root)}: {f.message} [{how}{impact}]")
+    return lines
+
+
+def render_runtime_findings(result: RunResult, console: Console) -> None:
+    lines = runtime_finding_lines(result)
+    if lines:
+        device = result.device.type or "?"
+        console.print(f"[bold]found at run time[/] (on {device}; `speedfix rule CODE` tells more):")
+        for line in lines:
+            console.print(f"  {line}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- A/B
@@ -248,6 +329,8 @@ def render_compare(outcome: Comparison, console: Console) -> None:
             ("speedup [95% CI]", "1.00x", [fmt_speedup(c.speedup) for c in cands]),
             ("verdict", "", [c.speedup.verdict if c.speedup else "-" for c in cands]),
             ("loss check", "", [_numerics_text(c.numerics) for c in cands])]
+    if outcome.original_runtime is not None:
+        rows.append(("found at run time", _codes(outcome.original_runtime), [_codes(c.runtime) for c in cands]))
     for name, first, rest in rows:
         table.add_row(name, first, *rest)
     print_table(console, table)

@@ -319,9 +319,147 @@ class RunnerInfo(Record):
         return out
 
 
+# ---------------------------------------------------------------- what the script configured (facts.py)
+
+@dataclass(frozen=True)
+class Site(Record):
+    """The line of user code that made an object (None: only library code did); ``via``: the
+    framework's line that made it for the script (a Trainer's DataLoader)."""
+
+    file: str | None = None
+    line: int | None = None
+    via: str | None = None
+
+    def where(self, root: str | None = None) -> str:
+        """``data.py:7`` (relative to ``root`` where it is inside), or ``?``."""
+        if not self.file:
+            return "?"
+        path = self.file
+        if root and path.startswith(root.rstrip("/") + "/"):
+            path = path[len(root.rstrip("/")) + 1:]
+        return f"{path}:{self.line}" if self.line else path
+
+
+@dataclass(frozen=True)
+class LoaderFacts(Site):
+    """A DataLoader as the script made it; the settings of the training loader are read again
+    when the window opens (a script may set them after the call)."""
+
+    type: str = ""
+    dataset: str = ""
+    iterable_dataset: bool = False
+    trained_on: bool = False  # the steps of the window trained on its batches
+    epochs: int = 0  # times it was iterated
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    prefetch_factor: int | None = None
+    batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class OptimizerFacts(Site):
+    type: str = ""
+    fused: bool | None = None
+    foreach: bool | None = None
+    differentiable: bool | None = None
+    capturable: bool | None = None
+    param_device: str | None = None
+    param_dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class CompileCall(Site):
+    target: str = ""  # the module class or function compiled
+    method: bool = False  # Module.compile() (in place)
+    mode: str | None = None
+    backend: str | None = None
+    fullgraph: bool = False
+    dynamic: bool | None = None
+
+
+@dataclass(frozen=True)
+class ModelFacts(Record):
+    """The model the first training forward called."""
+
+    type: str = ""
+    compiled: bool = False
+    wrapper: str | None = _omitted()  # DistributedDataParallel, FullyShardedDataParallel, DataParallel, DeepSpeedEngine
+    ddp: dict[str, Any] | None = _omitted()
+    fsdp: dict[str, Any] | None = _omitted()
+    inner_type: str = ""
+    parameters: int | None = None
+    conv: bool | None = None
+    gradient_checkpointing: bool | None = _omitted()  # Hugging Face's is_gradient_checkpointing
+    seen_in: str | None = _omitted()  # "evaluation": read at a call with grad disabled (no training call seen)
+
+
+@dataclass(frozen=True)
+class AutocastFacts(Record):
+    """The autocast around the first training forward (None: no forward was seen)."""
+
+    enabled: bool = False
+    device_type: str | None = _omitted()
+    dtype: str | None = _omitted()
+
+
+@dataclass(frozen=True)
+class Flags(Record):
+    """Global flags as the window ran with them."""
+
+    float32_matmul_precision: str | None = None
+    cuda_matmul_allow_tf32: bool | None = None
+    cudnn_allow_tf32: bool | None = None
+    cudnn_benchmark: bool | None = None
+    cudnn_deterministic: bool | None = None
+    deterministic_algorithms: bool | None = None
+    anomaly_detection: bool | None = None
+    gpu_capability: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeFinding(Record):
+    """A finding from what the script configured at run time, with the rule code a scan uses.
+    ``static``: a scan of ``file`` reports the same code at the same line (or, for a finding
+    without a line, in the file): one finding, confirmed at run time. None: not compared."""
+
+    code: str = ""
+    name: str = ""
+    message: str = ""
+    severity: str = "warning"
+    impact: str | None = None  # the rule's usual impact (high, medium, low) where the rule declares one
+    file: str | None = None
+    line: int | None = None
+    device: str | None = None  # the device the advice was found on
+    static: bool | None = None
+
+    def where(self, root: str | None = None) -> str:
+        return Site(self.file, self.line).where(root)
+
+
+@dataclass(frozen=True)
+class RuntimeFacts(Record):
+    """What the measured script configured (``runtime`` in a run's JSON)."""
+
+    loaders: list[LoaderFacts] = _records(LoaderFacts)
+    optimizers: list[OptimizerFacts] = _records(OptimizerFacts)
+    compiled: list[CompileCall] = _records(CompileCall)
+    model: ModelFacts | None = _optional(ModelFacts)
+    autocast: AutocastFacts | None = _optional(AutocastFacts)
+    flags: Flags | None = _optional(Flags)
+    frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)  # lightning, transformers, deepspeed, accelerate
+    reentrant_checkpoint: bool = False  # a backward ran inside a backward
+    errors: list[str] = _items()  # facts that could not be read
+    findings: list[RuntimeFinding] = _records(RuntimeFinding)  # added by the parent (advice.py)
+
+    def training_loader(self) -> LoaderFacts | None:
+        return next((loader for loader in self.loaders if loader.trained_on), None)
+
+
 # the keys child.py writes; a result the runner made up for a child that wrote none has none of them
 _CHILD_KEYS = ("seed", "seed_offset", "env", "device", "clock", "compile", "steps", "wall", "timing", "data",
-               "memory", "epochs", "guard", "loss")
+               "memory", "epochs", "guard", "loss",
+               "runtime")
 
 
 @dataclass(frozen=True)
@@ -348,6 +486,7 @@ class RunResult(Record):
     epochs: Epochs = _nested(Epochs)
     guard: GuardInfo | None = _optional(GuardInfo)  # None: older results
     loss: LossTrace = _nested(LossTrace)
+    runtime: RuntimeFacts | None = _optional(RuntimeFacts, omit=True)  # None: older results
     exception: ExceptionInfo | None = _optional(ExceptionInfo, omit=True)
     runner: RunnerInfo = _nested(RunnerInfo)
     # False: the child wrote no result, the runner made this one up (only the runner's keys are written)
@@ -366,7 +505,7 @@ class RunResult(Record):
         out = super().to_json()
         if not self.reported:
             for key in _CHILD_KEYS:
-                del out[key]
+                out.pop(key, None)
         return out
 
     @property
@@ -630,6 +769,7 @@ class CandidateResult(Record):
     loss_original: list[float | None] | None = _omitted()
     loss_candidate: list[float | None] | None = _omitted()
     window: Window | None = _optional(Window, omit=True)  # the comparison's warm-up and timed steps
+    runtime: RuntimeFacts | None = _optional(RuntimeFacts, omit=True)  # what its first measured run configured
 
 
 @dataclass(frozen=True)
@@ -684,6 +824,8 @@ class Comparison(Record):
     load: Load = _nested(Load)
     caveat: str = ""
     real_files_modified: list[str] = _items()
+    # what the original's first measured run configured, with its run-time findings
+    original_runtime: RuntimeFacts | None = _optional(RuntimeFacts, omit=True)
 
     def candidate(self, label: str) -> CandidateResult | None:
         return next((c for c in self.candidates if c.label == label), None)

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from speedfix.commands.scan import display_path, file_setup, project_links, time_limit_message
+from speedfix.commands.scan import TOO_DEEP, display_path, file_setup, project_links, time_limit_message
 from speedfix.engine.analysis import SyntaxProblem
 from speedfix.engine.results import FileError
 from speedfix.fixes.fixer import FixError, Unfixed, fix_source
@@ -71,6 +71,9 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
             continue
         except deadline.TimeLimitExceeded as exc:
             outcome.errors.append(FileError(shown, time_limit_message(exc)))
+            continue
+        except RecursionError:
+            outcome.errors.append(FileError(shown, TOO_DEEP))
             continue
         if data == original:
             outcome.unfixed.extend(fixed.unfixed)

@@ -11,7 +11,8 @@ from typing import Callable, Iterator, TypeVar
 
 from speedfix.commands.measurements import apply_benches, find_benches
 from speedfix.engine.findings import Finding, from_record, to_record
-from speedfix.engine.results import Analysis, FileError, Note
+from speedfix.engine.catalog import rule_name
+from speedfix.engine.results import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, Analysis, FileError, Note
 from speedfix.model.versions import TorchVersion, project_target
 from speedfix.project import Links, ModuleFacts, extract_facts, link
 from speedfix.model.project_files import ProjectFiles, display_path, inputs_unchanged
@@ -21,7 +22,7 @@ from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_l
 from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.workspace.config import Settings, real_path
 from speedfix.workspace.discovery import Target, iter_targets
-from speedfix.workspace.notebook import Notebook, NotebookError, is_notebook, read_python
+from speedfix.workspace.notebook import Notebook, NotebookError, is_notebook, read_cap, read_python
 
 
 @dataclass
@@ -55,7 +56,7 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
     # The engine, the rules and libcst load with the first file the cache does not hold: a scan
     # of cached files never imports them.
     from speedfix.engine.analysis import analyze
-    from speedfix.syntax.parsing import collector_paused
+    from speedfix.syntax.parsing import collector_paused, room_for_deep_trees
 
     shown = display_path(target.path)
     try:
@@ -63,7 +64,7 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
     except SourceError as exc:
         return Analysis(shown, error=FileError(shown, str(exc)))
     try:
-        with deadline.time_limit(settings.file_time_limit), collector_paused():
+        with deadline.time_limit(settings.file_time_limit), collector_paused(), room_for_deep_trees():
             project, version = file_setup(settings, target.path)
             analysis = analyze(source, shown, settings.rules_for(target.path), version, links, project)
             if notebook is not None:
@@ -74,12 +75,16 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
             if details:
                 attach_fix_details(analysis, source.text, notebook)
     except RecursionError:
-        return Analysis(shown, error=FileError(shown, "the file is nested too deeply to analyse"))
+        return Analysis(shown, error=FileError(shown, TOO_DEEP))
     except deadline.TimeLimitExceeded as exc:
         return Analysis(shown, error=FileError(shown, time_limit_message(exc)))
     analysis.module = None  # keep memory flat on big trees
     analysis.context = None
     return analysis
+
+
+# What a RecursionError in the analysis of a file says (the parser refuses the deepest code first).
+TOO_DEEP = "the file is nested too deeply to analyse"
 
 
 def time_limit_message(exc: deadline.TimeLimitExceeded) -> str:
@@ -143,17 +148,39 @@ def _from_record(record: dict) -> Analysis:
 
 
 def _loaded(record: object) -> Analysis | None:
-    """The cached analysis, or None for a damaged entry (the cache is a file anyone can edit)."""
+    """The cached analysis, or None for a damaged or forged entry (the cache is a file anyone
+    can edit): every finding of a known rule, under its name, with text and numbers where
+    speedfix writes them. Control characters in the text are escaped where reports print it."""
     try:
         analysis = _from_record(record)  # type: ignore[arg-type]
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
         return None
-    well_formed = all(
-        isinstance(f.code, str) and isinstance(f.message, str)
-        and all(isinstance(n, int) for n in (f.line, f.column, f.end_line, f.end_column))
-        for f in analysis.findings
+    error = analysis.error
+    if error is not None and not (_texts(error.path, error.message) and _numbers(error.line, error.column, optional=True)
+                                  and error.kind in ("error", "syntax")):
+        return None
+    return analysis if all(map(_well_formed, analysis.findings)) else None
+
+
+def _well_formed(finding: Finding) -> bool:
+    code = finding.code if isinstance(finding.code, str) else ""
+    name = SYNTAX_ERROR_NAME if code == SYNTAX_ERROR_CODE else rule_name(code)
+    return (
+        name is not None and finding.name == name and _texts(finding.message, finding.path)
+        and _numbers(finding.line, finding.column, finding.end_line, finding.end_column)
+        and _numbers(finding.cell, finding.cell_line, optional=True)
+        and _texts(finding.no_fix_reason, finding.diff, optional=True)
+        and (finding.fix is None or _texts(finding.fix.title))
+        and all(_numbers(e.line, e.column, e.end_line, e.end_column) and _texts(e.content) for e in finding.edits or ())
     )
-    return analysis if well_formed else None
+
+
+def _texts(*values: object, optional: bool = False) -> bool:
+    return all(isinstance(value, str) or (optional and value is None) for value in values)
+
+
+def _numbers(*values: object, optional: bool = False) -> bool:
+    return all((type(value) is int and value >= 0) or (optional and value is None) for value in values)
 
 
 Job = tuple[Target, Settings, bool, "Links | None"]
@@ -185,7 +212,7 @@ def project_links(
     digests: dict[Path, str] = {}
     for target in targets:
         try:
-            data = texts[target.path] if texts and target.path in texts else read_bytes(target.path, settings.max_file_size)
+            data = texts[target.path] if texts and target.path in texts else read_bytes(target.path, read_cap(target.path, settings.max_file_size))
         except SourceError:
             continue
         digests[target.path] = _digest(target.path, data)

@@ -34,7 +34,8 @@ from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.model.project_files import ProjectFiles, display_path
 from speedfix.syntax import deadline
-from speedfix.syntax.parsing import parse_module, python_ast
+from speedfix.syntax.parsing import (NestingTooDeep, TooBigToParse, newer_syntax, parse_module, python_ast,
+                                     room_for_deep_trees)
 from speedfix.syntax.positions import positions_for
 from speedfix.syntax.source import SourceFile
 from speedfix.syntax.walk import walk_batched
@@ -55,7 +56,7 @@ def parse(data: bytes | str, path: str) -> cst.Module:
         return parse_module(data, between_chunks=deadline.check)  # linear in size, never hangs
     except ParserSyntaxError as exc:
         # The interpreter's own message ("'(' was never closed") is the one users know.
-        native = _check_syntax_only_text(data, path)
+        native = _check_syntax_only_text(data, path, newer=False)  # the parse tried newer syntax
         if native is not None:
             raise SyntaxProblem(native) from None
         # Python accepts the code and libcst does not: a limit of this tool, not a syntax error.
@@ -63,30 +64,47 @@ def parse(data: bytes | str, path: str) -> cst.Module:
         message = f"libcst cannot parse this file, although Python can: {detail[0].rstrip('.')}"
         raise SyntaxProblem(FileError(path, message, exc.raw_line, exc.raw_column + 1)) from None
     except (RecursionError, MemoryError) as exc:
-        raise SyntaxProblem(FileError(path, _too_deep(exc))) from None
+        raise SyntaxProblem(_too_deep(path, exc)) from None
+    except TooBigToParse as exc:
+        raise SyntaxProblem(_too_big(path, exc)) from None
 
 
 def _check_syntax_only(source: SourceFile, path: str) -> FileError | None:
     return _check_syntax_only_text(source.text, path)
 
 
-def _check_syntax_only_text(text: str | bytes, path: str) -> FileError | None:
+def _check_syntax_only_text(text: str | bytes, path: str, *, newer: bool = True) -> FileError | None:
+    """The interpreter's syntax error, unless ``newer`` and the code is written for a newer
+    Python that libcst reads (then the file is fine)."""
     try:
         python_ast(text, filename=path)
+        return None
     except SyntaxError as exc:  # IndentationError and TabError too: the name says which
-        message = f"{type(exc).__name__}: {exc.msg or 'invalid syntax'}"
-        return FileError(path, message, exc.lineno, (exc.offset or 0) or 1, "syntax")
+        error = exc
     except ValueError as exc:  # null bytes, before Python 3.12 made that a SyntaxError
         return FileError(path, f"cannot parse: {exc}")
     except (RecursionError, MemoryError) as exc:
-        return FileError(path, _too_deep(exc))
-    return None
+        return _too_deep(path, exc)
+    try:
+        if newer and newer_syntax(text):
+            return None
+    except NestingTooDeep as exc:
+        return _too_deep(path, exc)
+    except TooBigToParse as exc:
+        return _too_big(path, exc)
+    message = f"{type(error).__name__}: {error.msg or 'invalid syntax'}"
+    return FileError(path, message, error.lineno, (error.offset or 0) or 1, "syntax")
 
 
-def _too_deep(exc: BaseException) -> str:
+def _too_deep(path: str, exc: BaseException) -> FileError:
     # Python's parser raises a bare MemoryError (no message) on deeply nested expressions.
     detail = str(exc).strip() or f"{type(exc).__name__} in the parser"
-    return f"cannot parse: the code is nested too deeply ({detail})"
+    line = getattr(exc, "line", None)  # NestingTooDeep knows where
+    return FileError(path, f"cannot parse: the code is nested too deeply ({detail})", line, 1 if line else None)
+
+
+def _too_big(path: str, exc: TooBigToParse) -> FileError:
+    return FileError(path, f"skipped: {exc}", exc.line, 1)
 
 
 def _failed(result: Analysis, error: FileError | None) -> Analysis:
@@ -98,6 +116,7 @@ def _failed(result: Analysis, error: FileError | None) -> Analysis:
     return result
 
 
+@room_for_deep_trees()
 def analyze(
     source: SourceFile,
     path: str,
@@ -146,6 +165,7 @@ def analyze(
     note = unchecked_loop_note(context, rule_classes)
     if note is not None:
         result.notes.append(Note(path, note))
+    deadline.check()  # a rule that took the limit's time out and swallowed it must not count as done
     return result
 
 

@@ -29,7 +29,7 @@ from speedfix.project import Links
 from speedfix.model.project_files import ProjectFiles
 from speedfix.syntax.comments import own_lines
 from speedfix.syntax.nodes import walk_expression
-from speedfix.syntax.parsing import python_ast
+from speedfix.syntax.parsing import newer_syntax, python_ast, room_for_deep_trees
 from speedfix.syntax.roundtrip import Restorer, RoundTripError
 from speedfix.syntax.source import SourceError, SourceFile, decode_source, read_bytes, write_atomic
 
@@ -225,6 +225,7 @@ def allowed(finding: Finding, unsafe: bool) -> bool:
     return finding.fix is not None and (unsafe or finding.fix.applicability is Applicability.SAFE)
 
 
+@room_for_deep_trees()
 def preview(analysis: Analysis, finding: Finding) -> str | None:
     """The file's code with only ``finding``'s fix applied (for diffs and JSON edits)."""
     if finding.fix is None or analysis.module is None:
@@ -235,6 +236,7 @@ def preview(analysis: Analysis, finding: Finding) -> str | None:
         return None
 
 
+@room_for_deep_trees()
 def fix_source(
     source: SourceFile,
     path: str,
@@ -357,8 +359,8 @@ def unfixed(finding: Finding, unsafe: bool) -> Unfixed:
 
 
 def _check_parses(data: bytes, path: str) -> None:
-    """The fixed bytes parse for libcst and compile for the interpreter (the input did both: a file
-    that does not never gets here)."""
+    """The fixed bytes parse for libcst and compile for the interpreter, or for libcst alone when
+    they are written for a newer Python (the input did: a file that does not never gets here)."""
     try:
         cst.parse_module(data)
     except Exception as exc:
@@ -366,7 +368,8 @@ def _check_parses(data: bytes, path: str) -> None:
     try:
         python_ast(data)
     except (SyntaxError, ValueError) as exc:
-        raise FixError(f"{path}: the fixed code does not compile ({exc}); nothing was written") from None
+        if not (isinstance(exc, SyntaxError) and newer_syntax(data)):
+            raise FixError(f"{path}: the fixed code does not compile ({exc}); nothing was written") from None
 
 
 # ------------------------------------------------------------------ public helpers (bench, verify)

@@ -19,7 +19,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import integer_value, walk_expression
 
 
 class State(Enum):
@@ -175,7 +175,7 @@ def string_value(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
         return value if isinstance(value, str) else None
     if isinstance(node, cst.Name):
         return string_value(ctx, ctx.single_value(node.value, stack), stack, depth + 1)
-    return string_value(ctx, argparse_default(ctx, node), stack, depth + 1)
+    return string_value(ctx, argparse_default(ctx, node) or declared_default(ctx, node, stack), stack, depth + 1)
 
 
 def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> int | None:
@@ -183,16 +183,13 @@ def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack,
     if node is None or depth > 3:
         return None
     if isinstance(node, cst.Integer):
-        try:
-            return int(node.value, 0)
-        except ValueError:
-            return None
+        return integer_value(node)
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, stack) or parameter_default(ctx, node.value, stack)
         return literal_int(ctx, value, stack, depth + 1)
     if isinstance(node, cst.Call) and dotted_name(node.func) == "int" and len(node.args) == 1:
         return literal_int(ctx, node.args[0].value, stack, depth + 1)  # `int(opt.workers)`
-    default = argparse_default(ctx, node)
+    default = argparse_default(ctx, node) or declared_default(ctx, node, stack)
     if default is not None:
         return literal_int(ctx, default, stack, depth + 1)
     return None
@@ -237,6 +234,27 @@ def argparse_default(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpr
     """`args.workers` -> the `default=` of `parser.add_argument("--workers", ...)`."""
     defaults = [default for site in _options(ctx, node) if (default := _keyword(site, "default")) is not None]
     return defaults[0] if len(defaults) == 1 else None
+
+
+def declared_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """`config.accelerator` where `config = Config()` builds a class of this file (a dataclass of
+    settings) whose body declares `accelerator: str = "auto"`: that default, when the call passes
+    no argument for it (and no positional ones) and nothing assigns `config.accelerator` later."""
+    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return None
+    built = ctx.single_value(node.value.value, stack)
+    if not isinstance(built, cst.Call) or not isinstance(built.func, cst.Name) or built.func.value not in ctx.classes:
+        return None
+    field = node.attr.value
+    if any(arg.keyword is None or arg.keyword.value == field for arg in built.args) \
+            or ctx.assignments.get(f"{node.value.value}.{field}"):
+        return None
+    for statement in ctx.classes[built.func.value].node.body.body:
+        for small in getattr(statement, "body", ()):
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
+                    and small.target.value == field and small.value is not None:
+                return None if isinstance(small.value, cst.Call) else small.value  # `field(...)`: not a plain value
+    return None
 
 
 def argparse_option(ctx: FileContext, node: cst.BaseExpression) -> CallSite | None:

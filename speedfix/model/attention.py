@@ -38,7 +38,7 @@ from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import bound_names, code_of, target_names, walk_expression
+from speedfix.syntax.nodes import bound_names, code_of, integer_value, number_value, target_names, walk_expression
 
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax")
 SOFTMAX_MODULES = ("torch.nn.Softmax", "torch.nn.modules.activation.Softmax")
@@ -462,7 +462,7 @@ def _ints(nodes: Sequence[cst.BaseExpression]) -> tuple[int, ...] | None:
 
 def _int(node: cst.BaseExpression | None) -> int | None:
     if isinstance(node, cst.Integer):
-        return int(node.value)
+        return integer_value(node)
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
         inner = _int(node.expression)
         return -inner if inner is not None and isinstance(node.expression, cst.Integer) else None
@@ -700,7 +700,7 @@ def is_default_scale(ctx: FileContext, attention: Attention, factor: Factor) -> 
         return _is_sqrt_head_dim(ctx, attention, meaning)
     if isinstance(meaning, cst.BinaryOperation) and isinstance(meaning.operator, cst.Divide):
         one = meaning.left
-        return (isinstance(one, (cst.Integer, cst.Float)) and float(one.value) == 1.0
+        return (isinstance(one, (cst.Integer, cst.Float)) and number_value(one) == 1.0
                 and _is_sqrt_head_dim(ctx, attention, meaning.right))
     base = _is_power(meaning, -0.5)
     return base is not None and _is_head_dim(attention, base)
@@ -734,6 +734,6 @@ def _is_power(node: cst.BaseExpression, exponent: float) -> cst.BaseExpression |
     sign = 1.0
     if isinstance(right, cst.UnaryOperation) and isinstance(right.operator, cst.Minus):
         sign, right = -1.0, right.expression
-    if isinstance(right, (cst.Float, cst.Integer)) and sign * float(right.value) == exponent:
+    if isinstance(right, (cst.Float, cst.Integer)) and sign * (number_value(right) or 0.0) == exponent:
         return node.left
     return None

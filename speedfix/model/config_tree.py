@@ -29,6 +29,17 @@ class ConfigError(Exception):
     """The file is not the YAML/JSON it claims to be; the message names the problem."""
 
 
+class TooDeep(ConfigError):
+    """Valid, but nested deeper than any configuration (a hostile file): left unread."""
+
+    def __init__(self) -> None:
+        super().__init__("nested too deeply to read")
+
+
+# No configuration nests this deep; deeper trees would only be walked by recursion.
+MAX_NESTING = 100
+
+
 @dataclass
 class Node:
     """A value (a scalar, or ``dict[str, Node]``/``list[Node]``), where it is written, and for a
@@ -80,9 +91,12 @@ def load(files: ProjectFiles, path: Path) -> Node | None:
     text = files.text(path)
     if text is None:
         return None
-    if path.suffix.lower() == ".json":
-        return parse_json(text, path)
-    return parse_yaml(text, path)
+    try:
+        if path.suffix.lower() == ".json":
+            return parse_json(text, path)
+        return parse_yaml(text, path)
+    except RecursionError:  # the script keeps its findings: only this file is left unread
+        raise TooDeep() from None
 
 
 def parse_yaml(text: str, path: Path) -> Node:
@@ -103,6 +117,8 @@ def parse_json(text: str, path: Path) -> Node:
         values = json.loads(text)
     except ValueError as exc:
         raise ConfigError(f"not plain JSON ({exc})") from None
+    if _nesting(values) > MAX_NESTING:
+        raise TooDeep()
     try:
         tree = parse_yaml(text, path)
     except (ConfigError, RecursionError):
@@ -110,6 +126,19 @@ def parse_json(text: str, path: Path) -> Node:
     lines = tuple(text.splitlines())  # where positions are unknown, values point at the first line
     first = Location(path, 1, 1, 1, 2, lines[0] if lines else "")
     return _overlay(tree, values, first, lines)
+
+
+def _nesting(values: Any) -> int:
+    """How deep lists and objects nest in ``values`` (counted without recursion)."""
+    deepest, todo = 0, [(values, 0)]
+    while todo:
+        value, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if isinstance(value, dict):
+            todo.extend((child, depth + 1) for child in value.values())
+        elif isinstance(value, list):
+            todo.extend((child, depth + 1) for child in value)
+    return deepest
 
 
 def walk(node: Node, keys: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Node]]:

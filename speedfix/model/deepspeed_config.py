@@ -20,12 +20,12 @@ import libcst as cst
 
 from speedfix.model import launch
 from speedfix.model.arguments import find_argument, string_value
-from speedfix.model.config_tree import ConfigError, Node, load
+from speedfix.model.config_tree import ConfigError, Node, TooDeep, load
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.project_files import Location
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import integer_value, walk_expression
 
 # Calls that take a DeepSpeed config, and the keyword (and position) it is passed by.
 CONFIG_TAKERS: dict[str, tuple[str, int | None]] = {
@@ -193,6 +193,8 @@ def _parse(ctx: FileContext, path: Path, name: str, node: cst.CSTNode | None) ->
     assert ctx.project is not None
     try:
         tree = load(ctx.project, path)
+    except TooDeep as exc:  # the script keeps its findings: only the JSON is left unread
+        return DeepSpeedConfig(node, None, name, problem=f"{name} is {exc}")
     except ConfigError as exc:
         return DeepSpeedConfig(node, None, name, problem=f"{name} is {exc}; DeepSpeed reads it as hjson, which "
                                                          "allows comments, speedfix does not")
@@ -223,7 +225,10 @@ def _literal(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> Any:
         return _literal_dict(ctx, node, stack)
     if isinstance(node, cst.SimpleString):
         return node.evaluated_value
-    if isinstance(node, (cst.Integer, cst.Float)):
+    if isinstance(node, cst.Integer):
+        value = integer_value(node)
+        return ... if value is None else value
+    if isinstance(node, cst.Float):
         return node.evaluated_value
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[node.value]

@@ -23,7 +23,7 @@ from speedfix.model.frames import Stack, class_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import code_of, walk_expression
+from speedfix.syntax.nodes import code_of, integer_value, walk_expression
 from speedfix.syntax.walk import child_nodes
 
 _UNKNOWN = object()  # a default that cannot be known
@@ -156,9 +156,10 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
         stored = _stored_attribute(ctx, code_of(node), stack)  # `self.amp = amp` in `__init__`
         return _UNKNOWN if stored is None else _default_value(ctx, stored.value, stored.stack, depth + 1)
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return node.evaluated_value
-    if isinstance(node, cst.SimpleString):
+    if isinstance(node, cst.Integer):
+        value = integer_value(node)
+        return _UNKNOWN if value is None else value
+    if isinstance(node, (cst.Float, cst.SimpleString)):
         return node.evaluated_value
     if isinstance(node, cst.IfExp):  # `GradScaler() if args.amp else None`
         chosen = default_truth(ctx, node.test, stack, depth + 1)

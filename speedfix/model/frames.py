@@ -12,6 +12,8 @@ from enum import Enum
 
 import libcst as cst
 
+from speedfix.syntax.deadline import tick
+
 
 class FrameKind(Enum):
     FUNCTION = "function"
@@ -46,6 +48,7 @@ def class_of_method(stack: Stack) -> cst.ClassDef | None:
 
 
 def function_of(stack: Stack) -> cst.CSTNode | None:
+    tick()
     for frame in reversed(stack):
         if frame.kind is FrameKind.FUNCTION:
             return frame.node
@@ -62,6 +65,7 @@ def class_of(stack: Stack) -> cst.ClassDef | None:
 
 def nearest_loop(stack: Stack) -> cst.CSTNode | None:
     """The innermost loop around ``stack`` within the same function."""
+    tick()
     for frame in reversed(stack):
         if frame.kind is FrameKind.LOOP:
             return frame.node

@@ -12,10 +12,10 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import find_argument, literal_bool, string_value
+from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
 from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import FileContext, LIGHTNING_MODULE
-from speedfix.model.flow import default_truth
+from speedfix.model.flow import assigned_name, default_truth, is_returned
 from speedfix.model.frames import class_of_method
 from speedfix.model.index import CallSite
 from speedfix.syntax.names import dotted_name
@@ -121,10 +121,48 @@ def is_lightning_class(ctx: FileContext, class_name: str | None) -> bool:
     return class_name is not None and ctx.is_subclass_of(class_name, *LIGHTNING_MODULE, *LIGHTNING_DATAMODULE)
 
 
+LIGHTNING_CALLBACK = ("lightning.pytorch.callbacks.Callback", "lightning.pytorch.Callback", "lightning.Callback",
+                      "pytorch_lightning.callbacks.Callback", "pytorch_lightning.Callback",
+                      "pytorch_lightning.callbacks.base.Callback")
+
+
+def in_lightning_callback(ctx: FileContext, site: CallSite) -> bool:
+    """Is the call in a hook of a Lightning `Callback` of this file (`on_fit_start(self, trainer,
+    pl_module)`)? What it trains hangs off the LightningModule the Trainer owns."""
+    owner = class_of_method(site.stack)
+    return owner is not None and ctx.is_subclass_of(owner.name.value, *LIGHTNING_CALLBACK)
+
+
 def in_lightning_method(ctx: FileContext, site: CallSite) -> bool:
     """Is the call in a method of a LightningModule/LightningDataModule of this file?"""
     owner = class_of_method(site.stack)
     return owner is not None and is_lightning_class(ctx, owner.name.value)
+
+
+_LOADER_HOOKS = ("train_dataloader", "val_dataloader")  # iterated every epoch (validation runs per epoch)
+
+
+def lightning_iterates_per_epoch(ctx: FileContext, site: CallSite) -> bool:
+    """Does Lightning iterate the DataLoader made at ``site`` once per epoch, for several epochs?
+    It does for a loader returned by a LightningModule/DataModule's `train_dataloader` or
+    `val_dataloader`, and for one handed to `trainer.fit(...)`, unless every Trainer of the file
+    stops after one epoch (`max_epochs=1`; Lightning's default is 1000 epochs)."""
+    function = ctx.function_of(site.stack)
+    hooked = isinstance(function, cst.FunctionDef) and function.name.value in _LOADER_HOOKS \
+        and in_lightning_method(ctx, site) and is_returned(function, site)
+    loader = assigned_name(site)
+    fitted = loader is not None and any(
+        dotted_name(arg.value) == loader for fit in ctx.method_calls("fit") for arg in fit.node.args[1:])
+    if not (hooked or fitted):
+        return False
+    trainers = ctx.calls_to(*LIGHTNING_TRAINER)
+    return not trainers or any(
+        literal_int(ctx, find_argument(ctx, trainer, "max_epochs").node, trainer.stack) != 1 for trainer in trainers)
+
+
+def lightning_fits(ctx: FileContext) -> bool:
+    """Does the file train through Lightning: a `Trainer` and a `.fit(...)` call?"""
+    return bool(ctx.calls_to(*LIGHTNING_TRAINER)) and any(True for _ in ctx.method_calls("fit"))
 
 
 def _uses_accelerator_device(ctx: FileContext) -> bool:

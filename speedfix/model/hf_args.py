@@ -31,6 +31,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.frameworks import HF_ARGUMENT_PARSERS, HF_TRAINING_ARGUMENTS, TRL_CONFIGS
 from speedfix.model.index import CallSite
 from speedfix.model.project_files import Location
+from speedfix.syntax.nodes import integer_value
 
 TRL_DEFAULTS = {"gradient_checkpointing": True}
 _PARSE_METHODS = frozenset({"parse_args_into_dataclasses", "parse_args_and_config"})
@@ -254,7 +255,10 @@ def _canonical(qualname: str) -> str:
 def _literal(node: cst.BaseExpression) -> Any:
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
         return {"True": True, "False": False, "None": None}[node.value]
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+    if isinstance(node, cst.Integer):  # an integer too long to print is no count
+        value = integer_value(node)
+        return UNKNOWN if value is None else value
+    if isinstance(node, (cst.Float, cst.SimpleString)):
         return node.evaluated_value
     return UNKNOWN
 

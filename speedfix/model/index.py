@@ -360,10 +360,15 @@ class FileIndex(NameBindings, Visitor):
 
     def method_calls(self, attr: str) -> Iterator[CallSite]:
         """Calls of the form `<expr>.attr(...)`."""
+        yield from self._calls_by_method.get(attr, ())
+
+    @cached_property
+    def _calls_by_method(self) -> dict[str, list[CallSite]]:
+        index: dict[str, list[CallSite]] = defaultdict(list)
         for site in self.calls:
-            func = site.node.func
-            if isinstance(func, cst.Attribute) and func.attr.value == attr:
-                yield site
+            if isinstance(site.node.func, cst.Attribute):
+                index[site.node.func.attr.value].append(site)
+        return index
 
     def imports_binding(self, local: str) -> list[cst.SimpleStatementLine]:
         return [line for line in self.import_lines if line_binds(line, local)]

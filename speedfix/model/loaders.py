@@ -19,6 +19,7 @@ snippet), so no fix there can make the script raise.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from functools import cmp_to_key
 from weakref import WeakKeyDictionary
@@ -270,28 +271,55 @@ def _combine(places: list[Place | None]) -> Place | None:
 def iterated_per_epoch(ctx: FileContext, loader: str) -> bool:
     """Is ``loader`` iterated more than once: in a nested loop, in a function called in a loop,
     or passed to one there? (A test loader iterated once after training is not.)"""
-    called_in_loops = {
-        info.node
-        for site in ctx.calls
-        if ctx.nearest_loop(site.stack) is not None and site.func in ctx.functions
-        for info in ctx.functions[site.func]
+    index = _iterations(ctx)
+    names = {loader} | index.aliases.get(loader, set())
+    if names & index.iterated_per_epoch or loader in index.passed_in_loops:
+        return True
+    if any(ctx.project_iterates(site, loader, any_loop=True) for site in index.loop_calls_with.get(loader, ())):
+        return True  # `train_one_epoch(model, loader)`, `evaluate(val_loader)` of another file, every epoch
+    return any(_stored_and_iterated_per_epoch(ctx, site, attr)  # `Trainer(model, loader).fit(epochs)` of this file
+               for site in index.classes_given.get(loader, ()) for attr in _stored_as(ctx, site, loader))
+
+
+@dataclass
+class _Iterations:
+    """What ``iterated_per_epoch`` asks of every loop and call of a file, read once per file (a
+    module of a thousand loaders asked it of every call for each loader: quadratic)."""
+
+    iterated_per_epoch: set[str]  # names iterated in a nested loop, or in a function called in a loop
+    passed_in_loops: set[str]  # names passed, in a loop, to a function of this file
+    loop_calls_with: dict[str, list[CallSite]]  # name -> the calls in a loop that take it
+    classes_given: dict[str, list[CallSite]]  # name -> `Trainer(...)` calls of a class of this file given it
+    aliases: dict[str, set[str]]  # name -> names bound to it (`active = train_loader`)
+
+
+_ITERATIONS: WeakKeyDictionary[FileContext, _Iterations] = WeakKeyDictionary()
+
+
+def _iterations(ctx: FileContext) -> _Iterations:
+    found = _ITERATIONS.get(ctx)
+    if found is not None:
+        return found
+    in_loop = [site for site in ctx.calls if ctx.nearest_loop(site.stack) is not None]
+    called_in_loops = {info.node for site in in_loop if site.func in ctx.functions for info in ctx.functions[site.func]}
+    per_epoch = {
+        name for info in ctx.loops.values() if info.iter is not None
+        and (ctx.nearest_loop(info.stack) is not None or ctx.function_of(info.stack) in called_in_loops)
+        and (name := dotted_name(unwrap_iterable(info.iter))) is not None
     }
-    names = {loader} | _aliases(ctx, loader)
-    for info in ctx.loops.values():
-        if info.iter is None or dotted_name(unwrap_iterable(info.iter)) not in names:
-            continue
-        if ctx.nearest_loop(info.stack) is not None or ctx.function_of(info.stack) in called_in_loops:
-            return True
+    passed = {dotted_name(arg.value) for site in in_loop if site.func in ctx.functions for arg in site.node.args}
+    loop_calls: dict[str, list[CallSite]] = {}
+    for site in in_loop:
+        for name in {dotted_name(arg.value) for arg in site.node.args} - {None}:
+            loop_calls.setdefault(name, []).append(site)  # type: ignore[arg-type]
+    classes: dict[str, list[CallSite]] = {}
     for site in ctx.calls:
-        if site.func in ctx.functions and ctx.nearest_loop(site.stack) is not None:
-            if any(dotted_name(arg.value) == loader for arg in site.node.args):
-                return True
-        if ctx.nearest_loop(site.stack) is not None and ctx.project_iterates(site, loader, any_loop=True):
-            return True  # `train_one_epoch(model, loader)`, `evaluate(val_loader)` of another file, every epoch
-        if site.func in ctx.classes and any(_stored_and_iterated_per_epoch(ctx, site, attr) for attr in
-                                            _stored_as(ctx, site, loader)):
-            return True  # `Trainer(model, loader).fit(epochs)` of this file
-    return False
+        if site.func in ctx.classes:
+            for name in set(_init_arguments(ctx, site)[1].values()):
+                classes.setdefault(name, []).append(site)
+    found = _Iterations(per_epoch, passed - {None}, loop_calls, classes, _all_aliases(ctx))  # type: ignore[arg-type]
+    _ITERATIONS[ctx] = found
+    return found
 
 
 def never_read(ctx: FileContext, site: CallSite) -> bool:
@@ -307,17 +335,47 @@ def never_read(ctx: FileContext, site: CallSite) -> bool:
     return name not in _read_names(ctx, scope or ctx.module)
 
 
-_READ: WeakKeyDictionary[FileContext, dict[int, set[str]]] = WeakKeyDictionary()
+def only_peeked(ctx: FileContext, site: CallSite) -> bool:
+    """Is the DataLoader of ``site`` bound to a name that is only iterated by loops that stop
+    after their first batch (`for img, label in loader: show(encoder(img)); break`) or drawn from
+    once outside any loop (`imgs, _ = next(iter(loader))`)? Looking at one batch (a shape check,
+    a picture in a notebook) is no training: its workers and pinning do not matter."""
+    name = assigned_name(site)
+    if name is None or "." in name:
+        return False
+    scope = ctx.function_of(site.stack) or ctx.module
+    loops = [info.node for info in ctx.loops.values() if isinstance(info.node, cst.For) and info.iter is not None
+             and dotted_name(unwrap_iterable(info.iter)) == name]
+    draws = [draw for draw in ctx.calls if dotted_name(draw.node.func) == "next" and len(draw.node.args) == 1
+             and isinstance(inner := draw.node.args[0].value, cst.Call) and dotted_name(inner.func) == "iter"
+             and len(inner.args) == 1 and dotted_name(inner.args[0].value) == name]
+    if any(ctx.nearest_loop(draw.stack) is not None for draw in draws) or not (loops or draws):
+        return False
+    mentions = sum(1 for node in walk_expression(scope) if isinstance(node, cst.Name) and node.value == name)
+    return mentions == len(loops) + len(draws) + 1 and all(_stops_at_once(loop) for loop in loops)
+
+
+def _stops_at_once(loop: cst.For) -> bool:
+    """The loop's body ends in an unconditional `break`."""
+    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    last = body[-1] if body else None
+    return isinstance(last, cst.SimpleStatementLine) and any(isinstance(small, cst.Break) for small in last.body)
+
+
+_READ: WeakKeyDictionary[FileContext, tuple[set[int], dict[int, set[str]]]] = WeakKeyDictionary()
 
 
 def _read_names(ctx: FileContext, scope: cst.CSTNode) -> set[str]:
-    """Every name ``scope`` mentions other than as a plain assignment target (once per scope)."""
-    by_scope = _READ.setdefault(ctx, {})
-    found = by_scope.get(id(scope))
-    if found is None:
+    """Every name ``scope`` mentions other than as a plain assignment target (once per scope;
+    the file's assignment targets once per file)."""
+    if ctx not in _READ:
         targets = {id(target.target) for assignments in ctx.assignments.values() for a in assignments
                    if a.statement is not None for small in a.statement.body if isinstance(small, cst.Assign)
                    for target in small.targets}
+        _READ[ctx] = (targets, {})
+    targets, by_scope = _READ[ctx]
+    found = by_scope.get(id(scope))
+    if found is None:
         found = by_scope[id(scope)] = {node.value for node in walk_expression(scope)
                                        if isinstance(node, cst.Name) and id(node) not in targets}
     return found
@@ -338,28 +396,40 @@ def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool] 
     return uses if is_returned(function, site) else None
 
 
-def _aliases(ctx: FileContext, loader: str) -> set[str]:
-    """Names bound to the loader itself: `active = train_loader`, `loader = a if resume else train_loader`."""
-    found = set()
+def _all_aliases(ctx: FileContext) -> dict[str, set[str]]:
+    """Name -> the names bound to it: `active = train_loader`, `loader = a if resume else train_loader`."""
+    found: dict[str, set[str]] = {}
     for target, assignments in ctx.assignments.items():
         for assignment in assignments:
+            if assignment.augmented:
+                continue
             value = assignment.part or assignment.value
-            options = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
-            if not assignment.augmented and any(dotted_name(option) == loader for option in options):
-                found.add(target)
-    return found - {loader}
+            for option in [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]:
+                name = dotted_name(option)
+                if name is not None:
+                    found.setdefault(name, set()).add(target)
+    return found
+
+
+def _init_arguments(ctx: FileContext, site: CallSite) -> tuple[cst.FunctionDef | None, dict[str, str]]:
+    """The `__init__` of the class of this file that ``site`` instantiates, and the name each of
+    its parameters is given (`Trainer(model, loader)`: {"loader": "loader"})."""
+    inits = [info for info in ctx.functions.get("__init__", ()) if info.class_name == site.func]
+    if len(inits) != 1:
+        return None, {}
+    params = [param.name.value for param in inits[0].node.params.params][1:]
+    given = {param: dotted_name(find_argument(ctx, site, param, index).node) for index, param in enumerate(params)}
+    return inits[0].node, {param: name for param, name in given.items() if name is not None}
 
 
 def _stored_as(ctx: FileContext, site: CallSite, name: str) -> list[str]:
     """`Trainer(model, loader)` whose `__init__` does `self.train_loader = train_loader`: the
     attributes (`self.train_loader`) that hold the argument ``name``."""
-    inits = [info for info in ctx.functions.get("__init__", ()) if info.class_name == site.func]
-    if len(inits) != 1:
+    init, arguments = _init_arguments(ctx, site)
+    given = {param for param, argument in arguments.items() if argument == name}
+    if init is None or not given:
         return []
-    params = [param.name.value for param in inits[0].node.params.params][1:]
-    given = [param for index, param in enumerate(params)
-             if dotted_name(find_argument(ctx, site, param, index).node) == name]
-    return [target for target, assignments in ctx.assignments_by_function.get(inits[0].node, {}).items()
+    return [target for target, assignments in ctx.assignments_by_function.get(init, {}).items()
             if target.startswith("self.") and any(dotted_name(a.value) in given for a in assignments)]
 
 

@@ -238,13 +238,20 @@ def model_classes(ctx: FileContext, name: str) -> set[str]:
 
 
 def conv2d_classes(ctx: FileContext) -> set[str]:
-    """Local classes whose bodies build 2-D convolutions or a zoo CNN, directly or through other
-    local classes they instantiate."""
+    """Local classes whose bodies build 2-D convolutions or a zoo CNN, directly, through a
+    module-level function of the file (`self.model = create_model()` returning a resnet18) or
+    through other local classes they instantiate."""
     index = _classes(ctx)
     if index.conv2d is None:
+        builders = {
+            function.name.value for site in ctx.calls
+            if (ctx.qualname(site.node.func) in CONV2D or _builds_zoo_cnn(ctx, site)) and ctx.class_of(site.stack) is None
+            and isinstance(function := ctx.function_of(site.stack), cst.FunctionDef)
+        }
         direct = {
             name for name, sites in index.sites.items()
-            if any(ctx.qualname(site.node.func) in CONV2D or _builds_zoo_cnn(ctx, site) for site in sites)
+            if any(ctx.qualname(site.node.func) in CONV2D or _builds_zoo_cnn(ctx, site) or site.func in builders
+                   for site in sites)
         }
         index.conv2d = {name for name in ctx.classes if model_classes(ctx, name) & direct}
     return index.conv2d
@@ -538,15 +545,21 @@ def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
 
 
 def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:
-    """(model name, the optimizer call) for each `torch.optim` optimizer over one model, in order."""
-    found: list[tuple[str, CallSite]] = []
-    for site in ctx.calls:
-        if not is_optimizer_call(ctx, site):
-            continue
-        model = optimized_module(ctx, site)
-        if model is not None:
-            found.append((model, site))
-    return found
+    """(model name, the optimizer call) for each `torch.optim` optimizer over one model, in order
+    (found once per file: rules ask for every forward pass)."""
+    if ctx not in _TRAINED:
+        found: list[tuple[str, CallSite]] = []
+        for site in ctx.calls:
+            if not is_optimizer_call(ctx, site):
+                continue
+            model = optimized_module(ctx, site)
+            if model is not None:
+                found.append((model, site))
+        _TRAINED[ctx] = found
+    return list(_TRAINED[ctx])
+
+
+_TRAINED: WeakKeyDictionary[FileContext, list[tuple[str, CallSite]]] = WeakKeyDictionary()
 
 
 def optimized_modules(ctx: FileContext) -> set[str]:

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -255,15 +256,24 @@ class BatchNames:
             self._add_values(function, names)
         return result
 
+    @cached_property
+    def _loops_over(self) -> dict[int, list[cst.CSTNode]]:
+        """The loops over each iterated expression (by id), found once."""
+        found: dict[int, list[cst.CSTNode]] = {}
+        for info in self.ctx.loops.values():
+            found.setdefault(id(info.iter), []).append(info.node)
+        return found
+
     def _add_values(self, function: cst.CSTNode | None, names: set[str]) -> None:
         """`{k: v.to(device) for k, v in batch.items()}` and `for k, v in batch.items():
-        batch[k] = v.to(device)`: the values of a dict batch, copied key by key."""
+        batch[k] = v.to(device)`: the values of a dict batch, copied key by key; the elements of a
+        list batch copied one by one (`[t.to(device) for t in batch]`)."""
         for method in ("items", "values"):
             for site in self.ctx.method_calls(method):
                 receiver = site.node.func.value  # type: ignore[attr-defined]
                 if site.node.args or self.ctx.function_of(site.stack) is not function or root_name(receiver) not in names:
                     continue
-                holders: list[cst.CSTNode] = [info.node for info in self.ctx.loops.values() if info.iter is site.node]
+                holders: list[cst.CSTNode] = list(self._loops_over.get(id(site.node), ()))
                 if site.statement is not None:
                     holders.extend(n for n in walk_expression(site.statement) if isinstance(n, cst.CompFor) and n.iter is site.node)
                 for holder in holders:
@@ -273,6 +283,14 @@ class BatchNames:
                     if isinstance(target, cst.Name):
                         names.add(target.value)
                         self.values.add(target.value)
+        # `[t.to(device) for t in batch]` (minGPT): each element of a tuple/list batch is a tensor
+        for assignments in self.ctx.assignments_by_function.get(function, {}).values():
+            for assignment in assignments:
+                for node in walk_expression(assignment.value):
+                    if isinstance(node, cst.CompFor) and isinstance(node.iter, cst.Name) and node.iter.value in names \
+                            and isinstance(node.target, cst.Name):
+                        names.add(node.target.value)
+                        self.values.add(node.target.value)
 
     def _add_next_batches(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
         """`x, y = next(batches)` or `next(iter(loader))` in a training loop: a batch."""
@@ -363,11 +381,25 @@ def device_placing_call(ctx: FileContext, iterable: cst.BaseExpression, depth: i
             return device_placing_call(ctx, iterable.args[0].value, depth + 1)
         return None
     name = dotted_name(iterable)
-    for assignment in ctx.assignments.get(name, ()) if name is not None else ():
-        found = device_placing_call(ctx, assignment.value, depth + 1) if assignment.value is not iterable else None
+    if name is None:
+        return None
+    if depth == 0:  # a loop over a name: the same answer for every loop over it, found once per file
+        placed = _PLACED.setdefault(ctx, {})
+        if name not in placed:
+            placed[name] = _assigned_placing_call(ctx, name, iterable, 1)
+        return placed[name]
+    return _assigned_placing_call(ctx, name, iterable, depth + 1)
+
+
+def _assigned_placing_call(ctx: FileContext, name: str, iterable: cst.BaseExpression, depth: int) -> cst.Call | None:
+    for assignment in ctx.assignments.get(name, ()):
+        found = device_placing_call(ctx, assignment.value, depth) if assignment.value is not iterable else None
         if found is not None:
             return found
     return None
+
+
+_PLACED: WeakKeyDictionary[FileContext, dict[str, cst.Call | None]] = WeakKeyDictionary()
 
 
 def _is_index_name(info, name: str) -> bool:

@@ -20,6 +20,17 @@ from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
 _BUFFER_CLASS = re.compile(r"buffer|replay|memory|storage|rollout", re.IGNORECASE)
+_BUFFER_NAME = re.compile(r"buffer$|^(replay_)?memory$|^replay$", re.IGNORECASE)
+
+
+def reads_replay_buffer(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> bool:
+    """A Dataset built over a replay buffer (`RLDataset(self.buffer, sample_size)`, Lightning's DQN):
+    training fills the buffer as it goes, and worker processes, each with a copy taken when it
+    started, would sample stale experience. Such a loader belongs in the main process."""
+    name = dotted_name(dataset) if dataset is not None else None
+    call = dataset if isinstance(dataset, cst.Call) else ctx.single_value(name, stack) if name else None
+    return isinstance(call, cst.Call) and any(
+        _BUFFER_NAME.search((dotted_name(arg.value) or "").rsplit(".", 1)[-1]) for arg in call.args)
 
 
 def is_env_step(func: cst.BaseExpression) -> bool:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from functools import wraps
+from typing import Callable, TypeVar
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -26,6 +29,8 @@ from speedfix.model.patterns import OPTIMIZER_PREFIX, unwrap_iterable
 from speedfix.project.steps import CONV_LAYERS, MATMUL_LAYERS
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
+
+T = TypeVar("T")
 
 
 # ---------------------------------------------------------------- which loader
@@ -85,8 +90,25 @@ def _loader_names(ctx: FileContext, site: CallSite) -> set[str]:
 def _iterations(ctx: FileContext, names: set[str]) -> list[tuple[cst.CSTNode, bool]]:
     """(loop, True) for each loop over the loader, or over the parameter of a function of the
     file that the loader is passed to (`test(model, test_loader)`)."""
-    found: list[tuple[cst.CSTNode, bool]] = []
-    parameters: dict[cst.CSTNode, set[str]] = {}
+    passes, loops = _loader_paths(ctx)
+    found = [(loop, True) for name in names for loop, _ in loops.get(name, ())]
+    for name in names:
+        for function, param in passes.get(name, ()):
+            found += [(loop, True) for loop, where in loops.get(param, ()) if where is function]
+    return found
+
+
+# Per file: argument name -> (function of the file, its parameter) it is passed to; the loops
+# over each name -> (loop, the function around it). Made once: a file with many loaders asks often.
+_PATHS: WeakKeyDictionary[FileContext, tuple[dict[str, list[tuple[cst.CSTNode, str]]],
+                                             dict[str, list[tuple[cst.CSTNode, cst.CSTNode | None]]]]] = WeakKeyDictionary()
+
+
+def _loader_paths(ctx: FileContext) -> tuple[dict[str, list[tuple[cst.CSTNode, str]]],
+                                             dict[str, list[tuple[cst.CSTNode, cst.CSTNode | None]]]]:
+    if ctx in _PATHS:
+        return _PATHS[ctx]
+    passes: dict[str, list[tuple[cst.CSTNode, str]]] = {}
     for call in ctx.calls:
         callees = ctx.functions.get(dotted_name(call.node.func) or "", [])
         if len(callees) != 1 or not isinstance(callees[0].node, cst.FunctionDef):
@@ -95,21 +117,31 @@ def _iterations(ctx: FileContext, names: set[str]) -> list[tuple[cst.CSTNode, bo
         if params and params[0] == "self":
             params = params[1:]
         for index, arg in enumerate(call.node.args):
-            if arg.star or dotted_name(arg.value) not in names:
-                continue
+            name = None if arg.star else dotted_name(arg.value)
             param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
-            if param is not None:
-                parameters.setdefault(callees[0].node, set()).add(param)
+            if name is not None and param is not None:
+                passes.setdefault(name, []).append((callees[0].node, param))
+    loops: dict[str, list[tuple[cst.CSTNode, cst.CSTNode | None]]] = {}
     for info in ctx.loops.values():
-        if info.iter is None:
-            continue
-        source = dotted_name(unwrap_iterable(info.iter))
-        if source is None:
-            continue
-        function = ctx.function_of(info.stack)
-        if source in names or source in parameters.get(function, ()):  # type: ignore[arg-type]
-            found.append((info.node, True))
-    return found
+        source = dotted_name(unwrap_iterable(info.iter)) if info.iter is not None else None
+        if source is not None:
+            loops.setdefault(source, []).append((info.node, ctx.function_of(info.stack)))
+    _PATHS[ctx] = passes, loops
+    return passes, loops
+
+
+_ANSWERS: WeakKeyDictionary[FileContext, dict[str, object]] = WeakKeyDictionary()
+
+
+def _per_file(question: Callable[[FileContext], T]) -> Callable[[FileContext], T]:
+    """A question about the whole file, answered once per file (every finding's impact asks it)."""
+    @wraps(question)
+    def answer(ctx: FileContext) -> T:
+        answers = _ANSWERS.setdefault(ctx, {})
+        if question.__name__ not in answers:
+            answers[question.__name__] = question(ctx)
+        return answers[question.__name__]  # type: ignore[return-value]
+    return answer
 
 
 # ---------------------------------------------------------------- how big a model
@@ -189,6 +221,7 @@ def _classes_parameters(ctx: FileContext, classes: set[str]) -> int | None:
     return _count(ctx, [site for site in ctx.calls if any(_in_class(site, name) for name in names)], None)
 
 
+@_per_file
 def largest_trained_model(ctx: FileContext) -> int | None:
     """The parameters of the biggest model the script trains, when every one can be counted
     (None: no model, or one whose size the file does not show). A module that makes its own
@@ -212,6 +245,7 @@ def largest_trained_model(ctx: FileContext) -> int | None:
     return max([stated] + [count for count in counts if count is not None])
 
 
+@_per_file
 def trains_hub_model(ctx: FileContext) -> bool:
     """Does the script train a Hugging Face transformer (`AutoModel.from_pretrained(...)`,
     `Qwen2ForCausalLM(config)`, directly or from a factory function of the file)?"""
@@ -341,6 +375,7 @@ def _parameter_default(ctx: FileContext, name: str, stack: Stack, depth: int) ->
 
 
 # ---------------------------------------------------------------- where the time goes
+@_per_file
 def conv_nets_only(ctx: FileContext) -> bool:
     """Is every model the script trains a conv net whose matmuls are at most a classifier head:
     a CNN of a model zoo, or a network (of this file or another scanned one) with convolutions
@@ -359,6 +394,7 @@ def conv_nets_only(ctx: FileContext) -> bool:
     return found
 
 
+@_per_file
 def matmul_nets(ctx: FileContext) -> bool:
     """Does the script train a model known to multiply matrices beyond a classifier head: a
     Hugging Face transformer, a zoo transformer, a network (of this file or another scanned one)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from speedfix.engine.findings import Finding, Severity
 from speedfix.output import Reporter, ReportOptions, by_impact
+from speedfix.syntax.source import printable
 
 if TYPE_CHECKING:
     from speedfix.commands.scan import ScanResult
@@ -30,8 +31,8 @@ def _escape_property(text: str) -> str:
 
 
 def _command(name: str, properties: dict[str, object], message: str) -> str:
-    props = ",".join(f"{key}={_escape_property(str(value))}" for key, value in properties.items())
-    return f"::{name} {props}::{_escape_data(message)}"
+    props = ",".join(f"{key}={printable(_escape_property(str(value)))}" for key, value in properties.items())
+    return f"::{name} {props}::{printable(_escape_data(message))}"  # %0A, and \x1b for an ESC
 
 
 def _position(f: Finding) -> dict[str, object]:

@@ -71,7 +71,7 @@ def rule_to_dict(rule: type[Rule]) -> dict[str, Any]:
 
 
 def _dump(data: Any) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(data, indent=2) + "\n"  # ASCII: valid JSON on any terminal, control characters escaped
 
 
 class JsonReporter(Reporter):

@@ -17,6 +17,7 @@ from speedfix import __version__
 from speedfix.engine.findings import Applicability, Category, Finding, Impact
 from speedfix.engine.registry import rule_by_code
 from speedfix.output import Reporter, ReportOptions, by_impact, impact_counts
+from speedfix.syntax.source import printable
 
 if TYPE_CHECKING:
     from speedfix.commands.scan import ScanResult
@@ -61,7 +62,7 @@ def _what_to_change(finding: Finding, rule: type[Rule]) -> str:
     """An action's first words: the fix's title, else the rule's, else what the finding says."""
     if finding.fix is not None and finding.fix.title:
         return finding.fix.title
-    return rule.fix_title or finding.message
+    return rule.fix_title or printable(finding.message)
 
 
 def _impact_note(finding: Finding) -> list[str]:
@@ -73,8 +74,8 @@ def _impact_note(finding: Finding) -> list[str]:
 
 def _finding(number: int, finding: Finding, rule: type[Rule]) -> list[str]:
     what, _ = _LABELS[rule.category]
-    out = [f"#### {number}. `{finding.location}`", ""]
-    out += [f"**{what}:** {finding.message.rstrip('.')}.", ""]
+    out = [f"#### {number}. `{printable(finding.location)}`", ""]
+    out += [f"**{what}:** {printable(finding.message).rstrip('.')}.", ""]
     out += _impact_note(finding)
     out += [f"**What to change:** {_fix_text(finding)}", ""]
     if finding.diff:
@@ -116,7 +117,7 @@ class Action:
             change += f" ({self.rule.code}; {'safe' if safe else 'unsafe'} fix)"
         else:
             change += f" ({self.rule.code}; by hand)"
-        places = [f"`{f.path}:{f.cell_line if f.cell is not None else f.line}`" for f in self.findings[:_PLACES_SHOWN]]
+        places = [f"`{printable(f.path)}:{f.cell_line if f.cell is not None else f.line}`" for f in self.findings[:_PLACES_SHOWN]]
         if len(self.findings) > _PLACES_SHOWN:
             places.append(f"and {len(self.findings) - _PLACES_SHOWN} more")
         impact = first.impact.value + (" (measured)" if any(f.measured for f in self.findings) else "")
@@ -149,8 +150,8 @@ def _low_impact(findings: list[Finding]) -> list[str]:
            "| Where | Rule | Finding | What to change |", "|---|---|---|---|"]
     for finding in findings:
         rule = _rule(finding.code)
-        message = finding.message.rstrip(".") + (f" ({finding.impact_reason})" if finding.impact_reason else "")
-        cells = [f"`{finding.location}`", f"{finding.code} {rule.name}", message, _fix_text(finding)]
+        message = printable(finding.message).rstrip(".") + (f" ({finding.impact_reason})" if finding.impact_reason else "")
+        cells = [f"`{printable(finding.location)}`", f"{finding.code} {rule.name}", message, _fix_text(finding)]
         out.append("| " + " | ".join(_table_cell(cell) for cell in cells) + " |")
     return out + ["", "</details>", ""]
 
@@ -197,7 +198,7 @@ class MarkdownReporter(Reporter):
         out += [summary + ".", ""]
         if result.errors:
             out += ["## Files that could not be analysed", ""]
-            out += [f"- `{error.render()}`" for error in result.errors]
+            out += [f"- `{printable(error.render())}`" for error in result.errors]
             out.append("")
         if not findings:
             out.append("Nothing to report: no missed optimization was found.")

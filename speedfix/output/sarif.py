@@ -130,7 +130,7 @@ def render_sarif(result: ScanResult) -> str:
         "columnKind": "unicodeCodePoints",
     }
     document = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(document, indent=2) + "\n"  # ASCII, as the JSON format
 
 
 class SarifReporter(Reporter):

@@ -18,6 +18,7 @@ from speedfix.engine.catalog import rule_name
 from speedfix.engine.findings import Applicability, Blocker, Finding, Impact
 from speedfix.engine.registry import rule_by_code
 from speedfix.output import Reporter, ReportOptions, by_impact, impact_counts, statistics_rows
+from speedfix.syntax.source import printable
 
 if TYPE_CHECKING:
     from speedfix.commands.apply import ApplyOutcome
@@ -31,13 +32,13 @@ _IMPACT_STYLE = {Impact.HIGH: "bold", Impact.MEDIUM: "", Impact.LOW: "dim"}
 def finding_line(finding: Finding) -> Text:
     """The line editors and CI parse: `path:line:col: CODE [*] message (impact: high)`."""
     text = Text()
-    text.append(finding.location, style="bold")
+    text.append(printable(finding.location), style="bold")
     text.append(": ")
     text.append(finding.code, style="bold red")
     text.append(" ")
     if finding.fix is not None:
         text.append("[*] ", style="cyan")
-    text.append(finding.message)
+    text.append(printable(finding.message))
     text.append(f" (impact: {finding.impact.value}{', measured' if finding.measured else ''})",
                 style=_IMPACT_STYLE[finding.impact])
     return text
@@ -95,7 +96,7 @@ def _fixed_lines(outcome: ApplyOutcome, verb: str, *, per_file: bool) -> list[st
         return [f"{verb} {_plural(total, 'finding')} in {files} ({per_rule})."]
     lines = [f"{verb} {_plural(total, 'finding')} in {files}:"]
     for path, applied in outcome.applied_by_file.items():
-        lines.append(f"  {path}")
+        lines.append(f"  {printable(path)}")
         for code, count in sorted(applied.items()):
             lines.append(f"    {count} x {code} {rule_name(code) or ''}".rstrip())
     return lines
@@ -143,7 +144,7 @@ class TextReporter(Reporter):
                 if options.show_fixes and options.fixed is None:
                     _fix_details(console, finding)
             for note in result.notes:  # what could not be checked, skipped notebook cells
-                console.print(Text(note.render()))
+                console.print(Text(printable(note.render())))
             if not options.summary:
                 return
             if result.findings or options.fixed is not None:
@@ -173,7 +174,7 @@ class TextReporter(Reporter):
                 return
             console.print(f"{_plural(len(outcome.unfixed), 'finding')} left unfixed:")
             for item in sorted(outcome.unfixed, key=lambda item: item.finding.impact_key):  # the highest impact first
-                console.print(f"  {item.finding.location}: {item.finding.code} {item.reason}")
+                console.print(f"  {printable(item.finding.location)}: {item.finding.code} {printable(item.reason)}")
             if not options.unsafe_fixes and any(item.blocker is Blocker.NEEDS_UNSAFE for item in outcome.unfixed):
                 console.print("Run `speedfix apply --unsafe-fixes` to apply those too (then verify with `speedfix bench`).")
 

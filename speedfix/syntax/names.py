@@ -14,9 +14,12 @@ from collections.abc import Callable
 
 import libcst as cst
 
+from speedfix.syntax.deadline import tick
+
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None (calls, subscripts, literals)."""
+    tick()  # called in every rule's loops: where a slow rule meets the time limit
     parts: list[str] = []
     while isinstance(node, cst.Attribute):
         parts.append(node.attr.value)

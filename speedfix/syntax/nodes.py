@@ -63,3 +63,30 @@ def bound_names(statement: cst.CSTNode) -> set[str]:
         elif isinstance(node, cst.AsName) and isinstance(node.name, (cst.Name, cst.Tuple, cst.List)):
             bound.update(target_names(node.name))
     return bound
+
+
+# An integer literal longer than this is no count, size or setting speedfix reasons about (and
+# Python cannot even print one of over 4,300 digits: `str()` raises ValueError).
+MAX_INTEGER_CHARACTERS = 100
+
+
+def integer_value(node: cst.Integer) -> int | None:
+    """The value of an integer literal as written (``0x10``, ``1_000``, ``0o7``); None for an
+    absurdly long one."""
+    if len(node.value) > MAX_INTEGER_CHARACTERS:
+        return None
+    try:
+        return int(node.value, 0)
+    except ValueError:  # not a literal the parser made
+        return None
+
+
+def number_value(node: cst.Integer | cst.Float) -> float | None:
+    """The value of a number literal (``0x1``, ``1_000.0``, ``1e-3``), as a float."""
+    if isinstance(node, cst.Integer):
+        value = integer_value(node)
+        return None if value is None else float(value)
+    try:
+        return float(node.value)
+    except ValueError:
+        return None

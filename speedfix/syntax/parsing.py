@@ -1,19 +1,25 @@
 """libcst parsing whose cost grows linearly with the file, and never hangs.
 
-libcst's parser has two costs that grow faster than the input:
+libcst's parser has costs that grow faster than the input, and a parse cannot be interrupted:
 
 - a chain of N operators, attributes or calls (``a + b + ... ``, ``f()()()``, ``a.b.c...``) is a
-  tree N levels deep, and parsing it costs about N² (1,000 terms: 0.3 s; 2,000: 1.5 s; a
-  20,000-term generated expression does not finish). Python's own parser (``ast``, in C, a few
-  milliseconds) measures the nesting first, and code nested deeper than ``MAX_DEPTH`` is refused
-  with a ``NestingTooDeep`` error naming the line, before libcst ever sees it;
+  tree N levels deep, and parsing it costs about N². Python's own parser measures the nesting
+  first (``speedfix.syntax.nesting``): code nested deeper than ``MAX_DEPTH`` is refused with a
+  ``NestingTooDeep`` error naming the line, before libcst ever sees it, and
+  ``room_for_deep_trees`` gives libcst's recursive visitors the Python frames the accepted depth
+  needs;
 - one parse of a whole multi-megabyte module costs more per byte than parses of its parts (2 MB:
-  17 s in one piece, 13 s in 64 KB pieces). A module over ``CHUNK_FROM`` is therefore parsed in
-  chunks of whole top-level statements, cut only where the lines between two statements are
-  empty or column-0 comments (there libcst gives them to the next statement, whatever precedes
-  it), and the chunks are joined into the ``Module`` a single parse would have built. A test
-  compares the two trees with ``deep_equals``. Chunks that disagree on the default indentation or
-  newline fall back to one parse.
+  17 s in one piece, 13 s in 64 KB pieces). A module over ``CHUNK_FROM``, or with nesting work
+  over ``CHUNK_WORK`` (a few expressions nested a thousand deep), is therefore parsed in chunks of
+  whole top-level statements, cut only where the lines between two statements are empty or
+  column-0 comments (there libcst gives them to the next statement, whatever precedes it), and
+  the chunks are joined into the ``Module`` a single parse would have built. A test compares the
+  two trees with ``deep_equals``. Chunks that disagree on the default indentation or newline fall
+  back to one parse. The per-file time limit is checked between chunks;
+- a statement is parsed in one piece, and libcst's memory for it is several hundred times its
+  size. A statement over ``MAX_PIECE_BYTES`` or ``MAX_STATEMENT_WORK`` (a 4 MB training function
+  of nested sums ran out of memory at 6 GB and aborted the process), or a file that cannot be cut
+  and is over ``MAX_PIECE_BYTES``, is refused (``TooBigToParse``) before libcst sees it.
 
 A syntax error found by ``ast`` is raised as libcst's ``ParserSyntaxError`` without running
 libcst, so callers keep one error path.
@@ -25,6 +31,7 @@ import ast
 import gc
 import io
 import re
+import sys
 import tokenize
 import warnings
 from contextlib import contextmanager
@@ -33,20 +40,35 @@ from typing import Callable, Iterator
 import libcst as cst
 from libcst import ParserSyntaxError
 
+from speedfix.syntax.nesting import MAX_DEPTH, NestingTooDeep, bound_by_tokens, line_starts, measure
 from speedfix.syntax.source import split_lines
-
-# Deeper expressions are refused (libcst's cost per expression grows with the square of this).
-MAX_DEPTH = 1000
+from speedfix.syntax.walk import child_nodes
+# libcst's visitors, transformers and code generation recurse: up to 4 Python frames per level
+# of the tree (5 here, with a margin), for MAX_DEPTH levels of expressions and elifs plus the
+# indented blocks (Python allows 100) and statements around them.
+DEEP_TREES_RECURSION_LIMIT = 1000 + 5 * (MAX_DEPTH + 200)
 # Modules smaller than this are parsed in one piece, exactly as libcst does it.
 CHUNK_FROM = 256 * 1024
 CHUNK_SIZE = 64 * 1024
+# A chunk also ends once it holds this much nesting work (squared depths: three expressions
+# nested 1,000 deep, about a second of libcst's time), so that the time limit is checked.
+CHUNK_WORK = 3 * MAX_DEPTH**2
+# What libcst may parse in one piece: bytes (libcst needs 300 to 750 bytes of memory per byte:
+# measured 789 MB for a 2.8 MB list literal, 318 MB for 0.4 MB of nested sums in a function),
+# and nesting work (40 expressions nested 1,000 deep: about 5 s).
+MAX_PIECE_BYTES = 2 * 1024 * 1024
+MAX_STATEMENT_WORK = 40 * MAX_DEPTH**2
+
+
+class TooBigToParse(Exception):
+    """A statement (or a file that cannot be cut into statements) that libcst would parse in one
+    piece, with more memory or time than is reasonable; ``line``: where it starts."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
 
 _GAP_LINE = re.compile(r"(?:#[^\r\n]*)?(?:\r\n|\r|\n)?")
-
-
-class NestingTooDeep(RecursionError):
-    """Code nested deeper than libcst can parse in reasonable time (a RecursionError, so that
-    callers treat it as the interpreter's own "too deeply nested" failure)."""
 
 
 def python_ast(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
@@ -72,6 +94,9 @@ def parse_module(
     try:
         tree = python_ast(text)
     except SyntaxError as exc:
+        newer = _newer_syntax(data, text, max_depth)  # `type X = ...` under Python 3.11
+        if newer is not None:
+            return newer
         raise ParserSyntaxError(
             exc.msg or "invalid syntax", lines=text.splitlines() or [""],
             raw_line=exc.lineno or 1, raw_column=max((exc.offset or 1) - 1, 0),
@@ -81,14 +106,20 @@ def parse_module(
     except (RecursionError, MemoryError):
         raise NestingTooDeep("Python's own parser gives up on it") from None
     lines = split_lines(text)
-    _check_depth(tree, lines, max_depth)
+    works = measure(tree, lines, max_depth)
     # (first line, last line) of each top-level statement; the ast itself can go now.
     statements = [(first_line(node), node.end_lineno or node.lineno) for node in tree.body]
     del tree
+    offsets = line_starts(lines)
+    _check_pieces(statements, works, offsets)
     with collector_paused():
         module = None
-        if len(text) >= chunk_from:
-            module = _parse_in_chunks(statements, lines, chunk_size, between_chunks)
+        if len(text) >= chunk_from or sum(works) > CHUNK_WORK:
+            module = _parse_in_chunks(statements, works, lines, offsets, chunk_size, between_chunks)
+        if module is None and offsets[-1] > MAX_PIECE_BYTES:
+            raise TooBigToParse(f"the file ({_size(offsets[-1])}) cannot be cut into statements that libcst parses one "
+                                f"by one, and one parse would take {_size(offsets[-1] * 750)} of memory or more; "
+                                f"the limit is {_size(MAX_PIECE_BYTES)}", 1)
         module = cst.parse_module(data) if module is None else module.with_changes(encoding=encoding)
     global _last_parsed
     _last_parsed = (text, [first for first, _ in statements])
@@ -123,6 +154,20 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextmanager
+def room_for_deep_trees() -> Iterator[None]:
+    """Raise Python's recursion limit (1,000 frames by default) so that libcst can walk, transform
+    and print every tree ``parse_module`` accepts; a tree of a few hundred levels would
+    otherwise stop ``apply`` with a RecursionError. 7,000 frames stay far from the C stack's
+    end (Python 3.10, where each frame takes C stack, crashes near 28,000)."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, DEEP_TREES_RECURSION_LIMIT))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def _decode(data: bytes | str) -> tuple[str, str]:
     """(encoding, text) as libcst decodes them: BOM or coding cookie, else UTF-8."""
     if isinstance(data, str):
@@ -134,73 +179,85 @@ def _decode(data: bytes | str) -> tuple[str, str]:
         raise ParserSyntaxError(f"cannot decode the file: {exc}", lines=[""], raw_line=1, raw_column=0) from None
 
 
-# ------------------------------------------------------------------ nesting depth
-def _check_depth(tree: ast.Module, lines: list[str], limit: int) -> None:
-    """Raise NestingTooDeep when an expression is nested deeper than ``limit``.
-
-    Only expressions long enough to reach the limit are walked (each level of nesting takes at
-    least one character), so ordinary code costs one look per statement."""
-    for expression in _long_expressions(tree, lines, limit):
-        depth, line = _depth(expression)
-        if depth > limit:
-            raise NestingTooDeep(f"line {line} nests {depth:,} expressions; the limit is {limit:,}")
+# ------------------------------------------------------------------ newer syntax
+# Nodes of a grammar newer than the interpreter that runs speedfix: type aliases and parameters
+# (3.12), template strings (3.14), `except*` (3.11).
+_NEWER_NODES: tuple[type[cst.CSTNode], ...] = (cst.TypeAlias, cst.TypeParameters, cst.TemplatedString)
+if sys.version_info < (3, 11):
+    _NEWER_NODES += (cst.TryStar,)
 
 
-def _long_expressions(tree: ast.Module, lines: list[str], limit: int) -> Iterator[ast.expr]:
-    starts = _line_starts(lines)
-    todo: list[ast.AST] = list(tree.body)
+def _newer_syntax(data: bytes | str, text: str, max_depth: int) -> cst.Module | None:
+    """The module, when Python's parser refused code that libcst's grammar (Python 3.0 to 3.14)
+    takes and the code uses syntax newer than this interpreter's; None otherwise (the
+    interpreter's syntax error stands). Python 3.12 code analysed with Python 3.11 gets its
+    findings, not an SF000. Raises NestingTooDeep when the code may be too deep for libcst."""
+    if len(text) > MAX_PIECE_BYTES:  # parsed in one piece
+        raise TooBigToParse(f"the file ({_size(len(text))}) is written for a newer Python than this one, and is parsed "
+                            f"in one piece; the limit is {_size(MAX_PIECE_BYTES)}", 1)
+    try:
+        bound_by_tokens(text, max_depth)  # no ast to measure the nesting with
+        with collector_paused():
+            module = cst.parse_module(data)
+    except (ParserSyntaxError, tokenize.TokenError, SyntaxError):
+        return None
+    todo: list[cst.CSTNode] = [module]
     while todo:
         node = todo.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.stmt):
-                todo.append(child)
-            elif isinstance(child, ast.expr) and _span(child, starts) >= limit:
-                yield child
-            elif not isinstance(child, ast.expr):  # handlers, match cases, arguments, ...
-                todo.append(child)
+        if isinstance(node, _NEWER_NODES) or (isinstance(node, cst.FormattedString) and _newer_f_string(node)):
+            return module
+        todo.extend(child_nodes(node))
+    return None
 
 
-def _line_starts(lines: list[str]) -> list[int]:
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line.encode("utf-8", "surrogatepass")))
-    return starts
+def newer_syntax(data: bytes | str) -> bool:
+    """Python's parser refuses ``data`` because it is written for a newer Python (see
+    ``_newer_syntax``); raises NestingTooDeep when it may be too deep to tell."""
+    try:
+        return _newer_syntax(data, _decode(data)[1], MAX_DEPTH) is not None
+    except ParserSyntaxError:  # cannot be decoded
+        return False
 
 
-def _span(node: ast.expr, starts: list[int]) -> int:
-    """An upper bound of the expression's length in characters (UTF-8 bytes from the start of
-    its first line)."""
-    end_line = node.end_lineno or node.lineno
-    if end_line == node.lineno:
-        return (node.end_col_offset or 0) - node.col_offset
-    last = min(end_line, len(starts) - 1)
-    return starts[last - 1] + (node.end_col_offset or 0) - starts[node.lineno - 1]
+def _newer_f_string(node: cst.FormattedString) -> bool:
+    """An f-string only Python 3.12 reads (the same quotes inside, a backslash or a comment in
+    a replacement field)."""
+    try:
+        python_ast(cst.Module([]).code_for_node(node))
+    except SyntaxError:
+        return True
+    return False
 
 
-def _depth(root: ast.expr) -> tuple[int, int]:
-    """(how many expressions are nested in ``root``, at most, counting it; the line where the
-    deepest is), without recursion. Keywords, comprehensions and the like are passed through
-    without counting, as are contexts and operators."""
-    deepest, where = 0, root.lineno
-    todo: list[tuple[ast.AST, int]] = [(root, 1)]
-    while todo:
-        node, depth = todo.pop()
-        if depth > deepest:
-            deepest, where = depth, getattr(node, "lineno", where)
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                todo.append((child, depth + 1))
-            elif not isinstance(child, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)):
-                todo.append((child, depth))
-    return deepest, where
+# ------------------------------------------------------------------ what one parse may hold
+def _check_pieces(statements: list[tuple[int, int]], works: list[int], offsets: list[int]) -> None:
+    """Raise TooBigToParse for a top-level statement libcst would parse with too much memory or
+    time (it parses a statement in one piece, and nothing interrupts it)."""
+    for (first, last), work in zip(statements, works):
+        size = offsets[min(last, len(offsets) - 1)] - offsets[first - 1]
+        where = f"lines {first:,}-{last:,} are one statement"
+        if size > MAX_PIECE_BYTES:
+            raise TooBigToParse(f"{where} of {_size(size)}: libcst parses a statement in one piece, with "
+                                f"{_size(size * 300)} to {_size(size * 750)} of memory; the limit is "
+                                f"{_size(MAX_PIECE_BYTES)}", first)
+        if work > MAX_STATEMENT_WORK:
+            raise TooBigToParse(f"{where} whose expressions nest as much as {work / MAX_DEPTH**2:,.0f} expressions "
+                                f"{MAX_DEPTH:,} levels deep (libcst's parse of a statement costs the square of its "
+                                f"nesting, and nothing interrupts it); the limit is "
+                                f"{MAX_STATEMENT_WORK // MAX_DEPTH**2:,} such expressions", first)
+
+
+def _size(size: float) -> str:
+    return f"{size / 1024 / 1024:,.1f} MB" if size >= 100 * 1024 else f"{size / 1024:,.0f} KB"
 
 
 # ------------------------------------------------------------------ chunks
 def _parse_in_chunks(
-    statements: list[tuple[int, int]], lines: list[str], chunk_size: int, between_chunks: Callable[[], None] | None
+    statements: list[tuple[int, int]], works: list[int], lines: list[str], offsets: list[int], chunk_size: int,
+    between_chunks: Callable[[], None] | None,
 ) -> cst.Module | None:
     """The module parsed chunk by chunk and joined, or None when the chunks disagree."""
-    cuts = _cuts(statements, lines, chunk_size)
+    cuts = _cuts(statements, works, lines, offsets, chunk_size)
     if not cuts:
         return None
     pieces: list[cst.Module] = []
@@ -228,23 +285,27 @@ def _parse_in_chunks(
     return first.with_changes(body=statements, footer=last.footer, has_trailing_newline=last.has_trailing_newline)
 
 
-def _cuts(statements: list[tuple[int, int]], lines: list[str], chunk_size: int) -> list[int]:
+def _cuts(
+    statements: list[tuple[int, int]], works: list[int], lines: list[str], offsets: list[int], chunk_size: int
+) -> list[int]:
     """0-based indexes of the lines where a new chunk starts: right after a statement's last
-    line, once the chunk holds ``chunk_size`` bytes, where the gap is clean (``_clean_gap``)."""
-    offsets = _line_starts(lines)
+    line, once the chunk holds ``chunk_size`` bytes or ``CHUNK_WORK`` of nesting work, where the
+    gap is clean (``_clean_gap``)."""
     cuts: list[int] = []
     chunk_start = 0
+    work = 0  # in the chunk so far
     previous_end: int | None = None  # 0-based index of the line after the previous statement
-    for first, last in statements:
+    for (first, last), statement_work in zip(statements, works):
         start = first - 1
         if (
             previous_end is not None
-            and offsets[start] - offsets[chunk_start] >= chunk_size
+            and (offsets[start] - offsets[chunk_start] >= chunk_size or work >= CHUNK_WORK)
             and _clean_gap(lines, previous_end, start)
         ):
             cuts.append(previous_end)
-            chunk_start = previous_end
+            chunk_start, work = previous_end, 0
         previous_end = last
+        work += statement_work
     return cuts
 
 

@@ -32,6 +32,10 @@ class SourceError(Exception):
     """A file that cannot be read as Python source; the message names the problem."""
 
 
+class FileTooLarge(SourceError):
+    """A file over the size cap (it was not read to its end)."""
+
+
 class WriteRefused(OSError):
     """A file that was not written, on purpose: ``reason`` says why, ``str()`` adds the path."""
 
@@ -129,7 +133,7 @@ def read_bytes(path: Path, max_bytes: int | None = DEFAULT_MAX_FILE_SIZE) -> byt
             chunks.append(block)
             total += len(block)
             if max_bytes is not None and total > max_bytes:
-                raise SourceError(
+                raise FileTooLarge(
                     f"skipped: larger than {size_limit_text(max_bytes)} (raise `max-file-size-mb` or pass --max-file-size-mb)"
                 )
         return b"".join(chunks)
@@ -296,6 +300,20 @@ def _still(path: Path, expected: bytes) -> bool:
 
 def diff_labels(path: str) -> tuple[str, str]:
     """Diff header names: git's `a/`, `b/` before a relative path; an absolute path as it is."""
+    path = printable(path)
     if path.startswith("/"):
         return path, path
     return f"a/{path}", f"b/{path}"
+
+
+# C0 controls but tab, DEL, C1 controls, and the bidirectional overrides that reorder what a
+# terminal shows ("Trojan source").
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters written as escapes (``\\x1b``, ``\\n``), for a line
+    a terminal or a log shows: a file name or a message that holds an ESC sequence or a newline
+    must not repaint the screen or forge a line of the report."""
+    return _CONTROL.sub(lambda match: _NAMED.get(match.group()) or ascii(match.group())[1:-1], text)

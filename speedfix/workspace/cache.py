@@ -51,7 +51,7 @@ class ScanCache:
             return
         try:
             loaded = json.loads(read_bytes(self.path, _MAX_CACHE_BYTES))
-        except (SourceError, ValueError):  # missing, damaged, or not a file: start afresh
+        except (SourceError, ValueError, RecursionError):  # missing, damaged, nested too deeply, or not a file: start afresh
             return
         if isinstance(loaded, dict):  # valid JSON of another shape is as good as no cache
             self.entries = {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, dict)}

@@ -8,6 +8,7 @@ root that ``exclude`` and ``per-file-ignores`` patterns are relative to.
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -24,7 +25,7 @@ from speedfix.engine.catalog import known_selector, matches, selected_codes
 from speedfix.engine.findings import Impact
 from speedfix.model.versions import TorchVersion, resolve_target
 from speedfix.syntax import deadline
-from speedfix.syntax.source import DEFAULT_MAX_FILE_SIZE
+from speedfix.syntax.source import DEFAULT_MAX_FILE_SIZE, FileTooLarge, SourceError, read_bytes, size_limit_text
 
 if TYPE_CHECKING:
     from speedfix.engine.rule import Rule
@@ -134,15 +135,26 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
+# A configuration file bigger than this is not one.
+MAX_CONFIG_BYTES = 10 * 1024 * 1024
+
+
 def _read_toml(pyproject: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # a regular file of sane size: `--config /dev/zero` or a FIFO must not hang the run
+        return tomllib.loads(read_bytes(pyproject, MAX_CONFIG_BYTES).decode("utf-8"))
+    except FileTooLarge:
+        raise ConfigError(f"{pyproject}: cannot read: larger than {size_limit_text(MAX_CONFIG_BYTES)}") from None
+    except SourceError as exc:
+        raise ConfigError(f"{pyproject}: cannot read: {str(exc).removeprefix('skipped: ')}") from None
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{pyproject}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(
             f"{pyproject}: invalid TOML: {exc} (fix it, or pass --config FILE or --isolated)"
         ) from None
+    except RecursionError:
+        raise ConfigError(f"{pyproject}: invalid TOML: nested too deeply (fix it, or pass --config FILE or --isolated)") from None
+
 
 
 def _tool_table(data: dict[str, Any], pyproject: Path) -> dict[str, Any]:
@@ -225,7 +237,7 @@ def settings_from_table(table: dict[str, Any], *, source: str, root: Path, confi
 
 
 def _non_negative(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:  # nan too
         raise ConfigError(f"{what} must be a number >= 0 (0: no limit)")
     return float(value)
 
@@ -238,13 +250,14 @@ def _impact(value: object, what: str) -> Impact:
 
 
 def max_file_size(megabytes: float) -> int | None:
-    """Bytes from a `max-file-size-mb` value; 0 means no cap."""
-    return round(megabytes * 1024 * 1024) if megabytes > 0 else None
+    """Bytes from a `max-file-size-mb` value; 0 (and inf, or so much it overflows) means no cap."""
+    size = megabytes * 1024 * 1024
+    return round(size) if 0 < size < math.inf else None
 
 
 def time_limit(seconds: float) -> float | None:
-    """A `file-time-limit` value; 0 means no limit."""
-    return seconds if seconds > 0 else None
+    """A `file-time-limit` value; 0 (and inf) means no limit."""
+    return seconds if 0 < seconds < math.inf else None
 
 
 def check_selectors(settings: Settings, source: str) -> None:

@@ -52,7 +52,7 @@ from typing import Any, Callable
 from speedfix.engine.findings import Finding
 from speedfix.engine.results import SYNTAX_ERROR_CODE, FileError
 from speedfix.syntax.source import (DEFAULT_MAX_FILE_SIZE, SourceError, SourceFile, diff_labels, read_bytes, read_source,
-                             split_lines)
+                                    size_limit_text, split_lines)
 
 SENTINEL = "# ~speedfix~ end of cell {}"
 PLACEHOLDER = "# ~speedfix~ magic {}"
@@ -142,6 +142,8 @@ class Notebook:
             content = json.loads(text)
         except json.JSONDecodeError as exc:
             raise NotebookError(f"invalid notebook JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        except ValueError as exc:  # a number of over 4,300 digits
+            raise NotebookError(f"invalid notebook JSON: {exc}") from None
         except RecursionError:
             raise NotebookError("invalid notebook JSON: nested too deeply") from None
         if not isinstance(content, dict):
@@ -378,12 +380,27 @@ class Notebook:
         raise NotebookError("cannot reproduce the notebook's JSON layout; left unchanged")
 
 
+# Outputs (plots, logs) make a notebook file many times bigger than its code: `max-file-size-mb`
+# caps the code of a notebook, and the file itself may be this many times the cap.
+NOTEBOOK_FILE_FACTOR = 20
+
+
+def read_cap(path: Path, max_bytes: int | None) -> int | None:
+    """How much of ``path`` may be read: the cap, or ``NOTEBOOK_FILE_FACTOR`` times it for a notebook."""
+    return max_bytes * NOTEBOOK_FILE_FACTOR if max_bytes is not None and is_notebook(path) else max_bytes
+
+
 def load_notebook(path: Path, max_bytes: int | None = DEFAULT_MAX_FILE_SIZE) -> Notebook:
+    """The notebook at ``path``, whose code cells hold at most ``max_bytes`` (None: no cap)."""
     try:
-        data = read_bytes(Path(path), max_bytes)
+        data = read_bytes(Path(path), read_cap(Path(path), max_bytes))
     except SourceError as exc:
         raise NotebookError(str(exc)) from None
-    return Notebook.from_bytes(data, Path(path))
+    notebook = Notebook.from_bytes(data, Path(path))
+    if max_bytes is not None and len(notebook.source.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise NotebookError(f"skipped: its code is larger than {size_limit_text(max_bytes)} "
+                            "(raise `max-file-size-mb` or pass --max-file-size-mb)")
+    return notebook
 
 
 def _is_python(metadata: Any) -> bool:

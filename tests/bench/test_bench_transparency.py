@@ -93,3 +93,10 @@ def test_compiled_model_has_the_same_graphs_and_breaks_with_and_without_the_harn
     assert compile_info.seconds > 0
     assert result.clock == "optimizer.step"
     assert result.data.batch_size == 32  # read from the first model call, before any compile
+    # the run-time facts were recorded in the same run (they add nothing Dynamo sees): both compilations
+    # (Module.compile() goes through torch.compile) and the compiled model of the first training call
+    assert [(c.target.rsplit(".", 1)[-1], c.method, c.backend) for c in result.runtime.compiled] == [
+        ("Sequential", False, "eager"), ("Sequential", True, "eager")]
+    # the model is read at the evaluation call: the hook is gone before Dynamo traces the training calls
+    assert result.runtime.model.compiled and result.runtime.model.seen_in == "evaluation"
+    assert result.runtime.autocast is None and result.runtime.errors == []
