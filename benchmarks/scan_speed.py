@@ -13,8 +13,8 @@ nothing.
 When TorchFix is installed (on the PATH, or given with --torchfix; keep it in a virtual
 environment of its own: it is no dependency of speedfix), its `torchfix --select=ALL PATH` is
 timed in the same run, each TorchFix run right after a cold speedfix run with the same number of
-jobs, so that both see the same machine load; the ratio of the best times is printed. Without
-TorchFix that part is skipped.
+jobs, so that both see the same machine load; the ratios of the best and of the median times
+are printed, with the load average. Without TorchFix that part is skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import argparse
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,12 +71,12 @@ def torchfix_command(given: str | None) -> list[str] | None:
     return [found] if found and Path(found).exists() else None
 
 
-def side_by_side(scan: list[str], torchfix: list[str], tree: Path, jobs: int, repeat: int) -> tuple[float, float]:
-    """Best cold times of speedfix and TorchFix, each TorchFix run right after a speedfix run."""
-    ours, theirs = float("inf"), float("inf")
+def side_by_side(scan: list[str], torchfix: list[str], tree: Path, jobs: int, repeat: int) -> tuple[list[float], list[float]]:
+    """Cold times of speedfix and TorchFix, each TorchFix run right after a speedfix run."""
+    ours, theirs = [], []
     for _ in range(repeat):
-        ours = min(ours, timed([*scan, "--no-cache", "--jobs", str(jobs)], 1))
-        theirs = min(theirs, timed([*torchfix, "--select=ALL", "-j", str(jobs), str(tree)], 1))
+        ours.append(timed([*scan, "--no-cache", "--jobs", str(jobs)], 1))
+        theirs.append(timed([*torchfix, "--select=ALL", "-j", str(jobs), str(tree)], 1))
     return ours, theirs
 
 
@@ -114,8 +115,10 @@ def main() -> None:
             return
         for jobs in dict.fromkeys((1, args.jobs)):
             ours, theirs = side_by_side(scan, torchfix, tree, jobs, args.torchfix_repeat)
-            print(f"cold, {jobs} job{'s' if jobs > 1 else ''}: speedfix {ours:.2f} s, TorchFix --select=ALL {theirs:.2f} s:"
-                  f" speedfix is {theirs / ours:.1f}x faster")
+            for label, pick in (("best", min), ("median", statistics.median)):
+                print(f"cold, {jobs} job{'s' if jobs > 1 else ''}, {label} of {len(ours)}: speedfix {pick(ours):.2f} s,"
+                      f" TorchFix --select=ALL {pick(theirs):.2f} s: speedfix is {pick(theirs) / pick(ours):.1f}x faster")
+        print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

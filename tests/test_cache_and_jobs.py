@@ -54,6 +54,28 @@ def test_parallel_results_equal_serial_results(run_cli, tree):
     assert text_serial.stdout == text_parallel.stdout
 
 
+def test_a_scan_leaves_the_garbage_collector_as_it_found_it(tree):
+    import gc
+
+    from speedfix.workspace.config import resolve_settings
+
+    frozen_during: list[int] = []
+    original = scan_module.scan_file
+
+    def spying(*args, **kwargs):
+        frozen_during.append(gc.get_freeze_count())
+        return original(*args, **kwargs)
+
+    before = gc.get_freeze_count()
+    settings = resolve_settings([tree])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scan_module, "scan_file", spying)
+        result = scan_module.scan_paths([tree], settings, jobs=1, use_cache=False)
+    assert result.files == 14 and frozen_during
+    assert all(count > before for count in frozen_during)  # the loaded code is out of the collector's walks
+    assert gc.get_freeze_count() == before and gc.isenabled()
+
+
 def test_second_scan_is_served_from_the_cache(cached_cli, tree, analyses):
     first = cached_cli("scan", ".", "--jobs", "1", cwd=tree)
     assert len(analyses) == 13  # the binary file is refused before analysis

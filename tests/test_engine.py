@@ -301,6 +301,26 @@ def test_fast_walker_makes_the_same_calls_as_libcst(code):
                 assert order[("visit", name, ident)] < order[("leave", name, ident)]
 
 
+def test_each_visitor_gets_exactly_the_hooks_its_class_defines():
+    from speedfix.syntax.walk import Visitor
+
+    class Base(Visitor):
+        def visit_Call(self, node): ...
+        def leave_For_body(self, node): ...
+
+    class Child(Base):
+        visit_Call = cst.BatchableCSTVisitor.visit_Call  # switched off again: a no-op stub
+        def leave_Name(self, node): ...
+
+    for cls in (Base, Child, FileContext, *all_rules()):
+        Visitor._method_names.pop(cls, None)
+        hooks = set(Visitor.get_visitors(cls.__new__(cls)))
+        # what libcst's own lookup finds, less its no-op stubs
+        assert hooks == {name for name in dir(cls) if name.startswith(("visit_", "leave_"))
+                         and not getattr(getattr(cls, name), "_is_no_op", False)}, cls
+    assert set(Visitor.get_visitors(Child())) == {"leave_For_body", "leave_Name"}
+
+
 POSITION_SAMPLES = [*SAMPLES, *(p.read_text() for p in sorted((Path(__file__).parent.parent / "fixtures").glob("*.py")))]
 POSITION_SAMPLES.append('# header comment\n\n"""doc"""\nimport torch; import os\n\n\n@dec\n# between\n@dec2(1)\ndef f():\n    return 1\n\n\nclass A:  # c\n    x = [\n        1,\n    ]\n')
 
@@ -316,7 +336,7 @@ def test_sparse_positions_equal_libcsts_positions(code):
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     top_of: dict = {}
     walk_batched(module, [], top_of)
-    nodes = [node for node in top_of if node is not module]
+    nodes = [node for node in expected if id(node) in top_of and node is not module]  # the nodes the walk visits
     assert nodes
     for chunk in (nodes, nodes[::7], nodes[-3:]):
         got = positions_for(module, chunk, text=code, top_of=top_of)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
@@ -74,12 +75,12 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
                     notebook.locate_error(analysis.error)
             if details:
                 attach_fix_details(analysis, source.text, notebook)
+            analysis.module = None  # keep memory flat on big trees
+            analysis.context = None
     except RecursionError:
         return Analysis(shown, error=FileError(shown, TOO_DEEP))
     except deadline.TimeLimitExceeded as exc:
         return Analysis(shown, error=FileError(shown, time_limit_message(exc)))
-    analysis.module = None  # keep memory flat on big trees
-    analysis.context = None
     return analysis
 
 
@@ -321,19 +322,17 @@ def scan_paths(
     done = len(analyses)
     if progress is not None:
         progress(done, len(targets))
-    if todo:  # once here, not once per forked worker: the rules are imported, the version read
-        settings.rules()
-        settings.target  # noqa: B018
     # Biggest files first, so that no worker is left with a large one while the others idle.
     todo.sort(key=lambda i: -_size(targets[i].path))
-    for index, record in zip(todo, _run([(targets[i], settings, details, links.get(targets[i].path)) for i in todo], jobs)):
-        analyses[index] = _from_record(record)
-        key = keys.get(index)
-        if cache is not None and key is not None and record["error"] is None:
-            cache.put(targets[index].path, key, record)
-        done += 1
-        if progress is not None:
-            progress(done, len(targets))
+    with _analysers_loaded(settings) if todo else nullcontext():
+        for index, record in zip(todo, _run([(targets[i], settings, details, links.get(targets[i].path)) for i in todo], jobs)):
+            analyses[index] = _from_record(record)
+            key = keys.get(index)
+            if cache is not None and key is not None and record["error"] is None:
+                cache.put(targets[index].path, key, record)
+            done += 1
+            if progress is not None:
+                progress(done, len(targets))
     if cache is not None:
         cache.save()
     for index, target in enumerate(targets):
@@ -373,6 +372,20 @@ def _one_per_place(findings: list[Finding]) -> list[Finding]:
             seen.add(key)
         kept.append(finding)
     return kept
+
+
+@contextmanager
+def _analysers_loaded(settings: Settings) -> Iterator[None]:
+    """Load the engine and the rules and read the torch version once here, not once per forked
+    worker; what they load is then left out of the garbage collector's walks while files are
+    analysed."""
+    from speedfix.engine.analysis import analyze  # noqa: F401  (libcst, the model, the engine)
+    from speedfix.syntax.parsing import loaded_code_frozen
+
+    settings.rules()
+    settings.target  # noqa: B018
+    with loaded_code_frozen():
+        yield
 
 
 # Below this many files a process pool costs more than it saves.

@@ -149,7 +149,7 @@ def analyze(
     context = FileContext(module, path, torch_version, links, project)
     rules = [cls(context) for cls in rule_classes
              if cls.applies_to(torch_version) and cls.may_apply(source.data, cuda=cuda, hot=hot, linked=linked)]
-    top_of: dict[cst.CSTNode, int] = {}
+    top_of: dict[int, int] = {}
     walk_batched(module, [context, *rules], top_of)
     findings: list[Finding] = []
     for rule in rules:
@@ -175,7 +175,7 @@ def locate(
     source: SourceFile,
     path: str,
     suppressions: FileSuppressions,
-    top_of: dict[cst.CSTNode, int] | None = None,
+    top_of: dict[int, int] | None = None,
 ) -> list[Finding]:
     """Give findings their positions, drop suppressed ones, and sort them."""
     nodes = [f.node for f in findings if f.node is not None]

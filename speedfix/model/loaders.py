@@ -19,6 +19,7 @@ snippet), so no fix there can make the script raise.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 from functools import cmp_to_key
@@ -344,15 +345,50 @@ def only_peeked(ctx: FileContext, site: CallSite) -> bool:
     if name is None or "." in name:
         return False
     scope = ctx.function_of(site.stack) or ctx.module
-    loops = [info.node for info in ctx.loops.values() if isinstance(info.node, cst.For) and info.iter is not None
-             and dotted_name(unwrap_iterable(info.iter)) == name]
-    draws = [draw for draw in ctx.calls if dotted_name(draw.node.func) == "next" and len(draw.node.args) == 1
-             and isinstance(inner := draw.node.args[0].value, cst.Call) and dotted_name(inner.func) == "iter"
-             and len(inner.args) == 1 and dotted_name(inner.args[0].value) == name]
+    peeks = _peeks(ctx)
+    loops, draws = peeks.loops.get(name, []), peeks.draws.get(name, [])
     if any(ctx.nearest_loop(draw.stack) is not None for draw in draws) or not (loops or draws):
         return False
-    mentions = sum(1 for node in walk_expression(scope) if isinstance(node, cst.Name) and node.value == name)
+    mentions = peeks.mentions(scope).get(name, 0)
     return mentions == len(loops) + len(draws) + 1 and all(_stops_at_once(loop) for loop in loops)
+
+
+@dataclass
+class _Peeks:
+    """Per file, once: the `for` loops over each name, the `next(iter(name))` draws of each name,
+    and how often each scope mentions each name (asked per loader, counted per file)."""
+
+    loops: dict[str, list[cst.For]]
+    draws: dict[str, list[CallSite]]
+    by_scope: dict[int, Counter[str]]
+
+    def mentions(self, scope: cst.CSTNode) -> Counter[str]:
+        found = self.by_scope.get(id(scope))
+        if found is None:
+            found = self.by_scope[id(scope)] = Counter(node.value for node in walk_expression(scope)
+                                                       if isinstance(node, cst.Name))
+        return found
+
+
+_PEEKS: WeakKeyDictionary[FileContext, _Peeks] = WeakKeyDictionary()
+
+
+def _peeks(ctx: FileContext) -> _Peeks:
+    if ctx not in _PEEKS:
+        loops: dict[str, list[cst.For]] = {}
+        for info in ctx.loops.values():
+            if isinstance(info.node, cst.For) and info.iter is not None:
+                name = dotted_name(unwrap_iterable(info.iter))
+                if name:
+                    loops.setdefault(name, []).append(info.node)
+        draws: dict[str, list[CallSite]] = {}
+        for draw in ctx.calls:
+            if (dotted_name(draw.node.func) == "next" and len(draw.node.args) == 1
+                    and isinstance(inner := draw.node.args[0].value, cst.Call) and dotted_name(inner.func) == "iter"
+                    and len(inner.args) == 1 and (name := dotted_name(inner.args[0].value))):
+                draws.setdefault(name, []).append(draw)
+        _PEEKS[ctx] = _Peeks(loops, draws, {})
+    return _PEEKS[ctx]
 
 
 def _stops_at_once(loop: cst.For) -> bool:

@@ -21,10 +21,12 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None (calls, subscripts, literals)."""
     tick()  # called in every rule's loops: where a slow rule meets the time limit
     parts: list[str] = []
-    while isinstance(node, cst.Attribute):
+    # Exact types, not isinstance: libcst's node classes are never subclassed, and isinstance
+    # through their ABC metaclass is several times slower when it fails; this runs ~400 times a file.
+    while type(node) is cst.Attribute:
         parts.append(node.attr.value)
         node = node.value
-    if not isinstance(node, cst.Name):
+    if type(node) is not cst.Name:
         return None
     parts.append(node.value)
     return ".".join(reversed(parts))

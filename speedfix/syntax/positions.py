@@ -98,12 +98,12 @@ def positions_for(
     nodes: Iterable[cst.CSTNode],
     *,
     text: str | None = None,
-    top_of: dict[cst.CSTNode, int] | None = None,
+    top_of: dict[int, int] | None = None,
 ) -> dict[cst.CSTNode, CodeRange]:
     """Syntactic ranges (as libcst's PositionProvider gives them) of ``nodes`` in ``module``.
 
-    Given the source ``text`` and ``top_of`` (node -> index of its module-level statement, from
-    the walk), only the statements holding wanted nodes are generated, each starting at the line
+    Given the source ``text`` and ``top_of`` (a node's id -> index of its module-level
+    statement, from the walk), only the statements holding wanted nodes are generated, each starting at the line
     Python's own parser gives for it; otherwise the module is generated up to the last node.
     """
     wanted = set(nodes)
@@ -114,7 +114,7 @@ def positions_for(
         # Grouped in one pass: filtering all wanted nodes per statement was quadratic.
         by_statement: dict[int, set[cst.CSTNode]] = {}
         for node in wanted:
-            by_statement.setdefault(top_of.get(node, -1), set()).add(node)
+            by_statement.setdefault(top_of.get(id(node), -1), set()).add(node)
         if starts is not None and -1 not in by_statement:
             found: dict[cst.CSTNode, CodeRange] = {}
             for index in sorted(by_statement):

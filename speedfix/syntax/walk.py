@@ -35,14 +35,31 @@ class Visitor(cst.BatchableCSTVisitor):
     def get_visitors(self):  # type: ignore[no-untyped-def]
         cls = type(self)
         names = Visitor._method_names.get(cls)
-        if names is None:  # computed once per class: dir() over libcst's stubs is slow
-            names = tuple(
-                name
-                for name in dir(cls)
-                if name.startswith(("visit_", "leave_")) and not getattr(getattr(cls, name), "_is_no_op", False)
-            )
+        if names is None:  # computed once per class
+            candidates = {name for klass in cls.__mro__ for name in _hooks_defined(klass)}
+            names = tuple(sorted(name for name in candidates if not getattr(getattr(cls, name), "_is_no_op", False)))
             Visitor._method_names[cls] = names
         return {name: getattr(self, name) for name in names}
+
+
+_HOOK_PREFIXES = ("visit_", "leave_")
+_HOOKS: dict[type, tuple[str, ...]] = {}
+
+
+def _hooks_defined(klass: type) -> tuple[str, ...]:
+    """The ``visit_``/``leave_`` names ``klass`` itself defines, less libcst's typed stubs.
+
+    libcst's visitor bases define a no-op stub for every node and field (thousands of names):
+    reading them once per class with ``dir()`` took 90 ms of every scanning process."""
+    names = _HOOKS.get(klass)
+    if names is None:
+        attributes = vars(klass)
+        names = tuple(
+            name for name in attributes
+            if name.startswith(_HOOK_PREFIXES) and not getattr(attributes[name], "_is_no_op", False)
+        )
+        _HOOKS[klass] = names
+    return names
 
 
 # The per-file time limit is checked every 4,096 nodes (a few milliseconds of walking).
@@ -96,12 +113,13 @@ def _methods(visitors: Iterable[cst.BatchableCSTVisitor]) -> dict[str, list[Meth
 def walk_batched(
     module: cst.Module,
     visitors: Iterable[cst.BatchableCSTVisitor],
-    top_of: dict[cst.CSTNode, int] | None = None,
+    top_of: dict[int, int] | None = None,
 ) -> None:
     """Call the visitors' methods for every node of ``module`` (no return values honoured).
 
-    With ``top_of``, also record for every node the index of the module-level statement that
-    holds it (positions are then computed for those statements only).
+    With ``top_of``, also record for every node (by its ``id``: a node's own ``__hash__`` is a
+    Python call, and this runs for every node) the index of the module-level statement that holds
+    it (positions are then computed for those statements only).
     """
     table = _methods(visitors)
     current = [-1]
@@ -125,10 +143,10 @@ def walk_batched(
         if not visited[0] & _CHECK_EVERY:
             deadline.check()
         if top_of is not None:  # pre-order: a statement's nodes come before the next statement
-            index = tops.get(node)
+            index = tops.get(id(node))
             if index is not None:
                 current[0] = index
-            top_of[node] = current[0]
+            top_of[id(node)] = current[0]
         for method in enter:
             method(node)
         for field, before, after in fields:
@@ -149,7 +167,7 @@ def walk_batched(
         for method in leave:
             method(node)
 
-    tops = {statement: index for index, statement in enumerate(module.body)}
+    tops = {id(statement): index for index, statement in enumerate(module.body)}
     visit(module)
 
 
