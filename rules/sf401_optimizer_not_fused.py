@@ -8,15 +8,11 @@ from speedfix.fixes.codegen import append_args, keyword_arg, reference, remove_a
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.flow import off_by_default
 from speedfix.model.index import CallSite
+from speedfix.model.torch_api import FUSABLE_OPTIMIZERS
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, Impact, trains_adapters, trains_hub_model
 
-_FUSABLE = (
-    "torch.optim.Adam",
-    "torch.optim.AdamW",
-    "torch.optim.adam.Adam",
-    "torch.optim.adamw.AdamW",
-)
+_FUSABLE = FUSABLE_OPTIMIZERS
 # transformers' own AdamW (deprecated, removed from recent releases): never fused.
 _TRANSFORMERS_ADAMW = ("transformers.AdamW", "transformers.optimization.AdamW")
 # Options that rule out, or explicitly choose, an implementation: the user decided.

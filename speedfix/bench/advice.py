@@ -18,11 +18,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from .results import LoaderFacts, RunResult, RuntimeFacts, RuntimeFinding
+from speedfix.model.torch_api import FUSABLE_OPTIMIZERS, TENSOR_DATASET
+from speedfix.model.versions import DEFAULT_TARGET, TorchVersion
 
-# optimizers with a fused implementation that SF401 advises (torch.optim's own classes)
-_FUSABLE = {"torch.optim.adam.Adam", "torch.optim.adamw.AdamW"}
-_IN_MEMORY = ("TensorDataset",)  # SF101 leaves in-memory tensors alone (worker IPC costs more)
+from .results import LoaderFacts, RunResult, RuntimeFacts, RuntimeFinding
 
 Check = Callable[[RunResult, RuntimeFacts], Iterator[tuple[str, str, str | None, int | None]]]
 
@@ -46,7 +45,7 @@ def _loaders(run: RunResult, facts: RuntimeFacts) -> Iterator[tuple[str, str, st
         return
     root = str(Path(run.script).parent)
     made = _made(loader, root)
-    if loader.num_workers == 0 and not loader.dataset.endswith(_IN_MEMORY):
+    if loader.num_workers == 0 and loader.dataset not in TENSOR_DATASET:  # in memory: workers only add copies
         yield ("SF101", f"the training DataLoader {made} runs with 0 workers: every batch is loaded in the training "
                f"process between two steps{_pct(run.data.data_wait_fraction)}", loader.file, loader.line)
     if not loader.pin_memory and run.device.type == "cuda":
@@ -60,27 +59,28 @@ def _loaders(run: RunResult, facts: RuntimeFacts) -> Iterator[tuple[str, str, st
 def _optimizers(run: RunResult, facts: RuntimeFacts) -> Iterator[tuple[str, str, str | None, int | None]]:
     root = str(Path(run.script).parent)
     for opt in facts.optimizers:
-        if (opt.type in _FUSABLE and opt.param_device == "cuda" and not opt.fused and opt.foreach is None
+        if (opt.type in FUSABLE_OPTIMIZERS and opt.param_device == "cuda" and not opt.fused and opt.foreach is None
                 and not opt.differentiable):
             yield ("SF401", f"the {_short(opt.type)} made at {opt.where(root)} runs unfused at run time (fused="
                    f"{opt.fused}, foreach={opt.foreach}): several kernels per step where `fused=True` runs one",
                    opt.file, opt.line)
 
 
-def _precision_owner(facts: RuntimeFacts) -> tuple[str, bool] | None:
-    """The framework that decides the precision, and whether it runs in lower precision."""
+def _precision_owner(facts: RuntimeFacts) -> tuple[str, str, bool] | None:
+    """The framework that decides the precision: its rule code, its name, and whether it runs in
+    lower precision."""
     fw = facts.frameworks
     if "lightning" in fw:
         precision = str(fw["lightning"].get("precision") or "")
-        return "SF901", any(word in precision for word in ("16", "bf16", "mixed"))
+        return "SF901", "Lightning's Trainer", any(word in precision for word in ("16", "bf16", "mixed"))
     if "transformers" in fw:
         args = fw["transformers"]
-        return "SF902", bool(args.get("bf16") or args.get("fp16"))
+        return "SF902", "Hugging Face's Trainer", bool(args.get("bf16") or args.get("fp16"))
     if "deepspeed" in fw:
         ds = fw["deepspeed"]
-        return "SF905", bool(ds.get("bfloat16_enabled") or ds.get("fp16_enabled"))
+        return "SF905", "DeepSpeed", bool(ds.get("bfloat16_enabled") or ds.get("fp16_enabled"))
     if "accelerate" in fw:
-        return "SF904", str(fw["accelerate"].get("mixed_precision") or "no") not in ("no", "None")
+        return "SF904", "Accelerate", str(fw["accelerate"].get("mixed_precision") or "no") not in ("no", "None")
     return None
 
 
@@ -90,10 +90,8 @@ def _precision(run: RunResult, facts: RuntimeFacts) -> Iterator[tuple[str, str, 
     autocast = facts.autocast
     owner = _precision_owner(facts)
     if owner is not None:
-        code, lower = owner
+        code, framework, lower = owner
         if not lower:
-            framework = {"SF901": "Lightning's Trainer", "SF902": "Hugging Face's Trainer", "SF905": "DeepSpeed",
-                         "SF904": "Accelerate"}[code]
             yield (code, f"{framework} trains in full fp32 precision at run time: no bf16/fp16 mixed precision",
                    run.script, None)
     elif autocast is not None and not autocast.enabled:
@@ -194,15 +192,14 @@ def _same_file(a: str | None, b: str | None) -> bool:
 def scan_findings(paths: Iterable[str], codes: Iterable[str], torch_version: str | None) -> list[tuple[str, str, int, int]]:
     """What a scan of each file (on its own) reports for ``codes``: (code, path, line, end_line)."""
     from speedfix.engine.analysis import analyze  # libcst: only when there is something to compare
-    from speedfix.model.versions import TorchVersion
     from speedfix.syntax.source import read_source
 
     wanted = set(codes)
     rules = [rule for code in sorted(wanted) if (rule := _rule(code)) is not None]
     try:
-        version = TorchVersion.parse((torch_version or "2.4").split("+")[0])
+        version = TorchVersion.parse(torch_version or DEFAULT_TARGET)  # local tags (+cu130) are ignored
     except ValueError:
-        version = TorchVersion.parse("2.4")
+        version = TorchVersion.parse(DEFAULT_TARGET)
     out = []
     for path in dict.fromkeys(paths):
         try:

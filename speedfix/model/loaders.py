@@ -32,7 +32,8 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, comes_before, is_returned
 from speedfix.model.frames import Stack
 from speedfix.model.index import Assignment, CallSite
-from speedfix.model.patterns import TENSOR_DATASET, dataset_argument, is_cpu_device, is_dtype, unwrap_iterable
+from speedfix.model.torch_api import TENSOR_DATASET
+from speedfix.model.patterns import dataset_argument, is_cpu_device, is_dtype, unwrap_iterable
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 

@@ -15,12 +15,12 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import default_choice
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
+from speedfix.model.torch_api import TENSOR_DATASET
 from speedfix.project.steps import is_iterable_wrapper
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
-TENSOR_DATASET = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset")
 ITERABLE_DATASET = ("torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset")
 AUTOCAST = (
     "torch.autocast",

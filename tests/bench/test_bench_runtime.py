@@ -230,6 +230,12 @@ def test_slow_settings_become_findings_on_the_devices_the_advice_applies_to():
     assert "SF603" in [f.code for f in advice.judge(_run("cpu", quick))]
 
 
+def test_a_loader_over_tensors_in_memory_gets_no_worker_advice_at_run_time():
+    tensors = {**SLOW, "loaders": [{**SLOW["loaders"][0], "dataset": "torch.utils.data.dataset.TensorDataset"}]}
+    assert "SF101" not in [f.code for f in advice.judge(_run("cpu", tensors))]
+    assert "SF101" in [f.code for f in advice.judge(_run("cpu", SLOW))]
+
+
 def test_a_framework_that_owns_the_precision_gets_its_own_code():
     hf = {**SLOW, "frameworks": {"transformers": {"bf16": False, "fp16": False}}}
     codes = [f.code for f in advice.judge(_run("cuda", hf))]

@@ -1,0 +1,16 @@
+"""Qualified names of torch APIs that both the scan (by the names a script calls) and the
+benchmark's run-time advice (by the types a run made) decide on. Plain data: no libcst, so the
+benchmark can read it without loading the analysis."""
+
+from __future__ import annotations
+
+# A DataLoader over tensors already in memory: workers only add inter-process copies.
+TENSOR_DATASET = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset")
+
+# torch.optim classes with a fused CUDA implementation (`fused=True`) worth advising: never SGD.
+FUSABLE_OPTIMIZERS = (
+    "torch.optim.Adam",
+    "torch.optim.AdamW",
+    "torch.optim.adam.Adam",
+    "torch.optim.adamw.AdamW",
+)
