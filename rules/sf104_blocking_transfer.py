@@ -10,8 +10,7 @@ from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
-from speedfix.model.frameworks import ACCELERATOR
-from speedfix.model.patterns import DATALOADER, BatchNames, device_placing_call, is_cpu_device, is_dtype, unwrap_iterable
+from speedfix.model.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype
 from speedfix.syntax.names import dotted_name
 
 
@@ -29,7 +28,9 @@ class BlockingTransfer(Rule):
     still guarantees the forward pass sees the data.
 
     Only copies of tensors that come straight from a DataLoader are reported: they are on the
-    CPU, so the copy is host-to-device. Device-to-host copies (`.cpu()`, `.to("cpu")`) are never
+    CPU, so the copy is host-to-device. A loader that Accelerate prepared (`accelerator.prepare`)
+    moves its batches to the device itself: there is no copy in the loop to change, and it is
+    not reported. Device-to-host copies (`.cpu()`, `.to("cpu")`) are never
     made non-blocking: the host could read the tensor before the data arrived.
 
     ## Example
@@ -68,7 +69,7 @@ class BlockingTransfer(Rule):
     name = "blocking-transfer"
     summary = "Host-to-GPU batch copy in the training loop without `non_blocking=True`"
     severity = Severity.WARNING
-    requires = (b".to(", b".cuda(", b".type(", b".prepare(")
+    requires = (b".to(", b".cuda(", b".type(")
     fix_applicability = Applicability.SAFE
     loss_check = LossCheck.EXACT
     fix_title = "Add `non_blocking=True`"
@@ -199,7 +200,7 @@ class BlockingTransfer(Rule):
                 optimizer.step()
             """,
         ),
-        Invalid(  # Accelerate copies the prepared loader's batches itself, blocking by default
+        Valid(  # a prepared loader: Accelerate moves each batch to the device itself, nothing to copy
             """
             from accelerate import Accelerator
             accelerator = Accelerator(mixed_precision="bf16")
@@ -208,7 +209,7 @@ class BlockingTransfer(Rule):
                 for batch in train_dl:
                     accelerator.backward(model(**batch).loss)
                     optimizer.step()
-            """,
+            """
         ),
         Invalid(  # a legacy tensor-type copy (PyTorch-GAN style)
             """
@@ -348,35 +349,11 @@ class BlockingTransfer(Rule):
                 else:
                     self.report(site.node, message, fix_ops=ops)
 
-        self._check_accelerate()
         for site in self.ctx.method_calls("type"):
             if self._is_legacy_upload(site):
                 ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))]
                 self.report(site.node, "`.type()` to a CUDA tensor type copies the batch to the GPU in the training "
                             "loop and blocks the CPU until the copy is done", fix_ops=ops)
-
-    def _check_accelerate(self) -> None:
-        """A training loop over a loader that `accelerator.prepare` made: Accelerate copies each
-        batch to the GPU itself, blocking unless `DataLoaderConfiguration(non_blocking=True)`."""
-        ctx = self.ctx
-        accelerators = ctx.calls_to(*ACCELERATOR)
-        if len(accelerators) != 1 or not find_argument(ctx, accelerators[0], "dataloader_config").missing:
-            return  # made elsewhere, or its loaders configured (the config may well say non_blocking)
-        reported: set[int] = set()
-        for info in ctx.loops.values():
-            if info.node not in ctx.step_loops or info.iter is None:
-                continue
-            prepare = device_placing_call(ctx, unwrap_iterable(info.iter))
-            if prepare is None or prepare.func.attr.value != "prepare" or id(prepare) in reported:  # type: ignore[attr-defined]
-                continue
-            reported.add(id(prepare))
-            self.report(
-                prepare,
-                "Accelerate copies each batch of the prepared loader to the GPU blocking (its `non_blocking` is "
-                "off by default)",
-                no_fix_reason="pass `dataloader_config=DataLoaderConfiguration(non_blocking=True)` (accelerate 0.30 "
-                "and newer) to `Accelerator(...)`, with `pin_memory=True` on the loader",
-            )
 
     def _is_legacy_upload(self, site: CallSite) -> bool:
         """`imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`
