@@ -6,7 +6,10 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, RemoveImpo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, reference, remove_arg
 from speedfix.model.arguments import find_argument, literal_bool
-from speedfix.model.flow import off_by_default
+from speedfix.model.config_files import optimizers_unused
+from speedfix.model.flow import enclosing_statements, off_by_default
+from speedfix.model.frames import function_of
+from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
 from speedfix.model.torch_api import FUSABLE_OPTIMIZERS
 from speedfix.model.versions import v
@@ -23,7 +26,12 @@ class OptimizerNotFused(Rule):
     """
     ## What it does
     Finds `torch.optim.Adam` / `AdamW` in a CUDA script created without `fused=` (and without an
-    explicit `foreach=` or `differentiable=`). Never SGD.
+    explicit `foreach=` or `differentiable=`). Never SGD. An optimizer a method makes only under
+    a condition, beside one it always makes (a second optimizer when the run's parameters ask for
+    it), is part of the first one's finding. Left alone: the `configure_optimizers` of a
+    LightningModule that the project's run configs (`configs/*.yaml`: `model: {target: ...}`,
+    `class_path:`) never train while they train other classes of its file, or whose configs give
+    LightningCLI an `optimizer:` that replaces the method.
 
     ## Why is this bad?
     The default multi-tensor (`foreach`) implementation still launches several kernels per
@@ -104,6 +112,30 @@ class OptimizerNotFused(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a second optimizer made only when the run's parameters ask for one: one finding, both fixed
+            """
+            import torch
+            import lightning as L
+
+            class VAEExperiment(L.LightningModule):
+                def configure_optimizers(self):
+                    optimizers = [torch.optim.Adam(self.model.parameters(), lr=self.hparams["lr"])]
+                    if self.hparams.get("decoder_lr") is not None:
+                        optimizers.append(torch.optim.Adam(self.model.decoder.parameters(), lr=2e-4))
+                    return optimizers
+            """,
+            fixed="""
+            import torch
+            import lightning as L
+
+            class VAEExperiment(L.LightningModule):
+                def configure_optimizers(self):
+                    optimizers = [torch.optim.Adam(self.model.parameters(), lr=self.hparams["lr"], fused=True)]
+                    if self.hparams.get("decoder_lr") is not None:
+                        optimizers.append(torch.optim.Adam(self.model.decoder.parameters(), lr=2e-4, fused=True))
+                    return optimizers
+            """,
+        ),
         Invalid(  # transformers' own AdamW: deprecated, unfused, with other defaults than torch's
             """
             import torch
@@ -167,15 +199,15 @@ class OptimizerNotFused(Rule):
         return None
 
     def finish(self) -> None:
-        for site in self.ctx.calls_to(*_FUSABLE):
-            if self._implementation_chosen(site):
-                continue
+        sites = [site for site in self.ctx.calls_to(*_FUSABLE)
+                 if not self._implementation_chosen(site) and optimizers_unused(self.ctx, site.stack) is None]
+        for site, optional in _fold_optional(self.ctx, sites):
             name = (self.ctx.call_qualname(site) or "").rsplit(".", 1)[-1]
-            self.report(
-                site.node,
-                f"`{name}` runs its update as several kernels per step; `fused=True` does it in one",
-                fix_ops=[self._add_fused(site.node)],
-            )
+            message = f"`{name}` runs its update as several kernels per step; `fused=True` does it in one"
+            if optional:
+                message += " (and so do the optimizers the same method makes only under a condition)" if len(optional) > 1 \
+                    else " (and so does the one the same method makes only under a condition)"
+            self.report(site.node, message, fix_ops=[self._add_fused(other.node) for other in (site, *optional)])
         for site in self.ctx.calls_to(*_TRANSFORMERS_ADAMW):
             self._transformers_adamw(site)
         for site in self.ctx.calls:
@@ -242,3 +274,35 @@ class OptimizerNotFused(Rule):
 
     def _implementation_chosen(self, site: CallSite) -> bool:
         return any(not find_argument(self.ctx, site, keyword).missing for keyword in _CHOSEN)
+
+
+def _fold_optional(ctx: FileContext, sites: list[CallSite]) -> list[tuple[CallSite, list[CallSite]]]:
+    """Each optimizer with those its function makes only under a condition beside one it makes
+    always (`if self.params["LR_2"] is not None: optimizer2 = Adam(...)`): one finding for the
+    method, which fixes them all."""
+    groups: dict[int, list[CallSite]] = {}
+    for site in sites:
+        function = function_of(site.stack)
+        groups.setdefault(id(function) if function is not None else id(site), []).append(site)
+    found: list[tuple[CallSite, list[CallSite]]] = []
+    for members in groups.values():
+        always = [site for site in members if not _conditional(ctx, site)]
+        if not always or len(members) == 1:
+            found.extend((site, []) for site in members)
+            continue
+        optional = [site for site in members if site not in always]
+        found.append((always[0], optional))
+        found.extend((site, []) for site in always[1:])
+    return found
+
+
+def _conditional(ctx: FileContext, site: CallSite) -> bool:
+    """Made under an `if` of its own function."""
+    if site.statement is None:
+        return False
+    for statement in enclosing_statements(ctx, site.statement)[1:]:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        if isinstance(statement, cst.If):
+            return True
+    return False

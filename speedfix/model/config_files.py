@@ -1,0 +1,162 @@
+"""The YAML run configs a project keeps, read without the script naming them.
+
+Config-driven projects keep one YAML file per run in a `configs/` (or `config/`, `conf/`,
+`experiments/`) folder of the project's top or of the script's folder, and name there what a
+run builds: `model: {target: pkg.models.VQModel}` (taming-transformers' and Stable Diffusion's
+`instantiate_from_config`), `_target_:` (hydra), `class_path:` (LightningCLI). Two questions are
+answered from them:
+
+- ``trained_classes``: which LightningModules the runs train (the class the top-level `model`
+  builds), and whether the same config gives LightningCLI an `optimizer:` that replaces the
+  module's own `configure_optimizers`;
+- ``cli_trainer_sections``: the `trainer:` sections of the LightningCLI configs (files with a
+  top-level `trainer` mapping beside a `model` or `data` key), for a `LightningCLI` whose launch
+  commands speedfix cannot see (`mytool fit -c experiments/run.yaml` through a console script).
+
+The files are read through ``ProjectFiles`` (inside the project, as data, recorded for the cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from weakref import WeakKeyDictionary
+
+from speedfix.model.config_tree import ConfigError, Node, load
+import libcst as cst
+
+from speedfix.model.context import FileContext
+from speedfix.model.frames import Stack, class_of_method, function_of
+
+FOLDERS = ("configs", "config", "conf", "experiments")
+_SUFFIXES = (".yaml", ".yml")
+_DEPTH = 3  # subfolders of a config folder searched
+_MAX_FILES = 300
+_TARGET_KEYS = ("target", "_target_", "class_path")
+
+
+@dataclass(frozen=True)
+class TrainedClass:
+    name: str  # the class's own name (the last part of its dotted path)
+    path: str  # as the config writes it
+    optimizer_replaced: bool  # LightningCLI: the config's `optimizer:` replaces `configure_optimizers`
+
+
+@dataclass(frozen=True)
+class RunConfigs:
+    files: tuple[tuple[Path, Node], ...]
+
+    def trained_classes(self) -> list[TrainedClass]:
+        found = []
+        for _path, tree in self.files:
+            model = tree.get("model")
+            target = _target(model) if model is not None else None
+            if target is not None:
+                found.append(TrainedClass(target.rsplit(".", 1)[-1], target, tree.get("optimizer") is not None))
+        return found
+
+    def cli_trainer_sections(self) -> list[tuple[Path, Node]]:
+        return [(path, tree.value["trainer"]) for path, tree in self.files if _is_cli_config(tree)]
+
+
+_FOUND: WeakKeyDictionary[FileContext, RunConfigs] = WeakKeyDictionary()
+
+
+def run_configs(ctx: FileContext) -> RunConfigs:
+    """The project's run configs (computed once per file; none without a project)."""
+    found = _FOUND.get(ctx)
+    if found is None:
+        found = _FOUND[ctx] = RunConfigs(tuple(_read(ctx)))
+    return found
+
+
+def _read(ctx: FileContext) -> list[tuple[Path, Node]]:
+    project = ctx.project
+    if project is None:
+        return []
+    paths: list[Path] = []
+
+    def collect(folder: Path, depth: int) -> None:
+        for path in project.listing(folder, _SUFFIXES):
+            if len(paths) < _MAX_FILES:
+                paths.append(path)
+        if depth > 0:
+            for sub in project.subfolders(folder):
+                collect(sub, depth - 1)
+
+    for base in dict.fromkeys((project.top(), project.folder)):
+        subfolders = project.subfolders(base)
+        for name in FOLDERS:
+            if base / name in subfolders:
+                collect(base / name, _DEPTH)
+    found = []
+    for path in paths:
+        try:
+            tree = load(project, path)
+        except ConfigError as problem:
+            project.note(path, f"not read: {problem}")
+            continue
+        if tree is not None and isinstance(tree.value, dict):
+            found.append((path, tree))
+    return found
+
+
+def _target(node: Node) -> str | None:
+    if not isinstance(node.value, dict):
+        return None
+    for key in _TARGET_KEYS:
+        value = node.get(key)
+        if value is not None and isinstance(value.value, str) and "." in value.value:
+            return value.value
+    return None
+
+
+def _is_cli_config(tree: Node) -> bool:
+    trainer = tree.get("trainer")
+    return trainer is not None and isinstance(trainer.value, dict) and _target(trainer) is None \
+        and (tree.get("model") is not None or tree.get("data") is not None)
+
+
+def optimizers_unused(ctx: FileContext, stack: Stack) -> str | None:
+    """Why the `configure_optimizers` that code at ``stack`` is part of never runs in the
+    project's configured runs, or None (it may run). Only said of a file whose classes the
+    configs train: a class of it that no config trains, nor any class of the file that inherits
+    the method, is trained by none of them (a class the file builds itself may still run)."""
+    function = function_of(stack)
+    owner = class_of_method(stack)
+    if not isinstance(function, cst.FunctionDef) or function.name.value != "configure_optimizers" or owner is None:
+        return None
+    trained = [found for found in run_configs(ctx).trained_classes() if found.name in ctx.classes]
+    if not trained:
+        return None
+    name = owner.name.value
+    users = {other for other in ctx.classes if other == name or _inherits_method(ctx, other, name)}
+    runs = [found for found in trained if found.name in users]
+    if any(not found.optimizer_replaced for found in runs) or any(site.func in users for site in ctx.calls):
+        return None
+    if runs:
+        return f"the configs that train `{name}` give LightningCLI an `optimizer:`, which replaces its `configure_optimizers`"
+    return f"no config of the project trains `{name}`"
+
+
+def _inherits_method(ctx: FileContext, name: str, ancestor: str) -> bool:
+    """``name`` is a class of the file below ``ancestor`` that defines no `configure_optimizers`
+    of its own on the way (so it runs the ancestor's)."""
+    seen: set[str] = set()
+    current = name
+    while current not in seen:
+        seen.add(current)
+        info = ctx.classes.get(current)
+        if info is None or _defines(info.node, "configure_optimizers"):
+            return False
+        local = [base for base in info.bases if base in ctx.classes]
+        if not local:
+            return False
+        if local[0] == ancestor:
+            return True
+        current = local[0]
+    return False
+
+
+def _defines(node: cst.ClassDef, method: str) -> bool:
+    return any(isinstance(item, cst.FunctionDef) and item.name.value == method for item in node.body.body)
