@@ -56,9 +56,12 @@ class LightningTrainerConfig(Rule):
     GPU options of the `trainer` group; a `precision` left out is reported on the commented-out
     `# precision:` line when there is one), `LightningCLI(..., trainer_defaults={...})` with what
     the launch commands add (`--trainer.precision`, the `trainer:` section of their `--config`
-    YAML), and Lightning 1.x's `Trainer.from_argparse_args(args)` (CPU and fp32 unless
-    `parser.set_defaults(...)` or the launch commands say otherwise). A value in a YAML file or a
-    launch command is reported on its line, with what to write there.
+    YAML; without one, the `trainer:` sections of the project's LightningCLI configs in
+    `configs/` or `experiments/`), Lightning 1.x's `Trainer.from_argparse_args(args)` (CPU and
+    fp32 unless `parser.set_defaults(...)`, the launch commands or the `lightning: trainer:`
+    section of the YAML files they name say otherwise), and `Trainer(**config["trainer"])` with
+    a YAML file the script loads itself (`yaml.safe_load` of an argparse default). A value in a
+    YAML file or a launch command is reported on its line, with what to write there.
 
     A `Trainer` is GPU code unless its `accelerator` is a known non-GPU one ("cpu", "tpu",
     "mps", ...): the default, "auto", picks the GPU whenever there is one. An `accelerator` or
@@ -442,7 +445,8 @@ class LightningTrainerConfig(Rule):
             message = (f"{_capital(trainer.label)} runs fp16 mixed precision, which scales the loss and checks every "
                        f"gradient for inf each step; bf16 (`precision={bf16}`) needs neither on Ampere and newer GPUs")
         else:
-            written = '`precision` defaults to "32-true"' if precision is None else f"`precision={_shown(value)}`"
+            default = "32" if trainer.lightning_1x else '"32-true"'
+            written = f"`precision` defaults to {default}" if precision is None else f"`precision={_shown(value)}`"
             message = f"{_capital(trainer.label)} trains in fp32 ({written}): bf16 mixed precision runs on the tensor cores"
         severity = Severity.INFO if fp16 else Severity.WARNING
         self._report_setting(trainer, precision, "precision", bf16, message, severity)
@@ -463,11 +467,11 @@ class LightningTrainerConfig(Rule):
         if setting is not None and setting.node is not None:
             self.report(setting.node, message, severity=severity, no_fix_reason=SET_ELSEWHERE)
         elif where is not None:
-            self.report_at(where, message, severity=severity,
-                           no_fix_reason=f"set `{key}: {value.strip(chr(34))}` there (speedfix rewrites Python only)")
+            self.report_at(where, message, severity=severity, no_fix_reason=f"set `{key}: {value.strip(chr(34))}` "
+                           f"there{_before_bf16(trainer, key)} (speedfix rewrites Python only)")
         else:
             how = (f'add `"{key}": {value}` to `trainer_defaults`, or pass `--trainer.{key}`' if trainer.kind == "cli"
-                   else f"pass `--{key} {value.strip(chr(34))}` where the script is launched")
+                   else f"pass `--{key} {value.strip(chr(34))}`{_before_bf16(trainer, key)} where the script is launched")
             self.report(trainer.add_node or trainer.site.node, message, severity=severity, no_fix_reason=how)
 
     def _check_compile(self) -> None:
@@ -489,7 +493,8 @@ class LightningTrainerConfig(Rule):
         cli = next((trainer for trainer in configured_trainers(ctx) if trainer.kind == "cli"), None)
         target: cst.CSTNode | None = fits[0].node if fits else None
         if target is None and cli is not None:  # the module class LightningCLI gets
-            target = cli.site.node.args[0].value if cli.site.node.args else cli.site.node
+            positional = [arg for arg in cli.site.node.args if arg.keyword is None and not arg.star]
+            target = positional[0].value if positional else cli.site.node
         if target is not None:
             self.report(target, "the LightningModule trains without `torch.compile`: compile it before `trainer.fit` "
                         "(`model = torch.compile(model)`) or in its `configure_model`", severity=Severity.INFO,
@@ -634,6 +639,11 @@ class LightningTrainerConfig(Rule):
 
     def _append(self, site: CallSite, arg: cst.Arg) -> Transform:
         return Transform(site.node, lambda call: append_args(call, arg, indent=self.ctx.module.default_indent))
+
+
+def _before_bf16(trainer: ConfiguredTrainer, key: str) -> str:
+    """Lightning 1.x took "bf16" from 1.5 on; before, 16 was its mixed precision."""
+    return " (`16` before Lightning 1.5)" if trainer.lightning_1x and key == "precision" else ""
 
 
 def _capital(text: str) -> str:

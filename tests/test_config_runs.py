@@ -45,3 +45,74 @@ def test_a_lightning_cli_optimizer_replaces_the_modules_own(write, run_cli, tmp_
     assert "SF401" not in run_cli("scan", ".", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout
     write("experiments/run.yaml", "model:\n  class_path: pkg.models.Autoencoder\n")
     assert "models.py:7:16: SF401" in run_cli("scan", ".", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout
+
+
+# ---------------------------------------------------------------------- a YAML the script loads itself
+RUNNER = """\
+import argparse
+import yaml
+from pytorch_lightning import Trainer
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--config", "-c", dest="filename", default="configs/gan.yaml")
+args = parser.parse_args()
+with open(args.filename) as handle:
+    config = yaml.safe_load(handle)
+trainer = Trainer(logger=None, **config["trainer"])
+trainer.fit(Model(**config["model"]))
+"""
+
+
+def test_a_trainer_given_a_section_of_the_yaml_the_script_loads(write, run_cli, tmp_path):
+    write("run.py", RUNNER)
+    write("configs/gan.yaml", "model:\n  width: 64\n\ntrainer:\n  gpus: [0]\n  max_epochs: 30\n")
+    result = run_cli("scan", "run.py", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert ("configs/gan.yaml:4:1: SF901 The `Trainer` given `config[\"trainer\"]` (configs/gan.yaml) trains in fp32 "
+            "(`precision` defaults to 32): bf16 mixed precision runs on the tensor cores") in result.stdout
+    write("configs/gan.yaml", "trainer:\n  gpus: [0]\n  precision: bf16\n")
+    assert "fp32" not in run_cli("scan", "run.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+    write("configs/gan.yaml", "trainer:\n  accelerator: cpu\n")  # a CPU run: nothing to say
+    assert run_cli("scan", "run.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout == ""
+
+
+# ---------------------------------------------------------------------- LightningCLI configs of the project
+def test_lightning_cli_reads_the_projects_config_when_no_launch_command_names_one(write, run_cli, tmp_path):
+    write("src/tool/main.py", "from lightning.pytorch.cli import LightningCLI\n\n\ndef main():\n    LightningCLI()\n")
+    write("experiments/run.yaml", "model:\n  class_path: tool.Model\ntrainer:\n  max_epochs: 5\n  precision: bf16-mixed\n")
+    assert "fp32" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+    write("experiments/run.yaml", "model:\n  class_path: tool.Model\ntrainer:\n  max_epochs: 5\n")
+    result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert "experiments/run.yaml:3:1: SF901 The `Trainer` LightningCLI builds trains in fp32" in result.stdout
+    write("experiments/other.yaml", "model:\n  class_path: tool.Model\ntrainer:\n  precision: 16-mixed\n")
+    assert "fp32" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout  # they disagree
+
+
+# ---------------------------------------------------------------------- Lightning 1.x with `--base` YAMLs
+MAIN_1X = """\
+import argparse
+from omegaconf import OmegaConf
+from pytorch_lightning import Trainer
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--base", nargs="*", default=[])
+parser = Trainer.add_argparse_args(parser)
+opt, unknown = parser.parse_known_args()
+config = OmegaConf.merge(*[OmegaConf.load(path) for path in opt.base])
+trainer_opt = argparse.Namespace(**config.get("lightning", {}).get("trainer", {}))
+trainer_kwargs = dict()
+trainer_kwargs["logger"] = make_logger()
+trainer_kwargs["callbacks"] = make_callbacks()
+trainer = Trainer.from_argparse_args(trainer_opt, **trainer_kwargs)
+trainer.fit(model, data)
+"""
+
+
+def test_from_argparse_args_with_the_yaml_files_of_the_launch_commands(write, run_cli, tmp_path):
+    write("main.py", MAIN_1X)
+    write("README.md", "Train with\n```\npython main.py --base configs/vqgan.yaml --gpus 0,\n```\n")
+    write("configs/vqgan.yaml", "model:\n  target: models.VQModel\n")
+    result = run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert "main.py:14:11: SF901 The `Trainer` `from_argparse_args` builds trains in fp32 (`precision` defaults to 32)" \
+        in result.stdout  # the `**trainer_kwargs` dict sets only the logger and the callbacks
+    write("configs/vqgan.yaml", "model:\n  target: models.VQModel\nlightning:\n  trainer:\n    precision: 16\n")
+    assert "fp32" not in run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout

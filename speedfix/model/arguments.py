@@ -129,7 +129,10 @@ def _keys_changed_later(ctx: FileContext, name: str, stack: Stack, depth: int) -
     touched: set[str] = set()
     for assignment in ctx.item_assignments.get(name, ()):
         if ctx.function_of(assignment.stack) is function:
-            return None  # `kw[key] = v` — the key expression lives in the Subscript; be silent
+            key = _item_key(assignment)
+            if key is None:
+                return None  # `kw[key] = v` with a key that is not a literal: be silent
+            touched.add(key)
     for site in ctx.method_calls("update"):
         func = site.node.func
         assert isinstance(func, cst.Attribute)
@@ -144,6 +147,26 @@ def _keys_changed_later(ctx: FileContext, name: str, stack: Stack, depth: int) -
                 return None
             touched |= keys
     return touched
+
+
+def _item_key(assignment: Assignment) -> str | None:
+    """The literal key of `kw["callbacks"] = [...]`, else None."""
+    statement = assignment.statement
+    for small in statement.body if statement is not None else ():
+        if not isinstance(small, cst.Assign) or small.value is not assignment.value:
+            continue
+        for target in small.targets:
+            subscript = target.target
+            if isinstance(subscript, cst.Subscript) and len(subscript.slice) == 1 \
+                    and isinstance(subscript.slice[0].slice, cst.Index) \
+                    and isinstance(key := subscript.slice[0].slice.value, cst.SimpleString):
+                return str(key.evaluated_value)
+    return None
+
+
+def kwargs_value(ctx: FileContext, expr: cst.BaseExpression, key: str, stack: Stack) -> ArgValue:
+    """The value ``key`` takes in a `**expr` of a call (MISSING, KNOWN or UNKNOWN)."""
+    return _lookup_in_kwargs(ctx, expr, key, stack)
 
 
 def _literal_keys(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth: int) -> set[str] | None:

@@ -17,23 +17,28 @@ Trainer's defaults (``complete``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import UNKNOWN_VALUE, find_argument, known_value, string_value
+from speedfix.model.arguments import UNKNOWN_VALUE, find_argument, known_value, kwargs_value, string_value
+from speedfix.model.config_files import run_configs
 from speedfix.model.config_tree import ConfigError, Node, is_interpolation, load
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.hydra_config import INSTANTIATE, Composed, config_of, group_options
 from speedfix.model.index import CallSite
-from speedfix.model.project_files import Location
+from speedfix.model.loaded_config import loaded_node
+from speedfix.model.project_files import Location, display_path
+from speedfix.syntax.nodes import code_of
 
 UNKNOWN: Any = object()
 _GPU_ACCELERATORS = frozenset({"gpu", "cuda", "auto"})
 _FROM_ARGPARSE = tuple(f"{name}.from_argparse_args" for name in LIGHTNING_TRAINER)
+_YAML_LOADS = ("omegaconf.OmegaConf.load", "yaml.safe_load", "yaml.load", "yaml.full_load")
 
 
 @dataclass(frozen=True)
@@ -54,11 +59,16 @@ class ConfiguredTrainer:
     commented: dict[str, Location] = field(default_factory=dict)  # `# precision: 16` lines
     add_node: cst.CSTNode | None = None  # where a missing setting would be written in the script
     lightning_1x: bool = False  # `from_argparse_args`: Lightning before 2.0 ("bf16", not "bf16-mixed")
+    kwargs: list[Callable[[str], TrainerValue | None]] = field(default_factory=list)  # `**trainer_kwargs` dicts
 
     def get(self, key: str) -> TrainerValue | None:
         """The setting, None when left at the Trainer's default; UNKNOWN value when it cannot be
         known (something unknown may set it)."""
         found = self.settings.get(key)
+        for lookup in self.kwargs if found is None else ():
+            found = lookup(key)
+            if found is not None:
+                return found
         if found is None and not self.complete:
             return TrainerValue(UNKNOWN)
         return found
@@ -76,7 +86,7 @@ class ConfiguredTrainer:
 
 
 def configured_trainers(ctx: FileContext) -> list[ConfiguredTrainer]:
-    return [*_hydra(ctx), *_cli(ctx), *_from_argparse(ctx)]
+    return [*_hydra(ctx), *_cli(ctx), *_from_argparse(ctx), *_loaded(ctx)]
 
 
 # ---------------------------------------------------------------------- hydra
@@ -212,6 +222,8 @@ def _cli_launch_settings(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
     config = launch.option(ctx, "config", "c")
     if config.state is launch.State.MIXED or (config.state is launch.State.KNOWN and not config.known):
         trainer.complete = False
+    elif config.state is launch.State.MISSING:
+        _cli_project_configs(ctx, trainer)
     elif config.known and isinstance(config.value, str) and config.where is not None and ctx.project is not None:
         project = ctx.project
         path = project.find(config.value, (config.where.path.parent, project.top(), project.folder))
@@ -234,6 +246,34 @@ def _cli_launch_settings(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
                 trainer.settings[name] = TrainerValue(given.value if given.known else UNKNOWN, given.where)
 
 
+def _cli_project_configs(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
+    """No launch command the scan sees names a config (`mytool fit -c experiments/run.yaml`
+    through a console script): the `trainer:` sections of the project's LightningCLI configs.
+    A setting counts when every config sets it alike; one they disagree on is unknown."""
+    sections = run_configs(ctx).cli_trainer_sections()
+    if not sections:
+        return
+    _merge_sections(trainer, [section for _path, section in sections])
+    if len(sections) == 1:
+        trainer.add_at = sections[0][1].at
+        hint = sections[0][1].commented_key("precision")
+        if hint is not None:
+            trainer.commented["precision"] = hint
+
+
+def _merge_sections(trainer: ConfiguredTrainer, sections: list[Node]) -> None:
+    """Settings of several runs' `trainer` sections: known where all agree, else unknown."""
+    keys = dict.fromkeys(key for section in sections for key in section.value)
+    for key in keys:
+        children = [section.value.get(key) for section in sections]
+        values = [child.plain() if child is not None else None for child in children]
+        first = children[0]
+        if first is not None and all(child is not None for child in children) and all(v == values[0] for v in values):
+            trainer.settings[key] = TrainerValue(UNKNOWN if is_interpolation(values[0]) else values[0], first.at)
+        else:
+            trainer.settings[key] = TrainerValue(UNKNOWN)
+
+
 # ---------------------------------------------------------------------- Lightning 1.x argparse
 def _from_argparse(ctx: FileContext) -> list[ConfiguredTrainer]:
     found = []
@@ -243,17 +283,82 @@ def _from_argparse(ctx: FileContext) -> list[ConfiguredTrainer]:
             for arg in call.node.args:
                 if arg.keyword is not None:
                     trainer.settings[arg.keyword.value] = TrainerValue(_python(ctx, arg.value, call), node=arg)
+        if ctx.calls_to(*_YAML_LOADS):
+            _launched_yaml(ctx, trainer)
         for launched in launch.launches(ctx):
             for key in launched.options:
                 given = launch.option(ctx, key)
                 trainer.settings[key] = TrainerValue(given.value if given.known else UNKNOWN, given.where)
-        for arg in site.node.args[1:]:
-            if arg.keyword is not None:
-                trainer.settings[arg.keyword.value] = TrainerValue(_python(ctx, arg.value, site), node=arg)
-            elif arg.star:
-                trainer.complete = False
+        _call_arguments(ctx, trainer, site.node.args[1:], site)
         found.append(trainer)
     return found
+
+
+def _launched_yaml(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
+    """A script that loads the YAML files its launch commands name (`main.py --base
+    configs/vqgan.yaml`, merged with OmegaConf): their `lightning: trainer:` (or `trainer:`)
+    sections set the Trainer, alike in every command or unknown."""
+    assert ctx.project is not None
+    runs: list[Node] = []
+    for launched in launch.launches(ctx):
+        merged: dict[str, Node] = {}
+        for value in launched.options.values():
+            for name in value.split() if isinstance(value, str) else ():
+                if not name.endswith((".yaml", ".yml")):
+                    continue
+                path = ctx.project.find(name, (launched.file.parent, ctx.project.top(), ctx.project.folder))
+                tree = _tree(ctx, path) if path is not None else None
+                if tree is None:
+                    trainer.complete = False
+                    continue
+                section = tree.get("lightning", "trainer") or tree.get("trainer")
+                if section is not None and isinstance(section.value, dict) and section.get("_target_") is None:
+                    merged.update(section.value)
+        runs.append(Node(merged, Location(launched.file, launched.line, 1, launched.line, 1)))
+    if any(run.value for run in runs):
+        _merge_sections(trainer, runs)
+
+
+# ---------------------------------------------------------------------- a YAML the script loads itself
+def _loaded(ctx: FileContext) -> list[ConfiguredTrainer]:
+    """`Trainer(..., **config["trainer_params"])` where `config` is a YAML file the script loads
+    (``loaded_config``): the section's lines are the Trainer's settings."""
+    found = []
+    for site in ctx.calls_to(*LIGHTNING_TRAINER):
+        sections = [(arg, node) for arg in site.node.args if arg.star == "**"
+                    and (node := loaded_node(ctx, arg.value, site.stack)) is not None and isinstance(node.value, dict)]
+        if not sections:
+            continue
+        arg, section = sections[0]
+        label = f"the `Trainer` given `{code_of(arg.value)}` ({display_path(section.where.path)})"
+        trainer = ConfiguredTrainer("yaml", site, label, add_at=section.at)
+        for key, child in section.value.items():
+            trainer.settings[key] = TrainerValue(UNKNOWN if is_interpolation(child.value) else child.plain(), child.at)
+        _call_arguments(ctx, trainer, [other for other in site.node.args if other is not arg], site)
+        trainer.lightning_1x = "gpus" in trainer.settings  # `gpus` is gone from Lightning 2.0
+        hint = section.commented_key("precision")
+        if hint is not None:
+            trainer.commented["precision"] = hint
+        found.append(trainer)
+    return found
+
+
+def _call_arguments(ctx: FileContext, trainer: ConfiguredTrainer, args: Sequence[cst.Arg], site: CallSite) -> None:
+    """The call's own arguments win over the configuration; a `**kwargs` dict is asked key by key."""
+    for arg in args:
+        if arg.keyword is not None:
+            trainer.settings[arg.keyword.value] = TrainerValue(_python(ctx, arg.value, site), node=arg)
+        elif arg.star == "**":
+            trainer.kwargs.append(partial(_kwargs_lookup, ctx, arg.value, site))
+        elif arg.star:
+            trainer.complete = False
+
+
+def _kwargs_lookup(ctx: FileContext, expr: cst.BaseExpression, site: CallSite, key: str) -> TrainerValue | None:
+    found = kwargs_value(ctx, expr, key, site.stack)
+    if found.missing:
+        return None
+    return TrainerValue(UNKNOWN if found.unknown or found.node is None else _python(ctx, found.node, site))
 
 
 def _python(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> Any:

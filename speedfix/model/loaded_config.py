@@ -1,0 +1,80 @@
+"""YAML and JSON files a script loads itself, and the parts of them it hands on.
+
+`config = yaml.safe_load(open(args.config))` with `--config` defaulting to `configs/vae.yaml`,
+then `Trainer(**config["trainer_params"])`: the Trainer's settings are that file's lines. An
+expression is followed back to the load (`yaml.safe_load`/`yaml.load`/`yaml.full_load` of a file
+opened with `open(...)`, directly or in `with open(...) as f`; `json.load` the same way;
+`OmegaConf.load(path)`), the path is a literal or an argparse default (the default run), and
+the keys read from it (`config["trainer_params"]`, `config.trainer`) are looked up in the file's
+tree (``config_tree``: read as data, never run, each value with its line).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from speedfix.model.arguments import string_value
+from speedfix.model.config_tree import ConfigError, Node, load
+from speedfix.model.context import FileContext
+from speedfix.model.frames import Stack
+from speedfix.syntax.names import dotted_name
+
+_LOADERS = frozenset({"yaml.safe_load", "yaml.load", "yaml.full_load", "json.load"})
+_PATH_LOADERS = frozenset({"omegaconf.OmegaConf.load"})
+_DEPTH = 6
+
+
+def loaded_node(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth: int = 0) -> Node | None:
+    """The part of a loaded config file ``expr`` certainly holds, or None."""
+    if depth > _DEPTH:
+        return None
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = string_value(ctx, expr.slice[0].slice.value, stack)
+        base = loaded_node(ctx, expr.value, stack, depth + 1) if key is not None else None
+        return base.get(key) if base is not None and key is not None else None
+    if isinstance(expr, cst.Attribute) and dotted_name(expr.value) not in ctx.imports.bindings:
+        base = loaded_node(ctx, expr.value, stack, depth + 1)
+        return base.get(expr.attr.value) if base is not None else None
+    if isinstance(expr, cst.Name):
+        value = ctx.single_value(expr.value, stack)
+        return loaded_node(ctx, value, stack, depth + 1) if value is not None else None
+    if isinstance(expr, cst.Call) and expr.args:
+        return _loaded_file(ctx, expr, stack)
+    return None
+
+
+def _loaded_file(ctx: FileContext, call: cst.Call, stack: Stack) -> Node | None:
+    loader = ctx.qualname(call.func)
+    first = call.args[0].value
+    if loader in _PATH_LOADERS:
+        path_expr: cst.BaseExpression | None = first
+    elif loader in _LOADERS:
+        path_expr = _opened_path(ctx, first, stack)
+    else:
+        return None
+    name = string_value(ctx, path_expr, stack) if path_expr is not None else None
+    if name is None or ctx.project is None:
+        return None
+    project = ctx.project
+    path = project.find(name, (project.folder, project.top()))
+    if path is None:
+        return None
+    try:
+        return load(project, path)
+    except ConfigError as problem:
+        project.note(path, f"not read: {problem}")
+        return None
+
+
+def _opened_path(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """The path of `open(path)`, written in place or bound by `with open(path) as f`."""
+    if isinstance(expr, cst.Call) and dotted_name(expr.func) == "open" and expr.args:
+        return expr.args[0].value
+    if not isinstance(expr, cst.Name):
+        return None
+    opened = [item for info in ctx.withs for item in info.node.items
+              if isinstance(item.asname, cst.AsName) and isinstance(item.asname.name, cst.Name)
+              and item.asname.name.value == expr.value]
+    if len(opened) != 1:
+        return None
+    return _opened_path(ctx, opened[0].item, stack)
