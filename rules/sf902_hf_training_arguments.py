@@ -17,13 +17,14 @@ from speedfix.fixes.codegen import (
 )
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.context import FileContext
+from speedfix.model.deepspeed_config import supplies_optimizer
 from speedfix.model.flow import off_by_default
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_CONFIGS
 from speedfix.model.hf_args import TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, call_setting, parsed_arguments
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
-from speedfix.model.versions import v
+from speedfix.model.versions import pinned_below, v
 from speedfix.syntax.nodes import code_of
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message
 
@@ -31,6 +32,7 @@ from speedfix.rules._impact import Estimate, Finding, Impact, by_message
 _UNFUSED = frozenset({"adamw_torch", "adamw_hf", "adamw_torch_foreach"})
 _FUSED_DEFAULT_FROM = v("2.8")  # transformers picks "adamw_torch_fused" itself from torch 2.8 on
 _FUSED_CPU_FROM = v("2.4")
+_HF_COMPILE_FROM = v("4.27")  # `TrainingArguments(torch_compile=...)` came with transformers 4.27
 _COMPILE_FROM = v("2.0")  # torch.compile  # fused AdamW on the CPU too, so the fix cannot fail on a CPU run
 _CHECKPOINTING = ("gradient_checkpointing", "activation_checkpointing")
 _COMPILE_REFUSAL = ("`torch_compile=True` is left to you: the first steps pay the compile, and per-batch padding "
@@ -47,9 +49,11 @@ class HfTrainingArguments(Rule):
     - fp32 without TF32 (`tf32=True` or `torch.set_float32_matmul_precision`);
     - `fp16=True`, which needs loss scaling where bf16 would not (information only);
     - an unfused AdamW: `optim="adamw_torch"`, or no `optim` when targeting torch before 2.8
-      (from 2.8 on transformers defaults to `"adamw_torch_fused"`);
+      (from 2.8 on transformers defaults to `"adamw_torch_fused"`); not when the DeepSpeed config
+      builds the optimizer (an `"optimizer"` section: DeepSpeed's own fused Adam);
     - `dataloader_num_workers` unset or 0, and `dataloader_pin_memory=False`;
-    - no `torch_compile` in a script that never compiles the model itself (information only);
+    - no `torch_compile` in a script that never compiles the model itself (information only;
+      not when the project pins a transformers before 4.27, which has no such option);
     - `gradient_checkpointing=True` (or `model.gradient_checkpointing_enable()` that runs by
       default), which trades speed for memory, and `gradient_accumulation_steps` with a
       micro-batch of 1 or 2 (information only: neither makes training faster).
@@ -452,8 +456,8 @@ class HfTrainingArguments(Rule):
     def _check_optimizer(self, args: _Arguments, defaults: list[_Default]) -> None:
         version = self.ctx.torch_version
         optim = args.setting("optim")
-        if version < _FUSED_CPU_FROM or optim.unknown:
-            return
+        if version < _FUSED_CPU_FROM or optim.unknown or supplies_optimizer(self.ctx):
+            return  # (DeepSpeed's config builds its own fused Adam, whatever `optim` says)
         if optim.missing:
             if version < _FUSED_DEFAULT_FROM:
                 fused = cst.parse_expression(string_literal(self.ctx, "adamw_torch_fused"))
@@ -529,6 +533,8 @@ class HfTrainingArguments(Rule):
         compiled = args.setting("torch_compile")
         if compiled.value not in (None, False) or _compiles(self.ctx) or self.ctx.torch_version < _COMPILE_FROM:
             return
+        if self.ctx.project is not None and pinned_below(self.ctx.project, "transformers", _HF_COMPILE_FROM):
+            return  # the pinned transformers has no `torch_compile` option
         if compiled.missing:
             defaults.append(_Default("an uncompiled model (`torch_compile`)", None, refusal=_COMPILE_REFUSAL,
                                      option="--torch_compile True"))

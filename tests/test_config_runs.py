@@ -116,3 +116,27 @@ def test_from_argparse_args_with_the_yaml_files_of_the_launch_commands(write, ru
         in result.stdout  # the `**trainer_kwargs` dict sets only the logger and the callbacks
     write("configs/vqgan.yaml", "model:\n  target: models.VQModel\nlightning:\n  trainer:\n    precision: 16\n")
     assert "fp32" not in run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+
+
+# ---------------------------------------------------------------------- Hugging Face with DeepSpeed
+HF_PARSED = """\
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+(training_args,) = HfArgumentParser((TrainingArguments,)).parse_args_into_dataclasses()
+Trainer(model=model, args=training_args, train_dataset=data).train()
+"""
+
+
+def test_no_optim_advice_where_deepspeed_builds_the_optimizer(write, run_cli, tmp_path):
+    write("run_clm.py", HF_PARSED)
+    write("README.md", "```\ndeepspeed run_clm.py --deepspeed ds_a.json --fp16\n```\n"
+          "```\ndeepspeed run_clm.py --deepspeed ds_b.json --fp16\n```\n")
+    write("ds_a.json", '{"optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}\n')
+    write("ds_b.json", '{"zero_optimization": {"stage": 2}}\n')
+    scan = ["scan", "run_clm.py", "--select", "SF902", "--torch-version", "2.4", "--no-summary"]
+    assert "(`optim`)" in run_cli(*scan, cwd=tmp_path).stdout  # ds_b.json leaves it to the Trainer
+    write("ds_b.json", '{"optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 2}}\n')
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "(`optim`)" not in result and "(`torch_compile`)" in result
+    write("requirements.txt", "transformers==4.7.0\ndeepspeed\n")  # no `torch_compile` option yet
+    assert "torch_compile" not in run_cli(*scan, cwd=tmp_path).stdout

@@ -179,6 +179,24 @@ def _launched(ctx: FileContext) -> DeepSpeedConfig | None:
     return replace(_parse(ctx, path, given.value, None), where=given.where)
 
 
+def supplies_optimizer(ctx: FileContext) -> bool:
+    """Does DeepSpeed build the optimizer (an `"optimizer"` section, its own fused Adam) in every
+    config the script is given: those ``named_configs`` finds, or, when the launch commands
+    name different files (`--deepspeed ds_gpt2.json`, `--deepspeed ds_neo.json`), each of them?"""
+    configs = named_configs(ctx)
+    if not configs:
+        for launched in launch.launches(ctx):
+            name = next((launched.options[key] for key in _ARGPARSE_OPTIONS if key in launched.options), None)
+            if not isinstance(name, str) or not name.endswith(".json") or ctx.project is None:
+                return False
+            path = ctx.project.find(name, (launched.file.parent, ctx.project.top(), ctx.project.folder))
+            if path is None:
+                return False
+            configs.append(_parse(ctx, path, name, None))
+    return bool(configs) and all(config.values is not None and isinstance(config.values.get("optimizer"), dict)
+                                 for config in configs)
+
+
 def _from_file(ctx: FileContext, node: cst.SimpleString, name: str) -> DeepSpeedConfig | None:
     project = ctx.project
     if project is None:

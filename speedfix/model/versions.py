@@ -87,10 +87,14 @@ def v(text: str) -> TorchVersion:
 # ---------------------------------------------------------------- the torch a project pins
 # `torch==1.13.1`, `torch>=1.10,<2`, `"torch~=2.1.0"`: a requirement on torch itself (not
 # torchvision, not pytorch-lightning), in requirements*.txt, pyproject.toml, setup.py or setup.cfg.
-_REQUIREMENT = re.compile(
-    r"(?<![\w.-])torch(?![\w.-])\s*(?:\[[^\]\n]*\])?\s*"
-    r"(?P<spec>(?:===|==|!=|~=|<=|>=|<|>)\s*[\w.*+!]+(?:\s*,\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[\w.*+!]+)*)"
-)
+def _requirement(package: str) -> re.Pattern[str]:
+    return re.compile(
+        r"(?<![\w.-])" + re.escape(package) + r"(?![\w.-])\s*(?:\[[^\]\n]*\])?\s*"
+        r"(?P<spec>(?:===|==|!=|~=|<=|>=|<|>)\s*[\w.*+!]+(?:\s*,\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[\w.*+!]+)*)"
+    )
+
+
+_REQUIREMENT = _requirement("torch")
 _CLAUSE = re.compile(r"(===|==|!=|~=|<=|>=|<|>)\s*([\w.*+!]+)")
 _PIN_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 # The last minor release of each major version, for "the newest torch below 2.0".
@@ -116,12 +120,29 @@ def _pin_files(project: ProjectFiles, folder: Path) -> list[Path]:
     return found
 
 
-def _torch_clauses(text: str, path: Path) -> list[tuple[str, str]]:
+def pinned_below(project: ProjectFiles, package: str, version: TorchVersion) -> bool:
+    """Does the project pin ``package`` (`transformers==4.7.0`) to versions older than ``version``
+    only? Read like the torch pin: the nearest folder whose requirement files name it."""
+    pattern = _requirement(package)
+    for folder in project.folders_up():
+        clauses = [c for path in _pin_files(project, folder)
+                   for c in _torch_clauses(project.text(path) or "", path, pattern)]
+        if clauses:
+            try:
+                bounds = [(op, TorchVersion.parse(text)) for op, text in clauses if "*" not in text]
+            except ValueError:
+                return False
+            return any((op in ("==", "===", "<=") and bound < version) or (op == "<" and bound <= version)
+                       for op, bound in bounds)
+    return False
+
+
+def _torch_clauses(text: str, path: Path, pattern: re.Pattern[str] = _REQUIREMENT) -> list[tuple[str, str]]:
     clauses: list[tuple[str, str]] = []
     for line in text.splitlines():
         if line.lstrip().startswith("#"):
             continue
-        for match in _REQUIREMENT.finditer(line.split(" #")[0]):
+        for match in pattern.finditer(line.split(" #")[0]):
             clauses.extend(_CLAUSE.findall(match.group("spec")))
     return clauses
 
