@@ -11,7 +11,7 @@ from speedfix.model.arguments import find_argument, string_value
 from speedfix.model.flow import default_choice, enclosing_statements, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import Stack
-from speedfix.model.frameworks import ACCELERATOR, in_lightning_callback, in_lightning_method
+from speedfix.model.frameworks import ACCELERATOR, fabric_owned, in_lightning_callback, in_lightning_method
 from speedfix.model.index import CallSite
 from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, optimized_modules, optimizer_factories, peel,
                                      trained_models, wrapper_of)
@@ -119,6 +119,21 @@ class ModelNotCompiled(Rule):
     effect = "Fused kernels: +43% mean training speed on A100 (PyTorch 2.0)."
 
     VALID = [
+        Valid(  # Fabric wraps the model: SF901 says how to compile it there (`fabric.setup(torch.compile(model))`)
+            """
+            import torch
+            import lightning as L
+
+            fabric = L.Fabric(accelerator="cuda", precision="bf16-mixed")
+            model = Net()
+            optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+            model, optimizer = fabric.setup(model, optimizer)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                fabric.backward(loss)
+                optimizer.step()
+            """
+        ),
         Valid(  # Accelerate compiles the model in prepare()
             """
             import torch
@@ -622,6 +637,8 @@ class ModelNotCompiled(Rule):
                 continue
             if model.startswith("self.") and in_lightning_method(ctx, site) or in_lightning_callback(ctx, site):
                 continue  # the LightningModule's submodules: the Trainer owns them, SF901 gives the compile advice
+            if fabric_owned(ctx, model):
+                continue  # `fabric.setup(model)`: SF901 gives the compile advice in Fabric's terms
             # a compile of this model (or of something that may be it) settles it; one of another model does not
             mine = [(call.statement, call.stack) for call, subjects in compiles
                     if is_for_model(ctx, subjects, model, site.stack, others)]

@@ -8,13 +8,15 @@ from speedfix.fixes.codegen import append_args, arg_removed, keyword_arg, same_q
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
 from speedfix.model.context import FileContext
-from speedfix.model.frameworks import LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, in_lightning_method, lightning_on_gpu
+from speedfix.model.frameworks import (LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, fabric_setups, in_lightning_method,
+                                       lightning_on_gpu)
 from speedfix.model.hydra_config import INSTANTIATE, config_of
 from speedfix.model.lightning_config import UNKNOWN, ConfiguredTrainer, TrainerValue, configured_trainers
 from speedfix.model.index import CallSite
 from speedfix.model.networks import conv2d_classes
 from speedfix.model.patterns import cudnn_settings, matmul_precision_chosen
 from speedfix.model.versions import v
+from speedfix.syntax.nodes import code_of
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model
 
 _FP32 = frozenset({"32", "32-true"})
@@ -48,7 +50,9 @@ class LightningTrainerConfig(Rule):
     - `self.log(..., sync_dist=True)` in `training_step`, an all-reduce per step with several GPUs.
 
     - a LightningModule trained on the GPU that nothing compiles (`torch.compile`, information
-      only; with hydra, a `compile: false` in the model's config is reported on its line).
+      only; with hydra, a `compile: false` in the model's config is reported on its line);
+      likewise a model `fabric.setup(...)` wraps: `fabric.setup(torch.compile(model))` (SF501
+      leaves a Fabric's model to this check).
 
     The same checks hold for a `Fabric` (its precision also defaults to "32-true") and for
     Trainers built from configuration: `hydra.utils.instantiate(cfg.trainer)` with the YAML
@@ -357,6 +361,19 @@ class LightningTrainerConfig(Rule):
                 fabric = L.Fabric(accelerator="cuda", devices=1, precision="bf16-mixed")
             """,
         ),
+        Invalid(  # Fabric's model, never compiled: the advice in Fabric's terms
+            """
+            import torch
+            import lightning as L
+
+            def main():
+                torch.set_float32_matmul_precision("high")
+                fabric = L.Fabric(accelerator="cuda", devices=2, precision="bf16-mixed")
+                model = Transformer(vocab_size=32000)
+                optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+                model, optimizer = fabric.setup(model, optimizer)
+            """,
+        ),
         Invalid(  # Lightning 1.x: `from_argparse_args` with the GPU chosen by `set_defaults`
             """
             import argparse
@@ -417,6 +434,7 @@ class LightningTrainerConfig(Rule):
         self._check_sync_dist()
         if self._on_gpu:
             self._check_compile()
+        self._check_fabric_compile()
 
     def _check_trainer(self, site: CallSite) -> None:
         if lightning_on_gpu(self.ctx, site):
@@ -499,6 +517,20 @@ class LightningTrainerConfig(Rule):
             self.report(target, "the LightningModule trains without `torch.compile`: compile it before `trainer.fit` "
                         "(`model = torch.compile(model)`) or in its `configure_model`", severity=Severity.INFO,
                         no_fix_reason=_COMPILE_REASON)
+
+    def _check_fabric_compile(self) -> None:
+        """A model `fabric.setup` wraps (on the GPU) that nothing compiles."""
+        ctx = self.ctx
+        if ctx.torch_version < _COMPILE_FROM or ctx.calls_to("torch.compile", *_SHARDING) \
+                or any(True for _ in ctx.method_calls("compile")):
+            return
+        if not any(lightning_on_gpu(ctx, site) for site in ctx.calls_to(*LIGHTNING_FABRIC)):
+            return
+        for setup in fabric_setups(ctx)[:1]:
+            model = code_of(setup.node.args[0].value)
+            self.report(setup.node, f"the model `fabric.setup` wraps is not compiled: `fabric.setup(torch.compile({model}))` "
+                        "fuses its kernels (Fabric compiles it again over its strategy's wrapper)",
+                        severity=Severity.INFO, no_fix_reason=_COMPILE_REASON)
 
     # ------------------------------------------------------------------ precision
     def _check_precision(self, site: CallSite, what: str = "Trainer") -> bool:

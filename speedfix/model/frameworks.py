@@ -165,6 +165,19 @@ def lightning_fits(ctx: FileContext) -> bool:
     return bool(ctx.calls_to(*LIGHTNING_TRAINER)) and any(True for _ in ctx.method_calls("fit"))
 
 
+def fabric_setups(ctx: FileContext) -> list[CallSite]:
+    """`fabric.setup(model, optimizer)` / `fabric.setup_module(model)` of a `Fabric(...)` of the
+    file: Fabric wraps the model for its strategy and precision from there on."""
+    holders = _assigned_from(ctx, LIGHTNING_FABRIC)
+    return [site for attr in ("setup", "setup_module") for site in ctx.method_calls(attr)
+            if site.node.args and dotted_name(site.node.func.value) in holders]  # type: ignore[attr-defined]
+
+
+def fabric_owned(ctx: FileContext, model: str) -> bool:
+    """Is ``model`` handed to a `fabric.setup(...)` of the file?"""
+    return any(dotted_name(site.node.args[0].value) == model for site in fabric_setups(ctx))
+
+
 def _uses_accelerator_device(ctx: FileContext) -> bool:
     """`model.to(accelerator.device)`, `device = accelerator.device` (Accelerate's idiom)."""
     holders = {"accelerator", *_assigned_from(ctx, ACCELERATOR)}
