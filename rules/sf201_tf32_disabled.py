@@ -7,6 +7,7 @@ from speedfix.fixes.codegen import string_literal
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.amp import mixed_precision_by_default
 from speedfix.model.flow import default_choice, off_by_default
+from speedfix.model.hardware import pre_ampere_only
 from speedfix.model.networks import training_multiplies_matrices
 from speedfix.model.patterns import matmul_precision_choices
 from speedfix.model.versions import v
@@ -19,7 +20,9 @@ class Tf32Disabled(Rule):
     Finds CUDA training in fp32 that never enables TensorFloat-32 for matrix multiplications.
     A script that uses autocast or mentions a 16-bit dtype anywhere (`model.half()`, an FSDP
     `MixedPrecisionPolicy(param_dtype=torch.bfloat16)`, Lightning's `"bf16-mixed"`) is treated as
-    already choosing its precision.
+    already choosing its precision. A script that every launch command runs from a SLURM job
+    script asking for GPUs older than Ampere (`#SBATCH --gres=gpu:v100:4`) is left alone: those
+    GPUs have no TF32.
 
     ## Why is this bad?
     On Ampere and newer GPUs (A100, RTX 30xx, H100) fp32 matmuls can run on tensor cores in TF32,
@@ -401,8 +404,8 @@ class Tf32Disabled(Rule):
             return  # conv-only training: cuDNN convolutions already use TF32 by default
         choices = matmul_precision_choices(ctx)
         chosen, gate = default_choice(ctx, choices)
-        if chosen:
-            return
+        if chosen or pre_ampere_only(ctx):
+            return  # (a project whose job scripts all ask for V100s: no TF32 there)
         node = next(loop for loop in ctx.loops if loop in ctx.step_loops)  # the first, in source order
         high = string_literal(ctx, "high")
         opt_ins = [stack for statement, stack in choices if off_by_default(ctx, statement, stack)]

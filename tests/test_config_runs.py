@@ -140,3 +140,26 @@ def test_no_optim_advice_where_deepspeed_builds_the_optimizer(write, run_cli, tm
     assert "(`optim`)" not in result and "(`torch_compile`)" in result
     write("requirements.txt", "transformers==4.7.0\ndeepspeed\n")  # no `torch_compile` option yet
     assert "torch_compile" not in run_cli(*scan, cwd=tmp_path).stdout
+
+
+# ---------------------------------------------------------------------- the GPUs the job scripts ask for
+MLP = """\
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = torch.nn.functional.cross_entropy(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+    loss.backward()
+    optimizer.step()
+"""
+JOB = "#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --gres=gpu:{gpu}:4\n\nsrun python train.py --epochs=10\n"
+
+
+def test_no_tf32_advice_where_every_job_script_asks_for_a_pre_ampere_gpu(write, run_cli, tmp_path):
+    write("train.py", MLP)
+    scan = ["scan", "train.py", "--select", "SF201", "--no-summary"]
+    assert "SF201" in run_cli(*scan, cwd=tmp_path).stdout  # no job script: the GPU is unknown
+    write("run-v100.sh", JOB.format(gpu="v100"))
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""
+    write("run-a100.sh", JOB.format(gpu="a100"))  # one run on an A100: TF32 helps there
+    assert "SF201" in run_cli(*scan, cwd=tmp_path).stdout

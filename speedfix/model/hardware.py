@@ -1,0 +1,49 @@
+"""The GPUs a project's launch files ask for, where they say so.
+
+A SLURM job script names the GPU it runs on: `#SBATCH --gres=gpu:v100:4`, `#SBATCH
+--gpus=a100:8`, `#SBATCH --constraint=v100`. When every command that runs a script (``launch``)
+sits in a file that asks for GPUs older than Ampere (V100, T4, P100, ...), advice that needs an
+Ampere GPU (TF32, bf16) does not apply to the project's runs. Anything less certain (no job
+script, a GPU without a type, one command on an A100) leaves the GPU unknown.
+"""
+
+from __future__ import annotations
+
+import re
+
+from speedfix.model import launch
+from speedfix.model.context import FileContext
+
+# GPUs without TF32 or fast bf16 (Volta, Turing, Pascal, Kepler), as job scripts name them.
+PRE_AMPERE = frozenset({
+    "v100", "v100s", "v100-sxm2", "v100-pcie", "t4", "p100", "p40", "p4", "k80", "k40", "m40", "m60",
+    "titanv", "titanxp", "titanx", "gtx1080ti", "1080ti", "rtx2080ti", "2080ti", "quadro_rtx_8000",
+})
+_REQUEST = re.compile(
+    r"^\s*#SBATCH\s+(?:--gres[= ]\s*gpu:|--gpus(?:-per-node|-per-task)?[= ]\s*|--constraint[= ]\s*|-C\s+)"
+    r"['\"]?(?P<kind>[A-Za-z][\w.-]*)", re.MULTILINE)
+
+
+def launch_gpus(ctx: FileContext) -> frozenset[str] | None:
+    """The GPU types (lower case) the launch files of every command that runs the script ask
+    for; None when a command's file names no type (or the project shows no command)."""
+    project = ctx.project
+    commands = launch.launches(ctx)
+    if project is None or not commands:
+        return None
+    kinds: set[str] = set()
+    for command in commands:
+        found = {match.group("kind").lower() for match in _REQUEST.finditer(project.text(command.file) or "")}
+        if not found:
+            return None
+        kinds |= found
+    return frozenset(kinds)
+
+
+def pre_ampere_only(ctx: FileContext) -> str | None:
+    """The GPU the project's job scripts run the script on when all are older than Ampere
+    (`v100`), else None."""
+    kinds = launch_gpus(ctx)
+    if not kinds or not kinds <= PRE_AMPERE:
+        return None
+    return ", ".join(sorted(kinds))
