@@ -10,6 +10,7 @@ from speedfix.fixes.codegen import same_quotes
 from speedfix.model.amp import autocasts
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import MARKERS, UNRESOLVED, DeepSpeedConfig, element, named_configs, offloaded, section
+from speedfix.model.hardware import pre_ampere_only
 from speedfix.model.versions import v
 
 # DeepSpeed's default bucket size (elements) for gradient reduction and parameter all-gathers.
@@ -31,7 +32,9 @@ class DeepSpeedConfigRule(Rule):
     `HfDeepSpeedConfig(...)`, `DeepSpeedPlugin(hf_ds_config=...)`, a `--deepspeed_config`
     default) that lies beside the script or in the current folder. It reports:
 
-    - `"fp16": {"enabled": true}` where bf16 fits (Ampere and newer GPUs): a warning;
+    - `"fp16": {"enabled": true}` where bf16 fits (Ampere and newer GPUs): a warning; not when
+      every launch command runs from a SLURM job script that asks for older GPUs
+      (`#SBATCH --gres=gpu:v100:4`), where the fp32 advice names fp16 instead of bf16;
     - `"wall_clock_breakdown": true`, which reads its CUDA-event timers on every step (a wait
       for the GPU) and prints a timing line each time: a warning;
     - a ZeRO stage without offloading when the config's batch sizes say one GPU
@@ -282,10 +285,13 @@ class DeepSpeedConfigRule(Rule):
     def _problems(self, config: DeepSpeedConfig) -> Iterator[tuple[tuple[str, ...], str, Severity, list[Transform] | None]]:
         values = config.values or {}
         fp16, bf16 = section(values, "fp16"), section(values, "bf16")
+        old_gpu = pre_ampere_only(self.ctx)  # the job scripts ask for V100s: fp16, never bf16
         if self._fp32(config, fp16, bf16):
+            wanted = (f'`"fp16": {{"enabled": true}}` (the job scripts ask for {old_gpu} GPUs, which have no fast bf16)'
+                      if old_gpu else '`"bf16": {"enabled": true}`')
             yield (), ('the DeepSpeed config enables neither "bf16" nor "fp16": the engine trains in fp32; '
-                       '`"bf16": {"enabled": true}` runs the matmuls on the tensor cores'), Severity.WARNING, None
-        if fp16.get("enabled") is True and bf16.get("enabled") is not True:
+                       f'{wanted} runs the matmuls on the tensor cores'), Severity.WARNING, None
+        if fp16.get("enabled") is True and bf16.get("enabled") is not True and not old_gpu:
             yield ("fp16",), ('"fp16" trains with dynamic loss scaling (a scaled loss, skipped steps on overflow); on '
                               'Ampere and newer GPUs `"bf16": {"enabled": true}` runs as fast without loss scaling'), \
                 Severity.WARNING, self._bf16_fix(config)

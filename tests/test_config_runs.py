@@ -163,3 +163,15 @@ def test_no_tf32_advice_where_every_job_script_asks_for_a_pre_ampere_gpu(write, 
     assert run_cli(*scan, cwd=tmp_path).stdout == ""
     write("run-a100.sh", JOB.format(gpu="a100"))  # one run on an A100: TF32 helps there
     assert "SF201" in run_cli(*scan, cwd=tmp_path).stdout
+
+
+def test_deepspeed_fp32_advice_names_fp16_on_v100_job_scripts(write, run_cli, tmp_path):
+    write("train.py", "import deepspeed\nengine, opt, loader, _ = deepspeed.initialize(args=args, model=net, "
+          "model_parameters=net.parameters(), training_data=data)\n")
+    write("ds_config.json", '{"train_batch_size": 64, "optimizer": {"type": "Adam"}}\n')
+    write("run.sh", "#!/bin/bash\n#SBATCH --gres=gpu:v100:4\nsrun deepspeed train.py --deepspeed --deepspeed_config "
+          "ds_config.json\n")
+    result = run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path).stdout
+    assert '`"fp16": {"enabled": true}` (the job scripts ask for v100 GPUs, which have no fast bf16)' in result
+    write("run.sh", "#!/bin/bash\nsrun deepspeed train.py --deepspeed --deepspeed_config ds_config.json\n")
+    assert '`"bf16": {"enabled": true}` runs' in run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path).stdout
