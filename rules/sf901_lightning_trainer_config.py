@@ -7,6 +7,8 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, arg_removed, keyword_arg, same_quotes, string_literal, value_replaced
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
+from speedfix.model.config_files import builds_conv2d
+from speedfix.model.config_tree import Node
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import (LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, fabric_setups, in_lightning_method,
                                        lightning_on_gpu)
@@ -65,7 +67,9 @@ class LightningTrainerConfig(Rule):
     fp32 unless `parser.set_defaults(...)`, the launch commands or the `lightning: trainer:`
     section of the YAML files they name say otherwise), and `Trainer(**config["trainer"])` with
     a YAML file the script loads itself (`yaml.safe_load` of an argparse default). A value in a
-    YAML file or a launch command is reported on its line, with what to write there.
+    YAML file or a launch command is reported on its line, with what to write there. For such a
+    Trainer the conv net may be one its YAML names (`class_path: pkg.models.UNet`, read from the
+    project's module without importing it).
 
     A `Trainer` is GPU code unless its `accelerator` is a known non-GPU one ("cpu", "tpu",
     "mps", ...): the default, "auto", picks the GPU whenever there is one. An `accelerator` or
@@ -474,7 +478,7 @@ class LightningTrainerConfig(Rule):
     def _check_configured_benchmark(self, trainer: ConfiguredTrainer) -> None:
         deterministic = trainer.get("deterministic")
         off = deterministic is None or deterministic.value is False
-        if self._conv_net_untuned(trainer.get("benchmark") is not None, False if off else None):
+        if self._conv_net_untuned(trainer.get("benchmark") is not None, False if off else None, trainer.configs):
             self._report_setting(trainer, None, "benchmark", "true", f"{_capital(trainer.label)} trains a conv net with "
                                  "cuDNN's default algorithms: `benchmark` is not set", Severity.INFO)
 
@@ -595,11 +599,12 @@ class LightningTrainerConfig(Rule):
         )
 
     # ------------------------------------------------------------------ other settings
-    def _conv_net_untuned(self, benchmark_set: bool, deterministic: bool | None) -> bool:
-        """A conv net of this file, cuDNN left to its heuristics: no `benchmark`, no cuDNN
-        setting of the script, `deterministic` off."""
-        return not benchmark_set and not cudnn_settings(self.ctx) and bool(conv2d_classes(self.ctx)) \
-            and deterministic is False
+    def _conv_net_untuned(self, benchmark_set: bool, deterministic: bool | None, configs: list[Node] = ()) -> bool:
+        """A conv net of this file (or one the run's YAML ``configs`` name), cuDNN left to its
+        heuristics: no `benchmark`, no cuDNN setting of the script, `deterministic` off."""
+        if benchmark_set or cudnn_settings(self.ctx) or deterministic is not False:
+            return False
+        return bool(conv2d_classes(self.ctx)) or builds_conv2d(self.ctx, list(configs))
 
     def _check_benchmark(self, site: CallSite) -> None:
         ctx = self.ctx

@@ -114,6 +114,13 @@ def test_from_argparse_args_with_the_yaml_files_of_the_launch_commands(write, ru
     result = run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path)
     assert "main.py:14:11: SF901 The `Trainer` `from_argparse_args` builds trains in fp32 (`precision` defaults to 32)" \
         in result.stdout  # the `**trainer_kwargs` dict sets only the logger and the callbacks
+    assert "benchmark" not in result.stdout  # nothing says what models.VQModel is
+    write("models.py", "from torch import nn\nfrom layers import Encoder\n\n\nclass VQModel(nn.Module):\n"
+          "    def __init__(self):\n        super().__init__()\n        self.encoder = Encoder()\n")
+    write("layers.py", "from torch import nn\n\n\nclass Encoder(nn.Module):\n    def __init__(self):\n"
+          "        super().__init__()\n        self.conv = nn.Conv2d(3, 64, 3)\n")
+    result = run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+    assert "trains a conv net with cuDNN's default algorithms" in result  # VQModel's Encoder has convolutions
     write("configs/vqgan.yaml", "model:\n  target: models.VQModel\nlightning:\n  trainer:\n    precision: 16\n")
     assert "fp32" not in run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
 
@@ -175,3 +182,19 @@ def test_deepspeed_fp32_advice_names_fp16_on_v100_job_scripts(write, run_cli, tm
     assert '`"fp16": {"enabled": true}` (the job scripts ask for v100 GPUs, which have no fast bf16)' in result
     write("run.sh", "#!/bin/bash\nsrun deepspeed train.py --deepspeed --deepspeed_config ds_config.json\n")
     assert '`"bf16": {"enabled": true}` runs' in run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path).stdout
+
+
+def test_cudnn_benchmark_for_a_conv_net_the_cli_config_names(write, run_cli, tmp_path):
+    write("src/tool/main.py", "from lightning.pytorch.cli import LightningCLI\n\n\ndef main():\n    LightningCLI()\n")
+    write("src/tool/__init__.py", "from .decoders import UpsamplingDecoder\nfrom .model import Autoencoder\n")
+    write("src/tool/model.py", "import lightning as L\n\n\nclass Autoencoder(L.LightningModule):\n    pass\n")
+    write("src/tool/decoders.py", "from torch import nn\n\n\nclass UpsamplingDecoder(nn.Module):\n"
+          "    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(64, 3, 3, padding=1)\n")
+    write("experiments/run.yaml", "model:\n  class_path: tool.Autoencoder\n  init_args:\n    parts:\n"
+          "      - class_path: torch.nn.Linear\n      - class_path: tool.UpsamplingDecoder\n"
+          "trainer:\n  precision: bf16-mixed\n")
+    result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+    assert "experiments/run.yaml:7:1: SF901 The `Trainer` LightningCLI builds trains a conv net with cuDNN's default " \
+        "algorithms: `benchmark` is not set" in result
+    write("experiments/run.yaml", "model:\n  class_path: tool.Autoencoder\ntrainer:\n  precision: bf16-mixed\n")
+    assert "benchmark" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout

@@ -9,7 +9,7 @@ answered from them:
 - ``trained_classes``: which LightningModules the runs train (the class the top-level `model`
   builds), and whether the same config gives LightningCLI an `optimizer:` that replaces the
   module's own `configure_optimizers`;
-- ``cli_trainer_sections``: the `trainer:` sections of the LightningCLI configs (files with a
+- ``cli_configs``: the LightningCLI configs (files with a
   top-level `trainer` mapping beside a `model` or `data` key), for a `LightningCLI` whose launch
   commands speedfix cannot see (`mytool fit -c experiments/run.yaml` through a console script).
 
@@ -20,13 +20,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 from weakref import WeakKeyDictionary
 
 from speedfix.model.config_tree import ConfigError, Node, load
 import libcst as cst
 
+from speedfix.model.config_tree import walk
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method, function_of
+from speedfix.model.project_files import ProjectFiles
+from speedfix.project.facts import ModuleFacts, extract_facts
 
 FOLDERS = ("configs", "config", "conf", "experiments")
 _SUFFIXES = (".yaml", ".yml")
@@ -55,8 +59,9 @@ class RunConfigs:
                 found.append(TrainedClass(target.rsplit(".", 1)[-1], target, tree.get("optimizer") is not None))
         return found
 
-    def cli_trainer_sections(self) -> list[tuple[Path, Node]]:
-        return [(path, tree.value["trainer"]) for path, tree in self.files if _is_cli_config(tree)]
+    def cli_configs(self) -> list[Node]:
+        """The LightningCLI configs (their `trainer:` mapping is ``tree.value["trainer"]``)."""
+        return [tree for _path, tree in self.files if _is_cli_config(tree)]
 
 
 _FOUND: WeakKeyDictionary[FileContext, RunConfigs] = WeakKeyDictionary()
@@ -160,3 +165,84 @@ def _inherits_method(ctx: FileContext, name: str, ancestor: str) -> bool:
 
 def _defines(node: cst.ClassDef, method: str) -> bool:
     return any(isinstance(item, cst.FunctionDef) and item.name.value == method for item in node.body.body)
+
+
+# ---------------------------------------------------------------------- what the configured classes build
+_CLASS_DEPTH = 2  # imports followed from a configured class's module (a re-export, then the layers' module)
+
+
+def builds_conv2d(ctx: FileContext, trees: list[Node]) -> bool:
+    """Does a project class these configs name (`class_path:`, `target:`, `_target_:`, the
+    model's parts included) build 2-D convolutions, in its own module or through a class that
+    module imports from the project (taming's `VQModel` and its `Encoder`)? Read with ``ast``
+    through ``ProjectFiles``; nothing is imported."""
+    project = ctx.project
+    if project is None:
+        return False
+    named = {value for tree in trees for value in _targets(tree)}
+    seen: dict[str, _Module | None] = {}
+    return any(_class_conv2d(project, target, seen, 0) for target in sorted(named))
+
+
+def _targets(tree: Node) -> Iterator[str]:
+    """Every class path the tree names, in mappings and lists (`modules: [{class_path: ...}]`)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node.value, dict):
+            for key, child in node.value.items():
+                if key in _TARGET_KEYS and isinstance(child.value, str) and "." in child.value:
+                    yield child.value
+                todo.append(child)
+        elif isinstance(node.value, list):
+            todo.extend(node.value)
+
+
+@dataclass(frozen=True)
+class _Module:
+    facts: ModuleFacts
+    package: bool  # read from its __init__.py
+
+
+def _class_conv2d(project: ProjectFiles, qualified: str, seen: dict[str, _Module | None], depth: int) -> bool:
+    module, _, name = qualified.rpartition(".")
+    found_module = _module(project, module, seen)
+    if found_module is None:
+        return False
+    facts = found_module.facts
+    found = facts.functions.get(name)
+    if found is not None and 2 in found.conv_dims:
+        return True
+    if depth >= _CLASS_DEPTH:
+        return False
+    imported = {local: _absolute(module, target, found_module.package) for local, target in facts.imports}
+    if found is None:  # re-exported by a package's __init__.py
+        return name in imported and _class_conv2d(project, imported[name], seen, depth + 1)
+    return any(_class_conv2d(project, target, seen, depth + 1) for local, target in imported.items() if local[:1].isupper())
+
+
+def _absolute(module: str, target: str, package: bool) -> str:
+    """`.layers.Encoder` imported in `pkg.models` (a package when read from its __init__.py)."""
+    if not target.startswith("."):
+        return target
+    level = len(target) - len(target.lstrip("."))
+    parts = module.split(".") if package else module.split(".")[:-1]
+    base = parts[: len(parts) - (level - 1)]
+    return ".".join([*base, target.lstrip(".")])
+
+
+def _module(project: ProjectFiles, module: str, seen: dict[str, _Module | None]) -> _Module | None:
+    if module in seen:
+        return seen[module]
+    seen[module] = None
+    if not module or len(seen) > _MAX_FILES:
+        return None
+    relative = Path(*module.split("."))
+    for base in dict.fromkeys((project.top(), project.top() / "src")):
+        for path, package in ((base / relative.with_suffix(".py"), False), (base / relative / "__init__.py", True)):
+            if not project.is_file(path):
+                continue
+            facts = extract_facts(project.text(path) or "")
+            seen[module] = _Module(facts, package) if facts is not None else None
+            return seen[module]
+    return None

@@ -60,6 +60,7 @@ class ConfiguredTrainer:
     add_node: cst.CSTNode | None = None  # where a missing setting would be written in the script
     lightning_1x: bool = False  # `from_argparse_args`: Lightning before 2.0 ("bf16", not "bf16-mixed")
     kwargs: list[Callable[[str], TrainerValue | None]] = field(default_factory=list)  # `**trainer_kwargs` dicts
+    configs: list[Node] = field(default_factory=list)  # the YAML files the run reads (what they build)
 
     def get(self, key: str) -> TrainerValue | None:
         """The setting, None when left at the Trainer's default; UNKNOWN value when it cannot be
@@ -229,6 +230,8 @@ def _cli_launch_settings(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
         path = project.find(config.value, (config.where.path.parent, project.top(), project.folder))
         tree = _tree(ctx, path) if path is not None else None
         section = tree.get("trainer") if tree is not None else None
+        if tree is not None:
+            trainer.configs.append(tree)
         if section is None or not isinstance(section.value, dict):
             trainer.complete = trainer.complete and path is not None and tree is not None
         else:
@@ -250,13 +253,15 @@ def _cli_project_configs(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
     """No launch command the scan sees names a config (`mytool fit -c experiments/run.yaml`
     through a console script): the `trainer:` sections of the project's LightningCLI configs.
     A setting counts when every config sets it alike; one they disagree on is unknown."""
-    sections = run_configs(ctx).cli_trainer_sections()
-    if not sections:
+    configs = run_configs(ctx).cli_configs()
+    if not configs:
         return
-    _merge_sections(trainer, [section for _path, section in sections])
+    sections = [tree.value["trainer"] for tree in configs]
+    _merge_sections(trainer, sections)
+    trainer.configs.extend(configs)
     if len(sections) == 1:
-        trainer.add_at = sections[0][1].at
-        hint = sections[0][1].commented_key("precision")
+        trainer.add_at = sections[0].at
+        hint = sections[0].commented_key("precision")
         if hint is not None:
             trainer.commented["precision"] = hint
 
@@ -311,6 +316,7 @@ def _launched_yaml(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
                 if tree is None:
                     trainer.complete = False
                     continue
+                trainer.configs.append(tree)
                 section = tree.get("lightning", "trainer") or tree.get("trainer")
                 if section is not None and isinstance(section.value, dict) and section.get("_target_") is None:
                     merged.update(section.value)
