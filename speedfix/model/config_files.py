@@ -3,15 +3,16 @@
 Config-driven projects keep one YAML file per run in a `configs/` (or `config/`, `conf/`,
 `experiments/`) folder of the project's top or of the script's folder, and name there what a
 run builds: `model: {target: pkg.models.VQModel}` (taming-transformers' and Stable Diffusion's
-`instantiate_from_config`), `_target_:` (hydra), `class_path:` (LightningCLI). Two questions are
+`instantiate_from_config`), `_target_:` (hydra), `class_path:` (LightningCLI). Three questions are
 answered from them:
 
 - ``trained_classes``: which LightningModules the runs train (the class the top-level `model`
   builds), and whether the same config gives LightningCLI an `optimizer:` that replaces the
   module's own `configure_optimizers`;
-- ``cli_configs``: the LightningCLI configs (files with a
-  top-level `trainer` mapping beside a `model` or `data` key), for a `LightningCLI` whose launch
-  commands speedfix cannot see (`mytool fit -c experiments/run.yaml` through a console script).
+- ``cli_configs``: the LightningCLI configs (files with a top-level `trainer` mapping beside a
+  `model` or `data` key), for a `LightningCLI` whose launch commands speedfix cannot see
+  (`mytool fit -c experiments/run.yaml` through a console script);
+- ``builds_conv2d``: whether the project classes a run's YAML names build 2-D convolutions.
 
 The files are read through ``ProjectFiles`` (inside the project, as data, recorded for the cache).
 """
@@ -23,10 +24,9 @@ from pathlib import Path
 from typing import Iterator
 from weakref import WeakKeyDictionary
 
-from speedfix.model.config_tree import ConfigError, Node, load
 import libcst as cst
 
-from speedfix.model.config_tree import walk
+from speedfix.model.config_tree import ConfigError, Node, load
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.project_files import ProjectFiles
