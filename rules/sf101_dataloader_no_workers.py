@@ -22,6 +22,7 @@ from speedfix.model.patterns import (
     worker_start_refusal,
 )
 from speedfix.model.rl import reads_replay_buffer
+from speedfix.model.workload import Samples, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 from speedfix.syntax.comments import argument_comments, statement_comments
 
@@ -74,9 +75,14 @@ class DataloaderNoWorkers(Rule):
     ## Impact
     High: without worker processes the GPU waits while every batch is loaded and transformed in
     the training process. Medium when the call asks for 1 or 2 workers (a deliberate count),
-    low for a loader that only evaluation or testing reads. A `speedfix bench` result of the
-    script decides for a training loader: high when it measured 20% or more of the step time
-    waiting for data, medium from 8%, low under 5% on a GPU.
+    but high again when the file composes random image augmentations (`RandomResizedCrop`, a
+    random scale): decoding and transforming images one by one outruns 2 workers. Medium for
+    batches of token ids (a step that feeds `input_ids`): text is usually tokenized ahead, into
+    tensors workers cannot load faster. Low for a loader that only evaluation or testing reads.
+
+    A `speedfix bench` result of the script decides for a training loader, in a scan and in the
+    benchmark's own run-time advice: high when it measured 20% or more of the step time waiting
+    for data, medium from 8%, low under 5% on a GPU.
 
     ## Measured effect
     Workload-dependent: near zero for in-memory tensors, large when `__getitem__` decodes or augments.
@@ -447,9 +453,17 @@ class DataloaderNoWorkers(Rule):
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
+        evaluation = evaluation_loader(self.ctx, finding)
+        if evaluation is not None:
+            return evaluation
+        samples = training_samples(self.ctx)
+        if samples is not None and samples[0] is Samples.IMAGES:
+            return Estimate(Impact.HIGH, samples[1])  # even 2 workers fall behind a GPU
+        if samples is not None:
+            return Estimate(Impact.MEDIUM, f"{samples[1]}: usually tokenized ahead, little for workers to do")
         if finding.severity is Severity.INFO:  # an explicit count of 1 or 2 workers
-            return evaluation_loader(self.ctx, finding) or Estimate(Impact.MEDIUM, "an explicit worker count")
-        return evaluation_loader(self.ctx, finding)
+            return Estimate(Impact.MEDIUM, "an explicit worker count")
+        return None
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*DATALOADER):
