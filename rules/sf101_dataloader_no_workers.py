@@ -75,10 +75,12 @@ class DataloaderNoWorkers(Rule):
     ## Impact
     High: without worker processes the GPU waits while every batch is loaded and transformed in
     the training process. Medium when the call asks for 1 or 2 workers (a deliberate count),
-    but high again when the file composes random image augmentations (`RandomResizedCrop`, a
-    random scale): decoding and transforming images one by one outruns 2 workers. Medium for
-    batches of token ids (a step that feeds `input_ids`): text is usually tokenized ahead, into
-    tensors workers cannot load faster. Low for a loader that only evaluation or testing reads.
+    but high again when the file decodes image files (`Image.open`, an `ImageFolder`) or
+    composes random image augmentations (`RandomResizedCrop`, a random scale): decoding and
+    transforming images one by one outruns 2 workers (not MNIST or CIFAR, small images held in
+    memory). Medium for batches of token ids (a step that feeds `input_ids`, a tokenizer): text
+    is usually tokenized ahead, into tensors workers cannot load faster. Low for a loader that
+    only evaluation or testing reads.
 
     A `speedfix bench` result of the script decides for a training loader, in a scan and in the
     benchmark's own run-time advice: high when it measured 20% or more of the step time waiting

@@ -57,7 +57,7 @@ class DataloaderNoPinMemory(Rule):
     ## Impact
     Medium: pinned memory makes the batch copies asynchronous, a real but modest gain. Low for
     a loader that only evaluation or testing reads, and for batches of token ids (a step that
-    feeds `input_ids`): a copy of a few kilobytes gains next to nothing. (A loader that keeps the GPU waiting needs
+    feeds `input_ids`, a tokenizer): pinning a copy of kilobytes gains next to nothing. (A loader that keeps the GPU waiting needs
     workers first: SF101, which a `speedfix bench` measurement of the data wait decides.)
 
     ## Measured effect

@@ -183,3 +183,11 @@ def test_decoded_images_and_tokenizers_say_what_a_loader_carries(run_cli, write,
     workers = _one(found, "SF101")
     assert workers["impact"] == "medium" and "AutoTokenizer.from_pretrained" in workers["impact_reason"]
     assert _one(found, "SF102")["impact"] == "low"
+
+
+def test_augmenting_cifar_in_memory_is_no_heavy_image_pipeline(run_cli, write, tmp_path):
+    cifar = REGISTRY.replace('Segmentation(root="data", transform=train_transform)',
+                             'torchvision.datasets.CIFAR10(root="data", train=True, transform=train_transform)')
+    write("cifar.py", cifar.replace("import network\n", "import network\nimport torchvision\n"))
+    workers = _one(_json(run_cli, "cifar.py", cwd=tmp_path), "SF101")
+    assert workers["impact"] == "medium" and workers["impact_reason"] == "an explicit worker count"

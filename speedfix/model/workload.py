@@ -77,6 +77,9 @@ _IMAGE_READERS = frozenset({
     "torchvision.datasets.ImageFolder", "torchvision.datasets.folder.ImageFolder",
 })
 
+# torchvision's data sets of small images held in memory as one array.
+_SMALL_IMAGE_SETS = frozenset({"MNIST", "FashionMNIST", "KMNIST", "EMNIST", "QMNIST", "CIFAR10", "CIFAR100", "SVHN"})
+
 
 def name_family(name: str) -> Family | None:
     """The family an architecture name or class names, when its words say it (and agree)."""
@@ -146,18 +149,24 @@ def feeds_token_ids(ctx: FileContext) -> bool:
 @per_file
 def training_samples(ctx: FileContext) -> tuple[Samples, str] | None:
     """(kind, what says so) for the samples the training loaders yield, when the file shows it:
-    images when it decodes image files or composes random augmentations, token ids when a step
-    feeds `input_ids` or the file loads a tokenizer."""
-    tokenizer = None
+    images when it decodes image files or composes random augmentations (not for MNIST or
+    CIFAR, small images held in memory), token ids when a step feeds `input_ids` or the file
+    loads a tokenizer."""
+    tokenizer = images = None
     for site in ctx.calls:
         dotted = dotted_name(site.node.func) or ""
         leaf = dotted.rpartition(".")[2]
-        if _AUGMENTATION.search(leaf):
-            return Samples.IMAGES, f"images decoded and augmented one by one (`{leaf}`)"
-        if (ctx.call_qualname(site) or "") in _IMAGE_READERS:
-            return Samples.IMAGES, f"images decoded one by one (`{dotted}`)"
+        qualified = ctx.call_qualname(site) or ""
+        if qualified.rpartition(".")[2] in _SMALL_IMAGE_SETS and qualified.startswith("torchvision.datasets."):
+            return None  # 32 px images held in memory: augmenting them is cheap
+        if images is None and _AUGMENTATION.search(leaf):
+            images = f"images decoded and augmented one by one (`{leaf}`)"
+        elif images is None and qualified in _IMAGE_READERS:
+            images = f"images decoded one by one (`{dotted}`)"
         if tokenizer is None and "tokenizer" in dotted.lower():
             tokenizer = dotted
+    if images is not None:
+        return Samples.IMAGES, images
     if feeds_token_ids(ctx):
         return Samples.TOKENS, "small batches of token ids"
     if tokenizer is not None:
