@@ -174,6 +174,28 @@ class DataloaderNoWorkers(Rule):
             loader = DataLoader(ds, batch_size=32)
             """
         ),
+        Valid(  # features computed once, returned as a TensorDataset and handed to the probe's trainer
+            """
+            import torch
+            from torch.utils import data
+
+            def encode_all(encoder, dataset):
+                feats = torch.cat([encoder(x) for x, _ in data.DataLoader(dataset, batch_size=64, num_workers=4)])
+                labels = torch.cat([y for _, y in data.DataLoader(dataset, batch_size=64, num_workers=4)])
+                return data.TensorDataset(feats, labels)
+
+            def train_probe(train_feats, epochs=100):
+                loader = data.DataLoader(train_feats, batch_size=64, shuffle=True, num_workers=0)
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        loss = criterion(probe(x.cuda()), y.cuda())
+                        loss.backward()
+                        optimizer.step()
+
+            features = encode_all(encoder, train_images)
+            train_probe(features)
+            """
+        ),
         Valid(  # Lightning's bug-report template: __getitem__ only indexes a tensor it holds
             """
             import torch
