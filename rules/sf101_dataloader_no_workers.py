@@ -8,7 +8,7 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
 from speedfix.model.arguments import find_argument, literal_int
-from speedfix.model.devices import one_process_per_gpu
+from speedfix.model.devices import one_process_per_gpu, trains_on_cpu_only
 from speedfix.model.flow import assigned_name
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
@@ -42,8 +42,10 @@ class DataloaderNoWorkers(Rule):
     `__getitem__` only indexes tensors it holds), where PyTorch's own guidance is to keep
     `num_workers=0` because worker IPC costs more than it saves; samples that are CUDA tensors
     (`.to(device)` in `__getitem__`), which forked workers cannot make; a low worker count with a
-    comment that gives its reason (`num_workers=0,  # h5py handles cannot be forked`); and values
-    speedfix cannot know (`num_workers=args.workers`, unresolved `**kwargs`).
+    comment that gives its reason (`num_workers=0,  # h5py handles cannot be forked`); a script
+    that trains with no sign of a GPU (no CUDA, no device it copies batches to, no framework that
+    picks the GPU); and values speedfix cannot know (`num_workers=args.workers`, unresolved
+    `**kwargs`).
 
     ## Example
     ```python
@@ -127,6 +129,21 @@ class DataloaderNoWorkers(Rule):
                 break
             """
         ),
+        Valid(  # a tutorial that trains on the CPU only: no GPU waits for the batches
+            """
+            import torch
+            import torchvision
+            train_set = torchvision.datasets.MNIST("data", train=True, download=True)
+            train_loader = torch.utils.data.DataLoader(train_set, batch_size=100, shuffle=True)
+            model = torch.nn.Linear(784, 10)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+            for images, labels in train_loader:
+                loss = torch.nn.functional.cross_entropy(model(images.reshape(-1, 784)), labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # a test loader made and never used
             """
             import torch
@@ -163,6 +180,28 @@ class DataloaderNoWorkers(Rule):
             from torch.utils.data import TensorDataset, DataLoader
             ds = TensorDataset(torch.randn(100, 3), torch.randn(100))
             loader = DataLoader(ds, batch_size=32)
+            """
+        ),
+        Valid(  # features computed once, returned as a TensorDataset and handed to the probe's trainer
+            """
+            import torch
+            from torch.utils import data
+
+            def encode_all(encoder, dataset):
+                feats = torch.cat([encoder(x) for x, _ in data.DataLoader(dataset, batch_size=64, num_workers=4)])
+                labels = torch.cat([y for _, y in data.DataLoader(dataset, batch_size=64, num_workers=4)])
+                return data.TensorDataset(feats, labels)
+
+            def train_probe(train_feats, epochs=100):
+                loader = data.DataLoader(train_feats, batch_size=64, shuffle=True, num_workers=0)
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        loss = criterion(probe(x.cuda()), y.cuda())
+                        loss.backward()
+                        optimizer.step()
+
+            features = encode_all(encoder, train_images)
+            train_probe(features)
             """
         ),
         Valid(  # Lightning's bug-report template: __getitem__ only indexes a tensor it holds
@@ -482,6 +521,8 @@ class DataloaderNoWorkers(Rule):
             return  # one evaluation pass after training; the framework builds the training loader
         if never_read(ctx, site) or only_peeked(ctx, site):
             return  # a loader made and never used, or used for a look at one batch
+        if trains_on_cpu_only(ctx):
+            return  # no GPU waits for the batches
         workers = find_argument(ctx, site, "num_workers", 5)
         if workers.unknown or _justified(site, workers.arg):
             return

@@ -175,9 +175,10 @@ class Noise(Dataset):
 
 
 loader = DataLoader(Noise(), batch_size=8)
-model = torch.nn.Linear(8, 1)
+device = "cuda" if torch.cuda.is_available() else "cpu"  # a GPU script (a CPU-only one gets no SF101)
+model = torch.nn.Linear(8, 1).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-""" + LOADER_LOOP
+""" + LOADER_LOOP.replace("model(x), y)", "model(x.to(device)), y.to(device))")
 
 
 def test_a_finding_a_scan_reports_too_is_one_finding_confirmed_at_run_time(write_script, quick_config):
