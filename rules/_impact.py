@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from speedfix.engine.findings import Finding, Impact, Severity
 from speedfix.engine.impact import Estimate
 from speedfix.model.context import FileContext
+from speedfix.model.index import CallSite
+from speedfix.model.arguments import find_argument
 from speedfix.model.model_size import trains_adapters
 from speedfix.model.patterns import DATALOADER
 from speedfix.model.scale import (SMALL_MODEL_PARAMETERS, Role, conv_nets_only, largest_trained_model, loader_role,
-                                   matmul_nets, trains_hub_model)
+                                   matmul_nets, per_file, trains_hub_model)
 
 __all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "conv_nets_only", "evaluation_loader", "matmul_nets",
-           "small_model", "spread_out", "trains_adapters", "trains_hub_model"]  # what a rule's impact_here needs
+           "small_model", "spread_out", "trains_adapters", "trains_hub_model", "unpinned_training_loaders"]  # what a rule's impact_here needs
 
 
 def evaluation_loader(ctx: FileContext, finding: Finding) -> Estimate | None:
@@ -21,6 +25,19 @@ def evaluation_loader(ctx: FileContext, finding: Finding) -> Estimate | None:
     if site is not None and loader_role(ctx, site) is Role.EVALUATION:
         return Estimate(Impact.LOW, "a loader that only evaluation or testing reads", measurable=False)
     return None
+
+
+@per_file
+def unpinned_training_loaders(ctx: FileContext) -> bool:
+    """Does the file build DataLoaders, none of those that may feed training pinned
+    (`pin_memory` not set, or False)?"""
+    loaders = [site for site in ctx.calls_to(*DATALOADER) if loader_role(ctx, site) is not Role.EVALUATION]
+    return bool(loaders) and all(_unpinned(ctx, site) for site in loaders)
+
+
+def _unpinned(ctx: FileContext, site: CallSite) -> bool:
+    pin = find_argument(ctx, site, "pin_memory", 7)
+    return pin.missing or (isinstance(pin.node, cst.Name) and pin.node.value == "False")
 
 
 def small_model(ctx: FileContext, impact: Impact) -> Estimate | None:

@@ -8,7 +8,7 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
 from speedfix.model.arguments import find_argument, literal_int
-from speedfix.model.devices import one_process_per_gpu
+from speedfix.model.devices import one_process_per_gpu, trains_on_cpu_only
 from speedfix.model.flow import assigned_name
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
@@ -22,6 +22,7 @@ from speedfix.model.patterns import (
     worker_start_refusal,
 )
 from speedfix.model.rl import reads_replay_buffer
+from speedfix.model.workload import Samples, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 from speedfix.syntax.comments import argument_comments, statement_comments
 
@@ -41,8 +42,10 @@ class DataloaderNoWorkers(Rule):
     `__getitem__` only indexes tensors it holds), where PyTorch's own guidance is to keep
     `num_workers=0` because worker IPC costs more than it saves; samples that are CUDA tensors
     (`.to(device)` in `__getitem__`), which forked workers cannot make; a low worker count with a
-    comment that gives its reason (`num_workers=0,  # h5py handles cannot be forked`); and values
-    speedfix cannot know (`num_workers=args.workers`, unresolved `**kwargs`).
+    comment that gives its reason (`num_workers=0,  # h5py handles cannot be forked`); a script
+    that trains with no sign of a GPU (no CUDA, no device it copies batches to, no framework that
+    picks the GPU); and values speedfix cannot know (`num_workers=args.workers`, unresolved
+    `**kwargs`).
 
     ## Example
     ```python
@@ -74,9 +77,16 @@ class DataloaderNoWorkers(Rule):
     ## Impact
     High: without worker processes the GPU waits while every batch is loaded and transformed in
     the training process. Medium when the call asks for 1 or 2 workers (a deliberate count),
-    low for a loader that only evaluation or testing reads. A `speedfix bench` result of the
-    script decides for a training loader: high when it measured 20% or more of the step time
-    waiting for data, medium from 8%, low under 5% on a GPU.
+    but high again when the file decodes image files (`Image.open`, an `ImageFolder`) or
+    composes random image augmentations (`RandomResizedCrop`, a random scale): decoding and
+    transforming images one by one outruns 2 workers (not MNIST or CIFAR, small images held in
+    memory). Medium for batches of token ids (a step that feeds `input_ids`, a tokenizer): text
+    is usually tokenized ahead, into tensors workers cannot load faster. Low for a loader that
+    only evaluation or testing reads.
+
+    A `speedfix bench` result of the script decides for a training loader, in a scan and in the
+    benchmark's own run-time advice: high when it measured 20% or more of the step time waiting
+    for data, medium from 8%, low under 5% on a GPU.
 
     ## Measured effect
     Workload-dependent: near zero for in-memory tensors, large when `__getitem__` decodes or augments.
@@ -119,6 +129,21 @@ class DataloaderNoWorkers(Rule):
                 break
             """
         ),
+        Valid(  # a tutorial that trains on the CPU only: no GPU waits for the batches
+            """
+            import torch
+            import torchvision
+            train_set = torchvision.datasets.MNIST("data", train=True, download=True)
+            train_loader = torch.utils.data.DataLoader(train_set, batch_size=100, shuffle=True)
+            model = torch.nn.Linear(784, 10)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+            for images, labels in train_loader:
+                loss = torch.nn.functional.cross_entropy(model(images.reshape(-1, 784)), labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # a test loader made and never used
             """
             import torch
@@ -155,6 +180,28 @@ class DataloaderNoWorkers(Rule):
             from torch.utils.data import TensorDataset, DataLoader
             ds = TensorDataset(torch.randn(100, 3), torch.randn(100))
             loader = DataLoader(ds, batch_size=32)
+            """
+        ),
+        Valid(  # features computed once, returned as a TensorDataset and handed to the probe's trainer
+            """
+            import torch
+            from torch.utils import data
+
+            def encode_all(encoder, dataset):
+                feats = torch.cat([encoder(x) for x, _ in data.DataLoader(dataset, batch_size=64, num_workers=4)])
+                labels = torch.cat([y for _, y in data.DataLoader(dataset, batch_size=64, num_workers=4)])
+                return data.TensorDataset(feats, labels)
+
+            def train_probe(train_feats, epochs=100):
+                loader = data.DataLoader(train_feats, batch_size=64, shuffle=True, num_workers=0)
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        loss = criterion(probe(x.cuda()), y.cuda())
+                        loss.backward()
+                        optimizer.step()
+
+            features = encode_all(encoder, train_images)
+            train_probe(features)
             """
         ),
         Valid(  # Lightning's bug-report template: __getitem__ only indexes a tensor it holds
@@ -447,9 +494,17 @@ class DataloaderNoWorkers(Rule):
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
+        evaluation = evaluation_loader(self.ctx, finding)
+        if evaluation is not None:
+            return evaluation
+        samples = training_samples(self.ctx)
+        if samples is not None and samples[0] is Samples.IMAGES:
+            return Estimate(Impact.HIGH, samples[1])  # even 2 workers fall behind a GPU
+        if samples is not None:
+            return Estimate(Impact.MEDIUM, f"{samples[1]}: usually tokenized ahead, little for workers to do")
         if finding.severity is Severity.INFO:  # an explicit count of 1 or 2 workers
-            return evaluation_loader(self.ctx, finding) or Estimate(Impact.MEDIUM, "an explicit worker count")
-        return evaluation_loader(self.ctx, finding)
+            return Estimate(Impact.MEDIUM, "an explicit worker count")
+        return None
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*DATALOADER):
@@ -466,6 +521,8 @@ class DataloaderNoWorkers(Rule):
             return  # one evaluation pass after training; the framework builds the training loader
         if never_read(ctx, site) or only_peeked(ctx, site):
             return  # a loader made and never used, or used for a look at one batch
+        if trains_on_cpu_only(ctx):
+            return  # no GPU waits for the batches
         workers = find_argument(ctx, site, "num_workers", 5)
         if workers.unknown or _justified(site, workers.arg):
             return

@@ -11,6 +11,7 @@ from speedfix.model.frameworks import framework_uses_cuda
 from speedfix.model.index import CallSite
 from speedfix.model.loaders import Place, evaluation_only, late_value, never_read, only_peeked, samples_place
 from speedfix.model.patterns import DATALOADER
+from speedfix.model.workload import Samples, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 
 
@@ -55,7 +56,8 @@ class DataloaderNoPinMemory(Rule):
 
     ## Impact
     Medium: pinned memory makes the batch copies asynchronous, a real but modest gain. Low for
-    a loader that only evaluation or testing reads. (A loader that keeps the GPU waiting needs
+    a loader that only evaluation or testing reads, and for batches of token ids (a step that
+    feeds `input_ids`, a tokenizer): pinning a copy of kilobytes gains next to nothing. (A loader that keeps the GPU waiting needs
     workers first: SF101, which a `speedfix bench` measurement of the data wait decides.)
 
     ## Measured effect
@@ -274,6 +276,10 @@ class DataloaderNoPinMemory(Rule):
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
+        samples = training_samples(self.ctx)
+        if samples is not None and samples[0] is Samples.TOKENS:
+            small = Estimate(Impact.LOW, f"{samples[1]}: pinning a copy this small gains little")
+            return evaluation_loader(self.ctx, finding) or small
         return evaluation_loader(self.ctx, finding)
 
     def finish(self) -> None:

@@ -11,6 +11,7 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
 from speedfix.model.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype
+from speedfix.rules._impact import Estimate, Finding, Impact, unpinned_training_loaders
 from speedfix.syntax.names import dotted_name
 
 
@@ -55,7 +56,9 @@ class BlockingTransfer(Rule):
 
     ## Impact
     Medium: the CPU waits for each batch's copy instead of queueing the step's kernels; with
-    pinned memory (SF102) the copy overlaps with compute. Nothing moves it.
+    pinned memory (SF102) the copy overlaps with compute. Low when the file's DataLoaders that
+    may feed training are not pinned: a copy from pageable memory stays synchronous with
+    `non_blocking=True`, so the gain comes with SF102's fix, which carries it.
 
     ## Measured effect
     Removes one host synchronisation per copied tensor per step; the PyTorch tutorial on pinned
@@ -330,6 +333,11 @@ class BlockingTransfer(Rule):
     @cached_property
     def batches(self) -> BatchNames:
         return BatchNames(self.ctx)
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        if unpinned_training_loaders(self.ctx):
+            return Estimate(Impact.LOW, "an unpinned loader: the copy stays synchronous until SF102 pins it")
+        return None
 
     def finish(self) -> None:
         pinned = self._all_loaders_pinned()

@@ -11,6 +11,7 @@ from speedfix.model.hardware import pre_ampere_only
 from speedfix.model.networks import training_multiplies_matrices
 from speedfix.model.patterns import matmul_precision_choices
 from speedfix.model.versions import v
+from speedfix.model.workload import Family, small_stated_width, unseen_family
 from speedfix.rules._impact import Estimate, Finding, Impact, conv_nets_only, matmul_nets, small_model
 
 
@@ -73,6 +74,14 @@ class Tf32Disabled(Rule):
     Low for a conv net whose matmuls are at most a classifier head (a zoo CNN, or classes with
     convolutions and no attention or recurrent layer): cuDNN already runs its convolutions in
     TF32.
+
+    A model whose layers are out of sight is judged by what the file says of it: the name that
+    builds it (`network.modeling.__dict__[opts.model]` with `--model deeplabv3plus_mobilenet`, a
+    `GeneratorResNet` or `UNet` class of another module: low; `ViT`, `Bert...`, an LSTM: high),
+    a checkpoint loaded with `from_pretrained` in a file that imports `transformers`, and a step
+    that feeds `input_ids` (a sequence model over token ids): high. A transformer whose stated
+    width is small (`ViT(dim=128)`, at most 256) stays medium. Names that disagree, or none, keep
+    medium.
 
     ## Measured effect
     A 10240x10240 fp32 matmul on an A100: 0.11 s in fp32, 0.016 s with TF32 (about 7x), from
@@ -393,10 +402,19 @@ class Tf32Disabled(Rule):
         small = small_model(self.ctx, Impact.MEDIUM)
         if small is not None:
             return small
-        if not matmul_nets(self.ctx):
-            return Estimate(Impact.MEDIUM, "a model whose layers the scan does not see: TF32 speeds up its matmuls, "
-                                           "not its convolutions")
-        return None
+        if matmul_nets(self.ctx):
+            return None
+        seen = unseen_family(self.ctx)  # layers not in the file: its names, a Hub checkpoint, token ids
+        if seen is not None and seen[0] is Family.CONV:
+            return Estimate(Impact.LOW, f"a conv net by its name ({seen[1]}): cuDNN already runs its convolutions "
+                                        "in TF32")
+        if seen is not None:
+            width = small_stated_width(self.ctx)
+            if width is not None:
+                return Estimate(Impact.MEDIUM, f"a small transformer (width {width})")
+            return Estimate(Impact.HIGH, f"{seen[1]} trained in fp32: its matmuls do the work")
+        return Estimate(Impact.MEDIUM, "a model whose layers the scan does not see: TF32 speeds up its matmuls, "
+                                       "not its convolutions")
 
     def finish(self) -> None:
         ctx = self.ctx

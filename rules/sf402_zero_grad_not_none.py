@@ -67,6 +67,7 @@ class ZeroGradNotNone(Rule):
     """
 
     impact = "low"
+    min_torch = v("1.7")  # `zero_grad(set_to_none=...)` came with torch 1.7: before, the fix would raise
     code = "SF402"
     name = "zero-grad-not-none"
     summary = "Gradients zero-filled (`set_to_none=False`, `p.grad.zero_()` loops) instead of freed"
@@ -84,6 +85,17 @@ class ZeroGradNotNone(Rule):
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             optimizer.zero_grad()
             """
+        ),
+        Valid(  # a project pinned to torch 1.6: `zero_grad` takes no `set_to_none` there
+            """
+            import torch
+            optimizer = torch.optim.Adam(model.parameters())
+            for batch in loader:
+                model(batch).sum().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            torch="1.6",
         ),
         Valid(  # load-bearing: the next step adds into .grad
             """

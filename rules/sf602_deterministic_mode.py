@@ -6,6 +6,8 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.context import FileContext
+from speedfix.model.flow import taken_on_a_gpu
+from speedfix.model.frames import Stack
 from speedfix.model.frameworks import lightning_fits
 from speedfix.model.patterns import DETERMINISTIC_ALGORITHMS
 from speedfix.syntax.blocks import statement_owner
@@ -18,7 +20,8 @@ class DeterministicMode(Rule):
     Finds deterministic mode switched on unconditionally in a CUDA training script:
     `torch.backends.cudnn.deterministic = True` or `torch.use_deterministic_algorithms(True)`.
     A switch behind a condition (`if args.seed is not None:`, `if args.deterministic:`) is a
-    choice the user makes per run and is left alone.
+    choice the user makes per run and is left alone; one behind a test that holds wherever a GPU
+    is (`if not args.disable_cuda and torch.cuda.is_available():`) is not a choice, and is reported.
 
     ## Why is this bad?
     Deterministic mode limits cuDNN and cuBLAS to the algorithms that give bit-identical results,
@@ -112,6 +115,26 @@ class DeterministicMode(Rule):
             """,
             count=2,
         ),
+        Invalid(  # SimCLR: set whenever a GPU is there, which is where it costs
+            """
+            import argparse
+            import torch
+            import torch.backends.cudnn as cudnn
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--disable-cuda", action="store_true")
+
+            def main():
+                args = parser.parse_args()
+                if not args.disable_cuda and torch.cuda.is_available():
+                    args.device = torch.device("cuda")
+                    cudnn.deterministic = True
+                    cudnn.benchmark = True
+                for x, y in loader:
+                    loss = model(x.to(args.device)).sum()
+                    loss.backward()
+                    opt.step()
+            """,
+        ),
         Invalid(  # a Lightning script: the Trainer keeps the flag the script set (and benchmark off)
             """
             import torch
@@ -146,16 +169,17 @@ class DeterministicMode(Rule):
             if not name.endswith("cudnn.deterministic"):
                 continue
             for assignment in assignments:
-                if literal_bool(ctx, assignment.value, assignment.stack) and not _conditional(ctx, assignment.statement):
+                if literal_bool(ctx, assignment.value, assignment.stack) and not _conditional(ctx, assignment.statement, assignment.stack):
                     self.report(assignment.value, "`cudnn.deterministic = True` rules out the fastest convolution algorithms")
         for site in ctx.calls_to(*DETERMINISTIC_ALGORITHMS):
             mode = find_argument(ctx, site, "mode", 0)
-            if literal_bool(ctx, mode.node, site.stack) and not _conditional(ctx, site.statement):
+            if literal_bool(ctx, mode.node, site.stack) and not _conditional(ctx, site.statement, site.stack):
                 self.report(site.node, "`use_deterministic_algorithms(True)` rules out fast nondeterministic kernels")
 
 
-def _conditional(ctx: FileContext, statement: cst.BaseStatement | None) -> bool:
-    """Is ``statement`` under an `if` (other than the `__main__` guard)?"""
+def _conditional(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack) -> bool:
+    """Is ``statement`` under an `if` (other than the `__main__` guard, and a test that holds
+    on every GPU machine: `if not args.disable_cuda and torch.cuda.is_available():`)?"""
     if statement is None:
         return False
     owner = statement_owner(ctx, statement)
@@ -163,5 +187,5 @@ def _conditional(ctx: FileContext, statement: cst.BaseStatement | None) -> bool:
         return False
     node = owner[0]
     if isinstance(node, cst.If):
-        return not is_main_guard(node.test)
+        return not (is_main_guard(node.test) or taken_on_a_gpu(ctx, node.test, stack))
     return isinstance(node, cst.Else)

@@ -13,6 +13,7 @@ from speedfix.model.flow import comes_before
 from speedfix.model.forward import calls_model, with_statement
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import CallSite, LoopInfo
+from speedfix.model.loaders import stops_at_once
 from speedfix.model.networks import optimized_modules
 from speedfix.model.patterns import is_dataloader, unwrap_iterable
 from speedfix.model.rl import is_acting_function
@@ -116,6 +117,22 @@ class EvalWithoutNoGrad(Rule):
     effect = "No autograd graph or saved activations in evaluation: fairchem's fell from up to 8 GB to 2 GB."
 
     VALID = [
+        Valid(  # after training, a notebook prints the shape of one batch's embeddings and stops
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            optimizer = torch.optim.Adam(encoder.parameters())
+            for x, y in train_loader:
+                loss = criterion(encoder(x), y)
+                loss.backward()
+                optimizer.step()
+            preview = DataLoader(test_set, batch_size=4)
+            for batch in preview:
+                images, labels = batch
+                print(encoder(images).shape)
+                break
+            """
+        ),
         Valid(  # decorated (DeiT's engine.evaluate)
             """
             import torch
@@ -475,8 +492,11 @@ class EvalWithoutNoGrad(Rule):
         """In a loop, in a function called in a loop of the file, or in a policy's `act` /
         `select_action` (called by the training loop of another file)."""
         ctx = self.ctx
-        if ctx.nearest_loop(site.stack) is not None:
-            return True
+        for frame in reversed(site.stack):
+            if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
+                break
+            if frame.kind is FrameKind.LOOP and not (isinstance(frame.node, cst.For) and stops_at_once(frame.node)):
+                return True  # a loop that stops after its first pass (a look at one batch) runs it once
         function = ctx.function_of(site.stack)
         if not isinstance(function, cst.FunctionDef):
             return False

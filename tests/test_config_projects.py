@@ -183,3 +183,53 @@ def test_a_pinned_torch_below_2_silences_advice_that_needs_torch_2(write, run_cl
     assert "SF401" in pinned.stdout
     write("requirements.txt", "torch>=1.13\n")  # a pin that admits the installed torch changes nothing
     assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+
+
+# ---------------------------------------------------------------------- recipes named in the project's docs
+TRL_SCRIPT = """\
+from trl import ModelConfig, TrlParser
+from handbook import ScriptArguments, SFTConfig
+
+def main():
+    parser = TrlParser((ScriptArguments, SFTConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config()
+
+if __name__ == "__main__":
+    main()
+"""
+HANDBOOK_CONFIGS = """\
+from dataclasses import dataclass, field
+import trl
+
+@dataclass
+class SFTConfig(trl.SFTConfig):
+    chat_template: str = field(default=None)
+    dataloader_num_workers: int = 4
+"""
+
+
+def test_a_recipe_named_in_a_readme_of_another_folder_is_read(write, run_cli, tmp_path):
+    """alignment-handbook's layout: the script imports its config class from the project's own
+    package (src layout), and only the recipes' READMEs say how it runs (`--config`, a brace
+    pair of recipes, a recipe given as the first argument)."""
+    write("pyproject.toml", "[project]\nname = 'handbook'\n")
+    write("scripts/sft.py", TRL_SCRIPT)
+    write("src/handbook/__init__.py", "from .configs import ScriptArguments, SFTConfig\n")
+    write("src/handbook/configs.py", HANDBOOK_CONFIGS)
+    write("recipes/small/README.md", """\
+        Train it:
+        ```shell
+        accelerate launch scripts/sft.py --config recipes/small/sft/config_{a,b}.yaml
+        accelerate launch scripts/sft.py recipes/small/sft/config_a.yaml --load_in_4bit=true
+        ```
+        """)
+    write("recipes/small/sft/config_a.yaml", "bf16: true\ngradient_checkpointing: true\nlearning_rate: 1.0e-5\n")
+    write("recipes/small/sft/config_b.yaml", "bf16: true\ngradient_checkpointing: true\nlearning_rate: 2.0e-5\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    lines = result.stdout.splitlines()
+    # the subclass sets the workers itself (unknown here: no advice); compile is left at its default
+    assert any(line.startswith("scripts/sft.py:5:") and "`torch_compile`" in line
+               and "dataloader_num_workers" not in line for line in lines), result.stdout
+    # both recipes turn checkpointing on: the finding points at the YAML line that does
+    assert any(line.startswith("recipes/small/sft/config_a.yaml:2:1: SF902 `gradient_checkpointing=True`")
+               for line in lines), result.stdout

@@ -56,6 +56,30 @@ def test_tensors_of_a_training_step():
     assert tensors(ctx) is found  # computed once per file
 
 
+def test_backward_to_look_at_gradients_is_no_training_step():
+    ctx = context("""
+        import torch
+        def receptive_field(img, out):
+            out[0, :, 5, 5].sum().backward(retain_graph=True)
+            field = img.grad.abs()
+            img.grad.fill_(0)
+            return field.cpu()
+        for layer in range(4):
+            features = conv(features)
+            receptive_field(image, features)
+        for x in batches:  # a hand-written SGD step reads the gradients to update
+            loss = (w * x).sum()
+            loss.backward()
+            with torch.no_grad():
+                w -= 0.1 * w.grad
+        for x in batches:  # nothing read: a step whose update speedfix cannot see
+            model(x).sum().backward()
+    """)
+    layers, sgd, unseen = (info.node for info in ctx.loops.values())
+    assert layers not in ctx.step_loops
+    assert sgd in ctx.step_loops and unseen in ctx.step_loops
+
+
 def test_host_values_and_syncs():
     assert returns_tensor("torch.zeros") and returns_tensor("torch.nn.functional.softmax")
     assert not returns_tensor("torch.device") and not returns_tensor("torch.is_tensor")

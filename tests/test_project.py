@@ -505,7 +505,8 @@ def test_a_conv_net_defined_in_a_models_package(run_cli, tmp_path, write):
         optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
         for inputs, targets in trainloader:
             inputs, targets = inputs.to(device), targets.to(device)
-            loss = torch.nn.functional.cross_entropy(net(inputs), targets)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(net(inputs), targets)
             loss.backward()
             optimizer.step()
         """)

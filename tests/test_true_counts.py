@@ -1,5 +1,6 @@
 """Advice per model, and `apply` counts only what it wrote: a GAN's generator and discriminator
-(as pytorch/examples' DCGAN trains them) each get their own compile and channels-last advice."""
+(as pytorch/examples' DCGAN trains them, here in bf16) each get their own compile and
+channels-last advice."""
 
 from __future__ import annotations
 
@@ -44,11 +45,13 @@ optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4)
 for epoch in range(5):
     for data in dataloader:
         real = data[0].to(device)
-        errD = netD(real)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            errD = netD(real)
         errD.backward()
         optimizerD.step()
         noise = torch.randn(64, 100, 1, 1, device=device)
-        errG = netD(netG(noise))
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            errG = netD(netG(noise))
         errG.backward()
         optimizerG.step()
 """

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from speedfix.engine.impact import Measurements, verdict
 from speedfix.model.torch_api import FUSABLE_OPTIMIZERS, TENSOR_DATASET
 from speedfix.model.versions import DEFAULT_TARGET, TorchVersion
 
@@ -149,12 +150,37 @@ def _value(attr: object) -> str | None:
     return None if attr is None else str(getattr(attr, "value", attr))
 
 
+def figures(run: RunResult, source: str) -> Measurements:
+    """What a run measured that decides a finding's impact (the data wait, the median step),
+    each figure kept only when it is a number in its range."""
+    step = run.timing.step_time_s.median if run.timing.step_time_s is not None else None
+    return Measurements(source, device=run.device.type, data_wait=_share(run.data.data_wait_fraction),
+                        step_time_s=_positive(step))
+
+
+def _share(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1 else None
+
+
+def _positive(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def _impact(rule: type, measured: Measurements) -> str | None:
+    """The rule's usual impact, or what this run measured where it decides (a data wait of 58%
+    puts a loader finding first)."""
+    measure = getattr(rule, "measure", None)
+    decided = verdict(measure, measured) if measure is not None else None
+    return _value(decided[0]) if decided is not None else _value(getattr(rule, "impact", None))
+
+
 def judge(run: RunResult) -> list[RuntimeFinding]:
     """The run-time findings of one run, each once, on the device it ran on."""
     facts = run.runtime
     if facts is None or not run.reported:
         return []
     device = run.device.type
+    measured = figures(run, "this run")
     found: dict[tuple[str, str | None, int | None], RuntimeFinding] = {}
     for check in CHECKS:
         for code, message, file, line in check(run, facts):
@@ -163,7 +189,7 @@ def judge(run: RunResult) -> list[RuntimeFinding]:
                 continue  # the advice does not apply on this device
             found.setdefault((code, file, line), RuntimeFinding(
                 code=code, name=rule.name, message=message, severity=_value(rule.severity) or "warning",
-                impact=_value(getattr(rule, "impact", None)), file=file, line=line, device=device))
+                impact=_impact(rule, measured), file=file, line=line, device=device))
     return list(found.values())
 
 

@@ -41,7 +41,8 @@ def beside(script: Path) -> Path:
 
 def read_result(path: Path, shown: str) -> tuple[Measurements, str]:
     """The figures of a run's JSON and the script it names. Raises BenchResultError."""
-    from speedfix.bench.results import RUN_SCHEMA, RunResult  # only when a result is at hand
+    from speedfix.bench.advice import figures as measured  # only when a result is at hand
+    from speedfix.bench.results import RUN_SCHEMA, RunResult
 
     try:
         if path.stat().st_size > _MAX_BYTES:
@@ -54,23 +55,13 @@ def read_result(path: Path, shown: str) -> tuple[Measurements, str]:
                                f"(schema {RUN_SCHEMA})")
     try:
         run = RunResult.from_json(data)
-        measured = run.measured
-        step = run.timing.step_time_s.median if run.timing.step_time_s is not None else None
-        wait = run.data.data_wait_fraction
-        figures = Measurements(shown, device=run.device.type, data_wait=_share(wait), step_time_s=_positive(step))
+        figures = measured(run, shown)
+        steps = run.measured
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
         raise BenchResultError(f"{shown}: a `speedfix bench` result with unexpected contents: {exc}") from None
-    if not measured:
+    if not steps:
         raise BenchResultError(f"{shown}: the benchmark measured no steps (status {run.status!r})")
     return figures, str(run.script or "")
-
-
-def _share(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1 else None
-
-
-def _positive(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def find_benches(scripts: dict[Path, str], given: list[Path]) -> tuple[list[Bench], list[Note]]:

@@ -87,12 +87,18 @@ def _host_sync(m: Measurements) -> tuple[Impact, str] | None:
 _JUDGES = {Measure.DATA_WAIT: _data_wait, Measure.HOST_SYNC: _host_sync}
 
 
+def verdict(measure: Measure | str, measurements: Measurements) -> tuple[Impact, str] | None:
+    """(impact, the figure said in words) that ``measurements`` give a finding judged by
+    ``measure``; None when they do not decide it."""
+    return _JUDGES[Measure(measure)](measurements)
+
+
 def judge(findings: Iterable[Finding], measurements: Measurements) -> None:
     """Set the impact of each finding that ``measurements`` bear on (in place)."""
     for finding in findings:
         if finding.measure is None:
             continue
-        verdict = _JUDGES[Measure(finding.measure)](measurements)
-        if verdict is not None:
-            finding.impact, finding.impact_reason = verdict
+        decided = verdict(finding.measure, measurements)
+        if decided is not None:
+            finding.impact, finding.impact_reason = decided
             finding.measured = True

@@ -29,6 +29,7 @@ import libcst as cst
 from speedfix.model.config_tree import ConfigError, Node, load
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method, function_of
+from speedfix.model.project_classes import module_path
 from speedfix.model.project_files import ProjectFiles
 from speedfix.project.facts import ModuleFacts, extract_facts
 
@@ -235,14 +236,9 @@ def _module(project: ProjectFiles, module: str, seen: dict[str, _Module | None])
     if module in seen:
         return seen[module]
     seen[module] = None
-    if not module or len(seen) > _MAX_FILES:
+    path = module_path(project, module) if len(seen) <= _MAX_FILES else None
+    if path is None:
         return None
-    relative = Path(*module.split("."))
-    for base in dict.fromkeys((project.top(), project.top() / "src")):
-        for path, package in ((base / relative.with_suffix(".py"), False), (base / relative / "__init__.py", True)):
-            if not project.is_file(path):
-                continue
-            facts = extract_facts(project.text(path) or "")
-            seen[module] = _Module(facts, package) if facts is not None else None
-            return seen[module]
-    return None
+    facts = extract_facts(project.text(path) or "")
+    seen[module] = _Module(facts, path.name == "__init__.py") if facts is not None else None
+    return seen[module]

@@ -5,7 +5,9 @@ it, the training loops. A *step loop* is a ``for``/``while`` whose body calls ``
 (``accelerator.backward(loss)`` too), an optimizer's/scaler's ``.step()`` or a callable loss
 scaler (``loss_scaler(loss, optimizer, ...)``) outside any nested loop, directly or in a function
 it calls (one level): one of this file (``f()``, ``self.f()``, ``obj.f()`` for an object made by
-a class of this file) or of another scanned file (``Links``, see ``speedfix.project``). Code is
+a class of this file) or of another scanned file (``Links``, see ``speedfix.project``); a
+`.backward()` with no update beside it, in code that only reads the gradients it makes (a
+receptive field or a saliency map drawn from `img.grad`), marks no step. Code is
 *hot* when its nearest enclosing step loop is reached before a function boundary and no periodic
 guard sits in between; functions called from hot code (one level, also from another scanned
 file) and Lightning ``training_step`` methods are hot too, except for code under ``if
@@ -25,6 +27,7 @@ from speedfix.model.index import CallSite, FileIndex, FunctionInfo
 from speedfix.project.facts import FunctionFacts
 from speedfix.project.steps import is_loss_scaler_call, is_optimizer_name
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 LIGHTNING_MODULE = (
     "lightning.LightningModule",
@@ -48,16 +51,18 @@ class FileContext(FileIndex):
         name = dotted_name(receiver)
         return name is not None and is_optimizer_name(name)
 
-    def _is_step_marker(self, site: CallSite) -> bool:
-        """`.backward()` (also `accelerator.backward(loss)`, `scaler.scale(loss).backward()`),
-        an optimizer's or scaler's `.step()`, `loss_scaler(loss, optimizer, ...)`."""
+    def _is_backward(self, site: CallSite) -> bool:
+        """`.backward()` (also `accelerator.backward(loss)`, `scaler.scale(loss).backward()`)."""
         func = site.node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "backward":
             return True
+        return self.call_qualname(site) == "torch.autograd.backward"
+
+    def _is_update(self, site: CallSite) -> bool:
+        """An optimizer's or scaler's `.step()`, `loss_scaler(loss, optimizer, ...)`."""
+        func = site.node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "step":
             return self.is_optimizer_like(func.value, site.stack)
-        if self.call_qualname(site) == "torch.autograd.backward":
-            return True
         return self.is_loss_scaler(site)
 
     @staticmethod
@@ -70,20 +75,22 @@ class FileContext(FileIndex):
 
     @cached_property
     def _markers(self) -> tuple[set[cst.CSTNode], set[cst.CSTNode]]:
-        """(loops with a marker directly in their body, functions with one outside loops)."""
-        loops: set[cst.CSTNode] = set()
-        functions: set[cst.CSTNode] = set()
+        """(loops with a marker directly in their body, functions with one outside loops).
+
+        A place whose only markers are `.backward()` calls and that reads gradients without
+        updating anything with them (`img.grad.abs()` to draw a receptive field or a saliency
+        map) differentiates to look, not to train: it is no step."""
+        places: dict[cst.CSTNode, bool] = {}  # place -> it also updates (an optimizer step)
         for site in self.calls:
-            if not self._is_step_marker(site):
+            update = self._is_update(site)
+            if not update and not self._is_backward(site):
                 continue
-            loop = self.nearest_loop(site.stack)
-            if loop is not None:
-                loops.add(loop)
-            else:
-                function = self.function_of(site.stack)
-                if function is not None:
-                    functions.add(function)
-        return loops, functions
+            place = self.nearest_loop(site.stack) or self.function_of(site.stack)
+            if place is not None:
+                places[place] = places.get(place, False) or update
+        steps = {place for place, update in places.items() if update or not _inspects_gradients(place)}
+        loops = {place for place in steps if isinstance(place, (cst.For, cst.While))}
+        return loops, steps - loops
 
     def local_callees(self, site: CallSite) -> list[FunctionInfo]:
         """The same-file functions a call may run: `f(...)`, `self.f(...)`, and `obj.f(...)`
@@ -222,3 +229,25 @@ class FileContext(FileIndex):
             if (frame.kind is FrameKind.LOOP and frame.node in self.step_loops) or frame.kind is FrameKind.FUNCTION:
                 return frame.node
         return None
+
+
+# In-place tensor methods that update weights with a gradient (`p.data.add_(p.grad, alpha=-lr)`).
+_IN_PLACE_UPDATES = frozenset({"add_", "sub_", "mul_", "div_", "addcmul_", "addcdiv_", "copy_", "lerp_"})
+
+
+def _inspects_gradients(place: cst.CSTNode) -> bool:
+    """Does ``place`` read a `.grad` and never update anything with one: no `w -= lr * w.grad`,
+    no arithmetic on a gradient, no `p.data.add_(p.grad, ...)` (a hand-written SGD step)?"""
+    reads = False
+    for node in walk_expression(place):
+        if isinstance(node, (cst.AugAssign, cst.BinaryOperation)) and _mentions_grad(node):
+            return False
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in _IN_PLACE_UPDATES and any(_mentions_grad(arg.value) for arg in node.args):
+            return False
+        reads = reads or (isinstance(node, cst.Attribute) and node.attr.value == "grad")
+    return reads
+
+
+def _mentions_grad(node: cst.CSTNode) -> bool:
+    return any(isinstance(sub, cst.Attribute) and sub.attr.value == "grad" for sub in walk_expression(node))

@@ -25,6 +25,12 @@ def uses_cuda(ctx: FileContext) -> bool:
     return found
 
 
+def trains_on_cpu_only(ctx: FileContext) -> bool:
+    """Does the file train with no sign of a GPU anywhere: no CUDA, no framework that picks the
+    GPU, nothing copied to a device? Advice about feeding a GPU (loader workers) is then moot."""
+    return ctx.drives_training and not uses_cuda(ctx) and not copies_to_device(ctx)
+
+
 _COPIES: WeakKeyDictionary[FileContext, bool] = WeakKeyDictionary()
 
 

@@ -19,7 +19,7 @@ import libcst as cst
 
 from speedfix.model.arguments import argparse_option, find_argument, parameter_default
 from speedfix.model.context import FileContext
-from speedfix.model.frames import Stack, class_of
+from speedfix.model.frames import Frame, FrameKind, Stack, class_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
@@ -93,6 +93,22 @@ def default_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, dept
         return _none_test(ctx, test, stack, depth) if _is_none_test(test) else _number_test(ctx, test, stack, depth)
     value = _default_value(ctx, test, stack, depth)
     return None if value is _UNKNOWN else _truth(value)
+
+
+def taken_on_a_gpu(ctx: FileContext, test: cst.BaseExpression, stack: Stack) -> bool:
+    """Is ``test`` certainly true on a GPU machine with the script's defaults: `torch.cuda.
+    is_available()`, and-ed with tests true by default (`not args.disable_cuda`)?"""
+    parts: list[cst.BaseExpression] = [test]
+    found_gpu = False
+    while parts:
+        part = parts.pop()
+        if isinstance(part, cst.BooleanOperation) and isinstance(part.operator, cst.And):
+            parts.extend((part.left, part.right))
+        elif isinstance(part, cst.Call) and ctx.qualname(part.func) == "torch.cuda.is_available":
+            found_gpu = True
+        elif default_truth(ctx, part, stack) is not True:
+            return False
+    return found_gpu
 
 
 _NUMBER_TESTS = {
@@ -188,26 +204,47 @@ def _stored_attribute(ctx: FileContext, name: str, stack: Stack) -> Assignment |
 def _argument_default(ctx: FileContext, name: str, stack: Stack, depth: int) -> object:
     """A parameter of a module-level function: the value every call of it in the file passes
     (torchvision's `train_one_epoch(..., scaler)` with `scaler = GradScaler() if args.amp else None`)."""
+    passed = passed_arguments(ctx, name, stack)
+    values = [_default_value(ctx, given, at, depth + 1) for given, at in passed or ()]
+    if not values or any(v is _UNKNOWN for v in values) or any(v is not values[0] and v != values[0] for v in values):
+        return _UNKNOWN
+    return values[0]
+
+
+def passed_arguments(ctx: FileContext, name: str, stack: Stack) -> list[tuple[cst.BaseExpression, Stack]] | None:
+    """The parameter ``name`` of the module-level function around ``stack``: what each call of
+    the function in the file passes for it (the default where a call leaves it out), with the
+    stack of the call. None when that cannot be known (the function rebinds the name, a call
+    passes `*args`, a required parameter is left out); an empty list when nothing calls it."""
     function = ctx.function_of(stack)
     if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
-        return _UNKNOWN
+        return None
     params = [param.name.value for param in function.params.params]
     if name not in params or not any(
             info.node is function and not info.stack for info in ctx.functions.get(function.name.value, ())):
-        return _UNKNOWN
+        return None
     index = params.index(name)
-    values = []
+    found: list[tuple[cst.BaseExpression, Stack]] = []
     for site in ctx.calls:
         if site.func != function.name.value:
             continue
         passed = find_argument(ctx, site, name, index)
         given = function.params.params[index].default if passed.missing else passed.node
         if given is None:
-            return _UNKNOWN  # `*args` in the call, or a required parameter left out
-        values.append(_default_value(ctx, given, site.stack, depth + 1))
-    if not values or any(v is _UNKNOWN for v in values) or any(v is not values[0] and v != values[0] for v in values):
-        return _UNKNOWN
-    return values[0]
+            return None  # `*args` in the call, or a required parameter left out
+        found.append((given, site.stack))
+    return found
+
+
+def returned_values(ctx: FileContext, name: str | None) -> list[tuple[cst.BaseExpression, Stack]] | None:
+    """What the module-level function ``name`` of the file returns, each value with the stack
+    inside the function (None when no single such function is defined)."""
+    functions = [info for info in ctx.functions.get(name or "", ()) if not info.stack]
+    if len(functions) != 1:
+        return None
+    inside = (Frame(FrameKind.FUNCTION, functions[0].node),)
+    return [(node.value, inside) for node in walk_expression(functions[0].node.body)
+            if isinstance(node, cst.Return) and node.value is not None]
 
 
 def _option_default(ctx: FileContext, call: cst.Call, stack: Stack, depth: int) -> object:

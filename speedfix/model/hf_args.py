@@ -5,9 +5,12 @@ and TRL's `TrlParser((ScriptArguments, SFTConfig, ModelConfig)).parse_args_and_c
 the training arguments from the command line. Their settings are then, in this order:
 
 1. the project's launch commands (``speedfix.model.launch``): `--bf16 True` in every command
-   that runs the script, or `--config recipe.yaml` for TRL's parser;
+   that runs the script, or the value the recipe YAML each command names gives (`--config
+   recipe.yaml` for TRL's parser, or a YAML as the script's first argument);
 2. the field defaults of the project's own subclass (`class TrainingArguments(transformers.
-   TrainingArguments): optim: str = field(default="adamw_torch")`), read from this file;
+   TrainingArguments): optim: str = field(default="adamw_torch")`), read from this file; a
+   subclass the script imports from the project's package (``speedfix.model.project_classes``)
+   makes the fields it sets unknown;
 3. TRL's defaults for its configs (0.22 and newer): `gradient_checkpointing=True`, and `bf16` on
    unless `fp16` is (so precision is TRL's business, never reported as fp32);
 4. transformers' own defaults (fp32, no TF32 setting, no loader workers, ...).
@@ -18,6 +21,7 @@ variable, is unknown: the rules stay silent about it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -30,7 +34,8 @@ from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import HF_ARGUMENT_PARSERS, HF_TRAINING_ARGUMENTS, TRL_CONFIGS
 from speedfix.model.index import CallSite
-from speedfix.model.project_files import Location
+from speedfix.model.project_classes import project_class
+from speedfix.model.project_files import Location, ProjectFiles
 from speedfix.syntax.nodes import integer_value
 
 TRL_DEFAULTS = {"gradient_checkpointing": True}
@@ -80,21 +85,18 @@ class ParsedArguments:
     parse: CallSite
     qualname: str  # transformers' or TRL's class it is (or derives from)
     fields: dict[str, cst.BaseExpression]  # field defaults of the project's own subclass
-    recipe: dict[str, tuple[Any, Location]]  # TRL's `--config` YAML
+    recipes: tuple[dict[str, tuple[Any, Location]] | None, ...]  # per launch command, its `--config` YAML
 
     @property
     def trl(self) -> bool:
         return self.qualname in TRL_CONFIGS
 
     def setting(self, key: str) -> Setting:
-        given = launch.option(self.ctx, key)
+        given = launch.option(self.ctx, key, files=self.recipes)
         if given.state is launch.State.MIXED or (given.state is launch.State.KNOWN and not given.known):
             return Setting(UNKNOWN, Source.LAUNCH, given.where)
         if given.known:
             return Setting(_parsed(given.value), Source.LAUNCH, given.where)
-        if key in self.recipe:
-            value, where = self.recipe[key]
-            return Setting(value, Source.LAUNCH, where)
         if key in self.fields:
             value = _literal(self.fields[key])
             return Setting(value, Source.FIELD, node=self.fields[key])
@@ -131,7 +133,7 @@ def parsed_arguments(ctx: FileContext) -> list[ParsedArguments]:
         for element in _classes(ctx, site.node.args[0].value, site):
             qualname, fields = _training_class(ctx, element)
             if qualname is not None:
-                found.append(ParsedArguments(ctx, element, parse, qualname, fields, _recipe(ctx)))
+                found.append(ParsedArguments(ctx, element, parse, qualname, fields, _recipes(ctx)))
     return found
 
 
@@ -205,6 +207,8 @@ def _training_class(ctx: FileContext, node: cst.BaseExpression) -> tuple[str | N
     if qualname in known:
         return _canonical(qualname), {}
     name = node.value if isinstance(node, cst.Name) else None
+    if name is not None and name not in ctx.classes and qualname and ctx.project is not None:
+        return _project_training_class(ctx.project, qualname, known)
     if name is None or name not in ctx.classes:
         return None, {}
     bases = ctx.class_bases(name)
@@ -222,6 +226,17 @@ def _training_class(ctx: FileContext, node: cst.BaseExpression) -> tuple[str | N
                     if key not in fields:
                         fields[key] = _field_default(ctx, small.value)
     return _canonical(base), fields
+
+
+def _project_training_class(project: ProjectFiles, qualname: str, known: tuple[str, ...]
+                            ) -> tuple[str | None, dict[str, cst.BaseExpression]]:
+    """A subclass another file of the project defines (`from alignment import SFTConfig`): the
+    fields it gives a value are unknown here (the rules stay silent about them)."""
+    found = project_class(project, qualname)
+    base = next((b for b in found.bases if b in known), None) if found is not None else None
+    if found is None or base is None:
+        return None, {}
+    return _canonical(base), {key: cst.Name("UNKNOWN_DEFAULT") for key in found.fields}
 
 
 def _lineage(ctx: FileContext, name: str) -> list[str]:
@@ -264,9 +279,10 @@ def _literal(node: cst.BaseExpression) -> Any:
 
 
 def _parsed(value: object) -> Any:
-    """A launch option's text as the parser reads it: booleans, numbers, strings."""
-    if value is True:
-        return True
+    """A launch option's text as the parser reads it: booleans, numbers, strings (a config
+    file's values are typed already)."""
+    if value is True or isinstance(value, (bool, int, float)) or value is None:
+        return value
     truth = launch.truth(value)
     if truth is not None and isinstance(value, str) and value.lower() in ("true", "false"):
         return truth
@@ -278,20 +294,53 @@ def _parsed(value: object) -> Any:
     return UNKNOWN
 
 
-def _recipe(ctx: FileContext) -> dict[str, tuple[Any, Location]]:
-    """TRL's `--config recipe.yaml`, when every launch command names the same file."""
-    given = launch.option(ctx, "config")
-    if not given.known or not isinstance(given.value, str) or ctx.project is None or given.where is None:
+def _recipes(ctx: FileContext) -> tuple[dict[str, tuple[Any, Location]] | None, ...]:
+    """Per launch command, the values of the recipe YAML it names with `--config` (TRL's parser
+    reads it): empty for a command that names none, None for one whose file cannot be read."""
+    return tuple(_recipe(ctx, command) for command in launch.launches(ctx))
+
+
+def _recipe(ctx: FileContext, command: launch.Launch) -> dict[str, tuple[Any, Location]] | None:
+    """The recipe of one command: `--config recipe.yaml`, or the YAML file given as the script's
+    first argument (`sft.py recipes/config_qlora.yaml`); `config_{a,b}.yaml` names both files,
+    and a value is known where they say the same."""
+    given = command.options.get("config")
+    if given is None and command.positional and command.positional[0].lower().endswith((".yaml", ".yml")):
+        given = command.positional[0]
+    if given is None or ctx.project is None:
         return {}
+    if not isinstance(given, str):
+        return None
+    recipes = [_recipe_file(ctx, command, name) for name in _brace_expansion(given)]
+    if any(recipe is None for recipe in recipes):
+        return None
+    merged: dict[str, tuple[Any, Location]] = {}
+    for recipe in recipes:
+        for key, (value, where) in recipe.items():  # type: ignore[union-attr]
+            agree = all(key in other and other[key][0] == value for other in recipes)  # type: ignore[operator]
+            merged.setdefault(key, (value if agree else launch.UNKNOWN_VALUE, where))
+    return merged
+
+
+def _recipe_file(ctx: FileContext, command: launch.Launch, name: str) -> dict[str, tuple[Any, Location]] | None:
     project = ctx.project
-    path = project.find(given.value, (given.where.path.parent, project.top(), project.folder))
+    assert project is not None
+    path = project.find(name, (command.file.parent, project.top(), project.folder))
     if path is None or path.suffix.lower() not in (".yaml", ".yml"):
-        return {}
+        return None
     try:
         tree = load(project, path)
     except ConfigError as exc:
         project.note(path, f"not read: {exc}")
-        return {}
+        return None
     if tree is None or not isinstance(tree.value, dict):
-        return {}
+        return None
     return {key: (node.plain(), node.at) for key, node in tree.value.items()}
+
+
+def _brace_expansion(word: str) -> list[str]:
+    """`config_{grok,anthropic}.yaml` -> both names, as the shell expands them (one brace)."""
+    match = re.search(r"\{([^{}]*,[^{}]*)\}", word)
+    if match is None:
+        return [word]
+    return [word[:match.start()] + part + word[match.end():] for part in match.group(1).split(",")]

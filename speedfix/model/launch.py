@@ -7,8 +7,10 @@ framework script are often given there, not in the script. The launch files of a
 - shell scripts (`.sh`, `.bash`, `.slurm`) in the script's folder and its subfolders (three
   levels: DeepSpeed-Chat keeps them in `training_scripts/opt/single_gpu/`), and in the folders
   above it up to the project's top, with their `scripts/` subfolders;
-- the fenced code blocks of the README files of those folders, and the script's own module
-  docstring (TRL documents its example runs there).
+- the fenced code blocks of the README files of those folders and of the project's other
+  folders (three levels below its top: `recipes/<model>/README.md`), of the Markdown files of
+  its `docs/` folders, and the script's own module docstring (TRL documents its example runs
+  there).
 
 A command runs *this* script when a word of it names the script's path relative to the launch
 file, the project's top or the script's folder (`python -m pkg.train` counts too). What follows
@@ -25,6 +27,7 @@ import shlex
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Callable, Mapping, Sequence
 from weakref import WeakKeyDictionary
 
 import libcst as cst
@@ -34,11 +37,15 @@ from speedfix.model.project_files import Location, ProjectFiles
 
 SHELL_SUFFIXES = (".sh", ".bash", ".slurm")
 _SCRIPT_FOLDERS = ("scripts", "script", "bin", "run_scripts", "launch", "launchers")
-_DEPTH = 3  # subfolders of the script's own folder searched for shell scripts
+_DEPTH = 3  # subfolders of the script's own folder searched for shell scripts (and of the top for READMEs)
+_DOC_FOLDERS = ("docs", "doc", "documentation")
+_TEST_FOLDERS = ("tests", "test")
+_MAX_FOLDERS = 100  # folders of the project looked into for its READMEs at most
 _MAX_FILES = 200  # launch files read per script at most
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ">", ">>", "&>", "<", "2>", "(", ")"})
 _UNKNOWN_VALUE = object()
+UNKNOWN_VALUE = _UNKNOWN_VALUE  # an option's value that cannot be known (a shell variable)
 _PLACEHOLDER = re.compile(r"<([^<>\s]+)>")
 
 
@@ -58,6 +65,7 @@ class Launch:
     launcher_options: dict[str, object]
     options: dict[str, object]  # the script's own, `--bf16 True` -> {"bf16": "True"}
     where: dict[str, Location] = field(default_factory=dict)  # the line of each option
+    positional: tuple[str, ...] = ()  # the words after the script before its first option
 
 
 @dataclass(frozen=True)
@@ -83,18 +91,29 @@ def launches(ctx: FileContext) -> list[Launch]:
     return found
 
 
-def option(ctx: FileContext, *names: str, launcher: bool = False) -> LaunchValue:
+def option(ctx: FileContext, *names: str, launcher: bool = False,
+           files: Sequence[Mapping[str, tuple[object, Location]] | None] = ()) -> LaunchValue:
     """What the launch commands say about an option (any of ``names``, without dashes): KNOWN
     when every command sets it to one value, MISSING when none does, MIXED otherwise.
-    ``launcher``: an option of the launcher (`accelerate launch --mixed_precision`)."""
+    ``launcher``: an option of the launcher (`accelerate launch --mixed_precision`). ``files``:
+    per command (in ``launches`` order), the values of the config file it names (TRL's
+    `--config recipe.yaml`; None: a file that cannot be read, whose values are unknown), for
+    the options the command line itself leaves out."""
     found = launches(ctx)
     if not found:
         return MISSING
-    values = []
-    for launch in found:
+    values: list[tuple[object, Location | None] | None] = []
+    for index, launch in enumerate(found):
         options = launch.launcher_options if launcher else launch.options
         name = next((n for n in names if n in options), None)
-        values.append((options[name], launch.where.get(name)) if name is not None else None)
+        from_file = files[index] if index < len(files) else {}
+        in_file = next((n for n in names if n in from_file), None) if from_file is not None else None
+        if name is not None:
+            values.append((options[name], launch.where.get(name)))
+        elif from_file is None:
+            values.append((_UNKNOWN_VALUE, None))
+        else:
+            values.append(from_file[in_file] if in_file is not None else None)
     if all(value is None for value in values):
         return MISSING
     if any(value is None for value in values) or len({repr(v[0]) for v in values if v is not None}) > 1:
@@ -186,7 +205,25 @@ def _launch_files(project: ProjectFiles) -> list[Path]:
         for path in project.listing(folder, (".md", ".MD")):
             if path.name.lower().startswith("readme"):
                 add(path)
+    _project_docs(project, add)
     return files
+
+
+def _project_docs(project: ProjectFiles, add: Callable[[Path], None]) -> None:
+    """The README files of the project's other folders (alignment-handbook's `recipes/<model>/
+    README.md`), and every Markdown file of its `docs/` folders: a few levels below the top,
+    breadth first, ``_MAX_FOLDERS`` folders at most."""
+    todo = [(project.top(), _DEPTH)]
+    for folder, depth in todo:
+        for sub in project.subfolders(folder):
+            if sub.name.startswith(".") or sub.name in _TEST_FOLDERS or len(todo) >= _MAX_FOLDERS:
+                continue
+            docs = sub.name.lower() in _DOC_FOLDERS
+            for path in project.listing(sub, (".md", ".MD")):
+                if docs or path.name.lower().startswith("readme"):
+                    add(path)
+            if depth > 1:
+                todo.append((sub, depth - 1))
 
 
 def _readme_blocks(text: str) -> list[tuple[int, list[str]]]:
@@ -300,7 +337,12 @@ def _launch(path: Path, start: int, physical: list[tuple[int, str]], before: lis
         launcher = "torchrun"
     options = _options(after)
     where = {name: _location(path, physical, name) for name in options}
-    return Launch(path, start, launcher, _options(before), options, where)
+    positional = []
+    for word in after:
+        if word.startswith("-") or word in _SEPARATORS:
+            break
+        positional.append(word)
+    return Launch(path, start, launcher, _options(before), options, where, tuple(positional))
 
 
 def _options(words: list[str]) -> dict[str, object]:

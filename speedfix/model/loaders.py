@@ -351,7 +351,7 @@ def only_peeked(ctx: FileContext, site: CallSite) -> bool:
     if any(ctx.nearest_loop(draw.stack) is not None for draw in draws) or not (loops or draws):
         return False
     mentions = peeks.mentions(scope).get(name, 0)
-    return mentions == len(loops) + len(draws) + 1 and all(_stops_at_once(loop) for loop in loops)
+    return mentions == len(loops) + len(draws) + 1 and all(stops_at_once(loop) for loop in loops)
 
 
 @dataclass
@@ -392,7 +392,7 @@ def _peeks(ctx: FileContext) -> _Peeks:
     return _PEEKS[ctx]
 
 
-def _stops_at_once(loop: cst.For) -> bool:
+def stops_at_once(loop: cst.For) -> bool:
     """The loop's body ends in an unconditional `break`."""
     body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
     last = body[-1] if body else None

@@ -383,23 +383,18 @@ def training_multiplies_matrices(ctx: FileContext) -> bool:
     """May the file's training multiply matrices outside convolutions: in its trained models, in
     the other networks its steps call (a frozen feature extractor) or in the step code itself?
     False only when every one of them is known (conv-only DCGAN or super-resolution training)."""
-    networks: dict[str, Stack] = {}
-    for model, site in [*trained_models(ctx), *optimizer_factories(ctx)]:
-        networks.setdefault(model, site.stack)
     for site in ctx.calls:
         if not ctx.in_training_loop(site.stack):
             continue
         func = site.node.func
         if layer_kind(ctx.qualname(func)) == "matmul" or isinstance(func, cst.Attribute) and func.attr.value in MATMUL_METHODS:
             return True  # `torch.matmul(...)`, `F.linear(...)` in the step
-        name = dotted_name(site.node.func)
-        if is_local_object(ctx, name) and not LOSS_NAME.search(name or "") and not _own_method(ctx, name, site.stack):
-            networks.setdefault(name, site.stack)  # type: ignore[arg-type]
     for loop in ctx.step_loops:
         if any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.MatrixMultiply) for n in walk_expression(loop)):
             return True
+    networks = step_networks(ctx)
     for name, stack in networks.items():
-        assignments = class_assignments(ctx, name, stack) if name.startswith("self.") else fresh_assignments(ctx, name, stack, None)
+        assignments = network_assignments(ctx, name, stack)
         if not assignments:
             return True  # a parameter, an attribute set elsewhere: unknown
         calls = [(call, a.stack) for a in assignments if isinstance(call := peel(ctx, a.value), cst.Call)]
@@ -409,6 +404,28 @@ def training_multiplies_matrices(ctx: FileContext) -> bool:
             if multiplies_matrices(ctx, call, at):
                 return True  # also what wraps a module (`parallelize_module(model, ...)`): unknown
     return not networks
+
+
+def step_networks(ctx: FileContext) -> dict[str, Stack]:
+    """The networks the training runs, by name: the models the optimizers update, and the local
+    objects the training steps call (`self.model(**inputs)`, a frozen feature extractor), not the
+    losses or the file's own methods."""
+    networks: dict[str, Stack] = {}
+    for model, site in [*trained_models(ctx), *optimizer_factories(ctx)]:
+        networks.setdefault(model, site.stack)
+    for site in ctx.calls:
+        if not ctx.in_training_loop(site.stack):
+            continue
+        name = dotted_name(site.node.func)
+        if is_local_object(ctx, name) and not LOSS_NAME.search(name or "") and not _own_method(ctx, name, site.stack):
+            networks.setdefault(name, site.stack)  # type: ignore[arg-type]
+    return networks
+
+
+def network_assignments(ctx: FileContext, name: str, stack: Stack) -> list[Assignment]:
+    """Where the network ``name`` gets its value: `self.model = ...` in any method of the class,
+    or the fresh assignments of a variable in its scope."""
+    return class_assignments(ctx, name, stack) if name.startswith("self.") else fresh_assignments(ctx, name, stack, None)
 
 
 def view_calls(ctx: FileContext, classes: set[str]) -> list[CallSite]:

@@ -12,7 +12,7 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.context import FileContext
-from speedfix.model.flow import default_choice
+from speedfix.model.flow import default_choice, passed_arguments, returned_values
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
@@ -75,17 +75,26 @@ def constructor_call(ctx: FileContext, expr: cst.BaseExpression | None, stack: S
     return value if isinstance(value, cst.Call) else None
 
 
-def is_in_memory_dataset(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> bool:
+def is_in_memory_dataset(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> bool:
     """A `TensorDataset`, a plain sequence (`range(n)`, a list: index loaders), or a local
     Dataset class whose `__getitem__` only indexes tensors it holds (`return self.x[i],
-    self.y[i]`): worker processes cannot make any of these faster."""
+    self.y[i]`): worker processes cannot make any of these faster. Followed through the file's
+    functions: what a module-level function returns (`return TensorDataset(feats, labels)`), and
+    a parameter every call of its function passes such a dataset to."""
     if isinstance(dataset, (cst.List, cst.Tuple)):
         return True
+    if depth > 4:
+        return False
     call = constructor_call(ctx, dataset, stack)
     if call is None:
-        return False
+        name = dotted_name(dataset) if isinstance(dataset, cst.Name) else None
+        passed = passed_arguments(ctx, name, stack) if name else None
+        return bool(passed) and all(is_in_memory_dataset(ctx, value, at, depth + 1) for value, at in passed or ())
     if ctx.qualname(call.func) in TENSOR_DATASET:
         return True
+    returned = returned_values(ctx, dotted_name(call.func)) if isinstance(call.func, cst.Name) else None
+    if returned:
+        return all(is_in_memory_dataset(ctx, value, at, depth + 1) for value, at in returned)
     if isinstance(call.func, cst.Name) and call.func.value in ("range", "list", "tuple") and not ctx.qualname(call.func):
         return True
     info = ctx.classes.get(dotted_name(call.func) or "")

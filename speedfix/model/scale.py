@@ -133,7 +133,7 @@ def _loader_paths(ctx: FileContext) -> tuple[dict[str, list[tuple[cst.CSTNode, s
 _ANSWERS: WeakKeyDictionary[FileContext, dict[str, object]] = WeakKeyDictionary()
 
 
-def _per_file(question: Callable[[FileContext], T]) -> Callable[[FileContext], T]:
+def per_file(question: Callable[[FileContext], T]) -> Callable[[FileContext], T]:
     """A question about the whole file, answered once per file (every finding's impact asks it)."""
     @wraps(question)
     def answer(ctx: FileContext) -> T:
@@ -221,7 +221,7 @@ def _classes_parameters(ctx: FileContext, classes: set[str]) -> int | None:
     return _count(ctx, [site for site in ctx.calls if any(_in_class(site, name) for name in names)], None)
 
 
-@_per_file
+@per_file
 def largest_trained_model(ctx: FileContext) -> int | None:
     """The parameters of the biggest model the script trains, when every one can be counted
     (None: no model, or one whose size the file does not show). A module that makes its own
@@ -245,7 +245,7 @@ def largest_trained_model(ctx: FileContext) -> int | None:
     return max([stated] + [count for count in counts if count is not None])
 
 
-@_per_file
+@per_file
 def trains_hub_model(ctx: FileContext) -> bool:
     """Does the script train a Hugging Face transformer (`AutoModel.from_pretrained(...)`,
     `Qwen2ForCausalLM(config)`, directly or from a factory function of the file)?"""
@@ -375,7 +375,7 @@ def _parameter_default(ctx: FileContext, name: str, stack: Stack, depth: int) ->
 
 
 # ---------------------------------------------------------------- where the time goes
-@_per_file
+@per_file
 def conv_nets_only(ctx: FileContext) -> bool:
     """Is every model the script trains a conv net whose matmuls are at most a classifier head:
     a CNN of a model zoo, or a network (of this file or another scanned one) with convolutions
@@ -394,7 +394,7 @@ def conv_nets_only(ctx: FileContext) -> bool:
     return found
 
 
-@_per_file
+@per_file
 def matmul_nets(ctx: FileContext) -> bool:
     """Does the script train a model known to multiply matrices beyond a classifier head: a
     Hugging Face transformer, a zoo transformer, a network (of this file or another scanned one)

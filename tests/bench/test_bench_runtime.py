@@ -175,9 +175,10 @@ class Noise(Dataset):
 
 
 loader = DataLoader(Noise(), batch_size=8)
-model = torch.nn.Linear(8, 1)
+device = "cuda" if torch.cuda.is_available() else "cpu"  # a GPU script (a CPU-only one gets no SF101)
+model = torch.nn.Linear(8, 1).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-""" + LOADER_LOOP
+""" + LOADER_LOOP.replace("model(x), y)", "model(x.to(device)), y.to(device))")
 
 
 def test_a_finding_a_scan_reports_too_is_one_finding_confirmed_at_run_time(write_script, quick_config):
@@ -197,10 +198,10 @@ def test_confirm_matches_code_file_and_line_span(tmp_path):
     assert [f.static for f in advice.confirm([at_line], [("SF101", str(tmp_path / "u.py"), 7, 7)])] == [False]
 
 
-def _run(device: str, runtime: dict, param_dtype: str = "float32") -> RunResult:
+def _run(device: str, runtime: dict, param_dtype: str = "float32", wait: float | None = 0.4) -> RunResult:
     return RunResult.from_json({**NO_STEPS, "status": "ok", "script": "/p/train.py",
                                 "device": {"type": device, "param_dtype": param_dtype},
-                                "data": {"data_wait_fraction": 0.4}, "runtime": runtime})
+                                "data": {"data_wait_fraction": wait}, "runtime": runtime})
 
 
 SLOW = {
@@ -228,6 +229,19 @@ def test_slow_settings_become_findings_on_the_devices_the_advice_applies_to():
     assert on_cpu == ["SF101"]  # the rest is GPU advice (the rules' gpu_only)
     quick = {**SLOW, "flags": {**SLOW["flags"], "anomaly_detection": True}}
     assert "SF603" in [f.code for f in advice.judge(_run("cpu", quick))]
+
+
+def test_the_measured_data_wait_decides_the_impact_of_the_run_time_loader_advice():
+    def workers(device, wait):
+        return next(f for f in advice.judge(_run(device, SLOW, wait=wait)) if f.code == "SF101")
+
+    assert workers("cuda", 0.58).impact == "high"  # the loader holds the GPU up: it comes first
+    assert workers("cuda", 0.10).impact == "medium"
+    assert workers("cuda", 0.02).impact == "low"  # the GPU keeps busy: workers would not help
+    assert workers("cpu", 0.02).impact == "high"  # a CPU's slow steps hide the wait: the rule's usual impact
+    assert workers("cuda", None).impact == "high"
+    pin = next(f for f in advice.judge(_run("cuda", SLOW, wait=0.02)) if f.code == "SF102")
+    assert pin.impact == "medium"  # the data wait judges the loader's workers, not its pinning
 
 
 def test_a_loader_over_tensors_in_memory_gets_no_worker_advice_at_run_time():

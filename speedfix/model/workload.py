@@ -1,0 +1,198 @@
+"""What the training works on when the file does not show it: the kind of network, the kind of samples.
+
+A model built elsewhere (`network.modeling.__dict__[opts.model](...)`, `self.model_class.from_pretrained(...)`,
+`GeneratorResNet(...)` after `from models import *`) has layers the scan cannot count, and a
+dataset made by a function of another module has a `__getitem__` it cannot read. The file still
+gives the kind away:
+
+- the network: the names that build it (an architecture name an option defaults to,
+  `deeplabv3plus_mobilenet`; the class, `ViT`, `UNet_conditional`), a Hugging Face checkpoint
+  (`from_pretrained` in a file that imports `transformers`), and the task (a step that feeds
+  `input_ids` trains a sequence model over token ids);
+- the samples: image files the file decodes (`Image.open`, an `ImageFolder`) or random image
+  augmentations it composes (`RandomResizedCrop`, a random scale) mean each sample is decoded
+  and transformed on the CPU; a step that feeds `input_ids`, or a tokenizer, means small batches
+  of token ids.
+
+These are estimates for a finding's impact, not facts a fix relies on.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+import libcst as cst
+
+from speedfix.model.arguments import literal_int, string_value
+from speedfix.model.context import FileContext
+from speedfix.model.frames import Stack
+from speedfix.model.networks import network_assignments, peel, step_networks
+from speedfix.model.scale import per_file
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
+
+
+class Family(Enum):
+    CONV = "conv"  # convolutions do the work: cuDNN already runs them in TF32
+    MATMUL = "matmul"  # matmuls do the work: transformers, recurrent nets, MLPs
+
+
+class Samples(Enum):
+    IMAGES = "images"  # decoded and randomly augmented on the CPU, one by one
+    TOKENS = "tokens"  # token ids: small integer tensors, usually tokenized ahead
+
+
+# Architecture families, matched at the start of a word of a model's name (`deeplabv3plus_mobilenet`,
+# `GeneratorResNet`, `UNet_conditional`, `ViT`, `bert-base-uncased`).
+_CONV_WORDS = (
+    "resnet", "resnext", "wide_resnet", "wideresnet", "mobilenet", "deeplab", "unet", "vgg", "efficientnet",
+    "densenet", "inception", "googlenet", "squeezenet", "shufflenet", "regnet", "convnext", "hrnet", "fcn",
+    "pspnet", "segnet", "alexnet", "darknet", "yolo", "lenet", "srcnn", "espcn", "edsr", "srgan", "dcgan",
+    "mnasnet", "ghostnet", "xception", "cnn", "rcnn", "fasterrcnn", "maskrcnn", "retinanet",
+)
+_MATMUL_WORDS = (
+    "bert", "roberta", "distilbert", "albert", "electra", "deberta", "xlnet", "gpt", "llama", "mistral", "qwen",
+    "gemma", "bart", "t5", "transformer", "vit", "deit", "swin", "beit", "linformer", "perceiver", "whisper",
+    "wav2vec", "clip", "lstm", "gru", "rnn", "mlp", "mixer", "attention",
+)
+_WORD = re.compile("|".join(sorted(_CONV_WORDS + _MATMUL_WORDS, key=len, reverse=True)))
+
+# Options that name the architecture: `--model deeplabv3plus_mobilenet`, `--arch resnet50`.
+_ARCH_OPTIONS = frozenset({"model", "arch", "architecture", "backbone", "network", "net", "model_name", "model_type"})
+# Keys a step feeds a sequence model over token ids.
+_TOKEN_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
+# Random image augmentations (torchvision's and the many look-alikes): `RandomResizedCrop`,
+# `ExtRandomScale`, `RandomHorizontalFlip`, `ColorJitter`, albumentations' `ShiftScaleRotate` (not a
+# `RandomSampler`).
+_AUGMENTATION = re.compile(
+    r"Random(?:Resized|Sized)?(?:Crop|Scale|Flip|HorizontalFlip|VerticalFlip|Rotat|Affine|Erasing|Perspective|Grayscale"
+    r"|Resize|Rescale|Brightness|Contrast|Gamma|Blur)|ColorJitter|RandAugment|AutoAugment|TrivialAugment|ShiftScaleRotate"
+)
+
+# Calls that read and decode an image file (a folder of JPEGs read through PIL counts too).
+_IMAGE_READERS = frozenset({
+    "PIL.Image.open", "cv2.imread", "imageio.imread", "imageio.v2.imread", "imageio.v3.imread", "skimage.io.imread",
+    "torchvision.io.read_image", "torchvision.io.decode_image", "torchvision.io.decode_jpeg",
+    "torchvision.datasets.ImageFolder", "torchvision.datasets.folder.ImageFolder",
+})
+
+# torchvision's data sets of small images held in memory as one array.
+_SMALL_IMAGE_SETS = frozenset({"MNIST", "FashionMNIST", "KMNIST", "EMNIST", "QMNIST", "CIFAR10", "CIFAR100", "SVHN"})
+
+
+def name_family(name: str) -> Family | None:
+    """The family an architecture name or class names, when its words say it (and agree)."""
+    found: set[Family] = set()
+    lower = name.lower()
+    for match in _WORD.finditer(lower):
+        start = match.start()
+        if start and lower[start - 1].isalpha() and not name[start].isupper():
+            continue  # inside a word: `activation` is no ViT
+        found.add(Family.CONV if match.group() in _CONV_WORDS else Family.MATMUL)
+    return found.pop() if len(found) == 1 else None
+
+
+@per_file
+def unseen_family(ctx: FileContext) -> tuple[Family, str] | None:
+    """(family, what says so) for the networks the training runs, from their names, a
+    checkpoint of the Hugging Face Hub, or a step over token ids; None when the evidence is
+    missing or disagrees."""
+    families: dict[Family, str] = {}
+    for name, stack in step_networks(ctx).items():
+        for assignment in network_assignments(ctx, name, stack):
+            call = peel(ctx, assignment.value)
+            if isinstance(call, cst.Call):
+                for family, said in _call_evidence(ctx, call, assignment.stack):
+                    families.setdefault(family, said)
+    if feeds_token_ids(ctx):
+        families.setdefault(Family.MATMUL, "a sequence model over token ids (`input_ids`)")
+    if len(families) != 1:
+        return None
+    return next(iter(families.items()))
+
+
+def _imports_transformers(ctx: FileContext) -> bool:
+    return any(target == "transformers" or target.startswith("transformers.") for target in ctx.imports.bindings.values())
+
+
+def _call_evidence(ctx: FileContext, call: cst.Call, stack: Stack) -> list[tuple[Family, str]]:
+    """What the call that builds a network says of its family."""
+    func = call.func
+    if isinstance(func, cst.Subscript):  # `network.modeling.__dict__[opts.model](...)`
+        index = func.slice[0].slice if len(func.slice) == 1 else None
+        key = string_value(ctx, index.value, stack) if isinstance(index, cst.Index) else None
+        family = name_family(key) if key else None
+        return [(family, f"`{key}`")] if family is not None else []
+    dotted = dotted_name(func) or ""
+    found: list[tuple[Family, str]] = []
+    if dotted.endswith(".from_pretrained"):
+        if _imports_transformers(ctx):
+            found.append((Family.MATMUL, "a transformer of the Hugging Face Hub"))
+        return found
+    leaf = dotted.rpartition(".")[2]
+    family = name_family(leaf) if leaf else None
+    return found + ([(family, f"`{leaf}`")] if family is not None else [])
+
+
+def feeds_token_ids(ctx: FileContext) -> bool:
+    """Does a training step feed token ids (`input_ids`, `attention_mask`) to the model?"""
+    for loop in ctx.step_loops:
+        for node in walk_expression(loop):
+            if isinstance(node, cst.SimpleString) and node.evaluated_value in _TOKEN_KEYS:
+                return True
+            if isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value in _TOKEN_KEYS:
+                return True
+    return False
+
+
+@per_file
+def training_samples(ctx: FileContext) -> tuple[Samples, str] | None:
+    """(kind, what says so) for the samples the training loaders yield, when the file shows it:
+    images when it decodes image files or composes random augmentations (not for MNIST or
+    CIFAR, small images held in memory), token ids when a step feeds `input_ids` or the file
+    loads a tokenizer."""
+    tokenizer = images = None
+    for site in ctx.calls:
+        dotted = dotted_name(site.node.func) or ""
+        leaf = dotted.rpartition(".")[2]
+        qualified = ctx.call_qualname(site) or ""
+        if qualified.rpartition(".")[2] in _SMALL_IMAGE_SETS and qualified.startswith("torchvision.datasets."):
+            return None  # 32 px images held in memory: augmenting them is cheap
+        if images is None and _AUGMENTATION.search(leaf):
+            images = f"images decoded and augmented one by one (`{leaf}`)"
+        elif images is None and qualified in _IMAGE_READERS:
+            images = f"images decoded one by one (`{dotted}`)"
+        if tokenizer is None and "tokenizer" in dotted.lower():
+            tokenizer = dotted
+    if images is not None:
+        return Samples.IMAGES, images
+    if feeds_token_ids(ctx):
+        return Samples.TOKENS, "small batches of token ids"
+    if tokenizer is not None:
+        return Samples.TOKENS, f"small batches of token ids (`{tokenizer}`)"
+    return None
+
+
+# A transformer holds about 12 d^2 parameters per layer; one whose stated width is at most this
+# is small (under 10M parameters) at the depths such models use (up to 12 layers).
+SMALL_WIDTH = 256
+_WIDTH_KEYS = frozenset({"dim", "hidden_size", "d_model", "embed_dim", "n_embd"})
+
+
+@per_file
+def small_stated_width(ctx: FileContext) -> int | None:
+    """The width a network the training runs states in its constructor (`ViT(dim=128, ...)`),
+    when every stated width is small; None otherwise."""
+    widths: list[int | None] = []
+    for name, stack in step_networks(ctx).items():
+        for assignment in network_assignments(ctx, name, stack):
+            call = peel(ctx, assignment.value)
+            if not isinstance(call, cst.Call):
+                continue
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value in _WIDTH_KEYS:
+                    widths.append(literal_int(ctx, arg.value, assignment.stack))
+    if not widths or None in widths or max(widths) > SMALL_WIDTH:  # type: ignore[type-var]
+        return None
+    return max(widths)  # type: ignore[type-var]
