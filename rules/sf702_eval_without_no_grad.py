@@ -477,13 +477,13 @@ class EvalWithoutNoGrad(Rule):
         ctx = self.ctx
         trains = ctx.drives_training or bool(optimized_modules(ctx))  # not a test of a module's outputs
         by_function: dict[cst.CSTNode | None, list[CallSite]] = defaultdict(list)
-        for site in ctx.calls:
-            if any(frame.node in reported for frame in site.stack) or not runs_network(ctx, site):
+        for site in ctx.calls:  # the cheap questions first: most calls are not forwards run again
+            if any(frame.node in reported for frame in site.stack):
                 continue
             if not trains and not is_acting_function(ctx.function_of(site.stack)):
                 continue
-            if self._runs_again(site) and not self._grad_off(site.stack) and not self._callee_grad_off(site) \
-                    and outputs_leave_autograd(ctx, site):
+            if self._runs_again(site) and runs_network(ctx, site) and not self._grad_off(site.stack) \
+                    and not self._callee_grad_off(site) and outputs_leave_autograd(ctx, site):
                 by_function[ctx.function_of(site.stack)].append(site)
         for sites in by_function.values():
             self._report_forwards(sites)

@@ -1,4 +1,4 @@
-from speedfix.cli import main
+from speedfix.cli import run
 
 if __name__ == "__main__":
-    main()
+    run()

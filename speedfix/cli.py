@@ -7,6 +7,7 @@ benchmark's verification, the server): those imports point down the layers and k
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -251,6 +252,7 @@ def scan(
             raise _fail(f"cannot write {output}: {exc.strerror or exc}") from None
     elif report:
         sys.stdout.write(report)
+    _finished_cleanly()
     raise _exit(2 if fixed is not None and fixed.errors else result.exit_code, exit_zero)
 
 
@@ -349,10 +351,41 @@ def server(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point. Arguments after `--` belong to the benchmarked script."""
+    """Entry point; ends by SystemExit, as a program that embeds speedfix expects. Arguments after
+    `--` belong to the benchmarked script."""
     args = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
     if "--" in args:
         split = args.index("--")
         args, script_args = args[:split], args[split + 1:]
     app(args=args, prog_name="speedfix", obj={"script_args": script_args})
+
+
+# Set by a command whose work is done and written, with no child process, temporary file or
+# open file left for the interpreter's teardown to close.
+_clean = False
+
+
+def _finished_cleanly() -> None:
+    global _clean
+    _clean = True
+
+
+def run() -> None:
+    """The `speedfix` program (its console script and `python -m speedfix`): ``main``, then, after
+    a command that finished cleanly, the process ends at once. The interpreter's own teardown
+    frees every loaded module and object one by one (libcst, the rules): 0.1 s, a tenth of a
+    scan of a hundred files on two cores, with nothing left for it to do."""
+    global _clean
+    _clean = False
+    try:
+        main()
+    except SystemExit as exc:
+        if _clean and (exc.code is None or isinstance(exc.code, int)):
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                raise exc from None  # a closed pipe: the interpreter reports it as it always does
+            os._exit(exc.code or 0)
+        raise

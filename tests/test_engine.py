@@ -341,3 +341,28 @@ def test_sparse_positions_equal_libcsts_positions(code):
     for chunk in (nodes, nodes[::7], nodes[-3:]):
         got = positions_for(module, chunk, text=code, top_of=top_of)
         assert {n: got[n] for n in chunk} == {n: expected[n] for n in chunk}
+
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+@pytest.mark.parametrize("name", ["cnn_classifier.py", "imagenet_resnet.py", "sd.py"])
+def test_an_analysed_files_tree_is_freed_as_soon_as_its_result_is_dropped(name):
+    """No reference cycle and no per-file cache holds the context (and through it the tree):
+    it goes with the last reference, without the cyclic garbage collector, so a long scan's
+    memory stays flat and no collection walks the trees of files analysed earlier."""
+    import gc
+    import weakref
+
+    data = (FIXTURES / name).read_bytes()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        analysis = analyze(SourceFile(Path(name), data, *decode_source(data)), name, all_rules(), TARGET)
+        assert analysis.findings and any(f.fix is not None for f in analysis.findings)
+        context = weakref.ref(analysis.context)
+        del analysis
+        assert context() is None
+    finally:
+        if was_enabled:
+            gc.enable()

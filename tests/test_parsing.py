@@ -72,3 +72,23 @@ def test_chunked_parse_equals_one_parse_on_generated_modules(code):
         return
     assert chunked.code == whole.code  # not always `code`: libcst's own round trip is not perfect
     assert chunked.deep_equals(whole)
+
+
+def test_the_parsers_nodes_skip_libcsts_per_node_checks_and_fixes_nodes_keep_them(monkeypatch):
+    """Code Python accepts is built without libcst's per-node checks (a seventh of the parse),
+    into the same tree a checked parse builds; nodes built afterwards are checked again."""
+    from pathlib import Path
+
+    checked: list[str] = []
+    check = cst.Name._validate
+    monkeypatch.setattr(cst.Name, "_validate", lambda self: (checked.append(self.value), check(self))[1])
+    code = (Path(__file__).parent.parent / "fixtures" / "cnn_classifier.py").read_text()
+    trusted = parse_module(code)
+    assert checked == []
+    assert trusted.deep_equals(cst.parse_module(code)) and checked
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("1st")
+    with pytest.raises(cst.ParserSyntaxError):  # what Python refuses is still refused
+        parse_module("x = (1\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("2nd")

@@ -318,3 +318,31 @@ def test_gitignored_files_are_skipped_in_directory_walks(run_cli, train_script, 
     write("pyproject.toml", "[tool.speedfix]\nrespect-gitignore = false\n")
     result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)
     assert {m["path"] for m in finding_lines(result.stdout)} == {"train.py", "scratch_train.py", "generated/train.py"}
+
+
+def test_the_program_ends_right_after_a_scan_with_its_report_written(train_script, write, tmp_path):
+    """`speedfix scan` (the console script and `python -m speedfix`) ends the process as soon as
+    the report is written, without the interpreter's teardown (atexit handlers do not run); the
+    report and the exit code are whole. Other commands end as Python programs do."""
+    import os
+    import subprocess
+    import sys
+
+    write("train.py", train_script)
+    program = (
+        "import atexit, sys\natexit.register(lambda: print('torn down'))\n"
+        "from speedfix.cli import run\nsys.argv = ['speedfix', *sys.argv[1:]]\nrun()\n"
+    )
+    env = {**os.environ, "SPEEDFIX_NO_CACHE": "1"}
+
+    def speedfix(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", program, *args], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    scanned = speedfix("scan", "train.py")
+    assert scanned.returncode == 1 and "torn down" not in scanned.stdout
+    assert scanned.stdout.count("train.py:") == 7 and "Found 7 findings in 1 file" in scanned.stdout
+    clean = speedfix("scan", "train.py", "--select", "SF902")
+    assert (clean.returncode, clean.stdout) == (0, "All checks passed: 1 file scanned.\n")
+    listed = speedfix("rules")
+    assert listed.returncode == 0 and listed.stdout.endswith("torn down\n")
+    assert speedfix("scan", "missing.py").returncode == 2

@@ -158,6 +158,10 @@ def analyze(
         deadline.check()
         rule.finish()
         findings.extend(rule.findings)
+    for rule in rules:
+        # A fix's transform may call back into its rule: the rules letting go of their findings
+        # leave no reference cycle, so the file's tree is freed as soon as the caller is done.
+        rule.findings = []
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
     result.inputs = dict(project.inputs)

@@ -4,10 +4,10 @@ which variables hold a batch from a DataLoader, which hold a model being trained
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 from typing import Callable
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, ref
 
 import libcst as cst
 
@@ -241,10 +241,20 @@ def _assigned(ctx: FileContext, wanted: Callable[[str], bool]) -> list[tuple[cst
 
 @dataclass
 class BatchNames:
-    """Variables holding (parts of) a batch straight from a DataLoader, per function."""
+    """Variables holding (parts of) a batch straight from a DataLoader, per function. It holds
+    its file's context weakly: a per-file cache (``tensors``) keeps it by that context."""
 
-    ctx: FileContext
+    context: InitVar[FileContext]
     values: set[str] = field(default_factory=set)  # the values of dict batches (tensors), by name
+
+    def __post_init__(self, context: FileContext) -> None:
+        self._context = ref(context)
+
+    @property
+    def ctx(self) -> FileContext:
+        context = self._context()
+        assert context is not None, "used after its file's analysis"
+        return context
 
     @cached_property
     def by_function(self) -> dict[cst.CSTNode | None, set[str]]:

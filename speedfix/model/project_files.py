@@ -251,7 +251,8 @@ def _digest(data: bytes) -> str:
 
 
 def _below(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
+    depth = len(path.parts) - len(folder.parts)  # ``folder in path.parents`` built every parent
+    return path == folder or (depth > 0 and path.parents[depth - 1] == folder)
 
 
 @lru_cache(maxsize=64)

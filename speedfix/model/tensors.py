@@ -13,7 +13,7 @@ expression not known to hold a tensor is not one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 from weakref import WeakKeyDictionary
 
@@ -152,11 +152,17 @@ def _is_number_parameter(function: cst.CSTNode | None, name: str) -> bool:
 class Tensors:
     """The tensors of one file (see the module docstring); ``tensors(ctx)`` gives the file's."""
 
-    ctx: FileContext
+    context: InitVar[FileContext]
     batches: BatchNames = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.batches = BatchNames(self.ctx)
+    def __post_init__(self, context: FileContext) -> None:
+        self.batches = BatchNames(context)
+
+    @property
+    def ctx(self) -> FileContext:
+        # Held weakly, by the batch names: ``tensors(ctx)`` caches this object by its context,
+        # and a cache entry that held its key would keep the file's tree alive to the end.
+        return self.batches.ctx
 
     @cached_property
     def names(self) -> dict[cst.CSTNode | None, set[str]]:

@@ -22,7 +22,8 @@ libcst's parser has costs that grow faster than the input, and a parse cannot be
   and is over ``MAX_PIECE_BYTES``, is refused (``TooBigToParse``) before libcst sees it.
 
 A syntax error found by ``ast`` is raised as libcst's ``ParserSyntaxError`` without running
-libcst, so callers keep one error path.
+libcst, so callers keep one error path. Code that ``ast`` accepts is built by libcst without
+its per-node checks (``_parser_output_trusted``).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def parse_module(
     del tree
     offsets = line_starts(lines)
     _check_pieces(statements, works, offsets)
-    with collector_paused():
+    with collector_paused(), _parser_output_trusted():
         module = None
         if len(text) >= chunk_from or sum(works) > CHUNK_WORK:
             module = _parse_in_chunks(statements, works, lines, offsets, chunk_size, between_chunks)
@@ -136,6 +137,26 @@ def statement_first_lines(text: str) -> list[int] | None:
     """What ``parse_module`` recorded for ``text``, if it was the last text parsed."""
     last = _last_parsed
     return last[1] if last is not None and last[0] == text else None
+
+
+@contextmanager
+def _parser_output_trusted() -> Iterator[None]:
+    """While libcst parses code that Python's own parser accepted, its nodes are not checked
+    one by one. Every node libcst constructs checks itself (``CSTNode._validate``: that
+    parentheses pair up, that a keyword has the spaces it needs); for the parser's own output
+    that is redundant (libcst's comment on it says so) and costs a seventh of the parse. The
+    nodes that fixes build afterwards are checked as always."""
+    node = cst.CSTNode
+    checking = node.__dict__["__post_init__"]
+    node.__post_init__ = _unchecked  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        node.__post_init__ = checking  # type: ignore[method-assign]
+
+
+def _unchecked(self: cst.CSTNode) -> None:
+    pass
 
 
 @contextmanager

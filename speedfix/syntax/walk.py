@@ -168,7 +168,14 @@ def walk_batched(
             method(node)
 
     tops = {id(statement): index for index, statement in enumerate(module.body)}
-    visit(module)
+    try:
+        visit(module)
+    finally:
+        # ``visit`` calls itself, so it sits in a reference cycle; emptied, the cycle holds no
+        # visitor, and the file's tree and index are freed as soon as the analysis lets go of
+        # them, not by a later collection of the cyclic garbage collector.
+        plans.clear()
+        table.clear()
 
 
 def child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
