@@ -12,9 +12,9 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.context import FileContext
-from speedfix.model.flow import default_choice
+from speedfix.model.flow import default_choice, default_truth, off_by_default
 from speedfix.model.frames import Stack
-from speedfix.model.index import CallSite, LoopInfo
+from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
 from speedfix.project.steps import is_iterable_wrapper
 from speedfix.syntax.names import dotted_name
@@ -204,6 +204,21 @@ def cudnn_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatementLine | None
     """(statement, stack) of each place that chooses cuDNN's behaviour."""
     found = [(site.statement, site.stack) for site in ctx.calls_to(*DETERMINISTIC_ALGORITHMS)]
     return found + _assigned(ctx, lambda name: name.endswith(_CUDNN_SWITCHES))
+
+
+def cudnn_disabled(ctx: FileContext) -> Assignment | None:
+    """`torch.backends.cudnn.enabled = False` on the default path, also through an option that is
+    off by default (`= args.enable_cudnn` with a `store_true` flag): convolutions, recurrent layers
+    and batch norm then run PyTorch's own, slower kernels."""
+    for name, assignments in ctx.assignments.items():
+        if not name.endswith("cudnn.enabled"):
+            continue
+        for assignment in assignments:
+            if assignment.augmented or assignment.unpacked or off_by_default(ctx, assignment.statement, assignment.stack):
+                continue
+            if default_truth(ctx, assignment.value, assignment.stack) is False:
+                return assignment
+    return None
 
 
 _TF32_SWITCHES = ("allow_tf32", "fp32_precision")
