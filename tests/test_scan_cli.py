@@ -316,3 +316,14 @@ def test_gitignored_files_are_skipped_in_directory_walks(run_cli, train_script, 
     write("pyproject.toml", "[tool.speedfix]\nrespect-gitignore = false\n")
     result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)
     assert {m["path"] for m in finding_lines(result.stdout)} == {"train.py", "scratch_train.py", "generated/train.py"}
+
+
+def test_launch_script_named_on_the_command_line_is_not_parsed_as_python(run_cli, train_script, write, tmp_path):
+    write("train.py", train_script)
+    write("run.sh", "#!/bin/bash\n#SBATCH --gpus=4\nsrun python train.py --epochs 10\n")
+    result = run_cli("scan", "train.py", "run.sh", "--no-cache", cwd=tmp_path)
+    assert "SF000" not in codes(result.stdout)
+    assert codes(result.stdout)  # the script is still scanned
+    assert "run.sh: note: not scanned: a `.sh` file is not Python" in result.stdout
+    assert run_cli("apply", "run.sh", cwd=tmp_path).exit_code == 0
+    assert (tmp_path / "run.sh").read_text() == "#!/bin/bash\n#SBATCH --gpus=4\nsrun python train.py --epochs 10\n"
