@@ -11,7 +11,8 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
 from speedfix.model.frameworks import ACCELERATOR
-from speedfix.model.patterns import DATALOADER, BatchNames, device_placing_call, is_cpu_device, is_dtype, unwrap_iterable
+from speedfix.model.patterns import (DATALOADER, BatchNames, device_placing_call, is_cpu_device, is_dtype, unwrap_iterable,
+                                     without_layout_calls)
 from speedfix.syntax.names import dotted_name
 
 
@@ -426,7 +427,7 @@ class BlockingTransfer(Rule):
             return False
         func = site.node.func
         assert isinstance(func, cst.Attribute)
-        if not self.batches.is_batch(_without_layout_calls(func.value), site.stack):
+        if not self.batches.is_batch(without_layout_calls(func.value), site.stack):
             return False
         if not find_argument(ctx, site, "non_blocking").missing or _sets_more_positionally(site):
             return False
@@ -442,19 +443,6 @@ class BlockingTransfer(Rule):
     def _all_loaders_pinned(self) -> bool:
         loaders = self.ctx.calls_to(*DATALOADER)
         return bool(loaders) and all(not find_argument(self.ctx, s, "pin_memory", 7).missing for s in loaders)
-
-
-# Tensor methods that reshape or convert a batch on the CPU before its copy: `x.view(-1, 784).to(device)`
-# still copies the batch (from its pinned storage, for the views).
-_LAYOUT_METHODS = frozenset({"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
-                             "contiguous", "float", "long", "int", "half", "double", "bool"})
-
-
-def _without_layout_calls(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """`x.reshape(-1, 784).float()` -> `x`."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _LAYOUT_METHODS:
-        expr = expr.func.value
-    return expr
 
 
 def _sets_more_positionally(site: CallSite) -> bool:

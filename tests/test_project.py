@@ -391,6 +391,17 @@ def test_cuda_evidence_from_other_files(tmp_path):
     assert links[tmp_path / "lr.py"].cuda is None and links[tmp_path / "cpu.py"].cuda is None
 
 
+def test_cuda_as_a_parameter_default_reaches_the_imported_model_file(tmp_path):
+    """minDiffusion: `def train(n_epoch=100, device="cuda:1")` is the only CUDA in the script;
+    the model file it imports builds tensors in `forward` and runs on that device."""
+    files = {
+        tmp_path / "train.py": 'from ddpm import DDPM\ndef train(epochs=10, device="cuda:1"):\n    DDPM().to(device)\n',
+        tmp_path / "ddpm.py": "import torch\nclass DDPM(torch.nn.Module):\n    pass\n",
+    }
+    links = link({path: extract_facts(code) for path, code in files.items()}, [tmp_path], lambda path: path.name)
+    assert links[tmp_path / "ddpm.py"].cuda == "train.py, which imports it, runs on CUDA"
+
+
 
 def test_links_do_not_depend_on_the_order_files_are_found(tmp_path):
     """Two CUDA scripts import one model file: the reason it runs on CUDA, part of its cache key,

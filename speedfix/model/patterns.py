@@ -166,6 +166,20 @@ def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _dep
     return name is not None and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
 
 
+# Tensor methods that reshape, broadcast or convert a tensor where it is, before a copy: `x.view(-1,
+# 784).to(device)` still copies the batch, `torch.linspace(...).unsqueeze(1).expand(b, n).cuda()` the
+# tensor made on the CPU.
+_LAYOUT_METHODS = frozenset({"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose", "expand",
+                             "repeat", "contiguous", "float", "long", "int", "half", "double", "bool"})
+
+
+def without_layout_calls(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`x.reshape(-1, 784).float()` -> `x`."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _LAYOUT_METHODS:
+        expr = expr.func.value
+    return expr
+
+
 def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
     """``enumerate(tqdm(loader))``, ``metric_logger.log_every(loader, 10)`` -> ``loader``."""
     while isinstance(expr, cst.Call) and is_iterable_wrapper(dotted_name(expr.func)) and expr.args:
