@@ -13,7 +13,9 @@ from speedfix.model.index import CallSite, LoopInfo
 from speedfix.model.frameworks import ACCELERATOR
 from speedfix.model.patterns import (DATALOADER, BatchNames, device_placing_call, is_cpu_device, is_dtype, unwrap_iterable,
                                      without_layout_calls)
+from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of
 
 
 class BlockingTransfer(Rule):
@@ -28,6 +30,9 @@ class BlockingTransfer(Rule):
     kernels, so the GPU idles between steps. With a pinned batch (`pin_memory=True`, SF102) and
     `non_blocking=True` the copy is queued on the CUDA stream like any kernel; stream ordering
     still guarantees the forward pass sees the data.
+
+    The copies of one batch in one statement, or in statements next to each other
+    (`x, y = x.to(device), y.to(device)`), are one finding whose fix covers each copy.
 
     Only copies of tensors that come straight from a DataLoader are reported: they are on the
     CPU, so the copy is host-to-device. Device-to-host copies (`.cpu()`, `.to("cpu")`) are never
@@ -256,9 +261,9 @@ class BlockingTransfer(Rule):
                     loss.backward()
                     optimizer.step()
             """,
-            count=2,
         ),
-        Invalid(  # a batch flattened before its copy (pytorch-tutorial's MLPs)
+        Invalid(  # a batch flattened before its copy (pytorch-tutorial's MLPs); its two parts are
+            # copied on consecutive lines: one transfer, one finding, both copies fixed
             """
             import torch
             for images, labels in train_loader:
@@ -275,7 +280,6 @@ class BlockingTransfer(Rule):
                 loss.backward()
                 optimizer.step()
             """,
-            count=2,
         ),
         Invalid(  # dict batches, `.cuda()`, and a same-file step function called per batch
             """
@@ -331,30 +335,68 @@ class BlockingTransfer(Rule):
     def batches(self) -> BatchNames:
         return BatchNames(self.ctx)
 
+    @cached_property
+    def _block_order(self) -> dict[int, int]:
+        return {}
+
     def finish(self) -> None:
         pinned = self._all_loaders_pinned()
-        indent = self.ctx.module.default_indent
-        for attr in ("to", "cuda"):
-            for site in self.ctx.method_calls(attr):
-                if not self._is_blocking_upload(site):
-                    continue
-                message = f"`.{attr}()` of a batch in the training loop blocks the CPU until the copy is done"
-                if not pinned:
-                    message += " (pin the DataLoader's memory too, SF102)"
-                ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))]
-                receiver = site.node.func.value  # type: ignore[attr-defined]
-                if self._may_be_batch_object(receiver, site.stack):
-                    title = f"{self.fix_title} (unsafe: `{receiver.value}` may be a batch object whose `.{attr}()` takes no `non_blocking`)"
-                    self.report(site.node, message, fix_ops=ops, fix_title=title, applicability=Applicability.UNSAFE)
-                else:
-                    self.report(site.node, message, fix_ops=ops)
+        uploads = [site for attr in ("to", "cuda") for site in self.ctx.method_calls(attr) if self._is_blocking_upload(site)]
+        for group in self._transfer_sites(uploads):
+            self._report_transfer(group, pinned)
 
         self._check_accelerate()
+        indent = self.ctx.module.default_indent
         for site in self.ctx.method_calls("type"):
             if self._is_legacy_upload(site):
                 ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))]
                 self.report(site.node, "`.type()` to a CUDA tensor type copies the batch to the GPU in the training "
                             "loop and blocks the CPU until the copy is done", fix_ops=ops)
+
+    def _transfer_sites(self, uploads: list[CallSite]) -> list[list[CallSite]]:
+        """The copies grouped by where the batch is moved: the copies of one statement, or of
+        statements next to each other in one block (`x = x.cuda()` then `y = y.cuda()`), are one
+        transfer of the batch, reported once. Copies whose fix is unsafe go apart from safe ones."""
+        groups: list[list[CallSite]] = []
+        last: tuple[int, bool, int] | None = None  # (block, unsafe, index of the statement)
+        for site in sorted(uploads, key=lambda s: self._place(s)):
+            block, unsafe, index = self._place(site)
+            if last is not None and (block, unsafe) == last[:2] and index - last[2] <= 1 and block >= 0:
+                groups[-1].append(site)
+            else:
+                groups.append([site])
+            last = (block, unsafe, index)
+        return groups
+
+    def _place(self, site: CallSite) -> tuple[int, bool, int]:
+        """(the block holding the copy's statement, is its fix unsafe, the statement's index there)."""
+        receiver = site.node.func.value  # type: ignore[attr-defined]
+        unsafe = self._may_be_batch_object(receiver, site.stack)
+        owner = statement_owner(self.ctx, site.statement) if site.statement is not None else None
+        if owner is None or site.statement is None:
+            return -1, unsafe, id(site.node)  # never grouped
+        index = next(i for i, statement in enumerate(owner[1]) if statement is site.statement)
+        return self._block_order.setdefault(id(owner[0]), len(self._block_order)), unsafe, index
+
+    def _report_transfer(self, sites: list[CallSite], pinned: bool) -> None:
+        indent = self.ctx.module.default_indent
+        first = sites[0]
+        attr = first.node.func.attr.value  # type: ignore[attr-defined]
+        receivers = [code_of(site.node.func.value) for site in sites]  # type: ignore[attr-defined]
+        if len(sites) == 1:
+            message = f"`.{attr}()` of a batch in the training loop blocks the CPU until the copy is done"
+        else:
+            shown = ", ".join(f"`{receiver}`" for receiver in receivers)
+            message = f"`.{attr}()` of the batch ({shown}) in the training loop blocks the CPU until each copy is done"
+        if not pinned:
+            message += " (pin the DataLoader's memory too, SF102)"
+        ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))
+               for site in sites]
+        if self._may_be_batch_object(first.node.func.value, first.stack):  # type: ignore[attr-defined]
+            title = f"{self.fix_title} (unsafe: `{receivers[0]}` may be a batch object whose `.{attr}()` takes no `non_blocking`)"
+            self.report(first.node, message, fix_ops=ops, fix_title=title, applicability=Applicability.UNSAFE)
+        else:
+            self.report(first.node, message, fix_ops=ops)
 
     def _check_accelerate(self) -> None:
         """A training loop over a loader that `accelerator.prepare` made: Accelerate copies each
