@@ -24,7 +24,7 @@ from speedfix.model.patterns import (
 from speedfix.model.rl import reads_replay_buffer
 from speedfix.model.workload import Samples, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
-from speedfix.syntax.comments import argument_comments, statement_comments
+from speedfix.syntax.comments import argument_comments, prose, statement_comments
 
 
 class DataloaderNoWorkers(Rule):
@@ -109,6 +109,25 @@ class DataloaderNoWorkers(Rule):
     effect = "Overlaps data loading with compute; large when `__getitem__` decodes or augments."
 
     VALID = [
+        Valid(  # a notebook: batch-1 loaders shown, one peeked at; a later function's parameter shares the name
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            train_dataloader = DataLoader(train_data, batch_size=1, num_workers=1)
+            test_dataloader = DataLoader(test_data, batch_size=1, num_workers=1)
+            train_dataloader, test_dataloader
+            img, label = next(iter(train_dataloader))
+
+            def train(model, train_dataloader, optimizer, epochs):
+                for epoch in range(epochs):
+                    for x, y in train_dataloader:
+                        loss = model(x.cuda()).sum()
+                        loss.backward()
+                        optimizer.step()
+
+            train(model, train_dataloader=real_loader, optimizer=opt, epochs=5)
+            """
+        ),
         Valid(  # a Dataset over the replay buffer the agent fills while it trains (Lightning's DQN)
             """
             import lightning as L
@@ -475,6 +494,51 @@ class DataloaderNoWorkers(Rule):
                 main()
             """,
         ),
+        Invalid(  # the old call, commented out above the new one, is no reason (`workers` in it is code)
+            """
+            from torch.utils.data import DataLoader
+            from torchvision.datasets import MNIST
+            import torchvision.transforms as T
+
+            def main():
+                mnist = MNIST("data", train=True, transform=T.ToTensor(), download=True)
+                # sampler = DistributedSampler(mnist)
+                # loader = DataLoader(mnist, batch_size=100,
+                #                     num_workers=0, sampler=sampler)
+                loader = DataLoader(mnist, batch_size=100, num_workers=0, pin_memory=True)
+                for epoch in range(5):
+                    for images, labels in loader:
+                        train_step(images.cuda(), labels.cuda())
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            from torchvision.datasets import MNIST
+            import torchvision.transforms as T
+            import os
+
+            def main():
+                mnist = MNIST("data", train=True, transform=T.ToTensor(), download=True)
+                # sampler = DistributedSampler(mnist)
+                # loader = DataLoader(mnist, batch_size=100,
+                #                     num_workers=0, sampler=sampler)
+                loader = DataLoader(
+                    mnist,
+                    batch_size=100,
+                    num_workers=min(8, os.cpu_count() or 1),
+                    pin_memory=True,
+                    persistent_workers=True,
+                )
+                for epoch in range(5):
+                    for images, labels in loader:
+                        train_step(images.cuda(), labels.cuda())
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
         Invalid(  # a TODO is no reason: still reported
             """
             from torch.utils.data import DataLoader
@@ -621,8 +685,9 @@ _NOT_A_REASON = re.compile(r"^#\s*(todo|fixme|xxx|noqa|type:)|^#\s*$", re.IGNORE
 
 def _justified(site: CallSite, workers: cst.Arg | None) -> bool:
     """`num_workers=0,  # h5py handles cannot be shared` or a comment on the statement that
-    explains the choice: a deliberate worker count is left alone."""
-    if workers is not None and any(not _NOT_A_REASON.search(c) for c in argument_comments(site.node, workers)):
+    explains the choice: a deliberate worker count is left alone. Commented-out code (an old
+    `# loader = DataLoader(..., num_workers=0)` above the new one) explains nothing."""
+    if workers is not None and any(not _NOT_A_REASON.search(c) for c in prose(argument_comments(site.node, workers))):
         return True
-    comments = statement_comments(site.statement) if site.statement is not None else []
+    comments = prose(statement_comments(site.statement)) if site.statement is not None else []
     return any(_WORKER_REASON.search(comment) for comment in comments)

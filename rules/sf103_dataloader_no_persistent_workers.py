@@ -13,7 +13,7 @@ from speedfix.model.frameworks import lightning_iterates_per_epoch
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import iterated_per_epoch, returned_to_training
+from speedfix.model.loaders import iterated_per_epoch, never_read, only_peeked, returned_to_training
 from speedfix.model.patterns import DATALOADER, dataset_argument
 from speedfix.model.versions import v
 from speedfix.syntax.names import dotted_name
@@ -23,20 +23,22 @@ from speedfix.syntax.nodes import code_of
 _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count"})
 
 
-def _per_core(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, shares: bool = True) -> bool:
-    """`os.cpu_count()`, also through a constant (`workers = os.cpu_count()` at module level) and
-    with ``shares``, a share of it (`int(os.cpu_count() / 2)`, `os.cpu_count() // 2`: 0 on one core)."""
-    for _ in range(5):
-        if shares and isinstance(node, cst.Call) and dotted_name(node.func) == "int" and len(node.args) == 1:
-            node = node.args[0].value
-        if shares and isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
-            node = node.left
-        if isinstance(node, cst.Call):
-            return ctx.qualname(node.func) in _CPU_COUNTS
-        if not isinstance(node, cst.Name):
-            return False
-        node = ctx.single_value(node.value, stack)
-    return False
+def _per_core(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, shares: bool = True, depth: int = 0) -> bool:
+    """`os.cpu_count()`, also through a constant (`workers = os.cpu_count()` at module level, or
+    in every notebook cell that sets it) and with ``shares``, a share of it (`int(os.cpu_count() /
+    2)`, `os.cpu_count() // 2`: 0 on one core)."""
+    if shares and isinstance(node, cst.Call) and dotted_name(node.func) == "int" and len(node.args) == 1:
+        node = node.args[0].value
+    if shares and isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
+        node = node.left
+    if isinstance(node, cst.Call):
+        return ctx.qualname(node.func) in _CPU_COUNTS
+    if not isinstance(node, cst.Name) or depth >= 5:
+        return False
+    assignments = ctx.assignments_in_scope(node.value, stack)
+    return bool(assignments) and all(
+        not a.augmented and not a.unpacked and _per_core(ctx, a.value, a.stack, shares, depth + 1) for a in assignments
+    )
 
 
 class DataloaderNoPersistentWorkers(Rule):
@@ -101,6 +103,25 @@ class DataloaderNoPersistentWorkers(Rule):
     effect = "No worker start-up per epoch (MMHuman3D: 7 min to 35 s of data set-up)."
 
     VALID = [
+        Valid(  # a notebook: batch-1 loaders shown, one peeked at; a later function's parameter shares the name
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            train_dataloader = DataLoader(train_data, batch_size=1, num_workers=1)
+            test_dataloader = DataLoader(test_data, batch_size=1, num_workers=1)
+            train_dataloader, test_dataloader
+            img, label = next(iter(train_dataloader))
+
+            def train(model, train_dataloader, optimizer, epochs):
+                for epoch in range(epochs):
+                    for x, y in train_dataloader:
+                        loss = model(x.cuda()).sum()
+                        loss.backward()
+                        optimizer.step()
+
+            train(model, train_dataloader=real_loader, optimizer=opt, epochs=5)
+            """
+        ),
         Valid(  # iterated once: nothing to keep alive
             """
             from torch.utils.data import DataLoader
@@ -332,6 +353,63 @@ class DataloaderNoPersistentWorkers(Rule):
                 train_epoch(model, train_loader)
             """,
         ),
+        Invalid(  # iterated through a progress bar made in the epoch loop (minDiffusion)
+            """
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+            loader = DataLoader(ds, batch_size=512, num_workers=16)
+            for epoch in range(100):
+                pbar = tqdm(loader)
+                for x, _ in pbar:
+                    train(x)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+            loader = DataLoader(ds, batch_size=512, num_workers=16, persistent_workers=True)
+            for epoch in range(100):
+                pbar = tqdm(loader)
+                for x, _ in pbar:
+                    train(x)
+            """,
+        ),
+        Invalid(  # a notebook: handed by keyword to `train()`, whose epoch loop hands it to `train_step()`;
+            # the worker count is set again in a later cell
+            """
+            import os
+            from torch.utils.data import DataLoader
+            NUM_WORKERS = os.cpu_count()
+            loader = DataLoader(images, num_workers=NUM_WORKERS)
+
+            def train_step(model, dataloader):
+                for x, y in dataloader:
+                    step(model, x, y)
+
+            def train(model, train_dataloader, epochs=5):
+                for epoch in range(epochs):
+                    train_step(model=model, dataloader=train_dataloader)
+
+            results = train(model=net, train_dataloader=loader, epochs=5)
+            NUM_WORKERS = os.cpu_count()
+            """,
+            fixed="""
+            import os
+            from torch.utils.data import DataLoader
+            NUM_WORKERS = os.cpu_count()
+            loader = DataLoader(images, num_workers=NUM_WORKERS, persistent_workers=True)
+
+            def train_step(model, dataloader):
+                for x, y in dataloader:
+                    step(model, x, y)
+
+            def train(model, train_dataloader, epochs=5):
+                for epoch in range(epochs):
+                    train_step(model=model, dataloader=train_dataloader)
+
+            results = train(model=net, train_dataloader=loader, epochs=5)
+            NUM_WORKERS = os.cpu_count()
+            """,
+        ),
         Invalid(  # Lightning iterates a DataModule's train loader every epoch; half the cores may be 0
             """
             import os
@@ -396,6 +474,8 @@ class DataloaderNoPersistentWorkers(Rule):
         per_core = _per_core(ctx, workers.node, site.stack)  # never 0
         if not per_core and (count is None or count <= 0):
             return
+        if never_read(ctx, site) or only_peeked(ctx, site):
+            return  # a loader made and never used, or used for a look at one batch
         loader = assigned_name(site)
         returned = returned_to_training(ctx, site)  # `return DataLoader(...)` to another file's loop
         if not (returned[0] if returned is not None else loader is not None and iterated_per_epoch(ctx, loader)) \

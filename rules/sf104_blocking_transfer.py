@@ -10,9 +10,11 @@ from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
-from speedfix.model.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype
+from speedfix.model.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype, without_layout_calls
 from speedfix.rules._impact import Estimate, Finding, Impact, unpinned_training_loaders
+from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of
 
 
 class BlockingTransfer(Rule):
@@ -27,6 +29,9 @@ class BlockingTransfer(Rule):
     kernels, so the GPU idles between steps. With a pinned batch (`pin_memory=True`, SF102) and
     `non_blocking=True` the copy is queued on the CUDA stream like any kernel; stream ordering
     still guarantees the forward pass sees the data.
+
+    The copies of one batch in one statement, or in statements next to each other
+    (`x, y = x.to(device), y.to(device)`), are one finding whose fix covers each copy.
 
     Only copies of tensors that come straight from a DataLoader are reported: they are on the
     CPU, so the copy is host-to-device. A loader that Accelerate prepared (`accelerator.prepare`)
@@ -259,9 +264,9 @@ class BlockingTransfer(Rule):
                     loss.backward()
                     optimizer.step()
             """,
-            count=2,
         ),
-        Invalid(  # a batch flattened before its copy (pytorch-tutorial's MLPs)
+        Invalid(  # a batch flattened before its copy (pytorch-tutorial's MLPs); its two parts are
+            # copied on consecutive lines: one transfer, one finding, both copies fixed
             """
             import torch
             for images, labels in train_loader:
@@ -278,7 +283,6 @@ class BlockingTransfer(Rule):
                 loss.backward()
                 optimizer.step()
             """,
-            count=2,
         ),
         Invalid(  # dict batches, `.cuda()`, and a same-file step function called per batch
             """
@@ -334,6 +338,10 @@ class BlockingTransfer(Rule):
     def batches(self) -> BatchNames:
         return BatchNames(self.ctx)
 
+    @cached_property
+    def _block_order(self) -> dict[int, int]:
+        return {}
+
     def impact_here(self, finding: Finding) -> Estimate | None:
         if unpinned_training_loaders(self.ctx):
             return Estimate(Impact.LOW, "an unpinned loader: the copy stays synchronous until SF102 pins it")
@@ -341,27 +349,61 @@ class BlockingTransfer(Rule):
 
     def finish(self) -> None:
         pinned = self._all_loaders_pinned()
-        indent = self.ctx.module.default_indent
-        for attr in ("to", "cuda"):
-            for site in self.ctx.method_calls(attr):
-                if not self._is_blocking_upload(site):
-                    continue
-                message = f"`.{attr}()` of a batch in the training loop blocks the CPU until the copy is done"
-                if not pinned:
-                    message += " (pin the DataLoader's memory too, SF102)"
-                ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))]
-                receiver = site.node.func.value  # type: ignore[attr-defined]
-                if self._may_be_batch_object(receiver, site.stack):
-                    title = f"{self.fix_title} (unsafe: `{receiver.value}` may be a batch object whose `.{attr}()` takes no `non_blocking`)"
-                    self.report(site.node, message, fix_ops=ops, fix_title=title, applicability=Applicability.UNSAFE)
-                else:
-                    self.report(site.node, message, fix_ops=ops)
+        uploads = [site for attr in ("to", "cuda") for site in self.ctx.method_calls(attr) if self._is_blocking_upload(site)]
+        for group in self._transfer_sites(uploads):
+            self._report_transfer(group, pinned)
 
+        indent = self.ctx.module.default_indent
         for site in self.ctx.method_calls("type"):
             if self._is_legacy_upload(site):
                 ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))]
                 self.report(site.node, "`.type()` to a CUDA tensor type copies the batch to the GPU in the training "
                             "loop and blocks the CPU until the copy is done", fix_ops=ops)
+
+    def _transfer_sites(self, uploads: list[CallSite]) -> list[list[CallSite]]:
+        """The copies grouped by where the batch is moved: the copies of one statement, or of
+        statements next to each other in one block (`x = x.cuda()` then `y = y.cuda()`), are one
+        transfer of the batch, reported once. Copies whose fix is unsafe go apart from safe ones."""
+        groups: list[list[CallSite]] = []
+        last: tuple[int, bool, int] | None = None  # (block, unsafe, index of the statement)
+        for site in sorted(uploads, key=lambda s: self._place(s)):
+            block, unsafe, index = self._place(site)
+            if last is not None and (block, unsafe) == last[:2] and index - last[2] <= 1 and block >= 0:
+                groups[-1].append(site)
+            else:
+                groups.append([site])
+            last = (block, unsafe, index)
+        return groups
+
+    def _place(self, site: CallSite) -> tuple[int, bool, int]:
+        """(the block holding the copy's statement, is its fix unsafe, the statement's index there)."""
+        receiver = site.node.func.value  # type: ignore[attr-defined]
+        unsafe = self._may_be_batch_object(receiver, site.stack)
+        owner = statement_owner(self.ctx, site.statement) if site.statement is not None else None
+        if owner is None or site.statement is None:
+            return -1, unsafe, id(site.node)  # never grouped
+        index = next(i for i, statement in enumerate(owner[1]) if statement is site.statement)
+        return self._block_order.setdefault(id(owner[0]), len(self._block_order)), unsafe, index
+
+    def _report_transfer(self, sites: list[CallSite], pinned: bool) -> None:
+        indent = self.ctx.module.default_indent
+        first = sites[0]
+        attr = first.node.func.attr.value  # type: ignore[attr-defined]
+        receivers = [code_of(site.node.func.value) for site in sites]  # type: ignore[attr-defined]
+        if len(sites) == 1:
+            message = f"`.{attr}()` of a batch in the training loop blocks the CPU until the copy is done"
+        else:
+            shown = ", ".join(f"`{receiver}`" for receiver in receivers)
+            message = f"`.{attr}()` of the batch ({shown}) in the training loop blocks the CPU until each copy is done"
+        if not pinned:
+            message += " (pin the DataLoader's memory too, SF102)"
+        ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))
+               for site in sites]
+        if self._may_be_batch_object(first.node.func.value, first.stack):  # type: ignore[attr-defined]
+            title = f"{self.fix_title} (unsafe: `{receivers[0]}` may be a batch object whose `.{attr}()` takes no `non_blocking`)"
+            self.report(first.node, message, fix_ops=ops, fix_title=title, applicability=Applicability.UNSAFE)
+        else:
+            self.report(first.node, message, fix_ops=ops)
 
     def _is_legacy_upload(self, site: CallSite) -> bool:
         """`imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`
@@ -411,7 +453,7 @@ class BlockingTransfer(Rule):
             return False
         func = site.node.func
         assert isinstance(func, cst.Attribute)
-        if not self.batches.is_batch(_without_layout_calls(func.value), site.stack):
+        if not self.batches.is_batch(without_layout_calls(func.value), site.stack):
             return False
         if not find_argument(ctx, site, "non_blocking").missing or _sets_more_positionally(site):
             return False
@@ -427,19 +469,6 @@ class BlockingTransfer(Rule):
     def _all_loaders_pinned(self) -> bool:
         loaders = self.ctx.calls_to(*DATALOADER)
         return bool(loaders) and all(not find_argument(self.ctx, s, "pin_memory", 7).missing for s in loaders)
-
-
-# Tensor methods that reshape or convert a batch on the CPU before its copy: `x.view(-1, 784).to(device)`
-# still copies the batch (from its pinned storage, for the views).
-_LAYOUT_METHODS = frozenset({"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose",
-                             "contiguous", "float", "long", "int", "half", "double", "bool"})
-
-
-def _without_layout_calls(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """`x.reshape(-1, 784).float()` -> `x`."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _LAYOUT_METHODS:
-        expr = expr.func.value
-    return expr
 
 
 def _sets_more_positionally(site: CallSite) -> bool:

@@ -35,7 +35,8 @@ class NoMixedPrecision(Rule):
     turn off (`dtype=ptdtype` with `--dtype float32` as the argparse default or nanoGPT's
     `dtype = 'float32'`, `enabled=args.amp` with a `store_true` flag) does not count: the run
     with the defaults is fp32, and that is reported at the autocast. So is an autocast that wraps
-    only the loss while the model's forward pass runs before it.
+    only the loss while the model's forward pass runs before it. A loop with several backward
+    calls (a GAN's critic, generator and penalty steps) is one finding, whose fix covers each.
 
     ## Why is this bad?
     Tensor cores run bf16 and fp16 matmuls and convolutions several times faster than fp32 (even
@@ -184,6 +185,47 @@ class NoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a GAN: the critic's and the generator's backward calls are one finding, one fix for both
+            """
+            import torch
+            for real in loader:
+                real = real.cuda()
+                fake = gen(torch.randn(real.size(0), 128, device="cuda"))
+                d_loss = critic(fake.detach()).mean() - critic(real).mean()
+                d_opt.zero_grad()
+                d_loss.backward()
+                d_opt.step()
+                g_loss = -critic(gen(torch.randn(real.size(0), 128, device="cuda"))).mean()
+                g_opt.zero_grad()
+                g_loss.backward()
+                g_opt.step()
+                if step % 16 == 0:
+                    penalty = r1(critic, real)
+                    penalty.backward()
+                    d_opt.step()
+            """,
+            fixed="""
+            import torch
+            for real in loader:
+                real = real.cuda()
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    fake = gen(torch.randn(real.size(0), 128, device="cuda"))
+                    d_loss = critic(fake.detach()).mean() - critic(real).mean()
+                d_opt.zero_grad()
+                d_loss.backward()
+                d_opt.step()
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    g_loss = -critic(gen(torch.randn(real.size(0), 128, device="cuda"))).mean()
+                g_opt.zero_grad()
+                g_loss.backward()
+                g_opt.step()
+                if step % 16 == 0:
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        penalty = r1(critic, real)
+                    penalty.backward()
+                    d_opt.step()
+            """,
+        ),
         Invalid(  # autocast behind a constructor default that is off (`amp: bool = False`)
             """
             import torch
@@ -531,8 +573,17 @@ class NoMixedPrecision(Rule):
             owner = statement_owner(ctx, site.statement) if site.statement is not None else None
             key = id(owner[0]) if owner is not None else id(site.node)
             by_block[key].append((site, owner))
+        # One finding per training loop (or function): a GAN's discriminator, generator and
+        # regulariser steps are one piece of advice, with one fix that covers every block.
+        by_loop: dict[int, list[list[tuple[CallSite, tuple[cst.CSTNode, list[cst.BaseStatement]] | None]]]] = defaultdict(list)
         for sites in by_block.values():
-            self._report_block([site for site, _ in sites], sites[0][1])
+            by_loop[id(self._loop_of(sites[0][0]))].append(sites)
+        for blocks in by_loop.values():
+            self._report_loop(blocks)
+
+    def _loop_of(self, site: CallSite) -> cst.CSTNode:
+        """The training loop around a backward call, else its function, else the module."""
+        return self.ctx.nearest_loop(site.stack) or self.ctx.function_of(site.stack) or self.ctx.module
 
     # ------------------------------------------------------------------ autocast off by default
     def _report_gated(self, cast: Autocast | Passing) -> None:
@@ -609,34 +660,55 @@ class NoMixedPrecision(Rule):
             return _RNN_REASON  # here, or in a network of another file
         return None
 
-    def _report_block(
+    def _report_loop(
         self,
-        sites: list[CallSite],
-        owner: tuple[cst.CSTNode, list[cst.BaseStatement]] | None,
+        blocks: list[list[tuple[CallSite, tuple[cst.CSTNode, list[cst.BaseStatement]] | None]]],
     ) -> None:
-        first = sites[0]
+        first = blocks[0][0][0]
         receiver = dotted_name(first.node.func.value) if isinstance(first.node.func, cst.Attribute) else None
+        others = sum(len(sites) for sites in blocks) - 1
         message = f"`{receiver or 'loss'}.backward()` follows a forward pass in fp32: no mixed precision (autocast)"
-        block = getattr(owner[0], "body", None) if owner is not None else None
-        if owner is None or not isinstance(block, cst.IndentedBlock):
-            self.report(first.node, message, no_fix_reason="the backward call is not a statement of its own")
-            return
-        if self._file_refuses_autocast is not None:
-            self.report(first.node, message, no_fix_reason=self._file_refuses_autocast)
-            return
-        statements = owner[1]
-        ranges = [forward_range(self.ctx, statements, site) for site in sites]
-        if any(r is None for r in ranges):
-            self.report(first.node, message, no_fix_reason="the model call and the loss are not next to the backward call")
-            return
+        if others:
+            message = (f"`{receiver or 'loss'}.backward()` and {others} other backward call{'s' if others > 1 else ''} of "
+                       "this loop follow forward passes in fp32: no mixed precision (autocast)")
         ops: list[FixOp] = []
         context = (
             f"{reference(self.ctx, 'torch.autocast', ops, first.stack)}({string_literal(self.ctx, 'cuda')}, "
             f"dtype={reference(self.ctx, 'torch.bfloat16', ops, first.stack)})"
         )
+        wraps: list[FixOp] = []
+        reasons: list[str] = []
+        for sites in blocks:
+            fix = self._block_fix([site for site, _ in sites], sites[0][1], context)
+            if isinstance(fix, str):
+                reasons.append(fix)
+            else:
+                wraps.append(fix)
+        if not wraps:
+            self.report(first.node, message, no_fix_reason=reasons[0])
+            return
+        first_block = blocks[0][0][1]
+        restructures = first_block[0].body if len(blocks) == 1 and first_block is not None else self._loop_of(first)  # type: ignore[attr-defined]
+        self.report(first.node, message, fix_ops=[*wraps, *ops], restructures=restructures)
+
+    def _block_fix(
+        self,
+        sites: list[CallSite],
+        owner: tuple[cst.CSTNode, list[cst.BaseStatement]] | None,
+        context: str,
+    ) -> Transform | str:
+        """The edit that runs the forward passes of ``sites`` (backward calls of one block) under
+        autocast, or why there is none."""
+        block = getattr(owner[0], "body", None) if owner is not None else None
+        if owner is None or not isinstance(block, cst.IndentedBlock):
+            return "the backward call is not a statement of its own"
+        if self._file_refuses_autocast is not None:
+            return self._file_refuses_autocast
+        ranges = [forward_range(self.ctx, owner[1], site) for site in sites]
+        if any(r is None for r in ranges):
+            return "the model call and the loss are not next to the backward call"
         spans = [r for r in ranges if r is not None]
-        ops.insert(0, Transform(block, lambda updated: wrap(updated, spans, context)))
-        self.report(first.node, message, fix_ops=ops, restructures=block)
+        return Transform(block, lambda updated: wrap(updated, spans, context))
 
 
 _BCE_REASON = (

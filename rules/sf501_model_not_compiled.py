@@ -8,6 +8,7 @@ from speedfix.engine.findings import Applicability, FixOp, InsertStatements, Los
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import reference, statement
 from speedfix.model.arguments import find_argument, string_value
+from speedfix.model.autograd import differentiates_twice
 from speedfix.model.flow import default_choice, enclosing_statements, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import Stack
@@ -46,7 +47,10 @@ class ModelNotCompiled(Rule):
     `AutoModel.from_pretrained(...)`) and wrapped (`nn.DataParallel`, `DistributedDataParallel`).
     A script that compiles only behind an option that is off by default (`if args.compile:` with
     a `store_true` flag, nanoGPT-style `compile = False`) does not compile its default run and is
-    reported, without a fix; one whose option defaults to on is left alone.
+    reported, without a fix; one whose option defaults to on is left alone. A script that
+    differentiates a backward pass (`torch.autograd.grad(..., create_graph=True)` for a gradient
+    penalty, as StyleGAN2's R1 and path-length regularisers do) is left alone too: compiled
+    graphs do not support double backward, so compiling would make it raise.
 
     ## Why is this bad?
     Eager PyTorch launches one kernel per operation and writes every intermediate to GPU memory.
@@ -132,6 +136,26 @@ class ModelNotCompiled(Rule):
                 loss = criterion(model(x), y)
                 fabric.backward(loss)
                 optimizer.step()
+            """
+        ),
+        Valid(  # a GAN with an R1 penalty: the gradient's graph is differentiated again
+            """
+            import torch
+            from torch import autograd
+
+            def r1_penalty(pred, images):
+                grad, = autograd.grad(outputs=pred.sum(), inputs=images, create_graph=True)
+                return grad.pow(2).flatten(1).sum(1).mean()
+
+            critic = Critic().cuda()
+            opt = torch.optim.Adam(critic.parameters(), lr=2e-4)
+            for images in loader:
+                images = images.cuda().requires_grad_()
+                pred = critic(images)
+                loss = torch.nn.functional.softplus(-pred).mean() + 5 * r1_penalty(pred, images)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
             """
         ),
         Valid(  # Accelerate compiles the model in prepare()
@@ -627,6 +651,8 @@ class ModelNotCompiled(Rule):
             return  # quantization-aware training: fake-quant modules break Dynamo's graphs
         if self._accelerate_compiles():
             return
+        if differentiates_twice(ctx) is not None:
+            return  # a gradient of a gradient: compiled graphs cannot run double backward
         models = [*trained_models(ctx), *optimizer_factories(ctx)]
         others = [(model, site.stack) for model, site in models]
         compiles = [(site, call_subjects(ctx, site, receiver=ctx.qualname(site.node.func) != "torch.compile"))

@@ -8,11 +8,13 @@ from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.index import CallSite
 from speedfix.model.lightning_config import configured_trainers
 from speedfix.model.networks import is_conv_architecture, project_conv_dims, zoo_architecture
-from speedfix.model.patterns import cudnn_choices
+from speedfix.model.patterns import cudnn_choices, cudnn_disabled
 from speedfix.project.steps import CONV_LAYERS
 from speedfix.rules._impact import Estimate, Finding, Impact, small_model
+from speedfix.syntax.nodes import code_of
 
 _CONV = tuple(CONV_LAYERS)  # transposed convolutions run on cuDNN too
+_DISABLED = "cuDNN is switched off"
 
 
 class CudnnBenchmarkOff(Rule):
@@ -27,11 +29,15 @@ class CudnnBenchmarkOff(Rule):
     With `benchmark = False` (the default) cuDNN picks convolution algorithms by heuristics. With
     `True` it times the candidates for each new input shape once and keeps the fastest, which for
     the fixed shapes of image training is often much faster. A script that sets
-    `cudnn.benchmark` either way, asks for determinism (`cudnn.deterministic`,
-    `use_deterministic_algorithms`) or turns cuDNN off has made its choice and is left alone;
-    one that does so only behind an option that is off by default (pytorch/examples imagenet sets
+    `cudnn.benchmark` either way or asks for determinism (`cudnn.deterministic`,
+    `use_deterministic_algorithms`) has made its choice and is left alone; one that does so only
+    behind an option that is off by default (pytorch/examples imagenet sets
     `cudnn.deterministic` only under `if args.seed is not None:`) runs the default algorithms by
     default and is reported.
+
+    Also finds cuDNN switched off on the default path: `torch.backends.cudnn.enabled = False`, or
+    `= args.enable_cudnn` with a flag that is off unless given. Convolutions, recurrent layers and
+    batch norm then run PyTorch's own kernels, far slower than cuDNN's.
 
     ## Example
     ```python
@@ -64,7 +70,8 @@ class CudnnBenchmarkOff(Rule):
 
     ## Impact
     Medium. Low for a small model (under 10M parameters, counted from the layers the file
-    writes).
+    writes). High when cuDNN is switched off, whatever the model's size: every convolution runs
+    without it.
 
     ## Measured effect
     SpeechBrain: 17 to 12 minutes per epoch on a V100 (1.42x) and 60 to 25 minutes on a 1080 Ti
@@ -78,7 +85,7 @@ class CudnnBenchmarkOff(Rule):
     name = "cudnn-benchmark-off"
     summary = "Conv net trained on CUDA without `cudnn.benchmark = True`"
     severity = Severity.INFO
-    requires = (b"Conv", b"models", b"create_model", b"diffusers")
+    requires = (b"Conv", b"models", b"create_model", b"diffusers", b"cudnn.enabled")
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
     fix_title = "Enable the cuDNN autotuner: `torch.backends.cudnn.benchmark = True` at the entry point"
@@ -108,6 +115,22 @@ class CudnnBenchmarkOff(Rule):
             model = models.resnet50().cuda()
             for x, y in loader:
                 loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+            """
+        ),
+        Valid(  # cuDNN off only when asked for (`--deterministic`, off by default), on otherwise
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--deterministic", action="store_true")
+            args = parser.parse_args()
+            torch.backends.cudnn.enabled = not args.deterministic
+            torch.backends.cudnn.benchmark = True
+            conv = torch.nn.Conv2d(3, 8, 3).cuda()
+            for x, y in loader:
+                loss = conv(x.cuda()).sum()
                 loss.backward()
                 opt.step()
             """
@@ -294,6 +317,25 @@ class CudnnBenchmarkOff(Rule):
                     opt.step()
             """,
         ),
+        Invalid(  # Rainbow DQN: cuDNN is on only with `--enable-cudnn`, off by default
+            """
+            import argparse
+            import torch
+            from model import QNetwork
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--enable-cudnn", action="store_true", help="faster, not deterministic")
+            args = parser.parse_args()
+            if torch.cuda.is_available():
+                device = torch.device("cuda")
+                torch.backends.cudnn.enabled = args.enable_cudnn
+            net = QNetwork().to(device)
+            for step in range(100_000):
+                loss = net(replay.sample().to(device)).mean()
+                loss.backward()
+                opt.step()
+            """,
+        ),
         Invalid(  # a library module (it only defines things): no setting at import time
             """
             import torch
@@ -314,11 +356,25 @@ class CudnnBenchmarkOff(Rule):
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
+        if finding.message.startswith(_DISABLED):
+            return Estimate(Impact.HIGH, "cuDNN is off: convolutions run PyTorch's own kernels")
         return small_model(self.ctx, Impact.LOW)
 
     def finish(self) -> None:
         ctx = self.ctx
         if not ctx.drives_training or self._uses_lightning():
+            return
+        disabled = cudnn_disabled(ctx)
+        if disabled is not None and disabled.statement is not None:
+            literal = code_of(disabled.value) == "False"
+            self.report(
+                disabled.statement,
+                f"{_DISABLED} (`{disabled.target} = {code_of(disabled.value)}`"
+                f"{'' if literal else ', False by default'}): convolutions, recurrent layers and batch norm "
+                "run PyTorch's own kernels, far slower than cuDNN's",
+                no_fix_reason="leave cuDNN on (the default) unless a cuDNN problem needs it off; "
+                "for reproducibility set `cudnn.deterministic = True` instead",
+            )
             return
         choices = cudnn_choices(ctx)
         chosen, gate = default_choice(ctx, choices)

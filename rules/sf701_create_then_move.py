@@ -9,9 +9,10 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, reference, string_literal
 from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
-from speedfix.model.patterns import is_dtype
+from speedfix.model.patterns import is_dtype, without_layout_calls
 from speedfix.model.rl import in_rollout
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 _FACTORIES = frozenset(
     f"torch.{name}" for name in ("zeros", "ones", "empty", "full", "arange", "eye", "linspace", "logspace", "tensor")
@@ -55,8 +56,10 @@ class CreateThenMove(Rule):
     """
     ## What it does
     Finds tensors created on the CPU and moved straight to the GPU, `torch.zeros(...).cuda()`
-    or `torch.ones(...).to(device)`, where it runs on every step: in the training loop, in a
-    function it calls, or in a module's `forward`.
+    or `torch.ones(...).to(device)`, also after a reshape (`torch.arange(n).unsqueeze(0).to(device)`)
+    or torch math on the CPU (`torch.exp(torch.arange(n)).to(device)`, reported without a fix),
+    where it runs on every step: in the training loop, in a function it calls or one that takes
+    the step itself (an agent's `learn()`), or in a module's `forward` and the methods it calls.
 
     ## Why is this bad?
     The tensor is allocated and filled on the CPU, then copied to the GPU: one extra allocation,
@@ -239,6 +242,59 @@ class CreateThenMove(Rule):
             """,
             count=3,
         ),
+        Invalid(  # reshaped on the CPU first, then copied: the device goes to the factory
+            """
+            import torch
+            class Net(torch.nn.Module):
+                def forward(self, x):
+                    pos = torch.arange(x.size(1)).unsqueeze(0).expand(x.size(0), -1).to(device=x.device)
+                    return self.embed(x) + self.pos(pos)
+            model = Net().cuda()
+            """,
+            fixed="""
+            import torch
+            class Net(torch.nn.Module):
+                def forward(self, x):
+                    pos = torch.arange(x.size(1), device=x.device).unsqueeze(0).expand(x.size(0), -1)
+                    return self.embed(x) + self.pos(pos)
+            model = Net().cuda()
+            """,
+        ),
+        Invalid(  # a diffusion model's sinusoidal embedding, computed on the CPU in a helper its forward calls
+            """
+            import math
+            import torch
+            class TimeEmbedding(torch.nn.Module):
+                @staticmethod
+                def sinusoid(t, dim):
+                    half = dim // 2
+                    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half).to(device=t.device)
+                    angles = t[:, None].float() * freqs[None]
+                    return torch.cat([angles.cos(), angles.sin()], dim=-1)
+                def other(self, t):
+                    return torch.exp(torch.arange(4)).to(t.device)
+                def forward(self, t):
+                    return self.mlp(self.sinusoid(t, 256))
+            embedder = TimeEmbedding().cuda()
+            """,
+        ),
+        Invalid(  # a distributional DQN's offsets, copied like another tensor (`.to(actions)` takes its dtype too)
+            """
+            import torch
+            class Agent:
+                def learn(self, memory):
+                    states, actions, returns = memory.sample(self.batch_size)
+                    offset = torch.linspace(0, (self.batch_size - 1) * self.atoms, self.batch_size).unsqueeze(1)
+                    offset = offset.expand(self.batch_size, self.atoms).to(actions)
+                    offset = torch.linspace(0, (self.batch_size - 1) * self.atoms, self.batch_size).to(actions)
+                    loss = self.criterion(self.online_net(states), offset)
+                    loss.backward()
+                    self.optimiser.step()
+            agent = Agent(device=torch.device("cuda"))
+            for step in range(100_000):
+                agent.learn(memory)
+            """,
+        ),
         Invalid(  # random numbers differ between CPU and CUDA generators: no fix
             """
             import torch
@@ -262,31 +318,63 @@ class CreateThenMove(Rule):
     def _check(self, site: CallSite, method: str) -> None:
         ctx = self.ctx
         move = site.node
-        factory = move.func.value if isinstance(move.func, cst.Attribute) else None
-        if not isinstance(factory, cst.Call) or not self._runs_every_step(site):
+        made = move.func.value if isinstance(move.func, cst.Attribute) else None
+        if not isinstance(made, cst.Call) or not self._runs_every_step(site):
             return
-        conversion = _conversion(ctx, factory)
+        conversion = _conversion(ctx, made)
         if conversion is not None:
             self._check_conversion(site, method, conversion)
             return
+        factory = without_layout_calls(made)  # `torch.linspace(...).unsqueeze(1).expand(b, n)`
+        if not isinstance(factory, cst.Call):
+            return
         qualified = ctx.qualname(factory.func)
         if qualified not in _FACTORIES and qualified not in _RANDOM:
+            self._check_computed(move, made, method)
             return
         # `device=` already chosen; `requires_grad=True` then `.cuda()` gives a non-leaf copy, which
         # creating it on the device would turn into a leaf that collects gradients.
         if any(arg.keyword is not None and arg.keyword.value in _KEEP_AS_IS for arg in factory.args):
             return
-        device = self._target_device(move, method)
-        if device is None:
-            return
         name = qualified.rsplit(".", 1)[-1]
         message = f"`torch.{name}(...)` is made on the CPU and then copied to the GPU"
+        device = self._target_device(move, method)
+        if device is None:
+            like = self._like_tensor(move)
+            if like is not None:
+                self.report(move, message, no_fix_reason=f"`.to({like})` also takes that tensor's dtype: make it with "
+                            f"`device={like}.device` and the dtype it needs")
+            return
         if qualified in _RANDOM:
             self.report(move, message, no_fix_reason="random numbers from the CUDA generator differ from the CPU's")
             return
         indent = ctx.module.default_indent
         made_there = append_args(factory, keyword_arg("device", device), indent=indent)
-        self.report(move, message, fix_ops=[replace(move, made_there)])
+        self.report(move, message, fix_ops=[replace(move, made.deep_replace(factory, made_there))])
+
+    def _check_computed(self, move: cst.Call, made: cst.Call, method: str) -> None:
+        """`torch.exp(-math.log(p) * torch.arange(half) / half).to(device=t.device)`: torch math on
+        a tensor made on the CPU, all of it done there, then copied."""
+        if not (self.ctx.qualname(made.func) or "").startswith("torch.") or self._target_device(move, method) is None:
+            return
+        for node in walk_expression(made):
+            if isinstance(node, cst.Call) and node is not made and self.ctx.qualname(node.func) in _FACTORIES | _RANDOM \
+                    and not any(arg.keyword is not None and arg.keyword.value in _KEEP_AS_IS for arg in node.args):
+                name = self.ctx.qualname(node.func).rsplit(".", 1)[-1]  # type: ignore[union-attr]
+                self.report(move, f"`torch.{name}(...)` is made and computed on the CPU, then copied to the GPU",
+                            no_fix_reason=f"make it with `torch.{name}(..., device=...)` and drop the `.{method}()`: the math "
+                            "then runs on the GPU (its results may differ in the last bit)")
+                return
+
+    def _like_tensor(self, move: cst.Call) -> str | None:
+        """`.to(actions)`: the one argument names a tensor whose device (and dtype) the copy takes."""
+        args = move.args
+        if len(args) != 1 or args[0].keyword is not None or args[0].star or is_dtype(self.ctx, args[0].value):
+            return None
+        name = dotted_name(args[0].value)
+        if name is None or "dtype" in name.lower() or _DEVICE_NAME.search(name.rsplit(".", 1)[-1]):
+            return None
+        return name
 
     def _check_conversion(self, site: CallSite, method: str, conversion: tuple[cst.BaseExpression, str | None, str]) -> None:
         """`torch.FloatTensor(obs).to(device)`, `torch.from_numpy(x).float().to(device)`: the data
@@ -337,9 +425,22 @@ class CreateThenMove(Rule):
         return value if name and _DEVICE_NAME.search(name.rsplit(".", 1)[-1]) else None
 
     def _runs_every_step(self, site: CallSite) -> bool:
-        """In the training loop (or a function it calls), in a module's `forward`, or once per
+        """In the training loop (or a function it calls), in a function that takes a step itself
+        (an agent's `learn()`), in a module's `forward` (or a method it calls), or once per
         environment step or update of an RL script (acting, a replay buffer's `sample`)."""
         if self.ctx.in_training_loop(site.stack) or in_rollout(self.ctx, site.stack):
             return True
         function = self.ctx.function_of(site.stack)
-        return isinstance(function, cst.FunctionDef) and function.name.value == "forward"
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        return function.name.value == "forward" or function in self.ctx.step_functions or self._called_in_forward(function, site)
+
+    def _called_in_forward(self, function: cst.FunctionDef, site: CallSite) -> bool:
+        """A method of a module that its `forward` calls (`self.timestep_embedding(t, dim)`)."""
+        owner = self.ctx.class_of(site.stack)
+        wanted = f"self.{function.name.value}"
+        return owner is not None and any(
+            call.func == wanted and self.ctx.class_of(call.stack) is owner
+            and isinstance(caller := self.ctx.function_of(call.stack), cst.FunctionDef) and caller.name.value == "forward"
+            for call in self.ctx.calls
+        )

@@ -9,9 +9,10 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.index import CallSite
+from speedfix.project.steps import CONV_LAYERS
 from speedfix.syntax.names import dotted_name
 
-_CONV = {f"torch.nn.{prefix}Conv{d}d" for prefix in ("", "modules.conv.") for d in (1, 2, 3)}
+_CONV = set(CONV_LAYERS)  # transposed convolutions too: `bias` is their eighth parameter as well
 _BATCHNORM = {f"torch.nn.{prefix}BatchNorm{d}d" for prefix in ("", "modules.batchnorm.") for d in (1, 2, 3)}
 _SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
 
@@ -19,9 +20,9 @@ _SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
 class ConvBiasBeforeBatchnorm(Rule):
     """
     ## What it does
-    Finds a convolution with a bias feeding straight into batch normalisation: adjacent in an
-    `nn.Sequential(...)`, or `self.bn(self.conv(x))` in a module whose `self.conv` is used
-    nowhere else.
+    Finds a convolution (transposed ones too) with a bias feeding straight into batch
+    normalisation: adjacent in an `nn.Sequential(...)`, or `self.bn(self.conv(x))` in a module
+    whose `self.conv` is used nowhere else.
 
     ## Why is this bad?
     Batch normalisation subtracts the per-channel mean right away, so the convolution's bias is
@@ -133,6 +134,24 @@ class ConvBiasBeforeBatchnorm(Rule):
                     self.bn1 = nn.BatchNorm2d(planes)
                 def forward(self, x):
                     return F.relu(self.bn1(self.conv1(x)))
+            """,
+        ),
+        Invalid(  # a VAE decoder's upsampling block: a transposed convolution's bias is cancelled too
+            """
+            import torch.nn as nn
+            up = nn.Sequential(
+                nn.ConvTranspose2d(128, 64, kernel_size=3, stride=2, padding=1, output_padding=1),
+                nn.BatchNorm2d(64),
+                nn.LeakyReLU(),
+            )
+            """,
+            fixed="""
+            import torch.nn as nn
+            up = nn.Sequential(
+                nn.ConvTranspose2d(128, 64, kernel_size=3, stride=2, padding=1, output_padding=1, bias=False),
+                nn.BatchNorm2d(64),
+                nn.LeakyReLU(),
+            )
             """,
         ),
         Invalid(  # an explicit bias=True is the author's call: reported, no fix

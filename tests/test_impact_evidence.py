@@ -118,7 +118,7 @@ def test_a_conv_net_chosen_by_name_ranks_its_loader_over_tf32_and_unpinned_copie
     assert _one(found, "SF101")["impact"] == "high"
     # an unpinned loader: non_blocking does nothing until SF102 pins it
     copies = [f for f in found if f["code"] == "SF104"]
-    assert len(copies) == 2 and {f["impact"] for f in copies} == {"low"}
+    assert len(copies) == 1 and copies[0]["impact"] == "low"  # images and labels: one transfer of the batch
     assert _one(found, "SF102")["impact"] == "medium"
 
 
@@ -131,7 +131,7 @@ def test_without_augmentations_an_explicit_worker_count_stays_medium(run_cli, wr
 def test_a_pinned_loader_keeps_non_blocking_copies_at_medium(run_cli, write, tmp_path):
     write("main.py", REGISTRY.replace("num_workers=2)", "num_workers=2, pin_memory=True)"))
     copies = [f for f in _json(run_cli, "main.py", cwd=tmp_path) if f["code"] == "SF104"]
-    assert len(copies) == 2 and {f["impact"] for f in copies} == {"medium"}
+    assert len(copies) == 1 and copies[0]["impact"] == "medium"
 
 
 def test_a_hub_transformer_fine_tuned_in_fp32_gets_tf32_high_and_its_token_loader_less(run_cli, write, tmp_path):

@@ -122,7 +122,7 @@ def test_a_folder_is_analysed_as_one_project(run_cli, project):
         ("utils.py", item, "SF301"),  # a helper that engine.py's loop calls on every step
         ("models.py", line_of(MODELS, "Conv2d"), "SF703"),
     }
-    assert sum(1 for f in FINDING.finditer(result.stdout) if f["code"] == "SF104") == 2
+    assert sum(1 for f in FINDING.finditer(result.stdout) if f["code"] == "SF104") == 1  # one transfer of x and y
     assert "note:" not in result.stdout
 
 
@@ -389,6 +389,17 @@ def test_cuda_evidence_from_other_files(tmp_path):
     assert links[tmp_path / "train.py"].cuda == "`DEVICE` from config.py is a CUDA device"
     assert links[tmp_path / "trainer.py"].cuda == "train.py, which imports it, runs on CUDA"  # `.to(self.device)`
     assert links[tmp_path / "lr.py"].cuda is None and links[tmp_path / "cpu.py"].cuda is None
+
+
+def test_cuda_as_a_parameter_default_reaches_the_imported_model_file(tmp_path):
+    """minDiffusion: `def train(n_epoch=100, device="cuda:1")` is the only CUDA in the script;
+    the model file it imports builds tensors in `forward` and runs on that device."""
+    files = {
+        tmp_path / "train.py": 'from ddpm import DDPM\ndef train(epochs=10, device="cuda:1"):\n    DDPM().to(device)\n',
+        tmp_path / "ddpm.py": "import torch\nclass DDPM(torch.nn.Module):\n    pass\n",
+    }
+    links = link({path: extract_facts(code) for path, code in files.items()}, [tmp_path], lambda path: path.name)
+    assert links[tmp_path / "ddpm.py"].cuda == "train.py, which imports it, runs on CUDA"
 
 
 

@@ -299,7 +299,10 @@ def scan_paths(
     (``speedfix.commands.measurements``). Findings below ``settings.min_impact`` are left out.
     Raises BenchResultError for a result in ``bench_results`` that cannot be used."""
     result = ScanResult()
-    targets = list(iter_targets(paths, settings))
+    skipped: list[Path] = []
+    targets = list(iter_targets(paths, settings, skipped))
+    result.notes.extend(Note(display_path(path), f"not scanned: a `{path.suffix}` file is not Python (launch scripts and "
+                             "configuration files are read with the scripts they run)") for path in skipped)
     cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
     links, digests = project_links(targets, paths, settings, cache, jobs)
     analyses: dict[int, Analysis] = {}

@@ -17,6 +17,7 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.context import FileContext
+from speedfix.model.flow import default_truth
 from speedfix.model.forward import LOSS_NAME, calls_model, is_local_object, steps
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
@@ -326,3 +327,19 @@ def _stored(name: cst.Name, parents: dict[int, cst.CSTNode]) -> bool:
     return isinstance(parent, (cst.Arg, cst.Param)) and getattr(parent, "keyword", None) is name or isinstance(parent, cst.Param)
 
 
+
+
+_GRAPH_OF_GRADIENTS = ("torch.autograd.grad", "torch.autograd.backward")
+
+
+def differentiates_twice(ctx: FileContext) -> CallSite | None:
+    """A gradient taken with `create_graph=True` on the default path (`torch.autograd.grad(...,
+    create_graph=True)` for an R1 or path-length penalty, `loss.backward(create_graph=True)`):
+    the backward pass is itself differentiated later, which `torch.compile` cannot do."""
+    sites = [*ctx.calls_to(*_GRAPH_OF_GRADIENTS), *ctx.method_calls("backward")]
+    for site in sites:
+        keyword = next((arg.value for arg in site.node.args if arg.keyword is not None
+                        and arg.keyword.value == "create_graph"), None)
+        if keyword is not None and default_truth(ctx, keyword, site.stack) is not False:
+            return site
+    return None

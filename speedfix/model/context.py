@@ -157,6 +157,12 @@ class FileContext(FileIndex):
             qualified = f"{star}.{rest}" if star and rest else star
         return qualified
 
+    @property
+    def step_functions(self) -> set[cst.CSTNode]:
+        """Functions that take a training step outside their own loops (an agent's `learn()`:
+        each call is one step, wherever it is called from)."""
+        return self._markers[1]
+
     @cached_property
     def step_loops(self) -> set[cst.CSTNode]:
         """Loops with a step marker in their body, or calling a function (of this file or

@@ -30,12 +30,13 @@ import libcst as cst
 from speedfix.model.arguments import find_argument
 from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, comes_before, is_returned
-from speedfix.model.frames import Stack
-from speedfix.model.index import Assignment, CallSite
+from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
 from speedfix.model.patterns import dataset_argument, is_cpu_device, is_dtype, unwrap_iterable
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.walk import child_nodes
 
 _HOST_LIBRARIES = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.")
 _WRAPPERS = (
@@ -270,17 +271,41 @@ def _combine(places: list[Place | None]) -> Place | None:
 
 
 # ---------------------------------------------------------------- iteration
-def iterated_per_epoch(ctx: FileContext, loader: str) -> bool:
+def iterated_per_epoch(ctx: FileContext, loader: str, depth: int = 0) -> bool:
     """Is ``loader`` iterated more than once: in a nested loop, in a function called in a loop,
-    or passed to one there? (A test loader iterated once after training is not.)"""
+    or passed to one there, also through a progress bar (`pbar = tqdm(loader)`) or a function of
+    this file that does so with its parameter (`train(model, train_dataloader=loader, epochs=5)`)?
+    (A test loader iterated once after training is not.)"""
     index = _iterations(ctx)
     names = {loader} | index.aliases.get(loader, set())
     if names & index.iterated_per_epoch or loader in index.passed_in_loops:
         return True
     if any(ctx.project_iterates(site, loader, any_loop=True) for site in index.loop_calls_with.get(loader, ())):
         return True  # `train_one_epoch(model, loader)`, `evaluate(val_loader)` of another file, every epoch
+    if depth < 2 and any(iterated_per_epoch(ctx, param, depth + 1) for site in index.local_calls_with.get(loader, ())
+                         for param in _parameters_given(ctx, site, loader) if param != loader):
+        return True
     return any(_stored_and_iterated_per_epoch(ctx, site, attr)  # `Trainer(model, loader).fit(epochs)` of this file
                for site in index.classes_given.get(loader, ()) for attr in _stored_as(ctx, site, loader))
+
+
+def _parameters_given(ctx: FileContext, site: CallSite, name: str) -> list[str]:
+    """The parameters of the function of this file that ``site`` calls which take ``name``."""
+    found = []
+    for info in ctx.functions.get(site.func or "", ()):
+        params = [param.name.value for param in (*info.node.params.params, *info.node.params.kwonly_params)]
+        positional = [param.name.value for param in info.node.params.params]
+        index = 0
+        for arg in site.node.args:
+            if arg.star:
+                break
+            if arg.keyword is None:
+                if dotted_name(arg.value) == name and index < len(positional):
+                    found.append(positional[index])
+                index += 1
+            elif dotted_name(arg.value) == name and arg.keyword.value in params:
+                found.append(arg.keyword.value)
+    return found
 
 
 @dataclass
@@ -292,7 +317,8 @@ class _Iterations:
     passed_in_loops: set[str]  # names passed, in a loop, to a function of this file
     loop_calls_with: dict[str, list[CallSite]]  # name -> the calls in a loop that take it
     classes_given: dict[str, list[CallSite]]  # name -> `Trainer(...)` calls of a class of this file given it
-    aliases: dict[str, set[str]]  # name -> names bound to it (`active = train_loader`)
+    aliases: dict[str, set[str]]  # name -> names bound to it (`active = train_loader`, `pbar = tqdm(loader)`)
+    local_calls_with: dict[str, list[CallSite]]  # name -> the calls of functions of this file (not methods) given it
 
 
 _ITERATIONS: WeakKeyDictionary[FileContext, _Iterations] = WeakKeyDictionary()
@@ -319,7 +345,12 @@ def _iterations(ctx: FileContext) -> _Iterations:
         if site.func in ctx.classes:
             for name in set(_init_arguments(ctx, site)[1].values()):
                 classes.setdefault(name, []).append(site)
-    found = _Iterations(per_epoch, passed - {None}, loop_calls, classes, _all_aliases(ctx))  # type: ignore[arg-type]
+    local_calls: dict[str, list[CallSite]] = {}
+    for site in ctx.calls:
+        if site.func in ctx.functions and "." not in site.func:
+            for name in {dotted_name(arg.value) for arg in site.node.args} - {None}:
+                local_calls.setdefault(name, []).append(site)  # type: ignore[arg-type]
+    found = _Iterations(per_epoch, passed - {None}, loop_calls, classes, _all_aliases(ctx), local_calls)  # type: ignore[arg-type]
     _ITERATIONS[ctx] = found
     return found
 
@@ -334,7 +365,7 @@ def never_read(ctx: FileContext, site: CallSite) -> bool:
     scope = ctx.function_of(site.stack)
     if scope is None and not ctx.step_loops:
         return False
-    return name not in _read_names(ctx, scope or ctx.module)
+    return not _reads(ctx, scope or ctx.module)[name]
 
 
 def only_peeked(ctx: FileContext, site: CallSite) -> bool:
@@ -347,28 +378,33 @@ def only_peeked(ctx: FileContext, site: CallSite) -> bool:
         return False
     scope = ctx.function_of(site.stack) or ctx.module
     peeks = _peeks(ctx)
-    loops, draws = peeks.loops.get(name, []), peeks.draws.get(name, [])
+    loops = [info for info in peeks.loops.get(name, []) if not _shadowed(ctx, info.stack, scope, name)]
+    draws = [draw for draw in peeks.draws.get(name, []) if not _shadowed(ctx, draw.stack, scope, name)]
     if any(ctx.nearest_loop(draw.stack) is not None for draw in draws) or not (loops or draws):
         return False
-    mentions = peeks.mentions(scope).get(name, 0)
-    return mentions == len(loops) + len(draws) + 1 and all(stops_at_once(loop) for loop in loops)
+    reads = _reads(ctx, scope)[name]
+    return reads == len(loops) + len(draws) and all(stops_at_once(info.node) for info in loops)
+
+
+def _shadowed(ctx: FileContext, stack: Stack, scope: cst.CSTNode, name: str) -> bool:
+    """Is ``name`` at ``stack`` another variable than ``scope``'s: a function between them binds it?"""
+    inner = False
+    for frame in stack:
+        if frame.node is scope:
+            inner = True
+        elif frame.kind is FrameKind.FUNCTION and (inner or scope is ctx.module) \
+                and isinstance(frame.node, (cst.FunctionDef, cst.Lambda)) and name in _bound_inside(ctx, frame.node):
+            return True
+    return False
 
 
 @dataclass
 class _Peeks:
-    """Per file, once: the `for` loops over each name, the `next(iter(name))` draws of each name,
-    and how often each scope mentions each name (asked per loader, counted per file)."""
+    """Per file, once: the `for` loops over each name and the `next(iter(name))` draws of each
+    name (asked per loader, found per file)."""
 
-    loops: dict[str, list[cst.For]]
+    loops: dict[str, list[LoopInfo]]
     draws: dict[str, list[CallSite]]
-    by_scope: dict[int, Counter[str]]
-
-    def mentions(self, scope: cst.CSTNode) -> Counter[str]:
-        found = self.by_scope.get(id(scope))
-        if found is None:
-            found = self.by_scope[id(scope)] = Counter(node.value for node in walk_expression(scope)
-                                                       if isinstance(node, cst.Name))
-        return found
 
 
 _PEEKS: WeakKeyDictionary[FileContext, _Peeks] = WeakKeyDictionary()
@@ -376,46 +412,82 @@ _PEEKS: WeakKeyDictionary[FileContext, _Peeks] = WeakKeyDictionary()
 
 def _peeks(ctx: FileContext) -> _Peeks:
     if ctx not in _PEEKS:
-        loops: dict[str, list[cst.For]] = {}
+        loops: dict[str, list[LoopInfo]] = {}
         for info in ctx.loops.values():
             if isinstance(info.node, cst.For) and info.iter is not None:
                 name = dotted_name(unwrap_iterable(info.iter))
                 if name:
-                    loops.setdefault(name, []).append(info.node)
+                    loops.setdefault(name, []).append(info)
         draws: dict[str, list[CallSite]] = {}
         for draw in ctx.calls:
             if (dotted_name(draw.node.func) == "next" and len(draw.node.args) == 1
                     and isinstance(inner := draw.node.args[0].value, cst.Call) and dotted_name(inner.func) == "iter"
                     and len(inner.args) == 1 and (name := dotted_name(inner.args[0].value))):
                 draws.setdefault(name, []).append(draw)
-        _PEEKS[ctx] = _Peeks(loops, draws, {})
+        _PEEKS[ctx] = _Peeks(loops, draws)
     return _PEEKS[ctx]
 
 
-def stops_at_once(loop: cst.For) -> bool:
+def stops_at_once(loop: cst.CSTNode) -> bool:
     """The loop's body ends in an unconditional `break`."""
-    body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    body = loop.body.body if isinstance(loop, cst.For) and isinstance(loop.body, cst.IndentedBlock) else ()
     last = body[-1] if body else None
     return isinstance(last, cst.SimpleStatementLine) and any(isinstance(small, cst.Break) for small in last.body)
 
 
-_READ: WeakKeyDictionary[FileContext, tuple[set[int], dict[int, set[str]]]] = WeakKeyDictionary()
+_READS: WeakKeyDictionary[FileContext, tuple[set[int], dict[int, Counter[str]]]] = WeakKeyDictionary()
 
 
-def _read_names(ctx: FileContext, scope: cst.CSTNode) -> set[str]:
-    """Every name ``scope`` mentions other than as a plain assignment target (once per scope;
-    the file's assignment targets once per file)."""
-    if ctx not in _READ:
+def _reads(ctx: FileContext, scope: cst.CSTNode) -> Counter[str]:
+    """How often ``scope`` reads each of its names (once per scope; the file's assignment targets
+    once per file). Not reads: a plain assignment's target, a keyword's name (`f(loader=x)`), a
+    function's parameters and whatever a nested function binds itself (its own `loader`), and a
+    bare name or tuple of names as a statement (a notebook cell showing `train_dl, test_dl`)."""
+    if ctx not in _READS:
         targets = {id(target.target) for assignments in ctx.assignments.values() for a in assignments
                    if a.statement is not None for small in a.statement.body if isinstance(small, cst.Assign)
                    for target in small.targets}
-        _READ[ctx] = (targets, {})
-    targets, by_scope = _READ[ctx]
+        _READS[ctx] = (targets, {})
+    targets, by_scope = _READS[ctx]
     found = by_scope.get(id(scope))
     if found is None:
-        found = by_scope[id(scope)] = {node.value for node in walk_expression(scope)
-                                       if isinstance(node, cst.Name) and id(node) not in targets}
+        found = by_scope[id(scope)] = Counter()
+        todo: list[tuple[cst.CSTNode, frozenset[str]]] = [(scope, frozenset())]
+        while todo:
+            node, hidden = todo.pop()
+            if isinstance(node, cst.Name):
+                if node.value not in hidden and id(node) not in targets:
+                    found[node.value] += 1
+                continue
+            if isinstance(node, (cst.FunctionDef, cst.Lambda)) and node is not scope:
+                hidden = hidden | _bound_inside(ctx, node)
+            if isinstance(node, cst.Expr) and _shown(node.value):
+                continue
+            if isinstance(node, cst.Arg):
+                children: list[cst.CSTNode] = [node.value]
+            elif isinstance(node, cst.Param):
+                children = [part for part in (node.annotation, node.default) if part is not None]
+            else:
+                children = list(child_nodes(node))
+            todo.extend((child, hidden) for child in children)
     return found
+
+
+def _bound_inside(ctx: FileContext, function: cst.FunctionDef | cst.Lambda) -> frozenset[str]:
+    """The names a nested function binds itself: its parameters and its assignments."""
+    params = function.params
+    names = {param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            names.add(star.name.value)
+    return frozenset(names | set(ctx.assignments_by_function.get(function, {})))
+
+
+def _shown(expr: cst.BaseExpression) -> bool:
+    """`loader` or `train_dl, test_dl` alone on a line: shown by a notebook, not read."""
+    if isinstance(expr, cst.Tuple):
+        return all(isinstance(element.value, cst.Name) for element in expr.elements)
+    return isinstance(expr, cst.Name)
 
 
 def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool] | None:
@@ -434,7 +506,8 @@ def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool] 
 
 
 def _all_aliases(ctx: FileContext) -> dict[str, set[str]]:
-    """Name -> the names bound to it: `active = train_loader`, `loader = a if resume else train_loader`."""
+    """Name -> the names bound to it: `active = train_loader`, `loader = a if resume else train_loader`,
+    `pbar = tqdm(train_loader)`."""
     found: dict[str, set[str]] = {}
     for target, assignments in ctx.assignments.items():
         for assignment in assignments:
@@ -442,7 +515,7 @@ def _all_aliases(ctx: FileContext) -> dict[str, set[str]]:
                 continue
             value = assignment.part or assignment.value
             for option in [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]:
-                name = dotted_name(option)
+                name = dotted_name(unwrap_iterable(option))  # `pbar = tqdm(loader)` iterates the loader
                 if name is not None:
                     found.setdefault(name, set()).add(target)
     return found

@@ -12,9 +12,9 @@ from weakref import WeakKeyDictionary, ref
 import libcst as cst
 
 from speedfix.model.context import FileContext
-from speedfix.model.flow import default_choice, passed_arguments, returned_values
+from speedfix.model.flow import default_choice, default_truth, off_by_default, passed_arguments, returned_values
 from speedfix.model.frames import Stack
-from speedfix.model.index import CallSite, LoopInfo
+from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
 from speedfix.project.steps import is_iterable_wrapper
 from speedfix.syntax.names import dotted_name
@@ -175,6 +175,20 @@ def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _dep
     return name is not None and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
 
 
+# Tensor methods that reshape, broadcast or convert a tensor where it is, before a copy: `x.view(-1,
+# 784).to(device)` still copies the batch, `torch.linspace(...).unsqueeze(1).expand(b, n).cuda()` the
+# tensor made on the CPU.
+_LAYOUT_METHODS = frozenset({"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose", "expand",
+                             "repeat", "contiguous", "float", "long", "int", "half", "double", "bool"})
+
+
+def without_layout_calls(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`x.reshape(-1, 784).float()` -> `x`."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _LAYOUT_METHODS:
+        expr = expr.func.value
+    return expr
+
+
 def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
     """``enumerate(tqdm(loader))``, ``metric_logger.log_every(loader, 10)`` -> ``loader``."""
     while isinstance(expr, cst.Call) and is_iterable_wrapper(dotted_name(expr.func)) and expr.args:
@@ -213,6 +227,21 @@ def cudnn_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatementLine | None
     """(statement, stack) of each place that chooses cuDNN's behaviour."""
     found = [(site.statement, site.stack) for site in ctx.calls_to(*DETERMINISTIC_ALGORITHMS)]
     return found + _assigned(ctx, lambda name: name.endswith(_CUDNN_SWITCHES))
+
+
+def cudnn_disabled(ctx: FileContext) -> Assignment | None:
+    """`torch.backends.cudnn.enabled = False` on the default path, also through an option that is
+    off by default (`= args.enable_cudnn` with a `store_true` flag): convolutions, recurrent layers
+    and batch norm then run PyTorch's own, slower kernels."""
+    for name, assignments in ctx.assignments.items():
+        if not name.endswith("cudnn.enabled"):
+            continue
+        for assignment in assignments:
+            if assignment.augmented or assignment.unpacked or off_by_default(ctx, assignment.statement, assignment.stack):
+                continue
+            if default_truth(ctx, assignment.value, assignment.stack) is False:
+                return assignment
+    return None
 
 
 _TF32_SWITCHES = ("allow_tf32", "fp32_precision")

@@ -219,6 +219,8 @@ class _Collector(ast.NodeVisitor):
         else:
             function = self.function_stack[-1]
         self.function_stack.append(function)
+        if any(self._mentions_cuda(default) for default in [*args.defaults, *args.kw_defaults] if default is not None):
+            self._note_cuda()  # `def train(epochs=100, device="cuda:0")`
         self.loop_stack.append(None)
         self.guard_stack.append(self.guards)
         self.guards = 0

@@ -10,6 +10,7 @@ or in a block's footer. ``own_lines`` returns all of them in source order as own
 
 from __future__ import annotations
 
+import ast
 from typing import Iterator
 
 import libcst as cst
@@ -70,3 +71,39 @@ def argument_comments(call: cst.Call, arg: cst.Arg) -> list[str]:
     if isinstance(after, cst.ParenthesizedWhitespace) and after.first_line.comment is not None:
         found.append(after.first_line.comment.value)
     return found
+
+
+# Statements that make a comment read as code set aside, not as an explanation.
+_CODE_STATEMENTS = (ast.Assign, ast.AugAssign, ast.Import, ast.ImportFrom, ast.FunctionDef,
+                    ast.ClassDef, ast.Return, ast.For, ast.While, ast.With, ast.If)
+_MAX_CODE_LINES = 12  # a commented-out statement spans this many lines at most
+
+
+def prose(comments: list[str]) -> list[str]:
+    """``comments`` (in source order) without the commented-out code among them: runs of
+    consecutive lines that read as Python statements (`# loader = DataLoader(ds,` and its
+    continuation lines, `# model.cuda()`). What is left explains the code; old code does not."""
+    texts = [comment.lstrip("#").strip() for comment in comments]
+    code = [False] * len(texts)
+    for start in range(len(texts)):
+        for end in range(min(len(texts), start + _MAX_CODE_LINES), start, -1):
+            if not any(code[start:end]) and _reads_as_code("\n".join(texts[start:end])):
+                code[start:end] = [True] * (end - start)
+                break
+    return [comment for comment, old in zip(comments, code) if not old]
+
+
+def _reads_as_code(text: str) -> bool:
+    """Statements that do something (an assignment, a call, an import), not a lone word or
+    number, which prose can also parse as."""
+    if not text or len(text) > 2000:
+        return False
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return bool(tree.body) and all(
+        isinstance(node, _CODE_STATEMENTS) or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call))
+        or (isinstance(node, ast.AnnAssign) and node.value is not None)  # `Note: h5py` is prose
+        for node in tree.body
+    )

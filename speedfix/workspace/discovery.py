@@ -4,7 +4,9 @@ Directories are walked in sorted order without following symlinked folders; vers
 folders, virtual environments (any folder holding ``pyvenv.cfg``), caches and build output are
 skipped, as are files git ignores (``respect-gitignore``, on by default) and ``exclude`` patterns
 from the configuration. Files named on the command line are always read (that is how a pre-commit
-hook passes them), whatever their extension, unless ``--force-exclude`` is given.
+hook passes them), whatever their extension, unless ``--force-exclude`` is given, or unless they
+are plainly not Python: a launch script or a configuration file (``NOT_PYTHON_SUFFIXES``) is not
+parsed as code (the scan says so in a note); the scripts it runs read it for their settings.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from typing import Iterator
 from speedfix.workspace.config import Settings, real_path
 
 SOURCE_SUFFIXES = (".py", ".ipynb")
+# Named on the command line, these are skipped rather than parsed as Python (`scan train.py run.sh`).
+NOT_PYTHON_SUFFIXES = (
+    ".sh", ".bash", ".zsh", ".slurm", ".json", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".txt", ".md", ".rst",
+)
 SKIPPED_DIRS = frozenset(
     {
         ".git", ".hg", ".svn", ".bzr", "__pycache__", ".venv", "venv", ".env", ".tox", ".nox",
@@ -43,8 +49,9 @@ def _excluded(relative: str, name: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatch(relative, p) or fnmatch.fnmatch(name, p) for p in patterns)
 
 
-def iter_targets(paths: list[Path], settings: Settings) -> Iterator[Target]:
-    """Files to scan, in a stable order. Raises MissingPath for a path that does not exist."""
+def iter_targets(paths: list[Path], settings: Settings, skipped: list[Path] | None = None) -> Iterator[Target]:
+    """Files to scan, in a stable order. Raises MissingPath for a path that does not exist.
+    Files named on the command line that are not Python go to ``skipped``."""
     seen: set[Path] = set()
     for path in paths:
         if not path.exists() and not path.is_symlink():
@@ -62,6 +69,11 @@ def iter_targets(paths: list[Path], settings: Settings) -> Iterator[Target]:
         else:
             key = real_path(path)
             if settings.force_exclude and _excluded_file(path, settings):
+                continue
+            if path.suffix.lower() in NOT_PYTHON_SUFFIXES:
+                if skipped is not None and key not in seen:
+                    skipped.append(path)
+                seen.add(key)
                 continue
             if key not in seen:
                 seen.add(key)
