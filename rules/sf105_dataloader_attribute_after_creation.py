@@ -1,12 +1,9 @@
 from __future__ import annotations
 
-import libcst as cst
-
 from speedfix.engine.findings import Category, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool, literal_int
 from speedfix.model.flow import assigned_name, comes_before
-from speedfix.model.frames import FrameKind
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.loaders import FROZEN_ATTRIBUTES, IGNORED_ATTRIBUTES, late_attributes
 from speedfix.model.patterns import DATALOADER, unwrap_iterable

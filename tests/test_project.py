@@ -391,6 +391,19 @@ def test_cuda_evidence_from_other_files(tmp_path):
     assert links[tmp_path / "lr.py"].cuda is None and links[tmp_path / "cpu.py"].cuda is None
 
 
+def test_a_function_returning_a_cuda_device_is_cuda_evidence_for_its_importers(tmp_path):
+    """`def get_device(): return torch.device("cuda" ...)` in utils.py: train.py, which imports it,
+    runs on CUDA (the project facts had two `visit_Return`s and the second hid this one)."""
+    files = {
+        tmp_path / "utils.py": 'import torch\ndef get_device():\n    return torch.device("cuda" if torch.cuda.is_available() else "cpu")\n',
+        tmp_path / "train.py": "from utils import get_device\ndevice = get_device()\n",
+    }
+    facts = {path: extract_facts(code) for path, code in files.items()}
+    assert "get_device" in facts[tmp_path / "utils.py"].cuda_names
+    links = link(facts, [tmp_path], lambda path: path.name)
+    assert links[tmp_path / "train.py"].cuda is not None
+
+
 def test_cuda_as_a_parameter_default_reaches_the_imported_model_file(tmp_path):
     """minDiffusion: `def train(n_epoch=100, device="cuda:1")` is the only CUDA in the script;
     the model file it imports builds tensors in `forward` and runs on that device."""

@@ -302,11 +302,6 @@ class _Collector(ast.NodeVisitor):
             if function is not None and name.startswith("self.") and isinstance(value, ast.Name) and value.id in function.params:
                 function.stored[name[5:]] = value.id
 
-    def visit_Return(self, node: ast.Return) -> None:
-        if node.value is not None and self.function_stack and self._mentions_cuda(node.value):
-            self.function_stack[-1].returns_cuda = True
-        self.generic_visit(node)
-
     def _mentions_cuda(self, node: ast.AST) -> bool:
         for child in ast.walk(node):
             if isinstance(child, ast.Attribute) and _cuda_attribute(child):
@@ -380,6 +375,8 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Return(self, node: ast.Return) -> None:
         function = self.function_stack[-1] if self.function_stack else None
+        if function is not None and node.value is not None and self._mentions_cuda(node.value):
+            function.returns_cuda = True
         if function is not None and function.class_name is None and node.value is not None:
             value = node.value
             made = function.made_by.get(value.id) if isinstance(value, ast.Name) else None
