@@ -13,6 +13,7 @@ from speedfix.model.loaders import Place, evaluation_only, late_value, never_rea
 from speedfix.model.patterns import DATALOADER
 from speedfix.model.workload import Samples, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
+from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS
 
 
 class DataloaderNoPinMemory(Rule):
@@ -81,25 +82,7 @@ class DataloaderNoPinMemory(Rule):
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."
 
     VALID = [
-        Valid(  # a notebook: batch-1 loaders shown, one peeked at; a later function's parameter shares the name
-            """
-            import torch
-            from torch.utils.data import DataLoader
-            train_dataloader = DataLoader(train_data, batch_size=1, num_workers=1)
-            test_dataloader = DataLoader(test_data, batch_size=1, num_workers=1)
-            train_dataloader, test_dataloader
-            img, label = next(iter(train_dataloader))
-
-            def train(model, train_dataloader, optimizer, epochs):
-                for epoch in range(epochs):
-                    for x, y in train_dataloader:
-                        loss = model(x.cuda()).sum()
-                        loss.backward()
-                        optimizer.step()
-
-            train(model, train_dataloader=real_loader, optimizer=opt, epochs=5)
-            """
-        ),
+        Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
         Valid(  # one batch drawn to look at the model's outputs, outside any loop
             """
             import torch

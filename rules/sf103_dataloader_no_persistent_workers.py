@@ -18,6 +18,7 @@ from speedfix.model.patterns import DATALOADER, dataset_argument
 from speedfix.model.versions import v
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of
+from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS
 
 
 _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count"})
@@ -103,25 +104,7 @@ class DataloaderNoPersistentWorkers(Rule):
     effect = "No worker start-up per epoch (MMHuman3D: 7 min to 35 s of data set-up)."
 
     VALID = [
-        Valid(  # a notebook: batch-1 loaders shown, one peeked at; a later function's parameter shares the name
-            """
-            import torch
-            from torch.utils.data import DataLoader
-            train_dataloader = DataLoader(train_data, batch_size=1, num_workers=1)
-            test_dataloader = DataLoader(test_data, batch_size=1, num_workers=1)
-            train_dataloader, test_dataloader
-            img, label = next(iter(train_dataloader))
-
-            def train(model, train_dataloader, optimizer, epochs):
-                for epoch in range(epochs):
-                    for x, y in train_dataloader:
-                        loss = model(x.cuda()).sum()
-                        loss.backward()
-                        optimizer.step()
-
-            train(model, train_dataloader=real_loader, optimizer=opt, epochs=5)
-            """
-        ),
+        Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
         Valid(  # iterated once: nothing to keep alive
             """
             from torch.utils.data import DataLoader

@@ -26,7 +26,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.config_tree import ConfigError, Node, load
+from speedfix.model.config_tree import Node, load_mapping
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.project_classes import module_path
@@ -97,12 +97,8 @@ def _read(ctx: FileContext) -> list[tuple[Path, Node]]:
                 collect(base / name, _DEPTH)
     found = []
     for path in paths:
-        try:
-            tree = load(project, path)
-        except ConfigError as problem:
-            project.note(path, f"not read: {problem}")
-            continue
-        if tree is not None and isinstance(tree.value, dict):
+        tree = load_mapping(project, path)
+        if tree is not None:
             found.append((path, tree))
     return found
 

@@ -99,6 +99,22 @@ def load(files: ProjectFiles, path: Path) -> Node | None:
         raise TooDeep() from None
 
 
+def load_noted(files: ProjectFiles, path: Path) -> Node | None:
+    """``load``, with a file that cannot be read named in a note (None then): the script and the
+    project's other files keep their findings."""
+    try:
+        return load(files, path)
+    except ConfigError as problem:
+        files.note(path, f"not read: {problem}")
+        return None
+
+
+def load_mapping(files: ProjectFiles, path: Path) -> Node | None:
+    """``load_noted`` of a file whose top level is a mapping; None for anything else."""
+    tree = load_noted(files, path)
+    return tree if tree is not None and isinstance(tree.value, dict) else None
+
+
 def parse_yaml(text: str, path: Path) -> Node:
     import yaml  # only scripts with YAML configuration pay for the import
 

@@ -30,7 +30,7 @@ import libcst as cst
 
 from speedfix.model import launch
 from speedfix.model.arguments import UNKNOWN_VALUE, find_argument, known_value
-from speedfix.model.config_tree import ConfigError, load
+from speedfix.model.config_tree import load_mapping
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import HF_ARGUMENT_PARSERS, HF_TRAINING_ARGUMENTS, TRL_CONFIGS
 from speedfix.model.index import CallSite
@@ -328,12 +328,8 @@ def _recipe_file(ctx: FileContext, command: launch.Launch, name: str) -> dict[st
     path = project.find(name, (command.file.parent, project.top(), project.folder))
     if path is None or path.suffix.lower() not in (".yaml", ".yml"):
         return None
-    try:
-        tree = load(project, path)
-    except ConfigError as exc:
-        project.note(path, f"not read: {exc}")
-        return None
-    if tree is None or not isinstance(tree.value, dict):
+    tree = load_mapping(project, path)
+    if tree is None:
         return None
     return {key: (node.plain(), node.at) for key, node in tree.value.items()}
 

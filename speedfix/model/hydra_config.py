@@ -25,7 +25,7 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.arguments import find_argument, string_value
-from speedfix.model.config_tree import ConfigError, Node, load
+from speedfix.model.config_tree import Node, load_mapping
 from speedfix.model.context import FileContext
 from speedfix.model.project_files import Location, ProjectFiles
 
@@ -150,12 +150,8 @@ def _compose_file(project: ProjectFiles, composed: Composed, path: Path, package
     """Merge ``path`` and its defaults list into ``composed`` at ``package``."""
     if depth > _MAX_DEPTH:
         return
-    try:
-        tree = load(project, path)
-    except ConfigError as exc:
-        project.note(path, f"not read: {exc}")
-        return
-    if tree is None or not isinstance(tree.value, dict):
+    tree = load_mapping(project, path)
+    if tree is None:
         return
     if _global_header(project, path):
         package = ()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.model.arguments import string_value
-from speedfix.model.config_tree import ConfigError, Node, load
+from speedfix.model.config_tree import Node, load_noted
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.syntax.names import dotted_name
@@ -59,11 +59,7 @@ def _loaded_file(ctx: FileContext, call: cst.Call, stack: Stack) -> Node | None:
     path = project.find(name, (project.folder, project.top()))
     if path is None:
         return None
-    try:
-        return load(project, path)
-    except ConfigError as problem:
-        project.note(path, f"not read: {problem}")
-        return None
+    return load_noted(project, path)
 
 
 def _opened_path(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
