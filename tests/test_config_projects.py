@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from speedfix.model.config_tree import ConfigError, parse_json, parse_yaml
-from speedfix.model.project_files import MAX_BYTES, ProjectFiles
+from speedfix.model.project_files import MAX_BYTES, ProjectFiles, inputs_unchanged, listings_kept
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECTS = ROOT / "fixtures" / "projects"
@@ -233,3 +233,44 @@ def test_a_recipe_named_in_a_readme_of_another_folder_is_read(write, run_cli, tm
     # both recipes turn checkpointing on: the finding points at the YAML line that does
     assert any(line.startswith("recipes/small/sft/config_a.yaml:2:1: SF902 `gradient_checkpointing=True`")
                for line in lines), result.stdout
+
+
+def test_a_scan_lists_each_project_folder_once_and_every_script_records_the_listing(tmp_path):
+    """Within one scan the scripts of a project share its folder listings (each script looks for
+    launch commands in the same folders); each still records them, so the next scan sees a change."""
+    for name in ("a.py", "b.py", "run.sh"):
+        (tmp_path / name).write_text("python a.py\n" if name == "run.sh" else "")
+    with listings_kept():
+        first = ProjectFiles.for_script(tmp_path / "a.py", (tmp_path,))
+        assert first.listing(tmp_path, (".sh",)) == [tmp_path / "run.sh"]
+        (tmp_path / "new.sh").write_text("python b.py\n")
+        second = ProjectFiles.for_script(tmp_path / "b.py", (tmp_path,))
+        assert second.listing(tmp_path, (".sh",)) == [tmp_path / "run.sh"]  # as the scan found it
+        assert first.text(tmp_path / "run.sh") == "python a.py\n"
+        (tmp_path / "run.sh").write_text("python b.py\n")
+        assert second.text(tmp_path / "run.sh") == "python a.py\n"
+        assert second.inputs == first.inputs and len(second.inputs) == 2
+    later = ProjectFiles.for_script(tmp_path / "b.py", (tmp_path,))
+    assert later.listing(tmp_path, (".sh",)) == [tmp_path / "new.sh", tmp_path / "run.sh"]
+    assert later.text(tmp_path / "run.sh") == "python b.py\n"
+    assert not inputs_unchanged(second.inputs)  # a cached result of this scan is analysed again
+
+
+def test_a_result_computed_once_per_scan_is_recorded_for_every_script(tmp_path):
+    """``ProjectFiles.recorded``: the second script of a folder reuses the launch files the first
+    found, and records every file that search looked at, even one the first had read before."""
+    for name in ("a.py", "b.py", "run.sh", "README.md"):
+        (tmp_path / name).write_text("python a.py\n")
+
+    def search(project: ProjectFiles) -> list[Path]:
+        return [path for path in project.listing(tmp_path, (".sh", ".md")) if "a.py" in (project.text(path) or "")]
+
+    with listings_kept():
+        first = ProjectFiles.for_script(tmp_path / "a.py", (tmp_path,))
+        first.text(tmp_path / "run.sh")  # read before the search
+        found = first.recorded("launch files", lambda: search(first))
+        second = ProjectFiles.for_script(tmp_path / "b.py", (tmp_path,))
+        assert second.recorded("launch files", lambda: []) == found == [tmp_path / "README.md", tmp_path / "run.sh"]
+        assert second.inputs == first.inputs and str(tmp_path / "run.sh") in second.inputs
+    (tmp_path / "README.md").write_text("python b.py\n")
+    assert not inputs_unchanged(second.inputs)

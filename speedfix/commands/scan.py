@@ -16,7 +16,7 @@ from speedfix.engine.catalog import rule_name
 from speedfix.engine.results import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, Analysis, FileError, Note
 from speedfix.model.versions import TorchVersion, project_target
 from speedfix.project import Links, ModuleFacts, extract_facts, link
-from speedfix.model.project_files import ProjectFiles, display_path, inputs_unchanged
+from speedfix.model.project_files import ProjectFiles, display_path, inputs_unchanged, listings_kept
 from speedfix.project.linker import imported_words, linked_candidates
 from speedfix.syntax import deadline
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
@@ -381,13 +381,14 @@ def _one_per_place(findings: list[Finding]) -> list[Finding]:
 def _analysers_loaded(settings: Settings) -> Iterator[None]:
     """Load the engine and the rules and read the torch version once here, not once per forked
     worker; what they load is then left out of the garbage collector's walks while files are
-    analysed."""
+    analysed. Within it, each project folder is listed once for all the scripts that look there
+    (``listings_kept``)."""
     from speedfix.engine.analysis import analyze  # noqa: F401  (libcst, the model, the engine)
     from speedfix.syntax.parsing import loaded_code_frozen
 
     settings.rules()
     settings.target  # noqa: B018
-    with loaded_code_frozen():
+    with loaded_code_frozen(), listings_kept():
         yield
 
 

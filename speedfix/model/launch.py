@@ -33,7 +33,7 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.context import FileContext
-from speedfix.model.project_files import Location, ProjectFiles
+from speedfix.model.project_files import Location, ProjectFiles, kept_for_scan
 
 SHELL_SUFFIXES = (".sh", ".bash", ".slurm")
 _SCRIPT_FOLDERS = ("scripts", "script", "bin", "run_scripts", "launch", "launchers")
@@ -145,17 +145,17 @@ def _find(ctx: FileContext) -> list[Launch]:
     assert project is not None
     found: list[Launch] = []
     runners = (project.script, *_wrappers(project))
-    for path in _launch_files(project):
+    names = {runner.name for runner in runners} | {runner.stem for runner in runners}
+    for path in project.recorded(("launch files", project.folder), lambda: _launch_files(project)):
         text = project.text(path)
-        if text is None:
-            continue
-        blocks = _readme_blocks(text) if path.suffix.lower() == ".md" else [(1, text.splitlines())]
-        for first, lines in blocks:
-            found.extend(_commands(project, path, first, lines, runners))
+        if text is None or not any(name in text for name in names):
+            continue  # no command there can run the script
+        for logical_lines in kept_for_scan(("launch lines", path), lambda: _file_lines(path, text)):
+            found.extend(_commands(project, path, logical_lines, runners))
     docstring = _module_docstring(ctx)
     if docstring is not None:
         first, lines = docstring
-        found.extend(_commands(project, project.script, first, lines, runners))
+        found.extend(_commands(project, project.script, _logical_lines(first, lines), runners))
     return found
 
 
@@ -255,15 +255,22 @@ def _module_docstring(ctx: FileContext) -> tuple[int, list[str]] | None:
     return first, text.splitlines()
 
 
-def _commands(project: ProjectFiles, path: Path, first: int, lines: list[str], runners: tuple[Path, ...]) -> list[Launch]:
-    """The commands of ``lines`` (starting at line ``first`` of ``path``) that run the script, or
-    one of ``runners`` (a file beside it that imports it and runs its entry point)."""
+def _file_lines(path: Path, text: str) -> list[list[tuple[int, str, list[tuple[int, str]]]]]:
+    """The logical lines of a launch file, per shell script or per code block of a README."""
+    blocks = _readme_blocks(text) if path.suffix.lower() == ".md" else [(1, text.splitlines())]
+    return [_logical_lines(first, lines) for first, lines in blocks]
+
+
+def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, str, list[tuple[int, str]]]],
+              runners: tuple[Path, ...]) -> list[Launch]:
+    """The commands of ``logical_lines`` (of ``path``) that run the script, or one of ``runners``
+    (a file beside it that imports it and runs its entry point)."""
     found = []
     names = {runner.name for runner in runners} | {runner.stem for runner in runners}
-    for start, logical, physical in _logical_lines(first, lines):
+    for start, logical, physical in logical_lines:
         if not any(name in logical for name in names):
             continue
-        words = _words(logical)
+        words = kept_for_scan(("words", logical), lambda: _words(logical))
         for index, word in enumerate(words):
             module = words[index - 1] == "-m" if index else False
             if any(_names_script(project, path, word, module, runner) for runner in runners):

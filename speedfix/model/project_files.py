@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, TypeVar
 
 from speedfix.syntax.source import SourceError, read_bytes
 
@@ -31,6 +34,7 @@ MAX_BYTES = 1024 * 1024
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", ".project-root")
 _ABSENT = "-"
 _LISTING = "listing:"  # the key of a folder's listing in ``inputs``
+T = TypeVar("T")
 _SKIPPED = frozenset({"node_modules", "venv", "env", "site-packages", "build", "dist"})
 
 
@@ -88,6 +92,9 @@ class ProjectFiles:
         """The project's top folder: going up from the script's folder, the first folder with a
         project marker (`.git`, `pyproject.toml`, ...), never above the outermost root."""
         outermost = min(self.roots, key=lambda r: len(r.parts))
+        return kept_for_scan(("top", self.folder, outermost), lambda: self._top(outermost))
+
+    def _top(self, outermost: Path) -> Path:
         folder = self.folder
         while True:
             if folder == outermost or any((folder / marker).exists() for marker in PROJECT_MARKERS):
@@ -122,9 +129,32 @@ class ProjectFiles:
         """Is ``path`` (followed through links) below one of the roots?"""
         found = self._inside.get(path)
         if found is None:
-            real = Path(os.path.realpath(path))
-            found = self._inside[path] = any(_below(path, root) and _below(real, _real(root)) for root in self.roots)
+            found = self._inside[path] = kept_for_scan(("inside", self.roots, path), lambda: self._inside_roots(path))
         return found
+
+    def _inside_roots(self, path: Path) -> bool:
+        real = kept_for_scan(("real", path), lambda: Path(os.path.realpath(path)))
+        return any(_below(path, root) and _below(real, _real(root)) for root in self.roots)
+
+    def recorded(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()`` (which reads this project's files), once per scan for every script with
+        the same roots (within ``listings_kept``); each script records the files it looked at
+        and their problems as if it had computed it itself."""
+        if _KEPT is None:
+            return compute()
+        full = ("recorded", self.roots, key)
+        if full not in _KEPT:
+            outer, problems = self.inputs, len(self.problems)
+            self.inputs = {}  # what compute() looks at, each file recorded even when seen before
+            try:
+                value = compute()
+            finally:
+                read, self.inputs = self.inputs, outer
+            _KEPT[full] = (value, read, self.problems[problems:])
+        value, read, problems_seen = _KEPT[full]
+        self.inputs.update(read)
+        self.problems.extend(problem for problem in problems_seen if problem not in self.problems)
+        return value
 
     def find(self, name: str, bases: tuple[Path, ...] = ()) -> Path | None:
         """The first existing file ``name`` relative to one of ``bases`` (default: the script's
@@ -149,9 +179,10 @@ class ProjectFiles:
 
     def listing(self, folder: Path, suffixes: tuple[str, ...] = ()) -> list[Path]:
         """The regular files of ``folder`` (sorted; with one of ``suffixes`` if given)."""
-        names = _names(folder, suffixes) if self.inside(folder) else []
-        self.inputs[_LISTING + "\0".join((str(folder), *suffixes))] = _digest("\n".join(names).encode())
-        return [folder / name for name in names if (folder / name).is_file()]
+        key = _LISTING + "\0".join((str(folder), *suffixes))
+        digest, paths = kept_for_scan(key, lambda: _files(folder, suffixes)) if self.inside(folder) else (_digest(b""), [])
+        self.inputs[key] = digest
+        return list(paths)
 
     def note(self, path: Path, message: str) -> None:
         """Say in the report that a project file could not be used, and why."""
@@ -160,17 +191,26 @@ class ProjectFiles:
     def subfolders(self, folder: Path) -> list[Path]:
         """The folders in ``folder`` (sorted, inside the roots; hidden ones and virtual
         environments left out), recorded like a listing."""
-        names = _folders(folder) if self.inside(folder) else []
-        self.inputs[_LISTING + str(folder) + "\0/"] = _digest("\n".join(names).encode())
+        key = _LISTING + str(folder) + "\0/"
+        digest, found = kept_for_scan(key, lambda: _subfolders(folder)) if self.inside(folder) else (_digest(b""), [])
+        self.inputs[key] = digest
         # below a folder inside the roots, only a link can lead out
-        return [folder / name for name in names if not os.path.islink(folder / name) or self.inside(folder / name)]
+        return [path for path, link in found if not link or self.inside(path)]
 
     # ------------------------------------------------------------------ reading
     def text(self, path: Path) -> str | None:
         """The text of a project file, or None (missing, outside, too big, not UTF-8: the
         reason is in ``problems`` unless the file is simply missing)."""
+        kept = _KEPT_TEXTS.get((self.roots, path)) if _KEPT is not None else None
+        if kept is not None:  # read already in this scan: recorded again (see ``recorded``)
+            self.inputs[str(path)], problems, text = kept
+            if path not in self._texts:
+                self.problems.extend(problems)
+                self._texts[path] = text
+            return text
         if path in self._texts:
             return self._texts[path]
+        problems_before = len(self.problems)
         text = None
         if not self.inside(path):
             self.note(path, "not read, it lies outside the project (a link or `..`)")
@@ -189,6 +229,8 @@ class ProjectFiles:
                 except UnicodeDecodeError:
                     self.note(path, "not read, it is not UTF-8 text")
         self._texts[path] = text
+        if _KEPT is not None:
+            _KEPT_TEXTS[(self.roots, path)] = (self.inputs[str(path)], self.problems[problems_before:], text)
         return text
 
 
@@ -226,6 +268,51 @@ def display_path(path: Path) -> str:
     except ValueError:
         return str(path)
     return str(path) if relative.startswith("..") else relative
+
+
+# Within one scan (``listings_kept``), a folder is listed once for all the scripts that look at it:
+# each script's launch commands and configs are looked for in the same folders of its project.
+_KEPT: dict[Hashable, Any] | None = None
+_KEPT_TEXTS: dict[tuple[tuple[Path, ...], Path], tuple[str, list[str], str | None]] = {}  # and the files read
+
+
+@contextmanager
+def listings_kept() -> Iterator[None]:
+    """Keep the folder listings and file texts that ``ProjectFiles`` reads until the block ends
+    (a scan reads each project's files as they are when it starts; every script still records
+    them in its ``inputs`` for the scan cache, and their problems in its notes)."""
+    global _KEPT
+    outer = _KEPT
+    if outer is None:
+        _KEPT = {}
+    try:
+        yield
+    finally:
+        _KEPT = outer
+        if outer is None:
+            _KEPT_TEXTS.clear()
+
+
+def kept_for_scan(key: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()``, once per scan within ``listings_kept`` (a folder's listing, a path's real
+    path, what a project file's text says: what does not depend on the script that asks)."""
+    if _KEPT is None:
+        return compute()
+    if key not in _KEPT:
+        _KEPT[key] = compute()
+    return _KEPT[key]
+
+
+def _files(folder: Path, suffixes: tuple[str, ...]) -> tuple[str, list[Path]]:
+    """The digest of ``folder``'s names (with one of ``suffixes``) and its regular files among them."""
+    names = _names(folder, suffixes)
+    return _digest("\n".join(names).encode()), [folder / name for name in names if (folder / name).is_file()]
+
+
+def _subfolders(folder: Path) -> tuple[str, list[tuple[Path, bool]]]:
+    """The digest of ``folder``'s folder names and each folder with whether it is a link."""
+    names = _folders(folder)
+    return _digest("\n".join(names).encode()), [(folder / name, os.path.islink(folder / name)) for name in names]
 
 
 def _folders(folder: Path) -> list[str]:
