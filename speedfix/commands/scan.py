@@ -381,8 +381,8 @@ def _one_per_place(findings: list[Finding]) -> list[Finding]:
 def _analysers_loaded(settings: Settings) -> Iterator[None]:
     """Load the engine and the rules and read the torch version once here, not once per forked
     worker; what they load is then left out of the garbage collector's walks while files are
-    analysed. Within it, each project folder is listed once for all the scripts that look there
-    (``listings_kept``)."""
+    analysed. Within it, each project folder is listed and each project file read once for all
+    the scripts that look there (``listings_kept``)."""
     from speedfix.engine.analysis import analyze  # noqa: F401  (libcst, the model, the engine)
     from speedfix.syntax.parsing import loaded_code_frozen
 

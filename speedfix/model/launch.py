@@ -44,8 +44,7 @@ _MAX_FOLDERS = 100  # folders of the project looked into for its READMEs at most
 _MAX_FILES = 200  # launch files read per script at most
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ">", ">>", "&>", "<", "2>", "(", ")"})
-_UNKNOWN_VALUE = object()
-UNKNOWN_VALUE = _UNKNOWN_VALUE  # an option's value that cannot be known (a shell variable)
+UNKNOWN_VALUE = object()  # an option's value that cannot be known (a shell variable)
 _PLACEHOLDER = re.compile(r"<([^<>\s]+)>")
 
 
@@ -71,12 +70,12 @@ class Launch:
 @dataclass(frozen=True)
 class LaunchValue:
     state: State
-    value: object = None  # a string, True for a bare flag, or _UNKNOWN_VALUE
+    value: object = None  # a string, True for a bare flag, or UNKNOWN_VALUE
     where: Location | None = None
 
     @property
     def known(self) -> bool:
-        return self.state is State.KNOWN and self.value is not _UNKNOWN_VALUE
+        return self.state is State.KNOWN and self.value is not UNKNOWN_VALUE
 
 
 MISSING = LaunchValue(State.MISSING)
@@ -111,7 +110,7 @@ def option(ctx: FileContext, *names: str, launcher: bool = False,
         if name is not None:
             values.append((options[name], launch.where.get(name)))
         elif from_file is None:
-            values.append((_UNKNOWN_VALUE, None))
+            values.append((UNKNOWN_VALUE, None))
         else:
             values.append(from_file[in_file] if in_file is not None else None)
     if all(value is None for value in values):
@@ -375,7 +374,7 @@ def _options(words: list[str]) -> dict[str, object]:
 
 
 def _value(word: str) -> object:
-    return _UNKNOWN_VALUE if "$" in word or "`" in word else word
+    return UNKNOWN_VALUE if "$" in word or "`" in word else word
 
 
 def _location(path: Path, physical: list[tuple[int, str]], name: str) -> Location:

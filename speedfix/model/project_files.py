@@ -201,7 +201,7 @@ class ProjectFiles:
     def text(self, path: Path) -> str | None:
         """The text of a project file, or None (missing, outside, too big, not UTF-8: the
         reason is in ``problems`` unless the file is simply missing)."""
-        kept = _KEPT_TEXTS.get((self.roots, path)) if _KEPT is not None else None
+        kept = _KEPT.get(("text", self.roots, path)) if _KEPT is not None else None
         if kept is not None:  # read already in this scan: recorded again (see ``recorded``)
             self.inputs[str(path)], problems, text = kept
             if path not in self._texts:
@@ -230,7 +230,7 @@ class ProjectFiles:
                     self.note(path, "not read, it is not UTF-8 text")
         self._texts[path] = text
         if _KEPT is not None:
-            _KEPT_TEXTS[(self.roots, path)] = (self.inputs[str(path)], self.problems[problems_before:], text)
+            _KEPT[("text", self.roots, path)] = (self.inputs[str(path)], self.problems[problems_before:], text)
         return text
 
 
@@ -270,10 +270,9 @@ def display_path(path: Path) -> str:
     return str(path) if relative.startswith("..") else relative
 
 
-# Within one scan (``listings_kept``), a folder is listed once for all the scripts that look at it:
-# each script's launch commands and configs are looked for in the same folders of its project.
+# Within one scan (``listings_kept``), a folder is listed and a file read once for all the scripts
+# that look at it: each script's launch commands and configs are looked for in the same folders.
 _KEPT: dict[Hashable, Any] | None = None
-_KEPT_TEXTS: dict[tuple[tuple[Path, ...], Path], tuple[str, list[str], str | None]] = {}  # and the files read
 
 
 @contextmanager
@@ -289,8 +288,6 @@ def listings_kept() -> Iterator[None]:
         yield
     finally:
         _KEPT = outer
-        if outer is None:
-            _KEPT_TEXTS.clear()
 
 
 def kept_for_scan(key: Hashable, compute: Callable[[], T]) -> T:
