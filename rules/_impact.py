@@ -1,4 +1,5 @@
-"""Impact estimates that several rules share: an evaluation-only loader, a small model."""
+"""Impact estimates that several rules share: an evaluation-only loader, a small or a large model,
+what TF32 is worth for the networks trained."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from speedfix.model.index import CallSite
 from speedfix.model.arguments import find_argument
 from speedfix.model.model_size import trains_adapters
 from speedfix.model.patterns import DATALOADER
-from speedfix.model.scale import (SMALL_MODEL_PARAMETERS, Role, conv_nets_only, largest_trained_model, loader_role,
-                                   matmul_nets, per_file, trains_hub_model)
+from speedfix.model.scale import (LARGE_MODEL_PARAMETERS, SMALL_MODEL_PARAMETERS, Role, largest_trained_model,
+                                   loader_role, per_file, trains_hub_model)
+from speedfix.model.workload import Family, small_stated_width, trained_family
 
-__all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "conv_nets_only", "evaluation_loader", "matmul_nets",
-           "small_model", "spread_out", "trains_adapters", "trains_hub_model", "unpinned_training_loaders"]  # what a rule's impact_here needs
+__all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "evaluation_loader", "large_model", "small_model",
+           "spread_out", "tf32_gain", "trains_adapters", "trains_hub_model",
+           "unpinned_training_loaders"]  # what a rule's impact_here needs
 
 
 def evaluation_loader(ctx: FileContext, finding: Finding) -> Estimate | None:
@@ -48,8 +51,46 @@ def small_model(ctx: FileContext, impact: Impact) -> Estimate | None:
     return Estimate(impact, f"a small model (about {_millions(count)} parameters)")
 
 
+def large_model(ctx: FileContext, impact: Impact) -> Estimate | None:
+    """``impact`` when the largest model the script trains has a billion parameters or more (its
+    checkpoint or config says so, or its layers count to it): steps of a second or more."""
+    count = largest_trained_model(ctx)
+    if count is None or count < LARGE_MODEL_PARAMETERS:
+        return None
+    return Estimate(impact, f"a large model (about {_millions(count)} parameters): long steps")
+
+
 def _millions(count: int) -> str:
+    if count >= 1_000_000_000:
+        return f"{count / 1e9:.1f}B"
     return f"{count / 1e6:.1f}M" if count >= 100_000 else f"{count:,}"
+
+
+_CUDNN_TF32 = "cuDNN already runs its convolutions in TF32"
+
+
+def tf32_gain(ctx: FileContext) -> Estimate | None:
+    """What TF32 matmuls are worth for the networks the script trains in fp32, wherever the TF32
+    advice is given (SF201, and the TF32 part of the Lightning and Hugging Face rules): low for a
+    conv net (cuDNN already runs convolutions in TF32, only the classifier head gains), medium
+    for a small model or one whose family nothing shows, high when matmuls do the work (None:
+    the rule's usual high, for matmuls counted from the layers)."""
+    family = trained_family(ctx)
+    if family is not None and family[0] is Family.CONV:
+        said = "a conv net" if family[1] is None else f"a conv net by its name ({family[1]})"
+        return Estimate(Impact.LOW, f"{said}: {_CUDNN_TF32}")
+    small = small_model(ctx, Impact.MEDIUM)
+    if small is not None:
+        return small
+    if family is None:
+        return Estimate(Impact.MEDIUM, "a model whose layers the scan does not see: TF32 speeds up its matmuls, "
+                                       "not its convolutions")
+    if family[1] is None:
+        return None
+    width = small_stated_width(ctx)
+    if width is not None:
+        return Estimate(Impact.MEDIUM, f"a small transformer (width {width})")
+    return Estimate(Impact.HIGH, f"{family[1]} trained in fp32: its matmuls do the work")
 
 
 def by_message(finding: Finding, table: tuple[tuple[str, Impact, str], ...]) -> Estimate | None:

@@ -11,8 +11,7 @@ from speedfix.model.hardware import pre_ampere_only
 from speedfix.model.networks import training_multiplies_matrices
 from speedfix.model.patterns import matmul_precision_choices
 from speedfix.model.versions import v
-from speedfix.model.workload import Family, small_stated_width, unseen_family
-from speedfix.rules._impact import Estimate, Finding, Impact, conv_nets_only, matmul_nets, small_model
+from speedfix.rules._impact import Estimate, Finding, tf32_gain
 
 
 class Tf32Disabled(Rule):
@@ -80,8 +79,10 @@ class Tf32Disabled(Rule):
     `GeneratorResNet` or `UNet` class of another module: low; `ViT`, `Bert...`, an LSTM: high),
     a checkpoint loaded with `from_pretrained` in a file that imports `transformers`, and a step
     that feeds `input_ids` (a sequence model over token ids): high. A transformer whose stated
-    width is small (`ViT(dim=128)`, at most 256) stays medium. Names that disagree, or none, keep
-    medium.
+    width is small (`ViT(dim=128)`, at most 256) stays medium. Failing all of these, the default
+    of an option that names the architecture decides (`--arch resnet18`, `--classifier resnet18`:
+    low). Names that disagree, or none, keep medium. The TF32 advice of SF901 (Lightning) and
+    SF902 (Hugging Face `TrainingArguments`) is weighed the same way.
 
     ## Measured effect
     A 10240x10240 fp32 matmul on an A100: 0.11 s in fp32, 0.016 s with TF32 (about 7x), from
@@ -397,24 +398,7 @@ class Tf32Disabled(Rule):
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
-        if conv_nets_only(self.ctx):
-            return Estimate(Impact.LOW, "a conv net: cuDNN already runs its convolutions in TF32")
-        small = small_model(self.ctx, Impact.MEDIUM)
-        if small is not None:
-            return small
-        if matmul_nets(self.ctx):
-            return None
-        seen = unseen_family(self.ctx)  # layers not in the file: its names, a Hub checkpoint, token ids
-        if seen is not None and seen[0] is Family.CONV:
-            return Estimate(Impact.LOW, f"a conv net by its name ({seen[1]}): cuDNN already runs its convolutions "
-                                        "in TF32")
-        if seen is not None:
-            width = small_stated_width(self.ctx)
-            if width is not None:
-                return Estimate(Impact.MEDIUM, f"a small transformer (width {width})")
-            return Estimate(Impact.HIGH, f"{seen[1]} trained in fp32: its matmuls do the work")
-        return Estimate(Impact.MEDIUM, "a model whose layers the scan does not see: TF32 speeds up its matmuls, "
-                                       "not its convolutions")
+        return tf32_gain(self.ctx)
 
     def finish(self) -> None:
         ctx = self.ctx

@@ -10,15 +10,17 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.engine.suppression import line_suppresses
 from speedfix.model.autograd import feeds_environment
-from speedfix.model.branches import Branch, BranchTracker, rare_path
+from speedfix.model.branches import Branch, BranchTracker, element_loop, loop_iterable, rare_path
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.patterns import is_cpu_device
 from speedfix.model.tensors import HOST_CONVERSIONS, SYNC_METHODS, Tensors, has_sync_before, is_library_value, tensors
 from speedfix.syntax.names import dotted_name
+from speedfix.rules._impact import Estimate, Finding, Impact, large_model
 from speedfix.syntax.nodes import code_of, is_string, walk_expression
 
 _NAMED_AT_MOST = 3
+_MANY_SYNCS = 3  # syncs in one step from which the step can hardly run ahead (high impact)
 
 
 # A meta-learning step after SF301's fix: the per-task syncs are gone, one per outer step is left.
@@ -72,6 +74,7 @@ class _Sync:
     message: str
     fix: _ItemFix | None = None
     no_fix_reason: str | None = None
+    loop: cst.CSTNode | None = None  # a loop inside the step over a batch's elements, around the sync
 
 
 class SyncInLoop(BranchTracker, Rule):
@@ -135,9 +138,22 @@ class SyncInLoop(BranchTracker, Rule):
     the micro-steps of a meta-learning step) says so in its title.
 
     ## Impact
-    High: a host sync every step keeps the CPU from queueing the next kernels while the GPU
-    works. A `speedfix bench` result of the script measured on a GPU decides: high for a median
-    step of 50 ms or less, low for 500 ms or more (a sync is then a small share of the step).
+    Medium: one sync per step costs what CPU/GPU overlap would have hidden, the time the CPU
+    spends between the sync and its next kernel launch (the loader's next batch, the Python of
+    the step), a few milliseconds. That is a large share of a short step and noise in a long
+    one, and a step that copies its batch without `non_blocking` (SF104) waits for the GPU there
+    anyway. So one sync per step ranks below the precision, compile and data-loading wins.
+
+    High when the sync sits in a loop inside the step over the elements of a batch, a sequence
+    or a list of tensors (`for i in range(batch_size): if mask[i].item():`, `[p.item() for p in
+    preds]`): one round trip to the GPU per element, many per step, can take longer than the
+    step's own kernels (a loop over a few named values, `losses.items()` or `range(3)`, does not
+    count). Low for a large model (a billion parameters or more, as its checkpoint, config or
+    layers say): its steps take a second or more. Otherwise high for three or more syncs in one
+    step (a metric, the loss and a progress bar each read on the host): the step waits at each,
+    and the fix must remove them all before the CPU runs ahead again. A `speedfix bench` result
+    of the script measured on a GPU decides over all of these: high for a median step of 50 ms
+    or less, low for 500 ms or more.
 
     ## Measured effect
     torchtune measured 40-50 ms of `cudaStreamSynchronize` per step from `loss.item()` and moved it
@@ -147,7 +163,7 @@ class SyncInLoop(BranchTracker, Rule):
     https://github.com/lnccbrown/LANfactory/pull/120
     """
 
-    impact = "high"
+    impact = "medium"
     measure = "host_sync"
     code = "SF301"
     name = "sync-in-loop"
@@ -506,6 +522,9 @@ class SyncInLoop(BranchTracker, Rule):
         self._not_loads: set[int] = set()
         self._candidates: list[_Candidate] = []
         self._statement: cst.SimpleStatementLine | None = None
+        # a step's first sync (where its finding is) -> a sync in a loop over elements; how many syncs the step has
+        self._looped: dict[int, tuple[str, cst.CSTNode]] = {}
+        self._counts: dict[int, int] = {}
 
     # ------------------------------------------------------------------ collection
     def _candidate(self, node: cst.CSTNode, kind: str) -> None:
@@ -576,6 +595,7 @@ class SyncInLoop(BranchTracker, Rule):
                 continue
             sync = self._sync(candidate)
             if sync is not None:
+                sync.loop = element_loop(ctx, candidate.stack, candidate.statement, candidate.node)
                 steps.setdefault(scope, []).append(sync)
         for syncs in steps.values():
             self._report_step(syncs)
@@ -656,7 +676,27 @@ class SyncInLoop(BranchTracker, Rule):
         return _Sync(call, what, message, fix=fix, no_fix_reason=reason)
 
     # ------------------------------------------------------------------ the finding of a step
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        looped = self._looped.get(id(finding.node))
+        if looped is not None:
+            iterable = loop_iterable(looped[1])
+            over = f"a loop over `{_code(iterable)}`" if iterable is not None else "a `while` loop"
+            return Estimate(Impact.HIGH, f"{looped[0]} syncs in {over} inside the step: once per element, many times "
+                                         "per step")
+        large = large_model(self.ctx, Impact.LOW)
+        if large is not None:
+            return large
+        count = self._counts.get(id(finding.node), 1)
+        if count >= _MANY_SYNCS:
+            return Estimate(Impact.HIGH, f"{count} syncs in one step")
+        return None
+
     def _report_step(self, syncs: list[_Sync]) -> None:
+        self._counts[id(syncs[0].node)] = len(syncs)
+        for sync in syncs:
+            if sync.loop is not None:
+                self._looped[id(syncs[0].node)] = (sync.label, sync.loop)
+                break
         first, others = syncs[0], syncs[1:]
         message = first.message
         if others:

@@ -57,10 +57,11 @@ class SynchronizeInLoop(BranchTracker, Rule):
     wrong without it. Move it under the logging condition by hand.
 
     ## Impact
-    High: the CPU waits for the GPU every step. A `speedfix bench` result of the script
-    measured on a GPU decides: high for a median step of 50 ms or less, low for 500 ms or more
-    (a sync is then a small share of the step). Low for a sync that runs only while an option
-    is on, or that a comment says times the step.
+    Medium, as one host sync per step in SF301: the CPU waits for the GPU every step, which
+    costs what CPU/GPU overlap would have hidden, a large share of a short step and noise in a
+    long one. A `speedfix bench` result of the script measured on a GPU decides: high for a
+    median step of 50 ms or less, low for 500 ms or more. Low for a sync that runs only while an
+    option is on, or that a comment says times the step.
 
     ## Measured effect
     About 25% slower training with a per-step synchronize on an RTX 2080 Ti (KPConv). The effect
@@ -70,7 +71,7 @@ class SynchronizeInLoop(BranchTracker, Rule):
     https://github.com/pytorch/pytorch/issues/63618
     """
 
-    impact = "high"
+    impact = "medium"
     measure = "host_sync"
     code = "SF302"
     name = "synchronize-in-loop"

@@ -48,8 +48,12 @@ class DataParallel(Rule):
     process group, a `DistributedSampler`, and rank-0-only logging and checkpointing.
 
     ## Impact
-    Medium: on one GPU DataParallel costs little; on several it is much slower than
-    DistributedDataParallel. Nothing moves it.
+    High: a script wraps its model in DataParallel to train on several GPUs, and there it is
+    much slower than DistributedDataParallel: one process feeds every GPU, GPU 0 gathers the
+    outputs, and the model is copied again on every forward (fairseq: no speedup at all with
+    DataParallel, 5.5-6x on 8 GPUs with one process per GPU). On one GPU it costs little, and
+    where the wrapper runs only with more GPUs than the script's default it is not reported at
+    all. Nothing moves it.
 
     ## Measured effect
     fairseq saw no speedup with DataParallel and about 5.5-6x on 8 GPUs with one process per
@@ -59,7 +63,7 @@ class DataParallel(Rule):
     https://pytorch.org/docs/stable/notes/cuda.html#use-nn-parallel-distributeddataparallel-instead-of-multiprocessing-or-nn-dataparallel
     """
 
-    impact = "medium"
+    impact = "high"
     code = "SF801"
     name = "data-parallel"
     summary = "`nn.DataParallel` instead of DistributedDataParallel"

@@ -19,7 +19,7 @@ from speedfix.model.networks import conv2d_classes
 from speedfix.model.patterns import cudnn_settings, matmul_precision_chosen
 from speedfix.model.versions import v
 from speedfix.syntax.nodes import code_of
-from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model
+from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model, tf32_gain
 
 _FP32 = frozenset({"32", "32-true"})
 _FP16 = frozenset({"16", "16-mixed"})
@@ -117,7 +117,9 @@ class LightningTrainerConfig(Rule):
     ## Impact
     High: fp32 training on a GPU, no `torch.compile`, a profiler left on and TF32 off are among
     the largest gaps; fp32, TF32 and compile are medium for a small model (under 10M parameters,
-    counted from the layers the file writes). Medium for fp16 instead of bf16, cuDNN autotuning off and values all-
+    counted from the layers the file writes). TF32 is weighed by the kind of network as in SF201:
+    low for a conv net (cuDNN already runs its convolutions in TF32), medium when nothing shows
+    the network's kind. Medium for fp16 instead of bf16, cuDNN autotuning off and values all-
     reduced for logging on every step; low for `accumulate_grad_batches`.
 
     ## Measured effect
@@ -415,6 +417,8 @@ class LightningTrainerConfig(Rule):
         self._on_gpu = False  # a Lightning Trainer of this file trains on the GPU
 
     def impact_here(self, finding: Finding) -> Estimate | None:
+        if "TF32" in finding.message:
+            return tf32_gain(self.ctx)
         if "fp32" in finding.message or "torch.compile" in finding.message:
             small = small_model(self.ctx, Impact.MEDIUM)
             if small is not None:

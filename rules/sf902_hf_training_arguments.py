@@ -26,7 +26,7 @@ from speedfix.model.index import CallSite
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
 from speedfix.model.versions import pinned_below, v
 from speedfix.syntax.nodes import code_of
-from speedfix.rules._impact import Estimate, Finding, Impact, by_message
+from speedfix.rules._impact import Estimate, Finding, Impact, by_message, tf32_gain
 
 # Optimizer names whose update runs as several kernels per parameter group.
 _UNFUSED = frozenset({"adamw_torch", "adamw_hf", "adamw_torch_foreach"})
@@ -108,7 +108,8 @@ class HfTrainingArguments(Rule):
     compile, and per-batch padding recompiles once before the sequence dimension goes dynamic.
 
     ## Impact
-    High: fp32 training on a GPU and TF32 off are among the largest gaps. Medium for fp16
+    High: fp32 training on a GPU and TF32 off are among the largest gaps (TF32 is weighed by the
+    kind of network as in SF201: a Hugging Face transformer's matmuls gain). Medium for fp16
     instead of bf16, gradient checkpointing and a batch size left small; low for the unfused
     AdamW and unpinned loader memory.
 
@@ -327,6 +328,8 @@ class HfTrainingArguments(Rule):
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
+        if "TF32" in finding.message:
+            return tf32_gain(self.ctx)
         return by_message(finding, (
             ("fp32", Impact.HIGH, "fp32 training"),
             ("`fp16=True`", Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),

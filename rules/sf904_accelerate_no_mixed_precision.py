@@ -10,6 +10,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import default_truth
 from speedfix.model.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu, launched_mixed_precision
 from speedfix.model.index import CallSite
+from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model
 
 
 class AccelerateNoMixedPrecision(Rule):
@@ -50,7 +51,9 @@ class AccelerateNoMixedPrecision(Rule):
 
     ## Impact
     High: mixed precision is one of the largest single gains in training speed and memory.
-    Nothing moves it.
+    Medium for a small model (under 10M parameters, counted from the layers the file writes), as
+    in SF202, and for fp16 where bf16 fits: fp16 already runs on the tensor cores, bf16 only
+    saves the loss scaling (as SF207, SF901 and SF902 rate it).
 
     ## Measured effect
     Mixed precision gives "up to 3x" on Volta and newer GPUs (PyTorch's tuning guide); Hugging
@@ -165,6 +168,11 @@ class AccelerateNoMixedPrecision(Rule):
             fix_ops=fix,
             no_fix_reason=SET_ELSEWHERE,
         )
+
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        return by_message(finding, (
+            ('`mixed_precision="fp16"`', Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
+        )) or small_model(self.ctx, Impact.MEDIUM)
 
     def _check_launched(self, site: CallSite, original: cst.Arg | None) -> None:
         """`Accelerator()`: the launch commands decide, and plain `python script.py` is fp32."""

@@ -225,9 +225,10 @@ def test_judge_thresholds():
 
 def test_min_impact_filters_scan_and_apply(run_cli, write, tmp_path):
     path = write("train.py", SMALL)
+    write("starved.py", SMALL.replace("shuffle=True, num_workers=4)", "shuffle=True)"))  # SF101: high
     found = _json(run_cli, "train.py", "--min-impact", "medium", cwd=tmp_path)
     assert found and all(f["impact"] in ("high", "medium") for f in found)
-    assert {f["impact"] for f in _json(run_cli, "train.py", "--min-impact", "HIGH", cwd=tmp_path)} == {"high"}
+    assert {f["impact"] for f in _json(run_cli, "starved.py", "--min-impact", "HIGH", cwd=tmp_path)} == {"high"}
     bad = run_cli("scan", "train.py", "--min-impact", "huge", cwd=tmp_path)
     assert bad.exit_code == 2 and "--min-impact must be one of high, medium, low, not 'huge'" in bad.stderr
     # apply: only the fixes of findings at that impact or higher; the low ones are not listed as left
@@ -238,7 +239,7 @@ def test_min_impact_filters_scan_and_apply(run_cli, write, tmp_path):
     assert "train.py:25:" not in result.stdout
     path.write_text(SMALL, encoding="utf-8")
     (tmp_path / "pyproject.toml").write_text('[tool.speedfix]\nmin-impact = "high"\n', encoding="utf-8")
-    assert {f["impact"] for f in _json(run_cli, "train.py", cwd=tmp_path)} == {"high"}
+    assert {f["impact"] for f in _json(run_cli, "starved.py", cwd=tmp_path)} == {"high"}
     (tmp_path / "pyproject.toml").write_text('[tool.speedfix]\nmin-impact = 3\n', encoding="utf-8")
     bad = run_cli("scan", "train.py", cwd=tmp_path)
     assert bad.exit_code == 2 and "`min-impact` must be one of high, medium, low" in bad.stderr
@@ -285,13 +286,14 @@ def test_editor_diagnostics_lead_with_the_highest_impact(tmp_path):
     from speedfix.server import LineIndex, check, diagnostics
     from speedfix.workspace.config import Settings
 
-    checked = check(tmp_path / "train.py", SMALL, Settings(root=tmp_path, torch_version="2.4"))
-    shown = diagnostics(checked, LineIndex(SMALL, PositionCodec()))
+    starved = SMALL.replace("shuffle=True, num_workers=4)", "shuffle=True)")  # SF101: high
+    checked = check(tmp_path / "train.py", starved, Settings(root=tmp_path, torch_version="2.4"))
+    shown = diagnostics(checked, LineIndex(starved, PositionCodec()))
     impacts = [d.data["impact"] for d in shown]
     assert impacts == sorted(impacts, key=["high", "medium", "low"].index) and impacts[-1] == "low"
     assert all(d.message.endswith(f"(impact: {d.data['impact']})") for d in shown)
-    quiet = check(tmp_path / "train.py", SMALL, Settings(root=tmp_path, torch_version="2.4", min_impact=Impact.HIGH))
-    assert {d.data["impact"] for d in diagnostics(quiet, LineIndex(SMALL, PositionCodec()))} == {"high"}
+    quiet = check(tmp_path / "train.py", starved, Settings(root=tmp_path, torch_version="2.4", min_impact=Impact.HIGH))
+    assert {d.data["impact"] for d in diagnostics(quiet, LineIndex(starved, PositionCodec()))} == {"high"}
 
 
 def test_a_cached_finding_without_an_impact_is_analysed_again():

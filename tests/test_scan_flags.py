@@ -126,7 +126,7 @@ def test_summary_table_is_neither_wrapped_nor_padded_when_piped(run_cli, write, 
     header = lines.index(next(line for line in lines if line.startswith("rule ")))
     rows = lines[header + 1:]
     # the highest impact first, then by code
-    assert [row.split()[0] for row in rows] == ["SF101", "SF301", "SF501", "SF102", "SF104", "SF203"]
+    assert [row.split()[0] for row in rows] == ["SF101", "SF501", "SF102", "SF301", "SF104", "SF203"]
     for row in rows:
         rule = rule_by_code(row.split()[0])
         assert row.endswith(rule.effect)  # the whole effect on the rule's own line

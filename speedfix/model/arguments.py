@@ -280,6 +280,15 @@ def declared_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -
     return None
 
 
+def option_defaults(ctx: FileContext) -> dict[str, cst.BaseExpression]:
+    """Each command-line option's default by its destination (`--arch` -> `"resnet18"`), for the
+    options the file defines once with a `default=`."""
+    found: dict[str, list[cst.BaseExpression | None]] = {}
+    for site in ctx.method_calls("add_argument"):
+        found.setdefault(_dest_of(site), []).append(_keyword(site, "default"))
+    return {dest: defaults[0] for dest, defaults in found.items() if len(defaults) == 1 and defaults[0] is not None}
+
+
 def argparse_option(ctx: FileContext, node: cst.BaseExpression) -> CallSite | None:
     """`args.workers` -> the one `parser.add_argument("--workers", ...)` call that defines it."""
     options = _options(ctx, node)

@@ -1,4 +1,4 @@
-"""Which code inside a training step does not run on every step.
+"""Which code inside a training step does not run on every step, and which runs many times in one.
 
 The context already takes code under `if step % N == 0:` off the hot path. Rules about per-step
 costs (host syncs, `synchronize()`, `empty_cache()`) also need the rarer branches inside a step:
@@ -13,6 +13,11 @@ costs (host syncs, `synchronize()`, `empty_cache()`) also need the rarer branche
 ``BranchTracker`` is a mixin for rules: during the one traversal it keeps ``branches``, the
 `if`/`else`/`except` branches around the node being visited; ``rare_path`` then says whether
 one of them, inside the step, makes the code rare.
+
+The other way round, ``element_loop`` finds a loop inside the step over the elements of a
+batch, a sequence or a list of tensors (`for i in range(batch_size):`, `[p.item() for p in
+preds]`): code there runs once per element, many times per step. A loop over a few named values
+(`for name, value in losses.items():`, a literal tuple, `range(3)`) is no such loop.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import libcst as cst
 from speedfix.model.context import FileContext
 from speedfix.model.flow import default_truth
 from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.patterns import unwrap_iterable
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
 from speedfix.syntax.walk import Visitor
@@ -142,6 +148,51 @@ def frequency(ctx: FileContext, stack: Stack, branches: Sequence[Branch]) -> Fre
     if not ctx.is_hot(stack):
         return Frequency(interval=_interval(stack) or "")
     return Frequency(flag=rare.flag if rare is not None else None)
+
+
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_NAMED_VALUES = frozenset({"items", "keys", "values"})  # a dict of named values: losses, metrics
+
+
+def element_loop(ctx: FileContext, stack: Stack, statement: cst.CSTNode | None, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The innermost loop around ``node`` inside its training step (a `for` or `while` that takes
+    no step of its own, in the step or in a function it calls, or a comprehension of
+    ``statement``), when it runs once per element of a batch, a sequence or a list of tensors."""
+    scope = ctx.step_scope(stack)
+    if scope is None:
+        return None
+    if statement is not None:
+        for comprehension in walk_expression(statement):
+            if isinstance(comprehension, _COMPREHENSIONS) and any(inner is node for inner in walk_expression(comprehension)):
+                return comprehension if _over_elements(comprehension.for_in.iter) else None
+    for frame in reversed(stack):
+        if frame.node is scope:
+            return None
+        if frame.kind is FrameKind.LOOP and frame.node not in ctx.step_loops:
+            info = ctx.loops.get(frame.node)
+            iterable = info.iter if info is not None else None
+            return frame.node if iterable is None or _over_elements(iterable) else None  # a `while` counts
+    return None
+
+
+def loop_iterable(loop: cst.CSTNode) -> cst.BaseExpression | None:
+    """What a `for` or a comprehension iterates (None for a `while`)."""
+    if isinstance(loop, _COMPREHENSIONS):
+        return loop.for_in.iter
+    return loop.iter if isinstance(loop, cst.For) else None
+
+
+def _over_elements(iterable: cst.BaseExpression) -> bool:
+    source = unwrap_iterable(iterable)
+    if isinstance(source, (cst.List, cst.Tuple, cst.Set, cst.Dict)):
+        return False
+    if isinstance(source, cst.Call):
+        func = source.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _NAMED_VALUES:
+            return False
+        if dotted_name(func) == "range":  # `range(3)`: a fixed handful; `range(x.size(0))`: the batch
+            return not all(isinstance(arg.value, cst.Integer) for arg in source.args)
+    return True
 
 
 def _interval(stack: Stack) -> str | None:

@@ -53,15 +53,16 @@ def loader_role(ctx: FileContext, site: CallSite) -> Role:
     """Does the DataLoader made at ``site`` feed the training step, or only evaluation?
 
     Where the loader is iterated decides: in a training loop (directly or through a function of
-    the file it is passed to), or only in loops that take no optimizer step. A loader iterated
-    nowhere in the file is judged by its name (`test_loader`, Lightning's `val_dataloader()`)."""
+    the file it is passed to), or only in loops that take no optimizer step (a loop that yields
+    the batches on, in a generator, is neither). A loader iterated nowhere else in the file is
+    judged by its name (`test_loader`, Lightning's `val_dataloader()`)."""
     names = _loader_names(ctx, site)
     seen_training = seen_other = False
     for loop, iterates in _iterations(ctx, names):
         if iterates:
             if loop in ctx.step_loops:
                 seen_training = True
-            else:
+            elif not _yields(loop):  # `for batch in loader: yield batch` hands the batches on
                 seen_other = True
     if seen_training:
         return Role.TRAINING
@@ -73,6 +74,13 @@ def loader_role(ctx: FileContext, site: CallSite) -> Role:
     if any(_TRAINING_NAME.search(name) for name in words):
         return Role.TRAINING
     return Role.UNKNOWN
+
+
+def _yields(loop: cst.CSTNode) -> bool:
+    """Does the loop hand what it iterates on (a generator that cycles a loader forever,
+    `def sample_data(loader): while True: for batch in loader: yield batch`)? Whoever draws from
+    the generator decides the loader's role, not this loop."""
+    return any(isinstance(node, cst.Yield) for node in walk_expression(loop))
 
 
 def _loader_names(ctx: FileContext, site: CallSite) -> set[str]:
@@ -148,6 +156,9 @@ def per_file(question: Callable[[FileContext], T]) -> Callable[[FileContext], T]
 # Below this many parameters a model is small: its optimizer step, layout and kernel fusion
 # are worth little next to the rest (a fused optimizer on an MNIST net).
 SMALL_MODEL_PARAMETERS = 10_000_000
+# From this many parameters a model is large: a step takes hundreds of milliseconds or more, so a
+# fixed cost per step (a host sync) is a small share of it.
+LARGE_MODEL_PARAMETERS = 1_000_000_000
 
 _NN = "torch.nn."
 
@@ -193,6 +204,12 @@ _LAYERS = {
     "Embedding": _embedding, "EmbeddingBag": _embedding, "LSTM": _recurrent(4), "GRU": _recurrent(3),
     "RNN": _recurrent(1), "LayerNorm": _norm, "BatchNorm1d": _norm, "BatchNorm2d": _norm, "BatchNorm3d": _norm,
     "InstanceNorm2d": _norm, "MultiheadAttention": _attention,
+}
+# torch.nn's names for those sizes, by position, when a call passes them by keyword.
+_SIZE_KEYWORDS = {
+    "in_features": 0, "out_features": 1, "in_channels": 0, "out_channels": 1, "kernel_size": 2,
+    "num_embeddings": 0, "embedding_dim": 1, "input_size": 0, "hidden_size": 1, "num_layers": 2,
+    "num_features": 0, "normalized_shape": 0, "embed_dim": 0,
 }
 # Layers with parameters whose size this table does not know: the model's size is unknown.
 _UNSIZED = ("Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
@@ -300,10 +317,11 @@ def _count(ctx: FileContext, sites: list[CallSite], stack: Stack | None) -> int 
             continue  # activations, pooling, dropout, containers: no parameters of their own
         where = stack if stack is not None else site.stack
         sizes = [_size(ctx, arg.value, where) for arg in site.node.args if arg.keyword is None and not arg.star]
-        for arg in site.node.args:
-            if arg.keyword is not None and arg.keyword.value in ("num_layers",):
-                sizes += [None] * (3 - len(sizes)) if len(sizes) < 3 else []
-                sizes[2] = _size(ctx, arg.value, where)
+        for arg in site.node.args:  # `nn.Conv2d(1, 16, kernel_size=5)`, `nn.LSTM(8, 64, num_layers=2)`
+            index = _SIZE_KEYWORDS.get(arg.keyword.value) if arg.keyword is not None else None
+            if index is not None:
+                sizes += [None] * (index + 1 - len(sizes))
+                sizes[index] = _size(ctx, arg.value, where)
         count = counter(sizes)
         repeat = _repeats(ctx, site)
         if count is None or repeat is None:
@@ -391,6 +409,22 @@ def conv_nets_only(ctx: FileContext) -> bool:
             if not isinstance(call, cst.Call) or not _conv_only(ctx, call, build.assignment.stack):
                 return False
             found = True
+    for name in _self_optimizing_classes(ctx):
+        layers, nodes = _class_layers(ctx, {name})
+        if not layers & CONV_LAYERS.keys() or _beyond_a_head(layers, nodes):
+            return False
+        found = True
+    return found
+
+
+def _self_optimizing_classes(ctx: FileContext) -> set[str]:
+    """The classes of the file that make their own optimizer over their parameters (Lightning's
+    `configure_optimizers`: `Adam(self.parameters())`): each is a model the script trains."""
+    found = set()
+    for site in _optimizers(ctx):
+        owner = ctx.class_of(site.stack)
+        if owner is not None and _of_self(site):
+            found.add(owner.name.value)
     return found
 
 
@@ -400,7 +434,7 @@ def matmul_nets(ctx: FileContext) -> bool:
     Hugging Face transformer, a zoo transformer, a network (of this file or another scanned one)
     with attention, recurrent layers or matmuls of its own, or of linear layers without
     convolutions (an MLP)? False when no model's layers are known (a factory of another package)."""
-    if trains_hub_model(ctx):
+    if trains_hub_model(ctx) or any(_classes_multiply(ctx, {name}) for name in _self_optimizing_classes(ctx)):
         return True
     untraced = False  # a model passed in as a parameter (`def train(model, loader)`)
     for model, site in trained_models(ctx):

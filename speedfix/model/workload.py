@@ -8,7 +8,10 @@ gives the kind away:
 - the network: the names that build it (an architecture name an option defaults to,
   `deeplabv3plus_mobilenet`; the class, `ViT`, `UNet_conditional`), a Hugging Face checkpoint
   (`from_pretrained` in a file that imports `transformers`), and the task (a step that feeds
-  `input_ids` trains a sequence model over token ids);
+  `input_ids` trains a sequence model over token ids); failing those, the default of an option
+  that names the architecture (`--arch resnet18`, `--classifier resnet18`), even when the scan
+  cannot follow it to the network (a LightningModule of another file that picks its network by
+  that name);
 - the samples: image files the file decodes (`Image.open`, an `ImageFolder`) or random image
   augmentations it composes (`RandomResizedCrop`, a random scale) mean each sample is decoded
   and transformed on the CPU; a step that feeds `input_ids`, or a tokenizer, means small batches
@@ -24,11 +27,11 @@ from enum import Enum
 
 import libcst as cst
 
-from speedfix.model.arguments import literal_int, string_value
+from speedfix.model.arguments import literal_int, option_defaults, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.networks import network_assignments, peel, step_networks
-from speedfix.model.scale import per_file
+from speedfix.model.scale import conv_nets_only, matmul_nets, per_file
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -58,8 +61,10 @@ _MATMUL_WORDS = (
 )
 _WORD = re.compile("|".join(sorted(_CONV_WORDS + _MATMUL_WORDS, key=len, reverse=True)))
 
-# Options that name the architecture: `--model deeplabv3plus_mobilenet`, `--arch resnet50`.
-_ARCH_OPTIONS = frozenset({"model", "arch", "architecture", "backbone", "network", "net", "model_name", "model_type"})
+# Options that name the architecture: `--model deeplabv3plus_mobilenet`, `--arch resnet50`,
+# `--classifier resnet18`.
+_ARCH_OPTIONS = frozenset({"model", "arch", "architecture", "backbone", "network", "net", "model_name", "model_type",
+                           "classifier"})
 # Keys a step feeds a sequence model over token ids.
 _TOKEN_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
 # Random image augmentations (torchvision's and the many look-alikes): `RandomResizedCrop`,
@@ -94,12 +99,28 @@ def name_family(name: str) -> Family | None:
 
 
 @per_file
+def trained_family(ctx: FileContext) -> tuple[Family, str | None] | None:
+    """(family, what says so) of the networks the script trains. Their layers decide when the
+    scan sees them (this file's classes or another scanned file's, a model zoo, the Hugging Face
+    Hub: the evidence is then None); else their names, the task or the options do
+    (``unseen_family``). None when nothing says, or the networks disagree. Every rule that
+    weighs advice by the kind of network (TF32 for a conv net) asks this."""
+    if conv_nets_only(ctx):
+        return Family.CONV, None
+    if matmul_nets(ctx):
+        return Family.MATMUL, None
+    return unseen_family(ctx)
+
+
+@per_file
 def unseen_family(ctx: FileContext) -> tuple[Family, str] | None:
     """(family, what says so) for the networks the training runs, from their names, a
-    checkpoint of the Hugging Face Hub, or a step over token ids; None when the evidence is
-    missing or disagrees."""
+    checkpoint of the Hugging Face Hub, or a step over token ids; in a file without a training
+    step of its own, the models it loads with a `transformers` class; failing all, the options
+    that name the architecture. None when the evidence is missing or disagrees."""
     families: dict[Family, str] = {}
-    for name, stack in step_networks(ctx).items():
+    networks = step_networks(ctx)
+    for name, stack in networks.items():
         for assignment in network_assignments(ctx, name, stack):
             call = peel(ctx, assignment.value)
             if isinstance(call, cst.Call):
@@ -107,9 +128,49 @@ def unseen_family(ctx: FileContext) -> tuple[Family, str] | None:
                     families.setdefault(family, said)
     if feeds_token_ids(ctx):
         families.setdefault(Family.MATMUL, "a sequence model over token ids (`input_ids`)")
+    if not networks:  # a framework's trainer runs them (`Trainer(model=model)`): the models the file loads say
+        families = _loaded_models(ctx)
+    if not families:  # the network is built where the scan cannot follow: the options still name it
+        families = _option_evidence(ctx)
     if len(families) != 1:
         return None
     return next(iter(families.items()))
+
+
+def _loaded_models(ctx: FileContext) -> dict[Family, str]:
+    """The families of the models the file loads from the Hugging Face Hub with a model class of
+    `transformers` (`AutoModelForSequenceClassification.from_pretrained(checkpoint)`; not a
+    tokenizer or a config): a transformer, unless the checkpoint's name says a conv net
+    (`microsoft/resnet-50`)."""
+    found: dict[Family, str] = {}
+    for site in ctx.calls:
+        qualified = ctx.call_qualname(site) or ""
+        if not (qualified.startswith("transformers.") and qualified.endswith(".from_pretrained")):
+            continue
+        leaf = qualified.split(".")[-2]
+        if "Model" not in leaf:
+            continue
+        first = site.node.args[0].value if site.node.args and site.node.args[0].keyword is None else None
+        checkpoint = string_value(ctx, first, site.stack) if first is not None else None
+        named = name_family(checkpoint) if checkpoint else None
+        if named is Family.CONV:
+            found.setdefault(Family.CONV, f"`{checkpoint}`")
+        else:
+            found.setdefault(Family.MATMUL, f"`{leaf}` of the Hugging Face Hub")
+    return found
+
+
+def _option_evidence(ctx: FileContext) -> dict[Family, str]:
+    """The families the defaults of the options that name the architecture say
+    (`parser.add_argument("--arch", default="resnet18")`)."""
+    found: dict[Family, str] = {}
+    for dest, default in option_defaults(ctx).items():
+        if dest in _ARCH_OPTIONS and isinstance(default, cst.SimpleString):
+            name = str(default.evaluated_value)
+            family = name_family(name)
+            if family is not None:
+                found.setdefault(family, f"`--{dest}` defaults to `{name}`")
+    return found
 
 
 def _imports_transformers(ctx: FileContext) -> bool:

@@ -1,0 +1,231 @@
+"""A big win outranks a minor one in the same file: one host sync per step ranks below mixed
+precision and compile, TF32 follows the kind of network wherever it is advised, DataParallel is a
+big loss, and an explicit worker count or fp16 is never ranked with the largest gaps. Each script
+is a small version of a pattern met in real training code."""
+
+from __future__ import annotations
+
+import json
+
+# A fp32 training loop of a network of another package, with per-step host syncs.
+LOOP = """\
+import torch
+from torch.utils.data import DataLoader
+from mylib import build_model
+
+model = build_model().cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
+for epoch in range(10):
+    for x, y in loader:
+        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        SYNCS
+"""
+
+
+def _json(run_cli, *args, cwd):
+    result = run_cli("scan", *args, "--output-format", "json", "--torch-version", "2.4", cwd=cwd)
+    assert result.exit_code in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+def _one(findings, code):
+    found = [f for f in findings if f["code"] == code]
+    assert len(found) == 1, (code, findings)
+    return found[0]
+
+
+def _scan(run_cli, write, tmp_path, name, code):
+    write(name, code)
+    return _json(run_cli, name, cwd=tmp_path)
+
+
+def test_one_sync_per_step_ranks_below_mixed_precision(run_cli, write, tmp_path):
+    found = _scan(run_cli, write, tmp_path, "one.py", LOOP.replace("SYNCS", "print(loss.item())"))
+    assert _one(found, "SF301")["impact"] == "medium"
+    assert _one(found, "SF202")["impact"] == "high"
+    # a `torch.cuda.synchronize()` every step costs the same
+    found = _scan(run_cli, write, tmp_path, "wait.py", LOOP.replace("SYNCS", "torch.cuda.synchronize()"))
+    assert _one(found, "SF302")["impact"] == "medium"
+
+
+def test_a_sync_per_element_of_the_batch_is_high(run_cli, write, tmp_path):
+    per_sample = "for i in range(y.size(0)):\n            hits += int(out[i].argmax().item() == y[i])"
+    sync = _one(_scan(run_cli, write, tmp_path, "each.py", LOOP.replace("SYNCS", per_sample)), "SF301")
+    assert sync["impact"] == "high"
+    assert "in a loop over `range(y.size(0))` inside the step" in sync["impact_reason"]
+    listed = "accuracy = [p.item() for p in (out.argmax(1) == y)]"
+    assert _one(_scan(run_cli, write, tmp_path, "listed.py", LOOP.replace("SYNCS", listed)), "SF301")["impact"] == "high"
+    # a loop over a few named values is no loop over the batch
+    named = "for name, value in {'loss': loss, 'out': out.mean()}.items():\n            print(name, value.item())"
+    assert _one(_scan(run_cli, write, tmp_path, "named.py", LOOP.replace("SYNCS", named)), "SF301")["impact"] == "medium"
+
+
+def test_three_syncs_in_one_step_are_high_unless_the_model_is_large(run_cli, write, tmp_path):
+    three = "total += loss.item()\n        correct += (out.argmax(1) == y).sum().item()\n        print(loss.item())"
+    sync = _one(_scan(run_cli, write, tmp_path, "three.py", LOOP.replace("SYNCS", three)), "SF301")
+    assert sync["impact"] == "high" and sync["impact_reason"] == "3 syncs in one step"
+    large = LOOP.replace("from mylib import build_model\n", "from transformers import AutoModelForCausalLM\n").replace(
+        "build_model()", 'AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")')
+    sync = _one(_scan(run_cli, write, tmp_path, "large.py", large.replace("SYNCS", three)), "SF301")
+    assert sync["impact"] == "low" and sync["impact_reason"].startswith("a large model (about 7.0B parameters)")
+
+
+# A Lightning script whose LightningModule lives in another module and picks its network by name.
+LIGHTNING = """\
+import argparse
+from pytorch_lightning import Trainer
+from module import ClassifierModule
+
+
+def main(args):
+    trainer = Trainer(accelerator="gpu", devices=1, max_epochs=30)
+    trainer.fit(ClassifierModule(args))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--classifier", type=str, default="resnet18")
+    main(parser.parse_args())
+"""
+
+# A LightningModule that builds its own layers and optimizer.
+OWN_LAYERS = """\
+import torch
+import torch.nn as nn
+import pytorch_lightning as pl
+
+
+class Net(pl.LightningModule):
+    def __init__(self, hidden):
+        super().__init__()
+        self.body = LAYERS
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.body(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+trainer = pl.Trainer(accelerator="gpu", devices=1)
+trainer.fit(Net(512), loader)
+"""
+
+
+def _tf32(findings):
+    (found,) = [f for f in findings if f["code"] in ("SF201", "SF901", "SF902") and "TF32" in f["message"]]
+    return found
+
+
+def test_tf32_advice_of_lightning_follows_the_kind_of_network(run_cli, write, tmp_path):
+    tf32 = _tf32(_scan(run_cli, write, tmp_path, "train.py", LIGHTNING))
+    assert tf32["code"] == "SF901" and tf32["impact"] == "low"
+    assert tf32["impact_reason"] == ("a conv net by its name (`--classifier` defaults to `resnet18`): cuDNN already "
+                                     "runs its convolutions in TF32")
+    # nothing names the network: medium, not the fp32 finding's high
+    unnamed = LIGHTNING.replace('    parser.add_argument("--classifier", type=str, default="resnet18")\n', "")
+    assert _tf32(_scan(run_cli, write, tmp_path, "unnamed.py", unnamed))["impact"] == "medium"
+    # a LightningModule of this file: its own layers decide
+    conv = "nn.Sequential(nn.Conv2d(3, hidden, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10))"
+    assert _tf32(_scan(run_cli, write, tmp_path, "conv.py", OWN_LAYERS.replace("LAYERS", conv)))["impact"] == "low"
+    mlp = "nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10))"
+    assert _tf32(_scan(run_cli, write, tmp_path, "mlp.py", OWN_LAYERS.replace("LAYERS", mlp)))["impact"] == "high"
+
+
+def test_tf32_advice_of_a_hugging_face_trainer_sees_the_model_it_loads(run_cli, write, tmp_path):
+    script = """\
+    import torch
+    from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
+
+    if __name__ == "__main__":
+        model = AutoModelForSequenceClassification.from_pretrained(CHECKPOINT, num_labels=2)
+        args = TrainingArguments(output_dir="out", num_train_epochs=3)
+        Trainer(model=model, args=args, train_dataset=train_set).train()
+    """
+    tf32 = _tf32(_scan(run_cli, write, tmp_path, "bert.py", script.replace("CHECKPOINT", '"bert-base-uncased"')))
+    assert tf32["code"] == "SF902" and tf32["impact"] == "high"
+    conv = _tf32(_scan(run_cli, write, tmp_path, "resnet.py", script.replace("CHECKPOINT", '"microsoft/resnet-50"')))
+    assert conv["impact"] == "low"
+
+
+def test_data_parallel_is_a_big_loss(run_cli, write, tmp_path):
+    code = LOOP.replace("SYNCS", "").replace("build_model().cuda()", "torch.nn.DataParallel(build_model()).cuda()")
+    assert _one(_scan(run_cli, write, tmp_path, "dp.py", code), "SF801")["impact"] == "high"
+
+
+def test_fp16_and_toy_models_are_not_ranked_with_the_largest_gaps(run_cli, write, tmp_path):
+    script = """\
+    import torch
+    import torch.nn as nn
+    from accelerate import Accelerator
+
+
+    class ConvNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 16, kernel_size=5, padding=2)
+            self.fc = nn.Linear(16 * 28 * 28, 10)
+
+        def forward(self, x):
+            return self.fc(self.conv(x).flatten(1))
+
+
+    def main():
+        accelerator = Accelerator(mixed_precision=PRECISION)
+        model = ConvNet()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, train_loader)
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+    # the sizes given by keyword (`kernel_size=5`) count: about 130k parameters, a toy model
+    toy = _one(_scan(run_cli, write, tmp_path, "toy.py", script.replace("PRECISION", '"no"')), "SF904")
+    assert toy["impact"] == "medium" and toy["impact_reason"].startswith("a small model")
+    fp16 = _one(_scan(run_cli, write, tmp_path, "fp16.py", script.replace("PRECISION", '"fp16"')
+                      .replace("16 * 28 * 28", "4096 * 28 * 28")), "SF904")
+    assert fp16["impact"] == "medium" and "bf16 saves the loss scaling" in fp16["impact_reason"]
+
+
+def test_a_loader_cycled_by_a_generator_still_feeds_training(run_cli, write, tmp_path):
+    script = """\
+    import torch
+    from torch.utils.data import DataLoader
+    from mylib import build_model
+
+
+    def sample_data(loader):
+        while True:
+            for batch in loader:
+                yield batch
+
+
+    def train(loader, model, optimizer):
+        loader = sample_data(loader)
+        for step in range(100000):
+            x = next(loader).cuda()
+            loss = model(x).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+    if __name__ == "__main__":
+        model = build_model().cuda()
+        loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=4)
+        train(loader, model, torch.optim.Adam(model.parameters()))
+    """
+    pin = _one(_scan(run_cli, write, tmp_path, "gan.py", script), "SF102")
+    assert pin["impact"] == "medium" and "impact_reason" not in pin  # not "only evaluation reads it"
