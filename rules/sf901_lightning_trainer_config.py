@@ -49,7 +49,8 @@ class LightningTrainerConfig(Rule):
     - `profiler=` left on ("advanced", "pytorch" or a profiler object; "simple" at lower severity);
     - a convolutional network (`nn.Conv2d` layers) trained without `benchmark=True`;
     - `accumulate_grad_batches` above 1, which does not make steps faster (information only);
-    - `self.log(..., sync_dist=True)` in `training_step`, an all-reduce per step with several GPUs.
+    - `self.log(..., sync_dist=True)` in `training_step` (or in a method it calls, such as a
+      `shared_step`), an all-reduce per step with several GPUs: one finding per method, on its first.
 
     - a LightningModule trained on the GPU that nothing compiles (`torch.compile`, information
       only; with hydra, a `compile: false` in the model's config is reported on its line);
@@ -407,6 +408,26 @@ class LightningTrainerConfig(Rule):
                     self.log("val_loss", self.model(batch).mean(), sync_dist=True)
             """,
         ),
+        Invalid(  # the same in a helper the training step calls: one finding for the helper's three values
+            """
+            import lightning as L
+
+            class Segmenter(L.LightningModule):
+                def shared_step(self, batch, phase):
+                    logits = self(batch["image"])
+                    loss = self.loss_fn(logits, batch["mask"])
+                    self.log(f"{phase}/loss", loss, on_step=True, sync_dist=True)
+                    self.log(f"{phase}/iou", self.iou(logits, batch["mask"]), on_step=True, sync_dist=True)
+                    self.log(f"{phase}/f1", self.f1(logits, batch["mask"]), on_step=True, sync_dist=True)
+                    return loss
+
+                def training_step(self, batch, batch_idx):
+                    return self.shared_step(batch, "train")
+
+                def validation_step(self, batch, batch_idx):
+                    return self.shared_step(batch, "val")
+            """,
+        ),
     ]
 
     def __init__(self, ctx: FileContext) -> None:
@@ -654,7 +675,10 @@ class LightningTrainerConfig(Rule):
         )
 
     def _check_sync_dist(self) -> None:
+        """Once per function of the step (the `training_step`, or a `shared_step` it calls): the
+        first `self.log(..., sync_dist=True)`, naming how many more the same step makes."""
         ctx = self.ctx
+        found: dict[cst.CSTNode | None, list[tuple[CallSite, ArgValue]]] = {}
         for site in ctx.method_calls("log"):
             func = site.node.func
             assert isinstance(func, cst.Attribute)
@@ -666,9 +690,14 @@ class LightningTrainerConfig(Rule):
                 continue
             if not in_lightning_method(ctx, site):
                 continue
+            found.setdefault(ctx.function_of(site.stack), []).append((site, sync))
+        for logs in found.values():
+            site, sync = logs[0]
+            more = f" (and {len(logs) - 1} more `self.log` call{'s' if len(logs) > 2 else ''} of this step)" \
+                if len(logs) > 1 else ""
             self.report(
                 sync.arg or site.node,
-                "`self.log(..., sync_dist=True)` in the training step all-reduces the value across GPUs every step",
+                f"`self.log(..., sync_dist=True)` in the training step all-reduces the value across GPUs every step{more}",
                 severity=Severity.INFO,
                 no_fix_reason="log it with `on_step=False, on_epoch=True`, "
                 "or without `sync_dist` if rank 0's value will do",
