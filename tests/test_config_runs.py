@@ -198,3 +198,37 @@ def test_cudnn_benchmark_for_a_conv_net_the_cli_config_names(write, run_cli, tmp
         "algorithms: `benchmark` is not set" in result
     write("experiments/run.yaml", "model:\n  class_path: tool.Autoencoder\ntrainer:\n  precision: bf16-mixed\n")
     assert "benchmark" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+
+
+# ---------------------------------------------------------------------- the module `trainer.fit` trains, in another file
+FIT_RUNNER = """\
+import lightning as L
+from lit import Classifier
+
+model = Classifier(arch="resnet18")
+trainer = L.Trainer(precision="bf16-mixed", max_epochs=100)
+trainer.fit(model, datamodule=data)
+"""
+LIT_MODULE = """\
+import lightning as L
+from zoo.resnet import resnet18
+
+
+class Classifier(L.LightningModule):
+    def __init__(self, arch):
+        super().__init__()
+        self.net = {"resnet18": resnet18}[arch]()
+"""
+
+
+def test_cudnn_benchmark_for_a_conv_net_trainer_fit_trains_from_another_module(write, run_cli, tmp_path):
+    write("train.py", FIT_RUNNER)
+    write("lit.py", LIT_MODULE)
+    write("zoo/__init__.py", "")
+    write("zoo/resnet.py", "from torch import nn\n\n\ndef resnet18():\n    return nn.Sequential(nn.Conv2d(3, 64, 3), "
+          "nn.ReLU())\n")
+    scan = ["scan", "train.py", "--select", "SF901", "--no-summary", "--torch-version", "1.13"]
+    assert "train.py:5:11: SF901 [*] `Trainer` trains a conv net with cuDNN's default algorithms" \
+        in run_cli(*scan, cwd=tmp_path).stdout  # the factory the module's file imports builds convolutions
+    write("zoo/resnet.py", "from torch import nn\n\n\ndef resnet18():\n    return nn.Sequential(nn.Linear(8, 8))\n")
+    assert "benchmark" not in run_cli(*scan, cwd=tmp_path).stdout

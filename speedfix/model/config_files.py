@@ -12,7 +12,8 @@ answered from them:
 - ``cli_configs``: the LightningCLI configs (files with a top-level `trainer` mapping beside a
   `model` or `data` key), for a `LightningCLI` whose launch commands speedfix cannot see
   (`mytool fit -c experiments/run.yaml` through a console script);
-- ``builds_conv2d``: whether the project classes a run's YAML names build 2-D convolutions.
+- ``builds_conv2d``: whether the project classes a run's YAML names build 2-D convolutions
+  (``classes_build_conv2d``: the same for classes a script names, `trainer.fit(CLIPWrapper(...))`).
 
 The files are read through ``ProjectFiles`` (inside the project, as data, recorded for the cache).
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 from weakref import WeakKeyDictionary
 
 import libcst as cst
@@ -170,15 +171,21 @@ _CLASS_DEPTH = 2  # imports followed from a configured class's module (a re-expo
 
 def builds_conv2d(ctx: FileContext, trees: list[Node]) -> bool:
     """Does a project class these configs name (`class_path:`, `target:`, `_target_:`, the
-    model's parts included) build 2-D convolutions, in its own module or through a class that
-    module imports from the project (taming's `VQModel` and its `Encoder`)? Read with ``ast``
-    through ``ProjectFiles``; nothing is imported."""
+    model's parts included) build 2-D convolutions (``classes_build_conv2d``)?"""
+    return classes_build_conv2d(ctx, {value for tree in trees for value in _targets(tree)})
+
+
+def classes_build_conv2d(ctx: FileContext, qualified: Iterable[str]) -> bool:
+    """Does one of these project classes (qualified as the script's imports spell them:
+    `models.CLIPWrapper`) build 2-D convolutions, in its own module or through what that module
+    imports from the project: a class (taming's `VQModel` and its `Encoder`) or a factory
+    (`from cifar10_models.resnet import resnet18`)? Read with ``ast`` through ``ProjectFiles``;
+    nothing is imported."""
     project = ctx.project
     if project is None:
         return False
-    named = {value for tree in trees for value in _targets(tree)}
     seen: dict[str, _Module | None] = {}
-    return any(_class_conv2d(project, target, seen, 0) for target in sorted(named))
+    return any(_class_conv2d(project, target, seen, 0) for target in sorted(set(qualified)))
 
 
 def _targets(tree: Node) -> Iterator[str]:
@@ -215,7 +222,14 @@ def _class_conv2d(project: ProjectFiles, qualified: str, seen: dict[str, _Module
     imported = {local: _absolute(module, target, found_module.package) for local, target in facts.imports}
     if found is None:  # re-exported by a package's __init__.py
         return name in imported and _class_conv2d(project, imported[name], seen, depth + 1)
-    return any(_class_conv2d(project, target, seen, depth + 1) for local, target in imported.items() if local[:1].isupper())
+    return any(_class_conv2d(project, target, seen, depth + 1) for local, target in imported.items()
+               if local[:1].isupper() or _factory(local, target))
+
+
+def _factory(local: str, target: str) -> bool:
+    """A lower-case name taken from a module (`from models.resnet import resnet18`), which may be
+    a factory that builds the network (a module taken so, `from torch import nn`, is not found)."""
+    return "." in target and target.rsplit(".", 1)[1] == local and not local.startswith("_")
 
 
 def _absolute(module: str, target: str, package: bool) -> str:

@@ -165,6 +165,22 @@ def lightning_fits(ctx: FileContext) -> bool:
     return bool(ctx.calls_to(*LIGHTNING_TRAINER)) and any(True for _ in ctx.method_calls("fit"))
 
 
+def fitted_classes(ctx: FileContext) -> set[str]:
+    """The classes whose instances the file's `trainer.fit(...)` calls train, qualified through
+    its imports (`model = CLIPWrapper(...)`, `trainer.fit(model, dm)` -> `models.CLIPWrapper`)."""
+    found: set[str] = set()
+    for site in ctx.method_calls("fit"):
+        module = find_argument(ctx, site, "model", 0)
+        node = module.node
+        if isinstance(node, cst.Name):
+            node = ctx.single_value(node.value, site.stack)
+        if isinstance(node, cst.Call):
+            qualified = ctx.qualname(node.func)
+            if qualified is not None:
+                found.add(qualified)
+    return found
+
+
 def fabric_setups(ctx: FileContext) -> list[CallSite]:
     """`fabric.setup(model, optimizer)` / `fabric.setup_module(model)` of a `Fabric(...)` of the
     file: Fabric wraps the model for its strategy and precision from there on."""
