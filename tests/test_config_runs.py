@@ -149,6 +149,18 @@ def test_no_optim_advice_where_deepspeed_builds_the_optimizer(write, run_cli, tm
     assert "torch_compile" not in run_cli(*scan, cwd=tmp_path).stdout
 
 
+def test_fp16_advice_for_the_launch_commands_that_set_it_when_the_others_do_not(write, run_cli, tmp_path):
+    write("run_clm.py", HF_PARSED)
+    write("train_lora.sh", "python run_clm.py --output_dir out --per_device_train_batch_size 8\n")
+    write("train_full.sh", "deepspeed --num_gpus=4 run_clm.py \\\n    --deepspeed ds.json \\\n    --fp16\n")
+    scan = ["scan", "run_clm.py", "--select", "SF902", "--torch-version", "2.8", "--no-summary"]
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "train_full.sh:3:5: SF902 `fp16=True` scales the loss" in result  # the full fine-tune's own run
+    assert "fp32" not in result  # the LoRA run leaves precision to its default, the other sets fp16: unknown
+    write("train_full.sh", "deepspeed --num_gpus=4 run_clm.py --deepspeed ds.json --fp16 --bf16 True\n")
+    assert "fp16=True" not in run_cli(*scan, cwd=tmp_path).stdout
+
+
 # ---------------------------------------------------------------------- the GPUs the job scripts ask for
 MLP = """\
 import torch
