@@ -161,6 +161,52 @@ def test_fp16_advice_for_the_launch_commands_that_set_it_when_the_others_do_not(
     assert "fp16=True" not in run_cli(*scan, cwd=tmp_path).stdout
 
 
+DS_LOADED = """\
+import argparse
+import json
+import deepspeed
+import torch
+from peft import LoraConfig, get_peft_model
+from torch.utils.data import DataLoader
+from utils import to_device
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--ds_file", type=str, default="ds_default.json")
+args = parser.parse_args()
+torch.cuda.set_device(args.local_rank)
+with open(args.ds_file) as handle:
+    ds_config = json.load(handle)
+model = get_peft_model(load_model(), LoraConfig(r=8))
+loader = DataLoader(train_set, batch_size=4, shuffle=True)
+engine, _, _, _ = deepspeed.initialize(model=model, args=args, config=ds_config)
+for epoch in range(3):
+    for batch in loader:
+        batch = to_device(batch, engine.device)
+        loss = engine(**batch).loss
+        engine.backward(loss)
+        engine.step()
+"""
+DS_FP16 = '{{"train_batch_size": 32, "fp16": {{"enabled": true}}, "zero_optimization": {{"stage": {stage}, ' \
+    '"offload_optimizer": {{"device": "{device}"}}}}}}\n'
+
+
+def test_deepspeed_json_the_script_loads_from_the_file_each_launch_command_names(write, run_cli, tmp_path):
+    write("train.py", DS_LOADED)
+    write("utils.py", "def to_device(batch, device):\n    return {k: v.to(device) for k, v in batch.items()}\n")
+    write("README.md", "LoRA:\n```\ndeepspeed train.py --ds_file ds_zero2.json\n```\nFull fine-tune:\n"
+          "```\ndeepspeed train.py --ds_file ds_zero3_offload.json --train_type all\n```\n")
+    write("ds_zero2.json", DS_FP16.format(stage=2, device="auto"))  # "auto": DeepSpeed drops it, no offload
+    write("ds_zero3_offload.json", DS_FP16.format(stage=3, device="cpu"))
+    result = run_cli("scan", ".", "--select", "SF102,SF201,SF905,SF906", "--no-summary", cwd=tmp_path).stdout
+    assert "ds_zero2.json:1:26: SF905" in result and "ds_zero3_offload.json:1:26: SF905" in result  # fp16 -> bf16
+    assert "SF906" not in result  # the offloading file is the full fine-tune's, not the LoRA run's
+    assert "SF201" not in result  # every run's engine trains in fp16
+    assert "train.py:16:10: SF102" in result  # the helper the loop calls copies each batch to the GPU
+    write("README.md", "```\ndeepspeed train.py --ds_file ds_zero3_offload.json\n```\n")
+    assert "ds_zero3_offload.json:1:109: SF906" in run_cli("scan", ".", "--select", "SF906", "--no-summary",
+                                                         cwd=tmp_path).stdout  # the LoRA run's own config
+
+
 # ---------------------------------------------------------------------- the GPUs the job scripts ask for
 MLP = """\
 import torch

@@ -41,6 +41,7 @@ class FunctionFacts:
     iterated: tuple[str, ...] = ()  # parameters its training loop iterates (the loader)
     loops_over: tuple[str, ...] = ()  # parameters any of its loops iterates (an evaluation's loader too)
     uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
+    moves: bool = False  # it copies to a device anywhere (`def to_device(batch, device)`: a loop's helper)
     cuda: bool = False  # names CUDA, or returns a CUDA device
     conv_dims: tuple[int, ...] = ()  # a class (or a factory returning one) that builds ConvNd layers: the Ns
     rnn: bool = False  # a class (or a factory returning one) that builds cuDNN LSTM/GRU/RNN layers
@@ -146,6 +147,7 @@ class _Function:
     steps: bool = False
     cuda: bool = False
     returns_cuda: bool = False
+    moves: bool = False  # `.to(...)`/`.cuda()` somewhere in its body
     loops: list[_Loop] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
     made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
@@ -360,8 +362,11 @@ class _Collector(ast.NodeVisitor):
                 loop.marker = True
             elif self.function_stack:
                 self.function_stack[-1].steps = True
+        moves = isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda")
+        if moves and self.function_stack:
+            self.function_stack[-1].moves = True
         if loop is not None:
-            if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
+            if moves:
                 loop.uploads = True
             if func is not None:
                 loop.calls.append((func, self.guards > 0))
@@ -501,6 +506,7 @@ class _Collector(ast.NodeVisitor):
             iterated=_loop_sources(function, training),
             loops_over=_loop_sources(function, function.loops),
             uploads=any(loop.uploads for loop in training),
+            moves=function.moves,
             cuda=function.cuda,
         )
 
