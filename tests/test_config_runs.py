@@ -290,3 +290,75 @@ def test_cudnn_benchmark_for_a_conv_net_trainer_fit_trains_from_another_module(w
         in run_cli(*scan, cwd=tmp_path).stdout  # the factory the module's file imports builds convolutions
     write("zoo/resnet.py", "from torch import nn\n\n\ndef resnet18():\n    return nn.Sequential(nn.Linear(8, 8))\n")
     assert "benchmark" not in run_cli(*scan, cwd=tmp_path).stdout
+
+
+# ---------------------------------------------------------------------- constructor arguments from the run configs
+DATAMODULE = """\
+import lightning as L
+from torch.utils.data import DataLoader
+
+
+class ChipsData(L.LightningDataModule):
+    def __init__(self, chip_dir, batch_size, num_workers):
+        super().__init__()
+        self.chip_dir = chip_dir
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+
+    def train_dataloader(self):
+        return DataLoader(self.chips, batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers)
+"""
+
+
+def test_a_datamodule_reads_the_worker_count_the_lightning_cli_config_gives_it(write, run_cli, tmp_path):
+    write("pkg/data.py", DATAMODULE)
+    write("pkg/cli.py", "from lightning.pytorch.cli import LightningCLI\nfrom pkg.data import ChipsData\n\n"
+          "LightningCLI(Segmenter, ChipsData)\n")
+    write("configs/chips.yaml", "data:\n  chip_dir: data/chips\n  batch_size: 16\n  num_workers: 8\n"
+          "trainer:\n  precision: bf16-mixed\n")
+    scan = ["scan", "pkg", "--select", "SF101,SF103", "--no-summary"]
+    assert "pkg/data.py:13:16: SF103 [*] `DataLoader` starts its 8 worker processes again every epoch" \
+        in run_cli(*scan, cwd=tmp_path).stdout
+    write("configs/chips.yaml", "data:\n  chip_dir: data/chips\n  batch_size: 16\n  num_workers: 0\n"
+          "trainer:\n  precision: bf16-mixed\n")
+    assert "pkg/data.py:13:16: SF101 `DataLoader` loads every batch in the main process (`num_workers` resolves to 0)" \
+        in run_cli(*scan, cwd=tmp_path).stdout
+    write("configs/other.yaml", "data:\n  chip_dir: data/chips\n  batch_size: 16\n  num_workers: 4\n"
+          "trainer:\n  precision: bf16-mixed\n")
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""  # the runs disagree: unknown
+
+
+DATAMODULE_1X = """\
+import argparse
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader
+
+
+class FolderData(pl.LightningDataModule):
+    def __init__(self, folder, batch_size=64, num_workers=0):
+        super().__init__()
+        self.folder = folder
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+
+    @staticmethod
+    def add_argparse_args(parent):
+        parser = argparse.ArgumentParser(parents=[parent], add_help=False)
+        parser.add_argument("--num_workers", type=int, default=0)
+        return parser
+
+    def train_dataloader(self):
+        return DataLoader(self.images, batch_size=self.batch_size, num_workers=self.num_workers)
+"""
+
+
+def test_a_constructor_default_counts_unless_another_file_passes_the_argument(write, run_cli, tmp_path):
+    write("data.py", DATAMODULE_1X)
+    write("train.py", "from data import FolderData\n\ndm = FolderData.from_argparse_args(args)\ntrainer.fit(model, dm)\n")
+    scan = ["scan", ".", "--select", "SF101", "--no-summary"]
+    assert "data.py:20:16: SF101 `DataLoader` loads every batch in the main process (`num_workers` resolves to 0)" \
+        in run_cli(*scan, cwd=tmp_path).stdout  # from its own `--num_workers` option, default 0
+    write("train.py", "from data import FolderData\n\ndm = FolderData('images', num_workers=8)\ntrainer.fit(model, dm)\n")
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""
+    write("train.py", "from data import FolderData\n\ndm = FolderData(**config['data'])\ntrainer.fit(model, dm)\n")
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""  # the YAML's `data` section may set it

@@ -3,12 +3,15 @@
 Config-driven projects keep one YAML file per run in a `configs/` (or `config/`, `conf/`,
 `experiments/`) folder of the project's top or of the script's folder, and name there what a
 run builds: `model: {target: pkg.models.VQModel}` (taming-transformers' and Stable Diffusion's
-`instantiate_from_config`), `_target_:` (hydra), `class_path:` (LightningCLI). Three questions are
+`instantiate_from_config`), `_target_:` (hydra), `class_path:` (LightningCLI). Four questions are
 answered from them:
 
 - ``trained_classes``: which LightningModules the runs train (the class the top-level `model`
   builds), and whether the same config gives LightningCLI an `optimizer:` that replaces the
   module's own `configure_optimizers`;
+- ``init_args``: what the runs give a class's constructor (`data: {num_workers: 8}` for the
+  DataModule LightningCLI builds, `init_args:` under a `class_path:`), for code that reads the
+  values back as attributes;
 - ``cli_configs``: the LightningCLI configs (files with a top-level `trainer` mapping beside a
   `model` or `data` key), for a `LightningCLI` whose launch commands speedfix cannot see
   (`mytool fit -c experiments/run.yaml` through a console script);
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 from weakref import WeakKeyDictionary
 
 import libcst as cst
@@ -64,6 +67,31 @@ class RunConfigs:
     def cli_configs(self) -> list[Node]:
         """The LightningCLI configs (their `trainer:` mapping is ``tree.value["trainer"]``)."""
         return [tree for _path, tree in self.files if _is_cli_config(tree)]
+
+    def configures(self, section: str) -> bool:
+        """Does a run config name the class of its top-level ``section`` (`data: {class_path: ...}`)?"""
+        return any((node := tree.get(section)) is not None and _target(node) is not None for _path, tree in self.files)
+
+    def init_args(self, class_name: str, params: Sequence[str], section: str) -> list[Node]:
+        """The constructor arguments each run config gives the class ``class_name``: the
+        `init_args:`/`params:` of a mapping whose `class_path:`/`target:`/`_target_:` names it
+        (the `_target_` mapping's own keys), or, in a LightningCLI config, the top-level
+        ``section`` (`data`, `model`) written without a class path (the class LightningCLI is
+        given in code) when every key of it is one of ``params``."""
+        found = []
+        for _path, tree in self.files:
+            for node in _mappings(tree):
+                target = _target(node)
+                if target is not None and target.rsplit(".", 1)[-1] == class_name:
+                    args = node.get("init_args") or node.get("params")
+                    if args is None and node.get("_target_") is not None:
+                        args = node
+                    found.append(args if args is not None and isinstance(args.value, dict) else Node({}, node.where))
+            plain = tree.get(section)
+            if _is_cli_config(tree) and plain is not None and isinstance(plain.value, dict) and plain.value \
+                    and _target(plain) is None and set(plain.value) <= set(params):
+                found.append(plain)
+        return found
 
 
 _FOUND: WeakKeyDictionary[FileContext, RunConfigs] = WeakKeyDictionary()
@@ -190,14 +218,20 @@ def classes_build_conv2d(ctx: FileContext, qualified: Iterable[str]) -> bool:
 
 def _targets(tree: Node) -> Iterator[str]:
     """Every class path the tree names, in mappings and lists (`modules: [{class_path: ...}]`)."""
+    for node in _mappings(tree):
+        for key, child in node.value.items():
+            if key in _TARGET_KEYS and isinstance(child.value, str) and "." in child.value:
+                yield child.value
+
+
+def _mappings(tree: Node) -> Iterator[Node]:
+    """Every mapping of the tree, in mappings and lists."""
     todo = [tree]
     while todo:
         node = todo.pop()
         if isinstance(node.value, dict):
-            for key, child in node.value.items():
-                if key in _TARGET_KEYS and isinstance(child.value, str) and "." in child.value:
-                    yield child.value
-                todo.append(child)
+            yield node
+            todo.extend(node.value.values())
         elif isinstance(node.value, list):
             todo.extend(node.value)
 

@@ -35,6 +35,12 @@ LIGHTNING_MODULE = (
     "lightning.pytorch.core.LightningModule",
     "pytorch_lightning.LightningModule",
 )
+LIGHTNING_DATAMODULE = (
+    "lightning.LightningDataModule",
+    "lightning.pytorch.LightningDataModule",
+    "lightning.pytorch.core.LightningDataModule",
+    "pytorch_lightning.LightningDataModule",
+)
 
 
 class FileContext(FileIndex):

@@ -14,7 +14,7 @@ import libcst as cst
 from speedfix.model import launch
 from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
 from speedfix.model.config_tree import ConfigError, load
-from speedfix.model.context import FileContext, LIGHTNING_MODULE
+from speedfix.model.context import LIGHTNING_DATAMODULE, LIGHTNING_MODULE, FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned
 from speedfix.model.frames import class_of_method
 from speedfix.model.index import CallSite
@@ -34,12 +34,6 @@ LIGHTNING_CLI = (
     "lightning.pytorch.cli.LightningCLI",
     "pytorch_lightning.cli.LightningCLI",
     "pytorch_lightning.utilities.cli.LightningCLI",
-)
-LIGHTNING_DATAMODULE = (
-    "lightning.LightningDataModule",
-    "lightning.pytorch.LightningDataModule",
-    "lightning.pytorch.core.LightningDataModule",
-    "pytorch_lightning.LightningDataModule",
 )
 HF_TRAINING_ARGUMENTS = (
     "transformers.TrainingArguments",
