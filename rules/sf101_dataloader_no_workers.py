@@ -33,6 +33,9 @@ class DataloaderNoWorkers(Rule):
     ## What it does
     Finds a `torch.utils.data.DataLoader` that loads batches in the training process itself:
     `num_workers` is not set, or set to 0. A small literal (1 or 2) is reported at lower severity.
+    The value may come from a constant, an argparse default, a parameter's default, or a
+    constructor argument the class reads back (`num_workers=self.num_workers` in a
+    LightningDataModule: the `__init__` default, or what the project's LightningCLI configs give it).
 
     ## Why is this bad?
     With `num_workers=0`, every `__getitem__` call, augmentation and `collate_fn` runs in the main
@@ -350,6 +353,22 @@ class DataloaderNoWorkers(Rule):
                     self.loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers)
 
             trainer = Trainer(Net(), train_set, batch_size=64)
+            """,
+        ),
+        Invalid(  # a data module keeps its constructor's default and reads it back in its loader hook
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class ImageFolderData(L.LightningDataModule):
+                def __init__(self, root: str, batch_size: int = 256, workers: int = 0):
+                    super().__init__()
+                    self.root = root
+                    self.batch_size = batch_size
+                    self.workers = workers
+
+                def train_dataloader(self):
+                    return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, num_workers=self.workers)
             """,
         ),
         Invalid(  # a collate function defined inside another: reported, no fix (it cannot be pickled)

@@ -47,7 +47,9 @@ class DataloaderNoPersistentWorkers(Rule):
     ## What it does
     Finds a `DataLoader` with worker processes (`num_workers` resolves to more than 0) that is
     iterated once per epoch (inside an outer loop, or by a function called in one) without
-    `persistent_workers=True`.
+    `persistent_workers=True`. The worker count may be a constructor argument the class reads
+    back (`num_workers=self.num_workers` in a LightningDataModule), set by the project's
+    LightningCLI config (`data: {num_workers: 8}`) or left at the `__init__` default.
 
     ## Why is this bad?
     Without it, every `for batch in loader:` starts `num_workers` new processes, each importing
@@ -111,6 +113,24 @@ class DataloaderNoPersistentWorkers(Rule):
             loader = DataLoader(ds, batch_size=32, num_workers=4)
             for x, y in loader:
                 train(x, y)
+            """
+        ),
+        Valid(  # the attribute is set again outside the constructor: its value at run time is unknown
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class TilesData(L.LightningDataModule):
+                def __init__(self, tiles, num_workers=6):
+                    super().__init__()
+                    self.tiles = tiles
+                    self.num_workers = num_workers
+
+                def setup(self, stage=None):
+                    self.num_workers = 0 if stage == "predict" else self.num_workers
+
+                def train_dataloader(self):
+                    return DataLoader(self.tiles, batch_size=16, num_workers=self.num_workers)
             """
         ),
         Valid(  # no workers
@@ -415,6 +435,41 @@ class DataloaderNoPersistentWorkers(Rule):
                         batch_size=64,
                         num_workers=WORKERS,
                         persistent_workers=WORKERS > 0,
+                    )
+            """,
+        ),
+        Invalid(  # the worker count is a constructor argument the module reads back as an attribute
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class TilesData(L.LightningDataModule):
+                def __init__(self, tiles, batch_size=16, num_workers=6):
+                    super().__init__()
+                    self.tiles = tiles
+                    self.batch_size = batch_size
+                    self.num_workers = num_workers
+
+                def train_dataloader(self):
+                    return DataLoader(self.tiles, batch_size=self.batch_size, num_workers=self.num_workers)
+            """,
+            fixed="""
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class TilesData(L.LightningDataModule):
+                def __init__(self, tiles, batch_size=16, num_workers=6):
+                    super().__init__()
+                    self.tiles = tiles
+                    self.batch_size = batch_size
+                    self.num_workers = num_workers
+
+                def train_dataloader(self):
+                    return DataLoader(
+                        self.tiles,
+                        batch_size=self.batch_size,
+                        num_workers=self.num_workers,
+                        persistent_workers=self.num_workers > 0,
                     )
             """,
         ),

@@ -87,7 +87,8 @@ class SyncInLoop(BranchTracker, Rule):
     needs its truth value on the host). Several syncs in one step are one finding, on the first;
     the message names the others.
 
-    Not reported: code under a periodic logging guard (`if step % log_every == 0:`), a branch that
+    Not reported: code under a periodic logging guard (`if step % log_every == 0:`, unless
+    `log_every` is 1), a branch that
     runs once (`if step == 0:`, or one that ends the run: `print(loss.item()); sys.exit(1)`), an
     `except` handler, code under an opt-in debugging or timing flag (`if args.debug:`), and names
     that hold a Python number (`lossf = loss.item()` makes formatting `lossf` free; the `.item()`
@@ -512,6 +513,19 @@ class SyncInLoop(BranchTracker, Rule):
                 optimizer.step()
                 history.append(loss.item())  # noqa: SF301
                 print(loss)
+            """,
+        ),
+        Invalid(  # a logging guard whose interval is 1 holds on every step
+            """
+            import torch
+            log_every = 1
+            def train(model, loader, optimizer):
+                for step, (x, y) in enumerate(loader):
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    optimizer.step()
+                    if step % log_every == 0:
+                        print(f"step {step}: loss {loss.item():.4f}")
             """,
         ),
     ]

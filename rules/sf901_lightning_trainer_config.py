@@ -7,11 +7,11 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, arg_removed, keyword_arg, same_quotes, string_literal, value_replaced
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
-from speedfix.model.config_files import builds_conv2d
+from speedfix.model.config_files import builds_conv2d, classes_build_conv2d
 from speedfix.model.config_tree import Node
 from speedfix.model.context import FileContext
-from speedfix.model.frameworks import (LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, fabric_setups, in_lightning_method,
-                                       lightning_on_gpu)
+from speedfix.model.frameworks import (LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, fabric_setups, fitted_classes,
+                                       in_lightning_method, lightning_on_gpu)
 from speedfix.model.hydra_config import INSTANTIATE, config_of
 from speedfix.model.lightning_config import UNKNOWN, ConfiguredTrainer, TrainerValue, configured_trainers
 from speedfix.model.index import CallSite
@@ -47,9 +47,11 @@ class LightningTrainerConfig(Rule):
     - fp32 training in a script that never calls `torch.set_float32_matmul_precision`;
     - `precision="16-mixed"`, which scales the loss where bf16 would not have to;
     - `profiler=` left on ("advanced", "pytorch" or a profiler object; "simple" at lower severity);
-    - a convolutional network (`nn.Conv2d` layers) trained without `benchmark=True`;
+    - a convolutional network (`nn.Conv2d` layers) trained without `benchmark=True`, or with
+      `deterministic=True` on every run (cuDNN's deterministic algorithms; information only, no fix);
     - `accumulate_grad_batches` above 1, which does not make steps faster (information only);
-    - `self.log(..., sync_dist=True)` in `training_step`, an all-reduce per step with several GPUs.
+    - `self.log(..., sync_dist=True)` in `training_step` (or in a method it calls, such as a
+      `shared_step`), an all-reduce per step with several GPUs: one finding per method, on its first.
 
     - a LightningModule trained on the GPU that nothing compiles (`torch.compile`, information
       only; with hydra, a `compile: false` in the model's config is reported on its line);
@@ -69,7 +71,10 @@ class LightningTrainerConfig(Rule):
     a YAML file the script loads itself (`yaml.safe_load` of an argparse default). A value in a
     YAML file or a launch command is reported on its line, with what to write there. For such a
     Trainer the conv net may be one its YAML names (`class_path: pkg.models.UNet`, read from the
-    project's module without importing it).
+    project's module without importing it); for any Trainer, the project class `trainer.fit(...)`
+    trains (`model = CLIPWrapper(...)` from `models/`), with what its module imports (a class, or a
+    factory such as `resnet18`). A Lightning 1.x Trainer given `precision=16` and no device option
+    trains on the GPU (1.x runs 16-bit AMP only on CUDA).
 
     A `Trainer` is GPU code unless its `accelerator` is a known non-GPU one ("cpu", "tpu",
     "mps", ...): the default, "auto", picks the GPU whenever there is one. An `accelerator` or
@@ -187,6 +192,27 @@ class LightningTrainerConfig(Rule):
             from lightning.pytorch import Trainer
             torch.set_float32_matmul_precision("medium")
             trainer = Trainer(precision="bf16-true", profiler=None)
+            """
+        ),
+        Valid(  # Lightning 1.x without a GPU option trains on the CPU
+            """
+            import pytorch_lightning as pl
+            def main(args):
+                trainer = pl.Trainer.from_argparse_args(args, max_epochs=32)
+            """
+        ),
+        Valid(  # determinism only when asked for: the user's per-run choice
+            """
+            import torch.nn as nn
+            import lightning as L
+
+            class SmallResNet(L.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 32, 3, padding=1)
+
+            def main(args):
+                trainer = L.Trainer(precision="bf16-mixed", deterministic=args.deterministic)
             """
         ),
         Valid(  # not Lightning's Trainer
@@ -395,6 +421,35 @@ class LightningTrainerConfig(Rule):
                 trainer = Trainer.from_argparse_args(args)
             """,
         ),
+        Invalid(  # Lightning 1.x runs 16-bit AMP only on CUDA: `precision=16` makes this GPU code
+            """
+            import argparse
+            import torch.nn as nn
+            import pytorch_lightning as pl
+
+            class Encoder(pl.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.stem = nn.Conv2d(3, 64, 7, stride=2)
+
+            def main(args):
+                trainer = pl.Trainer.from_argparse_args(args, precision=16, max_epochs=32)
+            """,
+            count=2,  # bf16 instead of fp16, and the conv net's autotuner
+        ),
+        Invalid(  # reproducibility asked for on every run of a conv net: reported, no fix
+            """
+            import torch.nn as nn
+            import lightning as L
+
+            class SmallResNet(L.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 32, 3, padding=1)
+
+            trainer = L.Trainer(precision="bf16-mixed", deterministic=True)
+            """,
+        ),
         Invalid(  # an all-reduce per logged value and step
             """
             import lightning as L
@@ -407,6 +462,26 @@ class LightningTrainerConfig(Rule):
 
                 def validation_step(self, batch, batch_idx):
                     self.log("val_loss", self.model(batch).mean(), sync_dist=True)
+            """,
+        ),
+        Invalid(  # the same in a helper the training step calls: one finding for the helper's three values
+            """
+            import lightning as L
+
+            class Segmenter(L.LightningModule):
+                def shared_step(self, batch, phase):
+                    logits = self(batch["image"])
+                    loss = self.loss_fn(logits, batch["mask"])
+                    self.log(f"{phase}/loss", loss, on_step=True, sync_dist=True)
+                    self.log(f"{phase}/iou", self.iou(logits, batch["mask"]), on_step=True, sync_dist=True)
+                    self.log(f"{phase}/f1", self.f1(logits, batch["mask"]), on_step=True, sync_dist=True)
+                    return loss
+
+                def training_step(self, batch, batch_idx):
+                    return self.shared_step(batch, "train")
+
+                def validation_step(self, batch, batch_idx):
+                    return self.shared_step(batch, "val")
             """,
         ),
     ]
@@ -426,6 +501,7 @@ class LightningTrainerConfig(Rule):
         return by_message(finding, (
             ("fp16 mixed precision", Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
             ("cuDNN's default algorithms", Impact.MEDIUM, "cuDNN autotuning"),
+            ("cuDNN's deterministic algorithms", Impact.MEDIUM, "cuDNN autotuning instead of deterministic kernels"),
             ("sync_dist=True", Impact.MEDIUM, "one small all-reduce per logged value and step"),
             ("accumulate_grad_batches", Impact.LOW, "a larger batch, if it fits"),
         ))
@@ -481,20 +557,31 @@ class LightningTrainerConfig(Rule):
 
     def _check_configured_benchmark(self, trainer: ConfiguredTrainer) -> None:
         deterministic = trainer.get("deterministic")
-        off = deterministic is None or deterministic.value is False
-        if self._conv_net_untuned(trainer.get("benchmark") is not None, False if off else None, trainer.configs):
-            self._report_setting(trainer, None, "benchmark", "true", f"{_capital(trainer.label)} trains a conv net with "
-                                 "cuDNN's default algorithms: `benchmark` is not set", Severity.INFO)
+        if deterministic is not None and deterministic.value not in (True, False):
+            return  # unknown, or a mode such as "warn"
+        if not self._conv_net_untuned(trainer.get("benchmark") is not None, trainer.configs):
+            return
+        if deterministic is not None and deterministic.value is True:
+            self._report_setting(trainer, deterministic, "deterministic", "false",
+                                 f"{_capital(trainer.label)} sets `deterministic`: {_DETERMINISTIC}", Severity.INFO,
+                                 _REPRODUCIBLE)
+            return
+        self._report_setting(trainer, None, "benchmark", "true", f"{_capital(trainer.label)} trains a conv net with "
+                             "cuDNN's default algorithms: `benchmark` is not set", Severity.INFO)
 
     def _report_setting(self, trainer: ConfiguredTrainer, setting: TrainerValue | None, key: str, value: str,
-                        message: str, severity: Severity) -> None:
-        """Report a configured Trainer's setting where it is (or would be) written."""
+                        message: str, severity: Severity, reason: str | None = None) -> None:
+        """Report a configured Trainer's setting where it is (or would be) written; ``reason``:
+        why there is no fix, when it is not only that the value is written elsewhere."""
         where = setting.where if setting is not None else trainer.commented.get(key) or trainer.add_at
         if setting is not None and setting.node is not None:
-            self.report(setting.node, message, severity=severity, no_fix_reason=SET_ELSEWHERE)
+            written = isinstance(setting.node, cst.Arg) and setting.node.keyword is not None \
+                and isinstance(setting.node.value, (cst.Integer, cst.SimpleString, cst.Name))
+            self.report(setting.node, message, severity=severity, no_fix_reason=reason or (
+                f"write `{key}={value}`{_before_bf16(trainer, key)} there" if written else SET_ELSEWHERE))
         elif where is not None:
-            self.report_at(where, message, severity=severity, no_fix_reason=f"set `{key}: {value.strip(chr(34))}` "
-                           f"there{_before_bf16(trainer, key)} (speedfix rewrites Python only)")
+            self.report_at(where, message, severity=severity, no_fix_reason=reason or f"set `{key}: "
+                           f"{value.strip(chr(34))}` there{_before_bf16(trainer, key)} (speedfix rewrites Python only)")
         else:
             how = (f'add `"{key}": {value}` to `trainer_defaults`, or pass `--trainer.{key}`' if trainer.kind == "cli"
                    else f"pass `--{key} {value.strip(chr(34))}`{_before_bf16(trainer, key)} where the script is launched")
@@ -603,18 +690,25 @@ class LightningTrainerConfig(Rule):
         )
 
     # ------------------------------------------------------------------ other settings
-    def _conv_net_untuned(self, benchmark_set: bool, deterministic: bool | None, configs: list[Node] = ()) -> bool:
-        """A conv net of this file (or one the run's YAML ``configs`` name), cuDNN left to its
-        heuristics: no `benchmark`, no cuDNN setting of the script, `deterministic` off."""
-        if benchmark_set or cudnn_settings(self.ctx) or deterministic is not False:
+    def _conv_net_untuned(self, benchmark_set: bool, configs: list[Node] = ()) -> bool:
+        """A conv net, cuDNN left to its heuristics: no `benchmark`, no cuDNN setting of the
+        script. The net is a class of this file, one the run's YAML ``configs`` name, or the
+        project class the file's `trainer.fit(...)` trains (its module, or what that imports)."""
+        if benchmark_set or cudnn_settings(self.ctx):
             return False
-        return bool(conv2d_classes(self.ctx)) or builds_conv2d(self.ctx, list(configs))
+        return bool(conv2d_classes(self.ctx)) or builds_conv2d(self.ctx, list(configs)) \
+            or classes_build_conv2d(self.ctx, fitted_classes(self.ctx))
 
     def _check_benchmark(self, site: CallSite) -> None:
         ctx = self.ctx
         deterministic = find_argument(ctx, site, "deterministic")
-        off = deterministic.missing or literal_bool(ctx, deterministic.node, site.stack) is False
-        if not self._conv_net_untuned(not find_argument(ctx, site, "benchmark").missing, False if off else None):
+        chosen = None if deterministic.missing else literal_bool(ctx, deterministic.node, site.stack)
+        if (not deterministic.missing and chosen is None) \
+                or not self._conv_net_untuned(not find_argument(ctx, site, "benchmark").missing):
+            return
+        if chosen:  # reproducibility asked for on every run
+            self.report(deterministic.arg or site.node, f"`Trainer(deterministic=True)`: {_DETERMINISTIC}",
+                        severity=Severity.INFO, no_fix_reason=_REPRODUCIBLE)
             return
         self.report(
             site.node,
@@ -658,7 +752,10 @@ class LightningTrainerConfig(Rule):
         )
 
     def _check_sync_dist(self) -> None:
+        """Once per function of the step (the `training_step`, or a `shared_step` it calls): the
+        first `self.log(..., sync_dist=True)`, naming how many more the same step makes."""
         ctx = self.ctx
+        found: dict[cst.CSTNode | None, list[tuple[CallSite, ArgValue]]] = {}
         for site in ctx.method_calls("log"):
             func = site.node.func
             assert isinstance(func, cst.Attribute)
@@ -670,9 +767,14 @@ class LightningTrainerConfig(Rule):
                 continue
             if not in_lightning_method(ctx, site):
                 continue
+            found.setdefault(ctx.function_of(site.stack), []).append((site, sync))
+        for logs in found.values():
+            site, sync = logs[0]
+            more = f" (and {len(logs) - 1} more `self.log` call{'s' if len(logs) > 2 else ''} of this step)" \
+                if len(logs) > 1 else ""
             self.report(
                 sync.arg or site.node,
-                "`self.log(..., sync_dist=True)` in the training step all-reduces the value across GPUs every step",
+                f"`self.log(..., sync_dist=True)` in the training step all-reduces the value across GPUs every step{more}",
                 severity=Severity.INFO,
                 no_fix_reason="log it with `on_step=False, on_epoch=True`, "
                 "or without `sync_dist` if rank 0's value will do",
@@ -682,9 +784,17 @@ class LightningTrainerConfig(Rule):
         return Transform(site.node, lambda call: append_args(call, arg, indent=self.ctx.module.default_indent))
 
 
+_DETERMINISTIC = ("the conv net runs cuDNN's deterministic algorithms, never the fastest ones it would measure; "
+                  "unless runs must be bit-reproducible, leave it off and set `benchmark=True`")
+_REPRODUCIBLE = "bit-exact reruns are the user's choice to give up (seeding alone keeps runs comparable)"
+
+
 def _before_bf16(trainer: ConfiguredTrainer, key: str) -> str:
     """Lightning 1.x took "bf16" from 1.5 on; before, 16 was its mixed precision."""
-    return " (`16` before Lightning 1.5)" if trainer.lightning_1x and key == "precision" else ""
+    if not trainer.lightning_1x or key != "precision":
+        return ""
+    now = trainer.get("precision")
+    return " (Lightning 1.5 and newer)" if now is not None and str(now.value) in _FP16 else " (`16` before Lightning 1.5)"
 
 
 def _capital(text: str) -> str:

@@ -32,6 +32,9 @@ from speedfix.rules._impact import Estimate, Finding, Impact, by_message, tf32_g
 _UNFUSED = frozenset({"adamw_torch", "adamw_hf", "adamw_torch_foreach"})
 _FUSED_DEFAULT_FROM = v("2.8")  # transformers picks "adamw_torch_fused" itself from torch 2.8 on
 _FUSED_CPU_FROM = v("2.4")
+_FP16 = ("`fp16=True` scales the loss and checks every gradient for inf each step; "
+         "`bf16=True` needs neither on Ampere and newer GPUs")
+_FP16_REASON = "only the GPU tells whether bf16 fits: swap `fp16=True` for `bf16=True` on A100/H100/RTX 30xx and newer"
 _HF_COMPILE_FROM = v("4.27")  # `TrainingArguments(torch_compile=...)` came with transformers 4.27
 _COMPILE_FROM = v("2.0")  # torch.compile  # fused AdamW on the CPU too, so the fix cannot fail on a CPU run
 _CHECKPOINTING = ("gradient_checkpointing", "activation_checkpointing")
@@ -68,7 +71,8 @@ class HfTrainingArguments(Rule):
 
     `TrainingArguments` train on CUDA whenever it is there, so they are GPU code unless
     `use_cpu=True` (or the old `no_cuda=True`) says otherwise. Values speedfix cannot know
-    (`bf16=args.bf16`, unresolved `**kwargs`, launch commands that disagree) mean silence.
+    (`bf16=args.bf16`, unresolved `**kwargs`, launch commands that disagree) mean silence; where
+    the launch commands disagree on `--fp16`, the fp16 advice goes to the first that sets it.
 
     ## Why is this bad?
     fp32 leaves the tensor cores mostly idle: `bf16=True` runs the forward and backward pass
@@ -408,18 +412,14 @@ class HfTrainingArguments(Rule):
     def _check_precision(self, args: _Arguments, defaults: list[_Default]) -> bool:
         """Report fp32 (and fp16) training; True when the Trainer certainly trains in fp32."""
         bf16, fp16 = args.setting("bf16"), args.setting("fp16")
+        if fp16.unknown and fp16.source is Source.LAUNCH and args.parsed is not None:
+            self._check_fp16_runs(args, args.parsed)  # the launch commands disagree: each run's own
+            return False
         if fp16.unknown or (bf16.unknown and not (args.trl and fp16.value is True)):
             return False  # a value speedfix cannot know (`bf16=args.bf16`), or TRL's own choice
         on = [setting.value is True for setting in (bf16, fp16)]
         if on[1] and not (on[0] and not bf16.unknown):
-            self._at(
-                args, fp16,
-                "`fp16=True` scales the loss and checks every gradient for inf each step; "
-                "`bf16=True` needs neither on Ampere and newer GPUs",
-                severity=Severity.INFO,
-                no_fix_reason="only the GPU tells whether bf16 fits: "
-                "swap `fp16=True` for `bf16=True` on A100/H100/RTX 30xx and newer",
-            )
+            self._at(args, fp16, _FP16, severity=Severity.INFO, no_fix_reason=_FP16_REASON)
             return False
         if any(on) or any(s.value not in (None, False) for s in (bf16, fp16)):
             return False
@@ -438,6 +438,15 @@ class HfTrainingArguments(Rule):
             fix = [value_replaced(args.site.node, original, supported), *ops]
         self._at(args, bf16, f"{args.shown} train in fp32: `bf16=False` and no `fp16`", fix_ops=fix)
         return True
+
+    def _check_fp16_runs(self, args: _Arguments, parsed: ParsedArguments) -> None:
+        """Launch commands that disagree on `--fp16` (the DeepSpeed full fine-tune sets it, the
+        P-tuning scripts leave it out): the fp16 advice for the runs that set it, on the first."""
+        runs = [fp16 for fp16, bf16 in zip(parsed.per_launch("fp16"), parsed.per_launch("bf16"))
+                if fp16 is not None and fp16.value is True and (bf16 is None or bf16.value is False)]
+        if runs and runs[0].where is not None:
+            more = f" (and {len(runs) - 1} more launch command{'s' if len(runs) > 2 else ''})" if len(runs) > 1 else ""
+            self._at(args, runs[0], f"{_FP16}{more}", severity=Severity.INFO, no_fix_reason=_FP16_REASON)
 
     def _check_tf32(self, args: _Arguments) -> None:
         ctx = self.ctx

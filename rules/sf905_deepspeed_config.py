@@ -30,7 +30,9 @@ class DeepSpeedConfigRule(Rule):
     (`deepspeed.initialize(..., config=ds_config)`), or a JSON file it names
     (`config="ds_config.json"`, `TrainingArguments(deepspeed="ds_z2.json")`,
     `HfDeepSpeedConfig(...)`, `DeepSpeedPlugin(hf_ds_config=...)`, a `--deepspeed_config`
-    default) that lies beside the script or in the current folder. It reports:
+    default) that lies beside the script or in the current folder, or a JSON file the script
+    loads (`json.load(open(args.ds_file))`: each file the launch commands pass, else the
+    option's default). It reports:
 
     - `"fp16": {"enabled": true}` where bf16 fits (Ampere and newer GPUs): a warning; not when
       every launch command runs from a SLURM job script that asks for older GPUs

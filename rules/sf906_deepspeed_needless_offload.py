@@ -26,7 +26,9 @@ class DeepSpeedNeedlessOffload(Rule):
 
     It reads the same configs as SF905: a dict in the script, a JSON file the script names, or
     one the project's launch commands pass (`--deepspeed ds.json`); a JSON file's finding points
-    at its `"device"` line.
+    at its `"device"` line. A file only some launch commands name (the full fine-tune's, beside
+    the LoRA runs') is left alone: the script's default path says nothing about those runs.
+    `"device": "auto"` is no offload (DeepSpeed drops "auto" values and keeps its default).
 
     ## Why is this bad?
     With the optimizer offloaded, every step copies the gradients to host memory, runs Adam on
@@ -91,6 +93,15 @@ class DeepSpeedNeedlessOffload(Rule):
             deepspeed.initialize(model=model, config=config)
             """
         ),
+        Valid(  # "auto" is dropped by DeepSpeed: the device stays "none", nothing is offloaded
+            """
+            import deepspeed
+            from peft import LoraConfig, get_peft_model
+            model = get_peft_model(base, LoraConfig(r=8))
+            config = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "auto"}}}
+            deepspeed.initialize(model=model, config=config)
+            """
+        ),
         Valid(  # LoRA only behind an option that is off by default
             """
             import argparse
@@ -131,7 +142,9 @@ class DeepSpeedNeedlessOffload(Rule):
     ]
 
     def finish(self) -> None:
-        configs = [config for config in named_configs(self.ctx) if config.values is not None]
+        # a file only some launch commands use may be the bigger runs' (`--train_type all`): the
+        # script's default path (a LoRA run) says nothing about them
+        configs = [config for config in named_configs(self.ctx) if config.values is not None and not config.some_runs]
         offloading = [(config, keys) for config in configs
                       for keys in offloaded(section(config.values or {}, "zero_optimization"))]
         if not offloading:

@@ -149,6 +149,64 @@ def test_no_optim_advice_where_deepspeed_builds_the_optimizer(write, run_cli, tm
     assert "torch_compile" not in run_cli(*scan, cwd=tmp_path).stdout
 
 
+def test_fp16_advice_for_the_launch_commands_that_set_it_when_the_others_do_not(write, run_cli, tmp_path):
+    write("run_clm.py", HF_PARSED)
+    write("train_lora.sh", "python run_clm.py --output_dir out --per_device_train_batch_size 8\n")
+    write("train_full.sh", "deepspeed --num_gpus=4 run_clm.py \\\n    --deepspeed ds.json \\\n    --fp16\n")
+    scan = ["scan", "run_clm.py", "--select", "SF902", "--torch-version", "2.8", "--no-summary"]
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "train_full.sh:3:5: SF902 `fp16=True` scales the loss" in result  # the full fine-tune's own run
+    assert "fp32" not in result  # the LoRA run leaves precision to its default, the other sets fp16: unknown
+    write("train_full.sh", "deepspeed --num_gpus=4 run_clm.py --deepspeed ds.json --fp16 --bf16 True\n")
+    assert "fp16=True" not in run_cli(*scan, cwd=tmp_path).stdout
+
+
+DS_LOADED = """\
+import argparse
+import json
+import deepspeed
+import torch
+from peft import LoraConfig, get_peft_model
+from torch.utils.data import DataLoader
+from utils import to_device
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--ds_file", type=str, default="ds_default.json")
+args = parser.parse_args()
+torch.cuda.set_device(args.local_rank)
+with open(args.ds_file) as handle:
+    ds_config = json.load(handle)
+model = get_peft_model(load_model(), LoraConfig(r=8))
+loader = DataLoader(train_set, batch_size=4, shuffle=True)
+engine, _, _, _ = deepspeed.initialize(model=model, args=args, config=ds_config)
+for epoch in range(3):
+    for batch in loader:
+        batch = to_device(batch, engine.device)
+        loss = engine(**batch).loss
+        engine.backward(loss)
+        engine.step()
+"""
+DS_FP16 = '{{"train_batch_size": 32, "fp16": {{"enabled": true}}, "zero_optimization": {{"stage": {stage}, ' \
+    '"offload_optimizer": {{"device": "{device}"}}}}}}\n'
+
+
+def test_deepspeed_json_the_script_loads_from_the_file_each_launch_command_names(write, run_cli, tmp_path):
+    write("train.py", DS_LOADED)
+    write("utils.py", "def to_device(batch, device):\n    return {k: v.to(device) for k, v in batch.items()}\n")
+    write("README.md", "LoRA:\n```\ndeepspeed train.py --ds_file ds_zero2.json\n```\nFull fine-tune:\n"
+          "```\ndeepspeed train.py --ds_file ds_zero3_offload.json --train_type all\n```\n")
+    write("ds_zero2.json", DS_FP16.format(stage=2, device="auto"))  # "auto": DeepSpeed drops it, no offload
+    write("ds_zero3_offload.json", DS_FP16.format(stage=3, device="cpu"))
+    result = run_cli("scan", ".", "--select", "SF102,SF201,SF905,SF906", "--no-summary", cwd=tmp_path).stdout
+    assert "ds_zero2.json:1:26: SF905" in result and "ds_zero3_offload.json:1:26: SF905" in result  # fp16 -> bf16
+    assert "SF906" not in result  # the offloading file is the full fine-tune's, not the LoRA run's
+    assert "SF201" not in result  # every run's engine trains in fp16
+    assert "train.py:16:10: SF102" in result  # the helper the loop calls copies each batch to the GPU
+    write("README.md", "```\ndeepspeed train.py --ds_file ds_zero3_offload.json\n```\n")
+    assert "ds_zero3_offload.json:1:109: SF906" in run_cli("scan", ".", "--select", "SF906", "--no-summary",
+                                                         cwd=tmp_path).stdout  # the LoRA run's own config
+
+
 # ---------------------------------------------------------------------- the GPUs the job scripts ask for
 MLP = """\
 import torch
@@ -198,3 +256,109 @@ def test_cudnn_benchmark_for_a_conv_net_the_cli_config_names(write, run_cli, tmp
         "algorithms: `benchmark` is not set" in result
     write("experiments/run.yaml", "model:\n  class_path: tool.Autoencoder\ntrainer:\n  precision: bf16-mixed\n")
     assert "benchmark" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+
+
+# ---------------------------------------------------------------------- the module `trainer.fit` trains, in another file
+FIT_RUNNER = """\
+import lightning as L
+from lit import Classifier
+
+model = Classifier(arch="resnet18")
+trainer = L.Trainer(precision="bf16-mixed", max_epochs=100)
+trainer.fit(model, datamodule=data)
+"""
+LIT_MODULE = """\
+import lightning as L
+from zoo.resnet import resnet18
+
+
+class Classifier(L.LightningModule):
+    def __init__(self, arch):
+        super().__init__()
+        self.net = {"resnet18": resnet18}[arch]()
+"""
+
+
+def test_cudnn_benchmark_for_a_conv_net_trainer_fit_trains_from_another_module(write, run_cli, tmp_path):
+    write("train.py", FIT_RUNNER)
+    write("lit.py", LIT_MODULE)
+    write("zoo/__init__.py", "")
+    write("zoo/resnet.py", "from torch import nn\n\n\ndef resnet18():\n    return nn.Sequential(nn.Conv2d(3, 64, 3), "
+          "nn.ReLU())\n")
+    scan = ["scan", "train.py", "--select", "SF901", "--no-summary", "--torch-version", "1.13"]
+    assert "train.py:5:11: SF901 [*] `Trainer` trains a conv net with cuDNN's default algorithms" \
+        in run_cli(*scan, cwd=tmp_path).stdout  # the factory the module's file imports builds convolutions
+    write("zoo/resnet.py", "from torch import nn\n\n\ndef resnet18():\n    return nn.Sequential(nn.Linear(8, 8))\n")
+    assert "benchmark" not in run_cli(*scan, cwd=tmp_path).stdout
+
+
+# ---------------------------------------------------------------------- constructor arguments from the run configs
+DATAMODULE = """\
+import lightning as L
+from torch.utils.data import DataLoader
+
+
+class ChipsData(L.LightningDataModule):
+    def __init__(self, chip_dir, batch_size, num_workers):
+        super().__init__()
+        self.chip_dir = chip_dir
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+
+    def train_dataloader(self):
+        return DataLoader(self.chips, batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers)
+"""
+
+
+def test_a_datamodule_reads_the_worker_count_the_lightning_cli_config_gives_it(write, run_cli, tmp_path):
+    write("pkg/data.py", DATAMODULE)
+    write("pkg/cli.py", "from lightning.pytorch.cli import LightningCLI\nfrom pkg.data import ChipsData\n\n"
+          "LightningCLI(Segmenter, ChipsData)\n")
+    write("configs/chips.yaml", "data:\n  chip_dir: data/chips\n  batch_size: 16\n  num_workers: 8\n"
+          "trainer:\n  precision: bf16-mixed\n")
+    scan = ["scan", "pkg", "--select", "SF101,SF103", "--no-summary"]
+    assert "pkg/data.py:13:16: SF103 [*] `DataLoader` starts its 8 worker processes again every epoch" \
+        in run_cli(*scan, cwd=tmp_path).stdout
+    write("configs/chips.yaml", "data:\n  chip_dir: data/chips\n  batch_size: 16\n  num_workers: 0\n"
+          "trainer:\n  precision: bf16-mixed\n")
+    assert "pkg/data.py:13:16: SF101 `DataLoader` loads every batch in the main process (`num_workers` resolves to 0)" \
+        in run_cli(*scan, cwd=tmp_path).stdout
+    write("configs/other.yaml", "data:\n  chip_dir: data/chips\n  batch_size: 16\n  num_workers: 4\n"
+          "trainer:\n  precision: bf16-mixed\n")
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""  # the runs disagree: unknown
+
+
+DATAMODULE_1X = """\
+import argparse
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader
+
+
+class FolderData(pl.LightningDataModule):
+    def __init__(self, folder, batch_size=64, num_workers=0):
+        super().__init__()
+        self.folder = folder
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+
+    @staticmethod
+    def add_argparse_args(parent):
+        parser = argparse.ArgumentParser(parents=[parent], add_help=False)
+        parser.add_argument("--num_workers", type=int, default=0)
+        return parser
+
+    def train_dataloader(self):
+        return DataLoader(self.images, batch_size=self.batch_size, num_workers=self.num_workers)
+"""
+
+
+def test_a_constructor_default_counts_unless_another_file_passes_the_argument(write, run_cli, tmp_path):
+    write("data.py", DATAMODULE_1X)
+    write("train.py", "from data import FolderData\n\ndm = FolderData.from_argparse_args(args)\ntrainer.fit(model, dm)\n")
+    scan = ["scan", ".", "--select", "SF101", "--no-summary"]
+    assert "data.py:20:16: SF101 `DataLoader` loads every batch in the main process (`num_workers` resolves to 0)" \
+        in run_cli(*scan, cwd=tmp_path).stdout  # from its own `--num_workers` option, default 0
+    write("train.py", "from data import FolderData\n\ndm = FolderData('images', num_workers=8)\ntrainer.fit(model, dm)\n")
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""
+    write("train.py", "from data import FolderData\n\ndm = FolderData(**config['data'])\ntrainer.fit(model, dm)\n")
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""  # the YAML's `data` section may set it

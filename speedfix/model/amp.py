@@ -23,6 +23,7 @@ import libcst as cst
 
 from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
 from speedfix.model.context import FileContext
+from speedfix.model.deepspeed_config import named_configs, section
 from speedfix.model.flow import default_truth, off_by_default
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import ACCELERATOR
@@ -235,7 +236,19 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
         return True
     if casts or autocast_passings(ctx) or _accelerate_in_fp32(ctx):
         return _low_precision_elsewhere(ctx)
-    return ctx.mentions_low_precision or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname)
+    return ctx.mentions_low_precision or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname) \
+        or _deepspeed_in_16_bit(ctx)
+
+
+def _deepspeed_in_16_bit(ctx: FileContext) -> bool:
+    """Does every DeepSpeed config the script runs with (`deepspeed.initialize(config=...)`, a
+    JSON file of each launch command) turn on `"fp16"` or `"bf16"`? The engine then trains in 16-bit."""
+    if not ctx.calls_to("deepspeed.initialize"):
+        return False
+    configs = named_configs(ctx)
+    return bool(configs) and all(
+        config.values is not None and any(section(config.values, key).get("enabled") is True for key in ("fp16", "bf16"))
+        for config in configs)
 
 
 def _accelerate_in_fp32(ctx: FileContext) -> bool:

@@ -15,7 +15,8 @@ from enum import Enum
 
 import libcst as cst
 
-from speedfix.model.context import FileContext
+from speedfix.model.config_files import run_configs
+from speedfix.model.context import LIGHTNING_DATAMODULE, FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.names import dotted_name
@@ -202,7 +203,8 @@ def string_value(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
 
 
 def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> int | None:
-    """An int the expression certainly has: a literal, a constant, or an argparse default."""
+    """An int the expression certainly has: a literal, a constant, an argparse default, or a
+    constructor argument read back as `self.x` (``init_argument``)."""
     if node is None or depth > 3:
         return None
     if isinstance(node, cst.Integer):
@@ -215,7 +217,86 @@ def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack,
     default = argparse_default(ctx, node) or declared_default(ctx, node, stack)
     if default is not None:
         return literal_int(ctx, default, stack, depth + 1)
+    init = init_argument(ctx, node, stack)
+    if init is not None:
+        if init.configured:
+            return init.config if isinstance(init.config, int) and not isinstance(init.config, bool) else None
+        return literal_int(ctx, init.default, init.stack, depth + 1)
     return None
+
+
+@dataclass(frozen=True)
+class InitArgument:
+    """What a constructor argument read back as `self.x` holds: the value the project's run
+    configs give it (``configured``; ``config`` is UNKNOWN_VALUE where they disagree), else the
+    parameter's default in the code (``default``, read at ``stack``)."""
+
+    configured: bool
+    config: object = None
+    default: cst.BaseExpression | None = None
+    stack: Stack = ()
+
+
+def init_argument(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> InitArgument | None:
+    """`self.num_workers` in a method of a class whose `__init__` stores its parameter there
+    (`self.num_workers = num_workers`, the only assignment of the attribute in the class): the
+    value the run configs give the class (LightningCLI's `data: {num_workers: 8}`, a
+    `class_path:` with `init_args:`; a config that leaves it out gives the default), else the
+    parameter's default when no call of the file passes it (as ``parameter_default``)."""
+    owner = class_of_method(stack)
+    if owner is None or not (isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name)
+                             and node.value.value == "self"):
+        return None
+    stored = [a for a in ctx.assignments.get(f"self.{node.attr.value}", ()) if class_of_method(a.stack) is owner]
+    if len(stored) != 1 or stored[0].unpacked or stored[0].augmented or not isinstance(stored[0].value, cst.Name):
+        return None
+    function = ctx.function_of(stored[0].stack)
+    if not isinstance(function, cst.FunctionDef) or function.name.value != "__init__":
+        return None
+    name = stored[0].value.value
+    params = [*function.params.params, *function.params.kwonly_params]
+    param = next((p for p in params if p.name.value == name), None)
+    if param is None:
+        return None
+    section = _section(ctx, owner.name.value)
+    runs = run_configs(ctx)
+    configs = runs.init_args(owner.name.value, [p.name.value for p in params], section)
+    if configs:
+        values = [found.plain() if (found := config.get(name)) is not None else _DEFAULT for config in configs]
+        if _DEFAULT in values:
+            default = known_value(ctx, param.default, stored[0].stack) if param.default is not None else UNKNOWN_VALUE
+            values = [default if value is _DEFAULT else value for value in values]
+        same = all(value == values[0] for value in values)
+        return InitArgument(True, values[0] if same else UNKNOWN_VALUE)
+    if runs.configures(section):
+        return None  # the project's configured runs build another class there: this one's values are no run's
+    default = parameter_default(ctx, name, stored[0].stack)
+    positional = [p.name.value for p in function.params.params][1:]
+    for built, method, keywords, count, star in ctx.links.constructed:  # what other scanned files pass it
+        if built != owner.name.value:
+            continue
+        if method == "from_argparse_args":  # Lightning 1.x: the parsed options of the same names
+            default = _own_option_default(ctx, owner, name) or default
+        elif method or star or name in keywords or (name in positional and positional.index(name) < count):
+            return None
+    return InitArgument(False, default=default, stack=stored[0].stack) if default is not None else None
+
+
+def _own_option_default(ctx: FileContext, owner: cst.ClassDef, name: str) -> cst.BaseExpression | None:
+    """The default of the `--name` option the class declares itself (Lightning 1.x's
+    `add_argparse_args`), which `from_argparse_args` passes to its constructor."""
+    for site in ctx.method_calls("add_argument"):
+        if class_of_method(site.stack) is owner and _dest_of(site) == name:
+            return _keyword(site, "default")
+    return None
+
+
+_DEFAULT = object()  # a run config that leaves the argument out
+
+
+def _section(ctx: FileContext, class_name: str) -> str:
+    """LightningCLI's section for a class given to it in code: `data` for a DataModule, else `model`."""
+    return "data" if ctx.is_subclass_of(class_name, *LIGHTNING_DATAMODULE) else "model"
 
 
 def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:

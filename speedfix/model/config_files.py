@@ -3,16 +3,20 @@
 Config-driven projects keep one YAML file per run in a `configs/` (or `config/`, `conf/`,
 `experiments/`) folder of the project's top or of the script's folder, and name there what a
 run builds: `model: {target: pkg.models.VQModel}` (taming-transformers' and Stable Diffusion's
-`instantiate_from_config`), `_target_:` (hydra), `class_path:` (LightningCLI). Three questions are
+`instantiate_from_config`), `_target_:` (hydra), `class_path:` (LightningCLI). Four questions are
 answered from them:
 
 - ``trained_classes``: which LightningModules the runs train (the class the top-level `model`
   builds), and whether the same config gives LightningCLI an `optimizer:` that replaces the
   module's own `configure_optimizers`;
+- ``init_args``: what the runs give a class's constructor (`data: {num_workers: 8}` for the
+  DataModule LightningCLI builds, `init_args:` under a `class_path:`), for code that reads the
+  values back as attributes;
 - ``cli_configs``: the LightningCLI configs (files with a top-level `trainer` mapping beside a
   `model` or `data` key), for a `LightningCLI` whose launch commands speedfix cannot see
   (`mytool fit -c experiments/run.yaml` through a console script);
-- ``builds_conv2d``: whether the project classes a run's YAML names build 2-D convolutions.
+- ``builds_conv2d``: whether the project classes a run's YAML names build 2-D convolutions
+  (``classes_build_conv2d``: the same for classes a script names, `trainer.fit(CLIPWrapper(...))`).
 
 The files are read through ``ProjectFiles`` (inside the project, as data, recorded for the cache).
 """
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator, Sequence
 from weakref import WeakKeyDictionary
 
 import libcst as cst
@@ -63,6 +67,31 @@ class RunConfigs:
     def cli_configs(self) -> list[Node]:
         """The LightningCLI configs (their `trainer:` mapping is ``tree.value["trainer"]``)."""
         return [tree for _path, tree in self.files if _is_cli_config(tree)]
+
+    def configures(self, section: str) -> bool:
+        """Does a run config name the class of its top-level ``section`` (`data: {class_path: ...}`)?"""
+        return any((node := tree.get(section)) is not None and _target(node) is not None for _path, tree in self.files)
+
+    def init_args(self, class_name: str, params: Sequence[str], section: str) -> list[Node]:
+        """The constructor arguments each run config gives the class ``class_name``: the
+        `init_args:`/`params:` of a mapping whose `class_path:`/`target:`/`_target_:` names it
+        (the `_target_` mapping's own keys), or, in a LightningCLI config, the top-level
+        ``section`` (`data`, `model`) written without a class path (the class LightningCLI is
+        given in code) when every key of it is one of ``params``."""
+        found = []
+        for _path, tree in self.files:
+            for node in _mappings(tree):
+                target = _target(node)
+                if target is not None and target.rsplit(".", 1)[-1] == class_name:
+                    args = node.get("init_args") or node.get("params")
+                    if args is None and node.get("_target_") is not None:
+                        args = node
+                    found.append(args if args is not None and isinstance(args.value, dict) else Node({}, node.where))
+            plain = tree.get(section)
+            if _is_cli_config(tree) and plain is not None and isinstance(plain.value, dict) and plain.value \
+                    and _target(plain) is None and set(plain.value) <= set(params):
+                found.append(plain)
+        return found
 
 
 _FOUND: WeakKeyDictionary[FileContext, RunConfigs] = WeakKeyDictionary()
@@ -170,27 +199,39 @@ _CLASS_DEPTH = 2  # imports followed from a configured class's module (a re-expo
 
 def builds_conv2d(ctx: FileContext, trees: list[Node]) -> bool:
     """Does a project class these configs name (`class_path:`, `target:`, `_target_:`, the
-    model's parts included) build 2-D convolutions, in its own module or through a class that
-    module imports from the project (taming's `VQModel` and its `Encoder`)? Read with ``ast``
-    through ``ProjectFiles``; nothing is imported."""
+    model's parts included) build 2-D convolutions (``classes_build_conv2d``)?"""
+    return classes_build_conv2d(ctx, {value for tree in trees for value in _targets(tree)})
+
+
+def classes_build_conv2d(ctx: FileContext, qualified: Iterable[str]) -> bool:
+    """Does one of these project classes (qualified as the script's imports spell them:
+    `models.CLIPWrapper`) build 2-D convolutions, in its own module or through what that module
+    imports from the project: a class (taming's `VQModel` and its `Encoder`) or a factory
+    (`from cifar10_models.resnet import resnet18`)? Read with ``ast`` through ``ProjectFiles``;
+    nothing is imported."""
     project = ctx.project
     if project is None:
         return False
-    named = {value for tree in trees for value in _targets(tree)}
     seen: dict[str, _Module | None] = {}
-    return any(_class_conv2d(project, target, seen, 0) for target in sorted(named))
+    return any(_class_conv2d(project, target, seen, 0) for target in sorted(set(qualified)))
 
 
 def _targets(tree: Node) -> Iterator[str]:
     """Every class path the tree names, in mappings and lists (`modules: [{class_path: ...}]`)."""
+    for node in _mappings(tree):
+        for key, child in node.value.items():
+            if key in _TARGET_KEYS and isinstance(child.value, str) and "." in child.value:
+                yield child.value
+
+
+def _mappings(tree: Node) -> Iterator[Node]:
+    """Every mapping of the tree, in mappings and lists."""
     todo = [tree]
     while todo:
         node = todo.pop()
         if isinstance(node.value, dict):
-            for key, child in node.value.items():
-                if key in _TARGET_KEYS and isinstance(child.value, str) and "." in child.value:
-                    yield child.value
-                todo.append(child)
+            yield node
+            todo.extend(node.value.values())
         elif isinstance(node.value, list):
             todo.extend(node.value)
 
@@ -215,7 +256,14 @@ def _class_conv2d(project: ProjectFiles, qualified: str, seen: dict[str, _Module
     imported = {local: _absolute(module, target, found_module.package) for local, target in facts.imports}
     if found is None:  # re-exported by a package's __init__.py
         return name in imported and _class_conv2d(project, imported[name], seen, depth + 1)
-    return any(_class_conv2d(project, target, seen, depth + 1) for local, target in imported.items() if local[:1].isupper())
+    return any(_class_conv2d(project, target, seen, depth + 1) for local, target in imported.items()
+               if local[:1].isupper() or _factory(local, target))
+
+
+def _factory(local: str, target: str) -> bool:
+    """A lower-case name taken from a module (`from models.resnet import resnet18`), which may be
+    a factory that builds the network (a module taken so, `from torch import nn`, is not found)."""
+    return "." in target and target.rsplit(".", 1)[1] == local and not local.startswith("_")
 
 
 def _absolute(module: str, target: str, package: bool) -> str:

@@ -10,9 +10,9 @@ a class of this file) or of another scanned file (``Links``, see ``speedfix.proj
 receptive field or a saliency map drawn from `img.grad`), marks no step. Code is
 *hot* when its nearest enclosing step loop is reached before a function boundary and no periodic
 guard sits in between; functions called from hot code (one level, also from another scanned
-file) and Lightning ``training_step`` methods are hot too, except for code under ``if
-isinstance(v, torch.Tensor):`` in such a helper (whether it runs on tensors is the caller's
-business). An epoch loop that only contains the batch loop is not a step loop, so what runs once
+file), Lightning ``training_step`` methods and what they call (``self.shared_step(batch)``, one
+level) are hot too, except for code under ``if isinstance(v, torch.Tensor):`` in such a helper
+(whether it runs on tensors is the caller's business). An epoch loop that only contains the batch loop is not a step loop, so what runs once
 per epoch is not hot.
 """
 
@@ -34,6 +34,12 @@ LIGHTNING_MODULE = (
     "lightning.pytorch.LightningModule",
     "lightning.pytorch.core.LightningModule",
     "pytorch_lightning.LightningModule",
+)
+LIGHTNING_DATAMODULE = (
+    "lightning.LightningDataModule",
+    "lightning.pytorch.LightningDataModule",
+    "lightning.pytorch.core.LightningDataModule",
+    "pytorch_lightning.LightningDataModule",
 )
 
 
@@ -212,10 +218,33 @@ class FileContext(FileIndex):
         for key in self.links.hot:
             owner, _, name = key.rpartition(".")
             hot.update(info.node for info in self.functions.get(name, ()) if info.class_name == (owner or None))
-        for info in self.functions.get("training_step", ()):
-            if info.class_name and self.is_subclass_of(info.class_name, *LIGHTNING_MODULE):
-                hot.add(info.node)
+        steps = {info.node: info.class_name for info in self.functions.get("training_step", ())
+                 if info.class_name and self.is_subclass_of(info.class_name, *LIGHTNING_MODULE)}
+        hot.update(steps)
+        for site in self.calls:  # `loss = self.shared_step(batch)`: what the step calls runs every step too
+            owner = _step_around(site.stack, steps)
+            if owner is not None:
+                hot.update(info.node for info in self._step_callees(site, owner))
         return hot
+
+    def _step_callees(self, site: CallSite, owner: str) -> list[FunctionInfo]:
+        """The functions a call in a Lightning `training_step` of class ``owner`` runs: a function
+        of the file, or a method of the module (`self.shared_step(...)`, defined by the class or a
+        base class of the file), not another class's method of the same name."""
+        func = site.node.func
+        if isinstance(func, cst.Name):
+            return [info for info in self.functions.get(func.value, ()) if info.class_name is None]
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+            return []
+        lineage = {owner}
+        todo = [owner]
+        while todo:
+            info = self.classes.get(todo.pop())
+            for base in info.bases if info is not None else ():
+                if base in self.classes and base not in lineage:
+                    lineage.add(base)
+                    todo.append(base)
+        return [info for info in self.functions.get(func.attr.value, ()) if info.class_name in lineage]
 
     def is_hot(self, stack: Stack) -> bool:
         """Does code at ``stack`` run on every training step (see the module docstring)?"""
@@ -235,6 +264,17 @@ class FileContext(FileIndex):
             if (frame.kind is FrameKind.LOOP and frame.node in self.step_loops) or frame.kind is FrameKind.FUNCTION:
                 return frame.node
         return None
+
+
+def _step_around(stack: Stack, steps: dict[cst.CSTNode, str | None]) -> str | None:
+    """The class of the training step whose own body (not under a periodic guard, not in a
+    nested function) holds code at ``stack``."""
+    for frame in reversed(stack):
+        if frame.kind is FrameKind.GUARD:
+            return None
+        if frame.kind is FrameKind.FUNCTION:
+            return steps.get(frame.node)
+    return None
 
 
 # In-place tensor methods that update weights with a gradient (`p.data.add_(p.grad, alpha=-lr)`).

@@ -2,9 +2,10 @@
 
 A config reaches DeepSpeed as a dict (`deepspeed.initialize(..., config=ds_config)`), as the
 path of a JSON file (`config="ds_config.json"`, `TrainingArguments(deepspeed="ds_z2.json")`,
-`HfDeepSpeedConfig("ds.json")`, an argparse `--deepspeed_config` default), or on the command
-line of the project's launch scripts (`deepspeed train.py --deepspeed ds_config.json`, in every
-command that runs the script). A dict written in the file is read from its syntax tree (a value
+`HfDeepSpeedConfig("ds.json")`, an argparse `--deepspeed_config` default), as a dict the script
+loads from JSON (`ds_config = json.load(open(args.ds_file))`: the file each launch command
+names, else the option's default), or on the command line of the project's launch scripts
+(`deepspeed train.py --deepspeed ds_config.json`, in every command that runs the script). A dict written in the file is read from its syntax tree (a value
 such as `args.dtype == "fp16"` is worked out from the argparse default); a JSON file through
 ``ProjectFiles``: inside the project only, never bigger than its cap, and part of what the scan
 cache checks. Each value of a JSON file keeps its line, so a finding points at it.
@@ -24,6 +25,7 @@ from speedfix.model.config_tree import ConfigError, Node, TooDeep, load
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
+from speedfix.model.loaded_config import loaded_names
 from speedfix.model.project_files import Location
 from speedfix.syntax.nodes import integer_value, walk_expression
 
@@ -63,6 +65,7 @@ class DeepSpeedConfig:
     name: str | None = None  # the variable that holds it (`ds_config`), when it is one
     tree: Node | None = None  # a JSON file's values with their lines
     where: Location | None = None  # the launch command's option that names the file
+    some_runs: bool = False  # the launch commands name other files too: only the runs naming this one read it
 
     @property
     def for_trainer(self) -> bool:
@@ -85,48 +88,65 @@ class DeepSpeedConfig:
 def named_configs(ctx: FileContext) -> list[DeepSpeedConfig]:
     """The DeepSpeed configs the script passes (or defaults to, or is launched with), in file
     order, one per node (a launch command's file: once)."""
-    found: dict[int, DeepSpeedConfig] = {}
+    found: dict[tuple[int, str | None], DeepSpeedConfig] = {}
     for qualified, (keyword, position) in CONFIG_TAKERS.items():
         for site in ctx.calls_to(qualified):
             argument = find_argument(ctx, site, keyword, position)
             if argument.missing or argument.unknown or argument.node is None:
                 continue
-            config = _read(ctx, argument.node, site)
-            if config is not None:
+            for config in _read(ctx, argument.node, site):
                 name = argument.node.value if isinstance(argument.node, cst.Name) else None
-                found.setdefault(id(config.node), replace(config, taker=qualified, name=name))
+                found.setdefault((id(config.node), config.file), replace(config, taker=qualified, name=name))
     # a file named on the command line goes to `deepspeed.initialize(args=args)`, else the Trainer
     taker = _INITIALIZE if ctx.calls_to(_INITIALIZE) and not ctx.calls_to(*_HF_TAKERS) else "transformers.Trainer"
     for site in ctx.calls:
         config = _argparse_config(ctx, site)
         if config is not None:
-            found.setdefault(id(config.node), replace(config, taker=taker))
+            found.setdefault((id(config.node), config.file), replace(config, taker=taker))
     launched = _launched(ctx)
     if launched is not None and not any(config.file == launched.file for config in found.values()):
-        found[id(launched)] = replace(launched, taker=taker)
+        found[(id(launched), launched.file)] = replace(launched, taker=taker)
     return list(found.values())
 
 
-def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> DeepSpeedConfig | None:
+def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[DeepSpeedConfig]:
     stack = site.stack
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, site.stack)
         if value is None:
-            return None
+            return []
         node = value
     if isinstance(node, cst.Call):  # `ds_config = get_ds_config(args)`, a function of this file
         built = _returned_dict(ctx, node)
-        if built is None:
-            return None
+        if built is None:  # `ds_config = json.load(open(args.ds_file))`: the file of each run
+            return _loaded(ctx, node, stack)
         node, stack = built
     if isinstance(node, cst.Dict):
         values = _literal_dict(ctx, node, stack)
-        return DeepSpeedConfig(node, values, literal=node)
+        return [DeepSpeedConfig(node, values, literal=node)]
     if isinstance(node, cst.SimpleString):
         name = node.evaluated_value
         if isinstance(name, str) and name.endswith(".json"):
-            return _from_file(ctx, node, name)
-    return None
+            config = _from_file(ctx, node, name)
+            return [config] if config is not None else []
+    return []
+
+
+def _loaded(ctx: FileContext, call: cst.Call, stack: Stack) -> list[DeepSpeedConfig]:
+    """The JSON files a `json.load(...)` reads in the project's runs: the launch commands'
+    `--ds_file ds_zero3.json`, else the option's default (a default that names no file of the
+    project is no run's). A file only some runs read is marked ``some_runs``."""
+    project = ctx.project
+    names = [(name, where) for name, where in loaded_names(ctx, call, stack) if name.endswith(".json")]
+    if project is None:
+        return []
+    found = []
+    for name, where in names:
+        roots = (where.path.parent, project.top(), project.folder) if where is not None else (project.folder, project.top())
+        path = project.find(name, roots)
+        if path is not None:
+            found.append(replace(_parse(ctx, path, name, None), where=where, some_runs=len(names) > 1))
+    return found
 
 
 def _returned_dict(ctx: FileContext, call: cst.Call) -> tuple[cst.Dict, Stack] | None:
@@ -292,11 +312,13 @@ def element(literal: cst.Dict, keys: tuple[str, ...]) -> cst.DictElement | None:
 def offloaded(zero: dict[str, Any]) -> list[tuple[str, ...]]:
     """The ZeRO settings that move state to the CPU or NVMe, as key paths under
     `zero_optimization`: `("offload_optimizer", "device")`, `("offload_param", "device")`, or the
-    old `("cpu_offload",)`/`("cpu_offload_params",)` flags."""
+    old `("cpu_offload",)`/`("cpu_offload_params",)` flags. DeepSpeed drops `"auto"` values it
+    is given (the Hugging Face Trainer fills in none for the device), so `"device": "auto"` is
+    its default, no offload."""
     found: list[tuple[str, ...]] = []
     for key in ("offload_optimizer", "offload_param"):
         section = zero.get(key)
-        if isinstance(section, dict) and section.get("device") not in (None, "none"):
+        if isinstance(section, dict) and section.get("device") not in (None, "none", "auto"):
             found.append((key, "device"))
     found.extend((key,) for key in ("cpu_offload", "cpu_offload_params") if zero.get(key) is True)
     return found

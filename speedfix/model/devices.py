@@ -37,13 +37,16 @@ _COPIES: WeakKeyDictionary[FileContext, bool] = WeakKeyDictionary()
 def copies_to_device(ctx: FileContext) -> bool:
     """Is anything copied to a device here (`.to(...)`, `.cuda()`), in the training loop
     of a function of another scanned file that this file calls (the batches of its loaders),
-    or by the file that iterates the loaders this file's functions return?"""
+    by a helper of another scanned file that this file's training loop calls on every batch
+    (`batch = to_device(batch, device)`), or by the file that iterates the loaders this file's
+    functions return?"""
     found = _COPIES.get(ctx)
     if found is None:
         found = _COPIES[ctx] = (
             any(True for _ in ctx.method_calls("to")) or any(True for _ in ctx.method_calls("cuda"))
             or any(uploads for _, _, uploads in ctx.links.feeds)
-            or any((callee := ctx.project_callee(site)) is not None and callee.uploads for site in ctx.calls)
+            or any((callee := ctx.project_callee(site)) is not None
+                   and (callee.uploads or (callee.moves and ctx.in_training_loop(site.stack))) for site in ctx.calls)
         )
     return found
 

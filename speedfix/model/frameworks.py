@@ -14,7 +14,7 @@ import libcst as cst
 from speedfix.model import launch
 from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
 from speedfix.model.config_tree import ConfigError, load
-from speedfix.model.context import FileContext, LIGHTNING_MODULE
+from speedfix.model.context import LIGHTNING_DATAMODULE, LIGHTNING_MODULE, FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned
 from speedfix.model.frames import class_of_method
 from speedfix.model.index import CallSite
@@ -34,12 +34,6 @@ LIGHTNING_CLI = (
     "lightning.pytorch.cli.LightningCLI",
     "pytorch_lightning.cli.LightningCLI",
     "pytorch_lightning.utilities.cli.LightningCLI",
-)
-LIGHTNING_DATAMODULE = (
-    "lightning.LightningDataModule",
-    "lightning.pytorch.LightningDataModule",
-    "lightning.pytorch.core.LightningDataModule",
-    "pytorch_lightning.LightningDataModule",
 )
 HF_TRAINING_ARGUMENTS = (
     "transformers.TrainingArguments",
@@ -163,6 +157,22 @@ def lightning_iterates_per_epoch(ctx: FileContext, site: CallSite) -> bool:
 def lightning_fits(ctx: FileContext) -> bool:
     """Does the file train through Lightning: a `Trainer` and a `.fit(...)` call?"""
     return bool(ctx.calls_to(*LIGHTNING_TRAINER)) and any(True for _ in ctx.method_calls("fit"))
+
+
+def fitted_classes(ctx: FileContext) -> set[str]:
+    """The classes whose instances the file's `trainer.fit(...)` calls train, qualified through
+    its imports (`model = CLIPWrapper(...)`, `trainer.fit(model, dm)` -> `models.CLIPWrapper`)."""
+    found: set[str] = set()
+    for site in ctx.method_calls("fit"):
+        module = find_argument(ctx, site, "model", 0)
+        node = module.node
+        if isinstance(node, cst.Name):
+            node = ctx.single_value(node.value, site.stack)
+        if isinstance(node, cst.Call):
+            qualified = ctx.qualname(node.func)
+            if qualified is not None:
+                found.add(qualified)
+    return found
 
 
 def fabric_setups(ctx: FileContext) -> list[CallSite]:

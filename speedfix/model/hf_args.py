@@ -91,6 +91,12 @@ class ParsedArguments:
     def trl(self) -> bool:
         return self.qualname in TRL_CONFIGS
 
+    def per_launch(self, key: str) -> list[Setting | None]:
+        """The value each launch command gives ``key`` (its option, or its recipe's; None where
+        it leaves it out): where they disagree, ``setting`` is unknown but each run's is not."""
+        return [None if given is None else Setting(_parsed(given[0]), Source.LAUNCH, given[1])
+                for given in launch.per_command(self.ctx, key, files=self.recipes)]
+
     def setting(self, key: str) -> Setting:
         given = launch.option(self.ctx, key, files=self.recipes)
         if given.state is launch.State.MIXED or (given.state is launch.State.KNOWN and not given.known):

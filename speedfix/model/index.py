@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator, Union
+from typing import Callable, Iterator, Union
 
 import libcst as cst
 
@@ -101,13 +101,14 @@ class WithInfo:
 _LOW_PRECISION = frozenset({"bfloat16", "float16", "half"})
 
 
-def _is_periodic_test(test: cst.BaseExpression) -> bool:
+def _is_periodic_test(test: cst.BaseExpression, every_step: Callable[[cst.BaseExpression], bool]) -> bool:
     """`step % N == 0`, `not (i % N)`, `(i + 1) % N == 0 and ...`: logging, not the hot path.
 
-    Only a modulo makes a guard periodic: `if rank == 0:` or `if verbose:` still run every step.
+    Only a modulo makes a guard periodic: `if rank == 0:` or `if verbose:` still run every step,
+    and so does `if i % log_interval == 0:` with ``every_step`` saying N is 1 (`log_interval = 1`).
     """
     return any(
-        isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)
+        isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) and not every_step(node.right)
         for node in walk_expression(test)
     )
 
@@ -162,6 +163,16 @@ class FileIndex(NameBindings, Visitor):
 
     def _pop(self) -> None:
         self.stack = self.stack[:-1]
+
+    def _is_one(self, divisor: cst.BaseExpression) -> bool:
+        """`1`, or a module-level constant assigned `1` once, above (`log_interval = 1`): a
+        `step % 1 == 0` guard holds on every step."""
+        if isinstance(divisor, cst.Name):
+            found = self.assignments.get(divisor.value, ())
+            if len(found) != 1 or found[0].stack or found[0].unpacked or divisor.value in self.rebound_everywhere:
+                return False
+            divisor = found[0].value
+        return isinstance(divisor, cst.Integer) and divisor.value == "1"
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self._statement = node
@@ -237,7 +248,7 @@ class FileIndex(NameBindings, Visitor):
     def visit_If_body(self, node: cst.If) -> None:
         if is_main_guard(node.test):
             self._push(FrameKind.MAIN, node)
-        elif _is_periodic_test(node.test):
+        elif _is_periodic_test(node.test, self._is_one):
             self._push(FrameKind.GUARD, node)
         elif _is_tensor_type_test(node.test) and self._in_function():
             self._push(FrameKind.TYPE_GUARD, node)

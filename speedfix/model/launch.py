@@ -98,11 +98,24 @@ def option(ctx: FileContext, *names: str, launcher: bool = False,
     per command (in ``launches`` order), the values of the config file it names (TRL's
     `--config recipe.yaml`; None: a file that cannot be read, whose values are unknown), for
     the options the command line itself leaves out."""
-    found = launches(ctx)
-    if not found:
+    values = per_command(ctx, *names, launcher=launcher, files=files)
+    if not values:
         return MISSING
+    if all(value is None for value in values):
+        return MISSING
+    if any(value is None for value in values) or len({repr(v[0]) for v in values if v is not None}) > 1:
+        return LaunchValue(State.MIXED)
+    value, where = values[0]  # type: ignore[misc]
+    return LaunchValue(State.KNOWN, value, where)
+
+
+def per_command(ctx: FileContext, *names: str, launcher: bool = False,
+                files: Sequence[Mapping[str, tuple[object, Location]] | None] = ()) -> list[tuple[object, Location | None] | None]:
+    """What each launch command (in ``launches`` order) says about an option, as ``option``
+    reads it: (its value, its line), or None for a command that leaves it out. Where the
+    commands disagree (`--fp16` in one launch script, nothing in another), each run's value."""
     values: list[tuple[object, Location | None] | None] = []
-    for index, launch in enumerate(found):
+    for index, launch in enumerate(launches(ctx)):
         options = launch.launcher_options if launcher else launch.options
         name = next((n for n in names if n in options), None)
         from_file = files[index] if index < len(files) else {}
@@ -113,12 +126,7 @@ def option(ctx: FileContext, *names: str, launcher: bool = False,
             values.append((UNKNOWN_VALUE, None))
         else:
             values.append(from_file[in_file] if in_file is not None else None)
-    if all(value is None for value in values):
-        return MISSING
-    if any(value is None for value in values) or len({repr(v[0]) for v in values if v is not None}) > 1:
-        return LaunchValue(State.MIXED)
-    value, where = values[0]  # type: ignore[misc]
-    return LaunchValue(State.KNOWN, value, where)
+    return values
 
 
 def truth(value: object) -> bool | None:

@@ -7,7 +7,9 @@
   launch command adds (`--trainer.precision bf16-mixed`, or a `--config config.yaml` whose
   `trainer:` section sets it).
 - Lightning 1.x: `Trainer.from_argparse_args(args)`, whose options default to the Trainer's
-  (CPU and fp32 in 1.x) unless `parser.set_defaults(...)` or the launch commands say otherwise.
+  (CPU and fp32 in 1.x) unless `parser.set_defaults(...)`, the call's own arguments or the launch
+  commands say otherwise; `precision=16` without a device option is GPU code (1.x runs 16-bit AMP
+  only on CUDA).
 
 Each is a ``ConfiguredTrainer``: its settings with where they are set (a YAML line, a launch
 option, a dict element of the script), and whether the settings not listed are certainly the
@@ -80,6 +82,9 @@ class ConfiguredTrainer:
             gpus = self.get("gpus") or self.get("devices")
             if accelerator is not None and isinstance(accelerator.value, str):
                 return accelerator.value.lower() in _GPU_ACCELERATORS and gpus is not None
+            if gpus is None and accelerator is None:  # 1.x runs 16-bit AMP on CUDA only: `precision=16` is GPU code
+                precision = self.get("precision")
+                return precision is not None and str(precision.value) in ("16", "16-mixed")
             return gpus is not None and gpus.value not in (None, 0, "0", UNKNOWN)
         if accelerator is None:
             return True  # "auto": the GPU when there is one

@@ -4,8 +4,9 @@
 then `Trainer(**config["trainer_params"])`: the Trainer's settings are that file's lines. An
 expression is followed back to the load (`yaml.safe_load`/`yaml.load`/`yaml.full_load` of a file
 opened with `open(...)`, directly or in `with open(...) as f`; `json.load` the same way;
-`OmegaConf.load(path)`), the path is a literal or an argparse default (the default run), and
-the keys read from it (`config["trainer_params"]`, `config.trainer`) are looked up in the file's
+`OmegaConf.load(path)`), the path is a literal or an argparse option (what the project's launch
+commands pass, else its default: one file for every run, or none is known), and the keys read
+from it (`config["trainer_params"]`, `config.trainer`) are looked up in the file's
 tree (``config_tree``: read as data, never run, each value with its line).
 """
 
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from speedfix.model.arguments import string_value
+from speedfix.model import launch
+from speedfix.model.arguments import argparse_option, string_value
 from speedfix.model.config_tree import Node, load_noted
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
+from speedfix.model.project_files import Location
 from speedfix.syntax.names import dotted_name
 
 _LOADERS = frozenset({"yaml.safe_load", "yaml.load", "yaml.full_load", "json.load"})
@@ -44,22 +47,52 @@ def loaded_node(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth:
 
 
 def _loaded_file(ctx: FileContext, call: cst.Call, stack: Stack) -> Node | None:
+    names = loaded_names(ctx, call, stack)
+    if len(names) != 1 or ctx.project is None:
+        return None  # none, or one per run
+    project = ctx.project
+    path = project.find(names[0][0], (project.folder, project.top()))
+    if path is None:
+        return None
+    return load_noted(project, path)
+
+
+def loaded_names(ctx: FileContext, call: cst.Call, stack: Stack) -> list[tuple[str, Location | None]]:
+    """The file names a loader call (`json.load(open(args.ds_file))`, `OmegaConf.load(path)`)
+    reads in the project's runs, each with the launch option that names it (None: the argparse
+    default or a literal); empty when ``call`` is no such load or its path cannot be known."""
     loader = ctx.qualname(call.func)
+    if not call.args:
+        return []
     first = call.args[0].value
     if loader in _PATH_LOADERS:
         path_expr: cst.BaseExpression | None = first
     elif loader in _LOADERS:
         path_expr = _opened_path(ctx, first, stack)
     else:
-        return None
-    name = string_value(ctx, path_expr, stack) if path_expr is not None else None
-    if name is None or ctx.project is None:
-        return None
-    project = ctx.project
-    path = project.find(name, (project.folder, project.top()))
-    if path is None:
-        return None
-    return load_noted(project, path)
+        return []
+    return run_strings(ctx, path_expr, stack) if path_expr is not None else []
+
+
+def run_strings(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> list[tuple[str, Location | None]]:
+    """The strings ``expr`` holds in the project's runs: for an argparse option (`args.ds_file`),
+    what each launch command passes (`--ds_file ds_zero3.json`, with its line) and the default
+    for the commands that pass none (or a value a scan cannot know: `$CONFIG`, `<your.json>`);
+    otherwise the one string it certainly holds, if any."""
+    default = string_value(ctx, expr, stack)
+    option = argparse_option(ctx, expr)
+    if option is None or not isinstance(expr, cst.Attribute):
+        return [(default, None)] if default is not None else []
+    names = {expr.attr.value, *(str(arg.value.evaluated_value).lstrip("-").replace("-", "_") for arg in option.node.args
+                               if arg.keyword is None and isinstance(arg.value, cst.SimpleString)
+                               and str(arg.value.evaluated_value).startswith("--"))}
+    found: dict[str, Location | None] = {}
+    for given in launch.per_command(ctx, *sorted(names)) or [None]:
+        if given is not None and isinstance(given[0], str):
+            found.setdefault(given[0], given[1])
+        elif default is not None:
+            found.setdefault(default, None)
+    return list(found.items())
 
 
 def _opened_path(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:

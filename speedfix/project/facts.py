@@ -14,7 +14,8 @@ it keeps only what the other files need:
   return the loader one of its training loops iterates (``loader = get_loader(...)``);
 - which classes (and module-level factories returning them) build convolution or cuDNN RNN
   layers, directly or through the file's other classes and helpers (``ResNet`` ->
-  ``BasicBlock`` -> ``conv3x3``).
+  ``BasicBlock`` -> ``conv3x3``);
+- which imported classes it builds, and what it passes them (``ChipsData(root, num_workers=8)``).
 
 A training loop is recognised as in ``speedfix.model.context`` (same markers, from ``speedfix.project.steps``),
 within this file and one call deep.
@@ -41,6 +42,7 @@ class FunctionFacts:
     iterated: tuple[str, ...] = ()  # parameters its training loop iterates (the loader)
     loops_over: tuple[str, ...] = ()  # parameters any of its loops iterates (an evaluation's loader too)
     uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
+    moves: bool = False  # it copies to a device anywhere (`def to_device(batch, device)`: a loop's helper)
     cuda: bool = False  # names CUDA, or returns a CUDA device
     conv_dims: tuple[int, ...] = ()  # a class (or a factory returning one) that builds ConvNd layers: the Ns
     rnn: bool = False  # a class (or a factory returning one) that builds cuDNN LSTM/GRU/RNN layers
@@ -61,6 +63,9 @@ class ModuleFacts:
     loader_calls: tuple[tuple[str, bool, bool], ...] = ()
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
+    # imported classes it builds: (qualified name, `.from_argparse_args` or "", keywords passed,
+    # positional arguments passed, `*args`/`**kwargs` passed)
+    constructions: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -84,6 +89,8 @@ class ModuleFacts:
             loader_calls=tuple((str(q), bool(e), bool(u)) for q, e, u in record["loader_calls"]),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
+            constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
+                                for q, m, k, n, s in record["constructions"]),
         )
 
 
@@ -146,6 +153,7 @@ class _Function:
     steps: bool = False
     cuda: bool = False
     returns_cuda: bool = False
+    moves: bool = False  # `.to(...)`/`.cuda()` somewhere in its body
     loops: list[_Loop] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
     made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
@@ -166,6 +174,7 @@ class _Collector(ast.NodeVisitor):
         self.cuda_names: set[str] = set()
         self.cuda_classes: set[str] = set()
         self.references: set[str] = set()
+        self.constructions: set[tuple[str, str, tuple[str, ...], int, bool]] = set()
         # class or module-level function -> the names it calls (a function: in what it returns)
         self.builds: dict[str, set[str]] = {}
         # ... -> what it calls itself: ConvNd by N, "rnn" (cuDNN LSTM/GRU/RNN), "matmul", "opaque" (steps.layer_kind),
@@ -325,6 +334,17 @@ class _Collector(ast.NodeVisitor):
             self._reference(name)
         self.generic_visit(node)
 
+    def _construction(self, node: ast.Call, func: str | None) -> None:
+        """`ChipsData(root, num_workers=8)` or `ChipsData.from_argparse_args(args)` of an imported
+        project class: what the call passes (its constructor's defaults hold for the rest)."""
+        head, _, method = (func or "").rpartition(".") if (func or "").endswith(_BUILDERS) else (func, "", "")
+        qualified = self.resolve(head)
+        if qualified is None or qualified.split(".", 1)[0] in _EXTERNAL or not qualified.rsplit(".", 1)[-1][:1].isupper():
+            return
+        keywords = tuple(sorted(keyword.arg for keyword in node.keywords if keyword.arg))
+        star = any(keyword.arg is None for keyword in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args)
+        self.constructions.add((qualified, method, keywords, len(node.args), star))
+
     def _reference(self, name: str) -> None:
         """`config.DEVICE`, `utils.log_loss()`: what is asked of an imported module (a name
         taken with `from m import x` and read as such is among the imports already)."""
@@ -360,13 +380,17 @@ class _Collector(ast.NodeVisitor):
                 loop.marker = True
             elif self.function_stack:
                 self.function_stack[-1].steps = True
+        moves = isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda")
+        if moves and self.function_stack:
+            self.function_stack[-1].moves = True
         if loop is not None:
-            if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
+            if moves:
                 loop.uploads = True
             if func is not None:
                 loop.calls.append((func, self.guards > 0))
         if self.class_stack and func is not None:
             self._builds_through(self.class_stack[-1], node)
+        self._construction(node, func)
         owner = self._layer_owner()
         if owner is not None and (layer_kind(self.resolve(func)) == "matmul" or (
                 isinstance(node.func, ast.Attribute) and node.func.attr in MATMUL_METHODS)):
@@ -462,6 +486,7 @@ class _Collector(ast.NodeVisitor):
             loader_calls=self._loader_calls(),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
+            constructions=tuple(sorted(self.constructions)),
         )
 
     def _layers_reached(self) -> dict[str, set[int | str]]:
@@ -501,6 +526,7 @@ class _Collector(ast.NodeVisitor):
             iterated=_loop_sources(function, training),
             loops_over=_loop_sources(function, function.loops),
             uploads=any(loop.uploads for loop in training),
+            moves=function.moves,
             cuda=function.cuda,
         )
 
@@ -573,6 +599,7 @@ def _loop_sources(function: _Function, loops: list[_Loop]) -> tuple[str, ...]:
 
 # Imports that can never be a scanned project's own module: their names are not kept as
 # references (a smaller cache; the linker would find nothing for them anyway).
+_BUILDERS = (".from_argparse_args",)  # classmethods that build the class (Lightning 1.x)
 _EXTERNAL = frozenset({
     "torch", "torchvision", "torchaudio", "torchtext", "numpy", "os", "sys", "math", "time", "json", "re", "random",
     "typing", "collections", "functools", "itertools", "argparse", "logging", "pathlib", "dataclasses", "warnings",

@@ -19,7 +19,9 @@ What a file learns (``Links``):
 - ``feeds``: its functions whose returned DataLoader another file's training loop iterates
   (`loader = get_loader(...)` in ``train.py``): the loader's fixes belong where it is built;
 - ``missing``: modules it imports that exist beside it but were not scanned (to say what could
-  not be checked).
+  not be checked);
+- ``constructed``: its classes that other files build, and what they pass them (a constructor
+  default another file overrides is not the run's value).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class Links:
     # epoch, batches copied to a device)
     feeds: tuple[tuple[str, bool, bool], ...] = ()
     missing: tuple[str, ...] = ()  # modules it imports that exist beside it but were not scanned
+    # its classes other files build: (class, `from_argparse_args` or "", keywords, positional count, star)
+    constructed: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -72,6 +76,8 @@ class Links:
             "hot": list(self.hot),
             "feeds": [list(feed) for feed in self.feeds],
             "missing": list(self.missing),
+            "constructed": [list(map(str, (name, method, ",".join(keywords), count, star)))
+                            for name, method, keywords, count, star in self.constructed],
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -211,6 +217,7 @@ def link(
     cuda = _cuda_reasons(facts, prefixes, show)
     hot = _hot_functions(facts, prefixes)
     feeds = _loader_factories(facts, prefixes)
+    constructed = _constructions(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     links: dict[Path, Links] = {}
     for path, module in facts.items():
@@ -224,6 +231,7 @@ def link(
             hot=tuple(sorted(hot.get(path, ()))),
             feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
             missing=tuple(missing[path]),
+            constructed=tuple(sorted(constructed.get(path, ()))),
         )
     return links
 
@@ -363,6 +371,22 @@ def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
             old = found.get(hit[1], (False, False))
             found[hit[1]] = (old[0] or per_epoch, old[1] or uploads)
     return feeds
+
+
+def _constructions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                   ) -> dict[Path, set[tuple[str, str, tuple[str, ...], int, bool]]]:
+    """The classes of each file that other files build, with what they pass (a class taken from a
+    package's `__init__.py` that imports it from a module beside it counts for that module)."""
+    found: dict[Path, set[tuple[str, str, tuple[str, ...], int, bool]]] = {}
+    for path, module in facts.items():
+        for qualified, method, keywords, count, star in module.constructions:
+            hit = _split(qualified, prefixes[path])
+            if hit is not None and hit[1] not in facts[hit[0]].functions:  # re-exported: one level
+                local = dict(facts[hit[0]].imports).get(hit[1])
+                hit = _split(local, prefixes[hit[0]]) if local is not None else None
+            if hit is not None and hit[1] in facts[hit[0]].functions:
+                found.setdefault(hit[0], set()).add((hit[1], method, keywords, count, star))
+    return found
 
 
 def _is_class(module: ModuleFacts, name: str) -> bool:
