@@ -542,6 +542,39 @@ def test_a_conv_net_defined_in_a_models_package(run_cli, tmp_path, write):
     assert "SF206" not in alone.stdout and "SF601" not in alone.stdout  # nothing says it is a conv net
 
 
+def test_torch_that_a_star_import_brings_is_torch(run_cli, tmp_path, write):
+    """A script with no `import torch` of its own that takes `torch` from `from nets.segnet import *`:
+    its `torch.nn.DataParallel` and its `torch.no_grad()` are torch's."""
+    write("nets/__init__.py", "")
+    write("nets/segnet.py", """\
+        import torch
+        import torch.nn as nn
+
+        class SegNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 21, 3, padding=1)
+
+            def forward(self, x):
+                return self.conv(x)
+        """)
+    write("train.py", """\
+        from nets.segnet import *
+
+        model = torch.nn.DataParallel(SegNet()).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for image, mask in train_loader:
+            loss = criterion(model(image.cuda(non_blocking=True)), mask.cuda(non_blocking=True))
+            loss.backward()
+            optimizer.step()
+        for image, mask in val_loader:
+            with torch.no_grad():
+                out = model(image.cuda(non_blocking=True))
+        """)
+    result = run_cli("scan", ".", "--select", "SF801,SF702", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("train.py", 3, "SF801")}
+
+
 def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_path, write):
     """DeiT: `evaluate(data_loader_val, model, device)` from engine.py runs every epoch."""
     write("engine.py", """\

@@ -484,8 +484,7 @@ def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
     receivers = [
         dotted_name(node.func.value)
         for node in walk_expression(expr)
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in ("parameters", "named_parameters")
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and _gives_parameters(node.func)
     ]
     roots = {r.split(".")[0] if not r.startswith("self.") else ".".join(r.split(".")[:2]) for r in receivers if r}
     if not roots and isinstance(expr, cst.Call):
@@ -498,6 +497,17 @@ def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
     if not roots and depth == 0:
         roots = _function_parameter_roots(ctx, stack)  # groups filled in a loop over `model.named_parameters()`
     return {_unaliased(ctx, root, stack) for root in roots}
+
+
+def _gives_parameters(method: cst.Attribute) -> bool:
+    """`model.parameters()`, `named_parameters()`, or a method of the model's own that hands
+    out a share of them (`model.get_1x_lr_params()` for a backbone's lower learning rate,
+    `model.trainable_params()`): not a method of the parsed options."""
+    name = method.attr.value
+    if name in ("parameters", "named_parameters"):
+        return True
+    receiver = dotted_name(method.value) or ""
+    return "param" in name.lower() and receiver.split(".", 1)[0] not in _OPTIONS_NAMES
 
 
 def _function_parameter_roots(ctx: FileContext, stack: Stack) -> set[str]:
@@ -689,6 +699,19 @@ def model_names(ctx: FileContext, model: str, stack: Stack) -> dict[cst.CSTNode 
                 param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
                 if param is not None:
                     names.setdefault(callee[0].node, set()).add(param)
+    return names
+
+
+def model_aliases(ctx: FileContext, model: str, function: cst.CSTNode | None) -> set[str]:
+    """``model`` and the names ``function`` binds to it as it is (`self.model = model`, or
+    `self.model, self.optimizer = model, optimizer` in a trainer class's `__init__`): the model
+    is wrapped and moved under those names too (`self.model = DataParallel(self.model)`)."""
+    names = {model}
+    for target, assignments in ctx.assignments_by_function.get(function, {}).items():
+        for assignment in assignments:
+            value = assignment.part if assignment.unpacked else assignment.value
+            if not assignment.augmented and value is not None and dotted_name(value) == model:
+                names.add(target)
     return names
 
 

@@ -42,6 +42,8 @@ class Links:
     modules: dict[str, ModuleFacts] = field(default_factory=dict)  # import prefix -> facts (functions, CUDA names)
     names: dict[str, str] = field(default_factory=dict)  # import prefix -> the module's file, as shown
     star: dict[str, str] = field(default_factory=dict)  # name bound by `from m import *` -> its qualified name
+    # a library name that `from m import *` binds because `m` imports it (`torch`, `nn`) -> what it means
+    star_libraries: dict[str, str] = field(default_factory=dict)
     cuda: str | None = None  # why the file runs on CUDA through another file
     hot: tuple[str, ...] = ()  # its functions (`f`, `Class.method`) called on every step from another file
     # its functions whose returned loader another file's training loop iterates: (function, every
@@ -68,6 +70,7 @@ class Links:
             "modules": {prefix: _slim_record(facts) for prefix, facts in sorted(self.modules.items())},
             "names": sorted(self.names.items()),
             "star": sorted(self.star.items()),
+            "star_libraries": sorted(self.star_libraries.items()),
             "cuda": self.cuda,
             "hot": list(self.hot),
             "feeds": [list(feed) for feed in self.feeds],
@@ -215,11 +218,12 @@ def link(
     links: dict[Path, Links] = {}
     for path, module in facts.items():
         found = dict(prefixes[path])
-        star = _star_names(module, found, prefixes, exported)
+        star, libraries = _star_names(module, found, prefixes, exported, facts)
         links[path] = Links(
             modules={prefix: exported[target] for prefix, target in found.items()},
             names={prefix: show(target) for prefix, target in found.items()},
             star=star,
+            star_libraries=libraries,
             cuda=cuda.get(path),
             hot=tuple(sorted(hot.get(path, ()))),
             feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
@@ -229,11 +233,15 @@ def link(
 
 
 def _star_names(module: ModuleFacts, found: dict[str, Path], prefixes: dict[Path, dict[str, Path]],
-                exported: dict[Path, ModuleFacts]) -> dict[str, str]:
+                exported: dict[Path, ModuleFacts], facts: dict[Path, ModuleFacts]) -> tuple[dict[str, str], dict[str, str]]:
     """Names bound by `from m import *`, through the star imports of `m` itself (a package's
     `__init__.py` doing `from .train_utils import *`). A module reached only that way is added
-    to ``found`` under a prefix no import can spell (`*1`)."""
+    to ``found`` under a prefix no import can spell (`*1`). Second, the libraries `m` imports
+    (`import torch`, `import torch.nn as nn`): a star import binds those names too, and a script
+    that writes `torch.nn.DataParallel` with no import of its own gets `torch` that way (a
+    module's `__all__` could leave them out, but then the script could not run)."""
     star: dict[str, str] = {}
+    libraries: dict[str, str] = {}
     todo = [(prefix, found[prefix]) for prefix in module.star_imports if prefix in found]
     seen: set[Path] = set()
     while todo:
@@ -243,12 +251,15 @@ def _star_names(module: ModuleFacts, found: dict[str, Path], prefixes: dict[Path
         seen.add(target)
         for name in (*exported[target].functions, *exported[target].cuda_names):
             star.setdefault(name.split(".", 1)[0], f"{prefix}.{name.split('.', 1)[0]}")
+        for local, qualified in facts[target].imports:
+            if not local.startswith("_") and not qualified.startswith(".") and _split(qualified, prefixes[target]) is None:
+                libraries.setdefault(local, qualified)
         for inner in exported[target].star_imports:
             if inner in prefixes[target]:
                 key = f"*{len(seen)}"
                 found[key] = prefixes[target][inner]
                 todo.append((key, found[key]))
-    return star
+    return star, libraries
 
 
 def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Path]],
