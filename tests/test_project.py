@@ -575,6 +575,38 @@ def test_torch_that_a_star_import_brings_is_torch(run_cli, tmp_path, write):
     assert findings(result.stdout) == {("train.py", 3, "SF801")}
 
 
+def test_a_logger_of_another_file_called_from_a_module_level_loop_runs_every_step(run_cli, tmp_path, write):
+    """`logger = Logger()` at module level, `logger.log(losses, images)` in the loop: the log
+    method and the helper it calls run every step, so the host copy there is a per-step sync."""
+    write("report.py", """\
+        import numpy as np
+
+        def as_image(t):
+            return np.clip(t[0].cpu().numpy(), 0, 1)
+
+        class Logger:
+            def log(self, losses, images):
+                for name, image in images.items():
+                    self.show(name, as_image(image))
+        """)
+    write("train", """\
+        import torch
+        from report import Logger
+
+        net = Net().cuda()
+        opt = torch.optim.Adam(net.parameters(), fused=True)
+        logger = Logger()
+        for x, y in loader:
+            out = net(x.cuda(non_blocking=True))
+            loss = (out - y.cuda(non_blocking=True)).abs().mean()
+            loss.backward()
+            opt.step()
+            logger.log({"loss": loss}, images={"out": out})
+        """)
+    result = run_cli("scan", "train", "report.py", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("report.py", 4, "SF301")}
+
+
 def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_path, write):
     """DeiT: `evaluate(data_loader_val, model, device)` from engine.py runs every epoch."""
     write("engine.py", """\

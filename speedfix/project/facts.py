@@ -552,7 +552,8 @@ class _Collector(ast.NodeVisitor):
                 if guarded:
                     continue
                 head, _, rest = callee.partition(".")
-                made = loop.function.made_by.get(head) if loop.function is not None and rest else None
+                made_by = loop.function.made_by if loop.function is not None else self.made_at_module
+                made = made_by.get(head) if rest else None  # `logger = Logger(...)`, then `logger.log(...)`
                 if made is not None and "." not in rest:
                     owner = self.resolve(made)
                     yield f"{owner}.{rest}" if owner else None
