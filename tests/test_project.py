@@ -607,6 +607,48 @@ def test_a_logger_of_another_file_called_from_a_module_level_loop_runs_every_ste
     assert findings(result.stdout) == {("report.py", 4, "SF301")}
 
 
+def test_a_zoo_backbone_chosen_by_name_from_a_models_module_is_a_conv_net(run_cli, tmp_path, write):
+    """`getattr(models, args.arch)(...)` with `arg = parser.add_argument` and `--arch` defaulting
+    to "resnet34", where models.py has `resnet34 = partial(Classifier, backbone=M.resnet34)`:
+    the default run trains a torchvision ResNet."""
+    write("pkg/__init__.py", "")
+    write("pkg/models.py", """\
+        from functools import partial
+        import torch.nn as nn
+        import torchvision.models as M
+
+        class Classifier(nn.Module):
+            def __init__(self, classes, backbone=M.resnet18):
+                super().__init__()
+                self.net = backbone()
+                self.net.fc = nn.Linear(self.net.fc.in_features, classes)
+
+            def forward(self, x):
+                return self.net(x)
+
+        resnet34 = partial(Classifier, backbone=M.resnet34)
+        resnet50 = partial(Classifier, backbone=M.resnet50)
+        """)
+    write("pkg/main.py", """\
+        import argparse
+        import torch
+        from . import models
+
+        def main():
+            parser = argparse.ArgumentParser()
+            arg = parser.add_argument
+            arg("--arch", default="resnet34")
+            args = parser.parse_args()
+            model = getattr(models, args.arch)(classes=10).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                torch.nn.functional.cross_entropy(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True)).backward()
+                opt.step()
+        """)
+    result = run_cli("scan", "pkg", "--select", "SF601", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("main.py", 10, "SF601")}
+
+
 def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_path, write):
     """DeiT: `evaluate(data_loader_val, model, device)` from engine.py runs every epoch."""
     write("engine.py", """\

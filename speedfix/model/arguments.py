@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -296,7 +297,24 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
     if not found or not _holds_parsed_args(ctx, found[-1]):
         return []
     dest = node.attr.value
-    return [site for site in ctx.method_calls("add_argument") if _dest_of(site) == dest]
+    return [site for site in _add_argument_calls(ctx) if _dest_of(site) == dest]
+
+
+def _add_argument_calls(ctx: FileContext) -> list[CallSite]:
+    """`parser.add_argument(...)` calls, also through a short alias (`arg = parser.add_argument`,
+    then `arg('--workers', type=int, default=4)`); found once per file."""
+    found = _ADD_ARGUMENT.get(ctx)
+    if found is None:
+        found = list(ctx.method_calls("add_argument"))
+        aliases = {name for name, assignments in ctx.assignments.items() if "." not in name and assignments and all(
+            isinstance(a.value, cst.Attribute) and a.value.attr.value == "add_argument" for a in assignments)}
+        if aliases:
+            found += [site for site in ctx.calls if isinstance(site.node.func, cst.Name) and site.node.func.value in aliases]
+        _ADD_ARGUMENT[ctx] = found
+    return found
+
+
+_ADD_ARGUMENT: WeakKeyDictionary[FileContext, list[CallSite]] = WeakKeyDictionary()
 
 
 def _holds_parsed_args(ctx: FileContext, assignment: Assignment) -> bool:

@@ -250,7 +250,8 @@ class FileContext(FileIndex):
         found: set[str] = set()
         for assignment in assignments:
             value = assignment.part if assignment.unpacked else assignment.value
-            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _MOVES:
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                    and value.func.attr.value in MODULE_METHODS:
                 value = value.func.value  # `Net().cuda()`, `Net(...).to(device)`
             built = dotted_name(value.func) if isinstance(value, cst.Call) else None
             if built is not None and built.rsplit(".", 1)[-1] in _LOADERS:
@@ -279,9 +280,9 @@ class FileContext(FileIndex):
         return None
 
 
-# Methods that return the module they are called on (moved or switched), and class methods
-# that build one: `Net().cuda()`, `Tagger.from_pretrained(path)` still make that class's object.
-_MOVES = frozenset({"to", "cuda", "train", "eval", "float", "half", "bfloat16", "double"})
+# Methods that return the module itself (or a copy of it) rather than build another one, and
+# class methods that build one: `Net().cuda()`, `Tagger.from_pretrained(path)` make a `Net`, a `Tagger`.
+MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "to_empty"})
 _LOADERS = frozenset({"from_pretrained", "from_config"})
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, MATMUL_LAYERS, MATMUL_METHODS,
-                                    is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind)
+                                    is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,7 @@ class _Collector(ast.NodeVisitor):
         # "heavy" (attention, recurrent layers, matmuls written out: more than a classifier head)
         self.layers: dict[str, set[int | str]] = {}
         self.made_at_module: dict[str, str] = {}  # module-level `v = f(...)` -> v: f (as written)
+        self.partials: dict[str, str] = {}  # module-level `v = partial(f, ...)` -> v: f (as written)
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -299,8 +300,20 @@ class _Collector(ast.NodeVisitor):
                 self.cuda_names.add(name)
             if made and made_by is not None and "." not in name:
                 made_by[name] = made
+            if made_by is self.made_at_module and isinstance(value, ast.Call) and self.resolve(made) == "functools.partial" \
+                    and value.args and isinstance(target, ast.Name):
+                self._partial(target.id, value)
             if function is not None and name.startswith("self.") and isinstance(value, ast.Name) and value.id in function.params:
                 function.stored[name[5:]] = value.id
+
+    def _partial(self, name: str, call: ast.Call) -> None:
+        """`resnet50 = partial(ResNet, net_cls=M.resnet50)`: a module-level builder of what the
+        partial calls, with what its arguments name (a zoo network passed in as a keyword too)."""
+        self.partials[name] = dotted(call.args[0]) or ""
+        for arg in [*call.args, *(keyword.value for keyword in call.keywords)]:
+            built = dotted(arg)
+            if built is not None:
+                self._builds(name, built)
 
     def _mentions_cuda(self, node: ast.AST) -> bool:
         for child in ast.walk(node):
@@ -397,7 +410,9 @@ class _Collector(ast.NodeVisitor):
         self.builds.setdefault(owner, set()).add(func)
         qualified = self.resolve(func)
         layer = layer_kind(qualified)
-        if layer is not None:
+        if zoo_cnn(qualified):  # `torchvision.models.resnet50`: convolutions and a classifier head
+            self.layers.setdefault(owner, set()).update((2, "matmul"))
+        elif layer is not None:
             self.layers.setdefault(owner, set()).add(layer)
         if qualified in MATMUL_LAYERS:  # more than a classifier head
             self.layers.setdefault(owner, set()).add("heavy")
@@ -445,6 +460,8 @@ class _Collector(ast.NodeVisitor):
                 loop.marker = True
         functions = {name: self._function_facts(function) for name, function in self.functions.items()}
         functions.update(self._constructors(functions))
+        for name, target in self.partials.items():  # called as what it wraps
+            functions.setdefault(name, functions.get(target, FunctionFacts()))
         for name, layers in self._layers_reached().items():
             if name in functions:
                 dims = tuple(sorted(layer for layer in layers if isinstance(layer, int)))
