@@ -649,6 +649,65 @@ def test_a_zoo_backbone_chosen_by_name_from_a_models_module_is_a_conv_net(run_cl
     assert findings(result.stdout) == {("main.py", 10, "SF601")}
 
 
+def _loader_handed_on(write, *, reshuffle: bool) -> None:
+    """melgan's layout: `data/loaders.py` builds the loader from a YAML config object, `run.py`
+    hands it to `engine/fit.py`'s `fit()`, whose epoch loop iterates it through `tqdm`."""
+    write("configs/base.yaml", """\
+        data:
+          root: /data
+        ---
+        train:
+          num_workers: 16
+          batch_size: 8
+        """)
+    write("data/__init__.py", "")
+    write("data/loaders.py", """\
+        from torch.utils.data import DataLoader
+
+        def make_loader(hp, dataset):
+            return DataLoader(dataset, batch_size=hp.train.batch_size, shuffle=True,
+                              num_workers=hp.train.num_workers, pin_memory=True)
+        """)
+    write("engine/__init__.py", "")
+    write("engine/fit.py", f"""\
+        import itertools
+        import tqdm
+
+        def fit(model, opt, trainloader):
+            for epoch in itertools.count():
+                {"trainloader.dataset.reshuffle()" if reshuffle else "pass"}
+                bar = tqdm.tqdm(trainloader)
+                for x, y in bar:
+                    loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                    loss.backward()
+                    opt.step()
+        """)
+    write("run.py", """\
+        import torch
+        from data.loaders import make_loader
+        from engine.fit import fit
+        from hparams import load_hparams
+
+        if __name__ == "__main__":
+            hp = load_hparams()
+            trainloader = make_loader(hp, build_dataset(hp))
+            model = build_model(hp).cuda()
+            fit(model, torch.optim.Adam(model.parameters(), fused=True), trainloader)
+        """)
+
+
+@pytest.mark.parametrize("reshuffle", [False, True])
+def test_a_loader_from_a_config_object_handed_to_another_files_epoch_loop(run_cli, tmp_path, write, reshuffle):
+    """The workers come from the project's run config (`hp.train.num_workers`: 16, from a YAML of
+    two `---` documents); the loader is restarted every epoch of `fit()`. When `fit()` changes the
+    dataset between epochs, persistent workers would not see it: reported without a fix."""
+    _loader_handed_on(write, reshuffle=reshuffle)
+    result = run_cli("scan", ".", "--select", "SF101,SF103", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["line"], f["code"], f["message"], f["fix"] is not None) for f in json.loads(result.stdout)]
+    assert found == [("data/loaders.py", 4, "SF103", "`DataLoader` starts its 16 worker processes again every epoch",
+                      not reshuffle)]
+
+
 def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_path, write):
     """DeiT: `evaluate(data_loader_val, model, device)` from engine.py runs every epoch."""
     write("engine.py", """\

@@ -3,7 +3,7 @@
 Resolves, in this order: the keyword in the call, the positional slot, ``**kwargs`` built from a
 dict literal or ``dict(...)`` in the same scope (keys that are later changed through
 ``.update()`` or ``kw[key] = ...`` are unknown: they may be set conditionally), module-level
-constants and argparse defaults. Anything else is ``UNKNOWN``: rules stay silent rather than
+constants, argparse defaults and the project's run configs (`hp.train.num_workers`). Anything else is ``UNKNOWN``: rules stay silent rather than
 guess (TorchFix's TOR401 reports ``DataLoader(ds, **kwargs)`` as missing ``num_workers``;
 14 of its 23 hits on pytorch/examples were such false positives).
 """
@@ -16,6 +16,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
+from speedfix.model.config_files import configured_value
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
@@ -199,7 +200,7 @@ def string_value(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
         return value if isinstance(value, str) else None
     if isinstance(node, cst.Name):
         return string_value(ctx, ctx.single_value(node.value, stack), stack, depth + 1)
-    return string_value(ctx, argparse_default(ctx, node) or declared_default(ctx, node, stack), stack, depth + 1)
+    return string_value(ctx, _default(ctx, node, stack), stack, depth + 1)
 
 
 def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> int | None:
@@ -213,10 +214,21 @@ def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack,
         return literal_int(ctx, value, stack, depth + 1)
     if isinstance(node, cst.Call) and dotted_name(node.func) == "int" and len(node.args) == 1:
         return literal_int(ctx, node.args[0].value, stack, depth + 1)  # `int(opt.workers)`
-    default = argparse_default(ctx, node) or declared_default(ctx, node, stack)
+    default = _default(ctx, node, stack)
     if default is not None:
         return literal_int(ctx, default, stack, depth + 1)
     return None
+
+
+def _default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """What an option or setting holds by default: an argparse default, a settings class's
+    declared default, or the value the project's run configs give a config's attribute chain."""
+    found = argparse_default(ctx, node) or declared_default(ctx, node, stack)
+    if found is None and isinstance(node, cst.Attribute):
+        configured = configured_value(ctx, node)
+        if configured is not None and isinstance(configured.value, (bool, int, float, str)):
+            found = cst.parse_expression(repr(configured.value))
+    return found
 
 
 def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:

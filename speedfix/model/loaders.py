@@ -490,16 +490,18 @@ def _shown(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name)
 
 
-def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool] | None:
-    """(iterated every epoch, its batches copied to a device) when the DataLoader of ``site`` is
-    returned by a module-level function whose result a training loop of another scanned file
-    iterates (`return DataLoader(...)` in `data.py`, `loader = get_loader(...)` in `train.py`)."""
+def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool, bool] | None:
+    """(iterated every epoch, its batches copied to a device, its dataset changed between epochs)
+    when the DataLoader of ``site`` is returned by a module-level function whose result a
+    training loop of another scanned file iterates (`return DataLoader(...)` in `data.py`,
+    `loader = get_loader(...)` in `train.py`, or handed on to a `train(...)` that loops over it)."""
     if not ctx.links.feeds:
         return None
     function = ctx.function_of(site.stack)
     if not isinstance(function, cst.FunctionDef) or ctx.class_of(site.stack) is not None:
         return None
-    uses = next(((per_epoch, uploads) for name, per_epoch, uploads in ctx.links.feeds if name == function.name.value), None)
+    uses = next(((per_epoch, uploads, changed) for name, per_epoch, uploads, changed in ctx.links.feeds
+                 if name == function.name.value), None)
     if uses is None:
         return None
     return uses if is_returned(function, site) else None

@@ -39,6 +39,8 @@ class FunctionFacts:
     steps: bool = False  # a backward/optimizer step outside any loop: a loop calling it trains
     trains: bool = False  # holds a training loop
     iterated: tuple[str, ...] = ()  # parameters its training loop iterates (the loader)
+    epochs: tuple[str, ...] = ()  # ... in a loop inside another loop of the function (every epoch)
+    changes: tuple[str, ...] = ()  # parameters whose `.dataset` a loop changes (`loader.dataset.reshuffle()`)
     loops_over: tuple[str, ...] = ()  # parameters any of its loops iterates (an evaluation's loader too)
     uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
     cuda: bool = False  # names CUDA, or returns a CUDA device
@@ -59,6 +61,9 @@ class ModuleFacts:
     # imported functions whose returned loader a training loop here iterates (`loader = get_loader()`):
     # (qualified name, iterated every epoch, its batches copied to a device)
     loader_calls: tuple[tuple[str, bool, bool], ...] = ()
+    # a loader made by an imported function, handed to another imported function: (the maker, the
+    # callee, the parameter it is given as: its position as digits, or its keyword)
+    loader_hands: tuple[tuple[str, str, str], ...] = ()
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
 
@@ -82,6 +87,7 @@ class ModuleFacts:
             functions=functions,
             hot_calls=tuple(map(str, record["hot_calls"])),
             loader_calls=tuple((str(q), bool(e), bool(u)) for q, e, u in record["loader_calls"]),
+            loader_hands=tuple((str(m), str(c), str(p)) for m, c, p in record["loader_hands"]),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
         )
@@ -149,6 +155,8 @@ class _Function:
     loops: list[_Loop] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
     made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
+    aliases: dict[str, str] = field(default_factory=dict)  # `v = tqdm(loader)`, `v = loader` -> v: loader
+    changes: set[str] = field(default_factory=set)  # names whose `.dataset` a loop changes
 
 
 class _Collector(ast.NodeVisitor):
@@ -173,6 +181,8 @@ class _Collector(ast.NodeVisitor):
         self.layers: dict[str, set[int | str]] = {}
         self.made_at_module: dict[str, str] = {}  # module-level `v = f(...)` -> v: f (as written)
         self.partials: dict[str, str] = {}  # module-level `v = partial(f, ...)` -> v: f (as written)
+        self.module_aliases: dict[str, str] = {}  # module-level `v = tqdm(loader)` -> v: loader
+        self.hands: list[tuple[str, str, str]] = []  # (maker, callee, slot) as written: see ModuleFacts.loader_hands
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -256,7 +266,9 @@ class _Collector(ast.NodeVisitor):
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         self.visit(node.iter)
         self.visit(node.target)
-        self._visit_loop(node, dotted(_unwrap(node.iter)))
+        iterable = dotted(_unwrap(node.iter))
+        aliases = self.function_stack[-1].aliases if self.function_stack else self.module_aliases
+        self._visit_loop(node, aliases.get(iterable, iterable) if iterable else None)  # `loader = tqdm(train_loader)`
 
     visit_AsyncFor = visit_For  # type: ignore[assignment]
 
@@ -300,6 +312,9 @@ class _Collector(ast.NodeVisitor):
                 self.cuda_names.add(name)
             if made and made_by is not None and "." not in name:
                 made_by[name] = made
+            source = dotted(_unwrap(value)) if isinstance(value, (ast.Name, ast.Attribute, ast.Call)) else None
+            if source is not None and source != name and "." not in name and made_by is not None:
+                (function.aliases if function is not None else self.module_aliases)[name] = source
             if made_by is self.made_at_module and isinstance(value, ast.Call) and self.resolve(made) == "functools.partial" \
                     and value.args and isinstance(target, ast.Name):
                 self._partial(target.id, value)
@@ -314,6 +329,17 @@ class _Collector(ast.NodeVisitor):
             built = dotted(arg)
             if built is not None:
                 self._builds(name, built)
+
+    def _hands(self, func: str, node: ast.Call) -> None:
+        """`train(args, trainloader, ...)` with `trainloader = create_dataloader(...)`: the
+        loader another function made, handed to this call (see ModuleFacts.loader_hands)."""
+        made_by = self.function_stack[-1].made_by if self.function_stack else self.made_at_module
+        slots = [(str(index), arg) for index, arg in enumerate(node.args)]
+        slots += [(keyword.arg, keyword.value) for keyword in node.keywords if keyword.arg]
+        for slot, arg in slots:
+            made = made_by.get(arg.id) if isinstance(arg, ast.Name) else None
+            if made is not None:
+                self.hands.append((made, func, slot))
 
     def _mentions_cuda(self, node: ast.AST) -> bool:
         for child in ast.walk(node):
@@ -376,10 +402,14 @@ class _Collector(ast.NodeVisitor):
         if loop is not None:
             if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
                 loop.uploads = True
+            if func is not None and ".dataset." in func and self.function_stack:
+                self.function_stack[-1].changes.add(func.split(".", 1)[0])  # `loader.dataset.shuffle()` each epoch
             if func is not None:
                 loop.calls.append((func, self.guards > 0))
         if self.class_stack and func is not None:
             self._builds_through(self.class_stack[-1], node)
+        if func is not None:
+            self._hands(func, node)
         owner = self._layer_owner()
         if owner is not None and (layer_kind(self.resolve(func)) == "matmul" or (
                 isinstance(node.func, ast.Attribute) and node.func.attr in MATMUL_METHODS)):
@@ -477,6 +507,7 @@ class _Collector(ast.NodeVisitor):
             functions=functions,
             hot_calls=tuple(hot),
             loader_calls=self._loader_calls(),
+            loader_hands=self._loader_hands(),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
         )
@@ -516,6 +547,8 @@ class _Collector(ast.NodeVisitor):
             steps=function.steps,
             trains=bool(training),
             iterated=_loop_sources(function, training),
+            epochs=_loop_sources(function, [loop for loop in training if loop.nested]),
+            changes=tuple(sorted(name for name in function.changes if name in function.params)),
             loops_over=_loop_sources(function, function.loops),
             uploads=any(loop.uploads for loop in training),
             cuda=function.cuda,
@@ -560,6 +593,15 @@ class _Collector(ast.NodeVisitor):
             found[qualified] = (per_epoch or loop.nested, uploads or loop.uploads)
         return tuple((name, *uses) for name, uses in sorted(found.items()))
 
+    def _loader_hands(self) -> tuple[tuple[str, str, str], ...]:
+        """Loaders made by an imported function and handed to another (resolved through the imports)."""
+        found = set()
+        for made, callee, slot in self.hands:
+            maker, target = self.resolve(made), self.resolve(callee)
+            if maker and target and maker.split(".", 1)[0] not in _EXTERNAL and target.split(".", 1)[0] not in _EXTERNAL:
+                found.add((maker, target, slot))
+        return tuple(sorted(found))
+
     def _hot_calls(self) -> Iterator[str | None]:
         """Imported functions and methods of imported classes called on every step."""
         for loop in self.loops:
@@ -590,12 +632,13 @@ def _loop_sources(function: _Function, loops: list[_Loop]) -> tuple[str, ...]:
 
 
 # Imports that can never be a scanned project's own module: their names are not kept as
-# references (a smaller cache; the linker would find nothing for them anyway).
+# references (a smaller cache; the linker would find nothing for them anyway). Not `datasets`:
+# many projects keep their own `datasets/` package (its loader factories matter).
 _EXTERNAL = frozenset({
     "torch", "torchvision", "torchaudio", "torchtext", "numpy", "os", "sys", "math", "time", "json", "re", "random",
     "typing", "collections", "functools", "itertools", "argparse", "logging", "pathlib", "dataclasses", "warnings",
     "transformers", "timm", "lightning", "pytorch_lightning", "accelerate", "tqdm", "PIL", "matplotlib", "pandas",
-    "sklearn", "scipy", "datasets", "wandb", "tensorboard", "shutil", "subprocess", "contextlib", "copy",
+    "sklearn", "scipy", "wandb", "tensorboard", "shutil", "subprocess", "contextlib", "copy",
 })
 
 

@@ -47,8 +47,8 @@ class Links:
     cuda: str | None = None  # why the file runs on CUDA through another file
     hot: tuple[str, ...] = ()  # its functions (`f`, `Class.method`) called on every step from another file
     # its functions whose returned loader another file's training loop iterates: (function, every
-    # epoch, batches copied to a device)
-    feeds: tuple[tuple[str, bool, bool], ...] = ()
+    # epoch, batches copied to a device, its dataset changed between epochs)
+    feeds: tuple[tuple[str, bool, bool, bool], ...] = ()
     missing: tuple[str, ...] = ()  # modules it imports that exist beside it but were not scanned
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
@@ -362,17 +362,32 @@ def _hot_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str
 
 
 def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
-                      ) -> dict[Path, dict[str, tuple[bool, bool]]]:
-    """Functions of each file whose returned loader another file's training loop iterates."""
-    feeds: dict[Path, dict[str, tuple[bool, bool]]] = {}
+                      ) -> dict[Path, dict[str, tuple[bool, bool, bool]]]:
+    """Functions of each file whose returned loader a training loop iterates: one of another
+    file, or one of a function it is handed to (`train(args, trainloader, ...)` of a third file,
+    whose loop iterates that parameter, every epoch or not)."""
+    feeds: dict[Path, dict[str, tuple[bool, bool, bool]]] = {}
+
+    def add(path: Path, qualified: str, uses: tuple[bool, bool, bool]) -> None:
+        hit = _split(qualified, prefixes[path])
+        if hit is None or hit[1] not in facts[hit[0]].functions:
+            return
+        found = feeds.setdefault(hit[0], {})
+        old = found.get(hit[1], (False, False, False))
+        found[hit[1]] = (old[0] or uses[0], old[1] or uses[1], old[2] or uses[2])
+
     for path, module in facts.items():
         for qualified, per_epoch, uploads in module.loader_calls:
-            hit = _split(qualified, prefixes[path])
-            if hit is None or hit[1] not in facts[hit[0]].functions:
+            add(path, qualified, (per_epoch, uploads, False))
+        for maker, callee, slot in module.loader_hands:
+            hit = _split(callee, prefixes[path])
+            function = facts[hit[0]].functions.get(hit[1]) if hit is not None else None
+            if function is None:
                 continue
-            found = feeds.setdefault(hit[0], {})
-            old = found.get(hit[1], (False, False))
-            found[hit[1]] = (old[0] or per_epoch, old[1] or uploads)
+            params = function.params[1:] if function.params[:1] == ("self",) else function.params
+            param = params[int(slot)] if slot.isdigit() and int(slot) < len(params) else slot
+            if param in function.iterated:
+                add(path, maker, (param in function.epochs, function.uploads, param in function.changes))
     return feeds
 
 
