@@ -240,6 +240,25 @@ def test_functions_re_exported_by_a_package_are_linked(tmp_path):
     assert run.function(run.star["step"]).steps  # through the package's own `import *`
 
 
+@pytest.mark.parametrize("second, expected", [
+    ('make(a, **{"num_workers": 2, "pin_memory": True})', (("make", "num_workers", "2"), ("make", "pin_memory", "True"))),
+    ('make(a, **{"num_workers": 8, "pin_memory": True})', (("make", "num_workers", ""), ("make", "pin_memory", "True"))),
+    ('make(a, **{"num_workers": 2})', ()),  # the calls pass different keys: the default may apply
+    ("make(a, **options)", ()),  # keys that cannot be read
+])
+def test_kwargs_forwarded_by_every_caller_are_known_only_when_they_agree(tmp_path, second, expected):
+    files = {
+        tmp_path / "data.py": "def make(a, **kwargs):\n    return DataLoader(a, **kwargs)\n",
+        tmp_path / "one.py": 'from data import make\n\ndef f(a):\n    kw = {"num_workers": 2, "pin_memory": True}\n'
+                             "    return make(a, **kw)\n",
+        tmp_path / "two.py": "from data import make\n\ndef g(a):\n    return " + second + "\n",
+    }
+    for path, code in files.items():
+        path.write_text(code)
+    facts = {path: extract_facts(code) for path, code in files.items()}
+    assert link(facts, [tmp_path])[tmp_path / "data.py"].kwargs == expected
+
+
 # ------------------------------------------------------------------ loops as people write them
 def context(code: str, links=None) -> FileContext:
     module = cst.parse_module(textwrap.dedent(code))
@@ -706,6 +725,56 @@ def test_a_loader_from_a_config_object_handed_to_another_files_epoch_loop(run_cl
     found = [(f["path"], f["line"], f["code"], f["message"], f["fix"] is not None) for f in json.loads(result.stdout)]
     assert found == [("data/loaders.py", 4, "SF103", "`DataLoader` starts its 16 worker processes again every epoch",
                       not reshuffle)]
+
+
+def test_loader_options_forwarded_through_kwargs_to_another_files_factory(run_cli, tmp_path, write):
+    """deeplab's layout: a trainer class passes `**kwargs` of a dict literal (workers from an
+    argparse default, pinned memory) to `make_loaders(args, **kwargs)` of data.py, keeps the
+    loaders as `self.` attributes, and `main()` calls its epoch method in a loop. The workers
+    are known (4: no SF101), pinned (no SF102), restarted every epoch (SF103, without a fix: the
+    count is an option of the caller)."""
+    write("data.py", """\
+        from torch.utils.data import DataLoader
+
+        def make_loaders(args, **kwargs):
+            train = DataLoader(TrainSet(args), batch_size=8, shuffle=True, **kwargs)
+            val = DataLoader(ValSet(args), batch_size=8, **kwargs)
+            return train, val
+        """)
+    write("train.py", """\
+        import argparse
+        import torch
+        from tqdm import tqdm
+        from data import make_loaders
+
+        class Runner:
+            def __init__(self, args):
+                kwargs = {"num_workers": args.workers, "pin_memory": True}
+                self.train_loader, self.val_loader = make_loaders(args, **kwargs)
+                self.model = Net().cuda()
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def run_epoch(self):
+                bar = tqdm(self.train_loader)
+                for x, y in bar:
+                    loss = self.model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                    loss.backward()
+                    self.opt.step()
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--workers", type=int, default=4)
+            runner = Runner(parser.parse_args())
+            for epoch in range(50):
+                runner.run_epoch()
+
+        if __name__ == "__main__":
+            main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF101,SF102,SF103", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["line"], f["code"], f["message"], f["fix"]) for f in json.loads(result.stdout)]
+    message = "`DataLoader` starts its 4 worker processes again every epoch"
+    assert found == [("data.py", 4, "SF103", message, None), ("data.py", 5, "SF103", message, None)]
 
 
 def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_path, write):

@@ -35,6 +35,7 @@ class ArgValue:
     state: State
     node: cst.BaseExpression | None = None
     arg: cst.Arg | None = None  # set when the value is written in the call itself
+    passed: bool = False  # the value another file's call passes through `**kwargs` (an option there, maybe)
 
     @property
     def missing(self) -> bool:
@@ -85,7 +86,7 @@ def _lookup_in_kwargs(ctx: FileContext, expr: cst.BaseExpression, key: str, stac
         return UNKNOWN
     value = ctx.single_value(name, stack)
     if value is None:
-        return UNKNOWN
+        return _passed_by_callers(ctx, name, key, stack)
     base = _lookup_in_kwargs(ctx, value, key, stack, depth + 1)
     if base.unknown:
         return UNKNOWN
@@ -93,6 +94,24 @@ def _lookup_in_kwargs(ctx: FileContext, expr: cst.BaseExpression, key: str, stac
     if touched is None or key in touched:
         return UNKNOWN
     return base
+
+
+def _passed_by_callers(ctx: FileContext, name: str, key: str, stack: Stack) -> ArgValue:
+    """`def make_loaders(args, **kwargs): DataLoader(..., **kwargs)`: what the other files'
+    calls pass as those keyword arguments (``Links.kwargs``), when each passes a dict literal
+    with the same keys and the values agree."""
+    function = ctx.function_of(stack)
+    star = function.params.star_kwarg if isinstance(function, cst.FunctionDef) else None
+    if star is None or star.name.value != name or ctx.assignments_in(function, name):
+        return UNKNOWN
+    owner = class_of_method(stack)
+    qualified = f"{owner.name.value}.{function.name.value}" if owner is not None else function.name.value  # type: ignore[union-attr]
+    given = {k: value for f, k, value in ctx.links.kwargs if f == qualified}
+    if not given or _keys_changed_later(ctx, name, stack, 0) != set():
+        return UNKNOWN
+    if key not in given:
+        return MISSING
+    return ArgValue(State.KNOWN, cst.parse_expression(given[key]), passed=True) if given[key] else UNKNOWN
 
 
 def _lookup_in_dict_literal(ctx: FileContext, node: cst.Dict, key: str, stack: Stack, depth: int) -> ArgValue:

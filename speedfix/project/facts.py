@@ -64,6 +64,11 @@ class ModuleFacts:
     # a loader made by an imported function, handed to another imported function: (the maker, the
     # callee, the parameter it is given as: its position as digits, or its keyword)
     loader_hands: tuple[tuple[str, str, str], ...] = ()
+    # keyword arguments handed to an imported function as `**kw` of a dict literal (`make_loaders(args,
+    # **kwargs)` with `kwargs = {"num_workers": args.workers}`): (callee, key, the value's repr, or ""
+    # when it is not a constant or an argparse default); key "*": a `**` whose keys are unknown, key
+    # "#": the keys one call passes, comma-separated
+    kwargs_given: tuple[tuple[str, str, str], ...] = ()
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
 
@@ -88,6 +93,7 @@ class ModuleFacts:
             hot_calls=tuple(map(str, record["hot_calls"])),
             loader_calls=tuple((str(q), bool(e), bool(u)) for q, e, u in record["loader_calls"]),
             loader_hands=tuple((str(m), str(c), str(p)) for m, c, p in record["loader_hands"]),
+            kwargs_given=tuple((str(c), str(k), str(v)) for c, k, v in record["kwargs_given"]),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
         )
@@ -156,6 +162,7 @@ class _Function:
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
     made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
     aliases: dict[str, str] = field(default_factory=dict)  # `v = tqdm(loader)`, `v = loader` -> v: loader
+    dicts: dict[str, ast.Dict] = field(default_factory=dict)  # `kw = {"num_workers": 4}` -> kw: the literal
     changes: set[str] = field(default_factory=set)  # names whose `.dataset` a loop changes
 
 
@@ -183,6 +190,9 @@ class _Collector(ast.NodeVisitor):
         self.partials: dict[str, str] = {}  # module-level `v = partial(f, ...)` -> v: f (as written)
         self.module_aliases: dict[str, str] = {}  # module-level `v = tqdm(loader)` -> v: loader
         self.hands: list[tuple[str, str, str]] = []  # (maker, callee, slot) as written: see ModuleFacts.loader_hands
+        self.kwargs: list[tuple[str, str, str]] = []  # (callee as written, key, value): see ModuleFacts.kwargs_given
+        self.defaults: dict[str, str] = {}  # argparse destination -> repr of its constant default
+        self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -300,11 +310,18 @@ class _Collector(ast.NodeVisitor):
         function = self.function_stack[-1] if self.function_stack else None
         made = dotted(value.func) if isinstance(value, ast.Call) else None
         made_by = function.made_by if function is not None else None if self.class_stack else self.made_at_module
+        on_self = self.class_made_by.setdefault(function.class_name, {}) if function and function.class_name else None
         for target in targets:
             if isinstance(target, (ast.Tuple, ast.List)) and made and made_by is not None:
                 for element in target.elts:  # `train_loader, val_loader = get_loaders(...)`
                     if isinstance(element, ast.Name):
                         made_by[element.id] = made
+                    elif on_self is not None and (attribute := dotted(element)) and attribute.startswith("self."):
+                        on_self[attribute] = made  # `self.train_loader, self.val_loader = make_loaders(...)`
+            if on_self is not None and made and (attribute := dotted(target)) and attribute.startswith("self."):
+                on_self[attribute] = made
+            if function is not None and isinstance(target, ast.Name) and isinstance(value, ast.Dict):
+                function.dicts[target.id] = value
             name = dotted(target)
             if name is None:
                 continue
@@ -340,6 +357,43 @@ class _Collector(ast.NodeVisitor):
             made = made_by.get(arg.id) if isinstance(arg, ast.Name) else None
             if made is not None:
                 self.hands.append((made, func, slot))
+
+    def _kwargs(self, func: str, node: ast.Call) -> None:
+        """`make_loaders(args, **kwargs)` with a dict literal `kwargs` of this function: each key
+        and its value (see ModuleFacts.kwargs_given); also the argparse defaults a value may name."""
+        if func.endswith("add_argument"):
+            self._argparse_default(node)
+            return
+        for keyword in node.keywords:
+            if keyword.arg is not None:
+                continue
+            name = keyword.value.id if isinstance(keyword.value, ast.Name) else None
+            literal = keyword.value if isinstance(keyword.value, ast.Dict) else \
+                self.function_stack[-1].dicts.get(name or "") if self.function_stack else None
+            if literal is None or any(key is None or not isinstance(key, ast.Constant) for key in literal.keys):
+                self.kwargs.append((func, "*", ""))
+                continue
+            keys = [str(key.value) for key in literal.keys]  # type: ignore[union-attr]
+            self.kwargs.append((func, "#", ",".join(sorted(keys))))  # which keys this call passes
+            for key, value in zip(keys, literal.values):
+                self.kwargs.append((func, key, self._constant(value)))
+
+    def _argparse_default(self, node: ast.Call) -> None:
+        options = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+        default = next((k.value for k in node.keywords if k.arg == "default"), None)
+        longs = [option for option in options if option.startswith("--")]
+        if isinstance(default, ast.Constant) and (longs or options):
+            self.defaults[(longs or options)[0].lstrip("-").replace("-", "_")] = repr(default.value)
+
+    @staticmethod
+    def _constant(value: ast.expr) -> str:
+        """The repr of a constant, `@workers` for an option `args.workers` (its argparse default
+        is looked up once the whole file is read), "" otherwise."""
+        if isinstance(value, ast.Constant):
+            return repr(value.value)
+        if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+            return f"@{value.attr}"
+        return ""
 
     def _mentions_cuda(self, node: ast.AST) -> bool:
         for child in ast.walk(node):
@@ -410,6 +464,7 @@ class _Collector(ast.NodeVisitor):
             self._builds_through(self.class_stack[-1], node)
         if func is not None:
             self._hands(func, node)
+            self._kwargs(func, node)
         owner = self._layer_owner()
         if owner is not None and (layer_kind(self.resolve(func)) == "matmul" or (
                 isinstance(node.func, ast.Attribute) and node.func.attr in MATMUL_METHODS)):
@@ -508,6 +563,10 @@ class _Collector(ast.NodeVisitor):
             hot_calls=tuple(hot),
             loader_calls=self._loader_calls(),
             loader_hands=self._loader_hands(),
+            kwargs_given=tuple(sorted({
+                (target, key, self.defaults.get(value[1:], "") if value.startswith("@") else value)
+                for func, key, value in self.kwargs if (target := self.resolve(func)) and target.split(".", 1)[0] not in _EXTERNAL
+            })),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
         )
@@ -531,14 +590,18 @@ class _Collector(ast.NodeVisitor):
         return {name for name, function in self.functions.items() if function.returns_cuda and not function.class_name}
 
     def _local_callee(self, callee: str, loop: _Loop) -> str | None:
-        """`f(...)` or `self.f(...)` in this file: the function's key in ``self.functions``."""
+        """`f(...)`, `self.f(...)` or `obj.f(...)` with `obj = Cls(...)` of this file: the
+        function's key in ``self.functions``."""
         if "." not in callee:
             return callee
         head, _, rest = callee.partition(".")
+        if "." in rest:
+            return None
         owner = loop.function.class_name if loop.function is not None else None
-        if head == "self" and owner and "." not in rest:
-            return f"{owner}.{rest}"
-        return None
+        if head == "self":
+            return f"{owner}.{rest}" if owner else None
+        made = (loop.function.made_by if loop.function is not None else self.made_at_module).get(head)
+        return f"{made}.{rest}" if made is not None and f"{made}.{rest}" in self.functions else None
 
     def _function_facts(self, function: _Function) -> FunctionFacts:
         training = [loop for loop in function.loops if loop.marker]
@@ -582,15 +645,22 @@ class _Collector(ast.NodeVisitor):
         """Imported functions whose result a training loop iterates: `loader = get_loader(...)`
         then `for x, y in loader:` (the DataLoader is built, and gets its fix, in their file)."""
         found: dict[str, tuple[bool, bool]] = {}
+        called_in_loops = {self._local_callee(callee, loop) for loop in self.loops for callee, _ in loop.calls} - {None}
         for loop in self.loops:
             if not loop.marker or loop.iterable is None:
                 continue
-            made_by = loop.function.made_by if loop.function is not None else self.made_at_module
-            qualified = self.resolve(made_by.get(loop.iterable))
+            function = loop.function
+            made_by = function.made_by if function is not None else self.made_at_module
+            made = made_by.get(loop.iterable)
+            if made is None and function is not None and function.class_name:
+                made = self.class_made_by.get(function.class_name, {}).get(loop.iterable)  # `self.train_loader`
+            qualified = self.resolve(made)
             if qualified is None or qualified.split(".", 1)[0] in _EXTERNAL:
                 continue
             per_epoch, uploads = found.get(qualified, (False, False))
-            found[qualified] = (per_epoch or loop.nested, uploads or loop.uploads)
+            # every epoch: a loop inside another, or in a function this file calls in a loop (`trainer.training(epoch)`)
+            again = loop.nested or (function is not None and function.name in called_in_loops)
+            found[qualified] = (per_epoch or again, uploads or loop.uploads)
         return tuple((name, *uses) for name, uses in sorted(found.items()))
 
     def _loader_hands(self) -> tuple[tuple[str, str, str], ...]:

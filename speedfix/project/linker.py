@@ -50,6 +50,10 @@ class Links:
     # epoch, batches copied to a device, its dataset changed between epochs)
     feeds: tuple[tuple[str, bool, bool, bool], ...] = ()
     missing: tuple[str, ...] = ()  # modules it imports that exist beside it but were not scanned
+    # what other files pass to its functions' `**kwargs` (`make_loaders(args, **kwargs)`): (function,
+    # key, the value's repr, "" when it is unknown or the callers differ); only functions whose
+    # every such call passes a dict literal
+    kwargs: tuple[tuple[str, str, str], ...] = ()
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -75,6 +79,7 @@ class Links:
             "hot": list(self.hot),
             "feeds": [list(feed) for feed in self.feeds],
             "missing": list(self.missing),
+            "kwargs": [list(given) for given in self.kwargs],
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -214,6 +219,7 @@ def link(
     cuda = _cuda_reasons(facts, prefixes, show)
     hot = _hot_functions(facts, prefixes)
     feeds = _loader_factories(facts, prefixes)
+    kwargs = _kwargs_given(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     links: dict[Path, Links] = {}
     for path, module in facts.items():
@@ -228,6 +234,7 @@ def link(
             hot=tuple(sorted(hot.get(path, ()))),
             feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
             missing=tuple(missing[path]),
+            kwargs=kwargs.get(path, ()),
         )
     return links
 
@@ -389,6 +396,29 @@ def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
             if param in function.iterated:
                 add(path, maker, (param in function.epochs, function.uploads, param in function.changes))
     return feeds
+
+
+def _kwargs_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                  ) -> dict[Path, tuple[tuple[str, str, str], ...]]:
+    """What the calls of other files pass as `**kwargs` to each file's functions (see ``Links.kwargs``)."""
+    given: dict[tuple[Path, str], dict[str, set[str]]] = {}
+    unknown: set[tuple[Path, str]] = set()
+    for path, module in facts.items():
+        for callee, key, value in module.kwargs_given:
+            hit = _split(callee, prefixes[path])
+            if hit is None or hit[1] not in facts[hit[0]].functions:
+                continue
+            if key == "*":
+                unknown.add(hit)
+            else:
+                given.setdefault(hit, {}).setdefault(key, set()).add(value)
+    found: dict[Path, list[tuple[str, str, str]]] = {}
+    for (target, function), keys in sorted(given.items()):
+        if (target, function) in unknown or len(keys.pop("#", ())) != 1:
+            continue  # a call whose keys are unknown, or calls that pass different keys
+        found.setdefault(target, []).extend(
+            (function, key, values.pop() if len(values) == 1 else "") for key, values in sorted(keys.items()))
+    return {path: tuple(items) for path, items in found.items()}
 
 
 def _is_class(module: ModuleFacts, name: str) -> bool:
