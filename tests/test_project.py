@@ -777,6 +777,45 @@ def test_loader_options_forwarded_through_kwargs_to_another_files_factory(run_cl
     assert found == [("data.py", 4, "SF103", message, None), ("data.py", 5, "SF103", message, None)]
 
 
+def test_a_loader_kept_by_a_trainer_class_of_another_file_and_run_every_epoch(run_cli, tmp_path, write):
+    """BERT-pytorch's layout: `Pretrainer(model, train_loader=loader)` keeps the loader, its
+    `train(epoch)` hands it to `self.run(epoch, self.train_loader)`, whose loop steps; `main.py`
+    calls `trainer.train(epoch)` in an epoch loop: the workers start again every epoch."""
+    write("trainer.py", """\
+        import torch
+        import tqdm
+
+        class Pretrainer:
+            def __init__(self, model, train_loader):
+                self.model = model.cuda()
+                self.train_loader = train_loader
+                self.opt = torch.optim.Adam(self.model.parameters(), fused=True)
+
+            def train(self, epoch):
+                self.run(epoch, self.train_loader)
+
+            def run(self, epoch, data_loader, train=True):
+                bar = tqdm.tqdm(enumerate(data_loader))
+                for i, batch in bar:
+                    loss = self.model(batch.cuda(non_blocking=True))
+                    if train:
+                        loss.backward()
+                        self.opt.step()
+        """)
+    write("main.py", """\
+        from torch.utils.data import DataLoader
+        from trainer import Pretrainer
+
+        def main(args):
+            loader = DataLoader(load_corpus(args), batch_size=64, num_workers=5, pin_memory=True)
+            trainer = Pretrainer(build_model(args), train_loader=loader)
+            for epoch in range(args.epochs):
+                trainer.train(epoch)
+        """)
+    result = run_cli("scan", ".", "--select", "SF103", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("main.py", 5, "SF103")}
+
+
 def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_path, write):
     """DeiT: `evaluate(data_loader_val, model, device)` from engine.py runs every epoch."""
     write("engine.py", """\

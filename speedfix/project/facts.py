@@ -163,6 +163,8 @@ class _Function:
     made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
     aliases: dict[str, str] = field(default_factory=dict)  # `v = tqdm(loader)`, `v = loader` -> v: loader
     dicts: dict[str, ast.Dict] = field(default_factory=dict)  # `kw = {"num_workers": 4}` -> kw: the literal
+    # `self.iteration(epoch, self.train_data)`: (callee as written, its arguments' names by position or keyword)
+    passes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     changes: set[str] = field(default_factory=set)  # names whose `.dataset` a loop changes
 
 
@@ -358,6 +360,18 @@ class _Collector(ast.NodeVisitor):
             if made is not None:
                 self.hands.append((made, func, slot))
 
+    def _passes(self, func: str, node: ast.Call) -> None:
+        """A call of this file's functions (`f(...)`, `self.m(...)`) given a parameter or a `self.`
+        attribute: what the callee's loops iterate, the caller iterates through it."""
+        if not self.function_stack or func.count(".") > (1 if func.startswith("self.") else 0):
+            return
+        function = self.function_stack[-1]
+        given = {str(index): name for index, arg in enumerate(node.args) if (name := dotted(arg)) is not None}
+        given.update({keyword.arg: name for keyword in node.keywords if keyword.arg and (name := dotted(keyword.value))})
+        given = {slot: name for slot, name in given.items() if name in function.params or name.startswith("self.")}
+        if given:
+            function.passes.append((func, given))
+
     def _kwargs(self, func: str, node: ast.Call) -> None:
         """`make_loaders(args, **kwargs)` with a dict literal `kwargs` of this function: each key
         and its value (see ModuleFacts.kwargs_given); also the argparse defaults a value may name."""
@@ -465,6 +479,7 @@ class _Collector(ast.NodeVisitor):
         if func is not None:
             self._hands(func, node)
             self._kwargs(func, node)
+            self._passes(func, node)
         owner = self._layer_owner()
         if owner is not None and (layer_kind(self.resolve(func)) == "matmul" or (
                 isinstance(node.func, ast.Attribute) and node.func.attr in MATMUL_METHODS)):
@@ -544,6 +559,7 @@ class _Collector(ast.NodeVisitor):
             if not loop.marker and any(self._local_callee(callee, loop) in step_functions for callee, _ in loop.calls):
                 loop.marker = True
         functions = {name: self._function_facts(function) for name, function in self.functions.items()}
+        self._passed_on(functions)
         functions.update(self._constructors(functions))
         for name, target in self.partials.items():  # called as what it wraps
             functions.setdefault(name, functions.get(target, FunctionFacts()))
@@ -570,6 +586,28 @@ class _Collector(ast.NodeVisitor):
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
         )
+
+    def _passed_on(self, functions: dict[str, FunctionFacts]) -> None:
+        """`def train(self, epoch): self.iteration(epoch, self.train_data)` where `iteration`'s
+        training loop iterates its `data_loader`: `train` iterates `self.train_data` (two calls deep)."""
+        for _ in range(2):
+            for name, function in self.functions.items():
+                facts = functions[name]
+                for callee, given in function.passes:
+                    head, _, rest = callee.partition(".")
+                    key = f"{function.class_name}.{rest}" if head == "self" and function.class_name else callee
+                    other = functions.get(key) if key != name else None
+                    if other is None or not other.iterated:
+                        continue
+                    params = other.params[1:] if other.params[:1] == ("self",) else other.params
+                    taken = {(params[int(slot)] if slot.isdigit() and int(slot) < len(params) else slot): arg
+                             for slot, arg in given.items()}
+                    loops = [arg for param, arg in taken.items() if param in other.iterated and arg not in facts.iterated]
+                    if loops:
+                        facts = replace(facts, trains=True, uploads=facts.uploads or other.uploads,
+                                        iterated=facts.iterated + tuple(loops),
+                                        epochs=facts.epochs + tuple(a for p, a in taken.items() if p in other.epochs))
+                functions[name] = facts
 
     def _layers_reached(self) -> dict[str, set[int | str]]:
         """Classes and factories that build convolutions or RNNs, through the file's own classes
