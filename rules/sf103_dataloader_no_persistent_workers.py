@@ -523,10 +523,10 @@ class DataloaderNoPersistentWorkers(Rule):
         message = f"`DataLoader` starts its {shown} worker processes again every epoch"
         given = dataset_argument(site)
         dataset = dotted_name(given) if given is not None else None
-        if dataset is not None and self._changed_in_a_loop(dataset):
+        if (dataset is not None and self._changed_in_a_loop(dataset)) or (returned is not None and returned[2]):
             self.report(site.node, message, no_fix_reason="the dataset is changed between epochs: persistent workers would not see it")
             return
-        if isinstance(workers.node, cst.Integer) or _per_core(ctx, workers.node, site.stack, shares=False):
+        if (isinstance(workers.node, cst.Integer) and not workers.passed) or _per_core(ctx, workers.node, site.stack, shares=False):
             value: cst.BaseExpression = cst.Name("True")
         elif workers.arg is not None and isinstance(workers.node, (cst.Name, cst.Attribute)):
             value = cst.Comparison(workers.node, [cst.ComparisonTarget(cst.GreaterThan(), cst.Integer("0"))])

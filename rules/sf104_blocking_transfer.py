@@ -186,6 +186,36 @@ class BlockingTransfer(Rule):
             """,
             count=2,
         ),
+        Invalid(  # the loader comes in as a keyword-only parameter, renamed and maybe cut short for a quick epoch
+            """
+            from itertools import islice
+            import torch
+
+            def fit(model, opt, *, loader, steps_per_epoch=None, gpu=torch.cuda.is_available()):
+                batches = loader
+                if steps_per_epoch:
+                    batches = islice(batches, steps_per_epoch)
+                for i, (images, labels) in enumerate(batches):
+                    if gpu:
+                        images, labels = images.cuda(), labels.cuda()
+                    model(images, labels).backward()
+                    opt.step()
+            """,
+            fixed="""
+            from itertools import islice
+            import torch
+
+            def fit(model, opt, *, loader, steps_per_epoch=None, gpu=torch.cuda.is_available()):
+                batches = loader
+                if steps_per_epoch:
+                    batches = islice(batches, steps_per_epoch)
+                for i, (images, labels) in enumerate(batches):
+                    if gpu:
+                        images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
+                    model(images, labels).backward()
+                    opt.step()
+            """,
+        ),
         Invalid(  # a list batch drawn with next() and copied element by element
             """
             import torch

@@ -12,7 +12,7 @@ from speedfix.engine.suppression import line_suppresses
 from speedfix.model.autograd import feeds_environment
 from speedfix.model.branches import Branch, BranchTracker, element_loop, loop_iterable, rare_path
 from speedfix.model.context import FileContext
-from speedfix.model.frames import Stack
+from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.patterns import is_cpu_device
 from speedfix.model.tensors import HOST_CONVERSIONS, SYNC_METHODS, Tensors, has_sync_before, is_library_value, tensors
 from speedfix.syntax.names import dotted_name
@@ -504,6 +504,50 @@ class SyncInLoop(BranchTracker, Rule):
             """,
             count=4,
         ),
+        Invalid(  # the model's own forward reads a mask element by element: one sync per token, every step
+            """
+            import torch
+
+            class Tagger(torch.nn.Module):
+                def forward(self, ids, keep):
+                    hidden = self.encoder(ids)
+                    out = torch.zeros_like(hidden)
+                    for b in range(hidden.size(0)):
+                        n = 0
+                        for t in range(hidden.size(1)):
+                            if keep[b][t].item() == 1:
+                                out[b][n] = hidden[b][t]
+                                n += 1
+                    return self.head(out)
+
+            model = Tagger().cuda()
+            for ids, keep, labels in loader:
+                loss = criterion(model(ids.cuda(), keep.cuda()), labels.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(  # a logger called every step hands each image to a helper that copies it to the host
+            """
+            import torch
+
+            def to_picture(t):
+                return (t[0].cpu().numpy() * 255).astype("uint8")
+
+            class Board:
+                def show(self, images):
+                    for name, image in images.items():
+                        self.window(name, to_picture(image))
+
+            board = Board()
+            for real, _ in loader:
+                fake = gen(torch.randn(real.size(0), 64, device="cuda"))
+                loss = critic(fake).mean()
+                loss.backward()
+                optimizer.step()
+                board.show({"fake": fake})
+            """,
+        ),
         Invalid(  # a sync the user accepted (noqa) does not hide the next one in the step
             """
             import torch
@@ -610,6 +654,9 @@ class SyncInLoop(BranchTracker, Rule):
             sync = self._sync(candidate)
             if sync is not None:
                 sync.loop = element_loop(ctx, candidate.stack, candidate.statement, candidate.node)
+                inner = _loop_inside(candidate.stack, scope)
+                if inner is not None:  # `valid_ids[i][j].item()` in a loop over a batch's tokens in `forward`
+                    sync.message += f", once per pass of the Python loop `for {_code(inner.target)} in {_code(inner.iter)}`"
                 steps.setdefault(scope, []).append(sync)
         for syncs in steps.values():
             self._report_step(syncs)
@@ -769,6 +816,17 @@ class SyncInLoop(BranchTracker, Rule):
                     outer = True
             reads.append(load)
         return reads, outer
+
+
+def _loop_inside(stack: Stack, scope: cst.CSTNode | None) -> cst.For | None:
+    """The innermost `for` loop around code at ``stack`` inside its step scope (the step loop or
+    the hot function): the code runs once per pass of it, many times a step."""
+    for frame in reversed(stack):
+        if frame.node is scope or frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
+            return None
+        if frame.kind is FrameKind.LOOP and isinstance(frame.node, cst.For):
+            return frame.node
+    return None
 
 
 def _name_all(labels: list[str]) -> str:

@@ -14,8 +14,8 @@ from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import ACCELERATOR, fabric_owned, in_lightning_callback, in_lightning_method
 from speedfix.model.index import CallSite
-from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, optimized_modules, optimizer_factories, peel,
-                                     trained_models, wrapper_of)
+from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, model_aliases, optimized_modules,
+                                     optimizer_factories, peel, trained_models, wrapper_of)
 from speedfix.model.patterns import NO_GRAD
 from speedfix.model.subjects import call_subjects, is_for_model
 from speedfix.model.versions import v
@@ -423,6 +423,45 @@ class ModelNotCompiled(Rule):
                 loss = model(x.cuda()).sum()
                 loss.backward()
                 optimizer.step()
+            """,
+        ),
+        Invalid(  # a trainer class keeps the model as `self.net` and wraps it there; param groups from its own methods
+            """
+            import torch
+
+            class Runner:
+                def __init__(self, opts):
+                    net = SegNet(classes=21)
+                    groups = [{"params": net.backbone_params(), "lr": opts.lr},
+                              {"params": net.head_params(), "lr": opts.lr * 10}]
+                    self.net, self.opt = net, torch.optim.SGD(groups, momentum=0.9)
+                    if opts.cuda:
+                        self.net = torch.nn.DataParallel(self.net).cuda()
+
+                def run_epoch(self):
+                    for image, mask in self.loader:
+                        loss = self.loss_fn(self.net(image.cuda()), mask.cuda())
+                        loss.backward()
+                        self.opt.step()
+            """,
+            fixed="""
+            import torch
+
+            class Runner:
+                def __init__(self, opts):
+                    net = SegNet(classes=21)
+                    groups = [{"params": net.backbone_params(), "lr": opts.lr},
+                              {"params": net.head_params(), "lr": opts.lr * 10}]
+                    self.net, self.opt = net, torch.optim.SGD(groups, momentum=0.9)
+                    if opts.cuda:
+                        self.net = torch.nn.DataParallel(self.net).cuda()
+                    net.compile()
+
+                def run_epoch(self):
+                    for image, mask in self.loader:
+                        loss = self.loss_fn(self.net(image.cuda()), mask.cuda())
+                        loss.backward()
+                        self.opt.step()
             """,
         ),
         Invalid(
@@ -838,25 +877,26 @@ class ModelNotCompiled(Rule):
             return None
 
         function = ctx.function_of(site.stack)
+        names = model_aliases(ctx, model, function)  # `self.model = model`: wrapped under that name too
         wraps: list[tuple[int, tuple[str, cst.Call]]] = []
         touched: set[int] = set()
         for name, assignments in ctx.assignments_by_function.get(function, {}).items():
-            if name.split(".")[0] != model:
+            if not any(name == alias or name.startswith(alias + ".") for alias in names):
                 continue
             for assignment in assignments:
                 at = where(assignment.statement)
-                if at is None:
-                    continue
+                if at is None or (name != model and dotted_name(assignment.part or assignment.value) == model):
+                    continue  # `self.model = model` only names it
                 touched.add(at)
-                wrapped = wrapper_of(ctx, assignment.value) if name == model and not assignment.unpacked else None
+                wrapped = wrapper_of(ctx, assignment.value) if name in names and not assignment.unpacked else None
                 if wrapped is not None:
                     wraps.append((at, wrapped))
         for call in ctx.calls:
             func = call.node.func
             statement = call.statement
-            if not (call.func or "").startswith(model + ".") or not isinstance(func, cst.Attribute):
+            if not isinstance(func, cst.Attribute) or dotted_name(func.value) not in names:
                 continue
-            if statement is not None and dotted_name(func.value) == model and ctx.function_of(call.stack) is function and any(
+            if statement is not None and ctx.function_of(call.stack) is function and any(
                 isinstance(small, cst.Expr) and small.value is call.node for small in statement.body
             ):
                 at = where(statement)

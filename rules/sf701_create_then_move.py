@@ -8,6 +8,7 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, reference, string_literal
 from speedfix.model.context import FileContext
+from speedfix.model.flow import comes_before
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype, without_layout_calls
 from speedfix.model.rl import in_rollout
@@ -58,6 +59,8 @@ class CreateThenMove(Rule):
     Finds tensors created on the CPU and moved straight to the GPU, `torch.zeros(...).cuda()`
     or `torch.ones(...).to(device)`, also after a reshape (`torch.arange(n).unsqueeze(0).to(device)`)
     or torch math on the CPU (`torch.exp(torch.arange(n)).to(device)`, reported without a fix),
+    or made into a variable a few statements before the copy (`t = torch.LongTensor(b, n)`, used,
+    then `t = t.cuda()`; without a fix, and not when those statements write it element by element),
     where it runs on every step: in the training loop, in a function it calls or one that takes
     the step itself (an agent's `learn()`), or in a module's `forward` and the methods it calls.
 
@@ -154,6 +157,18 @@ class CreateThenMove(Rule):
                 obs, reward, done, info = env.step(action)
                 buffer = torch.FloatTensor(3, 4).to(device)
             stats = torch.FloatTensor(all_rewards).to(device)
+            """
+        ),
+        Valid(  # filled element by element from Python numbers, then copied once: cheaper on the host
+            """
+            import torch
+            class Pad(torch.nn.Module):
+                def forward(self, x, lengths):
+                    mask = torch.zeros(len(lengths), x.size(1))
+                    for i, n in enumerate(lengths):
+                        mask[i, :n] = 1.0
+                    mask = mask.cuda()
+                    return x * mask[..., None]
             """
         ),
         Valid(  # once, at set-up: not worth a finding
@@ -295,6 +310,23 @@ class CreateThenMove(Rule):
                 agent.learn(memory)
             """,
         ),
+        Invalid(  # a detection loss builds its target buffers on the CPU, lets a helper fill them, then copies them
+            """
+            import torch
+            class BoxLoss(torch.nn.Module):
+                def forward(self, preds, targets):
+                    boxes, scores, anchors = preds
+                    n = boxes.size(0)
+                    box_t = torch.zeros(n, anchors.size(0), 4)
+                    label_t = torch.LongTensor(n, anchors.size(0))
+                    for i in range(n):
+                        assign(targets[i], anchors, box_t, label_t, i)
+                    box_t = box_t.cuda()
+                    label_t = label_t.to(boxes.device)
+                    return self.smooth_l1(boxes, box_t) + self.ce(scores, label_t)
+            """,
+            count=2,
+        ),
         Invalid(  # random numbers differ between CPU and CUDA generators: no fix
             """
             import torch
@@ -319,6 +351,9 @@ class CreateThenMove(Rule):
         ctx = self.ctx
         move = site.node
         made = move.func.value if isinstance(move.func, cst.Attribute) else None
+        if isinstance(made, cst.Name) and self._runs_every_step(site):
+            self._check_variable(site, made, method)
+            return
         if not isinstance(made, cst.Call) or not self._runs_every_step(site):
             return
         conversion = _conversion(ctx, made)
@@ -351,6 +386,31 @@ class CreateThenMove(Rule):
         indent = ctx.module.default_indent
         made_there = append_args(factory, keyword_arg("device", device), indent=indent)
         self.report(move, message, fix_ops=[replace(move, made.deep_replace(factory, made_there))])
+
+    def _check_variable(self, site: CallSite, name: cst.Name, method: str) -> None:
+        """`conf_t = torch.LongTensor(n, m)`, a few statements of use, then `conf_t = conf_t.cuda()`:
+        made on the CPU every step and copied over. Not when the statements between fill it
+        element by element (`buf[i] = ...`): writing single elements is cheaper on the host."""
+        ctx = self.ctx
+        function = ctx.function_of(site.stack)
+        if site.statement is None or self._target_device(site.node, method) is None:
+            return
+        before = [a for a in ctx.assignments_in(function, name.value) if a.statement is not None
+                  and not a.unpacked and not a.augmented and comes_before(ctx, a.statement, site.statement)]
+        created = before[-1].value if before else None
+        if not isinstance(created, cst.Call):
+            return
+        qualified = ctx.qualname(created.func) or ""
+        if qualified not in _FACTORIES | _RANDOM | _LEGACY_TYPES.keys() \
+                or any(arg.keyword is not None and arg.keyword.value in _KEEP_AS_IS for arg in created.args):
+            return
+        if any(ctx.function_of(a.stack) is function for a in ctx.item_assignments.get(name.value, ())):
+            return
+        legacy = _LEGACY_TYPES.get(qualified)
+        how = f"`torch.empty(..., dtype={legacy}, device=...)`" if legacy else f"`{qualified}(..., device=...)`"
+        self.report(site.node, f"`{name.value}` is made on the CPU by `{qualified}(...)` on every step, then copied to the GPU",
+                    no_fix_reason=f"make it on the device where it is created ({how}) and drop the copy; the code "
+                    "in between uses it, so it is left to you")
 
     def _check_computed(self, move: cst.Call, made: cst.Call, method: str) -> None:
         """`torch.exp(-math.log(p) * torch.arange(half) / half).to(device=t.device)`: torch math on

@@ -8,6 +8,7 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, replace
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes, value_replaced
 from speedfix.model.arguments import string_value
+from speedfix.model.attention import attentions_unused
 from speedfix.model.frameworks import SET_ELSEWHERE
 from speedfix.model.index import CallSite
 from speedfix.syntax.nodes import walk_expression
@@ -41,8 +42,13 @@ class HfEagerAttention(Rule):
     variable-length text, but needs the `flash-attn` package, fp16/bf16 weights and an Ampere or
     newer GPU.
 
+    Also finds `output_attentions=True` passed to a model on every step (in the training loop or a
+    module's `forward`) whose attention weights are never used: SDPA cannot return them, so
+    transformers falls back to eager attention in every layer for that call.
+
     Not reported: Gemma models (transformers recommends eager for their logit soft-capping) and
-    scripts that ask for `output_attentions=True`, which SDPA does not return.
+    scripts that use the attention weights they ask for with `output_attentions=True`, which SDPA
+    does not return.
 
     ## Example
     ```python
@@ -74,9 +80,10 @@ class HfEagerAttention(Rule):
     impact = "high"
     code = "SF903"
     name = "hf-eager-attention"
-    summary = 'Hugging Face model with `attn_implementation="eager"`, or a FlashAttention claim that enables nothing'
+    summary = ('Hugging Face model run with eager attention (`attn_implementation="eager"`, unused '
+               '`output_attentions=True`), or a FlashAttention claim that enables nothing')
     severity = Severity.WARNING
-    requires = (b"eager", b"lash")
+    requires = (b"eager", b"lash", b"output_attentions")
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.NUMERICS
     fix_title = 'Use PyTorch\'s fused attention (`attn_implementation="sdpa"`)'
@@ -123,6 +130,17 @@ class HfEagerAttention(Rule):
             out = model(**batch, output_attentions=True)
             """
         ),
+        Valid(  # the weights asked for every step feed an attention-distillation loss: eager is the price
+            """
+            import torch
+            import transformers
+
+            class Student(torch.nn.Module):
+                def forward(self, ids):
+                    out = self.encoder(ids, output_attentions=True)
+                    return self.head(out.last_hidden_state[:, 0]), out.attentions
+            """
+        ),
         Valid(  # "eager" of something else
             """
             import torch
@@ -148,6 +166,25 @@ class HfEagerAttention(Rule):
             """,
             count=3,
         ),
+        Invalid(  # a classifier asks for the weights on every step, keeps the last layer's, and never reads them
+            """
+            import torch
+            import transformers
+
+            class Classifier(torch.nn.Module):
+                def __init__(self, encoder, classes):
+                    super().__init__()
+                    self.encoder = encoder
+                    self.head = torch.nn.Linear(encoder.config.hidden_size, classes)
+
+                def forward(self, ids):
+                    out = self.encoder(ids, output_attentions=True)
+                    last = out.attentions[-1]
+                    return self.head(out.last_hidden_state[:, 0])
+
+            model = Classifier(transformers.AutoModel.from_pretrained("bert-base-uncased"), 2).cuda()
+            """,
+        ),
         Invalid(  # brief 003: importing the attention class "enables" FlashAttention
             """
             from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -166,8 +203,13 @@ class HfEagerAttention(Rule):
         ctx = self.ctx
         if not any(target.startswith("transformers") for target in ctx.imports.bindings.values()):
             return
-        if self._needs_attention_weights():
-            return
+        unused = self._unused_attention_requests()
+        if unused is None:
+            return  # the weights are read: eager attention is the price
+        for site in unused:
+            self.report(site.node, "`output_attentions=True` makes transformers run eager attention (no SDPA or "
+                        "FlashAttention) in every layer on every step, and the weights it returns are never used",
+                        no_fix_reason="drop `output_attentions=True` (and the unused reads of `.attentions`)")
         for site in ctx.calls:
             self._check_call(site)
         for name, assignments in ctx.assignments.items():
@@ -204,12 +246,21 @@ class HfEagerAttention(Rule):
         leaf = (self.ctx.call_qualname(site) or "").rpartition(".")
         return leaf[0].startswith("transformers") and ("For" in leaf[2] or leaf[2].endswith("Model"))
 
-    def _needs_attention_weights(self) -> bool:
-        return any(
-            arg.keyword is not None and arg.keyword.value == "output_attentions"
-            and isinstance(arg.value, cst.Name) and arg.value.value == "True"
-            for site in self.ctx.calls for arg in site.node.args
-        )
+    def _unused_attention_requests(self) -> list[CallSite] | None:
+        """The calls asking for attention weights (`output_attentions=True`) that run on every
+        step and whose weights nothing reads; None when some call's weights are used."""
+        ctx = self.ctx
+        unused: list[CallSite] = []
+        for site in ctx.calls:
+            if not any(arg.keyword is not None and arg.keyword.value == "output_attentions"
+                       and isinstance(arg.value, cst.Name) and arg.value.value == "True" for arg in site.node.args):
+                continue
+            if not attentions_unused(ctx, site):
+                return None
+            function = ctx.function_of(site.stack)
+            if ctx.in_training_loop(site.stack) or (isinstance(function, cst.FunctionDef) and function.name.value == "forward"):
+                unused.append(site)
+        return unused
 
     def _check_claims(self) -> None:
         """A message that says FlashAttention is on, in a script that never chooses one."""

@@ -240,6 +240,25 @@ def test_functions_re_exported_by_a_package_are_linked(tmp_path):
     assert run.function(run.star["step"]).steps  # through the package's own `import *`
 
 
+@pytest.mark.parametrize("second, expected", [
+    ('make(a, **{"num_workers": 2, "pin_memory": True})', (("make", "num_workers", "2"), ("make", "pin_memory", "True"))),
+    ('make(a, **{"num_workers": 8, "pin_memory": True})', (("make", "num_workers", ""), ("make", "pin_memory", "True"))),
+    ('make(a, **{"num_workers": 2})', ()),  # the calls pass different keys: the default may apply
+    ("make(a, **options)", ()),  # keys that cannot be read
+])
+def test_kwargs_forwarded_by_every_caller_are_known_only_when_they_agree(tmp_path, second, expected):
+    files = {
+        tmp_path / "data.py": "def make(a, **kwargs):\n    return DataLoader(a, **kwargs)\n",
+        tmp_path / "one.py": 'from data import make\n\ndef f(a):\n    kw = {"num_workers": 2, "pin_memory": True}\n'
+                             "    return make(a, **kw)\n",
+        tmp_path / "two.py": "from data import make\n\ndef g(a):\n    return " + second + "\n",
+    }
+    for path, code in files.items():
+        path.write_text(code)
+    facts = {path: extract_facts(code) for path, code in files.items()}
+    assert link(facts, [tmp_path])[tmp_path / "data.py"].kwargs == expected
+
+
 # ------------------------------------------------------------------ loops as people write them
 def context(code: str, links=None) -> FileContext:
     module = cst.parse_module(textwrap.dedent(code))
@@ -540,6 +559,261 @@ def test_a_conv_net_defined_in_a_models_package(run_cli, tmp_path, write):
     assert "defined in another file" in found["main.py", 5, "SF206"]["no_fix_reason"]
     alone = run_cli("scan", "main.py", "--select", "SF601,SF206", "--no-summary", cwd=tmp_path)
     assert "SF206" not in alone.stdout and "SF601" not in alone.stdout  # nothing says it is a conv net
+
+
+def test_torch_that_a_star_import_brings_is_torch(run_cli, tmp_path, write):
+    """A script with no `import torch` of its own that takes `torch` from `from nets.segnet import *`:
+    its `torch.nn.DataParallel` and its `torch.no_grad()` are torch's."""
+    write("nets/__init__.py", "")
+    write("nets/segnet.py", """\
+        import torch
+        import torch.nn as nn
+
+        class SegNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 21, 3, padding=1)
+
+            def forward(self, x):
+                return self.conv(x)
+        """)
+    write("train.py", """\
+        from nets.segnet import *
+
+        model = torch.nn.DataParallel(SegNet()).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for image, mask in train_loader:
+            loss = criterion(model(image.cuda(non_blocking=True)), mask.cuda(non_blocking=True))
+            loss.backward()
+            optimizer.step()
+        for image, mask in val_loader:
+            with torch.no_grad():
+                out = model(image.cuda(non_blocking=True))
+        """)
+    result = run_cli("scan", ".", "--select", "SF801,SF702", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("train.py", 3, "SF801")}
+
+
+def test_a_logger_of_another_file_called_from_a_module_level_loop_runs_every_step(run_cli, tmp_path, write):
+    """`logger = Logger()` at module level, `logger.log(losses, images)` in the loop: the log
+    method and the helper it calls run every step, so the host copy there is a per-step sync."""
+    write("report.py", """\
+        import numpy as np
+
+        def as_image(t):
+            return np.clip(t[0].cpu().numpy(), 0, 1)
+
+        class Logger:
+            def log(self, losses, images):
+                for name, image in images.items():
+                    self.show(name, as_image(image))
+        """)
+    write("train", """\
+        import torch
+        from report import Logger
+
+        net = Net().cuda()
+        opt = torch.optim.Adam(net.parameters(), fused=True)
+        logger = Logger()
+        for x, y in loader:
+            out = net(x.cuda(non_blocking=True))
+            loss = (out - y.cuda(non_blocking=True)).abs().mean()
+            loss.backward()
+            opt.step()
+            logger.log({"loss": loss}, images={"out": out})
+        """)
+    result = run_cli("scan", "train", "report.py", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("report.py", 4, "SF301")}
+
+
+def test_a_zoo_backbone_chosen_by_name_from_a_models_module_is_a_conv_net(run_cli, tmp_path, write):
+    """`getattr(models, args.arch)(...)` with `arg = parser.add_argument` and `--arch` defaulting
+    to "resnet34", where models.py has `resnet34 = partial(Classifier, backbone=M.resnet34)`:
+    the default run trains a torchvision ResNet."""
+    write("pkg/__init__.py", "")
+    write("pkg/models.py", """\
+        from functools import partial
+        import torch.nn as nn
+        import torchvision.models as M
+
+        class Classifier(nn.Module):
+            def __init__(self, classes, backbone=M.resnet18):
+                super().__init__()
+                self.net = backbone()
+                self.net.fc = nn.Linear(self.net.fc.in_features, classes)
+
+            def forward(self, x):
+                return self.net(x)
+
+        resnet34 = partial(Classifier, backbone=M.resnet34)
+        resnet50 = partial(Classifier, backbone=M.resnet50)
+        """)
+    write("pkg/main.py", """\
+        import argparse
+        import torch
+        from . import models
+
+        def main():
+            parser = argparse.ArgumentParser()
+            arg = parser.add_argument
+            arg("--arch", default="resnet34")
+            args = parser.parse_args()
+            model = getattr(models, args.arch)(classes=10).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                torch.nn.functional.cross_entropy(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True)).backward()
+                opt.step()
+        """)
+    result = run_cli("scan", "pkg", "--select", "SF601", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("main.py", 10, "SF601")}
+
+
+def _loader_handed_on(write, *, reshuffle: bool) -> None:
+    """melgan's layout: `data/loaders.py` builds the loader from a YAML config object, `run.py`
+    hands it to `engine/fit.py`'s `fit()`, whose epoch loop iterates it through `tqdm`."""
+    write("configs/base.yaml", """\
+        data:
+          root: /data
+        ---
+        train:
+          num_workers: 16
+          batch_size: 8
+        """)
+    write("data/__init__.py", "")
+    write("data/loaders.py", """\
+        from torch.utils.data import DataLoader
+
+        def make_loader(hp, dataset):
+            return DataLoader(dataset, batch_size=hp.train.batch_size, shuffle=True,
+                              num_workers=hp.train.num_workers, pin_memory=True)
+        """)
+    write("engine/__init__.py", "")
+    write("engine/fit.py", f"""\
+        import itertools
+        import tqdm
+
+        def fit(model, opt, trainloader):
+            for epoch in itertools.count():
+                {"trainloader.dataset.reshuffle()" if reshuffle else "pass"}
+                bar = tqdm.tqdm(trainloader)
+                for x, y in bar:
+                    loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                    loss.backward()
+                    opt.step()
+        """)
+    write("run.py", """\
+        import torch
+        from data.loaders import make_loader
+        from engine.fit import fit
+        from hparams import load_hparams
+
+        if __name__ == "__main__":
+            hp = load_hparams()
+            trainloader = make_loader(hp, build_dataset(hp))
+            model = build_model(hp).cuda()
+            fit(model, torch.optim.Adam(model.parameters(), fused=True), trainloader)
+        """)
+
+
+@pytest.mark.parametrize("reshuffle", [False, True])
+def test_a_loader_from_a_config_object_handed_to_another_files_epoch_loop(run_cli, tmp_path, write, reshuffle):
+    """The workers come from the project's run config (`hp.train.num_workers`: 16, from a YAML of
+    two `---` documents); the loader is restarted every epoch of `fit()`. When `fit()` changes the
+    dataset between epochs, persistent workers would not see it: reported without a fix."""
+    _loader_handed_on(write, reshuffle=reshuffle)
+    result = run_cli("scan", ".", "--select", "SF101,SF103", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["line"], f["code"], f["message"], f["fix"] is not None) for f in json.loads(result.stdout)]
+    assert found == [("data/loaders.py", 4, "SF103", "`DataLoader` starts its 16 worker processes again every epoch",
+                      not reshuffle)]
+
+
+def test_loader_options_forwarded_through_kwargs_to_another_files_factory(run_cli, tmp_path, write):
+    """deeplab's layout: a trainer class passes `**kwargs` of a dict literal (workers from an
+    argparse default, pinned memory) to `make_loaders(args, **kwargs)` of data.py, keeps the
+    loaders as `self.` attributes, and `main()` calls its epoch method in a loop. The workers
+    are known (4: no SF101), pinned (no SF102), restarted every epoch (SF103, without a fix: the
+    count is an option of the caller)."""
+    write("data.py", """\
+        from torch.utils.data import DataLoader
+
+        def make_loaders(args, **kwargs):
+            train = DataLoader(TrainSet(args), batch_size=8, shuffle=True, **kwargs)
+            val = DataLoader(ValSet(args), batch_size=8, **kwargs)
+            return train, val
+        """)
+    write("train.py", """\
+        import argparse
+        import torch
+        from tqdm import tqdm
+        from data import make_loaders
+
+        class Runner:
+            def __init__(self, args):
+                kwargs = {"num_workers": args.workers, "pin_memory": True}
+                self.train_loader, self.val_loader = make_loaders(args, **kwargs)
+                self.model = Net().cuda()
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def run_epoch(self):
+                bar = tqdm(self.train_loader)
+                for x, y in bar:
+                    loss = self.model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                    loss.backward()
+                    self.opt.step()
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--workers", type=int, default=4)
+            runner = Runner(parser.parse_args())
+            for epoch in range(50):
+                runner.run_epoch()
+
+        if __name__ == "__main__":
+            main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF101,SF102,SF103", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["line"], f["code"], f["message"], f["fix"]) for f in json.loads(result.stdout)]
+    message = "`DataLoader` starts its 4 worker processes again every epoch"
+    assert found == [("data.py", 4, "SF103", message, None), ("data.py", 5, "SF103", message, None)]
+
+
+def test_a_loader_kept_by_a_trainer_class_of_another_file_and_run_every_epoch(run_cli, tmp_path, write):
+    """BERT-pytorch's layout: `Pretrainer(model, train_loader=loader)` keeps the loader, its
+    `train(epoch)` hands it to `self.run(epoch, self.train_loader)`, whose loop steps; `main.py`
+    calls `trainer.train(epoch)` in an epoch loop: the workers start again every epoch."""
+    write("trainer.py", """\
+        import torch
+        import tqdm
+
+        class Pretrainer:
+            def __init__(self, model, train_loader):
+                self.model = model.cuda()
+                self.train_loader = train_loader
+                self.opt = torch.optim.Adam(self.model.parameters(), fused=True)
+
+            def train(self, epoch):
+                self.run(epoch, self.train_loader)
+
+            def run(self, epoch, data_loader, train=True):
+                bar = tqdm.tqdm(enumerate(data_loader))
+                for i, batch in bar:
+                    loss = self.model(batch.cuda(non_blocking=True))
+                    if train:
+                        loss.backward()
+                        self.opt.step()
+        """)
+    write("main.py", """\
+        from torch.utils.data import DataLoader
+        from trainer import Pretrainer
+
+        def main(args):
+            loader = DataLoader(load_corpus(args), batch_size=64, num_workers=5, pin_memory=True)
+            trainer = Pretrainer(build_model(args), train_loader=loader)
+            for epoch in range(args.epochs):
+                trainer.train(epoch)
+        """)
+    result = run_cli("scan", ".", "--select", "SF103", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("main.py", 5, "SF103")}
 
 
 def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_path, write):

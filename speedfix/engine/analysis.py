@@ -136,9 +136,11 @@ def analyze(
     cuda = links is not None and links.cuda is not None
     hot = links is not None and bool(links.hot)  # a helper of another file's training loop
     linked = links is not None and bool(links.modules)  # imports another scanned file
+    # the keywords other files pass into its functions' `**kwargs` count as written here (`num_workers`)
+    data = source.data + b" ".join(key.encode() for _, key, _ in links.kwargs) if links is not None else source.data
     # A file of a CUDA project may reach torch only through what it is given (`self.device`).
     if not (hot or cuda or any(marker in source.data for marker in _RELEVANT)) or not any(
-        cls.may_apply(source.data, cuda=cuda, hot=hot, linked=linked) for cls in rule_classes
+        cls.may_apply(data, cuda=cuda, hot=hot, linked=linked) for cls in rule_classes
     ):
         return _failed(result, _check_syntax_only(source, path))
     try:
@@ -148,7 +150,7 @@ def analyze(
     project = project or ProjectFiles.for_script(Path(source.path), (Path.cwd(),))
     context = FileContext(module, path, torch_version, links, project)
     rules = [cls(context) for cls in rule_classes
-             if cls.applies_to(torch_version) and cls.may_apply(source.data, cuda=cuda, hot=hot, linked=linked)]
+             if cls.applies_to(torch_version) and cls.may_apply(data, cuda=cuda, hot=hot, linked=linked)]
     top_of: dict[int, int] = {}
     walk_batched(module, [context, *rules], top_of)
     findings: list[Finding] = []

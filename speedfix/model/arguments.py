@@ -3,7 +3,7 @@
 Resolves, in this order: the keyword in the call, the positional slot, ``**kwargs`` built from a
 dict literal or ``dict(...)`` in the same scope (keys that are later changed through
 ``.update()`` or ``kw[key] = ...`` are unknown: they may be set conditionally), module-level
-constants and argparse defaults. Anything else is ``UNKNOWN``: rules stay silent rather than
+constants, argparse defaults and the project's run configs (`hp.train.num_workers`). Anything else is ``UNKNOWN``: rules stay silent rather than
 guess (TorchFix's TOR401 reports ``DataLoader(ds, **kwargs)`` as missing ``num_workers``;
 14 of its 23 hits on pytorch/examples were such false positives).
 """
@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.config_files import run_configs
+from speedfix.model.config_files import configured_value, run_configs
 from speedfix.model.context import LIGHTNING_DATAMODULE, FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
@@ -34,6 +35,7 @@ class ArgValue:
     state: State
     node: cst.BaseExpression | None = None
     arg: cst.Arg | None = None  # set when the value is written in the call itself
+    passed: bool = False  # the value another file's call passes through `**kwargs` (an option there, maybe)
 
     @property
     def missing(self) -> bool:
@@ -84,7 +86,7 @@ def _lookup_in_kwargs(ctx: FileContext, expr: cst.BaseExpression, key: str, stac
         return UNKNOWN
     value = ctx.single_value(name, stack)
     if value is None:
-        return UNKNOWN
+        return _passed_by_callers(ctx, name, key, stack)
     base = _lookup_in_kwargs(ctx, value, key, stack, depth + 1)
     if base.unknown:
         return UNKNOWN
@@ -92,6 +94,24 @@ def _lookup_in_kwargs(ctx: FileContext, expr: cst.BaseExpression, key: str, stac
     if touched is None or key in touched:
         return UNKNOWN
     return base
+
+
+def _passed_by_callers(ctx: FileContext, name: str, key: str, stack: Stack) -> ArgValue:
+    """`def make_loaders(args, **kwargs): DataLoader(..., **kwargs)`: what the other files'
+    calls pass as those keyword arguments (``Links.kwargs``), when each passes a dict literal
+    with the same keys and the values agree."""
+    function = ctx.function_of(stack)
+    star = function.params.star_kwarg if isinstance(function, cst.FunctionDef) else None
+    if star is None or star.name.value != name or ctx.assignments_in(function, name):
+        return UNKNOWN
+    owner = class_of_method(stack)
+    qualified = f"{owner.name.value}.{function.name.value}" if owner is not None else function.name.value  # type: ignore[union-attr]
+    given = {k: value for f, k, value in ctx.links.kwargs if f == qualified}
+    if not given or _keys_changed_later(ctx, name, stack, 0) != set():
+        return UNKNOWN
+    if key not in given:
+        return MISSING
+    return ArgValue(State.KNOWN, cst.parse_expression(given[key]), passed=True) if given[key] else UNKNOWN
 
 
 def _lookup_in_dict_literal(ctx: FileContext, node: cst.Dict, key: str, stack: Stack, depth: int) -> ArgValue:
@@ -199,7 +219,7 @@ def string_value(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
         return value if isinstance(value, str) else None
     if isinstance(node, cst.Name):
         return string_value(ctx, ctx.single_value(node.value, stack), stack, depth + 1)
-    return string_value(ctx, argparse_default(ctx, node) or declared_default(ctx, node, stack), stack, depth + 1)
+    return string_value(ctx, _default(ctx, node, stack), stack, depth + 1)
 
 
 def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> int | None:
@@ -214,7 +234,7 @@ def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack,
         return literal_int(ctx, value, stack, depth + 1)
     if isinstance(node, cst.Call) and dotted_name(node.func) == "int" and len(node.args) == 1:
         return literal_int(ctx, node.args[0].value, stack, depth + 1)  # `int(opt.workers)`
-    default = argparse_default(ctx, node) or declared_default(ctx, node, stack)
+    default = _default(ctx, node, stack)
     if default is not None:
         return literal_int(ctx, default, stack, depth + 1)
     init = init_argument(ctx, node, stack)
@@ -297,6 +317,17 @@ _DEFAULT = object()  # a run config that leaves the argument out
 def _section(ctx: FileContext, class_name: str) -> str:
     """LightningCLI's section for a class given to it in code: `data` for a DataModule, else `model`."""
     return "data" if ctx.is_subclass_of(class_name, *LIGHTNING_DATAMODULE) else "model"
+
+
+def _default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """What an option or setting holds by default: an argparse default, a settings class's
+    declared default, or the value the project's run configs give a config's attribute chain."""
+    found = argparse_default(ctx, node) or declared_default(ctx, node, stack)
+    if found is None and isinstance(node, cst.Attribute):
+        configured = configured_value(ctx, node)
+        if configured is not None and isinstance(configured.value, (bool, int, float, str)):
+            found = cst.parse_expression(repr(configured.value))
+    return found
 
 
 def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:
@@ -386,7 +417,24 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
     if not found or not _holds_parsed_args(ctx, found[-1]):
         return []
     dest = node.attr.value
-    return [site for site in ctx.method_calls("add_argument") if _dest_of(site) == dest]
+    return [site for site in _add_argument_calls(ctx) if _dest_of(site) == dest]
+
+
+def _add_argument_calls(ctx: FileContext) -> list[CallSite]:
+    """`parser.add_argument(...)` calls, also through a short alias (`arg = parser.add_argument`,
+    then `arg('--workers', type=int, default=4)`); found once per file."""
+    found = _ADD_ARGUMENT.get(ctx)
+    if found is None:
+        found = list(ctx.method_calls("add_argument"))
+        aliases = {name for name, assignments in ctx.assignments.items() if "." not in name and assignments and all(
+            isinstance(a.value, cst.Attribute) and a.value.attr.value == "add_argument" for a in assignments)}
+        if aliases:
+            found += [site for site in ctx.calls if isinstance(site.node.func, cst.Name) and site.node.func.value in aliases]
+        _ADD_ARGUMENT[ctx] = found
+    return found
+
+
+_ADD_ARGUMENT: WeakKeyDictionary[FileContext, list[CallSite]] = WeakKeyDictionary()
 
 
 def _holds_parsed_args(ctx: FileContext, assignment: Assignment) -> bool:

@@ -20,7 +20,8 @@ there a fused path beside it already (``has_fast_path``), may its keys come from
 cache (``may_cache_keys``), are its weights used elsewhere (``weights_used_elsewhere``), does a
 name it reads change between its statements (``moved_names_rebound``), which
 ``register_buffer`` call holds its causal mask (``causal_mask_buffer``), and is its scale
-SDPA's default 1/sqrt(head_dim) (``is_default_scale``).
+SDPA's default 1/sqrt(head_dim) (``is_default_scale``). And of a model asked for its attention
+weights (``output_attentions=True``): does anything read them (``attentions_unused``)?
 """
 
 from __future__ import annotations
@@ -737,3 +738,43 @@ def _is_power(node: cst.BaseExpression, exponent: float) -> cst.BaseExpression |
     if isinstance(right, (cst.Float, cst.Integer)) and sign * (number_value(right) or 0.0) == exponent:
         return node.left
     return None
+
+
+# What a Hugging Face model output holds besides the attention weights.
+_OTHER_OUTPUTS = frozenset({"last_hidden_state", "logits", "loss", "pooler_output", "hidden_states", "past_key_values"})
+
+
+def attentions_unused(ctx: FileContext, site: CallSite) -> bool:
+    """Are the attention weights a model call returns (`out = model(ids, output_attentions=True)`)
+    read by nothing: `out` is only read for its other fields (`out.last_hidden_state`), and any
+    `att = out.attentions[-1]` binds a name nobody reads? A result returned, passed on, indexed
+    or unpacked may carry them anywhere, and one never read shows nothing: used."""
+    statement = site.statement
+    small = statement.body[0] if statement is not None and len(statement.body) == 1 else None
+    if not isinstance(small, cst.Assign) or small.value is not site.node or len(small.targets) != 1 \
+            or not isinstance(small.targets[0].target, cst.Name):
+        return False
+    name = small.targets[0].target.value
+    function = ctx.function_of(site.stack)
+    scope = function if function is not None else ctx.module
+    reads = [node for node in walk_expression(scope) if isinstance(node, cst.Name) and node.value == name]
+    fields = [node for node in walk_expression(scope)
+              if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == name]
+    if not fields or len(reads) != len(fields) + 1:  # each read but the assignment's target is a field read
+        return False
+    for field_read in fields:
+        if field_read.attr.value == "attentions":
+            if not _bound_unread(ctx, function, scope, field_read):
+                return False
+        elif field_read.attr.value not in _OTHER_OUTPUTS:
+            return False
+    return True
+
+
+def _bound_unread(ctx: FileContext, function: cst.CSTNode | None, scope: cst.CSTNode, read: cst.Attribute) -> bool:
+    """Is ``read`` (`out.attentions`) part of the value of an assignment to a name that nothing reads?"""
+    for target, assignments in ctx.assignments_by_function.get(function, {}).items():
+        if "." in target or not any(read in walk_expression(a.value) for a in assignments if not a.unpacked):
+            continue
+        return sum(1 for node in walk_expression(scope) if isinstance(node, cst.Name) and node.value == target) == 1
+    return False

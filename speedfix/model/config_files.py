@@ -16,7 +16,9 @@ answered from them:
   `model` or `data` key), for a `LightningCLI` whose launch commands speedfix cannot see
   (`mytool fit -c experiments/run.yaml` through a console script);
 - ``builds_conv2d``: whether the project classes a run's YAML names build 2-D convolutions
-  (``classes_build_conv2d``: the same for classes a script names, `trainer.fit(CLIPWrapper(...))`).
+  (``classes_build_conv2d``: the same for classes a script names, `trainer.fit(CLIPWrapper(...))`);
+- ``configured_value``: the value a config object's attribute chain (`hp.train.num_workers`)
+  has in them, where the code that loads the config cannot be followed.
 
 The files are read through ``ProjectFiles`` (inside the project, as data, recorded for the cache).
 """
@@ -130,6 +132,26 @@ def _read(ctx: FileContext) -> list[tuple[Path, Node]]:
         if tree is not None:
             found.append((path, tree))
     return found
+
+
+def configured_value(ctx: FileContext, node: cst.BaseExpression) -> Node | None:
+    """`hp.train.num_workers`, where `hp` is a run config that code this file cannot follow
+    built (a parameter; a project class that reads the YAML named on the command line): the
+    scalar at `train.num_workers` in the project's run configs, when every config that sets it
+    agrees. Two attributes at least (`args.workers` is an option, not a config section), and
+    never `self.`."""
+    path: list[str] = []
+    while isinstance(node, cst.Attribute):
+        path.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name) or node.value == "self" or len(path) < 2 or node.value in ctx.imports.bindings:
+        return None
+    keys = tuple(reversed(path))
+    found = [value for _path, tree in run_configs(ctx).files if (value := tree.get(*keys)) is not None]
+    scalars = {repr(value.value) for value in found}
+    if not found or len(scalars) != 1 or isinstance(found[0].value, (dict, list)):
+        return None
+    return found[0]
 
 
 def _target(node: Node) -> str | None:

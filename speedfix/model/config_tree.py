@@ -119,13 +119,22 @@ def parse_yaml(text: str, path: Path) -> Node:
     import yaml  # only scripts with YAML configuration pay for the import
 
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        roots = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML ({_first_line(exc)})") from None
     lines = tuple(text.splitlines())
-    if root is None:
+    if not roots or roots == [None]:
         return Node({}, Location(path, 1, 1, 1, 1), lines=lines)
-    return _Builder(path, lines).node(root)
+    builder = _Builder(path, lines)
+    trees = [builder.node(root) for root in roots if root is not None]
+    if len(trees) == 1:
+        return trees[0]
+    if not all(isinstance(tree.value, dict) for tree in trees):
+        raise ConfigError("not valid YAML (several documents that are not all mappings)")
+    merged: dict[str, Node] = {}  # `---`-separated sections of one config, read as one (`yaml.load_all`)
+    for tree in trees:
+        merged.update(tree.value)
+    return Node(merged, trees[0].where, lines=lines)
 
 
 def parse_json(text: str, path: Path) -> Node:

@@ -9,10 +9,11 @@ a class of this file) or of another scanned file (``Links``, see ``speedfix.proj
 `.backward()` with no update beside it, in code that only reads the gradients it makes (a
 receptive field or a saliency map drawn from `img.grad`), marks no step. Code is
 *hot* when its nearest enclosing step loop is reached before a function boundary and no periodic
-guard sits in between; functions called from hot code (one level, also from another scanned
-file), Lightning ``training_step`` methods and what they call (``self.shared_step(batch)``, one
-level) are hot too, except for code under ``if isinstance(v, torch.Tensor):`` in such a helper
-(whether it runs on tensors is the caller's business). An epoch loop that only contains the batch loop is not a step loop, so what runs once
+guard sits in between; functions called from hot code (also from another scanned file, and
+then two levels more), the ``forward`` of a module class whose object hot code calls, Lightning
+``training_step`` methods and what they call (``self.shared_step(batch)``) are hot too, except
+for code under ``if isinstance(v, torch.Tensor):`` in such a helper (whether it runs on tensors
+is the caller's business). An epoch loop that only contains the batch loop is not a step loop, so what runs once
 per epoch is not hot.
 """
 
@@ -209,12 +210,15 @@ class FileContext(FileIndex):
 
     @cached_property
     def hot_functions(self) -> set[cst.CSTNode]:
-        """Functions run on every step: called from hot code here (one level), or from a
-        training loop in another scanned file (``Links.hot``), and Lightning training steps."""
+        """Functions run on every step: called from hot code here, or from a training loop in
+        another scanned file (``Links.hot``), Lightning training steps, and the `forward` of a
+        module class of this file whose object hot code calls (`model(x)` after `model =
+        Tagger.from_pretrained(...)`); then what those call outside a periodic guard, two levels
+        more (a logger's `log()` that turns every step's images into pictures)."""
         hot: set[cst.CSTNode] = set()
         for site in self.calls:
             if self._hot(site.stack, through_calls=False):
-                hot.update(info.node for info in self.local_callees(site))
+                hot.update(self._runs(site))
         for key in self.links.hot:
             owner, _, name = key.rpartition(".")
             hot.update(info.node for info in self.functions.get(name, ()) if info.class_name == (owner or None))
@@ -225,6 +229,11 @@ class FileContext(FileIndex):
             owner = _step_around(site.stack, steps)
             if owner is not None:
                 hot.update(info.node for info in self._step_callees(site, owner))
+        for _ in range(2):
+            more = {node for site in self.calls if _plainly_in(site.stack, hot) for node in self._runs(site)} - hot
+            if not more:
+                break
+            hot |= more
         return hot
 
     def _step_callees(self, site: CallSite, owner: str) -> list[FunctionInfo]:
@@ -245,6 +254,40 @@ class FileContext(FileIndex):
                     lineage.add(base)
                     todo.append(base)
         return [info for info in self.functions.get(func.attr.value, ()) if info.class_name in lineage]
+
+    def _runs(self, site: CallSite) -> list[cst.CSTNode]:
+        """The functions of this file a call runs: its callees, or a module's `forward`."""
+        found = [info.node for info in self.local_callees(site)]
+        for owner in self.module_classes_called(site):
+            found.extend(info.node for info in self.functions.get("forward", ()) if info.class_name == owner)
+        return found
+
+    def module_classes_called(self, site: CallSite) -> set[str]:
+        """The classes of this file whose objects a call like `model(x)` or `self.net(x)` runs:
+        what the name is built by (`Net(...)`, `Net.from_pretrained(...)`, moved with `.to()`
+        or `.cuda()`), in its scope, or for `self.net` in any method of the class."""
+        name = dotted_name(site.node.func)
+        if name is None or name in self.functions or name in self.classes:
+            return set()
+        if name.startswith("self."):
+            owner = self.class_of(site.stack)
+            assignments = [a for a in self.assignments.get(name, ()) if owner is not None and self.class_of(a.stack) is owner]
+        elif "." not in name:
+            assignments = self.assignments_in_scope(name, site.stack)
+        else:
+            return set()
+        found: set[str] = set()
+        for assignment in assignments:
+            value = assignment.part if assignment.unpacked else assignment.value
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                    and value.func.attr.value in MODULE_METHODS:
+                value = value.func.value  # `Net().cuda()`, `Net(...).to(device)`
+            built = dotted_name(value.func) if isinstance(value, cst.Call) else None
+            if built is not None and built.rsplit(".", 1)[-1] in _LOADERS:
+                built = built.rsplit(".", 1)[0]  # `Tagger.from_pretrained(path)`
+            if built in self.classes:
+                found.add(built)
+        return found
 
     def is_hot(self, stack: Stack) -> bool:
         """Does code at ``stack`` run on every training step (see the module docstring)?"""
@@ -275,6 +318,22 @@ def _step_around(stack: Stack, steps: dict[cst.CSTNode, str | None]) -> str | No
         if frame.kind is FrameKind.FUNCTION:
             return steps.get(frame.node)
     return None
+
+
+# Methods that return the module itself (or a copy of it) rather than build another one, and
+# class methods that build one: `Net().cuda()`, `Tagger.from_pretrained(path)` make a `Net`, a `Tagger`.
+MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "to_empty"})
+_LOADERS = frozenset({"from_pretrained", "from_config"})
+
+
+def _plainly_in(stack: Stack, functions: set[cst.CSTNode]) -> bool:
+    """Is code at ``stack`` in one of ``functions`` itself, not under a periodic or type guard?"""
+    for frame in reversed(stack):
+        if frame.kind in (FrameKind.GUARD, FrameKind.TYPE_GUARD, FrameKind.CLASS):
+            return False
+        if frame.kind is FrameKind.FUNCTION:
+            return frame.node in functions
+    return False
 
 
 # In-place tensor methods that update weights with a gradient (`p.data.add_(p.grad, alpha=-lr)`).

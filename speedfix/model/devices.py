@@ -44,7 +44,7 @@ def copies_to_device(ctx: FileContext) -> bool:
     if found is None:
         found = _COPIES[ctx] = (
             any(True for _ in ctx.method_calls("to")) or any(True for _ in ctx.method_calls("cuda"))
-            or any(uploads for _, _, uploads in ctx.links.feeds)
+            or any(uploads for _, _, uploads, _ in ctx.links.feeds)
             or any((callee := ctx.project_callee(site)) is not None
                    and (callee.uploads or (callee.moves and ctx.in_training_loop(site.stack))) for site in ctx.calls)
         )

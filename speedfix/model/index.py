@@ -139,6 +139,7 @@ class FileIndex(NameBindings, Visitor):
         # the project's configuration files, read inside the project only (None: none are read)
         self.project = project
         self.imports = ImportTable()
+        self.imports.add_star_libraries(self.links.star_libraries)
         self.calls: list[CallSite] = []
         self.assignments: dict[str, list[Assignment]] = defaultdict(list)
         # `kw["num_workers"] = 4`: mutations of a dict that **kwargs resolution must respect

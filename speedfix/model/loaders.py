@@ -285,8 +285,18 @@ def iterated_per_epoch(ctx: FileContext, loader: str, depth: int = 0) -> bool:
     if depth < 2 and any(iterated_per_epoch(ctx, param, depth + 1) for site in index.local_calls_with.get(loader, ())
                          for param in _parameters_given(ctx, site, loader) if param != loader):
         return True
-    return any(_stored_and_iterated_per_epoch(ctx, site, attr)  # `Trainer(model, loader).fit(epochs)` of this file
-               for site in index.classes_given.get(loader, ()) for attr in _stored_as(ctx, site, loader))
+    if any(_stored_and_iterated_per_epoch(ctx, site, attr)  # `Trainer(model, loader).fit(epochs)` of this file
+           for site in index.classes_given.get(loader, ()) for attr in _stored_as(ctx, site, loader)):
+        return True
+    return any(_trainer_run_in_a_loop(ctx, index, site) for site in index.local_calls_with.get(loader, ())
+               if ctx.project_iterates(site, loader))
+
+
+def _trainer_run_in_a_loop(ctx: FileContext, index: _Iterations, site: CallSite) -> bool:
+    """`trainer = BERTTrainer(model, train_dataloader=loader)` of another file, whose training
+    loop iterates the loader it keeps, then `trainer.train(epoch)` in an epoch loop."""
+    name = assigned_name(site)
+    return name is not None and "." not in name and name in index.receivers_in_loops
 
 
 def _parameters_given(ctx: FileContext, site: CallSite, name: str) -> list[str]:
@@ -319,6 +329,7 @@ class _Iterations:
     classes_given: dict[str, list[CallSite]]  # name -> `Trainer(...)` calls of a class of this file given it
     aliases: dict[str, set[str]]  # name -> names bound to it (`active = train_loader`, `pbar = tqdm(loader)`)
     local_calls_with: dict[str, list[CallSite]]  # name -> the calls of functions of this file (not methods) given it
+    receivers_in_loops: set[str]  # names whose methods are called in a loop (`trainer.train(epoch)`)
 
 
 _ITERATIONS: WeakKeyDictionary[FileContext, _Iterations] = WeakKeyDictionary()
@@ -347,10 +358,12 @@ def _iterations(ctx: FileContext) -> _Iterations:
                 classes.setdefault(name, []).append(site)
     local_calls: dict[str, list[CallSite]] = {}
     for site in ctx.calls:
-        if site.func in ctx.functions and "." not in site.func:
+        if site.func is not None and "." not in site.func and (site.func in ctx.functions or ctx.links.modules):
             for name in {dotted_name(arg.value) for arg in site.node.args} - {None}:
                 local_calls.setdefault(name, []).append(site)  # type: ignore[arg-type]
-    found = _Iterations(per_epoch, passed - {None}, loop_calls, classes, _all_aliases(ctx), local_calls)  # type: ignore[arg-type]
+    receivers = {dotted_name(site.node.func.value) for site in in_loop if isinstance(site.node.func, cst.Attribute)}
+    found = _Iterations(per_epoch, passed - {None}, loop_calls, classes, _all_aliases(ctx), local_calls,  # type: ignore[arg-type]
+                        receivers - {None})  # type: ignore[arg-type]
     _ITERATIONS[ctx] = found
     return found
 
@@ -490,16 +503,18 @@ def _shown(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name)
 
 
-def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool] | None:
-    """(iterated every epoch, its batches copied to a device) when the DataLoader of ``site`` is
-    returned by a module-level function whose result a training loop of another scanned file
-    iterates (`return DataLoader(...)` in `data.py`, `loader = get_loader(...)` in `train.py`)."""
+def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool, bool] | None:
+    """(iterated every epoch, its batches copied to a device, its dataset changed between epochs)
+    when the DataLoader of ``site`` is returned by a module-level function whose result a
+    training loop of another scanned file iterates (`return DataLoader(...)` in `data.py`,
+    `loader = get_loader(...)` in `train.py`, or handed on to a `train(...)` that loops over it)."""
     if not ctx.links.feeds:
         return None
     function = ctx.function_of(site.stack)
     if not isinstance(function, cst.FunctionDef) or ctx.class_of(site.stack) is not None:
         return None
-    uses = next(((per_epoch, uploads) for name, per_epoch, uploads in ctx.links.feeds if name == function.name.value), None)
+    uses = next(((per_epoch, uploads, changed) for name, per_epoch, uploads, changed in ctx.links.feeds
+                 if name == function.name.value), None)
     if uses is None:
         return None
     return uses if is_returned(function, site) else None

@@ -15,14 +15,14 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.arguments import argparse_default
-from speedfix.model.context import FileContext
+from speedfix.model.context import MODULE_METHODS, FileContext
 from speedfix.model.flow import comes_before
 from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import FrameKind, Stack, class_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.project import FunctionFacts
-from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, layer_kind
+from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, NOT_CONV_NETS, layer_kind
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
 
@@ -37,8 +37,6 @@ DISTRIBUTED_DATA_PARALLEL = (
 )
 PARALLEL_WRAPPERS = DATA_PARALLEL + DISTRIBUTED_DATA_PARALLEL
 CONV2D = tuple(name for name, dims in CONV_LAYERS.items() if dims == 2)
-# Methods that return the module itself (or a copy of it) rather than build another one.
-_MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "to_empty"})
 _ZOO_FACTORIES = {
     "torchvision.models.get_model": "torchvision",
     "timm.create_model": "timm",
@@ -47,11 +45,6 @@ _ZOO_FACTORIES = {
 }
 # diffusers' 2-D convolutional networks (U-Nets with attention blocks, VAEs).
 _DIFFUSERS_CONV_NETS = frozenset({"UNet2DModel", "UNet2DConditionModel", "AutoencoderKL", "VQModel", "ControlNetModel"})
-# Families without 2-D convolutions beyond a patch embedding (vision transformers, MLP mixers).
-_NOT_CONV_NETS = (
-    "vit", "swin", "maxvit", "deit", "beit", "eva", "cait", "xcit", "mixer", "gmlp", "resmlp", "pit_",
-    "crossvit", "twins", "tnt_", "convit", "sequencer", "hiera", "flexivit", "samvit", "vitamin",
-)
 
 
 # ---------------------------------------------------------------- building and wrapping
@@ -60,7 +53,7 @@ def peel(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression:
     `nn.DataParallel(Net().cuda()).cuda()` -> `Net()`."""
     while isinstance(expr, cst.Call):
         func = expr.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _MODULE_METHODS:
+        if isinstance(func, cst.Attribute) and func.attr.value in MODULE_METHODS:
             expr = func.value
         elif ctx.qualname(func) in PARALLEL_WRAPPERS and expr.args and expr.args[0].keyword is None:
             expr = expr.args[0].value
@@ -71,7 +64,7 @@ def peel(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression:
 
 def wrapper_of(ctx: FileContext, expr: cst.BaseExpression) -> tuple[str, cst.Call] | None:
     """(qualified wrapper, its call) when ``expr`` is `DDP(x, ...)` or `nn.DataParallel(x).cuda()`."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _MODULE_METHODS:
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in MODULE_METHODS:
         expr = expr.func.value
     if isinstance(expr, cst.Call) and expr.args and expr.args[0].keyword is None:
         qualified = ctx.qualname(expr.func)
@@ -137,7 +130,7 @@ def _string_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> s
 def is_conv_architecture(name: str | None) -> bool:
     """A zoo architecture with 2-D convolutions throughout (unknown names count: the classification
     zoos are mostly CNNs, and `models.__dict__[args.arch]` scripts default to a ResNet)."""
-    return name is None or not name.lower().startswith(_NOT_CONV_NETS)
+    return name is None or not name.lower().startswith(NOT_CONV_NETS)
 
 
 def is_conv2d_net(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> bool:
@@ -186,7 +179,18 @@ def project_known_matmuls(ctx: FileContext, call: cst.Call) -> bool:
 
 
 def _project_builder(ctx: FileContext, call: cst.Call) -> FunctionFacts | None:
-    return ctx.links.function(ctx.project_name(dotted_name(call.func))) if ctx.links.modules else None
+    return ctx.links.function(ctx.project_name(_called_name(ctx, call.func))) if ctx.links.modules else None
+
+
+def _called_name(ctx: FileContext, func: cst.BaseExpression) -> str | None:
+    """`models.resnet50` for `models.resnet50(...)`, and for `getattr(models, args.model)(...)`
+    with an argparse default (or a literal) of "resnet50": a builder picked by name from a module."""
+    if isinstance(func, cst.Call) and dotted_name(func.func) == "getattr" and len(func.args) == 2 \
+            and not ctx.qualname(func.func):
+        owner = dotted_name(func.args[0].value)
+        name = _string_value(ctx, func.args[1].value, ())
+        return f"{owner}.{name}" if owner and name else None
+    return dotted_name(func)
 
 
 def built_classes(ctx: FileContext, call: cst.Call, stack: Stack, depth: int = 0) -> set[str]:
@@ -484,8 +488,7 @@ def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
     receivers = [
         dotted_name(node.func.value)
         for node in walk_expression(expr)
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in ("parameters", "named_parameters")
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and _gives_parameters(node.func)
     ]
     roots = {r.split(".")[0] if not r.startswith("self.") else ".".join(r.split(".")[:2]) for r in receivers if r}
     if not roots and isinstance(expr, cst.Call):
@@ -498,6 +501,17 @@ def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
     if not roots and depth == 0:
         roots = _function_parameter_roots(ctx, stack)  # groups filled in a loop over `model.named_parameters()`
     return {_unaliased(ctx, root, stack) for root in roots}
+
+
+def _gives_parameters(method: cst.Attribute) -> bool:
+    """`model.parameters()`, `named_parameters()`, or a method of the model's own that hands
+    out a share of them (`model.get_1x_lr_params()` for a backbone's lower learning rate,
+    `model.trainable_params()`): not a method of the parsed options."""
+    name = method.attr.value
+    if name in ("parameters", "named_parameters"):
+        return True
+    receiver = dotted_name(method.value) or ""
+    return "param" in name.lower() and receiver.split(".", 1)[0] not in _OPTIONS_NAMES
 
 
 def _function_parameter_roots(ctx: FileContext, stack: Stack) -> set[str]:
@@ -689,6 +703,19 @@ def model_names(ctx: FileContext, model: str, stack: Stack) -> dict[cst.CSTNode 
                 param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
                 if param is not None:
                     names.setdefault(callee[0].node, set()).add(param)
+    return names
+
+
+def model_aliases(ctx: FileContext, model: str, function: cst.CSTNode | None) -> set[str]:
+    """``model`` and the names ``function`` binds to it as it is (`self.model = model`, or
+    `self.model, self.optimizer = model, optimizer` in a trainer class's `__init__`): the model
+    is wrapped and moved under those names too (`self.model = DataParallel(self.model)`)."""
+    names = {model}
+    for target, assignments in ctx.assignments_by_function.get(function, {}).items():
+        for assignment in assignments:
+            value = assignment.part if assignment.unpacked else assignment.value
+            if not assignment.augmented and value is not None and dotted_name(value) == model:
+                names.add(target)
     return names
 
 

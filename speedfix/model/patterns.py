@@ -202,16 +202,33 @@ def is_step_loop_source(ctx: FileContext, info: LoopInfo) -> bool:
     What drives a training loop is its batches, whatever the loader is called."""
     if info.node not in ctx.step_loops or info.iter is None:
         return False
-    source = unwrap_iterable(info.iter)
-    name = dotted_name(source)
-    if name is None:
-        return False
+    name = dotted_name(unwrap_iterable(info.iter))
+    function = ctx.function_of(info.stack)
+    return name is not None and _from_outside(ctx, function, name, 0)
+
+
+def _from_outside(ctx: FileContext, function: cst.CSTNode | None, name: str, depth: int) -> bool:
+    """Is ``name`` a loader handed in: an attribute (`self.train_data`), a parameter (keyword-only
+    too), or a local name only ever bound to one of those or to a slice of itself (`tl =
+    train_loader`, then `tl = islice(tl, epoch_size)` for a shorter epoch)?"""
     if name.startswith("self.") and name.count(".") == 1:
         return True
-    function = ctx.function_of(info.stack)
-    if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
+    if not isinstance(function, cst.FunctionDef) or depth > 2:
         return False
-    return name in {param.name.value for param in function.params.params}
+    assignments = ctx.assignments_in(function, name)
+    if not assignments:
+        params = function.params
+        return name in {param.name.value for param in (*params.params, *params.kwonly_params)}
+    for assignment in assignments:
+        value = unwrap_iterable(assignment.value)
+        if isinstance(value, cst.Call) and ctx.qualname(value.func) == "itertools.islice" and value.args:
+            value = value.args[0].value
+        source = dotted_name(value)
+        if assignment.unpacked or assignment.augmented or source is None:
+            return False
+        if source != name and not _from_outside(ctx, function, source, depth + 1):
+            return False
+    return True
 
 
 _CUDNN_SWITCHES = ("cudnn.benchmark", "cudnn.deterministic", "cudnn.enabled")

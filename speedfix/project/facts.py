@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, MATMUL_LAYERS, MATMUL_METHODS,
-                                    is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind)
+                                    is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class FunctionFacts:
     steps: bool = False  # a backward/optimizer step outside any loop: a loop calling it trains
     trains: bool = False  # holds a training loop
     iterated: tuple[str, ...] = ()  # parameters its training loop iterates (the loader)
+    epochs: tuple[str, ...] = ()  # ... in a loop inside another loop of the function (every epoch)
+    changes: tuple[str, ...] = ()  # parameters whose `.dataset` a loop changes (`loader.dataset.reshuffle()`)
     loops_over: tuple[str, ...] = ()  # parameters any of its loops iterates (an evaluation's loader too)
     uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
     moves: bool = False  # it copies to a device anywhere (`def to_device(batch, device)`: a loop's helper)
@@ -61,6 +63,14 @@ class ModuleFacts:
     # imported functions whose returned loader a training loop here iterates (`loader = get_loader()`):
     # (qualified name, iterated every epoch, its batches copied to a device)
     loader_calls: tuple[tuple[str, bool, bool], ...] = ()
+    # a loader made by an imported function, handed to another imported function: (the maker, the
+    # callee, the parameter it is given as: its position as digits, or its keyword)
+    loader_hands: tuple[tuple[str, str, str], ...] = ()
+    # keyword arguments handed to an imported function as `**kw` of a dict literal (`make_loaders(args,
+    # **kwargs)` with `kwargs = {"num_workers": args.workers}`): (callee, key, the value's repr, or ""
+    # when it is not a constant or an argparse default); key "*": a `**` whose keys are unknown, key
+    # "#": the keys one call passes, comma-separated
+    kwargs_given: tuple[tuple[str, str, str], ...] = ()
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
     # imported classes it builds: (qualified name, `.from_argparse_args` or "", keywords passed,
@@ -87,6 +97,8 @@ class ModuleFacts:
             functions=functions,
             hot_calls=tuple(map(str, record["hot_calls"])),
             loader_calls=tuple((str(q), bool(e), bool(u)) for q, e, u in record["loader_calls"]),
+            loader_hands=tuple((str(m), str(c), str(p)) for m, c, p in record["loader_hands"]),
+            kwargs_given=tuple((str(c), str(k), str(v)) for c, k, v in record["kwargs_given"]),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
             constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
@@ -157,6 +169,11 @@ class _Function:
     loops: list[_Loop] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
     made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
+    aliases: dict[str, str] = field(default_factory=dict)  # `v = tqdm(loader)`, `v = loader` -> v: loader
+    dicts: dict[str, ast.Dict] = field(default_factory=dict)  # `kw = {"num_workers": 4}` -> kw: the literal
+    # `self.iteration(epoch, self.train_data)`: (callee as written, its arguments' names by position or keyword)
+    passes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    changes: set[str] = field(default_factory=set)  # names whose `.dataset` a loop changes
 
 
 class _Collector(ast.NodeVisitor):
@@ -181,6 +198,12 @@ class _Collector(ast.NodeVisitor):
         # "heavy" (attention, recurrent layers, matmuls written out: more than a classifier head)
         self.layers: dict[str, set[int | str]] = {}
         self.made_at_module: dict[str, str] = {}  # module-level `v = f(...)` -> v: f (as written)
+        self.partials: dict[str, str] = {}  # module-level `v = partial(f, ...)` -> v: f (as written)
+        self.module_aliases: dict[str, str] = {}  # module-level `v = tqdm(loader)` -> v: loader
+        self.hands: list[tuple[str, str, str]] = []  # (maker, callee, slot) as written: see ModuleFacts.loader_hands
+        self.kwargs: list[tuple[str, str, str]] = []  # (callee as written, key, value): see ModuleFacts.kwargs_given
+        self.defaults: dict[str, str] = {}  # argparse destination -> repr of its constant default
+        self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -264,7 +287,9 @@ class _Collector(ast.NodeVisitor):
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         self.visit(node.iter)
         self.visit(node.target)
-        self._visit_loop(node, dotted(_unwrap(node.iter)))
+        iterable = dotted(_unwrap(node.iter))
+        aliases = self.function_stack[-1].aliases if self.function_stack else self.module_aliases
+        self._visit_loop(node, aliases.get(iterable, iterable) if iterable else None)  # `loader = tqdm(train_loader)`
 
     visit_AsyncFor = visit_For  # type: ignore[assignment]
 
@@ -296,11 +321,18 @@ class _Collector(ast.NodeVisitor):
         function = self.function_stack[-1] if self.function_stack else None
         made = dotted(value.func) if isinstance(value, ast.Call) else None
         made_by = function.made_by if function is not None else None if self.class_stack else self.made_at_module
+        on_self = self.class_made_by.setdefault(function.class_name, {}) if function and function.class_name else None
         for target in targets:
             if isinstance(target, (ast.Tuple, ast.List)) and made and made_by is not None:
                 for element in target.elts:  # `train_loader, val_loader = get_loaders(...)`
                     if isinstance(element, ast.Name):
                         made_by[element.id] = made
+                    elif on_self is not None and (attribute := dotted(element)) and attribute.startswith("self."):
+                        on_self[attribute] = made  # `self.train_loader, self.val_loader = make_loaders(...)`
+            if on_self is not None and made and (attribute := dotted(target)) and attribute.startswith("self."):
+                on_self[attribute] = made
+            if function is not None and isinstance(target, ast.Name) and isinstance(value, ast.Dict):
+                function.dicts[target.id] = value
             name = dotted(target)
             if name is None:
                 continue
@@ -308,8 +340,83 @@ class _Collector(ast.NodeVisitor):
                 self.cuda_names.add(name)
             if made and made_by is not None and "." not in name:
                 made_by[name] = made
+            source = dotted(_unwrap(value)) if isinstance(value, (ast.Name, ast.Attribute, ast.Call)) else None
+            if source is not None and source != name and "." not in name and made_by is not None:
+                (function.aliases if function is not None else self.module_aliases)[name] = source
+            if made_by is self.made_at_module and isinstance(value, ast.Call) and self.resolve(made) == "functools.partial" \
+                    and value.args and isinstance(target, ast.Name):
+                self._partial(target.id, value)
             if function is not None and name.startswith("self.") and isinstance(value, ast.Name) and value.id in function.params:
                 function.stored[name[5:]] = value.id
+
+    def _partial(self, name: str, call: ast.Call) -> None:
+        """`resnet50 = partial(ResNet, net_cls=M.resnet50)`: a module-level builder of what the
+        partial calls, with what its arguments name (a zoo network passed in as a keyword too)."""
+        self.partials[name] = dotted(call.args[0]) or ""
+        for arg in [*call.args, *(keyword.value for keyword in call.keywords)]:
+            built = dotted(arg)
+            if built is not None:
+                self._builds(name, built)
+
+    def _hands(self, func: str, node: ast.Call) -> None:
+        """`train(args, trainloader, ...)` with `trainloader = create_dataloader(...)`: the
+        loader another function made, handed to this call (see ModuleFacts.loader_hands)."""
+        made_by = self.function_stack[-1].made_by if self.function_stack else self.made_at_module
+        slots = [(str(index), arg) for index, arg in enumerate(node.args)]
+        slots += [(keyword.arg, keyword.value) for keyword in node.keywords if keyword.arg]
+        for slot, arg in slots:
+            made = made_by.get(arg.id) if isinstance(arg, ast.Name) else None
+            if made is not None:
+                self.hands.append((made, func, slot))
+
+    def _passes(self, func: str, node: ast.Call) -> None:
+        """A call of this file's functions (`f(...)`, `self.m(...)`) given a parameter or a `self.`
+        attribute: what the callee's loops iterate, the caller iterates through it."""
+        if not self.function_stack or func.count(".") > (1 if func.startswith("self.") else 0):
+            return
+        function = self.function_stack[-1]
+        given = {str(index): name for index, arg in enumerate(node.args) if (name := dotted(arg)) is not None}
+        given.update({keyword.arg: name for keyword in node.keywords if keyword.arg and (name := dotted(keyword.value))})
+        given = {slot: name for slot, name in given.items() if name in function.params or name.startswith("self.")}
+        if given:
+            function.passes.append((func, given))
+
+    def _kwargs(self, func: str, node: ast.Call) -> None:
+        """`make_loaders(args, **kwargs)` with a dict literal `kwargs` of this function: each key
+        and its value (see ModuleFacts.kwargs_given); also the argparse defaults a value may name."""
+        if func.endswith("add_argument"):
+            self._argparse_default(node)
+            return
+        for keyword in node.keywords:
+            if keyword.arg is not None:
+                continue
+            name = keyword.value.id if isinstance(keyword.value, ast.Name) else None
+            literal = keyword.value if isinstance(keyword.value, ast.Dict) else \
+                self.function_stack[-1].dicts.get(name or "") if self.function_stack else None
+            if literal is None or any(key is None or not isinstance(key, ast.Constant) for key in literal.keys):
+                self.kwargs.append((func, "*", ""))
+                continue
+            keys = [str(key.value) for key in literal.keys]  # type: ignore[union-attr]
+            self.kwargs.append((func, "#", ",".join(sorted(keys))))  # which keys this call passes
+            for key, value in zip(keys, literal.values):
+                self.kwargs.append((func, key, self._constant(value)))
+
+    def _argparse_default(self, node: ast.Call) -> None:
+        options = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+        default = next((k.value for k in node.keywords if k.arg == "default"), None)
+        longs = [option for option in options if option.startswith("--")]
+        if isinstance(default, ast.Constant) and (longs or options):
+            self.defaults[(longs or options)[0].lstrip("-").replace("-", "_")] = repr(default.value)
+
+    @staticmethod
+    def _constant(value: ast.expr) -> str:
+        """The repr of a constant, `@workers` for an option `args.workers` (its argparse default
+        is looked up once the whole file is read), "" otherwise."""
+        if isinstance(value, ast.Constant):
+            return repr(value.value)
+        if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+            return f"@{value.attr}"
+        return ""
 
     def _mentions_cuda(self, node: ast.AST) -> bool:
         for child in ast.walk(node):
@@ -386,11 +493,17 @@ class _Collector(ast.NodeVisitor):
         if loop is not None:
             if moves:
                 loop.uploads = True
+            if func is not None and ".dataset." in func and self.function_stack:
+                self.function_stack[-1].changes.add(func.split(".", 1)[0])  # `loader.dataset.shuffle()` each epoch
             if func is not None:
                 loop.calls.append((func, self.guards > 0))
         if self.class_stack and func is not None:
             self._builds_through(self.class_stack[-1], node)
         self._construction(node, func)
+        if func is not None:
+            self._hands(func, node)
+            self._kwargs(func, node)
+            self._passes(func, node)
         owner = self._layer_owner()
         if owner is not None and (layer_kind(self.resolve(func)) == "matmul" or (
                 isinstance(node.func, ast.Attribute) and node.func.attr in MATMUL_METHODS)):
@@ -421,7 +534,9 @@ class _Collector(ast.NodeVisitor):
         self.builds.setdefault(owner, set()).add(func)
         qualified = self.resolve(func)
         layer = layer_kind(qualified)
-        if layer is not None:
+        if zoo_cnn(qualified):  # `torchvision.models.resnet50`: convolutions and a classifier head
+            self.layers.setdefault(owner, set()).update((2, "matmul"))
+        elif layer is not None:
             self.layers.setdefault(owner, set()).add(layer)
         if qualified in MATMUL_LAYERS:  # more than a classifier head
             self.layers.setdefault(owner, set()).add("heavy")
@@ -468,7 +583,10 @@ class _Collector(ast.NodeVisitor):
             if not loop.marker and any(self._local_callee(callee, loop) in step_functions for callee, _ in loop.calls):
                 loop.marker = True
         functions = {name: self._function_facts(function) for name, function in self.functions.items()}
+        self._passed_on(functions)
         functions.update(self._constructors(functions))
+        for name, target in self.partials.items():  # called as what it wraps
+            functions.setdefault(name, functions.get(target, FunctionFacts()))
         for name, layers in self._layers_reached().items():
             if name in functions:
                 dims = tuple(sorted(layer for layer in layers if isinstance(layer, int)))
@@ -484,10 +602,37 @@ class _Collector(ast.NodeVisitor):
             functions=functions,
             hot_calls=tuple(hot),
             loader_calls=self._loader_calls(),
+            loader_hands=self._loader_hands(),
+            kwargs_given=tuple(sorted({
+                (target, key, self.defaults.get(value[1:], "") if value.startswith("@") else value)
+                for func, key, value in self.kwargs if (target := self.resolve(func)) and target.split(".", 1)[0] not in _EXTERNAL
+            })),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
         )
+
+    def _passed_on(self, functions: dict[str, FunctionFacts]) -> None:
+        """`def train(self, epoch): self.iteration(epoch, self.train_data)` where `iteration`'s
+        training loop iterates its `data_loader`: `train` iterates `self.train_data` (two calls deep)."""
+        for _ in range(2):
+            for name, function in self.functions.items():
+                facts = functions[name]
+                for callee, given in function.passes:
+                    head, _, rest = callee.partition(".")
+                    key = f"{function.class_name}.{rest}" if head == "self" and function.class_name else callee
+                    other = functions.get(key) if key != name else None
+                    if other is None or not other.iterated:
+                        continue
+                    params = other.params[1:] if other.params[:1] == ("self",) else other.params
+                    taken = {(params[int(slot)] if slot.isdigit() and int(slot) < len(params) else slot): arg
+                             for slot, arg in given.items()}
+                    loops = [arg for param, arg in taken.items() if param in other.iterated and arg not in facts.iterated]
+                    if loops:
+                        facts = replace(facts, trains=True, uploads=facts.uploads or other.uploads,
+                                        iterated=facts.iterated + tuple(loops),
+                                        epochs=facts.epochs + tuple(a for p, a in taken.items() if p in other.epochs))
+                functions[name] = facts
 
     def _layers_reached(self) -> dict[str, set[int | str]]:
         """Classes and factories that build convolutions or RNNs, through the file's own classes
@@ -508,14 +653,18 @@ class _Collector(ast.NodeVisitor):
         return {name for name, function in self.functions.items() if function.returns_cuda and not function.class_name}
 
     def _local_callee(self, callee: str, loop: _Loop) -> str | None:
-        """`f(...)` or `self.f(...)` in this file: the function's key in ``self.functions``."""
+        """`f(...)`, `self.f(...)` or `obj.f(...)` with `obj = Cls(...)` of this file: the
+        function's key in ``self.functions``."""
         if "." not in callee:
             return callee
         head, _, rest = callee.partition(".")
+        if "." in rest:
+            return None
         owner = loop.function.class_name if loop.function is not None else None
-        if head == "self" and owner and "." not in rest:
-            return f"{owner}.{rest}"
-        return None
+        if head == "self":
+            return f"{owner}.{rest}" if owner else None
+        made = (loop.function.made_by if loop.function is not None else self.made_at_module).get(head)
+        return f"{made}.{rest}" if made is not None and f"{made}.{rest}" in self.functions else None
 
     def _function_facts(self, function: _Function) -> FunctionFacts:
         training = [loop for loop in function.loops if loop.marker]
@@ -524,6 +673,8 @@ class _Collector(ast.NodeVisitor):
             steps=function.steps,
             trains=bool(training),
             iterated=_loop_sources(function, training),
+            epochs=_loop_sources(function, [loop for loop in training if loop.nested]),
+            changes=tuple(sorted(name for name in function.changes if name in function.params)),
             loops_over=_loop_sources(function, function.loops),
             uploads=any(loop.uploads for loop in training),
             moves=function.moves,
@@ -558,16 +709,32 @@ class _Collector(ast.NodeVisitor):
         """Imported functions whose result a training loop iterates: `loader = get_loader(...)`
         then `for x, y in loader:` (the DataLoader is built, and gets its fix, in their file)."""
         found: dict[str, tuple[bool, bool]] = {}
+        called_in_loops = {self._local_callee(callee, loop) for loop in self.loops for callee, _ in loop.calls} - {None}
         for loop in self.loops:
             if not loop.marker or loop.iterable is None:
                 continue
-            made_by = loop.function.made_by if loop.function is not None else self.made_at_module
-            qualified = self.resolve(made_by.get(loop.iterable))
+            function = loop.function
+            made_by = function.made_by if function is not None else self.made_at_module
+            made = made_by.get(loop.iterable)
+            if made is None and function is not None and function.class_name:
+                made = self.class_made_by.get(function.class_name, {}).get(loop.iterable)  # `self.train_loader`
+            qualified = self.resolve(made)
             if qualified is None or qualified.split(".", 1)[0] in _EXTERNAL:
                 continue
             per_epoch, uploads = found.get(qualified, (False, False))
-            found[qualified] = (per_epoch or loop.nested, uploads or loop.uploads)
+            # every epoch: a loop inside another, or in a function this file calls in a loop (`trainer.training(epoch)`)
+            again = loop.nested or (function is not None and function.name in called_in_loops)
+            found[qualified] = (per_epoch or again, uploads or loop.uploads)
         return tuple((name, *uses) for name, uses in sorted(found.items()))
+
+    def _loader_hands(self) -> tuple[tuple[str, str, str], ...]:
+        """Loaders made by an imported function and handed to another (resolved through the imports)."""
+        found = set()
+        for made, callee, slot in self.hands:
+            maker, target = self.resolve(made), self.resolve(callee)
+            if maker and target and maker.split(".", 1)[0] not in _EXTERNAL and target.split(".", 1)[0] not in _EXTERNAL:
+                found.add((maker, target, slot))
+        return tuple(sorted(found))
 
     def _hot_calls(self) -> Iterator[str | None]:
         """Imported functions and methods of imported classes called on every step."""
@@ -578,7 +745,8 @@ class _Collector(ast.NodeVisitor):
                 if guarded:
                     continue
                 head, _, rest = callee.partition(".")
-                made = loop.function.made_by.get(head) if loop.function is not None and rest else None
+                made_by = loop.function.made_by if loop.function is not None else self.made_at_module
+                made = made_by.get(head) if rest else None  # `logger = Logger(...)`, then `logger.log(...)`
                 if made is not None and "." not in rest:
                     owner = self.resolve(made)
                     yield f"{owner}.{rest}" if owner else None
@@ -598,13 +766,14 @@ def _loop_sources(function: _Function, loops: list[_Loop]) -> tuple[str, ...]:
 
 
 # Imports that can never be a scanned project's own module: their names are not kept as
-# references (a smaller cache; the linker would find nothing for them anyway).
+# references (a smaller cache; the linker would find nothing for them anyway). Not `datasets`:
+# many projects keep their own `datasets/` package (its loader factories matter).
 _BUILDERS = (".from_argparse_args",)  # classmethods that build the class (Lightning 1.x)
 _EXTERNAL = frozenset({
     "torch", "torchvision", "torchaudio", "torchtext", "numpy", "os", "sys", "math", "time", "json", "re", "random",
     "typing", "collections", "functools", "itertools", "argparse", "logging", "pathlib", "dataclasses", "warnings",
     "transformers", "timm", "lightning", "pytorch_lightning", "accelerate", "tqdm", "PIL", "matplotlib", "pandas",
-    "sklearn", "scipy", "datasets", "wandb", "tensorboard", "shutil", "subprocess", "contextlib", "copy",
+    "sklearn", "scipy", "wandb", "tensorboard", "shutil", "subprocess", "contextlib", "copy",
 })
 
 

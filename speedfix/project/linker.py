@@ -44,14 +44,20 @@ class Links:
     modules: dict[str, ModuleFacts] = field(default_factory=dict)  # import prefix -> facts (functions, CUDA names)
     names: dict[str, str] = field(default_factory=dict)  # import prefix -> the module's file, as shown
     star: dict[str, str] = field(default_factory=dict)  # name bound by `from m import *` -> its qualified name
+    # a library name that `from m import *` binds because `m` imports it (`torch`, `nn`) -> what it means
+    star_libraries: dict[str, str] = field(default_factory=dict)
     cuda: str | None = None  # why the file runs on CUDA through another file
     hot: tuple[str, ...] = ()  # its functions (`f`, `Class.method`) called on every step from another file
     # its functions whose returned loader another file's training loop iterates: (function, every
-    # epoch, batches copied to a device)
-    feeds: tuple[tuple[str, bool, bool], ...] = ()
+    # epoch, batches copied to a device, its dataset changed between epochs)
+    feeds: tuple[tuple[str, bool, bool, bool], ...] = ()
     missing: tuple[str, ...] = ()  # modules it imports that exist beside it but were not scanned
     # its classes other files build: (class, `from_argparse_args` or "", keywords, positional count, star)
     constructed: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
+    # what other files pass to its functions' `**kwargs` (`make_loaders(args, **kwargs)`): (function,
+    # key, the value's repr, "" when it is unknown or the callers differ); only functions whose
+    # every such call passes a dict literal
+    kwargs: tuple[tuple[str, str, str], ...] = ()
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -72,12 +78,14 @@ class Links:
             "modules": {prefix: _slim_record(facts) for prefix, facts in sorted(self.modules.items())},
             "names": sorted(self.names.items()),
             "star": sorted(self.star.items()),
+            "star_libraries": sorted(self.star_libraries.items()),
             "cuda": self.cuda,
             "hot": list(self.hot),
             "feeds": [list(feed) for feed in self.feeds],
             "missing": list(self.missing),
             "constructed": [list(map(str, (name, method, ",".join(keywords), count, star)))
                             for name, method, keywords, count, star in self.constructed],
+            "kwargs": [list(given) for given in self.kwargs],
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -218,30 +226,37 @@ def link(
     hot = _hot_functions(facts, prefixes)
     feeds = _loader_factories(facts, prefixes)
     constructed = _constructions(facts, prefixes)
+    kwargs = _kwargs_given(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     links: dict[Path, Links] = {}
     for path, module in facts.items():
         found = dict(prefixes[path])
-        star = _star_names(module, found, prefixes, exported)
+        star, libraries = _star_names(module, found, prefixes, exported, facts)
         links[path] = Links(
             modules={prefix: exported[target] for prefix, target in found.items()},
             names={prefix: show(target) for prefix, target in found.items()},
             star=star,
+            star_libraries=libraries,
             cuda=cuda.get(path),
             hot=tuple(sorted(hot.get(path, ()))),
             feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
             missing=tuple(missing[path]),
             constructed=tuple(sorted(constructed.get(path, ()))),
+            kwargs=kwargs.get(path, ()),
         )
     return links
 
 
 def _star_names(module: ModuleFacts, found: dict[str, Path], prefixes: dict[Path, dict[str, Path]],
-                exported: dict[Path, ModuleFacts]) -> dict[str, str]:
+                exported: dict[Path, ModuleFacts], facts: dict[Path, ModuleFacts]) -> tuple[dict[str, str], dict[str, str]]:
     """Names bound by `from m import *`, through the star imports of `m` itself (a package's
     `__init__.py` doing `from .train_utils import *`). A module reached only that way is added
-    to ``found`` under a prefix no import can spell (`*1`)."""
+    to ``found`` under a prefix no import can spell (`*1`). Second, the libraries `m` imports
+    (`import torch`, `import torch.nn as nn`): a star import binds those names too, and a script
+    that writes `torch.nn.DataParallel` with no import of its own gets `torch` that way (a
+    module's `__all__` could leave them out, but then the script could not run)."""
     star: dict[str, str] = {}
+    libraries: dict[str, str] = {}
     todo = [(prefix, found[prefix]) for prefix in module.star_imports if prefix in found]
     seen: set[Path] = set()
     while todo:
@@ -251,12 +266,15 @@ def _star_names(module: ModuleFacts, found: dict[str, Path], prefixes: dict[Path
         seen.add(target)
         for name in (*exported[target].functions, *exported[target].cuda_names):
             star.setdefault(name.split(".", 1)[0], f"{prefix}.{name.split('.', 1)[0]}")
+        for local, qualified in facts[target].imports:
+            if not local.startswith("_") and not qualified.startswith(".") and _split(qualified, prefixes[target]) is None:
+                libraries.setdefault(local, qualified)
         for inner in exported[target].star_imports:
             if inner in prefixes[target]:
                 key = f"*{len(seen)}"
                 found[key] = prefixes[target][inner]
                 todo.append((key, found[key]))
-    return star
+    return star, libraries
 
 
 def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Path]],
@@ -359,18 +377,56 @@ def _hot_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str
 
 
 def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
-                      ) -> dict[Path, dict[str, tuple[bool, bool]]]:
-    """Functions of each file whose returned loader another file's training loop iterates."""
-    feeds: dict[Path, dict[str, tuple[bool, bool]]] = {}
+                      ) -> dict[Path, dict[str, tuple[bool, bool, bool]]]:
+    """Functions of each file whose returned loader a training loop iterates: one of another
+    file, or one of a function it is handed to (`train(args, trainloader, ...)` of a third file,
+    whose loop iterates that parameter, every epoch or not)."""
+    feeds: dict[Path, dict[str, tuple[bool, bool, bool]]] = {}
+
+    def add(path: Path, qualified: str, uses: tuple[bool, bool, bool]) -> None:
+        hit = _split(qualified, prefixes[path])
+        if hit is None or hit[1] not in facts[hit[0]].functions:
+            return
+        found = feeds.setdefault(hit[0], {})
+        old = found.get(hit[1], (False, False, False))
+        found[hit[1]] = (old[0] or uses[0], old[1] or uses[1], old[2] or uses[2])
+
     for path, module in facts.items():
         for qualified, per_epoch, uploads in module.loader_calls:
-            hit = _split(qualified, prefixes[path])
+            add(path, qualified, (per_epoch, uploads, False))
+        for maker, callee, slot in module.loader_hands:
+            hit = _split(callee, prefixes[path])
+            function = facts[hit[0]].functions.get(hit[1]) if hit is not None else None
+            if function is None:
+                continue
+            params = function.params[1:] if function.params[:1] == ("self",) else function.params
+            param = params[int(slot)] if slot.isdigit() and int(slot) < len(params) else slot
+            if param in function.iterated:
+                add(path, maker, (param in function.epochs, function.uploads, param in function.changes))
+    return feeds
+
+
+def _kwargs_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                  ) -> dict[Path, tuple[tuple[str, str, str], ...]]:
+    """What the calls of other files pass as `**kwargs` to each file's functions (see ``Links.kwargs``)."""
+    given: dict[tuple[Path, str], dict[str, set[str]]] = {}
+    unknown: set[tuple[Path, str]] = set()
+    for path, module in facts.items():
+        for callee, key, value in module.kwargs_given:
+            hit = _split(callee, prefixes[path])
             if hit is None or hit[1] not in facts[hit[0]].functions:
                 continue
-            found = feeds.setdefault(hit[0], {})
-            old = found.get(hit[1], (False, False))
-            found[hit[1]] = (old[0] or per_epoch, old[1] or uploads)
-    return feeds
+            if key == "*":
+                unknown.add(hit)
+            else:
+                given.setdefault(hit, {}).setdefault(key, set()).add(value)
+    found: dict[Path, list[tuple[str, str, str]]] = {}
+    for (target, function), keys in sorted(given.items()):
+        if (target, function) in unknown or len(keys.pop("#", ())) != 1:
+            continue  # a call whose keys are unknown, or calls that pass different keys
+        found.setdefault(target, []).extend(
+            (function, key, values.pop() if len(values) == 1 else "") for key, values in sorted(keys.items()))
+    return {path: tuple(items) for path, items in found.items()}
 
 
 def _constructions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]

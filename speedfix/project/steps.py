@@ -64,6 +64,25 @@ _NO_LAYER_LIBRARIES = frozenset({"torch", "math", "numpy", "functools", "itertoo
                                  "warnings", "logging", "operator", "random", "os", "sys", "einops"})
 
 
+# Model-zoo architectures that are not convolutional (vision transformers, MLP mixers); the
+# other classification architectures of torchvision and timm are CNNs.
+NOT_CONV_NETS = (
+    "vit", "swin", "maxvit", "deit", "beit", "eva", "cait", "xcit", "mixer", "gmlp", "resmlp", "pit_",
+    "crossvit", "twins", "tnt_", "convit", "sequencer", "hiera", "flexivit", "samvit", "vitamin",
+)
+
+
+def zoo_cnn(qualified: str | None) -> bool:
+    """`torchvision.models.resnet50` (the builder, by qualified name): a torchvision image CNN,
+    2-D convolutions and a classifier head (not the video nets' 3-D ones, nor a ViT)."""
+    if not qualified or not qualified.startswith("torchvision.models."):
+        return False
+    module, _, leaf = qualified.rpartition(".")
+    if any(part in module for part in (".video", ".optical_flow", ".quantization")):
+        return False
+    return leaf[:1].islower() and not leaf.startswith(("get_", "list_")) and not leaf.lower().startswith(NOT_CONV_NETS)
+
+
 def layer_kind(qualified: str | None) -> int | str | None:
     """What a call of ``qualified`` (as the imports resolve it) adds to a network: a ConvNd's N,
     "rnn" (cuDNN LSTM/GRU/RNN), "matmul" (Linear, attention, `torch.matmul`), "opaque" (a

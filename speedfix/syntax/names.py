@@ -80,6 +80,13 @@ class ImportTable:
             # `from . import engine` binds `.engine`, as `from .engine import x` binds `.engine.x`
             self._bind(local, f"{base}{imported}" if base.endswith(".") else f"{base}.{imported}", module_level)
 
+    def add_star_libraries(self, names: dict[str, str]) -> None:
+        """Names a `from m import *` of another file binds to libraries `m` imports (`torch`);
+        added before the file's own imports, which win. Not usable by fixes: they spell their
+        own imports rather than lean on a star import."""
+        for local, target in names.items():
+            self._bind(local, target, module_level=False)
+
     def resolve(self, dotted: str | None) -> str | None:
         """Qualified name of a dotted reference, or None when it is not imported."""
         if dotted is None:
