@@ -12,7 +12,7 @@ from speedfix.engine.suppression import line_suppresses
 from speedfix.model.autograd import feeds_environment
 from speedfix.model.branches import Branch, BranchTracker, element_loop, loop_iterable, rare_path
 from speedfix.model.context import FileContext
-from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.frames import Stack
 from speedfix.model.patterns import is_cpu_device
 from speedfix.model.tensors import HOST_CONVERSIONS, SYNC_METHODS, Tensors, has_sync_before, is_library_value, tensors
 from speedfix.syntax.names import dotted_name
@@ -654,9 +654,8 @@ class SyncInLoop(BranchTracker, Rule):
             sync = self._sync(candidate)
             if sync is not None:
                 sync.loop = element_loop(ctx, candidate.stack, candidate.statement, candidate.node)
-                inner = _loop_inside(candidate.stack, scope)
-                if inner is not None:  # `valid_ids[i][j].item()` in a loop over a batch's tokens in `forward`
-                    sync.message += f", once per pass of the Python loop `for {_code(inner.target)} in {_code(inner.iter)}`"
+                if sync.loop is not None:  # `valid_ids[i][j].item()` in a loop over a batch's tokens in `forward`
+                    sync.message += f", once per pass of the Python loop `{_loop_head(sync.loop)}`"
                 steps.setdefault(scope, []).append(sync)
         for syncs in steps.values():
             self._report_step(syncs)
@@ -818,16 +817,12 @@ class SyncInLoop(BranchTracker, Rule):
         return reads, outer
 
 
-def _loop_inside(stack: Stack, scope: cst.CSTNode | None) -> cst.For | None:
-    """The innermost `for` loop around code at ``stack`` inside its step scope (the step loop or
-    the hot function): the code runs once per pass of it, many times a step."""
-    for frame in reversed(stack):
-        if frame.node is scope or frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
-            return None
-        if frame.kind is FrameKind.LOOP and isinstance(frame.node, cst.For):
-            return frame.node
-    return None
-
+def _loop_head(loop: cst.CSTNode) -> str:
+    """`for j in range(max_len)` (also a comprehension's), or `while ...` for a while loop."""
+    if isinstance(loop, cst.While):
+        return f"while {_code(loop.test)}"
+    head = loop.for_in if not isinstance(loop, cst.For) else loop
+    return f"for {_code(head.target)} in {_code(head.iter)}"
 
 def _name_all(labels: list[str]) -> str:
     """`a`, `b` (x2) and 3 more: each label once, with how often it occurs."""
