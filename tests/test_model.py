@@ -8,6 +8,7 @@ import textwrap
 import libcst as cst
 
 from speedfix.model.attention import attention_of, has_fast_path, is_default_scale, softmax_input
+from speedfix.model.autograd import only_detached, outputs_leave_autograd
 from speedfix.model.context import FileContext
 from speedfix.model.frames import class_of_method
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
@@ -121,3 +122,19 @@ def test_attention_and_what_surrounds_it():
     # `self.scale` is an `__init__` parameter: a number the model is configured with, no tensor
     assert is_python_number(ctx, other.factors[0].meaning, scaled.stack)
     assert not has_fast_path(ctx, forward.stack) and has_fast_path(ctx, fused.stack)
+
+
+def test_outputs_used_only_detached_or_as_host_values():
+    """A GAN's generator run again for the discriminator step leaves autograd as a detached
+    tensor that stays on the device; a sample saved to disk leaves as a host value."""
+    ctx = context("""
+        import torch
+        for noise, real in loader:
+            fake = generator(noise)
+            fake = fake.detach()
+            loss = critic(fake).mean()
+            shown = generator(noise).cpu().numpy()
+    """)
+    fake, shown = (site for site in ctx.calls if ctx.module.code_for_node(site.node) == "generator(noise)")
+    assert outputs_leave_autograd(ctx, fake) and only_detached(ctx, fake)
+    assert outputs_leave_autograd(ctx, shown) and not only_detached(ctx, shown)

@@ -10,8 +10,9 @@ it keeps only what the other files need:
 - per function, method and class (called as its constructor): whether it takes a training step
   outside any loop (a per-step helper), whether it holds a training loop, which of its
   parameters that loop iterates (the loader), and whether the loop copies batches to a device;
-- which imported functions it calls on every training step (``utils.log_loss_dict``), and which
-  return the loader one of its training loops iterates (``loader = get_loader(...)``);
+- which imported functions it calls on every training step (``utils.log_loss_dict``), which
+  return the loader one of its training loops iterates (``loader = get_loader(...)``), and which
+  it calls with autograd off (``with torch.no_grad(): validate(...)``);
 - which classes (and module-level factories returning them) build convolution or cuDNN RNN
   layers, directly or through the file's other classes and helpers (``ResNet`` ->
   ``BasicBlock`` -> ``conv3x3``).
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, MATMUL_LAYERS, MATMUL_METHODS,
-                                    is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind)
+                                    NO_GRAD_CALLS, is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class ModuleFacts:
     loader_calls: tuple[tuple[str, bool, bool], ...] = ()
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
+    no_grad_calls: tuple[str, ...] = ()  # qualified names (through imports) called under `torch.no_grad()`
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -84,6 +86,7 @@ class ModuleFacts:
             loader_calls=tuple((str(q), bool(e), bool(u)) for q, e, u in record["loader_calls"]),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
+            no_grad_calls=tuple(map(str, record["no_grad_calls"])),
         )
 
 
@@ -172,6 +175,8 @@ class _Collector(ast.NodeVisitor):
         # "heavy" (attention, recurrent layers, matmuls written out: more than a classifier head)
         self.layers: dict[str, set[int | str]] = {}
         self.made_at_module: dict[str, str] = {}  # module-level `v = f(...)` -> v: f (as written)
+        self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
+        self.no_grad_calls: set[str] = set()
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -224,8 +229,10 @@ class _Collector(ast.NodeVisitor):
         self.loop_stack.append(None)
         self.guard_stack.append(self.guards)
         self.guards = 0
+        outer_no_grad, self.no_grad = self.no_grad, int(any(self._turns_grad_off(d) for d in node.decorator_list))
         for statement in node.body:
             self.visit(statement)
+        self.no_grad = outer_no_grad
         for decorator in node.decorator_list:
             self.visit(decorator)
         self.guards = self.guard_stack.pop()
@@ -262,6 +269,21 @@ class _Collector(ast.NodeVisitor):
     def visit_While(self, node: ast.While) -> None:
         self.visit(node.test)
         self._visit_loop(node, None)
+
+    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
+        for item in node.items:
+            self.visit(item)
+        off = any(self._turns_grad_off(item.context_expr) for item in node.items)
+        self.no_grad += off
+        for statement in node.body:
+            self.visit(statement)
+        self.no_grad -= off
+
+    visit_AsyncWith = visit_With  # type: ignore[assignment]
+
+    def _turns_grad_off(self, node: ast.expr) -> bool:
+        """`torch.no_grad()`, `torch.inference_mode()` (as a `with` item or a decorator)."""
+        return self.resolve(dotted(node.func if isinstance(node, ast.Call) else node)) in NO_GRAD_CALLS
 
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
@@ -360,6 +382,10 @@ class _Collector(ast.NodeVisitor):
                 loop.marker = True
             elif self.function_stack:
                 self.function_stack[-1].steps = True
+        if self.no_grad and func is not None:
+            qualified = self.resolve(func)
+            if qualified is not None and qualified.split(".", 1)[0] not in _EXTERNAL:
+                self.no_grad_calls.add(qualified)
         if loop is not None:
             if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
                 loop.uploads = True
@@ -462,6 +488,7 @@ class _Collector(ast.NodeVisitor):
             loader_calls=self._loader_calls(),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
+            no_grad_calls=tuple(sorted(self.no_grad_calls)),
         )
 
     def _layers_reached(self) -> dict[str, set[int | str]]:
