@@ -460,34 +460,38 @@ class EvalWithoutNoGrad(Rule):
                   # its detached output is used, so the graph it records is thrown away
             """
             import torch
-            generator, critic = Generator().cuda(), Critic().cuda()
-            opt_g = torch.optim.Adam(generator.parameters())
-            opt_d = torch.optim.Adam(critic.parameters())
-            for noise, real in loader:
-                loss_g = -critic(generator(noise.cuda())).mean()
+            net_g = UpsamplingGenerator().cuda()
+            net_d = PatchDiscriminator().cuda()
+            optim_g = torch.optim.AdamW(net_g.parameters(), lr=2e-4)
+            optim_d = torch.optim.AdamW(net_d.parameters(), lr=2e-4)
+            for z, images in loader:
+                z, images = z.cuda(), images.cuda()
+                loss_g = ((net_d(net_g(z)) - 1) ** 2).mean()
                 loss_g.backward()
-                opt_g.step()
-                fake = generator(noise.cuda())
-                fake = fake.detach()
-                loss_d = critic(fake).mean() - critic(real.cuda()).mean()
+                optim_g.step()
+                fake_images = net_g(z)
+                fake_images = fake_images.detach()
+                loss_d = (net_d(fake_images) ** 2).mean() + ((net_d(images) - 1) ** 2).mean()
                 loss_d.backward()
-                opt_d.step()
+                optim_d.step()
             """,
             fixed="""
             import torch
-            generator, critic = Generator().cuda(), Critic().cuda()
-            opt_g = torch.optim.Adam(generator.parameters())
-            opt_d = torch.optim.Adam(critic.parameters())
-            for noise, real in loader:
-                loss_g = -critic(generator(noise.cuda())).mean()
+            net_g = UpsamplingGenerator().cuda()
+            net_d = PatchDiscriminator().cuda()
+            optim_g = torch.optim.AdamW(net_g.parameters(), lr=2e-4)
+            optim_d = torch.optim.AdamW(net_d.parameters(), lr=2e-4)
+            for z, images in loader:
+                z, images = z.cuda(), images.cuda()
+                loss_g = ((net_d(net_g(z)) - 1) ** 2).mean()
                 loss_g.backward()
-                opt_g.step()
+                optim_g.step()
                 with torch.no_grad():
-                    fake = generator(noise.cuda())
-                fake = fake.detach()
-                loss_d = critic(fake).mean() - critic(real.cuda()).mean()
+                    fake_images = net_g(z)
+                fake_images = fake_images.detach()
+                loss_d = (net_d(fake_images) ** 2).mean() + ((net_d(images) - 1) ** 2).mean()
                 loss_d.backward()
-                opt_d.step()
+                optim_d.step()
             """,
         ),
     ]
