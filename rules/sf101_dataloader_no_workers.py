@@ -25,7 +25,7 @@ from speedfix.model.rl import reads_replay_buffer
 from speedfix.model.workload import Samples, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 from speedfix.syntax.comments import argument_comments, prose, statement_comments
-from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS
+from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING
 
 
 class DataloaderNoWorkers(Rule):
@@ -45,8 +45,9 @@ class DataloaderNoWorkers(Rule):
     (`.to(device)` in `__getitem__`), which forked workers cannot make; a low worker count with a
     comment that gives its reason (`num_workers=0,  # h5py handles cannot be forked`); a script
     that trains with no sign of a GPU (no CUDA, no device it copies batches to, no framework that
-    picks the GPU); and values speedfix cannot know (`num_workers=args.workers`, unresolved
-    `**kwargs`).
+    picks the GPU); a loader that a script which trains reads once, after training, outside any
+    loop (a final test pass: workers would start up for a single pass); and values speedfix
+    cannot know (`num_workers=args.workers`, unresolved `**kwargs`).
 
     ## Example
     ```python
@@ -111,6 +112,7 @@ class DataloaderNoWorkers(Rule):
 
     VALID = [
         Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
+        Valid(TEST_PASS_AFTER_TRAINING),  # a test loader read once after training
         Valid(  # a Dataset over the replay buffer the agent fills while it trains (Lightning's DQN)
             """
             import lightning as L
@@ -565,7 +567,7 @@ class DataloaderNoWorkers(Rule):
         if reads_replay_buffer(ctx, dataset, site.stack):
             return  # workers would sample from stale copies of the buffer
         if evaluation_only(ctx, site):
-            return  # one evaluation pass after training; the framework builds the training loader
+            return  # one evaluation pass after training
         if never_read(ctx, site) or only_peeked(ctx, site):
             return  # a loader made and never used, or used for a look at one batch
         if trains_on_cpu_only(ctx):
