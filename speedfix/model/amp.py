@@ -23,6 +23,7 @@ import libcst as cst
 
 from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
 from speedfix.model.context import FileContext
+from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE, engine_sixteen_bit
 from speedfix.model.flow import default_truth, off_by_default
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import ACCELERATOR
@@ -228,14 +229,16 @@ _PASSINGS: WeakKeyDictionary[FileContext, list[Passing]] = WeakKeyDictionary()
 
 def mixed_precision_by_default(ctx: FileContext) -> bool:
     """Does the script run its model in 16-bit with its defaults, as far as the file tells?
-    Unknown counts as yes (rules stay silent). An autocast that is off by default does not count,
+    Unknown counts as yes (rules stay silent): a DeepSpeed engine whose config cannot be read. An autocast that is off by default does not count,
     nor do the 16-bit dtypes that only its options name."""
     casts = autocasts(ctx)
     if autocast_passed_around(ctx) or any(cast.on_by_default for cast in casts):
         return True
     if casts or autocast_passings(ctx) or _accelerate_in_fp32(ctx):
         return _low_precision_elsewhere(ctx)
-    return ctx.mentions_low_precision or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname)
+    if ctx.mentions_low_precision or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname):
+        return True
+    return bool(ctx.calls_to(DEEPSPEED_INITIALIZE)) and engine_sixteen_bit(ctx) is not False  # its config decides
 
 
 def _accelerate_in_fp32(ctx: FileContext) -> bool:
