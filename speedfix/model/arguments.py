@@ -243,6 +243,55 @@ def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpr
     return param.default
 
 
+_DATACLASS_FIELD = ("dataclasses.field",)
+
+
+def class_field_defaults(ctx: FileContext, name: str) -> dict[str, cst.BaseExpression]:
+    """The fields the file's class ``name`` writes with a default (`lr: float = 1e-3`,
+    `use_lora: bool = field(default=False)`): field -> the default as written (the name
+    `UNKNOWN_DEFAULT` for a `field(...)` without one)."""
+    info = ctx.classes.get(name)
+    fields: dict[str, cst.BaseExpression] = {}
+    for statement in info.node.body.body if info is not None else ():
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None:
+                fields.setdefault(small.target.value, _field_default(ctx, small.value))
+    return fields
+
+
+def _field_default(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpression:
+    """`field(default=X)` -> X; a plain default as written."""
+    if isinstance(value, cst.Call) and (ctx.qualname(value.func) in _DATACLASS_FIELD or (
+            isinstance(value.func, cst.Name) and value.func.value == "field")):
+        for arg in value.args:
+            if arg.keyword is not None and arg.keyword.value == "default":
+                return arg.value
+        return cst.Name("UNKNOWN_DEFAULT")
+    return value
+
+
+def annotated_field_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """`args.use_lora` in `def main(args: FlatArguments)`, `FlatArguments` a dataclass of the
+    file that an argument parser fills (`HfArgumentParser`): the field's default, which is the
+    option's default on the command line."""
+    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return None
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, node.value.value):
+        return None
+    params = [*function.params.params, *function.params.kwonly_params]
+    param = next((p for p in params if p.name.value == node.value.value and p.annotation is not None), None)
+    owner = dotted_name(param.annotation.annotation) if param is not None else None  # type: ignore[union-attr]
+    info = ctx.classes.get(owner or "")
+    if info is None or not any(dotted_name(d.decorator) in ("dataclass", "dataclasses.dataclass")
+                               or isinstance(d.decorator, cst.Call) and dotted_name(d.decorator.func) in
+                               ("dataclass", "dataclasses.dataclass") for d in info.node.decorators):
+        return None
+    return class_field_defaults(ctx, info.name).get(node.attr.value)
+
+
 def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool | None:
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return node.value == "True"
