@@ -115,6 +115,25 @@ class NoMixedPrecision(Rule):
     effect = "bf16 matmuls and convolutions on tensor cores: up to 3x per the PyTorch tuning guide."
 
     VALID = [
+        Valid(  # the device is an option that defaults to the CPU; CUDA is only named for a run that asks
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:1")
+            args = parser.parse_args()
+            model = CharTransformer(vocab_size=27).to(args.device)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4)
+            for step in range(10000):
+                x, y = [t.to(args.device) for t in next(batches)]
+                logits, loss = model(x, y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+            """
+        ),
         Valid(  # already mixed precision
             """
             import torch

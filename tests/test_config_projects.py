@@ -202,6 +202,30 @@ def test_gradient_checkpointing_only_where_a_launch_command_reaches_it(write, ru
     assert result.stdout.startswith("finetune.py:17:9: SF902 `gradient_checkpointing_enable()` saves memory")
 
 
+CPU_DEFAULT = """\
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--device", default="cpu")
+args = parser.parse_args()
+model = Net().to(args.device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in batches:
+    loss = criterion(model(x.to(args.device)), y.to(args.device))
+    loss.backward()
+    optimizer.step()
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+"""
+
+
+def test_a_device_option_that_defaults_to_the_cpu_unless_a_launch_command_passes_cuda(write, run_cli, tmp_path):
+    write("train.py", CPU_DEFAULT)
+    assert "SF202" not in run_cli("scan", ".", "--select", "SF202", "--no-summary", cwd=tmp_path).stdout
+    write("run.sh", "python train.py --device cuda:0\n")
+    assert "SF202" in run_cli("scan", ".", "--select", "SF202", "--no-summary", cwd=tmp_path).stdout
+
+
 # ---------------------------------------------------------------------- the torch a project pins
 ADAM = """\
 import torch

@@ -198,7 +198,8 @@ def string_value(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
         return value if isinstance(value, str) else None
     if isinstance(node, cst.Name):
         return string_value(ctx, ctx.single_value(node.value, stack), stack, depth + 1)
-    return string_value(ctx, argparse_default(ctx, node) or declared_default(ctx, node, stack), stack, depth + 1)
+    default = argparse_default(ctx, node) or declared_default(ctx, node, stack) or annotated_field_default(ctx, node, stack)
+    return string_value(ctx, default, stack, depth + 1)
 
 
 def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> int | None:
@@ -321,12 +322,7 @@ def declared_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -
     if any(arg.keyword is None or arg.keyword.value == field for arg in built.args) \
             or ctx.assignments.get(f"{node.value.value}.{field}"):
         return None
-    for statement in ctx.classes[built.func.value].node.body.body:
-        for small in getattr(statement, "body", ()):
-            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
-                    and small.target.value == field and small.value is not None:
-                return None if isinstance(small.value, cst.Call) else small.value  # `field(...)`: not a plain value
-    return None
+    return class_field_defaults(ctx, built.func.value).get(field)
 
 
 def argparse_option(ctx: FileContext, node: cst.BaseExpression) -> CallSite | None:
