@@ -18,6 +18,7 @@ from speedfix.model import launch
 from speedfix.model.arguments import argparse_option, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import framework_uses_cuda
+from speedfix.syntax.names import dotted_name
 
 _USES_CUDA: WeakKeyDictionary[FileContext, bool] = WeakKeyDictionary()
 
@@ -52,9 +53,19 @@ def cpu_by_default(ctx: FileContext) -> bool:
         target = next((arg.value for arg in site.node.args if arg.keyword is None or arg.keyword.value == "device"), None)
         if isinstance(target, cst.Call) and ctx.qualname(target.func) == "torch.device" and target.args:
             target = target.args[0].value
-        device = string_value(ctx, target, site.stack) if target is not None else None
-        if device is None or device.split(":", 1)[0] not in _DEVICES:
-            continue  # a dtype, another tensor, a device the scan cannot know
+        if target is None:
+            continue
+        device = string_value(ctx, target, site.stack)
+        if isinstance(target, cst.SimpleString):
+            if device is not None and not device.startswith("cpu"):
+                return False  # `.to("cuda")`
+            continue  # `.to("cpu")`: a copy to the host, not where the script runs
+        if device is None:
+            if "device" in (dotted_name(target) or "").lower():
+                return False  # a device the scan cannot know (`"cuda" if torch.cuda.is_available() else "cpu"`)
+            continue  # a dtype, another tensor
+        if device.split(":", 1)[0] not in _DEVICES:
+            continue
         devices.append(device)
         if isinstance(target, cst.Attribute) and argparse_option(ctx, target) is not None:
             options.add(target.attr.value)
