@@ -20,3 +20,28 @@ NOTEBOOK_PEEKED_LOADERS = """
 
             train(model, train_dataloader=real_loader, optimizer=opt, epochs=5)
 """
+
+
+# A final test pass after training: the test loader is read once, outside any loop, so workers
+# and pinned memory would start up for a single pass.
+TEST_PASS_AFTER_TRAINING = """
+            import torch
+            from torch.utils.data import DataLoader
+            from torchvision import datasets, transforms
+            train_loader = DataLoader(datasets.CIFAR10("data", train=True, transform=transforms.ToTensor()),
+                                      batch_size=128, num_workers=4, pin_memory=True, persistent_workers=True)
+            test_loader = DataLoader(datasets.CIFAR10("data", train=False, transform=transforms.ToTensor()), batch_size=512)
+            model = Net().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(30):
+                for images, labels in train_loader:
+                    loss = criterion(model(images.cuda()), labels.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            model.eval()
+            correct = 0
+            with torch.no_grad():
+                for images, labels in test_loader:
+                    correct += (model(images.cuda()).argmax(1) == labels.cuda()).sum().item()
+"""

@@ -22,10 +22,10 @@ from speedfix.model.patterns import (
     worker_start_refusal,
 )
 from speedfix.model.rl import reads_replay_buffer
-from speedfix.model.workload import Samples, training_samples
+from speedfix.model.workload import Samples, tokenized_ahead, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 from speedfix.syntax.comments import argument_comments, prose, statement_comments
-from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS
+from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING
 
 
 class DataloaderNoWorkers(Rule):
@@ -48,8 +48,11 @@ class DataloaderNoWorkers(Rule):
     (`.to(device)` in `__getitem__`), which forked workers cannot make; a low worker count with a
     comment that gives its reason (`num_workers=0,  # h5py handles cannot be forked`); a script
     that trains with no sign of a GPU (no CUDA, no device it copies batches to, no framework that
-    picks the GPU); and values speedfix cannot know (`num_workers=args.workers`, unresolved
-    `**kwargs`).
+    picks the GPU); token ids tokenized ahead (a step that feeds `input_ids`, a tokenizer or a
+    collator given one, and no Dataset of the file that tokenizes in `__getitem__`): a worker
+    would only index and pad them; a loader that a script which trains reads once, after
+    training, outside any loop (a final test pass: workers would start up for a single pass); and
+    values speedfix cannot know (`num_workers=args.workers`, unresolved `**kwargs`).
 
     ## Example
     ```python
@@ -84,8 +87,8 @@ class DataloaderNoWorkers(Rule):
     but high again when the file decodes image files (`Image.open`, an `ImageFolder`) or
     composes random image augmentations (`RandomResizedCrop`, a random scale): decoding and
     transforming images one by one outruns 2 workers (not MNIST or CIFAR, small images held in
-    memory). Medium for batches of token ids (a step that feeds `input_ids`, a tokenizer): text
-    is usually tokenized ahead, into tensors workers cannot load faster. Low for a loader that
+    memory). Medium for token ids that a Dataset of the file tokenizes item by item in
+    `__getitem__`: a fast tokenizer is cheap next to a transformer step. Low for a loader that
     only evaluation or testing reads.
 
     A `speedfix bench` result of the script decides for a training loader, in a scan and in the
@@ -113,7 +116,25 @@ class DataloaderNoWorkers(Rule):
     effect = "Overlaps data loading with compute; large when `__getitem__` decodes or augments."
 
     VALID = [
+        Valid(  # a causal LM fine-tuned on token ids tokenized ahead; the collator only pads them
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq
+            tokenizer = AutoTokenizer.from_pretrained(args.model)
+            model = AutoModelForCausalLM.from_pretrained(args.model).cuda()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+            train_set = load_tokenized(args.data, tokenizer)
+            loader = DataLoader(train_set, batch_size=8, shuffle=True, collate_fn=DataCollatorForSeq2Seq(tokenizer))
+            for batch in loader:
+                out = model(**{k: v.cuda() for k, v in batch.items()})
+                out.loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """
+        ),
         Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
+        Valid(TEST_PASS_AFTER_TRAINING),  # a test loader read once after training
         Valid(  # a Dataset over the replay buffer the agent fills while it trains (Lightning's DQN)
             """
             import lightning as L
@@ -567,7 +588,7 @@ class DataloaderNoWorkers(Rule):
         if samples is not None and samples[0] is Samples.IMAGES:
             return Estimate(Impact.HIGH, samples[1])  # even 2 workers fall behind a GPU
         if samples is not None:
-            return Estimate(Impact.MEDIUM, f"{samples[1]}: usually tokenized ahead, little for workers to do")
+            return Estimate(Impact.MEDIUM, f"{samples[1]}, tokenized item by item: cheap next to a transformer step")
         if finding.severity is Severity.INFO:  # an explicit count of 1 or 2 workers
             return Estimate(Impact.MEDIUM, "an explicit worker count")
         return None
@@ -583,8 +604,10 @@ class DataloaderNoWorkers(Rule):
             return  # nothing for workers to do; with CUDA samples, forked workers would fail
         if reads_replay_buffer(ctx, dataset, site.stack):
             return  # workers would sample from stale copies of the buffer
+        if tokenized_ahead(ctx) is not None:
+            return  # token ids tokenized ahead: a worker would only index and pad them
         if evaluation_only(ctx, site):
-            return  # one evaluation pass after training; the framework builds the training loader
+            return  # one evaluation pass after training
         if never_read(ctx, site) or only_peeked(ctx, site):
             return  # a loader made and never used, or used for a look at one batch
         if trains_on_cpu_only(ctx):

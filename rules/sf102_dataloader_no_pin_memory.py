@@ -13,7 +13,7 @@ from speedfix.model.loaders import Place, evaluation_only, late_value, never_rea
 from speedfix.model.patterns import DATALOADER
 from speedfix.model.workload import Samples, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
-from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS
+from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING
 
 
 class DataloaderNoPinMemory(Rule):
@@ -31,7 +31,8 @@ class DataloaderNoPinMemory(Rule):
     may have been turned off on purpose), as are values speedfix cannot know, and loaders whose
     samples are already CUDA tensors (a `TensorDataset` of CUDA tensors, a Dataset whose methods
     call `.to(device)` or `.cuda()`, a `collate_fn` that does): they cannot be pinned, and the
-    DataLoader would raise `cannot pin 'torch.cuda.FloatTensor'`.
+    DataLoader would raise `cannot pin 'torch.cuda.FloatTensor'`. Nor is a loader that a script
+    which trains reads once, after training, outside any loop (a final test pass).
 
     ## Example
     ```python
@@ -83,6 +84,7 @@ class DataloaderNoPinMemory(Rule):
 
     VALID = [
         Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
+        Valid(TEST_PASS_AFTER_TRAINING),  # a test loader read once after training
         Valid(  # one batch drawn to look at the model's outputs, outside any loop
             """
             import torch
@@ -297,7 +299,7 @@ class DataloaderNoPinMemory(Rule):
         if not pin.missing or late_value(self.ctx, site, "pin_memory") is not None:
             return  # chosen, in the call or afterwards (`loader.pin_memory = True`: SF105)
         if evaluation_only(self.ctx, site):
-            return  # one evaluation pass after training; the framework builds the training loader
+            return  # one evaluation pass after training
         if never_read(self.ctx, site) or only_peeked(self.ctx, site):
             return  # a loader made and never used, or used for a look at one batch
         place = samples_place(self.ctx, site)

@@ -18,7 +18,7 @@ from speedfix.model.patterns import DATALOADER, dataset_argument
 from speedfix.model.versions import v
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of
-from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS
+from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING
 
 
 _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count"})
@@ -107,6 +107,7 @@ class DataloaderNoPersistentWorkers(Rule):
 
     VALID = [
         Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
+        Valid(TEST_PASS_AFTER_TRAINING),  # a test loader read once after training
         Valid(  # iterated once: nothing to keep alive
             """
             from torch.utils.data import DataLoader

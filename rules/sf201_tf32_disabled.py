@@ -20,7 +20,8 @@ class Tf32Disabled(Rule):
     Finds CUDA training in fp32 that never enables TensorFloat-32 for matrix multiplications.
     A script that uses autocast or mentions a 16-bit dtype anywhere (`model.half()`, an FSDP
     `MixedPrecisionPolicy(param_dtype=torch.bfloat16)`, Lightning's `"bf16-mixed"`) is treated as
-    already choosing its precision. A script that every launch command runs from a SLURM job
+    already choosing its precision, as is a DeepSpeed engine whose config enables fp16 or bf16 or
+    cannot be read (a JSON file the script opens at run time: the config decides). A script that every launch command runs from a SLURM job
     script asking for GPUs older than Ampere (`#SBATCH --gres=gpu:v100:4`) is left alone: those
     GPUs have no TF32.
 
@@ -105,6 +106,24 @@ class Tf32Disabled(Rule):
     effect = "fp32 matmuls on tensor cores: about 7x for a large A100 matmul."
 
     VALID = [
+        Valid(  # a DeepSpeed engine: the JSON config it is given chooses the precision, and the scan
+                # cannot read it (read at run time from a file the script names)
+            """
+            import argparse
+            import json
+            import deepspeed
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--ds_file", default="configs/zero2.json")
+            args = parser.parse_args()
+            with open(args.ds_file) as fh:
+                ds_config = json.load(fh)
+            engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+            for batch in loader:
+                loss = engine(**{k: v.cuda() for k, v in batch.items()}).loss
+                engine.backward(loss)
+                engine.step()
+            """
+        ),
         Valid(  # conv-only networks (DCGAN, super-resolution): cuDNN convolutions use TF32 already
             """
             import torch

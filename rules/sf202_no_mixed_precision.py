@@ -12,6 +12,7 @@ from speedfix.model.amp import Autocast, Passing, Precision, autocasts, gated_au
 from speedfix.model.arguments import find_argument
 from speedfix.model.forward import (assigned_names, backward_calls, calls_model, forward_range, read_names, statement_block, steps,
                               wrap)
+from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite, WithInfo
 from speedfix.model.networks import project_builds_rnn
 from speedfix.model.versions import v
@@ -114,6 +115,25 @@ class NoMixedPrecision(Rule):
     effect = "bf16 matmuls and convolutions on tensor cores: up to 3x per the PyTorch tuning guide."
 
     VALID = [
+        Valid(  # the device is an option that defaults to the CPU; CUDA is only named for a run that asks
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:1")
+            args = parser.parse_args()
+            model = CharTransformer(vocab_size=27).to(args.device)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=5e-4)
+            for step in range(10000):
+                x, y = [t.to(args.device) for t in next(batches)]
+                logits, loss = model(x, y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+            """
+        ),
         Valid(  # already mixed precision
             """
             import torch
@@ -185,6 +205,46 @@ class NoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a critic trained several times per generator step, in an inner loop: one finding
+            """
+            import torch
+            generator, critic = Generator().cuda(), Critic().cuda()
+            opt_g = torch.optim.Adam(generator.parameters())
+            opt_d = torch.optim.Adam(critic.parameters())
+            for noise, real in loader:
+                noise, real = noise.cuda(), real.cuda()
+                loss_g = -critic(generator(noise)).mean()
+                opt_g.zero_grad()
+                loss_g.backward()
+                opt_g.step()
+                fake = generator(noise).detach()
+                for _ in range(n_critic):
+                    loss_d = critic(fake).mean() - critic(real).mean()
+                    opt_d.zero_grad()
+                    loss_d.backward()
+                    opt_d.step()
+            """,
+            fixed="""
+            import torch
+            generator, critic = Generator().cuda(), Critic().cuda()
+            opt_g = torch.optim.Adam(generator.parameters())
+            opt_d = torch.optim.Adam(critic.parameters())
+            for noise, real in loader:
+                noise, real = noise.cuda(), real.cuda()
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss_g = -critic(generator(noise)).mean()
+                opt_g.zero_grad()
+                loss_g.backward()
+                opt_g.step()
+                fake = generator(noise).detach()
+                for _ in range(n_critic):
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        loss_d = critic(fake).mean() - critic(real).mean()
+                    opt_d.zero_grad()
+                    loss_d.backward()
+                    opt_d.step()
+            """,
+        ),
         Invalid(  # a GAN: the critic's and the generator's backward calls are one finding, one fix for both
             """
             import torch
@@ -582,8 +642,15 @@ class NoMixedPrecision(Rule):
             self._report_loop(blocks)
 
     def _loop_of(self, site: CallSite) -> cst.CSTNode:
-        """The training loop around a backward call, else its function, else the module."""
-        return self.ctx.nearest_loop(site.stack) or self.ctx.function_of(site.stack) or self.ctx.module
+        """The training loop around a backward call (the outermost step loop of its function: a
+        GAN's discriminator repeated in an inner loop of the generator's step loop is the same
+        loop), else its function, else the module."""
+        ctx = self.ctx
+        start = max((i for i, frame in enumerate(site.stack) if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS)), default=-1)
+        for frame in site.stack[start + 1:]:  # the loops of its function, outermost first
+            if frame.kind is FrameKind.LOOP and frame.node in ctx.step_loops:
+                return frame.node
+        return ctx.nearest_loop(site.stack) or ctx.function_of(site.stack) or ctx.module
 
     # ------------------------------------------------------------------ autocast off by default
     def _report_gated(self, cast: Autocast | Passing) -> None:

@@ -90,7 +90,8 @@ class SyncInLoop(BranchTracker, Rule):
     Not reported: code under a periodic logging guard (`if step % log_every == 0:`, unless
     `log_every` is 1), a branch that
     runs once (`if step == 0:`, or one that ends the run: `print(loss.item()); sys.exit(1)`), an
-    `except` handler, code under an opt-in debugging or timing flag (`if args.debug:`), and names
+    `except` handler, code under an opt-in debugging, timing or plotting flag (`if args.debug:`,
+    also around the call of a helper: `if args.visdom: update_plot(...)`), and names
     that hold a Python number (`lossf = loss.item()` makes formatting `lossf` free; the `.item()`
     is the sync).
 
@@ -289,6 +290,25 @@ class SyncInLoop(BranchTracker, Rule):
                     print("grad norm", torch.norm(model.weight.grad).item())
                 loss.backward()
                 optimizer.step()
+            """
+        ),
+        Valid(  # a plotting helper the loop calls only with an opt-in flag that is off by default
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--plot", action="store_true")
+            args = parser.parse_args()
+
+            def draw_curves(step, loss):
+                board.append(step, loss.detach().cpu().numpy())
+
+            for step, (x, y) in enumerate(loader):
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                if args.plot:
+                    draw_curves(step, loss)
             """
         ),
         Valid(  # a guard that ends the run: its sync happens at most once

@@ -8,7 +8,8 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import reference
-from speedfix.model.autograd import feeds_environment, outputs_leave_autograd, runs_network
+from speedfix.model.autograd import (called_without_grad, feeds_environment, only_detached, outputs_leave_autograd,
+                                     runs_network)
 from speedfix.model.flow import comes_before
 from speedfix.model.forward import calls_model, with_statement
 from speedfix.model.frames import FrameKind, Stack
@@ -44,12 +45,14 @@ class EvalWithoutNoGrad(Rule):
     calls the model, with no `backward()`, optimizer step or gradient access in it, in a function
     named like `evaluate`/`validate`/`test`/`predict` or after `model.eval()`, and no
     `torch.no_grad()`/`torch.inference_mode()` around it (as a `with`, a decorator of the
-    function or around the call of the function).
+    function or around the call of the function, also when another scanned file makes that call:
+    `with torch.no_grad(): validate(...)` in the training script).
 
     Also finds a forward pass, run again and again (in a loop, in a function called in one, in
     a policy's `act`/`select_action`), whose outputs only leave as host values, indices or
     detached copies: acting in reinforcement learning (`q_network(obs)` whose argmax goes to
-    `env.step`), samples saved as images (`save_image(G(z))`). An output that is stored, returned,
+    `env.step`), samples saved as images (`save_image(G(z))`), a GAN's generator run again for the
+    discriminator step whose output is only used `.detach()`ed. An output that is stored, returned,
     handed to unknown code or reaches a `backward()` is never reported (REINFORCE keeps each
     action's log-probability for its loss).
 
@@ -236,6 +239,21 @@ class EvalWithoutNoGrad(Rule):
                 loss = -(new_logprob * advantages).mean()
                 loss.backward()
                 optimizer.step()
+            """
+        ),
+        Valid(  # `torch` comes from a star import of the project's model module; the forward is
+                # under no_grad inside the loop and only the loss is computed outside it
+            """
+            from models import *
+
+            def validation(model, val_loader, criterion):
+                model.eval()
+                total = 0.0
+                for image, target in val_loader:
+                    with torch.no_grad():
+                        output = model(image.cuda())
+                    total += criterion(output, target.cuda()).item()
+                return total
             """
         ),
     ]
@@ -438,6 +456,44 @@ class EvalWithoutNoGrad(Rule):
                     sample_images(i)
             """,
         ),
+        Invalid(  # a GAN's discriminator step: the generator runs again with autograd on, but only
+                  # its detached output is used, so the graph it records is thrown away
+            """
+            import torch
+            net_g = UpsamplingGenerator().cuda()
+            net_d = PatchDiscriminator().cuda()
+            optim_g = torch.optim.AdamW(net_g.parameters(), lr=2e-4)
+            optim_d = torch.optim.AdamW(net_d.parameters(), lr=2e-4)
+            for z, images in loader:
+                z, images = z.cuda(), images.cuda()
+                loss_g = ((net_d(net_g(z)) - 1) ** 2).mean()
+                loss_g.backward()
+                optim_g.step()
+                fake_images = net_g(z)
+                fake_images = fake_images.detach()
+                loss_d = (net_d(fake_images) ** 2).mean() + ((net_d(images) - 1) ** 2).mean()
+                loss_d.backward()
+                optim_d.step()
+            """,
+            fixed="""
+            import torch
+            net_g = UpsamplingGenerator().cuda()
+            net_d = PatchDiscriminator().cuda()
+            optim_g = torch.optim.AdamW(net_g.parameters(), lr=2e-4)
+            optim_d = torch.optim.AdamW(net_d.parameters(), lr=2e-4)
+            for z, images in loader:
+                z, images = z.cuda(), images.cuda()
+                loss_g = ((net_d(net_g(z)) - 1) ** 2).mean()
+                loss_g.backward()
+                optim_g.step()
+                with torch.no_grad():
+                    fake_images = net_g(z)
+                fake_images = fake_images.detach()
+                loss_d = (net_d(fake_images) ** 2).mean() + ((net_d(images) - 1) ** 2).mean()
+                loss_d.backward()
+                optim_d.step()
+            """,
+        ),
     ]
 
     @cached_property
@@ -523,7 +579,12 @@ class EvalWithoutNoGrad(Rule):
         calls = _name_all(labels)
         acting = any(feeds_environment(self.ctx, site) or is_acting_function(self.ctx.function_of(site.stack))
                      for site in sites)
-        what = "to pick actions" if acting else "but the outputs only leave as host values (an image, a logged number)"
+        if acting:
+            what = "to pick actions"
+        elif all(only_detached(self.ctx, site) for site in sites):  # a GAN's fakes for the discriminator step
+            what = "but only detached copies of its outputs are used (`.detach()`)"
+        else:
+            what = "but the outputs only leave as host values (an image, a logged number)"
         self.report(
             sites[0].node,
             f"{calls} {'runs' if len(labels) == 1 else 'run'} with autograd on {what}: every call records an autograd "
@@ -599,7 +660,11 @@ class EvalWithoutNoGrad(Rule):
         function = ctx.function_of(stack)
         if any(site.statement is not None and ctx.function_of(site.stack) is function for site in ctx.calls_to(*GRAD_MODES)):
             return True  # `torch.set_grad_enabled(False)` as a statement (not a `with` item)
-        if not callers or not isinstance(function, cst.FunctionDef):
+        if not isinstance(function, cst.FunctionDef):
+            return False
+        if called_without_grad(ctx, function):
+            return True  # `with torch.no_grad(): validate(...)` in the training script, `validate` here
+        if not callers:
             return False
         calls = self._calls_by_name.get(function.name.value, ())
         return any(self._grad_off(site.stack, callers=False) for site in calls)

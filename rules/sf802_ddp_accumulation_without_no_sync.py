@@ -66,7 +66,8 @@ class DdpAccumulationWithoutNoSync(Rule):
     `if` changes what it reads) or `range(N)` of the micro-step loop (`micro_step < N - 1`), and
     only when the model is wrapped in DDP on every path, in the function of the loop: `no_sync`
     does not exist on a model that is not wrapped (a single-GPU run of a script that wraps only
-    `if args.distributed:`). Elsewhere the finding has no fix.
+    `if args.distributed:`). Elsewhere the finding has no fix. The backward calls of one
+    accumulation (an fp16 branch and a plain one) are one finding.
 
     ## Impact
     High: an all-reduce of every gradient on every micro-step instead of once per optimizer
@@ -265,6 +266,22 @@ class DdpAccumulationWithoutNoSync(Rule):
                     optimizer.zero_grad()
             """,
         ),
+        Invalid(  # apex's scaled loss or a plain backward, by an option: one accumulation, one finding
+            """
+            import torch
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank])
+            for step, (x, y) in enumerate(loader):
+                loss = criterion(model(x.cuda()), y.cuda()) / args.accum
+                if args.fp16:
+                    with amp.scale_loss(loss, optimizer) as scaled:
+                        scaled.backward()
+                else:
+                    loss.backward()
+                if (step + 1) % args.accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+        ),
     ]
 
     def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
@@ -281,13 +298,17 @@ class DdpAccumulationWithoutNoSync(Rule):
         if not wraps or self._switched:
             return
         steps_ = [s for s in ctx.method_calls("step") if ctx.is_optimizer_like(s.node.func.value, s.stack)]  # type: ignore[attr-defined]
+        # One finding per accumulation: the backward calls of an `if args.fp16: ... else: ...` (or
+        # of two losses) that the same optimizer-step condition gates are one piece of advice.
+        groups: dict[int, tuple[tuple[str, cst.CSTNode], list[CallSite]]] = {}
         for site in backward_calls(ctx):
             condition = self._accumulation(site, steps_)
-            if condition is None:
-                continue
-            ops, reason = self._fix(site, condition, wraps)
+            if condition is not None:
+                groups.setdefault(id(condition[1]), (condition, []))[1].append(site)
+        for condition, sites in groups.values():
+            ops, reason = self._fixes(sites, condition, wraps)
             self.report(
-                site.node,
+                sites[0].node,
                 "`backward()` all-reduces the gradients on every micro-step of gradient accumulation: "
                 "only the last one before the optimizer step needs to (`model.no_sync()`)",
                 fix_ops=ops,
@@ -315,6 +336,23 @@ class DdpAccumulationWithoutNoSync(Rule):
         return None
 
     # ------------------------------------------------------------------ the fix
+    def _fixes(self, sites: list[CallSite], condition: tuple[str, cst.CSTNode],
+               wraps: list[CallSite]) -> tuple[list[FixOp] | None, str | None]:
+        """The fix of every backward call of one accumulation (each in its own block), or why none."""
+        ops: list[FixOp] = []
+        blocks: set[int] = set()
+        for site in sites:
+            found, reason = self._fix(site, condition, wraps)
+            if found is None:
+                return None, reason
+            block = found[0]
+            if isinstance(block, Transform):
+                if id(block.node) in blocks:
+                    return None, "two backward calls of one accumulation share a block"
+                blocks.add(id(block.node))
+            ops.extend(op for op in found if op not in ops)  # one import for all of them
+        return ops, None
+
     def _fix(self, backward: CallSite, condition: tuple[str, cst.CSTNode], wraps: list[CallSite]) -> tuple[list[FixOp] | None, str | None]:
         ctx = self.ctx
         model = self._wrapped_model(backward, wraps)

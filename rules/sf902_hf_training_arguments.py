@@ -18,7 +18,7 @@ from speedfix.fixes.codegen import (
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import supplies_optimizer
-from speedfix.model.flow import off_by_default
+from speedfix.model.flow import off_by_default, reached_by_launch
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_CONFIGS
 from speedfix.model.hf_args import TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, call_setting, parsed_arguments
@@ -58,7 +58,9 @@ class HfTrainingArguments(Rule):
     - no `torch_compile` in a script that never compiles the model itself (information only;
       not when the project pins a transformers before 4.27, which has no such option);
     - `gradient_checkpointing=True` (or `model.gradient_checkpointing_enable()` that runs by
-      default), which trades speed for memory, and `gradient_accumulation_steps` with a
+      default or in one of the project's launch commands: `--gradient_checkpointing` on a path
+      that command takes; the options of a dataclass an argument parser fills default to its
+      fields), which trades speed for memory, and `gradient_accumulation_steps` with a
       micro-batch of 1 or 2 (information only: neither makes training faster).
 
     The same holds for the arguments `HfArgumentParser(...).parse_args_into_dataclasses()` or
@@ -571,8 +573,10 @@ class HfTrainingArguments(Rule):
         if not any(target.startswith("transformers") for target in ctx.imports.bindings.values()):
             return
         for site in ctx.method_calls("gradient_checkpointing_enable"):
-            if off_by_default(ctx, site.statement, site.stack) is not None:
-                continue  # behind an option that is off by default (`if args.gradient_checkpointing:`)
+            reached = reached_by_launch(ctx, site.statement, site.stack)
+            if reached is False or reached is None and off_by_default(ctx, site.statement, site.stack) is not None:
+                continue  # behind options that are off by default (`if args.gradient_checkpointing:`) and that
+                # no launch command of the project turns on
             self.report(site.node, _checkpointing_message("`gradient_checkpointing_enable()`"), severity=Severity.INFO,
                         no_fix_reason="keep it only if the batch does not fit without it")
 

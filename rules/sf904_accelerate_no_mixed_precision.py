@@ -5,6 +5,7 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes, value_replaced
+from speedfix.model.amp import weights_in_sixteen_bit
 from speedfix.model.arguments import argparse_option, find_argument, known_value, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.flow import default_truth
@@ -27,6 +28,9 @@ class AccelerateNoMixedPrecision(Rule):
     when one runs the script without (or there is none), the default run is fp32 and is
     reported as an info note (a machine-wide `accelerate config` may still set it). An
     `Accelerator` is GPU code unless `cpu=True`; `accelerator.device` is where it puts the model.
+    A script that puts the model in 16-bit itself (`from_pretrained(..., dtype=torch.bfloat16)`,
+    4-bit weights computed in bf16, `.half()`) does not train in fp32 whatever Accelerate is
+    told, and is not reported for "no" or a missing setting.
 
     ## Why is this bad?
     In fp32 matmuls and convolutions run at a fraction of the tensor cores' speed. With
@@ -80,6 +84,23 @@ class AccelerateNoMixedPrecision(Rule):
             from accelerate import Accelerator
             accelerator = Accelerator(mixed_precision="bf16")
             cpu_only = Accelerator(cpu=True, mixed_precision="no")
+            """
+        ),
+        Valid(  # a QLoRA run: the base loaded in bf16 (4-bit weights computed in bf16)
+            """
+            import torch
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+            accelerator = Accelerator(gradient_accumulation_steps=8)
+            quantized = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)
+            model = AutoModelForCausalLM.from_pretrained(args.base, quantization_config=quantized,
+                                                         dtype=torch.bfloat16)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                with accelerator.accumulate(model):
+                    accelerator.backward(model(**batch).loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
             """
         ),
     ]
@@ -153,7 +174,7 @@ class AccelerateNoMixedPrecision(Rule):
         if precision.missing or _is_none(self.ctx, precision.node, site):
             self._check_launched(site, original)
             return
-        if value not in ("no", "fp16") or original is None:
+        if value not in ("no", "fp16") or original is None or value == "no" and weights_in_sixteen_bit(self.ctx):
             return
         fix = None
         if isinstance(original.value, cst.SimpleString):
@@ -179,6 +200,8 @@ class AccelerateNoMixedPrecision(Rule):
         chosen = launched_mixed_precision(self.ctx)
         if "?" in chosen or (chosen and all(value in ("bf16", "fp8") for value in chosen)):
             return
+        if weights_in_sixteen_bit(self.ctx):
+            return  # the model is loaded in 16-bit (or 4-bit computed in bf16): no launch trains in fp32
         if chosen and all(value == "fp16" for value in chosen):
             message = ('every launch command runs `mixed_precision="fp16"`, which scales the loss and checks every '
                        'gradient for inf each step; "bf16" needs neither')

@@ -163,6 +163,69 @@ def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_pa
     assert run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout == ""
 
 
+CHECKPOINTED = """\
+from dataclasses import dataclass, field
+
+from transformers import AutoModelForCausalLM, HfArgumentParser
+
+
+@dataclass
+class Options:
+    use_lora: bool = False
+    gradient_checkpointing: bool = field(default=False)
+
+
+def main(args: Options):
+    model = AutoModelForCausalLM.from_pretrained("gpt2")
+    if args.use_lora:
+        model = add_adapters(model)
+    elif args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    train(model)
+
+
+if __name__ == "__main__":
+    (options,) = HfArgumentParser((Options,)).parse_args_into_dataclasses()
+    main(options)
+"""
+
+
+def test_gradient_checkpointing_only_where_a_launch_command_reaches_it(write, run_cli, tmp_path):
+    """Behind dataclass options that default to off, on a path that the project's commands take
+    only if one of them turns it on (and not the LoRA branch before it)."""
+    write("finetune.py", CHECKPOINTED)
+    assert run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path).stdout == ""  # off by default
+    write("scripts/lora.sh", "accelerate launch finetune.py --use_lora --gradient_checkpointing\n")
+    assert run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path).stdout == ""  # the LoRA branch
+    write("scripts/full.sh", "accelerate launch finetune.py --gradient_checkpointing\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert result.stdout.startswith("finetune.py:17:9: SF902 `gradient_checkpointing_enable()` saves memory")
+
+
+CPU_DEFAULT = """\
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--device", default="cpu")
+args = parser.parse_args()
+model = Net().to(args.device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in batches:
+    loss = criterion(model(x.to(args.device)), y.to(args.device))
+    loss.backward()
+    optimizer.step()
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+"""
+
+
+def test_a_device_option_that_defaults_to_the_cpu_unless_a_launch_command_passes_cuda(write, run_cli, tmp_path):
+    write("train.py", CPU_DEFAULT)
+    assert "SF202" not in run_cli("scan", ".", "--select", "SF202", "--no-summary", cwd=tmp_path).stdout
+    write("run.sh", "python train.py --device cuda:0\n")
+    assert "SF202" in run_cli("scan", ".", "--select", "SF202", "--no-summary", cwd=tmp_path).stdout
+
+
 # ---------------------------------------------------------------------- the torch a project pins
 ADAM = """\
 import torch

@@ -8,7 +8,9 @@ import textwrap
 import libcst as cst
 
 from speedfix.model.attention import attention_of, has_fast_path, is_default_scale, softmax_input
+from speedfix.model.autograd import only_detached, outputs_leave_autograd
 from speedfix.model.context import FileContext
+from speedfix.model.devices import cpu_by_default, uses_cuda
 from speedfix.model.frames import class_of_method
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
 from speedfix.model.versions import TorchVersion
@@ -121,3 +123,41 @@ def test_attention_and_what_surrounds_it():
     # `self.scale` is an `__init__` parameter: a number the model is configured with, no tensor
     assert is_python_number(ctx, other.factors[0].meaning, scaled.stack)
     assert not has_fast_path(ctx, forward.stack) and has_fast_path(ctx, fused.stack)
+
+
+def test_outputs_used_only_detached_or_as_host_values():
+    """A GAN's generator run again for the discriminator step leaves autograd as a detached
+    tensor that stays on the device; a sample saved to disk leaves as a host value."""
+    ctx = context("""
+        import torch
+        for noise, real in loader:
+            fake = generator(noise)
+            fake = fake.detach()
+            loss = critic(fake).mean()
+            shown = generator(noise).cpu().numpy()
+    """)
+    fake, shown = (site for site in ctx.calls if ctx.module.code_for_node(site.node) == "generator(noise)")
+    assert outputs_leave_autograd(ctx, fake) and only_detached(ctx, fake)
+    assert outputs_leave_autograd(ctx, shown) and not only_detached(ctx, shown)
+
+
+def test_a_device_that_defaults_to_the_cpu():
+    """A `--device` option defaulting to "cpu" is where the default run trains; a device chosen
+    at run time, or a host copy `.to("cpu")`, says nothing of the kind."""
+    option = context("""
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--device", default="cpu")
+        args = parser.parse_args()
+        model = Net().to(args.device)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+    """)
+    assert cpu_by_default(option) and not uses_cuda(option)
+    chosen = context("""
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = Net().to(device)
+        preds = model(x.to(device)).argmax(1).to("cpu")
+    """)
+    assert not cpu_by_default(chosen) and uses_cuda(chosen)

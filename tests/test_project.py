@@ -210,6 +210,34 @@ def test_trainer_class_receiving_loader_and_device(run_cli, tmp_path, write):
     assert findings(result.stdout) == {("train.py", 6, "SF102"), ("trainer.py", 12, "SF104")}
 
 
+@pytest.mark.parametrize("grad_off", [True, False])
+def test_an_evaluation_called_under_no_grad_from_another_file(run_cli, tmp_path, write, grad_off):
+    """`validate()` in its own module, called by the training script inside `with torch.no_grad():`:
+    autograd is already off for its loop (reported when the call runs with autograd on)."""
+    write("evaluation.py", """\
+        def validate(model, loader):
+            model.eval()
+            total = 0.0
+            for x, y in loader:
+                total += (model(x.cuda()) - y.cuda()).abs().mean().item()
+            return total
+        """)
+    call = "with torch.no_grad():\n        validate(model, val_loader)" if grad_off else "validate(model, val_loader)"
+    write("train.py", f"""\
+import torch
+from evaluation import validate
+
+for epoch in range(10):
+    for x, y in train_loader:
+        loss = model(x.cuda()).sum()
+        loss.backward()
+        optimizer.step()
+    {call}
+""")
+    result = run_cli("scan", ".", "--select", "SF702", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == (set() if grad_off else {("evaluation.py", 4, "SF702")})
+
+
 def test_relative_imports_and_module_attributes(tmp_path):
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").write_text("")

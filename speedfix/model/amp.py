@@ -23,11 +23,12 @@ import libcst as cst
 
 from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
 from speedfix.model.context import FileContext
-from speedfix.model.deepspeed_config import named_configs, section
+from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE, engine_sixteen_bit
 from speedfix.model.flow import default_truth, off_by_default
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import ACCELERATOR
 from speedfix.model.index import CallSite
+from speedfix.model.networks import network_assignments, step_networks
 from speedfix.model.patterns import AUTOCAST
 from speedfix.model.tensors import has_sync_before
 from speedfix.syntax.names import dotted_name
@@ -69,6 +70,8 @@ GRAD_SCALER = (
 DEPRECATED_AMP_MODULES = ("torch.cuda.amp", "torch.cpu.amp")
 # Keywords through which a framework or a model is put in 16-bit (Lightning, FSDP, HF, accelerate).
 _PRECISION_KEYWORDS = frozenset({"precision", "param_dtype", "mixed_precision", "torch_dtype", "bf16", "fp16"})
+# ... and of Hugging Face's `from_pretrained` only (transformers 4.56 renamed `torch_dtype`)
+_LOADING_KEYWORDS = frozenset({"dtype"})
 
 
 @dataclass(frozen=True)
@@ -229,26 +232,16 @@ _PASSINGS: WeakKeyDictionary[FileContext, list[Passing]] = WeakKeyDictionary()
 
 def mixed_precision_by_default(ctx: FileContext) -> bool:
     """Does the script run its model in 16-bit with its defaults, as far as the file tells?
-    Unknown counts as yes (rules stay silent). An autocast that is off by default does not count,
+    Unknown counts as yes (rules stay silent): a DeepSpeed engine whose config cannot be read. An autocast that is off by default does not count,
     nor do the 16-bit dtypes that only its options name."""
     casts = autocasts(ctx)
     if autocast_passed_around(ctx) or any(cast.on_by_default for cast in casts):
         return True
     if casts or autocast_passings(ctx) or _accelerate_in_fp32(ctx):
         return _low_precision_elsewhere(ctx)
-    return ctx.mentions_low_precision or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname) \
-        or _deepspeed_in_16_bit(ctx)
-
-
-def _deepspeed_in_16_bit(ctx: FileContext) -> bool:
-    """Does every DeepSpeed config the script runs with (`deepspeed.initialize(config=...)`, a
-    JSON file of each launch command) turn on `"fp16"` or `"bf16"`? The engine then trains in 16-bit."""
-    if not ctx.calls_to("deepspeed.initialize"):
-        return False
-    configs = named_configs(ctx)
-    return bool(configs) and all(
-        config.values is not None and any(section(config.values, key).get("enabled") is True for key in ("fp16", "bf16"))
-        for config in configs)
+    if ctx.mentions_low_precision or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname):
+        return True
+    return bool(ctx.calls_to(DEEPSPEED_INITIALIZE)) and engine_sixteen_bit(ctx) is not False  # its config decides
 
 
 def _accelerate_in_fp32(ctx: FileContext) -> bool:
@@ -268,7 +261,50 @@ def gated_autocasts(ctx: FileContext) -> list[Autocast | Passing]:
 
 def _low_precision_elsewhere(ctx: FileContext) -> bool:
     """A 16-bit model or framework setting besides autocast: `.half()`, `.to(torch.bfloat16)`,
-    Lightning's `precision="bf16-mixed"`, FSDP's `param_dtype=`, HF's `bf16=True`."""
+    Lightning's `precision="bf16-mixed"`, FSDP's `param_dtype=`, HF's `bf16=True`, a checkpoint
+    loaded in 16-bit (`from_pretrained(..., dtype=torch.bfloat16)`)."""
+    return _sixteen_bit_casts(ctx) or _sixteen_bit_keyword(ctx)
+
+
+def weights_in_sixteen_bit(ctx: FileContext) -> bool:
+    """Does the file put a network the training runs in 16-bit itself, whatever a framework's
+    mixed-precision setting says: `from_pretrained(..., dtype=torch.bfloat16)` (or
+    `torch_dtype=`), `.half()`, `.to(torch.bfloat16)`? Only values certain to be 16-bit count."""
+    networks = step_networks(ctx)
+    for name, stack in networks.items():
+        if any(_built_in_sixteen_bit(ctx, a.value, a.stack) for a in network_assignments(ctx, name, stack)):
+            return True
+    return any(dotted_name(site.node.func.value) in networks and _casts_to_sixteen_bit(ctx, site.node, site.stack)  # type: ignore[attr-defined]
+               for method in ("half", "bfloat16", "to") for site in ctx.method_calls(method))
+
+
+def _built_in_sixteen_bit(ctx: FileContext, value: cst.BaseExpression, stack: Stack) -> bool:
+    for link in _chain(value):
+        if not isinstance(link, cst.Call):
+            continue
+        if _casts_to_sixteen_bit(ctx, link, stack):
+            return True
+        if (dotted_name(link.func) or "").endswith(".from_pretrained") and any(
+                arg.keyword is not None and arg.keyword.value in ("torch_dtype", "dtype")
+                and precision_of(ctx, arg.value, stack) in (Precision.FP16, Precision.BF16) for arg in link.args):
+            return True
+    return False
+
+
+def _casts_to_sixteen_bit(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
+    """`x.half()`, `x.bfloat16()`, `x.to(torch.bfloat16)`, `x.to(device, dtype=torch.float16)`."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    if func.attr.value in ("half", "bfloat16"):
+        return True
+    return func.attr.value == "to" and any(
+        (arg.keyword is None or arg.keyword.value == "dtype")
+        and precision_of(ctx, arg.value, stack) in (Precision.FP16, Precision.BF16) for arg in call.args)
+
+
+def _sixteen_bit_casts(ctx: FileContext) -> bool:
+    """`.half()`, `.bfloat16()`, `.to(torch.bfloat16)` of something other than a host copy."""
     for method in ("half", "bfloat16"):
         if any(not _host_copy(site) for site in ctx.method_calls(method)):
             return True
@@ -277,9 +313,17 @@ def _low_precision_elsewhere(ctx: FileContext) -> bool:
             continue
         if any(precision_of(ctx, arg.value, site.stack) in (Precision.FP16, Precision.BF16) for arg in site.node.args):
             return True
+    return False
+
+
+def _sixteen_bit_keyword(ctx: FileContext) -> bool:
     for site in ctx.calls:
+        loading = (site.func or "").endswith(".from_pretrained")
         for arg in site.node.args:
-            if arg.keyword is not None and arg.keyword.value in _PRECISION_KEYWORDS and _sixteen_bit(ctx, arg, site):
+            if arg.keyword is None:
+                continue
+            if (arg.keyword.value in _PRECISION_KEYWORDS or loading and arg.keyword.value in _LOADING_KEYWORDS) \
+                    and _sixteen_bit(ctx, arg, site):
                 return True
     return False
 

@@ -321,8 +321,9 @@ def _section(ctx: FileContext, class_name: str) -> str:
 
 def _default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
     """What an option or setting holds by default: an argparse default, a settings class's
-    declared default, or the value the project's run configs give a config's attribute chain."""
-    found = argparse_default(ctx, node) or declared_default(ctx, node, stack)
+    declared default, the field of a dataclass a parser fills (`def main(args: Config)`), or the
+    value the project's run configs give a config's attribute chain."""
+    found = argparse_default(ctx, node) or declared_default(ctx, node, stack) or annotated_field_default(ctx, node, stack)
     if found is None and isinstance(node, cst.Attribute):
         configured = configured_value(ctx, node)
         if configured is not None and isinstance(configured.value, (bool, int, float, str)):
@@ -355,6 +356,55 @@ def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpr
     return param.default
 
 
+_DATACLASS_FIELD = ("dataclasses.field",)
+
+
+def class_field_defaults(ctx: FileContext, name: str) -> dict[str, cst.BaseExpression]:
+    """The fields the file's class ``name`` writes with a default (`lr: float = 1e-3`,
+    `use_lora: bool = field(default=False)`): field -> the default as written (the name
+    `UNKNOWN_DEFAULT` for a `field(...)` without one)."""
+    info = ctx.classes.get(name)
+    fields: dict[str, cst.BaseExpression] = {}
+    for statement in info.node.body.body if info is not None else ():
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None:
+                fields.setdefault(small.target.value, _field_default(ctx, small.value))
+    return fields
+
+
+def _field_default(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpression:
+    """`field(default=X)` -> X; a plain default as written."""
+    if isinstance(value, cst.Call) and (ctx.qualname(value.func) in _DATACLASS_FIELD or (
+            isinstance(value.func, cst.Name) and value.func.value == "field")):
+        for arg in value.args:
+            if arg.keyword is not None and arg.keyword.value == "default":
+                return arg.value
+        return cst.Name("UNKNOWN_DEFAULT")
+    return value
+
+
+def annotated_field_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """`args.use_lora` in `def main(args: FlatArguments)`, `FlatArguments` a dataclass of the
+    file that an argument parser fills (`HfArgumentParser`): the field's default, which is the
+    option's default on the command line."""
+    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return None
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, node.value.value):
+        return None
+    params = [*function.params.params, *function.params.kwonly_params]
+    param = next((p for p in params if p.name.value == node.value.value and p.annotation is not None), None)
+    owner = dotted_name(param.annotation.annotation) if param is not None else None  # type: ignore[union-attr]
+    info = ctx.classes.get(owner or "")
+    if info is None or not any(dotted_name(d.decorator) in ("dataclass", "dataclasses.dataclass")
+                               or isinstance(d.decorator, cst.Call) and dotted_name(d.decorator.func) in
+                               ("dataclass", "dataclasses.dataclass") for d in info.node.decorators):
+        return None
+    return class_field_defaults(ctx, info.name).get(node.attr.value)
+
+
 def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool | None:
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return node.value == "True"
@@ -384,12 +434,7 @@ def declared_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -
     if any(arg.keyword is None or arg.keyword.value == field for arg in built.args) \
             or ctx.assignments.get(f"{node.value.value}.{field}"):
         return None
-    for statement in ctx.classes[built.func.value].node.body.body:
-        for small in getattr(statement, "body", ()):
-            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
-                    and small.target.value == field and small.value is not None:
-                return None if isinstance(small.value, cst.Call) else small.value  # `field(...)`: not a plain value
-    return None
+    return class_field_defaults(ctx, built.func.value).get(field)
 
 
 def option_defaults(ctx: FileContext) -> dict[str, cst.BaseExpression]:

@@ -7,7 +7,10 @@ values, indices or detached copies records an autograd graph that no `backward()
 ``outputs_leave_autograd`` follows a call's value through its expression, the names it is
 assigned to (in the same function) and the expressions they are read in; anything it cannot
 follow (a call of unknown code, a store into an attribute or a list, a `return`) counts as
-possibly differentiated. ``runs_network`` says whether a call runs a network at all.
+possibly differentiated. ``runs_network`` says whether a call runs a network at all;
+``only_detached`` whether the outputs leave as detached copies (a GAN's fakes for the
+discriminator step) rather than host values; ``called_without_grad`` whether another file runs a
+function of this one under `torch.no_grad()`.
 """
 
 from __future__ import annotations
@@ -114,6 +117,25 @@ def outputs_leave_autograd(ctx: FileContext, site: CallSite) -> bool:
     return _Flow(ctx, scope).leaves(site.node, 0)
 
 
+def only_detached(ctx: FileContext, site: CallSite) -> bool:
+    """Does every use of the call's value leave autograd as a detached tensor (`.detach()`,
+    `.data`): `fake = G(z).detach()` handed to the discriminator, still on the device?"""
+    flow = _Flow(ctx, ctx.function_of(site.stack) or ctx.module)
+    return flow.leaves(site.node, 0) and flow.exits == {"detach"}
+
+
+def called_without_grad(ctx: FileContext, function: cst.FunctionDef) -> bool:
+    """Does another scanned file call ``function`` under `torch.no_grad()` / `inference_mode()`
+    (`with torch.no_grad(): validate(...)` in train.py, `validate` defined here)?"""
+    name = function.name.value
+    for key in ctx.links.no_grad:
+        owner, _, called = key.rpartition(".")
+        if called == name and any(info.node is function and info.class_name == (owner or None)
+                                  for info in ctx.functions.get(name, ())):
+            return True
+    return False
+
+
 _PARENTS: WeakKeyDictionary[FileContext, dict[int, dict[int, cst.CSTNode]]] = WeakKeyDictionary()
 
 
@@ -134,6 +156,11 @@ class _Flow:
         if id(scope) not in by_scope:
             by_scope[id(scope)] = _parents(scope)
         self.parents = by_scope[id(scope)]
+        self.exits: set[str] = set()  # how the value left: "detach" (`.detach()`, `.data`), "host"
+
+    def _left(self, how: str) -> bool:
+        self.exits.add(how)
+        return True
 
     def leaves(self, node: cst.CSTNode, depth: int) -> bool:
         parents = self.parents
@@ -148,36 +175,36 @@ class _Flow:
                     if parent.attr.value == "backward":
                         return False
                     if parent.attr.value in _LEAVING_METHODS:
-                        return True
+                        return self._left("detach" if parent.attr.value == "detach" else "host")
                     current = grand  # `.cpu()`, `.max(1)`, `.view(...)`: still a tensor of the graph
                     continue
                 if parent.attr.value in _LEAVING_ATTRIBUTES:
-                    return True
+                    return self._left("detach" if parent.attr.value == "data" else "host")
                 current = parent
             elif isinstance(parent, cst.Subscript) and parent.value is current:
                 current = parent
             elif isinstance(parent, (cst.Index, cst.Slice, cst.SubscriptElement)):
-                return True  # an index
+                return self._left("host")  # an index
             elif isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Element, cst.Tuple, cst.List)):
                 current = parent
             elif isinstance(parent, cst.IfExp):
                 if parent.test is current:
-                    return True
+                    return self._left("host")
                 current = parent
             elif isinstance(parent, (cst.Comparison, cst.ComparisonTarget)):
-                return True
+                return self._left("host")
             elif isinstance(parent, cst.Arg):
                 call = parents.get(id(parent))
                 if not isinstance(call, cst.Call):
                     return False
                 verdict = self._argument_of(call)
                 if verdict is not None:
-                    return verdict
+                    return verdict and self._left("host")
                 current = call
             elif isinstance(parent, cst.Expr):
-                return True
+                return self._left("host")
             elif isinstance(parent, (cst.If, cst.While)) and parent.test is current:
-                return True
+                return self._left("host")
             elif isinstance(parent, cst.Assign) and parent.value is current:
                 return self._assigned(parent, depth)
             else:

@@ -7,8 +7,10 @@ costs (host syncs, `synchronize()`, `empty_cache()`) also need the rarer branche
   sys.exit(1)`, a `raise`, a `break` out of the step loop) or that runs on one step
   (`if step == 0:`): ONCE;
 - an `except` handler (`except torch.cuda.OutOfMemoryError: torch.cuda.empty_cache()`): ERROR;
-- an opt-in debugging or timing flag (`if args.synchronize_step:`, `if debug:`), unless it is
-  on with the script's defaults (`DEBUG = True`, `default=True`): FLAG.
+- an opt-in debugging, timing or plotting flag (`if args.synchronize_step:`, `if debug:`,
+  `if args.visdom:`), unless it is on with the script's defaults (`DEBUG = True`,
+  `default=True`): FLAG; also a helper that the loop calls only under such a flag
+  (`if args.visdom: update_vis_plot(...)`).
 
 ``BranchTracker`` is a mixin for rules: during the one traversal it keeps ``branches``, the
 `if`/`else`/`except` branches around the node being visited; ``rare_path`` then says whether
@@ -30,7 +32,7 @@ from typing import ClassVar, Sequence, Union
 import libcst as cst
 
 from speedfix.model.context import FileContext
-from speedfix.model.flow import default_truth
+from speedfix.model.flow import default_truth, enclosing_statements
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.patterns import unwrap_iterable
 from speedfix.syntax.names import dotted_name
@@ -44,6 +46,7 @@ _FLAG_WORDS = frozenset(
     """
     debug debugging dbg verbose profile profiling profiler prof timing timings time timer timed
     benchmark bench sync synchronize synchronise trace tracing anomaly sanity nan
+    visdom vis visualize visualise visualization visualisation plot plots plotting
     """.split()
 )
 _EXITS = ("sys.exit", "os._exit", "os.abort")
@@ -214,6 +217,39 @@ def rare_path(ctx: FileContext, branches: Sequence[Branch], scope: cst.CSTNode |
         found = _rarity(ctx, branch, scope)
         if found is not None:
             return found
+    return _gated_calls(ctx, scope) if isinstance(scope, cst.FunctionDef) else None
+
+
+def _gated_calls(ctx: FileContext, function: cst.FunctionDef) -> RarePath | None:
+    """A hot function whose every call in the training loop sits under an opt-in flag
+    (`if args.visdom: update_vis_plot(...)`): its code runs only with that flag."""
+    found: RarePath | None = None
+    name = function.name.value
+    for site in ctx.calls:
+        if site.func is None or site.func.rsplit(".", 1)[-1] != name or site.statement is None:
+            continue
+        if not any(info.node is function for info in ctx.local_callees(site)):
+            continue
+        if not ctx.in_training_loop(site.stack):
+            continue
+        found = _gate_of(ctx, site.statement, site.stack)
+        if found is None:
+            return None
+    return found
+
+
+def _gate_of(ctx: FileContext, statement: cst.BaseStatement, stack: Stack) -> RarePath | None:
+    """The `if <opt-in flag>:` around ``statement`` inside its loop or function, or None."""
+    inner = statement
+    for outer in enclosing_statements(ctx, statement)[1:]:
+        if isinstance(outer, (cst.For, cst.While, cst.FunctionDef)):
+            return None
+        if isinstance(outer, cst.If) and isinstance(outer.body, cst.IndentedBlock) and inner in outer.body.body:
+            branch = Branch(outer, True, stack)
+            flag = _opt_in_flag(ctx, outer.test, branch)
+            if flag is not None and default_truth(ctx, outer.test, stack) is False:  # certainly off by default
+                return RarePath(Rare.FLAG, branch, flag)
+        inner = outer
     return None
 
 

@@ -41,7 +41,7 @@ CONFIG_TAKERS: dict[str, tuple[str, int | None]] = {
     "accelerate.utils.DeepSpeedPlugin": ("hf_ds_config", 0),
 }
 _ARGPARSE_OPTIONS = ("deepspeed_config", "deepspeed")
-_INITIALIZE = "deepspeed.initialize"
+_INITIALIZE = DEEPSPEED_INITIALIZE = "deepspeed.initialize"
 _HF_TAKERS = ("transformers.HfArgumentParser", "transformers.hf_argparser.HfArgumentParser", "trl.TrlParser",
               "transformers.Trainer", "accelerate.Accelerator")
 # A script that can pass a DeepSpeed config has one of these (SF905 runs only there too); a
@@ -284,6 +284,20 @@ def _compared(ctx: FileContext, node: cst.Comparison, stack: Stack) -> Any:
     if left is None or right is None:
         return ...
     return (left == right) == isinstance(target.operator, cst.Equal)
+
+
+def engine_sixteen_bit(ctx: FileContext) -> bool | None:
+    """For a script that builds its engine with `deepspeed.initialize`, whose config chooses the
+    precision: does a config it is given enable fp16 or bf16 (True), none of them (False), or can
+    no config be read (None: a file the scan cannot find, a dict built at run time)? None also
+    for a script without `deepspeed.initialize`."""
+    if not ctx.calls_to(_INITIALIZE):
+        return None
+    readable = [config.values for config in named_configs(ctx)
+                if config.values is not None and config.taker in (_INITIALIZE, None)]
+    if not readable:
+        return None
+    return any(section(values, key).get("enabled", False) is not False for values in readable for key in ("fp16", "bf16"))
 
 
 def section(values: dict[str, Any], key: str) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Where a script runs: does it use CUDA at all, and does it copy anything to a device?
 
 If not, GPU-only advice is noise. The evidence is the file's own (`cuda` in a string, an
-attribute or a device helper, noted by the index), another scanned file's (``Links.cuda``:
+attribute or a device helper, noted by the index; not when every device it moves tensors to
+is an option that defaults to the CPU), another scanned file's (``Links.cuda``:
 ``DEVICE`` imported from ``config.py``, or an importer that trains on CUDA), or a training
 framework's (a Lightning ``Trainer``, Hugging Face ``TrainingArguments`` or an ``Accelerator``
 uses the GPU when there is one).
@@ -11,17 +12,24 @@ from __future__ import annotations
 
 from weakref import WeakKeyDictionary
 
+import libcst as cst
+
+from speedfix.model import launch
+from speedfix.model.arguments import argparse_option, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import framework_uses_cuda
+from speedfix.syntax.names import dotted_name
 
 _USES_CUDA: WeakKeyDictionary[FileContext, bool] = WeakKeyDictionary()
 
 
 def uses_cuda(ctx: FileContext) -> bool:
-    """Does the script touch CUDA at all (computed once per file)?"""
+    """Does the script touch CUDA at all (computed once per file)? Not when its own mentions of
+    CUDA are for a device option that defaults to the CPU (``cpu_by_default``)."""
     found = _USES_CUDA.get(ctx)
     if found is None:
-        found = _USES_CUDA[ctx] = ctx.mentions_cuda or ctx.links.cuda is not None or framework_uses_cuda(ctx)
+        found = _USES_CUDA[ctx] = (ctx.mentions_cuda and not cpu_by_default(ctx)) or ctx.links.cuda is not None \
+            or framework_uses_cuda(ctx)
     return found
 
 
@@ -29,6 +37,48 @@ def trains_on_cpu_only(ctx: FileContext) -> bool:
     """Does the file train with no sign of a GPU anywhere: no CUDA, no framework that picks the
     GPU, nothing copied to a device? Advice about feeding a GPU (loader workers) is then moot."""
     return ctx.drives_training and not uses_cuda(ctx) and not copies_to_device(ctx)
+
+
+def cpu_by_default(ctx: FileContext) -> bool:
+    """Does the script move its tensors only to a device that an option or a constant chooses
+    and that is the CPU with the defaults (`parser.add_argument("--device", default="cpu")` then
+    `model.to(args.device)`), with no `.cuda()` call and no launch command of the project that
+    passes another device? The CUDA it names (`if args.device.startswith("cuda"):`, a help text)
+    is then for a run the user asks for, not the default run."""
+    if any(True for _ in ctx.method_calls("cuda")):
+        return False
+    devices: list[str] = []
+    options: set[str] = set()
+    for site in ctx.method_calls("to"):
+        target = next((arg.value for arg in site.node.args if arg.keyword is None or arg.keyword.value == "device"), None)
+        if isinstance(target, cst.Call) and ctx.qualname(target.func) == "torch.device" and target.args:
+            target = target.args[0].value
+        if target is None:
+            continue
+        device = string_value(ctx, target, site.stack)
+        if isinstance(target, cst.SimpleString):
+            if device is not None and not device.startswith("cpu"):
+                return False  # `.to("cuda")`
+            continue  # `.to("cpu")`: a copy to the host, not where the script runs
+        if device is None:
+            if "device" in (dotted_name(target) or "").lower():
+                return False  # a device the scan cannot know (`"cuda" if torch.cuda.is_available() else "cpu"`)
+            continue  # a dtype, another tensor
+        if device.split(":", 1)[0] not in _DEVICES:
+            continue
+        devices.append(device)
+        if isinstance(target, cst.Attribute) and argparse_option(ctx, target) is not None:
+            options.add(target.attr.value)
+    if not devices or not all(device.startswith("cpu") for device in devices):
+        return False
+    for name in options:
+        passed = launch.option(ctx, name, name.replace("_", "-"))
+        if passed.state is not launch.State.MISSING and not (passed.known and str(passed.value).startswith("cpu")):
+            return False  # a launch command runs the script on another device
+    return True
+
+
+_DEVICES = frozenset({"cpu", "cuda", "mps", "xpu", "npu", "hpu", "xla", "meta"})
 
 
 _COPIES: WeakKeyDictionary[FileContext, bool] = WeakKeyDictionary()

@@ -8,6 +8,8 @@ from the module is certainly not taken with the defaults: its test reads argpars
 (`store_true` flags are False, an option without a default is None), module-level constants and
 literals, combined with `not`/`and`/`or` and `is (not) None`. Anything else (`if use_amp:`,
 `if torch.cuda.is_available():`) counts as taken: a rule stays silent rather than guess.
+`reached_by_launch` asks the same of each launch command of the project (`--use_lora` sets
+`args.use_lora`), with the defaults for the options a command leaves out.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.arguments import argparse_option, find_argument, parameter_default
+from speedfix.model import launch
+from speedfix.model.arguments import annotated_field_default, argparse_option, find_argument, parameter_default
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Frame, FrameKind, Stack, class_of
 from speedfix.model.index import Assignment, CallSite
@@ -40,6 +43,50 @@ def off_by_default(ctx: FileContext, statement: cst.BaseStatement | None, stack:
             if default_truth(ctx, test, stack) is True:
                 return f"not ({code_of(test)})"
     return None
+
+
+def reached_by_launch(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack) -> bool | None:
+    """Does one of the project's launch commands run ``statement``: every `if` on its way taken
+    with that command's options (`--use_lora --gradient_checkpointing`) and the script's defaults
+    for the rest? None when the project shows no command that runs the script; a test that
+    cannot be worked out counts as taken."""
+    commands = launch.launches(ctx)
+    if not commands:
+        return None
+    gates = list(_gates(ctx, statement))
+    return any(all(_launch_truth(ctx, test, stack, _options(command)) is not (not wanted) for test, wanted in gates)
+               for command in commands)
+
+
+def _gates(ctx: FileContext, statement: cst.BaseStatement | None) -> Iterator[tuple[cst.BaseExpression, bool]]:
+    """The tests on the way to ``statement``, each with the truth it needs to be run."""
+    for owner in _owners(ctx, statement):
+        if isinstance(owner, cst.If):
+            yield owner.test, True
+        for test in _tests_passed_as_false(ctx, owner):
+            yield test, False
+
+
+def _options(command: launch.Launch) -> dict[str, object]:
+    return {name.replace("-", "_"): value for name, value in command.options.items()}
+
+
+def _launch_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, options: dict[str, object]) -> bool | None:
+    """``test`` with the options a launch command passes (`args.use_lora` for `--use_lora`), the
+    script's defaults for the others (None: unknown)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _launch_truth(ctx, test.expression, stack, options)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left = _launch_truth(ctx, test.left, stack, options)
+        right = _launch_truth(ctx, test.right, stack, options)
+        if isinstance(test.operator, cst.And):
+            return False if False in (left, right) else (True if left and right else None)
+        return True if True in (left, right) else (False if left is False and right is False else None)
+    if isinstance(test, cst.Attribute) and test.attr.value in options and (
+            argparse_option(ctx, test) is not None or annotated_field_default(ctx, test, stack) is not None):
+        return launch.truth(options[test.attr.value])  # an option of the script the command sets
+    return default_truth(ctx, test, stack)
 
 
 def default_choice(ctx: FileContext, places: Iterable[tuple[cst.BaseStatement | None, Stack]]) -> tuple[bool, str | None]:
@@ -188,6 +235,9 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     option = argparse_option(ctx, node)
     if option is not None:
         return _option_default(ctx, option.node, stack, depth)
+    field = annotated_field_default(ctx, node, stack)  # `args.use_lora` of `def main(args: FlatArguments)`
+    if field is not None:
+        return _default_value(ctx, field, stack, depth + 1)
     return _UNKNOWN
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import UNKNOWN_VALUE, find_argument, known_value
+from speedfix.model.arguments import UNKNOWN_VALUE, class_field_defaults, find_argument, known_value
 from speedfix.model.config_tree import load_mapping
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import HF_ARGUMENT_PARSERS, HF_TRAINING_ARGUMENTS, TRL_CONFIGS
@@ -40,7 +40,6 @@ from speedfix.syntax.nodes import integer_value
 
 TRL_DEFAULTS = {"gradient_checkpointing": True}
 _PARSE_METHODS = frozenset({"parse_args_into_dataclasses", "parse_args_and_config"})
-_DATACLASS_FIELD = ("dataclasses.field",)
 
 
 class Source(Enum):
@@ -223,14 +222,8 @@ def _training_class(ctx: FileContext, node: cst.BaseExpression) -> tuple[str | N
         return None, {}
     fields: dict[str, cst.BaseExpression] = {}
     for class_name in _lineage(ctx, name):
-        for statement in ctx.classes[class_name].node.body.body:
-            if not isinstance(statement, cst.SimpleStatementLine):
-                continue
-            for small in statement.body:
-                if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) and small.value is not None:
-                    key = small.target.value
-                    if key not in fields:
-                        fields[key] = _field_default(ctx, small.value)
+        for key, value in class_field_defaults(ctx, class_name).items():
+            fields.setdefault(key, value)
     return _canonical(base), fields
 
 
@@ -256,17 +249,6 @@ def _lineage(ctx: FileContext, name: str) -> list[str]:
                 found.append(short)
         index += 1
     return found
-
-
-def _field_default(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpression:
-    """`field(default=X)` -> X; a plain default as written."""
-    if isinstance(value, cst.Call) and (ctx.qualname(value.func) in _DATACLASS_FIELD or (
-            isinstance(value.func, cst.Name) and value.func.value == "field")):
-        for arg in value.args:
-            if arg.keyword is not None and arg.keyword.value == "default":
-                return arg.value
-        return cst.Name("UNKNOWN_DEFAULT")
-    return value
 
 
 def _canonical(qualname: str) -> str:

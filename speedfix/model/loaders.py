@@ -619,12 +619,14 @@ _FRAMEWORK_LOADERS = {"deepspeed.initialize": "training_data"}
 
 
 def evaluation_only(ctx: FileContext, site: CallSite) -> bool:
-    """A DataLoader the default run iterates once, outside the training loop, in a script whose
-    training batches come from a loader a framework builds (`deepspeed.initialize(...,
-    training_data=trainset)`): an evaluation after training, where workers and pinned memory
-    would start up for a single pass."""
-    if not any(not find_argument(ctx, init, keyword).missing
-               for qualified, keyword in _FRAMEWORK_LOADERS.items() for init in ctx.calls_to(qualified)):
+    """A DataLoader the default run iterates once, outside the training loop, in a script that
+    trains: in training loops of its own, or on batches from a loader a framework builds
+    (`deepspeed.initialize(..., training_data=trainset)`). An evaluation after training, where
+    workers and pinned memory would start up for a single pass (a script that only evaluates is
+    not one: its loader is its whole workload)."""
+    if not ctx.step_loops and not any(not find_argument(ctx, init, keyword).missing
+                                      for qualified, keyword in _FRAMEWORK_LOADERS.items()
+                                      for init in ctx.calls_to(qualified)):
         return False
     name = assigned_name(site)
     if name is None or iterated_per_epoch(ctx, name):

@@ -16,7 +16,7 @@ from speedfix.model.flow import default_choice, default_truth, off_by_default, p
 from speedfix.model.frames import Stack
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
-from speedfix.project.steps import is_iterable_wrapper
+from speedfix.project.steps import NO_GRAD_CALLS, is_iterable_wrapper
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -30,8 +30,7 @@ AUTOCAST = (
     "torch.cpu.amp.autocast",
 )
 OPTIMIZER_PREFIX = "torch.optim."
-NO_GRAD = tuple(f"{module}.{name}" for module in ("torch", "torch.autograd", "torch.autograd.grad_mode")
-                for name in ("no_grad", "inference_mode"))
+NO_GRAD = tuple(sorted(NO_GRAD_CALLS))
 NN_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 _DTYPES = {
     "float", "float32", "float64", "double", "float16", "half", "bfloat16", "int", "int8", "int16",

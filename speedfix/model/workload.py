@@ -14,10 +14,12 @@ gives the kind away:
   that name);
 - the samples: image files the file decodes (`Image.open`, an `ImageFolder`) or random image
   augmentations it composes (`RandomResizedCrop`, a random scale) mean each sample is decoded
-  and transformed on the CPU; a step that feeds `input_ids`, or a tokenizer, means small batches
-  of token ids.
+  and transformed on the CPU; a step that feeds `input_ids`, a tokenizer, or a call given one
+  (`DataCollator(tokenizer)`), means small batches of token ids, tokenized ahead unless a
+  Dataset of the file tokenizes in its `__getitem__`.
 
-These are estimates for a finding's impact, not facts a fix relies on.
+These are estimates for a finding's impact (and for leaving pre-tokenized text loaders alone), not
+facts a fix relies on.
 """
 
 from __future__ import annotations
@@ -226,6 +228,9 @@ def training_samples(ctx: FileContext) -> tuple[Samples, str] | None:
             images = f"images decoded one by one (`{dotted}`)"
         if tokenizer is None and "tokenizer" in dotted.lower():
             tokenizer = dotted
+        if tokenizer is None:  # `DataCollator(tokenizer)`, `PromptDataset(path, tokenizer, max_len)`
+            given = next((arg for arg in site.node.args if "tokenizer" in (dotted_name(arg.value) or "").lower()), None)
+            tokenizer = f"{dotted}({dotted_name(given.value)})" if given is not None and dotted else None
     if images is not None:
         return Samples.IMAGES, images
     if feeds_token_ids(ctx):
@@ -233,6 +238,21 @@ def training_samples(ctx: FileContext) -> tuple[Samples, str] | None:
     if tokenizer is not None:
         return Samples.TOKENS, f"small batches of token ids (`{tokenizer}`)"
     return None
+
+
+def tokenized_ahead(ctx: FileContext) -> str | None:
+    """Why the training samples are token ids tokenized before training (the usual way: a
+    `datasets.map`, a Dataset that tokenizes in `__init__`), so that a DataLoader only indexes
+    and pads them; None when the file shows other samples, or a Dataset class of its own whose
+    `__getitem__` calls a tokenizer on every item."""
+    samples = training_samples(ctx)
+    if samples is None or samples[0] is not Samples.TOKENS:
+        return None
+    for function in ctx.functions.get("__getitem__", ()):
+        if any(isinstance(node, cst.Call) and "tokeniz" in (dotted_name(node.func) or "").lower()
+               for node in walk_expression(function.node)):
+            return None
+    return samples[1]
 
 
 # A transformer holds about 12 d^2 parameters per layer; one whose stated width is at most this

@@ -10,8 +10,9 @@ it keeps only what the other files need:
 - per function, method and class (called as its constructor): whether it takes a training step
   outside any loop (a per-step helper), whether it holds a training loop, which of its
   parameters that loop iterates (the loader), and whether the loop copies batches to a device;
-- which imported functions it calls on every training step (``utils.log_loss_dict``), and which
-  return the loader one of its training loops iterates (``loader = get_loader(...)``);
+- which imported functions it calls on every training step (``utils.log_loss_dict``), which
+  return the loader one of its training loops iterates (``loader = get_loader(...)``), and which
+  it calls with autograd off (``with torch.no_grad(): validate(...)``);
 - which classes (and module-level factories returning them) build convolution or cuDNN RNN
   layers, directly or through the file's other classes and helpers (``ResNet`` ->
   ``BasicBlock`` -> ``conv3x3``);
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, MATMUL_LAYERS, MATMUL_METHODS,
-                                    is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
+                                    NO_GRAD_CALLS, is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class ModuleFacts:
     # imported classes it builds: (qualified name, `.from_argparse_args` or "", keywords passed,
     # positional arguments passed, `*args`/`**kwargs` passed)
     constructions: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
+    no_grad_calls: tuple[str, ...] = ()  # qualified names (through imports) called under `torch.no_grad()`
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -103,6 +105,7 @@ class ModuleFacts:
             trains=bool(record["trains"]),
             constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
                                 for q, m, k, n, s in record["constructions"]),
+            no_grad_calls=tuple(map(str, record["no_grad_calls"])),
         )
 
 
@@ -204,6 +207,8 @@ class _Collector(ast.NodeVisitor):
         self.kwargs: list[tuple[str, str, str]] = []  # (callee as written, key, value): see ModuleFacts.kwargs_given
         self.defaults: dict[str, str] = {}  # argparse destination -> repr of its constant default
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
+        self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
+        self.no_grad_calls: set[str] = set()
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -256,8 +261,10 @@ class _Collector(ast.NodeVisitor):
         self.loop_stack.append(None)
         self.guard_stack.append(self.guards)
         self.guards = 0
+        outer_no_grad, self.no_grad = self.no_grad, int(any(self._turns_grad_off(d) for d in node.decorator_list))
         for statement in node.body:
             self.visit(statement)
+        self.no_grad = outer_no_grad
         for decorator in node.decorator_list:
             self.visit(decorator)
         self.guards = self.guard_stack.pop()
@@ -296,6 +303,21 @@ class _Collector(ast.NodeVisitor):
     def visit_While(self, node: ast.While) -> None:
         self.visit(node.test)
         self._visit_loop(node, None)
+
+    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
+        for item in node.items:
+            self.visit(item)
+        off = any(self._turns_grad_off(item.context_expr) for item in node.items)
+        self.no_grad += off
+        for statement in node.body:
+            self.visit(statement)
+        self.no_grad -= off
+
+    visit_AsyncWith = visit_With  # type: ignore[assignment]
+
+    def _turns_grad_off(self, node: ast.expr) -> bool:
+        """`torch.no_grad()`, `torch.inference_mode()` (as a `with` item or a decorator)."""
+        return self.resolve(dotted(node.func if isinstance(node, ast.Call) else node)) in NO_GRAD_CALLS
 
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
@@ -490,6 +512,10 @@ class _Collector(ast.NodeVisitor):
         moves = isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda")
         if moves and self.function_stack:
             self.function_stack[-1].moves = True
+        if self.no_grad and func is not None:
+            qualified = self.resolve(func)
+            if qualified is not None and qualified.split(".", 1)[0] not in _EXTERNAL:
+                self.no_grad_calls.add(qualified)
         if loop is not None:
             if moves:
                 loop.uploads = True
@@ -610,6 +636,7 @@ class _Collector(ast.NodeVisitor):
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
+            no_grad_calls=tuple(sorted(self.no_grad_calls)),
         )
 
     def _passed_on(self, functions: dict[str, FunctionFacts]) -> None:

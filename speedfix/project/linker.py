@@ -16,6 +16,8 @@ What a file learns (``Links``):
   CUDA too: ``engine.py`` taking ``device`` as a parameter is trained on the device ``main.py``
   passes;
 - ``hot``: its functions that another file calls on every training step;
+- ``no_grad``: its functions that another file calls with autograd off (`with torch.no_grad():
+  validate(...)`);
 - ``feeds``: its functions whose returned DataLoader another file's training loop iterates
   (`loader = get_loader(...)` in ``train.py``): the loader's fixes belong where it is built;
 - ``missing``: modules it imports that exist beside it but were not scanned (to say what could
@@ -48,6 +50,7 @@ class Links:
     star_libraries: dict[str, str] = field(default_factory=dict)
     cuda: str | None = None  # why the file runs on CUDA through another file
     hot: tuple[str, ...] = ()  # its functions (`f`, `Class.method`) called on every step from another file
+    no_grad: tuple[str, ...] = ()  # its functions another file calls under `torch.no_grad()`
     # its functions whose returned loader another file's training loop iterates: (function, every
     # epoch, batches copied to a device, its dataset changed between epochs)
     feeds: tuple[tuple[str, bool, bool, bool], ...] = ()
@@ -81,6 +84,7 @@ class Links:
             "star_libraries": sorted(self.star_libraries.items()),
             "cuda": self.cuda,
             "hot": list(self.hot),
+            "no_grad": list(self.no_grad),
             "feeds": [list(feed) for feed in self.feeds],
             "missing": list(self.missing),
             "constructed": [list(map(str, (name, method, ",".join(keywords), count, star)))
@@ -223,7 +227,8 @@ def link(
         prefixes[path] = found
         missing[path] = _missing(path, module, found, resolver)
     cuda = _cuda_reasons(facts, prefixes, show)
-    hot = _hot_functions(facts, prefixes)
+    hot = _called_functions(facts, prefixes, lambda module: module.hot_calls)
+    no_grad = _called_functions(facts, prefixes, lambda module: module.no_grad_calls)
     feeds = _loader_factories(facts, prefixes)
     constructed = _constructions(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
@@ -239,6 +244,7 @@ def link(
             star_libraries=libraries,
             cuda=cuda.get(path),
             hot=tuple(sorted(hot.get(path, ()))),
+            no_grad=tuple(sorted(no_grad.get(path, ()))),
             feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
             missing=tuple(missing[path]),
             constructed=tuple(sorted(constructed.get(path, ()))),
@@ -362,11 +368,13 @@ def _cuda_reasons(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
     return reasons
 
 
-def _hot_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]) -> dict[Path, set[str]]:
-    """Functions and methods of each file that another file calls on every training step."""
+def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
+                      calls: Callable[[ModuleFacts], tuple[str, ...]]) -> dict[Path, set[str]]:
+    """Functions and methods of each file that another file calls in a certain way: the
+    qualified names ``calls`` gives for each file (on every training step, under `no_grad`)."""
     hot: dict[Path, set[str]] = {}
     for path, module in facts.items():
-        for qualified in module.hot_calls:
+        for qualified in calls(module):
             hit = _split(qualified, prefixes[path])
             if hit is None:
                 continue

@@ -22,6 +22,9 @@ ITERABLE_WRAPPERS = frozenset({"enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm
 ITERABLE_WRAPPER_METHODS = frozenset({"log_every"})
 # Helpers that return a GPU device when there is one (d2l's `try_gpu()`, `try_all_gpus()`).
 CUDA_DEVICE_HELPERS = frozenset({"try_gpu", "try_all_gpus"})
+# Context managers and decorators that turn autograd off: code under them records no graph.
+NO_GRAD_CALLS = frozenset(f"{module}.{name}" for module in ("torch", "torch.autograd", "torch.autograd.grad_mode")
+                          for name in ("no_grad", "inference_mode"))
 # Attributes that say CUDA: `torch.cuda`, `x.cuda()`, `torch.cuda.FloatTensor`, `torch.accelerator`,
 # `d2l.try_gpu()`; and objects whose attributes do (Hugging Face Accelerate's
 # `accelerator.device`, `accelerator.backward(loss)`).

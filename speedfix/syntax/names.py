@@ -47,6 +47,9 @@ class ImportTable:
         # inserts at module level (an import inside main() does not bind a global).
         self.module_level: set[str] = set()
         self.local_definitions: set[str] = set()
+        # `from models import *`: the names it brings are unknown, except that a `torch` the file
+        # never imports itself can only be the module `torch` that the star import re-exports.
+        self.star_import = False
 
     def _bind(self, local: str, target: str, module_level: bool) -> None:
         self.bindings[local] = target
@@ -64,6 +67,7 @@ class ImportTable:
 
     def add_import_from(self, node: cst.ImportFrom, *, module_level: bool) -> None:
         if isinstance(node.names, cst.ImportStar):
+            self.star_import = True
             return
         if node.relative:
             # The project's own modules: bind to a name that can never look like torch's.
@@ -95,6 +99,8 @@ class ImportTable:
         if head in self.local_definitions:
             return None
         target = self.bindings.get(head)
+        if target is None and head == "torch" and self.star_import:
+            target = "torch"
         if target is None:
             return None
         return f"{target}.{rest}" if rest else target
