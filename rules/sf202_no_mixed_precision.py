@@ -194,6 +194,37 @@ class NoMixedPrecision(Rule):
                 opt.step()
             """
         ),
+        Invalid(  # 16-bit only behind an option that is off by default: the default run is fp32
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--half", action="store_true", help="train in 16-bit")
+            args = parser.parse_args()
+            model = Net().cuda()
+            if args.half:
+                model.half()
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                opt.step()
+            """,
+            fixed="""
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--half", action="store_true", help="train in 16-bit")
+            args = parser.parse_args()
+            model = Net().cuda()
+            if args.half:
+                model.half()
+            for x, y in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
+                opt.step()
+            """,
+        ),
         Valid(  # a CPU script: no GPU advice
             """
             import torch

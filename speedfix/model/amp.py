@@ -239,9 +239,17 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
         return True
     if casts or autocast_passings(ctx) or _accelerate_in_fp32(ctx):
         return _low_precision_elsewhere(ctx)
-    if ctx.mentions_low_precision or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname):
+    if _low_precision_by_default(ctx) or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname):
         return True
     return bool(ctx.calls_to(DEEPSPEED_INITIALIZE)) and engine_sixteen_bit(ctx) is not False  # its config decides
+
+
+def _low_precision_by_default(ctx: FileContext) -> bool:
+    """Does the file name a 16-bit dtype or setting (`.half()`, `torch.bfloat16`, "bf16-mixed")
+    on its default path? `if args.half: model.half()` with `--half` off by default does not count:
+    the default run trains in fp32."""
+    return ctx.mentions_low_precision and any(
+        off_by_default(ctx, statement, stack) is None for statement, stack in ctx.low_precision_at)
 
 
 def _accelerate_in_fp32(ctx: FileContext) -> bool:

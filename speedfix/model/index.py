@@ -152,6 +152,7 @@ class FileIndex(NameBindings, Visitor):
         self.import_lines: list[cst.SimpleStatementLine] = []  # every import line, any depth
         self.mentions_cuda = False
         self.mentions_low_precision = False  # torch.bfloat16/float16/half, "bf16-mixed", ...
+        self.low_precision_at: list[tuple[cst.SimpleStatementLine | None, Stack]] = []  # where it is mentioned
         self._quotes = {"'": 0, '"': 0}
         self.stack: Stack = ()
         self._statement: cst.SimpleStatementLine | None = None
@@ -275,6 +276,8 @@ class FileIndex(NameBindings, Visitor):
         self.calls.append(CallSite(node, dotted_name(node.func), self.stack, self._statement))
         if isinstance(node.func, cst.Name) and node.func.value in CUDA_DEVICE_HELPERS:
             self.mentions_cuda = True  # `try_gpu()`
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "half":
+            self._low_precision()  # `model.half()`
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -313,14 +316,18 @@ class FileIndex(NameBindings, Visitor):
         attr = node.attr.value
         if attr in CUDA_ATTRIBUTES or (isinstance(node.value, cst.Name) and node.value.value in CUDA_OBJECTS):
             self.mentions_cuda = True
-        elif attr in _LOW_PRECISION:
-            self.mentions_low_precision = True
+        elif attr in _LOW_PRECISION and (attr != "half" or (isinstance(node.value, cst.Name) and node.value.value == "torch")):
+            self._low_precision()  # `torch.bfloat16`, `torch.half`; `args.half` is an option's name (`.half()`: visit_Call)
+
+    def _low_precision(self) -> None:
+        self.mentions_low_precision = True
+        self.low_precision_at.append((self._statement, self.stack))
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if "cuda" in node.value:
             self.mentions_cuda = True
         if "16" in node.value and any(tag in node.value for tag in ("bf16", "fp16", "16-mixed", "float16")):
-            self.mentions_low_precision = True
+            self._low_precision()
         quote = node.quote[0]
         if quote in self._quotes:
             self._quotes[quote] += 1
