@@ -4,9 +4,9 @@ import re
 
 import libcst as cst
 
-from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, replace
+from speedfix.engine.findings import Applicability, LossCheck, Severity, replace
 from speedfix.engine.rule import Invalid, Rule, Valid
-from speedfix.fixes.codegen import append_args, keyword_arg, reference, string_literal
+from speedfix.fixes.codegen import append_args, keyword_arg, string_literal
 from speedfix.model.context import FileContext
 from speedfix.model.flow import comes_before
 from speedfix.model.index import CallSite
@@ -30,27 +30,20 @@ _LEGACY_TYPES = {
     "torch.LongTensor": "torch.int64", "torch.IntTensor": "torch.int32", "torch.BoolTensor": "torch.bool",
     "torch.ByteTensor": "torch.uint8",
 }
-_CASTS = {"float": "torch.float32", "double": "torch.float64", "long": "torch.int64", "int": "torch.int32", "bool": "torch.bool"}
+_CASTS = frozenset({"float", "double", "long", "int", "bool"})
 
 
-def _conversion(ctx: FileContext, call: cst.Call) -> tuple[cst.BaseExpression, str | None, str] | None:
-    """(data, dtype, how it is written) for `torch.FloatTensor(data)` and `torch.from_numpy(data)`
-    with an optional cast (`.float()`): data turned into a CPU tensor."""
-    dtype: str | None = None
-    suffix = ""
+def _converts_data(ctx: FileContext, call: cst.Call) -> bool:
+    """`torch.from_numpy(x)` or `torch.FloatTensor(data)`, with an optional cast (`.float()`):
+    data the program has turned into a CPU tensor, not a tensor made to be moved."""
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in _CASTS and not call.args \
             and isinstance(call.func.value, cst.Call):
-        dtype, suffix = _CASTS[call.func.attr.value], f".{call.func.attr.value}()"
         call = call.func.value
-    qualified = ctx.qualname(call.func)
     if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
-        return None
-    data = call.args[0].value
-    if qualified == "torch.from_numpy":
-        return data, dtype, f"torch.from_numpy(...){suffix}"
-    if qualified in _LEGACY_TYPES and not suffix and not isinstance(data, (cst.Integer, cst.Float)):
-        return data, _LEGACY_TYPES[qualified], f"{qualified}(...)"
-    return None
+        return False
+    qualified = ctx.qualname(call.func)
+    return qualified == "torch.from_numpy" or (
+        qualified in _LEGACY_TYPES and not isinstance(call.args[0].value, (cst.Integer, cst.Float)))
 
 
 class CreateThenMove(Rule):
@@ -70,9 +63,11 @@ class CreateThenMove(Rule):
     GPU directly. For `torch.tensor(data)` the data still has to travel, but the CPU tensor in
     between goes away.
 
-    Also finds data converted into a CPU tensor and copied over on every environment step or
-    update of an RL script: `torch.FloatTensor(obs).to(device)` in the rollout loop or a policy's
-    `select_action`, `torch.from_numpy(x).float().to(device)` in a replay buffer's `sample`.
+    Not data the program turned into a tensor (`torch.from_numpy(x).float().to(device)` in a
+    replay buffer's `sample`, `torch.FloatTensor(obs).to(device)` per environment step): that
+    data has to reach the GPU anyway, and a blocking copy converts the dtype on the CPU however it
+    is written, so `torch.as_tensor(x, dtype=..., device=...)` would save nothing. Pinned memory
+    and `non_blocking=True`, or keeping the buffer on the GPU, is what helps there.
 
     ## Example
     ```python
@@ -93,10 +88,6 @@ class CreateThenMove(Rule):
     generator gives different numbers than the CPU one, so results would change. A factory that
     already names a device or asks for `requires_grad=True` (moving it makes a non-leaf copy,
     creating it on the device a leaf), and a move that also changes the dtype, are left alone.
-    `torch.from_numpy(x).float().to(device)` becomes `torch.as_tensor(x, dtype=torch.float32,
-    device=device)` (the same values; safe). The legacy constructors (`torch.FloatTensor(x)`,
-    `torch.Tensor(x)`) become the same, unsafe: given an int `n` they make an uninitialised
-    tensor of size `n`, where `as_tensor` makes the number `n`.
 
     ## Impact
     Medium: the tensor is made on every step and copied from pageable memory, a blocking copy.
@@ -218,7 +209,8 @@ class CreateThenMove(Rule):
                 opt.step()
             """,
         ),
-        Invalid(  # a replay buffer's sample (TD3) and a policy's select_action: once per update and per step
+        Valid(  # data converted into a tensor has to travel anyway: a blocking copy converts on the CPU
+                # whichever way it is written, so `as_tensor(..., device=)` would gain nothing
             """
             import numpy as np
             import torch
@@ -236,26 +228,7 @@ class CreateThenMove(Rule):
                 def select_action(self, state):
                     state = torch.FloatTensor(state.reshape(1, -1)).to(device)
                     return self.actor(state)
-            """,
-            fixed="""
-            import numpy as np
-            import torch
-            device = torch.device("cuda")
-
-            class ReplayBuffer:
-                def sample(self, batch_size):
-                    ind = np.random.randint(0, self.size, size=batch_size)
-                    return (
-                        torch.as_tensor(self.state[ind], dtype=torch.float32, device=self.device),
-                        torch.as_tensor(self.reward[ind], dtype=torch.float32, device=self.device),
-                    )
-
-            class Agent:
-                def select_action(self, state):
-                    state = torch.as_tensor(state.reshape(1, -1), dtype=torch.float32, device=device)
-                    return self.actor(state)
-            """,
-            count=3,
+            """
         ),
         Invalid(  # reshaped on the CPU first, then copied: the device goes to the factory
             """
@@ -356,10 +329,8 @@ class CreateThenMove(Rule):
             return
         if not isinstance(made, cst.Call) or not self._runs_every_step(site):
             return
-        conversion = _conversion(ctx, made)
-        if conversion is not None:
-            self._check_conversion(site, method, conversion)
-            return
+        if _converts_data(ctx, made):
+            return  # data the step needs on the GPU: it travels either way (see the docs)
         factory = without_layout_calls(made)  # `torch.linspace(...).unsqueeze(1).expand(b, n)`
         if not isinstance(factory, cst.Call):
             return
@@ -435,32 +406,6 @@ class CreateThenMove(Rule):
         if name is None or "dtype" in name.lower() or _DEVICE_NAME.search(name.rsplit(".", 1)[-1]):
             return None
         return name
-
-    def _check_conversion(self, site: CallSite, method: str, conversion: tuple[cst.BaseExpression, str | None, str]) -> None:
-        """`torch.FloatTensor(obs).to(device)`, `torch.from_numpy(x).float().to(device)`: the data
-        is converted into a CPU tensor, then copied; `torch.as_tensor(x, dtype=..., device=...)`
-        makes the device tensor from the data directly."""
-        data, dtype, what = conversion
-        move = site.node
-        device = self._target_device(move, method)
-        message = f"`{what}` converts the data into a CPU tensor on every step, then copies that to the GPU"
-        if device is None:
-            self.report(move, message, no_fix_reason="the device is not a plain `.to(device)`")
-            return
-        ops: list[FixOp] = []
-        args = [cst.Arg(data)]
-        if dtype is not None:
-            args.append(keyword_arg("dtype", cst.parse_expression(reference(self.ctx, dtype, ops, site.stack))))
-        args.append(keyword_arg("device", device))
-        func = cst.parse_expression(reference(self.ctx, "torch.as_tensor", ops, site.stack))
-        ops.insert(0, replace(move, cst.Call(func=func, args=args)))
-        legacy = not what.startswith("torch.from_numpy")
-        self.report(
-            move, message, fix_ops=ops,
-            fix_title="Make the tensor on the device from the data: `torch.as_tensor(..., device=...)`"
-            + (" (unsafe: given an int, the legacy constructor makes a tensor of that size)" if legacy else ""),
-            applicability=Applicability.UNSAFE if legacy else Applicability.SAFE,
-        )
 
     def _target_device(self, move: cst.Call, method: str) -> cst.BaseExpression | None:
         """What `device=` should be, when the call only moves to a device (else None)."""
