@@ -21,7 +21,8 @@ from speedfix.model.deepspeed_config import supplies_optimizer
 from speedfix.model.flow import off_by_default, reached_by_launch
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_CONFIGS
-from speedfix.model.hf_args import TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, call_setting, parsed_arguments
+from speedfix.model.hf_args import (TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, arguments_only, call_setting,
+                                    parsed_arguments)
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
 from speedfix.model.versions import pinned_below, v
@@ -139,6 +140,27 @@ class HfTrainingArguments(Rule):
     effect = "bf16 autocast and TF32 on tensor cores: up to 3x; fused AdamW; overlapped data loading."
 
     VALID = [
+        Valid(  # the arguments only hold options for a loop of the script's own: no Trainer reads them
+            """
+            import torch
+            from accelerate import Accelerator
+            from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+            def main():
+                (args,) = HfArgumentParser(Seq2SeqTrainingArguments).parse_args_into_dataclasses()
+                accelerator = Accelerator(mixed_precision="bf16")
+                optimizer = torch.optim.AdamW(student.parameters(), lr=args.learning_rate, fused=True)
+                student, optimizer, loader = accelerator.prepare(student, optimizer, loader)
+                for batch in loader:
+                    loss = student(**batch).loss
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+            if __name__ == "__main__":
+                main()
+            """
+        ),
         Valid(  # tuned: bf16, TF32, fused AdamW, workers
             """
             from transformers import TrainingArguments
@@ -342,11 +364,14 @@ class HfTrainingArguments(Rule):
             ("AdamW", Impact.LOW, "a fused optimizer step"),
             ("dataloader_pin_memory", Impact.LOW, "pinned memory for the Trainer's loader"),
             ("checkpointing", Impact.MEDIUM, "memory traded for a recomputed forward pass"),
-            ("batch size", Impact.MEDIUM, "a larger batch, if it fits"),
+            ("micro-batch", Impact.MEDIUM, "a larger batch, if it fits"),
         ))
 
     def finish(self) -> None:
         ctx = self.ctx
+        if arguments_only(ctx):  # no Trainer reads the settings: the script's own loop decides
+            self._check_checkpointing_calls()
+            return
         for site in ctx.calls_to(*HF_TRAINING_ARGUMENTS, *TRL_CONFIGS):
             self._check(_Arguments.of_call(ctx, site))
         for parsed in parsed_arguments(ctx):

@@ -328,3 +328,14 @@ def _brace_expansion(word: str) -> list[str]:
     if match is None:
         return [word]
     return [word[:match.start()] + part + word[match.end():] for part in match.group(1).split(",")]
+
+
+def arguments_only(ctx: FileContext) -> bool:
+    """Does the file use `TrainingArguments` only as a holder of options for a training loop of
+    its own (distil-whisper's Accelerate loop: `accelerator.backward(loss)`, its own AdamW)? No
+    Trainer is built, so the Trainer's precision, optimizer, loader and compile settings do nothing."""
+    if any(name.rsplit(".", 1)[-1].endswith("Trainer") for name in ctx.calls_by_qualname):
+        return False
+    if any(info.bases and any(base.endswith("Trainer") for base in info.bases) for info in ctx.classes.values()):
+        return False
+    return any(ctx.in_training_loop(site.stack) for site in ctx.method_calls("backward"))
