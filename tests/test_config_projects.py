@@ -147,6 +147,16 @@ def test_every_launch_command_must_agree_for_a_value_to_count(write, run_cli, tm
     assert "fp32" not in result.stdout and "TF32" not in result.stdout and "SF902" in result.stdout
 
 
+def test_a_launch_script_runs_the_file_of_that_name_nearest_to_it(write, run_cli, tmp_path):
+    write("train.py", HF_SCRIPT)
+    write("flax/scripts/run.sh", "python train.py --output_dir out --bf16 True\n")
+    result = run_cli("scan", "train.py", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "bf16" not in result.stdout  # no other `train.py`: run from the project's top, it is this one
+    write("flax/train.py", "import jax\n")
+    result = run_cli("scan", "train.py", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "keep slow defaults: fp32" in result.stdout  # the command runs flax/train.py, not this script
+
+
 def test_a_deepspeed_json_named_by_a_launch_script_is_read(write, run_cli, tmp_path):
     write("train.py", HF_SCRIPT)
     write("run.sh", "deepspeed train.py --output_dir out --bf16 True --deepspeed ds/z2.json\n")

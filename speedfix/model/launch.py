@@ -331,7 +331,23 @@ def _names_script(project: ProjectFiles, launch_file: Path, word: str, module: b
         return len(parts) >= 2 and script.parts[-len(parts):] == parts
     if word.startswith("~") or os.path.isabs(word):
         return False
+    nearest = _nearest(project, launch_file, word)
+    if nearest is not None:  # another `run.py` nearer the launch file is the one it runs
+        return str(nearest) == str(script)
     return any(os.path.normpath(base / word) == str(script) for base in _bases(project, launch_file))
+
+
+def _nearest(project: ProjectFiles, launch_file: Path, word: str) -> Path | None:
+    """The file ``word`` names from the launch file's folder or the nearest folder above it (up
+    to the project's top) that has one: where a launch script is run from."""
+    folder, top = launch_file.parent, project.top()
+    while True:
+        path = project.resolve(word, folder)
+        if path is not None and project.is_file(path):
+            return path
+        if folder == top or folder.parent == folder or not project.inside(folder.parent):
+            return None
+        folder = folder.parent
 
 
 def _bases(project: ProjectFiles, launch_file: Path) -> tuple[Path, ...]:
