@@ -16,6 +16,7 @@ from speedfix.fixes.codegen import (
     value_replaced,
 )
 from speedfix.fixes.entry import setting_at_entry_point
+from speedfix.model import launch
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import supplies_optimizer
 from speedfix.model.flow import off_by_default, reached_by_launch
@@ -468,9 +469,11 @@ class HfTrainingArguments(Rule):
 
     def _check_fp16_runs(self, args: _Arguments, parsed: ParsedArguments) -> None:
         """Launch commands that disagree on `--fp16` (the DeepSpeed full fine-tune sets it, the
-        P-tuning scripts leave it out): the fp16 advice for the runs that set it, on the first."""
-        runs = [fp16 for fp16, bf16 in zip(parsed.per_launch("fp16"), parsed.per_launch("bf16"))
-                if fp16 is not None and fp16.value is True and (bf16 is None or bf16.value is False)]
+        P-tuning scripts leave it out): the fp16 advice for the runs that set it, on the first;
+        not for a run whose comment names bf16 (its author chose fp16 knowingly: a GPTQ model)."""
+        runs = [fp16 for command, fp16, bf16 in zip(launch.launches(self.ctx), parsed.per_launch("fp16"), parsed.per_launch("bf16"))
+                if fp16 is not None and fp16.value is True and (bf16 is None or bf16.value is False)
+                and "bf16" not in launch.comment_above(self.ctx, command)]  # "use --fp16 instead of --bf16 (autogptq)"
         if runs and runs[0].where is not None:
             more = f" (and {len(runs) - 1} more launch command{'s' if len(runs) > 2 else ''})" if len(runs) > 1 else ""
             self._at(args, runs[0], f"{_FP16}{more}", severity=Severity.INFO, no_fix_reason=_FP16_REASON)

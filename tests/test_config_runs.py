@@ -159,6 +159,8 @@ def test_fp16_advice_for_the_launch_commands_that_set_it_when_the_others_do_not(
     assert "fp32" not in result  # the LoRA run leaves precision to its default, the other sets fp16: unknown
     write("train_full.sh", "deepspeed --num_gpus=4 run_clm.py --deepspeed ds.json --fp16 --bf16 True\n")
     assert "fp16=True" not in run_cli(*scan, cwd=tmp_path).stdout
+    write("train_full.sh", "# a 4-bit GPTQ model: use --fp16, not --bf16\ndeepspeed run_clm.py --deepspeed ds.json --fp16\n")
+    assert "fp16=True" not in run_cli(*scan, cwd=tmp_path).stdout  # the author says why the run keeps fp16
 
 
 DS_LOADED = """\

@@ -129,6 +129,20 @@ def per_command(ctx: FileContext, *names: str, launcher: bool = False,
     return values
 
 
+def comment_above(ctx: FileContext, command: Launch) -> str:
+    """The comment lines right above a command in its launch file, lower-cased ("# use --fp16
+    instead of --bf16 due to autogptq"): what the author says about that run."""
+    text = ctx.project.text(command.file) if ctx.project is not None else None
+    lines = (text or "").splitlines()[:max(command.line - 1, 0)]
+    said: list[str] = []
+    for line in reversed(lines):
+        stripped = line.strip()
+        if not stripped.startswith("#"):
+            break
+        said.append(stripped.lstrip("#").strip().lower())
+    return " ".join(reversed(said))
+
+
 def truth(value: object) -> bool | None:
     """`--bf16`, `--bf16 True`, `--bf16=false`: the boolean a Hugging Face/argparse flag takes."""
     if value is True:
