@@ -502,8 +502,8 @@ class HfTrainingArguments(Rule):
                 defaults.append(_Default("the unfused AdamW of transformers before 4.27, which has no "
                                          "`adamw_torch_fused` (`optim`)", None, refusal=refusal))
             elif version < _FUSED_DEFAULT_FROM or old_hf:
-                what = ("the unfused AdamW of transformers before 4.54 (`optim`)" if old_hf
-                        else "the unfused AdamW before torch 2.8 (`optim`)")
+                what = ("the unfused AdamW before torch 2.8 (`optim`)" if version < _FUSED_DEFAULT_FROM
+                        else "the unfused AdamW of transformers before 4.54 (`optim`)")
                 fused = cst.parse_expression(string_literal(self.ctx, "adamw_torch_fused"))
                 defaults.append(_Default(what, None if refusal else keyword_arg("optim", fused), refusal=refusal,
                                          option="--optim adamw_torch_fused"))
