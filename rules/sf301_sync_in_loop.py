@@ -84,7 +84,9 @@ class SyncInLoop(BranchTracker, Rule):
     `t.item()`, `t.cpu()`, `t.tolist()`, `t.to("cpu")`, `float(t)`/`int(t)`/`bool(t)`,
     `math.isfinite(t)`, and the hidden ones: `print(t)`, `str(t)`, an f-string, `"%g" % t` or
     `"{}".format(t)` of a tensor, and `if`/`while`/`assert` on a tensor (`if torch.isfinite(loss):`
-    needs its truth value on the host). Several syncs in one step are one finding, on the first;
+    needs its truth value on the host); in a LightningModule the batch `training_step` receives
+    (and passes on to a method: `self.shared_step(batch)`) is already on the GPU, so checking
+    its values (`assert mask.max() <= 1`) waits too. Several syncs in one step are one finding, on the first;
     the message names the others.
 
     Not reported: code under a periodic logging guard (`if step % log_every == 0:`, unless
@@ -340,6 +342,20 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # Lightning hands `training_step` its batch on the GPU: checking its values waits for it
+            """
+            import lightning as L
+
+            class Segmenter(L.LightningModule):
+                def step(self, batch):
+                    target = batch["target"]
+                    assert target.min() >= 0, "labels must be non-negative"
+                    return self.net(batch["image"], target)
+
+                def training_step(self, batch, batch_idx):
+                    return self.step(batch)
+            """
+        ),
         Invalid(  # d2l's loop: the loss is a tensor because `l.mean().backward()` runs on it
             """
             import torch

@@ -47,7 +47,8 @@ class LightningTrainerConfig(Rule):
     - fp32 training in a script that never calls `torch.set_float32_matmul_precision`;
     - `precision="16-mixed"`, which scales the loss where bf16 would not have to;
     - `profiler=` left on ("advanced", "pytorch" or a profiler object; "simple" at lower severity);
-    - a convolutional network (`nn.Conv2d` layers) trained without `benchmark=True`, or with
+    - a convolutional network (`nn.Conv2d` layers, a torchvision/timm CNN, any
+      segmentation_models_pytorch network) trained without `benchmark=True`, or with
       `deterministic=True` on every run (cuDNN's deterministic algorithms; information only, no fix);
     - `accumulate_grad_batches` above 1, which does not make steps faster (information only);
     - `self.log(..., sync_dist=True)` in `training_step` (or in a method it calls, such as a
@@ -334,6 +335,30 @@ class LightningTrainerConfig(Rule):
                 def __init__(self):
                     super().__init__()
                     self.net = make_backbone()
+
+            trainer = L.Trainer(precision="bf16-mixed", benchmark=True)
+            """,
+        ),
+        Invalid(  # a segmentation_models_pytorch network decodes with convolutions, whatever the encoder
+            """
+            import lightning as L
+            import segmentation_models_pytorch as smp
+
+            class Segmenter(L.LightningModule):
+                def __init__(self, arch):
+                    super().__init__()
+                    self.net = smp.create_model(arch, encoder_name="resnet18", classes=2)
+
+            trainer = L.Trainer(precision="bf16-mixed")
+            """,
+            fixed="""
+            import lightning as L
+            import segmentation_models_pytorch as smp
+
+            class Segmenter(L.LightningModule):
+                def __init__(self, arch):
+                    super().__init__()
+                    self.net = smp.create_model(arch, encoder_name="resnet18", classes=2)
 
             trainer = L.Trainer(precision="bf16-mixed", benchmark=True)
             """,

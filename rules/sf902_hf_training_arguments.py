@@ -32,8 +32,14 @@ from speedfix.rules._impact import Estimate, Finding, Impact, by_message, tf32_g
 
 # Optimizer names whose update runs as several kernels per parameter group.
 _UNFUSED = frozenset({"adamw_torch", "adamw_hf", "adamw_torch_foreach"})
-_FUSED_DEFAULT_FROM = v("2.8")  # transformers picks "adamw_torch_fused" itself from torch 2.8 on
+_FUSED_DEFAULT_FROM = v("2.8")  # transformers picks "adamw_torch_fused" itself from torch 2.8 on ...
+_HF_FUSED_DEFAULT_FROM = v("4.54")  # ... since transformers 4.54 (older ones default to an unfused AdamW)
+_HF_FUSED_FROM = v("4.27")  # `optim="adamw_torch_fused"` came with transformers 4.27
+_FUSED_FROM = v("2.0")  # torch's fused AdamW (CUDA only before 2.4)
 _FUSED_CPU_FROM = v("2.4")
+_FUSED_CUDA_ONLY = ("torch before 2.4 fuses AdamW on CUDA only: a CPU run would raise (pass `--optim adamw_torch_fused` "
+                    "where the script runs on GPUs)")
+_NO_HF_FUSED = "the transformers this project pins has no `adamw_torch_fused` (it came with 4.27): upgrade it first"
 _FP16 = ("`fp16=True` scales the loss and checks every gradient for inf each step; "
          "`bf16=True` needs neither on Ampere and newer GPUs")
 _FP16_REASON = "only the GPU tells whether bf16 fits: swap `fp16=True` for `bf16=True` on A100/H100/RTX 30xx and newer"
@@ -53,8 +59,10 @@ class HfTrainingArguments(Rule):
     - neither `bf16` nor `fp16`: the Trainer runs every step in fp32;
     - fp32 without TF32 (`tf32=True` or `torch.set_float32_matmul_precision`);
     - `fp16=True`, which needs loss scaling where bf16 would not (information only);
-    - an unfused AdamW: `optim="adamw_torch"`, or no `optim` when targeting torch before 2.8
-      (from 2.8 on transformers defaults to `"adamw_torch_fused"`); not when the DeepSpeed config
+    - an unfused AdamW: `optim="adamw_torch"`, or no `optim` when targeting torch before 2.8 or
+      when the project pins a transformers before 4.54 (transformers 4.54+ on torch 2.8+ defaults
+      to `"adamw_torch_fused"`); from torch 2.0 on, as torch's fused AdamW runs on CUDA since 2.0
+      (on the CPU since 2.4: below that the fix is left to you); not when the DeepSpeed config
       builds the optimizer (an `"optimizer"` section: DeepSpeed's own fused Adam);
     - `dataloader_num_workers` unset or 0, and `dataloader_pin_memory=False`;
     - no `torch_compile` in a script that never compiles the model itself (information only;
@@ -278,6 +286,19 @@ class HfTrainingArguments(Rule):
             """,
             count=5,
         ),
+        Invalid(  # torch 2.1 fuses AdamW on CUDA only: reported, the fix left to the user
+            """
+            from transformers import TrainingArguments
+
+            def main():
+                return TrainingArguments(output_dir="o", bf16=True, tf32=True, optim="adamw_torch",
+                                         dataloader_num_workers=4, torch_compile=True)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            torch="2.1",
+        ),
         Invalid(  # memory-for-speed trades, reported without a fix
             """
             from transformers import AutoModelForCausalLM, TrainingArguments
@@ -498,12 +519,21 @@ class HfTrainingArguments(Rule):
     def _check_optimizer(self, args: _Arguments, defaults: list[_Default]) -> None:
         version = self.ctx.torch_version
         optim = args.setting("optim")
-        if version < _FUSED_CPU_FROM or optim.unknown or supplies_optimizer(self.ctx):
+        if version < _FUSED_FROM or optim.unknown or supplies_optimizer(self.ctx):
             return  # (DeepSpeed's config builds its own fused Adam, whatever `optim` says)
+        project = self.ctx.project
+        old_hf = project is not None and pinned_below(project, "transformers", _HF_FUSED_DEFAULT_FROM)
+        no_fused = project is not None and pinned_below(project, "transformers", _HF_FUSED_FROM)
+        refusal = _NO_HF_FUSED if no_fused else _FUSED_CUDA_ONLY if version < _FUSED_CPU_FROM else None
         if optim.missing:
-            if version < _FUSED_DEFAULT_FROM:
+            if no_fused:
+                defaults.append(_Default("the unfused AdamW of transformers before 4.27, which has no "
+                                         "`adamw_torch_fused` (`optim`)", None, refusal=refusal))
+            elif version < _FUSED_DEFAULT_FROM or old_hf:
+                what = ("the unfused AdamW before torch 2.8 (`optim`)" if version < _FUSED_DEFAULT_FROM
+                        else "the unfused AdamW of transformers before 4.54 (`optim`)")
                 fused = cst.parse_expression(string_literal(self.ctx, "adamw_torch_fused"))
-                defaults.append(_Default("the unfused AdamW before torch 2.8 (`optim`)", keyword_arg("optim", fused),
+                defaults.append(_Default(what, None if refusal else keyword_arg("optim", fused), refusal=refusal,
                                          option="--optim adamw_torch_fused"))
             return
         name = optim.value
@@ -511,7 +541,7 @@ class HfTrainingArguments(Rule):
             return
         fix = None
         written = optim.node if optim.source in (Source.CALL, Source.FIELD) else None
-        if isinstance(written, cst.SimpleString):
+        if isinstance(written, cst.SimpleString) and refusal is None:
             fused = same_quotes(written, "adamw_torch_fused")
             fix = [Transform(written, lambda _node: fused)]
         self._at(
@@ -520,6 +550,7 @@ class HfTrainingArguments(Rule):
             severity=Severity.INFO,
             fix_ops=fix,
             fix_title='Use the fused AdamW (`optim="adamw_torch_fused"`)',
+            no_fix_reason=refusal if written is not None else None,
         )
 
     def _check_workers(self, args: _Arguments, defaults: list[_Default]) -> None:

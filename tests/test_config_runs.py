@@ -149,6 +149,17 @@ def test_no_optim_advice_where_deepspeed_builds_the_optimizer(write, run_cli, tm
     assert "torch_compile" not in run_cli(*scan, cwd=tmp_path).stdout
 
 
+def test_default_optim_is_unfused_under_a_transformers_pinned_before_the_fused_default(write, run_cli, tmp_path):
+    write("run_clm.py", HF_PARSED)
+    scan = ["scan", "run_clm.py", "--select", "SF902", "--torch-version", "2.8", "--no-summary"]
+    assert "(`optim`)" not in run_cli(*scan, cwd=tmp_path).stdout  # transformers picks the fused AdamW itself
+    write("requirements.txt", "transformers==4.37.2\n")  # its default is `adamw_torch`, whatever the torch
+    assert "the unfused AdamW of transformers before 4.54 (`optim`)" in run_cli(*scan, cwd=tmp_path).stdout
+    write("requirements.txt", "transformers==4.16.2\n")  # no `adamw_torch_fused` yet: nothing to add
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "which has no `adamw_torch_fused` (`optim`)" in result and "--optim" not in result
+
+
 def test_fp16_advice_for_the_launch_commands_that_set_it_when_the_others_do_not(write, run_cli, tmp_path):
     write("run_clm.py", HF_PARSED)
     write("train_lora.sh", "python run_clm.py --output_dir out --per_device_train_batch_size 8\n")

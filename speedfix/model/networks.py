@@ -45,6 +45,9 @@ _ZOO_FACTORIES = {
 }
 # diffusers' 2-D convolutional networks (U-Nets with attention blocks, VAEs).
 _DIFFUSERS_CONV_NETS = frozenset({"UNet2DModel", "UNet2DConditionModel", "AutoencoderKL", "VQModel", "ControlNetModel"})
+# segmentation_models_pytorch: every architecture (`smp.Unet(...)`, `smp.create_model("FPN", ...)`)
+# decodes with 2-D convolutions, whatever its encoder.
+_SMP = "segmentation_models_pytorch"
 
 
 # ---------------------------------------------------------------- building and wrapping
@@ -77,7 +80,8 @@ def zoo_architecture(ctx: FileContext, call: cst.Call, stack: Stack) -> tuple[st
     """(zoo, architecture name or None when unknown) for a call that builds a model from a zoo:
     `torchvision.models.resnet50()`, `models.__dict__[args.arch]()`, `get_model("resnet50")`,
     `timm.create_model(args.model)` (argparse defaults and constants are resolved), a diffusers
-    U-Net or VAE (`UNet2DModel(...)`, `AutoencoderKL.from_pretrained(...)`)."""
+    U-Net or VAE (`UNet2DModel(...)`, `AutoencoderKL.from_pretrained(...)`), a
+    segmentation_models_pytorch network (`smp.Unet(...)`, `smp.create_model("FPN", ...)`)."""
     func = call.func
     if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute) and func.value.attr.value == "__dict__":
         zoo = _zoo_module(ctx.qualname(func.value.value))
@@ -95,6 +99,8 @@ def zoo_architecture(ctx: FileContext, call: cst.Call, stack: Stack) -> tuple[st
         return "diffusers", built.rpartition(".")[2]  # `UNet2DModel(...)`, `UNet2DModel.from_config(config)`
     zoo = _zoo_module(qualified.rpartition(".")[0])
     leaf = qualified.rpartition(".")[2]
+    if qualified.rpartition(".")[0] == _SMP and (leaf == "create_model" or leaf[:1].isupper()):
+        return _SMP, None  # `smp.create_model(arch, ...)`, `smp.Unet(...)`: a conv decoder in any case
     if zoo == "torchvision" and leaf[:1].islower() and leaf not in ("get_weight", "get_model_weights", "list_models"):
         return zoo, leaf
     return None

@@ -19,7 +19,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.context import FileContext
+from speedfix.model.context import LIGHTNING_MODULE, FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.patterns import BatchNames
 from speedfix.syntax.names import dotted_name
@@ -54,6 +54,34 @@ _NOT_TENSORS = frozenset(
 _TENSOR_MODULES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch.special.")
 # Tensor methods whose result is a Python value (or a NumPy array) on the host.
 _HOST_RESULTS = ("item", "tolist", "numpy")
+
+
+def lightning_batches(ctx: FileContext) -> dict[cst.CSTNode, set[str]]:
+    """Lightning moves each batch to the module's device before `training_step(self, batch, ...)`
+    runs: its batch parameter holds device tensors, and so does the parameter of a method of the
+    module that the step hands it to (`self.shared_step(batch, "train")`)."""
+    steps: dict[cst.CSTNode, set[str]] = {}
+    for info in ctx.functions.get("training_step", ()):
+        params = info.node.params.params
+        if info.class_name and len(params) > 1 and ctx.is_subclass_of(info.class_name, *LIGHTNING_MODULE):
+            steps[info.node] = {params[1].name.value}
+    result = dict(steps)
+    for site in ctx.calls if steps else ():
+        func = site.node.func
+        batch = steps.get(ctx.function_of(site.stack))  # type: ignore[arg-type]
+        if not batch or not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+                             and func.value.value == "self"):
+            continue
+        for callee in ctx.local_callees(site):
+            params = [p.name.value for p in callee.node.params.params][1:]  # after `self`
+            for index, arg in enumerate(site.node.args):
+                name = dotted_name(arg.value)
+                if name not in batch or arg.star:
+                    continue
+                param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
+                if param is not None:
+                    result.setdefault(callee.node, set()).add(param)
+    return result
 
 
 def returns_tensor(qualified: str) -> bool:
@@ -181,6 +209,8 @@ class Tensors:
                 receiver = receiver.func.value  # (not `torch.mean(...)`: `torch` is a module)
             if isinstance(receiver, cst.Name):
                 result.setdefault(ctx.function_of(site.stack), set()).add(receiver.value)
+        for function, batch in lightning_batches(ctx).items():
+            result.setdefault(function, set()).update(batch)
         host: dict[cst.CSTNode | None, set[str]] = {}
         for target, assignments in ctx.assignments.items():
             for assignment in assignments:
