@@ -380,6 +380,48 @@ class ManualAttention(Rule):
                     ).transpose(1, 2).reshape(B, N, C)
             """,
         ),
+        Invalid(  # self-attention over the pixels of a feature map: `torch.bmm` with keys made `(B, C, HW)` by a reshape
+            """
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class PixelAttention(nn.Module):
+                def forward(self, feats):
+                    n, c, h, w = feats.shape
+                    queries = self.to_q(feats).flatten(2).transpose(1, 2)
+                    keys = self.to_k(feats).flatten(2)
+                    values = self.to_v(feats).flatten(2).transpose(1, 2)
+                    logits = torch.bmm(queries, keys) / c ** 0.5
+                    assert logits.shape[-1] == h * w
+                    probs = F.softmax(logits, dim=-1)
+                    mixed = torch.bmm(probs, values)
+                    return mixed.transpose(1, 2).reshape(n, c, h, w)
+            """,
+        ),
+        Invalid(  # windowed attention: a learned position bias added to the scores (SDPA's `attn_mask` carries it), the
+            # softmax an `nn.Softmax` module named `softmax`, called in both branches of an `if`: one finding
+            """
+            import torch
+            import torch.nn as nn
+
+            class LocalWindowAttention(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.softmax = nn.Softmax(dim=-1)
+                    self.attn_drop = nn.Dropout(0.0)
+
+                def forward(self, q, k, v, pos_bias, shift_mask=None):
+                    scores = q @ k.transpose(-2, -1)
+                    scores = scores + pos_bias
+                    if shift_mask is not None:
+                        scores = self.softmax(scores + shift_mask)
+                    else:
+                        scores = self.softmax(scores)
+                    scores = self.attn_drop(scores)
+                    return scores @ v
+            """,
+        ),
         Invalid(  # vit-pytorch: an `nn.Softmax` module, `torch.matmul`, a scale from __init__
             """
             import torch
@@ -552,9 +594,11 @@ class ManualAttention(Rule):
         if self._attributes[DISPATCH_ATTRIBUTE]:
             return
         sites = [site for site in self.ctx.calls if softmax_input(self.ctx, site.node, class_of_method(site.stack))]
+        outputs: set[int] = set()  # one finding per attention, whichever branch's softmax leads to it
         for site in sites:
             found = attention_of(self.ctx, site)
-            if found is not None and not has_fast_path(self.ctx, site.stack):
+            if found is not None and not has_fast_path(self.ctx, site.stack) and id(found[0].output) not in outputs:
+                outputs.add(id(found[0].output))
                 self._report(site, found)
 
     # ------------------------------------------------------------------ reporting
