@@ -36,7 +36,12 @@ class ManualAttention(Rule):
     math.sqrt(k.size(-1)))`, `att = att.masked_fill(self.bias[:, :, :T, :T] == 0,
     float("-inf"))`, `att = F.softmax(att, dim=-1)`, `att = self.attn_dropout(att)`, `y = att @
     v`). `torch.matmul`, `k.mT`, `/ math.sqrt(d)`, `att.softmax(dim=-1)`, an `nn.Softmax(dim=-1)`
-    module and `F.dropout` count too. Attention in a function or class that also calls
+    module and `F.dropout` count too, and so does `torch.bmm`: `softmax(bmm(q, k)) @ v` is
+    attention whatever the layout of `k` (self-attention over a feature map's pixels reshapes the
+    keys to `(B, C, H*W)` beforehand; SDPA takes them as `k.transpose(1, 2)`). An added bias
+    (a relative position table, as in windowed attention) is an additive mask, which SDPA's
+    `attn_mask` takes; a softmax in a branch of an `if` whose result is multiplied into the
+    values after it is read along that branch (one finding per attention). Attention in a function or class that also calls
     `F.scaled_dot_product_attention` (or FlashAttention, xFormers) is a fallback and is left
     alone, as are Hugging Face models, which pick their attention at run time
     (`attn_implementation`).
@@ -76,7 +81,8 @@ class ManualAttention(Rule):
     0.0`, so a `p` changed later still counts) or `F.dropout`. A scale that is not
     `1/sqrt(head_dim)` (`k.size(-1)`, `q.shape[-1]`) is passed as `scale=` (torch 2.1; a query
     scaled beforehand gets `scale=1.0`). Everything else is reported without a fix: the weights
-    also returned or stored (for visualisation), a mask that is not provably causal, steps under
+    also returned or stored (for visualisation), keys laid out transposed beforehand, an `assert`
+    or `print` that reads the scores between the steps, a mask that is not provably causal, steps under
     an `if`, dtype casts around the softmax, two masks, and a causal mask where the keys may
     outnumber the queries (a key/value cache: with one new token `[:T, :T]` masks nothing, while
     `is_causal=True` would hide all but the first key).
