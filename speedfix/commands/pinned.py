@@ -38,7 +38,8 @@ def pinned_torch_notes(paths: Iterable[Path], settings: Settings) -> list[Note]:
         target = project_target(project, current)
         if not target < current:
             continue
-        rules = {rule for rule in settings.rules_for(path) if rule.applies_to(current) and not rule.applies_to(target)}
+        rules = {rule for rule in settings.rules_for(path)
+                 if rule.applies_to(current) and not rule.applies_to(target) and not rule.advises_upgrade(target)}
         if rules:
             left_out.setdefault((pin.path, target), (pin, set()))[1].update(rules)
     return [Note(display_path(pin.path), _message(pin, target, rules, current))
