@@ -38,6 +38,9 @@ class NoMixedPrecision(Rule):
     with the defaults is fp32, and that is reported at the autocast. So is an autocast that wraps
     only the loss while the model's forward pass runs before it. A loop with several backward
     calls (a GAN's critic, generator and penalty steps) is one finding, whose fix covers each.
+    NVIDIA apex's `amp.initialize` counts as mixed precision. A project on a torch before 1.10
+    (a `torch==0.4.1` pin) still gets the finding, without a fix and saying so: autocast is the
+    biggest gain an fp32 loop has, and it is worth upgrading torch for.
 
     ## Why is this bad?
     Tensor cores run bf16 and fp16 matmuls and convolutions several times faster than fp32 (even
@@ -112,9 +115,26 @@ class NoMixedPrecision(Rule):
     fix_title = 'Run the forward pass and loss under `torch.autocast("cuda", dtype=torch.bfloat16)`'
     gpu_only = True
     min_torch = v("1.10")
+    upgrade_for = "`torch.autocast`"  # the biggest gain there is for an fp32 loop: worth an upgrade from an older torch
     effect = "bf16 matmuls and convolutions on tensor cores: up to 3x per the PyTorch tuning guide."
 
     VALID = [
+        Valid(  # torch before 1.6: NVIDIA apex's amp is the mixed precision there
+            """
+            import torch
+            from apex import amp
+            model = FCN().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for images, masks in loader:
+                loss = criterion(model(images.cuda()), masks.cuda())
+                optimizer.zero_grad()
+                with amp.scale_loss(loss, optimizer) as scaled:
+                    scaled.backward()
+                optimizer.step()
+            """,
+            torch="1.4",
+        ),
         Valid(  # the device is an option that defaults to the CPU; CUDA is only named for a run that asks
             """
             import argparse
@@ -236,6 +256,19 @@ class NoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a project on a torch before autocast: the advice is to upgrade torch first, with no fix
+            """
+            import torch
+            model = SegNet().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            for images, masks in loader:
+                loss = criterion(model(images.cuda()), masks.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            torch="1.4",
+        ),
         Invalid(  # a critic trained several times per generator step, in an inner loop: one finding
             """
             import torch

@@ -36,7 +36,12 @@ class ManualAttention(Rule):
     math.sqrt(k.size(-1)))`, `att = att.masked_fill(self.bias[:, :, :T, :T] == 0,
     float("-inf"))`, `att = F.softmax(att, dim=-1)`, `att = self.attn_dropout(att)`, `y = att @
     v`). `torch.matmul`, `k.mT`, `/ math.sqrt(d)`, `att.softmax(dim=-1)`, an `nn.Softmax(dim=-1)`
-    module and `F.dropout` count too. Attention in a function or class that also calls
+    module and `F.dropout` count too, and so does `torch.bmm`: `softmax(bmm(q, k)) @ v` is
+    attention whatever the layout of `k` (self-attention over a feature map's pixels reshapes the
+    keys to `(B, C, H*W)` beforehand; SDPA takes them as `k.transpose(1, 2)`). An added bias
+    (a relative position table, as in windowed attention) is an additive mask, which SDPA's
+    `attn_mask` takes; a softmax in a branch of an `if` whose result is multiplied into the
+    values after it is read along that branch (one finding per attention). Attention in a function or class that also calls
     `F.scaled_dot_product_attention` (or FlashAttention, xFormers) is a fallback and is left
     alone, as are Hugging Face models, which pick their attention at run time
     (`attn_implementation`).
@@ -76,7 +81,8 @@ class ManualAttention(Rule):
     0.0`, so a `p` changed later still counts) or `F.dropout`. A scale that is not
     `1/sqrt(head_dim)` (`k.size(-1)`, `q.shape[-1]`) is passed as `scale=` (torch 2.1; a query
     scaled beforehand gets `scale=1.0`). Everything else is reported without a fix: the weights
-    also returned or stored (for visualisation), a mask that is not provably causal, steps under
+    also returned or stored (for visualisation), keys laid out transposed beforehand, an `assert`
+    or `print` that reads the scores between the steps, a mask that is not provably causal, steps under
     an `if`, dtype casts around the softmax, two masks, and a causal mask where the keys may
     outnumber the queries (a key/value cache: with one new token `[:T, :T]` masks nothing, while
     `is_causal=True` would hide all but the first key).
@@ -380,6 +386,48 @@ class ManualAttention(Rule):
                     ).transpose(1, 2).reshape(B, N, C)
             """,
         ),
+        Invalid(  # self-attention over the pixels of a feature map: `torch.bmm` with keys made `(B, C, HW)` by a reshape
+            """
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class PixelAttention(nn.Module):
+                def forward(self, feats):
+                    n, c, h, w = feats.shape
+                    queries = self.to_q(feats).flatten(2).transpose(1, 2)
+                    keys = self.to_k(feats).flatten(2)
+                    values = self.to_v(feats).flatten(2).transpose(1, 2)
+                    logits = torch.bmm(queries, keys) / c ** 0.5
+                    assert logits.shape[-1] == h * w
+                    probs = F.softmax(logits, dim=-1)
+                    mixed = torch.bmm(probs, values)
+                    return mixed.transpose(1, 2).reshape(n, c, h, w)
+            """,
+        ),
+        Invalid(  # windowed attention: a learned position bias added to the scores (SDPA's `attn_mask` carries it), the
+            # softmax an `nn.Softmax` module named `softmax`, called in both branches of an `if`: one finding
+            """
+            import torch
+            import torch.nn as nn
+
+            class LocalWindowAttention(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.softmax = nn.Softmax(dim=-1)
+                    self.attn_drop = nn.Dropout(0.0)
+
+                def forward(self, q, k, v, pos_bias, shift_mask=None):
+                    scores = q @ k.transpose(-2, -1)
+                    scores = scores + pos_bias
+                    if shift_mask is not None:
+                        scores = self.softmax(scores + shift_mask)
+                    else:
+                        scores = self.softmax(scores)
+                    scores = self.attn_drop(scores)
+                    return scores @ v
+            """,
+        ),
         Invalid(  # vit-pytorch: an `nn.Softmax` module, `torch.matmul`, a scale from __init__
             """
             import torch
@@ -552,9 +600,11 @@ class ManualAttention(Rule):
         if self._attributes[DISPATCH_ATTRIBUTE]:
             return
         sites = [site for site in self.ctx.calls if softmax_input(self.ctx, site.node, class_of_method(site.stack))]
+        outputs: set[int] = set()  # one finding per attention, whichever branch's softmax leads to it
         for site in sites:
             found = attention_of(self.ctx, site)
-            if found is not None and not has_fast_path(self.ctx, site.stack):
+            if found is not None and not has_fast_path(self.ctx, site.stack) and id(found[0].output) not in outputs:
+                outputs.add(id(found[0].output))
                 self._report(site, found)
 
     # ------------------------------------------------------------------ reporting

@@ -22,6 +22,8 @@ class DeterministicMode(Rule):
     A switch behind a condition (`if args.seed is not None:`, `if args.deterministic:`) is a
     choice the user makes per run and is left alone; one behind a test that holds wherever a GPU
     is (`if not args.disable_cuda and torch.cuda.is_available():`) is not a choice, and is reported.
+    SF601 leaves a script that asks for determinism alone, so when the script does not turn
+    `cudnn.benchmark` on either, the message says to do so with it gone (for fixed input shapes).
 
     ## Why is this bad?
     Deterministic mode limits cuDNN and cuBLAS to the algorithms that give bit-identical results,
@@ -170,11 +172,24 @@ class DeterministicMode(Rule):
                 continue
             for assignment in assignments:
                 if literal_bool(ctx, assignment.value, assignment.stack) and not _conditional(ctx, assignment.statement, assignment.stack):
-                    self.report(assignment.value, "`cudnn.deterministic = True` rules out the fastest convolution algorithms")
+                    self.report(assignment.value, "`cudnn.deterministic = True` rules out the fastest convolution algorithms"
+                                + ("" if _benchmark_on(ctx) else _BENCHMARK_TOO))
         for site in ctx.calls_to(*DETERMINISTIC_ALGORITHMS):
             mode = find_argument(ctx, site, "mode", 0)
             if literal_bool(ctx, mode.node, site.stack) and not _conditional(ctx, site.statement, site.stack):
                 self.report(site.node, "`use_deterministic_algorithms(True)` rules out fast nondeterministic kernels")
+
+
+# SF601 leaves a script that asks for determinism alone: dropping it is this rule's advice, and
+# autotuning is what a convolutional net then gains most from.
+_BENCHMARK_TOO = "; without it, also set `cudnn.benchmark = True` when the input shapes are fixed (SF601)"
+
+
+def _benchmark_on(ctx: FileContext) -> bool:
+    """Does the script set `cudnn.benchmark = True` anywhere?"""
+    return any(literal_bool(ctx, assignment.value, assignment.stack)
+               for name, assignments in ctx.assignments.items() if name.endswith("cudnn.benchmark")
+               for assignment in assignments)
 
 
 def _conditional(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack) -> bool:

@@ -10,6 +10,7 @@ tests build small projects: what is read, what is never read, and when a cached 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -250,12 +251,34 @@ for x in loader:
 def test_a_pinned_torch_below_2_silences_advice_that_needs_torch_2(write, run_cli, tmp_path):
     write("train.py", ADAM)
     write("requirements.txt", "numpy\ntorch==1.13.1+cu117  # the cluster's CUDA\n")
-    assert "SF401" not in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+    assert "train.py:" not in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
     # the version named on the command line wins over the pin
     pinned = run_cli("scan", "train.py", "--select", "SF401", "--torch-version", "2.4", cwd=tmp_path)
     assert "SF401" in pinned.stdout
     write("requirements.txt", "torch>=1.13\n")  # a pin that admits the installed torch changes nothing
     assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+
+
+def test_a_pin_that_switches_rules_off_says_which_once_at_the_requirement_file(write, run_cli, tmp_path):
+    write("train.py", ADAM)
+    write("helpers.py", "import torch\n")
+    write("requirements.txt", "torch==0.4.1\n")
+    text = run_cli("scan", ".", "--select", "SF202,SF401,SF102", cwd=tmp_path).stdout
+    notes = [line for line in text.splitlines() if "note:" in line]
+    assert len(notes) == 1, text  # one pin, two scanned files: said once
+    assert notes[0].startswith("requirements.txt: note: the project pins `torch==0.4.1` here"), notes
+    assert "1 rule that needs" in notes[0] and "SF401 optimizer-not-fused" in notes[0]
+    assert "SF102" not in notes[0] and "SF202" not in notes[0] and "`--torch-version " in notes[0]
+    # the fp32 loop is still reported: autocast is worth upgrading torch for (no fix on 0.4.1)
+    result = run_cli("scan", ".", "--select", "SF202,SF401", "--output-format", "json", cwd=tmp_path)
+    findings = json.loads(result.stdout)  # JSON keeps standard output a list of findings
+    assert [(f["code"], f["fix"]) for f in findings] == [("SF202", None)], findings
+    assert "targets torch 0.4.1: upgrade torch" in findings[0]["message"]
+    assert "requirements.txt: note: the project pins `torch==0.4.1`" in result.stderr  # notes: standard error
+    # the version named on the command line, or a pin that switches nothing off: no note
+    assert "note:" not in run_cli("scan", ".", "--torch-version", "0.4.1", cwd=tmp_path).stdout
+    write("requirements.txt", "torch==0.4.1\n")
+    assert "note:" not in run_cli("scan", ".", "--select", "SF102", cwd=tmp_path).stdout
 
 
 # ---------------------------------------------------------------------- recipes named in the project's docs

@@ -236,6 +236,29 @@ def test_version_dependent_advice():
     assert scan(compiled, "SF501", torch="2.0") == [("SF501", 2)]
 
 
+def test_deterministic_mode_names_autotuning_too_when_the_script_leaves_it_off():
+    """SF601 is silent where determinism is asked for: SF602, which questions that choice, says
+    what dropping it should come with."""
+    code = """
+        import torch
+        import torch.backends.cudnn as cudnn
+        cudnn.deterministic = True
+        model = ConvNet().cuda()
+        for x, y in loader:
+            model(x.cuda()).sum().backward()
+    """
+    data = textwrap.dedent(code).encode()
+
+    def message(source: bytes) -> str:
+        found = analyze(SourceFile(Path("t.py"), source, *decode_source(source)), "t.py",
+                        [rule_by_code("SF602")], TorchVersion.parse("2.4")).findings
+        assert len(found) == 1
+        return found[0].message
+
+    assert "also set `cudnn.benchmark = True`" in message(data)
+    assert "cudnn.benchmark" not in message(data.replace(b"True\n", b"True\ncudnn.benchmark = True\n", 1))
+
+
 SAMPLES = [
     *(
         example.code

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 from speedfix.commands.measurements import apply_benches, find_benches
+from speedfix.commands.pinned import pinned_torch_notes
 from speedfix.engine.findings import Finding, from_record, to_record
 from speedfix.engine.catalog import rule_name
 from speedfix.engine.results import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, Analysis, FileError, Note
@@ -352,6 +353,7 @@ def scan_paths(
             result.errors.append(analysis.error)
         result.findings.extend(analysis.findings)
         result.notes.extend(analysis.notes)
+    result.notes.extend(pinned_torch_notes((target.path for target in targets), settings))
     result.findings = _one_per_place(result.findings)
     scripts = {real_path(t.path): display_path(t.path) for t in targets if t.path.suffix == ".py"}
     benches, bench_notes = find_benches(scripts, list(bench_results or ()))

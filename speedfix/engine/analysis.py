@@ -150,7 +150,8 @@ def analyze(
     project = project or ProjectFiles.for_script(Path(source.path), (Path.cwd(),))
     context = FileContext(module, path, torch_version, links, project)
     rules = [cls(context) for cls in rule_classes
-             if cls.applies_to(torch_version) and cls.may_apply(data, cuda=cuda, hot=hot, linked=linked)]
+             if (cls.applies_to(torch_version) or cls.advises_upgrade(torch_version))
+             and cls.may_apply(data, cuda=cuda, hot=hot, linked=linked)]
     top_of: dict[int, int] = {}
     walk_batched(module, [context, *rules], top_of)
     findings: list[Finding] = []
@@ -159,6 +160,8 @@ def analyze(
             continue
         deadline.check()
         rule.finish()
+        if rule.advises_upgrade(torch_version):
+            rule.as_upgrade_advice(torch_version)
         findings.extend(rule.findings)
     for rule in rules:
         # A fix's transform may call back into its rule: the rules letting go of their findings

@@ -96,6 +96,9 @@ class Rule(Visitor):
     reads_project: ClassVar[bool] = False
     min_torch: ClassVar[TorchVersion | None] = None  # advice applies from this version on
     max_torch: ClassVar[TorchVersion | None] = None  # ... and before this one
+    # What the rule's advice needs from a newer torch ("autocast"), when it is worth upgrading
+    # torch for: below ``min_torch`` the rule still runs and says so, without a fix.
+    upgrade_for: ClassVar[str | None] = None
     effect: ClassVar[str] = ""  # expected gain, one sentence, with its source
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
@@ -193,6 +196,19 @@ class Rule(Visitor):
         if cls.min_torch is not None and version < cls.min_torch:
             return False
         return cls.max_torch is None or version < cls.max_torch
+
+    @classmethod
+    def advises_upgrade(cls, version: TorchVersion) -> bool:
+        """Does the rule run on ``version``, below its ``min_torch``, to advise upgrading torch?"""
+        return cls.upgrade_for is not None and cls.min_torch is not None and version < cls.min_torch
+
+    def as_upgrade_advice(self, version: TorchVersion) -> None:
+        """Turn the findings into advice to upgrade torch first: the fix would not run on ``version``."""
+        needs = f"{self.upgrade_for} needs torch {self.min_torch} or newer and this code targets torch {version}"
+        for finding in self.findings:
+            finding.message += f" ({needs}: upgrade torch to use it)"
+            finding.fix = None
+            finding.no_fix_reason = f"{needs}; upgrade torch first"
 
     @classmethod
     def docs(cls) -> str:

@@ -33,6 +33,8 @@ from speedfix.model.patterns import AUTOCAST
 from speedfix.model.tensors import has_sync_before
 from speedfix.syntax.names import dotted_name
 
+APEX_AMP_INITIALIZE = "apex.amp.initialize"
+
 
 class Precision(Enum):
     FP16 = "float16"
@@ -240,6 +242,8 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
     if casts or autocast_passings(ctx) or _accelerate_in_fp32(ctx):
         return _low_precision_elsewhere(ctx)
     if _low_precision_by_default(ctx) or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname):
+        return True
+    if ctx.calls_to(APEX_AMP_INITIALIZE):  # NVIDIA apex, the mixed precision of torch before 1.6
         return True
     return bool(ctx.calls_to(DEEPSPEED_INITIALIZE)) and engine_sixteen_bit(ctx) is not False  # its config decides
 

@@ -49,7 +49,8 @@ DROPOUT_FUNCTIONS = {
     "torch.dropout": ("p", "train", None),
 }
 DROPOUT_MODULES = ("torch.nn.Dropout", "torch.nn.modules.dropout.Dropout")
-MATMUL = ("torch.matmul",)
+MATMUL = ("torch.matmul", "torch.bmm")
+BMM = "torch.bmm"  # batched 3-D products: `(1, 2)` are its last two dimensions
 # A function or class that calls one of these already has a fast path: its hand-written attention
 # is the fallback (nanoGPT's `if self.flash: ... else: ...`, timm's `fused_attn`).
 FAST_ATTENTION = ("scaled_dot_product_attention", "flash_attn_func", "flash_attn_qkvpacked_func",
@@ -71,6 +72,8 @@ SCALE_AFTER_MASK = "the scale is applied after the mask"
 TWO_SCALES = "the scores are scaled twice"
 UNKNOWN_DROPOUT = "the dropout's probability is not known (an `nn.Dropout` module or `F.dropout`)"
 SOFTMAX_ARGS = "the softmax takes extra arguments"
+KEYS_LAID_OUT = "the keys are already laid out `(batch, dim, tokens)` (SDPA takes them `(batch, tokens, dim)`)"
+READ_BETWEEN = "another statement reads the scores or weights between the attention's steps"
 
 
 @dataclass(frozen=True)
@@ -138,12 +141,12 @@ def softmax_input(ctx: FileContext, call: cst.Call, cls: cst.ClassDef | None
     `F.softmax(x, dim=-1)`, `x.softmax(-1)`, or `self.softmax(x)` with `self.softmax =
     nn.Softmax(dim=-1)` in the class ``cls``."""
     func = call.func
+    built = module_built_by(ctx, cls, dotted_name(func) or "")  # `self.softmax(x)` is a module, not a method
     if ctx.qualname(func) in SOFTMAX:
         data, rest = (call.args[0].value if call.args and not call.args[0].keyword else None), call.args[1:]
-    elif isinstance(func, cst.Attribute) and func.attr.value == "softmax" and not ctx.qualname(func):
+    elif isinstance(func, cst.Attribute) and func.attr.value == "softmax" and not ctx.qualname(func) and built is None:
         data, rest = func.value, call.args
     else:
-        built = module_built_by(ctx, cls, dotted_name(func) or "")
         if built is None or ctx.qualname(built.func) not in SOFTMAX_MODULES:
             return None
         if len(call.args) != 1 or call.args[0].keyword:
@@ -324,10 +327,17 @@ class _Reader:
         return Factor(value, divide)
 
     def _raw_scores(self, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+        """`q @ k.transpose(-2, -1)`: (q, k). A `torch.bmm(q, k)` whose second operand is no
+        visible transpose is still attention: its keys were laid out transposed beforehand
+        (`k.view(B, C, H * W)` of a conv feature map), which SDPA takes as `k.transpose(1, 2)`."""
         operands = matmul_operands(self.ctx, expr)
         if operands is None:
             return None
-        key = untransposed(self.ctx, operands[1])
+        bmm = isinstance(expr, cst.Call) and self.ctx.qualname(expr.func) == BMM
+        key = untransposed(self.ctx, operands[1], batched=bmm)
+        if key is None and bmm:
+            self.found.problem(KEYS_LAID_OUT)
+            key = operands[1]
         return (operands[0], key) if key is not None else None
 
     def _masked_fill(self, call: cst.Call) -> cst.BaseExpression | None:
@@ -386,6 +396,9 @@ class _Reader:
                 attention.problem(CONDITIONAL)  # `if mask is not None: att = att + mask`
                 continue
             value = _assigned_value(statement, name)
+            if value is None and _only_checks(statement, name):
+                attention.problem(READ_BETWEEN)  # `assert w.shape == ...`: the fix would remove what it reads
+                continue
             if value is None:
                 return None  # unpacked, annotated, only read: not a step of the chain
             assert isinstance(statement, cst.SimpleStatementLine)
@@ -413,6 +426,17 @@ def _assigned_value(statement: cst.BaseStatement, name: str) -> cst.BaseExpressi
     return None
 
 
+def _only_checks(statement: cst.BaseStatement, name: str) -> bool:
+    """An `assert` or `print(...)` line that reads ``name`` and binds nothing."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if isinstance(small, cst.Assert):
+        return True
+    return (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+            and isinstance(small.value.func, cst.Name) and small.value.func.value == "print")
+
+
 def mentions(node: cst.CSTNode, name: str) -> int:
     """How often the name ``name`` occurs in ``node`` (read or written)."""
     return sum(isinstance(n, cst.Name) and n.value == name for n in walk_expression(node))
@@ -426,29 +450,32 @@ def _target(statement: cst.SimpleStatementLine) -> cst.Name:
 
 
 # ---------------------------------------------------------------------- small shapes
-def untransposed(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+def untransposed(ctx: FileContext, expr: cst.BaseExpression, batched: bool = False) -> cst.BaseExpression | None:
     """``k`` for ``k.transpose(-2, -1)``, ``k.transpose(2, 3)`` (4-D), ``k.mT``,
-    ``k.permute(0, 1, 3, 2)`` and ``torch.transpose(k, -2, -1)``."""
+    ``k.permute(0, 1, 3, 2)`` and ``torch.transpose(k, -2, -1)``; with ``batched`` (an operand of
+    `torch.bmm`, 3-D) also ``k.transpose(1, 2)`` and ``k.permute(0, 2, 1)``."""
+    last_two = _LAST_TWO + _LAST_TWO_3D if batched else _LAST_TWO
     if isinstance(expr, cst.Attribute) and expr.attr.value == "mT":
         return expr.value
     if not isinstance(expr, cst.Call):
         return None
     if ctx.qualname(expr.func) == "torch.transpose":
         args = _positional(expr, 3)
-        return args[0] if args is not None and _ints(args[1:]) in _LAST_TWO else None
+        return args[0] if args is not None and _ints(args[1:]) in last_two else None
     func = expr.func
     if not isinstance(func, cst.Attribute) or ctx.qualname(func):
         return None
     positional = all(not arg.keyword and not arg.star for arg in expr.args)
     dims = _ints([arg.value for arg in expr.args]) if positional else None
-    if func.attr.value == "transpose" and dims in _LAST_TWO:
+    if func.attr.value == "transpose" and dims in last_two:
         return func.value
-    if func.attr.value == "permute" and dims == (0, 1, 3, 2):
+    if func.attr.value == "permute" and (dims == (0, 1, 3, 2) or (batched and dims == (0, 2, 1))):
         return func.value
     return None
 
 
 _LAST_TWO = ((-2, -1), (-1, -2), (2, 3), (3, 2))
+_LAST_TWO_3D = ((1, 2), (2, 1))
 
 
 def _ints(nodes: Sequence[cst.BaseExpression]) -> tuple[int, ...] | None:
@@ -542,12 +569,29 @@ def argument(args: Sequence[cst.Arg], keyword: str, position: int) -> cst.BaseEx
 
 # ---------------------------------------------------------------- around the attention
 def attention_of(ctx: FileContext, site: CallSite) -> tuple[Attention, list[cst.BaseStatement], int] | None:
-    """The attention a softmax call is part of, with its block and the output's index there."""
+    """The attention a softmax call is part of, with its block and the output's index there.
+    A softmax in a branch (`if mask is not None: ... else: attn = self.softmax(attn)`) whose
+    output is after the `if` is read on the branch's path: the branch's statements in place of
+    the `if` (a conditional step: reported without a fix)."""
     owner = statement_owner(ctx, site.statement) if site.statement is not None else None
     if owner is None:
         return None
     block = owner[1]
     start = next(i for i, statement in enumerate(block) if statement is site.statement)
+    found = _attention_in(ctx, site, block, start)
+    if found is not None:
+        return found
+    path = _branch_path(ctx, owner[0], block, site)
+    if path is None:
+        return None
+    found = _attention_in(ctx, site, *path)
+    if found is not None:
+        found[0].problem(CONDITIONAL)
+    return found
+
+
+def _attention_in(ctx: FileContext, site: CallSite, block: list[cst.BaseStatement], start: int
+                  ) -> tuple[Attention, list[cst.BaseStatement], int] | None:
     for index in range(start, len(block)):
         if not isinstance(block[index], cst.SimpleStatementLine):
             continue
@@ -558,6 +602,27 @@ def attention_of(ctx: FileContext, site: CallSite) -> tuple[Attention, list[cst.
             if found is not None and found.softmax is site.node:
                 return found, block, index
     return None
+
+
+def _branch_path(ctx: FileContext, owner: cst.CSTNode, branch: list[cst.BaseStatement], site: CallSite
+                 ) -> tuple[list[cst.BaseStatement], int] | None:
+    """The statements run on the way through the `if` branch ``branch`` (``owner``: the `If`,
+    or its `Else`) out into the block around the `if`, and the index of the softmax's
+    statement there."""
+    statement = owner
+    if isinstance(owner, cst.Else):
+        function = ctx.function_of(site.stack)
+        statement = next((node for node in walk_expression(function) if isinstance(node, cst.If)
+                          and node.orelse is owner), None) if function is not None else None
+    if not isinstance(statement, cst.If):
+        return None
+    outer = statement_owner(ctx, statement)
+    if outer is None:
+        return None  # an `elif`: its `if` is not a statement of a block
+    block = outer[1]
+    at = next(i for i, node in enumerate(block) if node is statement)
+    start = at + next(i for i, node in enumerate(branch) if node is site.statement)
+    return [*block[:at], *branch, *block[at + 1:]], start
 
 
 _FAST_PATHS: WeakKeyDictionary[FileContext, set[cst.CSTNode]] = WeakKeyDictionary()

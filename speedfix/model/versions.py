@@ -101,17 +101,37 @@ _PIN_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 _LAST_MINOR = {0: 4, 1: 13}
 
 
+@dataclass(frozen=True)
+class TorchPin:
+    """A project's requirement on torch: the file it was read from and its clauses."""
+
+    path: Path
+    clauses: tuple[tuple[str, str], ...]
+
+    @property
+    def spec(self) -> str:
+        """As written, less spaces: `torch==0.4.1`, `torch>=1.10,<2`."""
+        return "torch" + ",".join(op + text for op, text in self.clauses)
+
+
+def torch_pin(project: ProjectFiles) -> TorchPin | None:
+    """The project's torch requirement, read from the nearest folder, going up from the script
+    to the project's top, whose requirement files name torch (None: no pin)."""
+    for folder in project.folders_up():
+        found = [(path, _torch_clauses(project.text(path) or "", path)) for path in _pin_files(project, folder)]
+        clauses = tuple(c for _, pinned in found for c in pinned)
+        if clauses:
+            return TorchPin(next(path for path, pinned in found if pinned), clauses)
+    return None
+
+
 def project_target(project: ProjectFiles, current: TorchVersion) -> TorchVersion:
     """The torch a project's pinned requirement allows, as close to ``current`` (the installed
     torch, else the default) as it allows: a pin that admits ``current`` changes nothing; one
     that excludes it (`torch<2`, `torch==1.13.1`) moves the target to the newest version it
-    allows below ``current`` (or the oldest above it). The pin is read from the nearest folder,
-    going up from the script to the project's top, whose requirement files name torch."""
-    for folder in project.folders_up():
-        clauses = [c for path in _pin_files(project, folder) for c in _torch_clauses(project.text(path) or "", path)]
-        if clauses:
-            return _clamp(current, clauses)
-    return current
+    allows below ``current`` (or the oldest above it). The pin is ``torch_pin``'s."""
+    pin = torch_pin(project)
+    return current if pin is None else _clamp(current, list(pin.clauses))
 
 
 def _pin_files(project: ProjectFiles, folder: Path) -> list[Path]:
