@@ -966,3 +966,45 @@ def test_a_conv_net_trained_by_an_engine_of_another_file(run_cli, tmp_path, writ
     result = run_cli("scan", ".", "--select", "SF206,SF601", "--no-summary", cwd=tmp_path)
     # cuDNN autotuning (medium) before channels-last without mixed precision (low)
     assert [line.split(" ", 2)[:2] for line in result.stdout.splitlines()] == [["main.py:6:13:", "SF601"], ["main.py:6:13:", "SF206"]]
+
+
+def test_a_device_a_chain_of_star_imports_brings_makes_the_loop_a_cuda_loop(run_cli, tmp_path, write):
+    """`device` set to CUDA in conf.py reaches train.py through `from data import *` (data.py:
+    `from conf import *`), and the batches come from an iterator of another library: the loop
+    trains on CUDA, even when data.py, which only passes names on, is not among the scanned files."""
+    write("conf.py", """\
+        import torch
+
+        device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        batch_size = 64
+        """)
+    write("data.py", """\
+        from conf import *
+        from util.loader import make_iterators
+
+        train_iter = make_iterators(batch_size=batch_size, device=device)
+        """)
+    write("train.py", """\
+        from torch import nn
+        from torch.optim import Adam
+
+        from data import *
+
+        model = nn.Transformer(d_model=64, nhead=4).to(device)
+        optimizer = Adam(model.parameters(), lr=1e-4)
+
+
+        def train(model, iterator, optimizer):
+            for i, batch in enumerate(iterator):
+                optimizer.zero_grad()
+                loss = model(batch.src, batch.trg).sum()
+                loss.backward()
+                optimizer.step()
+
+
+        for epoch in range(10):
+            train(model, train_iter, optimizer)
+        """)
+    result = run_cli("scan", "train.py", "conf.py", "--select", "SF202,SF401", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("train.py", 14, "SF202"), ("train.py", 7, "SF401")}
+    assert "data.py" not in result.stdout  # read for its names only, never reported on
