@@ -1008,3 +1008,38 @@ def test_a_device_a_chain_of_star_imports_brings_makes_the_loop_a_cuda_loop(run_
     result = run_cli("scan", "train.py", "conf.py", "--select", "SF202,SF401", "--no-summary", cwd=tmp_path)
     assert findings(result.stdout) == {("train.py", 14, "SF202"), ("train.py", 7, "SF401")}
     assert "data.py" not in result.stdout  # read for its names only, never reported on
+
+
+def test_a_settings_object_another_file_makes_gives_its_class_defaults(run_cli, tmp_path, write):
+    """`from utils.config import opt`, where utils/config.py makes `opt = Config()` from a class
+    whose body says `num_workers = 4`: the loader starts 4 workers every epoch (utils/config.py
+    is not scanned; a field it sets again at module level is unknown)."""
+    write("utils/__init__.py", "")
+    write("utils/config.py", """\
+        class Config:
+            num_workers = 4
+            test_workers = 2
+            epochs = 10
+
+        opt = Config()
+        opt.test_workers = 0
+        """)
+    write("train.py", """\
+        import torch
+        from utils.config import opt
+
+        loader = torch.utils.data.DataLoader(data, batch_size=8, pin_memory=True, num_workers=opt.num_workers)
+        test_loader = torch.utils.data.DataLoader(test, batch_size=8, pin_memory=True, num_workers=opt.test_workers)
+        model = Net().cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(opt.epochs):
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True)).sum()
+                loss.backward()
+                optimizer.step()
+            for x, y in test_loader:
+                print(model(x.cuda(non_blocking=True)))
+        """)
+    result = run_cli("scan", "train.py", "--select", "SF103", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("train.py", 4, "SF103")}
+    assert "starts its 4 worker processes" in result.stdout
