@@ -1043,3 +1043,51 @@ def test_a_settings_object_another_file_makes_gives_its_class_defaults(run_cli, 
     result = run_cli("scan", "train.py", "--select", "SF103", "--no-summary", cwd=tmp_path)
     assert findings(result.stdout) == {("train.py", 4, "SF103")}
     assert "starts its 4 worker processes" in result.stdout
+
+
+def test_a_trainer_class_whose_train_step_another_file_calls_every_step(run_cli, tmp_path, write):
+    """`trainer = Trainer(net).cuda()` in train.py and `trainer.train_step(img, label)` in its
+    loop over the loader: train_step (zero_grad, forward, backward, step), which no code of its
+    own file calls, is one training step; its fp32 forward, the helper loss it runs and the
+    batch copies of the loop are per-step code."""
+    write("trainer.py", """\
+        import torch as t
+        from torch import nn
+
+
+        def masked_loss(pred, target):
+            weight = t.zeros(target.shape).cuda()
+            weight[target > 0] = 1
+            return ((pred - target) ** 2 * weight).sum()
+
+
+        class Trainer(nn.Module):
+            def __init__(self, net):
+                super().__init__()
+                self.net = net
+                self.optimizer = t.optim.SGD(net.parameters(), lr=0.01)
+
+            def forward(self, img, label):
+                return masked_loss(self.net(img), label)
+
+            def train_step(self, img, label):
+                self.optimizer.zero_grad()
+                loss = self.forward(img, label)
+                loss.backward()
+                self.optimizer.step()
+                return loss
+        """)
+    write("train.py", """\
+        from torch.utils.data import DataLoader
+        from trainer import Trainer
+        from nets import Net
+
+        loader = DataLoader(data, batch_size=4, num_workers=4, persistent_workers=True, pin_memory=True)
+        trainer = Trainer(Net()).cuda()
+        for epoch in range(10):
+            for img, label in loader:
+                img, label = img.cuda().float(), label.cuda()
+                trainer.train_step(img, label)
+        """)
+    result = run_cli("scan", "train.py", "trainer.py", "--select", "SF202,SF701,SF104", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("trainer.py", 23, "SF202"), ("trainer.py", 6, "SF701"), ("train.py", 9, "SF104")}
