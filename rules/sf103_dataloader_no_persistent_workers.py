@@ -377,6 +377,28 @@ class DataloaderNoPersistentWorkers(Rule):
                     train(x)
             """,
         ),
+        Invalid(  # iterated through a progress bar opened as a context manager in each epoch
+            """
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+            def fit(config):
+                loader = DataLoader(ds, batch_size=64, num_workers=6)
+                for epoch in range(config["epochs"]):
+                    with tqdm(loader, leave=False) as bar:
+                        for x, _ in bar:
+                            step(x)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+            def fit(config):
+                loader = DataLoader(ds, batch_size=64, num_workers=6, persistent_workers=True)
+                for epoch in range(config["epochs"]):
+                    with tqdm(loader, leave=False) as bar:
+                        for x, _ in bar:
+                            step(x)
+            """,
+        ),
         Invalid(  # a notebook: handed by keyword to `train()`, whose epoch loop hands it to `train_step()`;
             # the worker count is set again in a later cell
             """
