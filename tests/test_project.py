@@ -1091,3 +1091,42 @@ def test_a_trainer_class_whose_train_step_another_file_calls_every_step(run_cli,
         """)
     result = run_cli("scan", "train.py", "trainer.py", "--select", "SF202,SF701,SF104", "--no-summary", cwd=tmp_path)
     assert findings(result.stdout) == {("trainer.py", 23, "SF202"), ("trainer.py", 6, "SF701"), ("train.py", 9, "SF104")}
+
+
+def test_a_loader_made_by_one_of_several_factories_of_another_file(run_cli, tmp_path, write):
+    """`loader = data.make_small(...)` or `loader = data.make_large(...)` by an option, then
+    iterated every epoch: each factory's DataLoader (4 workers by its parameter's default, which
+    no caller passes) restarts its workers every epoch."""
+    write("data.py", """\
+        from torch.utils.data import DataLoader
+
+
+        def make_small(name, batch_size, num_workers=4):
+            return DataLoader(small_set(name), batch_size=batch_size, num_workers=num_workers, pin_memory=True)
+
+
+        def make_large(name, batch_size, num_workers=4):
+            return DataLoader(large_set(name), batch_size=batch_size, num_workers=num_workers, pin_memory=True)
+        """)
+    write("train.py", """\
+        import argparse
+        import torch
+        import data
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--size", default="small")
+        args = parser.parse_args()
+        if args.size == "small":
+            loader = data.make_small("mnist", 64)
+        else:
+            loader = data.make_large("celeba", 64)
+        model = Net().cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(25):
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                loss.backward()
+                optimizer.step()
+        """)
+    result = run_cli("scan", "train.py", "data.py", "--select", "SF103", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("data.py", 5, "SF103"), ("data.py", 9, "SF103")}
