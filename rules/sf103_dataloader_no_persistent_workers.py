@@ -542,7 +542,8 @@ class DataloaderNoPersistentWorkers(Rule):
         if not (returned[0] if returned is not None else loader is not None and iterated_per_epoch(ctx, loader)) \
                 and not lightning_iterates_per_epoch(ctx, site):
             return
-        shown = f"`{code_of(workers.node)}`" if per_core else count
+        # a parameter of a factory whose loader another file iterates: its callers may pass another count
+        shown = f"`{code_of(workers.node)}`" if per_core or (returned is not None and isinstance(workers.node, cst.Name)) else count
         message = f"`DataLoader` starts its {shown} worker processes again every epoch"
         given = dataset_argument(site)
         dataset = dotted_name(given) if given is not None else None

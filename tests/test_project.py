@@ -1130,3 +1130,4 @@ def test_a_loader_made_by_one_of_several_factories_of_another_file(run_cli, tmp_
         """)
     result = run_cli("scan", "train.py", "data.py", "--select", "SF103", "--no-summary", cwd=tmp_path)
     assert findings(result.stdout) == {("data.py", 5, "SF103"), ("data.py", 9, "SF103")}
+    assert "starts its `num_workers` worker processes" in result.stdout  # the callers could pass another count
