@@ -377,6 +377,28 @@ class DataloaderNoPersistentWorkers(Rule):
                     train(x)
             """,
         ),
+        Invalid(  # iterated through a progress bar opened as a context manager in each epoch
+            """
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+            def fit(config):
+                loader = DataLoader(ds, batch_size=64, num_workers=6)
+                for epoch in range(config["epochs"]):
+                    with tqdm(loader, leave=False) as bar:
+                        for x, _ in bar:
+                            step(x)
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+            def fit(config):
+                loader = DataLoader(ds, batch_size=64, num_workers=6, persistent_workers=True)
+                for epoch in range(config["epochs"]):
+                    with tqdm(loader, leave=False) as bar:
+                        for x, _ in bar:
+                            step(x)
+            """,
+        ),
         Invalid(  # a notebook: handed by keyword to `train()`, whose epoch loop hands it to `train_step()`;
             # the worker count is set again in a later cell
             """
@@ -520,7 +542,8 @@ class DataloaderNoPersistentWorkers(Rule):
         if not (returned[0] if returned is not None else loader is not None and iterated_per_epoch(ctx, loader)) \
                 and not lightning_iterates_per_epoch(ctx, site):
             return
-        shown = f"`{code_of(workers.node)}`" if per_core else count
+        # a parameter of a factory whose loader another file iterates: its callers may pass another count
+        shown = f"`{code_of(workers.node)}`" if per_core or (returned is not None and isinstance(workers.node, cst.Name)) else count
         message = f"`DataLoader` starts its {shown} worker processes again every epoch"
         given = dataset_argument(site)
         dataset = dotted_name(given) if given is not None else None

@@ -51,7 +51,9 @@ class CreateThenMove(Rule):
     ## What it does
     Finds tensors created on the CPU and moved straight to the GPU, `torch.zeros(...).cuda()`
     or `torch.ones(...).to(device)`, also after a reshape (`torch.arange(n).unsqueeze(0).to(device)`)
-    or torch math on the CPU (`torch.exp(torch.arange(n)).to(device)`, reported without a fix),
+    or torch math on the CPU (`torch.exp(torch.arange(n)).to(device)`, or a causal mask
+    `torch.tril(torch.ones(n, n)).type(torch.ByteTensor).to(device)` turned into a CPU dtype
+    first; reported without a fix),
     or made into a variable a few statements before the copy (`t = torch.LongTensor(b, n)`, used,
     then `t = t.cuda()`; without a fix, and not when those statements write it element by element),
     where it runs on every step: in the training loop, in a function it calls or one that takes
@@ -266,6 +268,18 @@ class CreateThenMove(Rule):
             embedder = TimeEmbedding().cuda()
             """,
         ),
+        Invalid(  # a causal mask built on the CPU on every forward, turned into bytes there, then copied
+            """
+            import torch
+            class Decoder(torch.nn.Module):
+                def causal(self, tokens):
+                    n = tokens.shape[1]
+                    return torch.tril(torch.ones(n, n)).type(torch.ByteTensor).to(self.device)
+                def forward(self, tokens):
+                    return self.blocks(tokens, self.causal(tokens))
+            decoder = Decoder().cuda()
+            """,
+        ),
         Invalid(  # a distributional DQN's offsets, copied like another tensor (`.to(actions)` takes its dtype too)
             """
             import torch
@@ -386,7 +400,12 @@ class CreateThenMove(Rule):
     def _check_computed(self, move: cst.Call, made: cst.Call, method: str) -> None:
         """`torch.exp(-math.log(p) * torch.arange(half) / half).to(device=t.device)`: torch math on
         a tensor made on the CPU, all of it done there, then copied."""
-        if not (self.ctx.qualname(made.func) or "").startswith("torch.") or self._target_device(move, method) is None:
+        core = without_layout_calls(made)
+        while isinstance(core, cst.Call) and isinstance(core.func, cst.Attribute) and core.func.attr.value == "type" \
+                and len(core.args) == 1 and "cuda" not in (self.ctx.qualname(core.args[0].value) or "cuda"):
+            core = without_layout_calls(core.func.value)  # `.type(torch.ByteTensor)`: a CPU dtype change
+        if not isinstance(core, cst.Call) or not (self.ctx.qualname(core.func) or "").startswith("torch.") \
+                or self._target_device(move, method) is None:
             return
         for node in walk_expression(made):
             if isinstance(node, cst.Call) and node is not made and self.ctx.qualname(node.func) in _FACTORIES | _RANDOM \

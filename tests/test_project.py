@@ -966,3 +966,168 @@ def test_a_conv_net_trained_by_an_engine_of_another_file(run_cli, tmp_path, writ
     result = run_cli("scan", ".", "--select", "SF206,SF601", "--no-summary", cwd=tmp_path)
     # cuDNN autotuning (medium) before channels-last without mixed precision (low)
     assert [line.split(" ", 2)[:2] for line in result.stdout.splitlines()] == [["main.py:6:13:", "SF601"], ["main.py:6:13:", "SF206"]]
+
+
+def test_a_device_a_chain_of_star_imports_brings_makes_the_loop_a_cuda_loop(run_cli, tmp_path, write):
+    """`device` set to CUDA in conf.py reaches train.py through `from data import *` (data.py:
+    `from conf import *`), and the batches come from an iterator of another library: the loop
+    trains on CUDA, even when data.py, which only passes names on, is not among the scanned files."""
+    write("conf.py", """\
+        import torch
+
+        device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        batch_size = 64
+        """)
+    write("data.py", """\
+        from conf import *
+        from util.loader import make_iterators
+
+        train_iter = make_iterators(batch_size=batch_size, device=device)
+        """)
+    write("train.py", """\
+        from torch import nn
+        from torch.optim import Adam
+
+        from data import *
+
+        model = nn.Transformer(d_model=64, nhead=4).to(device)
+        optimizer = Adam(model.parameters(), lr=1e-4)
+
+
+        def train(model, iterator, optimizer):
+            for i, batch in enumerate(iterator):
+                optimizer.zero_grad()
+                loss = model(batch.src, batch.trg).sum()
+                loss.backward()
+                optimizer.step()
+
+
+        for epoch in range(10):
+            train(model, train_iter, optimizer)
+        """)
+    result = run_cli("scan", "train.py", "conf.py", "--select", "SF202,SF401", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("train.py", 14, "SF202"), ("train.py", 7, "SF401")}
+    assert "data.py" not in result.stdout  # read for its names only, never reported on
+
+
+def test_a_settings_object_another_file_makes_gives_its_class_defaults(run_cli, tmp_path, write):
+    """`from utils.config import opt`, where utils/config.py makes `opt = Config()` from a class
+    whose body says `num_workers = 4`: the loader starts 4 workers every epoch (utils/config.py
+    is not scanned; a field it sets again at module level is unknown)."""
+    write("utils/__init__.py", "")
+    write("utils/config.py", """\
+        class Config:
+            num_workers = 4
+            test_workers = 2
+            epochs = 10
+
+        opt = Config()
+        opt.test_workers = 0
+        """)
+    write("train.py", """\
+        import torch
+        from utils.config import opt
+
+        loader = torch.utils.data.DataLoader(data, batch_size=8, pin_memory=True, num_workers=opt.num_workers)
+        test_loader = torch.utils.data.DataLoader(test, batch_size=8, pin_memory=True, num_workers=opt.test_workers)
+        model = Net().cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(opt.epochs):
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True)).sum()
+                loss.backward()
+                optimizer.step()
+            for x, y in test_loader:
+                print(model(x.cuda(non_blocking=True)))
+        """)
+    result = run_cli("scan", "train.py", "--select", "SF103", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("train.py", 4, "SF103")}
+    assert "starts its 4 worker processes" in result.stdout
+
+
+def test_a_trainer_class_whose_train_step_another_file_calls_every_step(run_cli, tmp_path, write):
+    """`trainer = Trainer(net).cuda()` in train.py and `trainer.train_step(img, label)` in its
+    loop over the loader: train_step (zero_grad, forward, backward, step), which no code of its
+    own file calls, is one training step; its fp32 forward, the helper loss it runs and the
+    batch copies of the loop are per-step code."""
+    write("trainer.py", """\
+        import torch as t
+        from torch import nn
+
+
+        def masked_loss(pred, target):
+            weight = t.zeros(target.shape).cuda()
+            weight[target > 0] = 1
+            return ((pred - target) ** 2 * weight).sum()
+
+
+        class Trainer(nn.Module):
+            def __init__(self, net):
+                super().__init__()
+                self.net = net
+                self.optimizer = t.optim.SGD(net.parameters(), lr=0.01)
+
+            def forward(self, img, label):
+                return masked_loss(self.net(img), label)
+
+            def train_step(self, img, label):
+                self.optimizer.zero_grad()
+                loss = self.forward(img, label)
+                loss.backward()
+                self.optimizer.step()
+                return loss
+        """)
+    write("train.py", """\
+        from torch.utils.data import DataLoader
+        from trainer import Trainer
+        from nets import Net
+
+        loader = DataLoader(data, batch_size=4, num_workers=4, persistent_workers=True, pin_memory=True)
+        trainer = Trainer(Net()).cuda()
+        for epoch in range(10):
+            for img, label in loader:
+                img, label = img.cuda().float(), label.cuda()
+                trainer.train_step(img, label)
+        """)
+    result = run_cli("scan", "train.py", "trainer.py", "--select", "SF202,SF701,SF104", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("trainer.py", 23, "SF202"), ("trainer.py", 6, "SF701"), ("train.py", 9, "SF104")}
+
+
+def test_a_loader_made_by_one_of_several_factories_of_another_file(run_cli, tmp_path, write):
+    """`loader = data.make_small(...)` or `loader = data.make_large(...)` by an option, then
+    iterated every epoch: each factory's DataLoader (4 workers by its parameter's default, which
+    no caller passes) restarts its workers every epoch."""
+    write("data.py", """\
+        from torch.utils.data import DataLoader
+
+
+        def make_small(name, batch_size, num_workers=4):
+            return DataLoader(small_set(name), batch_size=batch_size, num_workers=num_workers, pin_memory=True)
+
+
+        def make_large(name, batch_size, num_workers=4):
+            return DataLoader(large_set(name), batch_size=batch_size, num_workers=num_workers, pin_memory=True)
+        """)
+    write("train.py", """\
+        import argparse
+        import torch
+        import data
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--size", default="small")
+        args = parser.parse_args()
+        if args.size == "small":
+            loader = data.make_small("mnist", 64)
+        else:
+            loader = data.make_large("celeba", 64)
+        model = Net().cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(25):
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                loss.backward()
+                optimizer.step()
+        """)
+    result = run_cli("scan", "train.py", "data.py", "--select", "SF103", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("data.py", 5, "SF103"), ("data.py", 9, "SF103")}
+    assert "starts its `num_workers` worker processes" in result.stdout  # the callers could pass another count

@@ -18,7 +18,7 @@ from speedfix.engine.results import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, Analys
 from speedfix.model.versions import TorchVersion, project_target
 from speedfix.project import Links, ModuleFacts, extract_facts, link
 from speedfix.model.project_files import ProjectFiles, display_path, inputs_unchanged, listings_kept
-from speedfix.project.linker import imported_words, linked_candidates
+from speedfix.project.linker import imported_words, linked_candidates, star_imported_beside
 from speedfix.syntax import deadline
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
 from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
@@ -220,18 +220,41 @@ def project_links(
         digests[target.path] = _digest(target.path, data)
         if not is_notebook(target.path):
             sources[target.path] = data
-    by_real = {real_path(path): path for path in sources}
+    roots = [real_path(p) if p.is_dir() else real_path(p).parent for p in paths]
+    scanned = {real_path(path): path for path in sources}
+    by_real = dict(scanned)
+    _add_star_imported(sources, digests, by_real, roots, settings)
     facts = _all_facts({real: by_real[real] for real in linked_candidates(
         {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, jobs)
-    roots = [real_path(p) if p.is_dir() else real_path(p).parent for p in paths]
     linked = link(facts, roots, lambda real: display_path(by_real[real]))
-    links = {by_real[real]: found for real, found in linked.items()}
+    links = {by_real[real]: found for real, found in linked.items() if real in scanned}
     for path, data in sources.items():
-        if path not in links:
-            missing = _siblings_not_scanned(path, data, by_real)
+        if path not in links and real_path(path) in scanned:
+            missing = _siblings_not_scanned(path, data, scanned)
             if missing:
                 links[path] = Links(missing=missing)
     return links, digests
+
+
+def _add_star_imported(sources: dict[Path, bytes], digests: dict[Path, str], by_real: dict[Path, Path],
+                       roots: list[Path], settings: Settings) -> None:
+    """Read the modules the scanned files star-import (`from conf import *`, and what those
+    star-import in turn) that are not scanned themselves: for their facts only."""
+    todo = list(sources.items())
+    while todo:
+        path, data = todo.pop()
+        for found in star_imported_beside(path, data, roots):
+            real = real_path(found)
+            if real in by_real:
+                continue
+            try:
+                text = read_bytes(found, read_cap(found, settings.max_file_size))
+            except SourceError:
+                continue
+            by_real[real] = found
+            sources[found] = text
+            digests[found] = _digest(found, text)
+            todo.append((found, text))
 
 
 def _all_facts(

@@ -20,6 +20,7 @@ from speedfix.model.config_files import configured_value, run_configs
 from speedfix.model.context import LIGHTNING_DATAMODULE, FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
+from speedfix.model.project_classes import object_field
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import integer_value, walk_expression
 
@@ -424,13 +425,19 @@ def argparse_default(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpr
 def declared_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
     """`config.accelerator` where `config = Config()` builds a class of this file (a dataclass of
     settings) whose body declares `accelerator: str = "auto"`: that default, when the call passes
-    no argument for it (and no positional ones) and nothing assigns `config.accelerator` later."""
+    no argument for it (and no positional ones) and nothing assigns `config.accelerator` later.
+    Also such an object another file of the project makes and this one imports (`from
+    utils.config import opt`; ``object_field``)."""
     if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
         return None
     built = ctx.single_value(node.value.value, stack)
+    field = node.attr.value
+    if built is None and ctx.project is not None and not ctx.assignments.get(f"{node.value.value}.{field}") \
+            and (qualified := ctx.qualname(node.value)) is not None and qualified.count(".") >= 1:
+        value = object_field(ctx.project, qualified, field)  # `from utils.config import opt`: `opt = Config()` there
+        return cst.parse_expression(repr(value)) if isinstance(value, (bool, int, float, str)) else None
     if not isinstance(built, cst.Call) or not isinstance(built.func, cst.Name) or built.func.value not in ctx.classes:
         return None
-    field = node.attr.value
     if any(arg.keyword is None or arg.keyword.value == field for arg in built.args) \
             or ctx.assignments.get(f"{node.value.value}.{field}"):
         return None

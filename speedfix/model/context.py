@@ -127,8 +127,8 @@ class FileContext(FileIndex):
             return None
         made = [self.constructor_of(func.value, site.stack)]
         if made[0] is None:  # `policy = TD3.TD3(...)` or `DDPG.DDPG(...)` by an option: any of them
-            made = [dotted_name(a.value.func) for a in self.assignments_in_scope(func.value.value, site.stack)
-                    if isinstance(a.value, cst.Call)]
+            made = [dotted_name(value.func) for a in self.assignments_in_scope(func.value.value, site.stack)
+                    if isinstance(value := unmoved(a.value), cst.Call)]  # `Trainer(net).cuda()` too
         for owner in made:  # spelled through the imports (`sac.SAC`) or not yet (`from models import *`)
             for qualified in (owner, self.project_name(owner)):
                 found = self.links.function(f"{qualified}.{func.attr.value}") if qualified else None
@@ -211,7 +211,8 @@ class FileContext(FileIndex):
     @cached_property
     def hot_functions(self) -> set[cst.CSTNode]:
         """Functions run on every step: called from hot code here, or from a training loop in
-        another scanned file (``Links.hot``), Lightning training steps, and the `forward` of a
+        another scanned file (``Links.hot``), Lightning training steps, methods that take a whole
+        step that no code of this file calls (a trainer's `train_step`), and the `forward` of a
         module class of this file whose object hot code calls (`model(x)` after `model =
         Tagger.from_pretrained(...)`); then what those call outside a periodic guard, two levels
         more (a logger's `log()` that turns every step's images into pictures)."""
@@ -225,6 +226,10 @@ class FileContext(FileIndex):
         steps = {info.node: info.class_name for info in self.functions.get("training_step", ())
                  if info.class_name and self.is_subclass_of(info.class_name, *LIGHTNING_MODULE)}
         hot.update(steps)
+        # a method that takes a whole step (`trainer.train_step(x, y)`) that no code of this file
+        # calls: another file's loop does, once per step
+        called = {info.node for site in self.calls for info in self.local_callees(site)}
+        hot.update(node for node in self.step_functions if node not in called)
         for site in self.calls:  # `loss = self.shared_step(batch)`: what the step calls runs every step too
             owner = _step_around(site.stack, steps)
             if owner is not None:
@@ -278,10 +283,7 @@ class FileContext(FileIndex):
             return set()
         found: set[str] = set()
         for assignment in assignments:
-            value = assignment.part if assignment.unpacked else assignment.value
-            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-                    and value.func.attr.value in MODULE_METHODS:
-                value = value.func.value  # `Net().cuda()`, `Net(...).to(device)`
+            value = unmoved(assignment.part if assignment.unpacked else assignment.value)
             built = dotted_name(value.func) if isinstance(value, cst.Call) else None
             if built is not None and built.rsplit(".", 1)[-1] in _LOADERS:
                 built = built.rsplit(".", 1)[0]  # `Tagger.from_pretrained(path)`
@@ -323,6 +325,13 @@ def _step_around(stack: Stack, steps: dict[cst.CSTNode, str | None]) -> str | No
 # Methods that return the module itself (or a copy of it) rather than build another one, and
 # class methods that build one: `Net().cuda()`, `Tagger.from_pretrained(path)` make a `Net`, a `Tagger`.
 MODULE_METHODS = frozenset({"to", "cuda", "train", "eval", "float", "half", "bfloat16", "requires_grad_", "to_empty"})
+
+
+def unmoved(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """`Net().cuda()`, `Net(...).to(device)` -> `Net(...)`: the module a call chain keeps."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in MODULE_METHODS:
+        value = value.func.value
+    return value
 _LOADERS = frozenset({"from_pretrained", "from_config"})
 
 

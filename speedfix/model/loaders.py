@@ -522,7 +522,7 @@ def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool, 
 
 def _all_aliases(ctx: FileContext) -> dict[str, set[str]]:
     """Name -> the names bound to it: `active = train_loader`, `loader = a if resume else train_loader`,
-    `pbar = tqdm(train_loader)`."""
+    `pbar = tqdm(train_loader)`, `with tqdm(train_loader) as pbar:`."""
     found: dict[str, set[str]] = {}
     for target, assignments in ctx.assignments.items():
         for assignment in assignments:
@@ -533,6 +533,12 @@ def _all_aliases(ctx: FileContext) -> dict[str, set[str]]:
                 name = dotted_name(unwrap_iterable(option))  # `pbar = tqdm(loader)` iterates the loader
                 if name is not None:
                     found.setdefault(name, set()).add(target)
+    for info in ctx.withs:  # `with tqdm(loader) as pbar:` binds the progress bar the same way
+        for item in info.node.items:
+            target = dotted_name(item.asname.name) if item.asname is not None else None
+            name = dotted_name(unwrap_iterable(item.item)) if isinstance(item.item, cst.Call) else None
+            if target is not None and name is not None:
+                found.setdefault(name, set()).add(target)
     return found
 
 

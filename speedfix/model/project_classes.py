@@ -33,6 +33,35 @@ def project_class(project: ProjectFiles, qualified: str) -> ProjectClass | None:
     return _find(project, path, name, follow=True) if path is not None else None
 
 
+def object_field(project: ProjectFiles, qualified: str, field: str) -> object | None:
+    """The literal a field has on a settings object another file of the project makes at module
+    level from a class of its own, with no arguments (`from utils.config import opt`, where
+    utils/config.py says `class Config: num_workers = 8` and `opt = Config()`): 8. None when the
+    file, the object or a literal value for the field is not found, or the file sets the field
+    at module level itself."""
+    module, _, name = qualified.rpartition(".")
+    path = module_path(project, module)
+    tree = _parse(project, path) if path is not None else None
+    if tree is None:
+        return None
+    classes = {statement.name: statement for statement in tree.body if isinstance(statement, ast.ClassDef)}
+    made = [statement.value for statement in tree.body if isinstance(statement, ast.Assign)
+            and any(isinstance(target, ast.Name) and target.id == name for target in statement.targets)]
+    if len(made) != 1 or not isinstance(made[0], ast.Call) or made[0].args or made[0].keywords \
+            or not isinstance(made[0].func, ast.Name) or made[0].func.id not in classes:
+        return None
+    values = [statement.value for statement in classes[made[0].func.id].body if isinstance(statement, (ast.Assign, ast.AnnAssign))
+              and any(isinstance(target, ast.Name) and target.id == field
+                      for target in (statement.targets if isinstance(statement, ast.Assign) else [statement.target]))]
+    if len(values) != 1 or not isinstance(values[0], ast.Constant) or any(
+            isinstance(node, (ast.Assign, ast.AugAssign)) and any(
+                isinstance(target, ast.Attribute) and target.attr == field and isinstance(target.value, ast.Name)
+                and target.value.id == name for target in getattr(node, "targets", [getattr(node, "target", None)]))
+            for node in tree.body):
+        return None
+    return values[0].value
+
+
 def module_path(project: ProjectFiles, module: str) -> Path | None:
     """The file of the project's module `pkg.models` (`pkg/models.py` or its `__init__.py`, at
     the project's top or in the src layout), or None."""

@@ -201,6 +201,9 @@ class _Collector(ast.NodeVisitor):
         # "heavy" (attention, recurrent layers, matmuls written out: more than a classifier head)
         self.layers: dict[str, set[int | str]] = {}
         self.made_at_module: dict[str, str] = {}  # module-level `v = f(...)` -> v: f (as written)
+        # every maker of a name, by its made_by table: `loader = a.make_x(...)` in one branch of
+        # an option, `loader = a.make_y(...)` in another
+        self.makers: dict[tuple[int, str], list[str]] = {}
         self.partials: dict[str, str] = {}  # module-level `v = partial(f, ...)` -> v: f (as written)
         self.module_aliases: dict[str, str] = {}  # module-level `v = tqdm(loader)` -> v: loader
         self.hands: list[tuple[str, str, str]] = []  # (maker, callee, slot) as written: see ModuleFacts.loader_hands
@@ -349,6 +352,7 @@ class _Collector(ast.NodeVisitor):
                 for element in target.elts:  # `train_loader, val_loader = get_loaders(...)`
                     if isinstance(element, ast.Name):
                         made_by[element.id] = made
+                        self.makers.setdefault((id(made_by), element.id), []).append(made)
                     elif on_self is not None and (attribute := dotted(element)) and attribute.startswith("self."):
                         on_self[attribute] = made  # `self.train_loader, self.val_loader = make_loaders(...)`
             if on_self is not None and made and (attribute := dotted(target)) and attribute.startswith("self."):
@@ -362,6 +366,7 @@ class _Collector(ast.NodeVisitor):
                 self.cuda_names.add(name)
             if made and made_by is not None and "." not in name:
                 made_by[name] = made
+                self.makers.setdefault((id(made_by), name), []).append(made)
             source = dotted(_unwrap(value)) if isinstance(value, (ast.Name, ast.Attribute, ast.Call)) else None
             if source is not None and source != name and "." not in name and made_by is not None:
                 (function.aliases if function is not None else self.module_aliases)[name] = source
@@ -745,13 +750,14 @@ class _Collector(ast.NodeVisitor):
             made = made_by.get(loop.iterable)
             if made is None and function is not None and function.class_name:
                 made = self.class_made_by.get(function.class_name, {}).get(loop.iterable)  # `self.train_loader`
-            qualified = self.resolve(made)
-            if qualified is None or qualified.split(".", 1)[0] in _EXTERNAL:
-                continue
-            per_epoch, uploads = found.get(qualified, (False, False))
-            # every epoch: a loop inside another, or in a function this file calls in a loop (`trainer.training(epoch)`)
-            again = loop.nested or (function is not None and function.name in called_in_loops)
-            found[qualified] = (per_epoch or again, uploads or loop.uploads)
+            for maker in dict.fromkeys([*self.makers.get((id(made_by), loop.iterable or ""), []), made]):
+                qualified = self.resolve(maker)
+                if qualified is None or qualified.split(".", 1)[0] in _EXTERNAL:
+                    continue
+                per_epoch, uploads = found.get(qualified, (False, False))
+                # every epoch: a loop inside another, or in a function this file calls in a loop (`trainer.training(epoch)`)
+                again = loop.nested or (function is not None and function.name in called_in_loops)
+                found[qualified] = (per_epoch or again, uploads or loop.uploads)
         return tuple((name, *uses) for name, uses in sorted(found.items()))
 
     def _loader_hands(self) -> tuple[tuple[str, str, str], ...]:

@@ -4,7 +4,9 @@ Module names are resolved as Python would for a script run from its own folder o
 root: ``from engine import x`` finds ``engine.py`` beside the importing file, in the folder
 above its package (``util/misc.py`` for ``import util.misc`` inside a package tree), or at a
 root the scan was given; ``from .engine import x`` is relative to the importing package. Only
-files of the scan are linked: a module outside it is never read.
+files of the scan are linked, with one exception: a module a scanned file star-imports
+(`from conf import *`, in turn) is read for its facts (never reported on), since every name it
+binds is the file's own.
 
 What a file learns (``Links``):
 
@@ -114,6 +116,25 @@ def imported_words(data: bytes, *, modules_only: bool = False) -> set[str]:
             if group:
                 words.update(word.decode("ascii", "replace") for word in _WORD.findall(group))
     return words
+
+
+_STAR_LINE = re.compile(rb"^from[ \t]+(\w+(?:\.\w+)*)[ \t]+import[ \t]*\*", re.MULTILINE)
+
+
+def star_imported_beside(path: Path, data: bytes, roots: Iterable[Path]) -> list[Path]:
+    """Project modules a file takes every name of at module level (`from conf import *`) that
+    sit in its folder or at a scan root: their names are the file's own, so their facts are
+    read even when they are not scanned (cheap: no parse)."""
+    found = []
+    for match in _STAR_LINE.finditer(data):
+        parts = match.group(1).decode("ascii", "replace").split(".")
+        for folder in dict.fromkeys([path.parent, *roots]):
+            base = folder.joinpath(*parts)
+            candidate = next((c for c in (base.with_suffix(".py"), base / "__init__.py") if c.is_file()), None)
+            if candidate is not None:
+                found.append(candidate)
+                break
+    return found
 
 
 def linked_candidates(sources: dict[Path, bytes]) -> set[Path]:
@@ -335,6 +356,26 @@ def _direct_cuda(path: Path, module: ModuleFacts, found: dict[str, Path], facts:
     return None
 
 
+def _star_cuda(path: Path, prefixes: dict[Path, dict[str, Path]], facts: dict[Path, ModuleFacts],
+               show: Callable[[Path], str]) -> str | None:
+    """A CUDA device a `from m import *` binds in the file: a module-level name of `m`, or of a
+    module `m` star-imports in turn (`from data import *` in train.py, `from conf import *` in
+    data.py, `device = torch.device("cuda:0" ...)` in conf.py). A configuration module's device
+    is made to be used by the files that take all its names."""
+    todo = [prefixes[path][prefix] for prefix in facts[path].star_imports if prefix in prefixes[path]]
+    seen: set[Path] = set()
+    while todo:
+        target = todo.pop(0)
+        if target in seen or target == path:
+            continue
+        seen.add(target)
+        if facts[target].cuda_names:
+            via = "" if target in prefixes[path].values() else " (through the star imports of the modules it star-imports)"
+            return f"`{facts[target].cuda_names[0]}` from {show(target)} is a CUDA device{via}"
+        todo.extend(prefixes[target][inner] for inner in facts[target].star_imports if inner in prefixes[target])
+    return None
+
+
 def _longest_prefix(qualified: str, modules: Mapping[str, object]) -> tuple[str, str] | None:
     """(module prefix, the rest) of `engine.train_one_epoch` for the modules known by prefix."""
     parts = qualified.split(".")
@@ -355,7 +396,7 @@ def _cuda_reasons(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
     """Files that run on CUDA, with the reason; imported modules inherit it from their importers."""
     reasons: dict[Path, str] = {}
     for path, module in facts.items():
-        reason = _direct_cuda(path, module, prefixes[path], facts, show)
+        reason = _direct_cuda(path, module, prefixes[path], facts, show) or _star_cuda(path, prefixes, facts, show)
         if reason is not None:
             reasons[path] = reason
     todo = deque(reasons)  # first in, first out: the nearest importer, the first in path order
