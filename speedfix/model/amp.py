@@ -24,7 +24,7 @@ import libcst as cst
 from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE, engine_sixteen_bit
-from speedfix.model.flow import default_truth, off_by_default
+from speedfix.model.flow import default_truth, off_by_default, reached_by_launch
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import ACCELERATOR
 from speedfix.model.index import CallSite
@@ -250,10 +250,12 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
 
 def _low_precision_by_default(ctx: FileContext) -> bool:
     """Does the file name a 16-bit dtype or setting (`.half()`, `torch.bfloat16`, "bf16-mixed")
-    on its default path? `if args.half: model.half()` with `--half` off by default does not count:
-    the default run trains in fp32."""
+    on its default path? `if args.half: model.half()` with `--half` off by default does not count,
+    unless one of the project's launch commands reaches it: the default run trains in fp32. (A
+    path option that defaults to None, `if args.model_name_or_path:`, is given by every launch.)"""
     return ctx.mentions_low_precision and any(
-        off_by_default(ctx, statement, stack) is None for statement, stack in ctx.low_precision_at)
+        off_by_default(ctx, statement, stack) is None or reached_by_launch(ctx, statement, stack)
+        for statement, stack in ctx.low_precision_at)  # a launch command may turn the option on
 
 
 def _accelerate_in_fp32(ctx: FileContext) -> bool:
