@@ -106,7 +106,12 @@ def project_target(project: ProjectFiles, current: TorchVersion) -> TorchVersion
     torch, else the default) as it allows: a pin that admits ``current`` changes nothing; one
     that excludes it (`torch<2`, `torch==1.13.1`) moves the target to the newest version it
     allows below ``current`` (or the oldest above it). The pin is read from the nearest folder,
-    going up from the script to the project's top, whose requirement files name torch."""
+    going up from the script to the project's top, whose requirement files name torch (once per
+    folder in a scan)."""
+    return project.recorded(("torch target", project.folder, current), lambda: _pinned_target(project, current))
+
+
+def _pinned_target(project: ProjectFiles, current: TorchVersion) -> TorchVersion:
     for folder in project.folders_up():
         clauses = [c for path in _pin_files(project, folder) for c in _torch_clauses(project.text(path) or "", path)]
         if clauses:
