@@ -209,8 +209,9 @@ def _launch_files(project: ProjectFiles) -> list[Path]:
         else:
             for path in project.listing(folder, SHELL_SUFFIXES):
                 add(path)
+            subfolders = {sub.name for sub in project.subfolders(folder)}
             for name in _SCRIPT_FOLDERS:
-                if folder / name in project.subfolders(folder):
+                if name in subfolders:
                     shell_scripts(folder / name, 1)
         for path in project.listing(folder, (".md", ".MD")):
             if path.name.lower().startswith("readme"):
