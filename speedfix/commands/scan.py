@@ -3,14 +3,14 @@ the reports."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
+from functools import cache as cache_once
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator
 
 from speedfix.commands.measurements import apply_benches, find_benches
+from speedfix.commands.workers import Workers
 from speedfix.engine.findings import Finding, from_record, to_record
 from speedfix.engine.catalog import rule_name
 from speedfix.engine.results import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, Analysis, FileError, Note
@@ -185,8 +185,7 @@ def _numbers(*values: object, optional: bool = False) -> bool:
 
 
 Job = tuple[Target, Settings, bool, "Links | None"]
-Item = TypeVar("Item")
-Result = TypeVar("Result")
+Mapper = Callable[[Callable, list], Iterable]
 
 
 def _analyse_to_record(job: Job) -> dict:
@@ -203,12 +202,13 @@ def _cache_key(settings: Settings, target: Target, details: bool, digest: str | 
 
 def project_links(
     targets: list[Target], paths: list[Path], settings: Settings, cache: ScanCache | None = None,
-    jobs: int | None = 1, texts: dict[Path, bytes] | None = None,
+    run: Mapper = map, texts: dict[Path, bytes] | None = None,
 ) -> tuple[dict[Path, Links], dict[Path, str]]:
     """The links between the scanned Python files that import each other, by target path, and
     each readable file's digest. Only files that import, or are imported by, another scanned
-    file are parsed for their facts (with Python's own parser; cached by content). ``texts``:
-    contents to use instead of what is on disk (an editor's unsaved buffer)."""
+    file are parsed for their facts (with Python's own parser; cached by content; ``run``: the
+    ``map`` that reads them, the scan's ``Workers``). ``texts``: contents to use instead of what
+    is on disk (an editor's unsaved buffer)."""
     sources: dict[Path, bytes] = {}
     digests: dict[Path, str] = {}
     for target in targets:
@@ -221,7 +221,7 @@ def project_links(
             sources[target.path] = data
     by_real = {real_path(path): path for path in sources}
     facts = _all_facts({real: by_real[real] for real in linked_candidates(
-        {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, jobs)
+        {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, run)
     roots = [real_path(p) if p.is_dir() else real_path(p).parent for p in paths]
     linked = link(facts, roots, lambda real: display_path(by_real[real]))
     links = {by_real[real]: found for real, found in linked.items()}
@@ -235,7 +235,7 @@ def project_links(
 
 def _all_facts(
     candidates: dict[Path, Path], sources: dict[Path, bytes], digests: dict[Path, str],
-    cache: ScanCache | None, jobs: int | None,
+    cache: ScanCache | None, run: Mapper,
 ) -> dict[Path, ModuleFacts]:
     """The facts of each candidate (real path -> target path): from the cache, else read in
     parallel with the analysis's workers."""
@@ -250,7 +250,7 @@ def _all_facts(
             except (KeyError, TypeError, ValueError, AttributeError):
                 pass  # a damaged entry: read the file again
         todo.append(real)
-    for real, found in zip(todo, parallel_map(extract_facts, [sources[candidates[r]] for r in todo], jobs)):
+    for real, found in zip(todo, run(extract_facts, [sources[candidates[r]] for r in todo])):
         facts[real] = found
         if cache is not None:
             path = candidates[real]
@@ -282,6 +282,32 @@ def _siblings_not_scanned(path: Path, data: bytes, scanned: dict[Path, Path]) ->
     return tuple(missing)
 
 
+def _cached(
+    targets: list[Target], settings: Settings, cache: ScanCache | None, details: bool, links: dict[Path, Links],
+    digests: dict[Path, str],
+) -> tuple[dict[int, Analysis], dict[int, str | None], list[int]]:
+    """The analyses the cache holds (by target index), every target's cache key, and the indexes
+    of the targets to analyse."""
+    analyses: dict[int, Analysis] = {}
+    keys: dict[int, str | None] = {}
+    seen: dict[str, str] = {}  # project files' digests, computed once per scan
+    todo: list[int] = []
+    for index, target in enumerate(targets):
+        hit = None
+        if cache is not None:
+            # A file edited after this point is re-analysed next time: its hash will differ.
+            keys[index] = _cache_key(settings, target, details, digests.get(target.path), links.get(target.path))
+            hit = cache.get(target.path, keys[index]) if keys[index] is not None else None
+            hit = _loaded(hit) if hit is not None else None  # a damaged entry is analysed again
+            if hit is not None and not inputs_unchanged(hit.inputs, seen):
+                hit = None  # a configuration file it read has changed
+        if hit is not None:
+            analyses[index] = hit
+        else:
+            todo.append(index)
+    return analyses, keys, todo
+
+
 def scan_paths(
     paths: list[Path],
     settings: Settings,
@@ -304,31 +330,22 @@ def scan_paths(
     result.notes.extend(Note(display_path(path), f"not scanned: a `{path.suffix}` file is not Python (launch scripts and "
                              "configuration files are read with the scripts they run)") for path in skipped)
     cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
-    links, digests = project_links(targets, paths, settings, cache, jobs)
-    analyses: dict[int, Analysis] = {}
-    keys: dict[int, str | None] = {}
-    seen: dict[str, str] = {}  # project files' digests, computed once per scan
-    todo: list[int] = []
-    for index, target in enumerate(targets):
-        hit = None
-        if cache is not None:
-            # A file edited after this point is re-analysed next time: its hash will differ.
-            keys[index] = _cache_key(settings, target, details, digests.get(target.path), links.get(target.path))
-            hit = cache.get(target.path, keys[index]) if keys[index] is not None else None
-            hit = _loaded(hit) if hit is not None else None  # a damaged entry is analysed again
-            if hit is not None and not inputs_unchanged(hit.inputs, seen):
-                hit = None  # a configuration file it read has changed
-        if hit is not None:
-            analyses[index] = hit
-        else:
-            todo.append(index)
-    done = len(analyses)
-    if progress is not None:
-        progress(done, len(targets))
-    # Biggest files first, so that no worker is left with a large one while the others idle.
-    todo.sort(key=lambda i: -_size(targets[i].path))
-    with _analysers_loaded(settings) if todo else nullcontext():
-        for index, record in zip(todo, _run([(targets[i], settings, details, links.get(targets[i].path)) for i in todo], jobs)):
+    with ExitStack() as scope:
+        # The engine and the rules load once, before the workers are forked (they share them),
+        # or before the first file is analysed here.
+        load = cache_once(lambda: scope.enter_context(_analysers_loaded(settings)))
+        workers = scope.enter_context(Workers(jobs, before_fork=load))
+        links, digests = project_links(targets, paths, settings, cache, workers.map)
+        analyses, keys, todo = _cached(targets, settings, cache, details, links, digests)
+        done = len(analyses)
+        if progress is not None:
+            progress(done, len(targets))
+        # Biggest files first, so that no worker is left with a large one while the others idle.
+        todo.sort(key=lambda i: -_size(targets[i].path))
+        if todo:
+            load()
+        for index, record in zip(todo, workers.map(_analyse_to_record, [
+                (targets[i], settings, details, links.get(targets[i].path)) for i in todo])):
             analyses[index] = _from_record(record)
             key = keys.get(index)
             if cache is not None and key is not None and record["error"] is None:
@@ -390,24 +407,3 @@ def _analysers_loaded(settings: Settings) -> Iterator[None]:
     settings.target  # noqa: B018
     with loaded_code_frozen(), listings_kept():
         yield
-
-
-# Below this many files a process pool costs more than it saves.
-_PARALLEL_FROM = 8
-
-
-def _run(jobs_list: list[Job], jobs: int | None) -> Iterator[dict]:
-    return parallel_map(_analyse_to_record, jobs_list, jobs)
-
-
-def parallel_map(function: Callable[[Item], Result], items: list[Item], jobs: int | None) -> Iterator[Result]:
-    """``map(function, items)``, in order, on ``jobs`` worker processes (None: all cores)."""
-    workers = min(jobs or os.cpu_count() or 1, len(items))
-    if workers <= 1 or len(items) < _PARALLEL_FROM:
-        yield from map(function, items)
-        return
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    context = multiprocessing.get_context(method)
-    chunk = max(1, len(items) // (workers * 8))
-    with context.Pool(workers) as pool:
-        yield from pool.imap(function, items, chunksize=chunk)
