@@ -19,6 +19,7 @@ from speedfix.project import Links, ModuleFacts, extract_facts, link
 from speedfix.model.project_files import ProjectFiles, display_path, inputs_unchanged, listings_kept
 from speedfix.project.linker import imported_words, linked_candidates
 from speedfix.syntax import deadline
+from speedfix.syntax.collector import collector_paused, loaded_code_frozen
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
 from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.workspace.config import Settings, real_path
@@ -57,7 +58,7 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
     # The engine, the rules and libcst load with the first file the cache does not hold: a scan
     # of cached files never imports them.
     from speedfix.engine.analysis import analyze
-    from speedfix.syntax.parsing import collector_paused, room_for_deep_trees
+    from speedfix.syntax.parsing import room_for_deep_trees
 
     shown = display_path(target.path)
     try:
@@ -335,7 +336,8 @@ def scan_paths(
         # or before the first file is analysed here.
         load = cache_once(lambda: scope.enter_context(_analysers_loaded(settings)))
         workers = scope.enter_context(Workers(jobs, before_fork=load))
-        links, digests = project_links(targets, paths, settings, cache, workers.map)
+        with collector_paused():  # the facts' syntax trees hold no cycle
+            links, digests = project_links(targets, paths, settings, cache, workers.map)
         analyses, keys, todo = _cached(targets, settings, cache, details, links, digests)
         done = len(analyses)
         if progress is not None:
@@ -400,10 +402,14 @@ def _analysers_loaded(settings: Settings) -> Iterator[None]:
     worker; what they load is then left out of the garbage collector's walks while files are
     analysed. Within it, each project folder is listed and each project file read once for all
     the scripts that look there (``listings_kept``)."""
-    from speedfix.engine.analysis import analyze  # noqa: F401  (libcst, the model, the engine)
-    from speedfix.syntax.parsing import loaded_code_frozen
+    with ExitStack() as scope:
+        # What is loaded lives as long as the process: no collection while it loads, and it is
+        # frozen before the collector runs again (which would otherwise walk all of it at once).
+        with collector_paused():
+            from speedfix.engine.analysis import analyze  # noqa: F401  (libcst, the model, the engine)
 
-    settings.rules()
-    settings.target  # noqa: B018
-    with loaded_code_frozen(), listings_kept():
-        yield
+            settings.rules()
+            settings.target  # noqa: B018
+            scope.enter_context(loaded_code_frozen())
+        with listings_kept():
+            yield
