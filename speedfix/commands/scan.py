@@ -15,11 +15,13 @@ from speedfix.engine.findings import Finding, from_record, to_record
 from speedfix.engine.catalog import rule_name
 from speedfix.engine.results import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, Analysis, FileError, Note
 from speedfix.model.versions import TorchVersion, project_target
-from speedfix.project import Links, ModuleFacts, extract_facts, link
+from speedfix.project import Links, ModuleFacts, link
+from speedfix.project.facts import facts_of
 from speedfix.model.project_files import ProjectFiles, display_path, inputs_unchanged, listings_kept
 from speedfix.project.linker import imported_words, linked_candidates
 from speedfix.syntax import deadline
 from speedfix.syntax.collector import collector_paused, loaded_code_frozen
+from speedfix.syntax.pyast import Measured, parsed
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
 from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.workspace.config import Settings, real_path
@@ -52,9 +54,12 @@ def file_setup(settings: Settings, path: Path) -> tuple[ProjectFiles, TorchVersi
     return project, project_target(project, settings.target)
 
 
-def scan_file(target: Target, settings: Settings, *, details: bool = False, links: Links | None = None) -> Analysis:
-    """Analyse one file (``links``: what the other files of the scan tell it); errors are
-    returned, never raised."""
+def scan_file(
+    target: Target, settings: Settings, *, details: bool = False, links: Links | None = None,
+    measured: Measured | None = None,
+) -> Analysis:
+    """Analyse one file (``links``: what the other files of the scan tell it; ``measured``: what
+    Python's parser measured of it when its facts were read); errors are returned, never raised."""
     # The engine, the rules and libcst load with the first file the cache does not hold: a scan
     # of cached files never imports them.
     from speedfix.engine.analysis import analyze
@@ -68,7 +73,7 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
     try:
         with deadline.time_limit(settings.file_time_limit), collector_paused(), room_for_deep_trees():
             project, version = file_setup(settings, target.path)
-            analysis = analyze(source, shown, settings.rules_for(target.path), version, links, project)
+            analysis = analyze(source, shown, settings.rules_for(target.path), version, links, project, measured)
             if notebook is not None:
                 notebook.locate(analysis.findings)
                 analysis.notes[:0] = [Note(shown, message) for message in notebook.skipped()]
@@ -185,14 +190,14 @@ def _numbers(*values: object, optional: bool = False) -> bool:
     return all((type(value) is int and value >= 0) or (optional and value is None) for value in values)
 
 
-Job = tuple[Target, Settings, bool, "Links | None"]
+Job = tuple[Target, Settings, bool, "Links | None", "Measured | None"]
 Mapper = Callable[[Callable, list], Iterable]
 
 
 def _analyse_to_record(job: Job) -> dict:
     """Worker: analyse one file and return its plain record."""
-    target, settings, details, links = job
-    return _record(scan_file(target, settings, details=details, links=links))
+    target, settings, details, links, measured = job
+    return _record(scan_file(target, settings, details=details, links=links, measured=measured))
 
 
 def _cache_key(settings: Settings, target: Target, details: bool, digest: str | None, links: Links | None) -> str | None:
@@ -203,13 +208,14 @@ def _cache_key(settings: Settings, target: Target, details: bool, digest: str | 
 
 def project_links(
     targets: list[Target], paths: list[Path], settings: Settings, cache: ScanCache | None = None,
-    run: Mapper = map, texts: dict[Path, bytes] | None = None,
+    run: Mapper = map, texts: dict[Path, bytes] | None = None, measured: dict[Path, Measured] | None = None,
 ) -> tuple[dict[Path, Links], dict[Path, str]]:
     """The links between the scanned Python files that import each other, by target path, and
     each readable file's digest. Only files that import, or are imported by, another scanned
     file are parsed for their facts (with Python's own parser; cached by content; ``run``: the
     ``map`` that reads them, the scan's ``Workers``). ``texts``: contents to use instead of what
-    is on disk (an editor's unsaved buffer)."""
+    is on disk (an editor's unsaved buffer). ``measured`` receives, by target path, what Python's
+    parser measured of the files whose facts were read (for their analysis)."""
     sources: dict[Path, bytes] = {}
     digests: dict[Path, str] = {}
     for target in targets:
@@ -222,7 +228,7 @@ def project_links(
             sources[target.path] = data
     by_real = {real_path(path): path for path in sources}
     facts = _all_facts({real: by_real[real] for real in linked_candidates(
-        {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, run)
+        {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, run, measured)
     roots = [real_path(p) if p.is_dir() else real_path(p).parent for p in paths]
     linked = link(facts, roots, lambda real: display_path(by_real[real]))
     links = {by_real[real]: found for real, found in linked.items()}
@@ -236,7 +242,7 @@ def project_links(
 
 def _all_facts(
     candidates: dict[Path, Path], sources: dict[Path, bytes], digests: dict[Path, str],
-    cache: ScanCache | None, run: Mapper,
+    cache: ScanCache | None, run: Mapper, measured: dict[Path, Measured] | None = None,
 ) -> dict[Path, ModuleFacts]:
     """The facts of each candidate (real path -> target path): from the cache, else read in
     parallel with the analysis's workers."""
@@ -251,12 +257,21 @@ def _all_facts(
             except (KeyError, TypeError, ValueError, AttributeError):
                 pass  # a damaged entry: read the file again
         todo.append(real)
-    for real, found in zip(todo, run(extract_facts, [sources[candidates[r]] for r in todo])):
+    for real, (found, measure) in zip(todo, run(_facts_and_measure, [sources[candidates[r]] for r in todo])):
         facts[real] = found
+        path = candidates[real]
+        if measured is not None and measure is not None:
+            measured[path] = measure
         if cache is not None:
-            path = candidates[real]
             cache.put_facts(path, digests[path], found.to_record() if found is not None else None)
     return {real: found for real, found in facts.items() if found is not None}
+
+
+def _facts_and_measure(data: bytes) -> tuple[ModuleFacts | None, Measured | None]:
+    """A file's project facts, and what Python's parser measures of it for its analysis's libcst
+    parse: one `ast` parse for both."""
+    tree, measure = parsed(data)
+    return (facts_of(tree) if tree is not None else None), measure
 
 
 def _digest(path: Path, data: bytes) -> str:
@@ -336,8 +351,9 @@ def scan_paths(
         # or before the first file is analysed here.
         load = cache_once(lambda: scope.enter_context(_analysers_loaded(settings)))
         workers = scope.enter_context(Workers(jobs, before_fork=load))
+        measured: dict[Path, Measured] = {}
         with collector_paused():  # the facts' syntax trees hold no cycle
-            links, digests = project_links(targets, paths, settings, cache, workers.map)
+            links, digests = project_links(targets, paths, settings, cache, workers.map, measured=measured)
         analyses, keys, todo = _cached(targets, settings, cache, details, links, digests)
         done = len(analyses)
         if progress is not None:
@@ -347,7 +363,7 @@ def scan_paths(
         if todo:
             load()
         for index, record in zip(todo, workers.map(_analyse_to_record, [
-                (targets[i], settings, details, links.get(targets[i].path)) for i in todo])):
+                (targets[i], settings, details, links.get(targets[i].path), measured.get(targets[i].path)) for i in todo])):
             analyses[index] = _from_record(record)
             key = keys.get(index)
             if cache is not None and key is not None and record["error"] is None:

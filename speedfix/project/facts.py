@@ -93,6 +93,11 @@ def extract_facts(data: bytes | str) -> ModuleFacts | None:
         tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    return facts_of(tree)
+
+
+def facts_of(tree: ast.Module) -> ModuleFacts | None:
+    """The facts of a file Python parsed into ``tree`` (None: too deep for this walk)."""
     collector = _Collector()
     try:
         collector.visit(tree)
