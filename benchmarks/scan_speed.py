@@ -5,7 +5,10 @@
     python benchmarks/scan_speed.py PATH --torchfix /other/venv/bin/torchfix   # side by side
 
 Each figure is the best of --repeat wall-clock runs of the real command (`python -m speedfix
-scan PATH`), interpreter start-up included: what a user or a pre-commit hook waits for. Modules
+scan PATH`), interpreter start-up included: what a user or a pre-commit hook waits for. Both
+tools run in the tree's folder, as a user scans a project from its top: speedfix reads a
+script's launch commands and configs inside the current folder too when it holds the script,
+so run from a folder above the tree (/tmp) it would read whatever else lies there. Modules
 run from bytecode, as an installed copy does (an untimed first run writes it). Cold runs
 use --no-cache; warm runs reuse the cache the previous run wrote. It prints figures; it asserts
 nothing.
@@ -56,11 +59,11 @@ def count(tree: Path) -> tuple[int, int]:
 ENVIRONMENT = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
-def timed(command: list[str], repeat: int) -> float:
+def timed(command: list[str], repeat: int, cwd: Path) -> float:
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
-        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=ENVIRONMENT)
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=ENVIRONMENT, cwd=cwd)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -75,8 +78,8 @@ def side_by_side(scan: list[str], torchfix: list[str], tree: Path, jobs: int, re
     """Cold times of speedfix and TorchFix, each TorchFix run right after a speedfix run."""
     ours, theirs = [], []
     for _ in range(repeat):
-        ours.append(timed([*scan, "--no-cache", "--jobs", str(jobs)], 1))
-        theirs.append(timed([*torchfix, "--select=ALL", "-j", str(jobs), str(tree)], 1))
+        ours.append(timed([*scan, "--no-cache", "--jobs", str(jobs)], 1, tree))
+        theirs.append(timed([*torchfix, "--select=ALL", "-j", str(jobs), str(tree)], 1, tree))
     return ours, theirs
 
 
@@ -92,18 +95,18 @@ def main() -> None:
 
     scratch = Path(tempfile.mkdtemp(prefix="speedfix-scan-bench-"))
     try:
-        tree = args.path or generated_tree(scratch / "tree", args.files)
+        tree = (args.path or generated_tree(scratch / "tree", args.files)).resolve()
         shutil.rmtree(tree / ".speedfix_cache", ignore_errors=True)
         files, lines = count(tree)
         scan = [sys.executable, "-m", "speedfix", "scan", str(tree), "--no-summary"]
-        timed([*scan, "--no-cache", "--jobs", "1"], 1)  # untimed: writes the bytecode of every module
-        startup = timed([sys.executable, "-c", "import speedfix.cli"], args.repeat)
+        timed([*scan, "--no-cache", "--jobs", "1"], 1, tree)  # untimed: writes the bytecode of every module
+        startup = timed([sys.executable, "-c", "import speedfix.cli"], args.repeat, tree)
         runs = {
-            "cold, 1 job": timed([*scan, "--no-cache", "--jobs", "1"], args.repeat),
-            f"cold, {args.jobs} jobs": timed([*scan, "--no-cache", "--jobs", str(args.jobs)], args.repeat),
+            "cold, 1 job": timed([*scan, "--no-cache", "--jobs", "1"], args.repeat, tree),
+            f"cold, {args.jobs} jobs": timed([*scan, "--no-cache", "--jobs", str(args.jobs)], args.repeat, tree),
         }
-        timed(scan, 1)  # fill the cache
-        runs["warm (cache)"] = timed(scan, args.repeat)
+        timed(scan, 1, tree)  # fill the cache
+        runs["warm (cache)"] = timed(scan, args.repeat, tree)
         print(f"tree: {tree} ({files} files, {lines} lines)")
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
         print(f"interpreter + import start-up: {startup:.2f} s")

@@ -54,6 +54,33 @@ def test_parallel_results_equal_serial_results(run_cli, tree):
     assert text_serial.stdout == text_parallel.stdout
 
 
+def test_one_pool_of_workers_reads_the_project_facts_and_analyses_the_files(tmp_path, write, train_script):
+    """Forking is paid once per scan: the workers that read the facts of the files that import
+    each other then analyse them, with what the others tell them."""
+    import multiprocessing.pool
+
+    from speedfix.workspace.config import resolve_settings
+
+    for index in range(6):
+        write(f"pkg/helpers_{index}.py", "import torch\n\n\ndef to_device(batch):\n    return batch.cuda()\n")
+        write(f"pkg/train_{index}.py", f"from helpers_{index} import to_device\n" + train_script)
+    pools: list[int] = []
+    original = multiprocessing.pool.Pool.__init__
+
+    def counting(self, processes=None, *args, **kwargs):
+        pools.append(processes)
+        original(self, processes, *args, **kwargs)
+
+    settings = resolve_settings([tmp_path / "pkg"])
+    serial = scan_module.scan_paths([tmp_path / "pkg"], settings, jobs=1, use_cache=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(multiprocessing.pool.Pool, "__init__", counting)
+        parallel = scan_module.scan_paths([tmp_path / "pkg"], settings, jobs=2, use_cache=False)
+    assert pools == [2]
+    assert [(f.path, f.line, f.code) for f in parallel.findings] == [(f.path, f.line, f.code) for f in serial.findings]
+    assert len(serial.findings) >= 6
+
+
 def test_a_scan_leaves_the_garbage_collector_as_it_found_it(tree):
     import gc
 

@@ -370,3 +370,38 @@ def test_a_result_computed_once_per_scan_is_recorded_for_every_script(tmp_path):
         assert second.inputs == first.inputs and str(tmp_path / "run.sh") in second.inputs
     (tmp_path / "README.md").write_text("python b.py\n")
     assert not inputs_unchanged(second.inputs)
+
+
+def test_the_scripts_of_every_folder_share_what_a_scan_keeps_unless_a_link_leads_a_root_out(tmp_path):
+    """The project's READMEs are searched once for the scripts of all its folders: each script's
+    own folder is a root too, but what lies inside the roots is what lies inside the outermost
+    one, unless the script's folder is a link that leads out of it."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    for folder in (project / "a", project / "b", elsewhere):
+        folder.mkdir(parents=True)
+    (project / "README.md").write_text("python a/train.py\n")
+    (project / "linked").symlink_to(elsewhere)
+    with listings_kept():
+        first = ProjectFiles.for_script(project / "a" / "train.py", (project,))
+        found = first.recorded("docs", lambda: first.listing(project, (".md",)))
+        second = ProjectFiles.for_script(project / "b" / "train.py", (project,))
+        assert second.recorded("docs", lambda: []) == found == [project / "README.md"]
+        assert second.inputs == first.inputs
+        linked = ProjectFiles.for_script(project / "linked" / "train.py", (project,))
+        assert linked.recorded("docs", lambda: []) == []
+
+
+def test_the_torch_a_folder_pins_is_read_once_per_scan_and_recorded_for_each_script(tmp_path):
+    """Every script of a folder gets the torch its requirements pin, and records the requirement
+    file it depends on (the cache re-analyses it when the pin changes)."""
+    from speedfix.model.versions import TorchVersion, project_target
+
+    (tmp_path / "requirements.txt").write_text("torch<2\n")
+    with listings_kept():
+        targets = [project_target(ProjectFiles.for_script(tmp_path / name, (tmp_path,)), TorchVersion(2, 4))
+                   for name in ("a.py", "b.py")]
+        second = ProjectFiles.for_script(tmp_path / "c.py", (tmp_path,))
+        assert project_target(second, TorchVersion(2, 4)) == targets[0] == targets[1] == TorchVersion(1, 13)
+        assert str(tmp_path / "requirements.txt") in second.inputs
+    (tmp_path / "requirements.txt").write_text("torch>=2\n")
+    assert not inputs_unchanged(second.inputs)

@@ -243,6 +243,16 @@ def test_no_tf32_advice_where_every_job_script_asks_for_a_pre_ampere_gpu(write, 
     assert "SF201" in run_cli(*scan, cwd=tmp_path).stdout
 
 
+def test_no_tf32_advice_for_a_job_script_that_is_the_script_itself(write, run_cli, tmp_path):
+    """sbatch runs a Python file with `#SBATCH` lines as well: its docstring shows the command."""
+    script = '"""Run it on the cluster with sbatch, or here:\n\n    python train.py --epochs=10\n"""\n#SBATCH --gres=gpu:{gpu}:4\n'
+    write("train.py", script.format(gpu="v100") + MLP)
+    scan = ["scan", "train.py", "--select", "SF201", "--no-summary"]
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""
+    write("train.py", script.format(gpu="a100") + MLP)
+    assert "SF201" in run_cli(*scan, cwd=tmp_path).stdout
+
+
 def test_deepspeed_fp32_advice_names_fp16_on_v100_job_scripts(write, run_cli, tmp_path):
     write("train.py", "import deepspeed\nengine, opt, loader, _ = deepspeed.initialize(args=args, model=net, "
           "model_parameters=net.parameters(), training_data=data)\n")

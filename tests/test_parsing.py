@@ -62,6 +62,27 @@ def test_statement_lines_are_remembered_for_positions():
     assert statement_first_lines("something else") is None
 
 
+def test_a_measurement_taken_with_the_project_facts_saves_pythons_parse_of_the_same_bytes(monkeypatch):
+    """The scan measures a project file when it reads its facts; the libcst parse then uses that
+    measurement, and only for the bytes it was taken of (a file edited in between is parsed again)."""
+    import ast
+
+    from speedfix.syntax.pyast import parsed
+
+    data = b"@d\ndef f():\n    return [x for x in range(3)]\nx = 1; y = 2\n" * 3
+    tree, measured = parsed(data)
+    assert tree is not None and measured is not None
+    calls: list[object] = []
+    real = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda *args, **kwargs: calls.append(args) or real(*args, **kwargs))
+    module = parse_module(data, measured=measured)
+    assert calls == [] and module.deep_equals(cst.parse_module(data))
+    assert statement_first_lines(data.decode()) == [1, 4, 4, 5, 8, 8, 9, 12, 12]
+    edited = data.replace(b"x = 1", b"x = 10")
+    assert parse_module(edited, measured=measured).deep_equals(cst.parse_module(edited)) and len(calls) == 1
+    assert parsed(b"def f(:\n")[1] is None
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(hypothesmith.from_grammar())
 def test_chunked_parse_equals_one_parse_on_generated_modules(code):

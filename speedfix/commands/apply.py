@@ -16,7 +16,7 @@ from speedfix.engine.results import FileError
 from speedfix.fixes.fixer import FixError, Unfixed, fix_source
 from speedfix.fixes.linemap import LineMap
 from speedfix.syntax import deadline
-from speedfix.syntax.parsing import collector_paused
+from speedfix.syntax.collector import collector_paused
 from speedfix.syntax.source import SourceError, WriteRefused, diff_labels, write_atomic, write_refusal
 from speedfix.workspace.config import Settings
 from speedfix.workspace.discovery import iter_targets

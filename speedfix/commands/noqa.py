@@ -23,7 +23,7 @@ from speedfix.engine.analysis import SyntaxProblem, analyze
 from speedfix.engine.results import SYNTAX_ERROR_CODE, FileError, Note
 from speedfix.engine.findings import Finding
 from speedfix.syntax import deadline
-from speedfix.syntax.parsing import collector_paused
+from speedfix.syntax.collector import collector_paused
 from speedfix.project import Links
 from speedfix.syntax.source import SourceError, SourceFile, split_lines
 from speedfix.workspace.config import Settings

@@ -3,23 +3,26 @@ the reports."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
+from functools import cache as cache_once
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator
 
 from speedfix.commands.measurements import apply_benches, find_benches
 from speedfix.commands.pinned import pinned_torch_notes
+from speedfix.commands.workers import Workers
 from speedfix.engine.findings import Finding, from_record, to_record
 from speedfix.engine.catalog import rule_name
 from speedfix.engine.results import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, Analysis, FileError, Note
 from speedfix.model.versions import TorchVersion, project_target
-from speedfix.project import Links, ModuleFacts, extract_facts, link
+from speedfix.project import Links, ModuleFacts, link
+from speedfix.project.facts import facts_of
 from speedfix.model.project_files import ProjectFiles, display_path, inputs_unchanged, listings_kept
 from speedfix.project.linker import imported_words, linked_candidates, star_imported_beside
 from speedfix.syntax import deadline
+from speedfix.syntax.collector import collector_paused, loaded_code_frozen
+from speedfix.syntax.pyast import Measured, parsed
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
 from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.workspace.config import Settings, real_path
@@ -52,13 +55,16 @@ def file_setup(settings: Settings, path: Path) -> tuple[ProjectFiles, TorchVersi
     return project, project_target(project, settings.target)
 
 
-def scan_file(target: Target, settings: Settings, *, details: bool = False, links: Links | None = None) -> Analysis:
-    """Analyse one file (``links``: what the other files of the scan tell it); errors are
-    returned, never raised."""
+def scan_file(
+    target: Target, settings: Settings, *, details: bool = False, links: Links | None = None,
+    measured: Measured | None = None,
+) -> Analysis:
+    """Analyse one file (``links``: what the other files of the scan tell it; ``measured``: what
+    Python's parser measured of it when its facts were read); errors are returned, never raised."""
     # The engine, the rules and libcst load with the first file the cache does not hold: a scan
     # of cached files never imports them.
     from speedfix.engine.analysis import analyze
-    from speedfix.syntax.parsing import collector_paused, room_for_deep_trees
+    from speedfix.syntax.parsing import room_for_deep_trees
 
     shown = display_path(target.path)
     try:
@@ -68,7 +74,7 @@ def scan_file(target: Target, settings: Settings, *, details: bool = False, link
     try:
         with deadline.time_limit(settings.file_time_limit), collector_paused(), room_for_deep_trees():
             project, version = file_setup(settings, target.path)
-            analysis = analyze(source, shown, settings.rules_for(target.path), version, links, project)
+            analysis = analyze(source, shown, settings.rules_for(target.path), version, links, project, measured)
             if notebook is not None:
                 notebook.locate(analysis.findings)
                 analysis.notes[:0] = [Note(shown, message) for message in notebook.skipped()]
@@ -185,15 +191,14 @@ def _numbers(*values: object, optional: bool = False) -> bool:
     return all((type(value) is int and value >= 0) or (optional and value is None) for value in values)
 
 
-Job = tuple[Target, Settings, bool, "Links | None"]
-Item = TypeVar("Item")
-Result = TypeVar("Result")
+Job = tuple[Target, Settings, bool, "Links | None", "Measured | None"]
+Mapper = Callable[[Callable, list], Iterable]
 
 
 def _analyse_to_record(job: Job) -> dict:
     """Worker: analyse one file and return its plain record."""
-    target, settings, details, links = job
-    return _record(scan_file(target, settings, details=details, links=links))
+    target, settings, details, links, measured = job
+    return _record(scan_file(target, settings, details=details, links=links, measured=measured))
 
 
 def _cache_key(settings: Settings, target: Target, details: bool, digest: str | None, links: Links | None) -> str | None:
@@ -204,12 +209,14 @@ def _cache_key(settings: Settings, target: Target, details: bool, digest: str | 
 
 def project_links(
     targets: list[Target], paths: list[Path], settings: Settings, cache: ScanCache | None = None,
-    jobs: int | None = 1, texts: dict[Path, bytes] | None = None,
+    run: Mapper = map, texts: dict[Path, bytes] | None = None, measured: dict[Path, Measured] | None = None,
 ) -> tuple[dict[Path, Links], dict[Path, str]]:
     """The links between the scanned Python files that import each other, by target path, and
     each readable file's digest. Only files that import, or are imported by, another scanned
-    file are parsed for their facts (with Python's own parser; cached by content). ``texts``:
-    contents to use instead of what is on disk (an editor's unsaved buffer)."""
+    file are parsed for their facts (with Python's own parser; cached by content; ``run``: the
+    ``map`` that reads them, the scan's ``Workers``). ``texts``: contents to use instead of what
+    is on disk (an editor's unsaved buffer). ``measured`` receives, by target path, what Python's
+    parser measured of the files whose facts were read (for their analysis)."""
     sources: dict[Path, bytes] = {}
     digests: dict[Path, str] = {}
     for target in targets:
@@ -225,7 +232,7 @@ def project_links(
     by_real = dict(scanned)
     _add_star_imported(sources, digests, by_real, roots, settings)
     facts = _all_facts({real: by_real[real] for real in linked_candidates(
-        {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, jobs)
+        {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, run, measured)
     linked = link(facts, roots, lambda real: display_path(by_real[real]))
     links = {by_real[real]: found for real, found in linked.items() if real in scanned}
     for path, data in sources.items():
@@ -259,7 +266,7 @@ def _add_star_imported(sources: dict[Path, bytes], digests: dict[Path, str], by_
 
 def _all_facts(
     candidates: dict[Path, Path], sources: dict[Path, bytes], digests: dict[Path, str],
-    cache: ScanCache | None, jobs: int | None,
+    cache: ScanCache | None, run: Mapper, measured: dict[Path, Measured] | None = None,
 ) -> dict[Path, ModuleFacts]:
     """The facts of each candidate (real path -> target path): from the cache, else read in
     parallel with the analysis's workers."""
@@ -274,12 +281,21 @@ def _all_facts(
             except (KeyError, TypeError, ValueError, AttributeError):
                 pass  # a damaged entry: read the file again
         todo.append(real)
-    for real, found in zip(todo, parallel_map(extract_facts, [sources[candidates[r]] for r in todo], jobs)):
+    for real, (found, measure) in zip(todo, run(_facts_and_measure, [sources[candidates[r]] for r in todo])):
         facts[real] = found
+        path = candidates[real]
+        if measured is not None and measure is not None:
+            measured[path] = measure
         if cache is not None:
-            path = candidates[real]
             cache.put_facts(path, digests[path], found.to_record() if found is not None else None)
     return {real: found for real, found in facts.items() if found is not None}
+
+
+def _facts_and_measure(data: bytes) -> tuple[ModuleFacts | None, Measured | None]:
+    """A file's project facts, and what Python's parser measures of it for its analysis's libcst
+    parse: one `ast` parse for both."""
+    tree, measure = parsed(data)
+    return (facts_of(tree) if tree is not None else None), measure
 
 
 def _digest(path: Path, data: bytes) -> str:
@@ -306,6 +322,32 @@ def _siblings_not_scanned(path: Path, data: bytes, scanned: dict[Path, Path]) ->
     return tuple(missing)
 
 
+def _cached(
+    targets: list[Target], settings: Settings, cache: ScanCache | None, details: bool, links: dict[Path, Links],
+    digests: dict[Path, str],
+) -> tuple[dict[int, Analysis], dict[int, str | None], list[int]]:
+    """The analyses the cache holds (by target index), every target's cache key, and the indexes
+    of the targets to analyse."""
+    analyses: dict[int, Analysis] = {}
+    keys: dict[int, str | None] = {}
+    seen: dict[str, str] = {}  # project files' digests, computed once per scan
+    todo: list[int] = []
+    for index, target in enumerate(targets):
+        hit = None
+        if cache is not None:
+            # A file edited after this point is re-analysed next time: its hash will differ.
+            keys[index] = _cache_key(settings, target, details, digests.get(target.path), links.get(target.path))
+            hit = cache.get(target.path, keys[index]) if keys[index] is not None else None
+            hit = _loaded(hit) if hit is not None else None  # a damaged entry is analysed again
+            if hit is not None and not inputs_unchanged(hit.inputs, seen):
+                hit = None  # a configuration file it read has changed
+        if hit is not None:
+            analyses[index] = hit
+        else:
+            todo.append(index)
+    return analyses, keys, todo
+
+
 def scan_paths(
     paths: list[Path],
     settings: Settings,
@@ -328,31 +370,24 @@ def scan_paths(
     result.notes.extend(Note(display_path(path), f"not scanned: a `{path.suffix}` file is not Python (launch scripts and "
                              "configuration files are read with the scripts they run)") for path in skipped)
     cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
-    links, digests = project_links(targets, paths, settings, cache, jobs)
-    analyses: dict[int, Analysis] = {}
-    keys: dict[int, str | None] = {}
-    seen: dict[str, str] = {}  # project files' digests, computed once per scan
-    todo: list[int] = []
-    for index, target in enumerate(targets):
-        hit = None
-        if cache is not None:
-            # A file edited after this point is re-analysed next time: its hash will differ.
-            keys[index] = _cache_key(settings, target, details, digests.get(target.path), links.get(target.path))
-            hit = cache.get(target.path, keys[index]) if keys[index] is not None else None
-            hit = _loaded(hit) if hit is not None else None  # a damaged entry is analysed again
-            if hit is not None and not inputs_unchanged(hit.inputs, seen):
-                hit = None  # a configuration file it read has changed
-        if hit is not None:
-            analyses[index] = hit
-        else:
-            todo.append(index)
-    done = len(analyses)
-    if progress is not None:
-        progress(done, len(targets))
-    # Biggest files first, so that no worker is left with a large one while the others idle.
-    todo.sort(key=lambda i: -_size(targets[i].path))
-    with _analysers_loaded(settings) if todo else nullcontext():
-        for index, record in zip(todo, _run([(targets[i], settings, details, links.get(targets[i].path)) for i in todo], jobs)):
+    with ExitStack() as scope:
+        # The engine and the rules load once, before the workers are forked (they share them),
+        # or before the first file is analysed here.
+        load = cache_once(lambda: scope.enter_context(_analysers_loaded(settings)))
+        workers = scope.enter_context(Workers(jobs, before_fork=load))
+        measured: dict[Path, Measured] = {}
+        with collector_paused():  # the facts' syntax trees hold no cycle
+            links, digests = project_links(targets, paths, settings, cache, workers.map, measured=measured)
+        analyses, keys, todo = _cached(targets, settings, cache, details, links, digests)
+        done = len(analyses)
+        if progress is not None:
+            progress(done, len(targets))
+        # Biggest files first, so that no worker is left with a large one while the others idle.
+        todo.sort(key=lambda i: -_size(targets[i].path))
+        if todo:
+            load()
+        for index, record in zip(todo, workers.map(_analyse_to_record, [
+                (targets[i], settings, details, links.get(targets[i].path), measured.get(targets[i].path)) for i in todo])):
             analyses[index] = _from_record(record)
             key = keys.get(index)
             if cache is not None and key is not None and record["error"] is None:
@@ -408,31 +443,14 @@ def _analysers_loaded(settings: Settings) -> Iterator[None]:
     worker; what they load is then left out of the garbage collector's walks while files are
     analysed. Within it, each project folder is listed and each project file read once for all
     the scripts that look there (``listings_kept``)."""
-    from speedfix.engine.analysis import analyze  # noqa: F401  (libcst, the model, the engine)
-    from speedfix.syntax.parsing import loaded_code_frozen
+    with ExitStack() as scope:
+        # What is loaded lives as long as the process: no collection while it loads, and it is
+        # frozen before the collector runs again (which would otherwise walk all of it at once).
+        with collector_paused():
+            from speedfix.engine.analysis import analyze  # noqa: F401  (libcst, the model, the engine)
 
-    settings.rules()
-    settings.target  # noqa: B018
-    with loaded_code_frozen(), listings_kept():
-        yield
-
-
-# Below this many files a process pool costs more than it saves.
-_PARALLEL_FROM = 8
-
-
-def _run(jobs_list: list[Job], jobs: int | None) -> Iterator[dict]:
-    return parallel_map(_analyse_to_record, jobs_list, jobs)
-
-
-def parallel_map(function: Callable[[Item], Result], items: list[Item], jobs: int | None) -> Iterator[Result]:
-    """``map(function, items)``, in order, on ``jobs`` worker processes (None: all cores)."""
-    workers = min(jobs or os.cpu_count() or 1, len(items))
-    if workers <= 1 or len(items) < _PARALLEL_FROM:
-        yield from map(function, items)
-        return
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    context = multiprocessing.get_context(method)
-    chunk = max(1, len(items) // (workers * 8))
-    with context.Pool(workers) as pool:
-        yield from pool.imap(function, items, chunksize=chunk)
+            settings.rules()
+            settings.target  # noqa: B018
+            scope.enter_context(loaded_code_frozen())
+        with listings_kept():
+            yield

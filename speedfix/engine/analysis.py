@@ -34,8 +34,8 @@ from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.model.project_files import ProjectFiles, display_path
 from speedfix.syntax import deadline
-from speedfix.syntax.parsing import (NestingTooDeep, TooBigToParse, newer_syntax, parse_module, python_ast,
-                                     room_for_deep_trees)
+from speedfix.syntax.parsing import NestingTooDeep, TooBigToParse, newer_syntax, parse_module, room_for_deep_trees
+from speedfix.syntax.pyast import Measured, python_ast
 from speedfix.syntax.positions import positions_for
 from speedfix.syntax.source import SourceFile
 from speedfix.syntax.walk import walk_batched
@@ -51,9 +51,9 @@ class SyntaxProblem(Exception):
         self.error = error
 
 
-def parse(data: bytes | str, path: str) -> cst.Module:
+def parse(data: bytes | str, path: str, measured: Measured | None = None) -> cst.Module:
     try:
-        return parse_module(data, between_chunks=deadline.check)  # linear in size, never hangs
+        return parse_module(data, between_chunks=deadline.check, measured=measured)  # linear in size, never hangs
     except ParserSyntaxError as exc:
         # The interpreter's own message ("'(' was never closed") is the one users know.
         native = _check_syntax_only_text(data, path, newer=False)  # the parse tried newer syntax
@@ -124,11 +124,12 @@ def analyze(
     torch_version: TorchVersion,
     links: Links | None = None,
     project: ProjectFiles | None = None,
+    measured: Measured | None = None,
 ) -> Analysis:
     """Run ``rule_classes`` on one file and return its findings (positions and noqa applied);
     ``links``: what the other files of the scan tell this one (None: a file on its own);
     ``project``: how to read the project's configuration files (None: the file's folder and
-    the current one)."""
+    the current one); ``measured``: what Python's parser measured of the file already."""
     result = Analysis(path)
     suppressions = FileSuppressions.parse(source.text) if b"noqa" in source.data else FileSuppressions(frozenset())
     if suppressions.skips_file:
@@ -144,7 +145,7 @@ def analyze(
     ):
         return _failed(result, _check_syntax_only(source, path))
     try:
-        module = parse(source.data, path)
+        module = parse(source.data, path, measured)
     except SyntaxProblem as problem:
         return _failed(result, problem.error)
     project = project or ProjectFiles.for_script(Path(source.path), (Path.cwd(),))

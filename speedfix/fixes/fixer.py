@@ -29,7 +29,8 @@ from speedfix.project import Links
 from speedfix.model.project_files import ProjectFiles
 from speedfix.syntax.comments import own_lines
 from speedfix.syntax.nodes import walk_expression
-from speedfix.syntax.parsing import newer_syntax, python_ast, room_for_deep_trees
+from speedfix.syntax.parsing import newer_syntax, room_for_deep_trees
+from speedfix.syntax.pyast import python_ast
 from speedfix.syntax.roundtrip import Restorer, RoundTripError
 from speedfix.syntax.source import SourceError, SourceFile, decode_source, read_bytes, write_atomic
 

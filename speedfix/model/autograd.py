@@ -137,6 +137,8 @@ def called_without_grad(ctx: FileContext, function: cst.FunctionDef) -> bool:
 
 
 _PARENTS: WeakKeyDictionary[FileContext, dict[int, dict[int, cst.CSTNode]]] = WeakKeyDictionary()
+# Per file: a statement's (or block's) reads of each variable, by the node's id.
+_LOADS: WeakKeyDictionary[FileContext, dict[int, dict[str, list[cst.Name]]]] = WeakKeyDictionary()
 
 
 def feeds_environment(ctx: FileContext, site: CallSite) -> bool:
@@ -157,6 +159,7 @@ class _Flow:
             by_scope[id(scope)] = _parents(scope)
         self.parents = by_scope[id(scope)]
         self.exits: set[str] = set()  # how the value left: "detach" (`.detach()`, `.data`), "host"
+        self.loads = _LOADS.setdefault(ctx, {})
 
     def _left(self, how: str) -> bool:
         self.exits.add(how)
@@ -278,15 +281,24 @@ class _Flow:
                 return None
             if isinstance(holder, (cst.IndentedBlock, cst.Module)):
                 for later in holder.body[holder.body.index(current) + 1:]:
-                    loads.extend(_loads(later, name, self.parents))
+                    loads.extend(self._loads(later).get(name, ()))
                     if _rebinds(later, name):
                         return loads
                 if holder is self.scope:
                     return loads
             elif isinstance(holder, (cst.For, cst.While)):
-                loads.extend(_loads(holder.body, name, self.parents))  # the next turn of the loop
+                loads.extend(self._loads(holder.body).get(name, ()))  # the next turn of the loop
             current = holder
         return loads
+
+
+    def _loads(self, node: cst.CSTNode) -> dict[str, list[cst.Name]]:
+        """The reads of each variable in ``node``, found once per file (a statement is searched
+        for every name assigned before it)."""
+        found = self.loads.get(id(node))
+        if found is None:
+            found = self.loads[id(node)] = _loads(node, self.parents)
+        return found
 
 
 def _plain_names(target: cst.BaseExpression) -> list[str] | None:
@@ -325,9 +337,9 @@ def _rebinds(statement: cst.BaseStatement, name: str) -> bool:
     )
 
 
-def _loads(scope: cst.CSTNode, name: str, parents: dict[int, cst.CSTNode]) -> list[cst.Name]:
-    """Reads of the variable ``name`` in ``scope`` (not assignment targets, attributes or keywords)."""
-    loads = []
+def _loads(scope: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> dict[str, list[cst.Name]]:
+    """Reads of each variable in ``scope`` (not assignment targets, attributes or keywords)."""
+    loads: dict[str, list[cst.Name]] = {}
     todo = [scope]
     while todo:
         node = todo.pop()
@@ -335,8 +347,8 @@ def _loads(scope: cst.CSTNode, name: str, parents: dict[int, cst.CSTNode]) -> li
             if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
                 continue
             todo.append(child)
-            if isinstance(child, cst.Name) and child.value == name and not _stored(child, parents):
-                loads.append(child)
+            if isinstance(child, cst.Name) and not _stored(child, parents):
+                loads.setdefault(child.value, []).append(child)
     return loads
 
 

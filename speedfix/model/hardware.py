@@ -28,8 +28,10 @@ def launch_gpus(ctx: FileContext) -> frozenset[str] | None:
     """The GPU types (lower case) the launch files of every command that runs the script ask
     for; None when a command's file names no type (or the project shows no command)."""
     project = ctx.project
+    if project is None or not _some_file_asks(ctx):
+        return None  # no command can sit in a file that names a GPU: no need to find them
     commands = launch.launches(ctx)
-    if project is None or not commands:
+    if not commands:
         return None
     kinds: set[str] = set()
     for command in commands:
@@ -38,6 +40,21 @@ def launch_gpus(ctx: FileContext) -> frozenset[str] | None:
             return None
         kinds |= found
     return frozenset(kinds)
+
+
+def _some_file_asks(ctx: FileContext) -> bool:
+    """Does a file that may hold a command of the script ask for a GPU type: one of its launch
+    files, or the script itself when its docstring may hold commands?"""
+    project = ctx.project
+    assert project is not None
+    files = launch.launch_files(project)
+    if launch.has_docstring(ctx):
+        files = [*files, project.script]
+    return any(_asks(project.text(path)) for path in files)
+
+
+def _asks(text: str | None) -> bool:
+    return text is not None and "#SBATCH" in text and _REQUEST.search(text) is not None
 
 
 def pre_ampere_only(ctx: FileContext) -> str | None:

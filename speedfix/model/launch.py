@@ -27,7 +27,7 @@ import shlex
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 from weakref import WeakKeyDictionary
 
 import libcst as cst
@@ -167,7 +167,7 @@ def _find(ctx: FileContext) -> list[Launch]:
     found: list[Launch] = []
     runners = (project.script, *_wrappers(project))
     names = {runner.name for runner in runners} | {runner.stem for runner in runners}
-    for path in project.recorded(("launch files", project.folder), lambda: _launch_files(project)):
+    for path in launch_files(project):
         text = project.text(path)
         if text is None or not any(name in text for name in names):
             continue  # no command there can run the script
@@ -178,6 +178,17 @@ def _find(ctx: FileContext) -> list[Launch]:
         first, lines = docstring
         found.extend(_commands(project, project.script, _logical_lines(first, lines), runners))
     return found
+
+
+def launch_files(project: ProjectFiles) -> list[Path]:
+    """The files whose commands may run the script (besides its own docstring): the shell
+    scripts and Markdown files this module's docstring names, found once per folder."""
+    return project.recorded(("launch files", project.folder), lambda: _launch_files(project))
+
+
+def has_docstring(ctx: FileContext) -> bool:
+    """Does the script have a module docstring (whose commands may run it)?"""
+    return _module_docstring(ctx) is not None
 
 
 def _wrappers(project: ProjectFiles) -> list[Path]:
@@ -220,20 +231,23 @@ def _launch_files(project: ProjectFiles) -> list[Path]:
         else:
             for path in project.listing(folder, SHELL_SUFFIXES):
                 add(path)
+            subfolders = {sub.name for sub in project.subfolders(folder)}
             for name in _SCRIPT_FOLDERS:
-                if folder / name in project.subfolders(folder):
+                if name in subfolders:
                     shell_scripts(folder / name, 1)
         for path in project.listing(folder, (".md", ".MD")):
             if path.name.lower().startswith("readme"):
                 add(path)
-    _project_docs(project, add)
+    for path in project.recorded(("project docs", project.top()), lambda: _project_docs(project)):
+        add(path)
     return files
 
 
-def _project_docs(project: ProjectFiles, add: Callable[[Path], None]) -> None:
+def _project_docs(project: ProjectFiles) -> list[Path]:
     """The README files of the project's other folders (alignment-handbook's `recipes/<model>/
     README.md`), and every Markdown file of its `docs/` folders: a few levels below the top,
-    breadth first, ``_MAX_FOLDERS`` folders at most."""
+    breadth first, ``_MAX_FOLDERS`` folders at most (the same for every script of the project)."""
+    found: list[Path] = []
     todo = [(project.top(), _DEPTH)]
     for folder, depth in todo:
         for sub in project.subfolders(folder):
@@ -242,9 +256,10 @@ def _project_docs(project: ProjectFiles, add: Callable[[Path], None]) -> None:
             docs = sub.name.lower() in _DOC_FOLDERS
             for path in project.listing(sub, (".md", ".MD")):
                 if docs or path.name.lower().startswith("readme"):
-                    add(path)
+                    found.append(path)
             if depth > 1:
                 todo.append((sub, depth - 1))
+    return found
 
 
 def _readme_blocks(text: str) -> list[tuple[int, list[str]]]:

@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,6 +88,15 @@ class ProjectFiles:
     def folder(self) -> Path:
         return self.script.parent
 
+    @cached_property
+    def scope(self) -> tuple[Path, ...]:
+        """The roots, as far as what lies inside them goes: the outermost one alone when it holds
+        the others, links resolved (as ``for_script`` makes them, unless a link leads a root
+        out), so that the scripts of every folder of a project share what a scan keeps."""
+        outermost = min(self.roots, key=lambda r: len(r.parts))
+        nested = all(_below(root, outermost) and _below(_real(root), _real(outermost)) for root in self.roots)
+        return (outermost,) if nested else self.roots
+
     def top(self) -> Path:
         """The project's top folder: going up from the script's folder, the first folder with a
         project marker (`.git`, `pyproject.toml`, ...), never above the outermost root."""
@@ -129,7 +138,7 @@ class ProjectFiles:
         """Is ``path`` (followed through links) below one of the roots?"""
         found = self._inside.get(path)
         if found is None:
-            found = self._inside[path] = kept_for_scan(("inside", self.roots, path), lambda: self._inside_roots(path))
+            found = self._inside[path] = kept_for_scan(("inside", self.scope, path), lambda: self._inside_roots(path))
         return found
 
     def _inside_roots(self, path: Path) -> bool:
@@ -142,7 +151,7 @@ class ProjectFiles:
         and their problems as if it had computed it itself."""
         if _KEPT is None:
             return compute()
-        full = ("recorded", self.roots, key)
+        full = ("recorded", self.scope, key)
         if full not in _KEPT:
             outer, problems = self.inputs, len(self.problems)
             self.inputs = {}  # what compute() looks at, each file recorded even when seen before
@@ -201,7 +210,7 @@ class ProjectFiles:
     def text(self, path: Path) -> str | None:
         """The text of a project file, or None (missing, outside, too big, not UTF-8: the
         reason is in ``problems`` unless the file is simply missing)."""
-        kept = _KEPT.get(("text", self.roots, path)) if _KEPT is not None else None
+        kept = _KEPT.get(("text", self.scope, path)) if _KEPT is not None else None
         if kept is not None:  # read already in this scan: recorded again (see ``recorded``)
             self.inputs[str(path)], problems, text = kept
             if path not in self._texts:
@@ -230,7 +239,7 @@ class ProjectFiles:
                     self.note(path, "not read, it is not UTF-8 text")
         self._texts[path] = text
         if _KEPT is not None:
-            _KEPT[("text", self.roots, path)] = (self.inputs[str(path)], self.problems[problems_before:], text)
+            _KEPT[("text", self.scope, path)] = (self.inputs[str(path)], self.problems[problems_before:], text)
         return text
 
 

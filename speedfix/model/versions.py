@@ -116,7 +116,12 @@ class TorchPin:
 
 def torch_pin(project: ProjectFiles) -> TorchPin | None:
     """The project's torch requirement, read from the nearest folder, going up from the script
-    to the project's top, whose requirement files name torch (None: no pin)."""
+    to the project's top, whose requirement files name torch (None: no pin); once per folder in
+    a scan."""
+    return project.recorded(("torch pin", project.folder), lambda: _torch_pin(project))
+
+
+def _torch_pin(project: ProjectFiles) -> TorchPin | None:
     for folder in project.folders_up():
         found = [(path, _torch_clauses(project.text(path) or "", path)) for path in _pin_files(project, folder)]
         clauses = tuple(c for _, pinned in found for c in pinned)

@@ -115,6 +115,11 @@ def extract_facts(data: bytes | str) -> ModuleFacts | None:
         tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+    return facts_of(tree)
+
+
+def facts_of(tree: ast.Module) -> ModuleFacts | None:
+    """The facts of a file Python parsed into ``tree`` (None: too deep for this walk)."""
     collector = _Collector()
     try:
         collector.visit(tree)
@@ -492,13 +497,20 @@ class _Collector(ast.NodeVisitor):
         method = _DISPATCH.get(type(node))
         if method is not None:
             method(self, node)
-            return
-        for child in ast.iter_child_nodes(node):
-            self.visit(child)
+        else:
+            self.generic_visit(node)
 
     def generic_visit(self, node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            self.visit(child)
+        """The children in ``ast.iter_child_nodes`` order, without its two generators per node."""
+        visit = self.visit
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        visit(item)
+            elif isinstance(value, ast.AST):
+                visit(value)
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and "cuda" in node.value:

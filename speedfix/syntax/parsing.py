@@ -28,20 +28,18 @@ its per-node checks (``_parser_output_trusted``).
 
 from __future__ import annotations
 
-import ast
-import gc
-import io
 import re
 import sys
 import tokenize
-import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import libcst as cst
 from libcst import ParserSyntaxError
 
-from speedfix.syntax.nesting import MAX_DEPTH, NestingTooDeep, bound_by_tokens, line_starts, measure
+from speedfix.syntax.collector import collector_paused
+from speedfix.syntax.nesting import MAX_DEPTH, NestingTooDeep, bound_by_tokens, line_starts
+from speedfix.syntax.pyast import Measured, decode, measure_text, python_ast
 from speedfix.syntax.source import split_lines
 from speedfix.syntax.walk import child_nodes
 # libcst's visitors, transformers and code generation recurse: up to 4 Python frames per level
@@ -72,14 +70,6 @@ class TooBigToParse(Exception):
 _GAP_LINE = re.compile(r"(?:#[^\r\n]*)?(?:\r\n|\r|\n)?")
 
 
-def python_ast(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
-    """``ast.parse`` without its SyntaxWarnings (``"a" "b"()``, ``x is 1``): they are about the
-    user's code, and speedfix is not the place that prints them."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)
-        return ast.parse(source, filename=filename)
-
-
 def parse_module(
     data: bytes | str,
     *,
@@ -87,30 +77,35 @@ def parse_module(
     chunk_from: int = CHUNK_FROM,
     chunk_size: int = CHUNK_SIZE,
     between_chunks: Callable[[], None] | None = None,
+    measured: Measured | None = None,
 ) -> cst.Module:
     """``libcst.parse_module(data)``, linear in the size of ``data`` (see the module docstring).
 
-    ``between_chunks`` is called before each chunk is parsed (a deadline check)."""
+    ``between_chunks`` is called before each chunk is parsed (a deadline check). ``measured``:
+    what Python's parser measured of these bytes already (``pyast.parsed``; taken only with the
+    default ``max_depth``), instead of parsing them with it again."""
     encoding, text = _decode(data)
-    try:
-        tree = python_ast(text)
-    except SyntaxError as exc:
-        newer = _newer_syntax(data, text, max_depth)  # `type X = ...` under Python 3.11
-        if newer is not None:
-            return newer
-        raise ParserSyntaxError(
-            exc.msg or "invalid syntax", lines=text.splitlines() or [""],
-            raw_line=exc.lineno or 1, raw_column=max((exc.offset or 1) - 1, 0),
-        ) from None
-    except ValueError as exc:  # NUL bytes (before Python 3.12)
-        raise ParserSyntaxError(str(exc), lines=[""], raw_line=1, raw_column=0) from None
-    except (RecursionError, MemoryError):
-        raise NestingTooDeep("Python's own parser gives up on it") from None
-    lines = split_lines(text)
-    works = measure(tree, lines, max_depth)
-    # (first line, last line) of each top-level statement; the ast itself can go now.
-    statements = [(first_line(node), node.end_lineno or node.lineno) for node in tree.body]
-    del tree
+    if measured is not None and max_depth == MAX_DEPTH and measured.of(data):
+        lines = split_lines(text)
+        statements, works = list(measured.statements), list(measured.works)
+    else:
+        try:
+            tree = python_ast(text)
+        except SyntaxError as exc:
+            newer = _newer_syntax(data, text, max_depth)  # `type X = ...` under Python 3.11
+            if newer is not None:
+                return newer
+            raise ParserSyntaxError(
+                exc.msg or "invalid syntax", lines=text.splitlines() or [""],
+                raw_line=exc.lineno or 1, raw_column=max((exc.offset or 1) - 1, 0),
+            ) from None
+        except ValueError as exc:  # NUL bytes (before Python 3.12)
+            raise ParserSyntaxError(str(exc), lines=[""], raw_line=1, raw_column=0) from None
+        except (RecursionError, MemoryError):
+            raise NestingTooDeep("Python's own parser gives up on it") from None
+        # (first line, last line) of each top-level statement; the ast itself can go now.
+        lines, statements, works = measure_text(text, tree, max_depth)
+        del tree
     offsets = line_starts(lines)
     _check_pieces(statements, works, offsets)
     with collector_paused(), _parser_output_trusted():
@@ -160,35 +155,6 @@ def _unchecked(self: cst.CSTNode) -> None:
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a file's tree is built and analysed.
-
-    A parse allocates millions of nodes, none of them in a reference cycle; every collection
-    would walk all the nodes built so far (a third of a 2 MB parse's time, a fifth of a scan's).
-    The few cycles made meanwhile are collected once it is enabled again."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-@contextmanager
-def loaded_code_frozen() -> Iterator[None]:
-    """Keep what is loaded so far (libcst, the rules: a few hundred thousand objects that live as
-    long as the process) out of the cyclic garbage collector's walks while many files are
-    analysed; each full collection walked all of it again (a tenth of a scan's time went to
-    collections). Undone when the block ends, so a long-lived process collects as before."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
-@contextmanager
 def room_for_deep_trees() -> Iterator[None]:
     """Raise Python's recursion limit (1,000 frames by default) so that libcst can walk, transform
     and print every tree ``parse_module`` accepts; a tree of a few hundred levels would
@@ -207,8 +173,7 @@ def _decode(data: bytes | str) -> tuple[str, str]:
     if isinstance(data, str):
         return "utf-8", data
     try:
-        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
-        return encoding, data.decode(encoding)
+        return decode(data)
     except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
         raise ParserSyntaxError(f"cannot decode the file: {exc}", lines=[""], raw_line=1, raw_column=0) from None
 
@@ -341,12 +306,6 @@ def _cuts(
         previous_end = last
         work += statement_work
     return cuts
-
-
-def first_line(statement: ast.stmt) -> int:
-    """The line a top-level statement starts on, its decorators included."""
-    decorators = getattr(statement, "decorator_list", None)
-    return decorators[0].lineno if decorators else statement.lineno
 
 
 def _clean_gap(lines: list[str], start: int, end: int) -> bool:

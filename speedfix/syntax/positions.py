@@ -16,7 +16,8 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst._position import CodePosition, CodeRange
 
-from speedfix.syntax.parsing import first_line, python_ast, statement_first_lines
+from speedfix.syntax.parsing import statement_first_lines
+from speedfix.syntax.pyast import first_line, python_ast
 
 _NEWLINE = re.compile(r"\r\n?|\n")
 _NOTHING = nullcontext()
