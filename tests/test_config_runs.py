@@ -253,6 +253,14 @@ def test_no_tf32_advice_for_a_job_script_that_is_the_script_itself(write, run_cl
     assert "SF201" in run_cli(*scan, cwd=tmp_path).stdout
 
 
+def test_looking_for_job_scripts_notes_nothing_about_the_script_itself(write, run_cli, tmp_path):
+    """A Latin-1 script (with its coding line) is analysed as usual; the search for the GPUs its
+    job scripts ask for adds no note that it is not UTF-8."""
+    write("train.py", '# -*- coding: latin-1 -*-\n"""Entraînement (sbatch run.sh)."""\n' + MLP, encoding="latin-1")
+    result = run_cli("scan", "train.py", "--select", "SF201", cwd=tmp_path)
+    assert "SF201" in result.stdout and "note:" not in result.stdout + result.stderr, result.stdout
+
+
 def test_deepspeed_fp32_advice_names_fp16_on_v100_job_scripts(write, run_cli, tmp_path):
     write("train.py", "import deepspeed\nengine, opt, loader, _ = deepspeed.initialize(args=args, model=net, "
           "model_parameters=net.parameters(), training_data=data)\n")

@@ -10,9 +10,12 @@ script, a GPU without a type, one command on an A100) leaves the GPU unknown.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from speedfix.model import launch
 from speedfix.model.context import FileContext
+from speedfix.model.project_files import MAX_BYTES
+from speedfix.syntax.source import SourceError, read_bytes
 
 # GPUs without TF32 or fast bf16 (Volta, Turing, Pascal, Kepler), as job scripts name them.
 PRE_AMPERE = frozenset({
@@ -47,14 +50,22 @@ def _some_file_asks(ctx: FileContext) -> bool:
     files, or the script itself when its docstring may hold commands?"""
     project = ctx.project
     assert project is not None
-    files = launch.launch_files(project)
-    if launch.has_docstring(ctx):
-        files = [*files, project.script]
-    return any(_asks(project.text(path)) for path in files)
+    if launch.has_docstring(ctx) and _mentions_sbatch(project.script):
+        return True
+    return any(_asks(project.text(path)) for path in launch.launch_files(project))
 
 
 def _asks(text: str | None) -> bool:
     return text is not None and "#SBATCH" in text and _REQUEST.search(text) is not None
+
+
+def _mentions_sbatch(script: Path) -> bool:
+    """Does the script's own code hold `#SBATCH`? Read as bytes: the script is no project file
+    to take notes about (a script too big or not UTF-8 has its own report)."""
+    try:
+        return b"#SBATCH" in read_bytes(script, MAX_BYTES)
+    except SourceError:
+        return False
 
 
 def pre_ampere_only(ctx: FileContext) -> str | None:
