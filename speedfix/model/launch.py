@@ -369,14 +369,10 @@ def _names_script(project: ProjectFiles, launch_file: Path, word: str, module: b
 def _nearest(project: ProjectFiles, launch_file: Path, word: str) -> Path | None:
     """The file ``word`` names from the launch file's folder or the nearest folder above it (up
     to the project's top) that has one: where a launch script is run from."""
-    folder, top = launch_file.parent, project.top()
-    while True:
-        path = project.resolve(word, folder)
-        if path is not None and project.is_file(path):
-            return path
-        if folder == top or folder.parent == folder or not project.inside(folder.parent):
-            return None
-        folder = folder.parent
+    folders, top = [launch_file.parent], project.top()
+    while folders[-1] != top and folders[-1].parent != folders[-1] and project.inside(folders[-1].parent):
+        folders.append(folders[-1].parent)
+    return project.find(word, tuple(folders))
 
 
 def _bases(project: ProjectFiles, launch_file: Path) -> tuple[Path, ...]:
