@@ -16,7 +16,7 @@ from speedfix.model.arguments import find_argument, literal_bool, literal_int, s
 from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import LIGHTNING_DATAMODULE, LIGHTNING_MODULE, FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned
-from speedfix.model.frames import class_of_method
+from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import CallSite
 from speedfix.syntax.names import dotted_name
 
@@ -131,6 +131,25 @@ def in_lightning_method(ctx: FileContext, site: CallSite) -> bool:
     """Is the call in a method of a LightningModule/LightningDataModule of this file?"""
     owner = class_of_method(site.stack)
     return owner is not None and is_lightning_class(ctx, owner.name.value)
+
+
+# Lightning runs its validation, test and predict loops, hooks included, under
+# `torch.inference_mode()` (or `no_grad`): `validation_step`, `on_validation_epoch_end`, `test_step`...
+_NO_GRAD_HOOK_STAGES = ("validation", "test", "predict")
+
+
+def lightning_hook_without_grad(ctx: FileContext, stack: Stack) -> bool:
+    """Is code at ``stack`` in a validation/test/predict hook of a LightningModule or Callback of
+    this file (`validation_step`, `on_validation_epoch_end`, `on_test_batch_end`, ...)? Lightning
+    runs those with autograd off."""
+    function = ctx.function_of(stack)
+    owner = class_of_method(stack)
+    if not isinstance(function, cst.FunctionDef) or owner is None:
+        return False
+    words = function.name.value.removeprefix("on_").split("_")
+    if words[0] not in _NO_GRAD_HOOK_STAGES or len(words) < 2 or words[1] not in ("step", "batch", "epoch"):
+        return False
+    return is_lightning_class(ctx, owner.name.value) or ctx.is_subclass_of(owner.name.value, *LIGHTNING_CALLBACK)
 
 
 _LOADER_HOOKS = ("train_dataloader", "val_dataloader")  # iterated every epoch (validation runs per epoch)
