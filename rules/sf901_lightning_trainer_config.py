@@ -69,7 +69,8 @@ class LightningTrainerConfig(Rule):
     `configs/` or `experiments/`), Lightning 1.x's `Trainer.from_argparse_args(args)` (CPU and
     fp32 unless `parser.set_defaults(...)`, the launch commands or the `lightning: trainer:`
     section of the YAML files they name say otherwise), and `Trainer(**config["trainer"])` with
-    a YAML file the script loads itself (`yaml.safe_load` of an argparse default). A value in a
+    a YAML file the script loads itself (`yaml.safe_load` of an argparse default) or with the
+    section hydra composes (`pl.Trainer(**cfg.trainer)`: `trainer/default.yaml`). A value in a
     YAML file or a launch command is reported on its line, with what to write there. For such a
     Trainer the conv net may be one its YAML names (`class_path: pkg.models.UNet`, read from the
     project's module without importing it); for any Trainer, the project class `trainer.fit(...)`

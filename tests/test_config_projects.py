@@ -72,6 +72,20 @@ def test_hydra_trainer_precision_is_reported_on_the_yaml_line_and_follows_the_ca
     assert counted == ["train.py"] and "gpu.yaml" not in again.stdout
 
 
+def test_a_trainer_unpacking_the_composed_section_reads_the_yaml(write, run_cli, tmp_path):
+    # `Trainer(**cfg.trainer)`: the keys of the section hydra composes are the Trainer's arguments
+    write("train.py", "import hydra\nimport lightning as L\n\n\n@hydra.main(config_path='conf', config_name='train')\n"
+                      "def main(cfg):\n    run(cfg)\n\n\ndef run(cfg):\n    trainer = L.Trainer(logger=False, **cfg.trainer)\n"
+                      "    trainer.fit(build(cfg.model))\n")
+    write("conf/train.yaml", "defaults:\n  - trainer: single\n  - _self_\n")
+    trainer_yaml = write("conf/trainer/single.yaml", "accelerator: gpu\ndevices: 1\nmax_epochs: 50\n")
+    result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert "conf/trainer/single.yaml:1:1: SF901 The `Trainer` given `cfg.trainer` (conf/trainer/single.yaml) trains in " \
+           "fp32" in result.stdout
+    trainer_yaml.write_text("accelerator: cpu\ndevices: 1\n")
+    assert "single.yaml" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+
+
 def test_a_noqa_comment_in_the_yaml_suppresses_the_finding(write, run_cli, tmp_path):
     hydra_project(write).write_text(TRAINER_YAML.replace("# precision: 16", "# precision: 16  # noqa: SF901"))
     result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
