@@ -227,6 +227,22 @@ def test_gradient_checkpointing_only_where_a_launch_command_reaches_it(write, ru
     assert result.stdout.startswith("finetune.py:17:9: SF902 `gradient_checkpointing_enable()` saves memory")
 
 
+def test_gradient_checkpointing_of_parsed_training_arguments_follows_the_json_each_run_names(write, run_cli, tmp_path):
+    """`train.py run.json` (read by `HfArgumentParser.parse_json_file`): the flag of each run."""
+    write("train.py", "import sys\nimport torch\nfrom transformers import AutoModel, HfArgumentParser, TrainingArguments\n"
+                      "parser = HfArgumentParser((TrainingArguments,))\n"
+                      "(args,) = parser.parse_json_file(sys.argv[1]) if sys.argv[1:] else parser.parse_args_into_dataclasses()\n"
+                      "model = AutoModel.from_pretrained('bert-base-uncased')\n"
+                      "if args.gradient_checkpointing:\n    model.gradient_checkpointing_enable()\n"
+                      "for batch in loader:\n    accelerator.backward(model(**batch).loss)\n")
+    write("README.md", "```\naccelerate launch train.py configs/small.json\n```\n")
+    config = write("configs/small.json", '{"output_dir": "out", "gradient_checkpointing": false}')
+    assert "gradient_checkpointing_enable" not in run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path).stdout
+    config.write_text('{"output_dir": "out", "gradient_checkpointing": true}')
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "train.py:8:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
+
+
 CPU_DEFAULT = """\
 import argparse
 import torch
