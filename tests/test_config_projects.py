@@ -188,6 +188,18 @@ def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_pa
     assert run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout == ""
 
 
+def test_zero_grad_of_an_optimizer_accelerate_hands_to_deepspeed_is_left_alone(write, run_cli, tmp_path):
+    write("train.py", "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+                      "optimizer = torch.optim.AdamW(model.parameters())\n"
+                      "model, optimizer = accelerator.prepare(model, optimizer)\noptimizer.zero_grad()\n")
+    write("requirements.txt", "torch==1.13.1\n")
+    write("launch.sh", "accelerate launch --config_file configs/multi.yaml train.py\n")
+    config = write("configs/multi.yaml", "distributed_type: MULTI_GPU\nmixed_precision: bf16\n")
+    assert "train.py:6:1: SF402" in run_cli("scan", ".", "--select", "SF402", "--no-summary", cwd=tmp_path).stdout
+    config.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nmixed_precision: bf16\n")
+    assert run_cli("scan", ".", "--select", "SF402", "--no-summary", cwd=tmp_path).stdout == ""
+
+
 CHECKPOINTED = """\
 from dataclasses import dataclass, field
 

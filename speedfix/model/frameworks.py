@@ -237,19 +237,42 @@ def launched_mixed_precision(ctx: FileContext) -> list[str | None]:
     `--config_file` it names, or the script's own `--mixed_precision` option; None for a
     command that sets none, "?" where it cannot be known (a shell variable, an unreadable file)."""
     found: list[str | None] = []
-    project = ctx.project
     for command in launch.launches(ctx):
         value = command.launcher_options.get("mixed_precision", command.options.get("mixed_precision"))
-        config = command.launcher_options.get("config_file")
-        if value is None and isinstance(config, str) and project is not None:
-            path = project.find(config, (command.file.parent, project.top(), project.folder))
-            try:
-                tree = load(project, path) if path is not None else None
-            except ConfigError:
-                tree = None
-            node = tree.get("mixed_precision") if tree is not None else None
-            value = node.value if node is not None else ("?" if tree is None else None)
-        elif value is None and config is not None:
-            value = "?"
+        if value is None:
+            value = _config_file_value(ctx, command, "mixed_precision")
         found.append(value if isinstance(value, str) or value is None else "?")
     return found
+
+
+def _config_file_value(ctx: FileContext, command: launch.Launch, key: str) -> object:
+    """``key`` of the Accelerate config file a launch command names (`--config_file
+    deepspeed.yaml`): its value, None when the file leaves it out or no file is named, "?"
+    when the file cannot be read."""
+    config = command.launcher_options.get("config_file")
+    project = ctx.project
+    if config is None:
+        return None
+    if not isinstance(config, str) or project is None:
+        return "?"
+    path = project.find(config, (command.file.parent, project.top(), project.folder))
+    try:
+        tree = load(project, path) if path is not None else None
+    except ConfigError:
+        tree = None
+    node = tree.get(key) if tree is not None else None
+    return node.value if node is not None else ("?" if tree is None else None)
+
+
+def accelerate_runs_deepspeed(ctx: FileContext) -> bool:
+    """Does the file's `Accelerator` run DeepSpeed: given a `deepspeed_plugin=`, or launched by
+    commands that all say so (`accelerate launch --use_deepspeed`, or a `--config_file` whose
+    `distributed_type` is DEEPSPEED)? DeepSpeed's engine then owns the gradients: the prepared
+    optimizer's `zero_grad()` does nothing, `accelerator.backward` clears them."""
+    if any(not find_argument(ctx, site, "deepspeed_plugin").missing for site in ctx.calls_to(*ACCELERATOR)):
+        return True
+    commands = launch.launches(ctx)
+    return bool(commands) and all(
+        command.launcher_options.get("use_deepspeed") is True
+        or str(_config_file_value(ctx, command, "distributed_type")).upper() == "DEEPSPEED"
+        for command in commands)
