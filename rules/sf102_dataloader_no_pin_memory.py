@@ -83,6 +83,25 @@ class DataloaderNoPinMemory(Rule):
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."
 
     VALID = [
+        Valid(  # Lightning iterates the test and predict loaders only in trainer.test()/predict(): one pass
+            """
+            from functools import partial
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class Images(L.LightningDataModule):
+                def __init__(self, holdout=None):
+                    super().__init__()
+                    if holdout is not None:
+                        self.predict_dataloader = partial(self._holdout_loader, shuffle=False)
+
+                def test_dataloader(self):
+                    return DataLoader(self.test_set, batch_size=64, num_workers=4)
+
+                def _holdout_loader(self, shuffle):
+                    return DataLoader(self.holdout_set, batch_size=64, num_workers=4, shuffle=shuffle)
+            """
+        ),
         Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
         Valid(TEST_PASS_AFTER_TRAINING),  # a test loader read once after training
         Valid(  # one batch drawn to look at the model's outputs, outside any loop

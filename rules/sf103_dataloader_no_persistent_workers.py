@@ -162,6 +162,30 @@ class DataloaderNoPersistentWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a DataModule method the class hands to Lightning as its train_dataloader hook
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class Clips(L.LightningDataModule):
+                def _make_train_loader(self):
+                    return DataLoader(self.clips, num_workers=6, pin_memory=True)
+
+                def setup(self, stage=None):
+                    self.train_dataloader = self._make_train_loader
+            """,
+            fixed="""
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class Clips(L.LightningDataModule):
+                def _make_train_loader(self):
+                    return DataLoader(self.clips, num_workers=6, pin_memory=True, persistent_workers=True)
+
+                def setup(self, stage=None):
+                    self.train_dataloader = self._make_train_loader
+            """,
+        ),
         Invalid(  # a module constant of one worker per core
             """
             import os

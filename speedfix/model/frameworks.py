@@ -153,16 +153,43 @@ def lightning_hook_without_grad(ctx: FileContext, stack: Stack) -> bool:
 
 
 _LOADER_HOOKS = ("train_dataloader", "val_dataloader")  # iterated every epoch (validation runs per epoch)
+_ONE_PASS_HOOKS = ("test_dataloader", "predict_dataloader")  # iterated by `trainer.test()`/`.predict()` only
+
+
+def lightning_one_pass_loader(ctx: FileContext, site: CallSite) -> bool:
+    """Is the DataLoader made at ``site`` what a LightningModule/DataModule's `test_dataloader` or
+    `predict_dataloader` hook returns (a method of that name, or one the class assigns to it:
+    `self.test_dataloader = partial(self._test_dataloader, shuffle=False)`)? Lightning iterates
+    it only in `trainer.test()`/`trainer.predict()`: one pass, never in training."""
+    hooked = _loader_hooks(ctx, site)
+    return bool(hooked) and hooked <= set(_ONE_PASS_HOOKS)
+
+
+def _loader_hooks(ctx: FileContext, site: CallSite) -> set[str]:
+    """The DataLoader hooks of a LightningModule/DataModule whose loader is the one made at
+    ``site``: the method returning it is the hook, or the class assigns it to the hook
+    (`self.train_dataloader = self._train_dataloader`)."""
+    function = ctx.function_of(site.stack)
+    if not isinstance(function, cst.FunctionDef) or not in_lightning_method(ctx, site) or not is_returned(function, site):
+        return set()
+    name = function.name.value
+    return {hook for hook in (*_LOADER_HOOKS, *_ONE_PASS_HOOKS)
+            if name == hook or any(_names_method(a.value, name) for a in ctx.assignments.get(f"self.{hook}", ()))}
+
+
+def _names_method(value: cst.BaseExpression | None, name: str) -> bool:
+    """`self.<name>`, or `partial(self.<name>, ...)`."""
+    if isinstance(value, cst.Call) and (dotted_name(value.func) or "").endswith("partial") and value.args:
+        value = value.args[0].value
+    return dotted_name(value) == f"self.{name}" if value is not None else False
 
 
 def lightning_iterates_per_epoch(ctx: FileContext, site: CallSite) -> bool:
     """Does Lightning iterate the DataLoader made at ``site`` once per epoch, for several epochs?
     It does for a loader returned by a LightningModule/DataModule's `train_dataloader` or
-    `val_dataloader`, and for one handed to `trainer.fit(...)`, unless every Trainer of the file
-    stops after one epoch (`max_epochs=1`; Lightning's default is 1000 epochs)."""
-    function = ctx.function_of(site.stack)
-    hooked = isinstance(function, cst.FunctionDef) and function.name.value in _LOADER_HOOKS \
-        and in_lightning_method(ctx, site) and is_returned(function, site)
+    `val_dataloader` (also a method the class assigns to them), and for one handed to
+    `trainer.fit(...)`, unless every Trainer of the file stops after one epoch (`max_epochs=1`; Lightning's default is 1000 epochs)."""
+    hooked = bool(_loader_hooks(ctx, site) & set(_LOADER_HOOKS))
     loader = assigned_name(site)
     fitted = loader is not None and any(
         dotted_name(arg.value) == loader for fit in ctx.method_calls("fit") for arg in fit.node.args[1:])
