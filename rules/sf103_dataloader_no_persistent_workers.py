@@ -14,7 +14,8 @@ from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.loaders import iterated_per_epoch, never_read, only_peeked, returned_to_training
-from speedfix.model.patterns import DATALOADER, dataset_argument
+from speedfix.model.loader_classes import dataloader_calls
+from speedfix.model.patterns import dataset_argument
 from speedfix.model.versions import v
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of
@@ -547,7 +548,7 @@ class DataloaderNoPersistentWorkers(Rule):
     ]
 
     def finish(self) -> None:
-        for site in self.ctx.calls_to(*DATALOADER):
+        for site in dataloader_calls(self.ctx):
             self._check(site)
 
     def _check(self, site: CallSite) -> None:
