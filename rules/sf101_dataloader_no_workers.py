@@ -14,8 +14,8 @@ from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
 from speedfix.model.loaders import (Place, evaluation_only, iterated_per_epoch, late_value, never_read, only_peeked,
                                     samples_place)
+from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.patterns import (
-    DATALOADER,
     dataset_argument,
     is_in_memory_dataset,
     is_iterable_dataset,
@@ -109,7 +109,7 @@ class DataloaderNoWorkers(Rule):
     name = "dataloader-no-workers"
     summary = "DataLoader loads batches in the main process (`num_workers` unset or 0)"
     severity = Severity.WARNING
-    requires = (b"DataLoader",)
+    requires = (b"Loader",)  # `DataLoader`, or a subclass of the project (`WaveLoader`)
     fix_applicability = Applicability.UNSAFE
     loss_check = LossCheck.RNG  # workers keep the batch order but draw augmentation randomness in their own processes
     fix_title = "Load batches in worker processes (`num_workers` from the CPU count, persistent workers)"
@@ -594,7 +594,7 @@ class DataloaderNoWorkers(Rule):
         return None
 
     def finish(self) -> None:
-        for site in self.ctx.calls_to(*DATALOADER):
+        for site in dataloader_calls(self.ctx):
             self._check(site)
 
     def _check(self, site: CallSite) -> None:

@@ -10,7 +10,7 @@ from speedfix.model.devices import copies_to_device
 from speedfix.model.frameworks import framework_uses_cuda
 from speedfix.model.index import CallSite
 from speedfix.model.loaders import Place, evaluation_only, late_value, never_read, only_peeked, samples_place
-from speedfix.model.patterns import DATALOADER
+from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.workload import Samples, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING
@@ -75,7 +75,7 @@ class DataloaderNoPinMemory(Rule):
     name = "dataloader-no-pin-memory"
     summary = "CUDA training DataLoader without `pin_memory=True`"
     severity = Severity.WARNING
-    requires = (b"DataLoader",)
+    requires = (b"Loader",)  # `DataLoader`, or a subclass of the project (`WaveLoader`)
     fix_applicability = Applicability.SAFE
     loss_check = LossCheck.EXACT
     fix_title = "Add `pin_memory=True`"
@@ -83,6 +83,38 @@ class DataloaderNoPinMemory(Rule):
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."
 
     VALID = [
+        Valid(  # a subclass with a constructor of its own: its parameters are not DataLoader's
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            class ShardLoader(DataLoader):
+                def __init__(self, shards, workers):
+                    super().__init__(shards, batch_size=None, num_workers=workers, pin_memory=True)
+
+            for batch in ShardLoader(shard_list, 4):
+                step(batch.cuda())
+            """
+        ),
+        Valid(  # Lightning iterates the test and predict loaders only in trainer.test()/predict(): one pass
+            """
+            from functools import partial
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class Images(L.LightningDataModule):
+                def __init__(self, holdout=None):
+                    super().__init__()
+                    if holdout is not None:
+                        self.predict_dataloader = partial(self._holdout_loader, shuffle=False)
+
+                def test_dataloader(self):
+                    return DataLoader(self.test_set, batch_size=64, num_workers=4)
+
+                def _holdout_loader(self, shuffle):
+                    return DataLoader(self.holdout_set, batch_size=64, num_workers=4, shuffle=shuffle)
+            """
+        ),
         Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
         Valid(TEST_PASS_AFTER_TRAINING),  # a test loader read once after training
         Valid(  # one batch drawn to look at the model's outputs, outside any loop
@@ -185,6 +217,32 @@ class DataloaderNoPinMemory(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a DataLoader subclass that forwards DataLoader's own arguments
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            class PaddedLoader(DataLoader):
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+                    self.collate_fn = pad_batch
+
+            for waves, labels in PaddedLoader(clips, batch_size=8, num_workers=4):
+                step(waves.cuda(), labels.cuda())
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            class PaddedLoader(DataLoader):
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+                    self.collate_fn = pad_batch
+
+            for waves, labels in PaddedLoader(clips, batch_size=8, num_workers=4, pin_memory=True):
+                step(waves.cuda(), labels.cuda())
+            """,
+        ),
         Invalid(  # a torchvision dataset yields CPU tensors: the fix is safe
             """
             import torch
@@ -291,7 +349,7 @@ class DataloaderNoPinMemory(Rule):
             # nothing is ever copied to a device, here, in a loop of another file it calls, or by a
             # framework (Lightning, Accelerate and the HF Trainer move the batches themselves)
             return
-        for site in self.ctx.calls_to(*DATALOADER):
+        for site in dataloader_calls(self.ctx):
             self._check(site)
 
     def _check(self, site: CallSite) -> None:

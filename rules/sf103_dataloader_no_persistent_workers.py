@@ -14,7 +14,8 @@ from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.loaders import iterated_per_epoch, never_read, only_peeked, returned_to_training
-from speedfix.model.patterns import DATALOADER, dataset_argument
+from speedfix.model.loader_classes import dataloader_calls
+from speedfix.model.patterns import dataset_argument
 from speedfix.model.versions import v
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of
@@ -162,6 +163,30 @@ class DataloaderNoPersistentWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a DataModule method the class hands to Lightning as its train_dataloader hook
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class Clips(L.LightningDataModule):
+                def _make_train_loader(self):
+                    return DataLoader(self.clips, num_workers=6, pin_memory=True)
+
+                def setup(self, stage=None):
+                    self.train_dataloader = self._make_train_loader
+            """,
+            fixed="""
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class Clips(L.LightningDataModule):
+                def _make_train_loader(self):
+                    return DataLoader(self.clips, num_workers=6, pin_memory=True, persistent_workers=True)
+
+                def setup(self, stage=None):
+                    self.train_dataloader = self._make_train_loader
+            """,
+        ),
         Invalid(  # a module constant of one worker per core
             """
             import os
@@ -523,7 +548,7 @@ class DataloaderNoPersistentWorkers(Rule):
     ]
 
     def finish(self) -> None:
-        for site in self.ctx.calls_to(*DATALOADER):
+        for site in dataloader_calls(self.ctx):
             self._check(site)
 
     def _check(self, site: CallSite) -> None:

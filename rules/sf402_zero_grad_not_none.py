@@ -6,6 +6,8 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, Transfo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, remove_arg
 from speedfix.model.arguments import find_argument, literal_bool
+from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE
+from speedfix.model.frameworks import accelerate_runs_deepspeed
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.model.versions import v
@@ -34,7 +36,9 @@ class ZeroGradNotNone(Rule):
     Not reported when the file relies on a gradient tensor existing (it adds into `.grad`, e.g.
     `p.grad += g` in a parameter server): there `set_to_none=False` is load-bearing, which is why
     TorchFix's TOR402 is noisy. Only torch optimizers and models are considered, never a
-    project's own `zero_grad`.
+    project's own `zero_grad`, nor an optimizer DeepSpeed wraps (`deepspeed.initialize`, or
+    `accelerator.prepare` with a DeepSpeed plugin or a launch config of `distributed_type:
+    DEEPSPEED`): its engine clears the gradients itself.
 
     ## Example
     ```python
@@ -79,6 +83,33 @@ class ZeroGradNotNone(Rule):
     effect = "Saves a memset per parameter per step (small)."
 
     VALID = [
+        Valid(  # Accelerate with a DeepSpeed plugin: the prepared optimizer's zero_grad() does nothing
+            """
+            import torch
+            from accelerate import Accelerator, DeepSpeedPlugin
+            accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                optimizer.zero_grad()
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+            """,
+            torch="1.13",
+        ),
+        Valid(  # the engine's ZeRO optimizer frees the gradients itself
+            """
+            import deepspeed
+            import torch
+            base = torch.optim.Adam(net.parameters())
+            engine, optimizer, _, _ = deepspeed.initialize(model=net, optimizer=base, config="ds.json")
+            for batch in loader:
+                optimizer.zero_grad()
+                engine.backward(engine(batch))
+                engine.step()
+            """,
+            torch="1.13",
+        ),
         Valid(
             """
             import torch
@@ -192,7 +223,7 @@ class ZeroGradNotNone(Rule):
     def _check_call(self, site: CallSite) -> None:
         func = site.node.func
         assert isinstance(func, cst.Attribute)
-        if not self._is_torch_object(func.value, site):
+        if not self._is_torch_object(func.value, site) or self._deepspeed_owned(func.value):
             return
         arg = find_argument(self.ctx, site, "set_to_none", 0)
         if arg.missing:
@@ -228,6 +259,17 @@ class ZeroGradNotNone(Rule):
         return self.ctx.is_optimizer_like(receiver, site.stack) or (dotted_name(receiver) or "").split(".")[-1] in (
             "model", "net", "module",
         )
+
+    def _deepspeed_owned(self, receiver: cst.BaseExpression) -> bool:
+        """An optimizer (or model) DeepSpeed wraps: returned by `deepspeed.initialize(...)`, or
+        by `accelerator.prepare(...)` where Accelerate runs DeepSpeed. The engine zeroes the
+        gradients itself (Accelerate's wrapper makes `zero_grad()` a no-op; ZeRO frees them)."""
+        name = dotted_name(receiver)
+        wrappers = [a.value for a in self.ctx.assignments.get(name or "", ()) if isinstance(a.value, cst.Call)]
+        if any(self.ctx.qualname(call.func) == DEEPSPEED_INITIALIZE for call in wrappers):
+            return True
+        return any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare" for call in wrappers) \
+            and accelerate_runs_deepspeed(self.ctx)
 
     def _check_loop(self, loop: cst.For) -> None:
         """`for p in model.parameters(): [if p.grad is not None:] p.grad.zero_()`."""

@@ -11,6 +11,7 @@ from speedfix.fixes.codegen import reference
 from speedfix.model.autograd import (called_without_grad, feeds_environment, only_detached, outputs_leave_autograd,
                                      runs_network)
 from speedfix.model.flow import comes_before
+from speedfix.model.frameworks import lightning_hook_without_grad
 from speedfix.model.forward import calls_model, with_statement
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import CallSite, LoopInfo
@@ -55,6 +56,10 @@ class EvalWithoutNoGrad(Rule):
     discriminator step whose output is only used `.detach()`ed. An output that is stored, returned,
     handed to unknown code or reaches a `backward()` is never reported (REINFORCE keeps each
     action's log-probability for its loss).
+
+    Lightning runs its validation, test and predict loops with autograd off, hooks included
+    (`validation_step`, `on_validation_epoch_end`, `on_test_batch_end` of a LightningModule or
+    Callback): code there is never reported.
 
     ## Why is this bad?
     `model.eval()` switches dropout and batch norm to inference behaviour; it does not turn
@@ -120,6 +125,17 @@ class EvalWithoutNoGrad(Rule):
     effect = "No autograd graph or saved activations in evaluation: fairchem's fell from up to 8 GB to 2 GB."
 
     VALID = [
+        Valid(  # a Lightning hook of the validation loop: Lightning runs it under inference mode
+            """
+            import lightning as L
+
+            class Classifier(L.LightningModule):
+                def on_validation_epoch_end(self):
+                    for split_name in self.val_loader_names:
+                        for batch in self.cached_loaders[split_name]:
+                            self.log("val/score", self.net(batch).mean())
+            """
+        ),
         Valid(  # after training, a notebook prints the shape of one batch's embeddings and stops
             """
             import torch
@@ -664,6 +680,8 @@ class EvalWithoutNoGrad(Rule):
             return False
         if called_without_grad(ctx, function):
             return True  # `with torch.no_grad(): validate(...)` in the training script, `validate` here
+        if lightning_hook_without_grad(ctx, stack):
+            return True  # Lightning runs `validation_step`, `on_test_epoch_end`... under inference mode
         if not callers:
             return False
         calls = self._calls_by_name.get(function.name.value, ())

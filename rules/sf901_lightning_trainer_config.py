@@ -45,7 +45,8 @@ class LightningTrainerConfig(Rule):
 
     - `precision` left at its default "32-true" (or set to 32): the whole step runs in fp32;
     - fp32 training in a script that never calls `torch.set_float32_matmul_precision`;
-    - `precision="16-mixed"`, which scales the loss where bf16 would not have to;
+    - `precision="16-mixed"`, which scales the loss where bf16 would not have to (also read
+      from a dict of settings: `precision=config.get("precision")`);
     - `profiler=` left on ("advanced", "pytorch" or a profiler object; "simple" at lower severity);
     - a convolutional network (`nn.Conv2d` layers, a torchvision/timm CNN, any
       segmentation_models_pytorch network) trained without `benchmark=True`, or with
@@ -69,7 +70,8 @@ class LightningTrainerConfig(Rule):
     `configs/` or `experiments/`), Lightning 1.x's `Trainer.from_argparse_args(args)` (CPU and
     fp32 unless `parser.set_defaults(...)`, the launch commands or the `lightning: trainer:`
     section of the YAML files they name say otherwise), and `Trainer(**config["trainer"])` with
-    a YAML file the script loads itself (`yaml.safe_load` of an argparse default). A value in a
+    a YAML file the script loads itself (`yaml.safe_load` of an argparse default) or with the
+    section hydra composes (`pl.Trainer(**cfg.trainer)`: `trainer/default.yaml`). A value in a
     YAML file or a launch command is reported on its line, with what to write there. For such a
     Trainer the conv net may be one its YAML names (`class_path: pkg.models.UNet`, read from the
     project's module without importing it); for any Trainer, the project class `trainer.fit(...)`
@@ -238,6 +240,18 @@ class LightningTrainerConfig(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the precision comes from a settings dict written earlier (a notebook cell)
+            """
+            import lightning as L
+            import torch
+
+            torch.set_float32_matmul_precision("high")
+            settings = {"epochs": 5, "precision": "16-mixed"}
+            trainer = L.Trainer(max_epochs=settings["epochs"], precision=settings.get("precision"))
+            trainer.fit(module, datamodule=dm)
+            """,
+            count=2,  # fp16 where bf16 fits, and compile
+        ),
         Invalid(
             """
             import lightning as L

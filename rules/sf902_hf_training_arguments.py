@@ -19,7 +19,7 @@ from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model import launch
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import supplies_optimizer
-from speedfix.model.flow import off_by_default, reached_by_launch
+from speedfix.model.flow import gates, off_by_default, reached_by_launch
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_CONFIGS
 from speedfix.model.hf_args import (TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, arguments_only, call_setting,
@@ -70,7 +70,9 @@ class HfTrainingArguments(Rule):
     - `gradient_checkpointing=True` (or `model.gradient_checkpointing_enable()` that runs by
       default or in one of the project's launch commands: `--gradient_checkpointing` on a path
       that command takes; the options of a dataclass an argument parser fills default to its
-      fields), which trades speed for memory, and `gradient_accumulation_steps` with a
+      fields; behind `if training_args.gradient_checkpointing:` of parsed `TrainingArguments`,
+      only when a run turns the flag on, by its option or the JSON/YAML file it names), which
+      trades speed for memory, and `gradient_accumulation_steps` with a
       micro-batch of 1 or 2 (information only: neither makes training faster).
 
     The same holds for the arguments `HfArgumentParser(...).parse_args_into_dataclasses()` or
@@ -322,6 +324,24 @@ class HfTrainingArguments(Rule):
             model = AutoModelForCausalLM.from_pretrained("gpt2")
             if args.gradient_checkpointing:
                 model.gradient_checkpointing_enable()
+            """
+        ),
+        Valid(  # an Accelerate loop that reads the flag of parsed TrainingArguments: off unless a run asks
+            """
+            import torch
+            from accelerate import Accelerator
+            from transformers import AutoModelForSeq2SeqLM, HfArgumentParser, Seq2SeqTrainingArguments
+            (train_args,) = HfArgumentParser((Seq2SeqTrainingArguments,)).parse_args_into_dataclasses()
+            accelerator = Accelerator(mixed_precision="bf16")
+            model = AutoModelForSeq2SeqLM.from_pretrained("t5-small")
+            if train_args.gradient_checkpointing:
+                model.gradient_checkpointing_enable()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=train_args.learning_rate, fused=True)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+                optimizer.zero_grad()
             """
         ),
         Invalid(  # a parser fills the project's subclass: its field default, and the defaults it keeps
@@ -636,8 +656,21 @@ class HfTrainingArguments(Rule):
             if reached is False or reached is None and off_by_default(ctx, site.statement, site.stack) is not None:
                 continue  # behind options that are off by default (`if args.gradient_checkpointing:`) and that
                 # no launch command of the project turns on
+            if self._flag_off_in_every_run(site):
+                continue
             self.report(site.node, _checkpointing_message("`gradient_checkpointing_enable()`"), severity=Severity.INFO,
                         no_fix_reason="keep it only if the batch does not fit without it")
+
+    def _flag_off_in_every_run(self, site: CallSite) -> bool:
+        """`if training_args.gradient_checkpointing: model.gradient_checkpointing_enable()` where
+        `training_args` is parsed `TrainingArguments` and every run leaves the flag off: its
+        launch command's option or JSON/YAML file says false, or it keeps the default (False)."""
+        keys = {test.attr.value for test, wanted in gates(self.ctx, site.statement)
+                if wanted and isinstance(test, cst.Attribute) and test.attr.value in _CHECKPOINTING}
+        return bool(keys) and any(
+            all(setting is not None and setting.value in (False, None)
+                for setting in (given or parsed.default(key) for given in parsed.per_launch(key) or [None]))
+            for parsed in parsed_arguments(self.ctx) for key in keys)
 
     def _check_accumulation(self, args: _Arguments) -> None:
         accumulation = args.setting("gradient_accumulation_steps")

@@ -24,7 +24,8 @@ class DeepSpeedNeedlessOffload(Rule):
       sizes, a checkpoint named `opt-125m` or `gpt2`): its weights, gradients and Adam state
       take at most 5.6 GB.
 
-    It reads the same configs as SF905: a dict in the script, a JSON file the script names, or
+    It reads the same configs as SF905: a dict in the script, a JSON file the script names (also
+    `"ds.json" if args.deepspeed else None`: the config of every run that uses DeepSpeed), or
     one the project's launch commands pass (`--deepspeed ds.json`); a JSON file's finding points
     at its `"device"` line. A file only some launch commands name (the full fine-tune's, beside
     the LoRA runs') is left alone: the script's default path says nothing about those runs.
@@ -118,6 +119,19 @@ class DeepSpeedNeedlessOffload(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the config is passed only when DeepSpeed is asked for: every DeepSpeed run offloads
+            """
+            import argparse
+            from peft import LoraConfig, get_peft_model
+            from transformers import TrainingArguments
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--use_deepspeed", action="store_true")
+            args = parser.parse_args()
+            model = get_peft_model(base, LoraConfig(r=16))
+            zero = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+            training_args = TrainingArguments(output_dir="out", deepspeed=zero if args.use_deepspeed else None)
+            """
+        ),
         Invalid(  # a LoRA run offloading the adapters' optimizer state
             """
             import deepspeed

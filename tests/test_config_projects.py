@@ -72,6 +72,20 @@ def test_hydra_trainer_precision_is_reported_on_the_yaml_line_and_follows_the_ca
     assert counted == ["train.py"] and "gpu.yaml" not in again.stdout
 
 
+def test_a_trainer_unpacking_the_composed_section_reads_the_yaml(write, run_cli, tmp_path):
+    # `Trainer(**cfg.trainer)`: the keys of the section hydra composes are the Trainer's arguments
+    write("train.py", "import hydra\nimport lightning as L\n\n\n@hydra.main(config_path='conf', config_name='train')\n"
+                      "def main(cfg):\n    run(cfg)\n\n\ndef run(cfg):\n    trainer = L.Trainer(logger=False, **cfg.trainer)\n"
+                      "    trainer.fit(build(cfg.model))\n")
+    write("conf/train.yaml", "defaults:\n  - trainer: single\n  - _self_\n")
+    trainer_yaml = write("conf/trainer/single.yaml", "accelerator: gpu\ndevices: 1\nmax_epochs: 50\n")
+    result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert "conf/trainer/single.yaml:1:1: SF901 The `Trainer` given `cfg.trainer` (conf/trainer/single.yaml) trains in " \
+           "fp32" in result.stdout
+    trainer_yaml.write_text("accelerator: cpu\ndevices: 1\n")
+    assert "single.yaml" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+
+
 def test_a_noqa_comment_in_the_yaml_suppresses_the_finding(write, run_cli, tmp_path):
     hydra_project(write).write_text(TRAINER_YAML.replace("# precision: 16", "# precision: 16  # noqa: SF901"))
     result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
@@ -174,6 +188,18 @@ def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_pa
     assert run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout == ""
 
 
+def test_zero_grad_of_an_optimizer_accelerate_hands_to_deepspeed_is_left_alone(write, run_cli, tmp_path):
+    write("train.py", "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
+                      "optimizer = torch.optim.AdamW(model.parameters())\n"
+                      "model, optimizer = accelerator.prepare(model, optimizer)\noptimizer.zero_grad()\n")
+    write("requirements.txt", "torch==1.13.1\n")
+    write("launch.sh", "accelerate launch --config_file configs/multi.yaml train.py\n")
+    config = write("configs/multi.yaml", "distributed_type: MULTI_GPU\nmixed_precision: bf16\n")
+    assert "train.py:6:1: SF402" in run_cli("scan", ".", "--select", "SF402", "--no-summary", cwd=tmp_path).stdout
+    config.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nmixed_precision: bf16\n")
+    assert run_cli("scan", ".", "--select", "SF402", "--no-summary", cwd=tmp_path).stdout == ""
+
+
 CHECKPOINTED = """\
 from dataclasses import dataclass, field
 
@@ -211,6 +237,22 @@ def test_gradient_checkpointing_only_where_a_launch_command_reaches_it(write, ru
     write("scripts/full.sh", "accelerate launch finetune.py --gradient_checkpointing\n")
     result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
     assert result.stdout.startswith("finetune.py:17:9: SF902 `gradient_checkpointing_enable()` saves memory")
+
+
+def test_gradient_checkpointing_of_parsed_training_arguments_follows_the_json_each_run_names(write, run_cli, tmp_path):
+    """`train.py run.json` (read by `HfArgumentParser.parse_json_file`): the flag of each run."""
+    write("train.py", "import sys\nimport torch\nfrom transformers import AutoModel, HfArgumentParser, TrainingArguments\n"
+                      "parser = HfArgumentParser((TrainingArguments,))\n"
+                      "(args,) = parser.parse_json_file(sys.argv[1]) if sys.argv[1:] else parser.parse_args_into_dataclasses()\n"
+                      "model = AutoModel.from_pretrained('bert-base-uncased')\n"
+                      "if args.gradient_checkpointing:\n    model.gradient_checkpointing_enable()\n"
+                      "for batch in loader:\n    accelerator.backward(model(**batch).loss)\n")
+    write("README.md", "```\naccelerate launch train.py configs/small.json\n```\n")
+    config = write("configs/small.json", '{"output_dir": "out", "gradient_checkpointing": false}')
+    assert "gradient_checkpointing_enable" not in run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path).stdout
+    config.write_text('{"output_dir": "out", "gradient_checkpointing": true}')
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "train.py:8:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
 
 
 CPU_DEFAULT = """\

@@ -1131,3 +1131,34 @@ def test_a_loader_made_by_one_of_several_factories_of_another_file(run_cli, tmp_
     result = run_cli("scan", "train.py", "data.py", "--select", "SF103", "--no-summary", cwd=tmp_path)
     assert findings(result.stdout) == {("data.py", 5, "SF103"), ("data.py", 9, "SF103")}
     assert "starts its `num_workers` worker processes" in result.stdout  # the callers could pass another count
+
+
+def test_a_dataloader_subclass_of_another_file_is_read_like_a_dataloader(run_cli, write, tmp_path):
+    """`class WaveLoader(DataLoader)` forwarding `*args, **kwargs`: its calls take DataLoader's keywords."""
+    write("loading.py", """\
+        from torch.utils.data import DataLoader
+
+        class WaveLoader(DataLoader):
+            def __init__(self, *args, **kwargs):
+                super(WaveLoader, self).__init__(*args, **kwargs)
+                self.collate_fn = pad
+
+        class BucketLoader(DataLoader):
+            def __init__(self, dataset, workers):
+                super().__init__(dataset, num_workers=workers)
+        """)
+    write("train.py", """\
+        import torch
+        from loading import BucketLoader, WaveLoader
+
+        model = Net().cuda()
+        waves = WaveLoader(clips, batch_size=8, num_workers=4)
+        buckets = BucketLoader(clips, 4)
+        for epoch in range(10):
+            for x, y in waves:
+                model(x.cuda()).sum().backward()
+            for x, y in buckets:
+                model(x.cuda()).sum().backward()
+        """)
+    result = run_cli("scan", "train.py", "loading.py", "--select", "SF102,SF103", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("train.py", 5, "SF102"), ("train.py", 5, "SF103")}

@@ -324,12 +324,37 @@ def _default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.Ba
     """What an option or setting holds by default: an argparse default, a settings class's
     declared default, the field of a dataclass a parser fills (`def main(args: Config)`), or the
     value the project's run configs give a config's attribute chain."""
-    found = argparse_default(ctx, node) or declared_default(ctx, node, stack) or annotated_field_default(ctx, node, stack)
+    found = argparse_default(ctx, node) or declared_default(ctx, node, stack) or annotated_field_default(ctx, node, stack) \
+        or dict_item(ctx, node, stack)
     if found is None and isinstance(node, cst.Attribute):
         configured = configured_value(ctx, node)
         if configured is not None and isinstance(configured.value, (bool, int, float, str)):
             found = cst.parse_expression(repr(configured.value))
     return found
+
+
+def dict_item(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """`config["precision"]` or `config.get("precision", "32")` where `config` holds a dict
+    literal of the file (`config = {"precision": "16-mixed", ...}`, no later change of that
+    key): the value written there, else the default `.get` is given."""
+    key: cst.BaseExpression | None = None
+    fallback: cst.BaseExpression | None = None
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        holder, key = node.value, node.slice[0].slice.value
+    elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "get" \
+            and 1 <= len(node.args) <= 2 and not any(arg.keyword or arg.star for arg in node.args):
+        holder, key = node.func.value, node.args[0].value
+        fallback = node.args[1].value if len(node.args) == 2 else cst.Name("None")
+    else:
+        return None
+    name = dotted_name(holder)
+    if not isinstance(key, cst.SimpleString) or not isinstance(key.evaluated_value, str) or name is None \
+            or not isinstance(ctx.single_value(name, stack), cst.Dict):
+        return None
+    found = kwargs_value(ctx, holder, key.evaluated_value, stack)
+    if found.missing:
+        return fallback
+    return None if found.unknown else found.node
 
 
 def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:

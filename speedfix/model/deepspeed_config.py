@@ -5,7 +5,9 @@ path of a JSON file (`config="ds_config.json"`, `TrainingArguments(deepspeed="ds
 `HfDeepSpeedConfig("ds.json")`, an argparse `--deepspeed_config` default), as a dict the script
 loads from JSON (`ds_config = json.load(open(args.ds_file))`: the file each launch command
 names, else the option's default), or on the command line of the project's launch scripts
-(`deepspeed train.py --deepspeed ds_config.json`, in every command that runs the script). A dict written in the file is read from its syntax tree (a value
+(`deepspeed train.py --deepspeed ds_config.json`, in every command that runs the script), also as
+one branch of a conditional (`"ds.json" if args.deepspeed else None`: the config of every run
+that uses DeepSpeed). A dict written in the file is read from its syntax tree (a value
 such as `args.dtype == "fp16"` is worked out from the argparse default); a JSON file through
 ``ProjectFiles``: inside the project only, never bigger than its cap, and part of what the scan
 cache checks. Each value of a JSON file keeps its line, so a finding points at it.
@@ -110,6 +112,8 @@ def named_configs(ctx: FileContext) -> list[DeepSpeedConfig]:
 
 
 def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[DeepSpeedConfig]:
+    if isinstance(node, cst.IfExp):  # `deepspeed="ds.json" if args.deepspeed else None`
+        return _either(ctx, node, site)
     stack = site.stack
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, site.stack)
@@ -130,6 +134,16 @@ def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[De
             config = _from_file(ctx, node, name)
             return [config] if config is not None else []
     return []
+
+
+def _either(ctx: FileContext, node: cst.IfExp, site: CallSite) -> list[DeepSpeedConfig]:
+    """The configs of a conditional: a run with DeepSpeed reads the one config there is
+    (`"ds.json" if args.deepspeed else None`: the other branch runs without DeepSpeed); when
+    both branches name configs, each is only some runs' config."""
+    branches = [branch for branch in (node.body, node.orelse)
+                if not (isinstance(branch, cst.Name) and branch.value == "None")]
+    found = [config for branch in branches for config in _read(ctx, branch, site)]
+    return [replace(config, some_runs=True) for config in found] if len(branches) > 1 else found
 
 
 def _loaded(ctx: FileContext, call: cst.Call, stack: Stack) -> list[DeepSpeedConfig]:

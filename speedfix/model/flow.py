@@ -53,9 +53,14 @@ def reached_by_launch(ctx: FileContext, statement: cst.BaseStatement | None, sta
     commands = launch.launches(ctx)
     if not commands:
         return None
-    gates = list(_gates(ctx, statement))
-    return any(all(_launch_truth(ctx, test, stack, _options(command)) is not (not wanted) for test, wanted in gates)
+    tests = gates(ctx, statement)
+    return any(all(_launch_truth(ctx, test, stack, _options(command)) is not (not wanted) for test, wanted in tests)
                for command in commands)
+
+
+def gates(ctx: FileContext, statement: cst.BaseStatement | None) -> list[tuple[cst.BaseExpression, bool]]:
+    """The tests of the `if`s on the way to ``statement``, each with the truth it needs to be run."""
+    return list(_gates(ctx, statement))
 
 
 def _gates(ctx: FileContext, statement: cst.BaseStatement | None) -> Iterator[tuple[cst.BaseExpression, bool]]:

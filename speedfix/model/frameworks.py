@@ -16,7 +16,7 @@ from speedfix.model.arguments import find_argument, literal_bool, literal_int, s
 from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import LIGHTNING_DATAMODULE, LIGHTNING_MODULE, FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned
-from speedfix.model.frames import class_of_method
+from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import CallSite
 from speedfix.syntax.names import dotted_name
 
@@ -133,17 +133,63 @@ def in_lightning_method(ctx: FileContext, site: CallSite) -> bool:
     return owner is not None and is_lightning_class(ctx, owner.name.value)
 
 
+# Lightning runs its validation, test and predict loops, hooks included, under
+# `torch.inference_mode()` (or `no_grad`): `validation_step`, `on_validation_epoch_end`, `test_step`...
+_NO_GRAD_HOOK_STAGES = ("validation", "test", "predict")
+
+
+def lightning_hook_without_grad(ctx: FileContext, stack: Stack) -> bool:
+    """Is code at ``stack`` in a validation/test/predict hook of a LightningModule or Callback of
+    this file (`validation_step`, `on_validation_epoch_end`, `on_test_batch_end`, ...)? Lightning
+    runs those with autograd off."""
+    function = ctx.function_of(stack)
+    owner = class_of_method(stack)
+    if not isinstance(function, cst.FunctionDef) or owner is None:
+        return False
+    words = function.name.value.removeprefix("on_").split("_")
+    if words[0] not in _NO_GRAD_HOOK_STAGES or len(words) < 2 or words[1] not in ("step", "batch", "epoch"):
+        return False
+    return is_lightning_class(ctx, owner.name.value) or ctx.is_subclass_of(owner.name.value, *LIGHTNING_CALLBACK)
+
+
 _LOADER_HOOKS = ("train_dataloader", "val_dataloader")  # iterated every epoch (validation runs per epoch)
+_ONE_PASS_HOOKS = ("test_dataloader", "predict_dataloader")  # iterated by `trainer.test()`/`.predict()` only
+
+
+def lightning_one_pass_loader(ctx: FileContext, site: CallSite) -> bool:
+    """Is the DataLoader made at ``site`` what a LightningModule/DataModule's `test_dataloader` or
+    `predict_dataloader` hook returns (a method of that name, or one the class assigns to it:
+    `self.test_dataloader = partial(self._test_dataloader, shuffle=False)`)? Lightning iterates
+    it only in `trainer.test()`/`trainer.predict()`: one pass, never in training."""
+    hooked = _loader_hooks(ctx, site)
+    return bool(hooked) and hooked <= set(_ONE_PASS_HOOKS)
+
+
+def _loader_hooks(ctx: FileContext, site: CallSite) -> set[str]:
+    """The DataLoader hooks of a LightningModule/DataModule whose loader is the one made at
+    ``site``: the method returning it is the hook, or the class assigns it to the hook
+    (`self.train_dataloader = self._train_dataloader`)."""
+    function = ctx.function_of(site.stack)
+    if not isinstance(function, cst.FunctionDef) or not in_lightning_method(ctx, site) or not is_returned(function, site):
+        return set()
+    name = function.name.value
+    return {hook for hook in (*_LOADER_HOOKS, *_ONE_PASS_HOOKS)
+            if name == hook or any(_names_method(a.value, name) for a in ctx.assignments.get(f"self.{hook}", ()))}
+
+
+def _names_method(value: cst.BaseExpression | None, name: str) -> bool:
+    """`self.<name>`, or `partial(self.<name>, ...)`."""
+    if isinstance(value, cst.Call) and (dotted_name(value.func) or "").endswith("partial") and value.args:
+        value = value.args[0].value
+    return dotted_name(value) == f"self.{name}" if value is not None else False
 
 
 def lightning_iterates_per_epoch(ctx: FileContext, site: CallSite) -> bool:
     """Does Lightning iterate the DataLoader made at ``site`` once per epoch, for several epochs?
     It does for a loader returned by a LightningModule/DataModule's `train_dataloader` or
-    `val_dataloader`, and for one handed to `trainer.fit(...)`, unless every Trainer of the file
-    stops after one epoch (`max_epochs=1`; Lightning's default is 1000 epochs)."""
-    function = ctx.function_of(site.stack)
-    hooked = isinstance(function, cst.FunctionDef) and function.name.value in _LOADER_HOOKS \
-        and in_lightning_method(ctx, site) and is_returned(function, site)
+    `val_dataloader` (also a method the class assigns to them), and for one handed to
+    `trainer.fit(...)`, unless every Trainer of the file stops after one epoch (`max_epochs=1`; Lightning's default is 1000 epochs)."""
+    hooked = bool(_loader_hooks(ctx, site) & set(_LOADER_HOOKS))
     loader = assigned_name(site)
     fitted = loader is not None and any(
         dotted_name(arg.value) == loader for fit in ctx.method_calls("fit") for arg in fit.node.args[1:])
@@ -218,19 +264,42 @@ def launched_mixed_precision(ctx: FileContext) -> list[str | None]:
     `--config_file` it names, or the script's own `--mixed_precision` option; None for a
     command that sets none, "?" where it cannot be known (a shell variable, an unreadable file)."""
     found: list[str | None] = []
-    project = ctx.project
     for command in launch.launches(ctx):
         value = command.launcher_options.get("mixed_precision", command.options.get("mixed_precision"))
-        config = command.launcher_options.get("config_file")
-        if value is None and isinstance(config, str) and project is not None:
-            path = project.find(config, (command.file.parent, project.top(), project.folder))
-            try:
-                tree = load(project, path) if path is not None else None
-            except ConfigError:
-                tree = None
-            node = tree.get("mixed_precision") if tree is not None else None
-            value = node.value if node is not None else ("?" if tree is None else None)
-        elif value is None and config is not None:
-            value = "?"
+        if value is None:
+            value = _config_file_value(ctx, command, "mixed_precision")
         found.append(value if isinstance(value, str) or value is None else "?")
     return found
+
+
+def _config_file_value(ctx: FileContext, command: launch.Launch, key: str) -> object:
+    """``key`` of the Accelerate config file a launch command names (`--config_file
+    deepspeed.yaml`): its value, None when the file leaves it out or no file is named, "?"
+    when the file cannot be read."""
+    config = command.launcher_options.get("config_file")
+    project = ctx.project
+    if config is None:
+        return None
+    if not isinstance(config, str) or project is None:
+        return "?"
+    path = project.find(config, (command.file.parent, project.top(), project.folder))
+    try:
+        tree = load(project, path) if path is not None else None
+    except ConfigError:
+        tree = None
+    node = tree.get(key) if tree is not None else None
+    return node.value if node is not None else ("?" if tree is None else None)
+
+
+def accelerate_runs_deepspeed(ctx: FileContext) -> bool:
+    """Does the file's `Accelerator` run DeepSpeed: given a `deepspeed_plugin=`, or launched by
+    commands that all say so (`accelerate launch --use_deepspeed`, or a `--config_file` whose
+    `distributed_type` is DEEPSPEED)? DeepSpeed's engine then owns the gradients: the prepared
+    optimizer's `zero_grad()` does nothing, `accelerator.backward` clears them."""
+    if any(not find_argument(ctx, site, "deepspeed_plugin").missing for site in ctx.calls_to(*ACCELERATOR)):
+        return True
+    commands = launch.launches(ctx)
+    return bool(commands) and all(
+        command.launcher_options.get("use_deepspeed") is True
+        or str(_config_file_value(ctx, command, "distributed_type")).upper() == "DEEPSPEED"
+        for command in commands)

@@ -102,6 +102,11 @@ class ParsedArguments:
             return Setting(UNKNOWN, Source.LAUNCH, given.where)
         if given.known:
             return Setting(_parsed(given.value), Source.LAUNCH, given.where)
+        return self.default(key)
+
+    def default(self, key: str) -> Setting:
+        """``key`` as a run that leaves it out gets it: the project's field default, TRL's, or
+        the class's own (``Source.DEFAULT``, value None)."""
         if key in self.fields:
             value = _literal(self.fields[key])
             return Setting(value, Source.FIELD, node=self.fields[key])
@@ -282,6 +287,9 @@ def _parsed(value: object) -> Any:
     return UNKNOWN
 
 
+_RECIPE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
 def _recipes(ctx: FileContext) -> tuple[dict[str, tuple[Any, Location]] | None, ...]:
     """Per launch command, the values of the recipe YAML it names with `--config` (TRL's parser
     reads it): empty for a command that names none, None for one whose file cannot be read."""
@@ -289,11 +297,12 @@ def _recipes(ctx: FileContext) -> tuple[dict[str, tuple[Any, Location]] | None, 
 
 
 def _recipe(ctx: FileContext, command: launch.Launch) -> dict[str, tuple[Any, Location]] | None:
-    """The recipe of one command: `--config recipe.yaml`, or the YAML file given as the script's
-    first argument (`sft.py recipes/config_qlora.yaml`); `config_{a,b}.yaml` names both files,
-    and a value is known where they say the same."""
+    """The recipe of one command: `--config recipe.yaml`, or the YAML or JSON file given as the
+    script's first argument (`sft.py recipes/config_qlora.yaml`; `train.py run.json`, which
+    `HfArgumentParser.parse_json_file` reads); `config_{a,b}.yaml` names both files, and a value
+    is known where they say the same."""
     given = command.options.get("config")
-    if given is None and command.positional and command.positional[0].lower().endswith((".yaml", ".yml")):
+    if given is None and command.positional and command.positional[0].lower().endswith(_RECIPE_SUFFIXES):
         given = command.positional[0]
     if given is None or ctx.project is None:
         return {}
@@ -314,7 +323,7 @@ def _recipe_file(ctx: FileContext, command: launch.Launch, name: str) -> dict[st
     project = ctx.project
     assert project is not None
     path = project.find(name, (command.file.parent, project.top(), project.folder))
-    if path is None or path.suffix.lower() not in (".yaml", ".yml"):
+    if path is None or not path.suffix.lower().endswith(_RECIPE_SUFFIXES):
         return None
     tree = load_mapping(project, path)
     if tree is None:

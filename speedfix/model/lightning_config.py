@@ -3,6 +3,8 @@
 - hydra: `hydra.utils.instantiate(cfg.trainer, ...)` where the composed config's `trainer`
   has `_target_: lightning.pytorch.Trainer` (``speedfix.model.hydra_config``). The composed
   default is one Trainer; each other option of the `trainer` group (`trainer=gpu`) another.
+- a section unpacked into the call: `Trainer(**config["trainer"])` of a YAML file the script
+  loads, or `pl.Trainer(**cfg.trainer)` of the config hydra composes (its default only).
 - LightningCLI: `LightningCLI(Model, DataModule, trainer_defaults={...})`, with what every
   launch command adds (`--trainer.precision bf16-mixed`, or a `--config config.yaml` whose
   `trainer:` section sets it).
@@ -337,7 +339,7 @@ def _loaded(ctx: FileContext) -> list[ConfiguredTrainer]:
     found = []
     for site in ctx.calls_to(*LIGHTNING_TRAINER):
         sections = [(arg, node) for arg in site.node.args if arg.star == "**"
-                    and (node := loaded_node(ctx, arg.value, site.stack)) is not None and isinstance(node.value, dict)]
+                    and (node := _section_node(ctx, arg.value, site)) is not None and isinstance(node.value, dict)]
         if not sections:
             continue
         arg, section = sections[0]
@@ -352,6 +354,19 @@ def _loaded(ctx: FileContext) -> list[ConfiguredTrainer]:
             trainer.commented["precision"] = hint
         found.append(trainer)
     return found
+
+
+def _section_node(ctx: FileContext, expr: cst.BaseExpression, site: CallSite) -> Node | None:
+    """The section a `**expr` unpacks: of a YAML file the script loads, or of the config hydra
+    composes for its main (`pl.Trainer(**config.trainer)`: `trainer/default.yaml`)."""
+    node = loaded_node(ctx, expr, site.stack)
+    if node is not None:
+        return node
+    resolved = config_of(ctx, expr)
+    if resolved is None or not resolved[1] or resolved[0].composed is None:
+        return None
+    main, keys = resolved
+    return main.composed.tree.get(*keys)
 
 
 def _call_arguments(ctx: FileContext, trainer: ConfiguredTrainer, args: Sequence[cst.Arg], site: CallSite) -> None:

@@ -31,6 +31,7 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, comes_before, is_returned
 from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.frameworks import lightning_one_pass_loader
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
 from speedfix.model.patterns import dataset_argument, is_cpu_device, is_dtype, unwrap_iterable
@@ -629,7 +630,10 @@ def evaluation_only(ctx: FileContext, site: CallSite) -> bool:
     trains: in training loops of its own, or on batches from a loader a framework builds
     (`deepspeed.initialize(..., training_data=trainset)`). An evaluation after training, where
     workers and pinned memory would start up for a single pass (a script that only evaluates is
-    not one: its loader is its whole workload)."""
+    not one: its loader is its whole workload). Also a Lightning `test_dataloader` or
+    `predict_dataloader` hook's loader (``lightning_one_pass_loader``)."""
+    if lightning_one_pass_loader(ctx, site):
+        return True
     if not ctx.step_loops and not any(not find_argument(ctx, init, keyword).missing
                                       for qualified, keyword in _FRAMEWORK_LOADERS.items()
                                       for init in ctx.calls_to(qualified)):

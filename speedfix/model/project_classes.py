@@ -23,6 +23,7 @@ _LAYOUTS = ("", "src")  # `pkg/` at the project's top, or the src layout `src/pk
 class ProjectClass:
     bases: tuple[str, ...]  # qualified through the defining file's imports (`trl.SFTConfig`)
     fields: tuple[str, ...]  # names the class body gives a value (`chat_template: str = None`)
+    forwards_init: bool = True  # no `__init__`, or one that hands `*args, **kwargs` to the base unchanged
 
 
 def project_class(project: ProjectFiles, qualified: str) -> ProjectClass | None:
@@ -90,7 +91,8 @@ def _find(project: ProjectFiles, path: Path, name: str, *, follow: bool) -> Proj
     imports: dict[str, str] = {}
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef) and statement.name == name:
-            return ProjectClass(tuple(_qualified(base, imports) for base in statement.bases), _fields(statement))
+            return ProjectClass(tuple(_qualified(base, imports) for base in statement.bases), _fields(statement),
+                                forwards_init(statement))
         if isinstance(statement, ast.Import):
             for alias in statement.names:
                 imports[alias.asname or alias.name.split(".", 1)[0]] = alias.name if alias.asname else alias.name.split(".", 1)[0]
@@ -102,6 +104,30 @@ def _find(project: ProjectFiles, path: Path, name: str, *, follow: bool) -> Proj
                     found = _module_file(project, path.parent, statement.module.split("."))  # `from .configs import X`
                     return _find(project, found, name, follow=False) if found is not None else None
     return None
+
+
+def forwards_init(node: ast.ClassDef) -> bool:
+    """Does the class take its base's constructor arguments unchanged: no `__init__`, or
+    `def __init__(self, *args, **kwargs)` that calls `super().__init__(*args, **kwargs)`?"""
+    init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+    if init is None:
+        return True
+    params = init.args
+    if params.vararg is None or params.kwarg is None or len(params.args) != 1 or params.kwonlyargs:
+        return False
+    return any(_forwards(call, params.vararg.arg, params.kwarg.arg) for call in ast.walk(init))
+
+
+def _forwards(node: ast.AST, star: str, double: str) -> bool:
+    """`super().__init__(*args, **kwargs)` with the names of `__init__`'s own `*`/`**` parameters."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__"
+            and isinstance(node.func.value, ast.Call) and isinstance(node.func.value.func, ast.Name)
+            and node.func.value.func.id == "super"):
+        return False
+    args, keywords = node.args, node.keywords
+    return len(args) == 1 and isinstance(args[0], ast.Starred) and isinstance(args[0].value, ast.Name) \
+        and args[0].value.id == star and len(keywords) == 1 and keywords[0].arg is None \
+        and isinstance(keywords[0].value, ast.Name) and keywords[0].value.id == double
 
 
 def _parse(project: ProjectFiles, path: Path) -> ast.Module | None:
