@@ -281,10 +281,31 @@ def test_kwargs_forwarded_by_every_caller_are_known_only_when_they_agree(tmp_pat
                              "    return make(a, **kw)\n",
         tmp_path / "two.py": "from data import make\n\ndef g(a):\n    return " + second + "\n",
     }
+    assert _linked(tmp_path, files)[tmp_path / "data.py"].kwargs == expected
+
+
+def _linked(tmp_path, files):
+    """The links of ``files`` (path -> code), written below ``tmp_path``."""
     for path, code in files.items():
         path.write_text(code)
-    facts = {path: extract_facts(code) for path, code in files.items()}
-    assert link(facts, [tmp_path])[tmp_path / "data.py"].kwargs == expected
+    return link({path: extract_facts(code) for path, code in files.items()}, [tmp_path])
+
+
+@pytest.mark.parametrize("second, expected", [
+    ("make(b, workers=8)", (("make", "a", ""), ("make", "workers", "8"),)),  # every caller passes 8
+    ("make(b, 8)", (("make", "a", ""), ("make", "workers", "8"),)),  # by position: the same parameter
+    ("make(b, workers=4)", (("make", "a", ""), ("make", "workers", ""),)),  # the callers differ
+    ("make(b)", (("make", "a", ""), ("make", "workers", ""),)),  # one call keeps the default
+    ("make(*rest)", (("make", "*", ""),)),  # arguments that cannot be read
+])
+def test_arguments_other_files_pass_are_known_only_when_every_call_agrees(tmp_path, second, expected):
+    files = {
+        tmp_path / "data.py": "def make(a, workers=2):\n    return DataLoader(a, num_workers=workers)\n",
+        tmp_path / "one.py": "from data import make\n\ndef f(args):\n    return make(args.root, workers=args.workers)\n\n"
+                             "def options(parser):\n    parser.add_argument('--workers', type=int, default=8)\n",
+        tmp_path / "two.py": "from data import make\n\ndef g(b):\n    return " + second + "\n",
+    }
+    assert _linked(tmp_path, files)[tmp_path / "data.py"].arguments == expected
 
 
 # ------------------------------------------------------------------ loops as people write them
@@ -753,6 +774,55 @@ def test_a_loader_from_a_config_object_handed_to_another_files_epoch_loop(run_cl
     found = [(f["path"], f["line"], f["code"], f["message"], f["fix"] is not None) for f in json.loads(result.stdout)]
     assert found == [("data/loaders.py", 4, "SF103", "`DataLoader` starts its 16 worker processes again every epoch",
                       not reshuffle)]
+
+
+def test_a_factorys_worker_count_is_what_its_callers_pass(run_cli, tmp_path, write):
+    """A loader factory's `num_workers=2` default is not the run's count when the script that
+    calls it passes `--num_workers` (default 8): no SF101 "only 2 workers". The loaders go to a
+    class whose `train()` iterates them in an epoch loop: SF103 for the 8 workers restarted."""
+    write("loaders.py", """\
+        from torch.utils.data import DataLoader
+
+        def build_loader(root, batch_size, num_workers=2):
+            loader = DataLoader(FolderSet(root), batch_size=batch_size, shuffle=True, num_workers=num_workers,
+                                pin_memory=True)
+            return loader
+        """)
+    write("trainer.py", """\
+        import torch
+
+        class Trainer:
+            def __init__(self, config, train_loader):
+                self.train_loader = train_loader
+                self.model = Net().cuda()
+                self.opt = torch.optim.Adam(self.model.parameters(), fused=True)
+
+            def train(self):
+                for epoch in range(100):
+                    for x, y in self.train_loader:
+                        loss = self.model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                        loss.backward()
+                        self.opt.step()
+        """)
+    write("main.py", """\
+        import argparse
+        from loaders import build_loader
+        from trainer import Trainer
+
+        def main(config):
+            loader = build_loader(config.train_path, config.batch_size, num_workers=config.num_workers)
+            Trainer(config, loader).train()
+
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--train_path", default="data/train")
+            parser.add_argument("--batch_size", type=int, default=1)
+            parser.add_argument("--num_workers", type=int, default=8)
+            main(parser.parse_args())
+        """)
+    result = run_cli("scan", ".", "--select", "SF101,SF103", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["line"], f["code"], f["message"]) for f in json.loads(result.stdout)]
+    assert found == [("loaders.py", 4, "SF103", "`DataLoader` starts its `num_workers` worker processes again every epoch")]
 
 
 def test_loader_options_forwarded_through_kwargs_to_another_files_factory(run_cli, tmp_path, write):

@@ -72,6 +72,10 @@ class ModuleFacts:
     # when it is not a constant or an argparse default); key "*": a `**` whose keys are unknown, key
     # "#": the keys one call passes, comma-separated
     kwargs_given: tuple[tuple[str, str, str], ...] = ()
+    # the arguments of its calls of imported functions (`get_loader(path, num_workers=args.workers)`):
+    # (callee, slot: a keyword or a position as digits, the value's repr or "" as in ``kwargs_given``);
+    # slot "#": the slots one call passes, comma-separated; slot "*": a call with `*args`/`**kwargs`
+    arguments_given: tuple[tuple[str, str, str], ...] = ()
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
     # imported classes it builds: (qualified name, `.from_argparse_args` or "", keywords passed,
@@ -101,6 +105,7 @@ class ModuleFacts:
             loader_calls=tuple((str(q), bool(e), bool(u)) for q, e, u in record["loader_calls"]),
             loader_hands=tuple((str(m), str(c), str(p)) for m, c, p in record["loader_hands"]),
             kwargs_given=tuple((str(c), str(k), str(v)) for c, k, v in record["kwargs_given"]),
+            arguments_given=tuple((str(c), str(k), str(v)) for c, k, v in record["arguments_given"]),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
             constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
@@ -213,6 +218,7 @@ class _Collector(ast.NodeVisitor):
         self.module_aliases: dict[str, str] = {}  # module-level `v = tqdm(loader)` -> v: loader
         self.hands: list[tuple[str, str, str]] = []  # (maker, callee, slot) as written: see ModuleFacts.loader_hands
         self.kwargs: list[tuple[str, str, str]] = []  # (callee as written, key, value): see ModuleFacts.kwargs_given
+        self.arguments: list[tuple[str, str, str]] = []  # (callee as written, slot, value): ModuleFacts.arguments_given
         self.defaults: dict[str, str] = {}  # argparse destination -> repr of its constant default
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
         self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
@@ -433,6 +439,18 @@ class _Collector(ast.NodeVisitor):
             for key, value in zip(keys, literal.values):
                 self.kwargs.append((func, key, self._constant(value)))
 
+    def _arguments(self, func: str, node: ast.Call) -> None:
+        """The arguments of a call of an imported name (see ModuleFacts.arguments_given)."""
+        if self.resolve(func) is None:
+            return
+        if any(isinstance(arg, ast.Starred) for arg in node.args) or any(k.arg is None for k in node.keywords):
+            self.arguments.append((func, "*", ""))
+            return
+        values = [*node.args, *(keyword.value for keyword in node.keywords)]
+        slots = [str(index) for index in range(len(node.args))] + [str(keyword.arg) for keyword in node.keywords]
+        self.arguments.append((func, "#", ",".join(slots)))
+        self.arguments.extend((func, slot, self._constant(value)) for slot, value in zip(slots, values))
+
     def _argparse_default(self, node: ast.Call) -> None:
         options = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
         default = next((k.value for k in node.keywords if k.arg == "default"), None)
@@ -442,10 +460,11 @@ class _Collector(ast.NodeVisitor):
 
     @staticmethod
     def _constant(value: ast.expr) -> str:
-        """The repr of a constant, `@workers` for an option `args.workers` (its argparse default
-        is looked up once the whole file is read), "" otherwise."""
+        """The repr of a constant (a short one), `@workers` for an option `args.workers` (its
+        argparse default is looked up once the whole file is read), "" otherwise."""
         if isinstance(value, ast.Constant):
-            return repr(value.value)
+            shown = repr(value.value)
+            return shown if len(shown) <= 40 else ""
         if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
             return f"@{value.attr}"
         return ""
@@ -546,6 +565,7 @@ class _Collector(ast.NodeVisitor):
         if func is not None:
             self._hands(func, node)
             self._kwargs(func, node)
+            self._arguments(func, node)
             self._passes(func, node)
         owner = self._layer_owner()
         if owner is not None and (layer_kind(self.resolve(func)) == "matmul" or (
@@ -646,15 +666,21 @@ class _Collector(ast.NodeVisitor):
             hot_calls=tuple(hot),
             loader_calls=self._loader_calls(),
             loader_hands=self._loader_hands(),
-            kwargs_given=tuple(sorted({
-                (target, key, self.defaults.get(value[1:], "") if value.startswith("@") else value)
-                for func, key, value in self.kwargs if (target := self.resolve(func)) and target.split(".", 1)[0] not in _EXTERNAL
-            })),
+            kwargs_given=self._resolved(self.kwargs),
+            arguments_given=self._resolved(self.arguments),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
         )
+
+    def _resolved(self, given: list[tuple[str, str, str]]) -> tuple[tuple[str, str, str], ...]:
+        """(callee, key, value) with the callee's qualified name (project modules only) and an
+        option's argparse default for its `@name`."""
+        return tuple(sorted({
+            (target, key, self.defaults.get(value[1:], "") if value.startswith("@") else value)
+            for func, key, value in given if (target := self.resolve(func)) and target.split(".", 1)[0] not in _EXTERNAL
+        }))
 
     def _passed_on(self, functions: dict[str, FunctionFacts]) -> None:
         """`def train(self, epoch): self.iteration(epoch, self.train_data)` where `iteration`'s
@@ -738,11 +764,14 @@ class _Collector(ast.NodeVisitor):
                         if attr.startswith("self.") and attr[5:] in stored]
             looped = [stored[attr[5:]] for _, facts in methods for attr in facts.loops_over
                       if attr.startswith("self.") and attr[5:] in stored]
+            epochs = [stored[attr[5:]] for _, facts in methods for attr in facts.epochs
+                      if attr.startswith("self.") and attr[5:] in stored]
             result[owner] = FunctionFacts(
                 params=params,
                 steps=any(facts.steps for _, facts in methods),  # an agent whose `train()` takes one step
                 trains=any(facts.trains for _, facts in methods),
                 iterated=tuple(dict.fromkeys(iterated)),
+                epochs=tuple(dict.fromkeys(epochs)),  # `Solver(loader).train()` with an epoch loop around it
                 loops_over=tuple(dict.fromkeys(looped)),
                 uploads=any(facts.uploads for _, facts in methods),
                 cuda=any(facts.cuda for _, facts in methods) or owner in self.cuda_classes,

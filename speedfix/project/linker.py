@@ -63,6 +63,10 @@ class Links:
     # key, the value's repr, "" when it is unknown or the callers differ); only functions whose
     # every such call passes a dict literal
     kwargs: tuple[tuple[str, str, str], ...] = ()
+    # what other files pass to the parameters of its module-level functions (`get_loader(...,
+    # num_workers=args.workers)`): (function, parameter, the value's repr, "" when it is unknown,
+    # the calls differ or one of them leaves the default); parameter "*": a call passes `*args`/`**kwargs`
+    arguments: tuple[tuple[str, str, str], ...] = ()
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -92,6 +96,7 @@ class Links:
             "constructed": [list(map(str, (name, method, ",".join(keywords), count, star)))
                             for name, method, keywords, count, star in self.constructed],
             "kwargs": [list(given) for given in self.kwargs],
+            "arguments": [list(given) for given in self.arguments],
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -253,6 +258,7 @@ def link(
     feeds = _loader_factories(facts, prefixes)
     constructed = _constructions(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
+    arguments = _arguments_given(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     links: dict[Path, Links] = {}
     for path, module in facts.items():
@@ -270,6 +276,7 @@ def link(
             missing=tuple(missing[path]),
             constructed=tuple(sorted(constructed.get(path, ()))),
             kwargs=kwargs.get(path, ()),
+            arguments=arguments.get(path, ()),
         )
     return links
 
@@ -475,6 +482,36 @@ def _kwargs_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
             continue  # a call whose keys are unknown, or calls that pass different keys
         found.setdefault(target, []).extend(
             (function, key, values.pop() if len(values) == 1 else "") for key, values in sorted(keys.items()))
+    return {path: tuple(items) for path, items in found.items()}
+
+
+def _arguments_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                     ) -> dict[Path, tuple[tuple[str, str, str], ...]]:
+    """What the calls of other files pass to the parameters of each file's module-level
+    functions (see ``Links.arguments``)."""
+    calls: dict[tuple[Path, str], list[tuple[str, ...]]] = {}  # the slots each call passes
+    values: dict[tuple[Path, str], dict[str, set[str]]] = {}  # slot -> the values passed there
+    for path, module in facts.items():
+        for callee, slot, value in module.arguments_given:
+            hit = _split(callee, prefixes[path])
+            if hit is None or "." in hit[1] or _is_class(facts[hit[0]], hit[1]) or hit[1] not in facts[hit[0]].functions:
+                continue
+            if slot == "#":
+                calls.setdefault(hit, []).append(tuple(value.split(",")) if value else ())
+            else:
+                values.setdefault(hit, {}).setdefault(slot, set()).add(value)
+    found: dict[Path, list[tuple[str, str, str]]] = {}
+    for (target, function), slots in sorted(values.items()):
+        if "*" in slots:
+            found.setdefault(target, []).append((function, "*", ""))
+            continue
+        for index, param in enumerate(facts[target].functions[function].params):
+            passed = [str(index) in call or param in call for call in calls.get((target, function), ())]
+            if not any(passed):
+                continue  # no call passes it: its default holds
+            given = slots.get(str(index), set()) | slots.get(param, set())
+            agreed = all(passed) and len(given) == 1
+            found.setdefault(target, []).append((function, param, next(iter(given)) if agreed else ""))
     return {path: tuple(items) for path, items in found.items()}
 
 
