@@ -825,6 +825,41 @@ def test_a_factorys_worker_count_is_what_its_callers_pass(run_cli, tmp_path, wri
     assert found == [("loaders.py", 4, "SF103", "`DataLoader` starts its `num_workers` worker processes again every epoch")]
 
 
+@pytest.mark.parametrize("setting, reported", [
+    ("cudnn.benchmark = True", False),  # the launching script chose for the whole process
+    ("if config.fast:\n                cudnn.benchmark = True", True),  # only behind an option
+])
+def test_a_cudnn_choice_of_the_script_that_runs_the_trainer_counts(run_cli, tmp_path, write, setting, reported):
+    write("trainer.py", """\
+        import torch
+        import torch.nn as nn
+
+        class Trainer:
+            def __init__(self, loader):
+                self.loader = loader
+                self.net = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Conv2d(64, 1, 3)).cuda()
+                self.opt = torch.optim.Adam(self.net.parameters(), fused=True)
+
+            def train(self):
+                for epoch in range(10):
+                    for x, y in self.loader:
+                        loss = (self.net(x.cuda()) - y.cuda()).abs().mean()
+                        loss.backward()
+                        self.opt.step()
+        """)
+    write("main.py", f"""\
+        from torch.backends import cudnn
+        from trainer import Trainer
+
+        def main(config, loader):
+            {setting}
+            Trainer(loader).train()
+        """)
+    result = run_cli("scan", ".", "--select", "SF601", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["code"]) for f in json.loads(result.stdout)]
+    assert found == ([("trainer.py", "SF601")] if reported else [])
+
+
 def test_loader_options_forwarded_through_kwargs_to_another_files_factory(run_cli, tmp_path, write):
     """deeplab's layout: a trainer class passes `**kwargs` of a dict literal (workers from an
     argparse default, pinned memory) to `make_loaders(args, **kwargs)` of data.py, keeps the

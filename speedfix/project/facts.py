@@ -28,7 +28,8 @@ import ast
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, MATMUL_LAYERS, MATMUL_METHODS,
+from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
+                                    DETERMINISTIC_ALGORITHMS, MATMUL_LAYERS, MATMUL_METHODS,
                                     NO_GRAD_CALLS, is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
 
 
@@ -82,6 +83,7 @@ class ModuleFacts:
     # positional arguments passed, `*args`/`**kwargs` passed)
     constructions: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
     no_grad_calls: tuple[str, ...] = ()  # qualified names (through imports) called under `torch.no_grad()`
+    cudnn: bool = False  # chooses cuDNN's algorithms outside any `if` (`cudnn.benchmark = True` in `main()`)
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -111,6 +113,7 @@ class ModuleFacts:
             constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
                                 for q, m, k, n, s in record["constructions"]),
             no_grad_calls=tuple(map(str, record["no_grad_calls"])),
+            cudnn=bool(record["cudnn"]),
         )
 
 
@@ -154,6 +157,13 @@ def _unwrap(node: ast.AST) -> ast.AST:
 
 def _cuda_attribute(node: ast.Attribute) -> bool:
     return node.attr in CUDA_ATTRIBUTES or (isinstance(node.value, ast.Name) and node.value.id in CUDA_OBJECTS)
+
+
+def _is_main_guard(test: ast.AST) -> bool:
+    """`__name__ == "__main__"`."""
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "__main__")
 
 
 def _is_periodic(test: ast.AST) -> bool:
@@ -223,6 +233,8 @@ class _Collector(ast.NodeVisitor):
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
         self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
         self.no_grad_calls: set[str] = set()
+        self.cudnn = False  # see ModuleFacts.cudnn
+        self.conditions = 0  # `if` bodies open (not the `if __name__ == "__main__":` block)
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -336,16 +348,21 @@ class _Collector(ast.NodeVisitor):
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
         periodic = _is_periodic(node.test)
+        condition = not _is_main_guard(node.test)
         self.guards += periodic
+        self.conditions += condition
         for statement in node.body:
             self.visit(statement)
         self.guards -= periodic
         for statement in node.orelse:
             self.visit(statement)
+        self.conditions -= condition
 
     # ------------------------------------------------------------------ facts
     def visit_Assign(self, node: ast.Assign) -> None:
         self._assigned([target for target in node.targets], node.value)
+        if not self.conditions and any((dotted(target) or "").endswith(CUDNN_CHOICES) for target in node.targets):
+            self.cudnn = True
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -539,6 +556,8 @@ class _Collector(ast.NodeVisitor):
         func = dotted(node.func)
         if func in CUDA_DEVICE_HELPERS:
             self._note_cuda()  # `try_gpu()`
+        if not self.conditions and self.resolve(func) in DETERMINISTIC_ALGORITHMS:
+            self.cudnn = True
         loop = self._current_loop()
         if self._is_marker(node, func):
             if loop is not None:
@@ -672,6 +691,7 @@ class _Collector(ast.NodeVisitor):
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
+            cudnn=self.cudnn,
         )
 
     def _resolved(self, given: list[tuple[str, str, str]]) -> tuple[tuple[str, str, str], ...]:

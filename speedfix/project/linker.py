@@ -24,6 +24,8 @@ What a file learns (``Links``):
   (`loader = get_loader(...)` in ``train.py``): the loader's fixes belong where it is built;
 - ``missing``: modules it imports that exist beside it but were not scanned (to say what could
   not be checked);
+- ``cudnn``: the file of a scan that imports it (in turn) and chooses cuDNN's algorithms for
+  the process (`cudnn.benchmark = True` in the `main.py` that runs `solver.py`'s training), or None;
 - ``constructed``: its classes that other files build, and what they pass them (a constructor
   default another file overrides is not the run's value).
 """
@@ -67,6 +69,7 @@ class Links:
     # num_workers=args.workers)`): (function, parameter, the value's repr, "" when it is unknown,
     # the calls differ or one of them leaves the default); parameter "*": a call passes `*args`/`**kwargs`
     arguments: tuple[tuple[str, str, str], ...] = ()
+    cudnn: str | None = None  # an importer's file (as shown) that chooses cuDNN's algorithms for the process
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -97,6 +100,7 @@ class Links:
                             for name, method, keywords, count, star in self.constructed],
             "kwargs": [list(given) for given in self.kwargs],
             "arguments": [list(given) for given in self.arguments],
+            "cudnn": self.cudnn,
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -259,6 +263,7 @@ def link(
     constructed = _constructions(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
     arguments = _arguments_given(facts, prefixes)
+    cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     links: dict[Path, Links] = {}
     for path, module in facts.items():
@@ -277,6 +282,7 @@ def link(
             constructed=tuple(sorted(constructed.get(path, ()))),
             kwargs=kwargs.get(path, ()),
             arguments=arguments.get(path, ()),
+            cudnn=cudnn.get(path),
         )
     return links
 
@@ -414,6 +420,23 @@ def _cuda_reasons(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
                 reasons[target] = f"{show(importer)}, which imports it, runs on CUDA"
                 todo.append(target)
     return reasons
+
+
+def _imported_by(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
+                 marks: Callable[[ModuleFacts], bool], show: Callable[[Path], str]) -> dict[Path, str]:
+    """The files that a file ``marks`` says something of imports, in turn: file -> that
+    importer's file (the nearest one, the first in path order)."""
+    found: dict[Path, str] = {}
+    todo = deque(path for path, module in facts.items() if marks(module))
+    origin = {path: show(path) for path in todo}
+    while todo:
+        importer = todo.popleft()
+        for target in prefixes[importer].values():
+            if target not in found and target not in origin:
+                found[target] = origin[importer]
+                origin[target] = origin[importer]
+                todo.append(target)
+    return found
 
 
 def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],

@@ -30,6 +30,10 @@ NO_GRAD_CALLS = frozenset(f"{module}.{name}" for module in ("torch", "torch.auto
 # `accelerator.device`, `accelerator.backward(loss)`).
 CUDA_ATTRIBUTES = frozenset({"cuda", "accelerator"}) | CUDA_DEVICE_HELPERS
 CUDA_OBJECTS = frozenset({"accelerator"})
+# Settings that choose cuDNN's convolution algorithms (`torch.backends.cudnn.benchmark = True`),
+# and the call that asks for deterministic ones.
+CUDNN_CHOICES = ("cudnn.benchmark", "cudnn.deterministic")
+DETERMINISTIC_ALGORITHMS = ("torch.use_deterministic_algorithms",)
 # Convolution layers by qualified name -> their dimension (transposed ones included): a class
 # that builds them is a conv net, in this file or, through the project facts, in another one.
 CONV_LAYERS = {
