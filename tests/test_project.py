@@ -308,6 +308,20 @@ def test_arguments_other_files_pass_are_known_only_when_every_call_agrees(tmp_pa
     assert _linked(tmp_path, files)[tmp_path / "data.py"].arguments == expected
 
 
+def test_a_network_built_of_another_files_sparse_layers_multiplies_sparse_matrices(tmp_path):
+    files = {
+        tmp_path / "layers.py": "import torch\nfrom torch import nn\n\nclass GraphConv(nn.Module):\n"
+                                "    def forward(self, x, adj):\n        return torch.spmm(adj, x @ self.weight)\n",
+        tmp_path / "models.py": "from torch import nn\nfrom layers import GraphConv\n\nclass GCN(nn.Module):\n"
+                                "    def __init__(self):\n        super().__init__()\n        self.conv = GraphConv()\n\n"
+                                "class MLP(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                                "        self.fc = nn.Linear(8, 8)\n",
+        tmp_path / "train.py": "from models import GCN, MLP\n",
+    }
+    train = _linked(tmp_path, files)[tmp_path / "train.py"]
+    assert train.function("models.GCN").sparse and not train.function("models.MLP").sparse
+
+
 # ------------------------------------------------------------------ loops as people write them
 def context(code: str, links=None) -> FileContext:
     module = cst.parse_module(textwrap.dedent(code))

@@ -52,6 +52,8 @@ class FunctionFacts:
     rnn: bool = False  # a class (or a factory returning one) that builds cuDNN LSTM/GRU/RNN layers
     matmul: bool = True  # ... that may multiply matrices (Linear, attention, `@`); False only when known
     matmuls: bool = False  # ... attention, recurrent layers or matmuls of its own (more than a classifier head)
+    sparse: bool = False  # ... sparse matrix products (`torch.spmm`), here or in a scanned module's class it builds
+    parts: tuple[str, ...] = ()  # ... what it builds of other modules, by qualified name (`layers.GraphConv`)
 
 
 @dataclass(frozen=True)
@@ -674,7 +676,8 @@ class _Collector(ast.NodeVisitor):
                 dims = tuple(sorted(layer for layer in layers if isinstance(layer, int)))
                 functions[name] = replace(functions[name], conv_dims=dims, rnn="rnn" in layers,
                                           matmul=bool(layers & {"rnn", "matmul", "opaque"}),
-                                          matmuls=bool(layers & {"rnn", "heavy", "opaque"}))
+                                          matmuls=bool(layers & {"rnn", "heavy", "opaque"}), sparse="sparse" in layers,
+                                          parts=self._parts(name) if "opaque" in layers else ())
         hot = sorted({q for q in self._hot_calls() if q is not None and q.split(".", 1)[0] not in _EXTERNAL})
         return ModuleFacts(
             imports=tuple(sorted(self.bindings.items())),
@@ -723,6 +726,11 @@ class _Collector(ast.NodeVisitor):
                                         iterated=facts.iterated + tuple(loops),
                                         epochs=facts.epochs + tuple(a for p, a in taken.items() if p in other.epochs))
                 functions[name] = facts
+
+    def _parts(self, owner: str) -> tuple[str, ...]:
+        """What ``owner`` builds of other modules (not libraries), by qualified name."""
+        return tuple(sorted({qualified for name in self.builds.get(owner, ()) if (qualified := self.resolve(name))
+                             and qualified.split(".", 1)[0] not in _EXTERNAL}))
 
     def _layers_reached(self) -> dict[str, set[int | str]]:
         """Classes and factories that build convolutions or RNNs, through the file's own classes

@@ -38,7 +38,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
@@ -256,6 +256,7 @@ def link(
                     found.setdefault(*hit)
         prefixes[path] = found
         missing[path] = _missing(path, module, found, resolver)
+    facts = _sparse_through_parts(facts, prefixes)
     cuda = _cuda_reasons(facts, prefixes, show)
     hot = _called_functions(facts, prefixes, lambda module: module.hot_calls)
     no_grad = _called_functions(facts, prefixes, lambda module: module.no_grad_calls)
@@ -420,6 +421,28 @@ def _cuda_reasons(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
                 reasons[target] = f"{show(importer)}, which imports it, runs on CUDA"
                 todo.append(target)
     return reasons
+
+
+def _sparse_through_parts(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                          ) -> dict[Path, ModuleFacts]:
+    """``facts`` with `sparse` set on the classes that build a sparse layer of another module
+    (`GCN` of models.py building `GraphConvolution` of layers.py, whose forward calls `torch.spmm`)."""
+    changed = True
+    for _ in range(3):  # a model, its block, the block's layer
+        if not changed:
+            break
+        changed = False
+        for path, module in facts.items():
+            reached = {name for name, function in module.functions.items() if not function.sparse and any(
+                (hit := _split(part, prefixes[path])) is not None
+                and (other := facts[hit[0]].functions.get(hit[1])) is not None and other.sparse
+                for part in function.parts)}
+            if reached:
+                functions = {name: replace(function, sparse=True) if name in reached else function
+                             for name, function in module.functions.items()}
+                facts = {**facts, path: replace(module, functions=functions)}
+                changed = True
+    return facts
 
 
 def _imported_by(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],

@@ -41,6 +41,9 @@ CONV_LAYERS = {
     for prefix in ("", "modules.conv.") for kind in ("Conv", "ConvTranspose") for dims in (1, 2, 3)
 }
 
+# Products of a sparse and a dense matrix (graph convolutions over a sparse adjacency matrix).
+SPARSE_MATMULS = frozenset({"torch.spmm", "torch.sparse.mm", "torch.sparse.addmm", "torch.hspmm", "torch.smm"})
+
 # cuDNN recurrent layers: autocast runs them in fp16 whatever dtype it is asked for.
 CUDNN_RNN_LAYERS = frozenset(f"torch.nn.{prefix}{kind}" for prefix in ("", "modules.rnn.") for kind in ("LSTM", "GRU", "RNN"))
 
@@ -92,7 +95,8 @@ def zoo_cnn(qualified: str | None) -> bool:
 
 def layer_kind(qualified: str | None) -> int | str | None:
     """What a call of ``qualified`` (as the imports resolve it) adds to a network: a ConvNd's N,
-    "rnn" (cuDNN LSTM/GRU/RNN), "matmul" (Linear, attention, `torch.matmul`), "opaque" (a
+    "rnn" (cuDNN LSTM/GRU/RNN), "matmul" (Linear, attention, `torch.matmul`), "sparse" (a
+    sparse matrix product, `torch.spmm`), "opaque" (a
     network of another library, `torchvision.models.vgg19()`: its layers are unknown here), or
     None (a layer or function that multiplies no matrices, or a name of the file itself)."""
     if not qualified:
@@ -101,6 +105,8 @@ def layer_kind(qualified: str | None) -> int | str | None:
         return "rnn"
     if qualified in CONV_LAYERS:
         return CONV_LAYERS[qualified]
+    if qualified in SPARSE_MATMULS:
+        return "sparse"
     if qualified in MATMUL_CALLS:
         return "matmul"
     return None if qualified.split(".", 1)[0] in _NO_LAYER_LIBRARIES else "opaque"
