@@ -329,6 +329,41 @@ class ModelNotCompiled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the optimizer comes from a `set_optimizer(opt, model)` helper: the model is still trained
+            """
+            import torch
+            import torch.nn as nn
+
+            def set_optimizer(opt, model):
+                return torch.optim.SGD(model.parameters(), lr=opt.lr, momentum=0.9)
+
+            def main(opt, loader):
+                model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
+                optimizer = set_optimizer(opt, model)
+                for x, y in loader:
+                    loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def set_optimizer(opt, model):
+                return torch.optim.SGD(model.parameters(), lr=opt.lr, momentum=0.9)
+
+            def main(opt, loader):
+                model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
+                model.compile()
+                optimizer = set_optimizer(opt, model)
+                for x, y in loader:
+                    loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
         Invalid(  # the optimizer class chosen by name, its groups filled from `model.named_parameters()`
             """
             import torch

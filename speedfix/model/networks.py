@@ -623,7 +623,8 @@ def optimized_modules(ctx: FileContext) -> set[str]:
 
 def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
     """(model, call) for optimizers made by a factory that takes the model itself
-    (`create_optimizer_v2(model, ...)` in timm) or by the model (`model.configure_optimizers(...)`)."""
+    (`create_optimizer_v2(model, ...)` in timm, `set_optimizer(opt, model)`) or by the model
+    (`model.configure_optimizers(...)`)."""
     found: list[tuple[str, CallSite]] = []
     for site in ctx.calls:
         leaf = (site.func or "").rsplit(".", 1)[-1].lower()
@@ -633,7 +634,7 @@ def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
             if receiver and "." not in receiver and receiver not in _OPTIONS_NAMES:
                 found.append((_unaliased(ctx, receiver, site.stack), site))
             continue
-        if "optimizer" in leaf and leaf.startswith(("create", "build", "make", "get")) and site.node.args:
+        if "optimizer" in leaf and leaf.startswith(("create", "build", "make", "get", "set", "init")) and site.node.args:
             # the model is the first name that is not the options (timm: `create_optimizer(args, model)`)
             names = [dotted_name(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
             name = next((n for n in names if n and n not in _OPTIONS_NAMES), None)
