@@ -839,11 +839,12 @@ def test_a_factorys_worker_count_is_what_its_callers_pass(run_cli, tmp_path, wri
     assert found == [("loaders.py", 4, "SF103", "`DataLoader` starts its `num_workers` worker processes again every epoch")]
 
 
-@pytest.mark.parametrize("setting, reported", [
-    ("cudnn.benchmark = True", False),  # the launching script chose for the whole process
-    ("if config.fast:\n                cudnn.benchmark = True", True),  # only behind an option
+@pytest.mark.parametrize("setting, entry, reported", [
+    ("cudnn.benchmark = True", True, False),  # the launching script chose for the whole process
+    ("if config.fast:\n                cudnn.benchmark = True", True, True),  # only behind an option
+    ("cudnn.benchmark = True", False, True),  # a function of a module that is no script (a test's helper)
 ])
-def test_a_cudnn_choice_of_the_script_that_runs_the_trainer_counts(run_cli, tmp_path, write, setting, reported):
+def test_a_cudnn_choice_of_the_script_that_runs_the_trainer_counts(run_cli, tmp_path, write, setting, entry, reported):
     write("trainer.py", """\
         import torch
         import torch.nn as nn
@@ -868,7 +869,7 @@ def test_a_cudnn_choice_of_the_script_that_runs_the_trainer_counts(run_cli, tmp_
         def main(config, loader):
             {setting}
             Trainer(loader).train()
-        """)
+        """ + ("\n        if __name__ == '__main__':\n            main(parse_options(), make_loader())\n" if entry else ""))
     result = run_cli("scan", ".", "--select", "SF601", "--output-format", "json", cwd=tmp_path)
     found = [(f["path"], f["code"]) for f in json.loads(result.stdout)]
     assert found == ([("trainer.py", "SF601")] if reported else [])

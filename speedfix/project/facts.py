@@ -85,7 +85,9 @@ class ModuleFacts:
     # positional arguments passed, `*args`/`**kwargs` passed)
     constructions: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
     no_grad_calls: tuple[str, ...] = ()  # qualified names (through imports) called under `torch.no_grad()`
-    cudnn: bool = False  # chooses cuDNN's algorithms outside any `if` (`cudnn.benchmark = True` in `main()`)
+    # a script (code at module level, or an `if __name__ == "__main__":` block) that chooses cuDNN's
+    # algorithms outside any `if` (`cudnn.benchmark = True` in its `main()`); not a test's fixture
+    cudnn: bool = False
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -235,7 +237,9 @@ class _Collector(ast.NodeVisitor):
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
         self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
         self.no_grad_calls: set[str] = set()
-        self.cudnn = False  # see ModuleFacts.cudnn
+        self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
+        self.cudnn_at_top = False  # ... at module level
+        self.entry = False  # an `if __name__ == "__main__":` block
         self.conditions = 0  # `if` bodies open (not the `if __name__ == "__main__":` block)
 
     # ------------------------------------------------------------------ imports
@@ -351,6 +355,7 @@ class _Collector(ast.NodeVisitor):
         self.visit(node.test)
         periodic = _is_periodic(node.test)
         condition = not _is_main_guard(node.test)
+        self.entry = self.entry or not condition
         self.guards += periodic
         self.conditions += condition
         for statement in node.body:
@@ -363,8 +368,8 @@ class _Collector(ast.NodeVisitor):
     # ------------------------------------------------------------------ facts
     def visit_Assign(self, node: ast.Assign) -> None:
         self._assigned([target for target in node.targets], node.value)
-        if not self.conditions and any((dotted(target) or "").endswith(CUDNN_CHOICES) for target in node.targets):
-            self.cudnn = True
+        if any((dotted(target) or "").endswith(CUDNN_CHOICES) for target in node.targets):
+            self._cudnn_choice()
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -470,6 +475,11 @@ class _Collector(ast.NodeVisitor):
         self.arguments.append((func, "#", ",".join(slots)))
         self.arguments.extend((func, slot, self._constant(value)) for slot, value in zip(slots, values))
 
+    def _cudnn_choice(self) -> None:
+        if not self.conditions:
+            self.cudnn = True
+            self.cudnn_at_top = self.cudnn_at_top or not self.function_stack
+
     def _argparse_default(self, node: ast.Call) -> None:
         options = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
         default = next((k.value for k in node.keywords if k.arg == "default"), None)
@@ -558,8 +568,8 @@ class _Collector(ast.NodeVisitor):
         func = dotted(node.func)
         if func in CUDA_DEVICE_HELPERS:
             self._note_cuda()  # `try_gpu()`
-        if not self.conditions and self.resolve(func) in DETERMINISTIC_ALGORITHMS:
-            self.cudnn = True
+        if self.resolve(func) in DETERMINISTIC_ALGORITHMS:
+            self._cudnn_choice()
         loop = self._current_loop()
         if self._is_marker(node, func):
             if loop is not None:
@@ -694,7 +704,7 @@ class _Collector(ast.NodeVisitor):
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
-            cudnn=self.cudnn,
+            cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
         )
 
     def _resolved(self, given: list[tuple[str, str, str]]) -> tuple[tuple[str, str, str], ...]:
