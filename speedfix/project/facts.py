@@ -16,7 +16,11 @@ it keeps only what the other files need:
 - which classes (and module-level factories returning them) build convolution or cuDNN RNN
   layers, directly or through the file's other classes and helpers (``ResNet`` ->
   ``BasicBlock`` -> ``conv3x3``);
-- which imported classes it builds, and what it passes them (``ChipsData(root, num_workers=8)``).
+- which imported classes it builds, and what it passes them (``ChipsData(root, num_workers=8)``);
+- what its calls of imported functions pass them (``get_loader(path, num_workers=args.workers)``:
+  a constant, or an option's argparse default);
+- which classes multiply sparse matrices (``torch.spmm``), and what they build of other modules;
+- whether, as a script, it chooses cuDNN's algorithms for the process (``cudnn.benchmark = True``).
 
 A training loop is recognised as in ``speedfix.model.context`` (same markers, from ``speedfix.project.steps``),
 within this file and one call deep.

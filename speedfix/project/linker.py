@@ -24,6 +24,9 @@ What a file learns (``Links``):
   (`loader = get_loader(...)` in ``train.py``): the loader's fixes belong where it is built;
 - ``missing``: modules it imports that exist beside it but were not scanned (to say what could
   not be checked);
+- ``arguments``: what other files pass to the parameters of its module-level functions, when
+  every call passes the same constant (`get_loader(..., num_workers=args.workers)`: the run's
+  worker count is the option's default, not `get_loader`'s);
 - ``cudnn``: the file of a scan that imports it (in turn) and chooses cuDNN's algorithms for
   the process (`cudnn.benchmark = True` in the `main.py` that runs `solver.py`'s training), or None;
 - ``constructed``: its classes that other files build, and what they pass them (a constructor
