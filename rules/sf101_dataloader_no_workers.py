@@ -33,8 +33,10 @@ class DataloaderNoWorkers(Rule):
     ## What it does
     Finds a `torch.utils.data.DataLoader` that loads batches in the training process itself:
     `num_workers` is not set, or set to 0. A small literal (1 or 2) is reported at lower severity.
-    The value may come from a constant, an argparse default, a parameter's default, or a
-    constructor argument the class reads back (`num_workers=self.num_workers` in a
+    The value may come from a constant, an argparse default, a parameter's default (or what the
+    calls in the project's other scanned files pass to it, when they all pass the same: a loader
+    factory's `num_workers=2` default is not the run's when `main.py` passes `--num_workers`,
+    default 8), or a constructor argument the class reads back (`num_workers=self.num_workers` in a
     LightningDataModule: the `__init__` default, or what the project's LightningCLI configs give it).
 
     ## Why is this bad?

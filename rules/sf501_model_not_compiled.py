@@ -14,8 +14,8 @@ from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import ACCELERATOR, fabric_owned, in_lightning_callback, in_lightning_method
 from speedfix.model.index import CallSite
-from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, model_aliases, optimized_modules,
-                                     optimizer_factories, peel, trained_models, wrapper_of)
+from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, model_aliases, multiplies_sparse,
+                                     optimized_modules, optimizer_factories, peel, trained_models, wrapper_of)
 from speedfix.model.patterns import NO_GRAD
 from speedfix.model.subjects import call_subjects, is_for_model
 from speedfix.model.versions import v
@@ -50,7 +50,10 @@ class ModelNotCompiled(Rule):
     reported, without a fix; one whose option defaults to on is left alone. A script that
     differentiates a backward pass (`torch.autograd.grad(..., create_graph=True)` for a gradient
     penalty, as StyleGAN2's R1 and path-length regularisers do) is left alone too: compiled
-    graphs do not support double backward, so compiling would make it raise.
+    graphs do not support double backward, so compiling would make it raise. So is a network
+    that multiplies sparse matrices (a graph convolution's `torch.spmm(adj, support)`, in its own
+    class or in a layer class of another scanned file): Dynamo cannot trace sparse tensors and
+    runs those parts eagerly, so the compile buys only its own start-up time.
 
     ## Why is this bad?
     Eager PyTorch launches one kernel per operation and writes every intermediate to GPU memory.
@@ -123,6 +126,37 @@ class ModelNotCompiled(Rule):
     effect = "Fused kernels: +43% mean training speed on A100 (PyTorch 2.0)."
 
     VALID = [
+        Valid(  # a graph convolution over a sparse adjacency matrix: nothing for the compiler to fuse
+            """
+            import torch
+            import torch.nn as nn
+
+            class SparseGraphLayer(nn.Module):
+                def __init__(self, n_in, n_out):
+                    super().__init__()
+                    self.weight = nn.Parameter(torch.empty(n_in, n_out))
+
+                def forward(self, x, adj):
+                    return torch.spmm(adj, x @ self.weight)
+
+            class TwoHop(nn.Module):
+                def __init__(self, n_in, n_hidden, n_out):
+                    super().__init__()
+                    self.first = SparseGraphLayer(n_in, n_hidden)
+                    self.second = SparseGraphLayer(n_hidden, n_out)
+
+                def forward(self, x, adj):
+                    return self.second(torch.relu(self.first(x, adj)), adj)
+
+            net = TwoHop(1433, 16, 7).cuda()
+            opt = torch.optim.Adam(net.parameters(), lr=0.01)
+            for step in range(200):
+                loss = net(features, adj).log_softmax(-1)[train_idx].mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """
+        ),
         Valid(  # Fabric wraps the model: SF901 says how to compile it there (`fabric.setup(torch.compile(model))`)
             """
             import torch
@@ -295,6 +329,41 @@ class ModelNotCompiled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the optimizer comes from a `set_optimizer(opt, model)` helper: the model is still trained
+            """
+            import torch
+            import torch.nn as nn
+
+            def set_optimizer(opt, model):
+                return torch.optim.SGD(model.parameters(), lr=opt.lr, momentum=0.9)
+
+            def main(opt, loader):
+                model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
+                optimizer = set_optimizer(opt, model)
+                for x, y in loader:
+                    loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            def set_optimizer(opt, model):
+                return torch.optim.SGD(model.parameters(), lr=opt.lr, momentum=0.9)
+
+            def main(opt, loader):
+                model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
+                model.compile()
+                optimizer = set_optimizer(opt, model)
+                for x, y in loader:
+                    loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
         Invalid(  # the optimizer class chosen by name, its groups filled from `model.named_parameters()`
             """
             import torch
@@ -700,6 +769,8 @@ class ModelNotCompiled(Rule):
         for model, site in models:
             if model in reported or self._detection_model(model, site) or self._optimizer_factory(model, site):
                 continue
+            if self._sparse(model, site):
+                continue  # sparse tensors: Dynamo falls back to eager around them, nothing is fused
             if model.startswith("self.") and in_lightning_method(ctx, site) or in_lightning_callback(ctx, site):
                 continue  # the LightningModule's submodules: the Trainer owns them, SF901 gives the compile advice
             if fabric_owned(ctx, model):
@@ -715,6 +786,12 @@ class ModelNotCompiled(Rule):
                 continue
             reported.add(model)
             self._report(site, model, gate or helper_gate)
+
+    def _sparse(self, model: str, site: CallSite) -> bool:
+        """Is ``model`` built by a network that multiplies sparse matrices (a graph convolution)?"""
+        ctx = self.ctx
+        built = [peel(ctx, assignment.value) for assignment in fresh_assignments(ctx, model, site.stack, None)]
+        return any(isinstance(call, cst.Call) and multiplies_sparse(ctx, call, site.stack) for call in built)
 
     def _accelerate_compiles(self) -> bool:
         """`Accelerator(dynamo_backend="inductor")` or a `dynamo_plugin=`: `prepare()` compiles."""

@@ -35,8 +35,12 @@ class ManualAttention(Rule):
     minGPT's `CausalSelfAttention` (`att = (q @ k.transpose(-2, -1)) * (1.0 /
     math.sqrt(k.size(-1)))`, `att = att.masked_fill(self.bias[:, :, :T, :T] == 0,
     float("-inf"))`, `att = F.softmax(att, dim=-1)`, `att = self.attn_dropout(att)`, `y = att @
-    v`). `torch.matmul`, `k.mT`, `/ math.sqrt(d)`, `att.softmax(dim=-1)`, an `nn.Softmax(dim=-1)`
-    module and `F.dropout` count too, and so does `torch.bmm`: `softmax(bmm(q, k)) @ v` is
+    v`). `torch.matmul`, `k.mT`, keys transposed into a variable of their own, `/ math.sqrt(d)`,
+    `att.softmax(dim=-1)`, an `nn.Softmax(dim=-1)` module, a mask filled in place
+    (`att.masked_fill_(...)`) and `F.dropout` count too, and so does a two-operand `torch.einsum`
+    whose first product sums over the head dimension into `(..., queries, keys)` and whose second
+    sums the values over the keys (`einsum("b i d, b j d -> b i j", q, k)`, then `einsum("b i j,
+    b j d -> b i d", attn, v)`), as diffusion U-Nets write it; and so does `torch.bmm`: `softmax(bmm(q, k)) @ v` is
     attention whatever the layout of `k` (self-attention over a feature map's pixels reshapes the
     keys to `(B, C, H*W)` beforehand; SDPA takes them as `k.transpose(1, 2)`). An added bias
     (a relative position table, as in windowed attention) is an additive mask, which SDPA's
@@ -80,7 +84,9 @@ class ManualAttention(Rule):
     dropout an `nn.Dropout` module of the class (`dropout_p=self.<module>.p if self.training else
     0.0`, so a `p` changed later still counts) or `F.dropout`. A scale that is not
     `1/sqrt(head_dim)` (`k.size(-1)`, `q.shape[-1]`) is passed as `scale=` (torch 2.1; a query
-    scaled beforehand gets `scale=1.0`). Everything else is reported without a fix: the weights
+    scaled beforehand gets `scale=1.0`). Everything else is reported without a fix: attention
+    written with `torch.einsum` (its subscripts may put the tokens anywhere, `"bct,bcs->bts"`
+    keeps the channels first, and SDPA wants `(..., tokens, dim)`), the weights
     also returned or stored (for visualisation), keys laid out transposed beforehand, an `assert`
     or `print` that reads the scores between the steps, a mask that is not provably causal, steps under
     an `if`, dtype casts around the softmax, two masks, and a causal mask where the keys may
@@ -174,6 +180,15 @@ class ManualAttention(Rule):
                     if self.config._attn_implementation != "eager":
                         attention_interface = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
                     return attention_interface(self, q, k, v, mask)
+            """
+        ),
+        Valid(  # the einsum sums over the queries, not over the keys the softmax normalised
+            """
+            import torch
+
+            def mix(q, k, v):
+                w = torch.softmax(torch.einsum("b i d, b j d -> b i j", q, k), dim=-1)
+                return torch.einsum("b i j, b i d -> b j d", w, v)
             """
         ),
         Valid(  # SDPA came with torch 2.0
@@ -571,6 +586,96 @@ class ManualAttention(Rule):
                 scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
                 scores = scores.masked_fill(pad == 0, float("-inf"))
                 return F.softmax(scores, dim=-1) @ v
+            """
+        ),
+        Invalid(  # keys transposed into a variable of their own: it goes with the attention
+            """
+            import math
+            import torch.nn.functional as F
+
+            def attend(q, k, v):
+                keys_t = k.transpose(-2, -1)
+                weights = F.softmax(q @ keys_t / math.sqrt(q.size(-1)), dim=-1)
+                return weights @ v
+            """,
+            fixed="""
+            import torch.nn.functional as F
+
+            def attend(q, k, v):
+                return F.scaled_dot_product_attention(q, k, v)
+            """,
+        ),
+        Invalid(  # a causal mask filled in place: the same computation, fixed
+            """
+            import math
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attn(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.register_buffer("bias", torch.tril(torch.ones(n, n)).view(1, 1, n, n))
+
+                def forward(self, q, k, v):
+                    T = q.size(2)
+                    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+                    att.masked_fill_(self.bias[:, :, :T, :T] == 0, float("-inf"))
+                    return F.softmax(att, dim=-1) @ v
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Attn(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.register_buffer("bias", torch.tril(torch.ones(n, n)).view(1, 1, n, n))
+
+                def forward(self, q, k, v):
+                    T = q.size(2)
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            """,
+        ),
+        Invalid(  # a mask filled in place, the scale after it: reported, no fix
+            """
+            import torch
+            import torch.nn as nn
+
+            class Heads(nn.Module):
+                def __init__(self, n, p):
+                    super().__init__()
+                    self.drop = nn.Dropout(p)
+                    self.register_buffer("upper", torch.triu(torch.ones(n, n), diagonal=1))
+
+                def forward(self, q, k, v):
+                    t = q.shape[2]
+                    scores = q @ k.transpose(2, 3)
+                    scores.masked_fill_(self.upper.bool()[:t, :t], -torch.inf)
+                    weights = self.drop(torch.softmax(scores / k.shape[-1] ** 0.5, dim=-1))
+                    return weights @ v
+            """
+        ),
+        Invalid(  # einsum attention (diffusion U-Nets, cross-attention): reported, no fix for its layouts
+            """
+            import torch
+            from torch import einsum
+
+            class CrossAttn(torch.nn.Module):
+                def forward(self, q, k, v):
+                    sim = einsum("b i d, b j d -> b i j", q, k) * self.scale
+                    return einsum("b i j, b j d -> b i d", sim.softmax(dim=-1), v)
+            """
+        ),
+        Invalid(  # einsum over channels-first tensors, a float32 softmax: reported, no fix
+            """
+            import torch as th
+
+            def qkv_attention(q, k, v, scale):
+                weight = th.einsum("bct,bcs->bts", q * scale, k * scale)
+                weight = th.softmax(weight.float(), dim=-1).type(weight.dtype)
+                return th.einsum("bts,bcs->bct", weight, v)
             """
         ),
         Invalid(  # Llama style: the mask under an `if`, casts around the softmax: reported, no fix

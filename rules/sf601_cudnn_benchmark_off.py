@@ -30,7 +30,11 @@ class CudnnBenchmarkOff(Rule):
     `True` it times the candidates for each new input shape once and keeps the fastest, which for
     the fixed shapes of image training is often much faster. A script that sets
     `cudnn.benchmark` either way or asks for determinism (`cudnn.deterministic`,
-    `use_deterministic_algorithms`) has made its choice and is left alone; one that does so only
+    `use_deterministic_algorithms`) has made its choice and is left alone, and so is a module
+    without an entry point of its own that a scanned script imports and runs after choosing
+    (the flag is process-wide: `main.py`'s `cudnn.benchmark = True` holds for the `solver.py` it
+    runs; a choice under an `if` there does not count, nor one in a module that is no script,
+    such as a test's helper); one that does so only
     behind an option that is off by default (pytorch/examples imagenet sets
     `cudnn.deterministic` only under `if args.seed is not None:`) runs the default algorithms by
     default and is reported.
@@ -380,6 +384,8 @@ class CudnnBenchmarkOff(Rule):
         chosen, gate = default_choice(ctx, choices)
         if chosen:
             return
+        if ctx.links.cudnn is not None and not ctx.has_main_guard:
+            return  # the script that imports this module and runs it chooses for the process
         conv = self._first_conv()
         if conv is None:
             return

@@ -281,10 +281,45 @@ def test_kwargs_forwarded_by_every_caller_are_known_only_when_they_agree(tmp_pat
                              "    return make(a, **kw)\n",
         tmp_path / "two.py": "from data import make\n\ndef g(a):\n    return " + second + "\n",
     }
+    assert _linked(tmp_path, files)[tmp_path / "data.py"].kwargs == expected
+
+
+def _linked(tmp_path, files):
+    """The links of ``files`` (path -> code), written below ``tmp_path``."""
     for path, code in files.items():
         path.write_text(code)
-    facts = {path: extract_facts(code) for path, code in files.items()}
-    assert link(facts, [tmp_path])[tmp_path / "data.py"].kwargs == expected
+    return link({path: extract_facts(code) for path, code in files.items()}, [tmp_path])
+
+
+@pytest.mark.parametrize("second, expected", [
+    ("make(b, workers=8)", (("make", "a", ""), ("make", "workers", "8"),)),  # every caller passes 8
+    ("make(b, 8)", (("make", "a", ""), ("make", "workers", "8"),)),  # by position: the same parameter
+    ("make(b, workers=4)", (("make", "a", ""), ("make", "workers", ""),)),  # the callers differ
+    ("make(b)", (("make", "a", ""), ("make", "workers", ""),)),  # one call keeps the default
+    ("make(*rest)", (("make", "*", ""),)),  # arguments that cannot be read
+])
+def test_arguments_other_files_pass_are_known_only_when_every_call_agrees(tmp_path, second, expected):
+    files = {
+        tmp_path / "data.py": "def make(a, workers=2):\n    return DataLoader(a, num_workers=workers)\n",
+        tmp_path / "one.py": "from data import make\n\ndef f(args):\n    return make(args.root, workers=args.workers)\n\n"
+                             "def options(parser):\n    parser.add_argument('--workers', type=int, default=8)\n",
+        tmp_path / "two.py": "from data import make\n\ndef g(b):\n    return " + second + "\n",
+    }
+    assert _linked(tmp_path, files)[tmp_path / "data.py"].arguments == expected
+
+
+def test_a_network_built_of_another_files_sparse_layers_multiplies_sparse_matrices(tmp_path):
+    files = {
+        tmp_path / "layers.py": "import torch\nfrom torch import nn\n\nclass GraphConv(nn.Module):\n"
+                                "    def forward(self, x, adj):\n        return torch.spmm(adj, x @ self.weight)\n",
+        tmp_path / "models.py": "from torch import nn\nfrom layers import GraphConv\n\nclass GCN(nn.Module):\n"
+                                "    def __init__(self):\n        super().__init__()\n        self.conv = GraphConv()\n\n"
+                                "class MLP(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                                "        self.fc = nn.Linear(8, 8)\n",
+        tmp_path / "train.py": "from models import GCN, MLP\n",
+    }
+    train = _linked(tmp_path, files)[tmp_path / "train.py"]
+    assert train.function("models.GCN").sparse and not train.function("models.MLP").sparse
 
 
 # ------------------------------------------------------------------ loops as people write them
@@ -753,6 +788,91 @@ def test_a_loader_from_a_config_object_handed_to_another_files_epoch_loop(run_cl
     found = [(f["path"], f["line"], f["code"], f["message"], f["fix"] is not None) for f in json.loads(result.stdout)]
     assert found == [("data/loaders.py", 4, "SF103", "`DataLoader` starts its 16 worker processes again every epoch",
                       not reshuffle)]
+
+
+def test_a_factorys_worker_count_is_what_its_callers_pass(run_cli, tmp_path, write):
+    """A loader factory's `num_workers=2` default is not the run's count when the script that
+    calls it passes `--num_workers` (default 8): no SF101 "only 2 workers". The loaders go to a
+    class whose `train()` iterates them in an epoch loop: SF103 for the 8 workers restarted."""
+    write("loaders.py", """\
+        from torch.utils.data import DataLoader
+
+        def build_loader(root, batch_size, num_workers=2):
+            loader = DataLoader(FolderSet(root), batch_size=batch_size, shuffle=True, num_workers=num_workers,
+                                pin_memory=True)
+            return loader
+        """)
+    write("trainer.py", """\
+        import torch
+
+        class Trainer:
+            def __init__(self, config, train_loader):
+                self.train_loader = train_loader
+                self.model = Net().cuda()
+                self.opt = torch.optim.Adam(self.model.parameters(), fused=True)
+
+            def train(self):
+                for epoch in range(100):
+                    for x, y in self.train_loader:
+                        loss = self.model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                        loss.backward()
+                        self.opt.step()
+        """)
+    write("main.py", """\
+        import argparse
+        from loaders import build_loader
+        from trainer import Trainer
+
+        def main(config):
+            loader = build_loader(config.train_path, config.batch_size, num_workers=config.num_workers)
+            Trainer(config, loader).train()
+
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--train_path", default="data/train")
+            parser.add_argument("--batch_size", type=int, default=1)
+            parser.add_argument("--num_workers", type=int, default=8)
+            main(parser.parse_args())
+        """)
+    result = run_cli("scan", ".", "--select", "SF101,SF103", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["line"], f["code"], f["message"]) for f in json.loads(result.stdout)]
+    assert found == [("loaders.py", 4, "SF103", "`DataLoader` starts its `num_workers` worker processes again every epoch")]
+
+
+@pytest.mark.parametrize("setting, entry, reported", [
+    ("cudnn.benchmark = True", True, False),  # the launching script chose for the whole process
+    ("if config.fast:\n                cudnn.benchmark = True", True, True),  # only behind an option
+    ("cudnn.benchmark = True", False, True),  # a function of a module that is no script (a test's helper)
+])
+def test_a_cudnn_choice_of_the_script_that_runs_the_trainer_counts(run_cli, tmp_path, write, setting, entry, reported):
+    write("trainer.py", """\
+        import torch
+        import torch.nn as nn
+
+        class Trainer:
+            def __init__(self, loader):
+                self.loader = loader
+                self.net = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Conv2d(64, 1, 3)).cuda()
+                self.opt = torch.optim.Adam(self.net.parameters(), fused=True)
+
+            def train(self):
+                for epoch in range(10):
+                    for x, y in self.loader:
+                        loss = (self.net(x.cuda()) - y.cuda()).abs().mean()
+                        loss.backward()
+                        self.opt.step()
+        """)
+    write("main.py", f"""\
+        from torch.backends import cudnn
+        from trainer import Trainer
+
+        def main(config, loader):
+            {setting}
+            Trainer(loader).train()
+        """ + ("\n        if __name__ == '__main__':\n            main(parse_options(), make_loader())\n" if entry else ""))
+    result = run_cli("scan", ".", "--select", "SF601", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["code"]) for f in json.loads(result.stdout)]
+    assert found == ([("trainer.py", "SF601")] if reported else [])
 
 
 def test_loader_options_forwarded_through_kwargs_to_another_files_factory(run_cli, tmp_path, write):

@@ -358,17 +358,24 @@ def dict_item(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.B
 
 
 def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:
-    """The default of the parameter ``name`` of the function around ``stack`` when no call in
-    the file passes it and the function never rebinds it: `def __init__(self, ...,
+    """The value the parameter ``name`` of the function around ``stack`` has in every run, when
+    the function never rebinds it: what the calls of other scanned files pass when they all pass
+    the same constant (`get_loader(..., num_workers=args.workers)` in `main.py`, with the option's
+    default 8), else its default when no call passes it: `def __init__(self, ...,
     num_workers: int = 0)` with `Trainer(model, data)` calls (or none) runs with 0."""
     function = ctx.function_of(stack)
     if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
         return None
     params = [*function.params.params, *function.params.kwonly_params]
     param = next((p for p in params if p.name.value == name), None)
-    if param is None or param.default is None:
+    if param is None:
         return None
     owner = class_of_method(stack)
+    passed = _passed_from_other_files(ctx, function, name) if owner is None else None
+    if passed is not None:
+        return _only_call_sites_elsewhere(ctx, function, passed)
+    if param.default is None:
+        return None
     called = owner.name.value if owner is not None and function.name.value == "__init__" else function.name.value
     positional = [p.name.value for p in function.params.params]
     index = positional.index(name) if name in positional else None
@@ -380,6 +387,27 @@ def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpr
         if any(arg.star for arg in site.node.args) or not find_argument(ctx, site, name, index).missing:
             return None  # a call passes it (or may, through `*args`/`**kwargs`)
     return param.default
+
+
+def _passed_from_other_files(ctx: FileContext, function: cst.FunctionDef, name: str) -> str | None:
+    """What other scanned files pass to the parameter ``name`` of a module-level function: a
+    value's repr, "" when it is unknown or they differ, None when none passes it."""
+    function_name = function.name.value
+    for called, param, value in ctx.links.arguments:
+        if called == function_name and param in (name, "*"):
+            return value
+    return None
+
+
+def _only_call_sites_elsewhere(ctx: FileContext, function: cst.FunctionDef, value: str) -> cst.BaseExpression | None:
+    """``value`` parsed, when the function's own file does not call it too (its calls there
+    might pass something else, or leave the default)."""
+    if not value or any((site.func or "").rsplit(".", 1)[-1] == function.name.value for site in ctx.calls):
+        return None
+    try:
+        return cst.parse_expression(value)
+    except cst.ParserSyntaxError:
+        return None
 
 
 _DATACLASS_FIELD = ("dataclasses.field",)

@@ -50,6 +50,7 @@ DROPOUT_FUNCTIONS = {
 }
 DROPOUT_MODULES = ("torch.nn.Dropout", "torch.nn.modules.dropout.Dropout")
 MATMUL = ("torch.matmul", "torch.bmm")
+EINSUM = "torch.einsum"
 BMM = "torch.bmm"  # batched 3-D products: `(1, 2)` are its last two dimensions
 # A function or class that calls one of these already has a fast path: its hand-written attention
 # is the fallback (nanoGPT's `if self.flash: ... else: ...`, timm's `fused_attn`).
@@ -74,6 +75,9 @@ UNKNOWN_DROPOUT = "the dropout's probability is not known (an `nn.Dropout` modul
 SOFTMAX_ARGS = "the softmax takes extra arguments"
 KEYS_LAID_OUT = "the keys are already laid out `(batch, dim, tokens)` (SDPA takes them `(batch, tokens, dim)`)"
 READ_BETWEEN = "another statement reads the scores or weights between the attention's steps"
+EINSUM_LAYOUT = "it is written with `einsum`, whose layouts the fix does not rewrite (SDPA takes `(..., tokens, dim)`)"
+# In-place steps of the chain on the scores, read as `scores = scores.<method>(...)`.
+_IN_PLACE = ("masked_fill_",)
 
 
 @dataclass(frozen=True)
@@ -167,14 +171,54 @@ def module_built_by(ctx: FileContext, cls: cst.ClassDef | None, name: str) -> cs
 
 
 def matmul_operands(ctx: FileContext, node: cst.CSTNode) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-    """``(a, b)`` for ``a @ b`` and ``torch.matmul(a, b)``."""
+    """``(a, b)`` for ``a @ b``, ``torch.matmul(a, b)`` and a two-operand ``torch.einsum`` that
+    contracts one dimension (``einsum("b i d, b j d -> b i j", q, k)``)."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
         return node.left, node.right
     if isinstance(node, cst.Call) and ctx.qualname(node.func) in MATMUL:
         args = _positional(node, 2)
         if args is not None:
             return args[0], args[1]
-    return None
+    found = einsum_of(ctx, node)
+    return (found[3], found[4]) if found is not None else None
+
+
+def einsum_of(ctx: FileContext, node: cst.CSTNode
+              ) -> tuple[str, str, str, cst.BaseExpression, cst.BaseExpression] | None:
+    """(subscripts of a, of b, of the result, a, b) of ``torch.einsum("<a>,<b>-><result>", a, b)``
+    that sums over exactly one dimension the two share (`...` reads as one batch subscript)."""
+    if not isinstance(node, cst.Call) or ctx.qualname(node.func) != EINSUM:
+        return None
+    args = _positional(node, 3)
+    if args is None or not isinstance(args[0], cst.SimpleString):
+        return None
+    spec = str(args[0].evaluated_value).replace(" ", "").replace("...", "*")
+    inputs, arrow, result = spec.partition("->")
+    parts = inputs.split(",")
+    if not arrow or len(parts) != 2 or not all(parts) or not result:
+        return None
+    left, right = parts
+    if any(len(set(subscripts)) != len(subscripts) for subscripts in (left, right, result)):
+        return None  # a diagonal or a trace
+    if len((set(left) & set(right)) - set(result)) != 1 or not set(result) <= set(left) | set(right):
+        return None
+    return left, right, result, args[1], args[2]
+
+
+def _einsum_scores(left: str, right: str, result: str) -> bool:
+    """Do the subscripts give scores `(..., queries, keys)`: the result ends with a dimension of
+    the queries only and one of the keys only, and every other one is a batch dimension of both?"""
+    if len(result) < 2:
+        return False
+    *batch, query, key = result
+    return query in left and query not in right and key in right and key not in left and all(
+        index in left and index in right for index in batch)
+
+
+def _einsum_output(left: str, right: str, result: str) -> bool:
+    """Do the subscripts weigh values by weights `(..., queries, keys)`: the sum runs over the
+    weights' last dimension (the one the softmax normalised), and their queries stay?"""
+    return len(left) >= 2 and (set(left) & set(right)) - set(result) == {left[-1]} and left[-2] in result
 
 
 def read_attention(ctx: FileContext, block: Sequence[cst.BaseStatement], index: int,
@@ -186,6 +230,11 @@ def read_attention(ctx: FileContext, block: Sequence[cst.BaseStatement], index: 
         return None
     weights, value = operands
     found = Attention(output=output, softmax=cst.Call(func=cst.Name("softmax")), value=value, first=index)
+    einsum = einsum_of(ctx, output)
+    if einsum is not None:
+        if not _einsum_output(*einsum[:3]):
+            return None
+        found.problem(EINSUM_LAYOUT)
     softmax = _Reader(ctx, block, class_of_method(stack), found)._weights(weights, index)
     if softmax is None:
         return None
@@ -256,7 +305,7 @@ class _Reader:
         """q @ kᵀ, scaled and masked in any order; True when it is one."""
         expr, at = self._peel(expr, at)
         attention = self.found
-        raw = self._raw_scores(expr)
+        raw = self._raw_scores(expr, at)
         if raw is not None:
             attention.query, attention.key = raw
             attention.moved.extend(raw)
@@ -326,19 +375,46 @@ class _Reader:
                     break
         return Factor(value, divide)
 
-    def _raw_scores(self, expr: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-        """`q @ k.transpose(-2, -1)`: (q, k). A `torch.bmm(q, k)` whose second operand is no
-        visible transpose is still attention: its keys were laid out transposed beforehand
-        (`k.view(B, C, H * W)` of a conv feature map), which SDPA takes as `k.transpose(1, 2)`."""
+    def _raw_scores(self, expr: cst.BaseExpression, at: int) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+        """`q @ k.transpose(-2, -1)`: (q, k), also with the transpose in a variable of its own
+        (`k_t = k.transpose(2, 3)`). A `torch.bmm(q, k)` whose second operand is no visible
+        transpose is still attention: its keys were laid out transposed beforehand
+        (`k.view(B, C, H * W)` of a conv feature map), which SDPA takes as `k.transpose(1, 2)`.
+        An `einsum` of scores is attention whatever its layout (reported without a fix)."""
         operands = matmul_operands(self.ctx, expr)
         if operands is None:
             return None
+        einsum = einsum_of(self.ctx, expr)
+        if einsum is not None:
+            if not _einsum_scores(*einsum[:3]):
+                return None
+            self.found.problem(EINSUM_LAYOUT)
+            return operands
         bmm = isinstance(expr, cst.Call) and self.ctx.qualname(expr.func) == BMM
         key = untransposed(self.ctx, operands[1], batched=bmm)
+        if key is None and isinstance(operands[1], cst.Name):
+            key = self._transposed_before(operands[1].value, at, bmm)
         if key is None and bmm:
             self.found.problem(KEYS_LAID_OUT)
             key = operands[1]
         return (operands[0], key) if key is not None else None
+
+    def _transposed_before(self, name: str, at: int, bmm: bool) -> cst.BaseExpression | None:
+        """``k`` for keys transposed into a variable of their own earlier in the block (`k_t =
+        k.transpose(2, 3)`); the statement goes with the attention when nothing else reads it."""
+        for index in range(at - 1, -1, -1):
+            statement = self.block[index]
+            if not mentions(statement, name):
+                continue
+            value = _assigned_value(statement, name)
+            key = untransposed(self.ctx, value, batched=bmm) if value is not None else None
+            if key is None or not isinstance(statement, cst.SimpleStatementLine):
+                return None
+            self.found.first = min(self.found.first, index)
+            if sum(mentions(other, name) for other in self.block) == 2:  # set here, read by the scores only
+                self.found.steps.append(statement)
+            return key
+        return None
 
     def _masked_fill(self, call: cst.Call) -> cst.BaseExpression | None:
         """`scores.masked_fill(cond, value)`: the scores; records the mask."""
@@ -410,10 +486,14 @@ class _Reader:
 
 
 def _assigned_value(statement: cst.BaseStatement, name: str) -> cst.BaseExpression | None:
-    """`name = value` -> value; `name += x` -> `name + x` (likewise `*=` and `/=`)."""
+    """`name = value` -> value; `name += x` -> `name + x` (likewise `*=` and `/=`); an in-place
+    `name.masked_fill_(cond, x)` -> that call (read as `name.masked_fill(cond, x)`)."""
     if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
         return None
     small = statement.body[0]
+    if _in_place_target(small) == name:
+        assert isinstance(small, cst.Expr)
+        return small.value
     if isinstance(small, cst.Assign) and len(small.targets) == 1:
         target = small.targets[0].target
         if isinstance(target, cst.Name) and target.value == name:
@@ -442,8 +522,19 @@ def mentions(node: cst.CSTNode, name: str) -> int:
     return sum(isinstance(n, cst.Name) and n.value == name for n in walk_expression(node))
 
 
+def _in_place_target(small: cst.BaseSmallStatement) -> str | None:
+    """``x`` for a statement `x.masked_fill_(...)`."""
+    call = small.value if isinstance(small, cst.Expr) else None
+    func = call.func if isinstance(call, cst.Call) else None
+    if isinstance(func, cst.Attribute) and func.attr.value in _IN_PLACE and isinstance(func.value, cst.Name):
+        return func.value.value
+    return None
+
+
 def _target(statement: cst.SimpleStatementLine) -> cst.Name:
     small = statement.body[0]
+    if _in_place_target(small) is not None:
+        return small.value.func.value  # type: ignore[attr-defined,union-attr]
     target = small.targets[0].target if isinstance(small, cst.Assign) else small.target  # type: ignore[union-attr]
     assert isinstance(target, cst.Name)
     return target

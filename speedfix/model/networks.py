@@ -22,7 +22,7 @@ from speedfix.model.frames import FrameKind, Stack, class_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.project import FunctionFacts
-from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, NOT_CONV_NETS, layer_kind
+from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, NOT_CONV_NETS, SPARSE_MATMULS, layer_kind
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
 
@@ -182,6 +182,18 @@ def project_known_matmuls(ctx: FileContext, call: cst.Call) -> bool:
     MLP)? False when it is not known (not a network of a scanned file)."""
     facts = _project_builder(ctx, call)
     return facts is not None and (facts.matmuls or (facts.matmul and not facts.conv_dims))
+
+
+def multiplies_sparse(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
+    """Does the network ``call`` builds multiply sparse matrices (`torch.spmm(adj, support)` of a
+    graph convolution): in a class of this file (or one it instantiates), or of another scanned
+    file (through the layers it builds there)?"""
+    names = set().union(*(model_classes(ctx, name) for name in built_classes(ctx, call, stack)))
+    if names and any(ctx.qualname(site.node.func) in SPARSE_MATMULS and (owner := class_of(site.stack)) is not None
+                     and owner.name.value in names for site in ctx.calls):
+        return True
+    facts = _project_builder(ctx, call)
+    return facts is not None and facts.sparse
 
 
 def _project_builder(ctx: FileContext, call: cst.Call) -> FunctionFacts | None:
@@ -611,7 +623,8 @@ def optimized_modules(ctx: FileContext) -> set[str]:
 
 def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
     """(model, call) for optimizers made by a factory that takes the model itself
-    (`create_optimizer_v2(model, ...)` in timm) or by the model (`model.configure_optimizers(...)`)."""
+    (`create_optimizer_v2(model, ...)` in timm, `set_optimizer(opt, model)`) or by the model
+    (`model.configure_optimizers(...)`)."""
     found: list[tuple[str, CallSite]] = []
     for site in ctx.calls:
         leaf = (site.func or "").rsplit(".", 1)[-1].lower()
@@ -621,7 +634,7 @@ def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
             if receiver and "." not in receiver and receiver not in _OPTIONS_NAMES:
                 found.append((_unaliased(ctx, receiver, site.stack), site))
             continue
-        if "optimizer" in leaf and leaf.startswith(("create", "build", "make", "get")) and site.node.args:
+        if "optimizer" in leaf and leaf.startswith(("create", "build", "make", "get", "set", "init")) and site.node.args:
             # the model is the first name that is not the options (timm: `create_optimizer(args, model)`)
             names = [dotted_name(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
             name = next((n for n in names if n and n not in _OPTIONS_NAMES), None)

@@ -16,7 +16,7 @@ from speedfix.model.flow import default_choice, default_truth, off_by_default, p
 from speedfix.model.frames import Stack
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
-from speedfix.project.steps import NO_GRAD_CALLS, is_iterable_wrapper
+from speedfix.project.steps import CUDNN_CHOICES, DETERMINISTIC_ALGORITHMS, NO_GRAD_CALLS, is_iterable_wrapper
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -230,8 +230,7 @@ def _from_outside(ctx: FileContext, function: cst.CSTNode | None, name: str, dep
     return True
 
 
-_CUDNN_SWITCHES = ("cudnn.benchmark", "cudnn.deterministic", "cudnn.enabled")
-DETERMINISTIC_ALGORITHMS = ("torch.use_deterministic_algorithms",)
+_CUDNN_SWITCHES = (*CUDNN_CHOICES, "cudnn.enabled")
 
 
 def cudnn_settings(ctx: FileContext) -> bool:

@@ -16,7 +16,11 @@ it keeps only what the other files need:
 - which classes (and module-level factories returning them) build convolution or cuDNN RNN
   layers, directly or through the file's other classes and helpers (``ResNet`` ->
   ``BasicBlock`` -> ``conv3x3``);
-- which imported classes it builds, and what it passes them (``ChipsData(root, num_workers=8)``).
+- which imported classes it builds, and what it passes them (``ChipsData(root, num_workers=8)``);
+- what its calls of imported functions pass them (``get_loader(path, num_workers=args.workers)``:
+  a constant, or an option's argparse default);
+- which classes multiply sparse matrices (``torch.spmm``), and what they build of other modules;
+- whether, as a script, it chooses cuDNN's algorithms for the process (``cudnn.benchmark = True``).
 
 A training loop is recognised as in ``speedfix.model.context`` (same markers, from ``speedfix.project.steps``),
 within this file and one call deep.
@@ -28,7 +32,8 @@ import ast
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
-from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, MATMUL_LAYERS, MATMUL_METHODS,
+from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
+                                    DETERMINISTIC_ALGORITHMS, MATMUL_LAYERS, MATMUL_METHODS,
                                     NO_GRAD_CALLS, is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
 
 
@@ -51,6 +56,8 @@ class FunctionFacts:
     rnn: bool = False  # a class (or a factory returning one) that builds cuDNN LSTM/GRU/RNN layers
     matmul: bool = True  # ... that may multiply matrices (Linear, attention, `@`); False only when known
     matmuls: bool = False  # ... attention, recurrent layers or matmuls of its own (more than a classifier head)
+    sparse: bool = False  # ... sparse matrix products (`torch.spmm`), here or in a scanned module's class it builds
+    parts: tuple[str, ...] = ()  # ... what it builds of other modules, by qualified name (`layers.GraphConv`)
 
 
 @dataclass(frozen=True)
@@ -72,12 +79,19 @@ class ModuleFacts:
     # when it is not a constant or an argparse default); key "*": a `**` whose keys are unknown, key
     # "#": the keys one call passes, comma-separated
     kwargs_given: tuple[tuple[str, str, str], ...] = ()
+    # the arguments of its calls of imported functions (`get_loader(path, num_workers=args.workers)`):
+    # (callee, slot: a keyword or a position as digits, the value's repr or "" as in ``kwargs_given``);
+    # slot "#": the slots one call passes, comma-separated; slot "*": a call with `*args`/`**kwargs`
+    arguments_given: tuple[tuple[str, str, str], ...] = ()
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
     # imported classes it builds: (qualified name, `.from_argparse_args` or "", keywords passed,
     # positional arguments passed, `*args`/`**kwargs` passed)
     constructions: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
     no_grad_calls: tuple[str, ...] = ()  # qualified names (through imports) called under `torch.no_grad()`
+    # a script (code at module level, or an `if __name__ == "__main__":` block) that chooses cuDNN's
+    # algorithms outside any `if` (`cudnn.benchmark = True` in its `main()`); not a test's fixture
+    cudnn: bool = False
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -101,11 +115,13 @@ class ModuleFacts:
             loader_calls=tuple((str(q), bool(e), bool(u)) for q, e, u in record["loader_calls"]),
             loader_hands=tuple((str(m), str(c), str(p)) for m, c, p in record["loader_hands"]),
             kwargs_given=tuple((str(c), str(k), str(v)) for c, k, v in record["kwargs_given"]),
+            arguments_given=tuple((str(c), str(k), str(v)) for c, k, v in record["arguments_given"]),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
             constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
                                 for q, m, k, n, s in record["constructions"]),
             no_grad_calls=tuple(map(str, record["no_grad_calls"])),
+            cudnn=bool(record["cudnn"]),
         )
 
 
@@ -149,6 +165,13 @@ def _unwrap(node: ast.AST) -> ast.AST:
 
 def _cuda_attribute(node: ast.Attribute) -> bool:
     return node.attr in CUDA_ATTRIBUTES or (isinstance(node.value, ast.Name) and node.value.id in CUDA_OBJECTS)
+
+
+def _is_main_guard(test: ast.AST) -> bool:
+    """`__name__ == "__main__"`."""
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value == "__main__")
 
 
 def _is_periodic(test: ast.AST) -> bool:
@@ -213,10 +236,15 @@ class _Collector(ast.NodeVisitor):
         self.module_aliases: dict[str, str] = {}  # module-level `v = tqdm(loader)` -> v: loader
         self.hands: list[tuple[str, str, str]] = []  # (maker, callee, slot) as written: see ModuleFacts.loader_hands
         self.kwargs: list[tuple[str, str, str]] = []  # (callee as written, key, value): see ModuleFacts.kwargs_given
+        self.arguments: list[tuple[str, str, str]] = []  # (callee as written, slot, value): ModuleFacts.arguments_given
         self.defaults: dict[str, str] = {}  # argparse destination -> repr of its constant default
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
         self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
         self.no_grad_calls: set[str] = set()
+        self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
+        self.cudnn_at_top = False  # ... at module level
+        self.entry = False  # an `if __name__ == "__main__":` block
+        self.conditions = 0  # `if` bodies open (not the `if __name__ == "__main__":` block)
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -330,16 +358,22 @@ class _Collector(ast.NodeVisitor):
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
         periodic = _is_periodic(node.test)
+        condition = not _is_main_guard(node.test)
+        self.entry = self.entry or not condition
         self.guards += periodic
+        self.conditions += condition
         for statement in node.body:
             self.visit(statement)
         self.guards -= periodic
         for statement in node.orelse:
             self.visit(statement)
+        self.conditions -= condition
 
     # ------------------------------------------------------------------ facts
     def visit_Assign(self, node: ast.Assign) -> None:
         self._assigned([target for target in node.targets], node.value)
+        if any((dotted(target) or "").endswith(CUDNN_CHOICES) for target in node.targets):
+            self._cudnn_choice()
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -433,6 +467,23 @@ class _Collector(ast.NodeVisitor):
             for key, value in zip(keys, literal.values):
                 self.kwargs.append((func, key, self._constant(value)))
 
+    def _arguments(self, func: str, node: ast.Call) -> None:
+        """The arguments of a call of an imported name (see ModuleFacts.arguments_given)."""
+        if self.resolve(func) is None:
+            return
+        if any(isinstance(arg, ast.Starred) for arg in node.args) or any(k.arg is None for k in node.keywords):
+            self.arguments.append((func, "*", ""))
+            return
+        values = [*node.args, *(keyword.value for keyword in node.keywords)]
+        slots = [str(index) for index in range(len(node.args))] + [str(keyword.arg) for keyword in node.keywords]
+        self.arguments.append((func, "#", ",".join(slots)))
+        self.arguments.extend((func, slot, self._constant(value)) for slot, value in zip(slots, values))
+
+    def _cudnn_choice(self) -> None:
+        if not self.conditions:
+            self.cudnn = True
+            self.cudnn_at_top = self.cudnn_at_top or not self.function_stack
+
     def _argparse_default(self, node: ast.Call) -> None:
         options = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
         default = next((k.value for k in node.keywords if k.arg == "default"), None)
@@ -442,10 +493,11 @@ class _Collector(ast.NodeVisitor):
 
     @staticmethod
     def _constant(value: ast.expr) -> str:
-        """The repr of a constant, `@workers` for an option `args.workers` (its argparse default
-        is looked up once the whole file is read), "" otherwise."""
+        """The repr of a constant (a short one), `@workers` for an option `args.workers` (its
+        argparse default is looked up once the whole file is read), "" otherwise."""
         if isinstance(value, ast.Constant):
-            return repr(value.value)
+            shown = repr(value.value)
+            return shown if len(shown) <= 40 else ""
         if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
             return f"@{value.attr}"
         return ""
@@ -520,6 +572,8 @@ class _Collector(ast.NodeVisitor):
         func = dotted(node.func)
         if func in CUDA_DEVICE_HELPERS:
             self._note_cuda()  # `try_gpu()`
+        if self.resolve(func) in DETERMINISTIC_ALGORITHMS:
+            self._cudnn_choice()
         loop = self._current_loop()
         if self._is_marker(node, func):
             if loop is not None:
@@ -546,6 +600,7 @@ class _Collector(ast.NodeVisitor):
         if func is not None:
             self._hands(func, node)
             self._kwargs(func, node)
+            self._arguments(func, node)
             self._passes(func, node)
         owner = self._layer_owner()
         if owner is not None and (layer_kind(self.resolve(func)) == "matmul" or (
@@ -635,7 +690,8 @@ class _Collector(ast.NodeVisitor):
                 dims = tuple(sorted(layer for layer in layers if isinstance(layer, int)))
                 functions[name] = replace(functions[name], conv_dims=dims, rnn="rnn" in layers,
                                           matmul=bool(layers & {"rnn", "matmul", "opaque"}),
-                                          matmuls=bool(layers & {"rnn", "heavy", "opaque"}))
+                                          matmuls=bool(layers & {"rnn", "heavy", "opaque"}), sparse="sparse" in layers,
+                                          parts=self._parts(name) if "opaque" in layers else ())
         hot = sorted({q for q in self._hot_calls() if q is not None and q.split(".", 1)[0] not in _EXTERNAL})
         return ModuleFacts(
             imports=tuple(sorted(self.bindings.items())),
@@ -646,15 +702,22 @@ class _Collector(ast.NodeVisitor):
             hot_calls=tuple(hot),
             loader_calls=self._loader_calls(),
             loader_hands=self._loader_hands(),
-            kwargs_given=tuple(sorted({
-                (target, key, self.defaults.get(value[1:], "") if value.startswith("@") else value)
-                for func, key, value in self.kwargs if (target := self.resolve(func)) and target.split(".", 1)[0] not in _EXTERNAL
-            })),
+            kwargs_given=self._resolved(self.kwargs),
+            arguments_given=self._resolved(self.arguments),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
+            cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
         )
+
+    def _resolved(self, given: list[tuple[str, str, str]]) -> tuple[tuple[str, str, str], ...]:
+        """(callee, key, value) with the callee's qualified name (project modules only) and an
+        option's argparse default for its `@name`."""
+        return tuple(sorted({
+            (target, key, self.defaults.get(value[1:], "") if value.startswith("@") else value)
+            for func, key, value in given if (target := self.resolve(func)) and target.split(".", 1)[0] not in _EXTERNAL
+        }))
 
     def _passed_on(self, functions: dict[str, FunctionFacts]) -> None:
         """`def train(self, epoch): self.iteration(epoch, self.train_data)` where `iteration`'s
@@ -677,6 +740,11 @@ class _Collector(ast.NodeVisitor):
                                         iterated=facts.iterated + tuple(loops),
                                         epochs=facts.epochs + tuple(a for p, a in taken.items() if p in other.epochs))
                 functions[name] = facts
+
+    def _parts(self, owner: str) -> tuple[str, ...]:
+        """What ``owner`` builds of other modules (not libraries), by qualified name."""
+        return tuple(sorted({qualified for name in self.builds.get(owner, ()) if (qualified := self.resolve(name))
+                             and qualified.split(".", 1)[0] not in _EXTERNAL}))
 
     def _layers_reached(self) -> dict[str, set[int | str]]:
         """Classes and factories that build convolutions or RNNs, through the file's own classes
@@ -738,11 +806,14 @@ class _Collector(ast.NodeVisitor):
                         if attr.startswith("self.") and attr[5:] in stored]
             looped = [stored[attr[5:]] for _, facts in methods for attr in facts.loops_over
                       if attr.startswith("self.") and attr[5:] in stored]
+            epochs = [stored[attr[5:]] for _, facts in methods for attr in facts.epochs
+                      if attr.startswith("self.") and attr[5:] in stored]
             result[owner] = FunctionFacts(
                 params=params,
                 steps=any(facts.steps for _, facts in methods),  # an agent whose `train()` takes one step
                 trains=any(facts.trains for _, facts in methods),
                 iterated=tuple(dict.fromkeys(iterated)),
+                epochs=tuple(dict.fromkeys(epochs)),  # `Solver(loader).train()` with an epoch loop around it
                 loops_over=tuple(dict.fromkeys(looped)),
                 uploads=any(facts.uploads for _, facts in methods),
                 cuda=any(facts.cuda for _, facts in methods) or owner in self.cuda_classes,

@@ -24,6 +24,11 @@ What a file learns (``Links``):
   (`loader = get_loader(...)` in ``train.py``): the loader's fixes belong where it is built;
 - ``missing``: modules it imports that exist beside it but were not scanned (to say what could
   not be checked);
+- ``arguments``: what other files pass to the parameters of its module-level functions, when
+  every call passes the same constant (`get_loader(..., num_workers=args.workers)`: the run's
+  worker count is the option's default, not `get_loader`'s);
+- ``cudnn``: the file of a scan that imports it (in turn) and chooses cuDNN's algorithms for
+  the process (`cudnn.benchmark = True` in the `main.py` that runs `solver.py`'s training), or None;
 - ``constructed``: its classes that other files build, and what they pass them (a constructor
   default another file overrides is not the run's value).
 """
@@ -36,7 +41,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
@@ -63,6 +68,11 @@ class Links:
     # key, the value's repr, "" when it is unknown or the callers differ); only functions whose
     # every such call passes a dict literal
     kwargs: tuple[tuple[str, str, str], ...] = ()
+    # what other files pass to the parameters of its module-level functions (`get_loader(...,
+    # num_workers=args.workers)`): (function, parameter, the value's repr, "" when it is unknown,
+    # the calls differ or one of them leaves the default); parameter "*": a call passes `*args`/`**kwargs`
+    arguments: tuple[tuple[str, str, str], ...] = ()
+    cudnn: str | None = None  # an importer's file (as shown) that chooses cuDNN's algorithms for the process
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -92,6 +102,8 @@ class Links:
             "constructed": [list(map(str, (name, method, ",".join(keywords), count, star)))
                             for name, method, keywords, count, star in self.constructed],
             "kwargs": [list(given) for given in self.kwargs],
+            "arguments": [list(given) for given in self.arguments],
+            "cudnn": self.cudnn,
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -247,12 +259,15 @@ def link(
                     found.setdefault(*hit)
         prefixes[path] = found
         missing[path] = _missing(path, module, found, resolver)
+    facts = _sparse_through_parts(facts, prefixes)
     cuda = _cuda_reasons(facts, prefixes, show)
     hot = _called_functions(facts, prefixes, lambda module: module.hot_calls)
     no_grad = _called_functions(facts, prefixes, lambda module: module.no_grad_calls)
     feeds = _loader_factories(facts, prefixes)
     constructed = _constructions(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
+    arguments = _arguments_given(facts, prefixes)
+    cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     links: dict[Path, Links] = {}
     for path, module in facts.items():
@@ -270,6 +285,8 @@ def link(
             missing=tuple(missing[path]),
             constructed=tuple(sorted(constructed.get(path, ()))),
             kwargs=kwargs.get(path, ()),
+            arguments=arguments.get(path, ()),
+            cudnn=cudnn.get(path),
         )
     return links
 
@@ -409,6 +426,45 @@ def _cuda_reasons(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
     return reasons
 
 
+def _sparse_through_parts(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                          ) -> dict[Path, ModuleFacts]:
+    """``facts`` with `sparse` set on the classes that build a sparse layer of another module
+    (`GCN` of models.py building `GraphConvolution` of layers.py, whose forward calls `torch.spmm`)."""
+    changed = True
+    for _ in range(3):  # a model, its block, the block's layer
+        if not changed:
+            break
+        changed = False
+        for path, module in facts.items():
+            reached = {name for name, function in module.functions.items() if not function.sparse and any(
+                (hit := _split(part, prefixes[path])) is not None
+                and (other := facts[hit[0]].functions.get(hit[1])) is not None and other.sparse
+                for part in function.parts)}
+            if reached:
+                functions = {name: replace(function, sparse=True) if name in reached else function
+                             for name, function in module.functions.items()}
+                facts = {**facts, path: replace(module, functions=functions)}
+                changed = True
+    return facts
+
+
+def _imported_by(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
+                 marks: Callable[[ModuleFacts], bool], show: Callable[[Path], str]) -> dict[Path, str]:
+    """The files that a file ``marks`` says something of imports, in turn: file -> that
+    importer's file (the nearest one, the first in path order)."""
+    found: dict[Path, str] = {}
+    todo = deque(path for path, module in facts.items() if marks(module))
+    origin = {path: show(path) for path in todo}
+    while todo:
+        importer = todo.popleft()
+        for target in prefixes[importer].values():
+            if target not in found and target not in origin:
+                found[target] = origin[importer]
+                origin[target] = origin[importer]
+                todo.append(target)
+    return found
+
+
 def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
                       calls: Callable[[ModuleFacts], tuple[str, ...]]) -> dict[Path, set[str]]:
     """Functions and methods of each file that another file calls in a certain way: the
@@ -475,6 +531,36 @@ def _kwargs_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
             continue  # a call whose keys are unknown, or calls that pass different keys
         found.setdefault(target, []).extend(
             (function, key, values.pop() if len(values) == 1 else "") for key, values in sorted(keys.items()))
+    return {path: tuple(items) for path, items in found.items()}
+
+
+def _arguments_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                     ) -> dict[Path, tuple[tuple[str, str, str], ...]]:
+    """What the calls of other files pass to the parameters of each file's module-level
+    functions (see ``Links.arguments``)."""
+    calls: dict[tuple[Path, str], list[tuple[str, ...]]] = {}  # the slots each call passes
+    values: dict[tuple[Path, str], dict[str, set[str]]] = {}  # slot -> the values passed there
+    for path, module in facts.items():
+        for callee, slot, value in module.arguments_given:
+            hit = _split(callee, prefixes[path])
+            if hit is None or "." in hit[1] or _is_class(facts[hit[0]], hit[1]) or hit[1] not in facts[hit[0]].functions:
+                continue
+            if slot == "#":
+                calls.setdefault(hit, []).append(tuple(value.split(",")) if value else ())
+            else:
+                values.setdefault(hit, {}).setdefault(slot, set()).add(value)
+    found: dict[Path, list[tuple[str, str, str]]] = {}
+    for (target, function), slots in sorted(values.items()):
+        if "*" in slots:
+            found.setdefault(target, []).append((function, "*", ""))
+            continue
+        for index, param in enumerate(facts[target].functions[function].params):
+            passed = [str(index) in call or param in call for call in calls.get((target, function), ())]
+            if not any(passed):
+                continue  # no call passes it: its default holds
+            given = slots.get(str(index), set()) | slots.get(param, set())
+            agreed = all(passed) and len(given) == 1
+            found.setdefault(target, []).append((function, param, next(iter(given)) if agreed else ""))
     return {path: tuple(items) for path, items in found.items()}
 
 

@@ -30,12 +30,19 @@ NO_GRAD_CALLS = frozenset(f"{module}.{name}" for module in ("torch", "torch.auto
 # `accelerator.device`, `accelerator.backward(loss)`).
 CUDA_ATTRIBUTES = frozenset({"cuda", "accelerator"}) | CUDA_DEVICE_HELPERS
 CUDA_OBJECTS = frozenset({"accelerator"})
+# Settings that choose cuDNN's convolution algorithms (`torch.backends.cudnn.benchmark = True`),
+# and the call that asks for deterministic ones.
+CUDNN_CHOICES = ("cudnn.benchmark", "cudnn.deterministic")
+DETERMINISTIC_ALGORITHMS = ("torch.use_deterministic_algorithms",)
 # Convolution layers by qualified name -> their dimension (transposed ones included): a class
 # that builds them is a conv net, in this file or, through the project facts, in another one.
 CONV_LAYERS = {
     f"torch.nn.{prefix}{kind}{dims}d": dims
     for prefix in ("", "modules.conv.") for kind in ("Conv", "ConvTranspose") for dims in (1, 2, 3)
 }
+
+# Products of a sparse and a dense matrix (graph convolutions over a sparse adjacency matrix).
+SPARSE_MATMULS = frozenset({"torch.spmm", "torch.sparse.mm", "torch.sparse.addmm", "torch.hspmm", "torch.smm"})
 
 # cuDNN recurrent layers: autocast runs them in fp16 whatever dtype it is asked for.
 CUDNN_RNN_LAYERS = frozenset(f"torch.nn.{prefix}{kind}" for prefix in ("", "modules.rnn.") for kind in ("LSTM", "GRU", "RNN"))
@@ -88,7 +95,8 @@ def zoo_cnn(qualified: str | None) -> bool:
 
 def layer_kind(qualified: str | None) -> int | str | None:
     """What a call of ``qualified`` (as the imports resolve it) adds to a network: a ConvNd's N,
-    "rnn" (cuDNN LSTM/GRU/RNN), "matmul" (Linear, attention, `torch.matmul`), "opaque" (a
+    "rnn" (cuDNN LSTM/GRU/RNN), "matmul" (Linear, attention, `torch.matmul`), "sparse" (a
+    sparse matrix product, `torch.spmm`), "opaque" (a
     network of another library, `torchvision.models.vgg19()`: its layers are unknown here), or
     None (a layer or function that multiplies no matrices, or a name of the file itself)."""
     if not qualified:
@@ -97,6 +105,8 @@ def layer_kind(qualified: str | None) -> int | str | None:
         return "rnn"
     if qualified in CONV_LAYERS:
         return CONV_LAYERS[qualified]
+    if qualified in SPARSE_MATMULS:
+        return "sparse"
     if qualified in MATMUL_CALLS:
         return "matmul"
     return None if qualified.split(".", 1)[0] in _NO_LAYER_LIBRARIES else "opaque"
