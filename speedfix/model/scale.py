@@ -76,6 +76,25 @@ def loader_role(ctx: FileContext, site: CallSite) -> Role:
     return Role.UNKNOWN
 
 
+def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
+    """Does the DataLoader made at ``site`` only feed evaluation (``loader_role``), and no
+    function of another scanned file that trains is handed it (`train_one_epoch(model,
+    loader)` of `engine.py` trains on a loader this file also validates with)? Pinned memory
+    and persistent workers are not worth advising for such a loader: its batches leave no
+    training step waiting. Only in a file whose training the scan sees (a step loop of its own,
+    or a call of another file's training loop): elsewhere a loop without a visible step may be
+    the training loop itself (`for x, y in loader: train(x, y)`)."""
+    if not ctx.drives_training or loader_role(ctx, site) is not Role.EVALUATION:
+        return False
+    names = _loader_names(ctx, site)
+    for call in ctx.calls:
+        if any(not arg.star and dotted_name(arg.value) in names for arg in call.node.args):
+            callee = ctx.project_callee(call)
+            if callee is not None and (callee.trains or callee.steps):
+                return False
+    return True
+
+
 def _yields(loop: cst.CSTNode) -> bool:
     """Does the loop hand what it iterates on (a generator that cycles a loader forever,
     `def sample_data(loader): while True: for batch in loader: yield batch`)? Whoever draws from
