@@ -229,3 +229,41 @@ def test_a_loader_cycled_by_a_generator_still_feeds_training(run_cli, write, tmp
     """
     pin = _one(_scan(run_cli, write, tmp_path, "gan.py", script), "SF102")
     assert pin["impact"] == "medium" and "impact_reason" not in pin  # not "only evaluation reads it"
+
+
+# A trainer class of the kind segmentation repositories write: validation inside the epoch loop
+# and a test pass after it, both without `no_grad()`.
+SOLVER = """\
+import torch
+from mylib import build_model
+
+
+class Solver:
+    def __init__(self, train_loader, valid_loader, test_loader):
+        self.net = build_model().cuda()
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-4)
+        self.train_loader, self.valid_loader, self.test_loader = train_loader, valid_loader, test_loader
+
+    def train(self):
+        for epoch in range(100):
+            self.net.train()
+            for images, masks in self.train_loader:
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(self.net(images.cuda()), masks.cuda())
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+            self.net.eval()
+            for images, masks in self.valid_loader:
+                score = dice(self.net(images.cuda()), masks.cuda())
+        self.net.eval()
+        for images, masks in self.test_loader:
+            score = dice(self.net(images.cuda()), masks.cuda())
+"""
+
+
+def test_a_test_pass_run_once_ranks_below_a_validation_loop_run_every_epoch(run_cli, write, tmp_path):
+    found = [f for f in _scan(run_cli, write, tmp_path, "solver.py", SOLVER) if f["code"] == "SF702"]
+    by_line = {f["line"]: f for f in found}
+    assert by_line[20]["impact"] == "high"  # every epoch
+    assert by_line[23]["impact"] == "medium"  # once, after the epochs
+    assert by_line[23]["impact_reason"] == "one pass after or outside the training loop, not every epoch"

@@ -171,6 +171,49 @@ def per_file(question: Callable[[FileContext], T]) -> Callable[[FileContext], T]
     return answer
 
 
+# ---------------------------------------------------------------- how often code runs
+def runs_once(ctx: FileContext, stack: Stack, depth: int = 0) -> bool:
+    """Does code at ``stack`` run once per training run, in a file that trains: outside every
+    loop, at the top of the script or in the function that runs the epochs (a test pass after
+    them), or in a function of the file that is only called from such places? False for code a
+    loop repeats (a validation pass every epoch), and for a function whose callers the file
+    does not show (another file's, a framework's hook) or that runs every step."""
+    if not ctx.drives_training or depth > 3:
+        return False
+    for frame in reversed(stack):
+        if frame.kind is FrameKind.LOOP:
+            return False
+        if frame.kind is FrameKind.FUNCTION:
+            function = frame.node
+            if function in ctx.hot_functions:
+                return False
+            callers = [site for site in ctx.calls if any(info.node is function for info in ctx.local_callees(site))]
+            if not callers and function not in _epoch_functions(ctx):
+                return False  # called from elsewhere, maybe in a loop
+            return all(runs_once(ctx, site.stack, depth + 1) for site in callers)
+    return True
+
+
+@per_file
+def _epoch_functions(ctx: FileContext) -> set[cst.CSTNode]:
+    """Functions that run the whole training: a training loop inside an epoch loop of their own
+    (`def train(self): for epoch in ...: for batch in self.train_loader: ...`)."""
+    found = set()
+    for loop in ctx.step_loops:
+        info = ctx.loops.get(loop)
+        if info is None:
+            continue
+        for frame in reversed(info.stack):
+            if frame.kind is FrameKind.LOOP:
+                function = ctx.function_of(info.stack)
+                if function is not None:
+                    found.add(function)
+                break
+            if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
+                break
+    return found
+
+
 # ---------------------------------------------------------------- how big a model
 # Below this many parameters a model is small: its optimizer step, layout and kernel fusion
 # are worth little next to the rest (a fused optimizer on an MNIST net).
