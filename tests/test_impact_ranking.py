@@ -66,14 +66,54 @@ def test_a_sync_per_element_of_the_batch_is_high(run_cli, write, tmp_path):
     assert _one(_scan(run_cli, write, tmp_path, "named.py", LOOP.replace("SYNCS", named)), "SF301")["impact"] == "medium"
 
 
-def test_three_syncs_in_one_step_are_high_unless_the_model_is_large(run_cli, write, tmp_path):
-    three = "total += loss.item()\n        correct += (out.argmax(1) == y).sum().item()\n        print(loss.item())"
+def test_three_waits_in_one_step_are_high_unless_the_model_is_large(run_cli, write, tmp_path):
+    three = ("total += loss.item()\n        correct += (out.argmax(1) == y).sum().item()\n"
+             "        top5 += (out.topk(5, 1).indices == y[:, None]).any(1).sum().item()")
     sync = _one(_scan(run_cli, write, tmp_path, "three.py", LOOP.replace("SYNCS", three)), "SF301")
-    assert sync["impact"] == "high" and sync["impact_reason"] == "3 syncs in one step"
+    assert sync["impact"] == "high" and sync["impact_reason"] == "3 separate waits for the GPU in one step"
     large = LOOP.replace("from mylib import build_model\n", "from transformers import AutoModelForCausalLM\n").replace(
         "build_model()", 'AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")')
     sync = _one(_scan(run_cli, write, tmp_path, "large.py", large.replace("SYNCS", three)), "SF301")
     assert sync["impact"] == "low" and sync["impact_reason"].startswith("a large model (about 7.0B parameters)")
+
+
+def test_values_read_one_after_another_wait_once(run_cli, write, tmp_path):
+    """After the first read the GPU has nothing queued: reading the other losses it already
+    computed, statement after statement, adds no wait (a detector's or SAM's loss meters)."""
+    meters = ("meter_a.update(loss_a.item())\n        meter_b.update(loss_b.item())\n"
+              "        meter_c.update(loss_c.item())\n        print(float(loss))")
+    code = LOOP.replace("loss = torch.nn.functional.cross_entropy(out, y)",
+                        "loss_a, loss_b, loss_c = out.sum(), out.mean(), out.std()\n        loss = loss_a + loss_b + loss_c")
+    sync = _one(_scan(run_cli, write, tmp_path, "meters.py", code.replace("SYNCS", meters)), "SF301")
+    assert sync["impact"] == "medium" and "impact_reason" not in sync
+    # a check before backward and the reads after the step: two waits, still medium
+    guarded = code.replace("optimizer.zero_grad()", "if bool(loss == 0):\n            continue\n        optimizer.zero_grad()")
+    sync = _one(_scan(run_cli, write, tmp_path, "guarded.py", guarded.replace("SYNCS", meters)), "SF301")
+    assert sync["impact"] == "medium"
+
+
+# Metrics of another module, each computed on the GPU and read back as a Python float.
+METRICS = """import torch
+
+
+def dice(pred, target):
+    inter = torch.sum((pred > 0.5) * target)
+    return 2 * float(inter) / (float(torch.sum(pred > 0.5)) + float(torch.sum(target)) + 1e-6)
+
+
+def jaccard(pred, target):
+    return float(torch.sum((pred > 0.5) * target)) / float(torch.sum((pred > 0.5) + target > 0))
+"""
+
+
+def test_metric_helpers_of_another_file_that_read_values_count_as_waits(run_cli, write, tmp_path):
+    write("metrics.py", METRICS)
+    code = LOOP.replace("from mylib import build_model\n", "from mylib import build_model\nfrom metrics import dice, jaccard\n")
+    steps = "epoch_loss += loss.item()\n        d += dice(out, y)\n        j += jaccard(out, y)"
+    write("train.py", code.replace("SYNCS", steps))
+    sync = _one([f for f in _json(run_cli, "train.py", "metrics.py", cwd=tmp_path) if f["path"] == "train.py"], "SF301")
+    assert sync["impact"] == "high"
+    assert sync["impact_reason"] == "3 separate waits for the GPU in one step (2 in the helpers it calls: `dice`, `jaccard`)"
 
 
 # A Lightning script whose LightningModule lives in another module and picks its network by name.
