@@ -307,3 +307,25 @@ def test_a_test_pass_run_once_ranks_below_a_validation_loop_run_every_epoch(run_
     assert by_line[20]["impact"] == "high"  # every epoch
     assert by_line[23]["impact"] == "medium"  # once, after the epochs
     assert by_line[23]["impact_reason"] == "one pass after or outside the training loop, not every epoch"
+
+
+# A Hugging Face fine-tune that leaves TrainingArguments at their defaults, on token ids tokenized ahead.
+HF_DEFAULTS = """\
+from datasets import load_dataset
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
+
+tokenizer = AutoTokenizer.from_pretrained("distilbert-base-uncased")
+reviews = load_dataset("imdb").map(lambda rows: tokenizer(rows["text"], truncation=True), batched=True)
+model = AutoModelForSequenceClassification.from_pretrained("distilbert-base-uncased", num_labels=2)
+args = TrainingArguments(output_dir="out", per_device_train_batch_size=32, num_train_epochs=3)
+Trainer(model=model, args=args, train_dataset=reviews["train"], tokenizer=tokenizer).train()
+"""
+
+
+def test_fp32_left_at_the_default_outranks_the_other_defaults_of_the_call(run_cli, write, tmp_path):
+    found = [f for f in _scan(run_cli, write, tmp_path, "finetune.py", HF_DEFAULTS)
+             if f["code"] == "SF902" and "keep slow defaults" in f["message"]]
+    (precision,) = [f for f in found if "besides" not in f["message"]]
+    (rest,) = [f for f in found if "besides fp32" in f["message"]]
+    assert precision["impact"] == "high" and precision["message"].endswith("fp32 (neither `bf16` nor `fp16`)")
+    assert rest["impact"] == "medium" and "dataloader_num_workers" in rest["message"]  # compile is among them
