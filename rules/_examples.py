@@ -45,3 +45,34 @@ TEST_PASS_AFTER_TRAINING = """
                 for images, labels in test_loader:
                     correct += (model(images.cuda()).argmax(1) == labels.cuda()).sum().item()
 """
+
+
+# A validation loader read every epoch by an evaluation function that takes no optimizer step:
+# its copies and worker restarts hold up no training step, so neither pinning nor persistent
+# workers is advised for it (the training loader has both).
+VALIDATION_EVERY_EPOCH = """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def evaluate(net, batches):
+                net.eval()
+                hits = 0
+                with torch.no_grad():
+                    for frames, targets in batches:
+                        hits += (net(frames.cuda()).argmax(1) == targets.cuda()).sum()
+                net.train()
+                return hits
+
+            fit_loader = DataLoader(fit_set, batch_size=64, shuffle=True, num_workers=6, pin_memory=True,
+                                    persistent_workers=True)
+            holdout_loader = DataLoader(holdout_set, batch_size=256, num_workers=6)
+            net = Classifier().cuda()
+            opt = torch.optim.AdamW(net.parameters(), lr=3e-4)
+            for epoch in range(40):
+                for frames, targets in fit_loader:
+                    loss = torch.nn.functional.cross_entropy(net(frames.cuda()), targets.cuda())
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                print(epoch, float(evaluate(net, holdout_loader)))
+"""

@@ -91,7 +91,9 @@ class DataloaderNoWorkers(Rule):
     transforming images one by one outruns 2 workers (not MNIST or CIFAR, small images held in
     memory). Medium for token ids that a Dataset of the file tokenizes item by item in
     `__getitem__`: a fast tokenizer is cheap next to a transformer step. Low for a loader that
-    only evaluation or testing reads.
+    only evaluation or testing reads: a validation pass every epoch loaded in the main process
+    costs its share of the run, not a stalled training step (one read once after training is
+    not reported). Its pinning and persistent workers are not advised at all (SF102, SF103).
 
     A `speedfix bench` result of the script decides for a training loader, in a scan and in the
     benchmark's own run-time advice: high when it measured 20% or more of the step time waiting

@@ -11,9 +11,10 @@ from speedfix.model.frameworks import framework_uses_cuda
 from speedfix.model.index import CallSite
 from speedfix.model.loaders import Place, evaluation_only, late_value, never_read, only_peeked, samples_place
 from speedfix.model.loader_classes import dataloader_calls
+from speedfix.model.scale import evaluation_feed
 from speedfix.model.workload import Samples, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
-from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING
+from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING, VALIDATION_EVERY_EPOCH
 
 
 class DataloaderNoPinMemory(Rule):
@@ -31,8 +32,13 @@ class DataloaderNoPinMemory(Rule):
     may have been turned off on purpose), as are values speedfix cannot know, and loaders whose
     samples are already CUDA tensors (a `TensorDataset` of CUDA tensors, a Dataset whose methods
     call `.to(device)` or `.cuda()`, a `collate_fn` that does): they cannot be pinned, and the
-    DataLoader would raise `cannot pin 'torch.cuda.FloatTensor'`. Nor is a loader that a script
-    which trains reads once, after training, outside any loop (a final test pass).
+    DataLoader would raise `cannot pin 'torch.cuda.FloatTensor'`. Nor is a loader that only
+    evaluation reads: iterated only in loops that take no optimizer step (a validation loop every
+    epoch, a test pass after training), or, when the file iterates it nowhere, named for it
+    (`val_loader`, `test_loader`, a function `val_dataloader()` that returns it). Its copies
+    hold up no training step, and a validation pass is a small share of the run: pinning it
+    gains next to nothing. A loader that is also handed to a training function of another file
+    (`train_one_epoch(model, loader)`) is still checked.
 
     ## Example
     ```python
@@ -58,7 +64,8 @@ class DataloaderNoPinMemory(Rule):
 
     ## Impact
     Medium: pinned memory makes the batch copies asynchronous, a real but modest gain. Low for
-    a loader that only evaluation or testing reads, and for batches of token ids (a step that
+    an evaluation loader that is still reported (where the scan does not see the training: a
+    framework's `val_dataloader()`), and for batches of token ids (a step that
     feeds `input_ids`, a tokenizer): pinning a copy of kilobytes gains next to nothing. (A loader that keeps the GPU waiting needs
     workers first: SF101, which a `speedfix bench` measurement of the data wait decides.)
 
@@ -117,6 +124,7 @@ class DataloaderNoPinMemory(Rule):
         ),
         Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
         Valid(TEST_PASS_AFTER_TRAINING),  # a test loader read once after training
+        Valid(VALIDATION_EVERY_EPOCH),  # a validation loader read every epoch, no training step
         Valid(  # one batch drawn to look at the model's outputs, outside any loop
             """
             import torch
@@ -356,8 +364,8 @@ class DataloaderNoPinMemory(Rule):
         pin = find_argument(self.ctx, site, "pin_memory", 7)
         if not pin.missing or late_value(self.ctx, site, "pin_memory") is not None:
             return  # chosen, in the call or afterwards (`loader.pin_memory = True`: SF105)
-        if evaluation_only(self.ctx, site):
-            return  # one evaluation pass after training
+        if evaluation_only(self.ctx, site) or evaluation_feed(self.ctx, site):
+            return  # one evaluation pass after training, or a loader only evaluation reads
         if never_read(self.ctx, site) or only_peeked(self.ctx, site):
             return  # a loader made and never used, or used for a look at one batch
         place = samples_place(self.ctx, site)

@@ -16,10 +16,11 @@ from speedfix.model.index import CallSite
 from speedfix.model.loaders import iterated_per_epoch, never_read, only_peeked, returned_to_training
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.patterns import dataset_argument
+from speedfix.model.scale import evaluation_feed
 from speedfix.model.versions import v
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of
-from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING
+from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING, VALIDATION_EVERY_EPOCH
 
 
 _CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count"})
@@ -51,6 +52,11 @@ class DataloaderNoPersistentWorkers(Rule):
     `persistent_workers=True`. The worker count may be a constructor argument the class reads
     back (`num_workers=self.num_workers` in a LightningDataModule), set by the project's
     LightningCLI config (`data: {num_workers: 8}`) or left at the `__init__` default.
+
+    Not reported on a loader that only evaluation reads (iterated only in loops that take no
+    optimizer step, or named for it when the file iterates it nowhere: `val_loader`, a
+    `test_dataloader()` that returns it): restarting its workers delays a validation pass, not
+    the training steps, and a worker pool kept alive for it holds memory for the whole run.
 
     ## Why is this bad?
     Without it, every `for batch in loader:` starts `num_workers` new processes, each importing
@@ -84,7 +90,7 @@ class DataloaderNoPersistentWorkers(Rule):
 
     ## Impact
     Low: the workers start again once per epoch, a pause per epoch rather than per step.
-    Nothing moves it.
+    Nothing moves it. (A loader that only evaluation reads is not reported at all.)
 
     ## Measured effect
     Worker start-up per epoch went from 7 minutes to 35 s of data initialisation in MMHuman3D;
@@ -109,6 +115,7 @@ class DataloaderNoPersistentWorkers(Rule):
     VALID = [
         Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
         Valid(TEST_PASS_AFTER_TRAINING),  # a test loader read once after training
+        Valid(VALIDATION_EVERY_EPOCH),  # a validation loader read every epoch, no training step
         Valid(  # iterated once: nothing to keep alive
             """
             from torch.utils.data import DataLoader
@@ -562,6 +569,8 @@ class DataloaderNoPersistentWorkers(Rule):
             return
         if never_read(ctx, site) or only_peeked(ctx, site):
             return  # a loader made and never used, or used for a look at one batch
+        if evaluation_feed(ctx, site):
+            return  # only evaluation reads it: a restart per validation pass holds up no training step
         loader = assigned_name(site)
         returned = returned_to_training(ctx, site)  # `return DataLoader(...)` to another file's loop
         if not (returned[0] if returned is not None else loader is not None and iterated_per_epoch(ctx, loader)) \

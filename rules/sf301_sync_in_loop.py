@@ -15,12 +15,13 @@ from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.patterns import is_cpu_device
 from speedfix.model.tensors import HOST_CONVERSIONS, SYNC_METHODS, Tensors, has_sync_before, is_library_value, tensors
+from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
 from speedfix.rules._impact import Estimate, Finding, Impact, large_model
 from speedfix.syntax.nodes import code_of, is_string, walk_expression
 
 _NAMED_AT_MOST = 3
-_MANY_SYNCS = 3  # syncs in one step from which the step can hardly run ahead (high impact)
+_MANY_WAITS = 3  # separate waits in one step from which the step can hardly run ahead (high impact)
 
 
 # A meta-learning step after SF301's fix: the per-task syncs are gone, one per outer step is left.
@@ -75,6 +76,7 @@ class _Sync:
     fix: _ItemFix | None = None
     no_fix_reason: str | None = None
     loop: cst.CSTNode | None = None  # a loop inside the step over a batch's elements, around the sync
+    statement: cst.SimpleStatementLine | None = None  # where it is (None: the test of an `if`, `while`, ...)
 
 
 class SyncInLoop(BranchTracker, Rule):
@@ -153,9 +155,16 @@ class SyncInLoop(BranchTracker, Rule):
     preds]`): one round trip to the GPU per element, many per step, can take longer than the
     step's own kernels (a loop over a few named values, `losses.items()` or `range(3)`, does not
     count). Low for a large model (a billion parameters or more, as its checkpoint, config or
-    layers say): its steps take a second or more. Otherwise high for three or more syncs in one
-    step (a metric, the loss and a progress bar each read on the host): the step waits at each,
-    and the fix must remove them all before the CPU runs ahead again. A `speedfix bench` result
+    layers say): its steps take a second or more. Otherwise high for three or more separate
+    waits in one step: each sync that launches work before it reads (`(out.argmax(1) ==
+    y).sum().item()`, `bool(loss == 0)`), or that follows other GPU work of the step, waits for
+    the GPU again, and so does each call of a helper of another scanned file that computes a
+    tensor and reads it (`acc += get_accuracy(pred, target)`, whose body does `float(torch.sum(
+    ...))`): with a dozen such metrics a short step spends most of its time with one side idle.
+    Values the step already computed, read one statement after another (`meter.update(
+    loss_a.item())`, then `loss_b.item()`, or `float(loss)` twice), wait once: after the first
+    read the GPU has nothing queued. So four loss meters after a long detector or SAM step stay
+    medium, below the mixed-precision and compile findings of the same file. A `speedfix bench` result
     of the script measured on a GPU decides over all of these: high for a median step of 50 ms
     or less, low for 500 ms or more.
 
@@ -616,9 +625,10 @@ class SyncInLoop(BranchTracker, Rule):
         self._not_loads: set[int] = set()
         self._candidates: list[_Candidate] = []
         self._statement: cst.SimpleStatementLine | None = None
-        # a step's first sync (where its finding is) -> a sync in a loop over elements; how many syncs the step has
+        # a step's first sync (where its finding is) -> a sync in a loop over elements; how many times the
+        # step waits for the GPU, and the helpers of other files it calls that wait
         self._looped: dict[int, tuple[str, cst.CSTNode]] = {}
-        self._counts: dict[int, int] = {}
+        self._waits: dict[int, tuple[int, list[str]]] = {}
 
     # ------------------------------------------------------------------ collection
     def _candidate(self, node: cst.CSTNode, kind: str) -> None:
@@ -681,6 +691,8 @@ class SyncInLoop(BranchTracker, Rule):
     def finish(self) -> None:
         ctx = self.ctx
         steps: dict[cst.CSTNode | None, list[_Sync]] = {}
+        helpers: dict[cst.CSTNode | None, list[str]] = {}
+        sites = {id(site.node): site for site in ctx.calls}
         for candidate in self._candidates:
             if not ctx.is_hot(candidate.stack) or _accepted(candidate.statement):
                 continue
@@ -688,13 +700,42 @@ class SyncInLoop(BranchTracker, Rule):
             if rare_path(ctx, candidate.branches, scope) is not None:
                 continue
             sync = self._sync(candidate)
+            if sync is None and candidate.kind == "call" and id(candidate.node) in sites:
+                callee = ctx.project_callee(sites[id(candidate.node)])
+                if callee is not None and callee.syncs:  # `acc += get_accuracy(out, y)` of a metrics module
+                    helpers.setdefault(scope, []).append(_code(candidate.node.func))  # type: ignore[attr-defined]
             if sync is not None:
+                sync.statement = candidate.statement
                 sync.loop = element_loop(ctx, candidate.stack, candidate.statement, candidate.node)
                 if sync.loop is not None:  # `valid_ids[i][j].item()` in a loop over a batch's tokens in `forward`
                     sync.message += f", once per pass of the Python loop `{_loop_head(sync.loop)}`"
                 steps.setdefault(scope, []).append(sync)
-        for syncs in steps.values():
+        for scope, syncs in steps.items():
+            self._waits[id(syncs[0].node)] = (self._count_waits(syncs) + len(helpers.get(scope, ())), helpers.get(scope, []))
             self._report_step(syncs)
+
+    def _count_waits(self, syncs: list[_Sync]) -> int:
+        """How many times the step waits for the GPU: a sync that reads a value already computed
+        (`float(loss)`, `loss_dice.item()`) in the statement of the previous sync or the one right
+        after it waits for nothing more (the queue is already drained); any other starts a wait."""
+        waits = 0
+        previous: cst.SimpleStatementLine | None = None
+        for sync in syncs:
+            if not (_reads_ready_value(sync.node) and self._next_to(previous, sync.statement)):
+                waits += 1
+            previous = sync.statement
+        return waits
+
+    def _next_to(self, previous: cst.SimpleStatementLine | None, statement: cst.SimpleStatementLine | None) -> bool:
+        if previous is None or statement is None:
+            return False
+        if previous is statement:
+            return True
+        block = enclosing_block(self.ctx, statement)
+        if block is None or not any(node is previous for node in block):
+            return False
+        index = next(i for i, node in enumerate(block) if node is statement)
+        return index > 0 and block[index - 1] is previous
 
     def _sync(self, candidate: _Candidate) -> _Sync | None:
         node, stack, kind = candidate.node, candidate.stack, candidate.kind
@@ -782,13 +823,13 @@ class SyncInLoop(BranchTracker, Rule):
         large = large_model(self.ctx, Impact.LOW)
         if large is not None:
             return large
-        count = self._counts.get(id(finding.node), 1)
-        if count >= _MANY_SYNCS:
-            return Estimate(Impact.HIGH, f"{count} syncs in one step")
+        waits, helpers = self._waits.get(id(finding.node), (1, []))
+        if waits >= _MANY_WAITS:
+            called = f" ({len(helpers)} in the helpers it calls: {_name_all([f'`{h}`' for h in helpers])})" if helpers else ""
+            return Estimate(Impact.HIGH, f"{waits} separate waits for the GPU in one step{called}")
         return None
 
     def _report_step(self, syncs: list[_Sync]) -> None:
-        self._counts[id(syncs[0].node)] = len(syncs)
         for sync in syncs:
             if sync.loop is not None:
                 self._looped[id(syncs[0].node)] = (sync.label, sync.loop)
@@ -851,6 +892,19 @@ class SyncInLoop(BranchTracker, Rule):
                     outer = True
             reads.append(load)
         return reads, outer
+
+
+def _reads_ready_value(node: cst.CSTNode) -> bool:
+    """Does the sync read a tensor the step already computed (`loss.item()`, `float(loss)`,
+    `print(self.loss)`), rather than launch work first (`(out.argmax(1) == y).sum().item()`,
+    `bool(loss == 0)`)?"""
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Attribute) and dotted_name(func.value) is not None:
+            return not node.args or func.attr.value == "to"
+        args = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
+        return len(args) >= 1 and all(dotted_name(arg) is not None for arg in args[:1])
+    return dotted_name(node) is not None  # type: ignore[arg-type]
 
 
 def _loop_head(loop: cst.CSTNode) -> str:

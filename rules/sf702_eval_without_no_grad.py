@@ -19,6 +19,7 @@ from speedfix.model.loaders import stops_at_once
 from speedfix.model.networks import optimized_modules
 from speedfix.model.patterns import is_dataloader, unwrap_iterable
 from speedfix.model.rl import is_acting_function
+from speedfix.model.scale import runs_once
 from speedfix.project.steps import is_optimizer_name
 from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.blocks import enclosing_block
@@ -103,7 +104,11 @@ class EvalWithoutNoGrad(Rule):
     ## Impact
     High: without `no_grad()` evaluation builds the autograd graph and keeps the activations of
     every batch, which costs memory and time. Medium for a small model (under 10M parameters,
-    counted from the layers the file writes).
+    counted from the layers the file writes), and for a loop that runs once in a script that
+    trains (a test pass after the epochs, at the top of the script or in the function that runs
+    them): one pass costs a fraction of the run, while a validation loop inside the epoch loop
+    (or in a function called from it) pays every epoch. Low when both hold. A loop in a
+    function whose callers the file does not show keeps the usual impact.
 
     ## Measured effect
     Mostly memory: fairchem's validation fell from 3.3-8.1 GB to 1.1-2.3 GB of allocated GPU
@@ -529,7 +534,14 @@ class EvalWithoutNoGrad(Rule):
         return index
 
     def impact_here(self, finding: Finding) -> Estimate | None:
-        return small_model(self.ctx, Impact.MEDIUM)
+        info = self.ctx.loops.get(finding.node)
+        once = info is not None and runs_once(self.ctx, info.stack)
+        small = small_model(self.ctx, Impact.LOW if once else Impact.MEDIUM)
+        if once and small is not None:
+            return Estimate(Impact.LOW, f"one pass after or outside the training loop, {small.reason}")
+        if once:
+            return Estimate(Impact.MEDIUM, "one pass after or outside the training loop, not every epoch")
+        return small
 
     def finish(self) -> None:
         reported: set[cst.CSTNode] = set()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -28,6 +29,7 @@ from speedfix.model.index import CallSite
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
 from speedfix.model.versions import pinned_below, v
 from speedfix.syntax.nodes import code_of
+from speedfix.model.workload import tokenized_ahead
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, tf32_gain
 
 # Optimizer names whose update runs as several kernels per parameter group.
@@ -129,7 +131,12 @@ class HfTrainingArguments(Rule):
     High: fp32 training on a GPU and TF32 off are among the largest gaps (TF32 is weighed by the
     kind of network as in SF201: a Hugging Face transformer's matmuls gain). Medium for fp16
     instead of bf16, gradient checkpointing and a batch size left small; low for the unfused
-    AdamW and unpinned loader memory.
+    AdamW and unpinned loader memory. The settings a call leaves at their defaults are one
+    finding, except that fp32 among them is a finding of its own (high) and the others (the
+    optimizer, the loader workers, compile) another, "besides fp32": one finding carries one
+    impact, and the precision is the largest gap. That second finding is medium, low when each
+    setting in it is small: the fused optimizer, pinned memory, or workers for batches of token
+    ids tokenized ahead (a worker would only index and pad them, as SF101 says).
 
     ## Measured effect
     Mixed precision and TF32: "up to 3x" training throughput; gradient checkpointing "slows
@@ -253,7 +260,7 @@ class HfTrainingArguments(Rule):
             if __name__ == "__main__":
                 main()
             """,
-            count=2,
+            count=3,
         ),
         Invalid(  # explicit slow values; an `os` import is added for the worker count
             """
@@ -377,7 +384,7 @@ class HfTrainingArguments(Rule):
                 torch.set_float32_matmul_precision("high")
                 train()
             """,
-            count=3,
+            count=4,
         ),
         Invalid(  # TRL's configs turn gradient checkpointing on; bf16 is TRL's choice
             """
@@ -400,6 +407,9 @@ class HfTrainingArguments(Rule):
     def impact_here(self, finding: Finding) -> Estimate | None:
         if "TF32" in finding.message:
             return tf32_gain(self.ctx)
+        _, beside, listed = finding.message.partition(_BESIDE_FP32_WORDS)
+        if beside:
+            return self._beside_fp32(listed)
         return by_message(finding, (
             ("fp32", Impact.HIGH, "fp32 training"),
             ("`fp16=True`", Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
@@ -437,11 +447,34 @@ class HfTrainingArguments(Rule):
         self._check_accumulation(args)
 
     def _report_defaults(self, args: _Arguments, defaults: list[_Default], fp32: bool) -> None:
-        """One finding for the settings left out (they all sit on the call), one fix adding them."""
-        if not defaults:
-            return
-        severity = Severity.WARNING if fp32 else Severity.INFO
+        """One finding for fp32 training, another for the smaller settings left out (they all sit
+        on the call; each finding's fix adds its own): the precision is the largest gap, and the
+        report ranks it above a fused optimizer or loader workers."""
+        precision = [default for default in defaults if default.what.startswith(_FP32)]
+        rest = [default for default in defaults if default not in precision]
+        if precision and rest:
+            self._report_bundle(args, precision, Severity.WARNING)
+            self._report_bundle(args, rest, Severity.INFO, beside_fp32=True)
+        elif defaults:
+            self._report_bundle(args, defaults, Severity.WARNING if fp32 else Severity.INFO)
+
+    def _beside_fp32(self, listed: str) -> Estimate:
+        """The settings left at their defaults beside fp32: worth less than the precision, so at
+        most medium (compile, loader workers); low when each is small (the fused optimizer,
+        workers that would only index and pad token ids tokenized ahead)."""
+        tokens = tokenized_ahead(self.ctx)
+        parts = [part for part in _PARTS.split(listed) if part]
+        idle_workers = [part for part in parts if tokens is not None and "dataloader_num_workers" in part]
+        if all("AdamW" in part or part in idle_workers for part in parts):
+            said = f" ({tokens}: workers would only index and pad them)" if idle_workers else ""
+            return Estimate(Impact.LOW, f"the smaller settings beside fp32{said}")
+        return Estimate(Impact.MEDIUM, "the smaller settings beside fp32, worth less than the precision")
+
+    def _report_bundle(self, args: _Arguments, defaults: list[_Default], severity: Severity,
+                       beside_fp32: bool = False) -> None:
         listed = ", ".join(default.what for default in defaults)
+        if beside_fp32:
+            listed = _BESIDE_FP32_WORDS + listed
         if args.site is None:  # filled from the command line: say what to pass
             options = " ".join(default.option for default in defaults if default.option)
             self.report(args.anchor, f"{args.shown} keep slow defaults: {listed}", severity=severity,
@@ -495,7 +528,7 @@ class HfTrainingArguments(Rule):
         if bf16.missing:
             ops: list[FixOp] = []
             supported = cst.parse_expression(f"{reference(self.ctx, 'torch.cuda.is_bf16_supported', ops, args.stack)}()")
-            defaults.append(_Default("fp32 (neither `bf16` nor `fp16`)", keyword_arg("bf16", supported), ops,
+            defaults.append(_Default(f"{_FP32} (neither `bf16` nor `fp16`)", keyword_arg("bf16", supported), ops,
                                      option="--bf16 True"))
             return True
         fix = None
@@ -756,6 +789,12 @@ class _Arguments:
     def on_gpu(self) -> bool:
         """`TrainingArguments` train on CUDA when it is there, unless told `use_cpu`/`no_cuda`."""
         return all(self.setting(key).value in (None, False) for key in ("use_cpu", "no_cuda"))
+
+
+_FP32 = "fp32"  # how the precision left at its default is named in a finding
+# The finding of the other settings a call leaves at their defaults, when fp32 has its own.
+_BESIDE_FP32_WORDS = "besides fp32, "
+_PARTS = re.compile(r",\s(?![^(]*\))")  # the listed settings: commas outside parentheses
 
 
 @dataclass(frozen=True)

@@ -66,14 +66,54 @@ def test_a_sync_per_element_of_the_batch_is_high(run_cli, write, tmp_path):
     assert _one(_scan(run_cli, write, tmp_path, "named.py", LOOP.replace("SYNCS", named)), "SF301")["impact"] == "medium"
 
 
-def test_three_syncs_in_one_step_are_high_unless_the_model_is_large(run_cli, write, tmp_path):
-    three = "total += loss.item()\n        correct += (out.argmax(1) == y).sum().item()\n        print(loss.item())"
+def test_three_waits_in_one_step_are_high_unless_the_model_is_large(run_cli, write, tmp_path):
+    three = ("total += loss.item()\n        correct += (out.argmax(1) == y).sum().item()\n"
+             "        top5 += (out.topk(5, 1).indices == y[:, None]).any(1).sum().item()")
     sync = _one(_scan(run_cli, write, tmp_path, "three.py", LOOP.replace("SYNCS", three)), "SF301")
-    assert sync["impact"] == "high" and sync["impact_reason"] == "3 syncs in one step"
+    assert sync["impact"] == "high" and sync["impact_reason"] == "3 separate waits for the GPU in one step"
     large = LOOP.replace("from mylib import build_model\n", "from transformers import AutoModelForCausalLM\n").replace(
         "build_model()", 'AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")')
     sync = _one(_scan(run_cli, write, tmp_path, "large.py", large.replace("SYNCS", three)), "SF301")
     assert sync["impact"] == "low" and sync["impact_reason"].startswith("a large model (about 7.0B parameters)")
+
+
+def test_values_read_one_after_another_wait_once(run_cli, write, tmp_path):
+    """After the first read the GPU has nothing queued: reading the other losses it already
+    computed, statement after statement, adds no wait (a detector's or SAM's loss meters)."""
+    meters = ("meter_a.update(loss_a.item())\n        meter_b.update(loss_b.item())\n"
+              "        meter_c.update(loss_c.item())\n        print(float(loss))")
+    code = LOOP.replace("loss = torch.nn.functional.cross_entropy(out, y)",
+                        "loss_a, loss_b, loss_c = out.sum(), out.mean(), out.std()\n        loss = loss_a + loss_b + loss_c")
+    sync = _one(_scan(run_cli, write, tmp_path, "meters.py", code.replace("SYNCS", meters)), "SF301")
+    assert sync["impact"] == "medium" and "impact_reason" not in sync
+    # a check before backward and the reads after the step: two waits, still medium
+    guarded = code.replace("optimizer.zero_grad()", "if bool(loss == 0):\n            continue\n        optimizer.zero_grad()")
+    sync = _one(_scan(run_cli, write, tmp_path, "guarded.py", guarded.replace("SYNCS", meters)), "SF301")
+    assert sync["impact"] == "medium"
+
+
+# Metrics of another module, each computed on the GPU and read back as a Python float.
+METRICS = """import torch
+
+
+def dice(pred, target):
+    inter = torch.sum((pred > 0.5) * target)
+    return 2 * float(inter) / (float(torch.sum(pred > 0.5)) + float(torch.sum(target)) + 1e-6)
+
+
+def jaccard(pred, target):
+    return float(torch.sum((pred > 0.5) * target)) / float(torch.sum((pred > 0.5) + target > 0))
+"""
+
+
+def test_metric_helpers_of_another_file_that_read_values_count_as_waits(run_cli, write, tmp_path):
+    write("metrics.py", METRICS)
+    code = LOOP.replace("from mylib import build_model\n", "from mylib import build_model\nfrom metrics import dice, jaccard\n")
+    steps = "epoch_loss += loss.item()\n        d += dice(out, y)\n        j += jaccard(out, y)"
+    write("train.py", code.replace("SYNCS", steps))
+    sync = _one([f for f in _json(run_cli, "train.py", "metrics.py", cwd=tmp_path) if f["path"] == "train.py"], "SF301")
+    assert sync["impact"] == "high"
+    assert sync["impact_reason"] == "3 separate waits for the GPU in one step (2 in the helpers it calls: `dice`, `jaccard`)"
 
 
 # A Lightning script whose LightningModule lives in another module and picks its network by name.
@@ -229,3 +269,63 @@ def test_a_loader_cycled_by_a_generator_still_feeds_training(run_cli, write, tmp
     """
     pin = _one(_scan(run_cli, write, tmp_path, "gan.py", script), "SF102")
     assert pin["impact"] == "medium" and "impact_reason" not in pin  # not "only evaluation reads it"
+
+
+# A trainer class of the kind segmentation repositories write: validation inside the epoch loop
+# and a test pass after it, both without `no_grad()`.
+SOLVER = """\
+import torch
+from mylib import build_model
+
+
+class Solver:
+    def __init__(self, train_loader, valid_loader, test_loader):
+        self.net = build_model().cuda()
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-4)
+        self.train_loader, self.valid_loader, self.test_loader = train_loader, valid_loader, test_loader
+
+    def train(self):
+        for epoch in range(100):
+            self.net.train()
+            for images, masks in self.train_loader:
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(self.net(images.cuda()), masks.cuda())
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+            self.net.eval()
+            for images, masks in self.valid_loader:
+                score = dice(self.net(images.cuda()), masks.cuda())
+        self.net.eval()
+        for images, masks in self.test_loader:
+            score = dice(self.net(images.cuda()), masks.cuda())
+"""
+
+
+def test_a_test_pass_run_once_ranks_below_a_validation_loop_run_every_epoch(run_cli, write, tmp_path):
+    found = [f for f in _scan(run_cli, write, tmp_path, "solver.py", SOLVER) if f["code"] == "SF702"]
+    by_line = {f["line"]: f for f in found}
+    assert by_line[20]["impact"] == "high"  # every epoch
+    assert by_line[23]["impact"] == "medium"  # once, after the epochs
+    assert by_line[23]["impact_reason"] == "one pass after or outside the training loop, not every epoch"
+
+
+# A Hugging Face fine-tune that leaves TrainingArguments at their defaults, on token ids tokenized ahead.
+HF_DEFAULTS = """\
+from datasets import load_dataset
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
+
+tokenizer = AutoTokenizer.from_pretrained("distilbert-base-uncased")
+reviews = load_dataset("imdb").map(lambda rows: tokenizer(rows["text"], truncation=True), batched=True)
+model = AutoModelForSequenceClassification.from_pretrained("distilbert-base-uncased", num_labels=2)
+args = TrainingArguments(output_dir="out", per_device_train_batch_size=32, num_train_epochs=3)
+Trainer(model=model, args=args, train_dataset=reviews["train"], tokenizer=tokenizer).train()
+"""
+
+
+def test_fp32_left_at_the_default_outranks_the_other_defaults_of_the_call(run_cli, write, tmp_path):
+    found = [f for f in _scan(run_cli, write, tmp_path, "finetune.py", HF_DEFAULTS)
+             if f["code"] == "SF902" and "keep slow defaults" in f["message"]]
+    (precision,) = [f for f in found if "besides" not in f["message"]]
+    (rest,) = [f for f in found if "besides fp32" in f["message"]]
+    assert precision["impact"] == "high" and precision["message"].endswith("fp32 (neither `bf16` nor `fp16`)")
+    assert rest["impact"] == "medium" and "dataloader_num_workers" in rest["message"]  # compile is among them

@@ -76,6 +76,25 @@ def loader_role(ctx: FileContext, site: CallSite) -> Role:
     return Role.UNKNOWN
 
 
+def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
+    """Does the DataLoader made at ``site`` only feed evaluation (``loader_role``), and no
+    function of another scanned file that trains is handed it (`train_one_epoch(model,
+    loader)` of `engine.py` trains on a loader this file also validates with)? Pinned memory
+    and persistent workers are not worth advising for such a loader: its batches leave no
+    training step waiting. Only in a file whose training the scan sees (a step loop of its own,
+    or a call of another file's training loop): elsewhere a loop without a visible step may be
+    the training loop itself (`for x, y in loader: train(x, y)`)."""
+    if not ctx.drives_training or loader_role(ctx, site) is not Role.EVALUATION:
+        return False
+    names = _loader_names(ctx, site)
+    for call in ctx.calls:
+        if any(not arg.star and dotted_name(arg.value) in names for arg in call.node.args):
+            callee = ctx.project_callee(call)
+            if callee is not None and (callee.trains or callee.steps):
+                return False
+    return True
+
+
 def _yields(loop: cst.CSTNode) -> bool:
     """Does the loop hand what it iterates on (a generator that cycles a loader forever,
     `def sample_data(loader): while True: for batch in loader: yield batch`)? Whoever draws from
@@ -150,6 +169,49 @@ def per_file(question: Callable[[FileContext], T]) -> Callable[[FileContext], T]
             answers[question.__name__] = question(ctx)
         return answers[question.__name__]  # type: ignore[return-value]
     return answer
+
+
+# ---------------------------------------------------------------- how often code runs
+def runs_once(ctx: FileContext, stack: Stack, depth: int = 0) -> bool:
+    """Does code at ``stack`` run once per training run, in a file that trains: outside every
+    loop, at the top of the script or in the function that runs the epochs (a test pass after
+    them), or in a function of the file that is only called from such places? False for code a
+    loop repeats (a validation pass every epoch), and for a function whose callers the file
+    does not show (another file's, a framework's hook) or that runs every step."""
+    if not ctx.drives_training or depth > 3:
+        return False
+    for frame in reversed(stack):
+        if frame.kind is FrameKind.LOOP:
+            return False
+        if frame.kind is FrameKind.FUNCTION:
+            function = frame.node
+            if function in ctx.hot_functions:
+                return False
+            callers = [site for site in ctx.calls if any(info.node is function for info in ctx.local_callees(site))]
+            if not callers and function not in _epoch_functions(ctx):
+                return False  # called from elsewhere, maybe in a loop
+            return all(runs_once(ctx, site.stack, depth + 1) for site in callers)
+    return True
+
+
+@per_file
+def _epoch_functions(ctx: FileContext) -> set[cst.CSTNode]:
+    """Functions that run the whole training: a training loop inside an epoch loop of their own
+    (`def train(self): for epoch in ...: for batch in self.train_loader: ...`)."""
+    found = set()
+    for loop in ctx.step_loops:
+        info = ctx.loops.get(loop)
+        if info is None:
+            continue
+        for frame in reversed(info.stack):
+            if frame.kind is FrameKind.LOOP:
+                function = ctx.function_of(info.stack)
+                if function is not None:
+                    found.add(function)
+                break
+            if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
+                break
+    return found
 
 
 # ---------------------------------------------------------------- how big a model

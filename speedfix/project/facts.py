@@ -9,7 +9,8 @@ it keeps only what the other files need:
   ``def get_device(): return torch.device("cuda" ...)``, a config class with such an attribute);
 - per function, method and class (called as its constructor): whether it takes a training step
   outside any loop (a per-step helper), whether it holds a training loop, which of its
-  parameters that loop iterates (the loader), and whether the loop copies batches to a device;
+  parameters that loop iterates (the loader), whether the loop copies batches to a device, and
+  whether it computes a tensor and reads it on the host (a metric helper: `float(torch.sum(x))`);
 - which imported functions it calls on every training step (``utils.log_loss_dict``), which
   return the loader one of its training loops iterates (``loader = get_loader(...)``), and which
   it calls with autograd off (``with torch.no_grad(): validate(...)``);
@@ -58,6 +59,7 @@ class FunctionFacts:
     matmuls: bool = False  # ... attention, recurrent layers or matmuls of its own (more than a classifier head)
     sparse: bool = False  # ... sparse matrix products (`torch.spmm`), here or in a scanned module's class it builds
     parts: tuple[str, ...] = ()  # ... what it builds of other modules, by qualified name (`layers.GraphConv`)
+    syncs: bool = False  # reads a tensor's value on the host (`.item()`, `float(torch.sum(x))`): a metric helper
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,7 @@ class _Function:
     cuda: bool = False
     returns_cuda: bool = False
     moves: bool = False  # `.to(...)`/`.cuda()` somewhere in its body
+    syncs: bool = False  # `.item()`/`.tolist()`, or `float(...)`/`int(...)` of a torch result, in its body
     loops: list[_Loop] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
     made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
@@ -583,6 +586,8 @@ class _Collector(ast.NodeVisitor):
         moves = isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda")
         if moves and self.function_stack:
             self.function_stack[-1].moves = True
+        if self.function_stack and self._reads_on_host(node, func, self.function_stack[-1]):
+            self.function_stack[-1].syncs = True
         if self.no_grad and func is not None:
             qualified = self.resolve(func)
             if qualified is not None and qualified.split(".", 1)[0] not in _EXTERNAL:
@@ -607,6 +612,21 @@ class _Collector(ast.NodeVisitor):
                 isinstance(node.func, ast.Attribute) and node.func.attr in MATMUL_METHODS)):
             self.layers.setdefault(owner, set()).add("matmul")  # in a helper's body too, not only what it returns
         self.generic_visit(node)
+
+    def _reads_on_host(self, node: ast.Call, func: str | None, function: _Function) -> bool:
+        """Does the call compute a tensor and read it on the host: `(a == b).sum().item()`,
+        `float(torch.sum(tp))`, or `float(corr)` / `corr.item()` of a name the function bound
+        to a torch call (`corr = torch.sum(a == b)`)? Reading a tensor it was given
+        (`v.item()` in a logger's `update(**losses)`) is not: the caller computed it."""
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("item", "tolist") and not node.args:
+            read = node.func.value
+        elif func in ("float", "int") and len(node.args) == 1:
+            read = node.args[0]
+        else:
+            return False
+        if isinstance(read, ast.Call):
+            return isinstance(read.func, ast.Attribute) or (self.resolve(dotted(read.func)) or "").startswith("torch.")
+        return isinstance(read, ast.Name) and (self.resolve(function.made_by.get(read.id)) or "").startswith("torch.")
 
     def visit_Return(self, node: ast.Return) -> None:
         function = self.function_stack[-1] if self.function_stack else None
@@ -791,6 +811,7 @@ class _Collector(ast.NodeVisitor):
             uploads=any(loop.uploads for loop in training),
             moves=function.moves,
             cuda=function.cuda,
+            syncs=function.syncs,
         )
 
     def _constructors(self, functions: dict[str, FunctionFacts]) -> dict[str, FunctionFacts]:
