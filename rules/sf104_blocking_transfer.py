@@ -216,6 +216,26 @@ class BlockingTransfer(Rule):
                     opt.step()
             """,
         ),
+        Invalid(  # the batches listed first so that a progress bar knows their number
+            """
+            import torch
+            for epoch in range(5):
+                progress = tqdm(list(enumerate(train_loader)))
+                for i, (seq, label) in progress:
+                    loss = criterion(model(seq.to("cuda")), label.to("cuda"))
+                    loss.backward()
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for epoch in range(5):
+                progress = tqdm(list(enumerate(train_loader)))
+                for i, (seq, label) in progress:
+                    loss = criterion(model(seq.to("cuda", non_blocking=True)), label.to("cuda", non_blocking=True))
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
         Invalid(  # a list batch drawn with next() and copied element by element
             """
             import torch

@@ -182,6 +182,27 @@ class SyncInLoop(BranchTracker, Rule):
     effect = "The CPU queues the next step while the GPU works (0-50 ms/step)."
 
     VALID = [
+        Valid(  # a validation pass on the last batch of each epoch: once per epoch, not on every step
+            """
+            import torch
+
+            def evaluate(net, batches):
+                net.eval()
+                total = 0.0
+                with torch.no_grad():
+                    for images, targets in batches:
+                        total += criterion(net(images.to("cuda")), targets.to("cuda")).item()
+                return total / len(batches)
+
+            for epoch in range(20):
+                net.train()
+                for i, (images, targets) in enumerate(train_loader):
+                    criterion(net(images.cuda()), targets.cuda()).backward()
+                    optimizer.step()
+                    if i == len(train_loader) - 1:
+                        score = evaluate(net, val_loader)
+            """
+        ),
         Valid(  # a policy's select_action hands the action back for the environment step
             """
             import torch

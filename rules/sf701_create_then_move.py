@@ -9,6 +9,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, string_literal
 from speedfix.model.context import FileContext
 from speedfix.model.flow import comes_before
+from speedfix.model.frames import in_inference_branch
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype, without_layout_calls
 from speedfix.model.rl import in_rollout
@@ -162,6 +163,20 @@ class CreateThenMove(Rule):
                         mask[i, :n] = 1.0
                     mask = mask.cuda()
                     return x * mask[..., None]
+            """
+        ),
+        Valid(  # the eval-mode branch of a detector's forward: it never runs while the model trains
+            """
+            import torch
+            class Detector(torch.nn.Module):
+                def forward(self, images):
+                    scores, boxes = self.head(self.backbone(images))
+                    if self.training:
+                        return self.loss(scores, boxes)
+                    else:
+                        kept = torch.zeros(0, 4)
+                        kept = kept.cuda()
+                        return torch.cat([kept, boxes[scores > 0.5]])
             """
         ),
         Valid(  # once, at set-up: not worth a finding
@@ -451,7 +466,10 @@ class CreateThenMove(Rule):
     def _runs_every_step(self, site: CallSite) -> bool:
         """In the training loop (or a function it calls), in a function that takes a step itself
         (an agent's `learn()`), in a module's `forward` (or a method it calls), or once per
-        environment step or update of an RL script (acting, a replay buffer's `sample`)."""
+        environment step or update of an RL script (acting, a replay buffer's `sample`). Not in a
+        module's eval-mode branch (`if not self.training:`): that never runs while it trains."""
+        if in_inference_branch(site.stack):
+            return False
         if self.ctx.in_training_loop(site.stack) or in_rollout(self.ctx, site.stack):
             return True
         function = self.ctx.function_of(site.stack)

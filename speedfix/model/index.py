@@ -113,6 +113,28 @@ def _is_periodic_test(test: cst.BaseExpression, every_step: Callable[[cst.BaseEx
     )
 
 
+def runs_on_one_pass(test: cst.BaseExpression, is_counter: Callable[[str], bool]) -> bool:
+    """`i == 0`, `i == len(loader) - 1`, `epoch == 0 and i == 0`: a loop's counter (as
+    ``is_counter`` tells) compared for equality holds on one pass of its loop."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return runs_on_one_pass(test.left, is_counter) or runs_on_one_pass(test.right, is_counter)
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    if not isinstance(test.comparisons[0].operator, cst.Equal):
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    return any(isinstance(side, cst.Name) and is_counter(side.value) for side in sides)
+
+
+def training_flag(test: cst.BaseExpression) -> bool | None:
+    """`self.training` (True) or `not self.training` (False), any `x.training`: the module's
+    train/eval mode; None for another test."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = training_flag(test.expression)
+        return None if inner is None else not inner
+    return True if isinstance(test, cst.Attribute) and test.attr.value == "training" else None
+
+
 def _is_tensor_type_test(test: cst.BaseExpression) -> bool:
     """`isinstance(v, torch.Tensor)`, `torch.is_tensor(v)`."""
     if not isinstance(test, cst.Call):
@@ -254,6 +276,10 @@ class FileIndex(NameBindings, Visitor):
             self._push(FrameKind.GUARD, node)
         elif _is_tensor_type_test(node.test) and self._in_function():
             self._push(FrameKind.TYPE_GUARD, node)
+        elif runs_on_one_pass(node.test, self._is_counter):
+            self._push(FrameKind.ONCE, node)
+        elif training_flag(node.test) is False:
+            self._push(FrameKind.INFERENCE, node)
         else:
             return
         self._framed_ifs.add(node)
@@ -262,6 +288,24 @@ class FileIndex(NameBindings, Visitor):
         if node in self._framed_ifs:
             self._framed_ifs.discard(node)
             self._pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        if training_flag(node.test) is True:  # `else:` of `if self.training:`, its `elif`s too
+            self._push(FrameKind.INFERENCE, node)
+            self._framed_ifs.add(node)
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self.leave_If_body(node)
+
+    def _is_counter(self, name: str) -> bool:
+        """Is ``name`` a target of the innermost loop around the code being visited?"""
+        for frame in reversed(self.stack):
+            if frame.kind is FrameKind.LOOP:
+                info = self.loops.get(frame.node)
+                return info is not None and name in info.targets
+            if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
+                return False
+        return False
 
     def visit_With(self, node: cst.With) -> None:
         self.withs.append(WithInfo(node, [item.item for item in node.items], self.stack))

@@ -160,8 +160,14 @@ def worker_start_refusal(ctx: FileContext, stack: Stack) -> str | None:
 
 def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _depth: int = 0) -> bool:
     """A DataLoader: built by one here, or a variable/parameter named like one (`train_loader`);
-    through wrappers kept in a variable (`pbar = tqdm(loader)`)."""
+    through wrappers kept in a variable (`pbar = tqdm(loader)`), also one bound more than once,
+    each time to a loader (`steps = list(enumerate(train_loader))` in two notebook cells)."""
     call = constructor_call(ctx, expr, stack)
+    if call is None and isinstance(expr, cst.Name) and _depth < 3:
+        found = ctx.assignments_in_scope(expr.value, stack)
+        if len(found) > 1 and all(isinstance(a.value, cst.Call) and not a.unpacked and not a.augmented
+                                  and is_dataloader(ctx, a.value, stack, _depth + 1) for a in found):
+            return True
     if call is not None:
         if ctx.qualname(call.func) in DATALOADER:
             return True
