@@ -82,6 +82,37 @@ def test_backward_to_look_at_gradients_is_no_training_step():
     assert sgd in ctx.step_loops and unseen in ctx.step_loops
 
 
+def test_one_pass_of_a_loop_and_eval_mode_are_not_every_step():
+    ctx = context("""
+        import torch
+        def evaluate(net, loader):
+            return sum(net(x.cuda()).sum() for x in loader)
+        class Net(torch.nn.Module):
+            def forward(self, x):
+                if self.training:
+                    return self.head(x)
+                else:
+                    return self.head(x).softmax(-1)
+        net = Net()
+        for i, x in enumerate(train_loader):
+            net(x.cuda()).sum().backward()
+            opt.step()
+            for j, part in enumerate(x.split(4)):
+                if j == 0:
+                    first(part)
+            if i == len(train_loader) - 1:
+                evaluate(net, val_loader)
+    """)
+    stacks: dict = {}
+    for site in ctx.calls:
+        stacks.setdefault(site.func, site.stack)  # the first call of each name
+    assert ctx.is_hot(stacks["first"])  # once per pass of a loop inside the step: every step
+    assert not ctx.is_hot(stacks["evaluate"]) and not ctx.in_training_loop(stacks["evaluate"])  # once per epoch
+    assert not ctx.is_hot(stacks["x.cuda"])  # in evaluate(), which only the last pass runs
+    heads = [site.stack for site in ctx.calls if site.func == "self.head"]
+    assert ctx.is_hot(heads[0]) and not ctx.is_hot(heads[1])  # the eval-mode branch of forward
+
+
 def test_host_values_and_syncs():
     assert returns_tensor("torch.zeros") and returns_tensor("torch.nn.functional.softmax")
     assert not returns_tensor("torch.device") and not returns_tensor("torch.is_tensor")

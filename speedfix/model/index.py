@@ -127,12 +127,12 @@ def runs_on_one_pass(test: cst.BaseExpression, is_counter: Callable[[str], bool]
 
 
 def training_flag(test: cst.BaseExpression) -> bool | None:
-    """`self.training` (True) or `not self.training` (False), any `x.training`: the module's
-    train/eval mode; None for another test."""
+    """`self.training` (True) or `not self.training` (False): a module's train/eval mode, tested
+    in its own methods; None for another test."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         inner = training_flag(test.expression)
         return None if inner is None else not inner
-    return True if isinstance(test, cst.Attribute) and test.attr.value == "training" else None
+    return True if dotted_name(test) == "self.training" else None
 
 
 def _is_tensor_type_test(test: cst.BaseExpression) -> bool:
