@@ -102,11 +102,14 @@ def test_one_pass_of_a_loop_and_eval_mode_are_not_every_step():
                     first(part)
             if i == len(train_loader) - 1:
                 evaluate(net, val_loader)
+            if x == 0:  # the batch, not the counter: any step
+                check(x)
     """)
     stacks: dict = {}
     for site in ctx.calls:
         stacks.setdefault(site.func, site.stack)  # the first call of each name
     assert ctx.is_hot(stacks["first"])  # once per pass of a loop inside the step: every step
+    assert ctx.is_hot(stacks["check"])
     assert not ctx.is_hot(stacks["evaluate"]) and not ctx.in_training_loop(stacks["evaluate"])  # once per epoch
     assert not ctx.is_hot(stacks["x.cuda"])  # in evaluate(), which only the last pass runs
     heads = [site.stack for site in ctx.calls if site.func == "self.head"]

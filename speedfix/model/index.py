@@ -28,7 +28,7 @@ from speedfix.model.scopes import NameBindings
 from speedfix.model.project_files import ProjectFiles
 from speedfix.model.versions import TorchVersion
 from speedfix.project.linker import Links
-from speedfix.project.steps import CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS
+from speedfix.project.steps import CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, is_iterable_wrapper
 from speedfix.syntax.names import ImportTable, dotted_name, line_binds
 from speedfix.syntax.nodes import is_main_guard, target_names, walk_expression
 from speedfix.syntax.walk import Visitor
@@ -115,7 +115,8 @@ def _is_periodic_test(test: cst.BaseExpression, every_step: Callable[[cst.BaseEx
 
 def runs_on_one_pass(test: cst.BaseExpression, is_counter: Callable[[str], bool]) -> bool:
     """`i == 0`, `i == len(loader) - 1`, `epoch == 0 and i == 0`: a loop's counter (as
-    ``is_counter`` tells) compared for equality holds on one pass of its loop."""
+    ``is_counter`` tells) compared for equality holds on one pass of its loop (a string is no
+    count: `if phase == "train":` in `for phase in ("train", "val"):` picks a kind of pass)."""
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         return runs_on_one_pass(test.left, is_counter) or runs_on_one_pass(test.right, is_counter)
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
@@ -123,6 +124,8 @@ def runs_on_one_pass(test: cst.BaseExpression, is_counter: Callable[[str], bool]
     if not isinstance(test.comparisons[0].operator, cst.Equal):
         return False
     sides = (test.left, test.comparisons[0].comparator)
+    if any(isinstance(side, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)) for side in sides):
+        return False
     return any(isinstance(side, cst.Name) and is_counter(side.value) for side in sides)
 
 
@@ -298,14 +301,34 @@ class FileIndex(NameBindings, Visitor):
         self.leave_If_body(node)
 
     def _is_counter(self, name: str) -> bool:
-        """Is ``name`` a target of the innermost loop around the code being visited?"""
+        """Is ``name`` the counter of the innermost loop around the code being visited: `i` of
+        `for i in range(n)`, of `for i, batch in enumerate(loader)` (also through wrappers and
+        names: `pbar = tqdm(list(enumerate(loader)))`), or of `for i, (x, y) in ...`?"""
         for frame in reversed(self.stack):
             if frame.kind is FrameKind.LOOP:
                 info = self.loops.get(frame.node)
-                return info is not None and name in info.targets
+                if info is None or not isinstance(info.node, cst.For):
+                    return False
+                target, source = info.node.target, self._iterated(info.node.iter, 0)
+                if isinstance(target, cst.Name):
+                    return target.value == name and isinstance(source, cst.Call) and dotted_name(source.func) == "range"
+                if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != 2:
+                    return False
+                first, second = (element.value for element in target.elements)
+                paired = isinstance(source, cst.Call) and dotted_name(source.func) == "enumerate"
+                return isinstance(first, cst.Name) and first.value == name and (paired or isinstance(second, (cst.Tuple, cst.List)))
             if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
                 return False
         return False
+
+    def _iterated(self, expr: cst.BaseExpression, depth: int) -> cst.BaseExpression:
+        """What a loop iterates under progress bars and lists, through names bound above, up to
+        an `enumerate(...)`."""
+        while isinstance(expr, cst.Call) and expr.args and dotted_name(expr.func) != "enumerate" \
+                and is_iterable_wrapper(dotted_name(expr.func)):
+            expr = expr.args[0].value
+        found = self.assignments.get(expr.value, ()) if isinstance(expr, cst.Name) and depth < 3 else ()
+        return self._iterated(found[-1].value, depth + 1) if found and not found[-1].unpacked else expr
 
     def visit_With(self, node: cst.With) -> None:
         self.withs.append(WithInfo(node, [item.item for item in node.items], self.stack))
