@@ -113,7 +113,8 @@ class CreateThenMove(Rule):
     given a size (`torch.BoolTensor(x.size())`) or numbers written out is no such data.
 
     Not in a module's eval-mode branch (`if not self.training:`, the `else:` of `if
-    self.training:`): what a detector builds there to collect its boxes never runs while it trains.
+    self.training:`, or what follows `if self.training: return loss`): what a detector builds
+    there to collect its boxes never runs while it trains.
 
     ## Example
     ```python
@@ -220,6 +221,14 @@ class CreateThenMove(Rule):
                         kept = torch.zeros(0, 4)
                         kept = kept.cuda()
                         return torch.cat([kept, boxes[scores > 0.5]])
+
+            class Segmenter(torch.nn.Module):
+                def forward(self, images):
+                    logits = self.net(images)
+                    if self.training:
+                        return logits
+                    palette = torch.tensor([[0, 0, 0], [255, 0, 0]]).cuda()
+                    return palette[logits.argmax(1)]
             """
         ),
         Valid(  # once, at set-up: not worth a finding

@@ -138,6 +138,12 @@ def training_flag(test: cst.BaseExpression) -> bool | None:
     return True if dotted_name(test) == "self.training" else None
 
 
+def _leaves(block: cst.IndentedBlock) -> bool:
+    """Does ``block`` end with `return` or `raise`?"""
+    last = block.body[-1] if block.body else None
+    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], (cst.Return, cst.Raise))
+
+
 def _is_tensor_type_test(test: cst.BaseExpression) -> bool:
     """`isinstance(v, torch.Tensor)`, `torch.is_tensor(v)`."""
     if not isinstance(test, cst.Call):
@@ -183,6 +189,8 @@ class FileIndex(NameBindings, Visitor):
         self._statement: cst.SimpleStatementLine | None = None
         self._import_depth = 0
         self._framed_ifs: set[cst.If] = set()
+        self._blocks: list[cst.IndentedBlock] = []  # the indented blocks around the code being visited
+        self._eval_tails: list[cst.IndentedBlock] = []  # blocks whose rest is eval-mode code (see leave_If)
 
     # ------------------------------------------------------------------ indexing visitor
     def _push(self, kind: FrameKind, node: cst.CSTNode) -> None:
@@ -299,6 +307,25 @@ class FileIndex(NameBindings, Visitor):
 
     def leave_If_orelse(self, node: cst.If) -> None:
         self.leave_If_body(node)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._blocks.append(node)
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        self._blocks.pop()
+        if self._eval_tails and self._eval_tails[-1] is original_node:
+            self._eval_tails.pop()
+            self._pop()
+
+    def leave_If(self, original_node: cst.If) -> None:
+        """`if self.training: return losses`, then the eval-mode code: the rest of the block is
+        inference (torchvision's detectors)."""
+        body = original_node.body
+        if original_node.orelse is None and training_flag(original_node.test) is True and self._blocks \
+                and isinstance(body, cst.IndentedBlock) and _leaves(body) \
+                and not (self._eval_tails and self._eval_tails[-1] is self._blocks[-1]):
+            self._eval_tails.append(self._blocks[-1])
+            self._push(FrameKind.INFERENCE, original_node)
 
     def _is_counter(self, name: str) -> bool:
         """Is ``name`` the counter of the innermost loop around the code being visited: `i` of
