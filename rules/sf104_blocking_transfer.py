@@ -10,7 +10,7 @@ from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
-from speedfix.model.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype, without_layout_calls
+from speedfix.model.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype, narrow_to_class, without_layout_calls
 from speedfix.rules._impact import Estimate, Finding, Impact, unpinned_training_loaders
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
@@ -57,7 +57,11 @@ class BlockingTransfer(Rule):
     Without pinned memory the copy stays synchronous (the gain needs SF102 too); the code is
     still correct. Unsafe for a whole batch (`for batch in loader: batch.to(device)`) or a
     parameter: it may be an object of the collate function's making whose `.to()` takes no
-    `non_blocking` (transformers' `BatchEncoding` before 4.48 raises a `TypeError`).
+    `non_blocking` (transformers' `BatchEncoding` before 4.48 raises a `TypeError`). No fix where
+    the project itself defines such a class (a `.to(self, device)`, as DETR's `NestedTensor`): a
+    name taken from the batch may then hold one, and only the values of a dict or list batch
+    (`{k: v.to(device) for k, v in t.items()}`) are known to be tensors. A second `.cuda()` of a
+    batch already copied above in the loop is a no-op on a GPU tensor: not reported.
 
     ## Impact
     Medium: the CPU waits for each batch's copy instead of queueing the step's kernels; with
@@ -214,6 +218,70 @@ class BlockingTransfer(Rule):
                         images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
                     model(images, labels).backward()
                     opt.step()
+            """,
+        ),
+        Invalid(  # the collate function packs images into an object of the project whose `.to()` takes
+                  # only a device: `non_blocking=True` would raise, so no fix; the label dicts' values
+                  # are tensors and keep theirs
+            """
+            import torch
+
+            class PaddedImages:
+                def __init__(self, pixels, mask):
+                    self.pixels, self.mask = pixels, mask
+
+                def to(self, device):
+                    return PaddedImages(self.pixels.to(device), self.mask.to(device))
+
+            def train_one_epoch(model, loader, optimizer, device):
+                for images, labels in loader:
+                    images = images.to(device)
+                    model(images, labels).backward()
+                    optimizer.step()
+
+            train_one_epoch(detector, train_loader, optimizer, torch.device("cuda"))
+            """,
+        ),
+        Invalid(  # a batch copied once, then `.cuda()` again where it is used: the second is a no-op
+            """
+            import torch
+            for epoch in range(10):
+                for i, wave in enumerate(train_loader):
+                    wave = wave.cuda()
+                    spec = stft(wave)
+                    loss = critic(wave.cuda()).mean() + critic(spec).mean()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for epoch in range(10):
+                for i, wave in enumerate(train_loader):
+                    wave = wave.cuda(non_blocking=True)
+                    spec = stft(wave)
+                    loss = critic(wave.cuda()).mean() + critic(spec).mean()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+        Invalid(  # the batches listed first so that a progress bar knows their number
+            """
+            import torch
+            for epoch in range(5):
+                progress = tqdm(list(enumerate(train_loader)))
+                for i, (seq, label) in progress:
+                    loss = criterion(model(seq.to("cuda")), label.to("cuda"))
+                    loss.backward()
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for epoch in range(5):
+                progress = tqdm(list(enumerate(train_loader)))
+                for i, (seq, label) in progress:
+                    loss = criterion(model(seq.to("cuda", non_blocking=True)), label.to("cuda", non_blocking=True))
+                    loss.backward()
+                    optimizer.step()
             """,
         ),
         Invalid(  # a list batch drawn with next() and copied element by element
@@ -395,7 +463,7 @@ class BlockingTransfer(Rule):
         statements next to each other in one block (`x = x.cuda()` then `y = y.cuda()`), are one
         transfer of the batch, reported once. Copies whose fix is unsafe go apart from safe ones."""
         groups: list[list[CallSite]] = []
-        last: tuple[int, bool, int] | None = None  # (block, unsafe, index of the statement)
+        last: tuple[int, str, int] | None = None  # (block, how safe its fix is, index of the statement)
         for site in sorted(uploads, key=lambda s: self._place(s)):
             block, unsafe, index = self._place(site)
             if last is not None and (block, unsafe) == last[:2] and index - last[2] <= 1 and block >= 0:
@@ -405,10 +473,9 @@ class BlockingTransfer(Rule):
             last = (block, unsafe, index)
         return groups
 
-    def _place(self, site: CallSite) -> tuple[int, bool, int]:
-        """(the block holding the copy's statement, is its fix unsafe, the statement's index there)."""
-        receiver = site.node.func.value  # type: ignore[attr-defined]
-        unsafe = self._may_be_batch_object(receiver, site.stack)
+    def _place(self, site: CallSite) -> tuple[int, str, int]:
+        """(the block holding the copy's statement, how safe its fix is, the statement's index there)."""
+        unsafe = self._fix_kind(site)
         owner = statement_owner(self.ctx, site.statement) if site.statement is not None else None
         if owner is None or site.statement is None:
             return -1, unsafe, id(site.node)  # never grouped
@@ -429,7 +496,12 @@ class BlockingTransfer(Rule):
             message += " (pin the DataLoader's memory too, SF102)"
         ops = [Transform(site.node, lambda call: append_args(call, keyword_arg("non_blocking", cst.Name("True")), indent=indent))
                for site in sites]
-        if self._may_be_batch_object(first.node.func.value, first.stack):  # type: ignore[attr-defined]
+        kind = self._fix_kind(first)
+        if kind == "none":
+            self.report(first.node, message, no_fix_reason=f"`{self._narrow_class}.to()` of this project takes no "
+                        f"`non_blocking`, and `{receivers[0]}` may be one: pass `non_blocking=True` to the copies of "
+                        "its tensors inside that method")
+        elif kind == "unsafe":
             title = f"{self.fix_title} (unsafe: `{receivers[0]}` may be a batch object whose `.{attr}()` takes no `non_blocking`)"
             self.report(first.node, message, fix_ops=ops, fix_title=title, applicability=Applicability.UNSAFE)
         else:
@@ -448,6 +520,19 @@ class BlockingTransfer(Rule):
             value = ctx.single_value(value.value, site.stack) or value
         options = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
         return any((ctx.qualname(option) or "").startswith("torch.cuda.") for option in options)
+
+    @cached_property
+    def _narrow_class(self) -> str | None:
+        return narrow_to_class(self.ctx)
+
+    def _fix_kind(self, site: CallSite) -> str:
+        """"safe": a tensor of the batch; "unsafe": a whole batch or a parameter, maybe an object
+        of the collate function's making; "none": a name that may hold an object of a project class
+        whose `.to()` takes no `non_blocking` (only the values of a dict or list batch are tensors)."""
+        receiver = site.node.func.value  # type: ignore[attr-defined]
+        if self._narrow_class is not None and isinstance(receiver, cst.Name) and receiver.value not in self.batches.values:
+            return "none"
+        return "unsafe" if self._may_be_batch_object(receiver, site.stack) else "safe"
 
     def _may_be_batch_object(self, receiver: cst.BaseExpression, stack: Stack) -> bool:
         """A whole batch (`for batch in loader: batch.to(device)`) or a parameter is whatever
@@ -483,8 +568,9 @@ class BlockingTransfer(Rule):
             return False
         func = site.node.func
         assert isinstance(func, cst.Attribute)
-        if not self.batches.is_batch(without_layout_calls(func.value), site.stack):
-            return False
+        receiver = without_layout_calls(func.value)
+        if not self.batches.is_batch(receiver, site.stack) or self.batches.moved_before(receiver, site.stack, site.statement):
+            return False  # (a batch moved above already: copying it again is a no-op)
         if not find_argument(ctx, site, "non_blocking").missing or _sets_more_positionally(site):
             return False
         if func.attr.value == "cuda":

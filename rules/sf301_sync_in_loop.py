@@ -9,12 +9,14 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.engine.suppression import line_suppresses
+from speedfix.model.arguments import find_argument
 from speedfix.model.autograd import feeds_environment
 from speedfix.model.branches import Branch, BranchTracker, element_loop, loop_iterable, rare_path
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.patterns import is_cpu_device
-from speedfix.model.tensors import HOST_CONVERSIONS, SYNC_METHODS, Tensors, has_sync_before, is_library_value, tensors
+from speedfix.model.tensors import (HOST_CONVERSIONS, SYNC_METHODS, Tensors, has_sync_before, is_library_value,
+                                    is_summary_writer, tensors)
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
 from speedfix.rules._impact import Estimate, Finding, Impact, large_model
@@ -85,7 +87,9 @@ class SyncInLoop(BranchTracker, Rule):
     Finds code in the training loop that makes the CPU wait for the GPU on every step:
     `t.item()`, `t.cpu()`, `t.tolist()`, `t.to("cpu")`, `float(t)`/`int(t)`/`bool(t)`,
     `math.isfinite(t)`, and the hidden ones: `print(t)`, `str(t)`, an f-string, `"%g" % t` or
-    `"{}".format(t)` of a tensor, and `if`/`while`/`assert` on a tensor (`if torch.isfinite(loss):`
+    `"{}".format(t)` of a tensor, a tensor logged to TensorBoard (`writer.add_scalar("loss",
+    loss, step)`: the `SummaryWriter` turns it into a number on the host), and
+    `if`/`while`/`assert` on a tensor (`if torch.isfinite(loss):`
     needs its truth value on the host); in a LightningModule the batch `training_step` receives
     (and passes on to a method: `self.shared_step(batch)`) is already on the GPU, so checking
     its values (`assert mask.max() <= 1`) waits too. Several syncs in one step are one finding, on the first;
@@ -95,7 +99,9 @@ class SyncInLoop(BranchTracker, Rule):
     `log_every` is 1), a branch that
     runs once (`if step == 0:`, or one that ends the run: `print(loss.item()); sys.exit(1)`), an
     `except` handler, code under an opt-in debugging, timing or plotting flag (`if args.debug:`,
-    also around the call of a helper: `if args.visdom: update_plot(...)`), and names
+    also around the call of a helper: `if args.visdom: update_plot(...)`), a helper that the step
+    loop calls on one pass only (`if i == len(loader) - 1: validate(model, val_loader)`: once per
+    epoch), and names
     that hold a Python number (`lossf = loss.item()` makes formatting `lossf` free; the `.item()`
     is the sync).
 
@@ -191,6 +197,27 @@ class SyncInLoop(BranchTracker, Rule):
     effect = "The CPU queues the next step while the GPU works (0-50 ms/step)."
 
     VALID = [
+        Valid(  # a validation pass on the last batch of each epoch: once per epoch, not on every step
+            """
+            import torch
+
+            def evaluate(net, batches):
+                net.eval()
+                total = 0.0
+                with torch.no_grad():
+                    for images, targets in batches:
+                        total += criterion(net(images.to("cuda")), targets.to("cuda")).item()
+                return total / len(batches)
+
+            for epoch in range(20):
+                net.train()
+                for i, (images, targets) in enumerate(train_loader):
+                    criterion(net(images.cuda()), targets.cuda()).backward()
+                    optimizer.step()
+                    if i == len(train_loader) - 1:
+                        score = evaluate(net, val_loader)
+            """
+        ),
         Valid(  # a policy's select_action hands the action back for the environment step
             """
             import torch
@@ -351,6 +378,25 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # TensorBoard turns a tensor into a number on the host; the learning rate is one already
+            """
+            import torch
+            from torch.utils.tensorboard import SummaryWriter
+
+            class Learner:
+                def __init__(self, logdir):
+                    self.writer = SummaryWriter(logdir)
+
+                def update(self, batches):
+                    for step, (x, y) in enumerate(batches):
+                        loss = torch.nn.functional.mse_loss(self.net(x.cuda()), y.cuda())
+                        self.writer.add_scalar("train/loss", loss, step)
+                        self.writer.add_scalar("train/lr", self.optimizer.param_groups[0]["lr"], step)
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+            """
+        ),
         Invalid(  # Lightning hands `training_step` its batch on the GPU: checking its values waits for it
             """
             import lightning as L
@@ -798,6 +844,8 @@ class SyncInLoop(BranchTracker, Rule):
                                  "`.to(\"cpu\")` in the training loop copies to the host and waits for the GPU every step",
                                  no_fix_reason="the host copy is used every step")
             return None
+        if method == "add_scalar":
+            return self._logged_tensor(call, receiver, stack)
         if method not in SYNC_METHODS or call.args:
             return None
         if self.tensors.batches.is_host_batch(receiver, stack) or has_sync_before(receiver) or is_library_value(self.ctx, receiver):
@@ -811,6 +859,19 @@ class SyncInLoop(BranchTracker, Rule):
             return _Sync(call, what, message, no_fix_reason="the host copy is used every step")
         fix, reason = self._item_fix(call, receiver, stack)
         return _Sync(call, what, message, fix=fix, no_fix_reason=reason)
+
+    def _logged_tensor(self, call: cst.Call, writer: cst.BaseExpression, stack: Stack) -> _Sync | None:
+        """`writer.add_scalar("loss", loss, step)`: TensorBoard turns the tensor into a number on the host."""
+        site = self.ctx.site_of(call)
+        value = find_argument(self.ctx, site, "scalar_value", 1) if site is not None else None
+        if value is None or value.node is None or not self.tensors.is_tensor(value.node, stack) \
+                or not is_summary_writer(self.ctx, writer, stack):
+            return None
+        label = f"`{_code(writer)}.add_scalar(..., {_code(value.node)})`"
+        return _Sync(call, label, f"{label} in the training loop copies tensor `{_code(value.node)}` to the host for "
+                     "TensorBoard and waits for the GPU every step",
+                     no_fix_reason="the writer needs the number: log every N steps, or add up the values on the device "
+                     "and write their mean at the logging point")
 
     # ------------------------------------------------------------------ the finding of a step
     def impact_here(self, finding: Finding) -> Estimate | None:

@@ -9,6 +9,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, string_literal
 from speedfix.model.context import FileContext
 from speedfix.model.flow import comes_before
+from speedfix.model.frames import in_inference_branch
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype, without_layout_calls
 from speedfix.model.rl import in_rollout
@@ -35,15 +36,51 @@ _CASTS = frozenset({"float", "double", "long", "int", "bool"})
 
 def _converts_data(ctx: FileContext, call: cst.Call) -> bool:
     """`torch.from_numpy(x)` or `torch.FloatTensor(data)`, with an optional cast (`.float()`):
-    data the program has turned into a CPU tensor, not a tensor made to be moved."""
+    data the program has turned into a CPU tensor, not a tensor made to be moved. Not a legacy
+    type given a size (`torch.BoolTensor(x.size())`) or numbers written in the code
+    (`torch.Tensor([[0.1, 0.1, 0.2, 0.2]])`): those are made to be moved."""
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in _CASTS and not call.args \
             and isinstance(call.func.value, cst.Call):
         call = call.func.value
     if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
         return False
     qualified = ctx.qualname(call.func)
-    return qualified == "torch.from_numpy" or (
-        qualified in _LEGACY_TYPES and not isinstance(call.args[0].value, (cst.Integer, cst.Float)))
+    return qualified == "torch.from_numpy" or (qualified in _LEGACY_TYPES and not _written_out(call.args[0].value))
+
+
+def _written_out(value: cst.BaseExpression) -> bool:
+    """A size (`3`, `x.size()`, `x.shape`) or numbers written out (`[[0.1, 0.2], [1, -1]]`)."""
+    if isinstance(value, cst.UnaryOperation):
+        value = value.expression
+    if isinstance(value, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return bool(value.elements) and all(_written_out(element.value) for element in value.elements)
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        return value.func.attr.value == "size"
+    return isinstance(value, cst.Attribute) and value.attr.value == "shape"
+
+
+# In-place fills of a tensor just made (`torch.BoolTensor(n, m).fill_(0)`): still made on the CPU.
+_FILLS = frozenset({"fill_", "zero_"})
+
+
+def _made_from(value: cst.BaseExpression) -> cst.BaseExpression:
+    """The factory call under a fill, a reshape or arithmetic with a number: `torch.ones(s) * -1`,
+    `torch.BoolTensor(x.size()).fill_(0)` -> the factory call."""
+    while True:
+        if isinstance(value, cst.BinaryOperation):
+            numbers = [side for side in (value.left, value.right) if _written_out(side)]
+            if len(numbers) != 1 or isinstance(numbers[0], (cst.List, cst.Tuple)):
+                return value
+            value = value.right if numbers[0] is value.left else value.left
+        elif isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _FILLS:
+            value = value.func.value
+        else:
+            layout = without_layout_calls(value)
+            if layout is value:
+                return value
+            value = layout
 
 
 class CreateThenMove(Rule):
@@ -53,9 +90,12 @@ class CreateThenMove(Rule):
     or `torch.ones(...).to(device)`, also after a reshape (`torch.arange(n).unsqueeze(0).to(device)`)
     or torch math on the CPU (`torch.exp(torch.arange(n)).to(device)`, or a causal mask
     `torch.tril(torch.ones(n, n)).type(torch.ByteTensor).to(device)` turned into a CPU dtype
-    first; reported without a fix),
+    first; reported without a fix), numbers written in the code made into a legacy tensor type
+    (`torch.Tensor([[0.1, 0.2]]).cuda()`, without a fix: `torch.Tensor` takes the default dtype),
     or made into a variable a few statements before the copy (`t = torch.LongTensor(b, n)`, used,
-    then `t = t.cuda()`; without a fix, and not when those statements write it element by element),
+    then `t = t.cuda()`, also filled or scaled first: `torch.BoolTensor(x.size()).fill_(0)`,
+    `torch.ones(shape) * -1`; without a fix, and not when the statements between write it element
+    by element; writes after the copy run on the GPU and do not count),
     where it runs on every step: in the training loop, in a function it calls or one that takes
     the step itself (an agent's `learn()`), or in a module's `forward` and the methods it calls.
 
@@ -69,7 +109,12 @@ class CreateThenMove(Rule):
     replay buffer's `sample`, `torch.FloatTensor(obs).to(device)` per environment step): that
     data has to reach the GPU anyway, and a blocking copy converts the dtype on the CPU however it
     is written, so `torch.as_tensor(x, dtype=..., device=...)` would save nothing. Pinned memory
-    and `non_blocking=True`, or keeping the buffer on the GPU, is what helps there.
+    and `non_blocking=True`, or keeping the buffer on the GPU, is what helps there. A legacy type
+    given a size (`torch.BoolTensor(x.size())`) or numbers written out is no such data.
+
+    Not in a module's eval-mode branch (`if not self.training:`, the `else:` of `if
+    self.training:`, or what follows `if self.training: return loss`): what a detector builds
+    there to collect its boxes never runs while it trains.
 
     ## Example
     ```python
@@ -162,6 +207,28 @@ class CreateThenMove(Rule):
                         mask[i, :n] = 1.0
                     mask = mask.cuda()
                     return x * mask[..., None]
+            """
+        ),
+        Valid(  # the eval-mode branch of a detector's forward: it never runs while the model trains
+            """
+            import torch
+            class Detector(torch.nn.Module):
+                def forward(self, images):
+                    scores, boxes = self.head(self.backbone(images))
+                    if self.training:
+                        return self.loss(scores, boxes)
+                    else:
+                        kept = torch.zeros(0, 4)
+                        kept = kept.cuda()
+                        return torch.cat([kept, boxes[scores > 0.5]])
+
+            class Segmenter(torch.nn.Module):
+                def forward(self, images):
+                    logits = self.net(images)
+                    if self.training:
+                        return logits
+                    palette = torch.tensor([[0, 0, 0], [255, 0, 0]]).cuda()
+                    return palette[logits.argmax(1)]
             """
         ),
         Valid(  # once, at set-up: not worth a finding
@@ -314,6 +381,53 @@ class CreateThenMove(Rule):
             """,
             count=2,
         ),
+        Invalid(  # made on the CPU (filled or scaled there first), copied, then written on the GPU: a
+                  # mask or target as large as an activation travels over every step, per layer
+            """
+            import torch
+            class PaddedConvs(torch.nn.Module):
+                def forward(self, x, lengths):
+                    for conv in self.convs:
+                        x = conv(x)
+                        pad = torch.BoolTensor(x.size()).fill_(0)
+                        if x.is_cuda:
+                            pad = pad.cuda()
+                        for i, n in enumerate(lengths.tolist()):
+                            pad[i].narrow(2, n, x.size(2) - n).fill_(1)
+                        x = x.masked_fill(pad, 0)
+                    return x
+
+            class IgnoreLoss(torch.nn.Module):
+                def forward(self, scores, overlaps):
+                    labels = torch.ones(scores.shape) * -1
+                    labels = labels.cuda()
+                    labels[overlaps < 0.4] = 0
+                    labels[overlaps >= 0.5] = 1
+                    return self.bce(scores[labels >= 0], labels[labels >= 0])
+            """,
+            count=2,
+        ),
+        Invalid(  # numbers written in the code, made into a tensor and copied on every call: no fix,
+                  # `torch.Tensor` takes the default dtype
+            """
+            import torch
+            class BoxCoder(torch.nn.Module):
+                def forward(self, deltas):
+                    return deltas * torch.Tensor([[0.1, 0.1, 0.2, 0.2]]).cuda()
+            """,
+        ),
+        Valid(  # host data made into a tensor, then copied: it has to travel anyway (see above)
+            """
+            import torch
+            class Agent:
+                def learn(self, batch):
+                    rewards = torch.FloatTensor(batch.rewards)
+                    rewards = rewards.cuda()
+                    loss = self.critic_loss(batch, rewards)
+                    loss.backward()
+                    self.optimizer.step()
+            """
+        ),
         Invalid(  # random numbers differ between CPU and CUDA generators: no fix
             """
             import torch
@@ -349,6 +463,12 @@ class CreateThenMove(Rule):
         if not isinstance(factory, cst.Call):
             return
         qualified = ctx.qualname(factory.func)
+        if qualified in _LEGACY_TYPES and self._target_device(move, method) is not None:
+            dtype = _LEGACY_TYPES[qualified]
+            self.report(move, f"`{qualified}(...)` is made on the CPU and then copied to the GPU",
+                        no_fix_reason=f"make it with `torch.tensor(..., dtype={dtype}, device=...)` (or once, as a "
+                        "buffer of the module): `torch.Tensor` takes the default dtype, which the script may change")
+            return
         if qualified not in _FACTORIES and qualified not in _RANDOM:
             self._check_computed(move, made, method)
             return
@@ -382,15 +502,17 @@ class CreateThenMove(Rule):
             return
         before = [a for a in ctx.assignments_in(function, name.value) if a.statement is not None
                   and not a.unpacked and not a.augmented and comes_before(ctx, a.statement, site.statement)]
-        created = before[-1].value if before else None
-        if not isinstance(created, cst.Call):
+        created = _made_from(before[-1].value) if before else None
+        if not isinstance(created, cst.Call) or _converts_data(ctx, created):
             return
         qualified = ctx.qualname(created.func) or ""
         if qualified not in _FACTORIES | _RANDOM | _LEGACY_TYPES.keys() \
                 or any(arg.keyword is not None and arg.keyword.value in _KEEP_AS_IS for arg in created.args):
             return
-        if any(ctx.function_of(a.stack) is function for a in ctx.item_assignments.get(name.value, ())):
-            return
+        made_at = before[-1].statement
+        if any(ctx.function_of(a.stack) is function and a.statement is not None and comes_before(ctx, made_at, a.statement)
+               and comes_before(ctx, a.statement, site.statement) for a in ctx.item_assignments.get(name.value, ())):
+            return  # written element by element before the copy (after it, the writes run on the GPU)
         legacy = _LEGACY_TYPES.get(qualified)
         how = f"`torch.empty(..., dtype={legacy}, device=...)`" if legacy else f"`{qualified}(..., device=...)`"
         self.report(site.node, f"`{name.value}` is made on the CPU by `{qualified}(...)` on every step, then copied to the GPU",
@@ -451,7 +573,10 @@ class CreateThenMove(Rule):
     def _runs_every_step(self, site: CallSite) -> bool:
         """In the training loop (or a function it calls), in a function that takes a step itself
         (an agent's `learn()`), in a module's `forward` (or a method it calls), or once per
-        environment step or update of an RL script (acting, a replay buffer's `sample`)."""
+        environment step or update of an RL script (acting, a replay buffer's `sample`). Not in a
+        module's eval-mode branch (`if not self.training:`): that never runs while it trains."""
+        if in_inference_branch(site.stack):
+            return False
         if self.ctx.in_training_loop(site.stack) or in_rollout(self.ctx, site.stack):
             return True
         function = self.ctx.function_of(site.stack)

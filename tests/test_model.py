@@ -11,7 +11,7 @@ from speedfix.model.attention import attention_of, has_fast_path, is_default_sca
 from speedfix.model.autograd import only_detached, outputs_leave_autograd
 from speedfix.model.context import FileContext
 from speedfix.model.devices import cpu_by_default, uses_cuda
-from speedfix.model.frames import class_of_method
+from speedfix.model.frames import class_of_method, in_inference_branch
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
 from speedfix.model.versions import TorchVersion
 from speedfix.syntax.nodes import walk_expression
@@ -80,6 +80,45 @@ def test_backward_to_look_at_gradients_is_no_training_step():
     layers, sgd, unseen = (info.node for info in ctx.loops.values())
     assert layers not in ctx.step_loops
     assert sgd in ctx.step_loops and unseen in ctx.step_loops
+
+
+def test_one_pass_of_a_loop_and_eval_mode_are_not_every_step():
+    ctx = context("""
+        import torch
+        def evaluate(net, loader):
+            return sum(net(x.cuda()).sum() for x in loader)
+        class Net(torch.nn.Module):
+            def forward(self, x):
+                if self.training:
+                    return self.head(x)
+                else:
+                    return self.head(x).softmax(-1)
+            def predict(self, x):
+                if self.training:
+                    return self.head(x)
+                return self.head(x).softmax(-1)
+        net = Net()
+        for i, x in enumerate(train_loader):
+            net(x.cuda()).sum().backward()
+            opt.step()
+            for j, part in enumerate(x.split(4)):
+                if j == 0:
+                    first(part)
+            if i == len(train_loader) - 1:
+                evaluate(net, val_loader)
+            if x == 0:  # the batch, not the counter: any step
+                check(x)
+    """)
+    stacks: dict = {}
+    for site in ctx.calls:
+        stacks.setdefault(site.func, site.stack)  # the first call of each name
+    assert ctx.is_hot(stacks["first"])  # once per pass of a loop inside the step: every step
+    assert ctx.is_hot(stacks["check"])
+    assert not ctx.is_hot(stacks["evaluate"]) and not ctx.in_training_loop(stacks["evaluate"])  # once per epoch
+    assert not ctx.is_hot(stacks["x.cuda"])  # in evaluate(), which only the last pass runs
+    heads = [site.stack for site in ctx.calls if site.func == "self.head"]
+    assert ctx.is_hot(heads[0]) and not ctx.is_hot(heads[1])  # the eval-mode branch of forward
+    assert not in_inference_branch(heads[2]) and in_inference_branch(heads[3])  # after `if self.training: return`
 
 
 def test_host_values_and_syncs():

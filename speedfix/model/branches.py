@@ -34,6 +34,7 @@ import libcst as cst
 from speedfix.model.context import FileContext
 from speedfix.model.flow import default_truth, enclosing_statements
 from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.index import runs_on_one_pass
 from speedfix.model.patterns import unwrap_iterable
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
@@ -306,14 +307,7 @@ def _function_inside(stack: Stack, scope: cst.CSTNode) -> bool:
 def _runs_on_one_step(ctx: FileContext, test: cst.BaseExpression, scope: cst.CSTNode | None) -> bool:
     """`step == 0`, `i == len(loader) - 1`, `epoch == 0 and step == 0`: the step loop's own
     counter compared for equality (an epoch counter or a rank would not do)."""
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return _runs_on_one_step(ctx, test.left, scope) or _runs_on_one_step(ctx, test.right, scope)
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
-        return False
-    if not isinstance(test.comparisons[0].operator, cst.Equal):
-        return False
-    sides = (test.left, test.comparisons[0].comparator)
-    return any(isinstance(side, cst.Name) and _is_step_counter(ctx, side.value, scope) for side in sides)
+    return runs_on_one_pass(test, lambda name: _is_step_counter(ctx, name, scope))
 
 
 def _is_step_counter(ctx: FileContext, name: str, scope: cst.CSTNode | None) -> bool:

@@ -9,7 +9,8 @@ a class of this file) or of another scanned file (``Links``, see ``speedfix.proj
 `.backward()` with no update beside it, in code that only reads the gradients it makes (a
 receptive field or a saliency map drawn from `img.grad`), marks no step. Code is
 *hot* when its nearest enclosing step loop is reached before a function boundary and no periodic
-guard sits in between; functions called from hot code (also from another scanned file, and
+guard sits in between (nor a branch on one pass of the step loop, `if i == len(loader) - 1:`,
+nor a module's eval-mode branch, `if not self.training:`); functions called from hot code (also from another scanned file, and
 then two levels more), the ``forward`` of a module class whose object hot code calls, Lightning
 ``training_step`` methods and what they call (``self.shared_step(batch)``) are hot too, except
 for code under ``if isinstance(v, torch.Tensor):`` in such a helper (whether it runs on tensors
@@ -195,13 +196,16 @@ class FileContext(FileIndex):
         )
 
     def _hot(self, stack: Stack, *, through_calls: bool, guards_count: bool = True) -> bool:
-        type_guarded = False
+        type_guarded = once = False
         for frame in reversed(stack):
-            if frame.kind is FrameKind.GUARD and guards_count:
+            if (frame.kind is FrameKind.GUARD and guards_count) or frame.kind is FrameKind.INFERENCE:
                 return False
             type_guarded = type_guarded or frame.kind is FrameKind.TYPE_GUARD
-            if frame.kind is FrameKind.LOOP and frame.node in self.step_loops:
-                return True
+            if frame.kind is FrameKind.LOOP:
+                if frame.node in self.step_loops:
+                    return not once  # `if i == len(loader) - 1:` of the step loop: once per epoch
+                once = False  # one pass of a loop inside the step: once per step
+            once = once or frame.kind is FrameKind.ONCE
             if frame.kind is FrameKind.FUNCTION:
                 return through_calls and not type_guarded and frame.node in self.hot_functions
             if frame.kind is FrameKind.CLASS:
@@ -315,7 +319,7 @@ def _step_around(stack: Stack, steps: dict[cst.CSTNode, str | None]) -> str | No
     """The class of the training step whose own body (not under a periodic guard, not in a
     nested function) holds code at ``stack``."""
     for frame in reversed(stack):
-        if frame.kind is FrameKind.GUARD:
+        if frame.kind in (FrameKind.GUARD, FrameKind.INFERENCE):
             return None
         if frame.kind is FrameKind.FUNCTION:
             return steps.get(frame.node)
@@ -338,7 +342,7 @@ _LOADERS = frozenset({"from_pretrained", "from_config"})
 def _plainly_in(stack: Stack, functions: set[cst.CSTNode]) -> bool:
     """Is code at ``stack`` in one of ``functions`` itself, not under a periodic or type guard?"""
     for frame in reversed(stack):
-        if frame.kind in (FrameKind.GUARD, FrameKind.TYPE_GUARD, FrameKind.CLASS):
+        if frame.kind in (FrameKind.GUARD, FrameKind.TYPE_GUARD, FrameKind.CLASS, FrameKind.INFERENCE):
             return False
         if frame.kind is FrameKind.FUNCTION:
             return frame.node in functions

@@ -1,8 +1,9 @@
 """The frames around a node: what encloses code, as the one walk of the file index sees it.
 
 A *stack* is the tuple of frames from the module down to the code: functions, classes, loop
-bodies, `with` bodies and three kinds of `if` body that the training-loop questions need (a
-periodic `if step % N == 0:` guard, the `__main__` guard, an `isinstance(v, torch.Tensor)` test).
+bodies, `with` bodies and the kinds of `if` body that the training-loop questions need (a
+periodic `if step % N == 0:` guard, the `__main__` guard, an `isinstance(v, torch.Tensor)` test,
+a branch on one pass of a loop `if i == 0:`, a module's inference branch `if not self.training:`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ class FrameKind(Enum):
     FUNCTION = "function"
     CLASS = "class"
     LOOP = "loop"
-    GUARD = "guard"  # body of a periodic `if step % N == 0:` (or `if i == 0:`)
+    GUARD = "guard"  # body of a periodic `if step % N == 0:`
     MAIN = "main"  # body of `if __name__ == "__main__":`
     WITH = "with"
     # body of `if isinstance(v, torch.Tensor):` in a helper (`v = v.item()` in a logger's
     # update()): it runs on every step only if the caller passes tensors, which the call shows
     TYPE_GUARD = "type_guard"
+    # body of `if i == 0:` or `if i == len(loader) - 1:` with `i` its loop's counter: one pass of
+    # that loop (the first or last step, once per epoch)
+    ONCE = "once"
+    # body of `if not self.training:` or `else:` of `if self.training:`: a module in eval mode
+    # (inference), never part of a training step
+    INFERENCE = "inference"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +91,8 @@ def in_main_guard(stack: Stack) -> bool:
 
 def at_module_level(stack: Stack) -> bool:
     return not any(frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS) for frame in stack)
+
+
+def in_inference_branch(stack: Stack) -> bool:
+    """Is code at ``stack`` in a module's eval-mode branch (`if not self.training:`)?"""
+    return any(frame.kind is FrameKind.INFERENCE for frame in stack)

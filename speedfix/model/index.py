@@ -28,7 +28,7 @@ from speedfix.model.scopes import NameBindings
 from speedfix.model.project_files import ProjectFiles
 from speedfix.model.versions import TorchVersion
 from speedfix.project.linker import Links
-from speedfix.project.steps import CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS
+from speedfix.project.steps import CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, is_iterable_wrapper
 from speedfix.syntax.names import ImportTable, dotted_name, line_binds
 from speedfix.syntax.nodes import is_main_guard, target_names, walk_expression
 from speedfix.syntax.walk import Visitor
@@ -113,6 +113,37 @@ def _is_periodic_test(test: cst.BaseExpression, every_step: Callable[[cst.BaseEx
     )
 
 
+def runs_on_one_pass(test: cst.BaseExpression, is_counter: Callable[[str], bool]) -> bool:
+    """`i == 0`, `i == len(loader) - 1`, `epoch == 0 and i == 0`: a loop's counter (as
+    ``is_counter`` tells) compared for equality holds on one pass of its loop (a string is no
+    count: `if phase == "train":` in `for phase in ("train", "val"):` picks a kind of pass)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return runs_on_one_pass(test.left, is_counter) or runs_on_one_pass(test.right, is_counter)
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    if not isinstance(test.comparisons[0].operator, cst.Equal):
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    if any(isinstance(side, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)) for side in sides):
+        return False
+    return any(isinstance(side, cst.Name) and is_counter(side.value) for side in sides)
+
+
+def training_flag(test: cst.BaseExpression) -> bool | None:
+    """`self.training` (True) or `not self.training` (False): a module's train/eval mode, tested
+    in its own methods; None for another test."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = training_flag(test.expression)
+        return None if inner is None else not inner
+    return True if dotted_name(test) == "self.training" else None
+
+
+def _leaves(block: cst.IndentedBlock) -> bool:
+    """Does ``block`` end with `return` or `raise`?"""
+    last = block.body[-1] if block.body else None
+    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], (cst.Return, cst.Raise))
+
+
 def _is_tensor_type_test(test: cst.BaseExpression) -> bool:
     """`isinstance(v, torch.Tensor)`, `torch.is_tensor(v)`."""
     if not isinstance(test, cst.Call):
@@ -158,6 +189,8 @@ class FileIndex(NameBindings, Visitor):
         self._statement: cst.SimpleStatementLine | None = None
         self._import_depth = 0
         self._framed_ifs: set[cst.If] = set()
+        self._blocks: list[cst.IndentedBlock] = []  # the indented blocks around the code being visited
+        self._eval_tails: list[cst.IndentedBlock] = []  # blocks whose rest is eval-mode code (see leave_If)
 
     # ------------------------------------------------------------------ indexing visitor
     def _push(self, kind: FrameKind, node: cst.CSTNode) -> None:
@@ -254,6 +287,10 @@ class FileIndex(NameBindings, Visitor):
             self._push(FrameKind.GUARD, node)
         elif _is_tensor_type_test(node.test) and self._in_function():
             self._push(FrameKind.TYPE_GUARD, node)
+        elif runs_on_one_pass(node.test, self._is_counter):
+            self._push(FrameKind.ONCE, node)
+        elif training_flag(node.test) is False:
+            self._push(FrameKind.INFERENCE, node)
         else:
             return
         self._framed_ifs.add(node)
@@ -262,6 +299,63 @@ class FileIndex(NameBindings, Visitor):
         if node in self._framed_ifs:
             self._framed_ifs.discard(node)
             self._pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        if training_flag(node.test) is True:  # `else:` of `if self.training:`, its `elif`s too
+            self._push(FrameKind.INFERENCE, node)
+            self._framed_ifs.add(node)
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self.leave_If_body(node)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._blocks.append(node)
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
+        self._blocks.pop()
+        if self._eval_tails and self._eval_tails[-1] is original_node:
+            self._eval_tails.pop()
+            self._pop()
+
+    def leave_If(self, original_node: cst.If) -> None:
+        """`if self.training: return losses`, then the eval-mode code: the rest of the block is
+        inference (torchvision's detectors)."""
+        body = original_node.body
+        if original_node.orelse is None and training_flag(original_node.test) is True and self._blocks \
+                and isinstance(body, cst.IndentedBlock) and _leaves(body) \
+                and not (self._eval_tails and self._eval_tails[-1] is self._blocks[-1]):
+            self._eval_tails.append(self._blocks[-1])
+            self._push(FrameKind.INFERENCE, original_node)
+
+    def _is_counter(self, name: str) -> bool:
+        """Is ``name`` the counter of the innermost loop around the code being visited: `i` of
+        `for i in range(n)`, of `for i, batch in enumerate(loader)` (also through wrappers and
+        names: `pbar = tqdm(list(enumerate(loader)))`), or of `for i, (x, y) in ...`?"""
+        for frame in reversed(self.stack):
+            if frame.kind is FrameKind.LOOP:
+                info = self.loops.get(frame.node)
+                if info is None or not isinstance(info.node, cst.For):
+                    return False
+                target, source = info.node.target, self._iterated(info.node.iter, 0)
+                if isinstance(target, cst.Name):
+                    return target.value == name and isinstance(source, cst.Call) and dotted_name(source.func) == "range"
+                if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != 2:
+                    return False
+                first, second = (element.value for element in target.elements)
+                paired = isinstance(source, cst.Call) and dotted_name(source.func) == "enumerate"
+                return isinstance(first, cst.Name) and first.value == name and (paired or isinstance(second, (cst.Tuple, cst.List)))
+            if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS):
+                return False
+        return False
+
+    def _iterated(self, expr: cst.BaseExpression, depth: int) -> cst.BaseExpression:
+        """What a loop iterates under progress bars and lists, through names bound above, up to
+        an `enumerate(...)`."""
+        while isinstance(expr, cst.Call) and expr.args and dotted_name(expr.func) != "enumerate" \
+                and is_iterable_wrapper(dotted_name(expr.func)):
+            expr = expr.args[0].value
+        found = self.assignments.get(expr.value, ()) if isinstance(expr, cst.Name) and depth < 3 else ()
+        return self._iterated(found[-1].value, depth + 1) if found and not found[-1].unpacked else expr
 
     def visit_With(self, node: cst.With) -> None:
         self.withs.append(WithInfo(node, [item.item for item in node.items], self.stack))

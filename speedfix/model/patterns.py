@@ -12,7 +12,7 @@ from weakref import WeakKeyDictionary, ref
 import libcst as cst
 
 from speedfix.model.context import FileContext
-from speedfix.model.flow import default_choice, default_truth, off_by_default, passed_arguments, returned_values
+from speedfix.model.flow import comes_before, default_choice, default_truth, off_by_default, passed_arguments, returned_values
 from speedfix.model.frames import Stack
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
@@ -160,8 +160,14 @@ def worker_start_refusal(ctx: FileContext, stack: Stack) -> str | None:
 
 def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _depth: int = 0) -> bool:
     """A DataLoader: built by one here, or a variable/parameter named like one (`train_loader`);
-    through wrappers kept in a variable (`pbar = tqdm(loader)`)."""
+    through wrappers kept in a variable (`pbar = tqdm(loader)`), also one bound more than once,
+    each time to a loader (`steps = list(enumerate(train_loader))` in two notebook cells)."""
     call = constructor_call(ctx, expr, stack)
+    if call is None and isinstance(expr, cst.Name) and _depth < 3:
+        found = ctx.assignments_in_scope(expr.value, stack)
+        if len(found) > 1 and all(isinstance(a.value, cst.Call) and not a.unpacked and not a.augmented
+                                  and is_dataloader(ctx, a.value, stack, _depth + 1) for a in found):
+            return True
     if call is not None:
         if ctx.qualname(call.func) in DATALOADER:
             return True
@@ -408,6 +414,19 @@ class BatchNames:
         """``expr`` is a batch variable, or an item/attribute of one (``batch["x"]``)."""
         return _is_projection(expr) and root_name(expr) in self.names_at(stack)
 
+    def moved_before(self, expr: cst.BaseExpression, stack: Stack, statement: cst.BaseStatement | None) -> bool:
+        """Was the batch part ``expr`` copied to a device by an assignment of its name above
+        ``statement`` in this function, inside the same loop (`x = x.cuda()`, then `net(x.cuda())`:
+        a no-op)?"""
+        name = root_name(expr)
+        if statement is None or name is None:
+            return False
+        loop = self.ctx.nearest_loop(stack)
+        return any(a.statement is not None and a.statement is not statement and _moves_to_device(a.part or a.value)
+                   and (loop is None or any(frame.node is loop for frame in a.stack))
+                   and comes_before(self.ctx, a.statement, statement)
+                   for a in self.ctx.assignments_in(self.ctx.function_of(stack), name))
+
     def is_host_batch(self, expr: cst.BaseExpression, stack: Stack) -> bool:
         """A batch part that was never moved to a device in this function (still on the CPU)."""
         if not self.is_batch(expr, stack):
@@ -418,6 +437,24 @@ class BatchNames:
             if _moves_to_device(assignment.part or assignment.value):
                 return False
         return True
+
+
+def narrow_to_class(ctx: FileContext) -> str | None:
+    """A class of this file, or of a project module it imports, whose `.to()` takes a device
+    and no `non_blocking` (DETR's `NestedTensor.to(self, device)`): a collate function may put
+    one in a batch, and `x.to(device, non_blocking=True)` raises a `TypeError` on it."""
+    for info in ctx.functions.get("to", ()):
+        params = info.node.params
+        names = {param.name.value for param in (*params.posonly_params, *params.params, *params.kwonly_params)}
+        if info.class_name and not isinstance(params.star_kwarg, cst.Param) and "non_blocking" not in names:
+            return info.class_name
+    for _, facts in sorted(ctx.links.modules.items()):
+        for name, function in sorted(facts.functions.items()):
+            owner, _, method = name.rpartition(".")
+            # `def to(self, device)`; `def to(self, *args, **kwargs)` has `self` alone
+            if method == "to" and owner and len(function.params) == 2 and function.params[1] != "non_blocking":
+                return owner
+    return None
 
 
 # Framework calls that return a loader whose batches they move to the device themselves.

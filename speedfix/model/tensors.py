@@ -56,6 +56,23 @@ _TENSOR_MODULES = ("torch.nn.functional.", "torch.linalg.", "torch.fft.", "torch
 _HOST_RESULTS = ("item", "tolist", "numpy")
 
 
+# TensorBoard writers: `add_scalar(tag, value, step)` turns a tensor value into a number on the host.
+SUMMARY_WRITERS = frozenset({"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",
+                             "tensorboardX.SummaryWriter"})
+
+
+def is_summary_writer(ctx: FileContext, receiver: cst.BaseExpression, stack: Stack) -> bool:
+    """A TensorBoard `SummaryWriter` (`writer = SummaryWriter(logdir)`, or `self.writer` set to one
+    in a method of the class)."""
+    made = ctx.constructor_of(receiver, stack)
+    name = dotted_name(receiver) or ""
+    owner = class_of_method(stack)
+    if made is None and name.startswith("self.") and name.count(".") == 1 and owner is not None:
+        values = [a.value for a in ctx.assignments.get(name, ()) if class_of_method(a.stack) is owner]
+        made = ctx.qualname(values[0].func) if len(values) == 1 and isinstance(values[0], cst.Call) else None
+    return made in SUMMARY_WRITERS
+
+
 def lightning_batches(ctx: FileContext) -> dict[cst.CSTNode, set[str]]:
     """Lightning moves each batch to the module's device before `training_step(self, batch, ...)`
     runs: its batch parameter holds device tensors, and so does the parameter of a method of the

@@ -16,8 +16,9 @@ _SCHEDULER_NAME = re.compile(r"sched|lr_", re.IGNORECASE)
 # backward, unscale, clip and step in one call.
 _LOSS_SCALER_NAME = re.compile(r"(^|_)scaler$", re.IGNORECASE)
 
-# `enumerate(tqdm(loader))`, `iter(loader)`: the loader is the first argument.
-ITERABLE_WRAPPERS = frozenset({"enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "iter"})
+# `enumerate(tqdm(loader))`, `iter(loader)`: the loader is the first argument; `list(enumerate(loader))`
+# holds the same batches (for a progress bar that knows its length).
+ITERABLE_WRAPPERS = frozenset({"enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "iter", "list"})
 # `metric_logger.log_every(loader, print_freq, header)` (DeiT, MAE, torchvision references).
 ITERABLE_WRAPPER_METHODS = frozenset({"log_every"})
 # Helpers that return a GPU device when there is one (d2l's `try_gpu()`, `try_all_gpus()`).
