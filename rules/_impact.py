@@ -11,7 +11,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
 from speedfix.model.arguments import find_argument
 from speedfix.model.model_size import trains_adapters
-from speedfix.model.patterns import DATALOADER
+from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.scale import (LARGE_MODEL_PARAMETERS, SMALL_MODEL_PARAMETERS, Role, largest_trained_model,
                                    loader_role, per_file, trains_hub_model)
 from speedfix.model.workload import Family, small_stated_width, trained_family
@@ -24,7 +24,7 @@ __all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "evaluatio
 def evaluation_loader(ctx: FileContext, finding: Finding) -> Estimate | None:
     """Low for a finding on a DataLoader that only evaluation or testing reads; a benchmark of
     the script (which measures the training loop) does not decide it."""
-    site = next((site for site in ctx.calls_to(*DATALOADER) if site.node is finding.node), None)
+    site = next((site for site in dataloader_calls(ctx) if site.node is finding.node), None)
     if site is not None and loader_role(ctx, site) is Role.EVALUATION:
         return Estimate(Impact.LOW, "a loader that only evaluation or testing reads", measurable=False)
     return None
@@ -34,7 +34,7 @@ def evaluation_loader(ctx: FileContext, finding: Finding) -> Estimate | None:
 def unpinned_training_loaders(ctx: FileContext) -> bool:
     """Does the file build DataLoaders, none of those that may feed training pinned
     (`pin_memory` not set, or False)?"""
-    loaders = [site for site in ctx.calls_to(*DATALOADER) if loader_role(ctx, site) is not Role.EVALUATION]
+    loaders = [site for site in dataloader_calls(ctx) if loader_role(ctx, site) is not Role.EVALUATION]
     return bool(loaders) and all(_unpinned(ctx, site) for site in loaders)
 
 

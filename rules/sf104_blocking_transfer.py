@@ -10,7 +10,8 @@ from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
-from speedfix.model.patterns import DATALOADER, BatchNames, is_cpu_device, is_dtype, narrow_to_class, without_layout_calls
+from speedfix.model.loader_classes import dataloader_calls
+from speedfix.model.patterns import BatchNames, is_cpu_device, is_dtype, narrow_to_class, without_layout_calls
 from speedfix.rules._impact import Estimate, Finding, Impact, unpinned_training_loaders
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
@@ -583,7 +584,7 @@ class BlockingTransfer(Rule):
         return True
 
     def _all_loaders_pinned(self) -> bool:
-        loaders = self.ctx.calls_to(*DATALOADER)
+        loaders = dataloader_calls(self.ctx)
         return bool(loaders) and all(not find_argument(self.ctx, s, "pin_memory", 7).missing for s in loaders)
 
 

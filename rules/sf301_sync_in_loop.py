@@ -738,7 +738,6 @@ class SyncInLoop(BranchTracker, Rule):
         ctx = self.ctx
         steps: dict[cst.CSTNode | None, list[_Sync]] = {}
         helpers: dict[cst.CSTNode | None, list[str]] = {}
-        sites = {id(site.node): site for site in ctx.calls}
         for candidate in self._candidates:
             if not ctx.is_hot(candidate.stack) or _accepted(candidate.statement):
                 continue
@@ -746,8 +745,10 @@ class SyncInLoop(BranchTracker, Rule):
             if rare_path(ctx, candidate.branches, scope) is not None:
                 continue
             sync = self._sync(candidate)
-            if sync is None and candidate.kind == "call" and id(candidate.node) in sites:
-                callee = ctx.project_callee(sites[id(candidate.node)])
+            call = candidate.node if sync is None and candidate.kind == "call" else None
+            site = ctx.site_of(call) if isinstance(call, cst.Call) else None
+            if site is not None:
+                callee = ctx.project_callee(site)
                 if callee is not None and callee.syncs:  # `acc += get_accuracy(out, y)` of a metrics module
                     helpers.setdefault(scope, []).append(_code(candidate.node.func))  # type: ignore[attr-defined]
             if sync is not None:
@@ -964,7 +965,7 @@ def _reads_ready_value(node: cst.CSTNode) -> bool:
         if isinstance(func, cst.Attribute) and dotted_name(func.value) is not None:
             return not node.args or func.attr.value == "to"
         args = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
-        return len(args) >= 1 and all(dotted_name(arg) is not None for arg in args[:1])
+        return bool(args) and dotted_name(args[0]) is not None
     return dotted_name(node) is not None  # type: ignore[arg-type]
 
 

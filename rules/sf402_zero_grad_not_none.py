@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from functools import cached_property
+
 import libcst as cst
 
 from speedfix.engine.findings import Applicability, LossCheck, Severity, Transform
@@ -269,7 +271,11 @@ class ZeroGradNotNone(Rule):
         if any(self.ctx.qualname(call.func) == DEEPSPEED_INITIALIZE for call in wrappers):
             return True
         return any(isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare" for call in wrappers) \
-            and accelerate_runs_deepspeed(self.ctx)
+            and self._accelerate_runs_deepspeed
+
+    @cached_property
+    def _accelerate_runs_deepspeed(self) -> bool:
+        return accelerate_runs_deepspeed(self.ctx)  # reads the launch configs: once per file, not per call
 
     def _check_loop(self, loop: cst.For) -> None:
         """`for p in model.parameters(): [if p.grad is not None:] p.grad.zero_()`."""

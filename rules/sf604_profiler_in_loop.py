@@ -245,7 +245,7 @@ class ProfilerInLoop(BranchTracker, Rule):
         function = ctx.function_of(site.stack)
         if function is None:
             return None
-        callers = [caller for caller in ctx.calls if any(info.node is function for info in ctx.local_callees(caller))]
+        callers = ctx.local_callers(function)
         frequencies = [f for caller in callers if (f := frequency(ctx, caller.stack, self.branches_at(caller.node)))]
         return min(frequencies, key=_rank) if frequencies else None
 

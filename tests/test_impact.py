@@ -251,6 +251,37 @@ def test_min_impact_filters_scan_and_apply(run_cli, write, tmp_path):
     assert bad.exit_code == 2 and "`min-impact` must be one of high, medium, low" in bad.stderr
 
 
+SUBCLASS_TEST_LOADER = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class PaddedLoader(DataLoader):
+    pass
+
+
+train_loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True, persistent_workers=True)
+test_loader = PaddedLoader(test_set, batch_size=256)
+model = Net().cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(10):
+    for x, y in train_loader:
+        loss = loss_fn(model(x.cuda()), y.cuda())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        for x, y in test_loader:
+            model(x.cuda())
+"""
+
+
+def test_a_dataloader_subclass_that_only_evaluation_reads_is_low(run_cli, write, tmp_path):
+    write("train.py", SUBCLASS_TEST_LOADER)
+    (workers,) = _by(_json(run_cli, "train.py", cwd=tmp_path), "SF101", 10)
+    assert workers["impact"] == "low" and workers["impact_reason"] == "a loader that only evaluation or testing reads"
+
+
 def test_sarif_ranks_and_text_orders_by_impact(run_cli, write, tmp_path):
     write("train.py", NO_TEST_WORKERS)
     sarif = json.loads(run_cli("scan", "train.py", "--output-format", "sarif", cwd=tmp_path).stdout)

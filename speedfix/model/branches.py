@@ -225,13 +225,8 @@ def _gated_calls(ctx: FileContext, function: cst.FunctionDef) -> RarePath | None
     """A hot function whose every call in the training loop sits under an opt-in flag
     (`if args.visdom: update_vis_plot(...)`): its code runs only with that flag."""
     found: RarePath | None = None
-    name = function.name.value
-    for site in ctx.calls:
-        if site.func is None or site.func.rsplit(".", 1)[-1] != name or site.statement is None:
-            continue
-        if not any(info.node is function for info in ctx.local_callees(site)):
-            continue
-        if not ctx.in_training_loop(site.stack):
+    for site in ctx.local_callers(function):
+        if site.statement is None or not ctx.in_training_loop(site.stack):
             continue
         found = _gate_of(ctx, site.statement, site.stack)
         if found is None:

@@ -114,6 +114,19 @@ class FileContext(FileIndex):
         owner = self.constructor_of(func.value, site.stack)
         return [info for info in found if owner is not None and info.class_name == owner and owner in self.classes]
 
+    def local_callers(self, function: cst.CSTNode) -> list[CallSite]:
+        """The calls of this file that may run ``function`` (``local_callees`` the other way
+        round), in file order."""
+        return self._local_callers.get(function, [])
+
+    @cached_property
+    def _local_callers(self) -> dict[cst.CSTNode, list[CallSite]]:
+        index: dict[cst.CSTNode, list[CallSite]] = {}
+        for site in self.calls:
+            for node in dict.fromkeys(info.node for info in self.local_callees(site)):
+                index.setdefault(node, []).append(site)
+        return index
+
     def project_callee(self, site: CallSite) -> FunctionFacts | None:
         """The facts of the function of another scanned file that a call runs: an imported
         function (`train_one_epoch(...)`, `engine.train(...)`), class (`Trainer(...)`, its
@@ -232,7 +245,7 @@ class FileContext(FileIndex):
         hot.update(steps)
         # a method that takes a whole step (`trainer.train_step(x, y)`) that no code of this file
         # calls: another file's loop does, once per step
-        called = {info.node for site in self.calls for info in self.local_callees(site)}
+        called = self._local_callers
         hot.update(node for node in self.step_functions if node not in called)
         for site in self.calls:  # `loss = self.shared_step(batch)`: what the step calls runs every step too
             owner = _step_around(site.stack, steps)

@@ -323,7 +323,7 @@ def _recipe_file(ctx: FileContext, command: launch.Launch, name: str) -> dict[st
     project = ctx.project
     assert project is not None
     path = project.find(name, (command.file.parent, project.top(), project.folder))
-    if path is None or not path.suffix.lower().endswith(_RECIPE_SUFFIXES):
+    if path is None or path.suffix.lower() not in _RECIPE_SUFFIXES:
         return None
     tree = load_mapping(project, path)
     if tree is None:

@@ -35,8 +35,8 @@ def dataloader_calls(ctx: FileContext) -> list[CallSite]:
 
 def _find(ctx: FileContext) -> list[CallSite]:
     subclasses = [name for name in ctx.classes if ctx.is_subclass_of(name, *DATALOADER) and _forwards(ctx, name)]
-    found = list(ctx.calls_to(*DATALOADER))
-    found += [site for site in ctx.calls if site.func in subclasses]
+    plain = ctx.calls_to(*DATALOADER)
+    found = plain + [site for site in ctx.calls if site.func in subclasses]
     if ctx.project is not None:
         for qualified, sites in ctx.calls_by_qualname.items():
             if qualified in DATALOADER or "Loader" not in qualified.rsplit(".", 1)[-1]:
@@ -44,7 +44,7 @@ def _find(ctx: FileContext) -> list[CallSite]:
             defined = project_class(ctx.project, qualified)
             if defined is not None and defined.forwards_init and set(defined.bases) & set(DATALOADER):
                 found += sites
-    if len(found) == len(ctx.calls_to(*DATALOADER)):
+    if len(found) == len(plain):
         return found
     order = {id(site.node): index for index, site in enumerate(ctx.calls)}
     return sorted(found, key=lambda site: order.get(id(site.node), 0))

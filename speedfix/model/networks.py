@@ -189,8 +189,8 @@ def multiplies_sparse(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
     graph convolution): in a class of this file (or one it instantiates), or of another scanned
     file (through the layers it builds there)?"""
     names = set().union(*(model_classes(ctx, name) for name in built_classes(ctx, call, stack)))
-    if names and any(ctx.qualname(site.node.func) in SPARSE_MATMULS and (owner := class_of(site.stack)) is not None
-                     and owner.name.value in names for site in ctx.calls):
+    if names and any((owner := class_of(site.stack)) is not None and owner.name.value in names
+                     for site in ctx.calls_to(*SPARSE_MATMULS)):
         return True
     facts = _project_builder(ctx, call)
     return facts is not None and facts.sparse

@@ -23,7 +23,7 @@ _LAYOUTS = ("", "src")  # `pkg/` at the project's top, or the src layout `src/pk
 class ProjectClass:
     bases: tuple[str, ...]  # qualified through the defining file's imports (`trl.SFTConfig`)
     fields: tuple[str, ...]  # names the class body gives a value (`chat_template: str = None`)
-    forwards_init: bool = True  # no `__init__`, or one that hands `*args, **kwargs` to the base unchanged
+    forwards_init: bool  # no `__init__`, or one that hands `*args, **kwargs` to the base unchanged
 
 
 def project_class(project: ProjectFiles, qualified: str) -> ProjectClass | None:

@@ -187,7 +187,7 @@ def runs_once(ctx: FileContext, stack: Stack, depth: int = 0) -> bool:
             function = frame.node
             if function in ctx.hot_functions:
                 return False
-            callers = [site for site in ctx.calls if any(info.node is function for info in ctx.local_callees(site))]
+            callers = ctx.local_callers(function)
             if not callers and function not in _epoch_functions(ctx):
                 return False  # called from elsewhere, maybe in a loop
             return all(runs_once(ctx, site.stack, depth + 1) for site in callers)

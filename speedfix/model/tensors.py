@@ -19,6 +19,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
+from speedfix.model.attention import module_built_by
 from speedfix.model.context import LIGHTNING_MODULE, FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.patterns import BatchNames
@@ -65,11 +66,9 @@ def is_summary_writer(ctx: FileContext, receiver: cst.BaseExpression, stack: Sta
     """A TensorBoard `SummaryWriter` (`writer = SummaryWriter(logdir)`, or `self.writer` set to one
     in a method of the class)."""
     made = ctx.constructor_of(receiver, stack)
-    name = dotted_name(receiver) or ""
-    owner = class_of_method(stack)
-    if made is None and name.startswith("self.") and name.count(".") == 1 and owner is not None:
-        values = [a.value for a in ctx.assignments.get(name, ()) if class_of_method(a.stack) is owner]
-        made = ctx.qualname(values[0].func) if len(values) == 1 and isinstance(values[0], cst.Call) else None
+    if made is None:
+        built = module_built_by(ctx, class_of_method(stack), dotted_name(receiver) or "")
+        made = ctx.qualname(built.func) if built is not None else None
     return made in SUMMARY_WRITERS
 
 

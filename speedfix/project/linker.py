@@ -43,9 +43,11 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, TypeVar
 
 from speedfix.project.facts import FunctionFacts, ModuleFacts
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -416,14 +418,23 @@ def _cuda_reasons(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
         reason = _direct_cuda(path, module, prefixes[path], facts, show) or _star_cuda(path, prefixes, facts, show)
         if reason is not None:
             reasons[path] = reason
-    todo = deque(reasons)  # first in, first out: the nearest importer, the first in path order
+    return _spread_to_imports(reasons, prefixes, lambda importer, _: f"{show(importer)}, which imports it, runs on CUDA")
+
+
+def _spread_to_imports(seeds: dict[Path, T], prefixes: dict[Path, dict[str, Path]],
+                       passed: Callable[[Path, T], T]) -> dict[Path, T]:
+    """``seeds`` and the files they import, in turn, each with what ``passed`` makes of its
+    importer and the importer's value (first in, first out: the nearest importer, the first in
+    path order)."""
+    found = dict(seeds)
+    todo = deque(found)
     while todo:
         importer = todo.popleft()
         for target in prefixes[importer].values():
-            if target not in reasons:
-                reasons[target] = f"{show(importer)}, which imports it, runs on CUDA"
+            if target not in found:
+                found[target] = passed(importer, found[importer])
                 todo.append(target)
-    return reasons
+    return found
 
 
 def _sparse_through_parts(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
@@ -452,17 +463,9 @@ def _imported_by(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, 
                  marks: Callable[[ModuleFacts], bool], show: Callable[[Path], str]) -> dict[Path, str]:
     """The files that a file ``marks`` says something of imports, in turn: file -> that
     importer's file (the nearest one, the first in path order)."""
-    found: dict[Path, str] = {}
-    todo = deque(path for path, module in facts.items() if marks(module))
-    origin = {path: show(path) for path in todo}
-    while todo:
-        importer = todo.popleft()
-        for target in prefixes[importer].values():
-            if target not in found and target not in origin:
-                found[target] = origin[importer]
-                origin[target] = origin[importer]
-                todo.append(target)
-    return found
+    marked = {path: show(path) for path, module in facts.items() if marks(module)}
+    spread = _spread_to_imports(marked, prefixes, lambda _, shown: shown)
+    return {path: shown for path, shown in spread.items() if path not in marked}
 
 
 def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
