@@ -158,6 +158,41 @@ class BlockingTransfer(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # one of a dict of loaders, a train and a val phase per epoch (the transfer-learning tutorial)
+            """
+            import torch
+            device = torch.device("cuda")
+            loaders = {split: torch.utils.data.DataLoader(sets[split], batch_size=32, shuffle=True)
+                       for split in ("train", "val")}
+            for epoch in range(10):
+                for split in ("train", "val"):
+                    for images, targets in loaders[split]:
+                        images = images.to(device)
+                        with torch.set_grad_enabled(split == "train"):
+                            loss = criterion(model(images), targets.to(device))
+                            if split == "train":
+                                optimizer.zero_grad()
+                                loss.backward()
+                                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            device = torch.device("cuda")
+            loaders = {split: torch.utils.data.DataLoader(sets[split], batch_size=32, shuffle=True)
+                       for split in ("train", "val")}
+            for epoch in range(10):
+                for split in ("train", "val"):
+                    for images, targets in loaders[split]:
+                        images = images.to(device, non_blocking=True)
+                        with torch.set_grad_enabled(split == "train"):
+                            loss = criterion(model(images), targets.to(device, non_blocking=True))
+                            if split == "train":
+                                optimizer.zero_grad()
+                                loss.backward()
+                                optimizer.step()
+            """,
+            count=2,
+        ),
         Invalid(  # a dict batch copied key by key (Hugging Face scripts)
             """
             import torch

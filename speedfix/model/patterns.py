@@ -161,7 +161,10 @@ def worker_start_refusal(ctx: FileContext, stack: Stack) -> str | None:
 def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _depth: int = 0) -> bool:
     """A DataLoader: built by one here, or a variable/parameter named like one (`train_loader`);
     through wrappers kept in a variable (`pbar = tqdm(loader)`), also one bound more than once,
-    each time to a loader (`steps = list(enumerate(train_loader))` in two notebook cells)."""
+    each time to a loader (`steps = list(enumerate(train_loader))` in two notebook cells); one of a
+    dict of loaders (`dataloaders[phase]`, the transfer-learning tutorial's train/val loop)."""
+    if isinstance(expr, cst.Subscript):
+        return _depth < 3 and _dict_of_loaders(ctx, expr.value, stack, _depth + 1)
     call = constructor_call(ctx, expr, stack)
     if call is None and isinstance(expr, cst.Name) and _depth < 3:
         found = ctx.assignments_in_scope(expr.value, stack)
@@ -178,6 +181,19 @@ def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _dep
         return _depth < 3 and is_dataloader(ctx, inner, stack, _depth + 1)
     name = dotted_name(expr)
     return name is not None and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
+
+
+def _dict_of_loaders(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth: int) -> bool:
+    """A dict whose every value is a DataLoader: `{x: DataLoader(sets[x]) for x in ("train", "val")}`
+    or `{"train": DataLoader(...), "val": DataLoader(...)}`, written here or kept in a variable."""
+    name = dotted_name(expr)
+    value = ctx.single_value(name, stack) if name else expr
+    if isinstance(value, cst.DictComp):
+        return is_dataloader(ctx, value.value, stack, depth)
+    if isinstance(value, cst.Dict) and value.elements:
+        return all(isinstance(element, cst.DictElement) and is_dataloader(ctx, element.value, stack, depth)
+                   for element in value.elements)
+    return False
 
 
 # Tensor methods that reshape, broadcast or convert a tensor where it is, before a copy: `x.view(-1,
