@@ -11,7 +11,7 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite, LoopInfo
 from speedfix.model.loader_classes import dataloader_calls
-from speedfix.model.patterns import BatchNames, is_cpu_device, is_dtype, narrow_to_class, without_layout_calls
+from speedfix.model.patterns import BatchNames, draws_next, is_cpu_device, is_dtype, narrow_to_class, without_layout_calls
 from speedfix.rules._impact import Estimate, Finding, Impact, unpinned_training_loaders
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
@@ -342,6 +342,26 @@ class BlockingTransfer(Rule):
                 optimizer.step()
             """,
         ),
+        Invalid(  # a batch drawn and copied in one expression (step-based training over an iterator; unsafe fix)
+            """
+            import torch
+            batches = iter(loader)
+            for step in range(100_000):
+                loss = model(next(batches).to("cuda")).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            fixed="""
+            import torch
+            batches = iter(loader)
+            for step in range(100_000):
+                loss = model(next(batches).to("cuda", non_blocking=True)).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+        ),
         Valid(  # a prepared loader: Accelerate moves each batch to the device itself, nothing to copy
             """
             from accelerate import Accelerator
@@ -566,6 +586,8 @@ class BlockingTransfer(Rule):
         of the collate function's making; "none": a name that may hold an object of a project class
         whose `.to()` takes no `non_blocking` (only the values of a dict or list batch are tensors)."""
         receiver = site.node.func.value  # type: ignore[attr-defined]
+        if draws_next(receiver):  # `next(batches).to(device)`: a whole batch, whatever the collate function made
+            return "none" if self._narrow_class is not None else "unsafe"
         if self._narrow_class is not None and isinstance(receiver, cst.Name) and receiver.value not in self.batches.values:
             return "none"
         return "unsafe" if self._may_be_batch_object(receiver, site.stack) else "safe"

@@ -183,6 +183,12 @@ def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _dep
     return name is not None and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
 
 
+def draws_next(expr: cst.BaseExpression) -> bool:
+    """`next(batches)`, `next(iter(loader))`, `next(self.data_iter)`: the next item of a named iterable."""
+    return (isinstance(expr, cst.Call) and dotted_name(expr.func) == "next" and bool(expr.args)
+            and dotted_name(unwrap_iterable(expr.args[0].value)) is not None)
+
+
 def _dict_of_loaders(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth: int) -> bool:
     """A dict whose every value is a DataLoader: `{x: DataLoader(sets[x]) for x in ("train", "val")}`
     or `{"train": DataLoader(...), "val": DataLoader(...)}`, written here or kept in a variable."""
@@ -381,11 +387,7 @@ class BatchNames:
         """`x, y = next(batches)` or `next(iter(loader))` in a training loop: a batch."""
         for target, assignments in self.ctx.assignments.items():
             for assignment in assignments:
-                value = assignment.value
-                if not (isinstance(value, cst.Call) and dotted_name(value.func) == "next" and value.args):
-                    continue
-                source = unwrap_iterable(value.args[0].value)
-                if dotted_name(source) is not None and self.ctx.in_training_loop(assignment.stack):
+                if draws_next(assignment.value) and self.ctx.in_training_loop(assignment.stack):
                     result.setdefault(self.ctx.function_of(assignment.stack), set()).add(target)
 
     def _add_callee_parameters(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
@@ -427,7 +429,10 @@ class BatchNames:
         return self.by_function.get(self.ctx.function_of(stack), set())
 
     def is_batch(self, expr: cst.BaseExpression, stack: Stack) -> bool:
-        """``expr`` is a batch variable, or an item/attribute of one (``batch["x"]``)."""
+        """``expr`` is a batch variable, an item/attribute of one (``batch["x"]``), or a batch drawn
+        where it is used in a training loop (``next(batches).to(device)``)."""
+        if draws_next(expr):
+            return self.ctx.in_training_loop(stack)
         return _is_projection(expr) and root_name(expr) in self.names_at(stack)
 
     def moved_before(self, expr: cst.BaseExpression, stack: Stack, statement: cst.BaseStatement | None) -> bool:
