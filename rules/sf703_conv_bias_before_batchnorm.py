@@ -10,6 +10,7 @@ from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.index import CallSite
 from speedfix.project.steps import CONV_LAYERS
+from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
 
 _CONV = set(CONV_LAYERS)  # transposed convolutions too: `bias` is their eighth parameter as well
@@ -68,6 +69,21 @@ class ConvBiasBeforeBatchnorm(Rule):
     effect = "One broadcast add and its gradient less per convolution."
 
     VALID = [
+        Valid(  # the conv's output is kept for a skip connection before it is normalised: its bias still counts
+            """
+            import torch.nn as nn
+            class Unit(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.conv = nn.Conv2d(c, c, 3, padding=1)
+                    self.norm = nn.BatchNorm2d(c)
+                def forward(self, h):
+                    h = self.conv(h)
+                    skip = h
+                    h = self.norm(h)
+                    return h + skip
+            """
+        ),
         Valid(
             """
             import torch.nn as nn
@@ -110,6 +126,32 @@ class ConvBiasBeforeBatchnorm(Rule):
                 nn.BatchNorm2d(64),
                 nn.ReLU(inplace=True),
             )
+            """,
+        ),
+        Invalid(  # one statement each in forward, the name rebound: the conv's output goes only to the norm
+            """
+            import torch.nn as nn
+            class ConvUnit(nn.Module):
+                def __init__(self, cin, cout):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+                    self.norm = nn.BatchNorm2d(cout)
+                def forward(self, h):
+                    h = self.conv(h)
+                    h = self.norm(h)
+                    return h.relu()
+            """,
+            fixed="""
+            import torch.nn as nn
+            class ConvUnit(nn.Module):
+                def __init__(self, cin, cout):
+                    super().__init__()
+                    self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+                    self.norm = nn.BatchNorm2d(cout)
+                def forward(self, h):
+                    h = self.conv(h)
+                    h = self.norm(h)
+                    return h.relu()
             """,
         ),
         Invalid(  # attributes composed in forward (pytorch-cifar's ResNet blocks)
@@ -179,7 +221,7 @@ class ConvBiasBeforeBatchnorm(Rule):
             outer = dotted_name(site.node.func)
             if not outer or not outer.startswith("self.") or len(site.node.args) != 1:
                 continue
-            inner = site.node.args[0].value
+            inner = self._conv_output(site)
             conv_name = dotted_name(inner.func) if isinstance(inner, cst.Call) else None
             key = (self.ctx.class_of(site.stack), conv_name)
             if not conv_name or not conv_name.startswith("self.") or key in reported or calls[key] != 1:
@@ -188,6 +230,19 @@ class ConvBiasBeforeBatchnorm(Rule):
             if conv is not None and self._is(conv, _CONV) and self._is(self._constructed(outer, site), _BATCHNORM):
                 reported.add(key)
                 self._report(conv)
+
+    def _conv_output(self, site: CallSite) -> cst.BaseExpression:
+        """What ``site`` (`self.bn(...)`) normalises: its argument, or, for `x = self.bn(x)` right
+        after `x = self.conv(x)` (one statement each), that statement's call: the conv's output
+        then goes to the BatchNorm and nowhere else."""
+        arg = site.node.args[0].value
+        statement = site.statement
+        if not (isinstance(arg, cst.Name) and _assigns_to(statement, arg.value) is site.node):
+            return arg
+        block = enclosing_block(self.ctx, statement)  # type: ignore[arg-type]
+        index = next((i for i, s in enumerate(block or ()) if s is statement), 0)
+        previous = _assigns_to(block[index - 1], arg.value) if block and index > 0 else None
+        return previous if isinstance(previous, cst.Call) else arg
 
     def _constructed(self, attribute: str, site: CallSite) -> cst.BaseExpression | None:
         """The value of the single `self.attr = ...` in the class around ``site``."""
@@ -212,3 +267,14 @@ class ConvBiasBeforeBatchnorm(Rule):
         indent = self.ctx.module.default_indent
         ops = [Transform(conv, lambda call: append_args(call, keyword_arg("bias", cst.Name("False")), indent=indent))]
         self.report(conv, message, fix_ops=ops)
+
+
+def _assigns_to(statement: cst.CSTNode | None, name: str) -> cst.BaseExpression | None:
+    """The value of a statement that is only `name = value`, else None."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return None
+    assign = statement.body[0]
+    if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1):
+        return None
+    target = assign.targets[0].target
+    return assign.value if isinstance(target, cst.Name) and target.value == name else None
