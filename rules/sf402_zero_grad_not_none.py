@@ -9,6 +9,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, remove_arg
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE
+from speedfix.model.flow import false_in_every_run
 from speedfix.model.frameworks import accelerate_runs_deepspeed
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
@@ -26,7 +27,10 @@ class ZeroGradNotNone(Rule):
     Finds gradients that are zero-filled instead of freed: `optimizer.zero_grad(set_to_none=False)`,
     `model.zero_grad(set_to_none=False)`, and hand-written loops such as
     `for p in model.parameters(): p.grad.zero_()`. For a target torch older than 2.0 it also
-    reports a bare `zero_grad()`, whose default was still `set_to_none=False`.
+    reports a bare `zero_grad()`, whose default was still `set_to_none=False`. A value the user
+    chooses (`set_to_none=args.set_grads_to_none`, a `store_true` option, also one a parser in
+    another file of the project defines) is reported when it is False in the default run and no
+    launch command of the project turns it on; the option is left as it is (no fix).
 
     ## Why is this bad?
     Zero-filling runs a memset kernel per parameter every step and keeps the gradient memory
@@ -119,6 +123,17 @@ class ZeroGradNotNone(Rule):
             optimizer.zero_grad()
             """
         ),
+        Valid(  # the option is on unless the user turns it off (`store_false`)
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--keep_grad_tensors", dest="free_grads", action="store_false")
+            args = parser.parse_args()
+            optimizer = torch.optim.AdamW(model.parameters())
+            optimizer.zero_grad(set_to_none=args.free_grads)
+            """
+        ),
         Valid(  # a project pinned to torch 1.6: `zero_grad` takes no `set_to_none` there
             """
             import torch
@@ -198,6 +213,18 @@ class ZeroGradNotNone(Rule):
                 opt.step()
             """,
         ),
+        Invalid(  # a `store_true` switch the default run leaves off: zero-filled, the option stays
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--free-grads", action="store_true")
+            args = parser.parse_args()
+            optimizer = torch.optim.AdamW(model.parameters())
+            for batch in loader:
+                optimizer.zero_grad(set_to_none=args.free_grads)
+            """,
+        ),
         Invalid(  # before torch 2.0 the default was set_to_none=False
             """
             import torch
@@ -236,10 +263,16 @@ class ZeroGradNotNone(Rule):
                     fix_ops=[Transform(site.node, lambda call: append_args(call, keyword_arg("set_to_none", cst.Name("True")), indent=self.ctx.module.default_indent))],
                 )
             return
-        if literal_bool(self.ctx, arg.node, site.stack) is not False:
+        written = literal_bool(self.ctx, arg.node, site.stack) is False
+        if not written and (arg.node is None or not false_in_every_run(self.ctx, arg.node, site.stack)):
             return
         target = arg.arg
         fix_ops = None
+        if not written:  # an option off by default (`store_true`): the user's switch stays
+            self.report(site.node, f"`zero_grad(set_to_none={code_of(arg.node)})` is False in the default run: it "
+                        "fills every gradient with zeros instead of freeing it",
+                        no_fix_reason="the value is an option: pass it (or `set_to_none=True`) to free the gradients")
+            return
         if target is not None:
             fix_ops = [Transform(site.node, lambda call: remove_arg(call, _matching(call, target)))]
             if self.ctx.torch_version < v("2.0"):

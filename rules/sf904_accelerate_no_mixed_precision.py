@@ -20,7 +20,8 @@ class AccelerateNoMixedPrecision(Rule):
     Finds Accelerate's `Accelerator(mixed_precision="no")` on a GPU: the model trains in fp32.
     `mixed_precision="fp16"` is reported at lower severity (bf16 needs no loss scaling).
 
-    `Accelerator()` without `mixed_precision` (or with `None`, an argparse default of None)
+    `Accelerator()` without `mixed_precision` (or with `None`, an argparse default of None, also
+    of a parser another file of the project defines: `args = parse_args()` imported from it)
     takes the setting from `accelerate launch --mixed_precision`, the config file it is given,
     or the user's `accelerate config`, and else trains in fp32. So the project's launch commands
     are read (shell scripts and README commands that run the script, and the Accelerate YAML

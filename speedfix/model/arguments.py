@@ -20,6 +20,7 @@ from speedfix.model.config_files import configured_value, run_configs
 from speedfix.model.context import LIGHTNING_DATAMODULE, FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
+from speedfix.model.imported_parser import imported_options
 from speedfix.model.project_classes import object_field
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import integer_value, walk_expression
@@ -169,6 +170,16 @@ def _keys_changed_later(ctx: FileContext, name: str, stack: Stack, depth: int) -
                 return None
             touched |= keys
     return touched
+
+
+def assigned_item(ctx: FileContext, node: cst.BaseExpression) -> Assignment | None:
+    """The one assignment `args["ds_config_path"] = ...` of the file that sets the item
+    ``node`` reads (a literal key), or None."""
+    read = option_read(node) if isinstance(node, cst.Subscript) else None
+    if read is None:
+        return None
+    found = [a for a in ctx.item_assignments.get(read[0], ()) if _item_key(a) == read[1] and not a.augmented]
+    return found[0] if len(found) == 1 else None
 
 
 def _item_key(assignment: Assignment) -> str | None:
@@ -514,15 +525,38 @@ def argparse_option(ctx: FileContext, node: cst.BaseExpression) -> CallSite | No
 
 def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
     """The `add_argument` calls whose destination is the attribute ``node`` reads from parsed args."""
-    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+    read = option_read(node)
+    if read is None:
         return []
+    holder, dest = read
     # `args` is often assigned inside main(), or twice (`args = get_args_parser()` then
     # `args = args.parse_args()`, MAE/DeiT): the last assignment anywhere parses them.
-    found = ctx.assignments.get(node.value.value, [])
-    if not found or not _holds_parsed_args(ctx, found[-1]):
+    found = ctx.assignments.get(holder, [])
+    as_dict = bool(found) and _is_vars_of(found[-1].value, holder)  # `args = vars(args)`, then `args["model"]`
+    if as_dict:
+        found = found[:-1]
+    if not found or isinstance(node, cst.Subscript) and not as_dict:
         return []
-    dest = node.attr.value
+    if not _holds_parsed_args(ctx, found[-1]):  # `args = parse_args()` imported from a file of the project
+        imported = [] if found[-1].unpacked else imported_options(ctx, found[-1].value)
+        return [site for site in imported if _dest_of(site) == dest]
     return [site for site in _add_argument_calls(ctx) if _dest_of(site) == dest]
+
+
+def option_read(node: cst.BaseExpression) -> tuple[str, str] | None:
+    """(holder, option) for `args.model`, or `args["model"]` (after `args = vars(args)`)."""
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+        return node.value.value, node.attr.value
+    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and len(node.slice) == 1 \
+            and isinstance(node.slice[0].slice, cst.Index) and isinstance(key := node.slice[0].slice.value, cst.SimpleString) \
+            and isinstance(key.evaluated_value, str):
+        return node.value.value, key.evaluated_value
+    return None
+
+
+def _is_vars_of(value: cst.BaseExpression, name: str) -> bool:
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "vars" \
+        and len(value.args) == 1 and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == name
 
 
 def _add_argument_calls(ctx: FileContext) -> list[CallSite]:

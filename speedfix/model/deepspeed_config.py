@@ -5,8 +5,10 @@ path of a JSON file (`config="ds_config.json"`, `TrainingArguments(deepspeed="ds
 `HfDeepSpeedConfig("ds.json")`, an argparse `--deepspeed_config` default), as a dict the script
 loads from JSON (`ds_config = json.load(open(args.ds_file))`: the file each launch command
 names, else the option's default), or on the command line of the project's launch scripts
-(`deepspeed train.py --deepspeed ds_config.json`, in every command that runs the script), also as
-one branch of a conditional (`"ds.json" if args.deepspeed else None`: the config of every run
+(`deepspeed train.py --deepspeed ds_config.json`, in every command that runs the script), as a
+path an f-string or `os.path.join` builds from the run's options (`f"ds/{args.model}_stage_{args.stage}.json"`
+with `--model lora --stage 1` in every launch command, else the defaults; also kept in an item,
+`args["ds_config_path"] = ...` after `args = vars(args)`), also as one branch of a conditional (`"ds.json" if args.deepspeed else None`: the config of every run
 that uses DeepSpeed). A dict written in the file is read from its syntax tree (a value
 such as `args.dtype == "fp16"` is worked out from the argparse default); a JSON file through
 ``ProjectFiles``: inside the project only, never bigger than its cap, and part of what the scan
@@ -22,12 +24,12 @@ from typing import Any
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import find_argument, string_value
+from speedfix.model.arguments import assigned_item, find_argument, string_value
 from speedfix.model.config_tree import ConfigError, Node, TooDeep, load
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
-from speedfix.model.loaded_config import loaded_names
+from speedfix.model.loaded_config import built_string, loaded_names
 from speedfix.model.project_files import Location
 from speedfix.syntax.nodes import integer_value, walk_expression
 
@@ -115,12 +117,15 @@ def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[De
     if isinstance(node, cst.IfExp):  # `deepspeed="ds.json" if args.deepspeed else None`
         return _either(ctx, node, site)
     stack = site.stack
+    item = assigned_item(ctx, node)  # `args["ds_config_path"] = f"dsconfig/{args['model']}.json"`
+    if item is not None:
+        node, stack = item.value, item.stack
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, site.stack)
         if value is None:
             return []
         node = value
-    if isinstance(node, cst.Call):  # `ds_config = get_ds_config(args)`, a function of this file
+    if isinstance(node, cst.Call) and built_string(ctx, node, stack) is None:  # `get_ds_config(args)` of this file
         built = _returned_dict(ctx, node)
         if built is None:  # `ds_config = json.load(open(args.ds_file))`: the file of each run
             return _loaded(ctx, node, stack)
@@ -128,11 +133,10 @@ def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[De
     if isinstance(node, cst.Dict):
         values = _literal_dict(ctx, node, stack)
         return [DeepSpeedConfig(node, values, literal=node)]
-    if isinstance(node, cst.SimpleString):
-        name = node.evaluated_value
-        if isinstance(name, str) and name.endswith(".json"):
-            config = _from_file(ctx, node, name)
-            return [config] if config is not None else []
+    name = node.evaluated_value if isinstance(node, cst.SimpleString) else built_string(ctx, node, stack)
+    if isinstance(name, str) and name.endswith(".json"):  # a literal, or an f-string of the run's options
+        config = _from_file(ctx, node, name)
+        return [config] if config is not None else []
     return []
 
 
@@ -231,7 +235,7 @@ def supplies_optimizer(ctx: FileContext) -> bool:
                                  for config in configs)
 
 
-def _from_file(ctx: FileContext, node: cst.SimpleString, name: str) -> DeepSpeedConfig | None:
+def _from_file(ctx: FileContext, node: cst.BaseExpression, name: str) -> DeepSpeedConfig | None:
     project = ctx.project
     if project is None:
         return None

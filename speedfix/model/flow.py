@@ -58,6 +58,14 @@ def reached_by_launch(ctx: FileContext, statement: cst.BaseStatement | None, sta
                for command in commands)
 
 
+def false_in_every_run(ctx: FileContext, value: cst.BaseExpression, stack: Stack) -> bool:
+    """Is ``value`` (`args.set_grads_to_none`, a `store_true` flag) certainly false with the
+    script's defaults and with every launch command of the project (none passes `--set_grads_to_none`)?"""
+    if default_truth(ctx, value, stack) is not False:
+        return False
+    return all(_launch_truth(ctx, value, stack, _options(command)) is False for command in launch.launches(ctx))
+
+
 def gates(ctx: FileContext, statement: cst.BaseStatement | None) -> list[tuple[cst.BaseExpression, bool]]:
     """The tests of the `if`s on the way to ``statement``, each with the truth it needs to be run."""
     return list(_gates(ctx, statement))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import argparse_option, string_value
+from speedfix.model.arguments import argparse_option, literal_int, option_read, string_value
 from speedfix.model.config_tree import Node, load_noted
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
@@ -81,9 +81,10 @@ def run_strings(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> lis
     otherwise the one string it certainly holds, if any."""
     default = string_value(ctx, expr, stack)
     option = argparse_option(ctx, expr)
-    if option is None or not isinstance(expr, cst.Attribute):
+    read = option_read(expr)
+    if option is None or read is None:
         return [(default, None)] if default is not None else []
-    names = {expr.attr.value, *(str(arg.value.evaluated_value).lstrip("-").replace("-", "_") for arg in option.node.args
+    names = {read[1], *(str(arg.value.evaluated_value).lstrip("-").replace("-", "_") for arg in option.node.args
                                if arg.keyword is None and isinstance(arg.value, cst.SimpleString)
                                and str(arg.value.evaluated_value).startswith("--"))}
     found: dict[str, Location | None] = {}
@@ -93,6 +94,40 @@ def run_strings(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> lis
         elif default is not None:
             found.setdefault(default, None)
     return list(found.items())
+
+
+def built_string(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> str | None:
+    """The one string an f-string or `os.path.join(...)` builds in every run of the project
+    (`f"dsconfig/{args.model}_stage_{args.stage}.json"` with `--model openllama_peft --stage 1`
+    in each launch command, else the options' defaults); None when a part cannot be known or
+    the runs disagree."""
+    if isinstance(expr, cst.FormattedString):
+        parts = []
+        for part in expr.parts:
+            if isinstance(part, cst.FormattedStringText):
+                parts.append(part.value)
+            elif part.conversion is None and part.format_spec is None:
+                parts.append(_one_string(ctx, part.expression, stack))
+            else:
+                return None
+    elif isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "os.path.join" and expr.args \
+            and not any(arg.keyword or arg.star for arg in expr.args):
+        parts = ["/".join(piece or "" for piece in (_one_string(ctx, arg.value, stack) for arg in expr.args))] \
+            if all(_one_string(ctx, arg.value, stack) is not None for arg in expr.args) else [None]
+    else:
+        return None
+    return None if any(part is None for part in parts) else "".join(part or "" for part in parts)
+
+
+def _one_string(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> str | None:
+    built = built_string(ctx, expr, stack)  # `os.path.join("ds", f"{args.model}.json")`
+    if built is not None:
+        return built
+    values = {name for name, _ in run_strings(ctx, expr, stack)}
+    if not values:
+        number = literal_int(ctx, expr, stack)
+        return None if number is None else str(number)
+    return values.pop() if len(values) == 1 else None
 
 
 def _opened_path(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:

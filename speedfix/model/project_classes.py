@@ -76,6 +76,14 @@ def module_path(project: ProjectFiles, module: str) -> Path | None:
     return None
 
 
+def script_module_path(project: ProjectFiles, module: str) -> Path | None:
+    """``module_path``, first looked for next to the script (Python puts the script's folder on
+    the path: `src/train.py` imports `my_utils.training_utils` from `src/my_utils/`)."""
+    if not module or module.startswith("."):
+        return None
+    return _module_file(project, project.folder, module.split(".")) or module_path(project, module)
+
+
 def _module_file(project: ProjectFiles, base: Path, parts: list[str]) -> Path | None:
     stem = base.joinpath(*parts)
     for candidate in (stem / "__init__.py", stem.with_suffix(".py")):
