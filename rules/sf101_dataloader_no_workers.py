@@ -204,6 +204,27 @@ class DataloaderNoWorkers(Rule):
             loader = DataLoader(ds, batch_size=32, num_workers=4)
             """
         ),
+        Valid(  # the only call asks for a holdout: the `else:` loader is never built
+            """
+            from torch.utils.data import DataLoader, random_split
+            from torchvision import datasets, transforms
+
+            def make_loader(batch_size, holdout=None):
+                data = datasets.MNIST("data", transform=transforms.ToTensor())
+                if holdout:
+                    kept, _ = random_split(data, [1 - holdout, holdout])
+                    loader = DataLoader(kept, batch_size=batch_size, shuffle=True, num_workers=4)
+                else:
+                    loader = DataLoader(data, batch_size=batch_size, shuffle=True)
+                return loader
+
+            loader = make_loader(128, holdout=0.2)
+            for epoch in range(10):
+                for x, y in loader:
+                    model(x.cuda(), y.cuda()).backward()
+                    opt.step()
+            """
+        ),
         Valid(
             """
             import torch

@@ -5,7 +5,10 @@ import libcst as cst
 from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.context import FileContext
-from speedfix.model.flow import enclosing_statements, off_by_default
+from speedfix.model.index import CallSite
+from speedfix.model.flow import assigned_name, enclosing_statements, off_by_default
+from speedfix.model.frames import class_of, function_of
+from speedfix.syntax.nodes import walk_expression
 
 _DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -19,7 +22,9 @@ class DataParallel(Rule):
     ## What it does
     Finds `torch.nn.DataParallel`, once per choice (one model wrapped in either branch of an
     `if` is one finding), and not where it runs only with more GPUs than the script's default
-    (`if num_gpus > 1:` with `--ngpu` defaulting to 1).
+    (`if num_gpus > 1:` with `--ngpu` defaulting to 1), nor in a function of a training script
+    that only evaluates or samples (it trains nothing, is not called from the training loop and
+    keeps the wrapper to itself).
 
     ## Why is this bad?
     `DataParallel` runs one Python process that replicates the model onto every GPU on every
@@ -94,8 +99,42 @@ class DataParallel(Rule):
                 netD = nn.DataParallel(netD)
             """
         ),
+        Valid(  # wrapped only to sample from a checkpoint; the training loop elsewhere never sees it
+            """
+            import torch
+
+            def train(model, loader, opt):
+                for x, y in loader:
+                    opt.zero_grad()
+                    torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+                    opt.step()
+
+            def sample(model):
+                model.load_state_dict(torch.load("ckpt.pt"))
+                runner = torch.nn.DataParallel(model.cuda())
+                with torch.no_grad():
+                    print(runner(torch.randn(64, 8).cuda()).mean())
+            """
+        ),
     ]
     INVALID = [
+        Invalid(  # a helper that hands the wrapped model back to the training loop
+            """
+            import torch
+
+            def wrap(model):
+                wrapped = torch.nn.DataParallel(model.cuda())
+                return wrapped
+
+            def train(model, loader, opt):
+                for x, y in loader:
+                    opt.zero_grad()
+                    torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+                    opt.step()
+
+            train(wrap(net), loader, opt)
+            """
+        ),
         Invalid(
             """
             import torch
@@ -123,6 +162,8 @@ class DataParallel(Rule):
         for site in ctx.calls_to(*_DATA_PARALLEL):
             if off_by_default(ctx, site.statement, site.stack) is not None:
                 continue  # `if num_gpus > 1:` with one GPU by default
+            if _evaluation_only(ctx, site):
+                continue  # a model wrapped for sampling or testing, in a script that trains elsewhere
             chain = _if_chain(ctx, site.statement)
             if chain is not None and any(chain is seen for seen in reported):
                 continue  # another branch of the same choice (one model, wrapped one way or another)
@@ -143,3 +184,33 @@ def _if_chain(ctx: FileContext, statement: cst.BaseStatement | None) -> cst.CSTN
             break
         found = outer
     return found
+
+
+def _evaluation_only(ctx: FileContext, site: CallSite) -> bool:
+    """Is the wrapper made in a module-level function of a script that trains elsewhere, a
+    function that trains nothing (no training loop of its own, none run through its calls, not
+    called from one) and keeps the wrapper to itself (a local name, nothing returned)? Such a
+    function evaluates or samples (`def eval(): sampler = DataParallel(sampler)`)."""
+    function = function_of(site.stack)
+    name = assigned_name(site)
+    if not ctx.step_loops or not isinstance(function, cst.FunctionDef) or class_of(site.stack) is not None \
+            or name is None or "." in name:
+        return False
+    if any(isinstance(node, (cst.Return, cst.Global, cst.Nonlocal)) and getattr(node, "value", True) is not None
+           for node in walk_expression(function.body)):
+        return False  # the wrapper may leave the function
+    if _trains(ctx, function) or any(ctx.in_training_loop(caller.stack) for caller in ctx.local_callers(function)):
+        return False
+    for call in ctx.calls:
+        if any(frame.node is function for frame in call.stack):
+            callee = ctx.project_callee(call)
+            if (callee is not None and (callee.trains or callee.steps)) or any(
+                    info.node in ctx.step_functions or _trains(ctx, info.node) for info in ctx.local_callees(call)):
+                return False
+    return True
+
+
+def _trains(ctx: FileContext, function: cst.CSTNode) -> bool:
+    """Does ``function`` hold a training loop?"""
+    return any(info.node in ctx.step_loops and any(frame.node is function for frame in info.stack)
+               for info in ctx.loops.values())

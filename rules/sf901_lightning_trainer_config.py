@@ -80,7 +80,8 @@ class LightningTrainerConfig(Rule):
     trains on the GPU (1.x runs 16-bit AMP only on CUDA).
 
     A `Trainer` is GPU code unless its `accelerator` is a known non-GPU one ("cpu", "tpu",
-    "mps", ...): the default, "auto", picks the GPU whenever there is one. An `accelerator` or
+    "mps", ...): the default, "auto", picks the GPU whenever there is one, and so does
+    `accelerator="gpu" if torch.cuda.is_available() else "cpu"`. An `accelerator` or
     `precision` speedfix cannot know (`args.accelerator` without a default) means silence.
     `detect_anomaly=True` is SF603's. Lightning moves the batches of the loaders a module or data
     module returns to the GPU itself, so no `.to("cuda")` is needed for a script to be GPU code.
@@ -187,6 +188,18 @@ class LightningTrainerConfig(Rule):
             def main(args):
                 trainer = L.Trainer(accelerator=args.accelerator)
                 other = L.Trainer(precision=args.precision, profiler=args.profiler)
+            """
+        ),
+        Valid(  # the GPU only when a flag asks for it, and the flag is off by default
+            """
+            import argparse
+            import torch
+            import pytorch_lightning as pl
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gpu", action="store_true")
+            opts = parser.parse_args()
+            pl.Trainer(accelerator="gpu" if opts.gpu and torch.cuda.is_available() else "cpu").fit(Net())
             """
         ),
         Valid(  # fp32 on purpose, with TF32 chosen; no profiler
@@ -390,6 +403,24 @@ class LightningTrainerConfig(Rule):
             settings = Settings()
             L.Trainer(accelerator=settings.accelerator, precision="bf16-mixed").fit(Model())
             """
+        ),
+        Invalid(  # "gpu" whenever the machine has one: the GPU run is the one that counts
+            """
+            import torch
+            import pytorch_lightning as pl
+
+            torch.set_float32_matmul_precision("high")
+            runner = pl.Trainer(accelerator="gpu" if torch.cuda.is_available() else "cpu", max_epochs=5)
+            runner.fit(torch.compile(Net()))
+            """,
+            """
+            import torch
+            import pytorch_lightning as pl
+
+            torch.set_float32_matmul_precision("high")
+            runner = pl.Trainer(accelerator="gpu" if torch.cuda.is_available() else "cpu", max_epochs=5, precision="bf16-mixed")
+            runner.fit(torch.compile(Net()))
+            """,
         ),
         Invalid(  # precision from an argparse default: reported, no fix for it
             """

@@ -15,7 +15,7 @@ from speedfix.model import launch
 from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
 from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import LIGHTNING_DATAMODULE, LIGHTNING_MODULE, FileContext
-from speedfix.model.flow import assigned_name, default_truth, is_returned
+from speedfix.model.flow import assigned_name, default_truth, is_returned, taken_on_a_gpu
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import CallSite
 from speedfix.syntax.names import dotted_name
@@ -65,12 +65,16 @@ def lightning_on_gpu(ctx: FileContext, site: CallSite) -> bool:
 
     Its `accelerator` defaults to "auto", which picks the GPU: only a known CPU/TPU/MPS value
     says no. A value speedfix cannot know (`accelerator=args.accelerator` without a default)
-    means no, so that the framework rules stay silent rather than guess.
+    means no, so that the framework rules stay silent rather than guess. A choice on the GPU
+    itself (`"gpu" if torch.cuda.is_available() else "cpu"`) is its first value.
     """
     accelerator = find_argument(ctx, site, "accelerator")
     if accelerator.missing:
         return True
-    value = string_value(ctx, accelerator.node, site.stack)
+    node = accelerator.node
+    if isinstance(node, cst.IfExp) and taken_on_a_gpu(ctx, node.test, site.stack):
+        node = node.body
+    value = string_value(ctx, node, site.stack)
     return value is not None and value.lower() not in _NOT_CUDA
 
 

@@ -29,7 +29,7 @@ import libcst as cst
 
 from speedfix.model.arguments import find_argument
 from speedfix.model.context import FileContext
-from speedfix.model.flow import assigned_name, comes_before, is_returned
+from speedfix.model.flow import assigned_name, comes_before, is_returned, off_by_default
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import lightning_one_pass_loader
 from speedfix.model.index import Assignment, CallSite, LoopInfo
@@ -372,7 +372,11 @@ def _iterations(ctx: FileContext) -> _Iterations:
 def never_read(ctx: FileContext, site: CallSite) -> bool:
     """Is the DataLoader of ``site`` bound to a name that nothing reads: in its function, or, at
     module level, anywhere in a script that trains (not a module others may import from)? A test
-    loader made and never used costs nothing: advice about its workers or pinning is noise."""
+    loader made and never used costs nothing: advice about its workers or pinning is noise.
+    Nor is a loader built in a branch that the script's defaults never take (the `else:` of
+    `if validation_fraction is not None:` where every call passes `validation_fraction=0.1`)."""
+    if off_by_default(ctx, site.statement, site.stack) is not None:
+        return True
     name = assigned_name(site)
     if name is None or "." in name:
         return False
