@@ -5,7 +5,8 @@
 whose function builds an `argparse` parser, adds `--mixed_precision` (default None) and
 `--set_grads_to_none` (`store_true`), and returns `parser.parse_args()`: `args.mixed_precision`
 reads that option. The file is read with ``ProjectFiles`` and parsed, nothing is imported or
-run; only the function's own `add_argument` calls count, and only when it parses them itself.
+run (parsed with the same limits as a scanned file); only the function's own `add_argument`
+calls count, and only when it parses them itself.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
 from speedfix.model.project_classes import script_module_path
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.parsing import TooBigToParse, parse_module
 from speedfix.syntax.nodes import walk_expression
 
 _LARGEST = 300_000  # characters: a parser module is small; anything bigger is not read for this
@@ -41,8 +43,8 @@ def _function_options(text: str | None, name: str) -> list[CallSite]:
     if text is None or len(text) > _LARGEST:
         return []
     try:
-        module = cst.parse_module(text)
-    except (cst.ParserSyntaxError, RecursionError, ValueError):
+        module = parse_module(text)  # the nesting and size checks of every parse: never hangs
+    except (cst.ParserSyntaxError, TooBigToParse, RecursionError, MemoryError, ValueError):
         return []
     functions = [s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
     if len(functions) != 1:
