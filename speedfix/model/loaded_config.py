@@ -101,22 +101,21 @@ def built_string(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> st
     (`f"dsconfig/{args.model}_stage_{args.stage}.json"` with `--model openllama_peft --stage 1`
     in each launch command, else the options' defaults); None when a part cannot be known or
     the runs disagree."""
+    parts: list[str | None]
     if isinstance(expr, cst.FormattedString):
-        parts = []
-        for part in expr.parts:
-            if isinstance(part, cst.FormattedStringText):
-                parts.append(part.value)
-            elif part.conversion is None and part.format_spec is None:
-                parts.append(_one_string(ctx, part.expression, stack))
-            else:
-                return None
+        if any(isinstance(part, cst.FormattedStringExpression) and (part.conversion or part.format_spec)
+               for part in expr.parts):
+            return None
+        parts = [part.value if isinstance(part, cst.FormattedStringText) else _one_string(ctx, part.expression, stack)
+                 for part in expr.parts]
+        separator = ""
     elif isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "os.path.join" and expr.args \
             and not any(arg.keyword or arg.star for arg in expr.args):
-        parts = ["/".join(piece or "" for piece in (_one_string(ctx, arg.value, stack) for arg in expr.args))] \
-            if all(_one_string(ctx, arg.value, stack) is not None for arg in expr.args) else [None]
+        parts, separator = [_one_string(ctx, arg.value, stack) for arg in expr.args], "/"
     else:
         return None
-    return None if any(part is None for part in parts) else "".join(part or "" for part in parts)
+    known = [part for part in parts if part is not None]
+    return separator.join(known) if len(known) == len(parts) else None
 
 
 def _one_string(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> str | None:
