@@ -336,7 +336,7 @@ def _default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.Ba
     declared default, the field of a dataclass a parser fills (`def main(args: Config)`), or the
     value the project's run configs give a config's attribute chain."""
     found = argparse_default(ctx, node) or declared_default(ctx, node, stack) or annotated_field_default(ctx, node, stack) \
-        or dict_item(ctx, node, stack)
+        or dict_item(ctx, node, stack) or absl_flag_default(ctx, node, stack)
     if found is None and isinstance(node, cst.Attribute):
         configured = configured_value(ctx, node)
         if configured is not None and isinstance(configured.value, (bool, int, float, str)):
@@ -483,6 +483,28 @@ def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
 def argparse_default(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
     """`args.workers` -> the `default=` of `parser.add_argument("--workers", ...)`."""
     defaults = [default for site in _options(ctx, node) if (default := _keyword(site, "default")) is not None]
+    return defaults[0] if len(defaults) == 1 else None
+
+
+_ABSL_DEFINES = tuple(f"absl.flags.DEFINE_{kind}" for kind in ("integer", "float", "bool", "boolean", "string", "enum"))
+
+
+def absl_flag_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """`FLAGS.num_workers` (`FLAGS = flags.FLAGS` of absl) -> the default of the one
+    `flags.DEFINE_integer('num_workers', 4, ...)` of this file (a flagfile or the command line
+    may still set it, as with an argparse default)."""
+    if not isinstance(node, cst.Attribute):
+        return None
+    holder = node.value
+    if isinstance(holder, cst.Name) and ctx.qualname(holder) != "absl.flags.FLAGS":
+        holder = ctx.single_value(holder.value, stack) or holder
+    if ctx.qualname(holder) != "absl.flags.FLAGS":
+        return None
+    defaults = [
+        args[1].value for site in ctx.calls_to(*_ABSL_DEFINES)
+        if len(args := site.node.args) >= 2 and isinstance(args[0].value, cst.SimpleString)
+        and args[0].value.evaluated_value == node.attr.value and args[0].keyword is None and args[1].keyword is None
+    ]
     return defaults[0] if len(defaults) == 1 else None
 
 
