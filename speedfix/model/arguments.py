@@ -560,9 +560,26 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
     if not found or isinstance(node, cst.Subscript) and not as_dict:
         return []
     if not _holds_parsed_args(ctx, found[-1]):  # `args = parse_args()` imported from a file of the project
-        imported = [] if found[-1].unpacked else imported_options(ctx, found[-1].value)
+        imported = [] if found[-1].unpacked else imported_options(ctx, _returned_call(ctx, found[-1].value))
         return [site for site in imported if _dest_of(site) == dest]
     return [site for site in _add_argument_calls(ctx) if _dest_of(site) == dest]
+
+
+def _returned_call(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpression:
+    """`get_opt()`, a module-level function of this file that binds `opt = parse_opts()`, adjusts
+    it and returns `opt`: that call (`parse_opts()`, whose options another file defines); else
+    ``value`` itself."""
+    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name):
+        return value
+    functions = [info for info in ctx.functions.get(value.func.value, ()) if not info.stack]
+    if len(functions) != 1:
+        return value
+    function = functions[0].node
+    returns = {dotted_name(n.value) for n in walk_expression(function.body) if isinstance(n, cst.Return) and n.value is not None}
+    if len(returns) != 1 or (name := returns.pop()) is None or "." in name:
+        return value
+    local = [a for a in ctx.assignments.get(name, ()) if ctx.function_of(a.stack) is function]
+    return local[0].value if len(local) == 1 and not local[0].unpacked and isinstance(local[0].value, cst.Call) else value
 
 
 def option_read(node: cst.BaseExpression) -> tuple[str, str] | None:
