@@ -35,7 +35,9 @@ class DataloaderNoPinMemory(Rule):
     DataLoader would raise `cannot pin 'torch.cuda.FloatTensor'`. Nor is a loader that only
     evaluation reads: iterated only in loops that take no optimizer step (a validation loop every
     epoch, a test pass after training), or, when the file iterates it nowhere, named for it
-    (`val_loader`, `test_loader`, a function `val_dataloader()` that returns it). Its copies
+    (`val_loader`, `test_loader`, a function `val_dataloader()` that returns it), or handed on
+    only as a validation loader in a file that trains with Lightning (`System(...,
+    val_loader=val_loader)` fitted by `trainer.fit(system)`). Its copies
     hold up no training step, and a validation pass is a small share of the run: pinning it
     gains next to nothing. A loader that is also handed to a training function of another file
     (`train_one_epoch(model, loader)`) is still checked.
@@ -90,6 +92,18 @@ class DataloaderNoPinMemory(Rule):
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."
 
     VALID = [
+        Valid(  # Lightning trains; this loader is handed on only as the module's validation loader
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+            from recipes import Separator
+
+            train_loader = DataLoader(mixtures, batch_size=6, shuffle=True, num_workers=4, pin_memory=True)
+            val_loader = DataLoader(held_out, batch_size=6, num_workers=4)
+            system = Separator(net, optimizer, train_loader=train_loader, val_loader=val_loader)
+            L.Trainer(max_epochs=100, accelerator="gpu").fit(system)
+            """
+        ),
         Valid(  # a subclass with a constructor of its own: its parameters are not DataLoader's
             """
             import torch

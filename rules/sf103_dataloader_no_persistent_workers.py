@@ -542,6 +542,53 @@ class DataloaderNoPersistentWorkers(Rule):
             L.Trainer(max_epochs=20).fit(Net(), loader)
             """,
         ),
+        Invalid(  # an absl flag's default worker count; an endless generator starts a new pass each time one ends
+            """
+            import torch
+            from absl import flags
+
+            FLAGS = flags.FLAGS
+            flags.DEFINE_integer("workers", 6, help="loader processes")
+
+            def forever(batches):
+                while True:
+                    for images, _ in iter(batches):
+                        yield images
+
+            def train():
+                loader = torch.utils.data.DataLoader(pictures, batch_size=128, num_workers=FLAGS.workers)
+                stream = forever(loader)
+                for step in range(FLAGS.steps):
+                    loss = unet(next(stream).cuda()).mean()
+                    loss.backward()
+                    opt.step()
+            """,
+            fixed="""
+            import torch
+            from absl import flags
+
+            FLAGS = flags.FLAGS
+            flags.DEFINE_integer("workers", 6, help="loader processes")
+
+            def forever(batches):
+                while True:
+                    for images, _ in iter(batches):
+                        yield images
+
+            def train():
+                loader = torch.utils.data.DataLoader(
+                    pictures,
+                    batch_size=128,
+                    num_workers=FLAGS.workers,
+                    persistent_workers=FLAGS.workers > 0,
+                )
+                stream = forever(loader)
+                for step in range(FLAGS.steps):
+                    loss = unet(next(stream).cuda()).mean()
+                    loss.backward()
+                    opt.step()
+            """,
+        ),
         Invalid(  # the dataset changes between epochs: reported, no fix
             """
             from torch.utils.data import DataLoader

@@ -24,6 +24,10 @@ class BlockingTransfer(Rule):
     Finds host-to-GPU copies of a DataLoader batch in the training loop (`x.to(device)`,
     `x.cuda()`) without `non_blocking=True`, legacy copies to a CUDA tensor type included
     (`imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor`, which takes `non_blocking` too).
+    Also a batch handed, in the training loop, to a helper function of another scanned file that
+    copies that parameter with a blocking copy (`real = to_gpu(real)`, where `to_gpu` does
+    `x.cuda()`): the finding is on the call, and the change (`non_blocking=True`) belongs inside
+    the helper, so no fix is offered there.
 
     ## Why is this bad?
     A blocking copy makes the CPU wait until the transfer is done before it can queue the next
@@ -507,6 +511,9 @@ class BlockingTransfer(Rule):
         for group in self._transfer_sites(uploads):
             self._report_transfer(group, pinned)
 
+        for site in self.ctx.calls:
+            self._check_helper_copy(site)
+
         indent = self.ctx.module.default_indent
         for site in self.ctx.method_calls("type"):
             if self._is_legacy_upload(site):
@@ -562,6 +569,26 @@ class BlockingTransfer(Rule):
             self.report(first.node, message, fix_ops=ops, fix_title=title, applicability=Applicability.UNSAFE)
         else:
             self.report(first.node, message, fix_ops=ops)
+
+    def _check_helper_copy(self, site: CallSite) -> None:
+        """`real_images = tensor2var(real_images)` in the training loop, where the helper (a
+        function of another scanned file) copies that parameter with a blocking `x.cuda()`: the
+        copy to change is inside the helper, so the finding names it and gives no fix here."""
+        ctx = self.ctx
+        if not isinstance(site.node.func, cst.Name) or not ctx.is_hot(site.stack):
+            return
+        callee = ctx.project_callee(site)
+        if callee is None or not callee.blocking_copies:
+            return
+        for index, arg in enumerate(site.node.args):
+            if arg.star or arg.keyword is not None or index >= len(callee.params):
+                break
+            if callee.params[index] in callee.blocking_copies and self.batches.is_host_batch(arg.value, site.stack):
+                helper = site.node.func.value
+                self.report(site.node, f"`{helper}()` copies the batch (`{code_of(arg.value)}`) to the GPU in the training "
+                            "loop and blocks the CPU until the copy is done",
+                            no_fix_reason=f"the copy is inside `{helper}()`, in another file: pass `non_blocking=True` to it there")
+                return
 
     def _is_legacy_upload(self, site: CallSite) -> bool:
         """`imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`

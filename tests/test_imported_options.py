@@ -90,3 +90,46 @@ def test_deepspeed_config_named_by_a_path_join_of_option_defaults(write, run_cli
     write("train.py", code.replace("{path}", 'os.path.join("ds", f"{args.model}_stage_{args.stage}.json")'))
     write("ds/tiny_stage_2.json", FP16)
     assert _scan(run_cli, tmp_path, "SF905").startswith('ds/tiny_stage_2.json:3:3: SF905 "fp16"')
+
+
+WORKER_OPTIONS = """\
+import argparse
+
+
+def parse_opts():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n_threads", type=int, default=4)
+    return parser.parse_args()
+"""
+
+WRAPPED = """\
+import torch
+from opts import parse_opts
+
+
+def get_opt():
+    opt = parse_opts()
+    opt.begin_epoch = 1
+    return opt
+
+
+def main():
+    opt = get_opt()
+    loader = torch.utils.data.DataLoader(clips, batch_size=8, pin_memory=True, num_workers=opt.n_threads)
+    for epoch in range(opt.begin_epoch, 100):
+        for x, y in loader:
+            loss = net(x.cuda()).mean()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_local_function_that_adjusts_and_returns_the_imported_parsers_options(write, run_cli, tmp_path):
+    write("opts.py", WORKER_OPTIONS)
+    write("main.py", WRAPPED)
+    found = _scan(run_cli, tmp_path, "SF103")
+    assert "main.py:13:14: SF103" in found and "starts its 4 worker processes" in found

@@ -336,7 +336,7 @@ def _default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.Ba
     declared default, the field of a dataclass a parser fills (`def main(args: Config)`), or the
     value the project's run configs give a config's attribute chain."""
     found = argparse_default(ctx, node) or declared_default(ctx, node, stack) or annotated_field_default(ctx, node, stack) \
-        or dict_item(ctx, node, stack)
+        or dict_item(ctx, node, stack) or absl_flag_default(ctx, node, stack)
     if found is None and isinstance(node, cst.Attribute):
         configured = configured_value(ctx, node)
         if configured is not None and isinstance(configured.value, (bool, int, float, str)):
@@ -486,6 +486,28 @@ def argparse_default(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpr
     return defaults[0] if len(defaults) == 1 else None
 
 
+_ABSL_DEFINES = tuple(f"absl.flags.DEFINE_{kind}" for kind in ("integer", "float", "bool", "boolean", "string", "enum"))
+
+
+def absl_flag_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """`FLAGS.num_workers` (`FLAGS = flags.FLAGS` of absl) -> the default of the one
+    `flags.DEFINE_integer('num_workers', 4, ...)` of this file (a flagfile or the command line
+    may still set it, as with an argparse default)."""
+    if not isinstance(node, cst.Attribute):
+        return None
+    holder = node.value
+    if isinstance(holder, cst.Name) and ctx.qualname(holder) != "absl.flags.FLAGS":
+        holder = ctx.single_value(holder.value, stack) or holder
+    if ctx.qualname(holder) != "absl.flags.FLAGS":
+        return None
+    defaults = [
+        args[1].value for site in ctx.calls_to(*_ABSL_DEFINES)
+        if len(args := site.node.args) >= 2 and isinstance(args[0].value, cst.SimpleString)
+        and args[0].value.evaluated_value == node.attr.value and args[0].keyword is None and args[1].keyword is None
+    ]
+    return defaults[0] if len(defaults) == 1 else None
+
+
 def declared_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
     """`config.accelerator` where `config = Config()` builds a class of this file (a dataclass of
     settings) whose body declares `accelerator: str = "auto"`: that default, when the call passes
@@ -538,9 +560,26 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
     if not found or isinstance(node, cst.Subscript) and not as_dict:
         return []
     if not _holds_parsed_args(ctx, found[-1]):  # `args = parse_args()` imported from a file of the project
-        imported = [] if found[-1].unpacked else imported_options(ctx, found[-1].value)
+        imported = [] if found[-1].unpacked else imported_options(ctx, _returned_call(ctx, found[-1].value))
         return [site for site in imported if _dest_of(site) == dest]
     return [site for site in _add_argument_calls(ctx) if _dest_of(site) == dest]
+
+
+def _returned_call(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpression:
+    """`get_opt()`, a module-level function of this file that binds `opt = parse_opts()`, adjusts
+    it and returns `opt`: that call (`parse_opts()`, whose options another file defines); else
+    ``value`` itself."""
+    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name):
+        return value
+    functions = [info for info in ctx.functions.get(value.func.value, ()) if not info.stack]
+    if len(functions) != 1:
+        return value
+    function = functions[0].node
+    returns = {dotted_name(n.value) for n in walk_expression(function.body) if isinstance(n, cst.Return) and n.value is not None}
+    if len(returns) != 1 or (name := returns.pop()) is None or "." in name:
+        return value
+    local = [a for a in ctx.assignments.get(name, ()) if ctx.function_of(a.stack) is function]
+    return local[0].value if len(local) == 1 and not local[0].unpacked and isinstance(local[0].value, cst.Call) else value
 
 
 def option_read(node: cst.BaseExpression) -> tuple[str, str] | None:

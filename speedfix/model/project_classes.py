@@ -24,6 +24,7 @@ class ProjectClass:
     bases: tuple[str, ...]  # qualified through the defining file's imports (`trl.SFTConfig`)
     fields: tuple[str, ...]  # names the class body gives a value (`chat_template: str = None`)
     forwards_init: bool  # no `__init__`, or one that hands `*args, **kwargs` to the base unchanged
+    item_calls: tuple[str, ...] = ()  # the calls its `__getitem__` makes, as written (`self.tokenizer`, `Image.open`)
 
 
 def project_class(project: ProjectFiles, qualified: str) -> ProjectClass | None:
@@ -100,7 +101,7 @@ def _find(project: ProjectFiles, path: Path, name: str, *, follow: bool) -> Proj
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef) and statement.name == name:
             return ProjectClass(tuple(_qualified(base, imports) for base in statement.bases), _fields(statement),
-                                forwards_init(statement))
+                                forwards_init(statement), _item_calls(statement))
         if isinstance(statement, ast.Import):
             for alias in statement.names:
                 imports[alias.asname or alias.name.split(".", 1)[0]] = alias.name if alias.asname else alias.name.split(".", 1)[0]
@@ -124,6 +125,16 @@ def forwards_init(node: ast.ClassDef) -> bool:
     if params.vararg is None or params.kwarg is None or len(params.args) != 1 or params.kwonlyargs:
         return False
     return any(_forwards(call, params.vararg.arg, params.kwarg.arg) for call in ast.walk(init))
+
+
+def _item_calls(node: ast.ClassDef) -> tuple[str, ...]:
+    """What `__getitem__` calls, as dotted names (`self.tokenizer`, `Image.open`): the work a
+    DataLoader does for each sample."""
+    method = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__getitem__"), None)
+    if method is None:
+        return ()
+    return tuple(dict.fromkeys(name for call in ast.walk(method) if isinstance(call, ast.Call)
+                               and (name := _qualified(call.func, {}))))
 
 
 def _forwards(node: ast.AST, star: str, double: str) -> bool:

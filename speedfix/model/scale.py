@@ -20,6 +20,7 @@ from speedfix.model.arguments import literal_int
 from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, is_returned
 from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.frameworks import lightning_fits
 from speedfix.model.index import CallSite
 from speedfix.model.model_size import estimated_parameters
 from speedfix.model.networks import (builds, built_classes, fresh_assignments, is_conv_architecture, model_classes,
@@ -83,8 +84,12 @@ def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
     and persistent workers are not worth advising for such a loader: its batches leave no
     training step waiting. Only in a file whose training the scan sees (a step loop of its own,
     or a call of another file's training loop): elsewhere a loop without a visible step may be
-    the training loop itself (`for x, y in loader: train(x, y)`)."""
-    if not ctx.drives_training or loader_role(ctx, site) is not Role.EVALUATION:
+    the training loop itself (`for x, y in loader: train(x, y)`); or in a file that trains with
+    Lightning's `trainer.fit` and hands the loader on only for validation, by a keyword that
+    says so (`System(..., val_loader=val_loader)`, `fit(model, val_dataloaders=loader)`)."""
+    if loader_role(ctx, site) is not Role.EVALUATION:
+        return False
+    if not ctx.drives_training and not (lightning_fits(ctx) and _handed_for_evaluation(ctx, site)):
         return False
     names = _loader_names(ctx, site)
     for call in ctx.calls:
@@ -93,6 +98,17 @@ def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
             if callee is not None and (callee.trains or callee.steps):
                 return False
     return True
+
+
+def _handed_for_evaluation(ctx: FileContext, site: CallSite) -> bool:
+    """Is the loader handed to other calls, and always by a keyword that names evaluation
+    (`val_loader=`, `val_dataloaders=`), never positionally or by another keyword?"""
+    loader = assigned_name(site)
+    if loader is None:
+        return False
+    keywords = [arg.keyword.value if arg.keyword is not None else None
+                for call in ctx.calls for arg in call.node.args if not arg.star and dotted_name(arg.value) == loader]
+    return bool(keywords) and all(keyword is not None and _EVALUATION_NAME.search(keyword) for keyword in keywords)
 
 
 def _yields(loop: cst.CSTNode) -> bool:

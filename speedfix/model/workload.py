@@ -25,6 +25,7 @@ facts a fix relies on.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from enum import Enum
 
 import libcst as cst
@@ -32,7 +33,10 @@ import libcst as cst
 from speedfix.model.arguments import literal_int, option_defaults, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
+from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.networks import network_assignments, peel, step_networks
+from speedfix.model.patterns import dataset_argument
+from speedfix.model.project_classes import project_class
 from speedfix.model.scale import conv_nets_only, matmul_nets, per_file
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
@@ -252,7 +256,25 @@ def tokenized_ahead(ctx: FileContext) -> str | None:
         if any(isinstance(node, cst.Call) and "tokeniz" in (dotted_name(node.func) or "").lower()
                for node in walk_expression(function.node)):
             return None
+    if any("tokeniz" in call.lower() for call in _dataset_item_calls(ctx)):
+        return None  # a Dataset class of another file of the project that tokenizes each item
     return samples[1]
+
+
+def _dataset_item_calls(ctx: FileContext) -> Iterator[str]:
+    """The calls the `__getitem__` of a loader's dataset makes, when the dataset is an object of
+    a class another file of the project defines (`PairedDataset(folder, tokenizer=...)`)."""
+    if ctx.project is None:
+        return
+    for site in dataloader_calls(ctx):
+        dataset = dataset_argument(site)
+        if isinstance(dataset, cst.Name):
+            dataset = ctx.single_value(dataset.value, site.stack)
+        qualified = ctx.qualname(dataset.func) if isinstance(dataset, cst.Call) else None
+        if qualified is not None and "." in qualified:
+            defined = project_class(ctx.project, qualified)
+            if defined is not None:
+                yield from defined.item_calls
 
 
 # A transformer holds about 12 d^2 parameters per layer; one whose stated width is at most this

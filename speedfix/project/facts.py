@@ -60,6 +60,8 @@ class FunctionFacts:
     sparse: bool = False  # ... sparse matrix products (`torch.spmm`), here or in a scanned module's class it builds
     parts: tuple[str, ...] = ()  # ... what it builds of other modules, by qualified name (`layers.GraphConv`)
     syncs: bool = False  # reads a tensor's value on the host (`.item()`, `float(torch.sum(x))`): a metric helper
+    # parameters it copies to the GPU with a blocking copy (`x.cuda()`, `x.to(device)` without `non_blocking`)
+    blocking_copies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ class _Function:
     cuda: bool = False
     returns_cuda: bool = False
     moves: bool = False  # `.to(...)`/`.cuda()` somewhere in its body
+    blocking_copies: set[str] = field(default_factory=set)  # parameters it copies without `non_blocking`
     syncs: bool = False  # `.item()`/`.tolist()`, or `float(...)`/`int(...)` of a torch result, in its body
     loops: list[_Loop] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
@@ -586,6 +589,9 @@ class _Collector(ast.NodeVisitor):
         moves = isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda")
         if moves and self.function_stack:
             self.function_stack[-1].moves = True
+            copied = _blocking_copy_of(node)
+            if copied in self.function_stack[-1].params:
+                self.function_stack[-1].blocking_copies.add(copied)
         if self.function_stack and self._reads_on_host(node, func, self.function_stack[-1]):
             self.function_stack[-1].syncs = True
         if self.no_grad and func is not None:
@@ -812,6 +818,7 @@ class _Collector(ast.NodeVisitor):
             moves=function.moves,
             cuda=function.cuda,
             syncs=function.syncs,
+            blocking_copies=tuple(sorted(function.blocking_copies)),
         )
 
     def _constructors(self, functions: dict[str, FunctionFacts]) -> dict[str, FunctionFacts]:
@@ -889,6 +896,22 @@ class _Collector(ast.NodeVisitor):
                     yield f"{owner}.{rest}" if owner else None
                 else:
                     yield self.resolve(callee)
+
+
+def _blocking_copy_of(node: ast.Call) -> str | None:
+    """The name `x` of `x.cuda()` or `x.to(device)` (a device, not a dtype: a name or a string)
+    when the copy blocks: no `non_blocking`, nor more positional arguments that may set it."""
+    func = node.func
+    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name) or node.keywords and any(
+            keyword.arg in (None, "non_blocking") for keyword in node.keywords):
+        return None
+    if func.attr == "cuda":
+        return func.value.id if len(node.args) <= 1 else None
+    device = node.args[0] if len(node.args) == 1 else None
+    if isinstance(device, ast.Name) and "dtype" not in device.id or isinstance(device, ast.Constant) \
+            and isinstance(device.value, str) and "cuda" in device.value:
+        return func.value.id
+    return None  # `.to(torch.float16)`, `.to("cpu")`, `.to(device, dtype)`: a cast, or no copy to the GPU
 
 
 def _loop_sources(function: _Function, loops: list[_Loop]) -> tuple[str, ...]:

@@ -1,0 +1,76 @@
+"""A loader's dataset whose class another file of the project defines: what its `__getitem__`
+does decides whether the samples are token ids tokenized ahead (SF101 stays quiet) or work done
+item by item, which worker processes would take off the training process."""
+
+from __future__ import annotations
+
+import textwrap
+
+TRAIN = textwrap.dedent(
+    """
+    import argparse
+    import torch
+    from transformers import AutoTokenizer
+    from data.pairs import CaptionedPairs
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=0)
+    args = parser.parse_args()
+
+    tokenizer = AutoTokenizer.from_pretrained("some/model")
+    pairs = CaptionedPairs("images/", tokenizer=tokenizer)
+    loader = torch.utils.data.DataLoader(pairs, batch_size=4, shuffle=True, num_workers=args.workers)
+    for epoch in range(10):
+        for batch in loader:
+            loss = net(batch["pixels"].cuda(), batch["input_ids"].cuda())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    """
+)
+
+PAIRS = """
+from PIL import Image
+from torch.utils.data import Dataset
+
+
+class CaptionedPairs(Dataset):
+    def __init__(self, folder, tokenizer):
+        self.folder, self.tokenizer = folder, tokenizer
+
+    def __getitem__(self, index):
+        image = Image.open(f"{self.folder}/{index}.png")
+        ids = self.tokenizer(self.captions[index], return_tensors="pt").input_ids
+        return {"pixels": self.to_tensor(image), "input_ids": ids}
+"""
+
+AHEAD = """
+from torch.utils.data import Dataset
+
+
+class CaptionedPairs(Dataset):
+    def __init__(self, folder, tokenizer):
+        self.ids = [tokenizer(text).input_ids for text in read_captions(folder)]
+
+    def __getitem__(self, index):
+        return {"pixels": self.pixels[index], "input_ids": self.ids[index]}
+"""
+
+
+def _sf101_lines(run_cli, tmp_path, dataset: str) -> list[str]:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "data" / "pairs.py").write_text(dataset, encoding="utf-8")
+    (tmp_path / "train.py").write_text(TRAIN, encoding="utf-8")
+    result = run_cli("scan", "train.py", "data/pairs.py", "--select", "SF101", "--no-summary", cwd=tmp_path)
+    return [line for line in result.stdout.splitlines() if " SF101 " in line]
+
+
+def test_a_dataset_of_another_file_that_tokenizes_each_item_gets_workers(run_cli, tmp_path):
+    lines = _sf101_lines(run_cli, tmp_path, PAIRS)
+    assert len(lines) == 1 and lines[0].startswith("train.py:")
+    assert "resolves to 0" in lines[0]
+
+
+def test_a_dataset_of_another_file_that_tokenized_ahead_does_not(run_cli, tmp_path):
+    assert _sf101_lines(run_cli, tmp_path, AHEAD) == []
