@@ -238,6 +238,17 @@ def fabric_owned(ctx: FileContext, model: str) -> bool:
     return any(dotted_name(site.node.args[0].value) == model for site in fabric_setups(ctx))
 
 
+def accelerator_step_state(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """`accelerator.sync_gradients`: Accelerate's own state, not an option of the run. It is True
+    whenever the optimizer steps (every step without gradient accumulation), so code under it
+    runs once per optimizer step; its name only looks like a `--sync` debugging flag."""
+    owner, _, attr = (dotted_name(node) or "").rpartition(".")
+    if attr != "sync_gradients" or not owner:
+        return False
+    holders = {"accelerator", *_assigned_from(ctx, ACCELERATOR)}
+    return owner in holders or owner.endswith((".accelerator", "gradient_state"))
+
+
 def _uses_accelerator_device(ctx: FileContext) -> bool:
     """`model.to(accelerator.device)`, `device = accelerator.device` (Accelerate's idiom)."""
     holders = {"accelerator", *_assigned_from(ctx, ACCELERATOR)}
