@@ -86,6 +86,37 @@ def test_a_trainer_unpacking_the_composed_section_reads_the_yaml(write, run_cli,
     assert "single.yaml" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
 
 
+MODULE = """\
+import torch
+import lightning as L
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 1)
+        self.scale = torch.ones(1).to("cuda" if torch.cuda.is_available() else "cpu")
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+"""
+
+
+def test_no_fused_adam_advice_where_every_configured_trainer_runs_on_the_cpu(write, run_cli, tmp_path):
+    # the Trainer puts the module's parameters (and the optimizer's state) on its own device
+    write("train.py", TRAIN)
+    write("conf/train.yaml", TRAIN_YAML + "model:\n  _target_: models.Net\n")
+    write("models.py", MODULE)
+    write("conf/trainer/gpu.yaml", "_target_: lightning.pytorch.Trainer\naccelerator: cpu\n")
+    write("conf/trainer/debug.yaml", "_target_: lightning.pytorch.Trainer\naccelerator: cpu\nfast_dev_run: true\n")
+    assert "SF401" not in run_cli("scan", ".", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout
+    write("conf/trainer/debug.yaml", "_target_: lightning.pytorch.Trainer\nfast_dev_run: true\n")  # "auto": the GPU
+    assert "models.py:15:16: SF401" in run_cli("scan", ".", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout
+
+
 def test_a_noqa_comment_in_the_yaml_suppresses_the_finding(write, run_cli, tmp_path):
     hydra_project(write).write_text(TRAINER_YAML.replace("# precision: 16", "# precision: 16  # noqa: SF901"))
     result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)

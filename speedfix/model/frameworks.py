@@ -13,10 +13,11 @@ import libcst as cst
 
 from speedfix.model import launch
 from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
+from speedfix.model.config_files import run_configs
 from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import LIGHTNING_DATAMODULE, LIGHTNING_MODULE, FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned, taken_on_a_gpu
-from speedfix.model.frames import Stack, class_of_method
+from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.index import CallSite
 from speedfix.syntax.names import dotted_name
 
@@ -57,7 +58,7 @@ GPU_MARKERS = (b"Trainer", b"TrainingArguments", b"Accelerator", b"Fabric", b"Li
 # Why a finding on a framework setting has no fix: the call does not write the value itself.
 SET_ELSEWHERE = "the value is set outside the call (a constant or an argparse default)"
 # Lightning accelerators that are certainly not a CUDA GPU.
-_NOT_CUDA = frozenset({"cpu", "tpu", "mps", "hpu", "ipu", "xla"})
+NOT_CUDA = frozenset({"cpu", "tpu", "mps", "hpu", "ipu", "xla"})
 
 
 def lightning_on_gpu(ctx: FileContext, site: CallSite) -> bool:
@@ -75,7 +76,7 @@ def lightning_on_gpu(ctx: FileContext, site: CallSite) -> bool:
     if isinstance(node, cst.IfExp) and taken_on_a_gpu(ctx, node.test, site.stack):
         node = node.body
     value = string_value(ctx, node, site.stack)
-    return value is not None and value.lower() not in _NOT_CUDA
+    return value is not None and value.lower() not in NOT_CUDA
 
 
 def hf_args_on_gpu(ctx: FileContext, site: CallSite) -> bool:
@@ -129,6 +130,28 @@ def in_lightning_callback(ctx: FileContext, site: CallSite) -> bool:
     pl_module)`)? What it trains hangs off the LightningModule the Trainer owns."""
     owner = class_of_method(site.stack)
     return owner is not None and ctx.is_subclass_of(owner.name.value, *LIGHTNING_CALLBACK)
+
+
+def configured_trainers_off_gpu(ctx: FileContext, stack: Stack) -> str | None:
+    """Why the optimizer the `configure_optimizers` at ``stack`` builds steps on no GPU, or None:
+    the project's run configs name its class, build Lightning Trainers (`_target_:
+    lightning.pytorch.Trainer` in a hydra group, LightningCLI's `trainer:`) and every one of them
+    names a CPU (TPU, MPS...) accelerator. The Trainer puts the module's parameters, and so the
+    optimizer's state, on its own device, whatever devices the module's code names."""
+    function = function_of(stack)
+    owner = class_of_method(stack)
+    if not isinstance(function, cst.FunctionDef) or function.name.value != "configure_optimizers" or owner is None:
+        return None
+    configs = run_configs(ctx)
+    if owner.name.value not in configs.named_classes():
+        return None
+    trainers = configs.built(LIGHTNING_TRAINER)
+    trainers += [trainer for tree in configs.cli_configs() if (trainer := tree.get("trainer")) is not None]
+    accelerators = {str(found.value).lower() if (found := trainer.get("accelerator")) is not None else None
+                    for trainer in trainers}
+    if not trainers or not all(value in NOT_CUDA for value in accelerators):
+        return None
+    return f"every Lightning Trainer of the project's configs says `accelerator: {', '.join(sorted(map(str, accelerators)))}`"
 
 
 def in_lightning_method(ctx: FileContext, site: CallSite) -> bool:
