@@ -193,6 +193,21 @@ def test_every_launch_command_must_agree_for_a_value_to_count(write, run_cli, tm
     assert "fp32" not in result.stdout and "TF32" not in result.stdout and "SF902" in result.stdout
 
 
+def test_shell_variables_the_launch_script_sets_once_are_read(write, run_cli, tmp_path):
+    write("train.py", HF_SCRIPT)
+    write("run.sh", "batch=1\nsteps=8\nprecision=bf16\n\ntorchrun train.py --output_dir out \\\n"
+                    "    --per_device_train_batch_size ${batch} --${precision} True \\\n"
+                    "    --gradient_accumulation_steps $steps\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "run.sh:7:5: SF902 a micro-batch of 1 with 8 accumulation steps" in result.stdout
+    assert "fp32" not in result.stdout  # `--${precision}` is `--bf16`
+    # a value the caller may set (`${BATCH:-1}`), or a variable set twice, stays unknown
+    write("run.sh", "steps=8\nif [ -n \"$BIG\" ]; then\n  batch=16\nfi\nbatch=${BATCH:-1}\n"
+                    "torchrun train.py --output_dir out --bf16 True --per_device_train_batch_size $batch "
+                    "--gradient_accumulation_steps $steps\n")
+    assert "micro-batch" not in run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path).stdout
+
+
 def test_a_launch_script_runs_the_file_of_that_name_nearest_to_it(write, run_cli, tmp_path):
     write("train.py", HF_SCRIPT)
     write("flax/scripts/run.sh", "python train.py --output_dir out --bf16 True\n")
