@@ -301,6 +301,41 @@ def test_gradient_checkpointing_of_parsed_training_arguments_follows_the_json_ea
     assert "train.py:8:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
 
 
+KBIT = """\
+from dataclasses import dataclass, field
+import transformers
+from transformers import AutoModelForCausalLM, HfArgumentParser
+
+
+@dataclass
+class MyArguments(transformers.TrainingArguments):
+    load_in_kbits: int = field(default=16)
+
+
+def prepare_quantized(model):
+    model.gradient_checkpointing_enable()
+    return model
+
+
+(args,) = HfArgumentParser((MyArguments,)).parse_args_into_dataclasses()
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+if args.load_in_kbits in [4, 8]:
+    model = prepare_quantized(model)
+"""
+
+
+def test_gradient_checkpointing_in_a_helper_only_a_quantized_run_calls(write, run_cli, tmp_path):
+    """The helper runs only for 4/8-bit loading; the runs load 16-bit (the field's default, the
+    launch command's value): the checkpointing inside it is no run's."""
+    write("train.py", KBIT)
+    write("run.sh", "torchrun train.py --output_dir out --bf16 True --load_in_kbits 16\n")
+    assert "gradient_checkpointing_enable" not in run_cli("scan", ".", "--select", "SF902", "--no-summary",
+                                                          cwd=tmp_path).stdout
+    write("run.sh", "torchrun train.py --output_dir out --bf16 True --load_in_kbits 4\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "train.py:12:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
+
+
 CPU_DEFAULT = """\
 import argparse
 import torch
