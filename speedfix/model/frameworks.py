@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
+from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
 from speedfix.model.config_files import run_configs
 from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import LIGHTNING_DATAMODULE, LIGHTNING_MODULE, FileContext
@@ -59,6 +59,34 @@ GPU_MARKERS = (b"Trainer", b"TrainingArguments", b"Accelerator", b"Fabric", b"Li
 SET_ELSEWHERE = "the value is set outside the call (a constant or an argparse default)"
 # Lightning accelerators that are certainly not a CUDA GPU.
 NOT_CUDA = frozenset({"cpu", "tpu", "mps", "hpu", "ipu", "xla"})
+
+
+FP32_PRECISIONS = frozenset({"32", "32-true"})
+# FSDP's own mixed precision policy: a Trainer/Fabric without `precision` then trains in its dtypes.
+SHARDED_MIXED_PRECISION = (
+    "torch.distributed.fsdp.MixedPrecisionPolicy", "torch.distributed.fsdp.MixedPrecision",
+    "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
+)
+
+
+def lightning_precision(ctx: FileContext, site: CallSite) -> tuple[str | None, ArgValue]:
+    """The `precision` a Lightning `Trainer(...)`/`Fabric(...)` trains in, as text ("32" when left
+    out: the default "32-true"; None when it cannot be known, or FSDP's policy sets it), with the
+    argument as written."""
+    precision = find_argument(ctx, site, "precision")
+    if precision.unknown or precision.missing and ctx.calls_to(*SHARDED_MIXED_PRECISION):
+        return None, precision
+    if precision.missing:
+        return "32", precision
+    number = literal_int(ctx, precision.node, site.stack)
+    return (str(number) if number is not None else string_value(ctx, precision.node, site.stack)), precision
+
+
+def fabric_in_fp32(ctx: FileContext) -> bool:
+    """Does a `Fabric(...)` of the file certainly train in fp32 on the GPU? Its precision and TF32
+    advice is then SF901's, on the `Fabric` call: one TF32 finding, under the framework's rule."""
+    return any(lightning_on_gpu(ctx, site) and lightning_precision(ctx, site)[0] in FP32_PRECISIONS
+               for site in ctx.calls_to(*LIGHTNING_FABRIC))
 
 
 def lightning_on_gpu(ctx: FileContext, site: CallSite) -> bool:
