@@ -5,11 +5,10 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import string_literal
 from speedfix.fixes.entry import setting_at_entry_point
-from speedfix.model.amp import mixed_precision_by_default
 from speedfix.model.flow import default_choice, off_by_default
-from speedfix.model.hardware import pre_ampere_only
-from speedfix.model.networks import training_multiplies_matrices
+from speedfix.model.frameworks import fabric_in_fp32
 from speedfix.model.patterns import matmul_precision_choices
+from speedfix.model.tf32 import loop_gains_from_tf32
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, tf32_gain
 
@@ -34,7 +33,9 @@ class Tf32Disabled(Rule):
     A script that already chose a precision (`set_float32_matmul_precision(...)`, any
     `allow_tf32`/`fp32_precision` setting, `"highest"` included) or trains under autocast is left
     alone. One that chooses it only behind an option that is off by default
-    (`if args.tf32:` with a `store_true` flag) runs in full fp32 by default and is reported.
+    (`if args.tf32:` with a `store_true` flag) runs in full fp32 by default and is reported. A
+    loop of a Lightning `Fabric` that trains in fp32 is left to SF901, which gives the precision
+    and TF32 advice of the framework together, on the `Fabric(...)` call.
 
     ## Example
     ```python
@@ -106,6 +107,21 @@ class Tf32Disabled(Rule):
     effect = "fp32 matmuls on tensor cores: about 7x for a large A100 matmul."
 
     VALID = [
+        Valid(  # a Fabric loop in fp32: SF901 gives its TF32 advice beside the precision advice
+            """
+            import torch
+            import lightning as L
+
+            def main():
+                fabric = L.Fabric(accelerator="cuda", devices=1)
+                model = fabric.setup_module(torch.nn.Linear(1024, 1024))
+                optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), fused=True))
+                for x in fabric.setup_dataloaders(loader):
+                    fabric.backward(model(x).sum())
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """
+        ),
         Valid(  # a DeepSpeed engine: the JSON config it is given chooses the precision, and the scan
                 # cannot read it (read at run time from a file the script names)
             """
@@ -421,12 +437,12 @@ class Tf32Disabled(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.step_loops or mixed_precision_by_default(ctx) or not training_multiplies_matrices(ctx):
-            return  # conv-only training: cuDNN convolutions already use TF32 by default
+        if not loop_gains_from_tf32(ctx) or fabric_in_fp32(ctx):
+            return  # (conv-only training: cuDNN convolutions use TF32 already; a Fabric's TF32 is SF901's)
         choices = matmul_precision_choices(ctx)
         chosen, gate = default_choice(ctx, choices)
-        if chosen or pre_ampere_only(ctx):
-            return  # (a project whose job scripts all ask for V100s: no TF32 there)
+        if chosen:
+            return
         node = next(loop for loop in ctx.loops if loop in ctx.step_loops)  # the first, in source order
         high = string_literal(ctx, "high")
         opt_ins = [stack for statement, stack in choices if off_by_default(ctx, statement, stack)]

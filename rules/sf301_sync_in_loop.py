@@ -15,8 +15,8 @@ from speedfix.model.branches import Branch, BranchTracker, element_loop, loop_it
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.patterns import is_cpu_device
-from speedfix.model.tensors import (HOST_CONVERSIONS, SYNC_METHODS, Tensors, has_sync_before, is_library_value,
-                                    is_summary_writer, tensors)
+from speedfix.model.tensors import (HOST_CONVERSIONS, NO_WORK_METHODS, SYNC_METHODS, Tensors, has_sync_before,
+                                    is_library_value, is_summary_writer, tensors)
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
 from speedfix.rules._impact import Estimate, Finding, Impact, large_model
@@ -99,7 +99,8 @@ class SyncInLoop(BranchTracker, Rule):
     `log_every` is 1), a branch that
     runs once (`if step == 0:`, or one that ends the run: `print(loss.item()); sys.exit(1)`), an
     `except` handler, code under an opt-in debugging, timing or plotting flag (`if args.debug:`,
-    also around the call of a helper: `if args.visdom: update_plot(...)`), a helper that the step
+    also around the call of a helper: `if args.visdom: update_plot(...)`; Accelerate's
+    `if accelerator.sync_gradients:` is no such flag: it holds on every optimizer step), a helper that the step
     loop calls on one pass only (`if i == len(loader) - 1: validate(model, val_loader)`: once per
     epoch), and names
     that hold a Python number (`lossf = loss.item()` makes formatting `lossf` free; the `.item()`
@@ -378,6 +379,21 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # Accelerate's `sync_gradients` is True on every optimizer step: no debugging switch
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(mixed_precision="bf16")
+            for batch in loader:
+                with accelerator.accumulate(model):
+                    loss = model(**batch).loss
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+                if accelerator.sync_gradients:
+                    progress.set_postfix(loss=loss.detach().item())
+            """
+        ),
         Invalid(  # TensorBoard turns a tensor into a number on the host; the learning rate is one already
             """
             import torch
@@ -962,11 +978,19 @@ def _reads_ready_value(node: cst.CSTNode) -> bool:
     `bool(loss == 0)`)?"""
     if isinstance(node, cst.Call):
         func = node.func
-        if isinstance(func, cst.Attribute) and dotted_name(func.value) is not None:
+        if isinstance(func, cst.Attribute) and dotted_name(_without_no_work(func.value)) is not None:
             return not node.args or func.attr.value == "to"
         args = [arg.value for arg in node.args if arg.keyword is None and not arg.star]
         return bool(args) and dotted_name(args[0]) is not None
     return dotted_name(node) is not None  # type: ignore[arg-type]
+
+
+def _without_no_work(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`loss` for `loss.detach()`: methods that queue no GPU work read the same ready value."""
+    while (isinstance(node, cst.Call) and not node.args and isinstance(node.func, cst.Attribute)
+           and node.func.attr.value in NO_WORK_METHODS):
+        node = node.func.value
+    return node
 
 
 def _loop_head(loop: cst.CSTNode) -> str:

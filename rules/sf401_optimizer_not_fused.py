@@ -8,6 +8,7 @@ from speedfix.fixes.codegen import append_args, keyword_arg, reference, remove_a
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.config_files import optimizers_unused
 from speedfix.model.flow import enclosing_statements, off_by_default
+from speedfix.model.frameworks import configured_trainers_off_gpu
 from speedfix.model.frames import function_of
 from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
@@ -31,7 +32,9 @@ class OptimizerNotFused(Rule):
     it), is part of the first one's finding. Left alone: the `configure_optimizers` of a
     LightningModule that the project's run configs (`configs/*.yaml`: `model: {target: ...}`,
     `class_path:`) never train while they train other classes of its file, or whose configs give
-    LightningCLI an `optimizer:` that replaces the method.
+    LightningCLI an `optimizer:` that replaces the method, or one whose class the configs train
+    only with Trainers that all say `accelerator: cpu` (the Trainer places the parameters, and
+    the optimizer's state with them, whatever device the module's own code names).
 
     ## Why is this bad?
     The default multi-tensor (`foreach`) implementation still launches several kernels per
@@ -200,7 +203,8 @@ class OptimizerNotFused(Rule):
 
     def finish(self) -> None:
         sites = [site for site in self.ctx.calls_to(*_FUSABLE)
-                 if not self._implementation_chosen(site) and optimizers_unused(self.ctx, site.stack) is None]
+                 if not self._implementation_chosen(site) and optimizers_unused(self.ctx, site.stack) is None
+                 and configured_trainers_off_gpu(self.ctx, site.stack) is None]
         for site, optional in _fold_optional(self.ctx, sites):
             name = (self.ctx.call_qualname(site) or "").rsplit(".", 1)[-1]
             message = f"`{name}` runs its update as several kernels per step; `fused=True` does it in one"

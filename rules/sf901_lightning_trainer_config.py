@@ -10,9 +10,10 @@ from speedfix.model.arguments import ArgValue, find_argument, literal_bool, lite
 from speedfix.model.config_files import builds_conv2d, classes_build_conv2d
 from speedfix.model.config_tree import Node
 from speedfix.model.context import FileContext
-from speedfix.model.frameworks import (LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, fabric_setups, fitted_classes,
-                                       in_lightning_method, lightning_on_gpu)
+from speedfix.model.frameworks import (FP32_PRECISIONS, LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, fabric_setups,
+                                       fitted_classes, in_lightning_method, lightning_on_gpu, lightning_precision)
 from speedfix.model.hydra_config import INSTANTIATE, config_of
+from speedfix.model.tf32 import loop_gains_from_tf32
 from speedfix.model.lightning_config import UNKNOWN, ConfiguredTrainer, TrainerValue, configured_trainers
 from speedfix.model.index import CallSite
 from speedfix.model.networks import conv2d_classes
@@ -21,7 +22,6 @@ from speedfix.model.versions import v
 from speedfix.syntax.nodes import code_of
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model, tf32_gain
 
-_FP32 = frozenset({"32", "32-true"})
 _FP16 = frozenset({"16", "16-mixed"})
 _HEAVY_PROFILERS = frozenset({"advanced", "pytorch", "xla"})
 _COMPILE_FROM = v("2.0")
@@ -32,10 +32,6 @@ _COMPILE_REASON = ("the first steps pay the compile, and a module that does not 
 
 
 # FSDP mixed-precision policies: a model sharded with one computes in its `param_dtype`.
-_SHARDED_MIXED_PRECISION = (
-    "torch.distributed.fsdp.MixedPrecisionPolicy", "torch.distributed.fsdp.MixedPrecision",
-    "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
-)
 
 
 class LightningTrainerConfig(Rule):
@@ -60,7 +56,8 @@ class LightningTrainerConfig(Rule):
       likewise a model `fabric.setup(...)` wraps: `fabric.setup(torch.compile(model))` (SF501
       leaves a Fabric's model to this check).
 
-    The same checks hold for a `Fabric` (its precision also defaults to "32-true") and for
+    The same checks hold for a `Fabric` (its precision also defaults to "32-true"; TF32 there
+    when its training loop multiplies matrices, as SF201 would judge it, which leaves it here) and for
     Trainers built from configuration: `hydra.utils.instantiate(cfg.trainer)` with the YAML
     hydra composes (`@hydra.main(config_path=..., config_name=...)`, its defaults list and the
     GPU options of the `trainer` group; a `precision` left out is reported on the commented-out
@@ -445,6 +442,34 @@ class LightningTrainerConfig(Rule):
             """,
             count=2,
         ),
+        Invalid(  # a Fabric loop of linear layers in fp32: bf16 and TF32 advice, both on the Fabric call
+            """
+            import torch
+            import lightning as L
+
+            def main():
+                fabric = L.Fabric(accelerator="cuda", devices=1)
+                net = torch.compile(torch.nn.Linear(1024, 1024))
+                model, optimizer = fabric.setup(net, torch.optim.AdamW(net.parameters(), fused=True))
+                for x in loader:
+                    fabric.backward(model(x).sum())
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import lightning as L
+
+            def main():
+                torch.set_float32_matmul_precision("high")
+                fabric = L.Fabric(accelerator="cuda", devices=1, precision="bf16-mixed")
+                net = torch.compile(torch.nn.Linear(1024, 1024))
+                model, optimizer = fabric.setup(net, torch.optim.AdamW(net.parameters(), fused=True))
+                for x in loader:
+                    fabric.backward(model(x).sum())
+                    optimizer.step()
+            """,
+            count=2,
+        ),
         Invalid(  # Fabric defaults to "32-true" as well
             """
             import torch
@@ -582,8 +607,9 @@ class LightningTrainerConfig(Rule):
         for trainer in configured_trainers(self.ctx):
             self._check_configured(trainer)
         for site in self.ctx.calls_to(*LIGHTNING_FABRIC):
-            # a Fabric script holds its training loop: SF201 says what TF32 would do for it
-            if lightning_on_gpu(self.ctx, site) and self._check_precision(site, "Fabric") and not self.ctx.step_loops:
+            # a Fabric script holds its training loop: TF32 where that loop multiplies matrices (SF201 leaves it here)
+            if lightning_on_gpu(self.ctx, site) and self._check_precision(site, "Fabric") \
+                    and (not self.ctx.step_loops or loop_gains_from_tf32(self.ctx)):
                 self._check_tf32(site.statement or site.node)
         self._check_sync_dist()
         if self._on_gpu:
@@ -610,7 +636,7 @@ class LightningTrainerConfig(Rule):
             return
         value = "32" if precision is None else str(precision.value)
         fp16 = value in _FP16
-        if value not in _FP32 and not fp16:
+        if value not in FP32_PRECISIONS and not fp16:
             return
         bf16 = '"bf16"' if trainer.lightning_1x else '"bf16-mixed"'
         if fp16:
@@ -700,13 +726,10 @@ class LightningTrainerConfig(Rule):
     # ------------------------------------------------------------------ precision
     def _check_precision(self, site: CallSite, what: str = "Trainer") -> bool:
         """Report fp32 or fp16 training; True when the Trainer (or Fabric) certainly trains in fp32."""
-        precision = find_argument(self.ctx, site, "precision")
-        if precision.unknown:
+        value, precision = lightning_precision(self.ctx, site)  # None: unknown, or FSDP's own policy
+        if value is None:
             return False
-        if precision.missing and self.ctx.calls_to(*_SHARDED_MIXED_PRECISION):
-            return False  # FSDP's own policy (`param_dtype=torch.bfloat16`) sets the precision
-        value = "32" if precision.missing else self._precision_text(precision, site)
-        if value in _FP32:
+        if value in FP32_PRECISIONS:
             written = '`precision` defaults to "32-true"' if precision.missing else f"`precision={_shown(value)}`"
             self.report(
                 precision.arg or site.node,
@@ -725,10 +748,6 @@ class LightningTrainerConfig(Rule):
                 no_fix_reason=SET_ELSEWHERE,
             )
         return False
-
-    def _precision_text(self, precision: ArgValue, site: CallSite) -> str | None:
-        number = literal_int(self.ctx, precision.node, site.stack)
-        return str(number) if number is not None else string_value(self.ctx, precision.node, site.stack)
 
     def _set_precision(self, site: CallSite, precision: ArgValue) -> list[FixOp] | None:
         original = precision.arg

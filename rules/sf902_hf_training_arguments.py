@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 
 import libcst as cst
 
@@ -20,11 +21,11 @@ from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model import launch
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import supplies_optimizer
-from speedfix.model.flow import gates, off_by_default, reached_by_launch
+from speedfix.model.flow import called_in_no_run, gates, off_by_default, reached_by_launch
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_CONFIGS
 from speedfix.model.hf_args import (TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, arguments_only, call_setting,
-                                    parsed_arguments)
+                                    compared_false_in_every_run, parsed_arguments)
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
 from speedfix.model.versions import pinned_below, v
@@ -73,7 +74,9 @@ class HfTrainingArguments(Rule):
       default or in one of the project's launch commands: `--gradient_checkpointing` on a path
       that command takes; the options of a dataclass an argument parser fills default to its
       fields; behind `if training_args.gradient_checkpointing:` of parsed `TrainingArguments`,
-      only when a run turns the flag on, by its option or the JSON/YAML file it names), which
+      only when a run turns the flag on, by its option or the JSON/YAML file it names; not in a
+      helper of the file called only where no run goes, such as a k-bit loading path behind
+      `if training_args.load_in_kbits in [4, 8]:` when every run loads 16-bit), which
       trades speed for memory, and `gradient_accumulation_steps` with a
       micro-batch of 1 or 2 (information only: neither makes training faster).
 
@@ -689,8 +692,9 @@ class HfTrainingArguments(Rule):
             if reached is False or reached is None and off_by_default(ctx, site.statement, site.stack) is not None:
                 continue  # behind options that are off by default (`if args.gradient_checkpointing:`) and that
                 # no launch command of the project turns on
-            if self._flag_off_in_every_run(site):
-                continue
+            if self._flag_off_in_every_run(site) or called_in_no_run(ctx, site.stack,
+                                                                     partial(compared_false_in_every_run, ctx)):
+                continue  # (or in a helper that runs only for options no run passes: a k-bit loading path)
             self.report(site.node, _checkpointing_message("`gradient_checkpointing_enable()`"), severity=Severity.INFO,
                         no_fix_reason="keep it only if the batch does not fit without it")
 

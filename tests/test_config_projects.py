@@ -86,6 +86,37 @@ def test_a_trainer_unpacking_the_composed_section_reads_the_yaml(write, run_cli,
     assert "single.yaml" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
 
 
+MODULE = """\
+import torch
+import lightning as L
+
+
+class Net(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 1)
+        self.scale = torch.ones(1).to("cuda" if torch.cuda.is_available() else "cpu")
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+"""
+
+
+def test_no_fused_adam_advice_where_every_configured_trainer_runs_on_the_cpu(write, run_cli, tmp_path):
+    # the Trainer puts the module's parameters (and the optimizer's state) on its own device
+    write("train.py", TRAIN)
+    write("conf/train.yaml", TRAIN_YAML + "model:\n  _target_: models.Net\n")
+    write("models.py", MODULE)
+    write("conf/trainer/gpu.yaml", "_target_: lightning.pytorch.Trainer\naccelerator: cpu\n")
+    write("conf/trainer/debug.yaml", "_target_: lightning.pytorch.Trainer\naccelerator: cpu\nfast_dev_run: true\n")
+    assert "SF401" not in run_cli("scan", ".", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout
+    write("conf/trainer/debug.yaml", "_target_: lightning.pytorch.Trainer\nfast_dev_run: true\n")  # "auto": the GPU
+    assert "models.py:15:16: SF401" in run_cli("scan", ".", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout
+
+
 def test_a_noqa_comment_in_the_yaml_suppresses_the_finding(write, run_cli, tmp_path):
     hydra_project(write).write_text(TRAINER_YAML.replace("# precision: 16", "# precision: 16  # noqa: SF901"))
     result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
@@ -160,6 +191,21 @@ def test_every_launch_command_must_agree_for_a_value_to_count(write, run_cli, tm
     (tmp_path / "scripts" / "debug.sh").unlink()
     result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
     assert "fp32" not in result.stdout and "TF32" not in result.stdout and "SF902" in result.stdout
+
+
+def test_shell_variables_the_launch_script_sets_once_are_read(write, run_cli, tmp_path):
+    write("train.py", HF_SCRIPT)
+    write("run.sh", "batch=1\nsteps=8\nprecision=bf16\n\ntorchrun train.py --output_dir out \\\n"
+                    "    --per_device_train_batch_size ${batch} --${precision} True \\\n"
+                    "    --gradient_accumulation_steps $steps\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "run.sh:7:5: SF902 a micro-batch of 1 with 8 accumulation steps" in result.stdout
+    assert "fp32" not in result.stdout  # `--${precision}` is `--bf16`
+    # a value the caller may set (`${BATCH:-1}`), or a variable set twice, stays unknown
+    write("run.sh", "steps=8\nif [ -n \"$BIG\" ]; then\n  batch=16\nfi\nbatch=${BATCH:-1}\n"
+                    "torchrun train.py --output_dir out --bf16 True --per_device_train_batch_size $batch "
+                    "--gradient_accumulation_steps $steps\n")
+    assert "micro-batch" not in run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path).stdout
 
 
 def test_a_launch_script_runs_the_file_of_that_name_nearest_to_it(write, run_cli, tmp_path):
@@ -253,6 +299,41 @@ def test_gradient_checkpointing_of_parsed_training_arguments_follows_the_json_ea
     config.write_text('{"output_dir": "out", "gradient_checkpointing": true}')
     result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
     assert "train.py:8:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
+
+
+KBIT = """\
+from dataclasses import dataclass, field
+import transformers
+from transformers import AutoModelForCausalLM, HfArgumentParser
+
+
+@dataclass
+class MyArguments(transformers.TrainingArguments):
+    load_in_kbits: int = field(default=16)
+
+
+def prepare_quantized(model):
+    model.gradient_checkpointing_enable()
+    return model
+
+
+(args,) = HfArgumentParser((MyArguments,)).parse_args_into_dataclasses()
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+if args.load_in_kbits in [4, 8]:
+    model = prepare_quantized(model)
+"""
+
+
+def test_gradient_checkpointing_in_a_helper_only_a_quantized_run_calls(write, run_cli, tmp_path):
+    """The helper runs only for 4/8-bit loading; the runs load 16-bit (the field's default, the
+    launch command's value): the checkpointing inside it is no run's."""
+    write("train.py", KBIT)
+    write("run.sh", "torchrun train.py --output_dir out --bf16 True --load_in_kbits 16\n")
+    assert "gradient_checkpointing_enable" not in run_cli("scan", ".", "--select", "SF902", "--no-summary",
+                                                          cwd=tmp_path).stdout
+    write("run.sh", "torchrun train.py --output_dir out --bf16 True --load_in_kbits 4\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "train.py:12:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
 
 
 CPU_DEFAULT = """\

@@ -90,6 +90,10 @@ def test_values_read_one_after_another_wait_once(run_cli, write, tmp_path):
     guarded = code.replace("optimizer.zero_grad()", "if bool(loss == 0):\n            continue\n        optimizer.zero_grad()")
     sync = _one(_scan(run_cli, write, tmp_path, "guarded.py", guarded.replace("SYNCS", meters)), "SF301")
     assert sync["impact"] == "medium"
+    # `.detach()` queues no GPU work: reading `loss_b.detach().item()` waits no more than `loss_b.item()`
+    detached = meters.replace(".item()", ".detach().item()")
+    sync = _one(_scan(run_cli, write, tmp_path, "detached.py", code.replace("SYNCS", detached)), "SF301")
+    assert sync["impact"] == "medium" and "impact_reason" not in sync
 
 
 # Metrics of another module, each computed on the GPU and read back as a Python float.

@@ -200,3 +200,24 @@ def test_a_device_that_defaults_to_the_cpu():
         preds = model(x.to(device)).argmax(1).to("cpu")
     """)
     assert not cpu_by_default(chosen) and uses_cuda(chosen)
+
+
+def test_membership_tests_with_the_defaults():
+    from speedfix.model.flow import off_by_default
+
+    ctx = context("""
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--bits", type=int, default=16)
+        parser.add_argument("--dtype", default="fp32")
+        args = parser.parse_args()
+        if args.bits in [4, 8]:
+            quantize(model)
+        if args.dtype not in ("fp16", "bf16"):
+            keep_fp32(model)
+        if args.bits in (4, other):
+            unknown(model)
+    """)
+    gated = {site.func: off_by_default(ctx, site.statement, site.stack) for site in ctx.calls}
+    assert gated["quantize"] == "args.bits in [4, 8]"  # 16 is neither: off by default
+    assert gated["keep_fp32"] is None and gated["unknown"] is None  # taken; cannot be known

@@ -33,6 +33,7 @@ import libcst as cst
 
 from speedfix.model.context import FileContext
 from speedfix.model.flow import default_truth, enclosing_statements
+from speedfix.model.frameworks import accelerator_step_state
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import runs_on_one_pass
 from speedfix.model.patterns import unwrap_iterable
@@ -338,7 +339,7 @@ def _opt_in_flag(ctx: FileContext, test: cst.BaseExpression, branch: Branch) -> 
 
 def _flag(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> str | None:
     name = dotted_name(expr)
-    if name is None:
+    if name is None or accelerator_step_state(ctx, expr):
         return None
     words = set(re.split(r"_+", name.rsplit(".", 1)[-1].lower()))
     if not words & _FLAG_WORDS or default_truth(ctx, expr, stack) is True:

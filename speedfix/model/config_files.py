@@ -66,6 +66,15 @@ class RunConfigs:
                 found.append(TrainedClass(target.rsplit(".", 1)[-1], target, tree.get("optimizer") is not None))
         return found
 
+    def named_classes(self) -> set[str]:
+        """The own names of every class a config names (`_target_: pkg.models.Net` -> `Net`)."""
+        return {target.rsplit(".", 1)[-1] for _path, tree in self.files for target in _targets(tree)}
+
+    def built(self, qualified: Iterable[str]) -> list[Node]:
+        """The mappings that build one of these classes (`_target_: lightning.pytorch.Trainer`)."""
+        wanted = set(qualified)
+        return [node for _path, tree in self.files for node in _mappings(tree) if _target(node) in wanted]
+
     def cli_configs(self) -> list[Node]:
         """The LightningCLI configs (their `trainer:` mapping is ``tree.value["trainer"]``)."""
         return [tree for _path, tree in self.files if _is_cli_config(tree)]

@@ -14,7 +14,7 @@ literals, combined with `not`/`and`/`or` and `is (not) None`. Anything else (`if
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 from weakref import WeakKeyDictionary
 
 import libcst as cst
@@ -22,7 +22,7 @@ import libcst as cst
 from speedfix.model import launch
 from speedfix.model.arguments import annotated_field_default, argparse_option, find_argument, parameter_default
 from speedfix.model.context import FileContext
-from speedfix.model.frames import Frame, FrameKind, Stack, class_of
+from speedfix.model.frames import Frame, FrameKind, Stack, class_of, function_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
@@ -56,6 +56,28 @@ def reached_by_launch(ctx: FileContext, statement: cst.BaseStatement | None, sta
     tests = gates(ctx, statement)
     return any(all(_launch_truth(ctx, test, stack, _options(command)) is not (not wanted) for test, wanted in tests)
                for command in commands)
+
+
+def called_in_no_run(ctx: FileContext, stack: Stack, false_in_every_run: Callable[[cst.BaseExpression, Stack], bool],
+                     depth: int = 0) -> bool:
+    """Is the function around ``stack`` called in this file only where no run goes: each call
+    behind an `if` that the script's defaults, or every launch command of the project, leave
+    false, or whose test ``false_in_every_run`` says is (`if training_args.load_in_kbits in [4,
+    8]: prepare_model_for_kbit_training(model)` with `--load_in_kbits 16`), or inside a function
+    called only so? False when the file never calls it (another file may)."""
+    function = function_of(stack)
+    callers = ctx.local_callers(function) if isinstance(function, cst.FunctionDef) and depth < 3 else []
+    if not callers:
+        return False
+    for site in callers:
+        reached = reached_by_launch(ctx, site.statement, site.stack)
+        if reached is False or reached is None and off_by_default(ctx, site.statement, site.stack) is not None:
+            continue
+        if any(wanted and false_in_every_run(test, site.stack) for test, wanted in gates(ctx, site.statement)):
+            continue
+        if not called_in_no_run(ctx, site.stack, false_in_every_run, depth + 1):
+            return False
+    return True
 
 
 def false_in_every_run(ctx: FileContext, value: cst.BaseExpression, stack: Stack) -> bool:
@@ -184,15 +206,28 @@ def _is_none_test(test: cst.Comparison) -> bool:
 
 
 def _number_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
-    """`num_gpus > 1` with `num_gpus = 1` (or an option's default of 1)."""
+    """`num_gpus > 1` with `num_gpus = 1` (or an option's default of 1); `bits in [4, 8]`."""
     target = test.comparisons[0]
-    compare = _NUMBER_TESTS.get(type(target.operator))
-    if compare is None:
-        return None
     left = _default_value(ctx, test.left, stack, depth + 1)
-    right = _default_value(ctx, target.comparator, stack, depth + 1)
-    numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in (left, right))
-    return compare(left, right) if numbers else None
+    return compared(target.operator, left, _default_value(ctx, target.comparator, stack, depth + 1))
+
+
+def compared(operator: cst.BaseCompOp, left: object, right: object) -> bool | None:
+    """Numbers compared (``_NUMBER_TESTS``), or a number or string in a list, tuple or set of them."""
+    if isinstance(operator, (cst.In, cst.NotIn)):
+        if not isinstance(right, tuple) or not all(_is_scalar(value) for value in (left, *right)):
+            return None
+        return (left in right) is isinstance(operator, cst.In)
+    compare = _NUMBER_TESTS.get(type(operator))
+    return compare(left, right) if compare is not None and _is_number(left) and _is_number(right) else None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_scalar(value: object) -> bool:
+    return _is_number(value) or isinstance(value, str)
 
 
 def _none_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
@@ -237,6 +272,9 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         return _UNKNOWN if value is None else value
     if isinstance(node, (cst.Float, cst.SimpleString)):
         return node.evaluated_value
+    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):  # `[4, 8]`: its values, when each is known
+        values = tuple(_default_value(ctx, element.value, stack, depth + 1) for element in node.elements)
+        return _UNKNOWN if any(value is _UNKNOWN for value in values) else values
     if isinstance(node, cst.IfExp):  # `GradScaler() if args.amp else None`
         chosen = default_truth(ctx, node.test, stack, depth + 1)
         return _UNKNOWN if chosen is None else _default_value(ctx, node.body if chosen else node.orelse, stack, depth + 1)
@@ -252,6 +290,12 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if field is not None:
         return _default_value(ctx, field, stack, depth + 1)
     return _UNKNOWN
+
+
+def literal_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> object:
+    """The Python value of a literal (`[4, 8]`), a constant or an option's default; ``UNKNOWN``
+    when it cannot be known."""
+    return _default_value(ctx, node, stack, 0)
 
 
 def _stored_attribute(ctx: FileContext, name: str, stack: Stack) -> Assignment | None:

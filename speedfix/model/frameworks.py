@@ -12,11 +12,12 @@ from __future__ import annotations
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import find_argument, literal_bool, literal_int, string_value
+from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
+from speedfix.model.config_files import run_configs
 from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import LIGHTNING_DATAMODULE, LIGHTNING_MODULE, FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned, taken_on_a_gpu
-from speedfix.model.frames import Stack, class_of_method
+from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.index import CallSite
 from speedfix.syntax.names import dotted_name
 
@@ -57,7 +58,35 @@ GPU_MARKERS = (b"Trainer", b"TrainingArguments", b"Accelerator", b"Fabric", b"Li
 # Why a finding on a framework setting has no fix: the call does not write the value itself.
 SET_ELSEWHERE = "the value is set outside the call (a constant or an argparse default)"
 # Lightning accelerators that are certainly not a CUDA GPU.
-_NOT_CUDA = frozenset({"cpu", "tpu", "mps", "hpu", "ipu", "xla"})
+NOT_CUDA = frozenset({"cpu", "tpu", "mps", "hpu", "ipu", "xla"})
+
+
+FP32_PRECISIONS = frozenset({"32", "32-true"})
+# FSDP's own mixed precision policy: a Trainer/Fabric without `precision` then trains in its dtypes.
+SHARDED_MIXED_PRECISION = (
+    "torch.distributed.fsdp.MixedPrecisionPolicy", "torch.distributed.fsdp.MixedPrecision",
+    "torch.distributed._composable.fsdp.MixedPrecisionPolicy",
+)
+
+
+def lightning_precision(ctx: FileContext, site: CallSite) -> tuple[str | None, ArgValue]:
+    """The `precision` a Lightning `Trainer(...)`/`Fabric(...)` trains in, as text ("32" when left
+    out: the default "32-true"; None when it cannot be known, or FSDP's policy sets it), with the
+    argument as written."""
+    precision = find_argument(ctx, site, "precision")
+    if precision.unknown or precision.missing and ctx.calls_to(*SHARDED_MIXED_PRECISION):
+        return None, precision
+    if precision.missing:
+        return "32", precision
+    number = literal_int(ctx, precision.node, site.stack)
+    return (str(number) if number is not None else string_value(ctx, precision.node, site.stack)), precision
+
+
+def fabric_in_fp32(ctx: FileContext) -> bool:
+    """Does a `Fabric(...)` of the file certainly train in fp32 on the GPU? Its precision and TF32
+    advice is then SF901's, on the `Fabric` call: one TF32 finding, under the framework's rule."""
+    return any(lightning_on_gpu(ctx, site) and lightning_precision(ctx, site)[0] in FP32_PRECISIONS
+               for site in ctx.calls_to(*LIGHTNING_FABRIC))
 
 
 def lightning_on_gpu(ctx: FileContext, site: CallSite) -> bool:
@@ -75,7 +104,7 @@ def lightning_on_gpu(ctx: FileContext, site: CallSite) -> bool:
     if isinstance(node, cst.IfExp) and taken_on_a_gpu(ctx, node.test, site.stack):
         node = node.body
     value = string_value(ctx, node, site.stack)
-    return value is not None and value.lower() not in _NOT_CUDA
+    return value is not None and value.lower() not in NOT_CUDA
 
 
 def hf_args_on_gpu(ctx: FileContext, site: CallSite) -> bool:
@@ -129,6 +158,28 @@ def in_lightning_callback(ctx: FileContext, site: CallSite) -> bool:
     pl_module)`)? What it trains hangs off the LightningModule the Trainer owns."""
     owner = class_of_method(site.stack)
     return owner is not None and ctx.is_subclass_of(owner.name.value, *LIGHTNING_CALLBACK)
+
+
+def configured_trainers_off_gpu(ctx: FileContext, stack: Stack) -> str | None:
+    """Why the optimizer the `configure_optimizers` at ``stack`` builds steps on no GPU, or None:
+    the project's run configs name its class, build Lightning Trainers (`_target_:
+    lightning.pytorch.Trainer` in a hydra group, LightningCLI's `trainer:`) and every one of them
+    names a CPU (TPU, MPS...) accelerator. The Trainer puts the module's parameters, and so the
+    optimizer's state, on its own device, whatever devices the module's code names."""
+    function = function_of(stack)
+    owner = class_of_method(stack)
+    if not isinstance(function, cst.FunctionDef) or function.name.value != "configure_optimizers" or owner is None:
+        return None
+    configs = run_configs(ctx)
+    if owner.name.value not in configs.named_classes():
+        return None
+    trainers = configs.built(LIGHTNING_TRAINER)
+    trainers += [trainer for tree in configs.cli_configs() if (trainer := tree.get("trainer")) is not None]
+    accelerators = {str(found.value).lower() if (found := trainer.get("accelerator")) is not None else None
+                    for trainer in trainers}
+    if not trainers or not all(value in NOT_CUDA for value in accelerators):
+        return None
+    return f"every Lightning Trainer of the project's configs says `accelerator: {', '.join(sorted(map(str, accelerators)))}`"
 
 
 def in_lightning_method(ctx: FileContext, site: CallSite) -> bool:
@@ -236,6 +287,17 @@ def fabric_setups(ctx: FileContext) -> list[CallSite]:
 def fabric_owned(ctx: FileContext, model: str) -> bool:
     """Is ``model`` handed to a `fabric.setup(...)` of the file?"""
     return any(dotted_name(site.node.args[0].value) == model for site in fabric_setups(ctx))
+
+
+def accelerator_step_state(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """`accelerator.sync_gradients`: Accelerate's own state, not an option of the run. It is True
+    whenever the optimizer steps (every step without gradient accumulation), so code under it
+    runs once per optimizer step; its name only looks like a `--sync` debugging flag."""
+    owner, _, attr = (dotted_name(node) or "").rpartition(".")
+    if attr != "sync_gradients" or not owner:
+        return False
+    holders = {"accelerator", *_assigned_from(ctx, ACCELERATOR)}
+    return owner in holders or owner.endswith((".accelerator", "gradient_state"))
 
 
 def _uses_accelerator_device(ctx: FileContext) -> bool:

@@ -32,6 +32,8 @@ from speedfix.model import launch
 from speedfix.model.arguments import UNKNOWN_VALUE, class_field_defaults, find_argument, known_value
 from speedfix.model.config_tree import load_mapping
 from speedfix.model.context import FileContext
+from speedfix.model.flow import compared, literal_value
+from speedfix.model.frames import Stack
 from speedfix.model.frameworks import HF_ARGUMENT_PARSERS, HF_TRAINING_ARGUMENTS, TRL_CONFIGS
 from speedfix.model.index import CallSite
 from speedfix.model.project_classes import project_class
@@ -145,6 +147,21 @@ def parsed_arguments(ctx: FileContext) -> list[ParsedArguments]:
             if qualname is not None:
                 found.append(ParsedArguments(ctx, element, parse, qualname, fields, _recipes(ctx)))
     return found
+
+
+def compared_false_in_every_run(ctx: FileContext, test: cst.BaseExpression, stack: Stack) -> bool:
+    """`training_args.load_in_kbits in [4, 8]`: a field of the project's TrainingArguments
+    subclass a parser fills, compared with a literal, false with the value each launch command
+    gives it (`--load_in_kbits 16`) and with the field's default where a command leaves it out."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or not isinstance(test.left, cst.Attribute):
+        return False
+    key, target = test.left.attr.value, test.comparisons[0]
+    right = literal_value(ctx, target.comparator, stack)
+    for parsed in parsed_arguments(ctx):
+        if key in parsed.fields:
+            runs = [given or parsed.default(key) for given in parsed.per_launch(key) or [None]]
+            return all(compared(target.operator, run.value, right) is False for run in runs)
+    return False
 
 
 def _parse_call(ctx: FileContext, parser: CallSite) -> CallSite | None:

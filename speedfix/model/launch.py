@@ -15,8 +15,10 @@ framework script are often given there, not in the script. The launch files of a
 A command runs *this* script when a word of it names the script's path relative to the launch
 file, the project's top or the script's folder (`python -m pkg.train` counts too). What follows
 the script's path are its options; what comes before, the launcher's (`accelerate launch
---mixed_precision bf16`). Values with shell variables (`$DS_CONFIG`) are unknown. Nothing is
-run: the files are read as text (``ProjectFiles``).
+--mixed_precision bf16`). A shell variable the launch file sets once, at its top level, to a
+plain word (`batch=1`, then `--batch_size ${batch}`) is read as that word; other values with shell
+variables (`$DS_CONFIG` from the caller) are unknown. Nothing is run: the files are read as text
+(``ProjectFiles``).
 """
 
 from __future__ import annotations
@@ -292,9 +294,40 @@ def _module_docstring(ctx: FileContext) -> tuple[int, list[str]] | None:
 
 
 def _file_lines(path: Path, text: str) -> list[list[tuple[int, str, list[tuple[int, str]]]]]:
-    """The logical lines of a launch file, per shell script or per code block of a README."""
+    """The logical lines of a launch file, per shell script or per code block of a README, with
+    the shell variables the block sets once expanded (``_expanded``)."""
     blocks = _readme_blocks(text) if path.suffix.lower() == ".md" else [(1, text.splitlines())]
-    return [_logical_lines(first, lines) for first, lines in blocks]
+    return [_expanded(_logical_lines(first, lines)) for first, lines in blocks]
+
+
+_ASSIGNMENT = re.compile(r"(?:export[ \t]+)?([A-Za-z_]\w*)=(\S*)")
+_REFERENCE = re.compile(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
+
+
+def _expanded(lines: list[tuple[int, str, list[tuple[int, str]]]]) -> list[tuple[int, str, list[tuple[int, str]]]]:
+    """`batch=1` ... `--per_device_train_batch_size ${batch}`: a variable the script sets once, at
+    the top level (not indented: no loop or branch around it), to a plain word before the
+    command is its value there. One set twice, to a value made of other variables or commands,
+    or set by the caller (`${BATCH:-1}`), stays unknown."""
+    assigned: dict[str, tuple[int, str] | None] = {}
+    for start, logical, _physical in lines:
+        match = _ASSIGNMENT.fullmatch(logical.strip()) if logical[:1] not in (" ", "\t") else None
+        if match is not None:
+            name, value = match.group(1), match.group(2)
+            plain = value.strip("'\"") if value[:1] in "'\"" and value[-1:] == value[:1] and len(value) > 1 else value
+            known = not any(char in plain for char in "$`(){}'\"")
+            assigned[name] = None if name in assigned or not known else (start, plain)
+    if not any(assigned.values()):
+        return lines
+
+    def expand(start: int, logical: str) -> str:
+        def value(match: re.Match[str]) -> str:
+            found = assigned.get(match.group(1) or match.group(2))
+            return found[1] if found is not None and found[0] < start else match.group(0)
+        return _REFERENCE.sub(value, logical)
+
+    return [(start, expand(start, logical) if "$" in logical else logical, physical)
+            for start, logical, physical in lines]
 
 
 def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, str, list[tuple[int, str]]]],

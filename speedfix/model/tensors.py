@@ -28,6 +28,9 @@ from speedfix.syntax.nodes import is_string
 
 # Tensor methods that copy the tensor to the host and wait for the GPU.
 SYNC_METHODS = ("item", "cpu", "tolist")
+# Tensor methods that queue no GPU work: `.detach()` returns the same storage without autograd
+# history, so `loss.detach().item()` waits for nothing more than `loss.item()` does.
+NO_WORK_METHODS = frozenset({"detach"})
 # Built-ins that need a tensor's value as a Python object (a number, a string).
 HOST_CONVERSIONS = ("float", "int", "bool", "str", "repr", "format")
 # Tensor methods whose result is again a tensor on the same device (`.item()`, `.tolist()`,
