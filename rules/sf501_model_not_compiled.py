@@ -315,6 +315,19 @@ class ModelNotCompiled(Rule):
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             """
         ),
+        Valid(  # a helper makes the optimizer from the parameters it is handed; the caller compiled the model
+            """
+            import torch
+
+            def training_tools(cfg, weights):
+                return torch.optim.AdamW(weights, lr=cfg.lr)
+
+            def run(cfg):
+                net = build_net(cfg).cuda()
+                net.compile()
+                optimizer = training_tools(cfg, net.parameters())
+            """
+        ),
         Valid(  # an optimizer factory (ConvNeXt's optim_factory.py): the caller builds the model
             """
             import torch
