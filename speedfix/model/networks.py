@@ -616,6 +616,20 @@ def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:
 _TRAINED: WeakKeyDictionary[FileContext, list[tuple[str, CallSite]]] = WeakKeyDictionary()
 
 
+def self_optimizing_classes(ctx: FileContext) -> set[str]:
+    """Module classes of the file that make an optimizer over their own parameters
+    (`self.optimizer = optim.RMSprop(self.parameters(), lr=lr)` in a DQN's network): their
+    objects are trained, by whatever file steps that optimizer."""
+    found: set[str] = set()
+    for site in ctx.calls:
+        owner = class_of(site.stack)
+        if owner is None or not site.node.args or not is_module_class(ctx, owner.name.value):
+            continue
+        if is_optimizer_call(ctx, site) and _parameter_roots(ctx, site.node.args[0].value, site.stack, depth=1) == {"self"}:
+            found.add(owner.name.value)
+    return found
+
+
 def optimized_modules(ctx: FileContext) -> set[str]:
     """Every module whose parameters some optimizer updates, also those sharing one optimizer
     (a CycleGAN's `Adam(itertools.chain(G_AB.parameters(), G_BA.parameters()))`)."""
