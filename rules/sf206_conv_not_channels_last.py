@@ -175,6 +175,42 @@ class ConvNotChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # trained by the script's own optimizer class (a LARS for large batches), under bf16 autocast
+            """
+            import torch
+            import torchvision
+            from torch import optim
+
+            class LARS(optim.Optimizer):
+                def __init__(self, params, lr):
+                    super().__init__(params, dict(lr=lr))
+
+            model = torchvision.models.resnet50().cuda()
+            optimizer = LARS(model.parameters(), lr=0.2)
+            for images, labels in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = criterion(model(images.cuda(non_blocking=True)), labels.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import torchvision
+            from torch import optim
+
+            class LARS(optim.Optimizer):
+                def __init__(self, params, lr):
+                    super().__init__(params, dict(lr=lr))
+
+            model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+            optimizer = LARS(model.parameters(), lr=0.2)
+            for images, labels in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = criterion(model(images.to("cuda", non_blocking=True, memory_format=torch.channels_last)), labels.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # pytorch/examples mnist: a local conv net, trained in a function it is passed to
             """
             import torch

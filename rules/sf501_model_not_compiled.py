@@ -315,6 +315,19 @@ class ModelNotCompiled(Rule):
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             """
         ),
+        Valid(  # a helper makes the optimizer from the parameters it is handed; the caller compiled the model
+            """
+            import torch
+
+            def training_tools(cfg, weights):
+                return torch.optim.AdamW(weights, lr=cfg.lr)
+
+            def run(cfg):
+                net = build_net(cfg).cuda()
+                net.compile()
+                optimizer = training_tools(cfg, net.parameters())
+            """
+        ),
         Valid(  # an optimizer factory (ConvNeXt's optim_factory.py): the caller builds the model
             """
             import torch
@@ -362,6 +375,84 @@ class ModelNotCompiled(Rule):
                     optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
+            """,
+        ),
+        Invalid(  # a hand-written large-batch optimizer (LARS/LAMB style) built on `torch.optim.Optimizer`
+            """
+            import torch
+            from torch import optim
+
+            class ScaledSGD(optim.Optimizer):
+                def __init__(self, params, lr=0.1):
+                    super().__init__(params, dict(lr=lr))
+
+                @torch.no_grad()
+                def step(self):
+                    for group in self.param_groups:
+                        for p in group["params"]:
+                            if p.grad is not None:
+                                p.add_(p.grad / (p.grad.norm() + 1e-8), alpha=-group["lr"])
+
+            def main(loader):
+                encoder = Encoder().cuda()
+                optimizer = ScaledSGD(encoder.parameters(), lr=0.2)
+                for x in loader:
+                    loss = encoder(x.cuda()).pow(2).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            from torch import optim
+
+            class ScaledSGD(optim.Optimizer):
+                def __init__(self, params, lr=0.1):
+                    super().__init__(params, dict(lr=lr))
+
+                @torch.no_grad()
+                def step(self):
+                    for group in self.param_groups:
+                        for p in group["params"]:
+                            if p.grad is not None:
+                                p.add_(p.grad / (p.grad.norm() + 1e-8), alpha=-group["lr"])
+
+            def main(loader):
+                encoder = Encoder().cuda()
+                encoder.compile()
+                optimizer = ScaledSGD(encoder.parameters(), lr=0.2)
+                for x in loader:
+                    loss = encoder(x.cuda()).pow(2).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+        Invalid(  # a helper builds the optimizer (and its schedule) from the parameters it is handed
+            """
+            import torch
+
+            def training_tools(cfg, weights):
+                optimizer = torch.optim.SGD(weights, lr=cfg.lr, momentum=0.9)
+                return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, 30)
+
+            def run(cfg):
+                net = build_net(cfg).cuda()
+                trainable = [p for p in net.parameters() if p.requires_grad]
+                optimizer, scheduler = training_tools(cfg, trainable)
+            """,
+            fixed="""
+            import torch
+
+            def training_tools(cfg, weights):
+                optimizer = torch.optim.SGD(weights, lr=cfg.lr, momentum=0.9)
+                return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, 30)
+
+            def run(cfg):
+                net = build_net(cfg).cuda()
+                net.compile()
+                trainable = [p for p in net.parameters() if p.requires_grad]
+                optimizer, scheduler = training_tools(cfg, trainable)
             """,
         ),
         Invalid(  # the optimizer class chosen by name, its groups filled from `model.named_parameters()`

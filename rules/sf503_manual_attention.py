@@ -42,7 +42,8 @@ class ManualAttention(Rule):
     sums the values over the keys (`einsum("b i d, b j d -> b i j", q, k)`, then `einsum("b i j,
     b j d -> b i d", attn, v)`), as diffusion U-Nets write it; and so does `torch.bmm`: `softmax(bmm(q, k)) @ v` is
     attention whatever the layout of `k` (self-attention over a feature map's pixels reshapes the
-    keys to `(B, C, H*W)` beforehand; SDPA takes them as `k.transpose(1, 2)`). An added bias
+    keys to `(B, C, H*W)` beforehand; SDPA takes them as `k.transpose(1, 2)`), also with the output
+    kept channels-first, `bmm(v, attn.permute(0, 2, 1))` (SAGAN's self-attention layer). An added bias
     (a relative position table, as in windowed attention) is an additive mask, which SDPA's
     `attn_mask` takes; a softmax in a branch of an `if` whose result is multiplied into the
     values after it is read along that branch (one finding per attention). Attention in a function or class that also calls
@@ -87,7 +88,8 @@ class ManualAttention(Rule):
     scaled beforehand gets `scale=1.0`). Everything else is reported without a fix: attention
     written with `torch.einsum` (its subscripts may put the tokens anywhere, `"bct,bcs->bts"`
     keeps the channels first, and SDPA wants `(..., tokens, dim)`), the weights
-    also returned or stored (for visualisation), keys laid out transposed beforehand, an `assert`
+    also returned or stored (for visualisation), keys laid out transposed beforehand, values
+    multiplied first with the weights transposed (a channels-first output), an `assert`
     or `print` that reads the scores between the steps, a mask that is not provably causal, steps under
     an `if`, dtype casts around the softmax, two masks, and a causal mask where the keys may
     outnumber the queries (a key/value cache: with one new token `[:T, :T]` masks nothing, while
@@ -201,6 +203,28 @@ class ManualAttention(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # attention over a feature map's pixels, output kept channels-first: `bmm(v, weights.permute(0, 2, 1))`
+            """
+            import torch
+            import torch.nn as nn
+
+            class PixelAttention(nn.Module):
+                def __init__(self, channels):
+                    super().__init__()
+                    self.q = nn.Conv2d(channels, channels // 8, 1)
+                    self.k = nn.Conv2d(channels, channels // 8, 1)
+                    self.v = nn.Conv2d(channels, channels, 1)
+                    self.weigh = nn.Softmax(dim=-1)
+
+                def forward(self, x):
+                    b, c, h, w = x.shape
+                    query = self.q(x).flatten(2).permute(0, 2, 1)
+                    key = self.k(x).flatten(2)
+                    weights = self.weigh(torch.bmm(query, key))
+                    mixed = torch.bmm(self.v(x).flatten(2), weights.permute(0, 2, 1))
+                    return x + mixed.view(b, c, h, w)
+            """,
+        ),
         Invalid(  # the fused path only behind a flag that is off by default (llm.c's `--flash 0`)
             """
             import argparse

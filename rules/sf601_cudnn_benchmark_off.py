@@ -7,7 +7,8 @@ from speedfix.model.flow import default_choice, off_by_default
 from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.index import CallSite
 from speedfix.model.lightning_config import configured_trainers
-from speedfix.model.networks import is_conv_architecture, project_conv_dims, zoo_architecture
+from speedfix.model.frames import class_of
+from speedfix.model.networks import is_conv_architecture, project_conv_dims, self_optimizing_classes, zoo_architecture
 from speedfix.model.patterns import cudnn_choices, cudnn_disabled
 from speedfix.project.steps import CONV_LAYERS
 from speedfix.rules._impact import Estimate, Finding, Impact, small_model
@@ -23,7 +24,9 @@ class CudnnBenchmarkOff(Rule):
     Finds CUDA training of a convolutional network (`nn.Conv1d/2d/3d` layers, or a CNN from a
     model zoo: `torchvision.models.resnet50()`, `models.__dict__[args.arch]()`,
     `models.get_model(...)`, `timm.create_model(...)`) in a script that never sets
-    `torch.backends.cudnn.benchmark`.
+    `torch.backends.cudnn.benchmark`. A conv net whose class makes its own optimizer
+    (`self.optimizer = optim.RMSprop(self.parameters())`, as RL agents' networks do) is trained
+    and reported in its own file, without a fix when that file has no entry point.
 
     ## Why is this bad?
     With `benchmark = False` (the default) cuDNN picks convolution algorithms by heuristics. With
@@ -98,6 +101,22 @@ class CudnnBenchmarkOff(Rule):
     effect = "cuDNN picks the fastest conv algorithm per shape: 1.42x per epoch on a V100 (SpeechBrain)."
 
     VALID = [
+        Valid(  # a module that only defines a conv net: whoever trains it decides
+            """
+            import torch
+            import torch.nn as nn
+
+            class QNet(nn.Module):
+                def __init__(self, actions):
+                    super().__init__()
+                    self.features = nn.Sequential(nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(), nn.Flatten())
+                    self.head = nn.LazyLinear(actions)
+                    self.to(torch.device("cuda"))
+
+                def forward(self, frames):
+                    return self.head(self.features(frames))
+            """
+        ),
         Valid(  # already on
             """
             import torch
@@ -162,6 +181,24 @@ class CudnnBenchmarkOff(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an RL network that makes its own optimizer and moves itself to the GPU: it is trained,
+            # by whichever file steps that optimizer (no entry point here: no fix)
+            """
+            import torch
+            import torch.nn as nn
+
+            class QNet(nn.Module):
+                def __init__(self, actions, lr):
+                    super().__init__()
+                    self.features = nn.Sequential(nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(), nn.Flatten())
+                    self.head = nn.LazyLinear(actions)
+                    self.optimizer = torch.optim.Adam(self.parameters(), lr=lr)
+                    self.to(torch.device("cuda"))
+
+                def forward(self, frames):
+                    return self.head(self.features(frames))
+            """,
+        ),
         Invalid(  # a diffusers U-Net is a conv net
             """
             import torch
@@ -366,7 +403,8 @@ class CudnnBenchmarkOff(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.drives_training or self._uses_lightning():
+        trainers = set() if ctx.drives_training else self_optimizing_classes(ctx)
+        if not (ctx.drives_training or trainers) or self._uses_lightning():
             return
         disabled = cudnn_disabled(ctx)
         if disabled is not None and disabled.statement is not None:
@@ -387,8 +425,8 @@ class CudnnBenchmarkOff(Rule):
         if ctx.links.cudnn is not None and not ctx.has_main_guard:
             return  # the script that imports this module and runs it chooses for the process
         conv = self._first_conv()
-        if conv is None:
-            return
+        if conv is None or not ctx.drives_training and not ((owner := class_of(conv.stack)) and owner.name.value in trainers):
+            return  # a module only: report the conv net of a class that trains itself (has its own optimizer)
         message = "convolutions run with cuDNN's default algorithms: `cudnn.benchmark` is never enabled"
         if gate is not None:
             message = ("convolutions run with cuDNN's default algorithms: the script sets cuDNN up only when "

@@ -19,7 +19,7 @@ from speedfix.model.loaders import stops_at_once
 from speedfix.model.networks import optimized_modules
 from speedfix.model.patterns import is_dataloader, unwrap_iterable
 from speedfix.model.rl import is_acting_function
-from speedfix.model.scale import runs_once
+from speedfix.model.scale import named_for_evaluation, runs_once
 from speedfix.project.steps import is_optimizer_name
 from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.blocks import enclosing_block
@@ -48,7 +48,8 @@ class EvalWithoutNoGrad(Rule):
     named like `evaluate`/`validate`/`test`/`predict` or after `model.eval()`, and no
     `torch.no_grad()`/`torch.inference_mode()` around it (as a `with`, a decorator of the
     function or around the call of the function, also when another scanned file makes that call:
-    `with torch.no_grad(): validate(...)` in the training script).
+    `with torch.no_grad(): validate(...)` in the training script). A loop over a loader named for
+    evaluation (`test_loader`, `val_dl`) counts too, whatever its function is called.
 
     Also finds a forward pass, run again and again (in a loop, in a function called in one, in
     a policy's `act`/`select_action`), whose outputs only leave as host values, indices or
@@ -279,6 +280,31 @@ class EvalWithoutNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a metric helper named for neither, but the loader it walks is the test set's
+            """
+            import torch
+
+            def hit_rate(model, test_loader, k):
+                hits = []
+                for users, items in test_loader:
+                    scores = model(users.cuda(), items.cuda())
+                    top = torch.topk(scores, k).indices.cpu().tolist()
+                    hits.append(int(0 in top))
+                return sum(hits) / len(hits)
+            """,
+            fixed="""
+            import torch
+
+            def hit_rate(model, test_loader, k):
+                hits = []
+                with torch.no_grad():
+                    for users, items in test_loader:
+                        scores = model(users.cuda(), items.cuda())
+                        top = torch.topk(scores, k).indices.cpu().tolist()
+                        hits.append(int(0 in top))
+                return sum(hits) / len(hits)
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -632,7 +658,8 @@ class EvalWithoutNoGrad(Rule):
         function = ctx.function_of(info.stack)
         if function is not None and function in ctx.hot_functions:
             return False  # called on every training step: its outputs may feed the loss
-        return calls_model(ctx, loop.body) and (self._named_for_evaluation(function) or self._after_eval_call(info))
+        return calls_model(ctx, loop.body) and (self._named_for_evaluation(function) or self._after_eval_call(info)
+                                                or named_for_evaluation(dotted_name(unwrap_iterable(info.iter))))
 
     def _needs_grad(self, loop: cst.CSTNode) -> bool:
         """Does the loop use autograd (gradients, a backward, an optimizer) or pick a grad mode?"""

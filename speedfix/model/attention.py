@@ -75,6 +75,8 @@ UNKNOWN_DROPOUT = "the dropout's probability is not known (an `nn.Dropout` modul
 SOFTMAX_ARGS = "the softmax takes extra arguments"
 KEYS_LAID_OUT = "the keys are already laid out `(batch, dim, tokens)` (SDPA takes them `(batch, tokens, dim)`)"
 READ_BETWEEN = "another statement reads the scores or weights between the attention's steps"
+VALUES_FIRST = ("the values come first and the weights transposed (`bmm(v, attn.permute(0, 2, 1))`, channels-first "
+                "output): SDPA takes `v.transpose(1, 2)` and its output needs transposing back")
 EINSUM_LAYOUT = "it is written with `einsum`, whose layouts the fix does not rewrite (SDPA takes `(..., tokens, dim)`)"
 # In-place steps of the chain on the scores, read as `scores = scores.<method>(...)`.
 _IN_PLACE = ("masked_fill_",)
@@ -236,6 +238,14 @@ def read_attention(ctx: FileContext, block: Sequence[cst.BaseStatement], index: 
             return None
         found.problem(EINSUM_LAYOUT)
     softmax = _Reader(ctx, block, class_of_method(stack), found)._weights(weights, index)
+    if softmax is None and einsum is None:
+        # `bmm(v, attn.permute(0, 2, 1))`: the output transposed, `(batch, channels, tokens)`, as
+        # self-attention over a feature map's pixels writes it (SAGAN, DANet's position attention)
+        flipped = untransposed(ctx, value, batched=isinstance(output, cst.Call) and ctx.qualname(output.func) == BMM)
+        if flipped is not None:
+            found = Attention(output=output, softmax=found.softmax, value=weights, first=index)
+            found.problem(VALUES_FIRST)
+            softmax = _Reader(ctx, block, class_of_method(stack), found)._weights(flipped, index)
     if softmax is None:
         return None
     found.softmax = softmax

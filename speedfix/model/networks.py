@@ -14,7 +14,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.arguments import argparse_default
+from speedfix.model.arguments import argparse_default, find_argument
 from speedfix.model.context import MODULE_METHODS, FileContext
 from speedfix.model.flow import comes_before
 from speedfix.model.forward import LOSS_NAME, is_local_object
@@ -545,6 +545,7 @@ def _function_parameter_roots(ctx: FileContext, stack: Stack) -> set[str]:
     return roots if len(roots) == 1 and None not in found else set()
 
 
+_OPTIMIZER_BASES = ("torch.optim.Optimizer", "torch.optim.optimizer.Optimizer")
 # What scripts call their parsed options: never the model.
 _OPTIONS_NAMES = frozenset({"args", "cfg", "config", "opt", "opts", "hparams", "options", "params"})
 # Words in the name of a helper that turns a model into optimizer param groups:
@@ -585,10 +586,14 @@ def _unwrapped_name(value: cst.BaseExpression) -> str | None:
 
 
 def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
-    """`torch.optim.AdamW(...)`, also chosen by name: `getattr(torch.optim, args.optimizer)(...)`."""
+    """`torch.optim.AdamW(...)`, also chosen by name: `getattr(torch.optim, args.optimizer)(...)`,
+    or an optimizer class of the file's own built on `torch.optim.Optimizer` (a hand-written LARS
+    or LAMB for large-batch training): it updates the model's parameters all the same."""
     func = site.node.func
     if isinstance(func, cst.Call) and dotted_name(func.func) == "getattr" and func.args:
         return ctx.qualname(func.args[0].value) == "torch.optim"
+    if isinstance(func, cst.Name) and func.value in ctx.classes:
+        return ctx.is_subclass_of(func.value, *_OPTIMIZER_BASES)
     qualified = ctx.call_qualname(site)
     return bool(qualified) and qualified.startswith(OPTIMIZER_PREFIX) and not qualified.startswith("torch.optim.lr_scheduler")
 
@@ -611,6 +616,20 @@ def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:
 _TRAINED: WeakKeyDictionary[FileContext, list[tuple[str, CallSite]]] = WeakKeyDictionary()
 
 
+def self_optimizing_classes(ctx: FileContext) -> set[str]:
+    """Module classes of the file that make an optimizer over their own parameters
+    (`self.optimizer = optim.RMSprop(self.parameters(), lr=lr)` in a DQN's network): their
+    objects are trained, by whatever file steps that optimizer."""
+    found: set[str] = set()
+    for site in ctx.calls:
+        owner = class_of(site.stack)
+        if owner is None or not site.node.args or not is_module_class(ctx, owner.name.value):
+            continue
+        if is_optimizer_call(ctx, site) and _parameter_roots(ctx, site.node.args[0].value, site.stack, depth=1) == {"self"}:
+            found.add(owner.name.value)
+    return found
+
+
 def optimized_modules(ctx: FileContext) -> set[str]:
     """Every module whose parameters some optimizer updates, also those sharing one optimizer
     (a CycleGAN's `Adam(itertools.chain(G_AB.parameters(), G_BA.parameters()))`)."""
@@ -625,7 +644,7 @@ def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
     """(model, call) for optimizers made by a factory that takes the model itself
     (`create_optimizer_v2(model, ...)` in timm, `set_optimizer(opt, model)`) or by the model
     (`model.configure_optimizers(...)`)."""
-    found: list[tuple[str, CallSite]] = []
+    found: list[tuple[str, CallSite]] = list(_parameters_handed_in(ctx))
     for site in ctx.calls:
         leaf = (site.func or "").rsplit(".", 1)[-1].lower()
         if "optimizer" in leaf and leaf.startswith("configure") and isinstance(site.node.func, cst.Attribute):
@@ -640,6 +659,34 @@ def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
             name = next((n for n in names if n and n not in _OPTIONS_NAMES), None)
             if name and "." not in name:
                 found.append((_unaliased(ctx, name, site.stack), site))
+    return found
+
+
+def _parameters_handed_in(ctx: FileContext) -> list[tuple[str, CallSite]]:
+    """(model, the caller's call) for a function of the file that makes an optimizer over
+    parameters it is given (`def get_train_utils(opt, model_parameters): ... SGD(model_parameters,
+    ...)`), called with a model's parameters (`get_train_utils(opt, model.parameters())`, or a
+    variable holding them): the caller's model is trained."""
+    found: list[tuple[str, CallSite]] = []
+    for site in ctx.calls:
+        first = site.node.args[0].value if site.node.args and site.node.args[0].keyword is None else None
+        function = ctx.function_of(site.stack)
+        if not isinstance(first, cst.Name) or not isinstance(function, cst.FunctionDef) or not is_optimizer_call(ctx, site):
+            continue
+        params = [param.name.value for param in function.params.params]
+        if first.value not in params or ctx.assignments_in(function, first.value):
+            continue
+        position = params.index(first.value)
+        helpers = ctx.functions.get(function.name.value, [])
+        if len(helpers) != 1 or helpers[0].node is not function or helpers[0].class_name is not None:
+            continue
+        for caller in ctx.calls:
+            if caller.func != function.name.value:
+                continue
+            handed = find_argument(ctx, caller, first.value, position).node
+            roots = _parameter_roots(ctx, handed, caller.stack, depth=1) if handed is not None else set()
+            if len(roots) == 1 and (root := roots.pop()) != "self":
+                found.append((root, caller))
     return found
 
 

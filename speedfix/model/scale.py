@@ -50,6 +50,11 @@ _EVALUATION_NAME = re.compile(
 _TRAINING_NAME = re.compile(r"(?:^|[._])train", re.IGNORECASE)
 
 
+def named_for_evaluation(name: str | None) -> bool:
+    """Is ``name`` a loader's name that says evaluation (`test_loader`, `self.val_dl`)?"""
+    return name is not None and bool(_EVALUATION_NAME.search(name)) and not _TRAINING_NAME.search(name)
+
+
 def loader_role(ctx: FileContext, site: CallSite) -> Role:
     """Does the DataLoader made at ``site`` feed the training step, or only evaluation?
 
