@@ -20,7 +20,8 @@ class SynchronizeInLoop(BranchTracker, Rule):
     """
     ## What it does
     Finds `torch.cuda.synchronize()` (or `torch.accelerator.synchronize()`) that runs on every
-    training step. A call under a periodic `if step % N == 0:` guard, outside the step loop, in a
+    training step, once per step (a timer that synchronizes at the start and at the end of the
+    step is one finding, on the first call). A call under a periodic `if step % N == 0:` guard, outside the step loop, in a
     branch that runs once or in an `except` handler is left alone. One that a comment marks as
     deliberate timing (`# sync so the timer measures the GPU work`), or that only runs under an
     opt-in flag (`if args.synchronize_step:`), is an info note rather than a warning: measuring
@@ -123,6 +124,20 @@ class SynchronizeInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a step timer that waits at the start and at the end: one finding for the step
+            """
+            import time
+            import torch
+            for x, y in loader:
+                torch.cuda.synchronize()
+                begin = time.perf_counter()
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+                torch.cuda.synchronize()
+                elapsed += time.perf_counter() - begin
+            """
+        ),
         Invalid(
             """
             import torch
@@ -194,13 +209,18 @@ class SynchronizeInLoop(BranchTracker, Rule):
         return None
 
     def finish(self) -> None:
+        reported: set[cst.CSTNode] = set()
         for site in self.ctx.calls_to(*_SYNCHRONIZE):
-            self._check(site)
+            scope = self.ctx.step_scope(site.stack)
+            if scope is not None and scope in reported:
+                continue  # a second wait of the same step (a timer's start and stop): the same advice
+            if self._check(site) and scope is not None:
+                reported.add(scope)
 
-    def _check(self, site: CallSite) -> None:
+    def _check(self, site: CallSite) -> bool:
         how_often = frequency(self.ctx, site.stack, self.branches_at(site.node))
         if how_often is None or how_often.interval is not None:
-            return  # once, on an error path, or every N steps
+            return False  # once, on an error path, or every N steps
         if how_often.flag is not None:
             self.report(site.node, f"`torch.cuda.synchronize()` on every step {how_often.describe()}: "
                         "runs with the flag are slower than without it", severity=Severity.INFO)
@@ -209,6 +229,7 @@ class SynchronizeInLoop(BranchTracker, Rule):
                         "the timed run is slower than an untimed one", severity=Severity.INFO)
         else:
             self.report(site.node, "`torch.cuda.synchronize()` on every step makes the CPU wait for the GPU to go idle")
+        return True
 
     def _marked_as_timing(self, site: CallSite) -> bool:
         """A comment on the call, or on an `if` around it inside the step, says it times the step."""
