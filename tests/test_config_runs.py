@@ -159,6 +159,8 @@ def test_a_trainer_given_the_lightning_section_of_the_launched_yaml_files(write,
     assert "main.py:19:1: SF901 the LightningModule trains without `torch.compile`" in result
     write("configs/toy.yaml", "lightning:\n  trainer:\n    precision: bf16-mixed\n")
     assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout
+    write("configs/toy.yaml", "model:\n  target: models.UNet\n")  # no such section: nothing is known
+    assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout
     write("main.py", MAIN_2X.replace('"gpu"', '"cpu"'))  # the script sends every run to the CPU
     write("configs/toy.yaml", "lightning:\n  trainer:\n    max_epochs: 20\n")
     assert run_cli(*scan, cwd=tmp_path).stdout == ""

@@ -378,8 +378,8 @@ def _launched_section(ctx: FileContext, site: CallSite) -> list[ConfiguredTraine
         label = f"the `Trainer` given `{code_of(arg.value)}` (the `{': '.join(keys)}:` section of the run's YAML)"
         trainer = ConfiguredTrainer("yaml", site, label)
         sections = _launched_yaml(ctx, trainer, keys)
-        if not trainer.configs:
-            return []  # no launch command names the files: nothing is known
+        if not sections:
+            return []  # no launch command names a file with that section: nothing is known
         if len(sections) == 1:
             trainer.add_at = sections[0].at
         _written_into(ctx, trainer, names, site)
