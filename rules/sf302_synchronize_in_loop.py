@@ -22,10 +22,11 @@ class SynchronizeInLoop(BranchTracker, Rule):
     Finds `torch.cuda.synchronize()` (or `torch.accelerator.synchronize()`) that runs on every
     training step, once per step (a timer that synchronizes at the start and at the end of the
     step is one finding, on the first call, which counts the others). A call under a periodic
-    `if step % N == 0:` guard, outside the step loop, in a branch that runs once or in an `except` handler is left alone. One that a comment marks as
-    deliberate timing (`# sync so the timer measures the GPU work`), or that only runs under an
-    opt-in flag (`if args.synchronize_step:`), is an info note rather than a warning: measuring
-    is a choice, but the measured run is slower than an unmeasured one.
+    `if step % N == 0:` guard, outside the step loop, in a branch that runs once or in an
+    `except` handler is left alone. One that a comment marks as deliberate timing (`# sync so
+    the timer measures the GPU work`), or that only runs under an opt-in flag (`if
+    args.synchronize_step:`), is an info note rather than a warning: measuring is a choice, but
+    the measured run is slower than an unmeasured one.
 
     ## Why is this bad?
     CUDA kernels run asynchronously: the CPU queues the next step's kernels while the GPU works
