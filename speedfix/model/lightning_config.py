@@ -300,13 +300,18 @@ def _from_argparse(ctx: FileContext) -> list[ConfiguredTrainer]:
                     trainer.settings[arg.keyword.value] = TrainerValue(_python(ctx, arg.value, call), node=arg)
         if ctx.calls_to(*_YAML_LOADS):
             _launched_yaml(ctx, trainer)
-        for launched in launch.launches(ctx):
-            for key in launched.options:
-                given = launch.option(ctx, key)
-                trainer.settings[key] = TrainerValue(given.value if given.known else UNKNOWN, given.where)
+        _launch_options(ctx, trainer)
         _call_arguments(ctx, trainer, site.node.args[1:], site)
         found.append(trainer)
     return found
+
+
+def _launch_options(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
+    """The options the launch commands pass (`--precision 16`): the Trainer's settings."""
+    for launched in launch.launches(ctx):
+        for key in launched.options:
+            given = launch.option(ctx, key)
+            trainer.settings[key] = TrainerValue(given.value if given.known else UNKNOWN, given.where)
 
 
 def _launched_yaml(ctx: FileContext, trainer: ConfiguredTrainer, keys: tuple[str, ...] = ()) -> list[Node]:
@@ -383,10 +388,7 @@ def _launched_section(ctx: FileContext, site: CallSite) -> list[ConfiguredTraine
         if len(sections) == 1:
             trainer.add_at = sections[0].at
         _written_into(ctx, trainer, names, site)
-        for launched in launch.launches(ctx):
-            for key in launched.options:
-                given = launch.option(ctx, key)
-                trainer.settings[key] = TrainerValue(given.value if given.known else UNKNOWN, given.where)
+        _launch_options(ctx, trainer)
         _call_arguments(ctx, trainer, [other for other in site.node.args if other is not arg], site)
         trainer.lightning_1x = "gpus" in trainer.settings  # `gpus` is gone from Lightning 2.0
         return [trainer]
