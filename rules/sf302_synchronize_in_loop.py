@@ -20,11 +20,13 @@ class SynchronizeInLoop(BranchTracker, Rule):
     """
     ## What it does
     Finds `torch.cuda.synchronize()` (or `torch.accelerator.synchronize()`) that runs on every
-    training step. A call under a periodic `if step % N == 0:` guard, outside the step loop, in a
-    branch that runs once or in an `except` handler is left alone. One that a comment marks as
-    deliberate timing (`# sync so the timer measures the GPU work`), or that only runs under an
-    opt-in flag (`if args.synchronize_step:`), is an info note rather than a warning: measuring
-    is a choice, but the measured run is slower than an unmeasured one.
+    training step, once per step (a timer that synchronizes at the start and at the end of the
+    step is one finding, on the first call, which counts the others). A call under a periodic
+    `if step % N == 0:` guard, outside the step loop, in a branch that runs once or in an
+    `except` handler is left alone. One that a comment marks as deliberate timing (`# sync so
+    the timer measures the GPU work`), or that only runs under an opt-in flag (`if
+    args.synchronize_step:`), is an info note rather than a warning: measuring is a choice, but
+    the measured run is slower than an unmeasured one.
 
     ## Why is this bad?
     CUDA kernels run asynchronously: the CPU queues the next step's kernels while the GPU works
@@ -123,6 +125,20 @@ class SynchronizeInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a step timer that waits at the start and at the end: one finding for the step
+            """
+            import time
+            import torch
+            for x, y in loader:
+                torch.cuda.synchronize()
+                begin = time.perf_counter()
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+                torch.cuda.synchronize()
+                elapsed += time.perf_counter() - begin
+            """
+        ),
         Invalid(
             """
             import torch
@@ -194,21 +210,25 @@ class SynchronizeInLoop(BranchTracker, Rule):
         return None
 
     def finish(self) -> None:
+        # A step's waits of one kind (a timer's start and stop): one finding, on the first
+        steps: dict[tuple[object, str], list[CallSite]] = {}
         for site in self.ctx.calls_to(*_SYNCHRONIZE):
-            self._check(site)
-
-    def _check(self, site: CallSite) -> None:
-        how_often = frequency(self.ctx, site.stack, self.branches_at(site.node))
-        if how_often is None or how_often.interval is not None:
-            return  # once, on an error path, or every N steps
-        if how_often.flag is not None:
-            self.report(site.node, f"`torch.cuda.synchronize()` on every step {how_often.describe()}: "
-                        "runs with the flag are slower than without it", severity=Severity.INFO)
-        elif self._marked_as_timing(site):
-            self.report(site.node, "`torch.cuda.synchronize()` on every step, commented as timing: "
-                        "the timed run is slower than an untimed one", severity=Severity.INFO)
-        else:
-            self.report(site.node, "`torch.cuda.synchronize()` on every step makes the CPU wait for the GPU to go idle")
+            how_often = frequency(self.ctx, site.stack, self.branches_at(site.node))
+            if how_often is None or how_often.interval is not None:
+                continue  # once, on an error path, or every N steps
+            if how_often.flag is not None:
+                kind = f"on every step {how_often.describe()}: runs with the flag are slower than without it"
+            elif self._marked_as_timing(site):
+                kind = "on every step, commented as timing: the timed run is slower than an untimed one"
+            else:
+                kind = "on every step makes the CPU wait for the GPU to go idle"
+            scope = self.ctx.step_scope(site.stack)
+            steps.setdefault((scope if scope is not None else site.node, kind), []).append(site)
+        for (_, kind), sites in steps.items():
+            more = f" (and {len(sites) - 1} more time{'s' if len(sites) > 2 else ''} in the same step)" \
+                if len(sites) > 1 else ""
+            severity = Severity.WARNING if kind.endswith("go idle") else Severity.INFO
+            self.report(sites[0].node, f"`torch.cuda.synchronize()` {kind}{more}", severity=severity)
 
     def _marked_as_timing(self, site: CallSite) -> bool:
         """A comment on the call, or on an `if` around it inside the step, says it times the step."""

@@ -11,7 +11,8 @@ from speedfix.model.config_files import builds_conv2d, classes_build_conv2d
 from speedfix.model.config_tree import Node
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import (FP32_PRECISIONS, LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, fabric_setups,
-                                       fitted_classes, in_lightning_method, lightning_on_gpu, lightning_precision)
+                                       fitted_classes, in_lightning_method, lightning_on_gpu, lightning_precision,
+                                       trainer_fits)
 from speedfix.model.hydra_config import INSTANTIATE, config_of
 from speedfix.model.tf32 import loop_gains_from_tf32
 from speedfix.model.lightning_config import UNKNOWN, ConfiguredTrainer, TrainerValue, configured_trainers
@@ -67,8 +68,12 @@ class LightningTrainerConfig(Rule):
     `configs/` or `experiments/`), Lightning 1.x's `Trainer.from_argparse_args(args)` (CPU and
     fp32 unless `parser.set_defaults(...)`, the launch commands or the `lightning: trainer:`
     section of the YAML files they name say otherwise), and `Trainer(**config["trainer"])` with
-    a YAML file the script loads itself (`yaml.safe_load` of an argparse default) or with the
-    section hydra composes (`pl.Trainer(**cfg.trainer)`: `trainer/default.yaml`). A value in a
+    a YAML file the script loads itself (`yaml.safe_load` of an argparse default), with the
+    section hydra composes (`pl.Trainer(**cfg.trainer)`: `trainer/default.yaml`), or with a
+    section of the YAML files the launch commands name that the script merges itself
+    (`Trainer(**trainer_opt)` where `trainer_opt` is `config.pop("lightning").get("trainer")`
+    of `OmegaConf.merge(*[OmegaConf.load(f) for f in opt.base])`, made a `Namespace` and back).
+    The compile note sits on the Trainer's `fit` (not an encoder's `fit(data)`). A value in a
     YAML file or a launch command is reported on its line, with what to write there. For such a
     Trainer the conv net may be one its YAML names (`class_path: pkg.models.UNet`, read from the
     project's module without importing it); for any Trainer, the project class `trainer.fit(...)`
@@ -698,7 +703,7 @@ class LightningTrainerConfig(Rule):
                 return
         if ctx.calls_to("torch.compile", *_SHARDING) or any(True for _ in ctx.method_calls("compile")):
             return  # compiled already, or sharded by hand (compile goes block by block there)
-        fits = [site for site in ctx.method_calls("fit") if site.node.args]
+        fits = trainer_fits(ctx)
         cli = next((trainer for trainer in configured_trainers(ctx) if trainer.kind == "cli"), None)
         target: cst.CSTNode | None = fits[0].node if fits else None
         if target is None and cli is not None:  # the module class LightningCLI gets

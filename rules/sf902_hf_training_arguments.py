@@ -77,7 +77,8 @@ class HfTrainingArguments(Rule):
       only when a run turns the flag on, by its option or the JSON/YAML file it names; not in a
       helper of the file called only where no run goes, such as a k-bit loading path behind
       `if training_args.load_in_kbits in [4, 8]:` when every run loads 16-bit), which
-      trades speed for memory, and `gradient_accumulation_steps` with a
+      trades speed for memory (once per file: the flag and the call turn on one recompute), and
+      `gradient_accumulation_steps` with a
       micro-batch of 1 or 2 (information only: neither makes training faster).
 
     The same holds for the arguments `HfArgumentParser(...).parse_args_into_dataclasses()` or
@@ -311,7 +312,8 @@ class HfTrainingArguments(Rule):
             """,
             torch="2.1",
         ),
-        Invalid(  # memory-for-speed trades, reported without a fix
+        Invalid(  # memory-for-speed trades, reported without a fix; the enable call and the flag
+            # turn on one recompute: one finding for both (on the flag)
             """
             from transformers import AutoModelForCausalLM, TrainingArguments
 
@@ -322,7 +324,7 @@ class HfTrainingArguments(Rule):
                 per_device_train_batch_size=1, gradient_accumulation_steps=64, dataloader_num_workers=2,
             )
             """,
-            count=3,
+            count=2,
         ),
         Valid(  # checkpointing behind an option that is off by default
             """
@@ -421,6 +423,10 @@ class HfTrainingArguments(Rule):
             ("checkpointing", Impact.MEDIUM, "memory traded for a recomputed forward pass"),
             ("micro-batch", Impact.MEDIUM, "a larger batch, if it fits"),
         ))
+
+    def __init__(self, ctx: FileContext) -> None:
+        super().__init__(ctx)
+        self._checkpointing_reported = False  # the recompute advice, once per file
 
     def finish(self) -> None:
         ctx = self.ctx
@@ -682,12 +688,15 @@ class HfTrainingArguments(Rule):
                 what = f"`{args.name}` turns `{keyword}` on by default (TRL 0.22 and newer), which"
             self._at(args, flag, _checkpointing_message(what), severity=Severity.INFO,
                      no_fix_reason="keep it only if the batch does not fit without it")
+            self._checkpointing_reported = True
 
     def _check_checkpointing_calls(self) -> None:
         ctx = self.ctx
         if not any(target.startswith("transformers") for target in ctx.imports.bindings.values()):
             return
         for site in ctx.method_calls("gradient_checkpointing_enable"):
+            if self._checkpointing_reported:
+                return  # the Trainer's flag turns on the same recompute: the same advice twice
             reached = reached_by_launch(ctx, site.statement, site.stack)
             if reached is False or reached is None and off_by_default(ctx, site.statement, site.stack) is not None:
                 continue  # behind options that are off by default (`if args.gradient_checkpointing:`) and that
@@ -697,6 +706,7 @@ class HfTrainingArguments(Rule):
                 continue  # (or in a helper that runs only for options no run passes: a k-bit loading path)
             self.report(site.node, _checkpointing_message("`gradient_checkpointing_enable()`"), severity=Severity.INFO,
                         no_fix_reason="keep it only if the batch does not fit without it")
+            self._checkpointing_reported = True
 
     def _flag_off_in_every_run(self, site: CallSite) -> bool:
         """`if training_args.gradient_checkpointing: model.gradient_checkpointing_enable()` where

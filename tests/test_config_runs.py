@@ -125,6 +125,49 @@ def test_from_argparse_args_with_the_yaml_files_of_the_launch_commands(write, ru
     assert "fp32" not in run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
 
 
+MAIN_2X = """\
+import argparse
+from omegaconf import OmegaConf
+from pytorch_lightning import Trainer
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--base", nargs="*", default=[])
+opt, unknown = parser.parse_known_args()
+configs = [OmegaConf.load(path) for path in opt.base]
+config = OmegaConf.merge(*configs, OmegaConf.from_dotlist(unknown))
+lightning_config = config.pop("lightning", OmegaConf.create())
+trainer_config = lightning_config.get("trainer", OmegaConf.create())
+trainer_config["accelerator"] = "gpu"
+trainer_opt = argparse.Namespace(**trainer_config)
+trainer_kwargs = dict()
+trainer_kwargs["callbacks"] = make_callbacks()
+trainer_opt = vars(trainer_opt)
+trainer_kwargs = {key: val for key, val in trainer_kwargs.items() if key not in trainer_opt}
+trainer = Trainer(**trainer_opt, **trainer_kwargs)
+trainer.fit(model, data)
+"""
+
+
+def test_a_trainer_given_the_lightning_section_of_the_launched_yaml_files(write, run_cli, tmp_path):
+    write("main.py", MAIN_2X)
+    write("README.md", "Train with\n```\npython main.py --base configs/toy.yaml\n```\n")
+    write("configs/toy.yaml", "model:\n  target: models.UNet\nlightning:\n  trainer:\n    max_epochs: 20\n")
+    scan = ["scan", "main.py", "--select", "SF901", "--no-summary"]
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert ("configs/toy.yaml:4:3: SF901 The `Trainer` given `trainer_opt` (the `lightning: trainer:` section of the "
+            "run's YAML) trains in fp32 (`precision` defaults to \"32-true\")") in result
+    assert "main.py:19:1: SF901 the LightningModule trains without `torch.compile`" in result
+    write("configs/toy.yaml", "lightning:\n  trainer:\n    precision: bf16-mixed\n")
+    assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout
+    write("configs/toy.yaml", "model:\n  target: models.UNet\n")  # no such section: nothing is known
+    assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout
+    write("main.py", MAIN_2X.replace('"gpu"', '"cpu"'))  # the script sends every run to the CPU
+    write("configs/toy.yaml", "lightning:\n  trainer:\n    max_epochs: 20\n")
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""
+    write("main.py", MAIN_2X.replace('trainer_kwargs["callbacks"]', 'trainer_kwargs["precision"]'))
+    assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout  # the kwargs may set it
+
+
 # ---------------------------------------------------------------------- Hugging Face with DeepSpeed
 HF_PARSED = """\
 from transformers import HfArgumentParser, Trainer, TrainingArguments

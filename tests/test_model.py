@@ -12,6 +12,8 @@ from speedfix.model.autograd import only_detached, outputs_leave_autograd
 from speedfix.model.context import FileContext
 from speedfix.model.devices import cpu_by_default, uses_cuda
 from speedfix.model.frames import class_of_method, in_inference_branch
+from speedfix.model.frameworks import trainer_fits
+from speedfix.model.loaded_config import section_keys
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
 from speedfix.model.versions import TorchVersion
 from speedfix.syntax.nodes import walk_expression
@@ -221,3 +223,28 @@ def test_membership_tests_with_the_defaults():
     gated = {site.func: off_by_default(ctx, site.statement, site.stack) for site in ctx.calls}
     assert gated["quantize"] == "args.bits in [4, 8]"  # 16 is neither: off by default
     assert gated["keep_fp32"] is None and gated["unknown"] is None  # taken; cannot be known
+
+
+def test_trainer_fits_are_the_trainers_not_an_encoders():
+    ctx = context("""
+        import lightning as L
+        encoders = {"id": LabelEncoder().fit(frame.id)}
+        runner = L.Trainer(max_epochs=3)
+        runner.fit(model, loader)
+        """)
+    assert [ctx.module.code_for_node(site.node) for site in trainer_fits(ctx)] == ["runner.fit(model, loader)"]
+
+
+def test_section_keys_follow_a_section_through_names_and_rewrappings():
+    ctx = context("""
+        import argparse
+        from omegaconf import OmegaConf
+        config = OmegaConf.merge(*[OmegaConf.load(f) for f in files])
+        section = config.pop("lightning", OmegaConf.create()).get("trainer", {})
+        options = argparse.Namespace(**section)
+        options = vars(options)
+        Trainer(**options, **config["other"], **settings)
+        """)
+    call = next(site for site in ctx.calls if ctx.module.code_for_node(site.node.func) == "Trainer")
+    assert [section_keys(ctx, arg.value, call.stack) for arg in call.node.args] == \
+        [("lightning", "trainer"), ("other",), None]

@@ -87,15 +87,37 @@ def _lookup_in_kwargs(ctx: FileContext, expr: cst.BaseExpression, key: str, stac
     if name is None:
         return UNKNOWN
     value = ctx.single_value(name, stack)
+    narrowed = value is None and (value := _before_narrowing(ctx, name, stack)) is not None
     if value is None:
         return _passed_by_callers(ctx, name, key, stack)
     base = _lookup_in_kwargs(ctx, value, key, stack, depth + 1)
-    if base.unknown:
-        return UNKNOWN
+    if base.unknown or (narrowed and base is not MISSING):
+        return UNKNOWN  # a key the narrowing may have dropped
     touched = _keys_changed_later(ctx, name, stack, depth)
     if touched is None or key in touched:
         return UNKNOWN
     return base
+
+
+def _before_narrowing(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:
+    """A dict assigned once and then only narrowed (`kw = {k: v for k, v in kw.items() if k not
+    in opts}`): its first value. A narrowed copy holds no key the dict did not."""
+    found = ctx.assignments_in_scope(name, stack)
+    if len(found) < 2 or any(a.unpacked or a.augmented for a in found):
+        return None
+    own = [a.value for a in found if not _narrows(a.value, name)]
+    return own[0] if len(own) == 1 else None
+
+
+def _narrows(value: cst.BaseExpression, name: str) -> bool:
+    """`{k: v for k, v in name.items() if ...}`."""
+    if not isinstance(value, cst.DictComp) or value.for_in.inner_for_in is not None:
+        return False
+    source, target = value.for_in.iter, value.for_in.target
+    pair = [dotted_name(element.value) for element in target.elements] if isinstance(target, cst.Tuple) else []
+    return isinstance(source, cst.Call) and not source.args and isinstance(source.func, cst.Attribute) \
+        and source.func.attr.value == "items" and dotted_name(source.func.value) == name \
+        and len(pair) == 2 and pair == [dotted_name(value.key), dotted_name(value.value)]
 
 
 def _passed_by_callers(ctx: FileContext, name: str, key: str, stack: Stack) -> ArgValue:
@@ -152,7 +174,7 @@ def _keys_changed_later(ctx: FileContext, name: str, stack: Stack, depth: int) -
     touched: set[str] = set()
     for assignment in ctx.item_assignments.get(name, ()):
         if ctx.function_of(assignment.stack) is function:
-            key = _item_key(assignment)
+            key = item_key(assignment)
             if key is None:
                 return None  # `kw[key] = v` with a key that is not a literal: be silent
             touched.add(key)
@@ -178,11 +200,11 @@ def assigned_item(ctx: FileContext, node: cst.BaseExpression) -> Assignment | No
     read = option_read(node) if isinstance(node, cst.Subscript) else None
     if read is None:
         return None
-    found = [a for a in ctx.item_assignments.get(read[0], ()) if _item_key(a) == read[1] and not a.augmented]
+    found = [a for a in ctx.item_assignments.get(read[0], ()) if item_key(a) == read[1] and not a.augmented]
     return found[0] if len(found) == 1 else None
 
 
-def _item_key(assignment: Assignment) -> str | None:
+def item_key(assignment: Assignment) -> str | None:
     """The literal key of `kw["callbacks"] = [...]`, else None."""
     statement = assignment.statement
     for small in statement.body if statement is not None else ():

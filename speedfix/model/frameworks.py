@@ -260,6 +260,29 @@ def lightning_fits(ctx: FileContext) -> bool:
     return bool(ctx.calls_to(*LIGHTNING_TRAINER)) and any(True for _ in ctx.method_calls("fit"))
 
 
+def trainer_fits(ctx: FileContext) -> list[CallSite]:
+    """The `.fit(model, ...)` calls of the file that train through a Lightning Trainer: on a
+    name assigned a `Trainer(...)` of the file, on a `Trainer(...)` call itself, or on a
+    `trainer` (`cli.trainer.fit(...)`); not an encoder's or a scaler's `fit(data)`. When no
+    call's receiver shows a Trainer, the `.fit` calls whose receiver is not a fresh object of
+    another class (`LabelEncoder().fit(...)`)."""
+    holders = _assigned_from(ctx, LIGHTNING_TRAINER)
+
+    def receiver(site: CallSite) -> cst.BaseExpression:
+        assert isinstance(site.node.func, cst.Attribute)
+        return site.node.func.value
+
+    def is_trainer(node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Call):
+            return ctx.qualname(node.func) in LIGHTNING_TRAINER
+        name = dotted_name(node)
+        return name is not None and (name in holders or name.rsplit(".", 1)[-1].lower().endswith("trainer"))
+
+    fits = [site for site in ctx.method_calls("fit") if site.node.args]
+    return [site for site in fits if is_trainer(receiver(site))] \
+        or [site for site in fits if not isinstance(receiver(site), cst.Call)]
+
+
 def fitted_classes(ctx: FileContext) -> set[str]:
     """The classes whose instances the file's `trainer.fit(...)` calls train, qualified through
     its imports (`model = CLIPWrapper(...)`, `trainer.fit(model, dm)` -> `models.CLIPWrapper`)."""

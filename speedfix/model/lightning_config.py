@@ -4,7 +4,9 @@
   has `_target_: lightning.pytorch.Trainer` (``speedfix.model.hydra_config``). The composed
   default is one Trainer; each other option of the `trainer` group (`trainer=gpu`) another.
 - a section unpacked into the call: `Trainer(**config["trainer"])` of a YAML file the script
-  loads, or `pl.Trainer(**cfg.trainer)` of the config hydra composes (its default only).
+  loads, `pl.Trainer(**cfg.trainer)` of the config hydra composes (its default only), or
+  `Trainer(**trainer_opt)` of the `lightning: trainer:` section of the YAML files the launch
+  commands name, which the script merges (`OmegaConf.merge(*[OmegaConf.load(f) for f in opt.base])`).
 - LightningCLI: `LightningCLI(Model, DataModule, trainer_defaults={...})`, with what every
   launch command adds (`--trainer.precision bf16-mixed`, or a `--config config.yaml` whose
   `trainer:` section sets it).
@@ -28,15 +30,16 @@ from typing import Any, Callable, Sequence
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import UNKNOWN_VALUE, find_argument, known_value, kwargs_value, string_value
+from speedfix.model.arguments import UNKNOWN_VALUE, find_argument, item_key, known_value, kwargs_value, string_value
 from speedfix.model.config_files import run_configs
 from speedfix.model.config_tree import ConfigError, Node, is_interpolation, load
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.hydra_config import INSTANTIATE, Composed, config_of, group_options
 from speedfix.model.index import CallSite
-from speedfix.model.loaded_config import loaded_node
+from speedfix.model.loaded_config import loaded_node, section_keys
 from speedfix.model.project_files import Location, display_path
+from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of
 
 UNKNOWN: Any = object()
@@ -297,21 +300,28 @@ def _from_argparse(ctx: FileContext) -> list[ConfiguredTrainer]:
                     trainer.settings[arg.keyword.value] = TrainerValue(_python(ctx, arg.value, call), node=arg)
         if ctx.calls_to(*_YAML_LOADS):
             _launched_yaml(ctx, trainer)
-        for launched in launch.launches(ctx):
-            for key in launched.options:
-                given = launch.option(ctx, key)
-                trainer.settings[key] = TrainerValue(given.value if given.known else UNKNOWN, given.where)
+        _launch_options(ctx, trainer)
         _call_arguments(ctx, trainer, site.node.args[1:], site)
         found.append(trainer)
     return found
 
 
-def _launched_yaml(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
+def _launch_options(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
+    """The options the launch commands pass (`--precision 16`): the Trainer's settings."""
+    for launched in launch.launches(ctx):
+        for key in launched.options:
+            given = launch.option(ctx, key)
+            trainer.settings[key] = TrainerValue(given.value if given.known else UNKNOWN, given.where)
+
+
+def _launched_yaml(ctx: FileContext, trainer: ConfiguredTrainer, keys: tuple[str, ...] = ()) -> list[Node]:
     """A script that loads the YAML files its launch commands name (`main.py --base
-    configs/vqgan.yaml`, merged with OmegaConf): their `lightning: trainer:` (or `trainer:`)
-    sections set the Trainer, alike in every command or unknown."""
+    configs/vqgan.yaml`, merged with OmegaConf): their ``keys`` sections (by default
+    `lightning: trainer:` or `trainer:`) set the Trainer, alike in every command or unknown.
+    Returns the sections found."""
     assert ctx.project is not None
     runs: list[Node] = []
+    sections: list[Node] = []
     for launched in launch.launches(ctx):
         merged: dict[str, Node] = {}
         for value in launched.options.values():
@@ -324,12 +334,14 @@ def _launched_yaml(ctx: FileContext, trainer: ConfiguredTrainer) -> None:
                     trainer.complete = False
                     continue
                 trainer.configs.append(tree)
-                section = tree.get("lightning", "trainer") or tree.get("trainer")
+                section = tree.get(*keys) if keys else tree.get("lightning", "trainer") or tree.get("trainer")
                 if section is not None and isinstance(section.value, dict) and section.get("_target_") is None:
                     merged.update(section.value)
+                    sections.append(section)
         runs.append(Node(merged, Location(launched.file, launched.line, 1, launched.line, 1)))
     if any(run.value for run in runs):
         _merge_sections(trainer, runs)
+    return sections
 
 
 # ---------------------------------------------------------------------- a YAML the script loads itself
@@ -341,6 +353,7 @@ def _loaded(ctx: FileContext) -> list[ConfiguredTrainer]:
         sections = [(arg, node) for arg in site.node.args if arg.star == "**"
                     and (node := _section_node(ctx, arg.value, site)) is not None and isinstance(node.value, dict)]
         if not sections:
+            found.extend(_launched_section(ctx, site))
             continue
         arg, section = sections[0]
         label = f"the `Trainer` given `{code_of(arg.value)}` ({display_path(section.where.path)})"
@@ -354,6 +367,48 @@ def _loaded(ctx: FileContext) -> list[ConfiguredTrainer]:
             trainer.commented["precision"] = hint
         found.append(trainer)
     return found
+
+
+def _launched_section(ctx: FileContext, site: CallSite) -> list[ConfiguredTrainer]:
+    """`Trainer(**trainer_opt, **trainer_kwargs)` where `trainer_opt` is a section (`lightning:
+    trainer:`) of the YAML files the launch commands name, merged by the script (`OmegaConf.merge(
+    *[OmegaConf.load(f) for f in opt.base])`): that section of each run's files, as for
+    `from_argparse_args`, with what the script writes into it (`trainer_config["accelerator"] =
+    "gpu"`) and the Trainer options the launch commands pass."""
+    for arg in site.node.args:
+        names: list[str] = []
+        keys = section_keys(ctx, arg.value, site.stack, names=names) if arg.star == "**" else None
+        if not keys:
+            continue
+        label = f"the `Trainer` given `{code_of(arg.value)}` (the `{': '.join(keys)}:` section of the run's YAML)"
+        trainer = ConfiguredTrainer("yaml", site, label)
+        sections = _launched_yaml(ctx, trainer, keys)
+        if not sections:
+            return []  # no launch command names a file with that section: nothing is known
+        if len(sections) == 1:
+            trainer.add_at = sections[0].at
+        _written_into(ctx, trainer, names, site)
+        _launch_options(ctx, trainer)
+        _call_arguments(ctx, trainer, [other for other in site.node.args if other is not arg], site)
+        trainer.lightning_1x = "gpus" in trainer.settings  # `gpus` is gone from Lightning 2.0
+        return [trainer]
+    return []
+
+
+def _written_into(ctx: FileContext, trainer: ConfiguredTrainer, names: list[str], site: CallSite) -> None:
+    """`trainer_config["accelerator"] = "gpu"` on the way from the config to the call; a key the
+    scan cannot read makes the settings incomplete, unless its value is an option of the
+    command line (`trainer_config[k] = getattr(opt, k)`: the launch commands say those)."""
+    function = ctx.function_of(site.stack)
+    for name in names:
+        for assignment in ctx.item_assignments.get(name, ()):
+            if ctx.function_of(assignment.stack) is not function:
+                continue
+            key = item_key(assignment)
+            if key is not None:
+                trainer.settings[key] = TrainerValue(_python(ctx, assignment.value, site), node=assignment.value)
+            elif not (isinstance(assignment.value, cst.Call) and dotted_name(assignment.value.func) == "getattr"):
+                trainer.complete = False
 
 
 def _section_node(ctx: FileContext, expr: cst.BaseExpression, site: CallSite) -> Node | None:

@@ -24,7 +24,13 @@ from speedfix.syntax.names import dotted_name
 
 _LOADERS = frozenset({"yaml.safe_load", "yaml.load", "yaml.full_load", "json.load"})
 _PATH_LOADERS = frozenset({"omegaconf.OmegaConf.load"})
+# Calls that make a whole config: its sections are reached by key from there.
+_CONFIG_ROOTS = _LOADERS | _PATH_LOADERS | {"omegaconf.OmegaConf.merge"}
+# Calls that hand a section on unchanged, as another kind of mapping.
+_SAME_SECTION = frozenset({"argparse.Namespace", "omegaconf.OmegaConf.to_container", "omegaconf.OmegaConf.to_object"})
+_KEY_READS = frozenset({"get", "pop"})
 _DEPTH = 6
+_SECTION_DEPTH = 12  # names, key reads and re-wrappings between a merged config and its use
 
 
 def loaded_node(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth: int = 0) -> Node | None:
@@ -141,3 +147,66 @@ def _opened_path(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> cs
     if len(opened) != 1:
         return None
     return _opened_path(ctx, opened[0].item, stack)
+
+
+def section_keys(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth: int = 0,
+                 names: list[str] | None = None) -> tuple[str, ...] | None:
+    """The keys that lead from a loaded (or merged) config to the section ``expr`` holds:
+    `config.pop("lightning", {}).get("trainer", {})`, `cfg["trainer"]`, followed through names
+    and through what hands a section on unchanged (`vars(...)`, `dict(...)`,
+    `argparse.Namespace(**section)`, `OmegaConf.to_container(...)`); `()` for the whole config
+    (`OmegaConf.merge(*configs)`, `OmegaConf.load(path)`, `yaml.safe_load(f)`), None when
+    ``expr`` is not read from a config file. ``names`` collects the variables passed through."""
+    if depth > _SECTION_DEPTH:
+        return None
+    inner: cst.BaseExpression | None = None
+    key: str | None = None
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        inner, key = expr.value, string_value(ctx, expr.slice[0].slice.value, stack)
+        if key is None:
+            return None
+    elif isinstance(expr, cst.Attribute) and dotted_name(expr.value) not in ctx.imports.bindings:
+        inner, key = expr.value, expr.attr.value
+    elif isinstance(expr, cst.Name):
+        inner = _one_value(ctx, expr.value, stack)
+        if names is not None:
+            names.append(expr.value)
+    elif isinstance(expr, cst.Call):
+        qualified = ctx.qualname(expr.func)
+        if qualified in _CONFIG_ROOTS:
+            return ()
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _KEY_READS and expr.args:
+            inner, key = expr.func.value, string_value(ctx, expr.args[0].value, stack)
+            if key is None:
+                return None
+        else:
+            inner = _handed_on(ctx, expr, qualified)
+    if inner is None:
+        return None
+    base = section_keys(ctx, inner, stack, depth + 1, names)
+    return None if base is None else (*base, key) if key is not None else base
+
+
+def _handed_on(ctx: FileContext, call: cst.Call, qualified: str | None) -> cst.BaseExpression | None:
+    """The section a call hands on unchanged: `vars(x)`, `dict(x)`, `argparse.Namespace(**x)`."""
+    if len(call.args) != 1 or call.args[0].keyword is not None:
+        return None
+    arg = call.args[0]
+    builtin = qualified is None and dotted_name(call.func) in ("vars", "dict")
+    if (builtin and not arg.star) or (qualified in _SAME_SECTION and arg.star in ("", "**")):
+        return arg.value
+    return None
+
+
+def _one_value(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:
+    """The one value of ``name`` in scope, not counting re-wrappings of itself (`opt = vars(opt)`)."""
+    found = ctx.assignments_in_scope(name, stack)
+    if any(a.unpacked or a.augmented for a in found):
+        return None
+    own = [a.value for a in found if not _rewraps(ctx, a.value, name)]
+    return own[0] if len(own) == 1 else None
+
+
+def _rewraps(ctx: FileContext, value: cst.BaseExpression, name: str) -> bool:
+    inner = _handed_on(ctx, value, ctx.qualname(value.func)) if isinstance(value, cst.Call) else None
+    return inner is not None and dotted_name(inner) == name
