@@ -304,7 +304,8 @@ def tensors(ctx: FileContext) -> Tensors:
 
 # Names of functions that compute a metric (scikit-learn's `roc_auc_score`, `log_loss`; a
 # project's `metric_fn`, `compute_accuracy`): given host arrays, they do the work on the CPU.
-_METRIC_NAME = re.compile(r"metric|score|auc|acc|f1|precision|recall|error|_loss$|^loss_|iou|dice", re.IGNORECASE)
+_METRIC_NAME = re.compile(r"metric|score|auc|(^|_)acc($|_)|accuracy|f1|precision|recall|error|(^|_)loss($|_)|iou|dice",
+                          re.IGNORECASE)
 _TO_ARRAY = frozenset({"numpy", "tolist"})
 
 
