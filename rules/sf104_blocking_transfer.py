@@ -36,7 +36,9 @@ class BlockingTransfer(Rule):
     still guarantees the forward pass sees the data.
 
     The copies of one batch in one statement, or in statements next to each other
-    (`x, y = x.to(device), y.to(device)`), are one finding whose fix covers each copy.
+    (`x, y = x.to(device), y.to(device)`), also with only conversions of other parts of the
+    batch between them (`y = y.float()`), are one finding whose fix covers each copy. A function
+    or method the loop hands the batch to (`self.process_batch(x, y)`) copies a batch too.
 
     Only copies of tensors that come straight from a DataLoader are reported: they are on the
     CPU, so the copy is host-to-device. A loader that Accelerate prepared (`accelerator.prepare`)
@@ -470,6 +472,66 @@ class BlockingTransfer(Rule):
                     train_step(model, batch, optimizer)
             """,
         ),
+        Invalid(  # a method of the trainer gets the batch's parts, converts and copies them; the
+                  # target's conversion between the copies does not split the transfer: one finding
+            """
+            import torch
+
+            class Runner:
+                def step(self, inputs, marks, target):
+                    inputs = inputs.float().to(self.device)
+                    target = target.float()
+                    marks = marks.float().to(self.device)
+                    return self.net(inputs, marks), target
+
+                def fit(self, train_loader, optimizer):
+                    for inputs, marks, target in train_loader:
+                        out, target = self.step(inputs, marks, target)
+                        self.loss(out, target.cuda()).backward()
+                        optimizer.step()
+            """,
+            fixed="""
+            import torch
+
+            class Runner:
+                def step(self, inputs, marks, target):
+                    inputs = inputs.float().to(self.device, non_blocking=True)
+                    target = target.float()
+                    marks = marks.float().to(self.device, non_blocking=True)
+                    return self.net(inputs, marks), target
+
+                def fit(self, train_loader, optimizer):
+                    for inputs, marks, target in train_loader:
+                        out, target = self.step(inputs, marks, target)
+                        self.loss(out, target.cuda(non_blocking=True)).backward()
+                        optimizer.step()
+            """,
+            count=2,
+        ),
+        Invalid(  # a progress bar entered with `with`: the loop iterates the loader through it
+            """
+            import torch
+            from tqdm import tqdm
+            for epoch in range(4):
+                with tqdm(enumerate(train_loader)) as bar:
+                    for _, (features, labels) in bar:
+                        features = features.to("cuda").float()
+                        loss = criterion(model(features), labels.to("cuda"))
+                        loss.backward()
+                        optimizer.step()
+            """,
+            fixed="""
+            import torch
+            from tqdm import tqdm
+            for epoch in range(4):
+                with tqdm(enumerate(train_loader)) as bar:
+                    for _, (features, labels) in bar:
+                        features = features.to("cuda", non_blocking=True).float()
+                        loss = criterion(model(features), labels.to("cuda", non_blocking=True))
+                        loss.backward()
+                        optimizer.step()
+            """,
+        ),
         Invalid(  # a whole batch may be a BatchEncoding: the fix is unsafe
             """
             import torch
@@ -524,17 +586,34 @@ class BlockingTransfer(Rule):
     def _transfer_sites(self, uploads: list[CallSite]) -> list[list[CallSite]]:
         """The copies grouped by where the batch is moved: the copies of one statement, or of
         statements next to each other in one block (`x = x.cuda()` then `y = y.cuda()`), are one
-        transfer of the batch, reported once. Copies whose fix is unsafe go apart from safe ones."""
+        transfer of the batch, reported once; so are copies with only conversions of other parts
+        of the batch between them (`y = y.float()`). Copies whose fix is unsafe go apart from safe
+        ones."""
         groups: list[list[CallSite]] = []
         last: tuple[int, str, int] | None = None  # (block, how safe its fix is, index of the statement)
         for site in sorted(uploads, key=lambda s: self._place(s)):
             block, unsafe, index = self._place(site)
-            if last is not None and (block, unsafe) == last[:2] and index - last[2] <= 1 and block >= 0:
+            if last is not None and (block, unsafe) == last[:2] and block >= 0 \
+                    and self._only_batch_preparation(site, last[2] + 1, index):
                 groups[-1].append(site)
             else:
                 groups.append([site])
             last = (block, unsafe, index)
         return groups
+
+    def _only_batch_preparation(self, site: CallSite, start: int, stop: int) -> bool:
+        """Are the statements of ``site``'s block from ``start`` up to ``stop`` (the copy's own)
+        assignments of a batch part converted in place (`y = y.float()`), with nothing else run?"""
+        owner = statement_owner(self.ctx, site.statement) if site.statement is not None else None
+        if owner is None:
+            return False
+        for statement in owner[1][start:stop]:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                return False
+            for small in statement.body:
+                if not (isinstance(small, cst.Assign) and self.batches.is_batch(without_layout_calls(small.value), site.stack)):
+                    return False
+        return True
 
     def _place(self, site: CallSite) -> tuple[int, str, int]:
         """(the block holding the copy's statement, how safe its fix is, the statement's index there)."""

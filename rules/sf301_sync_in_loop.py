@@ -16,7 +16,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.patterns import is_cpu_device
 from speedfix.model.tensors import (HOST_CONVERSIONS, NO_WORK_METHODS, SYNC_METHODS, Tensors, has_sync_before,
-                                    is_library_value, is_summary_writer, tensors)
+                                    host_metric, is_library_value, is_summary_writer, tensors)
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
 from speedfix.rules._impact import Estimate, Finding, Impact, large_model
@@ -171,7 +171,11 @@ class SyncInLoop(BranchTracker, Rule):
     Values the step already computed, read one statement after another (`meter.update(
     loss_a.item())`, then `loss_b.item()`, or `float(loss)` twice), wait once: after the first
     read the GPU has nothing queued. So four loss meters after a long detector or SAM step stay
-    medium, below the mixed-precision and compile findings of the same file. A `speedfix bench` result
+    medium, below the mixed-precision and compile findings of the same file. A metric computed
+    on the host from copies of the step's tensors (`roc_auc_score(y.cpu().numpy(), ...)`, a
+    project's `metric_fn(...)` on `.numpy()` arrays) counts as one more: the GPU idles while the
+    CPU scores the batch, so two waits and a host metric every step are high too; copies only
+    kept for later (`outputs.append(out.cpu().numpy())`) are not. A `speedfix bench` result
     of the script measured on a GPU decides over all of these: high for a median step of 50 ms
     or less, low for 500 ms or more.
 
@@ -691,6 +695,7 @@ class SyncInLoop(BranchTracker, Rule):
         # step waits for the GPU, and the helpers of other files it calls that wait
         self._looped: dict[int, tuple[str, cst.CSTNode]] = {}
         self._waits: dict[int, tuple[int, list[str]]] = {}
+        self._metrics: dict[int, list[str]] = {}  # the metrics a step computes on host copies of its tensors
 
     # ------------------------------------------------------------------ collection
     def _candidate(self, node: cst.CSTNode, kind: str) -> None:
@@ -775,6 +780,8 @@ class SyncInLoop(BranchTracker, Rule):
                 steps.setdefault(scope, []).append(sync)
         for scope, syncs in steps.items():
             self._waits[id(syncs[0].node)] = (self._count_waits(syncs) + len(helpers.get(scope, ())), helpers.get(scope, []))
+            metrics = (host_metric(ctx, sync.statement, sync.node) for sync in syncs)
+            self._metrics[id(syncs[0].node)] = list(dict.fromkeys(m for m in metrics if m is not None))
             self._report_step(syncs)
 
     def _count_waits(self, syncs: list[_Sync]) -> int:
@@ -902,9 +909,11 @@ class SyncInLoop(BranchTracker, Rule):
         if large is not None:
             return large
         waits, helpers = self._waits.get(id(finding.node), (1, []))
-        if waits >= _MANY_WAITS:
+        metrics = self._metrics.get(id(finding.node), [])
+        if waits + bool(metrics) >= _MANY_WAITS:
             called = f" ({len(helpers)} in the helpers it calls: {_name_all([f'`{h}`' for h in helpers])})" if helpers else ""
-            return Estimate(Impact.HIGH, f"{waits} separate waits for the GPU in one step{called}")
+            computed = f", then the CPU computes {_name_all([f'`{m}`' for m in metrics])} on host copies" if metrics else ""
+            return Estimate(Impact.HIGH, f"{waits} separate waits for the GPU in one step{called}{computed}")
         return None
 
     def _report_step(self, syncs: list[_Sync]) -> None:

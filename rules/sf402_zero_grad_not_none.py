@@ -12,6 +12,7 @@ from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE
 from speedfix.model.flow import false_in_every_run
 from speedfix.model.frameworks import accelerate_runs_deepspeed
 from speedfix.model.index import CallSite
+from speedfix.model.networks import returns_torch_optimizer
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.model.versions import v
 from speedfix.syntax.comments import own_lines
@@ -238,6 +239,37 @@ class ZeroGradNotNone(Rule):
             """,
             torch="1.13",
         ),
+        Invalid(  # the optimizer comes from a method of the experiment class that builds a torch one
+            """
+            import torch
+
+            class Experiment:
+                def make_optimizer(self):
+                    return torch.optim.RMSprop(self.net.parameters(), lr=1e-3)
+
+                def train(self, loader):
+                    opt = self.make_optimizer()
+                    for x in loader:
+                        opt.zero_grad()
+                        self.net(x).mean().backward()
+                        opt.step()
+            """,
+            fixed="""
+            import torch
+
+            class Experiment:
+                def make_optimizer(self):
+                    return torch.optim.RMSprop(self.net.parameters(), lr=1e-3)
+
+                def train(self, loader):
+                    opt = self.make_optimizer()
+                    for x in loader:
+                        opt.zero_grad(set_to_none=True)
+                        self.net(x).mean().backward()
+                        opt.step()
+            """,
+            torch="1.9",
+        ),
     ]
 
     def finish(self) -> None:
@@ -290,6 +322,8 @@ class ZeroGradNotNone(Rule):
             if made_by.startswith(OPTIMIZER_PREFIX) or made_by.startswith("torch.nn."):
                 return True
             local = made_by.split(".")[-1]
+            if local not in self.ctx.classes and returns_torch_optimizer(self.ctx, local):
+                return True  # `model_optim = self._select_optimizer()`, a factory of the file
             return self.ctx.is_subclass_of(local, "torch.optim.Optimizer", "torch.optim.optimizer.Optimizer", *NN_MODULE)
         return self.ctx.is_optimizer_like(receiver, site.stack) or (dotted_name(receiver) or "").split(".")[-1] in (
             "model", "net", "module",

@@ -22,6 +22,7 @@ _FACTORIES = frozenset(
 # Same values on any device only for the factories above: CPU and CUDA random generators differ.
 _RANDOM = frozenset(f"torch.{name}" for name in ("rand", "randn", "randint", "randperm", "normal"))
 _KEEP_AS_IS = frozenset({"device", "requires_grad", "pin_memory", "out"})
+_JOINS = frozenset({"torch.cat", "torch.concat", "torch.stack"})
 _DEVICE_NAME = re.compile(r"device|^dev$|_dev$|gpu|rank", re.IGNORECASE)
 
 
@@ -239,6 +240,19 @@ class CreateThenMove(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # constant targets joined on the CPU from two factories every epoch, then copied
+            """
+            import torch
+            for epoch in range(200):
+                real = torch.ones(n_nodes, 1)
+                fake = torch.zeros(n_nodes, 1)
+                targets = torch.cat([real, fake], 0)
+                targets = targets.cuda()
+                loss = bce(critic(graph), targets)
+                loss.backward()
+                opt.step()
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -505,19 +519,46 @@ class CreateThenMove(Rule):
         created = _made_from(before[-1].value) if before else None
         if not isinstance(created, cst.Call) or _converts_data(ctx, created):
             return
-        qualified = ctx.qualname(created.func) or ""
-        if qualified not in _FACTORIES | _RANDOM | _LEGACY_TYPES.keys() \
-                or any(arg.keyword is not None and arg.keyword.value in _KEEP_AS_IS for arg in created.args):
-            return
         made_at = before[-1].statement
+        qualified = joined = ctx.qualname(created.func) or ""
+        if joined in _JOINS:  # `lbl = torch.cat((ones, zeros), 1)` of tensors the step made just above
+            qualified = self._joined_factory(created, function, made_at) or ""
+        elif not self._from_factory(created):
+            return
+        if not qualified:
+            return
         if any(ctx.function_of(a.stack) is function and a.statement is not None and comes_before(ctx, made_at, a.statement)
                and comes_before(ctx, a.statement, site.statement) for a in ctx.item_assignments.get(name.value, ())):
             return  # written element by element before the copy (after it, the writes run on the GPU)
         legacy = _LEGACY_TYPES.get(qualified)
         how = f"`torch.empty(..., dtype={legacy}, device=...)`" if legacy else f"`{qualified}(..., device=...)`"
-        self.report(site.node, f"`{name.value}` is made on the CPU by `{qualified}(...)` on every step, then copied to the GPU",
+        made_by = f"`{joined}(...)` of tensors from `{qualified}(...)`" if joined in _JOINS else f"`{qualified}(...)`"
+        self.report(site.node, f"`{name.value}` is made on the CPU by {made_by} on every step, then copied to the GPU",
                     no_fix_reason=f"make it on the device where it is created ({how}) and drop the copy; the code "
                     "in between uses it, so it is left to you")
+
+    def _from_factory(self, created: cst.Call) -> bool:
+        """Made by a factory on the CPU: no `device=` (nor `requires_grad`, `out`) chosen."""
+        return (self.ctx.qualname(created.func) or "") in _FACTORIES | _RANDOM | _LEGACY_TYPES.keys() \
+            and not any(arg.keyword is not None and arg.keyword.value in _KEEP_AS_IS for arg in created.args)
+
+    def _joined_factory(self, join: cst.Call, function: cst.CSTNode | None, at: cst.BaseStatement | None) -> str | None:
+        """`torch.cat((lbl_1, lbl_2), 1)` where each part was made by a factory on the CPU earlier
+        in the same function (`lbl_1 = torch.ones(n, m)`): the first part's factory, else None."""
+        parts = join.args[0].value if join.args and join.args[0].keyword is None and not join.args[0].star else None
+        if not isinstance(parts, (cst.Tuple, cst.List)) or not parts.elements or at is None:
+            return None
+        factories = []
+        for element in parts.elements:
+            if not isinstance(element.value, cst.Name):
+                return None
+            made = [a for a in self.ctx.assignments_in(function, element.value.value) if a.statement is not None
+                    and not a.unpacked and not a.augmented and comes_before(self.ctx, a.statement, at)]
+            created = _made_from(made[-1].value) if made else None
+            if not isinstance(created, cst.Call) or _converts_data(self.ctx, created) or not self._from_factory(created):
+                return None
+            factories.append(self.ctx.qualname(created.func))
+        return factories[0]
 
     def _check_computed(self, move: cst.Call, made: cst.Call, method: str) -> None:
         """`torch.exp(-math.log(p) * torch.arange(half) / half).to(device=t.device)`: torch math on

@@ -8,6 +8,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
 from speedfix.model.flow import assigned_name, enclosing_statements, off_by_default
 from speedfix.model.frames import class_of, function_of
+from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
 _DATA_PARALLEL = (
@@ -24,7 +25,9 @@ class DataParallel(Rule):
     `if` is one finding), and not where it runs only with more GPUs than the script's default
     (`if num_gpus > 1:` with `--ngpu` defaulting to 1), nor in a function of a training script
     that only evaluates or samples (it trains nothing, is not called from the training loop and
-    keeps the wrapper to itself).
+    keeps the wrapper to itself), nor where it only mirrors a wrapper its caller chose (`if
+    isinstance(model, nn.DataParallel): copy = nn.DataParallel(copy)` in an EMA helper): the
+    advice belongs where the model is first wrapped.
 
     ## Why is this bad?
     `DataParallel` runs one Python process that replicates the model onto every GPU on every
@@ -78,6 +81,21 @@ class DataParallel(Rule):
     effect = "One process per GPU: about 5.5-6x on 8 GPUs in fairseq, where DataParallel gave none."
 
     VALID = [
+        Valid(  # a helper copies a model and wraps the copy only if the original was wrapped
+            """
+            import copy
+            import torch.nn as nn
+
+            def averaged_copy(model, shadow):
+                if isinstance(model, nn.DataParallel):
+                    twin = copy.deepcopy(model.module).cuda()
+                    twin = nn.DataParallel(twin)
+                else:
+                    twin = copy.deepcopy(model).cuda()
+                twin.load_state_dict(shadow)
+                return twin
+            """
+        ),
         Valid(
             """
             import torch
@@ -164,6 +182,8 @@ class DataParallel(Rule):
                 continue  # `if num_gpus > 1:` with one GPU by default
             if _evaluation_only(ctx, site):
                 continue  # a model wrapped for sampling or testing, in a script that trains elsewhere
+            if _mirrors_wrapper(ctx, site):
+                continue  # made only when the model it copies is wrapped already
             chain = _if_chain(ctx, site.statement)
             if chain is not None and any(chain is seen for seen in reported):
                 continue  # another branch of the same choice (one model, wrapped one way or another)
@@ -174,6 +194,24 @@ class DataParallel(Rule):
                 "`DataParallel` drives every GPU from one process; use DistributedDataParallel with torchrun",
                 no_fix_reason="moving to DDP changes how the script is launched",
             )
+
+
+def _mirrors_wrapper(ctx: FileContext, site: CallSite) -> bool:
+    """Is the wrapper made in the body of `if isinstance(x, nn.DataParallel):`, keeping a choice
+    made elsewhere?"""
+    if site.statement is None:
+        return False
+    for outer in enclosing_statements(ctx, site.statement)[1:]:
+        if isinstance(outer, cst.If) and _tests_data_parallel(ctx, outer.test) \
+                and any(node is site.statement for node in walk_expression(outer.body)):
+            return True
+    return False
+
+
+def _tests_data_parallel(ctx: FileContext, test: cst.BaseExpression) -> bool:
+    """`isinstance(model, nn.DataParallel)`, also and-ed with other tests."""
+    return any(isinstance(node, cst.Call) and dotted_name(node.func) == "isinstance" and len(node.args) == 2
+               and ctx.qualname(node.args[1].value) in _DATA_PARALLEL for node in walk_expression(test))
 
 
 def _if_chain(ctx: FileContext, statement: cst.BaseStatement | None) -> cst.CSTNode | None:

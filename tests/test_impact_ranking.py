@@ -120,6 +120,19 @@ def test_metric_helpers_of_another_file_that_read_values_count_as_waits(run_cli,
     assert sync["impact_reason"] == "3 separate waits for the GPU in one step (2 in the helpers it calls: `dice`, `jaccard`)"
 
 
+def test_a_metric_computed_on_host_copies_every_step_counts_as_host_work(run_cli, write, tmp_path):
+    """Two waits (the loss, then probabilities computed after it), then scikit-learn scores the
+    step's outputs on the CPU while the GPU idles: high. Copies only kept for later stay medium."""
+    code = LOOP.replace("from mylib import build_model\n", "from mylib import build_model\nfrom sklearn.metrics import roc_auc_score\n")
+    scored = ("total += loss.item()\n        probs = torch.sigmoid(out)\n"
+              "        aucs.append(roc_auc_score(y.cpu().numpy(), probs.detach().cpu().numpy()))")
+    sync = _one(_scan(run_cli, write, tmp_path, "scored.py", code.replace("SYNCS", scored)), "SF301")
+    assert sync["impact"] == "high"
+    assert sync["impact_reason"] == "2 separate waits for the GPU in one step, then the CPU computes `roc_auc_score` on host copies"
+    kept = "total += loss.item()\n        outputs.append(out.detach().cpu().numpy())"
+    assert _one(_scan(run_cli, write, tmp_path, "kept.py", code.replace("SYNCS", kept)), "SF301")["impact"] == "medium"
+
+
 # A Lightning script whose LightningModule lives in another module and picks its network by name.
 LIGHTNING = """\
 import argparse

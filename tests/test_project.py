@@ -1215,6 +1215,51 @@ def test_a_trainer_class_whose_train_step_another_file_calls_every_step(run_cli,
     assert findings(result.stdout) == {("trainer.py", 23, "SF202"), ("trainer.py", 6, "SF701"), ("train.py", 9, "SF104")}
 
 
+def test_an_object_a_modules_forward_builds_from_a_sibling_package_runs_every_step(run_cli, tmp_path, write):
+    """`models/attention.py` imports `utils.masks` (a package beside its own folder) and builds a
+    `BandMask` in `forward`, through a method of its own: the mask's constructor runs on every
+    step, so its `torch.ones(...).to(device)` is made on the CPU and copied each time. A plain
+    function of that file the forward calls (`log_shape`) stays as it was: not per-step code."""
+    write("utils/masks.py", """\
+        import torch
+
+
+        class BandMask:
+            def __init__(self, length, device="cpu"):
+                self.mask = torch.ones(length, length, dtype=torch.bool).to(device).triu(1)
+
+
+        def log_shape(x, device="cpu"):
+            return torch.zeros(1).to(device)
+        """)
+    write("models/attention.py", """\
+        from torch import nn
+        from utils.masks import BandMask, log_shape
+
+
+        class Attention(nn.Module):
+            def _mask(self, x):
+                return BandMask(x.shape[1], device=x.device).mask
+
+            def forward(self, x):
+                log_shape(x, x.device)
+                return x.masked_fill(self._mask(x), 0.0)
+        """)
+    write("train.py", """\
+        import torch
+        from models.attention import Attention
+
+        model = Attention().cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in batches:
+            model(x.cuda(non_blocking=True)).sum().backward()
+            optimizer.step()
+        """)
+    result = run_cli("scan", "train.py", "models/attention.py", "utils/masks.py", "--select", "SF701", "--no-summary",
+                     cwd=tmp_path)
+    assert findings(result.stdout) == {("masks.py", 6, "SF701")}
+
+
 def test_a_loader_made_by_one_of_several_factories_of_another_file(run_cli, tmp_path, write):
     """`loader = data.make_small(...)` or `loader = data.make_large(...)` by an option, then
     iterated every epoch: each factory's DataLoader (4 workers by its parameter's default, which

@@ -16,7 +16,7 @@ import libcst as cst
 
 from speedfix.model.arguments import argparse_default, find_argument
 from speedfix.model.context import MODULE_METHODS, FileContext
-from speedfix.model.flow import comes_before
+from speedfix.model.flow import comes_before, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import FrameKind, Stack, class_of
 from speedfix.model.index import Assignment, CallSite
@@ -596,6 +596,18 @@ def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
         return ctx.is_subclass_of(func.value, *_OPTIMIZER_BASES)
     qualified = ctx.call_qualname(site)
     return bool(qualified) and qualified.startswith(OPTIMIZER_PREFIX) and not qualified.startswith("torch.optim.lr_scheduler")
+
+
+def returns_torch_optimizer(ctx: FileContext, factory: str) -> bool:
+    """Does every function or method of this file named ``factory`` return a `torch.optim`
+    optimizer it builds (`def _select_optimizer(self): return optim.Adam(...)`)?"""
+    functions = {info.node for info in ctx.functions.get(factory, ())}
+    if not functions:
+        return False
+    returning = {ctx.function_of(site.stack) for site in ctx.calls
+                 if ctx.function_of(site.stack) in functions and is_optimizer_call(ctx, site)
+                 and is_returned(ctx.function_of(site.stack), site)}  # type: ignore[arg-type]
+    return returning == functions
 
 
 def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:

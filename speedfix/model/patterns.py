@@ -167,6 +167,9 @@ def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _dep
         return _depth < 3 and _dict_of_loaders(ctx, expr.value, stack, _depth + 1)
     call = constructor_call(ctx, expr, stack)
     if call is None and isinstance(expr, cst.Name) and _depth < 3:
+        entered = with_bound(expr.value, stack)  # `with tqdm(enumerate(loader)) as t: for ... in t:`
+        if entered is not None:
+            return is_dataloader(ctx, entered, stack, _depth + 1)
         found = ctx.assignments_in_scope(expr.value, stack)
         if len(found) > 1 and all(isinstance(a.value, cst.Call) and not a.unpacked and not a.augmented
                                   and is_dataloader(ctx, a.value, stack, _depth + 1) for a in found):
@@ -181,6 +184,22 @@ def is_dataloader(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, _dep
         return _depth < 3 and is_dataloader(ctx, inner, stack, _depth + 1)
     name = dotted_name(expr)
     return name is not None and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
+
+
+def with_bound(name: str, stack: Stack) -> cst.BaseExpression | None:
+    """The expression a `with EXPR as name:` around ``stack`` entered, when it is an iterable
+    wrapper (`with tqdm(loader) as bar:`): a progress bar's `__enter__` returns the bar itself,
+    which yields what it wraps. Other context managers (`open`, `autocast`) are left alone."""
+    for frame in reversed(stack):
+        if not isinstance(frame.node, cst.With):
+            continue
+        for item in frame.node.items:
+            target = item.asname.name if item.asname is not None else None
+            if isinstance(target, cst.Name) and target.value == name:
+                value = item.item
+                wrapper = isinstance(value, cst.Call) and bool(value.args) and is_iterable_wrapper(dotted_name(value.func))
+                return value if wrapper else None
+    return None
 
 
 def draws_next(expr: cst.BaseExpression) -> bool:
@@ -391,15 +410,18 @@ class BatchNames:
                     result.setdefault(self.ctx.function_of(assignment.stack), set()).add(target)
 
     def _add_callee_parameters(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
-        """`for batch in loader: train_step(model, batch)` makes `batch` a batch in train_step."""
+        """`for batch in loader: train_step(model, batch)` makes `batch` a batch in train_step; so
+        does a method of the object (`self.process_batch(x, y)`: its parameters after `self`)."""
         for site in self.ctx.calls:
-            if not isinstance(site.node.func, cst.Name) or site.node.func.value not in self.ctx.functions:
+            if not isinstance(site.node.func, (cst.Name, cst.Attribute)):
                 continue
             caller = result.get(self.ctx.function_of(site.stack))
             if not caller:
                 continue
-            for info in self.ctx.functions[site.node.func.value]:
+            for info in self.ctx.local_callees(site):
                 params = [p.name.value for p in info.node.params.params]
+                if isinstance(site.node.func, cst.Attribute) and params and not _is_static(info.node):
+                    params = params[1:]  # bound: `self` is not among the call's arguments
                 for index, arg in enumerate(site.node.args):
                     if arg.keyword is None and arg.star == "" and index < len(params):
                         if dotted_name(arg.value) in caller:
@@ -521,6 +543,10 @@ def _assigned_placing_call(ctx: FileContext, name: str, iterable: cst.BaseExpres
 
 
 _PLACED: WeakKeyDictionary[FileContext, dict[str, cst.Call | None]] = WeakKeyDictionary()
+
+
+def _is_static(function: cst.FunctionDef) -> bool:
+    return any(dotted_name(decorator.decorator) == "staticmethod" for decorator in function.decorators)
 
 
 def _is_index_name(info, name: str) -> bool:

@@ -13,6 +13,7 @@ expression not known to hold a tensor is not one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 from weakref import WeakKeyDictionary
@@ -24,7 +25,7 @@ from speedfix.model.context import LIGHTNING_MODULE, FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.patterns import BatchNames
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import is_string
+from speedfix.syntax.nodes import is_string, walk_expression
 
 # Tensor methods that copy the tensor to the host and wait for the GPU.
 SYNC_METHODS = ("item", "cpu", "tolist")
@@ -302,3 +303,33 @@ def tensors(ctx: FileContext) -> Tensors:
     if found is None:
         found = _TENSORS[ctx] = Tensors(ctx)
     return found
+
+
+# Names of functions that compute a metric (scikit-learn's `roc_auc_score`, `log_loss`; a
+# project's `metric_fn`, `compute_accuracy`): given host arrays, they do the work on the CPU.
+_METRIC_NAME = re.compile(r"metric|score|auc|(^|_)acc($|_)|accuracy|f1|precision|recall|error|(^|_)loss($|_)|iou|dice",
+                          re.IGNORECASE)
+_TO_ARRAY = frozenset({"numpy", "tolist"})
+
+
+def host_metric(ctx: FileContext, statement: cst.CSTNode | None, copy: cst.CSTNode) -> str | None:
+    """The function (as written) that ``statement`` hands the host copy ``copy`` to as an array,
+    when it is a metric (`metric_fn(y.cpu().numpy(), pred.cpu().numpy())`,
+    `roc_auc_score(t.cpu().numpy(), ...)`): the CPU computes it on the step's outputs."""
+    if statement is None:
+        return None
+    for node in walk_expression(statement):
+        if not isinstance(node, cst.Call) or not node.args:
+            continue
+        func = dotted_name(node.func) or ""
+        qualified = ctx.qualname(node.func) or ""
+        if not (qualified.startswith("sklearn.metrics.") or _METRIC_NAME.search(func.rpartition(".")[2])):
+            continue
+        for arg in node.args:
+            value = arg.value
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "astype":
+                value = value.func.value
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _TO_ARRAY \
+                    and any(inner is copy for inner in walk_expression(value)):
+                return func
+    return None

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
                                     DETERMINISTIC_ALGORITHMS, MATMUL_LAYERS, MATMUL_METHODS,
@@ -72,6 +72,7 @@ class ModuleFacts:
     cuda_names: tuple[str, ...] = ()  # module-level names that hold (or return) a CUDA device
     functions: dict[str, FunctionFacts] = field(default_factory=dict)
     hot_calls: tuple[str, ...] = ()  # qualified names (through imports) called on every training step
+    forward_calls: tuple[str, ...] = ()  # qualified names (through imports) a module's `forward` calls
     # imported functions whose returned loader a training loop here iterates (`loader = get_loader()`):
     # (qualified name, iterated every epoch, its batches copied to a device)
     loader_calls: tuple[tuple[str, bool, bool], ...] = ()
@@ -116,6 +117,7 @@ class ModuleFacts:
             cuda_names=tuple(map(str, record["cuda_names"])),
             functions=functions,
             hot_calls=tuple(map(str, record["hot_calls"])),
+            forward_calls=tuple(map(str, record["forward_calls"])),
             loader_calls=tuple((str(q), bool(e), bool(u)) for q, e, u in record["loader_calls"]),
             loader_hands=tuple((str(m), str(c), str(p)) for m, c, p in record["loader_hands"]),
             kwargs_given=tuple((str(c), str(k), str(v)) for c, k, v in record["kwargs_given"]),
@@ -210,6 +212,7 @@ class _Function:
     dicts: dict[str, ast.Dict] = field(default_factory=dict)  # `kw = {"num_workers": 4}` -> kw: the literal
     # `self.iteration(epoch, self.train_data)`: (callee as written, its arguments' names by position or keyword)
     passes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    called: set[str] = field(default_factory=set)  # every call's callee as written, outside periodic guards
     changes: set[str] = field(default_factory=set)  # names whose `.dataset` a loop changes
 
 
@@ -605,6 +608,8 @@ class _Collector(ast.NodeVisitor):
                 self.function_stack[-1].changes.add(func.split(".", 1)[0])  # `loader.dataset.shuffle()` each epoch
             if func is not None:
                 loop.calls.append((func, self.guards > 0))
+        if self.function_stack and func is not None and self.guards == 0:
+            self.function_stack[-1].called.add(func)
         if self.class_stack and func is not None:
             self._builds_through(self.class_stack[-1], node)
         self._construction(node, func)
@@ -718,14 +723,14 @@ class _Collector(ast.NodeVisitor):
                                           matmul=bool(layers & {"rnn", "matmul", "opaque"}),
                                           matmuls=bool(layers & {"rnn", "heavy", "opaque"}), sparse="sparse" in layers,
                                           parts=self._parts(name) if "opaque" in layers else ())
-        hot = sorted({q for q in self._hot_calls() if q is not None and q.split(".", 1)[0] not in _EXTERNAL})
         return ModuleFacts(
             imports=tuple(sorted(self.bindings.items())),
             star_imports=tuple(self.star),
             cuda=self.cuda,
             cuda_names=tuple(sorted(self.cuda_names | self.cuda_classes | self._cuda_returners())),
             functions=functions,
-            hot_calls=tuple(hot),
+            hot_calls=_project_names(self._hot_calls()),
+            forward_calls=_project_names(self._forward_calls()),
             loader_calls=self._loader_calls(),
             loader_hands=self._loader_hands(),
             kwargs_given=self._resolved(self.kwargs),
@@ -880,6 +885,23 @@ class _Collector(ast.NodeVisitor):
                 found.add((maker, target, slot))
         return tuple(sorted(found))
 
+    def _forward_calls(self) -> Iterator[str | None]:
+        """What the `forward` of each class calls, directly or through its own methods two levels
+        down (`self._attend(...)` building a mask object): it runs on every step of a training."""
+        for name, function in self.functions.items():
+            if function.class_name is None or not name.endswith(".forward"):
+                continue
+            reached, todo = {name}, [(function, 0)]
+            while todo:
+                current, depth = todo.pop()
+                for callee in current.called:
+                    method = f"{function.class_name}.{callee[5:]}" if callee.startswith("self.") else None
+                    if method in self.functions and method not in reached and depth < 2:
+                        reached.add(method)
+                        todo.append((self.functions[method], depth + 1))
+                    elif method is None:
+                        yield self.resolve(callee)
+
     def _hot_calls(self) -> Iterator[str | None]:
         """Imported functions and methods of imported classes called on every step."""
         for loop in self.loops:
@@ -912,6 +934,11 @@ def _blocking_copy_of(node: ast.Call) -> str | None:
             and isinstance(device.value, str) and "cuda" in device.value:
         return func.value.id
     return None  # `.to(torch.float16)`, `.to("cpu")`, `.to(device, dtype)`: a cast, or no copy to the GPU
+
+
+def _project_names(qualified: Iterable[str | None]) -> tuple[str, ...]:
+    """The names that may be the project's own (not torch, numpy, ...), sorted, once each."""
+    return tuple(sorted({q for q in qualified if q is not None and q.split(".", 1)[0] not in _EXTERNAL}))
 
 
 def _loop_sources(function: _Function, loops: list[_Loop]) -> tuple[str, ...]:

@@ -153,7 +153,8 @@ def star_imported_beside(path: Path, data: bytes, roots: Iterable[Path]) -> list
 
 def linked_candidates(sources: dict[Path, bytes]) -> set[Path]:
     """The files whose facts are worth reading: those that import a module named like another
-    scanned file that it could reach (in its folder, above it or below it), and those files. A
+    scanned file that it could reach (in its folder, above it or below it, or in a package beside
+    one of its folders: `from utils.masking import ...` in `models/attn.py`), and those files. A
     lone script that imports only libraries is not read twice."""
     by_stem: dict[str, list[tuple[Path, Path]]] = {}
     for path in sources:
@@ -165,7 +166,8 @@ def linked_candidates(sources: dict[Path, bytes]) -> set[Path]:
         folder = path.parent
         for word in imported_words(data):
             for other, where in by_stem.get(word, ()):
-                if other != path and (where == folder or where in folder.parents or folder in where.parents):
+                if other != path and (where == folder or where in folder.parents or folder in where.parents
+                                      or where.parent in folder.parents):
                     chosen.update((path, other))
     return chosen
 
@@ -264,6 +266,9 @@ def link(
     facts = _sparse_through_parts(facts, prefixes)
     cuda = _cuda_reasons(facts, prefixes, show)
     hot = _called_functions(facts, prefixes, lambda module: module.hot_calls)
+    # objects a module's `forward` builds of another file's classes (a mask made every step)
+    for path, built in _called_functions(facts, prefixes, lambda module: module.forward_calls, constructors=True).items():
+        hot.setdefault(path, set()).update(built)
     no_grad = _called_functions(facts, prefixes, lambda module: module.no_grad_calls)
     feeds = _loader_factories(facts, prefixes)
     constructed = _constructions(facts, prefixes)
@@ -469,9 +474,11 @@ def _imported_by(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, 
 
 
 def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
-                      calls: Callable[[ModuleFacts], tuple[str, ...]]) -> dict[Path, set[str]]:
+                      calls: Callable[[ModuleFacts], tuple[str, ...]], *, constructors: bool = False
+                      ) -> dict[Path, set[str]]:
     """Functions and methods of each file that another file calls in a certain way: the
-    qualified names ``calls`` gives for each file (on every training step, under `no_grad`)."""
+    qualified names ``calls`` gives for each file (on every training step, under `no_grad`); with
+    ``constructors``, only the `__init__` of the classes built that way."""
     hot: dict[Path, set[str]] = {}
     for path, module in facts.items():
         for qualified in calls(module):
@@ -479,7 +486,10 @@ def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
             if hit is None:
                 continue
             target, name = hit
-            if name in facts[target].functions and not _is_class(facts[target], name):
+            if _is_class(facts[target], name):
+                if constructors and f"{name}.__init__" in facts[target].functions:
+                    hot.setdefault(target, set()).add(f"{name}.__init__")  # an object built there: its constructor runs
+            elif name in facts[target].functions and not constructors:
                 hot.setdefault(target, set()).add(name)
     return hot
 
