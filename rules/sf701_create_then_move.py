@@ -103,8 +103,9 @@ class CreateThenMove(Rule):
     ## Why is this bad?
     The tensor is allocated and filled on the CPU, then copied to the GPU: one extra allocation,
     one host-to-device copy and a synchronisation point per call, where `device=` makes it on the
-    GPU directly. For `torch.tensor(data)` the data still has to travel, but the CPU tensor in
-    between goes away.
+    GPU directly. `torch.tensor(data, device=...)` still builds the tensor in host memory and
+    copies it (torch stages such data on the CPU), so there `device=` saves only the separate
+    `.to()` call; a constant made on every step is cheapest made once (a registered buffer).
 
     Not data the program turned into a tensor (`torch.from_numpy(x).float().to(device)` in a
     replay buffer's `sample`, `torch.FloatTensor(obs).to(device)` per environment step): that
