@@ -134,7 +134,8 @@ class HfTrainingArguments(Rule):
     AdamW and unpinned loader memory. The settings a call leaves at their defaults are one
     finding, except that fp32 among them is a finding of its own (high) and the others (the
     optimizer, the loader workers, compile) another, "besides fp32": one finding carries one
-    impact, and the precision is the largest gap. That second finding is medium, low when each
+    impact, and the precision is the largest gap. That second finding (the only one when bf16 or
+    fp16 is chosen) is medium, low when each
     setting in it is small: the fused optimizer, pinned memory, or workers for batches of token
     ids tokenized ahead (a worker would only index and pad them, as SF101 says).
 
@@ -386,6 +387,21 @@ class HfTrainingArguments(Rule):
             """,
             count=4,
         ),
+        Invalid(  # a subclass that keeps the name of the class it extends is still Trainer arguments
+            """
+            from dataclasses import dataclass, field
+            from transformers import HfArgumentParser, TrainingArguments
+
+            @dataclass
+            class TrainingArguments(TrainingArguments):
+                use_lora: bool = field(default=False)
+                bf16: bool = field(default=True)
+
+            def main():
+                (training_args,) = HfArgumentParser((TrainingArguments,)).parse_args_into_dataclasses()
+            """,
+            count=1,
+        ),
         Invalid(  # TRL's configs turn gradient checkpointing on; bf16 is TRL's choice
             """
             from trl import ScriptArguments, SFTConfig, TrlParser
@@ -410,6 +426,7 @@ class HfTrainingArguments(Rule):
         _, beside, listed = finding.message.partition(_BESIDE_FP32_WORDS)
         if beside:
             return self._beside_fp32(listed)
+        _, bundle, listed = finding.message.partition(_DEFAULTS_WORDS)
         return by_message(finding, (
             ("fp32", Impact.HIGH, "fp32 training"),
             ("`fp16=True`", Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
@@ -417,7 +434,7 @@ class HfTrainingArguments(Rule):
             ("dataloader_pin_memory", Impact.LOW, "pinned memory for the Trainer's loader"),
             ("checkpointing", Impact.MEDIUM, "memory traded for a recomputed forward pass"),
             ("micro-batch", Impact.MEDIUM, "a larger batch, if it fits"),
-        ))
+        )) or (self._beside_fp32(listed, fp32=False) if bundle else None)
 
     def finish(self) -> None:
         ctx = self.ctx
@@ -458,17 +475,19 @@ class HfTrainingArguments(Rule):
         elif defaults:
             self._report_bundle(args, defaults, Severity.WARNING if fp32 else Severity.INFO)
 
-    def _beside_fp32(self, listed: str) -> Estimate:
-        """The settings left at their defaults beside fp32: worth less than the precision, so at
-        most medium (compile, loader workers); low when each is small (the fused optimizer,
-        workers that would only index and pad token ids tokenized ahead)."""
+    def _beside_fp32(self, listed: str, fp32: bool = True) -> Estimate:
+        """The settings left at their defaults beside fp32 (or beside a 16-bit precision already
+        chosen): worth less than the precision, so at most medium (compile, loader workers); low
+        when each is small (the fused optimizer, workers that would only index and pad token ids
+        tokenized ahead)."""
+        beside = "beside fp32" if fp32 else "left at their defaults"
         tokens = tokenized_ahead(self.ctx)
         parts = [part for part in _PARTS.split(listed) if part]
         idle_workers = [part for part in parts if tokens is not None and "dataloader_num_workers" in part]
         if all("AdamW" in part or part in idle_workers for part in parts):
             said = f" ({tokens}: workers would only index and pad them)" if idle_workers else ""
-            return Estimate(Impact.LOW, f"the smaller settings beside fp32{said}")
-        return Estimate(Impact.MEDIUM, "the smaller settings beside fp32, worth less than the precision")
+            return Estimate(Impact.LOW, f"the smaller settings {beside}{said}")
+        return Estimate(Impact.MEDIUM, f"the smaller settings {beside}, worth less than the precision")
 
     def _report_bundle(self, args: _Arguments, defaults: list[_Default], severity: Severity,
                        beside_fp32: bool = False) -> None:
@@ -477,7 +496,7 @@ class HfTrainingArguments(Rule):
             listed = _BESIDE_FP32_WORDS + listed
         if args.site is None:  # filled from the command line: say what to pass
             options = " ".join(default.option for default in defaults if default.option)
-            self.report(args.anchor, f"{args.shown} keep slow defaults: {listed}", severity=severity,
+            self.report(args.anchor, f"{args.shown} {_DEFAULTS_WORDS}{listed}", severity=severity,
                         no_fix_reason=f"pass `{options}` where the script is launched, or give the fields those "
                         "defaults in a subclass" if options else None)
             return
@@ -490,7 +509,7 @@ class HfTrainingArguments(Rule):
         refusals = [default.refusal for default in defaults if default.refusal]
         self.report(
             site.node,
-            f"{args.shown} keep slow defaults: {listed}",
+            f"{args.shown} {_DEFAULTS_WORDS}{listed}",
             severity=severity,
             fix_ops=ops if new_args else None,
             no_fix_reason="; ".join(refusals) or None,
@@ -794,6 +813,7 @@ class _Arguments:
 _FP32 = "fp32"  # how the precision left at its default is named in a finding
 # The finding of the other settings a call leaves at their defaults, when fp32 has its own.
 _BESIDE_FP32_WORDS = "besides fp32, "
+_DEFAULTS_WORDS = "keep slow defaults: "  # the finding of the settings a call leaves at their defaults
 _PARTS = re.compile(r",\s(?![^(]*\))")  # the listed settings: commas outside parentheses
 
 

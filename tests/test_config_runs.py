@@ -220,6 +220,42 @@ def test_deepspeed_json_the_script_loads_from_the_file_each_launch_command_names
                                                          cwd=tmp_path).stdout  # the LoRA run's own config
 
 
+HF_LORA_OPTION = """\
+from dataclasses import dataclass, field
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class TrainingArguments(TrainingArguments):
+    use_lora: bool = field(default=False)
+
+
+def main():
+    (training_args,) = HfArgumentParser((TrainingArguments,)).parse_args_into_dataclasses()
+    model = AutoModelForCausalLM.from_pretrained("huggyllama/llama-7b")
+    if training_args.use_lora:
+        model = get_peft_model(model, LoraConfig(r=16))
+    Trainer(model=model, args=training_args, train_dataset=dataset).train()
+"""
+OFFLOAD = '{\n  "zero_optimization": {\n    "stage": 3,\n    "offload_optimizer": {"device": "cpu"}\n  }\n}\n'
+
+
+def test_offload_in_the_json_of_the_launch_command_that_turns_lora_on(write, run_cli, tmp_path):
+    """The full fine-tune passes one DeepSpeed file, the LoRA run another: each run's own file
+    and options decide (the script's default path trains no adapters)."""
+    write("sft.py", HF_LORA_OPTION)
+    write("scripts/full.sh", "deepspeed sft.py --bf16 --deepspeed configs/ds_full.json\n")
+    write("scripts/lora.sh", "torchrun --nproc_per_node 8 sft.py --use_lora --bf16 --deepspeed configs/ds_lora.json\n")
+    write("configs/ds_full.json", OFFLOAD)
+    write("configs/ds_lora.json", OFFLOAD)
+    scan = ["scan", "sft.py", "--select", "SF906", "--no-summary"]
+    assert run_cli(*scan, cwd=tmp_path).stdout.startswith("configs/ds_lora.json:4:27: SF906 ZeRO offloads the "
+                                                          "optimizer state to the CPU, but this is a LoRA run")
+    write("scripts/lora.sh", "torchrun --nproc_per_node 8 sft.py --bf16 --deepspeed configs/ds_lora.json\n")
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""  # no run trains adapters
+
+
 # ---------------------------------------------------------------------- the GPUs the job scripts ask for
 MLP = """\
 import torch

@@ -223,16 +223,31 @@ def supplies_optimizer(ctx: FileContext) -> bool:
     name different files (`--deepspeed ds_gpt2.json`, `--deepspeed ds_neo.json`), each of them?"""
     configs = named_configs(ctx)
     if not configs:
-        for launched in launch.launches(ctx):
-            name = next((launched.options[key] for key in _ARGPARSE_OPTIONS if key in launched.options), None)
-            if not isinstance(name, str) or not name.endswith(".json") or ctx.project is None:
-                return False
-            path = ctx.project.find(name, (launched.file.parent, ctx.project.top(), ctx.project.folder))
-            if path is None:
-                return False
-            configs.append(_parse(ctx, path, name, None))
+        per_command = [config for _, config in per_launch_command(ctx)]
+        if None in per_command:
+            return False
+        configs = [config for config in per_command if config is not None]
     return bool(configs) and all(config.values is not None and isinstance(config.values.get("optimizer"), dict)
                                  for config in configs)
+
+
+def per_launch_command(ctx: FileContext) -> list[tuple[launch.Launch, DeepSpeedConfig | None]]:
+    """Each launch command of the script with the JSON file it passes (`--deepspeed ds.json`),
+    also where the commands name different files (a LoRA run's config beside a full fine-tune's);
+    None for a command that passes none, or a file the project does not hold."""
+    found: list[tuple[launch.Launch, DeepSpeedConfig | None]] = []
+    project = ctx.project
+    for command in launch.launches(ctx):
+        key = next((key for key in _ARGPARSE_OPTIONS if key in command.options), None)
+        name = command.options[key] if key is not None else None
+        path = None
+        if isinstance(name, str) and name.endswith(".json") and project is not None:
+            path = project.find(name, (command.file.parent, project.top(), project.folder))
+        config = None
+        if path is not None and isinstance(name, str) and key is not None:
+            config = replace(_parse(ctx, path, name, None), where=command.where.get(key))
+        found.append((command, config))
+    return found
 
 
 def _from_file(ctx: FileContext, node: cst.BaseExpression, name: str) -> DeepSpeedConfig | None:

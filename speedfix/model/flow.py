@@ -53,9 +53,14 @@ def reached_by_launch(ctx: FileContext, statement: cst.BaseStatement | None, sta
     commands = launch.launches(ctx)
     if not commands:
         return None
-    tests = gates(ctx, statement)
-    return any(all(_launch_truth(ctx, test, stack, _options(command)) is not (not wanted) for test, wanted in tests)
-               for command in commands)
+    return any(reached_by_command(ctx, statement, stack, command) for command in commands)
+
+
+def reached_by_command(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack,
+                       command: launch.Launch) -> bool:
+    """Does this one launch command run ``statement`` (as ``reached_by_launch`` decides it)?"""
+    options = _options(command)
+    return all(_launch_truth(ctx, test, stack, options) is not (not wanted) for test, wanted in gates(ctx, statement))
 
 
 def false_in_every_run(ctx: FileContext, value: cst.BaseExpression, stack: Stack) -> bool:
