@@ -220,6 +220,51 @@ def test_deepspeed_json_the_script_loads_from_the_file_each_launch_command_names
                                                          cwd=tmp_path).stdout  # the LoRA run's own config
 
 
+HF_JSON_ARGS = """\
+import argparse
+from dataclasses import dataclass, field
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class RunArguments:
+    model_name_or_path: str = field(default="Qwen/Qwen-7B")
+
+
+def setup():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--train_args_file", type=str, default="train_args/sft.json")
+    args = parser.parse_args()
+    path = args.train_args_file
+    args, training_args = HfArgumentParser((RunArguments, TrainingArguments)).parse_json_file(json_file=path)
+    return args, training_args
+
+
+args, training_args = setup()
+Trainer(model=load(args.model_name_or_path), args=training_args, train_dataset=dataset).train()
+"""
+SFT_JSON = '{\n  "output_dir": "out",\n  "gradient_checkpointing": true,\n  "fp16": %s,\n  "bf16": %s\n}\n'
+
+
+def test_training_arguments_read_from_the_json_file_the_script_defaults_to_or_the_launch_names(write, run_cli, tmp_path):
+    """`HfArgumentParser.parse_json_file(args.train_args_file)`: every setting is a line of the
+    file each run reads (the option's default, or what the launch commands pass)."""
+    write("train.py", HF_JSON_ARGS)
+    write("train_args/sft.json", SFT_JSON % ("true", "false"))
+    scan = ["scan", "train.py", "--select", "SF902", "--torch-version", "2.8", "--no-summary"]
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "train_args/sft.json:3:3: SF902 `gradient_checkpointing=True` saves memory" in result
+    assert "train_args/sft.json:4:3: SF902 `fp16=True` scales the loss" in result
+    assert "fp32" not in result
+    write("README.md", "```\npython train.py --train_args_file train_args/big.json\n"
+          "python train.py --train_args_file train_args/typo.json\n```\n")  # a name the project has no file for
+    write("train_args/big.json", SFT_JSON % ("false", "true"))
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "fp16=True" not in result  # the one run the scan can read trains in bf16
+    assert "train_args/sft.json:3:3: SF902 `gradient_checkpointing=True`" in result  # the script's file says the same
+    assert "train.py:16:59: SF902 the `TrainingArguments` that `HfArgumentParser` fills from a file keep slow defaults" in result
+
+
 HF_LORA_OPTION = """\
 from dataclasses import dataclass, field
 from peft import LoraConfig, get_peft_model

@@ -479,6 +479,13 @@ def _annotated_class(ctx: FileContext, name: str, stack: Stack) -> str | None:
 _DATACLASS_PARSES = frozenset({"parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file"})
 
 
+def _dataclass_parse(value: cst.BaseExpression) -> bool:
+    """`parser.parse_args_into_dataclasses()`, `parser.parse_json_file(path)`: an
+    `HfArgumentParser` filling dataclasses, not argparse's namespace."""
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+        and value.func.attr.value in _DATACLASS_PARSES
+
+
 def _parsed_class(ctx: FileContext, name: str, stack: Stack) -> str | None:
     """`model_args, training_args = parser.parse_args_into_dataclasses()` with `parser =
     HfArgumentParser((ModelArguments, TrainingArguments))`: the class whose fields fill the
@@ -487,8 +494,7 @@ def _parsed_class(ctx: FileContext, name: str, stack: Stack) -> str | None:
     if len(found) != 1 or not found[0].unpacked or found[0].position is None:
         return None
     parse = found[0].value
-    if not isinstance(parse, cst.Call) or not isinstance(parse.func, cst.Attribute) \
-            or parse.func.attr.value not in _DATACLASS_PARSES:
+    if not isinstance(parse, cst.Call) or not isinstance(parse.func, cst.Attribute) or not _dataclass_parse(parse):
         return None
     parser = parse.func.value
     if isinstance(parser, cst.Name):
@@ -570,7 +576,10 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
         return []
     if not _holds_parsed_args(ctx, found[-1]):  # `args = parse_args()` imported from a file of the project
         imported = [] if found[-1].unpacked else imported_options(ctx, found[-1].value)
-        return [site for site in imported if _dest_of(site) == dest]
+        if imported or not any(_holds_parsed_args(ctx, assignment) for assignment in found[:-1]):
+            return [site for site in imported if _dest_of(site) == dest]
+        # the name parsed the options before it was reused (`args = parser.parse_args()`, then
+        # `args, training_args = hf_parser.parse_json_file(args.train_args_file)`)
     return [site for site in _add_argument_calls(ctx) if _dest_of(site) == dest]
 
 
