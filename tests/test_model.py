@@ -12,6 +12,7 @@ from speedfix.model.autograd import only_detached, outputs_leave_autograd
 from speedfix.model.context import FileContext
 from speedfix.model.devices import cpu_by_default, uses_cuda
 from speedfix.model.frames import class_of_method, in_inference_branch
+from speedfix.model.networks import optimizer_factories
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
 from speedfix.model.versions import TorchVersion
 from speedfix.syntax.nodes import walk_expression
@@ -200,3 +201,14 @@ def test_a_device_that_defaults_to_the_cpu():
         preds = model(x.to(device)).argmax(1).to("cpu")
     """)
     assert not cpu_by_default(chosen) and uses_cuda(chosen)
+
+
+def test_an_optimizer_factory_handed_parameter_groups_is_not_handed_the_model():
+    ctx = context("""
+        import torch
+        def main(args, net):
+            param_groups = get_decay_groups(net)
+            optimizer = get_optimizer(param_groups, args)
+            scheduler_optimizer = build_optimizer(args, net)
+    """)
+    assert [model for model, _ in optimizer_factories(ctx)] == ["net"]

@@ -31,6 +31,7 @@ from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import built_string, loaded_names
 from speedfix.model.project_files import Location
+from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import integer_value, walk_expression
 
 # Calls that take a DeepSpeed config, and the keyword (and position) it is passed by.
@@ -317,6 +318,18 @@ def _compared(ctx: FileContext, node: cst.Comparison, stack: Stack) -> Any:
     if left is None or right is None:
         return ...
     return (left == right) == isinstance(target.operator, cst.Equal)
+
+
+def engine_owned(ctx: FileContext, model: str) -> bool:
+    """Is ``model`` handed to `deepspeed.initialize(model=...)` in a file with a training step?
+    The engine runs it then, and compiling it is the engine's business (`engine.compile()`)."""
+    if not ctx.step_loops:
+        return False
+    for site in ctx.calls_to(_INITIALIZE):
+        found = find_argument(ctx, site, "model", 1)
+        if found.node is not None and dotted_name(found.node) == model:
+            return True
+    return False
 
 
 def engine_sixteen_bit(ctx: FileContext) -> bool | None:
