@@ -576,10 +576,10 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
         return []
     if not _holds_parsed_args(ctx, found[-1]):  # `args = parse_args()` imported from a file of the project
         imported = [] if found[-1].unpacked else imported_options(ctx, found[-1].value)
-        if imported or not any(_holds_parsed_args(ctx, assignment) for assignment in found[:-1]):
+        if imported or not found[-1].unpacked or not any(_holds_parsed_args(ctx, a) for a in found[:-1]):
             return [site for site in imported if _dest_of(site) == dest]
-        # the name parsed the options before it was reused (`args = parser.parse_args()`, then
-        # `args, training_args = hf_parser.parse_json_file(args.train_args_file)`)
+        # the name parsed the options before a tuple of other things reused it (`args =
+        # parser.parse_args()`, then `args, training_args = hf_parser.parse_json_file(args.train_args_file)`)
     return [site for site in _add_argument_calls(ctx) if _dest_of(site) == dest]
 
 
