@@ -398,6 +398,24 @@ class SyncInLoop(BranchTracker, Rule):
                     progress.set_postfix(loss=loss.detach().item())
             """
         ),
+        Invalid(  # a loss function handed to the step helper runs every step with it (Megatron's `forward_step_func`)
+            """
+            import torch
+            from trainer_lib import run_step
+
+            def masked_loss(model, batch):
+                loss = (model(batch["x"].cuda()) - batch["y"].cuda()).pow(2) * batch["mask"].cuda()
+                if batch["mask"].sum().item() > 0:
+                    loss = loss.sum() / batch["mask"].sum()
+                return loss
+
+            def train(model, optimizer, loader):
+                for batch in loader:
+                    loss = run_step(model, batch, loss_fn=masked_loss)
+                    loss.backward()
+                    optimizer.step()
+            """
+        ),
         Invalid(  # TensorBoard turns a tensor into a number on the host; the learning rate is one already
             """
             import torch

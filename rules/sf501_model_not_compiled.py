@@ -9,6 +9,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import reference, statement
 from speedfix.model.arguments import find_argument, string_value
 from speedfix.model.autograd import differentiates_twice
+from speedfix.model.deepspeed_config import engine_owned
 from speedfix.model.flow import default_choice, enclosing_statements, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import Stack
@@ -53,7 +54,9 @@ class ModelNotCompiled(Rule):
     graphs do not support double backward, so compiling would make it raise. So is a network
     that multiplies sparse matrices (a graph convolution's `torch.spmm(adj, support)`, in its own
     class or in a layer class of another scanned file): Dynamo cannot trace sparse tensors and
-    runs those parts eagerly, so the compile buys only its own start-up time.
+    runs those parts eagerly, so the compile buys only its own start-up time. A model handed to
+    `deepspeed.initialize(model=...)` in a training script is the engine's: SF905 gives its
+    compile advice once, as `engine.compile()`.
 
     ## Why is this bad?
     Eager PyTorch launches one kernel per operation and writes every intermediate to GPU memory.
@@ -170,6 +173,21 @@ class ModelNotCompiled(Rule):
                 loss = criterion(model(x), y)
                 fabric.backward(loss)
                 optimizer.step()
+            """
+        ),
+        Valid(  # the DeepSpeed engine owns the model: SF905 says to call `engine.compile()`
+            """
+            import deepspeed
+
+            import torch
+
+            model = build_transformer(args).cuda()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+            engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, args=args)
+            for batch in loader:
+                loss = engine(batch.cuda())
+                engine.backward(loss)
+                engine.step()
             """
         ),
         Valid(  # a GAN with an R1 penalty: the gradient's graph is differentiated again
@@ -866,6 +884,8 @@ class ModelNotCompiled(Rule):
                 continue  # the LightningModule's submodules: the Trainer owns them, SF901 gives the compile advice
             if fabric_owned(ctx, model):
                 continue  # `fabric.setup(model)`: SF901 gives the compile advice in Fabric's terms
+            if engine_owned(ctx, model):
+                continue  # `deepspeed.initialize(model=model)`: SF905 gives it as `engine.compile()`
             # a compile of this model (or of something that may be it) settles it; one of another model does not
             mine = [(call.statement, call.stack) for call, subjects in compiles
                     if is_for_model(ctx, subjects, model, site.stack, others)]

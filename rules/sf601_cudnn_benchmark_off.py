@@ -10,6 +10,7 @@ from speedfix.model.lightning_config import configured_trainers
 from speedfix.model.frames import class_of
 from speedfix.model.networks import is_conv_architecture, project_conv_dims, self_optimizing_classes, zoo_architecture
 from speedfix.model.patterns import cudnn_choices, cudnn_disabled
+from speedfix.model.workload import runs_cudnn_layers
 from speedfix.project.steps import CONV_LAYERS
 from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.nodes import code_of
@@ -77,8 +78,10 @@ class CudnnBenchmarkOff(Rule):
 
     ## Impact
     Medium. Low for a small model (under 10M parameters, counted from the layers the file
-    writes). High when cuDNN is switched off, whatever the model's size: every convolution runs
-    without it.
+    writes). High when cuDNN is switched off in a model with convolutions, recurrent layers or
+    batch norm, whatever its size: every one of them runs without it; low when the model is a
+    matmul network without them (a transformer, an MLP: cuBLAS runs its matmuls), medium when the
+    scan cannot see its layers.
 
     ## Measured effect
     SpeechBrain: 17 to 12 minutes per epoch on a V100 (1.42x) and 60 to 25 minutes on a 1080 Ti
@@ -398,6 +401,13 @@ class CudnnBenchmarkOff(Rule):
 
     def impact_here(self, finding: Finding) -> Estimate | None:
         if finding.message.startswith(_DISABLED):
+            layers = runs_cudnn_layers(self.ctx)
+            if layers is False:
+                return Estimate(Impact.LOW, "cuDNN is off, but the model is a matmul network (its matmuls run on "
+                                            "cuBLAS): no convolution, recurrent layer or batch norm loses it")
+            if layers is None:
+                return Estimate(Impact.MEDIUM, "cuDNN is off; the scan cannot see whether the model has "
+                                               "convolutions, recurrent layers or batch norm")
             return Estimate(Impact.HIGH, "cuDNN is off: convolutions run PyTorch's own kernels")
         return small_model(self.ctx, Impact.LOW)
 

@@ -88,6 +88,10 @@ class HfTrainingArguments(Rule):
     own subclass (`optim: str = field(default="adamw_torch")`, reported on that line), else
     from TRL's defaults (`gradient_checkpointing=True` since TRL 0.22; bf16 is TRL's choice),
     else from transformers'. A finding about a launch command's option points at its line.
+    `parser.parse_json_file(args.train_args_file)` (or `parse_yaml_file`) takes every value from
+    the file each run reads: the one each launch command names, else the option's default; a
+    finding points at the file's line (the script's default file when it says the same as every
+    run's), and a name the project holds no file for is left out of the runs.
 
     `TrainingArguments` train on CUDA whenever it is there, so they are GPU code unless
     `use_cpu=True` (or the old `no_cuda=True`) says otherwise. Values speedfix cannot know
@@ -134,11 +138,13 @@ class HfTrainingArguments(Rule):
     ## Impact
     High: fp32 training on a GPU and TF32 off are among the largest gaps (TF32 is weighed by the
     kind of network as in SF201: a Hugging Face transformer's matmuls gain). Medium for fp16
-    instead of bf16, gradient checkpointing and a batch size left small; low for the unfused
+    instead of bf16, gradient checkpointing, a batch size left small and
+    `dataloader_num_workers=0` (low for batches of token ids tokenized ahead); low for the unfused
     AdamW and unpinned loader memory. The settings a call leaves at their defaults are one
     finding, except that fp32 among them is a finding of its own (high) and the others (the
     optimizer, the loader workers, compile) another, "besides fp32": one finding carries one
-    impact, and the precision is the largest gap. That second finding is medium, low when each
+    impact, and the precision is the largest gap. That second finding (the only one when bf16 or
+    fp16 is chosen) is medium, low when each
     setting in it is small: the fused optimizer, pinned memory, or workers for batches of token
     ids tokenized ahead (a worker would only index and pad them, as SF101 says).
 
@@ -391,6 +397,21 @@ class HfTrainingArguments(Rule):
             """,
             count=4,
         ),
+        Invalid(  # a subclass that keeps the name of the class it extends is still Trainer arguments
+            """
+            from dataclasses import dataclass, field
+            from transformers import HfArgumentParser, TrainingArguments
+
+            @dataclass
+            class TrainingArguments(TrainingArguments):
+                use_lora: bool = field(default=False)
+                bf16: bool = field(default=True)
+
+            def main():
+                (training_args,) = HfArgumentParser((TrainingArguments,)).parse_args_into_dataclasses()
+            """,
+            count=1,
+        ),
         Invalid(  # TRL's configs turn gradient checkpointing on; bf16 is TRL's choice
             """
             from trl import ScriptArguments, SFTConfig, TrlParser
@@ -415,6 +436,9 @@ class HfTrainingArguments(Rule):
         _, beside, listed = finding.message.partition(_BESIDE_FP32_WORDS)
         if beside:
             return self._beside_fp32(listed)
+        _, bundle, listed = finding.message.partition(_DEFAULTS_WORDS)
+        if _NO_WORKERS in finding.message:  # written out, as much as left at its default
+            return self._beside_fp32("`dataloader_num_workers`", fp32=False)
         return by_message(finding, (
             ("fp32", Impact.HIGH, "fp32 training"),
             ("`fp16=True`", Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
@@ -422,7 +446,7 @@ class HfTrainingArguments(Rule):
             ("dataloader_pin_memory", Impact.LOW, "pinned memory for the Trainer's loader"),
             ("checkpointing", Impact.MEDIUM, "memory traded for a recomputed forward pass"),
             ("micro-batch", Impact.MEDIUM, "a larger batch, if it fits"),
-        ))
+        )) or (self._beside_fp32(listed, fp32=False) if bundle else None)
 
     def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
@@ -467,27 +491,31 @@ class HfTrainingArguments(Rule):
         elif defaults:
             self._report_bundle(args, defaults, Severity.WARNING if fp32 else Severity.INFO)
 
-    def _beside_fp32(self, listed: str) -> Estimate:
-        """The settings left at their defaults beside fp32: worth less than the precision, so at
-        most medium (compile, loader workers); low when each is small (the fused optimizer,
-        workers that would only index and pad token ids tokenized ahead)."""
+    def _beside_fp32(self, listed: str, fp32: bool = True) -> Estimate:
+        """The settings left at their defaults beside fp32 (or beside a 16-bit precision already
+        chosen): worth less than the precision, so at most medium (compile, loader workers); low
+        when each is small (the fused optimizer, workers that would only index and pad token ids
+        tokenized ahead)."""
+        beside = "beside fp32" if fp32 else "beside the precision"
         tokens = tokenized_ahead(self.ctx)
         parts = [part for part in _PARTS.split(listed) if part]
         idle_workers = [part for part in parts if tokens is not None and "dataloader_num_workers" in part]
         if all("AdamW" in part or part in idle_workers for part in parts):
             said = f" ({tokens}: workers would only index and pad them)" if idle_workers else ""
-            return Estimate(Impact.LOW, f"the smaller settings beside fp32{said}")
-        return Estimate(Impact.MEDIUM, "the smaller settings beside fp32, worth less than the precision")
+            return Estimate(Impact.LOW, f"the smaller settings {beside}{said}")
+        return Estimate(Impact.MEDIUM, f"the smaller settings {beside}, worth less than the precision")
 
     def _report_bundle(self, args: _Arguments, defaults: list[_Default], severity: Severity,
                        beside_fp32: bool = False) -> None:
         listed = ", ".join(default.what for default in defaults)
         if beside_fp32:
             listed = _BESIDE_FP32_WORDS + listed
-        if args.site is None:  # filled from the command line: say what to pass
+        if args.site is None:  # filled from the command line (or a file): say what to pass
             options = " ".join(default.option for default in defaults if default.option)
-            self.report(args.anchor, f"{args.shown} keep slow defaults: {listed}", severity=severity,
-                        no_fix_reason=f"pass `{options}` where the script is launched, or give the fields those "
+            where = "where the script is launched" if args.parsed is None or args.parsed.files is None \
+                else "(as JSON keys) in the file the script parses"
+            self.report(args.anchor, f"{args.shown} {_DEFAULTS_WORDS}{listed}", severity=severity,
+                        no_fix_reason=f"pass `{options}` {where}, or give the fields those "
                         "defaults in a subclass" if options else None)
             return
         ops: list[FixOp] = [op for default in defaults for op in default.ops]
@@ -499,7 +527,7 @@ class HfTrainingArguments(Rule):
         refusals = [default.refusal for default in defaults if default.refusal]
         self.report(
             site.node,
-            f"{args.shown} keep slow defaults: {listed}",
+            f"{args.shown} {_DEFAULTS_WORDS}{listed}",
             severity=severity,
             fix_ops=ops if new_args else None,
             no_fix_reason="; ".join(refusals) or None,
@@ -511,8 +539,9 @@ class HfTrainingArguments(Rule):
         """Report a setting where it is written: the call's argument, the field of the project's
         subclass, the launch command's option; the call or the parser's class when left out."""
         if setting.source is Source.LAUNCH and setting.where is not None:
+            place = "a launch command" if args.parsed is None or args.parsed.files is None else "the file the script parses"
             self.report_at(setting.where, message, severity=severity,
-                           no_fix_reason="the option is set in a launch command: speedfix rewrites Python only")
+                           no_fix_reason=f"the option is set in {place}: speedfix rewrites Python only")
             return
         # a framework's default sits on the statement (the call itself holds the defaults finding)
         node = setting.arg or setting.node or (args.statement if setting.source is Source.FRAMEWORK else args.anchor)
@@ -627,8 +656,8 @@ class HfTrainingArguments(Rule):
             if workers.missing:
                 defaults.append(_Default(what, None, option=option))
             else:
-                self._at(args, workers, "the Trainer's DataLoader collates every batch in the main process "
-                         "(`dataloader_num_workers=0`)", severity=Severity.INFO)
+                self._at(args, workers, f"the Trainer's DataLoader collates every batch in the main process ({_NO_WORKERS})",
+                         severity=Severity.INFO)
             return
         original = workers.arg
         if refusal is None and original is not None and not isinstance(original.value, cst.Integer):
@@ -644,7 +673,7 @@ class HfTrainingArguments(Rule):
             fix = [value_replaced(args.site.node, original, count), *ops]
         self.report(
             original,
-            "the Trainer's DataLoader collates every batch in the main process (`dataloader_num_workers=0`)",
+            f"the Trainer's DataLoader collates every batch in the main process ({_NO_WORKERS})",
             severity=Severity.INFO,
             fix_ops=fix,
             no_fix_reason=refusal,
@@ -772,7 +801,8 @@ class _Arguments:
         if self.parsed is None:
             return f"`{self.name}`" if self.trl else "`TrainingArguments`"
         parser = "TRL's parser" if self.parsed.trl or "Trl" in code_of(self.parsed.parse.node) else "`HfArgumentParser`"
-        return f"the `{self.name}` that {parser} fills from the command line"
+        source = "a file" if self.parsed.files is not None else "the command line"
+        return f"the `{self.name}` that {parser} fills from {source}"
 
     @property
     def anchor(self) -> cst.CSTNode:
@@ -808,6 +838,8 @@ class _Arguments:
 _FP32 = "fp32"  # how the precision left at its default is named in a finding
 # The finding of the other settings a call leaves at their defaults, when fp32 has its own.
 _BESIDE_FP32_WORDS = "besides fp32, "
+_NO_WORKERS = "`dataloader_num_workers=0`"
+_DEFAULTS_WORDS = "keep slow defaults: "  # the finding of the settings a call leaves at their defaults
 _PARTS = re.compile(r",\s(?![^(]*\))")  # the listed settings: commas outside parentheses
 
 

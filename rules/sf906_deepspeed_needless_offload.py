@@ -2,12 +2,14 @@ from __future__ import annotations
 
 from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
-from speedfix.model.deepspeed_config import MARKERS, DeepSpeedConfig, element, named_configs, offloaded, section
-from speedfix.model.model_size import estimated_parameters, trains_adapters
+from speedfix.model.deepspeed_config import (MARKERS, DeepSpeedConfig, element, named_configs, offloaded,
+                                             per_launch_command, section)
+from speedfix.model.model_size import command_trains_adapters, estimated_parameters, trains_adapters
 
 # A model this small fits with its gradients and Adam state (16 bytes a parameter: 5.6 GB) on
 # any GPU that trains: moving that state to the CPU saves memory nobody needs.
 _SMALL = 350_000_000
+_LORA = "this is a LoRA run: the optimizer holds only the adapters' state, a few megabytes"
 
 
 class DeepSpeedNeedlessOffload(Rule):
@@ -28,7 +30,10 @@ class DeepSpeedNeedlessOffload(Rule):
     `"ds.json" if args.deepspeed else None`: the config of every run that uses DeepSpeed), or
     one the project's launch commands pass (`--deepspeed ds.json`); a JSON file's finding points
     at its `"device"` line. A file only some launch commands name (the full fine-tune's, beside
-    the LoRA runs') is left alone: the script's default path says nothing about those runs.
+    the LoRA runs') is left alone: the script's default path says nothing about those runs;
+    but a command whose own options make its run a LoRA run (`--use_lora --deepspeed
+    ds_offload.json`, taking the script's `if training_args.use_lora: get_peft_model(...)`) has
+    its file's optimizer offload reported.
     `"device": "auto"` is no offload (DeepSpeed drops "auto" values and keeps its default).
 
     ## Why is this bad?
@@ -161,22 +166,39 @@ class DeepSpeedNeedlessOffload(Rule):
         configs = [config for config in named_configs(self.ctx) if config.values is not None and not config.some_runs]
         offloading = [(config, keys) for config in configs
                       for keys in offloaded(section(config.values or {}, "zero_optimization"))]
-        if not offloading:
-            return
-        adapters = trains_adapters(self.ctx)
-        size = estimated_parameters(self.ctx)
-        small = size is not None and size <= _SMALL
-        for config, keys in offloading:
-            optimizer = keys[0] in ("offload_optimizer", "cpu_offload")
-            if small:
-                why = f"the model has about {size / 1e6:,.0f}M parameters: with its gradients and Adam state it fits on the GPU"
-            elif adapters and optimizer:
-                why = "this is a LoRA run: the optimizer holds only the adapters' state, a few megabytes"
-            else:
+        reported: set[tuple[str | None, tuple[str, ...]]] = set()
+        if offloading:
+            adapters = trains_adapters(self.ctx)
+            size = estimated_parameters(self.ctx)
+            small = size is not None and size <= _SMALL
+            for config, keys in offloading:
+                optimizer = keys[0] in ("offload_optimizer", "cpu_offload")
+                if small:
+                    why = f"the model has about {size / 1e6:,.0f}M parameters: with its gradients and Adam state it fits on the GPU"
+                elif adapters and optimizer:
+                    why = _LORA
+                else:
+                    continue
+                self._offload(config, keys, why)
+                reported.add((config.file, keys))
+        self._lora_commands(reported)
+
+    def _lora_commands(self, reported: set[tuple[str | None, tuple[str, ...]]]) -> None:
+        """The file a launch command passes whose own options make it a LoRA run (`--use_lora
+        --deepspeed ds_zero3_offload.json`), also where other commands name other files."""
+        for command, config in per_launch_command(self.ctx):
+            if config is None or config.values is None or not command_trains_adapters(self.ctx, command):
                 continue
-            what = "the optimizer state" if optimizer else "the parameters"
-            self._report(config, keys, f"ZeRO offloads {what} to the {_device(config, keys)}, but {why}; each step "
-                                       "pays the copies over PCIe" + (" and the CPU's Adam step" if optimizer else ""))
+            for keys in offloaded(section(config.values, "zero_optimization")):
+                if keys[0] in ("offload_optimizer", "cpu_offload") and (config.file, keys) not in reported:
+                    reported.add((config.file, keys))
+                    self._offload(config, keys, _LORA)
+
+    def _offload(self, config: DeepSpeedConfig, keys: tuple[str, ...], why: str) -> None:
+        optimizer = keys[0] in ("offload_optimizer", "cpu_offload")
+        what = "the optimizer state" if optimizer else "the parameters"
+        self._report(config, keys, f"ZeRO offloads {what} to the {_device(config, keys)}, but {why}; each step "
+                                   "pays the copies over PCIe" + (" and the CPU's Adam step" if optimizer else ""))
 
     def _report(self, config: DeepSpeedConfig, keys: tuple[str, ...], message: str) -> None:
         reason = "only the GPU's memory tells whether the run fits without it: remove the offload section"

@@ -263,6 +263,87 @@ def test_deepspeed_json_the_script_loads_from_the_file_each_launch_command_names
                                                          cwd=tmp_path).stdout  # the LoRA run's own config
 
 
+HF_JSON_ARGS = """\
+import argparse
+from dataclasses import dataclass, field
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class RunArguments:
+    model_name_or_path: str = field(default="Qwen/Qwen-7B")
+
+
+def setup():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--train_args_file", type=str, default="train_args/sft.json")
+    args = parser.parse_args()
+    path = args.train_args_file
+    args, training_args = HfArgumentParser((RunArguments, TrainingArguments)).parse_json_file(json_file=path)
+    return args, training_args
+
+
+args, training_args = setup()
+Trainer(model=load(args.model_name_or_path), args=training_args, train_dataset=dataset).train()
+"""
+SFT_JSON = '{\n  "output_dir": "out",\n  "gradient_checkpointing": true,\n  "fp16": %s,\n  "bf16": %s\n}\n'
+
+
+def test_training_arguments_read_from_the_json_file_the_script_defaults_to_or_the_launch_names(write, run_cli, tmp_path):
+    """`HfArgumentParser.parse_json_file(args.train_args_file)`: every setting is a line of the
+    file each run reads (the option's default, or what the launch commands pass)."""
+    write("train.py", HF_JSON_ARGS)
+    write("train_args/sft.json", SFT_JSON % ("true", "false"))
+    scan = ["scan", "train.py", "--select", "SF902", "--torch-version", "2.8", "--no-summary"]
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "train_args/sft.json:3:3: SF902 `gradient_checkpointing=True` saves memory" in result
+    assert "train_args/sft.json:4:3: SF902 `fp16=True` scales the loss" in result
+    assert "fp32" not in result
+    write("README.md", "```\npython train.py --train_args_file train_args/big.json\n"
+          "python train.py --train_args_file train_args/typo.json\n```\n")  # a name the project has no file for
+    write("train_args/big.json", SFT_JSON % ("false", "true"))
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "fp16=True" not in result  # the one run the scan can read trains in bf16
+    assert "train_args/sft.json:3:3: SF902 `gradient_checkpointing=True`" in result  # the script's file says the same
+    assert "train.py:16:59: SF902 the `TrainingArguments` that `HfArgumentParser` fills from a file keep slow defaults" in result
+
+
+HF_LORA_OPTION = """\
+from dataclasses import dataclass, field
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class TrainingArguments(TrainingArguments):
+    use_lora: bool = field(default=False)
+
+
+def main():
+    (training_args,) = HfArgumentParser((TrainingArguments,)).parse_args_into_dataclasses()
+    model = AutoModelForCausalLM.from_pretrained("huggyllama/llama-7b")
+    if training_args.use_lora:
+        model = get_peft_model(model, LoraConfig(r=16))
+    Trainer(model=model, args=training_args, train_dataset=dataset).train()
+"""
+OFFLOAD = '{\n  "zero_optimization": {\n    "stage": 3,\n    "offload_optimizer": {"device": "cpu"}\n  }\n}\n'
+
+
+def test_offload_in_the_json_of_the_launch_command_that_turns_lora_on(write, run_cli, tmp_path):
+    """The full fine-tune passes one DeepSpeed file, the LoRA run another: each run's own file
+    and options decide (the script's default path trains no adapters)."""
+    write("sft.py", HF_LORA_OPTION)
+    write("scripts/full.sh", "deepspeed sft.py --bf16 --deepspeed configs/ds_full.json\n")
+    write("scripts/lora.sh", "torchrun --nproc_per_node 8 sft.py --use_lora --bf16 --deepspeed configs/ds_lora.json\n")
+    write("configs/ds_full.json", OFFLOAD)
+    write("configs/ds_lora.json", OFFLOAD)
+    scan = ["scan", "sft.py", "--select", "SF906", "--no-summary"]
+    assert run_cli(*scan, cwd=tmp_path).stdout.startswith("configs/ds_lora.json:4:27: SF906 ZeRO offloads the "
+                                                          "optimizer state to the CPU, but this is a LoRA run")
+    write("scripts/lora.sh", "torchrun --nproc_per_node 8 sft.py --bf16 --deepspeed configs/ds_lora.json\n")
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""  # no run trains adapters
+
+
 # ---------------------------------------------------------------------- the GPUs the job scripts ask for
 MLP = """\
 import torch

@@ -131,6 +131,18 @@ def test_tf32_is_high_for_known_matmuls_and_medium_for_a_model_the_scan_cannot_s
     assert tf32["impact"] == "medium" and tf32["impact_reason"].startswith("a model whose layers the scan does not see")
 
 
+def test_cudnn_switched_off_weighs_the_layers_cudnn_would_run(run_cli, write, tmp_path):
+    """High with a convolution, low for an MLP (cuBLAS runs its matmuls), medium for a model
+    the scan cannot see."""
+    off = SMALL.replace("def main():\n", "def main():\n    torch.backends.cudnn.enabled = False\n")
+    write("mlp.py", off)
+    write("conv.py", off.replace("nn.Linear(784, 128)", "nn.Sequential(nn.Conv2d(1, 8, 3), nn.Flatten(), nn.LazyLinear(128))"))
+    write("factory.py", off.replace("Net().to", "build_model(cfg).to")
+          .replace("import torch\n", "import torch\nfrom mylib import build_model\n", 1))
+    assert [_by(_json(run_cli, name, cwd=tmp_path), "SF601")[0]["impact"] for name in ("conv.py", "mlp.py", "factory.py")] \
+        == ["high", "low", "medium"]
+
+
 def test_a_synchronize_under_an_option_is_low(run_cli, write, tmp_path):
     timed = SMALL.replace("            print(loss.item())\n",
                           "            if args.sync_each_step:\n                torch.cuda.synchronize()\n")

@@ -14,6 +14,7 @@ from speedfix.model.devices import cpu_by_default, uses_cuda
 from speedfix.model.frames import class_of_method, in_inference_branch
 from speedfix.model.frameworks import trainer_fits
 from speedfix.model.loaded_config import section_keys
+from speedfix.model.networks import optimizer_factories
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
 from speedfix.model.versions import TorchVersion
 from speedfix.syntax.nodes import walk_expression
@@ -248,3 +249,14 @@ def test_section_keys_follow_a_section_through_names_and_rewrappings():
     call = next(site for site in ctx.calls if ctx.module.code_for_node(site.node.func) == "Trainer")
     assert [section_keys(ctx, arg.value, call.stack) for arg in call.node.args] == \
         [("lightning", "trainer"), ("other",), None]
+
+
+def test_an_optimizer_factory_handed_parameter_groups_is_not_handed_the_model():
+    ctx = context("""
+        import torch
+        def main(args, net):
+            param_groups = get_decay_groups(net)
+            optimizer = get_optimizer(param_groups, args)
+            scheduler_optimizer = build_optimizer(args, net)
+    """)
+    assert [model for model, _ in optimizer_factories(ctx)] == ["net"]

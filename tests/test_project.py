@@ -1329,3 +1329,33 @@ def test_a_dataloader_subclass_of_another_file_is_read_like_a_dataloader(run_cli
         """)
     result = run_cli("scan", "train.py", "loading.py", "--select", "SF102,SF103", "--no-summary", cwd=tmp_path)
     assert findings(result.stdout) == {("train.py", 5, "SF102"), ("train.py", 5, "SF103")}
+
+
+def test_a_function_handed_to_another_files_step_runs_every_step(run_cli, write, tmp_path):
+    """Megatron's layout: the script hands its `forward_step` to a library file's `train_step`,
+    whose training loop calls it every step; an `evaluate` that calls what it is given outside
+    any training loop makes nothing hot."""
+    write("trainlib.py", "def train_step(batch, model, optimizer, forward_step_func):\n"
+                         "    for micro in batch.split(4):\n"
+                         "        loss = forward_step_func(micro, model)\n"
+                         "        loss.backward()\n"
+                         "        optimizer.step()\n"
+                         "    return loss\n\n\n"
+                         "def evaluate(batch, model, step_func):\n"
+                         "    return step_func(batch, model)\n")
+    write("pretrain.py", "import torch\nfrom trainlib import evaluate, train_step\n\n\n"
+                         "def forward_step(batch, model):\n"
+                         "    mask = batch['mask'].cuda()\n"
+                         "    loss = (model(batch['x'].cuda()) * mask).sum()\n"
+                         "    if mask.sum().item() > 0:\n"
+                         "        loss = loss / mask.sum()\n"
+                         "    return loss\n\n\n"
+                         "def eval_step(batch, model):\n"
+                         "    return model(batch['x'].cuda()).float().mean().item()\n\n\n"
+                         "def train(model, optimizer, loader):\n"
+                         "    for batch in loader:\n"
+                         "        train_step(batch, model, optimizer, forward_step_func=forward_step)\n"
+                         "        evaluate(batch, model, eval_step)\n")
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path).stdout
+    assert result.startswith("pretrain.py:8:8: SF301 `mask.sum().item()` in the training loop")
+    assert "pretrain.py:14" not in result  # `evaluate` calls its function once, outside a training loop

@@ -473,23 +473,60 @@ def _field_default(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpre
 
 
 def annotated_field_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
-    """`args.use_lora` in `def main(args: FlatArguments)`, `FlatArguments` a dataclass of the
-    file that an argument parser fills (`HfArgumentParser`): the field's default, which is the
-    option's default on the command line."""
+    """`args.use_lora` in `def main(args: FlatArguments)` (or `(args,) = HfArgumentParser(
+    (FlatArguments,)).parse_args_into_dataclasses()`), `FlatArguments` a dataclass of the file
+    that an argument parser fills: the field's default, which is the option's default on the
+    command line."""
     if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
         return None
-    function = ctx.function_of(stack)
-    if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, node.value.value):
-        return None
-    params = [*function.params.params, *function.params.kwonly_params]
-    param = next((p for p in params if p.name.value == node.value.value and p.annotation is not None), None)
-    owner = dotted_name(param.annotation.annotation) if param is not None else None  # type: ignore[union-attr]
+    owner = _annotated_class(ctx, node.value.value, stack) or _parsed_class(ctx, node.value.value, stack)
     info = ctx.classes.get(owner or "")
     if info is None or not any(dotted_name(d.decorator) in ("dataclass", "dataclasses.dataclass")
                                or isinstance(d.decorator, cst.Call) and dotted_name(d.decorator.func) in
                                ("dataclass", "dataclasses.dataclass") for d in info.node.decorators):
         return None
     return class_field_defaults(ctx, info.name).get(node.attr.value)
+
+
+def _annotated_class(ctx: FileContext, name: str, stack: Stack) -> str | None:
+    """The class a parameter of the enclosing function is annotated with (`args: FlatArguments`)."""
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
+        return None
+    params = [*function.params.params, *function.params.kwonly_params]
+    param = next((p for p in params if p.name.value == name and p.annotation is not None), None)
+    return dotted_name(param.annotation.annotation) if param is not None else None  # type: ignore[union-attr]
+
+
+_DATACLASS_PARSES = frozenset({"parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file"})
+
+
+def _dataclass_parse(value: cst.BaseExpression) -> bool:
+    """`parser.parse_args_into_dataclasses()`, `parser.parse_json_file(path)`: an
+    `HfArgumentParser` filling dataclasses, not argparse's namespace."""
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+        and value.func.attr.value in _DATACLASS_PARSES
+
+
+def _parsed_class(ctx: FileContext, name: str, stack: Stack) -> str | None:
+    """`model_args, training_args = parser.parse_args_into_dataclasses()` with `parser =
+    HfArgumentParser((ModelArguments, TrainingArguments))`: the class whose fields fill the
+    name's place (`training_args`: `TrainingArguments`)."""
+    found = ctx.assignments_in_scope(name, stack)
+    if len(found) != 1 or not found[0].unpacked or found[0].position is None:
+        return None
+    parse = found[0].value
+    if not isinstance(parse, cst.Call) or not isinstance(parse.func, cst.Attribute) or not _dataclass_parse(parse):
+        return None
+    parser = parse.func.value
+    if isinstance(parser, cst.Name):
+        parser = ctx.single_value(parser.value, found[0].stack)
+    if not isinstance(parser, cst.Call) or not parser.args or not isinstance(parser.args[0].value, (cst.Tuple, cst.List)):
+        return None
+    classes = parser.args[0].value.elements
+    if found[0].position >= len(classes) or any(isinstance(element, cst.StarredElement) for element in classes):
+        return None
+    return dotted_name(classes[found[0].position].value)
 
 
 def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool | None:
@@ -583,7 +620,10 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
         return []
     if not _holds_parsed_args(ctx, found[-1]):  # `args = parse_args()` imported from a file of the project
         imported = [] if found[-1].unpacked else imported_options(ctx, _returned_call(ctx, found[-1].value))
-        return [site for site in imported if _dest_of(site) == dest]
+        if imported or not found[-1].unpacked or not any(_holds_parsed_args(ctx, a) for a in found[:-1]):
+            return [site for site in imported if _dest_of(site) == dest]
+        # the name parsed the options before a tuple of other things reused it (`args =
+        # parser.parse_args()`, then `args, training_args = hf_parser.parse_json_file(args.train_args_file)`)
     return [site for site in _add_argument_calls(ctx) if _dest_of(site) == dest]
 
 

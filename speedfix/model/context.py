@@ -11,7 +11,7 @@ receptive field or a saliency map drawn from `img.grad`), marks no step. Code is
 *hot* when its nearest enclosing step loop is reached before a function boundary and no periodic
 guard sits in between (nor a branch on one pass of the step loop, `if i == len(loader) - 1:`,
 nor a module's eval-mode branch, `if not self.training:`); functions called from hot code (also from another scanned file, and
-then two levels more), the ``forward`` of a module class whose object hot code calls, Lightning
+then two levels more) or handed to a call there (`run_step(batch, loss_fn=masked_loss)`), the ``forward`` of a module class whose object hot code calls, Lightning
 ``training_step`` methods and what they call (``self.shared_step(batch)``) are hot too, except
 for code under ``if isinstance(v, torch.Tensor):`` in such a helper (whether it runs on tensors
 is the caller's business). An epoch loop that only contains the batch loop is not a step loop, so what runs once
@@ -278,8 +278,13 @@ class FileContext(FileIndex):
         return [info for info in self.functions.get(func.attr.value, ()) if info.class_name in lineage]
 
     def _runs(self, site: CallSite) -> list[cst.CSTNode]:
-        """The functions of this file a call runs: its callees, or a module's `forward`."""
+        """The functions of this file a call runs: its callees, a module's `forward`, or a
+        function the call is handed to run itself (Megatron's `train_step(...,
+        forward_step_func=forward_step)`, `checkpoint(block, x)`, `optimizer.step(closure)`)."""
         found = [info.node for info in self.local_callees(site)]
+        for arg in site.node.args:
+            if isinstance(arg.value, cst.Name) and not arg.star:
+                found.extend(info.node for info in self.functions.get(arg.value.value, ()) if info.class_name is None)
         for owner in self.module_classes_called(site):
             found.extend(info.node for info in self.functions.get("forward", ()) if info.class_name == owner)
         return found

@@ -31,6 +31,7 @@ from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import built_string, loaded_names
 from speedfix.model.project_files import Location
+from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import integer_value, walk_expression
 
 # Calls that take a DeepSpeed config, and the keyword (and position) it is passed by.
@@ -223,16 +224,31 @@ def supplies_optimizer(ctx: FileContext) -> bool:
     name different files (`--deepspeed ds_gpt2.json`, `--deepspeed ds_neo.json`), each of them?"""
     configs = named_configs(ctx)
     if not configs:
-        for launched in launch.launches(ctx):
-            name = next((launched.options[key] for key in _ARGPARSE_OPTIONS if key in launched.options), None)
-            if not isinstance(name, str) or not name.endswith(".json") or ctx.project is None:
-                return False
-            path = ctx.project.find(name, (launched.file.parent, ctx.project.top(), ctx.project.folder))
-            if path is None:
-                return False
-            configs.append(_parse(ctx, path, name, None))
+        per_command = [config for _, config in per_launch_command(ctx)]
+        if None in per_command:
+            return False
+        configs = [config for config in per_command if config is not None]
     return bool(configs) and all(config.values is not None and isinstance(config.values.get("optimizer"), dict)
                                  for config in configs)
+
+
+def per_launch_command(ctx: FileContext) -> list[tuple[launch.Launch, DeepSpeedConfig | None]]:
+    """Each launch command of the script with the JSON file it passes (`--deepspeed ds.json`),
+    also where the commands name different files (a LoRA run's config beside a full fine-tune's);
+    None for a command that passes none, or a file the project does not hold."""
+    found: list[tuple[launch.Launch, DeepSpeedConfig | None]] = []
+    project = ctx.project
+    for command in launch.launches(ctx):
+        key = next((key for key in _ARGPARSE_OPTIONS if key in command.options), None)
+        name = command.options[key] if key is not None else None
+        path = None
+        if isinstance(name, str) and name.endswith(".json") and project is not None:
+            path = project.find(name, (command.file.parent, project.top(), project.folder))
+        config = None
+        if path is not None and isinstance(name, str) and key is not None:
+            config = replace(_parse(ctx, path, name, None), where=command.where.get(key))
+        found.append((command, config))
+    return found
 
 
 def _from_file(ctx: FileContext, node: cst.BaseExpression, name: str) -> DeepSpeedConfig | None:
@@ -302,6 +318,18 @@ def _compared(ctx: FileContext, node: cst.Comparison, stack: Stack) -> Any:
     if left is None or right is None:
         return ...
     return (left == right) == isinstance(target.operator, cst.Equal)
+
+
+def engine_owned(ctx: FileContext, model: str) -> bool:
+    """Is ``model`` handed to `deepspeed.initialize(model=...)` in a file with a training step?
+    The engine runs it then, and compiling it is the engine's business (`engine.compile()`)."""
+    if not ctx.step_loops:
+        return False
+    for site in ctx.calls_to(_INITIALIZE):
+        found = find_argument(ctx, site, "model", 1)
+        if found.node is not None and dotted_name(found.node) == model:
+            return True
+    return False
 
 
 def engine_sixteen_bit(ctx: FileContext) -> bool | None:

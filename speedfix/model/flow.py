@@ -53,9 +53,14 @@ def reached_by_launch(ctx: FileContext, statement: cst.BaseStatement | None, sta
     commands = launch.launches(ctx)
     if not commands:
         return None
-    tests = gates(ctx, statement)
-    return any(all(_launch_truth(ctx, test, stack, _options(command)) is not (not wanted) for test, wanted in tests)
-               for command in commands)
+    return any(reached_by_command(ctx, statement, stack, command) for command in commands)
+
+
+def reached_by_command(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack,
+                       command: launch.Launch) -> bool:
+    """Does this one launch command run ``statement`` (as ``reached_by_launch`` decides it)?"""
+    options = _options(command)
+    return all(_launch_truth(ctx, test, stack, options) is not (not wanted) for test, wanted in gates(ctx, statement))
 
 
 def called_in_no_run(ctx: FileContext, stack: Stack, false_in_every_run: Callable[[cst.BaseExpression, Stack], bool],
@@ -118,10 +123,31 @@ def _launch_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, opti
         if isinstance(test.operator, cst.And):
             return False if False in (left, right) else (True if left and right else None)
         return True if True in (left, right) else (False if left is False and right is False else None)
-    if isinstance(test, cst.Attribute) and test.attr.value in options and (
-            argparse_option(ctx, test) is not None or annotated_field_default(ctx, test, stack) is not None):
+    if isinstance(test, cst.Attribute) and _launch_sets(ctx, test, stack, options):
         return launch.truth(options[test.attr.value])  # an option of the script the command sets
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Attribute) \
+            and _launch_sets(ctx, test.left, stack, options):  # `args.load_in_kbits in [4, 8]` with `--load_in_kbits 4`
+        target = test.comparisons[0]
+        return compared(target.operator, _number_or_text(options[test.left.attr.value]),
+                        literal_value(ctx, target.comparator, stack))
     return default_truth(ctx, test, stack)
+
+
+def _launch_sets(ctx: FileContext, option: cst.Attribute, stack: Stack, options: dict[str, object]) -> bool:
+    """Is ``option`` (`args.use_lora`) an option of the script that the command's ``options`` set?"""
+    return option.attr.value in options and (
+        argparse_option(ctx, option) is not None or annotated_field_default(ctx, option, stack) is not None)
+
+
+def _number_or_text(value: object) -> object:
+    """A command line's word as the number it spells (`4`, `0.5`), else as it is."""
+    if isinstance(value, str):
+        for kind in (int, float):
+            try:
+                return kind(value)
+            except ValueError:
+                pass
+    return value
 
 
 def default_choice(ctx: FileContext, places: Iterable[tuple[cst.BaseStatement | None, Stack]]) -> tuple[bool, str | None]:

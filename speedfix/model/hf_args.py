@@ -17,20 +17,26 @@ the training arguments from the command line. Their settings are then, in this o
 
 A value the launch commands set differently from one command to another, or through a shell
 variable, is unknown: the rules stay silent about it.
+
+`HfArgumentParser(...).parse_json_file(args.train_args_file)` (and `parse_yaml_file`) fill the
+arguments from a file alone: the file each launch command names with the option, else the
+option's default (read as data, never run); a value they all write is known.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from enum import Enum
 from typing import Any
 
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import UNKNOWN_VALUE, class_field_defaults, find_argument, known_value
+from speedfix.model.arguments import UNKNOWN_VALUE, class_field_defaults, find_argument, known_value, string_value
 from speedfix.model.config_tree import load_mapping
+from speedfix.model.loaded_config import run_strings
 from speedfix.model.context import FileContext
 from speedfix.model.flow import compared, literal_value
 from speedfix.model.frames import Stack
@@ -42,6 +48,8 @@ from speedfix.syntax.nodes import integer_value
 
 TRL_DEFAULTS = {"gradient_checkpointing": True}
 _PARSE_METHODS = frozenset({"parse_args_into_dataclasses", "parse_args_and_config"})
+# `parser.parse_json_file(path)`: every value comes from the file, none from the command line
+FILE_PARSES = {"parse_json_file": "json_file", "parse_yaml_file": "yaml_file"}
 
 
 class Source(Enum):
@@ -87,6 +95,8 @@ class ParsedArguments:
     qualname: str  # transformers' or TRL's class it is (or derives from)
     fields: dict[str, cst.BaseExpression]  # field defaults of the project's own subclass
     recipes: tuple[dict[str, tuple[Any, Location]] | None, ...]  # per launch command, its `--config` YAML
+    # `parse_json_file(path)`: the values of each file the runs read, the script's default first
+    files: tuple[dict[str, tuple[Any, Location]], ...] | None = None
 
     @property
     def trl(self) -> bool:
@@ -95,16 +105,37 @@ class ParsedArguments:
     def per_launch(self, key: str) -> list[Setting | None]:
         """The value each launch command gives ``key`` (its option, or its recipe's; None where
         it leaves it out): where they disagree, ``setting`` is unknown but each run's is not."""
+        if self.files is not None:
+            return [Setting(_parsed(file[key][0]), Source.LAUNCH, file[key][1]) if key in file else None
+                    for file in self.files]
         return [None if given is None else Setting(_parsed(given[0]), Source.LAUNCH, given[1])
                 for given in launch.per_command(self.ctx, key, files=self.recipes)]
 
     def setting(self, key: str) -> Setting:
+        if self.files is not None:
+            return self._file_setting(key)
         given = launch.option(self.ctx, key, files=self.recipes)
         if given.state is launch.State.MIXED or (given.state is launch.State.KNOWN and not given.known):
             return Setting(UNKNOWN, Source.LAUNCH, given.where)
         if given.known:
             return Setting(_parsed(given.value), Source.LAUNCH, given.where)
         return self.default(key)
+
+    def _file_setting(self, key: str) -> Setting:
+        """``key`` as the files the runs read give it: the value they all write (at the line of
+        the first, the script's default file when it is one of them), the class's default when
+        none writes it, unknown when they differ."""
+        assert self.files is not None
+        given = [file[key] for file in self.files if key in file]
+        if not given:
+            return self.default(key)
+        if len(given) < len(self.files) or len({repr(value) for value, _ in given}) > 1:
+            return Setting(UNKNOWN, Source.LAUNCH, given[0][1])
+        value, where = given[0]
+        default = _default_file(self.ctx, self.parse)
+        if default is not None and key in default and repr(default[key][0]) == repr(value):
+            where = default[key][1]  # the file the script itself names says the same: point there
+        return Setting(_parsed(value), Source.LAUNCH, where)
 
     def default(self, key: str) -> Setting:
         """``key`` as a run that leaves it out gets it: the project's field default, TRL's, or
@@ -142,10 +173,14 @@ def parsed_arguments(ctx: FileContext) -> list[ParsedArguments]:
         parse = _parse_call(ctx, site)
         if parse is None:
             continue
+        files = _parsed_files(ctx, parse) if _method(parse) in FILE_PARSES else None
+        if _method(parse) in FILE_PARSES and not files:
+            continue  # a file the scan cannot name or read: its values are unknown
         for element in _classes(ctx, site.node.args[0].value, site):
             qualname, fields = _training_class(ctx, element)
             if qualname is not None:
-                found.append(ParsedArguments(ctx, element, parse, qualname, fields, _recipes(ctx)))
+                found.append(ParsedArguments(ctx, element, parse, qualname, fields,
+                                             () if files else _recipes(ctx), files))
     return found
 
 
@@ -164,11 +199,45 @@ def compared_false_in_every_run(ctx: FileContext, test: cst.BaseExpression, stac
     return False
 
 
+def _method(site: CallSite) -> str:
+    func = site.node.func
+    return func.attr.value if isinstance(func, cst.Attribute) else ""
+
+
+def _file_argument(ctx: FileContext, parse: CallSite) -> cst.BaseExpression | None:
+    """The path `parse_json_file` is given, followed through a name (`path = args.train_args_file`)."""
+    node = find_argument(ctx, parse, FILE_PARSES[_method(parse)], 0).node
+    if isinstance(node, cst.Name):
+        return ctx.single_value(node.value, parse.stack) or node
+    return node
+
+
+def _default_file(ctx: FileContext, parse: CallSite) -> dict[str, tuple[Any, Location]] | None:
+    """The file the script reads when no option names another (`default="train_args/sft.json"`)."""
+    node = _file_argument(ctx, parse)
+    default = string_value(ctx, node, parse.stack) if node is not None else None
+    return _values_file(ctx, default, None) if default is not None else None
+
+
+def _parsed_files(ctx: FileContext, parse: CallSite) -> tuple[dict[str, tuple[Any, Location]], ...]:
+    """The values of the files `parser.parse_json_file(args.train_args_file)` reads: the file
+    each launch command passes (`--train_args_file sft.json`), else the option's default. A
+    name the project holds no file for (a README's typo, a file each user writes) is no run the
+    scan can read."""
+    node = _file_argument(ctx, parse)
+    if node is None or ctx.project is None:
+        return ()
+    names = run_strings(ctx, node, parse.stack)
+    files = [_values_file(ctx, name, where.path.parent if where is not None else None) for name, where in names]
+    return tuple(file for file in files if file is not None)
+
+
 def _parse_call(ctx: FileContext, parser: CallSite) -> CallSite | None:
-    """The `parse_args_into_dataclasses()`/`parse_args_and_config()` call on the parser: the
-    parser assigned to a name (in this function, or returned by a function of the file)."""
+    """The `parse_args_into_dataclasses()`/`parse_args_and_config()` call on the parser (else its
+    `parse_json_file(path)`): the parser assigned to a name (in this function, or returned by a
+    function of the file)."""
     holders = _holders(ctx, parser)
-    for method in _PARSE_METHODS:
+    for method in (*sorted(_PARSE_METHODS), *FILE_PARSES):
         for site in ctx.method_calls(method):
             func = site.node.func
             assert isinstance(func, cst.Attribute)
@@ -337,9 +406,16 @@ def _recipe(ctx: FileContext, command: launch.Launch) -> dict[str, tuple[Any, Lo
 
 
 def _recipe_file(ctx: FileContext, command: launch.Launch, name: str) -> dict[str, tuple[Any, Location]] | None:
+    return _values_file(ctx, name, command.file.parent)
+
+
+def _values_file(ctx: FileContext, name: str, base: Path | None) -> dict[str, tuple[Any, Location]] | None:
+    """The top-level values of a YAML or JSON file of the project, each with its line (found
+    beside ``base``, the launch file naming it, or from the project's top or folder)."""
     project = ctx.project
     assert project is not None
-    path = project.find(name, (command.file.parent, project.top(), project.folder))
+    roots = (project.top(), project.folder) if base is None else (base, project.top(), project.folder)
+    path = project.find(name, roots)
     if path is None or path.suffix.lower() not in _RECIPE_SUFFIXES:
         return None
     tree = load_mapping(project, path)

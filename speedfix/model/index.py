@@ -543,6 +543,10 @@ class FileIndex(NameBindings, Visitor):
         result: set[str] = set()
         for base in info.bases:
             qualified = self.imports.resolve(base)
+            if base == class_name and base in self.imports.bindings:
+                # `class TrainingArguments(TrainingArguments)`: the base is read before the class
+                # statement rebinds the name, so it is still the imported class
+                qualified = self.imports.bindings[base]
             if qualified:
                 result.add(qualified)
             elif base in self.classes:

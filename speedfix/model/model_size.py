@@ -4,7 +4,8 @@ Memory settings (DeepSpeed's CPU offload) are worth what they save, and that dep
 parameters the optimizer holds. A static scan knows it in two cases:
 
 - the script trains adapters (`peft.get_peft_model`, `LoraConfig`, DeepSpeed-Chat's
-  `convert_linear_layer_to_lora`) on the default path: the optimizer holds the adapters only;
+  `convert_linear_layer_to_lora`) on the default path, or on the path a launch command's options
+  take (`--use_lora`): the optimizer holds the adapters only;
 - the model is built from sizes the file states: a Hugging Face config with literal sizes
   (`GPT2Config(n_layer=6, n_embd=256, vocab_size=50257)`, the same as a dict), or a checkpoint
   whose name says its size (`"facebook/opt-125m"`, `"EleutherAI/pythia-70m"`, `"gpt2"`).
@@ -18,8 +19,9 @@ import libcst as cst
 
 from speedfix.model.arguments import find_argument, literal_int, string_value
 from speedfix.model.context import FileContext
-from speedfix.model.flow import off_by_default
+from speedfix.model.flow import off_by_default, reached_by_command
 from speedfix.model.index import CallSite
+from speedfix.model.launch import Launch
 
 ADAPTERS = (
     "peft.get_peft_model", "peft.LoraConfig", "peft.tuners.lora.LoraConfig", "peft.mapping.get_peft_model",
@@ -44,9 +46,19 @@ _FROM_PRETRAINED = ("from_pretrained",)
 
 def trains_adapters(ctx: FileContext) -> bool:
     """Does the default run train LoRA adapters (the base model frozen)?"""
+    return any(off_by_default(ctx, site.statement, site.stack) is None for site in _adapter_sites(ctx))
+
+
+def command_trains_adapters(ctx: FileContext, command: Launch) -> bool:
+    """Does the run of one launch command train LoRA adapters (`--use_lora` turning on the
+    script's `if args.use_lora: model = get_peft_model(...)`)?"""
+    return any(reached_by_command(ctx, site.statement, site.stack, command) for site in _adapter_sites(ctx))
+
+
+def _adapter_sites(ctx: FileContext) -> list[CallSite]:
     sites = list(ctx.calls_to(*ADAPTERS))
     sites.extend(site for site in ctx.calls if (site.func or "").rsplit(".", 1)[-1] in _ADAPTER_HELPERS)
-    return any(off_by_default(ctx, site.statement, site.stack) is None for site in sites)
+    return sites
 
 
 def estimated_parameters(ctx: FileContext) -> int | None:

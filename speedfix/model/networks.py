@@ -669,7 +669,7 @@ def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
             # the model is the first name that is not the options (timm: `create_optimizer(args, model)`)
             names = [dotted_name(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
             name = next((n for n in names if n and n not in _OPTIONS_NAMES), None)
-            if name and "." not in name:
+            if name and "." not in name and not _holds_parameters(ctx, name, site.stack):
                 found.append((_unaliased(ctx, name, site.stack), site))
     return found
 
@@ -700,6 +700,15 @@ def _parameters_handed_in(ctx: FileContext) -> list[tuple[str, CallSite]]:
             if len(roots) == 1 and (root := roots.pop()) != "self":
                 found.append((root, caller))
     return found
+
+
+def _holds_parameters(ctx: FileContext, name: str, stack: Stack) -> bool:
+    """Does ``name`` hold parameters rather than a model (`param_groups = get_param_groups(model)`,
+    `params = model.parameters()`): a factory given them (`get_optimizer(param_groups, args)`)
+    is not given the model."""
+    value = ctx.single_value(name, stack)
+    called = (dotted_name(value.func) or "").rsplit(".", 1)[-1] if isinstance(value, cst.Call) else ""
+    return "param" in name.lower() or "param" in called.lower()
 
 
 @dataclass(frozen=True)

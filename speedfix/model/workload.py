@@ -34,10 +34,11 @@ from speedfix.model.arguments import literal_int, option_defaults, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.loader_classes import dataloader_calls
-from speedfix.model.networks import network_assignments, peel, step_networks
+from speedfix.model.networks import network_assignments, peel, project_builds_rnn, project_conv_dims, step_networks
 from speedfix.model.patterns import dataset_argument
 from speedfix.model.project_classes import project_class
 from speedfix.model.scale import conv_nets_only, matmul_nets, per_file
+from speedfix.project.steps import CONV_LAYERS
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -51,6 +52,11 @@ class Samples(Enum):
     IMAGES = "images"  # decoded and randomly augmented on the CPU, one by one
     TOKENS = "tokens"  # token ids: small integer tensors, usually tokenized ahead
 
+
+# Layers cuDNN runs (switching it off sends them to PyTorch's own kernels).
+_CUDNN_LAYERS = frozenset({*CONV_LAYERS, "torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN", "torch.nn.BatchNorm1d",
+                           "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d", "torch.nn.SyncBatchNorm"})
+_RECURRENT_WORDS = ("lstm", "gru", "rnn")
 
 # Architecture families, matched at the start of a word of a model's name (`deeplabv3plus_mobilenet`,
 # `GeneratorResNet`, `UNet_conditional`, `ViT`, `bert-base-uncased`).
@@ -116,6 +122,21 @@ def trained_family(ctx: FileContext) -> tuple[Family, str | None] | None:
     if matmul_nets(ctx):
         return Family.MATMUL, None
     return unseen_family(ctx)
+
+
+def runs_cudnn_layers(ctx: FileContext) -> bool | None:
+    """Does the training run layers cuDNN implements: convolutions, recurrent layers, batch norm?
+    True when the file (or a class of another scanned file it builds) has one, or its networks are
+    conv nets; False when they are known to be matmul networks without them (a transformer, an
+    MLP: their matmuls run on cuBLAS); None when the scan cannot tell."""
+    for site in ctx.calls:
+        if ctx.call_qualname(site) in _CUDNN_LAYERS or project_conv_dims(ctx, site.node) \
+                or project_builds_rnn(ctx, site.node):
+            return True
+    family = trained_family(ctx)
+    if family is None:
+        return None
+    return family[0] is Family.CONV or any(word in (family[1] or "").lower() for word in _RECURRENT_WORDS)
 
 
 @per_file

@@ -62,6 +62,7 @@ class FunctionFacts:
     syncs: bool = False  # reads a tensor's value on the host (`.item()`, `float(torch.sum(x))`): a metric helper
     # parameters it copies to the GPU with a blocking copy (`x.cuda()`, `x.to(device)` without `non_blocking`)
     blocking_copies: tuple[str, ...] = ()
+    calls_params: tuple[str, ...] = ()  # parameters its training loop calls every step (a `forward_step_func`)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,9 @@ class ModuleFacts:
     # a script (code at module level, or an `if __name__ == "__main__":` block) that chooses cuDNN's
     # algorithms outside any `if` (`cudnn.benchmark = True` in its `main()`); not a test's fixture
     cudnn: bool = False
+    # functions of this file handed to an imported function: (callee, slot as in ``arguments_given``,
+    # the function's name): `train_step(..., forward_step_func=forward_step)`
+    handed_functions: tuple[tuple[str, str, str], ...] = ()
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -128,6 +132,7 @@ class ModuleFacts:
                                 for q, m, k, n, s in record["constructions"]),
             no_grad_calls=tuple(map(str, record["no_grad_calls"])),
             cudnn=bool(record["cudnn"]),
+            handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
         )
 
 
@@ -246,6 +251,7 @@ class _Collector(ast.NodeVisitor):
         self.hands: list[tuple[str, str, str]] = []  # (maker, callee, slot) as written: see ModuleFacts.loader_hands
         self.kwargs: list[tuple[str, str, str]] = []  # (callee as written, key, value): see ModuleFacts.kwargs_given
         self.arguments: list[tuple[str, str, str]] = []  # (callee as written, slot, value): ModuleFacts.arguments_given
+        self.handed: list[tuple[str, str, str]] = []  # (callee as written, slot, a name given): ModuleFacts.handed_functions
         self.defaults: dict[str, str] = {}  # argparse destination -> repr of its constant default
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
         self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
@@ -485,6 +491,7 @@ class _Collector(ast.NodeVisitor):
             return
         values = [*node.args, *(keyword.value for keyword in node.keywords)]
         slots = [str(index) for index in range(len(node.args))] + [str(keyword.arg) for keyword in node.keywords]
+        self.handed.extend((func, slot, value.id) for slot, value in zip(slots, values) if isinstance(value, ast.Name))
         self.arguments.append((func, "#", ",".join(slots)))
         self.arguments.extend((func, slot, self._constant(value)) for slot, value in zip(slots, values))
 
@@ -740,6 +747,8 @@ class _Collector(ast.NodeVisitor):
             constructions=tuple(sorted(self.constructions)),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
+            handed_functions=self._resolved([(callee, slot, name) for callee, slot, name in self.handed
+                                             if name in self.functions]),
         )
 
     def _resolved(self, given: list[tuple[str, str, str]]) -> tuple[tuple[str, str, str], ...]:
@@ -824,6 +833,8 @@ class _Collector(ast.NodeVisitor):
             cuda=function.cuda,
             syncs=function.syncs,
             blocking_copies=tuple(sorted(function.blocking_copies)),
+            calls_params=tuple(dict.fromkeys(callee for loop in training for callee, guarded in loop.calls
+                                             if not guarded and callee in function.params)),
         )
 
     def _constructors(self, functions: dict[str, FunctionFacts]) -> dict[str, FunctionFacts]:

@@ -17,7 +17,9 @@ What a file learns (``Links``):
   function that runs on CUDA; and every module imported (transitively) by such a file runs on
   CUDA too: ``engine.py`` taking ``device`` as a parameter is trained on the device ``main.py``
   passes;
-- ``hot``: its functions that another file calls on every training step;
+- ``hot``: its functions that another file calls on every training step, also through a
+  parameter (`train_step(..., forward_step_func=forward_step)`, whose training loop calls
+  `forward_step_func(...)`);
 - ``no_grad``: its functions that another file calls with autograd off (`with torch.no_grad():
   validate(...)`);
 - ``feeds``: its functions whose returned DataLoader another file's training loop iterates
@@ -269,6 +271,8 @@ def link(
     # objects a module's `forward` builds of another file's classes (a mask made every step)
     for path, built in _called_functions(facts, prefixes, lambda module: module.forward_calls, constructors=True).items():
         hot.setdefault(path, set()).update(built)
+    for path, names in _handed_to_steps(facts, prefixes).items():
+        hot.setdefault(path, set()).update(names)
     no_grad = _called_functions(facts, prefixes, lambda module: module.no_grad_calls)
     feeds = _loader_factories(facts, prefixes)
     constructed = _constructions(facts, prefixes)
@@ -491,6 +495,22 @@ def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
                     hot.setdefault(target, set()).add(f"{name}.__init__")  # an object built there: its constructor runs
             elif name in facts[target].functions and not constructors:
                 hot.setdefault(target, set()).add(name)
+    return hot
+
+
+def _handed_to_steps(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]) -> dict[Path, set[str]]:
+    """Functions of each file handed to another file's function whose training loop calls that
+    parameter every step (`train_step(..., forward_step_func=forward_step)`, Megatron's way)."""
+    hot: dict[Path, set[str]] = {}
+    for path, module in facts.items():
+        for callee, slot, name in module.handed_functions:
+            hit = _split(callee, prefixes[path])
+            function = facts[hit[0]].functions.get(hit[1]) if hit is not None else None
+            if function is None or not function.calls_params:
+                continue
+            param = (function.params[int(slot)] if int(slot) < len(function.params) else None) if slot.isdigit() else slot
+            if param in function.calls_params:
+                hot.setdefault(path, set()).add(name)
     return hot
 
 
