@@ -94,6 +94,10 @@ class ModuleFacts:
     # a script (code at module level, or an `if __name__ == "__main__":` block) that chooses cuDNN's
     # algorithms outside any `if` (`cudnn.benchmark = True` in its `main()`); not a test's fixture
     cudnn: bool = False
+    # the command-line options its argparse parser defines: (destination, repr of the default a run
+    # without the option gets: `False` for `store_true`, `None` without a default; "" when unknown)
+    options: tuple[tuple[str, str], ...] = ()
+    parsed_names: tuple[str, ...] = ()  # names it binds the parsed options to (`args = parser.parse_args()`)
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -124,6 +128,8 @@ class ModuleFacts:
                                 for q, m, k, n, s in record["constructions"]),
             no_grad_calls=tuple(map(str, record["no_grad_calls"])),
             cudnn=bool(record["cudnn"]),
+            options=tuple((str(d), str(v)) for d, v in record["options"]),
+            parsed_names=tuple(map(str, record["parsed_names"])),
         )
 
 
@@ -134,6 +140,27 @@ def extract_facts(data: bytes | str) -> ModuleFacts | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return facts_of(tree)
+
+
+def _parses_options(value: ast.expr) -> bool:
+    """`parser.parse_args()`, `parser.parse_known_args()` (or its `[0]`)."""
+    if isinstance(value, ast.Subscript):
+        value = value.value
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+        and value.func.attr in ("parse_args", "parse_known_args")
+
+
+def _option_default(node: ast.Call, default: ast.expr | None) -> str:
+    """The repr of the value an `add_argument` option has when the command line leaves it out
+    (see ModuleFacts.options)."""
+    if default is not None:
+        shown = repr(default.value) if isinstance(default, ast.Constant) else ""
+        return shown if len(shown) <= 40 else ""
+    action = next((k.value for k in node.keywords if k.arg == "action"), None)
+    if action is None:
+        return "None"
+    kind = action.value if isinstance(action, ast.Constant) else None
+    return {"store_true": "False", "store_false": "True", "store": "None"}.get(kind, "")  # type: ignore[arg-type]
 
 
 def facts_of(tree: ast.Module) -> ModuleFacts | None:
@@ -241,6 +268,8 @@ class _Collector(ast.NodeVisitor):
         self.kwargs: list[tuple[str, str, str]] = []  # (callee as written, key, value): see ModuleFacts.kwargs_given
         self.arguments: list[tuple[str, str, str]] = []  # (callee as written, slot, value): ModuleFacts.arguments_given
         self.defaults: dict[str, str] = {}  # argparse destination -> repr of its constant default
+        self.options: dict[str, str] = {}  # see ModuleFacts.options
+        self.parsed_names: set[str] = set()  # see ModuleFacts.parsed_names
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
         self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
         self.no_grad_calls: set[str] = set()
@@ -375,6 +404,11 @@ class _Collector(ast.NodeVisitor):
     # ------------------------------------------------------------------ facts
     def visit_Assign(self, node: ast.Assign) -> None:
         self._assigned([target for target in node.targets], node.value)
+        if _parses_options(node.value):  # `args = parser.parse_args()`, `args, _ = parser.parse_known_args()`
+            for target in node.targets:
+                first = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) and target.elts else target
+                if isinstance(first, ast.Name):
+                    self.parsed_names.add(first.id)
         if any((dotted(target) or "").endswith(CUDNN_CHOICES) for target in node.targets):
             self._cudnn_choice()
         self.generic_visit(node)
@@ -493,6 +527,12 @@ class _Collector(ast.NodeVisitor):
         longs = [option for option in options if option.startswith("--")]
         if isinstance(default, ast.Constant) and (longs or options):
             self.defaults[(longs or options)[0].lstrip("-").replace("-", "_")] = repr(default.value)
+        if longs or options:
+            named = next((k.value for k in node.keywords if k.arg == "dest"), None)
+            dest = named.value if isinstance(named, ast.Constant) and isinstance(named.value, str) \
+                else (longs or options)[0].lstrip("-").replace("-", "_")
+            value = _option_default(node, default)
+            self.options[dest] = value if self.options.get(dest, value) == value else ""
 
     @staticmethod
     def _constant(value: ast.expr) -> str:
@@ -729,6 +769,8 @@ class _Collector(ast.NodeVisitor):
             constructions=tuple(sorted(self.constructions)),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
+            options=tuple(sorted(self.options.items())),
+            parsed_names=tuple(sorted(self.parsed_names)),
         )
 
     def _resolved(self, given: list[tuple[str, str, str]]) -> tuple[tuple[str, str, str], ...]:
