@@ -219,10 +219,14 @@ class OptimizerNotFused(Rule):
         return None
 
     def finish(self) -> None:
+        skipped = {id(site.node) for site in self.ctx.calls_to(*_FUSABLE)  # made in a branch the default run skips
+                   if off_by_default(self.ctx, site.statement, site.stack) is not None}
         sites = [site for site in self.ctx.calls_to(*_FUSABLE)
-                 if not self._implementation_chosen(site) and optimizers_unused(self.ctx, site.stack) is None
-                 and off_by_default(self.ctx, site.statement, site.stack) is None]
+                 if not self._implementation_chosen(site) and optimizers_unused(self.ctx, site.stack) is None]
         for site, optional in _fold_optional(self.ctx, sites):
+            if id(site.node) in skipped:
+                continue
+            optional = [other for other in optional if id(other.node) not in skipped]
             name = (self.ctx.call_qualname(site) or "").rsplit(".", 1)[-1]
             message = f"`{name}` runs its update as several kernels per step; `fused=True` does it in one"
             if optional:
