@@ -184,6 +184,18 @@ def default_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, dept
     return None if value is _UNKNOWN else _truth(value)
 
 
+def _same_string(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
+    """`name == "adam"` / `name != "adam"` where both sides are strings the defaults give."""
+    target = test.comparisons[0]
+    left = _default_value(ctx, test.left, stack, depth + 1)
+    if not isinstance(left, str):
+        return None
+    right = _default_value(ctx, target.comparator, stack, depth + 1)
+    if not isinstance(right, str):
+        return None
+    return (left == right) is isinstance(target.operator, cst.Equal)
+
+
 def taken_on_a_gpu(ctx: FileContext, test: cst.BaseExpression, stack: Stack) -> bool:
     """Is ``test`` certainly true on a GPU machine with the script's defaults: `torch.cuda.
     is_available()`, and-ed with tests true by default (`not args.disable_cuda`)?"""
@@ -235,18 +247,6 @@ def _is_number(value: object) -> bool:
 
 def _is_scalar(value: object) -> bool:
     return _is_number(value) or isinstance(value, str)
-
-
-def _same_string(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
-    """`name == "adam"` / `name != "adam"` where both sides are strings the defaults give."""
-    target = test.comparisons[0]
-    left = _default_value(ctx, test.left, stack, depth + 1)
-    if not isinstance(left, str):
-        return None
-    right = _default_value(ctx, target.comparator, stack, depth + 1)
-    if not isinstance(right, str):
-        return None
-    return (left == right) is isinstance(target.operator, cst.Equal)
 
 
 def _none_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
@@ -318,70 +318,6 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if field is not None:
         return _default_value(ctx, field, stack, depth + 1)
     return _UNKNOWN
-
-
-_AT: ContextVar[cst.CSTNode | None] = ContextVar("speedfix_flow_at", default=None)  # where a test is read
-_STRING_METHODS = ("lower", "upper", "strip", "split")
-
-
-def _following(assignment: Assignment, evaluate: Callable[[], object]) -> object:
-    """``evaluate`` an assignment's value where the assignment stands (for ``_last_binding``)."""
-    if assignment.statement is None:
-        return evaluate()
-    token = _AT.set(assignment.statement)
-    try:
-        return evaluate()
-    finally:
-        _AT.reset(token)
-
-
-def _last_binding(ctx: FileContext, found: list[Assignment]) -> Assignment | None:
-    """Of a name bound several times, one after another in its function's body (no branch, no
-    loop around any binding), the last binding before the statement being read (``_AT``)."""
-    at = _AT.get()
-    if len(found) < 2 or at is None or any(a.unpacked or a.augmented or a.statement is None for a in found):
-        return None
-    function = ctx.function_of(found[0].stack)
-    if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock) or not all(
-            any(statement is a.statement for statement in function.body.body) for a in found):
-        return None
-    before = [a for a in found if a.statement is not at and comes_before(ctx, a.statement, at)]  # type: ignore[arg-type]
-    return max(before, key=lambda a: _place(ctx, a.statement), default=None)  # type: ignore[arg-type]
-
-
-def _place(ctx: FileContext, statement: cst.CSTNode) -> int:
-    comes_before(ctx, statement, statement)  # builds the order
-    return _ORDER[ctx].get(id(statement), -1)
-
-
-def _derived_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
-    """A string method's result, an element of a known sequence, a negated number."""
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _STRING_METHODS:
-        return _string_method(ctx, node, stack, depth)
-    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
-        sequence = _default_value(ctx, node.value, stack, depth)
-        index = _default_value(ctx, node.slice[0].slice.value, stack, depth)
-        if isinstance(sequence, (tuple, str)) and isinstance(index, int) and not isinstance(index, bool) \
-                and -len(sequence) <= index < len(sequence):
-            return sequence[index]
-        return _UNKNOWN
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        value = _default_value(ctx, node.expression, stack, depth)
-        return -value if isinstance(value, (int, float)) and not isinstance(value, bool) else _UNKNOWN
-    return _UNKNOWN
-
-
-def _string_method(ctx: FileContext, call: cst.Call, stack: Stack, depth: int) -> object:
-    """`.lower()`, `.upper()`, `.strip()` and `.split(sep)` of a string the defaults give."""
-    assert isinstance(call.func, cst.Attribute)
-    text = _default_value(ctx, call.func.value, stack, depth)
-    method = call.func.attr.value
-    if not isinstance(text, str) or any(arg.keyword is not None or arg.star for arg in call.args):
-        return _UNKNOWN
-    if method == "split" and len(call.args) == 1:
-        separator = _default_value(ctx, call.args[0].value, stack, depth)
-        return tuple(text.split(separator)) if isinstance(separator, str) and separator else _UNKNOWN
-    return getattr(text, method)() if not call.args and method != "split" else _UNKNOWN
 
 
 def _stored_attribute(ctx: FileContext, name: str, stack: Stack) -> Assignment | None:
@@ -578,3 +514,68 @@ def is_returned(function: cst.FunctionDef, site: CallSite) -> bool:
             if any(n is site.node or (name is not None and dotted_name(n) == name) for n in walk_expression(node.value)):
                 return True
     return False
+
+
+# ---------------------------------------------------------------- values derived from the defaults
+_AT: ContextVar[cst.CSTNode | None] = ContextVar("speedfix_flow_at", default=None)  # where a test is read
+_STRING_METHODS = ("lower", "upper", "strip", "split")
+
+
+def _following(assignment: Assignment, evaluate: Callable[[], object]) -> object:
+    """``evaluate`` an assignment's value where the assignment stands (for ``_last_binding``)."""
+    if assignment.statement is None:
+        return evaluate()
+    token = _AT.set(assignment.statement)
+    try:
+        return evaluate()
+    finally:
+        _AT.reset(token)
+
+
+def _last_binding(ctx: FileContext, found: list[Assignment]) -> Assignment | None:
+    """Of a name bound several times, one after another in its function's body (no branch, no
+    loop around any binding), the last binding before the statement being read (``_AT``)."""
+    at = _AT.get()
+    if len(found) < 2 or at is None or any(a.unpacked or a.augmented or a.statement is None for a in found):
+        return None
+    function = ctx.function_of(found[0].stack)
+    if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock) or not all(
+            any(statement is a.statement for statement in function.body.body) for a in found):
+        return None
+    before = [a for a in found if a.statement is not at and comes_before(ctx, a.statement, at)]  # type: ignore[arg-type]
+    return max(before, key=lambda a: _place(ctx, a.statement), default=None)  # type: ignore[arg-type]
+
+
+def _place(ctx: FileContext, statement: cst.CSTNode) -> int:
+    comes_before(ctx, statement, statement)  # builds the order
+    return _ORDER[ctx].get(id(statement), -1)
+
+
+def _derived_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
+    """A string method's result, an element of a known sequence, a negated number."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _STRING_METHODS:
+        return _string_method(ctx, node, stack, depth)
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        sequence = _default_value(ctx, node.value, stack, depth)
+        index = _default_value(ctx, node.slice[0].slice.value, stack, depth)
+        if isinstance(sequence, (tuple, str)) and isinstance(index, int) and not isinstance(index, bool) \
+                and -len(sequence) <= index < len(sequence):
+            return sequence[index]
+        return _UNKNOWN
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        value = _default_value(ctx, node.expression, stack, depth)
+        return -value if isinstance(value, (int, float)) and not isinstance(value, bool) else _UNKNOWN
+    return _UNKNOWN
+
+
+def _string_method(ctx: FileContext, call: cst.Call, stack: Stack, depth: int) -> object:
+    """`.lower()`, `.upper()`, `.strip()` and `.split(sep)` of a string the defaults give."""
+    assert isinstance(call.func, cst.Attribute)
+    text = _default_value(ctx, call.func.value, stack, depth)
+    method = call.func.attr.value
+    if not isinstance(text, str) or any(arg.keyword is not None or arg.star for arg in call.args):
+        return _UNKNOWN
+    if method == "split" and len(call.args) == 1:
+        separator = _default_value(ctx, call.args[0].value, stack, depth)
+        return tuple(text.split(separator)) if isinstance(separator, str) and separator else _UNKNOWN
+    return getattr(text, method)() if not call.args and method != "split" else _UNKNOWN
