@@ -470,6 +470,16 @@ def annotated_field_default(ctx: FileContext, node: cst.BaseExpression, stack: S
     return class_field_defaults(ctx, info.name).get(node.attr.value)
 
 
+def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool | None:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    if isinstance(node, cst.Name):
+        value = ctx.single_value(node.value, stack)
+        if isinstance(value, cst.Name) and value.value in ("True", "False"):
+            return value.value == "True"
+    return None
+
+
 def run_option_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
     """`args.opt` in `def create_optimizer(args, model)`, or `self.args.use_multi_gpu` in a class
     whose `__init__(self, args)` keeps it, in a file without the parser: the default of the
@@ -498,16 +508,6 @@ def run_option_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack)
         return cst.parse_expression(shown)
     except cst.ParserSyntaxError:
         return None
-
-
-def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool | None:
-    if isinstance(node, cst.Name) and node.value in ("True", "False"):
-        return node.value == "True"
-    if isinstance(node, cst.Name):
-        value = ctx.single_value(node.value, stack)
-        if isinstance(value, cst.Name) and value.value in ("True", "False"):
-            return value.value == "True"
-    return None
 
 
 def argparse_default(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
