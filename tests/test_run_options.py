@@ -114,3 +114,11 @@ def test_a_name_rebound_in_straight_line_code_has_its_last_value(write, run_cli,
 def test_a_name_rebound_under_a_condition_is_unknown(write, run_cli, tmp_path):
     write("train.py", SWITCH.replace("{rebind}", 'if torch.cuda.device_count() > 1: name = "adam"'))
     assert "train.py:14:" in _scan(run_cli, tmp_path)
+
+
+def test_a_required_option_has_the_value_each_command_gives(write, run_cli, tmp_path):
+    main = MAIN.replace("{opt}", "adamw")
+    write("main.py", main.replace('action="store_true"', "type=int, required=True"))
+    write("factory.py", FACTORY)
+    write("runner.py", RUNNER)
+    assert "runner.py:10:" in _scan(run_cli, tmp_path)  # not None: the command gives a GPU count

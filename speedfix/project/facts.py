@@ -156,6 +156,8 @@ def _option_default(node: ast.Call, default: ast.expr | None) -> str:
     if default is not None:
         shown = repr(default.value) if isinstance(default, ast.Constant) else ""
         return shown if len(shown) <= 40 else ""
+    if any(k.arg == "required" and not (isinstance(k.value, ast.Constant) and k.value.value is False) for k in node.keywords):
+        return ""  # every run passes it: its value is the command's
     action = next((k.value for k in node.keywords if k.arg == "action"), None)
     if action is None:
         return "None"
