@@ -692,6 +692,8 @@ class SyncInLoop(BranchTracker, Rule):
         self._not_loads: set[int] = set()
         self._candidates: list[_Candidate] = []
         self._statement: cst.SimpleStatementLine | None = None
+        # a step's first sync -> the overrides of its method that sync too (`FSDPTrainer.clip_gradient`)
+        self._overriding: dict[int, list[tuple[cst.CSTNode, list[_Sync]]]] = {}
         # a step's first sync (where its finding is) -> a sync in a loop over elements; how many times the
         # step waits for the GPU, and the helpers of other files it calls that wait
         self._looped: dict[int, tuple[str, cst.CSTNode]] = {}
@@ -786,8 +788,9 @@ class SyncInLoop(BranchTracker, Rule):
         for scope, syncs in steps.items():
             if any(scope in replacing for replacing in overrides.values()):
                 continue  # told with the method it overrides: a run calls one or the other
+            self._overriding[id(syncs[0].node)] = [(override, steps[override]) for override in overrides.get(scope, [])]
             self._waits[id(syncs[0].node)] = (self._count_waits(syncs) + len(helpers.get(scope, ())), helpers.get(scope, []))
-            self._report_step(syncs, [(override, steps[override]) for override in overrides.get(scope, [])])
+            self._report_step(syncs)
 
     def _count_waits(self, syncs: list[_Sync]) -> int:
         """How many times the step waits for the GPU: a sync that reads a value already computed
@@ -919,7 +922,7 @@ class SyncInLoop(BranchTracker, Rule):
             return Estimate(Impact.HIGH, f"{waits} separate waits for the GPU in one step{called}")
         return None
 
-    def _report_step(self, syncs: list[_Sync], overrides: list[tuple[cst.CSTNode, list[_Sync]]]) -> None:
+    def _report_step(self, syncs: list[_Sync]) -> None:
         for sync in syncs:
             if sync.loop is not None:
                 self._looped[id(syncs[0].node)] = (sync.label, sync.loop)
@@ -928,7 +931,7 @@ class SyncInLoop(BranchTracker, Rule):
         message = first.message
         if others:
             message += f"; the same step also syncs at {_name_all([sync.label for sync in others])}"
-        for override, replacing in overrides:  # `FSDPTrainer.clip_gradient` replacing `BasicTrainer.clip_gradient`
+        for override, replacing in self._overriding.get(id(first.node), []):  # `FSDPTrainer.clip_gradient`
             message += (f"; `{owner_name(self.ctx, override)}`, which overrides it, syncs at "
                         f"{_name_all([sync.label for sync in replacing])}")
         fixes = [sync.fix for sync in syncs if sync.fix is not None]
