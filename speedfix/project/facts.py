@@ -85,6 +85,10 @@ class ModuleFacts:
     # (callee, slot: a keyword or a position as digits, the value's repr or "" as in ``kwargs_given``);
     # slot "#": the slots one call passes, comma-separated; slot "*": a call with `*args`/`**kwargs`
     arguments_given: tuple[tuple[str, str, str], ...] = ()
+    # the command-line options its argparse parser defines: (destination, repr of the default a run
+    # without the option gets: `False` for `store_true`, `None` without a default; "" when unknown)
+    options: tuple[tuple[str, str], ...] = ()
+    parsed_names: tuple[str, ...] = ()  # names it binds the parsed options to (`args = parser.parse_args()`)
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
     # imported classes it builds: (qualified name, `.from_argparse_args` or "", keywords passed,
@@ -94,10 +98,6 @@ class ModuleFacts:
     # a script (code at module level, or an `if __name__ == "__main__":` block) that chooses cuDNN's
     # algorithms outside any `if` (`cudnn.benchmark = True` in its `main()`); not a test's fixture
     cudnn: bool = False
-    # the command-line options its argparse parser defines: (destination, repr of the default a run
-    # without the option gets: `False` for `store_true`, `None` without a default; "" when unknown)
-    options: tuple[tuple[str, str], ...] = ()
-    parsed_names: tuple[str, ...] = ()  # names it binds the parsed options to (`args = parser.parse_args()`)
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -122,14 +122,14 @@ class ModuleFacts:
             loader_hands=tuple((str(m), str(c), str(p)) for m, c, p in record["loader_hands"]),
             kwargs_given=tuple((str(c), str(k), str(v)) for c, k, v in record["kwargs_given"]),
             arguments_given=tuple((str(c), str(k), str(v)) for c, k, v in record["arguments_given"]),
+            options=tuple((str(d), str(v)) for d, v in record["options"]),
+            parsed_names=tuple(map(str, record["parsed_names"])),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
             constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
                                 for q, m, k, n, s in record["constructions"]),
             no_grad_calls=tuple(map(str, record["no_grad_calls"])),
             cudnn=bool(record["cudnn"]),
-            options=tuple((str(d), str(v)) for d, v in record["options"]),
-            parsed_names=tuple(map(str, record["parsed_names"])),
         )
 
 
@@ -766,13 +766,13 @@ class _Collector(ast.NodeVisitor):
             loader_hands=self._loader_hands(),
             kwargs_given=self._resolved(self.kwargs),
             arguments_given=self._resolved(self.arguments),
+            options=tuple(sorted(self.options.items())),
+            parsed_names=tuple(sorted(self.parsed_names)),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
-            options=tuple(sorted(self.options.items())),
-            parsed_names=tuple(sorted(self.parsed_names)),
         )
 
     def _resolved(self, given: list[tuple[str, str, str]]) -> tuple[tuple[str, str, str], ...]:
