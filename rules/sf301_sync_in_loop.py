@@ -14,6 +14,7 @@ from speedfix.model.autograd import feeds_environment
 from speedfix.model.branches import Branch, BranchTracker, element_loop, loop_iterable, rare_path
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
+from speedfix.model.overrides import overridden_method, owner_name
 from speedfix.model.patterns import is_cpu_device
 from speedfix.model.tensors import (HOST_CONVERSIONS, NO_WORK_METHODS, SYNC_METHODS, Tensors, has_sync_before,
                                     host_metric, is_library_value, is_summary_writer, tensors)
@@ -93,7 +94,8 @@ class SyncInLoop(BranchTracker, Rule):
     needs its truth value on the host); in a LightningModule the batch `training_step` receives
     (and passes on to a method: `self.shared_step(batch)`) is already on the GPU, so checking
     its values (`assert mask.max() <= 1`) waits too. Several syncs in one step are one finding, on the first;
-    the message names the others.
+    the message names the others, and those of a subclass's override of the method (a run
+    builds one trainer class or the other).
 
     Not reported: code under a periodic logging guard (`if step % log_every == 0:`, unless
     `log_every` is 1), a branch that
@@ -701,6 +703,25 @@ class SyncInLoop(BranchTracker, Rule):
                         print(f"step {step}: loss {loss.item():.4f}")
             """,
         ),
+        Invalid(  # a trainer and its subclass each read the clipped norm: a run builds one of them, one finding
+            """
+            import torch
+
+            class Trainer:
+                def clip_gradient(self):
+                    return torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0).item()
+
+                def train(self, loader):
+                    for x, y in loader:
+                        self.model(x.cuda()).sum().backward()
+                        self.history.append(self.clip_gradient())
+                        self.optimizer.step()
+
+            class ShardedTrainer(Trainer):
+                def clip_gradient(self):
+                    return self.model.clip_grad_norm_(1.0).item()
+            """,
+        ),
     ]
 
     def __init__(self, ctx: FileContext) -> None:
@@ -709,6 +730,8 @@ class SyncInLoop(BranchTracker, Rule):
         self._not_loads: set[int] = set()
         self._candidates: list[_Candidate] = []
         self._statement: cst.SimpleStatementLine | None = None
+        # a step's first sync -> the overrides of its method that sync too (`FSDPTrainer.clip_gradient`)
+        self._overriding: dict[int, list[tuple[cst.CSTNode, list[_Sync]]]] = {}
         # a step's first sync (where its finding is) -> a sync in a loop over elements; how many times the
         # step waits for the GPU, and the helpers of other files it calls that wait
         self._looped: dict[int, tuple[str, cst.CSTNode]] = {}
@@ -796,7 +819,15 @@ class SyncInLoop(BranchTracker, Rule):
                 if sync.loop is not None:  # `valid_ids[i][j].item()` in a loop over a batch's tokens in `forward`
                     sync.message += f", once per pass of the Python loop `{_loop_head(sync.loop)}`"
                 steps.setdefault(scope, []).append(sync)
+        overrides: dict[cst.CSTNode | None, list[cst.CSTNode]] = {}  # a method -> its overrides that sync too
+        for scope in steps:
+            base = overridden_method(ctx, scope)
+            if base is not scope and base in steps and scope is not None:
+                overrides.setdefault(base, []).append(scope)
         for scope, syncs in steps.items():
+            if any(scope in replacing for replacing in overrides.values()):
+                continue  # told with the method it overrides: a run calls one or the other
+            self._overriding[id(syncs[0].node)] = [(override, steps[override]) for override in overrides.get(scope, [])]
             self._waits[id(syncs[0].node)] = (self._count_waits(syncs) + len(helpers.get(scope, ())), helpers.get(scope, []))
             metrics = (host_metric(ctx, sync.statement, sync.node) for sync in syncs)
             self._metrics[id(syncs[0].node)] = list(dict.fromkeys(m for m in metrics if m is not None))
@@ -943,6 +974,9 @@ class SyncInLoop(BranchTracker, Rule):
         message = first.message
         if others:
             message += f"; the same step also syncs at {_name_all([sync.label for sync in others])}"
+        for override, replacing in self._overriding.get(id(first.node), []):  # `FSDPTrainer.clip_gradient`
+            message += (f"; `{owner_name(self.ctx, override)}`, which overrides it, syncs at "
+                        f"{_name_all([sync.label for sync in replacing])}")
         fixes = [sync.fix for sync in syncs if sync.fix is not None]
         if not fixes:
             self.report(first.node, message, no_fix_reason=first.no_fix_reason)

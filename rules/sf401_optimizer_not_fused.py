@@ -27,7 +27,9 @@ class OptimizerNotFused(Rule):
     """
     ## What it does
     Finds `torch.optim.Adam` / `AdamW` in a CUDA script created without `fused=` (and without an
-    explicit `foreach=` or `differentiable=`). Never SGD. An optimizer a method makes only under
+    explicit `foreach=` or `differentiable=`). Never SGD, nor an optimizer that only a branch the
+    default run skips makes (`elif args.opt == "adam":` where `--opt` defaults to `adamw`, also
+    read in a module the training script hands its parsed options to). An optimizer a method makes only under
     a condition, beside one it always makes (a second optimizer when the run's parameters ask for
     it), is part of the first one's finding. Left alone: the `configure_optimizers` of a
     LightningModule that the project's run configs (`configs/*.yaml`: `model: {target: ...}`,
@@ -104,6 +106,24 @@ class OptimizerNotFused(Rule):
             import torch
             model = Net().cuda()
             opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            """
+        ),
+        Valid(  # the run's optimizer is chosen by a string option: its default picks the fused AdamW
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--opt", default="AdamW")
+            args = parser.parse_args()
+            model = Net().cuda()
+            name = args.opt.lower()
+            if name == "adam":
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            elif name in ("adamw", "adamw_fused"):
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+            else:
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             """
         ),
         Valid(  # unknown **kwargs may already choose
@@ -202,10 +222,15 @@ class OptimizerNotFused(Rule):
         return None
 
     def finish(self) -> None:
+        skipped = {id(site.node) for site in self.ctx.calls_to(*_FUSABLE)  # made in a branch the default run skips
+                   if off_by_default(self.ctx, site.statement, site.stack) is not None}
         sites = [site for site in self.ctx.calls_to(*_FUSABLE)
                  if not self._implementation_chosen(site) and optimizers_unused(self.ctx, site.stack) is None
                  and configured_trainers_off_gpu(self.ctx, site.stack) is None]
         for site, optional in _fold_optional(self.ctx, sites):
+            if id(site.node) in skipped:
+                continue
+            optional = [other for other in optional if id(other.node) not in skipped]
             name = (self.ctx.call_qualname(site) or "").rsplit(".", 1)[-1]
             message = f"`{name}` runs its update as several kernels per step; `fused=True` does it in one"
             if optional:

@@ -134,8 +134,49 @@ class DataParallel(Rule):
                     print(runner(torch.randn(64, 8).cuda()).mean())
             """
         ),
+        Valid(  # a runner's sampling mode: its own model, wrapped for inference beside the `train()` it skips
+            """
+            import torch
+
+            class Runner:
+                def train(self, loader):
+                    model = Net().cuda()
+                    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x, y in loader:
+                        opt.zero_grad()
+                        torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+                        opt.step()
+
+                def sample(self):
+                    model = Net().cuda()
+                    model.load_state_dict(torch.load("ckpt.pt"))
+                    model = torch.nn.DataParallel(model)
+                    model.eval()
+                    self.save_images(model)
+
+                def save_images(self, model):
+                    with torch.no_grad():
+                        print(model(torch.randn(64, 8).cuda()).mean())
+            """
+        ),
     ]
     INVALID = [
+        Invalid(  # a method that keeps the wrapper on the object for the training loop of another method
+            """
+            import torch
+
+            class Runner:
+                def setup(self):
+                    model = torch.nn.DataParallel(Net().cuda())
+                    self.model = model
+
+                def train(self, loader, opt):
+                    for x, y in loader:
+                        opt.zero_grad()
+                        torch.nn.functional.mse_loss(self.model(x.cuda()), y.cuda()).backward()
+                        opt.step()
+            """
+        ),
         Invalid(  # a helper that hands the wrapped model back to the training loop
             """
             import torch
@@ -225,18 +266,21 @@ def _if_chain(ctx: FileContext, statement: cst.BaseStatement | None) -> cst.CSTN
 
 
 def _evaluation_only(ctx: FileContext, site: CallSite) -> bool:
-    """Is the wrapper made in a module-level function of a script that trains elsewhere, a
-    function that trains nothing (no training loop of its own, none run through its calls, not
+    """Is the wrapper made in a function (or a method: a runner's `sample()` beside its `train()`)
+    of a script that trains elsewhere, a function that trains nothing (no training loop of its own, none run through its calls, not
     called from one) and keeps the wrapper to itself (a local name, nothing returned)? Such a
     function evaluates or samples (`def eval(): sampler = DataParallel(sampler)`)."""
     function = function_of(site.stack)
     name = assigned_name(site)
-    if not ctx.step_loops or not isinstance(function, cst.FunctionDef) or class_of(site.stack) is not None \
-            or name is None or "." in name:
+    if not ctx.step_loops or not isinstance(function, cst.FunctionDef) or name is None or "." in name:
         return False
+    if class_of(site.stack) is not None and (function.name.value in _RUN_BY_THE_MODEL or function in ctx.hot_functions):
+        return False  # a method the object's construction or its forward pass runs, or a step another file runs
     if any(isinstance(node, (cst.Return, cst.Global, cst.Nonlocal)) and getattr(node, "value", True) is not None
            for node in walk_expression(function.body)):
         return False  # the wrapper may leave the function
+    if _stored_on_an_object(function, name):
+        return False  # `self.model = model`: the method hands the wrapper to the object's other methods
     if _trains(ctx, function) or any(ctx.in_training_loop(caller.stack) for caller in ctx.local_callers(function)):
         return False
     for call in ctx.calls:
@@ -246,6 +290,20 @@ def _evaluation_only(ctx: FileContext, site: CallSite) -> bool:
                     info.node in ctx.step_functions or _trains(ctx, info.node) for info in ctx.local_callees(call)):
                 return False
     return True
+
+
+_RUN_BY_THE_MODEL = ("__init__", "forward", "__call__")
+
+
+def _stored_on_an_object(function: cst.FunctionDef, name: str) -> bool:
+    """Does ``function`` assign something that reads ``name`` to an attribute or an item?"""
+    for node in walk_expression(function.body):
+        if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and node.value is not None:
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            if any(isinstance(t, (cst.Attribute, cst.Subscript)) for t in targets) and any(
+                    isinstance(n, cst.Name) and n.value == name for n in walk_expression(node.value)):
+                return True
+    return False
 
 
 def _trains(ctx: FileContext, function: cst.CSTNode) -> bool:

@@ -539,6 +539,36 @@ def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
     return None
 
 
+def run_option_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """`args.opt` in `def create_optimizer(args, model)`, or `self.args.use_multi_gpu` in a class
+    whose `__init__(self, args)` keeps it, in a file without the parser: the default of the
+    option of the scripts that run the file (``Links.options``), when ``args`` is the name they
+    bind their parsed options to and the file gets it handed in (a parameter, never rebound)."""
+    if not isinstance(node, cst.Attribute) or not ctx.links.option_holders:
+        return None
+    holder = node.value
+    if isinstance(holder, cst.Name):
+        function = ctx.function_of(stack)
+        if holder.value not in ctx.links.option_holders or not isinstance(function, cst.FunctionDef) \
+                or ctx.assignments_in(function, holder.value) \
+                or not any(p.name.value == holder.value for p in (*function.params.params, *function.params.kwonly_params)):
+            return None
+    elif isinstance(holder, cst.Attribute) and isinstance(holder.value, cst.Name) and holder.value.value == "self":
+        stored = ctx.assignments.get(f"self.{holder.attr.value}", [])
+        if holder.attr.value not in ctx.links.option_holders or class_of_method(stack) is None or any(
+                not isinstance(a.value, cst.Name) or a.value.value != holder.attr.value for a in stored):
+            return None  # `self.args = args` in `__init__`, or kept by a base class of another file
+    else:
+        return None
+    shown = dict(ctx.links.options).get(node.attr.value)
+    if not shown:
+        return None
+    try:
+        return cst.parse_expression(shown)
+    except cst.ParserSyntaxError:
+        return None
+
+
 def argparse_default(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
     """`args.workers` -> the `default=` of `parser.add_argument("--workers", ...)`."""
     defaults = [default for site in _options(ctx, node) if (default := _keyword(site, "default")) is not None]

@@ -6,7 +6,10 @@ and does a statement run when the script is started with its default options?
 option for the optimization itself. A statement is *off by default* when an `if` on its way
 from the module is certainly not taken with the defaults: its test reads argparse defaults
 (`store_true` flags are False, an option without a default is None), module-level constants and
-literals, combined with `not`/`and`/`or` and `is (not) None`. Anything else (`if use_amp:`,
+literals, combined with `not`/`and`/`or` and `is (not) None`; strings compare too (`opt == "adam"`
+with `--opt` defaulting to `adamw`, after `.lower()` or `.split("_")[-1]`), a name the function
+rebinds line after line has its last value before the `if`, and a module the script hands its
+parsed options to (`create_optimizer(args, ...)`) reads the script's defaults. Anything else (`if use_amp:`,
 `if torch.cuda.is_available():`) counts as taken: a rule stays silent rather than guess.
 `reached_by_launch` asks the same of each launch command of the project (`--use_lora` sets
 `args.use_lora`), with the defaults for the options a command leaves out.
@@ -16,11 +19,14 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 from weakref import WeakKeyDictionary
+from contextvars import ContextVar
 
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import annotated_field_default, argparse_option, find_argument, parameter_default
+from speedfix.model.arguments import (
+    annotated_field_default, argparse_option, find_argument, parameter_default, run_option_default,
+)
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Frame, FrameKind, Stack, class_of, function_of
 from speedfix.model.index import Assignment, CallSite
@@ -37,12 +43,30 @@ def off_by_default(ctx: FileContext, statement: cst.BaseStatement | None, stack:
     """The test (as code, `args.compile`) of the `if` that keeps ``statement`` off the default
     path, or None when it runs by default or that cannot be known."""
     for owner in _owners(ctx, statement):
-        if isinstance(owner, cst.If) and default_truth(ctx, owner.test, stack) is False:
+        if isinstance(owner, cst.If) and _truth_at(ctx, owner.test, stack, owner) is False:
             return code_of(owner.test)
         for test in _tests_passed_as_false(ctx, owner):
-            if default_truth(ctx, test, stack) is True:
+            if _truth_at(ctx, test, stack, _tested_at(ctx, test, owner)) is True:
                 return f"not ({code_of(test)})"
     return None
+
+
+def _truth_at(ctx: FileContext, test: cst.BaseExpression, stack: Stack, at: cst.CSTNode) -> bool | None:
+    """``default_truth`` of the test of the `if` (or `elif`) ``at``: a name the function rebinds
+    on its way there has the value of its last binding before it."""
+    token = _AT.set(at)
+    try:
+        return default_truth(ctx, test, stack)
+    finally:
+        _AT.reset(token)
+
+
+def _tested_at(ctx: FileContext, test: cst.BaseExpression, owner: cst.CSTNode) -> cst.CSTNode:
+    """The `if`/`elif` of an earlier branch's ``test`` (the chain's first `if` where not found)."""
+    parent = _chain_parents(ctx).get(id(owner))
+    while parent is not None and parent.test is not test:
+        parent = _chain_parents(ctx).get(id(parent))
+    return parent if parent is not None else owner
 
 
 def reached_by_launch(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack) -> bool | None:
@@ -136,7 +160,8 @@ def _launch_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, opti
 def _launch_sets(ctx: FileContext, option: cst.Attribute, stack: Stack, options: dict[str, object]) -> bool:
     """Is ``option`` (`args.use_lora`) an option of the script that the command's ``options`` set?"""
     return option.attr.value in options and (
-        argparse_option(ctx, option) is not None or annotated_field_default(ctx, option, stack) is not None)
+        argparse_option(ctx, option) is not None or annotated_field_default(ctx, option, stack) is not None
+        or run_option_default(ctx, option, stack) is not None)
 
 
 def _number_or_text(value: object) -> object:
@@ -198,9 +223,25 @@ def default_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, dept
             return False if False in (left, right) else (True if left and right else None)
         return True if True in (left, right) else (False if left is False and right is False else None)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        if isinstance(test.comparisons[0].operator, (cst.Equal, cst.NotEqual)) and not _is_none_test(test):
+            equal = _same_string(ctx, test, stack, depth)  # `opt == "adam"` with `--opt` defaulting to "adamw"
+            if equal is not None:
+                return equal
         return _none_test(ctx, test, stack, depth) if _is_none_test(test) else _number_test(ctx, test, stack, depth)
     value = _default_value(ctx, test, stack, depth)
     return None if value is _UNKNOWN else _truth(value)
+
+
+def _same_string(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int) -> bool | None:
+    """`name == "adam"` / `name != "adam"` where both sides are strings the defaults give."""
+    target = test.comparisons[0]
+    left = _default_value(ctx, test.left, stack, depth + 1)
+    if not isinstance(left, str):
+        return None
+    right = _default_value(ctx, target.comparator, stack, depth + 1)
+    if not isinstance(right, str):
+        return None
+    return (left == right) is isinstance(target.operator, cst.Equal)
 
 
 def taken_on_a_gpu(ctx: FileContext, test: cst.BaseExpression, stack: Stack) -> bool:
@@ -273,15 +314,18 @@ def _none_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int)
 def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
     """A Python value for a literal, a module-level constant or an argparse option's default
     (``_UNKNOWN`` when it cannot be known)."""
-    if depth > 6:
+    if depth > 8:
         return _UNKNOWN
     if isinstance(node, cst.Name):
         if node.value in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[node.value]
+        found = ctx.assignments_in_scope(node.value, stack)
         value = ctx.single_value(node.value, stack)
         if value is not None:
-            return _default_value(ctx, value, stack, depth + 1)
-        found = ctx.assignments_in_scope(node.value, stack)
+            return _following(found[0], lambda: _default_value(ctx, value, stack, depth + 1))
+        last = _last_binding(ctx, found)
+        if last is not None:  # timm's `opt_lower = args.opt.lower()`, then `opt_lower = opt_split[-1]`
+            return _following(last, lambda: _default_value(ctx, last.value, last.stack, depth + 1))
         if len(found) > 1 and not any(a.unpacked or a.augmented for a in found):
             # llm.c's `FLASH = 0`, later `FLASH = args.flash` (default 0): the same value either way
             values = [_default_value(ctx, a.value, a.stack, depth + 1) for a in found]
@@ -293,6 +337,10 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
         stored = _stored_attribute(ctx, code_of(node), stack)  # `self.amp = amp` in `__init__`
         return _UNKNOWN if stored is None else _default_value(ctx, stored.value, stored.stack, depth + 1)
+    if isinstance(node, (cst.Call, cst.Subscript, cst.UnaryOperation)):
+        derived = _derived_value(ctx, node, stack, depth)  # `args.opt.lower()`, `name.split("_")[-1]`, `-1`
+        if derived is not _UNKNOWN:
+            return derived
     if isinstance(node, cst.Integer):
         value = integer_value(node)
         return _UNKNOWN if value is None else value
@@ -313,6 +361,8 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if option is not None:
         return _option_default(ctx, option.node, stack, depth)
     field = annotated_field_default(ctx, node, stack)  # `args.use_lora` of `def main(args: FlatArguments)`
+    if field is None:
+        field = run_option_default(ctx, node, stack)  # `args.opt` handed in by the script that parses it
     if field is not None:
         return _default_value(ctx, field, stack, depth + 1)
     return _UNKNOWN
@@ -518,3 +568,68 @@ def is_returned(function: cst.FunctionDef, site: CallSite) -> bool:
             if any(n is site.node or (name is not None and dotted_name(n) == name) for n in walk_expression(node.value)):
                 return True
     return False
+
+
+# ---------------------------------------------------------------- values derived from the defaults
+_AT: ContextVar[cst.CSTNode | None] = ContextVar("speedfix_flow_at", default=None)  # where a test is read
+_STRING_METHODS = ("lower", "upper", "strip", "split")
+
+
+def _following(assignment: Assignment, evaluate: Callable[[], object]) -> object:
+    """``evaluate`` an assignment's value where the assignment stands (for ``_last_binding``)."""
+    if assignment.statement is None:
+        return evaluate()
+    token = _AT.set(assignment.statement)
+    try:
+        return evaluate()
+    finally:
+        _AT.reset(token)
+
+
+def _last_binding(ctx: FileContext, found: list[Assignment]) -> Assignment | None:
+    """Of a name bound several times, one after another in its function's body (no branch, no
+    loop around any binding), the last binding before the statement being read (``_AT``)."""
+    at = _AT.get()
+    if len(found) < 2 or at is None or any(a.unpacked or a.augmented or a.statement is None for a in found):
+        return None
+    function = ctx.function_of(found[0].stack)
+    if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock) or not all(
+            any(statement is a.statement for statement in function.body.body) for a in found):
+        return None
+    before = [a for a in found if a.statement is not at and comes_before(ctx, a.statement, at)]  # type: ignore[arg-type]
+    return max(before, key=lambda a: _place(ctx, a.statement), default=None)  # type: ignore[arg-type]
+
+
+def _place(ctx: FileContext, statement: cst.CSTNode) -> int:
+    comes_before(ctx, statement, statement)  # builds the order
+    return _ORDER[ctx].get(id(statement), -1)
+
+
+def _derived_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
+    """A string method's result, an element of a known sequence, a negated number."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _STRING_METHODS:
+        return _string_method(ctx, node, stack, depth)
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        sequence = _default_value(ctx, node.value, stack, depth)
+        index = _default_value(ctx, node.slice[0].slice.value, stack, depth)
+        if isinstance(sequence, (tuple, str)) and isinstance(index, int) and not isinstance(index, bool) \
+                and -len(sequence) <= index < len(sequence):
+            return sequence[index]
+        return _UNKNOWN
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        value = _default_value(ctx, node.expression, stack, depth)
+        return -value if isinstance(value, (int, float)) and not isinstance(value, bool) else _UNKNOWN
+    return _UNKNOWN
+
+
+def _string_method(ctx: FileContext, call: cst.Call, stack: Stack, depth: int) -> object:
+    """`.lower()`, `.upper()`, `.strip()` and `.split(sep)` of a string the defaults give."""
+    assert isinstance(call.func, cst.Attribute)
+    text = _default_value(ctx, call.func.value, stack, depth)
+    method = call.func.attr.value
+    if not isinstance(text, str) or any(arg.keyword is not None or arg.star for arg in call.args):
+        return _UNKNOWN
+    if method == "split" and len(call.args) == 1:
+        separator = _default_value(ctx, call.args[0].value, stack, depth)
+        return tuple(text.split(separator)) if isinstance(separator, str) and separator else _UNKNOWN
+    return getattr(text, method)() if not call.args and method != "split" else _UNKNOWN

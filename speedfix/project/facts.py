@@ -89,6 +89,10 @@ class ModuleFacts:
     # (callee, slot: a keyword or a position as digits, the value's repr or "" as in ``kwargs_given``);
     # slot "#": the slots one call passes, comma-separated; slot "*": a call with `*args`/`**kwargs`
     arguments_given: tuple[tuple[str, str, str], ...] = ()
+    # the command-line options its argparse parser defines: (destination, repr of the default a run
+    # without the option gets: `False` for `store_true`, `None` without a default; "" when unknown)
+    options: tuple[tuple[str, str], ...] = ()
+    parsed_names: tuple[str, ...] = ()  # names it binds the parsed options to (`args = parser.parse_args()`)
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
     # imported classes it builds: (qualified name, `.from_argparse_args` or "", keywords passed,
@@ -126,6 +130,8 @@ class ModuleFacts:
             loader_hands=tuple((str(m), str(c), str(p)) for m, c, p in record["loader_hands"]),
             kwargs_given=tuple((str(c), str(k), str(v)) for c, k, v in record["kwargs_given"]),
             arguments_given=tuple((str(c), str(k), str(v)) for c, k, v in record["arguments_given"]),
+            options=tuple((str(d), str(v)) for d, v in record["options"]),
+            parsed_names=tuple(map(str, record["parsed_names"])),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
             constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
@@ -143,6 +149,29 @@ def extract_facts(data: bytes | str) -> ModuleFacts | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return facts_of(tree)
+
+
+def _parses_options(value: ast.expr) -> bool:
+    """`parser.parse_args()`, `parser.parse_known_args()` (or its `[0]`)."""
+    if isinstance(value, ast.Subscript):
+        value = value.value
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+        and value.func.attr in ("parse_args", "parse_known_args")
+
+
+def _option_default(node: ast.Call, default: ast.expr | None) -> str:
+    """The repr of the value an `add_argument` option has when the command line leaves it out
+    (see ModuleFacts.options)."""
+    if default is not None:
+        shown = repr(default.value) if isinstance(default, ast.Constant) else ""
+        return shown if len(shown) <= 40 else ""
+    if any(k.arg == "required" and not (isinstance(k.value, ast.Constant) and k.value.value is False) for k in node.keywords):
+        return ""  # every run passes it: its value is the command's
+    action = next((k.value for k in node.keywords if k.arg == "action"), None)
+    if action is None:
+        return "None"
+    kind = action.value if isinstance(action, ast.Constant) else None
+    return {"store_true": "False", "store_false": "True", "store": "None"}.get(kind, "")  # type: ignore[arg-type]
 
 
 def facts_of(tree: ast.Module) -> ModuleFacts | None:
@@ -253,6 +282,8 @@ class _Collector(ast.NodeVisitor):
         self.arguments: list[tuple[str, str, str]] = []  # (callee as written, slot, value): ModuleFacts.arguments_given
         self.handed: list[tuple[str, str, str]] = []  # (callee as written, slot, a name given): ModuleFacts.handed_functions
         self.defaults: dict[str, str] = {}  # argparse destination -> repr of its constant default
+        self.options: dict[str, str] = {}  # see ModuleFacts.options
+        self.parsed_names: set[str] = set()  # see ModuleFacts.parsed_names
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
         self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
         self.no_grad_calls: set[str] = set()
@@ -387,6 +418,11 @@ class _Collector(ast.NodeVisitor):
     # ------------------------------------------------------------------ facts
     def visit_Assign(self, node: ast.Assign) -> None:
         self._assigned([target for target in node.targets], node.value)
+        if _parses_options(node.value):  # `args = parser.parse_args()`, `args, _ = parser.parse_known_args()`
+            for target in node.targets:
+                first = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) and target.elts else target
+                if isinstance(first, ast.Name):
+                    self.parsed_names.add(first.id)
         if any((dotted(target) or "").endswith(CUDNN_CHOICES) for target in node.targets):
             self._cudnn_choice()
         self.generic_visit(node)
@@ -506,6 +542,12 @@ class _Collector(ast.NodeVisitor):
         longs = [option for option in options if option.startswith("--")]
         if isinstance(default, ast.Constant) and (longs or options):
             self.defaults[(longs or options)[0].lstrip("-").replace("-", "_")] = repr(default.value)
+        if longs or options:
+            named = next((k.value for k in node.keywords if k.arg == "dest"), None)
+            dest = named.value if isinstance(named, ast.Constant) and isinstance(named.value, str) \
+                else (longs or options)[0].lstrip("-").replace("-", "_")
+            value = _option_default(node, default)
+            self.options[dest] = value if self.options.get(dest, value) == value else ""
 
     @staticmethod
     def _constant(value: ast.expr) -> str:
@@ -742,6 +784,8 @@ class _Collector(ast.NodeVisitor):
             loader_hands=self._loader_hands(),
             kwargs_given=self._resolved(self.kwargs),
             arguments_given=self._resolved(self.arguments),
+            options=tuple(sorted(self.options.items())),
+            parsed_names=tuple(sorted(self.parsed_names)),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),

@@ -32,7 +32,11 @@ What a file learns (``Links``):
 - ``cudnn``: the file of a scan that imports it (in turn) and chooses cuDNN's algorithms for
   the process (`cudnn.benchmark = True` in the `main.py` that runs `solver.py`'s training), or None;
 - ``constructed``: its classes that other files build, and what they pass them (a constructor
-  default another file overrides is not the run's value).
+  default another file overrides is not the run's value);
+- ``options``: the command-line options of the scripts that run it (a script that imports it,
+  in turn, whose parser is its own or one of a module it imports: `arguments.py`'s `get_args()`),
+  with the default each has where the scripts agree, and the names they bind the parsed options
+  to (`args`): `optim_factory.py`'s `args.opt` is `main.py`'s `--opt`, `adamw` unless given.
 """
 
 from __future__ import annotations
@@ -77,6 +81,8 @@ class Links:
     # the calls differ or one of them leaves the default); parameter "*": a call passes `*args`/`**kwargs`
     arguments: tuple[tuple[str, str, str], ...] = ()
     cudnn: str | None = None  # an importer's file (as shown) that chooses cuDNN's algorithms for the process
+    options: tuple[tuple[str, str], ...] = ()  # (destination, default's repr) of the scripts that run it
+    option_holders: tuple[str, ...] = ()  # the names those scripts bind their parsed options to
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -108,6 +114,8 @@ class Links:
             "kwargs": [list(given) for given in self.kwargs],
             "arguments": [list(given) for given in self.arguments],
             "cudnn": self.cudnn,
+            "options": [list(option) for option in self.options],
+            "option_holders": list(self.option_holders),
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -279,6 +287,7 @@ def link(
     kwargs = _kwargs_given(facts, prefixes)
     arguments = _arguments_given(facts, prefixes)
     cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
+    options = _run_options(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     links: dict[Path, Links] = {}
     for path, module in facts.items():
@@ -298,6 +307,8 @@ def link(
             kwargs=kwargs.get(path, ()),
             arguments=arguments.get(path, ()),
             cudnn=cudnn.get(path),
+            options=options.get(path, ((), ()))[0],
+            option_holders=options.get(path, ((), ()))[1],
         )
     return links
 
@@ -475,6 +486,33 @@ def _imported_by(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, 
     marked = {path: show(path) for path, module in facts.items() if marks(module)}
     spread = _spread_to_imports(marked, prefixes, lambda _, shown: shown)
     return {path: shown for path, shown in spread.items() if path not in marked}
+
+
+def _run_options(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                 ) -> dict[Path, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]]:
+    """The options of the scripts that run each file (see ``Links.options``): each script with a
+    parser, its own or one a module it imports defines, hands its options to what it imports, in
+    turn; a default the scripts reaching a file disagree on is unknown ("")."""
+    reached: dict[Path, tuple[dict[str, set[str]], set[str]]] = {}
+    for seed, module in facts.items():
+        sources = [module, *(facts[target] for target in prefixes[seed].values())]
+        given = [(dest, value) for source in sources for dest, value in source.options]
+        if not given:
+            continue
+        holders = {name for source in sources for name in source.parsed_names}
+        todo, seen = deque([seed]), {seed}
+        while todo:
+            path = todo.popleft()
+            defaults, names = reached.setdefault(path, ({}, set()))
+            for dest, value in given:
+                defaults.setdefault(dest, set()).add(value)
+            names |= holders
+            for target in prefixes[path].values():
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+    return {path: (tuple(sorted((dest, values.pop() if len(values) == 1 else "") for dest, values in defaults.items())),
+                   tuple(sorted(names))) for path, (defaults, names) in reached.items()}
 
 
 def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],

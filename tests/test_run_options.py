@@ -1,0 +1,124 @@
+"""A module the training script hands its parsed options to (`create_optimizer(args, model)`,
+`Exp(args)` keeping `self.args`): its `args.opt` has the default of the script's `--opt`, so a
+branch the default run skips is not advice about the run."""
+
+from __future__ import annotations
+
+MAIN = """\
+import argparse
+import torch
+from factory import create_optimizer
+from runner import Runner
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--opt", default="{opt}")
+parser.add_argument("--use_multi_gpu", action="store_true")
+args = parser.parse_args()
+model = Net().cuda()
+optimizer = create_optimizer(args, model)
+Runner(args).fit(model, optimizer, loader)
+"""
+
+FACTORY = """\
+import torch
+
+
+def create_optimizer(args, model):
+    name = args.opt.lower()
+    parts = name.split("_")
+    name = parts[-1]
+    if name == "adam":
+        return torch.optim.Adam(model.parameters(), lr=1e-3)
+    elif name == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return torch.optim.SGD(model.parameters(), lr=0.1)
+"""
+
+RUNNER = """\
+import torch
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+
+    def fit(self, model, optimizer, loader):
+        if self.args.use_multi_gpu:
+            model = torch.nn.DataParallel(model)
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+            optimizer.step()
+"""
+
+
+def _scan(run_cli, folder) -> str:
+    return run_cli("scan", ".", "--select", "SF401,SF801", "--no-summary", cwd=folder).stdout
+
+
+def test_a_module_reads_the_options_the_script_hands_it(write, run_cli, tmp_path):
+    write("main.py", MAIN.replace("{opt}", "fused_AdamW"))
+    write("factory.py", FACTORY)
+    write("runner.py", RUNNER)
+    found = _scan(run_cli, tmp_path)
+    assert "factory.py:11:" in found  # the default run's AdamW
+    assert "factory.py:9:" not in found  # `--opt adam` only
+    assert "SF801" not in found  # DataParallel only with `--use_multi_gpu`
+
+
+def test_scripts_that_disagree_on_a_default_leave_it_unknown(write, run_cli, tmp_path):
+    write("main.py", MAIN.replace("{opt}", "adamw"))
+    write("finetune.py", MAIN.replace("{opt}", "adam"))
+    write("factory.py", FACTORY)
+    write("runner.py", RUNNER)
+    found = _scan(run_cli, tmp_path)
+    assert "factory.py:9:" in found and "factory.py:11:" in found
+
+
+def test_a_module_no_script_runs_keeps_every_branch(write, run_cli, tmp_path):
+    write("factory.py", FACTORY.replace("import torch\n", "import torch\nDEVICE = torch.device('cuda')\n"))
+    write("runner.py", RUNNER)
+    found = _scan(run_cli, tmp_path)
+    assert "factory.py:10:" in found and "factory.py:12:" in found and "runner.py:10:" in found
+
+
+SWITCH = """\
+import argparse
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--opt", default="adamw")
+parser.add_argument("--legacy", action="store_true")
+args = parser.parse_args()
+
+
+def make(model):
+    name = args.opt
+    {rebind}
+    if name == "adam":
+        return torch.optim.Adam(model.parameters())
+    return torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+make(Net().cuda())
+"""
+
+
+def test_a_name_rebound_in_straight_line_code_has_its_last_value(write, run_cli, tmp_path):
+    write("train.py", SWITCH.replace("{rebind}", 'name = name.upper().lower().split("-")[0]'))
+    assert _scan(run_cli, tmp_path) == ""  # "adamw": the Adam branch is not taken
+    write("train.py", SWITCH.replace("{rebind}", 'name = "adam"'))
+    assert "train.py:14:" in _scan(run_cli, tmp_path)
+
+
+def test_a_name_rebound_under_a_condition_is_unknown(write, run_cli, tmp_path):
+    write("train.py", SWITCH.replace("{rebind}", 'if torch.cuda.device_count() > 1: name = "adam"'))
+    assert "train.py:14:" in _scan(run_cli, tmp_path)
+
+
+def test_a_required_option_has_the_value_each_command_gives(write, run_cli, tmp_path):
+    main = MAIN.replace("{opt}", "adamw")
+    write("main.py", main.replace('action="store_true"', "type=int, required=True"))
+    write("factory.py", FACTORY)
+    write("runner.py", RUNNER)
+    assert "runner.py:10:" in _scan(run_cli, tmp_path)  # not None: the command gives a GPU count
