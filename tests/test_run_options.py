@@ -122,3 +122,46 @@ def test_a_required_option_has_the_value_each_command_gives(write, run_cli, tmp_
     write("factory.py", FACTORY)
     write("runner.py", RUNNER)
     assert "runner.py:10:" in _scan(run_cli, tmp_path)  # not None: the command gives a GPU count
+
+
+LOADING = """\
+import argparse
+from runner import Runner
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--num_workers", type=int, default={workers})
+args = parser.parse_args()
+Runner(args).fit(Net().cuda())
+"""
+
+LOADING_RUNNER = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+
+    def loader(self):
+        args = self.args
+        return DataLoader(make_dataset(), batch_size=32, num_workers=args.num_workers)
+
+    def fit(self, model):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in self.loader():
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+            optimizer.step()
+"""
+
+
+def test_an_option_read_through_args_equals_self_args_has_the_scripts_default(write, run_cli, tmp_path):
+    """`args = self.args` in a method of a class the script gives its options: `args.num_workers`
+    is the script's `--num_workers` default (0: SF101; 8: nothing to say)."""
+    write("runner.py", LOADING_RUNNER)
+    write("main.py", LOADING.replace("{workers}", "0"))
+    found = run_cli("scan", ".", "--select", "SF101", "--no-summary", cwd=tmp_path).stdout
+    assert "runner.py:11:" in found and "resolves to 0" in found
+    write("main.py", LOADING.replace("{workers}", "8"))
+    assert "SF101" not in run_cli("scan", ".", "--select", "SF101", "--no-summary", cwd=tmp_path).stdout

@@ -358,7 +358,7 @@ def _default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.Ba
     declared default, the field of a dataclass a parser fills (`def main(args: Config)`), or the
     value the project's run configs give a config's attribute chain."""
     found = argparse_default(ctx, node) or declared_default(ctx, node, stack) or annotated_field_default(ctx, node, stack) \
-        or dict_item(ctx, node, stack) or absl_flag_default(ctx, node, stack)
+        or dict_item(ctx, node, stack) or absl_flag_default(ctx, node, stack) or run_option_default(ctx, node, stack)
     if found is None and isinstance(node, cst.Attribute):
         configured = configured_value(ctx, node)
         if configured is not None and isinstance(configured.value, (bool, int, float, str)):
@@ -541,7 +541,8 @@ def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
 
 def run_option_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
     """`args.opt` in `def create_optimizer(args, model)`, or `self.args.use_multi_gpu` in a class
-    whose `__init__(self, args)` keeps it, in a file without the parser: the default of the
+    whose `__init__(self, args)` keeps it (also read through `args = self.args` in a method), in
+    a file without the parser: the default of the
     option of the scripts that run the file (``Links.options``), when ``args`` is the name they
     bind their parsed options to and the file gets it handed in (a parameter, never rebound)."""
     if not isinstance(node, cst.Attribute) or not ctx.links.option_holders:
@@ -549,9 +550,14 @@ def run_option_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack)
     holder = node.value
     if isinstance(holder, cst.Name):
         function = ctx.function_of(stack)
-        if holder.value not in ctx.links.option_holders or not isinstance(function, cst.FunctionDef) \
-                or ctx.assignments_in(function, holder.value) \
-                or not any(p.name.value == holder.value for p in (*function.params.params, *function.params.kwonly_params)):
+        if holder.value not in ctx.links.option_holders or not isinstance(function, cst.FunctionDef):
+            return None
+        local = ctx.assignments_in(function, holder.value)
+        if len(local) == 1 and not local[0].unpacked and not local[0].augmented and isinstance(local[0].value, cst.Attribute):
+            # `args = self.args` at the top of a method: the options the object keeps
+            kept = local[0].value
+            return run_option_default(ctx, node.with_changes(value=kept), stack) if isinstance(kept.value, cst.Name) else None
+        if local or not any(p.name.value == holder.value for p in (*function.params.params, *function.params.kwonly_params)):
             return None
     elif isinstance(holder, cst.Attribute) and isinstance(holder.value, cst.Name) and holder.value.value == "self":
         stored = ctx.assignments.get(f"self.{holder.attr.value}", [])
