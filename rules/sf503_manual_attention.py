@@ -43,7 +43,9 @@ class ManualAttention(Rule):
     b j d -> b i d", attn, v)`), as diffusion U-Nets write it; and so does `torch.bmm`: `softmax(bmm(q, k)) @ v` is
     attention whatever the layout of `k` (self-attention over a feature map's pixels reshapes the
     keys to `(B, C, H*W)` beforehand; SDPA takes them as `k.transpose(1, 2)`), also with the output
-    kept channels-first, `bmm(v, attn.permute(0, 2, 1))` (SAGAN's self-attention layer). An added bias
+    kept channels-first, `bmm(v, attn.permute(0, 2, 1))` (SAGAN's self-attention layer; also with
+    the weights transposed a statement before, and a softmax over `dim=2`, the last dimension of
+    `bmm`'s 3-D scores, as the attention blocks of diffusion U-Nets write it). An added bias
     (a relative position table, as in windowed attention) is an additive mask, which SDPA's
     `attn_mask` takes; a softmax in a branch of an `if` whose result is multiplied into the
     values after it is read along that branch (one finding per attention). Attention in a function or class that also calls
@@ -132,6 +134,15 @@ class ManualAttention(Rule):
     effect = "One fused kernel, no T x T matrix: attention 3-6x faster on an H100; GPT-2 3x (FlashAttention)."
 
     VALID = [
+        Valid(  # a softmax over dim 2 of 4-D scores normalises over the queries: no attention SDPA computes
+            """
+            import torch
+
+            def pool(q, k, v):
+                weights = torch.softmax(q @ k.transpose(-2, -1), dim=2)
+                return weights @ v
+            """
+        ),
         Valid(  # nanoGPT: the manual branch is the fallback for torch < 2.0
             """
             import math
@@ -223,6 +234,30 @@ class ManualAttention(Rule):
                     weights = self.weigh(torch.bmm(query, key))
                     mixed = torch.bmm(self.v(x).flatten(2), weights.permute(0, 2, 1))
                     return x + mixed.view(b, c, h, w)
+            """,
+        ),
+        Invalid(  # a U-Net's attention block: softmax over dim 2 of `bmm`'s scores, weights transposed a line before
+            """
+            import torch
+            import torch.nn as nn
+
+            class SpatialSelfAttention(nn.Module):
+                def __init__(self, channels):
+                    super().__init__()
+                    self.to_q = nn.Conv2d(channels, channels, 1)
+                    self.to_k = nn.Conv2d(channels, channels, 1)
+                    self.to_v = nn.Conv2d(channels, channels, 1)
+
+                def forward(self, x):
+                    b, c, h, w = x.shape
+                    q = self.to_q(x).reshape(b, c, h * w).permute(0, 2, 1)
+                    k = self.to_k(x).reshape(b, c, h * w)
+                    scores = torch.bmm(q, k) * c ** -0.5
+                    scores = torch.softmax(scores, dim=2)
+                    v = self.to_v(x).reshape(b, c, h * w)
+                    scores = scores.permute(0, 2, 1)
+                    out = torch.bmm(v, scores)
+                    return x + out.reshape(b, c, h, w)
             """,
         ),
         Invalid(  # the fused path only behind a flag that is off by default (llm.c's `--flash 0`)

@@ -135,6 +135,7 @@ class Attention:
     chain_names: list[cst.Name] = field(default_factory=list)  # every mention of the chain's variables
     moved: list[cst.BaseExpression] = field(default_factory=list)  # code the fix moves to the output
     problems: list[str] = field(default_factory=list)
+    batched: bool = False  # the raw scores are a `torch.bmm`: 3-D, their last dimension is 2
 
     def problem(self, reason: str) -> None:
         if reason not in self.problems:
@@ -145,7 +146,27 @@ def softmax_input(ctx: FileContext, call: cst.Call, cls: cst.ClassDef | None
                   ) -> tuple[cst.BaseExpression, bool] | None:
     """(input, whether it takes more arguments) of a softmax over the last dimension:
     `F.softmax(x, dim=-1)`, `x.softmax(-1)`, or `self.softmax(x)` with `self.softmax =
-    nn.Softmax(dim=-1)` in the class ``cls``."""
+    nn.Softmax(dim=-1)` in the class ``cls``; also over dimension 2, the last of 3-D scores,
+    which attention accepts only for scores a `torch.bmm` makes (``softmax_over_two``)."""
+    parts = _softmax_parts(ctx, call, cls)
+    if parts is None:
+        return None
+    data, rest = parts
+    dim = argument(rest, "dim", 0)
+    if not (_is_minus_one(dim) or _int(dim) == 2):
+        return None
+    return data, len(rest) > 1
+
+
+def softmax_over_two(ctx: FileContext, call: cst.Call, cls: cst.ClassDef | None) -> bool:
+    """Is ``call`` a softmax over dimension 2 (the last only of 3-D input)?"""
+    parts = _softmax_parts(ctx, call, cls)
+    return parts is not None and _int(argument(parts[1], "dim", 0)) == 2
+
+
+def _softmax_parts(ctx: FileContext, call: cst.Call, cls: cst.ClassDef | None
+                   ) -> tuple[cst.BaseExpression, Sequence[cst.Arg]] | None:
+    """(input, the arguments that hold `dim`) of a softmax call or an `nn.Softmax` module's call."""
     func = call.func
     built = module_built_by(ctx, cls, dotted_name(func) or "")  # `self.softmax(x)` is a module, not a method
     if ctx.qualname(func) in SOFTMAX:
@@ -158,9 +179,7 @@ def softmax_input(ctx: FileContext, call: cst.Call, cls: cst.ClassDef | None
         if len(call.args) != 1 or call.args[0].keyword:
             return None
         data, rest = call.args[0].value, built.args
-    if data is None or not rest or not _is_minus_one(argument(rest, "dim", 0)):
-        return None
-    return data, len(rest) > 1
+    return (data, rest) if data is not None and rest else None
 
 
 def module_built_by(ctx: FileContext, cls: cst.ClassDef | None, name: str) -> cst.Call | None:
@@ -241,15 +260,32 @@ def read_attention(ctx: FileContext, block: Sequence[cst.BaseStatement], index: 
     if softmax is None and einsum is None:
         # `bmm(v, attn.permute(0, 2, 1))`: the output transposed, `(batch, channels, tokens)`, as
         # self-attention over a feature map's pixels writes it (SAGAN, DANet's position attention)
-        flipped = untransposed(ctx, value, batched=isinstance(output, cst.Call) and ctx.qualname(output.func) == BMM)
+        bmm = isinstance(output, cst.Call) and ctx.qualname(output.func) == BMM
+        flipped, at = untransposed(ctx, value, batched=bmm), index
+        if flipped is None and isinstance(value, cst.Name):  # `w_ = w_.permute(0, 2, 1)` a line before
+            flipped, at = _transposed_earlier(ctx, block, value.value, index, bmm)
         if flipped is not None:
-            found = Attention(output=output, softmax=found.softmax, value=weights, first=index)
+            found = Attention(output=output, softmax=found.softmax, value=weights, first=at)
             found.problem(VALUES_FIRST)
-            softmax = _Reader(ctx, block, class_of_method(stack), found)._weights(flipped, index)
+            softmax = _Reader(ctx, block, class_of_method(stack), found)._weights(flipped, at)
     if softmax is None:
         return None
     found.softmax = softmax
     return found
+
+
+def _transposed_earlier(ctx: FileContext, block: Sequence[cst.BaseStatement], name: str, index: int,
+                        bmm: bool) -> tuple[cst.BaseExpression | None, int]:
+    """(what ``name`` transposes, where) when the statement before ``block[index]`` that last
+    mentions ``name`` assigns it a transpose (`w_ = w_.permute(0, 2, 1)`); (None, ``index``)."""
+    for earlier in range(index - 1, -1, -1):
+        statement = block[earlier]
+        if not mentions(statement, name):
+            continue
+        value = _assigned_value(statement, name)
+        flipped = untransposed(ctx, value, batched=bmm) if value is not None else None
+        return (flipped, earlier) if flipped is not None else (None, index)
+    return None, index
 
 
 class _Reader:
@@ -274,8 +310,9 @@ class _Reader:
                 attention.dropout, inner = dropped
                 return self._weights(inner, at)
             scores = self._softmax_input(expr)
-            if scores is not None:
-                return expr if self._scores(scores, at) else None
+            if scores is not None and self._scores(scores, at):
+                # over dimension 2: the last only of a `bmm`'s 3-D scores
+                return expr if attention.batched or not softmax_over_two(self.ctx, expr, self.cls) else None
         return None
 
     def _softmax_input(self, call: cst.Call) -> cst.BaseExpression | None:
@@ -371,6 +408,7 @@ class _Reader:
         found.chain_names.extend(apart.chain_names)
         found.moved.extend(apart.moved)
         found.first = min(found.first, apart.first)
+        found.batched = apart.batched
         for reason in apart.problems:
             found.problem(reason)
 
@@ -401,6 +439,7 @@ class _Reader:
             self.found.problem(EINSUM_LAYOUT)
             return operands
         bmm = isinstance(expr, cst.Call) and self.ctx.qualname(expr.func) == BMM
+        self.found.batched = bmm
         key = untransposed(self.ctx, operands[1], batched=bmm)
         if key is None and isinstance(operands[1], cst.Name):
             key = self._transposed_before(operands[1].value, at, bmm)
