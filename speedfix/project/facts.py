@@ -540,14 +540,15 @@ class _Collector(ast.NodeVisitor):
         options = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
         default = next((k.value for k in node.keywords if k.arg == "default"), None)
         longs = [option for option in options if option.startswith("--")]
-        if isinstance(default, ast.Constant) and (longs or options):
-            self.defaults[(longs or options)[0].lstrip("-").replace("-", "_")] = repr(default.value)
-        if longs or options:
-            named = next((k.value for k in node.keywords if k.arg == "dest"), None)
-            dest = named.value if isinstance(named, ast.Constant) and isinstance(named.value, str) \
-                else (longs or options)[0].lstrip("-").replace("-", "_")
-            value = _option_default(node, default)
-            self.options[dest] = value if self.options.get(dest, value) == value else ""
+        if not (longs or options):
+            return
+        flag = (longs or options)[0].lstrip("-").replace("-", "_")  # `--num-workers`: num_workers
+        if isinstance(default, ast.Constant):
+            self.defaults[flag] = repr(default.value)
+        named = next((k.value for k in node.keywords if k.arg == "dest"), None)
+        dest = named.value if isinstance(named, ast.Constant) and isinstance(named.value, str) else flag
+        value = _option_default(node, default)
+        self.options[dest] = value if self.options.get(dest, value) == value else ""
 
     @staticmethod
     def _constant(value: ast.expr) -> str:
