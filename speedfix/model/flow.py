@@ -599,8 +599,10 @@ def _last_binding(ctx: FileContext, found: list[Assignment]) -> Assignment | Non
     if len(found) < 2 or at is None or any(a.unpacked or a.augmented or a.statement is None for a in found):
         return None
     function = ctx.function_of(found[0].stack)
-    if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock) or not all(
-            any(statement is a.statement for statement in function.body.body) for a in found):
+    if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock):
+        return None
+    top_level = {id(statement) for statement in function.body.body}
+    if not all(id(a.statement) in top_level for a in found):
         return None
     before = [a for a in found if a.statement is not at and comes_before(ctx, a.statement, at)]  # type: ignore[arg-type]
     return max(before, key=lambda a: _place(ctx, a.statement), default=None)  # type: ignore[arg-type]
