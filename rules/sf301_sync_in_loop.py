@@ -95,7 +95,10 @@ class SyncInLoop(BranchTracker, Rule):
     (and passes on to a method: `self.shared_step(batch)`) is already on the GPU, so checking
     its values (`assert mask.max() <= 1`) waits too. Several syncs in one step are one finding, on the first;
     the message names the others, and those of a subclass's override of the method (a run
-    builds one trainer class or the other).
+    builds one trainer class or the other). The step's code includes the helpers it calls (of
+    this file or another scanned one) and a function handed to a call on the step, which runs
+    it every step (`run_step(batch, loss_fn=masked_loss)`, Megatron's `train_step(...,
+    forward_step_func=forward_step)` in another file).
 
     Not reported: code under a periodic logging guard (`if step % log_every == 0:`, unless
     `log_every` is 1), a branch that

@@ -28,7 +28,9 @@ class ZeroGradNotNone(Rule):
     Finds gradients that are zero-filled instead of freed: `optimizer.zero_grad(set_to_none=False)`,
     `model.zero_grad(set_to_none=False)`, and hand-written loops such as
     `for p in model.parameters(): p.grad.zero_()`. For a target torch older than 2.0 it also
-    reports a bare `zero_grad()`, whose default was still `set_to_none=False`. A value the user
+    reports a bare `zero_grad()`, whose default was still `set_to_none=False`, on what the
+    file shows is a torch optimizer or module (also an optimizer a factory of the file returns:
+    `opt = self.make_optimizer()` returning `torch.optim.RMSprop(...)`). A value the user
     chooses (`set_to_none=args.set_grads_to_none`, a `store_true` option, also one a parser in
     another file of the project defines) is reported when it is False in the default run and no
     launch command of the project turns it on; the option is left as it is (no fix).

@@ -744,8 +744,7 @@ class HfTrainingArguments(Rule):
         keys = {test.attr.value for test, wanted in gates(self.ctx, site.statement)
                 if wanted and isinstance(test, cst.Attribute) and test.attr.value in _CHECKPOINTING}
         return bool(keys) and any(
-            all(setting is not None and setting.value in (False, None)
-                for setting in (given or parsed.default(key) for given in parsed.per_launch(key) or [None]))
+            all(setting.value in (False, None) for setting in parsed.per_run(key))
             for parsed in parsed_arguments(self.ctx) for key in keys)
 
     def _check_accumulation(self, args: _Arguments) -> None:

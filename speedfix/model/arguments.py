@@ -566,13 +566,22 @@ def run_option_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack)
             return None  # `self.args = args` in `__init__`, or kept by a base class of another file
     else:
         return None
-    shown = dict(ctx.links.options).get(node.attr.value)
-    if not shown:
-        return None
-    try:
-        return cst.parse_expression(shown)
-    except cst.ParserSyntaxError:
-        return None
+    return _run_option_default(ctx, node.attr.value)
+
+
+def _run_option_default(ctx: FileContext, dest: str) -> cst.BaseExpression | None:
+    """The default ``Links.options`` gives ``dest``, as code; parsed once per file."""
+    parsed = _RUN_OPTIONS.setdefault(ctx, {})
+    if dest not in parsed:
+        shown = dict(ctx.links.options).get(dest)
+        try:
+            parsed[dest] = cst.parse_expression(shown) if shown else None
+        except cst.ParserSyntaxError:
+            parsed[dest] = None
+    return parsed[dest]
+
+
+_RUN_OPTIONS: WeakKeyDictionary[FileContext, dict[str, cst.BaseExpression | None]] = WeakKeyDictionary()
 
 
 def argparse_default(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression | None:

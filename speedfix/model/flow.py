@@ -17,9 +17,9 @@ parsed options to (`create_optimizer(args, ...)`) reads the script's defaults. A
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Callable, Iterable, Iterator
 from weakref import WeakKeyDictionary
-from contextvars import ContextVar
 
 import libcst as cst
 
@@ -354,7 +354,7 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         return _UNKNOWN if chosen is None else _default_value(ctx, node.body if chosen else node.orelse, stack, depth + 1)
     if isinstance(node, cst.Call) and dotted_name(node.func) in ("int", "float") and len(node.args) == 1:
         value = _default_value(ctx, node.args[0].value, stack, depth + 1)  # `ngpu = int(opt.ngpu)`
-        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else _UNKNOWN
+        return value if _is_number(value) else _UNKNOWN
     if isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1][:1].isupper():
         return _OBJECT  # a class's constructor: some object, never None
     option = argparse_option(ctx, node)
@@ -474,10 +474,16 @@ def _statement_of(ctx: FileContext, owner: cst.CSTNode) -> cst.CSTNode | None:
 
 def comes_before(ctx: FileContext, first: cst.BaseStatement, second: cst.BaseStatement) -> bool:
     """Does ``first`` start before ``second`` in the file?"""
+    order = _statement_order(ctx)
+    return order.get(id(first), -1) < order.get(id(second), -1)
+
+
+def _statement_order(ctx: FileContext) -> dict[int, int]:
+    """id(a statement of the file) -> its place in the file, statements in order."""
     order = _ORDER.get(ctx)
     if order is None:
         order = _ORDER[ctx] = {id(node): index for index, node in enumerate(_statements_in_order(ctx.module.body))}
-    return order.get(id(first), -1) < order.get(id(second), -1)
+    return order
 
 
 def _statements_in_order(body) -> Iterator[cst.BaseStatement]:  # type: ignore[no-untyped-def]
@@ -593,16 +599,17 @@ def _last_binding(ctx: FileContext, found: list[Assignment]) -> Assignment | Non
     if len(found) < 2 or at is None or any(a.unpacked or a.augmented or a.statement is None for a in found):
         return None
     function = ctx.function_of(found[0].stack)
-    if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock) or not all(
-            any(statement is a.statement for statement in function.body.body) for a in found):
+    if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock):
+        return None
+    top_level = {id(statement) for statement in function.body.body}
+    if not all(id(a.statement) in top_level for a in found):
         return None
     before = [a for a in found if a.statement is not at and comes_before(ctx, a.statement, at)]  # type: ignore[arg-type]
     return max(before, key=lambda a: _place(ctx, a.statement), default=None)  # type: ignore[arg-type]
 
 
 def _place(ctx: FileContext, statement: cst.CSTNode) -> int:
-    comes_before(ctx, statement, statement)  # builds the order
-    return _ORDER[ctx].get(id(statement), -1)
+    return _statement_order(ctx).get(id(statement), -1)
 
 
 def _derived_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
@@ -618,7 +625,7 @@ def _derived_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         return _UNKNOWN
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
         value = _default_value(ctx, node.expression, stack, depth)
-        return -value if isinstance(value, (int, float)) and not isinstance(value, bool) else _UNKNOWN
+        return -value if _is_number(value) else _UNKNOWN
     return _UNKNOWN
 
 

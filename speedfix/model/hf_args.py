@@ -111,6 +111,11 @@ class ParsedArguments:
         return [None if given is None else Setting(_parsed(given[0]), Source.LAUNCH, given[1])
                 for given in launch.per_command(self.ctx, key, files=self.recipes)]
 
+    def per_run(self, key: str) -> list[Setting]:
+        """The value each run gives ``key``: each launch command's (or file's), else the default
+        (``default``); just the default where the project has no launch command."""
+        return [given or self.default(key) for given in self.per_launch(key) or [None]]
+
     def setting(self, key: str) -> Setting:
         if self.files is not None:
             return self._file_setting(key)
@@ -194,8 +199,7 @@ def compared_false_in_every_run(ctx: FileContext, test: cst.BaseExpression, stac
     right = literal_value(ctx, target.comparator, stack)
     for parsed in parsed_arguments(ctx):
         if key in parsed.fields:
-            runs = [given or parsed.default(key) for given in parsed.per_launch(key) or [None]]
-            return all(compared(target.operator, run.value, right) is False for run in runs)
+            return all(compared(target.operator, run.value, right) is False for run in parsed.per_run(key))
     return False
 
 

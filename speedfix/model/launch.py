@@ -158,10 +158,6 @@ def truth(value: object) -> bool | None:
     return None
 
 
-def text_value(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 # ---------------------------------------------------------------------- finding the commands
 def _find(ctx: FileContext) -> list[Launch]:
     project = ctx.project

@@ -10,10 +10,14 @@ it keeps only what the other files need:
 - per function, method and class (called as its constructor): whether it takes a training step
   outside any loop (a per-step helper), whether it holds a training loop, which of its
   parameters that loop iterates (the loader), whether the loop copies batches to a device, and
-  whether it computes a tensor and reads it on the host (a metric helper: `float(torch.sum(x))`);
-- which imported functions it calls on every training step (``utils.log_loss_dict``), which
-  return the loader one of its training loops iterates (``loader = get_loader(...)``), and which
-  it calls with autograd off (``with torch.no_grad(): validate(...)``);
+  whether it computes a tensor and reads it on the host (a metric helper: `float(torch.sum(x))`),
+  which parameters it copies to the GPU with a blocking copy (`x.cuda()`), and which its training
+  loop calls every step (Megatron's `forward_step_func`);
+- which imported functions it calls on every training step (``utils.log_loss_dict``) or from a
+  module's ``forward`` (a mask class built every step), which return the loader one of its
+  training loops iterates (``loader = get_loader(...)``), which it calls with autograd off
+  (``with torch.no_grad(): validate(...)``), and which of its own functions it hands to an
+  imported function (``train_step(..., forward_step_func=forward_step)``);
 - which classes (and module-level factories returning them) build convolution or cuDNN RNN
   layers, directly or through the file's other classes and helpers (``ResNet`` ->
   ``BasicBlock`` -> ``conv3x3``);
@@ -21,7 +25,9 @@ it keeps only what the other files need:
 - what its calls of imported functions pass them (``get_loader(path, num_workers=args.workers)``:
   a constant, or an option's argparse default);
 - which classes multiply sparse matrices (``torch.spmm``), and what they build of other modules;
-- whether, as a script, it chooses cuDNN's algorithms for the process (``cudnn.benchmark = True``).
+- whether, as a script, it chooses cuDNN's algorithms for the process (``cudnn.benchmark = True``);
+- the options its argparse parser defines, with the default a run without each gets, and the
+  names it binds the parsed options to (``args = parser.parse_args()``).
 
 A training loop is recognised as in ``speedfix.model.context`` (same markers, from ``speedfix.project.steps``),
 within this file and one call deep.
@@ -540,14 +546,15 @@ class _Collector(ast.NodeVisitor):
         options = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
         default = next((k.value for k in node.keywords if k.arg == "default"), None)
         longs = [option for option in options if option.startswith("--")]
-        if isinstance(default, ast.Constant) and (longs or options):
-            self.defaults[(longs or options)[0].lstrip("-").replace("-", "_")] = repr(default.value)
-        if longs or options:
-            named = next((k.value for k in node.keywords if k.arg == "dest"), None)
-            dest = named.value if isinstance(named, ast.Constant) and isinstance(named.value, str) \
-                else (longs or options)[0].lstrip("-").replace("-", "_")
-            value = _option_default(node, default)
-            self.options[dest] = value if self.options.get(dest, value) == value else ""
+        if not (longs or options):
+            return
+        flag = (longs or options)[0].lstrip("-").replace("-", "_")  # `--num-workers`: num_workers
+        if isinstance(default, ast.Constant):
+            self.defaults[flag] = repr(default.value)
+        named = next((k.value for k in node.keywords if k.arg == "dest"), None)
+        dest = named.value if isinstance(named, ast.Constant) and isinstance(named.value, str) else flag
+        value = _option_default(node, default)
+        self.options[dest] = value if self.options.get(dest, value) == value else ""
 
     @staticmethod
     def _constant(value: ast.expr) -> str:
