@@ -542,9 +542,9 @@ def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
 def run_option_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
     """`args.opt` in `def create_optimizer(args, model)`, or `self.args.use_multi_gpu` in a class
     whose `__init__(self, args)` keeps it (also read through `args = self.args` in a method), in
-    a file without the parser: the default of the
-    option of the scripts that run the file (``Links.options``), when ``args`` is the name they
-    bind their parsed options to and the file gets it handed in (a parameter, never rebound)."""
+    a file without the parser: the default of the option of the scripts that run the file
+    (``Links.options``), when ``args`` is the name they bind their parsed options to and the file
+    gets it handed in (a parameter, never rebound)."""
     if not isinstance(node, cst.Attribute) or not ctx.links.option_holders:
         return None
     holder = node.value
