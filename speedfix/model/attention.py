@@ -451,19 +451,14 @@ class _Reader:
     def _transposed_before(self, name: str, at: int, bmm: bool) -> cst.BaseExpression | None:
         """``k`` for keys transposed into a variable of their own earlier in the block (`k_t =
         k.transpose(2, 3)`); the statement goes with the attention when nothing else reads it."""
-        for index in range(at - 1, -1, -1):
-            statement = self.block[index]
-            if not mentions(statement, name):
-                continue
-            value = _assigned_value(statement, name)
-            key = untransposed(self.ctx, value, batched=bmm) if value is not None else None
-            if key is None or not isinstance(statement, cst.SimpleStatementLine):
-                return None
-            self.found.first = min(self.found.first, index)
-            if sum(mentions(other, name) for other in self.block) == 2:  # set here, read by the scores only
-                self.found.steps.append(statement)
-            return key
-        return None
+        key, where = _transposed_earlier(self.ctx, self.block, name, at, bmm)
+        statement = self.block[where]
+        if key is None or not isinstance(statement, cst.SimpleStatementLine):
+            return None
+        self.found.first = min(self.found.first, where)
+        if sum(mentions(other, name) for other in self.block) == 2:  # set here, read by the scores only
+            self.found.steps.append(statement)
+        return key
 
     def _masked_fill(self, call: cst.Call) -> cst.BaseExpression | None:
         """`scores.masked_fill(cond, value)`: the scores; records the mask."""
