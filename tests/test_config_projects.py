@@ -336,6 +336,19 @@ def test_gradient_checkpointing_in_a_helper_only_a_quantized_run_calls(write, ru
     assert "train.py:12:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
 
 
+def test_a_launch_commands_string_option_decides_a_comparison_of_it(write, run_cli, tmp_path):
+    """`if args.quantization == "4bit":` runs the helper only where a launch command passes
+    `--quantization 4bit`; with the default ("none") no run does."""
+    code = KBIT.replace("load_in_kbits: int = field(default=16)", 'quantization: str = field(default="none")')
+    write("train.py", code.replace("if args.load_in_kbits in [4, 8]:", 'if args.quantization == "4bit":'))
+    write("run.sh", "torchrun train.py --output_dir out --bf16 True --quantization none\n")
+    assert "gradient_checkpointing_enable" not in run_cli("scan", ".", "--select", "SF902", "--no-summary",
+                                                          cwd=tmp_path).stdout
+    write("run.sh", "torchrun train.py --output_dir out --bf16 True --quantization 4bit\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "train.py:12:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
+
+
 CPU_DEFAULT = """\
 import argparse
 import torch

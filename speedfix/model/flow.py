@@ -280,11 +280,14 @@ def _number_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: in
 
 
 def compared(operator: cst.BaseCompOp, left: object, right: object) -> bool | None:
-    """Numbers compared (``_NUMBER_TESTS``), or a number or string in a list, tuple or set of them."""
+    """Numbers compared (``_NUMBER_TESTS``), two strings compared with `==` or `!=`, or a number
+    or string in a list, tuple or set of them."""
     if isinstance(operator, (cst.In, cst.NotIn)):
         if not isinstance(right, tuple) or not all(_is_scalar(value) for value in (left, *right)):
             return None
         return (left in right) is isinstance(operator, cst.In)
+    if isinstance(operator, (cst.Equal, cst.NotEqual)) and isinstance(left, str) and isinstance(right, str):
+        return (left == right) is isinstance(operator, cst.Equal)
     compare = _NUMBER_TESTS.get(type(operator))
     return compare(left, right) if compare is not None and _is_number(left) and _is_number(right) else None
 
