@@ -27,6 +27,7 @@ from speedfix.model import launch
 from speedfix.model.arguments import assigned_item, find_argument, string_value
 from speedfix.model.config_tree import ConfigError, Node, TooDeep, load
 from speedfix.model.context import FileContext
+from speedfix.model.flow import compared
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import built_string, loaded_names
@@ -315,9 +316,7 @@ def _compared(ctx: FileContext, node: cst.Comparison, stack: Stack) -> Any:
     if not isinstance(target.operator, (cst.Equal, cst.NotEqual)):
         return ...
     left, right = string_value(ctx, node.left, stack), string_value(ctx, target.comparator, stack)
-    if left is None or right is None:
-        return ...
-    return (left == right) == isinstance(target.operator, cst.Equal)
+    return ... if left is None or right is None else compared(target.operator, left, right)
 
 
 def engine_owned(ctx: FileContext, model: str) -> bool:

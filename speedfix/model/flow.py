@@ -239,9 +239,7 @@ def _same_string(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: in
     if not isinstance(left, str):
         return None
     right = _default_value(ctx, target.comparator, stack, depth + 1)
-    if not isinstance(right, str):
-        return None
-    return (left == right) is isinstance(target.operator, cst.Equal)
+    return compared(target.operator, left, right) if isinstance(right, str) else None
 
 
 def taken_on_a_gpu(ctx: FileContext, test: cst.BaseExpression, stack: Stack) -> bool:
