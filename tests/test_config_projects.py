@@ -324,27 +324,22 @@ if args.load_in_kbits in [4, 8]:
 """
 
 
-def test_gradient_checkpointing_in_a_helper_only_a_quantized_run_calls(write, run_cli, tmp_path):
-    """The helper runs only for 4/8-bit loading; the runs load 16-bit (the field's default, the
-    launch command's value): the checkpointing inside it is no run's."""
-    write("train.py", KBIT)
-    write("run.sh", "torchrun train.py --output_dir out --bf16 True --load_in_kbits 16\n")
-    assert "gradient_checkpointing_enable" not in run_cli("scan", ".", "--select", "SF902", "--no-summary",
-                                                          cwd=tmp_path).stdout
-    write("run.sh", "torchrun train.py --output_dir out --bf16 True --load_in_kbits 4\n")
-    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
-    assert "train.py:12:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
+STRING_OPTION = KBIT.replace("load_in_kbits: int = field(default=16)", 'quantization: str = field(default="none")') \
+    .replace("if args.load_in_kbits in [4, 8]:", 'if args.quantization == "4bit":')
 
 
-def test_a_launch_commands_string_option_decides_a_comparison_of_it(write, run_cli, tmp_path):
-    """`if args.quantization == "4bit":` runs the helper only where a launch command passes
-    `--quantization 4bit`; with the default ("none") no run does."""
-    code = KBIT.replace("load_in_kbits: int = field(default=16)", 'quantization: str = field(default="none")')
-    write("train.py", code.replace("if args.load_in_kbits in [4, 8]:", 'if args.quantization == "4bit":'))
-    write("run.sh", "torchrun train.py --output_dir out --bf16 True --quantization none\n")
+@pytest.mark.parametrize("code, off, on", [
+    (KBIT, "--load_in_kbits 16", "--load_in_kbits 4"),  # a number in a list
+    (STRING_OPTION, "--quantization none", "--quantization 4bit"),  # a string compared with ==
+])
+def test_gradient_checkpointing_in_a_helper_only_a_quantized_run_calls(code, off, on, write, run_cli, tmp_path):
+    """The helper runs only for a quantized load; a launch command's value decides the test (the
+    field's default where a command leaves it out): with `off` no run reaches the checkpointing."""
+    write("train.py", code)
+    write("run.sh", f"torchrun train.py --output_dir out --bf16 True {off}\n")
     assert "gradient_checkpointing_enable" not in run_cli("scan", ".", "--select", "SF902", "--no-summary",
                                                           cwd=tmp_path).stdout
-    write("run.sh", "torchrun train.py --output_dir out --bf16 True --quantization 4bit\n")
+    write("run.sh", f"torchrun train.py --output_dir out --bf16 True {on}\n")
     result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
     assert "train.py:12:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
 
