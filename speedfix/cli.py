@@ -266,7 +266,7 @@ def apply(
     verify: bool = typer.Option(False, "--verify", help="Benchmark the fixes on SCRIPT (args after --) and keep only those that pay off with matching loss: all together first, a search for the ones that fail only if that combination fails."),
     per_fix: bool = typer.Option(False, "--per-fix", help="--verify: measure every fix alone, then the kept ones together (slower)."),
     max_pairs: int = typer.Option(6, "--max-pairs", min=1, help="--verify: at most this many ABBA pairs per comparison (6: exactly 6, the fewest with a 95% interval)."),
-    budget_s: float = typer.Option(900.0, "--budget-s", min=1, help="--verify: time budget per comparison (seconds)."),
+    budget_s: float = typer.Option(900.0, "--budget-s", min=1, help="--verify: time budget per comparison (seconds; its calibration runs and seed band included)."),
     real_cwd: bool = typer.Option(False, "--real-cwd", help="--verify: run the script in the working directory itself, not in a scratch mirror of it (files it writes there then change)."),
     select: Optional[list[str]] = SelectOption,
     ignore: Optional[list[str]] = IgnoreOption,

@@ -67,7 +67,7 @@ def bench(
     markdown: Path | None = typer.Option(None, "--markdown", help="Suite: also write the table as Markdown."),
     max_pairs: int = typer.Option(10, "--max-pairs", min=1, help="Comparison: at most this many ABBA pairs."),
     min_pairs: int = typer.Option(MIN_VERDICT_PAIRS, "--min-pairs", min=1, help="Comparison: at least this many pairs."),
-    budget_s: float = typer.Option(900.0, "--budget-s", min=1, help="Comparison: time budget per comparison."),
+    budget_s: float = typer.Option(900.0, "--budget-s", min=1, help="Comparison: time budget per comparison (seconds; its calibration runs and seed band included)."),
     warmup: int | None = typer.Option(None, "--warmup", min=1, show_default=False,
                                       help="Warm-up optimizer steps (default: at least 20 steps and --warmup-s seconds)."),
     steps: int | None = typer.Option(None, "--steps", min=1, show_default=False,

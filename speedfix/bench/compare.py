@@ -252,6 +252,12 @@ class Session:
             self._band = numerics.seed_band(reference, others)
         return self._band
 
+    def _band_reserve(self) -> float:
+        """What the seed band's runs will cost if the loss check asks for it (0 once measured)."""
+        if self.band_measured:
+            return 0.0
+        return self.settings.seed_band_runs * (self.time.cost(self.original.name) or 0.0)
+
     def rounds(self) -> tuple[int, int]:
         """(fewest, most) rounds a comparison runs."""
         most = max(1, self.settings.max_pairs)
@@ -259,7 +265,12 @@ class Session:
 
     def compare(self, candidates: list[RunSpec], *, kinds: dict[str, str] | None = None,
                 budget_s: float | None = None) -> Comparison:
-        """Rounds of original + candidates in alternating order; one speedup per candidate."""
+        """Rounds of original + candidates in alternating order; one speedup per candidate.
+
+        The budget covers the whole comparison: the calibration runs it needs first, the rounds,
+        and the seed band the loss check may still need at the end (kept free while it is not
+        measured), so that a comparison stopped by its budget still ends in time with a report."""
+        started = time.monotonic()
         s = self.settings
         variants = [self.original, *candidates]
         if len({v.name for v in variants}) != len(variants):
@@ -276,7 +287,6 @@ class Session:
                            f"{len(planned)} runs{about(self.time.seconds(planned))}")
         window = self._last_window = self.window([v.name for v in variants])
         configs = {v.name: self.timed_config(v, window) for v in variants}
-        started = time.monotonic()
         runs: dict[str, list[RunResult]] = {v.name: [] for v in variants}
         failed = {c.name: self.calibration_failures[c.name] for c in candidates if c.name in self.calibration_failures}
         ratios: dict[str, list[float]] = {c.name: [] for c in candidates}
@@ -293,7 +303,7 @@ class Session:
                 stop_reason = "precise"
                 break
             estimate = statistics.fmean(round_times) if round_times else 0.0
-            if rnd >= 1 and time.monotonic() - started + estimate > budget:
+            if rnd >= 1 and time.monotonic() - started + estimate + self._band_reserve() > budget:
                 stop_reason = "budget"
                 break
             t0 = time.monotonic()
@@ -330,13 +340,14 @@ class Session:
         # Unused planned runs must not linger in the progress total or the time left.
         self._unplan(list((Counter(planned) - Counter(n for n, rs in runs.items() for _ in rs)).elements()))
         every_run = [r for rs in runs.values() for r in rs]
+        reports = [self._candidate_report(c, runs, ratios, failed, metric, (kinds or {}).get(c.name), window)
+                   for c in candidates]  # the loss check's seed band runs here, inside the elapsed time
         return Comparison(
             original=ScriptRef(str(self.original.script), list(self.original.args), self.original.name),
             env=self.env, device=self.device, settings=replace(s), window=window,
             calibration=self.calibration, pairs=len(round_times), stop_reason=stop_reason,
             elapsed_s=time.monotonic() - started, original_runs=RunAggregate.of(runs[self.original.name]),
-            candidates=[self._candidate_report(c, runs, ratios, failed, metric, (kinds or {}).get(c.name), window)
-                        for c in candidates],
+            candidates=reports,
             runs=log, load=_load(every_run), caveat=numerics.CAVEAT,
             real_files_modified=sorted({p for r in every_run for p in r.runner.real_files_modified}),
             original_runtime=first_runtime(runs[self.original.name], findings=True))

@@ -568,6 +568,10 @@ class RunSummary(Record):
     grad_scaler_skipped_steps: int | None = None
     wall_s: float | None = None
     between_epochs_s: float | None = _omitted()  # inside the window, left out of it (None: older reports)
+    # where a run's wall time goes besides its window: the child's start (its harness loaded) to the
+    # first optimizer step (imports, the script's set-up, CUDA's start), then the warm-up
+    startup_s: float | None = _omitted()
+    warmup_s: float | None = _omitted()
 
     @classmethod
     def of(cls, result: RunResult) -> RunSummary:
@@ -582,7 +586,8 @@ class RunSummary(Record):
                    compile_s=result.compile.seconds, loss_first=values[0] if values else None,
                    loss_last=values[-1] if values else None, nonfinite=loss.nonfinite,
                    grad_scaler_skipped_steps=loss.grad_scaler_skipped_steps, wall_s=result.runner.wall_s,
-                   between_epochs_s=result.epochs.between_in_window_s if result.reported else None)
+                   between_epochs_s=result.epochs.between_in_window_s if result.reported else None,
+                   startup_s=result.wall.startup_to_first_step_s, warmup_s=timing.warmup_s)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,23 @@ def test_budget_ends_the_rounds(fake_runs, monkeypatch):
     assert outcome.stop_reason == "budget"
 
 
+def test_the_budget_counts_the_calibration_and_keeps_time_for_the_seed_band(fake_runs, monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(compare_mod.time, "monotonic", lambda: clock[0])
+    # every run takes 10 fake seconds: calibration 20 s, a pair 20 s, the seed band 2 x 10 s; the
+    # candidate's loss differs from the original's, so the loss check needs the band
+    runs = fake_runs({"A": 100.0, "B": 100.0}, clock=clock, losses={"B": [v * 1.001 for v in fake_runs.LOSSES]})
+    loose = settings(warmup=None, steps=None, warmup_s=1.0, window_s=2.0, max_pairs=10, min_pairs=6)
+    outcome = Session(spec("A"), replace(loose, budget_s=65.0), run=runs).compare([spec("B")])
+    # after one pair 40 s are gone; another pair and the band would end at 80 s
+    assert (outcome.pairs, outcome.stop_reason) == (1, "budget")
+    assert [name for name, _ in runs.calls] == ["A", "B", "A", "B", "A", "A"]  # calibration, a pair, the band
+    assert clock[0] <= 65.0 and outcome.elapsed_s == clock[0]
+    assert outcome.candidates[0].numerics.level == "within seed band"
+    runs = fake_runs({"A": 100.0, "B": 100.0}, clock=clock, losses={"B": [v * 1.001 for v in fake_runs.LOSSES]})
+    assert Session(spec("A"), replace(loose, budget_s=85.0), run=runs).compare([spec("B")]).pairs == 2
+
+
 def test_a_failing_candidate_is_reported_and_not_run_again(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 100.0}, fail={"B": "error"})
     outcome = Session(spec("A"), settings(discard=False), run=runs).compare([spec("B")])

@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from speedfix.bench import report
-from speedfix.bench.results import (Comparison, Decision, FixDecision, LossCheck, RunnerInfo, RunResult, SuiteResult,
-                                    SuiteRow, VerifyReport)
+from speedfix.bench.results import (Comparison, Decision, FixDecision, LossCheck, RunnerInfo, RunResult, RunSummary,
+                                    SuiteResult, SuiteRow, VerifyReport)
 from speedfix.bench.stats import MIN_VERDICT_PAIRS
 
 DOCS_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -182,3 +182,14 @@ def test_a_suite_result_reads_back_and_its_rows_tell_a_failed_loss_check(tmp_pat
     (row,) = result.workloads
     assert row.loss_check == "FAIL: new non-finite" and row.loss_check_failed
     assert same_json(SuiteResult.from_json(result.to_json()).to_json(), result.to_json())
+
+
+def test_a_runs_summary_says_where_its_wall_time_went():
+    stepped = RunResult.from_json({**NO_STEPS, "wall": {"startup_to_first_step_s": 4.5, "total_s": 12.0},
+                                   "timing": {**NO_STEPS["timing"], "warmup_s": 2.25}})
+    summary = RunSummary.of(stepped).to_json()
+    assert (summary["startup_s"], summary["warmup_s"], summary["wall_s"]) == (4.5, 2.25, 6.1)
+    # a run that never stepped has neither, and an older report without them reads back unchanged
+    assert "startup_s" not in RunSummary.of(RunResult.from_json(NO_STEPS)).to_json()
+    older = {key: value for key, value in summary.items() if key not in ("startup_s", "warmup_s")}
+    assert RunSummary.from_json(older).to_json() == older
