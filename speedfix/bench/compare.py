@@ -9,7 +9,8 @@ that each variant is timed over the same steps of the script: a script whose ste
 (a grid search training one model after another, epochs with evaluation between them) is
 compared like for like. W and N come from the calibration runs and are sized by the *slowest*
 variant: N is the steps it runs in ``window_s``, W the steps it runs in ``warmup_s`` (at least the
-minimum, and past the last slow step of any compiled variant: its recompiles). So no run
+minimum, and with no slow step of a compiled variant in the window: its compilation and recompiles
+come before it, or after it where the calibration saw them, as at an epoch end). So no run
 lasts much longer than the time targets, and a faster variant runs the same steps in less time.
 (Sizing by the fastest variant made an original at 2-3 steps/s run 100 s against a candidate at 37
 steps/s.) Rates are compared. With ``--warmup``/``--steps`` every variant runs exactly those steps
@@ -87,6 +88,7 @@ class Session:
         self.calibration_failures: dict[str, RunResult] = {}
         self.needed: dict[str, int] = {}  # warm-up steps each calibrated variant ran in warmup_s
         self.settled: dict[str, int] = {}  # warm-up steps past its last slow step (compilation, lazy init)
+        self.slow: dict[str, tuple[list[int], int]] = {}  # a compiled variant's slow steps, steps seen
         self.filled: dict[str, int] = {}  # steps each variant ran in window_s
         self.limits: list[int] = []  # steps of the variants that ended before the calibration window did
         self.a_losses: list[list] = []  # every timed run of the original, for the A/A baseline
@@ -125,9 +127,10 @@ class Session:
         module's docstring), shortened for a script that ends sooner."""
         s = self.settings
         names = [n for n in (names or [self.original.name]) if n in self.needed]
-        warmup = s.warmup or max([s.min_warmup_steps, min((self.needed[n] for n in names), default=0),
-                                  *(self.settled[n] for n in names)])
         steps = s.steps or min((self.filled[n] for n in names if n in self.filled), default=None)
+        base = max(s.min_warmup_steps, min((self.needed[n] for n in names), default=0))
+        warmup = s.warmup or quiet_warmup(base, steps or s.min_steps, [self.slow[n] for n in names if n in self.slow],
+                                          max([base, *(self.settled[n] for n in names)]))
         if self.limits:
             # The script is shorter than the targets. Keep a 5% margin, so that a candidate whose
             # GradScaler skips a few more steps (fp16 scale calibration) still completes the window.
@@ -203,7 +206,10 @@ class Session:
         # steps after the minimum warm-up are the machine's (a busy phase), and would lengthen the
         # warm-up of every variant for nothing.
         compiled = bool(result.compile.compilations or result.compile.seconds)
-        self.settled[spec.name] = settled_after(result.timing.all_step_s or []) if compiled else 0
+        durations = result.timing.all_step_s or []
+        self.settled[spec.name] = settled_after(durations) if compiled else 0
+        if compiled:
+            self.slow[spec.name] = (slow_steps(durations), len(durations) + 1)
         if result.ok:
             self.filled[spec.name] = result.timing.steps_timed
         if result.status == INCOMPLETE:
@@ -385,15 +391,36 @@ SLOW_STEP = 5.0  # a step this many times the settled median is still warming up
 WARMUP_MARGIN = 10
 
 
-def settled_after(durations: list[float]) -> int:
-    """Steps until the run has settled: past the last slow step (lazy init, torch.compile and its
-    recompiles, cudnn.benchmark autotuning) in the first half of a calibration run. Durations are
-    between consecutive steps, so ``durations[i]`` belongs to step i + 2."""
+def slow_steps(durations: list[float]) -> list[int]:
+    """The steps of a calibration run that took many times the settled median (lazy init,
+    torch.compile and its recompiles, cudnn.benchmark autotuning, an evaluation pass). Durations
+    are between consecutive steps, so ``durations[i]`` belongs to step i + 2."""
     if len(durations) < 10:
-        return 0
+        return []
     reference = statistics.median(durations[len(durations) // 2:])
-    slow = [i for i, d in enumerate(durations[:len(durations) // 2]) if d > SLOW_STEP * reference]
-    return slow[-1] + 2 + WARMUP_MARGIN if slow else 0
+    return [i + 2 for i, d in enumerate(durations) if d > SLOW_STEP * reference]
+
+
+def settled_after(durations: list[float]) -> int:
+    """Steps until the run has settled: past the last slow step in the first half of a calibration
+    run (one in the second half is the workload, an epoch boundary, not warm-up)."""
+    early = [step for step in slow_steps(durations) if step - 2 < len(durations) // 2]
+    return early[-1] + WARMUP_MARGIN if early else 0
+
+
+def quiet_warmup(base: int, steps: int, runs: list[tuple[list[int], int]], latest: int) -> int:
+    """The earliest warm-up from ``base`` whose window of ``steps`` holds no slow step of the given
+    calibration runs (their slow steps, and how many steps each saw), each slow step at least
+    ``WARMUP_MARGIN`` steps before it; ``latest`` (past the last slow warm-up step) if no window the
+    runs saw is quiet. A compiled model that recompiles at its first epoch end (a smaller last
+    batch, the evaluation pass in eval mode) is so timed inside the first epoch, instead of every
+    variant running past that epoch end and its evaluation as warm-up."""
+    starts = sorted({base, *(step + WARMUP_MARGIN for slow, _ in runs for step in slow)})
+    for start in (w for w in starts if base <= w < latest):
+        if all(start + steps <= seen and not any(start - WARMUP_MARGIN < step <= start + steps for step in slow)
+               for slow, seen in runs):
+            return start
+    return max(base, latest)
 
 
 def _metric(a: RunResult, b: RunResult) -> str:

@@ -90,10 +90,12 @@ class FakeRuns:
 
     def __init__(self, speed: dict[str, float], *, losses: dict[str, list] | None = None,
                  fail: dict[str, str] | None = None, clock=None, total_steps: int | None = None,
-                 slow_steps: dict[str, int] | None = None, device: str = "cuda") -> None:
+                 slow_steps: dict[str, int] | None = None, slow_at: dict[str, list[int]] | None = None,
+                 device: str = "cuda") -> None:
         self.speed, self.losses, self.fail = speed, losses or {}, fail or {}
         self.device = device  # a GPU box by default: verify decides GPU-only fixes only there
         self.slow_steps = slow_steps or {}  # label -> how many first steps are 100x slow (compile)
+        self.slow_at = slow_at or {}  # label -> later steps that are 100x slow (a recompile at an epoch end)
         self.clock, self.total_steps = clock, total_steps
         self.calls: list[tuple[str, object]] = []
 
@@ -117,6 +119,9 @@ class FakeRuns:
         if config.record_all_steps:
             slow = self.slow_steps.get(spec.name, 0)
             durations = [1.0] * slow + [0.01] * (warmup + steps - 1 - slow)
+            for step in self.slow_at.get(spec.name, []):
+                if step - 2 < len(durations):
+                    durations[step - 2] = 1.0  # durations[i] belongs to step i + 2
         values = list(self.losses.get(spec.name, self.LOSSES))
         if config.seed_offset:
             values = [v * (1 + 0.01 * config.seed_offset) for v in values]
@@ -127,7 +132,7 @@ class FakeRuns:
                        "step_time_s": {"p10": 0.9 / rate, "median": 1 / rate}, "all_step_s": durations},
             "data": {"samples_per_s": 8 * rate},
             "memory": {"vmhwm_window_kb": 1000, "children_rss_kb": 0},
-            "compile": {"compilations": 1 if self.slow_steps.get(spec.name) else 0},
+            "compile": {"compilations": 1 if self.slow_steps.get(spec.name) or self.slow_at.get(spec.name) else 0},
             "loss": {"values": values, "nonfinite": sum(v is None for v in values)},
             "runner": {"wall_s": 1.0}})
 

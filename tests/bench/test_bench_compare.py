@@ -169,6 +169,34 @@ def test_a_slowly_settling_candidate_lengthens_everyones_warm_up(fake_runs):
     assert outcome.window == outcome.candidates[0].window
 
 
+def test_the_window_goes_before_a_recompile_at_an_epoch_end_where_it_fits(fake_runs):
+    # B compiles in its first 3 steps and again at step 120 (its first epoch end: a smaller last
+    # batch, evaluation in eval mode); its calibration saw 250 steps, the recompile in their first half
+    def timed(rate_a: float) -> set[tuple[int, int]]:
+        runs = fake_runs({"A": rate_a, "B": 100.0}, slow_steps={"B": 3}, slow_at={"B": [120]})
+        session = Session(spec("A"), settings(warmup=None, steps=None, warmup_s=0.5, window_s=2.0, max_pairs=1,
+                                              min_pairs=1), run=runs)
+        session.compare([spec("B")])
+        return {(cfg.warmup_steps, cfg.steps) for _, cfg in runs.calls[2:] if not cfg.seed_offset}
+
+    # A runs 20 steps/s: a window of 40 steps fits before step 120, after the minimum warm-up
+    assert timed(20.0) == {(20, 40)}
+    # at 100 steps/s the window (200 steps) does not fit before it: every variant warms up past it
+    assert timed(100.0) == {(120 + compare_mod.WARMUP_MARGIN, 200)}
+
+
+def test_quiet_warmup_never_starts_later_than_past_the_last_slow_step():
+    margin = compare_mod.WARMUP_MARGIN
+    # a slow step 5 steps into the window, then a quiet stretch: the window starts after it
+    assert compare_mod.quiet_warmup(20, 50, [([4, 30], 400)], latest=200) == 30 + margin
+    # a window beyond what the calibration saw proves nothing: past the last slow step it is
+    assert compare_mod.quiet_warmup(20, 50, [([4, 30], 60)], latest=40) == 40
+    # every calibrated compiled variant must be quiet in the same window
+    assert compare_mod.quiet_warmup(20, 50, [([4], 400), ([60], 400)], latest=70) == 70
+    assert compare_mod.quiet_warmup(20, 30, [([4], 400), ([60], 400)], latest=70) == 20
+    assert compare_mod.quiet_warmup(20, 50, [], latest=20) == 20
+
+
 def test_a_candidate_that_fails_calibration_is_not_run_again(fake_runs):
     runs = fake_runs({"A": 100.0, "B": 100.0}, fail={"B": "error"})
     outcome = Session(spec("A"), settings(warmup=None, steps=None), run=runs).compare([spec("B")])
