@@ -159,7 +159,7 @@ def figures(item: Item, data: dict, probe: dict) -> dict:
         if workload is None or workload.error:
             return {**row, "error": workload.error if workload else "no workload in the result"}
         speed = workload.speedup
-        return {**row, "metric": workload.metric, "before": fmt_rate(workload.before), "after": fmt_rate(workload.after),
+        return {**row, "pairs": workload.pairs, "metric": workload.metric, "before": fmt_rate(workload.before), "after": fmt_rate(workload.after),
                 "speedup": fmt_speedup(speed), "verdict": speed.verdict if speed else "-",
                 "expert": fmt_speedup(workload.expert_speedup), "expert_share": fmt_pct(workload.captured),
                 "loss_check": workload.loss_check,
@@ -169,7 +169,7 @@ def figures(item: Item, data: dict, probe: dict) -> dict:
         cand = outcome.candidates[0]
         metric = cand.metric or "samples_per_s"
         peak = cand.memory
-        return {**row, "metric": metric, "before": fmt_rate(outcome.original_runs.rate(metric)),
+        return {**row, "pairs": outcome.pairs, "metric": metric, "before": fmt_rate(outcome.original_runs.rate(metric)),
                 "after": fmt_rate(cand.runs.rate(metric)), "speedup": fmt_speedup(cand.speedup),
                 "verdict": cand.speedup.verdict if cand.speedup else f"- ({cand.status})",
                 "loss_check": text(cand.numerics),
@@ -302,6 +302,9 @@ def main(argv: list[str] | None = None, run=run_command) -> int:
                 elif code in (0, 1) and out_json.exists():
                     outcome.status = "done"
                     outcome.figures = figures(item, json.loads(out_json.read_text()), probe)
+                    pairs = outcome.figures.get("pairs")
+                    if pairs is not None and pairs < opts.pairs:  # the comparison's budget ended it in time
+                        outcome.note = f"{pairs} of {opts.pairs} pairs: its budget ran out before a verdict"
                     cost = outcome.wall_s / item.runs(opts.pairs)  # what a run costs on this machine
                 else:
                     outcome.status = "failed"

@@ -30,9 +30,13 @@ def fake_item(cmd: list[str], *, cwd: Path, env: dict, log: Path, timeout_s: flo
     log.write_text("fake\n")
     if "--suite" in cmd:
         workload = cmd[cmd.index("--workload") + 1]
+        # cnn_classifier's budget ran out after 3 pairs: figures without an interval
+        pairs = 3 if workload == "cnn_classifier" else 6
+        speed = {**SPEED, "pairs": pairs, "ci95_median": [0.0, None], "verdict": "inconclusive",
+                 "per_pair": [1.5] * pairs} if pairs < 6 else SPEED
         Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps({"workloads": [{
-            "name": workload, "metric": "samples_per_s", "pairs": 6, "before": 1000.0, "after": 1500.0,
-            "speedup": SPEED, "expert": 1600.0, "expert_speedup": EXPERT, "captured": 0.83,
+            "name": workload, "metric": "samples_per_s", "pairs": pairs, "before": 1000.0, "after": 1500.0,
+            "speedup": speed, "expert": 1600.0, "expert_speedup": EXPERT, "captured": 0.83,
             "loss_check": "ok: within seed band", "peak_before": 2.0 * 2**30, "peak_after": 1.5 * 2**30}]}))
         return 1, False
     if "--verify" in cmd:
@@ -65,7 +69,8 @@ def test_items_are_planned_run_stopped_or_skipped_and_reported(tmp_path):
     assert notes["suite-sd"].startswith("not started: planned 23 runs x 30.0 s = 690 s")
     assert notes["pair-lightning_vae"].startswith("stopped after") and "pair-hf_causal_lm.log" in notes["pair-hf_causal_lm"]
     cnn = next(i for i in report["items"] if i["item"] == "suite-cnn_classifier")
-    assert cnn["figures"]["speedup"] == "1.50x [1.40, 1.60]" and cnn["figures"]["expert_share"] == "83.0%"
+    assert cnn["figures"]["speedup"] == "1.50x (no interval: 3 pairs)" and cnn["figures"]["expert_share"] == "83.0%"
+    assert cnn["note"] == "3 of 6 pairs: its budget ran out before a verdict"
     assert cnn["figures"]["peak_memory"] == "2.0 GiB -> 1.5 GiB" and "--tiny" in cnn["command"]
     verify = next(i for i in report["items"] if i["item"] == "verify-sd")
     assert verify["figures"]["verify"].startswith("kept 2 of 2 fixes") and verify["figures"]["verdict"] == "faster"
