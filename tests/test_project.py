@@ -964,6 +964,40 @@ def test_a_loader_kept_by_a_trainer_class_of_another_file_and_run_every_epoch(ru
     assert findings(result.stdout) == {("main.py", 5, "SF103")}
 
 
+def test_a_loader_cycled_by_a_generator_of_another_file(run_cli, tmp_path, write):
+    """`datalooper = infiniteloop(dataloader)` with `def infiniteloop(loader): while True: for x, y
+    in iter(loader): yield x` in utils.py (flow-matching and GAN training scripts): the loop steps
+    on `next(datalooper)`, and every pass over the loader starts its workers again. A generator
+    that iterates its loader once (`first_batches`) restarts nothing."""
+    write("utils.py", """\
+        def infiniteloop(dataloader):
+            while True:
+                for x, y in iter(dataloader):
+                    yield x
+
+        def first_batches(dataloader):
+            for x, y in dataloader:
+                yield x
+        """)
+    write("train.py", """\
+        import torch
+        from utils import first_batches, infiniteloop
+
+        def main():
+            loader = torch.utils.data.DataLoader(dataset(), batch_size=128, num_workers=4, pin_memory=True)
+            once = torch.utils.data.DataLoader(dataset(), batch_size=128, num_workers=4, pin_memory=True)
+            datalooper, warm = infiniteloop(loader), first_batches(once)
+            model = torch.nn.Linear(8, 1).cuda()
+            opt = torch.optim.Adam(model.parameters(), fused=True)
+            for step in range(400_000):
+                opt.zero_grad()
+                model(next(datalooper).cuda(non_blocking=True)).mean().backward()
+                opt.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF103", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("train.py", 5, "SF103")}
+
+
 def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_path, write):
     """DeiT: `evaluate(data_loader_val, model, device)` from engine.py runs every epoch, and
     `train_one_epoch` trains on the other loader. Persistent workers are advised for the

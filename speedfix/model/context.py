@@ -150,12 +150,15 @@ class FileContext(FileIndex):
                     return found
         return None
 
-    def project_iterates(self, site: CallSite, name: str, *, any_loop: bool = False) -> bool:
+    def project_iterates(self, site: CallSite, name: str, *, any_loop: bool = False, again: bool = False) -> bool:
         """Does the function of another scanned file that ``site`` calls iterate the argument
         ``name`` in its training loop (`train_one_epoch(model, loader, ...)`), or with
-        ``any_loop`` in any loop (`evaluate(val_loader, model)`)?"""
+        ``any_loop`` in any loop (`evaluate(val_loader, model)`), or with ``again`` in a loop
+        inside another loop (`infiniteloop(loader)`: `while True: for x in loader: yield x`)?"""
         callee = self.project_callee(site)
-        iterated = (callee.loops_over if any_loop else callee.iterated) if callee is not None else ()
+        if callee is None:
+            return False
+        iterated = callee.repeats if again else callee.loops_over if any_loop else callee.iterated
         if not iterated:
             return False
         params = callee.params[1:] if callee.params[:1] == ("self",) else callee.params  # type: ignore[union-attr]

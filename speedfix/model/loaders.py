@@ -283,6 +283,8 @@ def iterated_per_epoch(ctx: FileContext, loader: str, depth: int = 0) -> bool:
         return True
     if any(ctx.project_iterates(site, loader, any_loop=True) for site in index.loop_calls_with.get(loader, ())):
         return True  # `train_one_epoch(model, loader)`, `evaluate(val_loader)` of another file, every epoch
+    if any(ctx.project_iterates(site, loader, again=True) for site in index.local_calls_with.get(loader, ())):
+        return True  # `datalooper = infiniteloop(loader)` of another file: it starts the loader again and again
     if depth < 2 and any(iterated_per_epoch(ctx, param, depth + 1) for site in index.local_calls_with.get(loader, ())
                          for param in _parameters_given(ctx, site, loader) if param != loader):
         return True

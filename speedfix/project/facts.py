@@ -56,6 +56,9 @@ class FunctionFacts:
     epochs: tuple[str, ...] = ()  # ... in a loop inside another loop of the function (every epoch)
     changes: tuple[str, ...] = ()  # parameters whose `.dataset` a loop changes (`loader.dataset.reshuffle()`)
     loops_over: tuple[str, ...] = ()  # parameters any of its loops iterates (an evaluation's loader too)
+    # parameters a loop inside another of its loops iterates: again and again (`def infiniteloop(loader):
+    # while True: for x, y in iter(loader): yield x`)
+    repeats: tuple[str, ...] = ()
     uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
     moves: bool = False  # it copies to a device anywhere (`def to_device(batch, device)`: a loop's helper)
     cuda: bool = False  # names CUDA, or returns a CUDA device
@@ -879,6 +882,7 @@ class _Collector(ast.NodeVisitor):
             epochs=_loop_sources(function, [loop for loop in training if loop.nested]),
             changes=tuple(sorted(name for name in function.changes if name in function.params)),
             loops_over=_loop_sources(function, function.loops),
+            repeats=_loop_sources(function, [loop for loop in function.loops if loop.nested]),
             uploads=any(loop.uploads for loop in training),
             moves=function.moves,
             cuda=function.cuda,
