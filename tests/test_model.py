@@ -260,3 +260,17 @@ def test_an_optimizer_factory_handed_parameter_groups_is_not_handed_the_model():
             scheduler_optimizer = build_optimizer(args, net)
     """)
     assert [model for model, _ in optimizer_factories(ctx)] == ["net"]
+
+
+def test_a_call_that_wraps_an_optimizer_is_no_optimizer_factory():
+    # Fabric's `setup_optimizers(optimizer)` starts with "set" but wraps the optimizer it is given
+    ctx = context("""
+        import torch
+        def main(fabric, model, args):
+            model = fabric.setup(model)
+            optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+            optimizer = fabric.setup_optimizers(optimizer)
+            optimizer = create_optimizer_v2(model, opt="sgd")
+            optimizer = set_optimizer(args, model)
+    """)
+    assert [model for model, _ in optimizer_factories(ctx)] == ["model", "model"]

@@ -665,13 +665,24 @@ def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
             if receiver and "." not in receiver and receiver not in _OPTIONS_NAMES:
                 found.append((_unaliased(ctx, receiver, site.stack), site))
             continue
-        if "optimizer" in leaf and leaf.startswith(("create", "build", "make", "get", "set", "init")) and site.node.args:
+        if "optimizer" in leaf and _factory_verb(leaf) and site.node.args:
             # the model is the first name that is not the options (timm: `create_optimizer(args, model)`)
             names = [dotted_name(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
             name = next((n for n in names if n and n not in _OPTIONS_NAMES), None)
             if name and "." not in name and not _holds_parameters(ctx, name, site.stack):
                 found.append((_unaliased(ctx, name, site.stack), site))
     return found
+
+
+_FACTORY_VERBS = ("create", "build", "make", "get", "set", "init", "initialize")
+
+
+def _factory_verb(leaf: str) -> bool:
+    """Does the (lower-cased) function name start with a verb that makes an optimizer, as a word
+    of its own (`set_optimizer`, `createoptimizer`), not a longer one (Fabric's
+    `setup_optimizers(optimizer)` wraps an optimizer it is given)?"""
+    return any(leaf.startswith(verb) and (leaf[len(verb):].startswith(("_", "optim")) or leaf == verb)
+               for verb in _FACTORY_VERBS)
 
 
 def _parameters_handed_in(ctx: FileContext) -> list[tuple[str, CallSite]]:
