@@ -657,6 +657,58 @@ def test_torch_that_a_star_import_brings_is_torch(run_cli, tmp_path, write):
     assert findings(result.stdout) == {("train.py", 3, "SF801")}
 
 
+def test_a_setter_method_of_another_files_model_runs_no_network(run_cli, tmp_path, write):
+    """Transformer-XL's `evaluate()`: `model.reset_length(...)` (mem_transformer.py: three
+    attribute assignments) before and after a forward under `torch.no_grad()`. A method that
+    calls nothing runs no network, so it records no autograd graph; `model.sample(x)`, which
+    runs the network, still does."""
+    write("mem_transformer.py", """\
+        import torch
+
+        class MemTransformerLM(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = torch.nn.Linear(8, 8)
+                self.tgt_len = 128
+
+            def reset_length(self, tgt_len, ext_len, mem_len):
+                self.tgt_len = tgt_len
+                self.ext_len = ext_len
+
+            def sample(self, x):
+                return self.net(x)
+
+            def forward(self, x):
+                return self.net(x)
+        """)
+    write("train.py", """\
+        import torch
+        from mem_transformer import MemTransformerLM
+
+        model = MemTransformerLM().cuda()
+        optimizer = torch.optim.Adam(model.parameters(), fused=True)
+
+        def evaluate(eval_iter):
+            model.eval()
+            model.reset_length(64, 0, 128)
+            with torch.no_grad():
+                for data in eval_iter:
+                    total = model(data.cuda(non_blocking=True)).sum().item()
+            print(model.sample(data).mean().item())
+            model.reset_length(128, 0, 128)
+            model.train()
+
+        for epoch in range(10):
+            for data in train_iter:
+                model(data.cuda(non_blocking=True)).sum().backward()
+                optimizer.step()
+            evaluate(val_iter)
+        """)
+    result = run_cli("scan", ".", "--select", "SF702", "--no-summary", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["line"], f["message"].split(" runs ")[0]) for f in json.loads(result.stdout)]
+    assert found == [("train.py", 13, "`model.sample(...)`")]
+
+
 def test_a_logger_of_another_file_called_from_a_module_level_loop_runs_every_step(run_cli, tmp_path, write):
     """`logger = Logger()` at module level, `logger.log(losses, images)` in the loop: the log
     method and the helper it calls run every step, so the host copy there is a per-step sync."""

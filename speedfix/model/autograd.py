@@ -66,7 +66,8 @@ def _forward_method(ctx: FileContext, name: str, receiver: str, site: CallSite) 
     """Is every method ``name`` of the file's modules a forward pass: one that runs the module
     (`self.fc(x)`, `self(x)`) and takes no training step (`model.pi(x)`, not `model.train_net()`)?
     A method of a class of another scanned file (`self.policy.sample(state)` with the policy from
-    model.py) is one when it takes no step there; methods the scan cannot see are not."""
+    model.py) is one when it takes no step there and calls something (not a setter); methods the
+    scan cannot see are not."""
     methods = [info for info in ctx.functions.get(name, ()) if info.class_name and is_module_class(ctx, info.class_name)]
     if methods:
         return all((calls_model(ctx, info.node.body) or _calls_self(info.node.body)) and not steps(info.node.body)
@@ -78,7 +79,7 @@ def _forward_method(ctx: FileContext, name: str, receiver: str, site: CallSite) 
         owner = ctx.project_name(dotted_name(built.func)) if isinstance(built, cst.Call) else None
         facts = ctx.links.function(f"{owner}.{name}") if owner else None
         if facts is not None:
-            return not (facts.steps or facts.trains)
+            return not (facts.steps or facts.trains or facts.sets_only)  # `model.reset_length(n)` sets attributes
     return False
 
 

@@ -72,6 +72,7 @@ class FunctionFacts:
     # parameters it copies to the GPU with a blocking copy (`x.cuda()`, `x.to(device)` without `non_blocking`)
     blocking_copies: tuple[str, ...] = ()
     calls_params: tuple[str, ...] = ()  # parameters its training loop calls every step (a `forward_step_func`)
+    sets_only: bool = False  # calls nothing (a setter: `self.tgt_len = tgt_len`): it runs no network
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,7 @@ class _Function:
     passes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     called: set[str] = field(default_factory=set)  # every call's callee as written, outside periodic guards
     changes: set[str] = field(default_factory=set)  # names whose `.dataset` a loop changes
+    calls: bool = False  # any call in its body
 
 
 class _Collector(ast.NodeVisitor):
@@ -638,6 +640,8 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = dotted(node.func)
+        if self.function_stack:
+            self.function_stack[-1].calls = True
         if func in CUDA_DEVICE_HELPERS:
             self._note_cuda()  # `try_gpu()`
         if self.resolve(func) in DETERMINISTIC_ALGORITHMS:
@@ -883,6 +887,7 @@ class _Collector(ast.NodeVisitor):
             changes=tuple(sorted(name for name in function.changes if name in function.params)),
             loops_over=_loop_sources(function, function.loops),
             repeats=_loop_sources(function, [loop for loop in function.loops if loop.nested]),
+            sets_only=not function.calls,
             uploads=any(loop.uploads for loop in training),
             moves=function.moves,
             cuda=function.cuda,
