@@ -11,6 +11,7 @@ from speedfix.model.attention import attention_of, has_fast_path, is_default_sca
 from speedfix.model.autograd import only_detached, outputs_leave_autograd
 from speedfix.model.context import FileContext
 from speedfix.model.devices import cpu_by_default, uses_cuda
+from speedfix.model.flow import off_by_default
 from speedfix.model.frames import class_of_method, in_inference_branch
 from speedfix.model.frameworks import trainer_fits
 from speedfix.model.loaded_config import section_keys
@@ -274,3 +275,33 @@ def test_a_call_that_wraps_an_optimizer_is_no_optimizer_factory():
             optimizer = set_optimizer(args, model)
     """)
     assert [model for model, _ in optimizer_factories(ctx)] == ["model", "model"]
+
+
+def test_a_lightning_modules_saved_options_keep_their_command_line_defaults():
+    # flan-alpaca: the module keeps the parsed options (`save_hyperparameters(hparams)`), so
+    # `self.hparams.use_gradient_checkpointing` is the store_true option, off by default
+    ctx = context("""
+        import argparse
+        import pytorch_lightning as pl
+
+        def init_args():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--use_gradient_checkpointing", action="store_true")
+            parser.add_argument("--use_lora", action="store_true", default=True)
+            return parser.parse_args()
+
+        class LightningModel(pl.LightningModule):
+            def __init__(self, hparams):
+                super().__init__()
+                self.save_hyperparameters(hparams)
+                if self.hparams.use_gradient_checkpointing:
+                    self.model.gradient_checkpointing_enable()
+                if self.hparams.use_lora:
+                    self.model = get_peft_model(self.model)
+
+        model = LightningModel(init_args())
+    """)
+    calls = {site.func: site for site in ctx.calls}
+    enable, lora = calls["self.model.gradient_checkpointing_enable"], calls["get_peft_model"]
+    assert off_by_default(ctx, enable.statement, enable.stack) == "self.hparams.use_gradient_checkpointing"
+    assert off_by_default(ctx, lora.statement, lora.stack) is None

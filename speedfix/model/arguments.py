@@ -651,6 +651,9 @@ def argparse_option(ctx: FileContext, node: cst.BaseExpression) -> CallSite | No
 
 def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
     """The `add_argument` calls whose destination is the attribute ``node`` reads from parsed args."""
+    saved = _saved_hyperparameter(ctx, node)
+    if saved is not None:
+        return [site for site in _add_argument_calls(ctx) if _dest_of(site) == saved]
     read = option_read(node)
     if read is None:
         return []
@@ -687,6 +690,22 @@ def _returned_call(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpre
         return value
     local = [a for a in ctx.assignments.get(name, ()) if ctx.function_of(a.stack) is function]
     return local[0].value if len(local) == 1 and not local[0].unpacked and isinstance(local[0].value, cst.Call) else value
+
+
+def _saved_hyperparameter(ctx: FileContext, node: cst.BaseExpression) -> str | None:
+    """`self.hparams.use_compile` in a LightningModule of a file whose module keeps the parsed
+    options it is given (`def __init__(self, hparams): self.save_hyperparameters(hparams)`,
+    built as `LightningModel(args)`): the option `use_compile` of the file's parser."""
+    if not (isinstance(node, cst.Attribute) and isinstance(node.value, cst.Attribute)
+            and node.value.attr.value == "hparams" and isinstance(node.value.value, cst.Name)
+            and node.value.value.value == "self"):
+        return None
+    for site in ctx.method_calls("save_hyperparameters"):
+        args = site.node.args
+        if len(args) == 1 and args[0].keyword is None and isinstance(args[0].value, cst.Name) \
+                and dotted_name(site.node.func) == "self.save_hyperparameters":
+            return node.attr.value
+    return None
 
 
 def option_read(node: cst.BaseExpression) -> tuple[str, str] | None:
