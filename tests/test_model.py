@@ -305,3 +305,25 @@ def test_a_lightning_modules_saved_options_keep_their_command_line_defaults():
     enable, lora = calls["self.model.gradient_checkpointing_enable"], calls["get_peft_model"]
     assert off_by_default(ctx, enable.statement, enable.stack) == "self.hparams.use_gradient_checkpointing"
     assert off_by_default(ctx, lora.statement, lora.stack) is None
+
+
+def test_an_absl_flag_off_by_default_keeps_its_branch_off_the_default_run():
+    # conditional-flow-matching: `flags.DEFINE_bool("parallel", False, ...)`, then `if FLAGS.parallel:`
+    ctx = context("""
+        import torch
+        from absl import flags
+
+        FLAGS = flags.FLAGS
+        flags.DEFINE_bool("parallel", False, help="multi gpu training")
+        flags.DEFINE_integer("num_workers", 4, help="workers")
+
+        def train(argv):
+            if FLAGS.parallel:
+                net_model = torch.nn.DataParallel(net_model)
+            if FLAGS.num_workers:
+                loader = make_loader(FLAGS.num_workers)
+    """)
+    calls = {site.func: site for site in ctx.calls}
+    parallel, loader = calls["torch.nn.DataParallel"], calls["make_loader"]
+    assert off_by_default(ctx, parallel.statement, parallel.stack) == "FLAGS.parallel"
+    assert off_by_default(ctx, loader.statement, loader.stack) is None

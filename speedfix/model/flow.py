@@ -25,7 +25,7 @@ import libcst as cst
 
 from speedfix.model import launch
 from speedfix.model.arguments import (
-    annotated_field_default, argparse_option, find_argument, parameter_default, run_option_default,
+    absl_flag_default, annotated_field_default, argparse_option, find_argument, parameter_default, run_option_default,
 )
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Frame, FrameKind, Stack, class_of, function_of
@@ -313,8 +313,8 @@ def _none_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int)
 
 
 def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
-    """A Python value for a literal, a module-level constant or an argparse option's default
-    (``_UNKNOWN`` when it cannot be known)."""
+    """A Python value for a literal, a module-level constant or an argparse option's (or absl
+    flag's) default (``_UNKNOWN`` when it cannot be known)."""
     if depth > 8:
         return _UNKNOWN
     if isinstance(node, cst.Name):
@@ -364,6 +364,8 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     field = annotated_field_default(ctx, node, stack)  # `args.use_lora` of `def main(args: FlatArguments)`
     if field is None:
         field = run_option_default(ctx, node, stack)  # `args.opt` handed in by the script that parses it
+    if field is None:
+        field = absl_flag_default(ctx, node, stack)  # `FLAGS.parallel` of `flags.DEFINE_bool("parallel", False)`
     if field is not None:
         return _default_value(ctx, field, stack, depth + 1)
     return _UNKNOWN
