@@ -7,6 +7,7 @@ import textwrap
 
 import libcst as cst
 
+from speedfix.model.amp import mixed_precision_by_default
 from speedfix.model.attention import attention_of, has_fast_path, is_default_scale, softmax_input
 from speedfix.model.autograd import only_detached, outputs_leave_autograd
 from speedfix.model.context import FileContext
@@ -327,3 +328,25 @@ def test_an_absl_flag_off_by_default_keeps_its_branch_off_the_default_run():
     parallel, loader = calls["torch.nn.DataParallel"], calls["make_loader"]
     assert off_by_default(ctx, parallel.statement, parallel.stack) == "FLAGS.parallel"
     assert off_by_default(ctx, loader.statement, loader.stack) is None
+
+
+def test_an_options_name_and_help_do_not_make_the_default_run_half_precision():
+    # Transformer-XL: `--fp16` (store_true, help "pseudo-fp16 mode"), `if args.fp16: model = model.half()`
+    code = """
+        import argparse
+        import torch
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument('--fp16', action='store_true', help='Run in pseudo-fp16 mode (fp16 storage fp32 math).')
+        parser.add_argument('--static-loss-scale', type=float, default=1,
+                            help='Static loss scale, positive power of 2 values can '
+                            'improve fp16 convergence.')
+        parser.add_argument('--precision', default=PRECISION)
+        args = parser.parse_args()
+        model = Net().cuda()
+        if args.fp16:
+            model = model.half()
+    """
+    assert not mixed_precision_by_default(context(code.replace("PRECISION", "'fp32'")))
+    # a 16-bit default of an option is a setting of the default run (the scan cannot tell what reads it)
+    assert mixed_precision_by_default(context(code.replace("PRECISION", "'bf16'")))

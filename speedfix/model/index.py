@@ -184,6 +184,7 @@ class FileIndex(NameBindings, Visitor):
         self.mentions_cuda = False
         self.mentions_low_precision = False  # torch.bfloat16/float16/half, "bf16-mixed", ...
         self.low_precision_at: list[tuple[cst.SimpleStatementLine | None, Stack]] = []  # where it is mentioned
+        self._option_words: set[int] = set()  # strings naming or describing a command-line option
         self._quotes = {"'": 0, '"': 0}
         self.stack: Stack = ()
         self._statement: cst.SimpleStatementLine | None = None
@@ -372,6 +373,12 @@ class FileIndex(NameBindings, Visitor):
             self.mentions_cuda = True  # `try_gpu()`
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "half":
             self._low_precision()  # `model.half()`
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
+            # `add_argument('--fp16', action='store_true', help='... fp16 ...')` names an option; its
+            # `default=` (`default="bf16"`) is a setting of the default run
+            for arg in node.args:
+                if arg.keyword is None or arg.keyword.value in ("help", "metavar", "dest"):
+                    self._option_words.update(_string_parts(arg.value))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -420,7 +427,7 @@ class FileIndex(NameBindings, Visitor):
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if "cuda" in node.value:
             self.mentions_cuda = True
-        if "16" in node.value and any(tag in node.value for tag in ("bf16", "fp16", "16-mixed", "float16")):
+        if "16" in node.value and id(node) not in self._option_words and any(tag in node.value for tag in ("bf16", "fp16", "16-mixed", "float16")):
             self._low_precision()
         quote = node.quote[0]
         if quote in self._quotes:
@@ -562,3 +569,12 @@ class FileIndex(NameBindings, Visitor):
         return any(
             isinstance(statement, cst.If) and is_main_guard(statement.test) for statement in self.module.body
         )
+
+
+def _string_parts(node: cst.BaseExpression) -> Iterator[int]:
+    """The ids of the plain strings a string expression is made of (`'a ' 'b'` is two)."""
+    if isinstance(node, cst.ConcatenatedString):
+        yield from _string_parts(node.left)
+        yield from _string_parts(node.right)  # type: ignore[arg-type]
+    elif isinstance(node, cst.SimpleString):
+        yield id(node)
