@@ -6,24 +6,22 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
-from speedfix.model.flow import assigned_name, enclosing_statements, off_by_default
+from speedfix.model.flow import assigned_name, enclosing_statements, in_no_run
 from speedfix.model.frames import class_of, function_of
+from speedfix.model.networks import DATA_PARALLEL, data_parallel_calls
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
-_DATA_PARALLEL = (
-    "torch.nn.DataParallel",
-    "torch.nn.parallel.DataParallel",
-    "torch.nn.parallel.data_parallel.DataParallel",
-)
 
 
 class DataParallel(Rule):
     """
     ## What it does
-    Finds `torch.nn.DataParallel`, once per choice (one model wrapped in either branch of an
-    `if` is one finding), and not where it runs only with more GPUs than the script's default
-    (`if num_gpus > 1:` with `--ngpu` defaulting to 1), nor in a function of a training script
+    Finds `torch.nn.DataParallel` (or a project class derived from it, such as Transformer-XL's
+    `BalancedDataParallel`), once per choice (one model wrapped in either branch of an `if` is
+    one finding), and not where it runs only with more GPUs than the script's default (`if
+    num_gpus > 1:` with `--ngpu` defaulting to 1) unless a launch command of the project passes
+    the option that turns it on (`--multi_gpu` in a run script), nor in a function of a training script
     that only evaluates or samples (it trains nothing, is not called from the training loop and
     keeps the wrapper to itself), nor where it only mirrors a wrapper its caller chose (`if
     isinstance(model, nn.DataParallel): copy = nn.DataParallel(copy)` in an EMA helper): the
@@ -203,6 +201,19 @@ class DataParallel(Rule):
             model = model.cuda()
             """
         ),
+        Invalid(  # a subclass of DataParallel (Transformer-XL's BalancedDataParallel) is one too
+            """
+            import torch
+            from torch.nn.parallel import DataParallel
+
+            class BalancedDataParallel(DataParallel):
+                def __init__(self, gpu0_bsz, *args, **kwargs):
+                    self.gpu0_bsz = gpu0_bsz
+                    super().__init__(*args, **kwargs)
+
+            para_model = BalancedDataParallel(4, model.cuda(), dim=1)
+            """
+        ),
         Invalid(  # one model wrapped one way or the other (pytorch/examples ImageNet): one finding
             """
             import torch
@@ -218,9 +229,9 @@ class DataParallel(Rule):
     def finish(self) -> None:
         ctx = self.ctx
         reported: list[cst.CSTNode] = []  # the `if` chains holding a reported wrapper
-        for site in ctx.calls_to(*_DATA_PARALLEL):
-            if off_by_default(ctx, site.statement, site.stack) is not None:
-                continue  # `if num_gpus > 1:` with one GPU by default
+        for site in data_parallel_calls(ctx):
+            if in_no_run(ctx, site.statement, site.stack):
+                continue  # `if num_gpus > 1:` with one GPU by default, unless a run script passes more
             if _evaluation_only(ctx, site):
                 continue  # a model wrapped for sampling or testing, in a script that trains elsewhere
             if _mirrors_wrapper(ctx, site):
@@ -252,7 +263,7 @@ def _mirrors_wrapper(ctx: FileContext, site: CallSite) -> bool:
 def _tests_data_parallel(ctx: FileContext, test: cst.BaseExpression) -> bool:
     """`isinstance(model, nn.DataParallel)`, also and-ed with other tests."""
     return any(isinstance(node, cst.Call) and dotted_name(node.func) == "isinstance" and len(node.args) == 2
-               and ctx.qualname(node.args[1].value) in _DATA_PARALLEL for node in walk_expression(test))
+               and ctx.qualname(node.args[1].value) in DATA_PARALLEL for node in walk_expression(test))
 
 
 def _if_chain(ctx: FileContext, statement: cst.BaseStatement | None) -> cst.CSTNode | None:

@@ -21,7 +21,7 @@ from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model import launch
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import supplies_optimizer
-from speedfix.model.flow import called_in_no_run, gates, off_by_default, reached_by_launch
+from speedfix.model.flow import called_in_no_run, gates, in_no_run
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_CONFIGS
 from speedfix.model.hf_args import (TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, arguments_only, call_setting,
@@ -726,8 +726,7 @@ class HfTrainingArguments(Rule):
         for site in ctx.method_calls("gradient_checkpointing_enable"):
             if self._checkpointing_reported:
                 return  # the Trainer's flag turns on the same recompute: the same advice twice
-            reached = reached_by_launch(ctx, site.statement, site.stack)
-            if reached is False or reached is None and off_by_default(ctx, site.statement, site.stack) is not None:
+            if in_no_run(ctx, site.statement, site.stack):
                 continue  # behind options that are off by default (`if args.gradient_checkpointing:`) and that
                 # no launch command of the project turns on
             if self._flag_off_in_every_run(site) or called_in_no_run(ctx, site.stack,

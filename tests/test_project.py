@@ -709,6 +709,46 @@ def test_a_setter_method_of_another_files_model_runs_no_network(run_cli, tmp_pat
     assert found == [("train.py", 13, "`model.sample(...)`")]
 
 
+@pytest.mark.parametrize("launched", [True, False])
+def test_a_data_parallel_subclass_that_a_run_script_turns_on(run_cli, tmp_path, write, launched):
+    """Transformer-XL: `if args.multi_gpu:` (store_true) wraps the model in `BalancedDataParallel`,
+    a subclass of `DataParallel` in utils/data_parallel.py; run_wt103_base.sh passes `--multi_gpu`
+    (inside an `if [[ $1 == 'train' ]]` block). Without the run script the default run is one GPU."""
+    write("utils/data_parallel.py", """\
+        from torch.nn.parallel import DataParallel
+
+        class BalancedDataParallel(DataParallel):
+            def __init__(self, gpu0_bsz, *args, **kwargs):
+                self.gpu0_bsz = gpu0_bsz
+                super().__init__(*args, **kwargs)
+        """)
+    write("train.py", """\
+        import argparse
+        import torch
+        from utils.data_parallel import BalancedDataParallel
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--multi_gpu", action="store_true")
+        args = parser.parse_args()
+        model = Net().cuda()
+        if args.multi_gpu:
+            para_model = BalancedDataParallel(4, model, dim=1)
+        else:
+            para_model = model
+        """)
+    if launched:
+        write("run_wt103_base.sh", """\
+            #!/bin/bash
+            if [[ $1 == 'train' ]]; then
+                python train.py \\
+                    --multi_gpu \\
+                    ${@:2}
+            fi
+            """)
+    result = run_cli("scan", ".", "--select", "SF801", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == ({("train.py", 10, "SF801")} if launched else set())
+
+
 def test_a_logger_of_another_file_called_from_a_module_level_loop_runs_every_step(run_cli, tmp_path, write):
     """`logger = Logger()` at module level, `logger.log(losses, images)` in the loop: the log
     method and the helper it calls run every step, so the host copy there is a per-step sync."""

@@ -80,6 +80,14 @@ def reached_by_launch(ctx: FileContext, statement: cst.BaseStatement | None, sta
     return any(reached_by_command(ctx, statement, stack, command) for command in commands)
 
 
+def in_no_run(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack) -> bool:
+    """Does no run execute ``statement``: no launch command of the project reaches it, or, where
+    the project shows none, the script's defaults keep it off (`if args.multi_gpu:` with
+    `--multi_gpu` off by default, and no run script that passes it)?"""
+    reached = reached_by_launch(ctx, statement, stack)
+    return reached is False or reached is None and off_by_default(ctx, statement, stack) is not None
+
+
 def reached_by_command(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack,
                        command: launch.Launch) -> bool:
     """Does this one launch command run ``statement`` (as ``reached_by_launch`` decides it)?"""
@@ -99,8 +107,7 @@ def called_in_no_run(ctx: FileContext, stack: Stack, false_in_every_run: Callabl
     if not callers:
         return False
     for site in callers:
-        reached = reached_by_launch(ctx, site.statement, site.stack)
-        if reached is False or reached is None and off_by_default(ctx, site.statement, site.stack) is not None:
+        if in_no_run(ctx, site.statement, site.stack):
             continue
         if any(wanted and false_in_every_run(test, site.stack) for test, wanted in gates(ctx, site.statement)):
             continue

@@ -21,6 +21,7 @@ from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import FrameKind, Stack, class_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
+from speedfix.model.project_classes import project_class
 from speedfix.project import FunctionFacts
 from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, NOT_CONV_NETS, SPARSE_MATMULS, layer_kind
 from speedfix.syntax.names import dotted_name
@@ -36,6 +37,21 @@ DISTRIBUTED_DATA_PARALLEL = (
     "torch.nn.parallel.distributed.DistributedDataParallel",
 )
 PARALLEL_WRAPPERS = DATA_PARALLEL + DISTRIBUTED_DATA_PARALLEL
+
+
+def data_parallel_calls(ctx: FileContext) -> list[CallSite]:
+    """`nn.DataParallel(...)`, and the constructor calls of a project class derived from it
+    (Transformer-XL's `BalancedDataParallel(gpu0_bsz, model, dim=1)`, defined in this file or
+    another of the project): one process driving every GPU either way."""
+    found = list(ctx.calls_to(*DATA_PARALLEL))
+    for qualified, sites in ctx.calls_by_qualname.items():
+        if "Parallel" not in qualified.rsplit(".", 1)[-1] or qualified in PARALLEL_WRAPPERS:
+            continue  # the class's name is the cheap test; its bases decide
+        defined = project_class(ctx.project, qualified) if ctx.project is not None else None
+        if defined is not None and set(defined.bases) & set(DATA_PARALLEL):
+            found += sites
+    found += [site for site in ctx.calls if site.func in ctx.classes and ctx.is_subclass_of(site.func, *DATA_PARALLEL)]
+    return found
 CONV2D = tuple(name for name, dims in CONV_LAYERS.items() if dims == 2)
 _ZOO_FACTORIES = {
     "torchvision.models.get_model": "torchvision",
