@@ -8,6 +8,7 @@ import textwrap
 import libcst as cst
 
 from speedfix.model.amp import mixed_precision_by_default
+from speedfix.model.arguments import find_argument
 from speedfix.model.attention import attention_of, has_fast_path, is_default_scale, softmax_input
 from speedfix.model.autograd import only_detached, outputs_leave_autograd
 from speedfix.model.context import FileContext
@@ -19,7 +20,7 @@ from speedfix.model.loaded_config import section_keys
 from speedfix.model.networks import optimizer_factories
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
 from speedfix.model.versions import TorchVersion
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import code_of, walk_expression
 from speedfix.syntax.walk import walk_batched
 
 
@@ -350,3 +351,15 @@ def test_an_options_name_and_help_do_not_make_the_default_run_half_precision():
     assert not mixed_precision_by_default(context(code.replace("PRECISION", "'fp32'")))
     # a 16-bit default of an option is a setting of the default run (the scan cannot tell what reads it)
     assert mixed_precision_by_default(context(code.replace("PRECISION", "'bf16'")))
+
+
+def test_keywords_of_a_conditional_dict_of_keywords():
+    # chronos: `TrainingArguments(..., **({"warmup_steps": n} if new else {"warmup_ratio": r}), tf32=tf32)`
+    ctx = context("""
+        from transformers import TrainingArguments
+        args = TrainingArguments(output_dir="out", **({"warmup_steps": 10} if NEW else {"warmup_ratio": 0.1}), tf32=True)
+    """)
+    (site,) = [site for site in ctx.calls if site.func == "TrainingArguments"]
+    assert find_argument(ctx, site, "bf16").missing  # neither branch sets it: the default
+    assert find_argument(ctx, site, "warmup_steps").unknown  # one branch does
+    assert code_of(find_argument(ctx, site, "tf32").node) == "True"

@@ -83,6 +83,9 @@ def _lookup_in_kwargs(ctx: FileContext, expr: cst.BaseExpression, key: str, stac
         return _lookup_in_dict_literal(ctx, expr, key, stack, depth)
     if isinstance(expr, cst.Call) and dotted_name(expr.func) == "dict" and not ctx.qualname(expr.func):
         return _lookup_in_dict_call(ctx, expr, key, stack, depth)
+    if isinstance(expr, cst.IfExp):  # `**({"warmup_steps": n} if new else {"warmup_ratio": r})`
+        found = [_lookup_in_kwargs(ctx, branch, key, stack, depth + 1) for branch in (expr.body, expr.orelse)]
+        return MISSING if all(f is MISSING for f in found) else UNKNOWN
     name = dotted_name(expr)
     if name is None:
         return UNKNOWN
