@@ -1,5 +1,5 @@
-"""Rule examples that several DataLoader rules share: one real pattern, checked by each rule
-that must stay quiet on it."""
+"""Rule examples that several rules share: one real pattern, checked by each rule that must
+stay quiet on it."""
 
 # A notebook: batch-1 loaders shown in a cell and peeked at with `next(iter(...))`; a later
 # training function's parameter has the same name as one of them, and is given another loader.
@@ -76,3 +76,29 @@ VALIDATION_EVERY_EPOCH = """
                     opt.step()
                 print(epoch, float(evaluate(net, holdout_loader)))
 """
+
+# An RL agent's actor (TD3): an MLP at most 256 wide, too narrow for tensor cores to matter, so
+# neither mixed precision (SF202) nor TF32 (SF201) is worth advising.
+NARROW_MLP = """
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Actor(nn.Module):
+                def __init__(self, state_dim, action_dim):
+                    super().__init__()
+                    self.l1 = nn.Linear(state_dim, 256)
+                    self.l2 = nn.Linear(256, 256)
+                    self.l3 = nn.Linear(256, action_dim)
+
+                def forward(self, state):
+                    return torch.tanh(self.l3(F.relu(self.l2(F.relu(self.l1(state))))))
+
+            actor = Actor(17, 6).cuda()
+            optimizer = torch.optim.Adam(actor.parameters(), lr=3e-4, fused=True)
+            for state in batches:
+                loss = -actor(state.cuda(non_blocking=True)).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """

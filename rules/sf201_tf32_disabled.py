@@ -11,6 +11,7 @@ from speedfix.model.patterns import matmul_precision_choices
 from speedfix.model.tf32 import loop_gains_from_tf32
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, tf32_gain
+from speedfix.rules._examples import NARROW_MLP
 
 
 class Tf32Disabled(Rule):
@@ -22,7 +23,8 @@ class Tf32Disabled(Rule):
     already choosing its precision, as is a DeepSpeed engine whose config enables fp16 or bf16 or
     cannot be read (a JSON file the script opens at run time: the config decides). A script that every launch command runs from a SLURM job
     script asking for GPUs older than Ampere (`#SBATCH --gres=gpu:v100:4`) is left alone: those
-    GPUs have no TF32.
+    GPUs have no TF32. So is a file whose trained models are all MLPs no wider than 256 in the
+    widths the code states: their matmuls are too small for tensor cores to matter.
 
     ## Why is this bad?
     On Ampere and newer GPUs (A100, RTX 30xx, H100) fp32 matmuls can run on tensor cores in TF32,
@@ -107,6 +109,7 @@ class Tf32Disabled(Rule):
     effect = "fp32 matmuls on tensor cores: about 7x for a large A100 matmul."
 
     VALID = [
+        Valid(NARROW_MLP),  # an RL agent's 256-wide MLPs (TD3): matmuls too small for tensor cores to matter
         Valid(  # a Fabric loop in fp32: SF901 gives its TF32 advice beside the precision advice
             """
             import torch

@@ -15,12 +15,14 @@ from speedfix.model.forward import (assigned_names, backward_calls, calls_model,
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite, WithInfo
 from speedfix.model.networks import project_builds_rnn
+from speedfix.model.scale import trains_narrow_mlps_only
 from speedfix.model.versions import v
 from speedfix.project.steps import CUDNN_RNN_LAYERS
 from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
+from speedfix.rules._examples import NARROW_MLP
 
 # Autocast raises on these ("unsafe to autocast"): the model has to move to the logits version first.
 _BANNED_UNDER_AUTOCAST = ("torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.functional.binary_cross_entropy")
@@ -40,7 +42,9 @@ class NoMixedPrecision(Rule):
     calls (a GAN's critic, generator and penalty steps) is one finding, whose fix covers each.
     NVIDIA apex's `amp.initialize` counts as mixed precision. A project on a torch before 1.10
     (a `torch==0.4.1` pin) still gets the finding, without a fix and saying so: autocast is the
-    biggest gain an fp32 loop has, and it is worth upgrading torch for.
+    biggest gain an fp32 loop has, and it is worth upgrading torch for. Not reported where every
+    trained model is an MLP no wider than 256 in the widths the code states (an RL agent's actor
+    and critics): its matmuls are too small for tensor cores to matter.
 
     ## Why is this bad?
     Tensor cores run bf16 and fp16 matmuls and convolutions several times faster than fp32 (even
@@ -119,6 +123,7 @@ class NoMixedPrecision(Rule):
     effect = "bf16 matmuls and convolutions on tensor cores: up to 3x per the PyTorch tuning guide."
 
     VALID = [
+        Valid(NARROW_MLP),  # an RL agent's 256-wide MLPs (TD3): matmuls too small for tensor cores to matter
         Valid(  # torch before 1.6: NVIDIA apex's amp is the mixed precision there
             """
             import torch
@@ -683,8 +688,8 @@ class NoMixedPrecision(Rule):
     def finish(self) -> None:
         ctx = self.ctx
         trains = backward_calls(ctx)
-        if not trains:
-            return
+        if not trains or trains_narrow_mlps_only(ctx):
+            return  # (an MLP at most 256 wide: its matmuls are too small for tensor cores to matter)
         gated = gated_autocasts(ctx)
         if gated:
             self._report_gated(gated[0])

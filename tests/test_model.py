@@ -18,6 +18,7 @@ from speedfix.model.frames import class_of_method, in_inference_branch
 from speedfix.model.frameworks import trainer_fits
 from speedfix.model.loaded_config import section_keys
 from speedfix.model.networks import optimizer_factories
+from speedfix.model.scale import trains_narrow_mlps_only
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
 from speedfix.model.versions import TorchVersion
 from speedfix.syntax.nodes import code_of, walk_expression
@@ -363,3 +364,34 @@ def test_keywords_of_a_conditional_dict_of_keywords():
     assert find_argument(ctx, site, "bf16").missing  # neither branch sets it: the default
     assert find_argument(ctx, site, "warmup_steps").unknown  # one branch does
     assert code_of(find_argument(ctx, site, "tf32").node) == "True"
+
+
+def test_a_narrow_mlp_is_told_from_wider_or_other_networks():
+    code = """
+        import torch
+        import torch.nn as nn
+
+        class Actor(nn.Module):
+            def __init__(self, state_dim, action_dim, hidden=WIDTH):
+                super().__init__()
+                self.l1 = nn.Linear(state_dim, hidden)
+                self.l2 = nn.Linear(hidden, hidden)
+                self.norm = nn.LayerNorm(hidden)
+                self.l3 = nn.Linear(hidden, action_dim)
+                EXTRA
+
+            def forward(self, state):
+                return self.l3(self.norm(torch.relu(self.l2(torch.relu(self.l1(state))))))
+
+        actor = Actor(17, 6).cuda()
+        critic = nn.Sequential(nn.Linear(23, 64), nn.ReLU(), nn.Linear(64, 1)).cuda()
+        opt = torch.optim.Adam(actor.parameters())
+        critic_opt = torch.optim.Adam(critic.parameters())
+    """
+    def narrow(width: str, extra: str = "pass") -> bool:
+        return trains_narrow_mlps_only(context(code.replace("WIDTH", width).replace("EXTRA", extra)))
+
+    assert narrow("256")  # TD3's actor and a small critic
+    assert not narrow("512")  # wide enough for tensor cores to pay
+    assert not narrow("256", "self.conv = nn.Conv2d(3, 16, 3)")  # not an MLP
+    assert not narrow("256", "self.w = torch.mm(torch.eye(4), torch.eye(4))")  # a matmul written out

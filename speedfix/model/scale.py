@@ -27,7 +27,7 @@ from speedfix.model.networks import (builds, built_classes, fresh_assignments, i
                                       optimized_module, peel, project_builds_matmuls, project_builds_rnn,
                                       project_conv_dims, project_known_matmuls, trained_models, zoo_architecture)
 from speedfix.model.patterns import OPTIMIZER_PREFIX, unwrap_iterable
-from speedfix.project.steps import CONV_LAYERS, MATMUL_LAYERS
+from speedfix.project.steps import CONV_LAYERS, MATMUL_LAYERS, MATMUL_METHODS, layer_kind
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -317,8 +317,13 @@ def parameter_estimate(ctx: FileContext, call: cst.Call, stack: Stack) -> int | 
 
 def _classes_parameters(ctx: FileContext, classes: set[str]) -> int | None:
     """The layers the classes create, and those of the local classes they instantiate."""
+    return _count(ctx, _class_calls(ctx, classes), None)
+
+
+def _class_calls(ctx: FileContext, classes: set[str]) -> list[CallSite]:
+    """The calls written in the classes, and in the local classes they instantiate."""
     names = set().union(*(model_classes(ctx, name) for name in classes))
-    return _count(ctx, [site for site in ctx.calls if any(_in_class(site, name) for name in names)], None)
+    return [site for site in ctx.calls if any(_in_class(site, name) for name in names)]
 
 
 @per_file
@@ -398,19 +403,88 @@ def _count(ctx: FileContext, sites: list[CallSite], stack: Stack | None) -> int 
         counter = _LAYERS.get(layer)
         if counter is None:
             continue  # activations, pooling, dropout, containers: no parameters of their own
-        where = stack if stack is not None else site.stack
-        sizes = [_size(ctx, arg.value, where) for arg in site.node.args if arg.keyword is None and not arg.star]
-        for arg in site.node.args:  # `nn.Conv2d(1, 16, kernel_size=5)`, `nn.LSTM(8, 64, num_layers=2)`
-            index = _SIZE_KEYWORDS.get(arg.keyword.value) if arg.keyword is not None else None
-            if index is not None:
-                sizes += [None] * (index + 1 - len(sizes))
-                sizes[index] = _size(ctx, arg.value, where)
-        count = counter(sizes)
+        count = counter(_layer_sizes(ctx, site, stack if stack is not None else site.stack))
         repeat = _repeats(ctx, site)
         if count is None or repeat is None:
             return None
         total += count * repeat
     return total or None  # no layer it knows: parameters made by hand (`nn.Parameter(...)`)
+
+
+def _layer_sizes(ctx: FileContext, site: CallSite, where: Stack) -> list[int | None]:
+    """A torch.nn layer's sizes by position (in, out, kernel / num, dim / ...), None where unknown."""
+    sizes = [_size(ctx, arg.value, where) for arg in site.node.args if arg.keyword is None and not arg.star]
+    for arg in site.node.args:  # `nn.Conv2d(1, 16, kernel_size=5)`, `nn.LSTM(8, 64, num_layers=2)`
+        index = _SIZE_KEYWORDS.get(arg.keyword.value) if arg.keyword is not None else None
+        if index is not None:
+            sizes += [None] * (index + 1 - len(sizes))
+            sizes[index] = _size(ctx, arg.value, where)
+    return sizes
+
+
+# An MLP no wider than this multiplies matrices too small for tensor cores to matter: a 256x256
+# matmul on a batch of 256 is 34 MFLOP, a few microseconds even without tensor cores (tens of
+# TFLOP/s), about what launching its kernel costs (arithmetic, not a measurement).
+NARROW_WIDTH = 256
+_SHAPELESS = frozenset({"LayerNorm", "BatchNorm1d"})  # parameters, but no matmul
+
+
+@per_file
+def trains_narrow_mlps_only(ctx: FileContext) -> bool:
+    """Is every model the script trains an MLP of `nn.Linear` layers (with activations, dropout
+    and norms) whose stated widths are all at most ``NARROW_WIDTH`` (TD3's 256-wide actor and
+    critics; an input or output width the environment or the data decides may stay unknown)?
+    False when any model, or any of its layers, is something else or cannot be read."""
+    found = False
+    for site in _optimizers(ctx):
+        model = optimized_module(ctx, site)
+        owner = ctx.class_of(site.stack)
+        if model is None:
+            return False
+        if model.startswith("self."):
+            if owner is None or not _of_self(site):
+                return False
+            layers = [(_class_calls(ctx, {owner.name.value}), None)]
+        else:
+            layers = []
+            for build in builds(ctx, model, site.stack, site.statement) or [None]:
+                built = peel(ctx, build.built) if build is not None else None
+                if not isinstance(built, cst.Call) or zoo_architecture(ctx, built, build.assignment.stack) is not None:
+                    return False
+                classes = built_classes(ctx, built, build.assignment.stack)
+                if classes:
+                    layers.append((_class_calls(ctx, classes), None))
+                elif (ctx.qualname(built.func) or "").startswith(_NN):  # an inline `nn.Sequential(...)`
+                    layers.append(([s for s in ctx.calls if _within(s.node, built)], build.assignment.stack))
+                else:
+                    return False
+        if not all(_narrow_mlp(ctx, sites, stack) for sites, stack in layers):
+            return False
+        found = True
+    return found
+
+
+def _narrow_mlp(ctx: FileContext, sites: list[CallSite], stack: Stack | None) -> bool:
+    linears = 0
+    for site in sites:
+        qualified = ctx.qualname(site.node.func) or ""
+        if qualified in MATMUL_LAYERS or layer_kind(qualified) == "sparse" or isinstance(site.node.func, cst.Attribute) \
+                and site.node.func.attr.value in MATMUL_METHODS:
+            return False  # matrices multiplied by hand (`torch.mm(x, self.weight)`, attention)
+        if not qualified.startswith(_NN):
+            continue
+        layer = qualified[len(_NN):]
+        if layer in _UNSIZED:
+            return False
+        if layer not in _LAYERS or layer in _SHAPELESS:
+            continue
+        if layer != "Linear":
+            return False  # a convolution, an embedding, a recurrent layer, attention
+        known = [size for size in _layer_sizes(ctx, site, stack if stack is not None else site.stack)[:2] if size is not None]
+        if not known or max(known) > NARROW_WIDTH:
+            return False
+        linears += 1
+    return linears > 0
 
 
 def _repeats(ctx: FileContext, site: CallSite) -> int | None:
@@ -554,7 +628,7 @@ def _classes_multiply(ctx: FileContext, classes: set[str]) -> bool:
 def _class_layers(ctx: FileContext, classes: set[str]) -> tuple[set[str | None], list[cst.CSTNode]]:
     """The torch.nn layers the classes (and the local classes they build) call, and their nodes."""
     names = set().union(*(model_classes(ctx, name) for name in classes))
-    layers = {ctx.qualname(site.node.func) for site in ctx.calls if any(_in_class(site, name) for name in names)}
+    layers = {ctx.qualname(site.node.func) for site in _class_calls(ctx, classes)}
     return layers, [node for name in names for node in walk_expression(ctx.classes[name].node)]
 
 
