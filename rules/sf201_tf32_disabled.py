@@ -24,7 +24,10 @@ class Tf32Disabled(Rule):
     cannot be read (a JSON file the script opens at run time: the config decides). A script that every launch command runs from a SLURM job
     script asking for GPUs older than Ampere (`#SBATCH --gres=gpu:v100:4`) is left alone: those
     GPUs have no TF32. So is a file whose trained models are all MLPs no wider than 256 in the
-    widths the code states: their matmuls are too small for tensor cores to matter.
+    widths the code states (their matmuls are too small for tensor cores to matter), and one
+    whose `Accelerator` states no `mixed_precision=` the scan can read (`**accelerate_kwargs`, or
+    none): `accelerate launch --mixed_precision` or the machine's Accelerate config picks it, and
+    in bf16 or fp16 no fp32 matmul is left to speed up.
 
     ## Why is this bad?
     On Ampere and newer GPUs (A100, RTX 30xx, H100) fp32 matmuls can run on tensor cores in TF32,

@@ -7,7 +7,7 @@ import textwrap
 
 import libcst as cst
 
-from speedfix.model.amp import mixed_precision_by_default
+from speedfix.model.amp import accelerate_picks_precision, mixed_precision_by_default
 from speedfix.model.arguments import find_argument
 from speedfix.model.attention import attention_of, has_fast_path, is_default_scale, softmax_input
 from speedfix.model.autograd import only_detached, outputs_leave_autograd
@@ -395,3 +395,15 @@ def test_a_narrow_mlp_is_told_from_wider_or_other_networks():
     assert not narrow("512")  # wide enough for tensor cores to pay
     assert not narrow("256", "self.conv = nn.Conv2d(3, 16, 3)")  # not an MLP
     assert not narrow("256", "self.w = torch.mm(torch.eye(4), torch.eye(4))")  # a matmul written out
+
+
+def test_an_accelerate_launch_picks_the_precision_where_the_code_does_not():
+    # F5-TTS: `Accelerator(..., **accelerate_kwargs)`, run by `accelerate launch --mixed_precision=fp16`
+    code = """
+        from accelerate import Accelerator
+        accelerator = Accelerator(gradient_accumulation_steps=1, ARGS)
+    """
+    assert accelerate_picks_precision(context(code.replace("ARGS", "**accelerate_kwargs")))
+    assert accelerate_picks_precision(context(code.replace(", ARGS", "")))
+    assert not accelerate_picks_precision(context(code.replace("ARGS", 'mixed_precision="no"')))
+    assert not accelerate_picks_precision(context(code.replace("ARGS", 'mixed_precision="bf16"')))

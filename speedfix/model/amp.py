@@ -258,6 +258,14 @@ def _low_precision_by_default(ctx: FileContext) -> bool:
         for statement, stack in ctx.low_precision_at)  # a launch command may turn the option on
 
 
+def accelerate_picks_precision(ctx: FileContext) -> bool:
+    """Does an `Accelerator` of the file take its mixed precision from outside the code: no
+    `mixed_precision=` the scan can read (`Accelerator(**accelerate_kwargs)`, or none at all), so
+    `accelerate launch --mixed_precision` or the machine's `accelerate config` decides?"""
+    return any(string_value(ctx, find_argument(ctx, site, "mixed_precision").node, site.stack) is None
+               for site in ctx.calls_to(*ACCELERATOR))
+
+
 def _accelerate_in_fp32(ctx: FileContext) -> bool:
     """Does every `Accelerator` of the file train in fp32 by default (diffusers' `--mixed_precision`
     option, default "no")? The 16-bit dtypes the file names are then for its other choices."""

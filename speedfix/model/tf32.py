@@ -8,7 +8,7 @@ not ask only for older GPUs (V100s have no TF32).
 
 from __future__ import annotations
 
-from speedfix.model.amp import mixed_precision_by_default
+from speedfix.model.amp import accelerate_picks_precision, mixed_precision_by_default
 from speedfix.model.context import FileContext
 from speedfix.model.hardware import pre_ampere_only
 from speedfix.model.networks import training_multiplies_matrices
@@ -18,6 +18,7 @@ from speedfix.model.scale import trains_narrow_mlps_only
 def loop_gains_from_tf32(ctx: FileContext) -> bool:
     """Does the file's training loop run fp32 matmuls where TF32 would help (whatever the script
     chooses for the matmul precision: ``patterns.matmul_precision_chosen`` says that)? Not in an
-    MLP too narrow for tensor cores to matter (``scale.trains_narrow_mlps_only``)."""
+    MLP too narrow for tensor cores to matter (``scale.trains_narrow_mlps_only``), nor where the
+    Accelerate launch picks the precision (with bf16 or fp16 no fp32 matmul is left)."""
     return bool(ctx.step_loops) and not mixed_precision_by_default(ctx) and training_multiplies_matrices(ctx) \
-        and not pre_ampere_only(ctx) and not trains_narrow_mlps_only(ctx)
+        and not pre_ampere_only(ctx) and not trains_narrow_mlps_only(ctx) and not accelerate_picks_precision(ctx)
