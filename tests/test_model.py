@@ -395,6 +395,7 @@ def test_a_narrow_mlp_is_told_from_wider_or_other_networks():
     assert not narrow("512")  # wide enough for tensor cores to pay
     assert not narrow("256", "self.conv = nn.Conv2d(3, 16, 3)")  # not an MLP
     assert not narrow("256", "self.w = torch.mm(torch.eye(4), torch.eye(4))")  # a matmul written out
+    assert not narrow("256", "self.w = torch.eye(4) @ torch.eye(4)")
 
 
 def test_an_accelerate_launch_picks_the_precision_where_the_code_does_not():

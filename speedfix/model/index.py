@@ -427,7 +427,8 @@ class FileIndex(NameBindings, Visitor):
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if "cuda" in node.value:
             self.mentions_cuda = True
-        if "16" in node.value and id(node) not in self._option_words and any(tag in node.value for tag in ("bf16", "fp16", "16-mixed", "float16")):
+        if "16" in node.value and any(tag in node.value for tag in ("bf16", "fp16", "16-mixed", "float16")) \
+                and id(node) not in self._option_words:
             self._low_precision()
         quote = node.quote[0]
         if quote in self._quotes:

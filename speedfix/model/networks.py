@@ -51,7 +51,7 @@ def data_parallel_calls(ctx: FileContext) -> list[CallSite]:
         if defined is not None and set(defined.bases) & set(DATA_PARALLEL):
             found += sites
     found += [site for site in ctx.calls if site.func in ctx.classes and ctx.is_subclass_of(site.func, *DATA_PARALLEL)]
-    return found
+    return list({id(site.node): site for site in found}.values())  # a local class may also resolve as the project's
 CONV2D = tuple(name for name, dims in CONV_LAYERS.items() if dims == 2)
 _ZOO_FACTORIES = {
     "torchvision.models.get_model": "torchvision",

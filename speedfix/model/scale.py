@@ -442,7 +442,7 @@ def trains_narrow_mlps_only(ctx: FileContext) -> bool:
         if model is None:
             return False
         if model.startswith("self."):
-            if owner is None or not _of_self(site):
+            if owner is None or not _of_self(site) or _beyond_a_head(*_class_layers(ctx, {owner.name.value})):
                 return False
             layers = [(_class_calls(ctx, {owner.name.value}), None)]
         else:
@@ -452,6 +452,8 @@ def trains_narrow_mlps_only(ctx: FileContext) -> bool:
                 if not isinstance(built, cst.Call) or zoo_architecture(ctx, built, build.assignment.stack) is not None:
                     return False
                 classes = built_classes(ctx, built, build.assignment.stack)
+                if classes and _beyond_a_head(*_class_layers(ctx, classes)):
+                    return False  # attention, recurrent layers, `x @ self.weight`
                 if classes:
                     layers.append((_class_calls(ctx, classes), None))
                 elif (ctx.qualname(built.func) or "").startswith(_NN):  # an inline `nn.Sequential(...)`
