@@ -626,7 +626,7 @@ class DataloaderNoPersistentWorkers(Rule):
             return
         # a parameter of a factory whose loader another file iterates: its callers may pass another count
         shown = f"`{code_of(workers.node)}`" if per_core or (returned is not None and isinstance(workers.node, cst.Name)) else count
-        message = f"`DataLoader` starts its {shown} worker processes again every epoch"
+        message = f"`DataLoader` starts its {shown} worker {'process' if shown == 1 else 'processes'} again every epoch"
         given = dataset_argument(site)
         dataset = dotted_name(given) if given is not None else None
         if (dataset is not None and self._changed_in_a_loop(dataset)) or (returned is not None and returned[2]):

@@ -1090,6 +1090,35 @@ def test_a_loader_cycled_by_a_generator_of_another_file(run_cli, tmp_path, write
     assert findings(result.stdout) == {("train.py", 5, "SF103")}
 
 
+def test_only_the_training_loader_of_a_returned_pair_restarts_every_epoch(run_cli, tmp_path, write):
+    """WaveRNN-style `train_set, test_set = get_datasets(...)` from utils/dataset.py, then an
+    epoch loop over `train_set` only: the test loader's single worker is left alone."""
+    write("utils/dataset.py", """\
+        from torch.utils.data import DataLoader
+
+        def get_datasets(path, batch_size):
+            train_set = DataLoader(make(path), batch_size=batch_size, num_workers=2, shuffle=True, pin_memory=True)
+            test_set = DataLoader(make(path), batch_size=1, num_workers=1, pin_memory=True)
+            return train_set, test_set
+        """)
+    write("train.py", """\
+        import torch
+        from utils.dataset import get_datasets
+
+        def main():
+            train_set, test_set = get_datasets("data", 32)
+            model = torch.nn.Linear(8, 1).cuda()
+            opt = torch.optim.Adam(model.parameters(), fused=True)
+            for epoch in range(100):
+                for x, y in train_set:
+                    model(x.cuda(non_blocking=True)).mean().backward()
+                    opt.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF103", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["line"], f["message"]) for f in json.loads(result.stdout)]
+    assert found == [("utils/dataset.py", 4, "`DataLoader` starts its 2 worker processes again every epoch")]
+
+
 def test_an_evaluation_loader_iterated_every_epoch_in_another_file(run_cli, tmp_path, write):
     """DeiT: `evaluate(data_loader_val, model, device)` from engine.py runs every epoch, and
     `train_one_epoch` trains on the other loader. Persistent workers are advised for the

@@ -94,7 +94,7 @@ def copies_to_device(ctx: FileContext) -> bool:
     if found is None:
         found = _COPIES[ctx] = (
             any(True for _ in ctx.method_calls("to")) or any(True for _ in ctx.method_calls("cuda"))
-            or any(uploads for _, _, uploads, _ in ctx.links.feeds)
+            or any(feed[2] for feed in ctx.links.feeds)
             or any((callee := ctx.project_callee(site)) is not None
                    and (callee.uploads or (callee.moves and ctx.in_training_loop(site.stack))) for site in ctx.calls)
         )

@@ -586,6 +586,20 @@ def is_returned(function: cst.FunctionDef, site: CallSite) -> bool:
     return False
 
 
+def returned_at(function: cst.FunctionDef, site: CallSite, positions: Iterable[int]) -> bool:
+    """Does ``function`` return what ``site`` makes as one of these elements of the tuple it
+    returns (`return train_loader, test_loader` with position 0: the first)?"""
+    name = assigned_name(site)
+    wanted = set(positions)
+    for node in walk_expression(function.body):
+        if isinstance(node, cst.Return) and isinstance(node.value, (cst.Tuple, cst.List)):
+            for position, element in enumerate(node.value.elements):
+                value = element.value
+                if position in wanted and (value is site.node or name is not None and dotted_name(value) == name):
+                    return True
+    return False
+
+
 # ---------------------------------------------------------------- values derived from the defaults
 _AT: ContextVar[cst.CSTNode | None] = ContextVar("speedfix_flow_at", default=None)  # where a test is read
 _STRING_METHODS = ("lower", "upper", "strip", "split")

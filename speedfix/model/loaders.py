@@ -29,7 +29,7 @@ import libcst as cst
 
 from speedfix.model.arguments import find_argument
 from speedfix.model.context import FileContext
-from speedfix.model.flow import assigned_name, comes_before, is_returned, off_by_default
+from speedfix.model.flow import assigned_name, comes_before, is_returned, off_by_default, returned_at
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import lightning_one_pass_loader
 from speedfix.model.index import Assignment, CallSite, LoopInfo
@@ -520,11 +520,13 @@ def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool, 
     function = ctx.function_of(site.stack)
     if not isinstance(function, cst.FunctionDef) or ctx.class_of(site.stack) is not None:
         return None
-    uses = next(((per_epoch, uploads, changed) for name, per_epoch, uploads, changed in ctx.links.feeds
-                 if name == function.name.value), None)
-    if uses is None:
+    feed = next((feed for feed in ctx.links.feeds if feed[0] == function.name.value), None)
+    if feed is None:
         return None
-    return uses if is_returned(function, site) else None
+    _, per_epoch, uploads, changed, positions = feed
+    if -1 not in positions:  # `train_loader, val_loader = get_loaders()`, then `for x, y in train_loader:`
+        return (per_epoch, uploads, changed) if returned_at(function, site, positions) else None
+    return (per_epoch, uploads, changed) if is_returned(function, site) else None
 
 
 def _all_aliases(ctx: FileContext) -> dict[str, set[str]]:

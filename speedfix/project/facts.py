@@ -85,8 +85,9 @@ class ModuleFacts:
     hot_calls: tuple[str, ...] = ()  # qualified names (through imports) called on every training step
     forward_calls: tuple[str, ...] = ()  # qualified names (through imports) a module's `forward` calls
     # imported functions whose returned loader a training loop here iterates (`loader = get_loader()`):
-    # (qualified name, iterated every epoch, its batches copied to a device)
-    loader_calls: tuple[tuple[str, bool, bool], ...] = ()
+    # (qualified name, iterated every epoch, its batches copied to a device, which element of the
+    # tuple it returns the loop iterates: `train_loader, val_loader = get_loaders()`; -1: the value)
+    loader_calls: tuple[tuple[str, bool, bool, int], ...] = ()
     # a loader made by an imported function, handed to another imported function: (the maker, the
     # callee, the parameter it is given as: its position as digits, or its keyword)
     loader_hands: tuple[tuple[str, str, str], ...] = ()
@@ -136,7 +137,7 @@ class ModuleFacts:
             functions=functions,
             hot_calls=tuple(map(str, record["hot_calls"])),
             forward_calls=tuple(map(str, record["forward_calls"])),
-            loader_calls=tuple((str(q), bool(e), bool(u)) for q, e, u in record["loader_calls"]),
+            loader_calls=tuple((str(q), bool(e), bool(u), int(p[0]) if p else -1) for q, e, u, *p in record["loader_calls"]),
             loader_hands=tuple((str(m), str(c), str(p)) for m, c, p in record["loader_hands"]),
             kwargs_given=tuple((str(c), str(k), str(v)) for c, k, v in record["kwargs_given"]),
             arguments_given=tuple((str(c), str(k), str(v)) for c, k, v in record["arguments_given"]),
@@ -286,6 +287,7 @@ class _Collector(ast.NodeVisitor):
         # every maker of a name, by its made_by table: `loader = a.make_x(...)` in one branch of
         # an option, `loader = a.make_y(...)` in another
         self.makers: dict[tuple[int, str], list[str]] = {}
+        self.positions: dict[tuple[int, str], int] = {}  # (scope, name) -> its element of a tuple a call returns
         self.partials: dict[str, str] = {}  # module-level `v = partial(f, ...)` -> v: f (as written)
         self.module_aliases: dict[str, str] = {}  # module-level `v = tqdm(loader)` -> v: loader
         self.hands: list[tuple[str, str, str]] = []  # (maker, callee, slot) as written: see ModuleFacts.loader_hands
@@ -450,10 +452,11 @@ class _Collector(ast.NodeVisitor):
         on_self = self.class_made_by.setdefault(function.class_name, {}) if function and function.class_name else None
         for target in targets:
             if isinstance(target, (ast.Tuple, ast.List)) and made and made_by is not None:
-                for element in target.elts:  # `train_loader, val_loader = get_loaders(...)`
+                for position, element in enumerate(target.elts):  # `train_loader, val_loader = get_loaders(...)`
                     if isinstance(element, ast.Name):
                         made_by[element.id] = made
                         self.makers.setdefault((id(made_by), element.id), []).append(made)
+                        self.positions[(id(made_by), element.id)] = position
                     elif on_self is not None and (attribute := dotted(element)) and attribute.startswith("self."):
                         on_self[attribute] = made  # `self.train_loader, self.val_loader = make_loaders(...)`
             if on_self is not None and made and (attribute := dotted(target)) and attribute.startswith("self."):
@@ -924,10 +927,11 @@ class _Collector(ast.NodeVisitor):
             )
         return result
 
-    def _loader_calls(self) -> tuple[tuple[str, bool, bool], ...]:
+    def _loader_calls(self) -> tuple[tuple[str, bool, bool, int], ...]:
         """Imported functions whose result a training loop iterates: `loader = get_loader(...)`
-        then `for x, y in loader:` (the DataLoader is built, and gets its fix, in their file)."""
-        found: dict[str, tuple[bool, bool]] = {}
+        then `for x, y in loader:` (the DataLoader is built, and gets its fix, in their file), and
+        which element of the tuple they return it is (`train_loader, val_loader = get_loaders()`)."""
+        found: dict[tuple[str, int], tuple[bool, bool]] = {}
         called_in_loops = {self._local_callee(callee, loop) for loop in self.loops for callee, _ in loop.calls} - {None}
         for loop in self.loops:
             if not loop.marker or loop.iterable is None:
@@ -937,15 +941,16 @@ class _Collector(ast.NodeVisitor):
             made = made_by.get(loop.iterable)
             if made is None and function is not None and function.class_name:
                 made = self.class_made_by.get(function.class_name, {}).get(loop.iterable)  # `self.train_loader`
+            position = self.positions.get((id(made_by), loop.iterable), -1)
             for maker in dict.fromkeys([*self.makers.get((id(made_by), loop.iterable or ""), []), made]):
                 qualified = self.resolve(maker)
                 if qualified is None or qualified.split(".", 1)[0] in _EXTERNAL:
                     continue
-                per_epoch, uploads = found.get(qualified, (False, False))
+                per_epoch, uploads = found.get((qualified, position), (False, False))
                 # every epoch: a loop inside another, or in a function this file calls in a loop (`trainer.training(epoch)`)
                 again = loop.nested or (function is not None and function.name in called_in_loops)
-                found[qualified] = (per_epoch or again, uploads or loop.uploads)
-        return tuple((name, *uses) for name, uses in sorted(found.items()))
+                found[(qualified, position)] = (per_epoch or again, uploads or loop.uploads)
+        return tuple((name, *uses, position) for (name, position), uses in sorted(found.items()))
 
     def _loader_hands(self) -> tuple[tuple[str, str, str], ...]:
         """Loaders made by an imported function and handed to another (resolved through the imports)."""

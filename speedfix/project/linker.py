@@ -67,8 +67,9 @@ class Links:
     hot: tuple[str, ...] = ()  # its functions (`f`, `Class.method`) called on every step from another file
     no_grad: tuple[str, ...] = ()  # its functions another file calls under `torch.no_grad()`
     # its functions whose returned loader another file's training loop iterates: (function, every
-    # epoch, batches copied to a device, its dataset changed between epochs)
-    feeds: tuple[tuple[str, bool, bool, bool], ...] = ()
+    # epoch, batches copied to a device, its dataset changed between epochs, the elements of the
+    # tuple it returns that are iterated: `train_loader, val_loader = get_loaders()`; -1: the value)
+    feeds: tuple[tuple[str, bool, bool, bool, tuple[int, ...]], ...] = ()
     missing: tuple[str, ...] = ()  # modules it imports that exist beside it but were not scanned
     # its classes other files build: (class, `from_argparse_args` or "", keywords, positional count, star)
     constructed: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
@@ -553,23 +554,24 @@ def _handed_to_steps(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[s
 
 
 def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
-                      ) -> dict[Path, dict[str, tuple[bool, bool, bool]]]:
+                      ) -> dict[Path, dict[str, tuple[bool, bool, bool, tuple[int, ...]]]]:
     """Functions of each file whose returned loader a training loop iterates: one of another
     file, or one of a function it is handed to (`train(args, trainloader, ...)` of a third file,
-    whose loop iterates that parameter, every epoch or not)."""
-    feeds: dict[Path, dict[str, tuple[bool, bool, bool]]] = {}
+    whose loop iterates that parameter, every epoch or not); and which elements of the tuple
+    they return are iterated (-1: the value itself)."""
+    feeds: dict[Path, dict[str, tuple[bool, bool, bool, tuple[int, ...]]]] = {}
 
-    def add(path: Path, qualified: str, uses: tuple[bool, bool, bool]) -> None:
+    def add(path: Path, qualified: str, uses: tuple[bool, bool, bool], position: int = -1) -> None:
         hit = _split(qualified, prefixes[path])
         if hit is None or hit[1] not in facts[hit[0]].functions:
             return
         found = feeds.setdefault(hit[0], {})
-        old = found.get(hit[1], (False, False, False))
-        found[hit[1]] = (old[0] or uses[0], old[1] or uses[1], old[2] or uses[2])
+        old = found.get(hit[1], (False, False, False, ()))
+        found[hit[1]] = (old[0] or uses[0], old[1] or uses[1], old[2] or uses[2], tuple(sorted({*old[3], position})))
 
     for path, module in facts.items():
-        for qualified, per_epoch, uploads in module.loader_calls:
-            add(path, qualified, (per_epoch, uploads, False))
+        for qualified, per_epoch, uploads, position in module.loader_calls:
+            add(path, qualified, (per_epoch, uploads, False), position)
         for maker, callee, slot in module.loader_hands:
             hit = _split(callee, prefixes[path])
             function = facts[hit[0]].functions.get(hit[1]) if hit is not None else None
