@@ -125,6 +125,20 @@ def test_from_argparse_args_with_the_yaml_files_of_the_launch_commands(write, ru
     assert "fp32" not in run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
 
 
+def test_a_readme_command_laid_out_over_lines_without_backslashes(write, run_cli, tmp_path):
+    """textual_inversion's README: `python main.py --base ...yaml` with its other options on the
+    indented lines below it, no backslashes, CRLF line ends: `--gpus 0,` belongs to the command."""
+    write("main.py", MAIN_1X)
+    write("configs/vqgan.yaml", "model:\n  target: models.VQModel\n")
+    write("README.md", "```\r\npython main.py --base configs/vqgan.yaml \r\n               -t \r\n"
+          "               --gpus 0, \r\n```\r\n")
+    result = run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert "SF901 The `Trainer` `from_argparse_args` builds trains in fp32" in result.stdout
+    # the same lines without the indent are separate commands: 1.x then trains on the CPU
+    write("README.md", "```\npython main.py --base configs/vqgan.yaml\n-t\n--gpus 0,\n```\n")
+    assert "fp32" not in run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+
+
 MAIN_2X = """\
 import argparse
 from omegaconf import OmegaConf

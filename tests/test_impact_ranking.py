@@ -75,6 +75,15 @@ def test_three_waits_in_one_step_are_high_unless_the_model_is_large(run_cli, wri
         "build_model()", 'AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")')
     sync = _one(_scan(run_cli, write, tmp_path, "large.py", large.replace("SYNCS", three)), "SF301")
     assert sync["impact"] == "low" and sync["impact_reason"].startswith("a large model (about 7.0B parameters)")
+    # the checkpoint an option names by default says nothing of the run when a launch command names
+    # another (codealpaca: `--model_name_or_path <your_path_to_llama>`): its size is unknown
+    optioned = large.replace('"meta-llama/Llama-2-7b-hf"', "args.model_name_or_path").replace(
+        "import torch\n", "import argparse\nimport torch\n", 1).replace(
+        "model = ", 'parser = argparse.ArgumentParser()\nparser.add_argument("--model_name_or_path", '
+        'default="meta-llama/Llama-2-7b-hf")\nargs = parser.parse_args()\nmodel = ', 1).replace("SYNCS", three)
+    assert _one(_scan(run_cli, write, tmp_path, "optioned.py", optioned), "SF301")["impact"] == "low"
+    write("README.md", "```\ntorchrun optioned.py --model_name_or_path <your_path_to_hf_llama>\n```\n")
+    assert _one(_json(run_cli, "optioned.py", cwd=tmp_path), "SF301")["impact"] == "high"
 
 
 def test_values_read_one_after_another_wait_once(run_cli, write, tmp_path):

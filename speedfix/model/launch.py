@@ -292,8 +292,9 @@ def _module_docstring(ctx: FileContext) -> tuple[int, list[str]] | None:
 def _file_lines(path: Path, text: str) -> list[list[tuple[int, str, list[tuple[int, str]]]]]:
     """The logical lines of a launch file, per shell script or per code block of a README, with
     the shell variables the block sets once expanded (``_expanded``)."""
-    blocks = _readme_blocks(text) if path.suffix.lower() == ".md" else [(1, text.splitlines())]
-    return [_expanded(_logical_lines(first, lines)) for first, lines in blocks]
+    readme = path.suffix.lower() == ".md"
+    blocks = _readme_blocks(text) if readme else [(1, text.splitlines())]
+    return [_expanded(_logical_lines(first, lines, readme=readme)) for first, lines in blocks]
 
 
 _ASSIGNMENT = re.compile(r"(?:export[ \t]+)?([A-Za-z_]\w*)=(\S*)")
@@ -345,14 +346,19 @@ def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, 
     return found
 
 
-def _logical_lines(first: int, lines: list[str]) -> list[tuple[int, str, list[tuple[int, str]]]]:
-    """Lines joined at trailing backslashes: (first line number, text, its physical lines)."""
+def _logical_lines(first: int, lines: list[str], *, readme: bool = False) -> list[tuple[int, str, list[tuple[int, str]]]]:
+    """Lines joined at trailing backslashes: (first line number, text, its physical lines). In a
+    README, an indented line that starts with an option also goes on the command above it: a
+    command laid out for reading, with a backslash left out (`python main.py --base x.yaml`, then
+    `    --gpus 0,` below it)."""
     result = []
     pending: list[tuple[int, str]] = []
     for number, line in enumerate(lines, first):
         stripped = line.rstrip()
         if stripped.lstrip().startswith("#") and not pending:
             continue
+        if readme and not pending and result and stripped[:1] in (" ", "\t") and stripped.lstrip().startswith("-"):
+            pending = list(result.pop()[2])
         if stripped.endswith("\\"):
             pending.append((number, stripped[:-1]))
             continue

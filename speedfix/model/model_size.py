@@ -8,7 +8,9 @@ parameters the optimizer holds. A static scan knows it in two cases:
   take (`--use_lora`): the optimizer holds the adapters only;
 - the model is built from sizes the file states: a Hugging Face config with literal sizes
   (`GPT2Config(n_layer=6, n_embd=256, vocab_size=50257)`, the same as a dict), or a checkpoint
-  whose name says its size (`"facebook/opt-125m"`, `"EleutherAI/pythia-70m"`, `"gpt2"`).
+  whose name says its size (`"facebook/opt-125m"`, `"EleutherAI/pythia-70m"`, `"gpt2"`); where
+  the name is an option that the project's launch commands pass, their value is the run's, not
+  the option's default.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from speedfix.model.arguments import find_argument, literal_int, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.flow import off_by_default, reached_by_command
 from speedfix.model.index import CallSite
+from speedfix.model import launch
 from speedfix.model.launch import Launch
 
 ADAPTERS = (
@@ -117,7 +120,12 @@ def _checkpoint_size(ctx: FileContext, site: CallSite) -> int | None:
         return None
     if not (ctx.qualname(func.value) or "").startswith("transformers."):
         return None
-    name = string_value(ctx, site.node.args[0].value, site.stack)
+    node = site.node.args[0].value
+    name = string_value(ctx, node, site.stack)
+    if isinstance(node, cst.Attribute):  # `model_args.model_name_or_path`: a run command may name another
+        passed = launch.option(ctx, node.attr.value, node.attr.value.replace("_", "-"))
+        if passed.state is not launch.State.MISSING:
+            name = str(passed.value) if passed.known else None
     if name is None:
         return None
     if name in _KNOWN:
