@@ -50,8 +50,8 @@ class DataloaderNoPersistentWorkers(Rule):
     Finds a `DataLoader` with worker processes (`num_workers` resolves to more than 0) that is
     iterated once per epoch (inside an outer loop, or by a function called in one, or cycled by
     a generator of the project: `datalooper = infiniteloop(loader)` whose `while True:` loop
-    iterates the loader again and again) without `persistent_workers=True`. The worker count may be a constructor argument the class reads
-    back (`num_workers=self.num_workers` in a LightningDataModule), set by the project's
+    iterates the loader again and again) without `persistent_workers=True`. The worker count
+    may be a constructor argument the class reads back (`num_workers=self.num_workers` in a LightningDataModule), set by the project's
     LightningCLI config (`data: {num_workers: 8}`) or left at the `__init__` default.
 
     Not reported on a loader that only evaluation reads (iterated only in loops that take no

@@ -262,17 +262,20 @@ def accelerate_picks_precision(ctx: FileContext) -> bool:
     """Does an `Accelerator` of the file take its mixed precision from outside the code: no
     `mixed_precision=` the scan can read (`Accelerator(**accelerate_kwargs)`, or none at all), so
     `accelerate launch --mixed_precision` or the machine's `accelerate config` decides?"""
-    return any(string_value(ctx, find_argument(ctx, site, "mixed_precision").node, site.stack) is None
-               for site in ctx.calls_to(*ACCELERATOR))
+    return any(precision is None for precision in _accelerator_precisions(ctx))
 
 
 def _accelerate_in_fp32(ctx: FileContext) -> bool:
     """Does every `Accelerator` of the file train in fp32 by default (diffusers' `--mixed_precision`
     option, default "no")? The 16-bit dtypes the file names are then for its other choices."""
-    sites = ctx.calls_to(*ACCELERATOR)
-    return bool(sites) and all(
-        string_value(ctx, find_argument(ctx, site, "mixed_precision").node, site.stack) == "no" for site in sites
-    )
+    precisions = _accelerator_precisions(ctx)
+    return bool(precisions) and all(precision == "no" for precision in precisions)
+
+
+def _accelerator_precisions(ctx: FileContext) -> list[str | None]:
+    """Each `Accelerator`'s `mixed_precision=` as the scan reads it (None: not stated, or unknown)."""
+    return [string_value(ctx, find_argument(ctx, site, "mixed_precision").node, site.stack)
+            for site in ctx.calls_to(*ACCELERATOR)]
 
 
 def gated_autocasts(ctx: FileContext) -> list[Autocast | Passing]:

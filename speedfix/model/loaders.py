@@ -524,9 +524,9 @@ def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool, 
     if feed is None:
         return None
     _, per_epoch, uploads, changed, positions = feed
-    if -1 not in positions:  # `train_loader, val_loader = get_loaders()`, then `for x, y in train_loader:`
-        return (per_epoch, uploads, changed) if returned_at(function, site, positions) else None
-    return (per_epoch, uploads, changed) if is_returned(function, site) else None
+    # `train_loader, val_loader = get_loaders()`, then `for x, y in train_loader:`: that element only
+    returned = is_returned(function, site) if -1 in positions else returned_at(function, site, positions)
+    return (per_epoch, uploads, changed) if returned else None
 
 
 def _all_aliases(ctx: FileContext) -> dict[str, set[str]]:

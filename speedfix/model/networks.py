@@ -697,8 +697,7 @@ def _factory_verb(leaf: str) -> bool:
     """Does the (lower-cased) function name start with a verb that makes an optimizer, as a word
     of its own (`set_optimizer`, `createoptimizer`), not a longer one (Fabric's
     `setup_optimizers(optimizer)` wraps an optimizer it is given)?"""
-    return any(leaf.startswith(verb) and (leaf[len(verb):].startswith(("_", "optim")) or leaf == verb)
-               for verb in _FACTORY_VERBS)
+    return any(leaf.startswith(verb) and leaf[len(verb):].startswith(("_", "optim")) for verb in _FACTORY_VERBS)
 
 
 def _parameters_handed_in(ctx: FileContext) -> list[tuple[str, CallSite]]:

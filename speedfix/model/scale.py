@@ -447,8 +447,11 @@ def trains_narrow_mlps_only(ctx: FileContext) -> bool:
             layers = [(_class_calls(ctx, {owner.name.value}), None)]
         else:
             layers = []
-            for build in builds(ctx, model, site.stack, site.statement) or [None]:
-                built = peel(ctx, build.built) if build is not None else None
+            found_builds = builds(ctx, model, site.stack, site.statement)
+            if not found_builds:
+                return False  # a model built where the scan cannot see
+            for build in found_builds:
+                built = peel(ctx, build.built)
                 if not isinstance(built, cst.Call) or zoo_architecture(ctx, built, build.assignment.stack) is not None:
                     return False
                 classes = built_classes(ctx, built, build.assignment.stack)
