@@ -368,9 +368,9 @@ class DeprecatedAmpApi(Rule):
         if self.ctx.in_import:
             return
         root = node
-        while isinstance(root, cst.Attribute):
+        while type(root) is cst.Attribute:
             root = root.value
-        if not isinstance(root, cst.Name) or root.value not in self.ctx.imports.bindings:
+        if type(root) is not cst.Name or root.value not in self.ctx.imports.bindings:
             return  # not imported: no qualified name (cheaper than building the dotted one)
         qualified = self.ctx.qualname(node)
         old = _OLD_API.get(qualified or "")

@@ -14,15 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 import typer
-from rich.console import Console
 
 from speedfix import __version__
 from speedfix.output import Reporter, ReportOptions, UnknownFormat, format_names, get_reporter
+from speedfix.output._styled import surely_not_a_terminal
 from speedfix.syntax.source import printable
 from speedfix.workspace.config import ConfigError, Settings, resolve_settings
 from speedfix.workspace.discovery import MissingPath, is_scanned
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from speedfix.commands.apply import ApplyOutcome
     from speedfix.engine.results import FileError, Note
 
@@ -52,6 +54,8 @@ FileTimeLimitOption = typer.Option(None, "--file-time-limit", help="Skip (and re
 
 
 def _stderr() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -70,8 +74,8 @@ def _settings(paths: list[Path], **options: object) -> Settings:
 @contextmanager
 def scan_progress() -> Iterator[Callable[[int, int], None] | None]:
     """A progress bar on standard error for long scans, only when it is a terminal."""
-    console = _stderr()
-    if not console.is_terminal:
+    console = None if surely_not_a_terminal(sys.stderr) else _stderr()
+    if console is None or not console.is_terminal:
         yield None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -127,9 +131,13 @@ def _reporter(name: str, report: str) -> Reporter:
 
 def _report_options(settings: Settings | None = None, *, stderr: bool = False, to_file: bool = False, **fields: Any) -> ReportOptions:
     """Styles only when the report goes to a terminal that takes them."""
-    probe = Console(stderr=stderr)
-    color = not to_file and probe.is_terminal and probe.color_system is not None
     target = settings.target if settings is not None else None
+    if to_file or surely_not_a_terminal(sys.stderr if stderr else sys.stdout):
+        return ReportOptions(target=target, color=False, **fields)  # plain text: no rich to ask
+    from rich.console import Console
+
+    probe = Console(stderr=stderr)
+    color = probe.is_terminal and probe.color_system is not None
     return ReportOptions(target=target, color=color, width=probe.width, **fields)
 
 
@@ -148,6 +156,8 @@ def _run_apply(paths: list[Path], settings: Settings, *, diff: bool, summary: bo
     from speedfix.commands.apply import apply_paths
 
     try:
+        from rich.console import Console
+
         outcome = apply_paths(paths, settings, write=not diff, show_diff=diff, console=Console(highlight=False))
     except MissingPath as exc:
         raise _fail(str(exc)) from None

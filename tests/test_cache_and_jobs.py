@@ -54,9 +54,10 @@ def test_parallel_results_equal_serial_results(run_cli, tree):
     assert text_serial.stdout == text_parallel.stdout
 
 
-def test_one_pool_of_workers_reads_the_project_facts_and_analyses_the_files(tmp_path, write, train_script):
-    """Forking is paid once per scan: the workers that read the facts of the files that import
-    each other then analyse them, with what the others tell them."""
+def test_the_engine_loads_while_workers_read_the_project_facts(tmp_path, write, train_script):
+    """The facts of the files that import each other are read by workers forked before the
+    engine is loaded, which this process loads meanwhile on a core of its own; the files are
+    then analysed by workers forked after it, which share it, with what the other files tell them."""
     import multiprocessing.pool
 
     from speedfix.workspace.config import resolve_settings
@@ -64,19 +65,25 @@ def test_one_pool_of_workers_reads_the_project_facts_and_analyses_the_files(tmp_
     for index in range(6):
         write(f"pkg/helpers_{index}.py", "import torch\n\n\ndef to_device(batch):\n    return batch.cuda()\n")
         write(f"pkg/train_{index}.py", f"from helpers_{index} import to_device\n" + train_script)
-    pools: list[int] = []
+    events: list[str] = []
     original = multiprocessing.pool.Pool.__init__
+    loading = scan_module._analysers_loaded
 
     def counting(self, processes=None, *args, **kwargs):
-        pools.append(processes)
+        events.append(f"pool of {processes}")
         original(self, processes, *args, **kwargs)
+
+    def loaded(settings):
+        events.append("engine loaded")
+        return loading(settings)
 
     settings = resolve_settings([tmp_path / "pkg"])
     serial = scan_module.scan_paths([tmp_path / "pkg"], settings, jobs=1, use_cache=False)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(multiprocessing.pool.Pool, "__init__", counting)
+        patch.setattr(scan_module, "_analysers_loaded", loaded)
         parallel = scan_module.scan_paths([tmp_path / "pkg"], settings, jobs=2, use_cache=False)
-    assert pools == [2]
+    assert events == ["pool of 1", "engine loaded", "pool of 2"]  # this process loads on the second core
     assert [(f.path, f.line, f.code) for f in parallel.findings] == [(f.path, f.line, f.code) for f in serial.findings]
     assert len(serial.findings) >= 6
 
@@ -165,6 +172,7 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, tmp_path, write, train_scr
         assert progress is None
     terminal = io.StringIO()
     monkeypatch.setattr(cli, "_stderr", lambda: Console(file=terminal, force_terminal=True, width=80))
+    monkeypatch.setattr(cli, "surely_not_a_terminal", lambda stream: False)  # standard error is captured here
     with cli.scan_progress() as progress:
         assert progress is not None
         scan_module.scan_paths([tmp_path / "many"], _settings(tmp_path), use_cache=False, jobs=1, progress=progress)
@@ -180,11 +188,12 @@ def _settings(root):
 
 def test_a_scan_of_cached_files_imports_no_rule_and_no_libcst(tmp_path, train_script):
     """What a warm scan starts is what it pays for: with every file cached, the engine, the
-    rules and libcst stay unloaded (the first scan, which analyses the file, loads them)."""
+    rules and libcst stay unloaded, summary table included (the first scan, which analyses the
+    file, loads them)."""
     (tmp_path / "train.py").write_text(train_script)
     code = (
         "import sys\nfrom speedfix.cli import main\n"
-        "try:\n    main(['scan', 'train.py', '--no-summary'])\nexcept SystemExit:\n    pass\n"
+        "try:\n    main(['scan', 'train.py'])\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m in ('libcst', 'speedfix.model.context', 'speedfix.rules.sf101_dataloader_no_workers')))\n"
     )
     env = {name: value for name, value in os.environ.items() if name != "SPEEDFIX_NO_CACHE"}

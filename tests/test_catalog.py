@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from speedfix.bench import numerics
-from speedfix.engine.catalog import catalog
+from speedfix.engine.catalog import catalog, rule_summary
 from speedfix.engine.findings import LossCheck
 from speedfix.engine.plugins import PluginError, check_unique, one_per_module
-from speedfix.engine.registry import all_rules, discover_rules
+from speedfix.engine.registry import all_rules, discover_rules, summaries_source
 from speedfix.output import Reporter, format_names, get_reporter, reporters
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +26,15 @@ def test_every_rule_module_defines_the_rule_its_file_name_says():
     assert [rule.__module__.rsplit(".", 1)[1] for rule in all_rules()] == modules
     # ... so the codes and names known without importing a rule are the catalog's
     assert catalog() == {rule.code: rule.name for rule in all_rules()}
+
+
+def test_the_summaries_known_without_importing_a_rule_are_the_rules_own():
+    """rules/_summaries.py (each rule's fix and effect, for the scan's summary table) is written
+    from the rule classes; a rule whose fix or effect changed needs it written again."""
+    written = (ROOT / "rules" / "_summaries.py").read_text(encoding="utf-8")
+    assert written == summaries_source(), "rules/_summaries.py is out of date: run python -m speedfix.engine.registry"
+    assert all(rule_summary(rule.code) == (rule.fix_availability(), rule.effect) for rule in all_rules())
+    assert rule_summary("SF999") is None
 
 
 @pytest.fixture

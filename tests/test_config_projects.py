@@ -536,3 +536,47 @@ def test_the_torch_a_folder_pins_is_read_once_per_scan_and_recorded_for_each_scr
         assert str(tmp_path / "requirements.txt") in second.inputs
     (tmp_path / "requirements.txt").write_text("torch>=2\n")
     assert not inputs_unchanged(second.inputs)
+
+
+def test_the_installed_torch_is_read_as_importlib_metadata_finds_it(tmp_path, monkeypatch):
+    """Without importing importlib.metadata: the first folder of the import path that holds
+    torch's .dist-info (METADATA) or .egg-info (a folder with PKG-INFO, or a file) decides."""
+    import importlib.metadata
+    import sys
+    import zipfile
+
+    from speedfix.model.versions import installed_torch_version
+
+    def folder(name: str, entries: dict[str, str]) -> str:
+        path = tmp_path / name
+        path.mkdir()
+        for entry, text in entries.items():
+            (path / entry).parent.mkdir(parents=True, exist_ok=True)
+            (path / entry).write_text(text)
+        return str(path)
+
+    empty = folder("empty", {"torchvision-0.20.0.dist-info/METADATA": "Name: torchvision\nVersion: 0.20.0\n"})
+    wheel = folder("wheel", {"torch-2.5.1+cu124.dist-info/METADATA": "Metadata-Version: 2.1\nName: torch\nVersion: 2.5.1+cu124\n\nVersion: 9\n"})
+    egg = folder("egg", {"Torch.egg-info/PKG-INFO": "Name: torch\nVersion: 1.13.1\n"})
+    old = folder("old", {"torch-1.4.0-py3.8.egg-info": "Name: torch\nVersion: 1.4.0\n"})
+    archive = tmp_path / "site.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("torch-3.0.0.dist-info/METADATA", "Name: torch\nVersion: 3.0.0\n")
+    for path in ([empty, wheel, egg], [empty, egg, wheel], [old, wheel], [empty, str(tmp_path / "missing.zip")],
+                 [empty, str(archive), wheel]):
+        monkeypatch.setattr(sys, "path", path)
+        importlib.invalidate_caches()
+        expected = None
+        try:
+            expected = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+        installed_torch_version.cache_clear()  # read once per process
+        assert installed_torch_version() == expected
+    found = []
+    for path in ([wheel], [egg], [old], [empty]):
+        monkeypatch.setattr(sys, "path", path)
+        installed_torch_version.cache_clear()
+        found.append(installed_torch_version())
+    installed_torch_version.cache_clear()
+    assert found == ["2.5.1+cu124", "1.13.1", "1.4.0", None]

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
+import subprocess
+import sys
+
+import pytest
 
 LINE = re.compile(r"^(?P<path>[^:]+):(?P<line>\d+):(?P<col>\d+): (?P<code>SF\d{3}) (?P<fix>\[\*\] )?(?P<message>.+)$")
 
@@ -357,3 +363,40 @@ def test_launch_script_named_on_the_command_line_is_not_parsed_as_python(run_cli
     assert "run.sh: note: not scanned: a `.sh` file is not Python" in result.stdout
     assert run_cli("apply", "run.sh", cwd=tmp_path).exit_code == 0
     assert (tmp_path / "run.sh").read_text() == "#!/bin/bash\n#SBATCH --gpus=4\nsrun python train.py --epochs 10\n"
+
+
+@pytest.mark.parametrize("text", [
+    "plain.py:1:2: SF101 [*] a message (impact: high)",
+    "tab\there and\tthere", "wide 漢字\tafter", "bell\x07 back\x08 vt\x0b ff\x0c cr\x0d end", "nul\x00 kept", "",
+    "  trailing  ",
+])
+def test_a_piped_report_is_what_rich_would_print_without_loading_it(text):
+    """Piped, the text report is written without rich; it reads exactly as rich would print it
+    (rich drops some control characters and expands tabs: such lines still go through rich)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from speedfix.output._styled import Line, render
+
+    line = Line().append(text[:3], "bold").append(text[3:], "cyan")
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=False, no_color=True, width=80, highlight=False, soft_wrap=True,
+                      emoji=False, markup=False)
+    console.print(Text(text[:3], style="bold") + Text(text[3:], style="cyan"))
+    console.print(text)
+    assert render([line, text], color=False, width=80) == buffer.getvalue()
+
+
+def test_a_scan_piped_to_a_file_does_not_load_rich(train_script, write, tmp_path):
+    write("train.py", train_script)
+    code = (
+        "import sys\nfrom speedfix.cli import main\n"
+        "try:\n    main(['scan', 'train.py', '--no-cache'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rich')), file=sys.stderr)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert "SF101" in run.stdout and run.stderr.splitlines()[-1] == "[]"
+    forced = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**env, "FORCE_COLOR": "1"},
+                            capture_output=True, text=True, check=True)
+    assert "\x1b[" in forced.stdout and "'rich.console'" in forced.stderr  # a forced terminal gets styles

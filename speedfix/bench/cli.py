@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
 from .stats import MIN_VERDICT_PAIRS  # pure python: cheap to import with the CLI
 
@@ -20,6 +19,8 @@ from .stats import MIN_VERDICT_PAIRS  # pure python: cheap to import with the CL
 # not slow down `speedfix scan` (and the pre-commit hook).
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from .runner import RunSpec
     from .settings import CompareSettings
 
@@ -96,6 +97,8 @@ def bench(
 
     Exit codes: 0 ok; 1 a check failed (single run: the window did not complete, or torch.compile kept compiling inside it; comparison or suite: slower, or the loss check failed); 2 usage error, or a script that cannot be benchmarked (crash, timeout, no optimizer steps).
     """
+    from rich.console import Console
+
     console = Console()
     scripts = list(scripts or [])
     if not suite:

@@ -371,10 +371,10 @@ def scan_paths(
                              "configuration files are read with the scripts they run)") for path in skipped)
     cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
     with ExitStack() as scope:
-        # The engine and the rules load once, before the workers are forked (they share them),
-        # or before the first file is analysed here.
+        # The engine and the rules load once, before the workers that analyse files are forked
+        # (they share them; ``Workers``), or before the first file is analysed here.
         load = cache_once(lambda: scope.enter_context(_analysers_loaded(settings)))
-        workers = scope.enter_context(Workers(jobs, before_fork=load))
+        workers = scope.enter_context(Workers(jobs, load=load))
         measured: dict[Path, Measured] = {}
         with collector_paused():  # the facts' syntax trees hold no cycle
             links, digests = project_links(targets, paths, settings, cache, workers.map, measured=measured)
@@ -384,10 +384,12 @@ def scan_paths(
             progress(done, len(targets))
         # Biggest files first, so that no worker is left with a large one while the others idle.
         todo.sort(key=lambda i: -_size(targets[i].path))
-        if todo:
-            load()
-        for index, record in zip(todo, workers.map(_analyse_to_record, [
-                (targets[i], settings, details, links.get(targets[i].path), measured.get(targets[i].path)) for i in todo])):
+        records = workers.map(_analyse_to_record, [
+            (targets[i], settings, details, links.get(targets[i].path), measured.get(targets[i].path)) for i in todo],
+            loaded=True)
+        with listings_kept():  # while the workers analyse the files
+            pinned = pinned_torch_notes((target.path for target in targets), settings)
+        for index, record in zip(todo, records):
             analyses[index] = _from_record(record)
             key = keys.get(index)
             if cache is not None and key is not None and record["error"] is None:
@@ -411,7 +413,7 @@ def scan_paths(
             result.errors.append(analysis.error)
         result.findings.extend(analysis.findings)
         result.notes.extend(analysis.notes)
-    result.notes.extend(pinned_torch_notes((target.path for target in targets), settings))
+    result.notes.extend(pinned)
     result.findings = _one_per_place(result.findings)
     scripts = {real_path(t.path): display_path(t.path) for t in targets if t.path.suffix == ".py"}
     benches, bench_notes = find_benches(scripts, list(bench_results or ()))

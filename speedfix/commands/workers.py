@@ -1,10 +1,13 @@
-"""The worker processes of one scan: forked once, when a step first has enough items to share
-out, and used by every later step (the project facts, then the analysis of the files).
+"""The worker processes of one scan, forked when a step first has enough items to share out.
 
-Forking costs the same for a pool that reads a few dozen files' facts as for one that analyses
-the whole tree, so one pool serves both. ``before_fork`` runs once, just before the pool is
-forked: what it loads (the engine, the rules) every worker then shares instead of loading it
-again.
+A scan has two parallel steps: the project facts (Python's own parser, no engine) and then the
+analysis of the files (libcst, the model and the rules: ``load``). Loading the engine takes a
+fifth of a second, so it is not done while the workers wait: the facts' pool is forked first,
+with one process fewer than the jobs, and this process loads the engine on the core left while
+its workers read the facts. The analysis then needs
+workers forked after the load, which share what it loaded instead of loading it again each: a
+pool forked before the load is replaced by one forked after it (a fork costs a few
+milliseconds; loading the engine in every worker would cost the fifth of a second again).
 """
 
 from __future__ import annotations
@@ -23,23 +26,42 @@ PARALLEL_FROM = 8
 
 class Workers:
     """``map`` on ``jobs`` worker processes (None: one per core), in order; serial for one job
-    or a handful of items. Use it as a context manager: the pool ends with the block."""
+    or a handful of items. ``load`` loads what ``map(..., loaded=True)`` needs (called once).
+    Use it as a context manager: the pool ends with the block."""
 
-    def __init__(self, jobs: int | None, before_fork: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, jobs: int | None, load: Callable[[], None] = lambda: None) -> None:
         self.jobs = jobs or os.cpu_count() or 1
-        self.before_fork = before_fork
+        self._load = load
+        self._loaded = False
         self._pool: Pool | None = None
-        self._size = 0
+        self._pool_loaded = False  # forked after the load
 
-    def map(self, function: Callable[[Item], Result], items: list[Item]) -> Iterable[Result]:
+    def load(self) -> None:
+        if not self._loaded:
+            self._load()
+            self._loaded = True
+
+    def map(self, function: Callable[[Item], Result], items: list[Item], *, loaded: bool = False) -> Iterable[Result]:
+        """``map(function, items)``; ``loaded``: ``function`` needs what ``load`` loads (it is
+        loaded here first). Without it, this process loads it while the workers run."""
+        if not items:
+            return iter(())
+        if loaded:
+            self.load()
         if self.jobs <= 1 or len(items) < PARALLEL_FROM:
             return map(function, items)
+        if self._pool is not None and loaded and not self._pool_loaded:
+            self.close()
         if self._pool is None:
-            self._size = min(self.jobs, len(items))
-            self.before_fork()
+            # While this process loads, it takes a core of its own: the other jobs run ``function``.
+            size = min(self.jobs if self._loaded else max(1, self.jobs - 1), len(items))
+            self._pool_loaded = self._loaded
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-            self._pool = multiprocessing.get_context(method).Pool(self._size)
-        return self._pool.imap(function, items, chunksize=max(1, len(items) // (self._size * 8)))
+            self._pool = multiprocessing.get_context(method).Pool(size)
+        size = self._pool._processes  # type: ignore[attr-defined]
+        results = self._pool.imap(function, items, chunksize=max(1, len(items) // (size * 8)))
+        self.load()  # while the workers run, if not yet: the next step will need it
+        return results
 
     def close(self) -> None:
         if self._pool is not None:
@@ -51,4 +73,3 @@ class Workers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

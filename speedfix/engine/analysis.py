@@ -43,6 +43,20 @@ from speedfix.syntax.walk import walk_batched
 _RELEVANT = (b"torch", b"lightning", b"transformers", b"accelerate", b"deepspeed", b"trl")
 
 
+class _Searched(bytes):
+    """A file's bytes whose ``marker in data`` tests are each searched once: forty rules'
+    ``may_apply`` test a few dozen markers, many of them shared, against the whole file."""
+
+    def __init__(self, data: bytes) -> None:
+        self._found: dict[bytes, bool] = {}
+
+    def __contains__(self, marker: object) -> bool:
+        found = self._found.get(marker)  # type: ignore[call-overload]
+        if found is None:
+            found = self._found[marker] = bytes.__contains__(self, marker)  # type: ignore[index, operator]
+        return found
+
+
 class SyntaxProblem(Exception):
     """The parser gave up: ``error.kind`` is ``syntax`` for invalid code, ``error`` otherwise."""
 
@@ -138,11 +152,11 @@ def analyze(
     hot = links is not None and bool(links.hot)  # a helper of another file's training loop
     linked = links is not None and bool(links.modules)  # imports another scanned file
     # the keywords other files pass into its functions' `**kwargs` count as written here (`num_workers`)
-    data = source.data + b" ".join(key.encode() for _, key, _ in links.kwargs) if links is not None else source.data
+    data = _Searched(source.data + b" ".join(key.encode() for _, key, _ in links.kwargs) if links is not None else source.data)
     # A file of a CUDA project may reach torch only through what it is given (`self.device`).
-    if not (hot or cuda or any(marker in source.data for marker in _RELEVANT)) or not any(
-        cls.may_apply(data, cuda=cuda, hot=hot, linked=linked) for cls in rule_classes
-    ):
+    relevant = hot or cuda or any(marker in source.data for marker in _RELEVANT)
+    candidates = [cls for cls in rule_classes if cls.may_apply(data, cuda=cuda, hot=hot, linked=linked)] if relevant else []
+    if not candidates:
         return _failed(result, _check_syntax_only(source, path))
     try:
         module = parse(source.data, path, measured)
@@ -150,9 +164,7 @@ def analyze(
         return _failed(result, problem.error)
     project = project or ProjectFiles.for_script(Path(source.path), (Path.cwd(),))
     context = FileContext(module, path, torch_version, links, project)
-    rules = [cls(context) for cls in rule_classes
-             if (cls.applies_to(torch_version) or cls.advises_upgrade(torch_version))
-             and cls.may_apply(data, cuda=cuda, hot=hot, linked=linked)]
+    rules = [cls(context) for cls in candidates if cls.applies_to(torch_version) or cls.advises_upgrade(torch_version)]
     top_of: dict[int, int] = {}
     walk_batched(module, [context, *rules], top_of)
     findings: list[Finding] = []

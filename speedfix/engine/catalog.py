@@ -68,3 +68,17 @@ def selected_codes(
         return best_select >= 0 and best_select > best_ignore
 
     return tuple(code for code in catalog() if enabled(code))
+
+
+# What the scan's summary table says of each rule besides its name: its fix ("safe", "unsafe",
+# "none") and its expected effect. ``rules/_summaries.py`` holds them, written from the rule
+# classes by ``python -m speedfix.engine.registry``; tests/test_catalog.py keeps it up to date.
+# A scan whose files are all cached prints its summary without importing a rule.
+SUMMARIES_MODULE = f"{RULES_PACKAGE}._summaries"
+
+
+def rule_summary(code: str) -> tuple[str, str] | None:
+    """(fix, expected effect) of the rule ``code``, or None for an unknown code."""
+    import importlib
+
+    return importlib.import_module(SUMMARIES_MODULE).SUMMARIES.get(code)

@@ -47,3 +47,29 @@ def select_rules(
     """The rules a selection enables (``catalog.selected_codes``)."""
     codes = set(selected_codes(select, ignore, extend_select))
     return tuple(rule for rule in all_rules() if rule.code in codes)
+
+
+def summaries_source() -> str:
+    """The text of ``rules/_summaries.py`` (``catalog.rule_summary``), from the rule classes."""
+    lines = [
+        '"""Each rule\'s fix and expected effect, for the scan\'s summary table without importing',
+        "the rules. Written by `python -m speedfix.engine.registry`: do not edit by hand.",
+        '"""',
+        "",
+        "SUMMARIES = {",
+        *(f"    {rule.code!r}: ({rule.fix_availability()!r}, {rule.effect!r})," for rule in all_rules()),
+        "}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # rewrite rules/_summaries.py
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(RULES_PACKAGE)
+    assert spec is not None and spec.submodule_search_locations
+    target = Path(list(spec.submodule_search_locations)[0]) / "_summaries.py"
+    target.write_text(summaries_source(), encoding="utf-8")
+    print(f"wrote {target}")

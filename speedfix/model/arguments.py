@@ -656,7 +656,7 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
     """The `add_argument` calls whose destination is the attribute ``node`` reads from parsed args."""
     saved = _saved_hyperparameter(ctx, node)
     if saved is not None:
-        return [site for site in _add_argument_calls(ctx) if _dest_of(site) == saved]
+        return _defining(ctx, saved)
     read = option_read(node)
     if read is None:
         return []
@@ -675,7 +675,7 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
             return [site for site in imported if _dest_of(site) == dest]
         # the name parsed the options before a tuple of other things reused it (`args =
         # parser.parse_args()`, then `args, training_args = hf_parser.parse_json_file(args.train_args_file)`)
-    return [site for site in _add_argument_calls(ctx) if _dest_of(site) == dest]
+    return _defining(ctx, dest)
 
 
 def _returned_call(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpression:
@@ -742,6 +742,19 @@ def _add_argument_calls(ctx: FileContext) -> list[CallSite]:
 
 
 _ADD_ARGUMENT: WeakKeyDictionary[FileContext, list[CallSite]] = WeakKeyDictionary()
+
+
+def _defining(ctx: FileContext, dest: str) -> list[CallSite]:
+    """The `add_argument` calls (``_add_argument_calls``) whose destination is ``dest``."""
+    by_dest = _BY_DEST.get(ctx)
+    if by_dest is None:  # once per file: every option an analysis reads asks
+        by_dest = _BY_DEST[ctx] = {}
+        for site in _add_argument_calls(ctx):
+            by_dest.setdefault(_dest_of(site), []).append(site)
+    return list(by_dest.get(dest, ()))
+
+
+_BY_DEST: WeakKeyDictionary[FileContext, dict[str, list[CallSite]]] = WeakKeyDictionary()
 
 
 def _holds_parsed_args(ctx: FileContext, assignment: Assignment) -> bool:

@@ -27,7 +27,7 @@ from speedfix.model.index import CallSite
 from speedfix.model.networks import builds, builds_module, class_assignments, is_module_class, peel, trained_models
 from speedfix.model.rl import is_acting_function, is_env_step
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import SCOPES, walk_expression
 from speedfix.syntax.walk import child_nodes
 
 # Tensor methods and attributes whose result carries no graph: host values, indices, detached
@@ -325,7 +325,7 @@ def _parents(scope: cst.CSTNode) -> dict[int, cst.CSTNode]:
         node = todo.pop()
         for child in child_nodes(node):
             found[id(child)] = node
-            if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if type(child) not in SCOPES:
                 todo.append(child)
     return found
 
@@ -345,10 +345,10 @@ def _loads(scope: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> dict[str, lis
     while todo:
         node = todo.pop()
         for child in child_nodes(node):
-            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if type(child) in SCOPES:
                 continue
             todo.append(child)
-            if isinstance(child, cst.Name) and not _stored(child, parents):
+            if type(child) is cst.Name and not _stored(child, parents):
                 loads.setdefault(child.value, []).append(child)
     return loads
 
@@ -356,15 +356,19 @@ def _loads(scope: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> dict[str, lis
 def _stored(name: cst.Name, parents: dict[int, cst.CSTNode]) -> bool:
     node: cst.CSTNode = name
     parent = parents.get(id(node))
-    while isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+    while type(parent) in _UNPACKING:
         node, parent = parent, parents.get(id(parent))
-    if isinstance(parent, (cst.AssignTarget, cst.For, cst.CompFor)) and getattr(parent, "target", None) is node:
-        return True
-    if isinstance(parent, (cst.AugAssign, cst.AnnAssign)) and parent.target is node:
-        return True
-    if isinstance(parent, cst.Attribute) and parent.attr is name:
-        return True
-    return isinstance(parent, (cst.Arg, cst.Param)) and getattr(parent, "keyword", None) is name or isinstance(parent, cst.Param)
+    kind = type(parent)
+    if kind in _TARGETED:
+        return parent.target is node  # type: ignore[union-attr]
+    if kind is cst.Attribute:
+        return parent.attr is name  # type: ignore[union-attr]
+    return kind is cst.Param or (kind is cst.Arg and parent.keyword is name)  # type: ignore[union-attr]
+
+
+# What a stored name sits in: the nodes of an unpacking target, and the nodes whose `target` it is.
+_UNPACKING = frozenset({cst.Tuple, cst.List, cst.Element, cst.StarredElement})
+_TARGETED = frozenset({cst.AssignTarget, cst.For, cst.CompFor, cst.AugAssign, cst.AnnAssign})
 
 
 

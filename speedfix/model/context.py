@@ -104,7 +104,7 @@ class FileContext(FileIndex):
         """The same-file functions a call may run: `f(...)`, `self.f(...)`, and `obj.f(...)`
         where `obj` was made by a class of this file (`metric = Accumulator(3)`)."""
         func = site.node.func
-        if isinstance(func, cst.Name):
+        if type(func) is cst.Name:
             return self.functions.get(func.value, [])
         if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
             return []

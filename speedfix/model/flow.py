@@ -580,7 +580,7 @@ def is_returned(function: cst.FunctionDef, site: CallSite) -> bool:
     `return train, val`, or `optimizer = SGD(...)` then `return optimizer`?"""
     name = assigned_name(site)
     for node in walk_expression(function.body):
-        if isinstance(node, cst.Return) and node.value is not None:
+        if type(node) is cst.Return and node.value is not None:
             if any(n is site.node or (name is not None and dotted_name(n) == name) for n in walk_expression(node.value)):
                 return True
     return False

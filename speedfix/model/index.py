@@ -212,7 +212,7 @@ class FileIndex(NameBindings, Visitor):
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self._statement = node
-        if any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body):
+        if any(type(s) is cst.Import or type(s) is cst.ImportFrom for s in node.body):
             self.import_lines.append(node)
             if not self.stack:
                 self.module_imports.append(node)

@@ -475,17 +475,18 @@ def _reads(ctx: FileContext, scope: cst.CSTNode) -> Counter[str]:
         todo: list[tuple[cst.CSTNode, frozenset[str]]] = [(scope, frozenset())]
         while todo:
             node, hidden = todo.pop()
-            if isinstance(node, cst.Name):
+            kind = type(node)
+            if kind is cst.Name:
                 if node.value not in hidden and id(node) not in targets:
                     found[node.value] += 1
                 continue
-            if isinstance(node, (cst.FunctionDef, cst.Lambda)) and node is not scope:
+            if (kind is cst.FunctionDef or kind is cst.Lambda) and node is not scope:
                 hidden = hidden | _bound_inside(ctx, node)
-            if isinstance(node, cst.Expr) and _shown(node.value):
+            if kind is cst.Expr and _shown(node.value):
                 continue
-            if isinstance(node, cst.Arg):
+            if kind is cst.Arg:
                 children: list[cst.CSTNode] = [node.value]
-            elif isinstance(node, cst.Param):
+            elif kind is cst.Param:
                 children = [part for part in (node.annotation, node.default) if part is not None]
             else:
                 children = list(child_nodes(node))

@@ -606,9 +606,9 @@ def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
     or an optimizer class of the file's own built on `torch.optim.Optimizer` (a hand-written LARS
     or LAMB for large-batch training): it updates the model's parameters all the same."""
     func = site.node.func
-    if isinstance(func, cst.Call) and dotted_name(func.func) == "getattr" and func.args:
+    if type(func) is cst.Call and dotted_name(func.func) == "getattr" and func.args:
         return ctx.qualname(func.args[0].value) == "torch.optim"
-    if isinstance(func, cst.Name) and func.value in ctx.classes:
+    if type(func) is cst.Name and func.value in ctx.classes:
         return ctx.is_subclass_of(func.value, *_OPTIMIZER_BASES)
     qualified = ctx.call_qualname(site)
     return bool(qualified) and qualified.startswith(OPTIMIZER_PREFIX) and not qualified.startswith("torch.optim.lr_scheduler")
@@ -708,8 +708,10 @@ def _parameters_handed_in(ctx: FileContext) -> list[tuple[str, CallSite]]:
     found: list[tuple[str, CallSite]] = []
     for site in ctx.calls:
         first = site.node.args[0].value if site.node.args and site.node.args[0].keyword is None else None
+        if type(first) is not cst.Name:
+            continue
         function = ctx.function_of(site.stack)
-        if not isinstance(first, cst.Name) or not isinstance(function, cst.FunctionDef) or not is_optimizer_call(ctx, site):
+        if type(function) is not cst.FunctionDef or not is_optimizer_call(ctx, site):
             continue
         params = [param.name.value for param in function.params.params]
         if first.value not in params or ctx.assignments_in(function, first.value):
@@ -770,11 +772,12 @@ def reads(node: cst.CSTNode, name: str) -> bool:
     """Does ``node`` read the variable ``name`` (not an attribute or a keyword of that name)?"""
     skipped: set[int] = set()
     for child in walk_expression(node):
-        if isinstance(child, cst.Attribute):
+        kind = type(child)
+        if kind is cst.Attribute:
             skipped.add(id(child.attr))
-        elif isinstance(child, cst.Arg) and child.keyword is not None:
+        elif kind is cst.Arg and child.keyword is not None:
             skipped.add(id(child.keyword))
-        elif isinstance(child, cst.Name) and child.value == name and id(child) not in skipped:
+        elif kind is cst.Name and child.value == name and id(child) not in skipped:
             return True
     return False
 

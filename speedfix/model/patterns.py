@@ -397,7 +397,7 @@ class BatchNames:
         for assignments in self.ctx.assignments_by_function.get(function, {}).values():
             for assignment in assignments:
                 for node in walk_expression(assignment.value):
-                    if isinstance(node, cst.CompFor) and isinstance(node.iter, cst.Name) and node.iter.value in names \
+                    if type(node) is cst.CompFor and isinstance(node.iter, cst.Name) and node.iter.value in names \
                             and isinstance(node.target, cst.Name):
                         names.add(node.target.value)
                         self.values.add(node.target.value)

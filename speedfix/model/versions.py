@@ -9,7 +9,9 @@ imported), else ``DEFAULT_TARGET``; without an explicit version, a project that 
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass
 from functools import lru_cache, total_ordering
 from pathlib import Path
@@ -63,7 +65,50 @@ class TorchVersion:
 
 @lru_cache(maxsize=1)
 def installed_torch_version() -> str | None:
-    """The installed torch's version from its metadata (torch is not imported; read once)."""
+    """The installed torch's version from its metadata, as ``importlib.metadata`` finds it (torch
+    is not imported): the first folder of the import path with torch's `.dist-info` or
+    `.egg-info`. The folders are read here: importing ``importlib.metadata`` would cost more
+    than the search (a twentieth of loading the engine). An archive on the path (a zip, an egg)
+    is left to ``importlib.metadata``."""
+    for entry in sys.path:
+        folder = entry or "."
+        try:
+            names = os.listdir(folder)
+        except NotADirectoryError:
+            return _metadata_version()
+        except OSError:
+            continue
+        for name in names:
+            stem, dot, suffix = name.rpartition(".")
+            if suffix in ("dist-info", "egg-info") and dot and _normalized(stem.split("-")[0]) == "torch":
+                version = _version_field(os.path.join(folder, name))
+                if version is not None:
+                    return version
+    return None
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _version_field(path: str) -> str | None:
+    """The `Version:` header of a `.dist-info`'s METADATA or an `.egg-info`'s PKG-INFO (which is
+    the `.egg-info` itself when it is a file)."""
+    candidates = [path] if os.path.isfile(path) else [os.path.join(path, "METADATA"), os.path.join(path, "PKG-INFO")]
+    for candidate in candidates:
+        try:
+            with open(candidate, encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    if not line.strip():
+                        break  # the headers end at the first empty line
+                    if line.startswith("Version:"):
+                        return line[len("Version:"):].strip()
+        except OSError:
+            continue
+    return None
+
+
+def _metadata_version() -> str | None:
     from importlib import metadata
 
     try:

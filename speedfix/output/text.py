@@ -7,17 +7,13 @@ rich, whose tables wrap to the terminal and pad every cell.
 
 from __future__ import annotations
 
-import io
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from rich.console import Console
-from rich.text import Text
-
-from speedfix.engine.catalog import rule_name
+from speedfix.engine.catalog import rule_name, rule_summary
 from speedfix.engine.findings import Applicability, Blocker, Finding, Impact
-from speedfix.engine.registry import rule_by_code
 from speedfix.output import Reporter, ReportOptions, by_impact, impact_counts, statistics_rows
+from speedfix.output._styled import Line, line, render
 from speedfix.syntax.source import printable
 
 if TYPE_CHECKING:
@@ -29,9 +25,9 @@ if TYPE_CHECKING:
 _IMPACT_STYLE = {Impact.HIGH: "bold", Impact.MEDIUM: "", Impact.LOW: "dim"}
 
 
-def finding_line(finding: Finding) -> Text:
+def finding_line(finding: Finding) -> Line:
     """The line editors and CI parse: `path:line:col: CODE [*] message (impact: high)`."""
-    text = Text()
+    text = Line()
     text.append(printable(finding.location), style="bold")
     text.append(": ")
     text.append(finding.code, style="bold red")
@@ -44,48 +40,35 @@ def finding_line(finding: Finding) -> Text:
     return text
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: frozenset[int] = frozenset()) -> list[Text]:
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: frozenset[int] = frozenset()) -> list[Line]:
     """Columns separated by two spaces; the last one is not padded, so no line ends in spaces."""
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header) - 1)]
 
-    def line(cells: Sequence[str], style: str = "") -> Text:
+    def row_line(cells: Sequence[str], style: str = "") -> Line:
         padded = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(cells, widths))]
-        return Text("  ".join([*padded, cells[-1]]).rstrip(), style=style)
+        return line("  ".join([*padded, cells[-1]]).rstrip(), style)
 
-    return [line(header, "bold"), *(line(row) for row in rows)]
+    return [row_line(header, "bold"), *(row_line(row) for row in rows)]
 
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'s' if count != 1 else ''}"
 
 
-def _render(options: ReportOptions, draw: Callable[[Console], None]) -> str:
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer, force_terminal=options.color, no_color=not options.color, width=options.width,
-        highlight=False, soft_wrap=True, emoji=False, markup=False,
-    )
-    draw(console)
-    return buffer.getvalue()
+def _print_lines(lines: Sequence[Line | str], options: ReportOptions) -> str:
+    return render(lines, color=options.color, width=options.width)
 
 
-def _print_lines(lines: Sequence[Text | str], options: ReportOptions) -> str:
-    def draw(console: Console) -> None:
-        for line in lines:
-            console.print(line)
-
-    return _render(options, draw)
-
-
-def _fix_details(console: Console, finding: Finding) -> None:
+def _fix_details(finding: Finding) -> list[Line]:
     """`--show-fixes` without `--fix`: the finding's fix and its diff, indented under it."""
     if finding.fix is None:
-        return
-    console.print(Text(f"    {finding.fix.applicability.value} fix: {finding.fix.title}", style="cyan"))
-    for line in (finding.diff or "").splitlines():
-        style = "red" if line.startswith("-") and not line.startswith("---") else ""
-        style = "green" if line.startswith("+") and not line.startswith("+++") else style
-        console.print(Text(f"    {line}".rstrip(), style=style))
+        return []
+    lines = [line(f"    {finding.fix.applicability.value} fix: {finding.fix.title}", "cyan")]
+    for text in (finding.diff or "").splitlines():
+        style = "red" if text.startswith("-") and not text.startswith("---") else ""
+        style = "green" if text.startswith("+") and not text.startswith("+++") else style
+        lines.append(line(f"    {text}".rstrip(), style))
+    return lines
 
 
 def _fixed_lines(outcome: ApplyOutcome, verb: str, *, per_file: bool) -> list[str]:
@@ -102,15 +85,13 @@ def _fixed_lines(outcome: ApplyOutcome, verb: str, *, per_file: bool) -> list[st
     return lines
 
 
-def _summary(console: Console, result: ScanResult) -> None:
+def _summary(result: ScanResult) -> list[Line | str]:
     findings = result.findings
     if not findings:
         scanned = f"{_plural(result.files, 'file')} scanned"
         if result.errors:
-            console.print(f"No findings ({scanned}; {len(result.errors)} could not be analysed).")
-        else:
-            console.print(f"All checks passed: {scanned}.")
-        return
+            return [f"No findings ({scanned}; {len(result.errors)} could not be analysed)."]
+        return [f"All checks passed: {scanned}."]
     files = len({f.path for f in findings})
     safe = sum(1 for f in findings if f.fix and f.fix.applicability is Applicability.SAFE)
     unsafe = sum(1 for f in findings if f.fix and f.fix.applicability is Applicability.UNSAFE)
@@ -122,39 +103,33 @@ def _summary(console: Console, result: ScanResult) -> None:
         if unsafe:
             parts.append(f"{unsafe} {'more' if safe else 'fixable'} with `speedfix apply --unsafe-fixes`")
         summary += " (" + ", ".join(parts) + ")"
-    console.print(summary + ".")
+    lines: list[Line | str] = [summary + "."]
     rows = []
     for code, count in sorted(Counter(f.code for f in findings).items()):
-        rule = rule_by_code(code)
+        fix, effect = rule_summary(code) or ("", "")
         impact = min((f.impact for f in findings if f.code == code), key=lambda level: level.order)
-        rows.append([code, rule.name if rule else "", str(count), impact.value, rule.fix_availability() if rule else "",
-                     rule.effect if rule else ""])
+        rows.append([code, rule_name(code) or "", str(count), impact.value, fix, effect])
     rows.sort(key=lambda row: (Impact(row[3]).order, row[0]))
-    for line in table(["rule", "name", "count", "impact", "fix", "expected effect"], rows, right=frozenset({2})):
-        console.print(line)
+    return lines + table(["rule", "name", "count", "impact", "fix", "expected effect"], rows, right=frozenset({2}))
 
 
 class TextReporter(Reporter):
     name = "text"
 
     def scan(self, result: ScanResult, options: ReportOptions) -> str:
-        def draw(console: Console) -> None:
-            for finding in by_impact(result.findings):
-                console.print(finding_line(finding))
-                if options.show_fixes and options.fixed is None:
-                    _fix_details(console, finding)
-            for note in result.notes:  # what could not be checked, skipped notebook cells
-                console.print(Text(printable(note.render())))
-            if not options.summary:
-                return
+        lines: list[Line | str] = []
+        for finding in by_impact(result.findings):
+            lines.append(finding_line(finding))
+            if options.show_fixes and options.fixed is None:
+                lines += _fix_details(finding)
+        lines += [printable(note.render()) for note in result.notes]  # what could not be checked, skipped cells
+        if options.summary:
             if result.findings or options.fixed is not None:
-                console.print()
+                lines.append("")
             if options.fixed is not None and options.fixed.applied:
-                for line in _fixed_lines(options.fixed, "Fixed", per_file=options.show_fixes):
-                    console.print(line)
-            _summary(console, result)
-
-        return _render(options, draw)
+                lines += _fixed_lines(options.fixed, "Fixed", per_file=options.show_fixes)
+            lines += _summary(result)
+        return _print_lines(lines, options)
 
     def statistics(self, result: ScanResult, options: ReportOptions) -> str:
         rows = statistics_rows(result)
@@ -163,22 +138,18 @@ class TextReporter(Reporter):
                              for row in rows], options)
 
     def apply_summary(self, outcome: ApplyOutcome, options: ReportOptions) -> str:
-        def draw(console: Console) -> None:
-            if outcome.applied:
-                verb = "Would fix" if options.dry_run else "Fixed"
-                for line in _fixed_lines(outcome, verb, per_file=options.show_fixes):
-                    console.print(line)
-            else:
-                console.print("No fixes to apply." if not outcome.unfixed else "Nothing was fixed.")
-            if not outcome.unfixed:
-                return
-            console.print(f"{_plural(len(outcome.unfixed), 'finding')} left unfixed:")
+        lines: list[Line | str] = []
+        if outcome.applied:
+            lines += _fixed_lines(outcome, "Would fix" if options.dry_run else "Fixed", per_file=options.show_fixes)
+        else:
+            lines.append("No fixes to apply." if not outcome.unfixed else "Nothing was fixed.")
+        if outcome.unfixed:
+            lines.append(f"{_plural(len(outcome.unfixed), 'finding')} left unfixed:")
             for item in sorted(outcome.unfixed, key=lambda item: item.finding.impact_key):  # the highest impact first
-                console.print(f"  {printable(item.finding.location)}: {item.finding.code} {printable(item.reason)}")
+                lines.append(f"  {printable(item.finding.location)}: {item.finding.code} {printable(item.reason)}")
             if not options.unsafe_fixes and any(item.blocker is Blocker.NEEDS_UNSAFE for item in outcome.unfixed):
-                console.print("Run `speedfix apply --unsafe-fixes` to apply those too (then verify with `speedfix bench`).")
-
-        return _render(options, draw)
+                lines.append("Run `speedfix apply --unsafe-fixes` to apply those too (then verify with `speedfix bench`).")
+        return _print_lines(lines, options)
 
     def rule_list(self, rules: tuple[type[Rule], ...], options: ReportOptions) -> str:
         lines = table(["code", "name", "fix", "summary"], [[r.code, r.name, r.fix_availability(), r.summary] for r in rules])
@@ -190,6 +161,12 @@ class TextReporter(Reporter):
         text = rule_markdown(rule)
         if not options.color:
             return text  # piped: the Markdown source, which reads fine as text
+        import io
+
+        from rich.console import Console
         from rich.markdown import Markdown
 
-        return _render(options, lambda console: console.print(Markdown(text)))
+        buffer = io.StringIO()
+        Console(file=buffer, force_terminal=True, no_color=False, width=options.width, highlight=False, soft_wrap=True,
+                emoji=False, markup=False).print(Markdown(text))
+        return buffer.getvalue()
