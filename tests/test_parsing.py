@@ -113,3 +113,27 @@ def test_the_parsers_nodes_skip_libcsts_per_node_checks_and_fixes_nodes_keep_the
         parse_module("x = (1\n")
     with pytest.raises(cst.CSTValidationError):
         cst.Name("2nd")
+
+
+def test_the_installed_node_constructors_build_the_trees_the_dataclass_ones_build(monkeypatch):
+    """The node classes' constructors installed for the parser set the same fields with the same
+    defaults as the dataclass-generated ones, and check the node outside the parser."""
+    from pathlib import Path
+
+    from speedfix.syntax import parsing
+
+    sources = [path.read_bytes() for path in sorted((Path(__file__).parent.parent / "fixtures").glob("*.py"))]
+    sources.append(b"async def f(*a, b=1, **k) -> int:\n    async with x as (y, z):\n        return [i async for i in y if i]\n"
+                   b"match p:\n    case {'k': [1, *rest]} | C(a=2):\n        pass\nlambda *, k=1: k @ 2\nx: int = yield\n")
+    installed = [parse_module(data) for data in sources]
+    assert parsing.DATACLASS_CONSTRUCTORS  # the parse installed them
+    for cls, constructor in parsing.DATACLASS_CONSTRUCTORS.items():
+        monkeypatch.setattr(cls, "__init__", constructor)
+    generated = [cst.parse_module(data) for data in sources]
+    assert all(a.deep_equals(b) and a.bytes == b.bytes for a, b in zip(installed, generated))
+    monkeypatch.undo()
+    generated_call = object.__new__(cst.Call)  # defaults and default factories as the dataclass gives them
+    parsing.DATACLASS_CONSTRUCTORS[cst.Call](generated_call, cst.Name("f"))
+    assert cst.Call(cst.Name("f")).deep_equals(generated_call) and generated_call.deep_equals(cst.parse_expression("f()"))
+    with pytest.raises(cst.CSTValidationError):  # checked outside the parser
+        cst.Name("3rd")

@@ -12,10 +12,11 @@ milliseconds; loading the engine in every worker would cost the fifth of a secon
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from multiprocessing.pool import Pool
-from typing import Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, TypeVar
+
+if TYPE_CHECKING:
+    from multiprocessing.pool import Pool
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -56,6 +57,8 @@ class Workers:
             # While this process loads, it takes a core of its own: the other jobs run ``function``.
             size = min(self.jobs if self._loaded else max(1, self.jobs - 1), len(items))
             self._pool_loaded = self._loaded
+            import multiprocessing  # a scan of cached files forks nothing
+
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
             self._pool = multiprocessing.get_context(method).Pool(size)
         size = self._pool._processes  # type: ignore[attr-defined]

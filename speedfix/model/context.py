@@ -212,6 +212,19 @@ class FileContext(FileIndex):
         )
 
     def _hot(self, stack: Stack, *, through_calls: bool, guards_count: bool = True) -> bool:
+        # Asked for every call, attribute and loop the rules look at; the sites of one block
+        # share their stack (the index makes one tuple per block): answered once per stack.
+        key = (id(stack), through_calls, guards_count)
+        known = self._hot_answers.get(key)
+        if known is None or known[0] is not stack:  # the stack is kept, so its id is not reused
+            known = self._hot_answers[key] = (stack, self._hot_at(stack, through_calls, guards_count))
+        return known[1]
+
+    @cached_property
+    def _hot_answers(self) -> dict[tuple[int, bool, bool], tuple[Stack, bool]]:
+        return {}
+
+    def _hot_at(self, stack: Stack, through_calls: bool, guards_count: bool) -> bool:
         type_guarded = once = False
         for frame in reversed(stack):
             if (frame.kind is FrameKind.GUARD and guards_count) or frame.kind is FrameKind.INFERENCE:

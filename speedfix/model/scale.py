@@ -50,11 +50,41 @@ _EVALUATION_NAME = re.compile(
 _TRAINING_NAME = re.compile(r"(?:^|[._])train", re.IGNORECASE)
 
 
+_ANSWERS: WeakKeyDictionary[FileContext, dict[str, object]] = WeakKeyDictionary()
+_SITE_ANSWERS: WeakKeyDictionary[FileContext, dict[tuple[str, int], object]] = WeakKeyDictionary()
+
+
+def per_site(question: Callable[[FileContext, CallSite], T]) -> Callable[[FileContext, CallSite], T]:
+    """A question about one call of the file, answered once per call (the DataLoader rules and
+    the impact estimates ask it of the same loader). Keyed by the call's node: the file's tree
+    lives as long as its answers, so no other node takes its id meanwhile."""
+    @wraps(question)
+    def answer(ctx: FileContext, site: CallSite) -> T:
+        answers = _SITE_ANSWERS.setdefault(ctx, {})
+        key = (question.__name__, id(site.node))
+        if key not in answers:
+            answers[key] = question(ctx, site)
+        return answers[key]  # type: ignore[return-value]
+    return answer
+
+
+def per_file(question: Callable[[FileContext], T]) -> Callable[[FileContext], T]:
+    """A question about the whole file, answered once per file (every finding's impact asks it)."""
+    @wraps(question)
+    def answer(ctx: FileContext) -> T:
+        answers = _ANSWERS.setdefault(ctx, {})
+        if question.__name__ not in answers:
+            answers[question.__name__] = question(ctx)
+        return answers[question.__name__]  # type: ignore[return-value]
+    return answer
+
+
 def named_for_evaluation(name: str | None) -> bool:
     """Is ``name`` a loader's name that says evaluation (`test_loader`, `self.val_dl`)?"""
     return name is not None and bool(_EVALUATION_NAME.search(name)) and not _TRAINING_NAME.search(name)
 
 
+@per_site
 def loader_role(ctx: FileContext, site: CallSite) -> Role:
     """Does the DataLoader made at ``site`` feed the training step, or only evaluation?
 
@@ -82,6 +112,7 @@ def loader_role(ctx: FileContext, site: CallSite) -> Role:
     return Role.UNKNOWN
 
 
+@per_site
 def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
     """Does the DataLoader made at ``site`` only feed evaluation (``loader_role``), and no
     function of another scanned file that trains is handed it (`train_one_epoch(model,
@@ -123,7 +154,8 @@ def _yields(loop: cst.CSTNode) -> bool:
     return any(isinstance(node, cst.Yield) for node in walk_expression(loop))
 
 
-def _loader_names(ctx: FileContext, site: CallSite) -> set[str]:
+@per_site
+def _loader_names(ctx: FileContext, site: CallSite) -> frozenset[str]:
     """The variable the loader is bound to, and the function that returns it (`val_dataloader`)."""
     names = set()
     bound = assigned_name(site)
@@ -132,10 +164,10 @@ def _loader_names(ctx: FileContext, site: CallSite) -> set[str]:
     function = ctx.function_of(site.stack)
     if isinstance(function, cst.FunctionDef) and is_returned(function, site):
         names.add(function.name.value)
-    return names
+    return frozenset(names)
 
 
-def _iterations(ctx: FileContext, names: set[str]) -> list[tuple[cst.CSTNode, bool]]:
+def _iterations(ctx: FileContext, names: frozenset[str]) -> list[tuple[cst.CSTNode, bool]]:
     """(loop, True) for each loop over the loader, or over the parameter of a function of the
     file that the loader is passed to (`test(model, test_loader)`)."""
     passes, loops = _loader_paths(ctx)
@@ -176,20 +208,6 @@ def _loader_paths(ctx: FileContext) -> tuple[dict[str, list[tuple[cst.CSTNode, s
             loops.setdefault(source, []).append((info.node, ctx.function_of(info.stack)))
     _PATHS[ctx] = passes, loops
     return passes, loops
-
-
-_ANSWERS: WeakKeyDictionary[FileContext, dict[str, object]] = WeakKeyDictionary()
-
-
-def per_file(question: Callable[[FileContext], T]) -> Callable[[FileContext], T]:
-    """A question about the whole file, answered once per file (every finding's impact asks it)."""
-    @wraps(question)
-    def answer(ctx: FileContext) -> T:
-        answers = _ANSWERS.setdefault(ctx, {})
-        if question.__name__ not in answers:
-            answers[question.__name__] = question(ctx)
-        return answers[question.__name__]  # type: ignore[return-value]
-    return answer
 
 
 # ---------------------------------------------------------------- how often code runs

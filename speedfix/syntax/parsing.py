@@ -28,6 +28,7 @@ its per-node checks (``_parser_output_trusted``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import tokenize
@@ -140,18 +141,79 @@ def _parser_output_trusted() -> Iterator[None]:
     one by one. Every node libcst constructs checks itself (``CSTNode._validate``: that
     parentheses pair up, that a keyword has the spaces it needs); for the parser's own output
     that is redundant (libcst's comment on it says so) and costs a seventh of the parse. The
-    nodes that fixes build afterwards are checked as always."""
+    nodes that fixes build afterwards are checked as always.
+
+    The parser calls each node class with its fields, a few hundred thousand times a scan;
+    ``_install_constructors`` gives the node classes constructors that set the fields as the
+    dataclass's own does and skip the check (and its call) in here."""
+    if not _CONSTRUCTORS_INSTALLED:
+        _install_constructors()
     node = cst.CSTNode
     checking = node.__dict__["__post_init__"]
     node.__post_init__ = _unchecked  # type: ignore[method-assign]
+    _TRUSTED[0] = True
     try:
         yield
     finally:
+        _TRUSTED[0] = False
         node.__post_init__ = checking  # type: ignore[method-assign]
 
 
 def _unchecked(self: cst.CSTNode) -> None:
     pass
+
+
+# Set while the parser's output is trusted: the installed constructors skip the node's check.
+_TRUSTED = [False]
+_CONSTRUCTORS_INSTALLED = False
+DATACLASS_CONSTRUCTORS: dict[type, Callable[..., None]] = {}  # what the installed ones replaced
+
+
+def _install_constructors() -> None:
+    """Replace the dataclass-generated ``__init__`` of libcst's node classes by one that sets the
+    same fields with the same defaults through the classes' slots, and calls ``__post_init__``
+    (the node's check) unless the parser's output is trusted: it is what the generated one does,
+    less an attribute lookup per field. A class whose ``__init__`` is not dataclass-generated, or
+    whose fields are not plain slots, keeps its own (a test compares the trees both build)."""
+    global _CONSTRUCTORS_INSTALLED
+    _CONSTRUCTORS_INSTALLED = True
+    classes = {id(value): value for value in vars(cst).values() if isinstance(value, type) and issubclass(value, cst.CSTNode)}
+    for cls in classes.values():
+        constructor = _constructor(cls)
+        if constructor is not None:
+            DATACLASS_CONSTRUCTORS[cls] = cls.__init__  # type: ignore[misc]
+            cls.__init__ = constructor  # type: ignore[misc]
+
+
+def _constructor(cls: type) -> Callable[..., None] | None:
+    init = cls.__dict__.get("__init__")
+    if init is None or not dataclasses.is_dataclass(cls) or getattr(init, "__code__", None) is None \
+            or init.__code__.co_filename != "<string>":
+        return None  # not the dataclass's own constructor
+    namespace: dict[str, object] = {"_TRUSTED": _TRUSTED, "_MISSING": dataclasses.MISSING}
+    parameters, lines = [], []
+    for number, field in enumerate(dataclasses.fields(cls)):
+        slot = cls.__dict__.get(field.name)
+        if not field.init or field.kw_only or type(slot).__name__ != "member_descriptor" or not field.name.isidentifier():
+            return None
+        namespace[f"_set{number}"] = slot.__set__
+        value = field.name
+        if field.default is not dataclasses.MISSING:
+            namespace[f"_default{number}"] = field.default
+            parameters.append(f"{field.name}=_default{number}")
+        elif field.default_factory is not dataclasses.MISSING:
+            namespace[f"_factory{number}"] = field.default_factory
+            parameters.append(f"{field.name}=_MISSING")
+            value = f"_factory{number}() if {field.name} is _MISSING else {field.name}"
+        else:
+            parameters.append(field.name)
+        lines.append(f"    _set{number}(self, {value})")
+    lines.append("    if not _TRUSTED[0]:\n        self.__post_init__()")
+    exec(f"def __init__(self, {', '.join(parameters)}):\n" + "\n".join(lines), namespace)  # noqa: S102
+    constructor = namespace["__init__"]
+    constructor.__qualname__ = init.__qualname__  # type: ignore[attr-defined]
+    constructor.__doc__ = init.__doc__
+    return constructor  # type: ignore[return-value]
 
 
 @contextmanager

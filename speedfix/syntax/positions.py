@@ -31,6 +31,9 @@ class _AllFound(Exception):
 class _SparsePositionState(CodegenState):
     wanted: set[cst.CSTNode] = field(default_factory=set)
     found: dict[cst.CSTNode, CodeRange] = field(default_factory=dict)
+    # the ids of the wanted nodes: asked for every generated node, and a node's own hash is a
+    # Python call
+    wanted_ids: set[int] = field(default_factory=set)
     starts: dict[cst.CSTNode, CodePosition] = field(default_factory=dict)
     line: int = 1
     column: int = 0
@@ -49,12 +52,12 @@ class _SparsePositionState(CodegenState):
         self.column = len(segments[-1])
 
     def before_codegen(self, node: cst.CSTNode) -> None:
-        if node in self.wanted:
+        if id(node) in self.wanted_ids:
             self.starts[node] = CodePosition(self.line, self.column)
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         # Nodes without a syntactic range (whitespace, lines) get the inclusive one, as in libcst.
-        if node in self.wanted and node not in self.found:
+        if id(node) in self.wanted_ids and node not in self.found:
             self.found[node] = CodeRange(self.starts[node], CodePosition(self.line, self.column))
             self._check_done()
 
@@ -65,7 +68,7 @@ class _SparsePositionState(CodegenState):
         start_node: Optional[cst.CSTNode] = None,
         end_node: Optional[cst.CSTNode] = None,
     ):
-        if node not in self.wanted:
+        if id(node) not in self.wanted_ids:
             return _NOTHING  # the common case: no generator object per node
         return self._record(node, start_node, end_node)
 
@@ -77,6 +80,7 @@ class _SparsePositionState(CodegenState):
         for borrowed in (start_node, end_node):
             if borrowed is not None:
                 self.wanted.add(borrowed)
+                self.wanted_ids.add(id(borrowed))
         start = CodePosition(self.line, self.column)
         try:
             yield
@@ -136,7 +140,8 @@ def positions_for(
 
 def _state(module: cst.Module, wanted: set[cst.CSTNode], line: int) -> _SparsePositionState:
     return _SparsePositionState(
-        default_indent=module.default_indent, default_newline=module.default_newline, wanted=wanted, line=line
+        default_indent=module.default_indent, default_newline=module.default_newline, wanted=wanted, line=line,
+        wanted_ids={id(node) for node in wanted}
     )
 
 
