@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar
 
 import libcst as cst
@@ -46,30 +46,35 @@ def _clean(code: str) -> str:
     return textwrap.dedent(code).lstrip("\n")
 
 
-@dataclass(frozen=True)
+# A rule's examples are written as indented triple-quoted strings, dedented when read: every scan
+# imports the rules (six hundred examples), only the tests and the rule pages read the examples.
 class Valid:
     """Code the rule must not report."""
 
-    code: str
-    torch: str | None = None  # target torch version for this example
+    def __init__(self, code: str, torch: str | None = None) -> None:
+        self.written = code
+        self.torch = torch  # target torch version for this example
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "code", _clean(self.code))
+    @cached_property
+    def code(self) -> str:
+        return _clean(self.written)
 
 
-@dataclass(frozen=True)
 class Invalid:
     """Code the rule must report; ``fixed`` is the exact result of its fixes (None: no fix)."""
 
-    code: str
-    fixed: str | None = None
-    torch: str | None = None
-    count: int = 1  # how many findings of this rule the example produces
+    def __init__(self, code: str, fixed: str | None = None, torch: str | None = None, count: int = 1) -> None:
+        self.written, self.fixed_written = code, fixed
+        self.torch = torch
+        self.count = count  # how many findings of this rule the example produces
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "code", _clean(self.code))
-        if self.fixed is not None:
-            object.__setattr__(self, "fixed", _clean(self.fixed))
+    @cached_property
+    def code(self) -> str:
+        return _clean(self.written)
+
+    @cached_property
+    def fixed(self) -> str | None:
+        return None if self.fixed_written is None else _clean(self.fixed_written)
 
 
 class Rule(Visitor):
