@@ -4,10 +4,10 @@ A scan has two parallel steps: the project facts (Python's own parser, no engine
 analysis of the files (libcst, the model and the rules: ``load``). Loading the engine takes a
 fifth of a second, so it is not done while the workers wait: the facts' pool is forked first,
 with one process fewer than the jobs, and this process loads the engine on the core left while
-its workers read the facts. The analysis then needs
-workers forked after the load, which share what it loaded instead of loading it again each: a
-pool forked before the load is replaced by one forked after it (a fork costs a few
-milliseconds; loading the engine in every worker would cost the fifth of a second again).
+its workers read the facts. The analysis then needs workers forked after the load, which share
+what it loaded instead of loading it again each: a pool forked before the load is replaced by
+one forked after it (a fork costs a few milliseconds; loading the engine in every worker would
+cost the fifth of a second again).
 """
 
 from __future__ import annotations

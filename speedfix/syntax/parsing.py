@@ -151,11 +151,11 @@ def _parser_output_trusted() -> Iterator[None]:
     node = cst.CSTNode
     checking = node.__dict__["__post_init__"]
     node.__post_init__ = _unchecked  # type: ignore[method-assign]
-    _TRUSTED[0] = True
+    trusted, _TRUSTED[0] = _TRUSTED[0], True
     try:
         yield
     finally:
-        _TRUSTED[0] = False
+        _TRUSTED[0] = trusted
         node.__post_init__ = checking  # type: ignore[method-assign]
 
 
