@@ -101,16 +101,7 @@ class ProjectFiles:
         """The project's top folder: going up from the script's folder, the first folder with a
         project marker (`.git`, `pyproject.toml`, ...), never above the outermost root."""
         outermost = min(self.roots, key=lambda r: len(r.parts))
-        return kept_for_scan(("top", self.folder, outermost), lambda: self._top(outermost))
-
-    def _top(self, outermost: Path) -> Path:
-        folder = self.folder
-        while True:
-            if folder == outermost or any((folder / marker).exists() for marker in PROJECT_MARKERS):
-                return folder
-            if not _below(folder.parent, outermost) or folder.parent == folder:
-                return folder
-            folder = folder.parent
+        return _top(self.folder, outermost)
 
     def folders_up(self) -> list[Path]:
         """The script's folder and those above it, up to ``top()``."""
@@ -177,11 +168,7 @@ class ProjectFiles:
     def is_file(self, path: Path) -> bool:
         """Is ``path`` a readable project file? (Recorded either way: its contents, or that it
         is missing.)"""
-        try:
-            present = path.is_file()
-        except OSError:
-            present = False
-        if not present:
+        if not kept_for_scan(("is file", path), lambda: _is_file(path)):
             self.inputs.setdefault(str(path), _ABSENT)
             return False
         return self.text(path) is not None
@@ -309,6 +296,19 @@ def kept_for_scan(key: Hashable, compute: Callable[[], T]) -> T:
     return _KEPT[key]
 
 
+def _top(folder: Path, outermost: Path) -> Path:
+    """The first folder with a project marker going up from ``folder``, never above
+    ``outermost``; once per folder in a scan (the scripts of a project share their parents)."""
+    def find() -> Path:
+        if folder == outermost or any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+        if not _below(folder.parent, outermost) or folder.parent == folder:
+            return folder
+        return _top(folder.parent, outermost)
+
+    return kept_for_scan(("top", folder, outermost), find)
+
+
 def _files(folder: Path, suffixes: tuple[str, ...]) -> tuple[str, list[Path]]:
     """The digest of ``folder``'s names (with one of ``suffixes``) and its regular files among them."""
     names = _names(folder, suffixes)
@@ -341,6 +341,13 @@ def _names(folder: Path, suffixes: tuple[str, ...]) -> list[str]:
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _below(path: Path, folder: Path) -> bool:
