@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -58,6 +57,8 @@ def log_median(ratios: Sequence[float]) -> float:
     """The median on the log scale: for an even count, the geometric mean of the two middle
     ratios, kept between them (``exp(log(3.0))`` is 3.0000000000000004, above an interval that
     ends at 3.0)."""
+    import statistics  # with fractions and decimal: not for every command that imports the CLI
+
     ordered = sorted(ratios)
     low, high = ordered[(len(ordered) - 1) // 2], ordered[len(ordered) // 2]
     return min(max(math.exp(statistics.median(math.log(r) for r in ordered)), low), high)
@@ -119,6 +120,8 @@ def precise_enough(summary: SpeedupSummary, tolerance: float = 0.05) -> bool:
 
 def cv(values: Sequence[float]) -> float | None:
     """Coefficient of variation (stdev / mean), None for fewer than two values."""
+    import statistics  # as in log_median
+
     if len(values) < 2:
         return None
     mean = statistics.fmean(values)
