@@ -139,6 +139,46 @@ def test_cache_is_invalidated_by_edits_config_and_selection(cached_cli, tree, an
     assert len(analyses) == 13 and "SF301" not in result.stdout
 
 
+def test_another_build_of_the_same_version_does_not_reuse_the_cache(cached_cli, tree, analyses, monkeypatch):
+    """`pip install .` of an updated clone keeps the version number: the cache is keyed by the
+    build too (the size and time of each of speedfix's modules), so its results are not reused."""
+    from speedfix.workspace import cache
+
+    cached_cli("scan", ".", "--jobs", "1", cwd=tree)
+    analyses.clear()
+    cached_cli("scan", ".", "--jobs", "1", cwd=tree)
+    assert analyses == []
+    monkeypatch.setattr(cache, "_build", lambda: "another build")
+    cached_cli("scan", ".", "--jobs", "1", cwd=tree)
+    assert len(analyses) == 13 and len(list((tree / ".speedfix_cache").glob("scan-*.json"))) == 2
+
+
+def test_the_build_is_every_module_of_speedfix(tmp_path, monkeypatch):
+    """The build digest changes with any module's size or time, the rules' included."""
+    import os
+
+    import speedfix
+    from speedfix.workspace import cache
+
+    package = tmp_path / "speedfix"
+    (package / "rules").mkdir(parents=True)
+    (package / "cli.py").write_text("x = 1\n")
+    (package / "rules" / "sf101_x.py").write_text("y = 1\n")
+    monkeypatch.setattr(speedfix, "__path__", [str(package)])
+
+    def build() -> str:
+        cache._build.cache_clear()
+        return cache._build()
+
+    first = build()
+    os.utime(package / "rules" / "sf101_x.py", ns=(1, 1))
+    second = build()
+    (package / "cli.py").write_text("x = 10\n")
+    third = build()
+    assert len({first, second, third}) == 3 and build() == third
+    cache._build.cache_clear()
+
+
 def test_no_cache_writes_nothing_and_a_damaged_cache_is_ignored(cached_cli, tree, analyses):
     cached_cli("scan", ".", "--no-cache", cwd=tree)
     assert not (tree / ".speedfix_cache").exists()

@@ -1,7 +1,9 @@
 """A content-hash cache of scan results, so a second scan of an unchanged tree is near-instant.
 
-One JSON file per (speedfix version, settings fingerprint) in ``.speedfix_cache/`` under the
-project root: any change of version, configuration or rule selection starts a fresh cache.
+One JSON file per (speedfix version and build, settings fingerprint) in ``.speedfix_cache/``
+under the project root: any change of version, configuration or rule selection starts a fresh
+cache, and so does a new build of the same version (``pip install .`` of an updated clone, an
+edited checkout): the build is the size and time of each of speedfix's modules.
 Entries are keyed by path and validated by the SHA-256 of the file's bytes and of what the other
 files of the project tell it (``Links.digest()``), so an edited file is always re-analysed, and
 so is every file whose findings depend on it (``engine.py`` when ``config.py`` stops saying
@@ -15,13 +17,16 @@ write outside the project.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
 from speedfix import __version__
+from speedfix.engine.catalog import RULES_PACKAGE
 from speedfix.syntax.source import SourceError, read_bytes, write_atomic
 from speedfix.workspace.config import real_path
 
@@ -40,7 +45,7 @@ def content_key(data_digest: str, rule_codes: tuple[str, ...], details: bool, li
 
 class ScanCache:
     def __init__(self, root: Path, fingerprint: str, warn: Callable[[str], None] | None = None) -> None:
-        name = hashlib.sha256(f"{__version__}|{fingerprint}".encode()).hexdigest()[:16]
+        name = hashlib.sha256(f"{__version__}|{_build()}|{fingerprint}".encode()).hexdigest()[:16]
         self.folder = root / CACHE_DIR
         self.path = self.folder / f"scan-{__version__}-{name}.json"
         self.entries: dict[str, dict[str, Any]] = {}
@@ -94,6 +99,37 @@ class ScanCache:
 
 # A cache file bigger than this is damaged or not ours: it is ignored and rewritten.
 _MAX_CACHE_BYTES = 1024 * 1024 * 1024
+
+
+@lru_cache(maxsize=1)
+def _build() -> str:
+    """The digest of the size and modification time of every module of this speedfix (the rules
+    included): results cached by another build of the same version are not reused."""
+    import speedfix
+
+    found: list[str] = []
+    rules = importlib.util.find_spec(RULES_PACKAGE)
+    todo = [*speedfix.__path__, *(rules.submodule_search_locations or [] if rules is not None else [])]
+    seen: set[str] = set()
+    while todo:
+        folder = os.path.realpath(todo.pop())
+        if folder in seen:
+            continue
+        seen.add(folder)
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith((".", "__pycache__")):
+                todo.append(entry.path)
+            elif entry.name.endswith(".py"):
+                try:
+                    info = entry.stat()
+                except OSError:
+                    continue
+                found.append(f"{entry.path}\0{info.st_size}\0{info.st_mtime_ns}")
+    return hashlib.sha256("\n".join(sorted(found)).encode()).hexdigest()
 
 
 def _outside_reason(folder: Path, path: Path) -> str | None:
