@@ -35,6 +35,7 @@ class Workers:
         self._load = load
         self._loaded = False
         self._pool: Pool | None = None
+        self._size = 0
         self._pool_loaded = False  # forked after the load
 
     def load(self) -> None:
@@ -55,14 +56,13 @@ class Workers:
             self.close()
         if self._pool is None:
             # While this process loads, it takes a core of its own: the other jobs run ``function``.
-            size = min(self.jobs if self._loaded else max(1, self.jobs - 1), len(items))
+            self._size = min(self.jobs if self._loaded else max(1, self.jobs - 1), len(items))
             self._pool_loaded = self._loaded
             import multiprocessing  # a scan of cached files forks nothing
 
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-            self._pool = multiprocessing.get_context(method).Pool(size)
-        size = self._pool._processes  # type: ignore[attr-defined]
-        results = self._pool.imap(function, items, chunksize=max(1, len(items) // (size * 8)))
+            self._pool = multiprocessing.get_context(method).Pool(self._size)
+        results = self._pool.imap(function, items, chunksize=max(1, len(items) // (self._size * 8)))
         self.load()  # while the workers run, if not yet: the next step will need it
         return results
 

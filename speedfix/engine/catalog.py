@@ -17,13 +17,17 @@ from typing import Iterable
 RULES_PACKAGE = "speedfix.rules"
 
 
+def rules_folders() -> list[str]:
+    """The folders of the rules package (``rules/`` of a checkout, ``speedfix/rules`` installed)."""
+    spec = importlib.util.find_spec(RULES_PACKAGE)
+    return list(spec.submodule_search_locations or ()) if spec is not None else []
+
+
 @lru_cache(maxsize=1)
 def catalog() -> dict[str, str]:
     """Code -> kebab name of every rule, by code."""
-    spec = importlib.util.find_spec(RULES_PACKAGE)
-    folders = list(spec.submodule_search_locations or ()) if spec is not None else []
     found: dict[str, str] = {}
-    for info in pkgutil.iter_modules(folders):
+    for info in pkgutil.iter_modules(rules_folders()):
         if info.name.startswith("_"):
             continue
         code, _, name = info.name.partition("_")
@@ -79,6 +83,4 @@ SUMMARIES_MODULE = f"{RULES_PACKAGE}._summaries"
 
 def rule_summary(code: str) -> tuple[str, str] | None:
     """(fix, expected effect) of the rule ``code``, or None for an unknown code."""
-    import importlib
-
     return importlib.import_module(SUMMARIES_MODULE).SUMMARIES.get(code)

@@ -65,11 +65,10 @@ def summaries_source() -> str:
 
 
 if __name__ == "__main__":  # rewrite rules/_summaries.py
-    import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.find_spec(RULES_PACKAGE)
-    assert spec is not None and spec.submodule_search_locations
-    target = Path(list(spec.submodule_search_locations)[0]) / "_summaries.py"
+    from speedfix.engine.catalog import rules_folders
+
+    target = Path(rules_folders()[0]) / "_summaries.py"
     target.write_text(summaries_source(), encoding="utf-8")
     print(f"wrote {target}")

@@ -17,7 +17,6 @@ write outside the project.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from speedfix import __version__
-from speedfix.engine.catalog import RULES_PACKAGE
+from speedfix.engine.catalog import rules_folders
 from speedfix.syntax.source import SourceError, read_bytes, write_atomic
 from speedfix.workspace.config import real_path
 
@@ -108,8 +107,7 @@ def _build() -> str:
     import speedfix
 
     found: list[str] = []
-    rules = importlib.util.find_spec(RULES_PACKAGE)
-    todo = [*speedfix.__path__, *(rules.submodule_search_locations or [] if rules is not None else [])]
+    todo = [*speedfix.__path__, *rules_folders()]
     seen: set[str] = set()
     while todo:
         folder = os.path.realpath(todo.pop())
