@@ -111,7 +111,10 @@ class DeprecatedAmpApi(Rule):
     summary = "Deprecated `torch.cuda.amp` / `torch.cpu.amp` API (autocast, GradScaler, custom_fwd)"
     severity = Severity.WARNING
     category = Category.DEPRECATION
-    requires = (b"amp",)
+    # Every way to the old names spells `.amp` (`torch.cuda.amp.autocast`, `from torch.cuda.amp
+    # import ...`, `import torch.cuda.amp as a`) or imports `amp` itself (`from torch.cuda import
+    # amp`, also in a parenthesised list); a bare `amp` matched "example" and "clamp" in most files.
+    requires = (b".amp", b" amp", b"\tamp", b"\namp", b"(amp", b",amp")
     fix_applicability = Applicability.SAFE
     loss_check = LossCheck.EXACT
     fix_title = "Use the device-generic `torch.amp` API"

@@ -102,6 +102,21 @@ def _child_fields(cls: type) -> tuple[str, ...]:
     return names
 
 
+_HOOK_NAMES: dict[type, tuple[str, str, tuple[tuple[str, str, str], ...]]] = {}
+
+
+def _hook_names(cls: type) -> tuple[str, str, tuple[tuple[str, str, str], ...]]:
+    """The names of the methods a walk calls for a node of class ``cls``: ``visit_<Node>``,
+    ``leave_<Node>`` and, per child field, ``visit_<Node>_<field>`` and ``leave_<Node>_<field>``
+    (built once per class, not once per class and file)."""
+    names = _HOOK_NAMES.get(cls)
+    if names is None:
+        node = cls.__name__
+        fields = tuple((field, f"visit_{node}_{field}", f"leave_{node}_{field}") for field in _child_fields(cls))
+        names = _HOOK_NAMES[cls] = (f"visit_{node}", f"leave_{node}", fields)
+    return names
+
+
 def _methods(visitors: Iterable[cst.BatchableCSTVisitor]) -> dict[str, list[Method]]:
     table: dict[str, list[Method]] = {}
     for visitor in visitors:
@@ -127,12 +142,11 @@ def walk_batched(
     plans: dict[type, tuple[tuple[Method, ...], tuple[Method, ...], tuple[tuple[str, tuple[Method, ...], tuple[Method, ...]], ...]]] = {}
 
     def plan_for(cls: type):  # type: ignore[no-untyped-def]
-        name = cls.__name__
+        enter, leave, field_hooks = _hook_names(cls)
         fields = tuple(
-            (field, tuple(table.get(f"visit_{name}_{field}", ())), tuple(table.get(f"leave_{name}_{field}", ())))
-            for field in _child_fields(cls)
+            (field, tuple(table.get(before, ())), tuple(table.get(after, ()))) for field, before, after in field_hooks
         )
-        plan = (tuple(table.get(f"visit_{name}", ())), tuple(table.get(f"leave_{name}", ())), fields)
+        plan = (tuple(table.get(enter, ())), tuple(table.get(leave, ())), fields)
         plans[cls] = plan
         return plan
 
