@@ -1189,6 +1189,47 @@ def test_a_loader_returned_by_a_factory_of_another_file(run_cli, tmp_path, write
     ]
 
 
+_TRAIN_LOOP = """\
+    def train_loop(model, optimizer, train_set, epochs):
+        for epoch in range(epochs):
+            for i, (x, y) in enumerate(train_set, 1):
+                loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                loss.backward()
+                optimizer.step()
+    """
+
+
+@pytest.mark.parametrize("loop_file", ["train.py", "engine.py"])
+def test_a_factorys_loader_handed_to_an_epoch_loop(run_cli, tmp_path, write, loop_file):
+    """WaveRNN's `train_set, test_set = get_vocoder_datasets(...)` handed to `voc_train_loop()`,
+    which iterates it every epoch: SF103 for the training loader only, whether the loop is in
+    the script itself or in a third file (the tuple's other element is never iterated)."""
+    write("data.py", """\
+        from torch.utils.data import DataLoader
+
+        def get_loaders(dataset, batch_size):
+            train_loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=4, pin_memory=True)
+            test_loader = DataLoader(dataset, batch_size=1, num_workers=2, pin_memory=True)
+            return train_loader, test_loader
+        """)
+    if loop_file == "engine.py":
+        write("engine.py", _TRAIN_LOOP)
+    head = "from engine import train_loop\n" if loop_file == "engine.py" else textwrap.dedent(_TRAIN_LOOP)
+    write("train.py", head + textwrap.dedent("""\
+        import torch
+        from data import get_loaders
+
+        if __name__ == "__main__":
+            model = Net().cuda()
+            optimizer = torch.optim.Adam(model.parameters(), fused=True)
+            train_set, test_set = get_loaders(FolderSet("data"), 32)
+            train_loop(model, optimizer, train_set, 100)
+        """))
+    result = run_cli("scan", ".", "--select", "SF103", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines() == [
+        "data.py:4:20: SF103 [*] `DataLoader` starts its 4 worker processes again every epoch (impact: low)"]
+
+
 def test_an_lstm_in_another_file_keeps_the_autocast_fix_away(run_cli, tmp_path, write):
     """pytorch-tutorial's image captioning: DecoderRNN (an nn.LSTM) lives in model.py; autocast
     would run its cuDNN LSTM in fp16, so SF202 reports without a fix."""

@@ -89,8 +89,9 @@ class ModuleFacts:
     # tuple it returns the loop iterates: `train_loader, val_loader = get_loaders()`; -1: the value)
     loader_calls: tuple[tuple[str, bool, bool, int], ...] = ()
     # a loader made by an imported function, handed to another imported function: (the maker, the
-    # callee, the parameter it is given as: its position as digits, or its keyword)
-    loader_hands: tuple[tuple[str, str, str], ...] = ()
+    # callee, the parameter it is given as: its position as digits, or its keyword, which element of
+    # the tuple the maker returns it is: `train_loader, val_loader = get_loaders()`; -1: the value)
+    loader_hands: tuple[tuple[str, str, str, int], ...] = ()
     # keyword arguments handed to an imported function as `**kw` of a dict literal (`make_loaders(args,
     # **kwargs)` with `kwargs = {"num_workers": args.workers}`): (callee, key, the value's repr, or ""
     # when it is not a constant or an argparse default); key "*": a `**` whose keys are unknown, key
@@ -138,7 +139,7 @@ class ModuleFacts:
             hot_calls=tuple(map(str, record["hot_calls"])),
             forward_calls=tuple(map(str, record["forward_calls"])),
             loader_calls=tuple((str(q), bool(e), bool(u), int(p[0]) if p else -1) for q, e, u, *p in record["loader_calls"]),
-            loader_hands=tuple((str(m), str(c), str(p)) for m, c, p in record["loader_hands"]),
+            loader_hands=tuple((str(m), str(c), str(s), int(p[0]) if p else -1) for m, c, s, *p in record["loader_hands"]),
             kwargs_given=tuple((str(c), str(k), str(v)) for c, k, v in record["kwargs_given"]),
             arguments_given=tuple((str(c), str(k), str(v)) for c, k, v in record["arguments_given"]),
             options=tuple((str(d), str(v)) for d, v in record["options"]),
@@ -290,7 +291,8 @@ class _Collector(ast.NodeVisitor):
         self.positions: dict[tuple[int, str], int] = {}  # (scope, name) -> its element of a tuple a call returns
         self.partials: dict[str, str] = {}  # module-level `v = partial(f, ...)` -> v: f (as written)
         self.module_aliases: dict[str, str] = {}  # module-level `v = tqdm(loader)` -> v: loader
-        self.hands: list[tuple[str, str, str]] = []  # (maker, callee, slot) as written: see ModuleFacts.loader_hands
+        # (maker, callee, slot, element of the maker's tuple) as written: see ModuleFacts.loader_hands
+        self.hands: list[tuple[str, str, str, int]] = []
         self.kwargs: list[tuple[str, str, str]] = []  # (callee as written, key, value): see ModuleFacts.kwargs_given
         self.arguments: list[tuple[str, str, str]] = []  # (callee as written, slot, value): ModuleFacts.arguments_given
         self.handed: list[tuple[str, str, str]] = []  # (callee as written, slot, a name given): ModuleFacts.handed_functions
@@ -498,7 +500,7 @@ class _Collector(ast.NodeVisitor):
         for slot, arg in slots:
             made = made_by.get(arg.id) if isinstance(arg, ast.Name) else None
             if made is not None:
-                self.hands.append((made, func, slot))
+                self.hands.append((made, func, slot, self.positions.get((id(made_by), arg.id), -1)))
 
     def _passes(self, func: str, node: ast.Call) -> None:
         """A call of this file's functions (`f(...)`, `self.m(...)`) given a parameter or a `self.`
@@ -950,15 +952,29 @@ class _Collector(ast.NodeVisitor):
                 # every epoch: a loop inside another, or in a function this file calls in a loop (`trainer.training(epoch)`)
                 again = loop.nested or (function is not None and function.name in called_in_loops)
                 found[(qualified, position)] = (per_epoch or again, uploads or loop.uploads)
+        # `train(model, train_loader)` with `train_loader, _ = get_loaders()`: a function of this
+        # file whose training loop iterates that parameter (one of another file: ``loader_hands``)
+        for made, callee, slot, position in self.hands:
+            function = self.functions.get(callee)
+            qualified = self.resolve(made)
+            if function is None or function.class_name is not None or qualified is None \
+                    or qualified.split(".", 1)[0] in _EXTERNAL:
+                continue
+            param = function.params[int(slot)] if slot.isdigit() and int(slot) < len(function.params) else slot
+            loops = [loop for loop in function.loops if loop.marker and loop.iterable == param]
+            if loops:
+                per_epoch, uploads = found.get((qualified, position), (False, False))
+                again = any(loop.nested for loop in loops) or function.name in called_in_loops
+                found[(qualified, position)] = (per_epoch or again, uploads or any(loop.uploads for loop in loops))
         return tuple((name, *uses, position) for (name, position), uses in sorted(found.items()))
 
-    def _loader_hands(self) -> tuple[tuple[str, str, str], ...]:
+    def _loader_hands(self) -> tuple[tuple[str, str, str, int], ...]:
         """Loaders made by an imported function and handed to another (resolved through the imports)."""
         found = set()
-        for made, callee, slot in self.hands:
+        for made, callee, slot, position in self.hands:
             maker, target = self.resolve(made), self.resolve(callee)
             if maker and target and maker.split(".", 1)[0] not in _EXTERNAL and target.split(".", 1)[0] not in _EXTERNAL:
-                found.add((maker, target, slot))
+                found.add((maker, target, slot, position))
         return tuple(sorted(found))
 
     def _forward_calls(self) -> Iterator[str | None]:

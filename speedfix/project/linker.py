@@ -572,7 +572,7 @@ def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
     for path, module in facts.items():
         for qualified, per_epoch, uploads, position in module.loader_calls:
             add(path, qualified, (per_epoch, uploads, False), position)
-        for maker, callee, slot in module.loader_hands:
+        for maker, callee, slot, position in module.loader_hands:
             hit = _split(callee, prefixes[path])
             function = facts[hit[0]].functions.get(hit[1]) if hit is not None else None
             if function is None:
@@ -580,7 +580,7 @@ def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
             params = function.params[1:] if function.params[:1] == ("self",) else function.params
             param = params[int(slot)] if slot.isdigit() and int(slot) < len(params) else slot
             if param in function.iterated:
-                add(path, maker, (param in function.epochs, function.uploads, param in function.changes))
+                add(path, maker, (param in function.epochs, function.uploads, param in function.changes), position)
     return feeds
 
 
