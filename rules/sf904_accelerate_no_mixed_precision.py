@@ -11,6 +11,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import default_truth
 from speedfix.model.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu, launched_mixed_precision
 from speedfix.model.index import CallSite
+from speedfix.model.loaded_config import spread_parameter
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model
 
 
@@ -29,6 +30,9 @@ class AccelerateNoMixedPrecision(Rule):
     when one runs the script without (or there is none), the default run is fp32 and is
     reported as an info note (a machine-wide `accelerate config` may still set it). An
     `Accelerator` is GPU code unless `cpu=True`; `accelerator.device` is where it puts the model.
+    A value handed in as a parameter is its default when no call passes it, and the entry of a
+    config file spread into the function's one call (`main(**OmegaConf.load(args.config))`,
+    reported at that file's line).
     A script that puts the model in 16-bit itself (`from_pretrained(..., dtype=torch.bfloat16)`,
     4-bit weights computed in bf16, `.half()`) does not train in fp32 whatever Accelerate is
     told, and is not reported for "no" or a missing setting.
@@ -146,6 +150,16 @@ class AccelerateNoMixedPrecision(Rule):
             accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)
             """
         ),
+        Invalid(  # a parameter's default that the call leaves: fp16 (Tune-A-Video's `main()`), no fix
+            """
+            from accelerate import Accelerator
+
+            def main(output_dir, mixed_precision="fp16"):
+                accelerator = Accelerator(mixed_precision=mixed_precision)
+
+            main("runs")
+            """,
+        ),
         Invalid(  # an argparse default: reported, no fix
             """
             import argparse
@@ -175,6 +189,9 @@ class AccelerateNoMixedPrecision(Rule):
         if precision.missing or _is_none(self.ctx, precision.node, site):
             self._check_launched(site, original)
             return
+        if value is None and isinstance(node, cst.Name):
+            self._check_spread(site, node.value)
+            return
         if value not in ("no", "fp16") or original is None or value == "no" and weights_in_sixteen_bit(self.ctx):
             return
         fix = None
@@ -191,9 +208,26 @@ class AccelerateNoMixedPrecision(Rule):
             no_fix_reason=SET_ELSEWHERE,
         )
 
+    def _check_spread(self, site: CallSite, name: str) -> None:
+        """`Accelerator(mixed_precision=mixed_precision)` in `main(...)`, which the script calls as
+        `main(**OmegaConf.load(args.config))`: the config file's line decides."""
+        setting = spread_parameter(self.ctx, name, site.stack)
+        if setting is None or setting.value not in ("no", "fp16") \
+                or setting.value == "no" and weights_in_sixteen_bit(self.ctx):
+            return
+        fp16 = setting.value == "fp16"
+        self.report_at(
+            setting.at,
+            f'`{name}: fp16` ({name} of `Accelerator`) scales the loss and checks every gradient for inf each step; '
+            'bf16 needs neither' if fp16 else f'`{name}: "no"` makes `Accelerator` train in fp32',
+            severity=Severity.INFO if fp16 else Severity.WARNING,
+            no_fix_reason="set `bf16` in the config file (on Ampere and newer GPUs)",
+        )
+
     def impact_here(self, finding: Finding) -> Estimate | None:
         return by_message(finding, (
             ('`mixed_precision="fp16"`', Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
+            (": fp16` (", Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
         )) or small_model(self.ctx, Impact.MEDIUM)
 
     def _check_launched(self, site: CallSite, original: cst.Arg | None) -> None:

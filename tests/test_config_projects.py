@@ -234,6 +234,33 @@ def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_pa
     assert run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout == ""
 
 
+@pytest.mark.parametrize("precision, expected", [
+    ("fp16", ["configs/run.yaml:3:1: SF904 `mixed_precision: fp16` (mixed_precision of `Accelerator`) scales the loss "
+              "and checks every gradient for inf each step; bf16 needs neither (impact: medium)"]),
+    ("bf16", []),
+])
+def test_accelerate_precision_from_a_config_spread_into_main(precision, expected, write, run_cli, tmp_path):
+    """Tune-A-Video's `main(**OmegaConf.load(args.config))`: `main`'s `mixed_precision`
+    parameter is the YAML's entry (its own default "fp16" does not count), reported at its line."""
+    write("train.py", """\
+        import argparse
+        from accelerate import Accelerator
+        from omegaconf import OmegaConf
+
+        def main(output_dir, lr=1e-4, mixed_precision="fp16"):
+            accelerator = Accelerator(mixed_precision=mixed_precision)
+
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--config", type=str, default="./configs/run.yaml")
+            args = parser.parse_args()
+            main(**OmegaConf.load(args.config))
+        """)
+    write("configs/run.yaml", f"output_dir: runs\nlr: 3.0e-5\nmixed_precision: {precision}\n")
+    result = run_cli("scan", "train.py", "--select", "SF904", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines() == expected
+
+
 def test_zero_grad_of_an_optimizer_accelerate_hands_to_deepspeed_is_left_alone(write, run_cli, tmp_path):
     write("train.py", "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
                       "optimizer = torch.optim.AdamW(model.parameters())\n"

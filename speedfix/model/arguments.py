@@ -248,14 +248,16 @@ VALUE_DEPTH = 4  # how many names, constants and defaults a value is followed th
 
 
 def string_value(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> str | None:
-    """The string an expression certainly holds: a literal, a constant, an argparse default."""
+    """The string an expression certainly holds: a literal, a constant, an argparse default, a
+    parameter's default that no call overrides (``parameter_default``)."""
     if node is None or depth > VALUE_DEPTH:
         return None
     if isinstance(node, cst.SimpleString):
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     if isinstance(node, cst.Name):
-        return string_value(ctx, ctx.single_value(node.value, stack), stack, depth + 1)
+        value = ctx.single_value(node.value, stack) or parameter_default(ctx, node.value, stack)
+        return string_value(ctx, value, stack, depth + 1)
     return string_value(ctx, _default(ctx, node, stack), stack, depth + 1)
 
 

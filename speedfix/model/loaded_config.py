@@ -18,7 +18,7 @@ from speedfix.model import launch
 from speedfix.model.arguments import argparse_option, literal_int, option_read, string_value
 from speedfix.model.config_tree import Node, load_noted
 from speedfix.model.context import FileContext
-from speedfix.model.frames import Stack
+from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.project_files import Location
 from speedfix.syntax.names import dotted_name
 
@@ -50,6 +50,22 @@ def loaded_node(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth:
     if isinstance(expr, cst.Call) and expr.args:
         return _loaded_file(ctx, expr, stack)
     return None
+
+
+def spread_parameter(ctx: FileContext, name: str, stack: Stack) -> Node | None:
+    """The value the parameter ``name`` of the module-level function around ``stack`` gets from a
+    loaded config spread into its one call (`main(**OmegaConf.load(args.config))`, Tune-A-Video's
+    way): the config's entry of that name, with its line. None when the function rebinds it, is
+    called otherwise (or more than once), or the config has no such entry."""
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef) or class_of_method(stack) is not None \
+            or ctx.assignments_in(function, name):
+        return None
+    calls = [site for site in ctx.calls if site.func == function.name.value]
+    if len(calls) != 1 or len(calls[0].node.args) != 1 or calls[0].node.args[0].star != "**":
+        return None
+    config = loaded_node(ctx, calls[0].node.args[0].value, calls[0].stack)
+    return config.get(name) if config is not None and isinstance(config.value, dict) else None
 
 
 def _loaded_file(ctx: FileContext, call: cst.Call, stack: Stack) -> Node | None:
