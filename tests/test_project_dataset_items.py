@@ -44,6 +44,21 @@ class CaptionedPairs(Dataset):
         return {"pixels": self.to_tensor(image), "input_ids": ids}
 """
 
+# Tune-A-Video: the prompt is tokenized once, each item decodes the video's frames from its file.
+VIDEO = """
+import decord
+from torch.utils.data import Dataset
+
+
+class CaptionedPairs(Dataset):
+    def __init__(self, folder, tokenizer):
+        self.ids = tokenizer("a man is skiing").input_ids
+
+    def __getitem__(self, index):
+        frames = decord.VideoReader(f"{self.folder}/{index}.mp4", width=512, height=512).get_batch(range(8))
+        return {"pixels": frames, "input_ids": self.ids}
+"""
+
 AHEAD = """
 from torch.utils.data import Dataset
 
@@ -74,3 +89,9 @@ def test_a_dataset_of_another_file_that_tokenizes_each_item_gets_workers(run_cli
 
 def test_a_dataset_of_another_file_that_tokenized_ahead_does_not(run_cli, tmp_path):
     assert _sf101_lines(run_cli, tmp_path, AHEAD) == []
+
+
+def test_a_dataset_of_another_file_that_decodes_video_frames_gets_workers(run_cli, tmp_path):
+    """The tokenizer is for the prompt; the samples are frames decoded from a video file."""
+    lines = _sf101_lines(run_cli, tmp_path, VIDEO)
+    assert len(lines) == 1 and lines[0].startswith("train.py:")

@@ -94,6 +94,14 @@ _IMAGE_READERS = frozenset({
     "torchvision.datasets.ImageFolder", "torchvision.datasets.folder.ImageFolder",
 })
 
+# Calls, as a Dataset's `__getitem__` writes them, that read and decode a media file for each
+# sample: an image, a video's frames, an audio clip (`Image.open`, `decord.VideoReader`,
+# `torchaudio.load`). Such samples are no token ids tokenized ahead, whatever else the file loads.
+_DECODES = re.compile(
+    r"(?:^|\.)(?:Image\.open|imread|read_image|decode_image|decode_jpeg|VideoReader|read_video|VideoCapture"
+    r"|VideoFileClip|torchaudio\.load|librosa\.load|soundfile\.read|wavfile\.read|load_audio|load_wav)$"
+)
+
 # torchvision's data sets of small images held in memory as one array.
 _SMALL_IMAGE_SETS = frozenset({"MNIST", "FashionMNIST", "KMNIST", "EMNIST", "QMNIST", "CIFAR10", "CIFAR100", "SVHN"})
 
@@ -269,16 +277,16 @@ def tokenized_ahead(ctx: FileContext) -> str | None:
     """Why the training samples are token ids tokenized before training (the usual way: a
     `datasets.map`, a Dataset that tokenizes in `__init__`), so that a DataLoader only indexes
     and pads them; None when the file shows other samples, or a Dataset class of its own whose
-    `__getitem__` calls a tokenizer on every item."""
+    `__getitem__` calls a tokenizer on every item or decodes a media file (a text-to-video
+    script loads a tokenizer for its prompts, and its samples are video frames)."""
     samples = training_samples(ctx)
     if samples is None or samples[0] is not Samples.TOKENS:
         return None
-    for function in ctx.functions.get("__getitem__", ()):
-        if any(isinstance(node, cst.Call) and "tokeniz" in (dotted_name(node.func) or "").lower()
-               for node in walk_expression(function.node)):
-            return None
-    if any("tokeniz" in call.lower() for call in _dataset_item_calls(ctx)):
-        return None  # a Dataset class of another file of the project that tokenizes each item
+    item_calls = [dotted_name(node.func) or "" for function in ctx.functions.get("__getitem__", ())
+                  for node in walk_expression(function.node) if isinstance(node, cst.Call)]
+    item_calls += _dataset_item_calls(ctx)  # a Dataset class of another file of the project
+    if any("tokeniz" in call.lower() or _DECODES.search(call) for call in item_calls):
+        return None  # each item is tokenized, or is an image, video or audio clip decoded from its file
     return samples[1]
 
 
