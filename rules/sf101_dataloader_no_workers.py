@@ -53,10 +53,10 @@ class DataloaderNoWorkers(Rule):
     picks the GPU); token ids tokenized ahead (a step that feeds `input_ids`, a tokenizer or a
     collator given one, and no Dataset that tokenizes or decodes an image, video or audio file
     in `__getitem__`, in this file or, for a loader's dataset, in the file of the project that
-    defines its class): a worker would only
-    index and pad them; a loader that a script which trains reads once, after training, outside
-    any loop (a final test pass: workers would start up for a single pass); and
-    values speedfix cannot know (`num_workers=args.workers`, unresolved `**kwargs`).
+    defines its class): a worker would only index and pad them; a loader that a script which
+    trains reads once, after training, outside any loop (a final test pass: workers would start
+    up for a single pass); and values speedfix cannot know (`num_workers=args.workers`,
+    unresolved `**kwargs`).
 
     ## Example
     ```python
