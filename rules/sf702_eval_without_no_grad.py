@@ -48,8 +48,10 @@ class EvalWithoutNoGrad(Rule):
     named like `evaluate`/`validate`/`test`/`predict` or after `model.eval()`, and no
     `torch.no_grad()`/`torch.inference_mode()` around it (as a `with`, a decorator of the
     function or around the call of the function, also when another scanned file makes that call:
-    `with torch.no_grad(): validate(...)` in the training script). A loop over a loader named for
-    evaluation (`test_loader`, `val_dl`) counts too, whatever its function is called.
+    `with torch.no_grad(): validate(...)` in the training script; for a method, a call of its
+    name under no_grad on an object whose class that file cannot name, such as an agent built
+    from a config: `self.agent.act(obs)`). A loop over a loader named for evaluation
+    (`test_loader`, `val_dl`) counts too, whatever its function is called.
 
     Also finds a forward pass, run again and again (in a loop, in a function called in one, in
     a policy's `act`/`select_action`), whose outputs only leave as host values, indices or

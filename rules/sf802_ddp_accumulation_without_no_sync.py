@@ -10,11 +10,11 @@ from speedfix.model.forward import backward_calls, read_names, statement_block, 
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
 from speedfix.model.networks import DISTRIBUTED_DATA_PARALLEL
+from speedfix.project.steps import SYNC_SWITCHES
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, target_names, walk_expression
 
 # What a script does when it already skips the all-reduce of non-final micro-steps.
-_SYNC_SWITCHES = frozenset({"no_sync", "require_backward_grad_sync"})
 
 
 class DdpAccumulationWithoutNoSync(Rule):
@@ -24,7 +24,8 @@ class DdpAccumulationWithoutNoSync(Rule):
     gradients on every micro-step: `loss.backward()` on every batch and `optimizer.step()` only
     under `if (i + 1) % accum == 0:` (or after an inner `for micro_step in range(accum):` loop),
     with no `model.no_sync()` and no `model.require_backward_grad_sync = ...` toggle (nanoGPT's
-    way) anywhere in the script.
+    way) anywhere in the script, nor in a function of another scanned file it calls (NVlabs'
+    `with misc.ddp_sync(ddp, sync):` enters `no_sync()` itself).
 
     ## Why is this bad?
     DDP starts an all-reduce of the gradients during every `backward()`. With accumulation only
@@ -289,13 +290,13 @@ class DdpAccumulationWithoutNoSync(Rule):
         self._switched = False
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value in _SYNC_SWITCHES:
+        if node.attr.value in SYNC_SWITCHES:
             self._switched = True
 
     def finish(self) -> None:
         ctx = self.ctx
         wraps = ctx.calls_to(*DISTRIBUTED_DATA_PARALLEL)
-        if not wraps or self._switched:
+        if not wraps or self._switched or self._switched_by_a_helper():
             return
         steps_ = [s for s in ctx.method_calls("step") if ctx.is_optimizer_like(s.node.func.value, s.stack)]  # type: ignore[attr-defined]
         # One finding per accumulation: the backward calls of an `if args.fp16: ... else: ...` (or
@@ -314,6 +315,12 @@ class DdpAccumulationWithoutNoSync(Rule):
                 fix_ops=ops,
                 no_fix_reason=reason,
             )
+
+    def _switched_by_a_helper(self) -> bool:
+        """A function of another scanned file that the script calls switches the all-reduce
+        (`with misc.ddp_sync(ddp, sync):`, which enters `module.no_sync()` when not syncing)."""
+        return any((callee := self.ctx.project_callee(site)) is not None and callee.switches_sync
+                   for site in self.ctx.calls)
 
     # ------------------------------------------------------------------ detection
     def _accumulation(self, backward: CallSite, step_sites: list[CallSite]) -> tuple[str, cst.CSTNode] | None:

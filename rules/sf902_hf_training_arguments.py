@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 
 import libcst as cst
 
@@ -31,7 +31,7 @@ from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusa
 from speedfix.model.versions import pinned_below, v
 from speedfix.syntax.nodes import code_of
 from speedfix.model.workload import tokenized_ahead
-from speedfix.rules._impact import Estimate, Finding, Impact, by_message, tf32_gain
+from speedfix.rules._impact import Estimate, Finding, Impact, by_message, large_model, tf32_gain
 
 # Optimizer names whose update runs as several kernels per parameter group.
 _UNFUSED = frozenset({"adamw_torch", "adamw_hf", "adamw_torch_foreach"})
@@ -78,8 +78,9 @@ class HfTrainingArguments(Rule):
       helper of the file called only where no run goes, such as a k-bit loading path behind
       `if training_args.load_in_kbits in [4, 8]:` when every run loads 16-bit), which
       trades speed for memory (once per file: the flag and the call turn on one recompute), and
-      `gradient_accumulation_steps` with a
-      micro-batch of 1 or 2 (information only: neither makes training faster).
+      `gradient_accumulation_steps` with a micro-batch of 1 or 2 (information only: neither
+      makes training faster; the micro-batch not for a model of a billion parameters or more,
+      by its checkpoint's name or config, where it is what fits in memory).
 
     The same holds for the arguments `HfArgumentParser(...).parse_args_into_dataclasses()` or
     TRL's `TrlParser(...).parse_args_and_config()` fill from the command line. Their values come
@@ -477,7 +478,8 @@ class HfTrainingArguments(Rule):
             self._check_compile(args, defaults)
         self._report_defaults(args, defaults, fp32)
         self._check_checkpointing(args)
-        self._check_accumulation(args)
+        if not self._large_model:  # a billion parameters or more: a micro-batch of 1 or 2 is what fits
+            self._check_accumulation(args)
 
     def _report_defaults(self, args: _Arguments, defaults: list[_Default], fp32: bool) -> None:
         """One finding for fp32 training, another for the smaller settings left out (they all sit
@@ -718,6 +720,13 @@ class HfTrainingArguments(Rule):
             self._at(args, flag, _checkpointing_message(what), severity=Severity.INFO,
                      no_fix_reason="keep it only if the batch does not fit without it")
             self._checkpointing_reported = True
+
+    @cached_property
+    def _large_model(self) -> bool:
+        """Does the script train a model of a billion parameters or more (its checkpoint's name
+        or config says so)? A micro-batch of 1 or 2 is then what fits in memory (LongLoRA's 7B
+        on 8k tokens: each micro-batch already fills the GPU), not a slow default."""
+        return large_model(self.ctx, Impact.LOW) is not None
 
     def _check_checkpointing_calls(self) -> None:
         ctx = self.ctx

@@ -328,6 +328,23 @@ def test_gradient_checkpointing_of_parsed_training_arguments_follows_the_json_ea
     assert "train.py:8:5: SF902 `gradient_checkpointing_enable()` saves memory" in result.stdout
 
 
+@pytest.mark.parametrize("checkpoint, reported", [("EleutherAI/pythia-160m", True), ("meta-llama/Llama-2-7b-hf", False)])
+def test_a_micro_batch_of_a_billion_parameter_model_is_left_alone(checkpoint, reported, write, run_cli, tmp_path):
+    """LongLoRA fine-tunes Llama-2-7B on 8k tokens with a micro-batch of 1 x 8 accumulation
+    steps: that is what fits in memory, not a slow default. A small model gets the advice; the
+    checkpointing note (information) stays for both."""
+    write("train.py", "import transformers\n"
+                      "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+                      f"model = AutoModelForCausalLM.from_pretrained('{checkpoint}')\n"
+                      "model.gradient_checkpointing_enable()\n"
+                      "args = TrainingArguments(output_dir='out', bf16=True, per_device_train_batch_size=1,\n"
+                      "                         gradient_accumulation_steps=8, dataloader_num_workers=4)\n"
+                      "Trainer(model=model, args=args, train_dataset=data).train()\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert ("micro-batch of 1 with 8 accumulation steps" in result.stdout) is reported
+    assert "`gradient_checkpointing_enable()` saves memory" in result.stdout  # information either way
+
+
 KBIT = """\
 from dataclasses import dataclass, field
 import transformers

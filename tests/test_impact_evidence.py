@@ -107,6 +107,9 @@ def test_architecture_names_say_the_family():
     assert name_family("activation") is None  # `vit` inside a word names nothing
     assert name_family("Discriminator") is None
     assert name_family("resnet_transformer") is None  # the words disagree
+    assert name_family("GraphCNN") is None  # a graph network, whatever else its name says
+    assert name_family("GCNII") is None
+    assert name_family("Paragraph") is None  # `graph` inside a word
 
 
 def test_a_conv_net_chosen_by_name_ranks_its_loader_over_tf32_and_unpinned_copies(run_cli, write, tmp_path):

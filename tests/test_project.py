@@ -1230,6 +1230,199 @@ def test_a_factorys_loader_handed_to_an_epoch_loop(run_cli, tmp_path, write, loo
         "data.py:4:20: SF103 [*] `DataLoader` starts its 4 worker processes again every epoch (impact: low)"]
 
 
+@pytest.mark.parametrize("launched", [False, True])
+def test_a_library_modules_self_test_is_left_out(run_cli, tmp_path, write, launched):
+    """awd-lstm's splitcross.py: main.py trains with its loss; its `__main__` block trains a toy
+    loss as a self-test. Its findings are left out (with a note) unless a launch command of the
+    project runs the module on its own. A test that trains with main.py does not make main.py's
+    own `__main__` block a self-test."""
+    write("splitcross.py", """\
+        import torch
+
+        class SplitLoss(torch.nn.Module):
+            def forward(self, hiddens, targets):
+                return torch.nn.functional.cross_entropy(hiddens, targets)
+
+        if __name__ == "__main__":
+            embed = torch.nn.Embedding(100, 10).cuda()
+            optimizer = torch.optim.SGD(embed.parameters(), lr=1)
+            for _ in range(10):
+                loss = SplitLoss()(embed(torch.randint(0, 100, (50,), device="cuda")), torch.zeros(50).long().cuda())
+                print("loss", loss.item())
+                loss.backward()
+                optimizer.step()
+        """)
+    write("main.py", """\
+        import torch
+        from splitcross import SplitLoss
+
+        def make_model():
+            return torch.nn.LSTM(400, 1150).cuda()
+
+        if __name__ == "__main__":
+            model = make_model()
+            optimizer = torch.optim.SGD(model.parameters(), lr=30, foreach=True)
+            for x, y in batches():
+                out, _ = model(x)
+                loss = SplitLoss()(out, y)
+                loss.backward()
+                optimizer.step()
+                print(loss.item())
+        """)
+    write("tests/test_model.py", """\
+        import torch
+        import main
+
+        def test_the_model_trains():
+            model = main.make_model()
+            for _ in range(2):
+                model(torch.randn(2, 4, 400))[0].sum().backward()
+        """)
+    if launched:
+        write("README.md", "```bash\npython splitcross.py\n```\n")
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    own = "main.py:15:15: SF301 `loss.item()` in the training loop makes the CPU wait for the GPU every step (impact: medium)"
+    if launched:
+        assert result.stdout.splitlines() == [
+            own,
+            "splitcross.py:12:23: SF301 `loss.item()` in the training loop makes the CPU wait for the GPU every step "
+            "(impact: medium)"]
+    else:
+        assert result.stdout.splitlines() == [
+            own,
+            'splitcross.py: note: 1 finding in the `if __name__ == "__main__":` block left out: main.py trains with '
+            "this module and no launch command runs it on its own (a self-test)"]
+
+
+def test_a_factorys_loader_through_a_method_that_returns_it_unchanged(run_cli, tmp_path, write):
+    """Time-Series-Library: `data_provider()` of data_factory.py builds the loader, the
+    experiment's `_get_data()` returns its `(data_set, data_loader)` unchanged, and `train()`
+    iterates the second element every epoch: the loader's findings go to the factory."""
+    write("data_provider/data_factory.py", """\
+        from torch.utils.data import DataLoader
+
+        def data_provider(args, flag):
+            data_set = SeriesSet(args.root_path, flag=flag)
+            data_loader = DataLoader(data_set, batch_size=32, shuffle=True, num_workers=args.num_workers)
+            return data_set, data_loader
+        """)
+    write("exp/forecast.py", """\
+        import torch
+        from data_provider.data_factory import data_provider
+
+        class Forecast:
+            def __init__(self, args):
+                self.args = args
+                self.model = Net().cuda()
+
+            def _get_data(self, flag):
+                data_set, data_loader = data_provider(self.args, flag)
+                return data_set, data_loader
+
+            def train(self):
+                train_data, train_loader = self._get_data(flag="train")
+                optimizer = torch.optim.Adam(self.model.parameters(), fused=True)
+                for epoch in range(self.args.train_epochs):
+                    for x, y in train_loader:
+                        self.model(x.cuda(non_blocking=True), y.cuda(non_blocking=True)).backward()
+                        optimizer.step()
+        """)
+    write("run.py", """\
+        import argparse
+        from exp.forecast import Forecast
+
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--num_workers", type=int, default=10)
+            parser.add_argument("--train_epochs", type=int, default=10)
+            args = parser.parse_args()
+            Forecast(args).train()
+        """)
+    result = run_cli("scan", ".", "--select", "SF102,SF103", "--no-summary", cwd=tmp_path)
+    assert [line.split(": ", 2)[1].split()[0] for line in result.stdout.splitlines()] == ["SF102", "SF103"]
+    assert all(line.startswith("data_provider/data_factory.py:5:19:") for line in result.stdout.splitlines())
+
+
+@pytest.mark.parametrize("switches", [True, False])
+def test_ddp_accumulation_through_a_helper_that_enters_no_sync(run_cli, tmp_path, write, switches):
+    """NVlabs' `with misc.ddp_sync(ddp, sync):` (EDM, StyleGAN): the helper of another file
+    enters `module.no_sync()` on the micro-steps that do not sync, so SF802 stays quiet; a
+    helper that does not is no excuse."""
+    body = "with module.no_sync(): yield" if switches else "yield"
+    write("torch_utils/misc.py", f"""\
+        import contextlib
+        import torch
+
+        @contextlib.contextmanager
+        def ddp_sync(module, sync):
+            if sync or not isinstance(module, torch.nn.parallel.DistributedDataParallel):
+                yield
+            else:
+                {body}
+        """)
+    write("train.py", """\
+        import torch
+        from torch_utils import misc
+
+        def main(net, batches, rounds=4):
+            ddp = torch.nn.parallel.DistributedDataParallel(net.cuda(), device_ids=[0])
+            optimizer = torch.optim.Adam(ddp.parameters(), fused=True)
+            while True:
+                optimizer.zero_grad(set_to_none=True)
+                for round_idx in range(rounds):
+                    with misc.ddp_sync(ddp, round_idx == rounds - 1):
+                        images, labels = next(batches)
+                        ddp(images.cuda(non_blocking=True)).sum().backward()
+                optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF802", "--no-summary", cwd=tmp_path)
+    assert ("SF802" in result.stdout) is not switches
+
+
+@pytest.mark.parametrize("caller_no_grad", [True, False])
+def test_acting_under_no_grad_in_a_caller_that_cannot_name_the_agents_class(run_cli, tmp_path, write, caller_no_grad):
+    """DrQ-v2: the workspace builds its agent from the config (`hydra.utils.instantiate`) and
+    calls `self.agent.act(obs)` under `torch.no_grad()`; the agent's file cannot see that, but
+    an `act` called under no_grad by another scanned file counts for its `act` methods."""
+    write("agent.py", """\
+        import torch
+        import utils
+
+        class Actor(torch.nn.Module):
+            def forward(self, obs):
+                return torch.tanh(self.net(obs))
+
+        class Agent:
+            def __init__(self):
+                self.actor = Actor().to("cuda")
+
+            def act(self, obs):
+                obs = torch.as_tensor(obs, device="cuda")
+                action = self.actor(obs)
+                return action.cpu().numpy()
+        """)
+    write("utils.py", "import torch\n\ndef set_seed(seed):\n    torch.manual_seed(seed)\n")
+    guard = "torch.no_grad()" if caller_no_grad else "utils.timer()"
+    write("train.py", f"""\
+        import hydra
+        import torch
+        import utils
+
+        class Workspace:
+            def __init__(self, cfg):
+                self.agent = hydra.utils.instantiate(cfg.agent)
+
+            def train(self, env):
+                obs = env.reset()
+                for step in range(1000000):
+                    with {guard}:
+                        action = self.agent.act(obs)
+                    obs = env.step(action)
+        """)
+    result = run_cli("scan", ".", "--select", "SF702", "--no-summary", cwd=tmp_path)
+    assert ("SF702" in result.stdout) is not caller_no_grad
+
+
 def test_an_lstm_in_another_file_keeps_the_autocast_fix_away(run_cli, tmp_path, write):
     """pytorch-tutorial's image captioning: DecoderRNN (an nn.LSTM) lives in model.py; autocast
     would run its cuDNN LSTM in fp16, so SF202 reports without a fix."""

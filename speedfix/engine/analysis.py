@@ -30,6 +30,7 @@ from speedfix.engine.rule import Rule
 from speedfix.engine.suppression import FileSuppressions, line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
+from speedfix.model.launch import self_test_block
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.model.project_files import ProjectFiles, display_path
@@ -180,6 +181,9 @@ def analyze(
         # A fix's transform may call back into its rule: the rules letting go of their findings
         # leave no reference cycle, so the file's tree is freed as soon as the caller is done.
         rule.findings = []
+    findings, skipped = _outside_self_test(context, findings, top_of)
+    if skipped is not None:
+        result.notes.append(Note(path, skipped))
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
     result.inputs = dict(project.inputs)
@@ -189,6 +193,22 @@ def analyze(
         result.notes.append(Note(path, note))
     deadline.check()  # a rule that took the limit's time out and swallowed it must not count as done
     return result
+
+
+def _outside_self_test(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]) -> tuple[list[Finding], str | None]:
+    """The findings outside the file's self-test block (``launch.self_test_block``), and a note
+    saying why the others are left out (None when there were none)."""
+    block = self_test_block(ctx) if findings else None
+    if block is None:
+        return findings, None
+    index = next(i for i, statement in enumerate(ctx.module.body) if statement is block)
+    kept = [f for f in findings if f.node is None or top_of.get(id(f.node)) != index]
+    if len(kept) == len(findings):
+        return findings, None
+    left = len(findings) - len(kept)
+    return kept, (f"{left} finding{'s' if left > 1 else ''} in the `if __name__ == \"__main__\":` block left out: "
+                  f"{ctx.links.trained_by} trains with this module and no launch command runs it on its own "
+                  "(a self-test)")
 
 
 def locate(

@@ -127,8 +127,12 @@ def only_detached(ctx: FileContext, site: CallSite) -> bool:
 
 def called_without_grad(ctx: FileContext, function: cst.FunctionDef) -> bool:
     """Does another scanned file call ``function`` under `torch.no_grad()` / `inference_mode()`
-    (`with torch.no_grad(): validate(...)` in train.py, `validate` defined here)?"""
+    (`with torch.no_grad(): validate(...)` in train.py, `validate` defined here)? For a method,
+    a call of that name on an object whose class the caller cannot name counts too."""
     name = function.name.value
+    if name in ctx.links.no_grad_methods and any(info.node is function and info.class_name
+                                                 for info in ctx.functions.get(name, ())):
+        return True  # `with torch.no_grad(): self.agent.act(obs)`, the agent's class unknown there
     for key in ctx.links.no_grad:
         owner, _, called = key.rpartition(".")
         if called == name and any(info.node is function and info.class_name == (owner or None)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -36,6 +36,7 @@ import libcst as cst
 
 from speedfix.model.context import FileContext
 from speedfix.model.project_files import Location, ProjectFiles, kept_for_scan
+from speedfix.syntax.nodes import is_main_guard
 
 SHELL_SUFFIXES = (".sh", ".bash", ".slurm")
 _SCRIPT_FOLDERS = ("scripts", "script", "bin", "run_scripts", "launch", "launchers")
@@ -67,6 +68,7 @@ class Launch:
     options: dict[str, object]  # the script's own, `--bf16 True` -> {"bf16": "True"}
     where: dict[str, Location] = field(default_factory=dict)  # the line of each option
     positional: tuple[str, ...] = ()  # the words after the script before its first option
+    direct: bool = True  # runs the script itself, not a file beside it that imports it (``_wrappers``)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,18 @@ def launches(ctx: FileContext) -> list[Launch]:
     if found is None:
         found = _LAUNCHES[ctx] = _find(ctx) if ctx.project is not None else []
     return found
+
+
+def self_test_block(ctx: FileContext) -> cst.If | None:
+    """The `if __name__ == "__main__":` block of a library module: a file that a scanned script
+    with a training loop imports (``Links.trained_by``) and that no launch command of the project
+    runs. The block runs only when someone runs the module on its own: a self-test or a demo
+    (awd-lstm's `splitcross.py` training a toy loss, a data set's loader smoke test), not the
+    training the scan is about."""
+    if ctx.links.trained_by is None or any(launch.direct for launch in launches(ctx)):
+        return None
+    return next((statement for statement in ctx.module.body
+                 if isinstance(statement, cst.If) and is_main_guard(statement.test)), None)
 
 
 def option(ctx: FileContext, *names: str, launcher: bool = False,
@@ -339,8 +353,11 @@ def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, 
         words = kept_for_scan(("words", logical), lambda: _words(logical))
         for index, word in enumerate(words):
             module = words[index - 1] == "-m" if index else False
-            if any(_names_script(project, path, word, module, runner) for runner in runners):
+            runner = next((runner for runner in runners if _names_script(project, path, word, module, runner)), None)
+            if runner is not None:
                 launch = _launch(path, start, physical, words[:index], words[index + 1:])
+                if runner != project.script:
+                    launch = replace(launch, direct=False)
                 found.append(launch)
                 break
     return found

@@ -71,7 +71,10 @@ _MATMUL_WORDS = (
     "gemma", "bart", "t5", "transformer", "vit", "deit", "swin", "beit", "linformer", "perceiver", "whisper",
     "wav2vec", "clip", "lstm", "gru", "rnn", "mlp", "mixer", "attention",
 )
-_WORD = re.compile("|".join(sorted(_CONV_WORDS + _MATMUL_WORDS, key=len, reverse=True)))
+# Graph networks (`GraphCNN`, `GCNII`): their "convolutions" are sparse and small dense matmuls,
+# neither cuDNN's nor a transformer's; the name says no family, whatever else it holds.
+_GRAPH_WORDS = ("graph", "gcn", "gnn")
+_WORD = re.compile("|".join(sorted(_CONV_WORDS + _MATMUL_WORDS + _GRAPH_WORDS, key=len, reverse=True)))
 
 # Options that name the architecture: `--model deeplabv3plus_mobilenet`, `--arch resnet50`,
 # `--classifier resnet18`.
@@ -114,6 +117,8 @@ def name_family(name: str) -> Family | None:
         start = match.start()
         if start and lower[start - 1].isalpha() and not name[start].isupper():
             continue  # inside a word: `activation` is no ViT
+        if match.group() in _GRAPH_WORDS:
+            return None  # a graph "convolution" is no cuDNN convolution: `GraphCNN` is no CNN
         found.add(Family.CONV if match.group() in _CONV_WORDS else Family.MATMUL)
     return found.pop() if len(found) == 1 else None
 

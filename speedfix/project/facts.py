@@ -41,7 +41,7 @@ from typing import Any, Iterable, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
                                     DETERMINISTIC_ALGORITHMS, MATMUL_LAYERS, MATMUL_METHODS,
-                                    NO_GRAD_CALLS, is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
+                                    NO_GRAD_CALLS, SYNC_SWITCHES, is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ class FunctionFacts:
     sparse: bool = False  # ... sparse matrix products (`torch.spmm`), here or in a scanned module's class it builds
     parts: tuple[str, ...] = ()  # ... what it builds of other modules, by qualified name (`layers.GraphConv`)
     syncs: bool = False  # reads a tensor's value on the host (`.item()`, `float(torch.sum(x))`): a metric helper
+    # switches DDP's gradient all-reduce (`module.no_sync()`, `require_backward_grad_sync`): a
+    # context manager such as NVlabs' `misc.ddp_sync(module, sync)`
+    switches_sync: bool = False
     # parameters it copies to the GPU with a blocking copy (`x.cuda()`, `x.to(device)` without `non_blocking`)
     blocking_copies: tuple[str, ...] = ()
     calls_params: tuple[str, ...] = ()  # parameters its training loop calls every step (a `forward_step_func`)
@@ -111,6 +114,9 @@ class ModuleFacts:
     # positional arguments passed, `*args`/`**kwargs` passed)
     constructions: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
     no_grad_calls: tuple[str, ...] = ()  # qualified names (through imports) called under `torch.no_grad()`
+    # methods called under `torch.no_grad()` on an object of a class the imports do not say
+    # (`self.agent.act(obs)` with an agent hydra builds from a config): their names
+    no_grad_methods: tuple[str, ...] = ()
     # a script (code at module level, or an `if __name__ == "__main__":` block) that chooses cuDNN's
     # algorithms outside any `if` (`cudnn.benchmark = True` in its `main()`); not a test's fixture
     cudnn: bool = False
@@ -149,6 +155,7 @@ class ModuleFacts:
             constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
                                 for q, m, k, n, s in record["constructions"]),
             no_grad_calls=tuple(map(str, record["no_grad_calls"])),
+            no_grad_methods=tuple(map(str, record["no_grad_methods"])),
             cudnn=bool(record["cudnn"]),
             handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
         )
@@ -251,6 +258,7 @@ class _Function:
     moves: bool = False  # `.to(...)`/`.cuda()` somewhere in its body
     blocking_copies: set[str] = field(default_factory=set)  # parameters it copies without `non_blocking`
     syncs: bool = False  # `.item()`/`.tolist()`, or `float(...)`/`int(...)` of a torch result, in its body
+    switches_sync: bool = False  # `.no_sync` or `.require_backward_grad_sync` in its body
     loops: list[_Loop] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
     made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
@@ -261,6 +269,9 @@ class _Function:
     called: set[str] = field(default_factory=set)  # every call's callee as written, outside periodic guards
     changes: set[str] = field(default_factory=set)  # names whose `.dataset` a loop changes
     calls: bool = False  # any call in its body
+    # what it returns as it got it from one call (as written): `return make(...)`, or
+    # `a, b = make(...)` then `return a, b`; "" when a return gives something else
+    forwards: str | None = None
 
 
 class _Collector(ast.NodeVisitor):
@@ -302,6 +313,7 @@ class _Collector(ast.NodeVisitor):
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
         self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
         self.no_grad_calls: set[str] = set()
+        self.no_grad_methods: set[str] = set()
         self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
         self.cudnn_at_top = False  # ... at module level
         self.entry = False  # an `if __name__ == "__main__":` block
@@ -595,6 +607,8 @@ class _Collector(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if _cuda_attribute(node):
             self._note_cuda()
+        if node.attr in SYNC_SWITCHES and self.function_stack:
+            self.function_stack[-1].switches_sync = True
         name = dotted(node)
         if name is not None:
             self._reference(name)
@@ -669,6 +683,8 @@ class _Collector(ast.NodeVisitor):
             qualified = self.resolve(func)
             if qualified is not None and qualified.split(".", 1)[0] not in _EXTERNAL:
                 self.no_grad_calls.add(qualified)
+            elif qualified is None and "." in func:
+                self.no_grad_methods.add(func.rpartition(".")[2])
         if loop is not None:
             if moves:
                 loop.uploads = True
@@ -711,6 +727,9 @@ class _Collector(ast.NodeVisitor):
         function = self.function_stack[-1] if self.function_stack else None
         if function is not None and node.value is not None and self._mentions_cuda(node.value):
             function.returns_cuda = True
+        if function is not None:
+            forwarded = self._forwarded(function, node.value)
+            function.forwards = forwarded if function.forwards in (None, forwarded) else ""
         if function is not None and function.class_name is None and node.value is not None:
             value = node.value
             made = function.made_by.get(value.id) if isinstance(value, ast.Name) else None
@@ -719,6 +738,18 @@ class _Collector(ast.NodeVisitor):
             for call in (n for n in ast.walk(value) if isinstance(n, ast.Call)):
                 self._builds_through(function.name, call)
         self.generic_visit(node)
+
+    def _forwarded(self, function: _Function, value: ast.expr | None) -> str:
+        """The call (as written) whose result ``value`` returns unchanged: `make(...)` itself, or
+        the names `a, b = make(...)` bound, in their order; "" for anything else."""
+        if isinstance(value, ast.Call):
+            return dotted(value.func) or ""
+        if not isinstance(value, ast.Tuple) or not value.elts:
+            return ""
+        makers = {function.made_by.get(e.id) if isinstance(e, ast.Name) else None for e in value.elts}
+        in_order = all(isinstance(e, ast.Name) and self.positions.get((id(function.made_by), e.id)) == i
+                       for i, e in enumerate(value.elts))
+        return next(iter(makers)) or "" if len(makers) == 1 and in_order else ""
 
     def _builds_through(self, owner: str, call: ast.Call) -> None:
         """What a call builds for ``owner``: the callee, and classes passed to it
@@ -809,6 +840,7 @@ class _Collector(ast.NodeVisitor):
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
+            no_grad_methods=tuple(sorted(self.no_grad_methods)),
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
             handed_functions=self._resolved([(callee, slot, name) for callee, slot, name in self.handed
                                              if name in self.functions]),
@@ -897,6 +929,7 @@ class _Collector(ast.NodeVisitor):
             moves=function.moves,
             cuda=function.cuda,
             syncs=function.syncs,
+            switches_sync=function.switches_sync,
             blocking_copies=tuple(sorted(function.blocking_copies)),
             calls_params=tuple(dict.fromkeys(callee for loop in training for callee, guarded in loop.calls
                                              if not guarded and callee in function.params)),
@@ -945,7 +978,7 @@ class _Collector(ast.NodeVisitor):
                 made = self.class_made_by.get(function.class_name, {}).get(loop.iterable)  # `self.train_loader`
             position = self.positions.get((id(made_by), loop.iterable), -1)
             for maker in dict.fromkeys([*self.makers.get((id(made_by), loop.iterable or ""), []), made]):
-                qualified = self.resolve(maker)
+                qualified = self.resolve(self._forwarded_maker(maker, function))
                 if qualified is None or qualified.split(".", 1)[0] in _EXTERNAL:
                     continue
                 per_epoch, uploads = found.get((qualified, position), (False, False))
@@ -967,6 +1000,17 @@ class _Collector(ast.NodeVisitor):
                 again = any(loop.nested for loop in loops) or function.name in called_in_loops
                 found[(qualified, position)] = (per_epoch or again, uploads or any(loop.uploads for loop in loops))
         return tuple((name, *uses, position) for (name, position), uses in sorted(found.items()))
+
+    def _forwarded_maker(self, maker: str | None, function: _Function | None) -> str | None:
+        """``maker``; for a function of this file that returns another call's result unchanged
+        (`data_set, data_loader = data_provider(args, flag)` then `return data_set, data_loader`
+        in `self._get_data(flag)`), that call's maker."""
+        if maker is None:
+            return None
+        head, _, rest = maker.partition(".")
+        owner = function.class_name if function is not None else None
+        local = self.functions.get(f"{owner}.{rest}" if head == "self" and owner and "." not in rest else maker)
+        return local.forwards if local is not None and local.forwards else maker
 
     def _loader_hands(self) -> tuple[tuple[str, str, str, int], ...]:
         """Loaders made by an imported function and handed to another (resolved through the imports)."""

@@ -31,6 +31,9 @@ What a file learns (``Links``):
   worker count is the option's default, not `get_loader`'s);
 - ``cudnn``: the file of a scan that imports it (in turn) and chooses cuDNN's algorithms for
   the process (`cudnn.benchmark = True` in the `main.py` that runs `solver.py`'s training), or None;
+- ``trained_by``: the file of a scan that imports it (in turn) and holds a training loop: this
+  one is its library, whose `if __name__ == "__main__":` block is a self-test (unless a launch
+  command runs it);
 - ``constructed``: its classes that other files build, and what they pass them (a constructor
   default another file overrides is not the run's value);
 - ``options``: the command-line options of the scripts that run it (a script that imports it,
@@ -66,6 +69,9 @@ class Links:
     cuda: str | None = None  # why the file runs on CUDA through another file
     hot: tuple[str, ...] = ()  # its functions (`f`, `Class.method`) called on every step from another file
     no_grad: tuple[str, ...] = ()  # its functions another file calls under `torch.no_grad()`
+    # methods other files call under `torch.no_grad()` on objects of classes they cannot name
+    # (an agent built from a config): by name only
+    no_grad_methods: tuple[str, ...] = ()
     # its functions whose returned loader another file's training loop iterates: (function, every
     # epoch, batches copied to a device, its dataset changed between epochs, the elements of the
     # tuple it returns that are iterated: `train_loader, val_loader = get_loaders()`; -1: the value)
@@ -82,6 +88,7 @@ class Links:
     # the calls differ or one of them leaves the default); parameter "*": a call passes `*args`/`**kwargs`
     arguments: tuple[tuple[str, str, str], ...] = ()
     cudnn: str | None = None  # an importer's file (as shown) that chooses cuDNN's algorithms for the process
+    trained_by: str | None = None  # an importer's file (as shown) that holds a training loop: this one is its library
     options: tuple[tuple[str, str], ...] = ()  # (destination, default's repr) of the scripts that run it
     option_holders: tuple[str, ...] = ()  # the names those scripts bind their parsed options to
 
@@ -108,6 +115,7 @@ class Links:
             "cuda": self.cuda,
             "hot": list(self.hot),
             "no_grad": list(self.no_grad),
+            "no_grad_methods": list(self.no_grad_methods),
             "feeds": [list(feed) for feed in self.feeds],
             "missing": list(self.missing),
             "constructed": [list(map(str, (name, method, ",".join(keywords), count, star)))
@@ -115,6 +123,7 @@ class Links:
             "kwargs": [list(given) for given in self.kwargs],
             "arguments": [list(given) for given in self.arguments],
             "cudnn": self.cudnn,
+            "trained_by": self.trained_by,
             "options": [list(option) for option in self.options],
             "option_holders": list(self.option_holders),
         }
@@ -283,11 +292,17 @@ def link(
     for path, names in _handed_to_steps(facts, prefixes).items():
         hot.setdefault(path, set()).update(names)
     no_grad = _called_functions(facts, prefixes, lambda module: module.no_grad_calls)
+    no_grad_methods: dict[str, set[Path]] = {}  # method name -> the files that call it under no_grad
+    for path, module in facts.items():
+        for name in module.no_grad_methods:
+            no_grad_methods.setdefault(name, set()).add(path)
     feeds = _loader_factories(facts, prefixes)
     constructed = _constructions(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
     arguments = _arguments_given(facts, prefixes)
     cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
+    runs = {path: module for path, module in facts.items() if not _is_test_file(Path(show(path)))}
+    trained_by = _imported_by_another(runs, prefixes, lambda module: module.trains, show)
     options = _run_options(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     links: dict[Path, Links] = {}
@@ -302,12 +317,14 @@ def link(
             cuda=cuda.get(path),
             hot=tuple(sorted(hot.get(path, ()))),
             no_grad=tuple(sorted(no_grad.get(path, ()))),
+            no_grad_methods=tuple(sorted(name for name, callers in no_grad_methods.items() if callers - {path})),
             feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
             missing=tuple(missing[path]),
             constructed=tuple(sorted(constructed.get(path, ()))),
             kwargs=kwargs.get(path, ()),
             arguments=arguments.get(path, ()),
             cudnn=cudnn.get(path),
+            trained_by=trained_by.get(path),
             options=options.get(path, ((), ()))[0],
             option_holders=options.get(path, ((), ()))[1],
         )
@@ -487,6 +504,25 @@ def _imported_by(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, 
     marked = {path: show(path) for path, module in facts.items() if marks(module)}
     spread = _spread_to_imports(marked, prefixes, lambda _, shown: shown)
     return {path: shown for path, shown in spread.items() if path not in marked}
+
+
+def _imported_by_another(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
+                         marks: Callable[[ModuleFacts], bool], show: Callable[[Path], str]) -> dict[Path, str]:
+    """The files that a file ``marks`` says something of imports, in turn, whether or not they
+    are marked themselves: file -> that importer's file (the first in path order)."""
+    found: dict[Path, str] = {}
+    for seed in sorted(path for path, module in facts.items() if marks(module)):
+        for path, shown in _spread_to_imports({seed: show(seed)}, prefixes, lambda _, shown: shown).items():
+            if path != seed:
+                found.setdefault(path, shown)
+    return found
+
+
+def _is_test_file(path: Path) -> bool:
+    """A test (`test_train.py`, `train_test.py`, `conftest.py`, anything in a `tests/` folder of
+    the path as shown): its training loops exercise code, they are not the run."""
+    return path.name.startswith("test_") or path.name.endswith("_test.py") or path.name == "conftest.py" \
+        or any(part in ("tests", "test") for part in path.parent.parts)
 
 
 def _run_options(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]

@@ -23,6 +23,8 @@ ITERABLE_WRAPPERS = frozenset({"enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm
 ITERABLE_WRAPPER_METHODS = frozenset({"log_every"})
 # Helpers that return a GPU device when there is one (d2l's `try_gpu()`, `try_all_gpus()`).
 CUDA_DEVICE_HELPERS = frozenset({"try_gpu", "try_all_gpus"})
+# DDP's switches of the gradient all-reduce: `model.no_sync()`, `model.require_backward_grad_sync = ...`.
+SYNC_SWITCHES = frozenset({"no_sync", "require_backward_grad_sync"})
 # Context managers and decorators that turn autograd off: code under them records no graph.
 NO_GRAD_CALLS = frozenset(f"{module}.{name}" for module in ("torch", "torch.autograd", "torch.autograd.grad_mode")
                           for name in ("no_grad", "inference_mode"))
