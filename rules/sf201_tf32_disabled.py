@@ -7,11 +7,12 @@ from speedfix.fixes.codegen import string_literal
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.flow import default_choice, off_by_default
 from speedfix.model.frameworks import fabric_in_fp32
-from speedfix.model.patterns import matmul_precision_choices
+from speedfix.model.patterns import matmul_precision_choices, tf32_switched_off
 from speedfix.model.tf32 import loop_gains_from_tf32
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, tf32_gain
 from speedfix.rules._examples import NARROW_MLP
+from speedfix.syntax.nodes import code_of
 
 
 class Tf32Disabled(Rule):
@@ -28,6 +29,10 @@ class Tf32Disabled(Rule):
     whose `Accelerator` states no `mixed_precision=` the scan can read (`**accelerate_kwargs`, or
     none): `accelerate launch --mixed_precision` or the machine's Accelerate config picks it, and
     in bf16 or fp16 no fp32 matmul is left to speed up.
+
+    Also finds TF32 switched off for matmuls on the default path
+    (`torch.backends.cuda.matmul.allow_tf32 = False`, as NVlabs' EDM and StyleGAN do for
+    numerical accuracy) with no other choice that runs: reported on that line, without a fix.
 
     ## Why is this bad?
     On Ampere and newer GPUs (A100, RTX 30xx, H100) fp32 matmuls can run on tensor cores in TF32,
@@ -242,6 +247,19 @@ class Tf32Disabled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # TF32 switched off on purpose (NVlabs' EDM): reported on that line, no fix
+            """
+            import torch
+
+            def main(loader):
+                torch.backends.cuda.matmul.allow_tf32 = False
+                model = torch.nn.Transformer(d_model=512).cuda()
+                optimizer = torch.optim.Adam(model.parameters(), fused=True)
+                for src, tgt in loader:
+                    model(src.cuda(), tgt.cuda()).mean().backward()
+                    optimizer.step()
+            """,
+        ),
         Invalid(  # a conv net with a Linear head multiplies matrices; an fp32 autocast and a bf16 copy
             # written on the host (llm.c's checkpoint export) are no mixed precision
             """
@@ -445,6 +463,13 @@ class Tf32Disabled(Rule):
         ctx = self.ctx
         if not loop_gains_from_tf32(ctx) or fabric_in_fp32(ctx):
             return  # (conv-only training: cuDNN convolutions use TF32 already; a Fabric's TF32 is SF901's)
+        off = tf32_switched_off(ctx)
+        if off is not None and off.statement is not None:
+            self.report(off.statement, f"TF32 is switched off (`{code_of(off.statement.body[0])}`): fp32 matmuls in "
+                        "this training loop run without tensor cores",
+                        no_fix_reason="a deliberate choice, often for numerical accuracy: set it to True (TF32 keeps "
+                        "fp32's range with a 10-bit mantissa) unless the run needs full fp32 matmuls")
+            return
         choices = matmul_precision_choices(ctx)
         chosen, gate = default_choice(ctx, choices)
         if chosen:

@@ -67,7 +67,8 @@ class LightningTrainerConfig(Rule):
     YAML; without one, the `trainer:` sections of the project's LightningCLI configs in
     `configs/` or `experiments/`), Lightning 1.x's `Trainer.from_argparse_args(args)` (CPU and
     fp32 unless `parser.set_defaults(...)`, the launch commands or the `lightning: trainer:`
-    section of the YAML files they name say otherwise), and `Trainer(**config["trainer"])` with
+    section of the YAML files they name say otherwise; `--accelerator ddp` with `--gpus 4` is
+    1.x's distributed backend on four GPUs), and `Trainer(**config["trainer"])` with
     a YAML file the script loads itself (`yaml.safe_load` of an argparse default), with the
     section hydra composes (`pl.Trainer(**cfg.trainer)`: `trainer/default.yaml`), or with a
     section of the YAML files the launch commands name that the script merges itself

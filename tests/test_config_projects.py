@@ -261,6 +261,34 @@ def test_accelerate_precision_from_a_config_spread_into_main(precision, expected
     assert result.stdout.splitlines() == expected
 
 
+@pytest.mark.parametrize("gpus, reported", [("4", True), ("0", False)])
+def test_lightning_1x_ddp_accelerator_trains_on_the_gpus_it_is_given(gpus, reported, write, run_cli, tmp_path):
+    """LoFTR's launch script: `--gpus=4 --accelerator="ddp"`; in Lightning 1.x `accelerator` named
+    the distributed backend, so the GPUs are what `gpus` says, and the fp32 default is reported."""
+    write("train.py", """\
+        import argparse
+        import pytorch_lightning as pl
+
+        def parse_args():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--exp_name", type=str, default="default")
+            parser = pl.Trainer.add_argparse_args(parser)
+            return parser.parse_args()
+
+        def main():
+            args = parse_args()
+            trainer = pl.Trainer.from_argparse_args(args, replace_sampler_ddp=False)
+            trainer.fit(Matcher(), datamodule=Pairs())
+
+        if __name__ == "__main__":
+            main()
+        """)
+    write("scripts/train.sh", f'n_gpus={gpus}\npython -u ./train.py --exp_name=outdoor --gpus=${{n_gpus}} '
+                              '--accelerator="ddp" --benchmark=True\n')
+    result = run_cli("scan", "train.py", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert ("trains in fp32 (`precision` defaults to 32)" in result.stdout) is reported
+
+
 def test_zero_grad_of_an_optimizer_accelerate_hands_to_deepspeed_is_left_alone(write, run_cli, tmp_path):
     write("train.py", "import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n"
                       "optimizer = torch.optim.AdamW(model.parameters())\n"

@@ -326,6 +326,26 @@ def matmul_precision_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatement
     ]
 
 
+def tf32_switched_off(ctx: FileContext) -> Assignment | None:
+    """`torch.backends.cuda.matmul.allow_tf32 = False` on the default path, when no other choice
+    of the fp32 matmul precision runs by default (NVlabs' EDM and StyleGAN switch TF32 off for
+    numerical accuracy): the assignment, else None."""
+    off: Assignment | None = None
+    for name, found in ctx.assignments.items():
+        if name.rsplit(".", 1)[-1] not in _TF32_SWITCHES or "cudnn" in name:
+            continue  # (cuDNN's switch is for convolutions)
+        for assignment in found:
+            if off_by_default(ctx, assignment.statement, assignment.stack) is not None:
+                continue
+            if not name.endswith("matmul.allow_tf32") or not (isinstance(assignment.value, cst.Name)
+                                                              and assignment.value.value == "False"):
+                return None  # another default-run choice (TF32 on, a precision string)
+            off = off or assignment
+    precision_calls = [site for site in ctx.calls_to("torch.set_float32_matmul_precision")
+                       if off_by_default(ctx, site.statement, site.stack) is None]
+    return None if precision_calls else off
+
+
 def _assigned(ctx: FileContext, wanted: Callable[[str], bool]) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:
     return [(a.statement, a.stack) for name, found in ctx.assignments.items() if wanted(name) for a in found]
 
