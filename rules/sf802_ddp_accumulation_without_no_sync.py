@@ -14,8 +14,6 @@ from speedfix.project.steps import SYNC_SWITCHES
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, target_names, walk_expression
 
-# What a script does when it already skips the all-reduce of non-final micro-steps.
-
 
 class DdpAccumulationWithoutNoSync(Rule):
     """

@@ -749,7 +749,9 @@ class _Collector(ast.NodeVisitor):
         makers = {function.made_by.get(e.id) if isinstance(e, ast.Name) else None for e in value.elts}
         in_order = all(isinstance(e, ast.Name) and self.positions.get((id(function.made_by), e.id)) == i
                        for i, e in enumerate(value.elts))
-        return next(iter(makers)) or "" if len(makers) == 1 and in_order else ""
+        if len(makers) != 1 or not in_order:
+            return ""
+        return next(iter(makers)) or ""
 
     def _builds_through(self, owner: str, call: ast.Call) -> None:
         """What a call builds for ``owner``: the callee, and classes passed to it

@@ -317,7 +317,7 @@ def link(
             cuda=cuda.get(path),
             hot=tuple(sorted(hot.get(path, ()))),
             no_grad=tuple(sorted(no_grad.get(path, ()))),
-            no_grad_methods=tuple(sorted(name for name, callers in no_grad_methods.items() if callers - {path})),
+            no_grad_methods=_no_grad_methods_of(module, path, no_grad_methods),
             feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
             missing=tuple(missing[path]),
             constructed=tuple(sorted(constructed.get(path, ()))),
@@ -516,6 +516,14 @@ def _imported_by_another(facts: dict[Path, ModuleFacts], prefixes: dict[Path, di
             if path != seed:
                 found.setdefault(path, shown)
     return found
+
+
+def _no_grad_methods_of(module: ModuleFacts, path: Path, callers: dict[str, set[Path]]) -> tuple[str, ...]:
+    """The methods of the file's classes that other files call under `torch.no_grad()` on objects
+    of a class they cannot name (not `forward`: `model.forward(x)` under no_grad says nothing of
+    every module's forward)."""
+    defined = {name.rpartition(".")[2] for name in module.functions if "." in name} - {"forward"}
+    return tuple(sorted(name for name in defined if callers.get(name, set()) - {path}))
 
 
 def _is_test_file(path: Path) -> bool:
