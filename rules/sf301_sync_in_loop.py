@@ -107,7 +107,8 @@ class SyncInLoop(BranchTracker, Rule):
     also around the call of a helper: `if args.visdom: update_plot(...)`; Accelerate's
     `if accelerator.sync_gradients:` is no such flag: it holds on every optimizer step), a helper that the step
     loop calls on one pass only (`if i == len(loader) - 1: validate(model, val_loader)`: once per
-    epoch), and names
+    epoch), a module's evaluation-mode branch (`if not self.training:` in a `forward`, also around
+    the call of a helper: OmniGen's `if offload_model and not self.training:`), and names
     that hold a Python number (`lossf = loss.item()` makes formatting `lossf` free; the `.item()`
     is the sync).
 
@@ -207,6 +208,35 @@ class SyncInLoop(BranchTracker, Rule):
     effect = "The CPU queues the next step while the GPU works (0-50 ms/step)."
 
     VALID = [
+        Valid(  # a module's evaluation-mode branch never runs in a training step (OmniGen's layer offload)
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+
+                def evict(self, index):
+                    for param in self.layers[index].parameters():
+                        param.data = param.data.to("cpu")
+
+                def forward(self, x, offload=False):
+                    for index, layer in enumerate(self.layers):
+                        if offload and not self.training:
+                            self.evict(index)
+                        x = layer(x)
+                    return x
+
+            model = Net().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = nn.functional.mse_loss(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # a validation pass on the last batch of each epoch: once per epoch, not on every step
             """
             import torch

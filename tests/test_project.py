@@ -1423,6 +1423,54 @@ def test_acting_under_no_grad_in_a_caller_that_cannot_name_the_agents_class(run_
     assert ("SF702" in result.stdout) is not caller_no_grad
 
 
+def test_a_sync_in_a_submodules_forward_of_another_file_runs_every_step(run_cli, tmp_path, write):
+    """FastSpeech2's length regulator: `predicted[i].item()` per phoneme in a module of
+    model/modules.py, which the model of model/net.py calls from its `forward` (`self.lr(x, d)`
+    with `self.lr = LengthRegulator()`); train.py calls the model every step."""
+    write("model/__init__.py", "")
+    write("model/modules.py", """\
+        import torch
+        import torch.nn as nn
+
+        class LengthRegulator(nn.Module):
+            def expand(self, batch, predicted):
+                out = []
+                for i, vec in enumerate(batch):
+                    out.append(vec.expand(max(int(predicted[i].item()), 0), -1))
+                return torch.cat(out, 0)
+
+            def forward(self, x, duration):
+                return torch.stack([self.expand(b, d) for b, d in zip(x, duration)])
+        """)
+    write("model/net.py", """\
+        import torch.nn as nn
+        from .modules import LengthRegulator
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lr = LengthRegulator()
+                self.proj = nn.Linear(256, 80)
+
+            def forward(self, x, d):
+                return self.proj(self.lr(x, d))
+        """)
+    write("train.py", """\
+        import torch
+        from model.net import Net
+
+        def main(loader):
+            model = Net().cuda()
+            opt = torch.optim.Adam(model.parameters(), fused=True)
+            for x, d, y in loader:
+                loss = (model(x.cuda(non_blocking=True), d.cuda(non_blocking=True)) - y.cuda(non_blocking=True)).pow(2).mean()
+                loss.backward()
+                opt.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    assert result.stdout.startswith("model/modules.py:8:43: SF301 `predicted[i].item()` in the training loop")
+
+
 def test_an_lstm_in_another_file_keeps_the_autocast_fix_away(run_cli, tmp_path, write):
     """pytorch-tutorial's image captioning: DecoderRNN (an nn.LSTM) lives in model.py; autocast
     would run its cuDNN LSTM in fp16, so SF202 reports without a fix."""

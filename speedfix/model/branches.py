@@ -58,6 +58,7 @@ class Rare(Enum):
     ONCE = "once"  # ends the run or the step loop, or runs on a single step
     ERROR = "error"  # an exception handler
     FLAG = "flag"  # an opt-in debugging or timing flag
+    EVAL = "eval"  # a module's evaluation mode only (`if not self.training:` in a `forward`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,14 +223,19 @@ def rare_path(ctx: FileContext, branches: Sequence[Branch], scope: cst.CSTNode |
     return _gated_calls(ctx, scope) if isinstance(scope, cst.FunctionDef) else None
 
 
-def _gated_calls(ctx: FileContext, function: cst.FunctionDef) -> RarePath | None:
+def _gated_calls(ctx: FileContext, function: cst.FunctionDef, depth: int = 0) -> RarePath | None:
     """A hot function whose every call in the training loop sits under an opt-in flag
-    (`if args.visdom: update_vis_plot(...)`): its code runs only with that flag."""
+    (`if args.visdom: update_vis_plot(...)`), or in evaluation mode only (`if not
+    self.training:` in a `forward`), also through one function that is itself gated so:
+    its code runs only with that flag, or not in training."""
     found: RarePath | None = None
     for site in ctx.local_callers(function):
         if site.statement is None or not ctx.in_training_loop(site.stack):
             continue
         found = _gate_of(ctx, site.statement, site.stack)
+        caller = ctx.function_of(site.stack)
+        if found is None and depth < 1 and isinstance(caller, cst.FunctionDef) and caller is not function:
+            found = _gated_calls(ctx, caller, depth + 1)
         if found is None:
             return None
     return found
@@ -243,6 +249,8 @@ def _gate_of(ctx: FileContext, statement: cst.BaseStatement, stack: Stack) -> Ra
             return None
         if isinstance(outer, cst.If) and isinstance(outer.body, cst.IndentedBlock) and inner in outer.body.body:
             branch = Branch(outer, True, stack)
+            if _in_eval_mode_only(outer.test, True):
+                return RarePath(Rare.EVAL, branch)
             flag = _opt_in_flag(ctx, outer.test, branch)
             if flag is not None and default_truth(ctx, outer.test, stack) is False:  # certainly off by default
                 return RarePath(Rare.FLAG, branch, flag)
@@ -256,11 +264,32 @@ def _rarity(ctx: FileContext, branch: Branch, scope: cst.CSTNode | None) -> Rare
         return RarePath(Rare.ERROR, branch)
     if branch.taken and _runs_on_one_step(ctx, node.test, scope):
         return RarePath(Rare.ONCE, branch)
+    if _in_eval_mode_only(node.test, branch.taken):
+        return RarePath(Rare.EVAL, branch)
     block = node.body if branch.taken else node.orelse.body if isinstance(node.orelse, cst.Else) else None
     if block is not None and _ends_the_loop(ctx, block, branch.stack, scope):
         return RarePath(Rare.ONCE, branch)
     flag = _opt_in_flag(ctx, node.test, branch)
     return RarePath(Rare.FLAG, branch, flag) if flag else None
+
+
+def _in_eval_mode_only(test: cst.BaseExpression, taken: bool) -> bool:
+    """Is the branch taken only when the module is not training: the body of `if not
+    self.training:` (also one operand of an `and`: OmniGen's `if offload_model and not
+    self.training:`), or the `else` of `if self.training:`?"""
+    if not taken:
+        return _is_self_training(test)
+    operands = []
+    while isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        operands.append(test.right)
+        test = test.left
+    operands.append(test)
+    return any(isinstance(operand, cst.UnaryOperation) and isinstance(operand.operator, cst.Not)
+               and _is_self_training(operand.expression) for operand in operands)
+
+
+def _is_self_training(node: cst.BaseExpression) -> bool:
+    return dotted_name(node) == "self.training"
 
 
 # ---------------------------------------------------------------- once

@@ -87,6 +87,9 @@ class ModuleFacts:
     functions: dict[str, FunctionFacts] = field(default_factory=dict)
     hot_calls: tuple[str, ...] = ()  # qualified names (through imports) called on every training step
     forward_calls: tuple[str, ...] = ()  # qualified names (through imports) a module's `forward` calls
+    # the `forward` of imported module classes run on every step: a submodule a `forward` calls
+    # (`self.lr(x)` with `self.lr = LengthRegulator()`), a model a training loop calls (`model(x)`)
+    forward_modules: tuple[str, ...] = ()
     # imported functions whose returned loader a training loop here iterates (`loader = get_loader()`):
     # (qualified name, iterated every epoch, its batches copied to a device, which element of the
     # tuple it returns the loop iterates: `train_loader, val_loader = get_loaders()`; -1: the value)
@@ -144,6 +147,7 @@ class ModuleFacts:
             functions=functions,
             hot_calls=tuple(map(str, record["hot_calls"])),
             forward_calls=tuple(map(str, record["forward_calls"])),
+            forward_modules=tuple(map(str, record["forward_modules"])),
             loader_calls=tuple((str(q), bool(e), bool(u), int(p[0]) if p else -1) for q, e, u, *p in record["loader_calls"]),
             loader_hands=tuple((str(m), str(c), str(s), int(p[0]) if p else -1) for m, c, s, *p in record["loader_hands"]),
             kwargs_given=tuple((str(c), str(k), str(v)) for c, k, v in record["kwargs_given"]),
@@ -832,6 +836,7 @@ class _Collector(ast.NodeVisitor):
             functions=functions,
             hot_calls=_project_names(self._hot_calls()),
             forward_calls=_project_names(self._forward_calls()),
+            forward_modules=_project_names(self._forward_modules()),
             loader_calls=self._loader_calls(),
             loader_hands=self._loader_hands(),
             kwargs_given=self._resolved(self.kwargs),
@@ -1039,6 +1044,29 @@ class _Collector(ast.NodeVisitor):
                         todo.append((self.functions[method], depth + 1))
                     elif method is None:
                         yield self.resolve(callee)
+
+    def _forward_modules(self) -> Iterator[str | None]:
+        """`Class.forward` (qualified) of the imported module classes whose objects run on every
+        step: called in a training loop (`model(x)` with `model = Net()`), or called by the
+        `forward` of a class of this file (`self.lr(x)` with `self.lr = LengthRegulator()`)."""
+        for loop in self.loops:
+            if not loop.marker:
+                continue
+            made_by = loop.function.made_by if loop.function is not None else self.made_at_module
+            for callee, guarded in loop.calls:
+                made = made_by.get(callee) if not guarded and "." not in callee else None
+                owner = self.resolve(made) if made is not None else None
+                if owner is not None:
+                    yield f"{owner}.forward"
+        for name, function in self.functions.items():
+            if function.class_name is None or not name.endswith(".forward"):
+                continue
+            attributes = self.class_made_by.get(function.class_name, {})
+            for callee in function.called:
+                made = attributes.get(callee) if callee.startswith("self.") and callee.count(".") == 1 else None
+                owner = self.resolve(made) if made is not None else None
+                if owner is not None:
+                    yield f"{owner}.forward"
 
     def _hot_calls(self) -> Iterator[str | None]:
         """Imported functions and methods of imported classes called on every step."""

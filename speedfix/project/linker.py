@@ -291,6 +291,8 @@ def link(
         hot.setdefault(path, set()).update(built)
     for path, names in _handed_to_steps(facts, prefixes).items():
         hot.setdefault(path, set()).update(names)
+    for path, names in _called_functions(facts, prefixes, lambda module: module.forward_modules).items():
+        hot.setdefault(path, set()).update(names)  # `model(x)`, `self.lr(x)`: their class's forward
     no_grad = _called_functions(facts, prefixes, lambda module: module.no_grad_calls)
     no_grad_methods: dict[str, set[Path]] = {}  # method name -> the files that call it under no_grad
     for path, module in facts.items():
