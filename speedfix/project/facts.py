@@ -1054,19 +1054,18 @@ class _Collector(ast.NodeVisitor):
                 continue
             made_by = loop.function.made_by if loop.function is not None else self.made_at_module
             for callee, guarded in loop.calls:
-                made = made_by.get(callee) if not guarded and "." not in callee else None
-                owner = self.resolve(made) if made is not None else None
-                if owner is not None:
-                    yield f"{owner}.forward"
+                yield self._forward_of(made_by.get(callee) if not guarded and "." not in callee else None)
         for name, function in self.functions.items():
             if function.class_name is None or not name.endswith(".forward"):
                 continue
             attributes = self.class_made_by.get(function.class_name, {})
             for callee in function.called:
-                made = attributes.get(callee) if callee.startswith("self.") and callee.count(".") == 1 else None
-                owner = self.resolve(made) if made is not None else None
-                if owner is not None:
-                    yield f"{owner}.forward"
+                yield self._forward_of(attributes.get(callee) if callee.startswith("self.") and callee.count(".") == 1 else None)
+
+    def _forward_of(self, made: str | None) -> str | None:
+        """`pkg.Class.forward` for an object made by ``made`` (as written), when it resolves."""
+        owner = self.resolve(made) if made is not None else None
+        return f"{owner}.forward" if owner is not None else None
 
     def _hot_calls(self) -> Iterator[str | None]:
         """Imported functions and methods of imported classes called on every step."""
