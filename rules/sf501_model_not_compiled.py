@@ -16,7 +16,8 @@ from speedfix.model.frames import Stack
 from speedfix.model.frameworks import ACCELERATOR, fabric_owned, in_lightning_callback, in_lightning_method
 from speedfix.model.index import CallSite
 from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, model_aliases, multiplies_sparse,
-                                     optimized_modules, optimizer_factories, peel, trained_models, wrapper_of)
+                                     optimized_modules, optimizer_factories, peel, step_method, trained_models,
+                                     wrapper_of)
 from speedfix.model.patterns import NO_GRAD
 from speedfix.model.subjects import call_subjects, is_for_model
 from speedfix.model.versions import v
@@ -101,7 +102,9 @@ class ModelNotCompiled(Rule):
     `model = torch.compile(model)`; the parameters are still shared, so the optimizer is right, but
     saved `state_dict` keys gain the `_orig_mod.` prefix, so the fix is refused when the file saves
     or loads a state dict. Scripts that already use `torch.compile` on their default path are left
-    alone.
+    alone. A step that runs the model only through a method of its own (`loss =
+    self.model.compute_loss(batch)`, never `self.model(...)`) gets no fix: compiling the module
+    compiles its `forward`, which that step never calls; the reason names the method to compile.
 
     ## Impact
     High: compiling is one of the largest single gains in training speed. Medium for a small
@@ -360,6 +363,23 @@ class ModelNotCompiled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the optimizer a hydra config names; the step runs the model through its own loss method
+            """
+            import hydra
+            import torch
+
+            class Workspace:
+                def __init__(self, cfg):
+                    self.model = hydra.utils.instantiate(cfg.policy).cuda()
+                    self.optimizer = hydra.utils.instantiate(cfg.optimizer, params=self.model.parameters())
+
+                def run(self, loader):
+                    for batch in loader:
+                        loss = self.model.compute_loss(batch)
+                        loss.backward()
+                        self.optimizer.step()
+            """
+        ),
         Invalid(  # the optimizer comes from a `set_optimizer(opt, model)` helper: the model is still trained
             """
             import torch
@@ -974,6 +994,12 @@ class ModelNotCompiled(Rule):
         if frozen is not None:
             self.report(node, message, no_fix_reason=f"`{frozen}` also runs in the step, frozen under `torch.no_grad()`: "
                         f"compile the module that does the work (`{frozen}.compile()` for a frozen backbone)")
+            return
+        method = step_method(self.ctx, model)
+        if method is not None:
+            self.report(node, message, no_fix_reason=f"the training step runs `{model}.{method}(...)`, never `{model}(...)`: "
+                        f"compiling the module compiles a `forward` the step does not call; compile the method "
+                        f"(`{model}.{method} = torch.compile({model}.{method})`) or the submodules it calls")
             return
         if not self.ctx.torch_version >= v("2.2") and self._touches_state_dict():
             self.report(node, message, no_fix_reason="with torch < 2.2 compiling renames state_dict keys (`_orig_mod.`)")

@@ -13,12 +13,12 @@ from speedfix.model.context import FileContext
 from speedfix.model.frameworks import (FP32_PRECISIONS, LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, fabric_setups,
                                        fitted_classes, in_lightning_method, lightning_on_gpu, lightning_precision,
                                        trainer_fits)
-from speedfix.model.hydra_config import INSTANTIATE, config_of
+from speedfix.model.hydra_config import config_of
 from speedfix.model.tf32 import loop_gains_from_tf32
 from speedfix.model.lightning_config import UNKNOWN, ConfiguredTrainer, TrainerValue, configured_trainers
 from speedfix.model.index import CallSite
 from speedfix.model.networks import conv2d_classes
-from speedfix.model.patterns import cudnn_settings, matmul_precision_chosen
+from speedfix.model.patterns import INSTANTIATE, cudnn_settings, matmul_precision_chosen
 from speedfix.model.versions import v
 from speedfix.syntax.nodes import code_of
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model, tf32_gain

@@ -440,6 +440,42 @@ def test_a_device_option_that_defaults_to_the_cpu_unless_a_launch_command_passes
     assert "SF202" in run_cli("scan", ".", "--select", "SF202", "--no-summary", cwd=tmp_path).stdout
 
 
+def _workspace(tmp_path: Path) -> Path:
+    """The bundled hydra workspace project: `train.py` builds the class a config's `_target_`
+    names, whose `run()` trains on `torch.device(cfg.training.device)`."""
+    project = tmp_path / "hydra_workspace"
+    shutil.copytree(PROJECTS / "hydra_workspace", project)
+    return project
+
+
+def test_a_device_every_run_config_of_the_package_names_is_where_a_workspace_trains(run_cli, tmp_path):
+    """`pkg/config/*.yaml` beside `pkg/workspace/` is read; their `training.device` is CUDA in
+    each, so the workspace trains on a GPU. When one config says `cpu`, the device is unknown:
+    the file itself never names CUDA, and no GPU advice is given."""
+    project = _workspace(tmp_path)
+    assert "SF202" in run_cli("scan", ".", "--no-summary", cwd=project).stdout
+    mlp = project / "dpolicy" / "config" / "train_mlp_workspace.yaml"
+    mlp.write_text(mlp.read_text().replace("device: cuda:0", "device: cpu"))
+    assert run_cli("scan", ".", "--no-summary", cwd=project).stdout == ""
+
+
+@pytest.mark.parametrize("step, fixed", [("self.model.compute_loss(batch)", False),
+                                         ("F.mse_loss(self.model(batch['action']), batch['action'])", True)])
+def test_compile_advice_for_a_model_the_step_runs_through_a_method_of_its_own(step, fixed, run_cli, tmp_path):
+    """A hydra-built optimizer (`instantiate(cfg.optimizer, params=self.model.parameters())`)
+    trains `self.model`. A step that runs only `self.model.compute_loss(batch)` never calls the
+    compiled `forward`: no fix, and the reason names the method to compile instead."""
+    project = _workspace(tmp_path)
+    workspace = project / "dpolicy" / "workspace" / "train_unet_workspace.py"
+    code = workspace.read_text().replace("self.model.compute_loss(batch)", step)
+    workspace.write_text("import torch.nn.functional as F\n" + code)
+    result = run_cli("scan", ".", "--select", "SF501", "--output-format", "json", cwd=project)
+    (finding,) = json.loads(result.stdout)
+    assert (finding["fix"] is not None) is fixed
+    if not fixed:
+        assert "`self.model.compute_loss = torch.compile(self.model.compute_loss)`" in finding["no_fix_reason"]
+
+
 # ---------------------------------------------------------------------- the torch a project pins
 ADAM = """\
 import torch

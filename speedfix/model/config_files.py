@@ -1,7 +1,8 @@
 """The YAML run configs a project keeps, read without the script naming them.
 
 Config-driven projects keep one YAML file per run in a `configs/` (or `config/`, `conf/`,
-`experiments/`) folder of the project's top or of the script's folder, and name there what a
+`experiments/`) folder of the script's folder or of a folder above it up to the project's top
+(`pkg/config/` beside `pkg/workspace/train.py`), and name there what a
 run builds: `model: {target: pkg.models.VQModel}` (taming-transformers' and Stable Diffusion's
 `instantiate_from_config`), `_target_:` (hydra), `class_path:` (LightningCLI). Four questions are
 answered from them:
@@ -130,7 +131,7 @@ def _read(ctx: FileContext) -> list[tuple[Path, Node]]:
             for sub in project.subfolders(folder):
                 collect(sub, depth - 1)
 
-    for base in dict.fromkeys((project.top(), project.folder)):
+    for base in reversed(project.folders_up()):
         subfolders = project.subfolders(base)
         for name in FOLDERS:
             if base / name in subfolders:

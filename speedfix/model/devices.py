@@ -29,8 +29,15 @@ def uses_cuda(ctx: FileContext) -> bool:
     found = _USES_CUDA.get(ctx)
     if found is None:
         found = _USES_CUDA[ctx] = (ctx.mentions_cuda and not cpu_by_default(ctx)) or ctx.links.cuda is not None \
-            or framework_uses_cuda(ctx)
+            or framework_uses_cuda(ctx) or _configured_cuda(ctx)
     return found
+
+
+def _configured_cuda(ctx: FileContext) -> bool:
+    """Is a device that the script names only through a setting CUDA by default:
+    `torch.device(cfg.training.device)` where every run config of the project says `cuda:0`?"""
+    return any(site.node.args and (device := string_value(ctx, site.node.args[0].value, site.stack)) is not None
+               and device.startswith("cuda") for site in ctx.calls_to("torch.device"))
 
 
 def trains_on_cpu_only(ctx: FileContext) -> bool:

@@ -27,10 +27,10 @@ import libcst as cst
 from speedfix.model.arguments import find_argument, string_value
 from speedfix.model.config_tree import Node, load_mapping
 from speedfix.model.context import FileContext
+from speedfix.model.patterns import INSTANTIATE
 from speedfix.model.project_files import Location, ProjectFiles
 
 HYDRA_MAIN = ("hydra.main",)
-INSTANTIATE = ("hydra.utils.instantiate", "hydra.utils.call", "hydra.instantiate")
 _DICTCONFIG = ("omegaconf.DictConfig", "omegaconf.dictconfig.DictConfig")
 _MAX_DEPTH = 8
 

@@ -20,7 +20,7 @@ from speedfix.model.flow import comes_before, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import FrameKind, Stack, class_of
 from speedfix.model.index import Assignment, CallSite
-from speedfix.model.patterns import NN_MODULE, OPTIMIZER_PREFIX
+from speedfix.model.patterns import INSTANTIATE, NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.model.project_classes import project_class
 from speedfix.project import FunctionFacts
 from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, NOT_CONV_NETS, SPARSE_MATMULS, layer_kind
@@ -506,12 +506,22 @@ def is_module_class(ctx: FileContext, name: str) -> bool:
 
 
 # ---------------------------------------------------------------- the trained model
+def optimizer_parameters(ctx: FileContext, site: CallSite) -> cst.BaseExpression | None:
+    """What an optimizer call is given to update: its first argument, or the `params=` that
+    hydra's `instantiate` passes on."""
+    args = site.node.args
+    if _instantiates(ctx, site):
+        return next((arg.value for arg in args if arg.keyword is not None and arg.keyword.value == "params"), None)
+    return args[0].value if args else None
+
+
 def optimized_module(ctx: FileContext, site: CallSite) -> str | None:
     """`X` in `Optimizer(X.parameters(), ...)`, in its param groups, or in a variable that holds
     them (`params = model.parameters()`): the one module whose parameters an optimizer updates."""
-    if not site.node.args:
+    params = optimizer_parameters(ctx, site)
+    if params is None:
         return None
-    roots = _parameter_roots(ctx, site.node.args[0].value, site.stack, depth=0)
+    roots = _parameter_roots(ctx, params, site.stack, depth=0)
     if len(roots) != 1:
         return None
     root = roots.pop()
@@ -601,11 +611,26 @@ def _unwrapped_name(value: cst.BaseExpression) -> str | None:
     return dotted_name(value)
 
 
+_INSTANTIATE_LEAVES = frozenset(name.rsplit(".", 1)[-1] for name in INSTANTIATE)
+
+
+def _instantiates(ctx: FileContext, site: CallSite) -> bool:
+    """`hydra.utils.instantiate(...)` (however imported)."""
+    return (site.func or "").rsplit(".", 1)[-1] in _INSTANTIATE_LEAVES and ctx.call_qualname(site) in INSTANTIATE
+
+
 def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
     """`torch.optim.AdamW(...)`, also chosen by name: `getattr(torch.optim, args.optimizer)(...)`,
     or an optimizer class of the file's own built on `torch.optim.Optimizer` (a hand-written LARS
-    or LAMB for large-batch training): it updates the model's parameters all the same."""
+    or LAMB for large-batch training), or the one a hydra config names, handed the parameters
+    (`hydra.utils.instantiate(cfg.optimizer, params=model.parameters())`): it updates the model's
+    parameters all the same."""
     func = site.node.func
+    if _instantiates(ctx, site):
+        params = optimizer_parameters(ctx, site)
+        return params is not None and any(
+            isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and _gives_parameters(node.func)
+            for node in walk_expression(params))
     if type(func) is cst.Call and dotted_name(func.func) == "getattr" and func.args:
         return ctx.qualname(func.args[0].value) == "torch.optim"
     if type(func) is cst.Name and func.value in ctx.classes:
@@ -653,7 +678,8 @@ def self_optimizing_classes(ctx: FileContext) -> set[str]:
         owner = class_of(site.stack)
         if owner is None or not site.node.args or not is_module_class(ctx, owner.name.value):
             continue
-        if is_optimizer_call(ctx, site) and _parameter_roots(ctx, site.node.args[0].value, site.stack, depth=1) == {"self"}:
+        params = optimizer_parameters(ctx, site)
+        if params is not None and is_optimizer_call(ctx, site) and _parameter_roots(ctx, params, site.stack, depth=1) == {"self"}:
             found.add(owner.name.value)
     return found
 
@@ -663,8 +689,9 @@ def optimized_modules(ctx: FileContext) -> set[str]:
     (a CycleGAN's `Adam(itertools.chain(G_AB.parameters(), G_BA.parameters()))`)."""
     found: set[str] = set()
     for site in ctx.calls:
-        if is_optimizer_call(ctx, site) and site.node.args:
-            found |= _parameter_roots(ctx, site.node.args[0].value, site.stack, depth=0)
+        params = optimizer_parameters(ctx, site)
+        if params is not None and is_optimizer_call(ctx, site):
+            found |= _parameter_roots(ctx, params, site.stack, depth=0)
     return found | {model for model, _ in optimizer_factories(ctx)}
 
 
@@ -820,6 +847,38 @@ def model_names(ctx: FileContext, model: str, stack: Stack) -> dict[cst.CSTNode 
                 if param is not None:
                     names.setdefault(callee[0].node, set()).add(param)
     return names
+
+
+# What `torch.nn.Module` itself defines: calling one of these does not run the model's own code.
+_MODULE_API = frozenset({
+    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval", "float",
+    "get_buffer", "get_parameter", "get_submodule", "half", "load_state_dict", "modules", "named_buffers",
+    "named_children", "named_modules", "named_parameters", "parameters", "register_buffer", "register_forward_hook",
+    "register_forward_pre_hook", "register_full_backward_hook", "register_module", "register_parameter",
+    "requires_grad_", "share_memory", "state_dict", "to", "to_empty", "train", "type", "zero_grad",
+})
+
+
+def step_method(ctx: FileContext, model: str) -> str | None:
+    """The method of its own through which the training loop runs ``model`` when it never calls
+    the model itself (`loss = self.model.compute_loss(batch)`, diffusion_policy's policies; also
+    through DDP's `.module`): a compiled `forward` would not run there."""
+    if model == "self":
+        return None  # a module's own step: it calls its submodules
+    method = None
+    for site in ctx.calls:
+        if not ctx.in_training_loop(site.stack):
+            continue
+        func = site.func
+        if func is None or not func.startswith(model):
+            continue
+        rest = func[len(model):].removeprefix(".module")
+        if rest in ("", ".forward"):
+            return None  # `model(x)`: the forward runs
+        leaf = rest[1:]
+        if rest.startswith(".") and "." not in leaf and leaf not in _MODULE_API and ctx.is_hot(site.stack):
+            method = method or leaf
+    return method
 
 
 def model_aliases(ctx: FileContext, model: str, function: cst.CSTNode | None) -> set[str]:

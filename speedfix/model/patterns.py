@@ -30,6 +30,8 @@ AUTOCAST = (
     "torch.cpu.amp.autocast",
 )
 OPTIMIZER_PREFIX = "torch.optim."
+# hydra builds the object its config names (`_target_: torch.optim.AdamW`) from the arguments given.
+INSTANTIATE = ("hydra.utils.instantiate", "hydra.utils.call", "hydra.instantiate")
 NO_GRAD = tuple(sorted(NO_GRAD_CALLS))
 NN_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 _DTYPES = {
