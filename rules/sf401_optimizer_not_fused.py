@@ -21,6 +21,8 @@ _FUSABLE = FUSABLE_OPTIMIZERS
 _TRANSFORMERS_ADAMW = ("transformers.AdamW", "transformers.optimization.AdamW")
 # Options that rule out, or explicitly choose, an implementation: the user decided.
 _CHOSEN = ("fused", "foreach", "differentiable")
+# Fused Adam/AdamW take CPU parameters too from this version on (CUDA ones since 2.0).
+_FUSED_ANYWHERE = v("2.4")
 
 
 class OptimizerNotFused(Rule):
@@ -55,9 +57,10 @@ class OptimizerNotFused(Rule):
 
     ## Fix safety
     Unsafe: every parameter must be a floating-point tensor on a supported device (CUDA, and the
-    CPU since torch 2.4, which is why the rule targets 2.4 and newer), `fused` cannot be combined
-    with `foreach` or `differentiable`, and results differ in the last bits. torch 2.0.0's fused
-    AdamW gave worse losses under fp16 AMP (pytorch#96755). It can be slower on some GPUs
+    CPU since torch 2.4: for torch 2.1-2.3 the finding has no fix, since a script that falls back
+    to the CPU without a GPU would raise), `fused` cannot be combined with `foreach` or
+    `differentiable`, and results differ in the last bits. torch 2.0.0's fused AdamW gave worse
+    losses under fp16 AMP (pytorch#96755), which is why the rule targets 2.1 and newer. It can be slower on some GPUs
     (pytorch#121857, A40): benchmark it. SGD is never fused automatically: fused SGD corrupts
     momentum on GradScaler-skipped steps (LibreYOLO#771).
 
@@ -83,7 +86,7 @@ class OptimizerNotFused(Rule):
     loss_check = LossCheck.NUMERICS
     fix_title = "Use the fused implementation (`fused=True`)"
     gpu_only = True
-    min_torch = v("2.4")
+    min_torch = v("2.1")
     effect = "One fused kernel per optimizer step: 2-3 ms/iteration in litgpt."
 
     VALID = [
@@ -214,6 +217,15 @@ class OptimizerNotFused(Rule):
             optimizer = optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
             """,
         ),
+        Invalid(  # torch 2.1-2.3: fused AdamW needs CUDA parameters, and the script may fall back to the CPU
+            """
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = Net().to(device)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+            """,
+            torch="2.3",
+        ),
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
@@ -242,6 +254,12 @@ class OptimizerNotFused(Rule):
         for site in self.ctx.calls:
             if isinstance(site.node.func, cst.Name) and self.ctx.qualname(site.node.func) is None:
                 self._alias(site)
+        if not self.ctx.torch_version >= _FUSED_ANYWHERE:
+            for finding in self.findings:
+                if finding.fix is not None:
+                    finding.fix = None
+                    finding.no_fix_reason = (f"before torch {_FUSED_ANYWHERE} `fused=True` raises for parameters on "
+                                             "the CPU: pass it where the run is certainly on a GPU")
 
     def _add_fused(self, call: cst.Call) -> Transform:
         return Transform(call, lambda node: append_args(
