@@ -12,7 +12,7 @@ from speedfix.model.flow import comes_before
 from speedfix.model.frames import in_inference_branch
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype, without_layout_calls
-from speedfix.model.rl import in_rollout
+from speedfix.model.rl import HostBuffer, filled_once, host_buffer, in_rollout, is_buffer_sampler
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -35,18 +35,23 @@ _LEGACY_TYPES = {
 _CASTS = frozenset({"float", "double", "long", "int", "bool"})
 
 
-def _converts_data(ctx: FileContext, call: cst.Call) -> bool:
-    """`torch.from_numpy(x)` or `torch.FloatTensor(data)`, with an optional cast (`.float()`):
-    data the program has turned into a CPU tensor, not a tensor made to be moved. Not a legacy
-    type given a size (`torch.BoolTensor(x.size())`) or numbers written in the code
+def _converted_data(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
+    """`data` of `torch.from_numpy(data)` or `torch.FloatTensor(data)`, with an optional cast
+    (`.float()`): data the program has turned into a CPU tensor, not a tensor made to be moved.
+    Not a legacy type given a size (`torch.BoolTensor(x.size())`) or numbers written in the code
     (`torch.Tensor([[0.1, 0.1, 0.2, 0.2]])`): those are made to be moved."""
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in _CASTS and not call.args \
             and isinstance(call.func.value, cst.Call):
         call = call.func.value
     if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
-        return False
+        return None
     qualified = ctx.qualname(call.func)
-    return qualified == "torch.from_numpy" or (qualified in _LEGACY_TYPES and not _written_out(call.args[0].value))
+    data = call.args[0].value
+    return data if qualified == "torch.from_numpy" or (qualified in _LEGACY_TYPES and not _written_out(data)) else None
+
+
+def _converts_data(ctx: FileContext, call: cst.Call) -> bool:
+    return _converted_data(ctx, call) is not None
 
 
 def _written_out(value: cst.BaseExpression) -> bool:
@@ -113,6 +118,14 @@ class CreateThenMove(Rule):
     is written, so `torch.as_tensor(x, dtype=..., device=...)` would save nothing. Pinned memory
     and `non_blocking=True`, or keeping the buffer on the GPU, is what helps there. A legacy type
     given a size (`torch.BoolTensor(x.size())`) or numbers written out is no such data.
+
+    One exception: a replay buffer that keeps its storage in numpy arrays (`self.state =
+    np.zeros((size, dim))`), is loaded whole once (TD3+BC's `convert_D4RL` of an offline dataset:
+    a method that replaces the arrays, called on the buffer) and never written row by row while it
+    trains (no scanned file calls its `add`), gathers each batch on the host and copies it over
+    on every update, for data that never changes: its `sample` is reported once, without a fix
+    (keep the arrays on the GPU and index them there). An online buffer, filled as the agent acts,
+    is left alone: its rows reach the GPU either way.
 
     Not in a module's eval-mode branch (`if not self.training:`, the `else:` of `if
     self.training:`, or what follows `if self.training: return loss`): what a detector builds
@@ -314,6 +327,60 @@ class CreateThenMove(Rule):
                     return self.actor(state)
             """
         ),
+        Invalid(  # an offline dataset loaded whole into a numpy buffer, gathered and copied on every update
+            """
+            import numpy as np
+            import torch
+
+            class ReplayBuffer:
+                def __init__(self, state_dim, size):
+                    self.state = np.zeros((size, state_dim))
+                    self.reward = np.zeros((size, 1))
+
+                def add(self, state, reward):
+                    self.state[self.ptr] = state
+                    self.reward[self.ptr] = reward
+
+                def load(self, dataset):
+                    self.state = dataset["observations"]
+                    self.reward = dataset["rewards"]
+
+                def sample(self, batch_size):
+                    ind = np.random.randint(0, len(self.state), size=batch_size)
+                    return torch.FloatTensor(self.state[ind]).cuda(), torch.FloatTensor(self.reward[ind]).cuda()
+
+            buffer = ReplayBuffer(17, 1000000)
+            buffer.load(dataset)
+            for step in range(1000000):
+                agent.train(buffer.sample(256))
+            """
+        ),
+        Valid(  # the same buffer filled row by row as an online agent acts: the rows reach the GPU either way
+            """
+            import numpy as np
+            import torch
+
+            class ReplayBuffer:
+                def __init__(self, state_dim, size):
+                    self.state = np.zeros((size, state_dim))
+
+                def add(self, state):
+                    self.state[self.ptr] = state
+
+                def load(self, dataset):
+                    self.state = dataset["observations"]
+
+                def sample(self, batch_size):
+                    ind = np.random.randint(0, len(self.state), size=batch_size)
+                    return torch.FloatTensor(self.state[ind]).cuda()
+
+            buffer = ReplayBuffer(17, 1000000)
+            for step in range(1000000):
+                state, reward, done, info = env.step(action)
+                buffer.add(state)
+                agent.train(buffer.sample(256))
+            """
+        ),
         Invalid(  # reshaped on the CPU first, then copied: the device goes to the factory
             """
             import torch
@@ -458,10 +525,36 @@ class CreateThenMove(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
+        self._sampled: dict[cst.CSTNode, list[tuple[cst.Call, str, HostBuffer]]] = {}
         for site in ctx.method_calls("to"):
             self._check(site, "to")
         for site in ctx.method_calls("cuda"):
             self._check(site, "cuda")
+        for function, copies in self._sampled.items():
+            self._report_host_buffer(function, copies)
+
+    def _sampled_on_host(self, site: CallSite, data: cst.BaseExpression) -> None:
+        """`torch.FloatTensor(self.state[ind]).to(device)` in the `sample` of a replay buffer that
+        keeps numpy arrays, loaded once (``filled_once``): noted for one finding per method."""
+        ctx = self.ctx
+        owner = ctx.class_of(site.stack)
+        array = dotted_name(data.value) if isinstance(data, cst.Subscript) else None
+        if owner is None or array is None or not array.startswith("self.") or not is_buffer_sampler(site.stack):
+            return
+        buffer = host_buffer(ctx, owner.name.value)
+        if buffer is not None and array[5:] in buffer.arrays and filled_once(ctx, buffer):
+            self._sampled.setdefault(ctx.function_of(site.stack), []).append((site.node, array, buffer))
+
+    def _report_host_buffer(self, function: cst.CSTNode, copies: list[tuple[cst.Call, str, HostBuffer]]) -> None:
+        move, array, buffer = copies[0]
+        more = f" and {len(copies) - 1} more" if len(copies) > 1 else ""
+        method = function.name.value if isinstance(function, cst.FunctionDef) else "sample"
+        loaders = ", ".join(f"`{name}`" for name in sorted(buffer.loaders - buffer.writers))
+        self.report(move, f"`{buffer.name}.{method}` gathers every batch from numpy arrays on the host "
+                    f"(`{array}[...]`{more}) and copies it to the GPU",
+                    no_fix_reason=f"the buffer is loaded whole ({loaders}) and never written row by row while it "
+                    "trains: keep its arrays on the GPU as tensors, made once, and draw the indices there "
+                    "(`torch.randint(..., device=...)`)")
 
     def _check(self, site: CallSite, method: str) -> None:
         ctx = self.ctx
@@ -472,8 +565,10 @@ class CreateThenMove(Rule):
             return
         if not isinstance(made, cst.Call) or not self._runs_every_step(site):
             return
-        if _converts_data(ctx, made):
-            return  # data the step needs on the GPU: it travels either way (see the docs)
+        data = _converted_data(ctx, made)
+        if data is not None:
+            self._sampled_on_host(site, data)
+            return  # data the step needs on the GPU: it travels either way (see the docs), unless a buffer holds it
         factory = without_layout_calls(made)  # `torch.linspace(...).unsqueeze(1).expand(b, n)`
         if not isinstance(factory, cst.Call):
             return

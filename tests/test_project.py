@@ -1796,3 +1796,48 @@ def test_a_function_handed_to_another_files_step_runs_every_step(run_cli, write,
     result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path).stdout
     assert result.startswith("pretrain.py:8:8: SF301 `mask.sum().item()` in the training loop")
     assert "pretrain.py:14" not in result  # `evaluate` calls its function once, outside a training loop
+
+
+BUFFER = """\
+    import numpy as np
+    import torch
+
+
+    class ReplayBuffer:
+        def __init__(self, state_dim, max_size=int(1e6)):
+            self.state = np.zeros((max_size, state_dim))
+            self.reward = np.zeros((max_size, 1))
+            self.device = torch.device("cuda")
+
+        def add(self, state, reward):
+            self.state[self.ptr] = state
+            self.reward[self.ptr] = reward
+
+        def load_dataset(self, dataset):
+            self.state = dataset["observations"]
+            self.reward = dataset["rewards"]
+
+        def sample(self, batch_size):
+            ind = np.random.randint(0, len(self.state), size=batch_size)
+            return torch.FloatTensor(self.state[ind]).to(self.device), torch.FloatTensor(self.reward[ind]).to(self.device)
+    """
+
+
+@pytest.mark.parametrize("online", [False, True])
+def test_a_buffer_another_file_loads_once_is_sampled_on_the_host_every_update(run_cli, tmp_path, write, online):
+    """`main.py` builds `utils.ReplayBuffer`, loads an offline dataset into it and trains from
+    it: the buffer's `sample` gathers numpy rows and copies them on every update (one finding,
+    no fix). When `main.py` also adds rows as it acts, the buffer is an online one: nothing."""
+    write("utils.py", BUFFER)
+    write("main.py", f"""\
+        import utils
+
+        buffer = utils.ReplayBuffer(17)
+        buffer.load_dataset(dataset)
+        for t in range(1000000):
+            {"buffer.add(*env.step(action)[:2])" if online else "pass"}
+            agent.train(buffer.sample(256))
+        """)
+    result = run_cli("scan", ".", "--select", "SF701", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["line"], f["fix"]) for f in json.loads(result.stdout)]
+    assert found == ([] if online else [("utils.py", 21, None)])

@@ -10,6 +10,7 @@ there (a tensor made on the CPU and copied over, a graph recorded for an action)
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
 import libcst as cst
@@ -21,6 +22,8 @@ from speedfix.syntax.nodes import walk_expression
 
 _BUFFER_CLASS = re.compile(r"buffer|replay|memory|storage|rollout", re.IGNORECASE)
 _BUFFER_NAME = re.compile(r"buffer$|^(replay_)?memory$|^replay$", re.IGNORECASE)
+# numpy allocations a buffer keeps its storage in (`self.state = np.zeros((max_size, state_dim))`)
+_HOST_ALLOCATIONS = frozenset(f"numpy.{name}" for name in ("zeros", "empty", "ones", "full"))
 
 
 def reads_replay_buffer(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> bool:
@@ -85,3 +88,56 @@ def _env_loops(ctx: FileContext) -> set[cst.CSTNode]:
 
 
 _ENV_LOOPS: WeakKeyDictionary[FileContext, set[cst.CSTNode]] = WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class HostBuffer:
+    """A replay buffer class that keeps its storage in numpy arrays it allocates."""
+
+    name: str
+    arrays: frozenset[str]  # `state` for `self.state = np.zeros((max_size, state_dim))` in `__init__`
+    writers: frozenset[str]  # its methods that write single rows: `self.state[self.ptr] = state`
+    loaders: frozenset[str]  # its methods that replace the arrays whole: `self.state = dataset["observations"]`
+
+
+def host_buffer(ctx: FileContext, class_name: str) -> HostBuffer | None:
+    """The replay buffer class ``class_name`` of this file, when its storage is numpy arrays."""
+    info = ctx.classes.get(class_name)
+    if info is None or not _BUFFER_CLASS.search(class_name):
+        return None
+    arrays: set[str] = set()
+    rows: set[tuple[str, str]] = set()  # (method, attribute) of `self.state[self.ptr] = state`
+    whole: set[tuple[str, str]] = set()  # (method, attribute) of `self.state = ...` outside `__init__`
+    for method in info.node.body.body:
+        if not isinstance(method, cst.FunctionDef):
+            continue
+        for node in walk_expression(method.body):
+            if not isinstance(node, cst.Assign):
+                continue
+            for target in node.targets:
+                written = target.target.value if isinstance(target.target, cst.Subscript) else target.target
+                name = dotted_name(written) or ""
+                if not name.startswith("self.") or name.count(".") != 1:
+                    continue
+                if isinstance(target.target, cst.Subscript):
+                    rows.add((method.name.value, name[5:]))
+                elif method.name.value != "__init__":
+                    whole.add((method.name.value, name[5:]))
+                elif isinstance(node.value, cst.Call) and ctx.qualname(node.value.func) in _HOST_ALLOCATIONS:
+                    arrays.add(name[5:])
+    if not arrays:
+        return None
+    return HostBuffer(class_name, frozenset(arrays), frozenset(method for method, name in rows if name in arrays),
+                      frozenset(method for method, name in whole if name in arrays))
+
+
+def filled_once(ctx: FileContext, buffer: HostBuffer) -> bool:
+    """Is the buffer loaded whole and never written row by row while training (an offline
+    dataset: TD3+BC's `convert_D4RL`)? Yes when a scanned file calls one of its loaders on an
+    object it builds and no file calls a row writer (``Links.methods_used``, or a call of that
+    method's name here)."""
+    used = {name.split(".", 1)[1] for name in (ctx.links.methods_used if ctx.links is not None else ())
+            if name.split(".", 1)[0] == buffer.name}
+    here = {(site.func or "").rsplit(".", 1)[-1] for site in ctx.calls if "." in (site.func or "")}
+    # a row writer the buffer itself calls (`self.add(...)` from `add_batch`) runs whenever its caller does
+    return bool((used | here) & (buffer.loaders - buffer.writers)) and not (used | here) & buffer.writers

@@ -126,6 +126,9 @@ class ModuleFacts:
     # functions of this file handed to an imported function: (callee, slot as in ``arguments_given``,
     # the function's name): `train_step(..., forward_step_func=forward_step)`
     handed_functions: tuple[tuple[str, str, str], ...] = ()
+    # methods it calls on objects of imported project classes it builds: (class, method), qualified
+    # through imports (`buffer = utils.ReplayBuffer(...)`, then `buffer.add(...)`)
+    object_methods: tuple[tuple[str, str], ...] = ()
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -160,6 +163,7 @@ class ModuleFacts:
                                 for q, m, k, n, s in record["constructions"]),
             no_grad_calls=tuple(map(str, record["no_grad_calls"])),
             no_grad_methods=tuple(map(str, record["no_grad_methods"])),
+            object_methods=tuple((str(owner), str(method)) for owner, method in record["object_methods"]),
             cudnn=bool(record["cudnn"]),
             handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
         )
@@ -318,6 +322,7 @@ class _Collector(ast.NodeVisitor):
         self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
         self.no_grad_calls: set[str] = set()
         self.no_grad_methods: set[str] = set()
+        self.object_methods: set[tuple[str, str]] = set()
         self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
         self.cudnn_at_top = False  # ... at module level
         self.entry = False  # an `if __name__ == "__main__":` block
@@ -629,6 +634,23 @@ class _Collector(ast.NodeVisitor):
         star = any(keyword.arg is None for keyword in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args)
         self.constructions.add((qualified, method, keywords, len(node.args), star))
 
+    def _object_method(self, func: ast.Attribute) -> None:
+        """`buffer.add(...)` where `buffer = utils.ReplayBuffer(...)` (in this function, at module
+        level, or `self.buffer` in a method of the class): a method of an imported project class."""
+        receiver = dotted(func.value)
+        if receiver is None:
+            return
+        function = self.function_stack[-1] if self.function_stack else None
+        if receiver.startswith("self."):
+            made = self.class_made_by.get(function.class_name, {}).get(receiver) if function and function.class_name else None
+        elif "." not in receiver:
+            made = (function.made_by.get(receiver) if function is not None else None) or self.made_at_module.get(receiver)
+        else:
+            return
+        qualified = self.resolve(made)
+        if qualified is not None and qualified.split(".", 1)[0] not in _EXTERNAL and qualified.rsplit(".", 1)[-1][:1].isupper():
+            self.object_methods.add((qualified, func.attr))
+
     def _reference(self, name: str) -> None:
         """`config.DEVICE`, `utils.log_loss()`: what is asked of an imported module (a name
         taken with `from m import x` and read as such is among the imports already)."""
@@ -701,6 +723,8 @@ class _Collector(ast.NodeVisitor):
         if self.class_stack and func is not None:
             self._builds_through(self.class_stack[-1], node)
         self._construction(node, func)
+        if isinstance(node.func, ast.Attribute):
+            self._object_method(node.func)
         if func is not None:
             self._hands(func, node)
             self._kwargs(func, node)
@@ -848,6 +872,7 @@ class _Collector(ast.NodeVisitor):
             constructions=tuple(sorted(self.constructions)),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
             no_grad_methods=tuple(sorted(self.no_grad_methods)),
+            object_methods=tuple(sorted(self.object_methods)),
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
             handed_functions=self._resolved([(callee, slot, name) for callee, slot, name in self.handed
                                              if name in self.functions]),

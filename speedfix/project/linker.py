@@ -36,6 +36,8 @@ What a file learns (``Links``):
   command runs it);
 - ``constructed``: its classes that other files build, and what they pass them (a constructor
   default another file overrides is not the run's value);
+- ``methods_used``: the methods of its classes that other files call on the objects they build
+  (`buffer.add(...)` on a `ReplayBuffer` of `utils.py`: an online agent fills its buffer);
 - ``options``: the command-line options of the scripts that run it (a script that imports it,
   in turn, whose parser is its own or one of a module it imports: `arguments.py`'s `get_args()`),
   with the default each has where the scripts agree, and the names they bind the parsed options
@@ -79,6 +81,7 @@ class Links:
     missing: tuple[str, ...] = ()  # modules it imports that exist beside it but were not scanned
     # its classes other files build: (class, `from_argparse_args` or "", keywords, positional count, star)
     constructed: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
+    methods_used: tuple[str, ...] = ()  # methods of its classes that other files call on objects they build
     # what other files pass to its functions' `**kwargs` (`make_loaders(args, **kwargs)`): (function,
     # key, the value's repr, "" when it is unknown or the callers differ); only functions whose
     # every such call passes a dict literal
@@ -120,6 +123,7 @@ class Links:
             "missing": list(self.missing),
             "constructed": [list(map(str, (name, method, ",".join(keywords), count, star)))
                             for name, method, keywords, count, star in self.constructed],
+            "methods_used": list(self.methods_used),
             "kwargs": [list(given) for given in self.kwargs],
             "arguments": [list(given) for given in self.arguments],
             "cudnn": self.cudnn,
@@ -300,6 +304,7 @@ def link(
             no_grad_methods.setdefault(name, set()).add(path)
     feeds = _loader_factories(facts, prefixes)
     constructed = _constructions(facts, prefixes)
+    methods_used = _methods_used(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
     arguments = _arguments_given(facts, prefixes)
     cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
@@ -323,6 +328,7 @@ def link(
             feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
             missing=tuple(missing[path]),
             constructed=tuple(sorted(constructed.get(path, ()))),
+            methods_used=tuple(sorted(methods_used.get(path, ()))),
             kwargs=kwargs.get(path, ()),
             arguments=arguments.get(path, ()),
             cudnn=cudnn.get(path),
@@ -690,13 +696,34 @@ def _constructions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str
     found: dict[Path, set[tuple[str, str, tuple[str, ...], int, bool]]] = {}
     for path, module in facts.items():
         for qualified, method, keywords, count, star in module.constructions:
-            hit = _split(qualified, prefixes[path])
-            if hit is not None and hit[1] not in facts[hit[0]].functions:  # re-exported: one level
-                local = dict(facts[hit[0]].imports).get(hit[1])
-                hit = _split(local, prefixes[hit[0]]) if local is not None else None
-            if hit is not None and hit[1] in facts[hit[0]].functions:
+            hit = _project_class(qualified, path, facts, prefixes)
+            if hit is not None:
                 found.setdefault(hit[0], set()).add((hit[1], method, keywords, count, star))
     return found
+
+
+def _methods_used(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]) -> dict[Path, set[str]]:
+    """The methods of each file's classes that other files call on objects they build
+    (`Class.method`)."""
+    found: dict[Path, set[str]] = {}
+    for path, module in facts.items():
+        for qualified, method in module.object_methods:
+            hit = _project_class(qualified, path, facts, prefixes)
+            if hit is not None:
+                found.setdefault(hit[0], set()).add(f"{hit[1]}.{method}")
+    return found
+
+
+def _project_class(qualified: str, path: Path, facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                   ) -> tuple[Path, str] | None:
+    """(its file, its name there) of a project class that ``path`` names by ``qualified`` (a
+    class taken from a package's `__init__.py` that imports it from a module beside it counts
+    for that module)."""
+    hit = _split(qualified, prefixes[path])
+    if hit is not None and hit[1] not in facts[hit[0]].functions:  # re-exported: one level
+        local = dict(facts[hit[0]].imports).get(hit[1])
+        hit = _split(local, prefixes[hit[0]]) if local is not None else None
+    return hit if hit is not None and hit[1] in facts[hit[0]].functions else None
 
 
 def _is_class(module: ModuleFacts, name: str) -> bool:
