@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -38,6 +39,11 @@ class _Placement:
 
 _QUANTIZATION = ("torch.ao.quantization", "torch.quantization")
 _DETECTION = "torchvision.models.detection"
+
+
+# A trained network's copy evaluated under no_grad (an RL target network, an EMA model): the same
+# architecture as the trained one, not a frozen backbone that does most of the work.
+_COPY_NAME = re.compile(r"target|^ema_|_ema$|^ema$", re.IGNORECASE)
 
 
 class ModelNotCompiled(Rule):
@@ -1030,7 +1036,8 @@ class ModelNotCompiled(Rule):
                 continue
             for node in walk_expression(info.node.body):
                 name = dotted_name(node.func) if isinstance(node, cst.Call) else None  # `backbone(x)`, `self.encoder(x)`
-                if is_local_object(ctx, name) and name != model and not LOSS_NAME.search(name or "") and name not in trained:
+                if is_local_object(ctx, name) and name != model and not LOSS_NAME.search(name or "") and name not in trained \
+                        and not _COPY_NAME.search((name or "").rsplit(".", 1)[-1]):
                     return name
         return None
 

@@ -476,6 +476,92 @@ def test_compile_advice_for_a_model_the_step_runs_through_a_method_of_its_own(st
         assert "`self.model.compute_loss = torch.compile(self.model.compute_loss)`" in finding["no_fix_reason"]
 
 
+AGENT = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Agent:
+    def __init__(self, obs_dim, device, lr, use_tb):
+        self.device = device
+        self.use_tb = use_tb
+        self.critic = nn.Sequential(nn.Linear(obs_dim, 1024), nn.ReLU(), nn.Linear(1024, 1)).to(device)
+        self.critic_target = nn.Sequential(nn.Linear(obs_dim, 1024), nn.ReLU(), nn.Linear(1024, 1)).to(device)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=lr)
+
+    def update_critic(self, obs, reward, next_obs):
+        metrics = {}
+        with torch.no_grad():
+            target = reward + 0.99 * self.critic_target(next_obs)
+        loss = F.mse_loss(self.critic(obs), target)
+        if self.use_tb:
+            metrics["critic_loss"] = loss.item()
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_opt.step()
+        return metrics
+
+    def update(self, replay_iter, step):
+        obs, reward, next_obs = [torch.as_tensor(x, device=self.device) for x in next(replay_iter)]
+        return self.update_critic(obs, reward, next_obs)
+"""
+WORKSPACE = """\
+import hydra
+import torch
+
+
+class Workspace:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        self.agent = hydra.utils.instantiate(cfg.agent)
+
+    def train(self):
+        for step in range(self.cfg.num_train_frames):
+            self.agent.update(self.replay_iter, step)
+
+
+@hydra.main(config_path="cfgs", config_name="config")
+def main(cfg):
+    Workspace(cfg).train()
+"""
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_an_agent_hydra_builds_trains_on_the_device_its_config_gives_it(device, write, run_cli, tmp_path):
+    """`agent: {_target_: agent.Agent, device: ${device}}` in `cfgs/config.yaml`: the agent's
+    constructor gets the top-level `device`, so its file trains on CUDA though it never names it.
+    Its `update()` runs `update_critic()` (which steps the optimizer) once: a step, so the
+    `.item()` there syncs every update. The target network evaluated under `no_grad` is a copy of
+    the critic, not a frozen backbone: the compile fix stays."""
+    write("agent.py", AGENT)
+    write("train.py", WORKSPACE)
+    write("cfgs/config.yaml", f"""\
+        device: {device}
+        num_train_frames: 1000000
+        agent:
+          _target_: agent.Agent
+          obs_dim: 24
+          device: ${{device}}
+          lr: 1e-4
+          use_tb: true
+        """)
+    result = run_cli("scan", ".", "--select", "SF301,SF401,SF501", "--output-format", "json", cwd=tmp_path)
+    found = {(f["path"], f["code"], f["fix"] is not None) for f in json.loads(result.stdout)}
+    assert found == ({("agent.py", "SF301", False), ("agent.py", "SF401", True), ("agent.py", "SF501", True)}
+                     if device == "cuda" else set())
+
+
+def test_plain_interpolations_of_a_yaml_file_read_as_their_values(tmp_path):
+    tree = parse_yaml("device: cuda\nagent:\n  device: ${device}\n  dir: ${now:%H}\n  other: ${missing.key}\n",
+                      tmp_path / "c.yaml")
+    assert tree.get("agent", "device").value == "cuda"
+    assert tree.get("agent", "device").where.line == 3  # still points at its own line
+    assert tree.get("agent", "dir").value == "${now:%H}" and tree.get("agent", "other").value == "${missing.key}"
+
+
 # ---------------------------------------------------------------------- the torch a project pins
 ADAM = """\
 import torch

@@ -10,6 +10,7 @@ guess (TorchFix's TOR401 reports ``DataLoader(ds, **kwargs)`` as missing ``num_w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from weakref import WeakKeyDictionary
@@ -257,8 +258,17 @@ def string_value(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
         return value if isinstance(value, str) else None
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, stack) or parameter_default(ctx, node.value, stack)
+        if value is None:
+            configured = configured_parameter(ctx, node.value, stack)
+            return configured if isinstance(configured, str) else None
         return string_value(ctx, value, stack, depth + 1)
-    return string_value(ctx, _default(ctx, node, stack), stack, depth + 1)
+    found = string_value(ctx, _default(ctx, node, stack), stack, depth + 1)
+    if found is None and isinstance(node, cst.Attribute):
+        init = init_argument(ctx, node, stack)  # `self.device`, stored by `__init__` from a configured parameter
+        if init is not None:
+            return (init.config if isinstance(init.config, str) else None) if init.configured \
+                else string_value(ctx, init.default, init.stack, depth + 1)
+    return found
 
 
 def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> int | None:
@@ -317,17 +327,10 @@ def init_argument(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> I
     param = next((p for p in params if p.name.value == name), None)
     if param is None:
         return None
-    section = _section(ctx, owner.name.value)
-    runs = run_configs(ctx)
-    configs = runs.init_args(owner.name.value, [p.name.value for p in params], section)
-    if configs:
-        values = [found.plain() if (found := config.get(name)) is not None else _DEFAULT for config in configs]
-        if _DEFAULT in values:
-            default = known_value(ctx, param.default, stored[0].stack) if param.default is not None else UNKNOWN_VALUE
-            values = [default if value is _DEFAULT else value for value in values]
-        same = all(value == values[0] for value in values)
-        return InitArgument(True, values[0] if same else UNKNOWN_VALUE)
-    if runs.configures(section):
+    configured = _configured_init_value(ctx, owner, params, param, stored[0].stack)
+    if configured is not None:
+        return InitArgument(True, configured)
+    if run_configs(ctx).configures(_section(ctx, owner.name.value)):
         return None  # the project's configured runs build another class there: this one's values are no run's
     default = parameter_default(ctx, name, stored[0].stack)
     positional = [p.name.value for p in function.params.params][1:]
@@ -339,6 +342,39 @@ def init_argument(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> I
         elif method or star or name in keywords or (name in positional and positional.index(name) < count):
             return None
     return InitArgument(False, default=default, stack=stored[0].stack) if default is not None else None
+
+
+def _configured_init_value(ctx: FileContext, owner: cst.ClassDef, params: Sequence[cst.Param], param: cst.Param,
+                           stack: Stack) -> object | None:
+    """What the run configs that build the class ``owner`` give its constructor's ``param``
+    (the parameter's default where a config leaves it out; UNKNOWN_VALUE where they disagree),
+    or None when no run config builds the class."""
+    configs = run_configs(ctx).init_args(owner.name.value, [p.name.value for p in params], _section(ctx, owner.name.value))
+    if not configs:
+        return None
+    name = param.name.value
+    values = [found.plain() if (found := config.get(name)) is not None else _DEFAULT for config in configs]
+    if _DEFAULT in values:
+        default = known_value(ctx, param.default, stack) if param.default is not None else UNKNOWN_VALUE
+        values = [default if value is _DEFAULT else value for value in values]
+    return values[0] if all(value == values[0] for value in values) else UNKNOWN_VALUE
+
+
+def configured_parameter(ctx: FileContext, name: str, stack: Stack) -> object | None:
+    """`device` of `__init__(self, obs_shape, device, ...)` in a class the run configs build
+    (`agent: {_target_: drqv2.DrQV2Agent, device: ${device}}` beside `device: cuda`), where the
+    constructor never rebinds it: the value they all give it, or None."""
+    function = ctx.function_of(stack)
+    owner = class_of_method(stack)
+    if owner is None or not isinstance(function, cst.FunctionDef) or function.name.value != "__init__" \
+            or ctx.assignments_in(function, name):
+        return None
+    params = [*function.params.params, *function.params.kwonly_params]
+    param = next((p for p in params if p.name.value == name), None)
+    if param is None:
+        return None
+    value = _configured_init_value(ctx, owner, params, param, stack)
+    return None if value is UNKNOWN_VALUE else value
 
 
 def _own_option_default(ctx: FileContext, owner: cst.ClassDef, name: str) -> cst.BaseExpression | None:

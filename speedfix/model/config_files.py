@@ -1,6 +1,6 @@
 """The YAML run configs a project keeps, read without the script naming them.
 
-Config-driven projects keep one YAML file per run in a `configs/` (or `config/`, `conf/`,
+Config-driven projects keep one YAML file per run in a `configs/` (or `config/`, `conf/`, `cfgs/`,
 `experiments/`) folder of the script's folder or of a folder above it up to the project's top
 (`pkg/config/` beside `pkg/workspace/train.py`), and name there what a
 run builds: `model: {target: pkg.models.VQModel}` (taming-transformers' and Stable Diffusion's
@@ -40,7 +40,7 @@ from speedfix.model.project_classes import module_path
 from speedfix.model.project_files import ProjectFiles
 from speedfix.project.facts import ModuleFacts, extract_facts
 
-FOLDERS = ("configs", "config", "conf", "experiments")
+FOLDERS = ("configs", "config", "conf", "cfgs", "cfg", "experiments")
 _SUFFIXES = (".yaml", ".yml")
 _DEPTH = 3  # subfolders of a config folder searched
 _MAX_FILES = 300

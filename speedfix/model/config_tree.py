@@ -128,13 +128,35 @@ def parse_yaml(text: str, path: Path) -> Node:
     builder = _Builder(path, lines)
     trees = [builder.node(root) for root in roots if root is not None]
     if len(trees) == 1:
-        return trees[0]
+        return _interpolated(trees[0])
     if not all(isinstance(tree.value, dict) for tree in trees):
         raise ConfigError("not valid YAML (several documents that are not all mappings)")
     merged: dict[str, Node] = {}  # `---`-separated sections of one config, read as one (`yaml.load_all`)
     for tree in trees:
         merged.update(tree.value)
-    return Node(merged, trees[0].where, lines=lines)
+    return _interpolated(Node(merged, trees[0].where, lines=lines))
+
+
+_INTERPOLATION = re.compile(r"^\$\{([A-Za-z_][\w.]*)\}$")
+
+
+def _interpolated(root: Node) -> Node:
+    """OmegaConf's plain interpolations of a value of the same file (`device: ${device}` beside a
+    top-level `device: cuda`) read as that value; others (`${now:...}`, `${oc.env:X}`, keys that
+    another file of a composed config sets) stay as text."""
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        children = node.value.values() if isinstance(node.value, dict) else node.value if isinstance(node.value, list) else ()
+        for child in children:
+            if isinstance(child.value, (dict, list)):
+                todo.append(child)
+            elif isinstance(child.value, str) and (match := _INTERPOLATION.match(child.value)):
+                target = root.get(*match.group(1).split("."))
+                if target is not None and not isinstance(target.value, (dict, list)) \
+                        and not (isinstance(target.value, str) and target.value.startswith("${")):
+                    child.value = target.value
+    return root
 
 
 def parse_json(text: str, path: Path) -> Node:

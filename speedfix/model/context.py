@@ -12,7 +12,9 @@ receptive field or a saliency map drawn from `img.grad`), marks no step. Code is
 guard sits in between (nor a branch on one pass of the step loop, `if i == len(loader) - 1:`,
 nor a module's eval-mode branch, `if not self.training:`); functions called from hot code (also from another scanned file, and
 then two levels more) or handed to a call there (`run_step(batch, loss_fn=masked_loss)`), the ``forward`` of a module class whose object hot code calls, Lightning
-``training_step`` methods and what they call (``self.shared_step(batch)``) are hot too, except
+``training_step`` methods and what they call (``self.shared_step(batch)``), a method that takes a
+step, or calls such methods outside a loop of its own (an agent's `update()` running
+`update_critic()` and `update_actor()`), that no code of the file calls, are hot too, except
 for code under ``if isinstance(v, torch.Tensor):`` in such a helper (whether it runs on tensors
 is the caller's business). An epoch loop that only contains the batch loop is not a step loop, so what runs once
 per epoch is not hot.
@@ -262,7 +264,14 @@ class FileContext(FileIndex):
         # a method that takes a whole step (`trainer.train_step(x, y)`) that no code of this file
         # calls: another file's loop does, once per step
         called = self._local_callers
-        hot.update(node for node in self.step_functions if node not in called)
+        for node in self.step_functions:
+            if node not in called:
+                hot.add(node)
+                continue
+            for site in called[node]:  # DrQ-v2's `update()` runs `update_critic()` and `update_actor()` once each
+                caller = self.function_of(site.stack)
+                if isinstance(caller, cst.FunctionDef) and caller not in called and self.nearest_loop(site.stack) is None:
+                    hot.add(caller)
         for site in self.calls:  # `loss = self.shared_step(batch)`: what the step calls runs every step too
             owner = _step_around(site.stack, steps)
             if owner is not None:

@@ -35,9 +35,16 @@ def uses_cuda(ctx: FileContext) -> bool:
 
 def _configured_cuda(ctx: FileContext) -> bool:
     """Is a device that the script names only through a setting CUDA by default:
-    `torch.device(cfg.training.device)` where every run config of the project says `cuda:0`?"""
-    return any(site.node.args and (device := string_value(ctx, site.node.args[0].value, site.stack)) is not None
-               and device.startswith("cuda") for site in ctx.calls_to("torch.device"))
+    `torch.device(cfg.training.device)` where every run config of the project says `cuda:0`, or
+    `.to(device)` with the `device` that the run configs give the class's constructor?"""
+    for site in (*ctx.calls_to("torch.device"), *ctx.method_calls("to")):
+        target = next((arg.value for arg in site.node.args if arg.keyword is None or arg.keyword.value == "device"), None)
+        if isinstance(target, (cst.Name, cst.Attribute)) and "device" in (dotted_name(target) or "").lower() \
+                or isinstance(target, cst.Attribute) and site.func == "torch.device":
+            device = string_value(ctx, target, site.stack)
+            if device is not None and device.startswith("cuda"):
+                return True
+    return False
 
 
 def trains_on_cpu_only(ctx: FileContext) -> bool:

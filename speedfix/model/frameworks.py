@@ -54,7 +54,7 @@ HF_ARGUMENT_PARSERS = ("transformers.HfArgumentParser", "transformers.hf_argpars
 ACCELERATOR = ("accelerate.Accelerator", "accelerate.accelerator.Accelerator")
 # Bytes that can make a file GPU code without the word "cuda" (for `Rule.may_apply`'s prefilter).
 GPU_MARKERS = (b"Trainer", b"TrainingArguments", b"Accelerator", b"Fabric", b"Lightning", b"ArgumentParser",
-               b"TrlParser", b"Config(", b"torch.device(")
+               b"TrlParser", b"Config(", b"device")
 # Why a finding on a framework setting has no fix: the call does not write the value itself.
 SET_ELSEWHERE = "the value is set outside the call (a constant or an argparse default)"
 # Lightning accelerators that are certainly not a CUDA GPU.
