@@ -103,7 +103,8 @@ class CreateThenMove(Rule):
     `torch.ones(shape) * -1`; without a fix, and not when the statements between write it element
     by element; writes after the copy run on the GPU and do not count),
     where it runs on every step: in the training loop, in a function it calls or one that takes
-    the step itself (an agent's `learn()`), or in a module's `forward` and the methods it calls.
+    the step itself (an agent's `learn()`), or in a module's `forward` and the methods and
+    functions of the file it calls (SimCSE's `cl_forward(self, ...)`).
 
     ## Why is this bad?
     The tensor is allocated and filled on the CPU, then copied to the GPU: one extra allocation,
@@ -417,6 +418,28 @@ class CreateThenMove(Rule):
             embedder = TimeEmbedding().cuda()
             """,
         ),
+        Invalid(  # a function of the file that a model's forward calls with the model (SimCSE's `cl_forward`)
+            """
+            import torch
+            def contrastive_loss(cls, sim):
+                labels = torch.arange(sim.size(0)).to(cls.device)
+                return torch.nn.functional.cross_entropy(sim, labels)
+            class Encoder(torch.nn.Module):
+                def forward(self, x):
+                    return contrastive_loss(self, self.sim(x))
+            encoder = Encoder().cuda()
+            """,
+            fixed="""
+            import torch
+            def contrastive_loss(cls, sim):
+                labels = torch.arange(sim.size(0), device=cls.device)
+                return torch.nn.functional.cross_entropy(sim, labels)
+            class Encoder(torch.nn.Module):
+                def forward(self, x):
+                    return contrastive_loss(self, self.sim(x))
+            encoder = Encoder().cuda()
+            """,
+        ),
         Invalid(  # a causal mask built on the CPU on every forward, turned into bytes there, then copied
             """
             import torch
@@ -722,11 +745,12 @@ class CreateThenMove(Rule):
         return function.name.value == "forward" or function in self.ctx.step_functions or self._called_in_forward(function, site)
 
     def _called_in_forward(self, function: cst.FunctionDef, site: CallSite) -> bool:
-        """A method of a module that its `forward` calls (`self.timestep_embedding(t, dim)`)."""
+        """A method of a module that its `forward` calls (`self.timestep_embedding(t, dim)`), or a
+        function of the file that a `forward` calls (SimCSE's `cl_forward(self, ...)`)."""
         owner = self.ctx.class_of(site.stack)
-        wanted = f"self.{function.name.value}"
-        return owner is not None and any(
-            call.func == wanted and self.ctx.class_of(call.stack) is owner
+        wanted = f"self.{function.name.value}" if owner is not None else function.name.value
+        return any(
+            call.func == wanted and self.ctx.class_of(call.stack) is (owner or self.ctx.class_of(call.stack))
             and isinstance(caller := self.ctx.function_of(call.stack), cst.FunctionDef) and caller.name.value == "forward"
             for call in self.ctx.calls
         )
