@@ -418,6 +418,29 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a Lightning step's helper hands tensors to another method, which tests one's truth value
+            """
+            import torch
+            import lightning as L
+
+            class LM(L.LightningModule):
+                def training_step(self, batch, batch_idx):
+                    return self._step(batch, "train")
+
+                def _step(self, batch, stage):
+                    logits = self.model(batch["x"])
+                    self.log(f"{stage}/acc", self.accuracy(logits, batch["y"]))
+                    return torch.nn.functional.cross_entropy(logits, batch["y"])
+
+                def accuracy(self, logits, labels):
+                    mask = labels != -100
+                    if mask.sum() == 0:
+                        return torch.tensor(0.0, device=logits.device)
+                    return (logits.argmax(-1) == labels)[mask].float().mean()
+
+            L.Trainer(accelerator="gpu").fit(LM())
+            """
+        ),
         Invalid(  # Accelerate's `sync_gradients` is True on every optimizer step: no debugging switch
             """
             import torch

@@ -4,7 +4,8 @@ on the host, and which calls wait for the GPU to make one.
 A name holds a tensor in a function when it receives a ``backward()`` (``loss.backward()``,
 ``accelerator.backward(loss)``, also through ``loss.mean().backward()``), or is assigned the
 result of a tensor-returning torch function or a tensor method on a tensor, or a batch moved to
-the device; a name also bound to a host value somewhere in the function (``lossf =
+the device, or is a method's parameter that another method of the class hands a tensor
+(``self.get_accuracy(logits, labels)``); a name also bound to a host value somewhere in the function (``lossf =
 loss.item()``) may hold a Python number, so it does not count. Reading a tensor's value on the
 host (``.item()``, ``.cpu()``, ``.tolist()``, ``float(t)``, formatting it, testing its truth)
 makes the CPU wait until the GPU has computed it. The answers are certain or silent: an
@@ -236,15 +237,44 @@ class Tensors:
             for assignment in assignments:
                 if not assignment.augmented and is_host_value(assignment.value):
                     host.setdefault(ctx.function_of(assignment.stack), set()).add(target)
-        for _ in range(3):
-            for target, assignments in ctx.assignments.items():
-                for assignment in assignments:
-                    names = result.setdefault(ctx.function_of(assignment.stack), set())
-                    if target not in names and not assignment.unpacked and self.holds_tensor(assignment.value, assignment.stack, names):
-                        names.add(target)
-        for function, names in host.items():
-            result.get(function, set()).difference_update(names)
+        for handed in range(3):
+            for _ in range(3):
+                for target, assignments in ctx.assignments.items():
+                    for assignment in assignments:
+                        names = result.setdefault(ctx.function_of(assignment.stack), set())
+                        if target not in names and not assignment.unpacked \
+                                and self.holds_tensor(assignment.value, assignment.stack, names):
+                            names.add(target)
+            for function, names in host.items():
+                result.get(function, set()).difference_update(names)
+            if handed == 2 or not self._hand_on(result, host):
+                break
         return result
+
+    def _hand_on(self, result: dict[cst.CSTNode | None, set[str]], host: dict[cst.CSTNode | None, set[str]]) -> bool:
+        """Give a method of the class the tensors a method hands it (`self.get_accuracy(logits,
+        labels)` from a Lightning step's helper): its parameters that receive them hold tensors
+        (unless also bound to a host value there). True when a parameter was added."""
+        ctx = self.ctx
+        added = False
+        for site in ctx.calls:
+            func = site.node.func
+            if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+                continue
+            names = result.get(ctx.function_of(site.stack))
+            if not names:
+                continue
+            for callee in ctx.local_callees(site):
+                params = [p.name.value for p in callee.node.params.params][1:]  # after `self`
+                given = result.setdefault(callee.node, set())
+                for index, arg in enumerate(site.node.args):
+                    if arg.star or not self.holds_tensor(arg.value, site.stack, names):
+                        continue
+                    param = arg.keyword.value if arg.keyword is not None else params[index] if index < len(params) else None
+                    if param is not None and param not in given and param not in host.get(callee.node, ()):
+                        given.add(param)
+                        added = True
+        return added
 
     def is_tensor(self, expr: cst.BaseExpression, stack: Stack) -> bool:
         """Does ``expr`` at ``stack`` hold a tensor the code computed (not a batch still on the host)?"""
