@@ -33,7 +33,8 @@ class OptimizerNotFused(Rule):
     default run skips makes (`elif args.opt == "adam":` where `--opt` defaults to `adamw`, also
     read in a module the training script hands its parsed options to). An optimizer a method makes only under
     a condition, beside one it always makes (a second optimizer when the run's parameters ask for
-    it), is part of the first one's finding. Left alone: the `configure_optimizers` of a
+    it), is part of the first one's finding; so are the alternatives a function chooses between by
+    a setting the scan cannot read (`if name == "adam": ... elif name == "adamw": ...`). Left alone: the `configure_optimizers` of a
     LightningModule that the project's run configs (`configs/*.yaml`: `model: {target: ...}`,
     `class_path:`) never train while they train other classes of its file, or whose configs give
     LightningCLI an `optimizer:` that replaces the method, or one whose class the configs train
@@ -217,6 +218,30 @@ class OptimizerNotFused(Rule):
             optimizer = optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
             """,
         ),
+        Invalid(  # alternatives chosen by a config value the scan cannot read: one finding fixes both
+            """
+            import torch
+            model = Net().cuda()
+
+            def build_optimizer(model, config):
+                if config.OPTIMIZER == "adam":
+                    return torch.optim.Adam(model.parameters(), lr=config.LR)
+                elif config.OPTIMIZER == "adamw":
+                    return torch.optim.AdamW(model.parameters(), lr=config.LR)
+                raise ValueError(config.OPTIMIZER)
+            """,
+            fixed="""
+            import torch
+            model = Net().cuda()
+
+            def build_optimizer(model, config):
+                if config.OPTIMIZER == "adam":
+                    return torch.optim.Adam(model.parameters(), lr=config.LR, fused=True)
+                elif config.OPTIMIZER == "adamw":
+                    return torch.optim.AdamW(model.parameters(), lr=config.LR, fused=True)
+                raise ValueError(config.OPTIMIZER)
+            """,
+        ),
         Invalid(  # torch 2.1-2.3: fused AdamW needs CUDA parameters, and the script may fall back to the CPU
             """
             import torch
@@ -239,13 +264,13 @@ class OptimizerNotFused(Rule):
         sites = [site for site in self.ctx.calls_to(*_FUSABLE)
                  if not self._implementation_chosen(site) and optimizers_unused(self.ctx, site.stack) is None
                  and configured_trainers_off_gpu(self.ctx, site.stack) is None]
-        for site, optional in _fold_optional(self.ctx, sites):
-            if id(site.node) in skipped:
-                continue
-            optional = [other for other in optional if id(other.node) not in skipped]
+        for site, optional in _fold_optional(self.ctx, [site for site in sites if id(site.node) not in skipped]):
             name = (self.ctx.call_qualname(site) or "").rsplit(".", 1)[-1]
             message = f"`{name}` runs its update as several kernels per step; `fused=True` does it in one"
-            if optional:
+            if optional and _conditional(self.ctx, site):
+                message += " (and so do the other optimizers the same function may make instead)" if len(optional) > 1 \
+                    else " (and so does the other optimizer the same function may make instead)"
+            elif optional:
                 message += " (and so do the optimizers the same method makes only under a condition)" if len(optional) > 1 \
                     else " (and so does the one the same method makes only under a condition)"
             self.report(site.node, message, fix_ops=[self._add_fused(other.node) for other in (site, *optional)])
@@ -325,8 +350,9 @@ class OptimizerNotFused(Rule):
 
 def _fold_optional(ctx: FileContext, sites: list[CallSite]) -> list[tuple[CallSite, list[CallSite]]]:
     """Each optimizer with those its function makes only under a condition beside one it makes
-    always (`if self.params["LR_2"] is not None: optimizer2 = Adam(...)`): one finding for the
-    method, which fixes them all."""
+    always (`if self.params["LR_2"] is not None: optimizer2 = Adam(...)`), or the alternatives a
+    function chooses between when it makes none always (`if name == "adam": ... elif name ==
+    "adamw": ...`): one finding for the function, which fixes them all."""
     groups: dict[int, list[CallSite]] = {}
     for site in sites:
         function = function_of(site.stack)
@@ -334,8 +360,11 @@ def _fold_optional(ctx: FileContext, sites: list[CallSite]) -> list[tuple[CallSi
     found: list[tuple[CallSite, list[CallSite]]] = []
     for members in groups.values():
         always = [site for site in members if not _conditional(ctx, site)]
-        if not always or len(members) == 1:
-            found.extend((site, []) for site in members)
+        if len(members) == 1:
+            found.append((members[0], []))
+            continue
+        if not always:  # alternatives (`if name == "adam": ... elif name == "adamw": ...`): one finding
+            found.append((members[0], members[1:]))
             continue
         optional = [site for site in members if site not in always]
         found.append((always[0], optional))

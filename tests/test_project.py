@@ -1841,3 +1841,25 @@ def test_a_buffer_another_file_loads_once_is_sampled_on_the_host_every_update(ru
     result = run_cli("scan", ".", "--select", "SF701", "--output-format", "json", cwd=tmp_path)
     found = [(f["path"], f["line"], f["fix"]) for f in json.loads(result.stdout)]
     assert found == ([] if online else [("utils.py", 21, None)])
+
+
+def test_the_modules_a_lightning_module_imports_run_on_the_gpu_it_trains_on(run_cli, tmp_path, write):
+    """Lightning trains a LightningModule on a GPU when there is one: the optimizer factory its
+    `configure_optimizers` imports builds a GPU optimizer, though its own file never names CUDA."""
+    write("optim.py", """\
+        import torch
+
+        def build_optimizer(model, lr):
+            return torch.optim.AdamW(model.parameters(), lr=lr)
+        """)
+    write("module.py", """\
+        import lightning as L
+        from optim import build_optimizer
+
+        class LitModel(L.LightningModule):
+            def configure_optimizers(self):
+                return build_optimizer(self, 1e-3)
+        """)
+    result = run_cli("scan", "optim.py", "module.py", "--select", "SF401", "--no-summary", cwd=tmp_path)
+    assert result.stdout.startswith("optim.py:4:12: SF401"), result.stdout
+    assert "SF401" not in run_cli("scan", "optim.py", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout

@@ -18,11 +18,12 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.config_files import configured_value, run_configs
-from speedfix.model.context import LIGHTNING_DATAMODULE, FileContext
+from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.imported_parser import imported_options
 from speedfix.model.project_classes import object_field
+from speedfix.project.steps import LIGHTNING_DATAMODULE
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import integer_value, walk_expression
 

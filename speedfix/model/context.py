@@ -29,22 +29,9 @@ import libcst as cst
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import CallSite, FileIndex, FunctionInfo
 from speedfix.project.facts import FunctionFacts
-from speedfix.project.steps import is_loss_scaler_call, is_optimizer_name
+from speedfix.project.steps import LIGHTNING_MODULE, is_loss_scaler_call, is_optimizer_name
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
-
-LIGHTNING_MODULE = (
-    "lightning.LightningModule",
-    "lightning.pytorch.LightningModule",
-    "lightning.pytorch.core.LightningModule",
-    "pytorch_lightning.LightningModule",
-)
-LIGHTNING_DATAMODULE = (
-    "lightning.LightningDataModule",
-    "lightning.pytorch.LightningDataModule",
-    "lightning.pytorch.core.LightningDataModule",
-    "pytorch_lightning.LightningDataModule",
-)
 
 
 class FileContext(FileIndex):

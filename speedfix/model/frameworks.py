@@ -15,10 +15,11 @@ from speedfix.model import launch
 from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
 from speedfix.model.config_files import run_configs
 from speedfix.model.config_tree import ConfigError, load
-from speedfix.model.context import LIGHTNING_DATAMODULE, LIGHTNING_MODULE, FileContext
+from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned, taken_on_a_gpu
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.index import CallSite
+from speedfix.project.steps import LIGHTNING_DATAMODULE, LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
 
 LIGHTNING_TRAINER = (

@@ -22,9 +22,10 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.attention import module_built_by
-from speedfix.model.context import LIGHTNING_MODULE, FileContext
+from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.patterns import BatchNames
+from speedfix.project.steps import LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import is_string, walk_expression
 

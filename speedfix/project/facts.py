@@ -41,7 +41,7 @@ from typing import Any, Iterable, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
                                     DETERMINISTIC_ALGORITHMS, MATMUL_LAYERS, MATMUL_METHODS,
-                                    NO_GRAD_CALLS, SYNC_SWITCHES, is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
+                                    LIGHTNING_DATAMODULE, LIGHTNING_MODULE, NO_GRAD_CALLS, SYNC_SWITCHES, is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,7 @@ class ModuleFacts:
     # a script (code at module level, or an `if __name__ == "__main__":` block) that chooses cuDNN's
     # algorithms outside any `if` (`cudnn.benchmark = True` in its `main()`); not a test's fixture
     cudnn: bool = False
+    lightning: bool = False  # defines a LightningModule or LightningDataModule: Lightning trains on a GPU by default
     # functions of this file handed to an imported function: (callee, slot as in ``arguments_given``,
     # the function's name): `train_step(..., forward_step_func=forward_step)`
     handed_functions: tuple[tuple[str, str, str], ...] = ()
@@ -164,6 +165,7 @@ class ModuleFacts:
             no_grad_calls=tuple(map(str, record["no_grad_calls"])),
             no_grad_methods=tuple(map(str, record["no_grad_methods"])),
             object_methods=tuple((str(owner), str(method)) for owner, method in record["object_methods"]),
+            lightning=bool(record["lightning"]),
             cudnn=bool(record["cudnn"]),
             handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
         )
@@ -323,6 +325,7 @@ class _Collector(ast.NodeVisitor):
         self.no_grad_calls: set[str] = set()
         self.no_grad_methods: set[str] = set()
         self.object_methods: set[tuple[str, str]] = set()
+        self.lightning = False
         self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
         self.cudnn_at_top = False  # ... at module level
         self.entry = False  # an `if __name__ == "__main__":` block
@@ -355,6 +358,8 @@ class _Collector(ast.NodeVisitor):
 
     # ------------------------------------------------------------------ scopes
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        if any(self.resolve(dotted(base)) in _LIGHTNING_CLASSES for base in node.bases):
+            self.lightning = True
         self.class_stack.append(node.name)
         for statement in node.body:  # a config class: `class Config: device = "cuda"`
             if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
@@ -873,6 +878,7 @@ class _Collector(ast.NodeVisitor):
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
             no_grad_methods=tuple(sorted(self.no_grad_methods)),
             object_methods=tuple(sorted(self.object_methods)),
+            lightning=self.lightning,
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
             handed_functions=self._resolved([(callee, slot, name) for callee, slot, name in self.handed
                                              if name in self.functions]),
@@ -1145,6 +1151,7 @@ def _loop_sources(function: _Function, loops: list[_Loop]) -> tuple[str, ...]:
 # Imports that can never be a scanned project's own module: their names are not kept as
 # references (a smaller cache; the linker would find nothing for them anyway). Not `datasets`:
 # many projects keep their own `datasets/` package (its loader factories matter).
+_LIGHTNING_CLASSES = frozenset((*LIGHTNING_MODULE, *LIGHTNING_DATAMODULE))
 _BUILDERS = (".from_argparse_args",)  # classmethods that build the class (Lightning 1.x)
 _EXTERNAL = frozenset({
     "torch", "torchvision", "torchaudio", "torchtext", "numpy", "os", "sys", "math", "time", "json", "re", "random",

@@ -406,6 +406,8 @@ def _direct_cuda(path: Path, module: ModuleFacts, found: dict[str, Path], facts:
     """Why the file runs on CUDA by what it takes from other files, or None."""
     if module.cuda:
         return "it names CUDA itself"
+    if module.lightning:
+        return "it defines a LightningModule, which Lightning trains on a GPU when there is one"
     for qualified in (*[target for _, target in module.imports], *module.references):
         hit = _split(qualified, found)
         if hit is None:

@@ -143,3 +143,17 @@ def is_iterable_wrapper(func: str | None) -> bool:
     if func is None:
         return False
     return func in ITERABLE_WRAPPERS or last_part(func) in ITERABLE_WRAPPER_METHODS
+
+
+LIGHTNING_MODULE = (
+    "lightning.LightningModule",
+    "lightning.pytorch.LightningModule",
+    "lightning.pytorch.core.LightningModule",
+    "pytorch_lightning.LightningModule",
+)
+LIGHTNING_DATAMODULE = (
+    "lightning.LightningDataModule",
+    "lightning.pytorch.LightningDataModule",
+    "lightning.pytorch.core.LightningDataModule",
+    "pytorch_lightning.LightningDataModule",
+)
