@@ -1863,3 +1863,61 @@ def test_the_modules_a_lightning_module_imports_run_on_the_gpu_it_trains_on(run_
     result = run_cli("scan", "optim.py", "module.py", "--select", "SF401", "--no-summary", cwd=tmp_path)
     assert result.stdout.startswith("optim.py:4:12: SF401"), result.stdout
     assert "SF401" not in run_cli("scan", "optim.py", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout
+
+
+def test_the_model_a_factory_returns_with_its_optimizer_runs_its_forward_every_step(run_cli, tmp_path, write):
+    """FastSpeech2's layout: `train.py` gets `model, optimizer = get_model(...)` from
+    `utils/model.py`, which builds `model.Net(...).to(device)` (a `model` package beside `utils`,
+    though the factory's own module is named `model` too) and wraps it in DataParallel. The
+    loop's `model(x)` runs `Net.forward`, its regulator's `forward`, and the helpers that calls,
+    three levels down, where a per-element `.item()` waits for the GPU."""
+    write("model/__init__.py", "from .net import Net\n")
+    write("model/net.py", """\
+        import torch
+        from torch import nn
+
+        class Regulator(nn.Module):
+            def expand(self, batch, predicted):
+                out = []
+                for i, vec in enumerate(batch):
+                    out.append(vec.expand(max(int(predicted[i].item()), 0), -1))
+                return torch.cat(out, 0)
+
+            def regulate(self, x, duration):
+                return [self.expand(b, d) for b, d in zip(x, duration)]
+
+            def forward(self, x, duration):
+                return self.regulate(x, duration)
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.regulator = Regulator()
+
+            def forward(self, x, duration):
+                return self.regulator(x, duration)
+        """)
+    write("utils/__init__.py", "")
+    write("utils/model.py", """\
+        import torch
+        from model import Net
+
+        def get_model(device):
+            model = Net().to(device)
+            optimizer = torch.optim.Adam(model.parameters(), fused=True)
+            return model, optimizer
+        """)
+    write("train.py", """\
+        import torch
+        from utils.model import get_model
+
+        device = torch.device("cuda")
+        model, optimizer = get_model(device)
+        model = torch.nn.DataParallel(model)
+        for x, duration in loader:
+            loss = model(x.to(device, non_blocking=True), duration.to(device, non_blocking=True)).sum()
+            loss.backward()
+            optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    assert result.stdout.startswith("model/net.py:8:43: SF301 `predicted[i].item()`"), result.stdout

@@ -11,7 +11,7 @@ receptive field or a saliency map drawn from `img.grad`), marks no step. Code is
 *hot* when its nearest enclosing step loop is reached before a function boundary and no periodic
 guard sits in between (nor a branch on one pass of the step loop, `if i == len(loader) - 1:`,
 nor a module's eval-mode branch, `if not self.training:`); functions called from hot code (also from another scanned file, and
-then two levels more) or handed to a call there (`run_step(batch, loss_fn=masked_loss)`), the ``forward`` of a module class whose object hot code calls, Lightning
+then three levels more) or handed to a call there (`run_step(batch, loss_fn=masked_loss)`), the ``forward`` of a module class whose object hot code calls, Lightning
 ``training_step`` methods and what they call (``self.shared_step(batch)``), a method that takes a
 step, or calls such methods outside a loop of its own (an agent's `update()` running
 `update_critic()` and `update_actor()`), that no code of the file calls, are hot too, except
@@ -236,7 +236,7 @@ class FileContext(FileIndex):
         another scanned file (``Links.hot``), Lightning training steps, methods that take a whole
         step that no code of this file calls (a trainer's `train_step`), and the `forward` of a
         module class of this file whose object hot code calls (`model(x)` after `model =
-        Tagger.from_pretrained(...)`); then what those call outside a periodic guard, two levels
+        Tagger.from_pretrained(...)`); then what those call outside a periodic guard, three levels
         more (a logger's `log()` that turns every step's images into pictures)."""
         hot: set[cst.CSTNode] = set()
         for site in self.calls:
@@ -263,7 +263,7 @@ class FileContext(FileIndex):
             owner = _step_around(site.stack, steps)
             if owner is not None:
                 hot.update(info.node for info in self._step_callees(site, owner))
-        for _ in range(2):
+        for _ in range(3):
             more = {node for site in self.calls if _plainly_in(site.stack, hot) for node in self._runs(site)} - hot
             if not more:
                 break

@@ -225,6 +225,17 @@ def dotted(node: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
+_MODULE_MOVES = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16"})
+
+
+def _unmoved(node: ast.AST) -> ast.AST:
+    """``FastSpeech2(...).to(device)``, ``Net().cuda().eval()`` -> the call that builds the object."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MODULE_MOVES \
+            and isinstance(node.func.value, ast.Call):
+        node = node.func.value
+    return node
+
+
 def _unwrap(node: ast.AST) -> ast.AST:
     """``enumerate(tqdm(loader))``, ``metric_logger.log_every(loader, ...)`` -> ``loader``."""
     while isinstance(node, ast.Call) and node.args and is_iterable_wrapper(dotted(node.func)):
@@ -475,7 +486,8 @@ class _Collector(ast.NodeVisitor):
 
     def _assigned(self, targets: list[ast.expr], value: ast.expr) -> None:
         function = self.function_stack[-1] if self.function_stack else None
-        made = dotted(value.func) if isinstance(value, ast.Call) else None
+        built = _unmoved(value)
+        made = dotted(built.func) if isinstance(built, ast.Call) else None
         made_by = function.made_by if function is not None else None if self.class_stack else self.made_at_module
         on_self = self.class_made_by.setdefault(function.class_name, {}) if function and function.class_name else None
         for target in targets:
@@ -765,9 +777,10 @@ class _Collector(ast.NodeVisitor):
             function.forwards = forwarded if function.forwards in (None, forwarded) else ""
         if function is not None and function.class_name is None and node.value is not None:
             value = node.value
-            made = function.made_by.get(value.id) if isinstance(value, ast.Name) else None
-            if made is not None:  # `model = ResNet(...); return model`
-                self._builds(function.name, made)
+            for element in value.elts if isinstance(value, ast.Tuple) else [value]:  # `return model, optimizer` too
+                made = function.made_by.get(element.id) if isinstance(element, ast.Name) else None
+                if made is not None:  # `model = ResNet(...); return model`
+                    self._builds(function.name, made)
             for call in (n for n in ast.walk(value) if isinstance(n, ast.Call)):
                 self._builds_through(function.name, call)
         self.generic_visit(node)
@@ -1085,7 +1098,11 @@ class _Collector(ast.NodeVisitor):
                 continue
             made_by = loop.function.made_by if loop.function is not None else self.made_at_module
             for callee, guarded in loop.calls:
-                yield self._forward_of(made_by.get(callee) if not guarded and "." not in callee else None)
+                if guarded or "." in callee:
+                    continue
+                # every maker: `model, optim = get_model(...)`, then `model = nn.DataParallel(model)`
+                for made in self.makers.get((id(made_by), callee), [made_by.get(callee)]):
+                    yield self._forward_of(made)
         for name, function in self.functions.items():
             if function.class_name is None or not name.endswith(".forward"):
                 continue

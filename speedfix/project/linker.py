@@ -242,9 +242,11 @@ class _Resolver:
         if key not in self.memo:
             self.memo[key] = self._resolve(path, qualified)
         hit = self.memo[key]
-        return hit if hit is not None and hit[1] != path else None
+        if hit is not None and hit[1] == path:  # `from model import FastSpeech2` in `utils/model.py`: the other `model`
+            return self._resolve(path, qualified, skip=path)
+        return hit
 
-    def _resolve(self, path: Path, qualified: str) -> tuple[str, Path] | None:
+    def _resolve(self, path: Path, qualified: str, skip: Path | None = None) -> tuple[str, Path] | None:
         level = len(qualified) - len(qualified.lstrip("."))
         parts = [part for part in qualified[level:].split(".") if part]
         if level:
@@ -257,7 +259,7 @@ class _Resolver:
         for end in range(len(parts), -1 if level else 0, -1):
             for folder in folders:
                 found = self.module_file(folder, parts[:end])
-                if found is not None:
+                if found is not None and found != skip:
                     return "." * level + ".".join(parts[:end]), found
         return None
 
@@ -297,6 +299,8 @@ def link(
         hot.setdefault(path, set()).update(names)
     for path, names in _called_functions(facts, prefixes, lambda module: module.forward_modules).items():
         hot.setdefault(path, set()).update(names)  # `model(x)`, `self.lr(x)`: their class's forward
+    for path, names in _factory_forwards(facts, prefixes).items():
+        hot.setdefault(path, set()).update(names)  # `model, optim = get_model(...)`, then `model(x)`
     no_grad = _called_functions(facts, prefixes, lambda module: module.no_grad_calls)
     no_grad_methods: dict[str, set[Path]] = {}  # method name -> the files that call it under no_grad
     for path, module in facts.items():
@@ -588,6 +592,24 @@ def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
                     hot.setdefault(target, set()).add(f"{name}.__init__")  # an object built there: its constructor runs
             elif name in facts[target].functions and not constructors:
                 hot.setdefault(target, set()).add(name)
+    return hot
+
+
+def _factory_forwards(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]) -> dict[Path, set[str]]:
+    """The `forward` of the module classes of scanned files that a factory of another file builds
+    and returns (`get_model()` returning `FastSpeech2(...).to(device), optimizer`), when a
+    training loop calls the object the factory gave it."""
+    hot: dict[Path, set[str]] = {}
+    for path, module in facts.items():
+        for qualified in module.forward_modules:
+            hit = _split(qualified.removesuffix(".forward"), prefixes[path])
+            factory = facts[hit[0]].functions.get(hit[1]) if hit is not None and "." not in hit[1] else None
+            if factory is None or _is_class(facts[hit[0]], hit[1]):
+                continue
+            for part in factory.parts:
+                built = _project_class(part, hit[0], facts, prefixes)
+                if built is not None and f"{built[1]}.forward" in facts[built[0]].functions:
+                    hot.setdefault(built[0], set()).add(f"{built[1]}.forward")
     return hot
 
 
