@@ -351,6 +351,36 @@ class DataloaderNoWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a library's DataLoader subclass takes the same arguments (PyTorch Geometric's, MONAI's)
+            """
+            import torch
+            from torch_geometric.loader import DataLoader
+
+            if __name__ == "__main__":
+                loader = DataLoader(dataset, batch_size=64, shuffle=True)
+                model = GIN().cuda()
+                for data in loader:
+                    model(data.to("cuda")).sum().backward()
+                    opt.step()
+            """,
+            fixed="""
+            import torch
+            from torch_geometric.loader import DataLoader
+            import os
+
+            if __name__ == "__main__":
+                loader = DataLoader(
+                    dataset,
+                    batch_size=64,
+                    shuffle=True,
+                    num_workers=min(8, os.cpu_count() or 1),
+                )
+                model = GIN().cuda()
+                for data in loader:
+                    model(data.to("cuda")).sum().backward()
+                    opt.step()
+            """,
+        ),
         Invalid(  # one process per GPU: the node's cores are shared, the worker count is per process
             """
             import torch

@@ -20,7 +20,7 @@ _FUSABLE = FUSABLE_OPTIMIZERS
 # transformers' own AdamW (deprecated, removed from recent releases): never fused.
 _TRANSFORMERS_ADAMW = ("transformers.AdamW", "transformers.optimization.AdamW")
 # Options that rule out, or explicitly choose, an implementation: the user decided.
-_CHOSEN = ("fused", "foreach", "differentiable")
+_CHOSEN = ("fused", "foreach", "differentiable", "capturable")  # capturable: stepped inside CUDA graphs
 # Fused Adam/AdamW take CPU parameters too from this version on (CUDA ones since 2.0).
 _FUSED_ANYWHERE = v("2.4")
 
@@ -29,7 +29,8 @@ class OptimizerNotFused(Rule):
     """
     ## What it does
     Finds `torch.optim.Adam` / `AdamW` in a CUDA script created without `fused=` (and without an
-    explicit `foreach=` or `differentiable=`). Never SGD, nor an optimizer that only a branch the
+    explicit `foreach=`, `differentiable=` or `capturable=`: an optimizer stepped inside CUDA graphs
+    or a compiled update). Never SGD, nor an optimizer that only a branch the
     default run skips makes (`elif args.opt == "adam":` where `--opt` defaults to `adamw`, also
     read in a module the training script hands its parsed options to). An optimizer a method makes only under
     a condition, beside one it always makes (a second optimizer when the run's parameters ask for
@@ -91,6 +92,13 @@ class OptimizerNotFused(Rule):
     effect = "One fused kernel per optimizer step: 2-3 ms/iteration in litgpt."
 
     VALID = [
+        Valid(  # capturable: the update is stepped inside CUDA graphs (a compiled "reduce-overhead" step)
+            """
+            import torch
+            model = Net().cuda()
+            opt = torch.optim.Adam(model.parameters(), lr=3e-4, capturable=True)
+            """
+        ),
         Valid(
             """
             import torch

@@ -9,7 +9,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import taken_on_a_gpu
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import lightning_fits
-from speedfix.model.patterns import DETERMINISTIC_ALGORITHMS
+from speedfix.model.patterns import DETERMINISM_HELPERS, DETERMINISTIC_ALGORITHMS
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.nodes import is_main_guard
 
@@ -18,7 +18,8 @@ class DeterministicMode(Rule):
     """
     ## What it does
     Finds deterministic mode switched on unconditionally in a CUDA training script:
-    `torch.backends.cudnn.deterministic = True` or `torch.use_deterministic_algorithms(True)`.
+    `torch.backends.cudnn.deterministic = True`, `torch.use_deterministic_algorithms(True)`, or
+    MONAI's `set_determinism(seed=0)` (which also turns `cudnn.benchmark` off; no fix: it seeds too).
     A switch behind a condition (`if args.seed is not None:`, `if args.deterministic:`) is a
     choice the user makes per run and is left alone; one behind a test that holds wherever a GPU
     is (`if not args.disable_cuda and torch.cuda.is_available():`) is not a choice, and is reported.
@@ -65,7 +66,7 @@ class DeterministicMode(Rule):
     name = "deterministic-mode"
     summary = "Deterministic cuDNN/algorithms switched on unconditionally in training"
     severity = Severity.INFO
-    requires = (b"deterministic",)
+    requires = (b"deterministic", b"set_determinism")
     gpu_only = True
     effect = "Determinism rules out the fastest conv and scatter kernels; the cost depends on the model."
 
@@ -103,6 +104,18 @@ class DeterministicMode(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # MONAI's helper seeds and sets cuDNN's deterministic mode
+            """
+            import torch
+            from monai.utils import set_determinism
+
+            set_determinism(seed=0)
+            model = UNet().cuda()
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+                opt.step()
+            """
+        ),
         Invalid(
             """
             import torch
@@ -178,6 +191,14 @@ class DeterministicMode(Rule):
             mode = find_argument(ctx, site, "mode", 0)
             if literal_bool(ctx, mode.node, site.stack) and not _conditional(ctx, site.statement, site.stack):
                 self.report(site.node, "`use_deterministic_algorithms(True)` rules out fast nondeterministic kernels")
+        for site in ctx.calls_to(*DETERMINISM_HELPERS):
+            seed = find_argument(ctx, site, "seed", 0).node
+            if not (isinstance(seed, cst.Name) and seed.value == "None") and not _conditional(ctx, site.statement, site.stack):
+                self.report(site.node, "MONAI's `set_determinism(seed=...)` sets `cudnn.deterministic = True` and turns "
+                            "`cudnn.benchmark` off, which rules out the fastest convolution algorithms",
+                            no_fix_reason="it also seeds the random generators: seed with `monai.utils.set_determinism(seed=..., "
+                            "use_deterministic_algorithms=False)` and set `torch.backends.cudnn.deterministic = False` after it, "
+                            "or seed with `torch.manual_seed` alone")
 
 
 # SF601 leaves a script that asks for determinism alone: dropping it is this rule's advice, and

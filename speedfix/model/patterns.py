@@ -16,11 +16,16 @@ from speedfix.model.flow import comes_before, default_choice, default_truth, off
 from speedfix.model.frames import Stack
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
-from speedfix.project.steps import CUDNN_CHOICES, DETERMINISTIC_ALGORITHMS, NO_GRAD_CALLS, is_iterable_wrapper
+from speedfix.project.steps import (CUDNN_CHOICES, DETERMINISM_HELPERS, DETERMINISTIC_ALGORITHMS, NO_GRAD_CALLS,
+                                    is_iterable_wrapper)
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
-DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+# torch's DataLoader, and libraries' subclasses of it that take the same loader arguments
+# (`num_workers`, `pin_memory`, `persistent_workers`): MONAI's, PyTorch Geometric's
+DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "monai.data.DataLoader",
+              "monai.data.dataloader.DataLoader", "torch_geometric.loader.DataLoader",
+              "torch_geometric.loader.dataloader.DataLoader")
 ITERABLE_DATASET = ("torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset")
 AUTOCAST = (
     "torch.autocast",
@@ -289,7 +294,7 @@ def cudnn_settings(ctx: FileContext) -> bool:
 
 def cudnn_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:
     """(statement, stack) of each place that chooses cuDNN's behaviour."""
-    found = [(site.statement, site.stack) for site in ctx.calls_to(*DETERMINISTIC_ALGORITHMS)]
+    found = [(site.statement, site.stack) for site in ctx.calls_to(*DETERMINISTIC_ALGORITHMS, *DETERMINISM_HELPERS)]
     return found + _assigned(ctx, lambda name: name.endswith(_CUDNN_SWITCHES))
 
 

@@ -37,6 +37,9 @@ CUDA_OBJECTS = frozenset({"accelerator"})
 # and the call that asks for deterministic ones.
 CUDNN_CHOICES = ("cudnn.benchmark", "cudnn.deterministic")
 DETERMINISTIC_ALGORITHMS = ("torch.use_deterministic_algorithms",)
+# Library helpers that seed and switch cuDNN to deterministic mode (benchmark off): MONAI's
+# `set_determinism(seed=0)` (`seed=None` switches it back).
+DETERMINISM_HELPERS = ("monai.utils.set_determinism", "monai.utils.misc.set_determinism")
 # Convolution layers by qualified name -> their dimension (transposed ones included): a class
 # that builds them is a conv net, in this file or, through the project facts, in another one.
 CONV_LAYERS = {
