@@ -1921,3 +1921,34 @@ def test_the_model_a_factory_returns_with_its_optimizer_runs_its_forward_every_s
         """)
     result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
     assert result.stdout.startswith("model/net.py:8:43: SF301 `predicted[i].item()`"), result.stdout
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_cudnn_autotuning_a_helper_of_another_file_switches_on(run_cli, tmp_path, write, guarded):
+    """`initialize(args, seed=42)` of `utility/initialize.py` sets `cudnn.benchmark = True`: the
+    training script that calls it chooses cuDNN's algorithms (SAM's layout). A helper that does
+    so only under an `if` of its own does not count."""
+    write("utility/__init__.py", "")
+    write("utility/initialize.py", f"""\
+        import torch
+
+        def initialize(args, seed):
+            torch.manual_seed(seed)
+            {"if args.benchmark:" if guarded else "if True:"}
+                pass
+            {"    " if guarded else ""}torch.backends.cudnn.benchmark = True
+        """)
+    write("train.py", """\
+        import torch
+        from torch import nn
+        from utility.initialize import initialize
+
+        initialize(args, seed=42)
+        model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            nn.functional.cross_entropy(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True)).backward()
+            opt.step()
+        """)
+    found = run_cli("scan", ".", "--select", "SF601", "--no-summary", cwd=tmp_path).stdout
+    assert ("train.py:6:" in found) is guarded, found

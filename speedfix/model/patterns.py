@@ -293,8 +293,11 @@ def cudnn_settings(ctx: FileContext) -> bool:
 
 
 def cudnn_choices(ctx: FileContext) -> list[tuple[cst.SimpleStatementLine | None, Stack]]:
-    """(statement, stack) of each place that chooses cuDNN's behaviour."""
+    """(statement, stack) of each place that chooses cuDNN's behaviour, also a call of a function
+    of another scanned file that does (`initialize(args, seed=42)` setting `cudnn.benchmark`)."""
     found = [(site.statement, site.stack) for site in ctx.calls_to(*DETERMINISTIC_ALGORITHMS, *DETERMINISM_HELPERS)]
+    found += [(site.statement, site.stack) for site in ctx.calls
+              if (callee := ctx.project_callee(site)) is not None and callee.cudnn]
     return found + _assigned(ctx, lambda name: name.endswith(_CUDNN_SWITCHES))
 
 

@@ -76,6 +76,7 @@ class FunctionFacts:
     blocking_copies: tuple[str, ...] = ()
     calls_params: tuple[str, ...] = ()  # parameters its training loop calls every step (a `forward_step_func`)
     sets_only: bool = False  # calls nothing (a setter: `self.tgt_len = tgt_len`): it runs no network
+    cudnn: bool = False  # chooses cuDNN's algorithms, outside any `if` (`torch.backends.cudnn.benchmark = True`)
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,7 @@ class _Function:
     blocking_copies: set[str] = field(default_factory=set)  # parameters it copies without `non_blocking`
     syncs: bool = False  # `.item()`/`.tolist()`, or `float(...)`/`int(...)` of a torch result, in its body
     switches_sync: bool = False  # `.no_sync` or `.require_backward_grad_sync` in its body
+    cudnn: bool = False  # a cuDNN choice in its body, outside any `if`
     loops: list[_Loop] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
     made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
@@ -588,6 +590,8 @@ class _Collector(ast.NodeVisitor):
     def _cudnn_choice(self) -> None:
         if not self.conditions:
             self.cudnn = True
+            if self.function_stack:
+                self.function_stack[-1].cudnn = True
             self.cudnn_at_top = self.cudnn_at_top or not self.function_stack
 
     def _argparse_default(self, node: ast.Call) -> None:
@@ -981,6 +985,7 @@ class _Collector(ast.NodeVisitor):
             cuda=function.cuda,
             syncs=function.syncs,
             switches_sync=function.switches_sync,
+            cudnn=function.cudnn,
             blocking_copies=tuple(sorted(function.blocking_copies)),
             calls_params=tuple(dict.fromkeys(callee for loop in training for callee, guarded in loop.calls
                                              if not guarded and callee in function.params)),
