@@ -1952,3 +1952,39 @@ def test_cudnn_autotuning_a_helper_of_another_file_switches_on(run_cli, tmp_path
         """)
     found = run_cli("scan", ".", "--select", "SF601", "--no-summary", cwd=tmp_path).stdout
     assert ("train.py:6:" in found) is guarded, found
+
+
+def test_a_step_defined_in_the_loop_and_handed_to_a_timer_makes_its_helpers_hot(run_cli, tmp_path, write):
+    """I-JEPA's loop defines `def train_step():` in its body and runs it through `gpu_timer(train_step)`:
+    the loop trains, so the helper of another file that the step calls every time (a gradient logger
+    reading each parameter's norm on the host) waits for the GPU every step."""
+    write("stats.py", """\
+        import torch
+
+        def grad_logger(named_params):
+            return {n: float(torch.norm(p.grad)) for n, p in named_params}
+
+        def gpu_timer(closure):
+            return closure()
+        """)
+    write("train.py", """\
+        import torch
+        from stats import grad_logger, gpu_timer
+
+        def main():
+            model = Net().cuda()
+            opt = torch.optim.AdamW(model.parameters(), fused=True)
+            for epoch in range(100):
+                for x in loader:
+                    def train_step():
+                        loss = model(x.cuda(non_blocking=True)).sum()
+                        loss.backward()
+                        opt.step()
+                        return grad_logger(model.named_parameters())
+                    stats = gpu_timer(train_step)
+
+        if __name__ == "__main__":
+            main()
+        """)
+    found = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path).stdout
+    assert found.startswith("stats.py:4:16: SF301"), found

@@ -266,6 +266,7 @@ class _Loop:
     marker: bool = False  # a step marker directly in its body (no nested loop in between)
     uploads: bool = False
     calls: list[tuple[str, bool]] = field(default_factory=list)  # (callee as written, under a periodic guard)
+    handed: list[str] = field(default_factory=list)  # names handed to a call (`gpu_timer(train_step)`)
     nested: bool = False  # inside another loop of the same function (an epoch loop)
 
 
@@ -387,14 +388,16 @@ class _Collector(ast.NodeVisitor):
         args = node.args
         params = tuple(a.arg for a in [*args.posonlyargs, *args.args])
         function = _Function(name, owner, params)
-        if not self.function_stack:  # nested functions count as part of the enclosing one
+        nested = bool(self.function_stack)
+        if not nested:
             self.functions.setdefault(name, function)
-        else:
+        else:  # nested functions count as part of the enclosing one
             function = self.function_stack[-1]
         self.function_stack.append(function)
         if any(self._mentions_cuda(default) for default in [*args.defaults, *args.kw_defaults] if default is not None):
             self._note_cuda()  # `def train(epochs=100, device="cuda:0")`
-        self.loop_stack.append(None)
+        # a function defined in a loop's body is part of it (I-JEPA's `def train_step():` handed to `gpu_timer`)
+        self.loop_stack.append(self._current_loop() if nested else None)
         self.guard_stack.append(self.guards)
         self.guards = 0
         outer_no_grad, self.no_grad = self.no_grad, int(any(self._turns_grad_off(d) for d in node.decorator_list))
@@ -718,6 +721,8 @@ class _Collector(ast.NodeVisitor):
                 loop.marker = True
             elif self.function_stack:
                 self.function_stack[-1].steps = True
+        if loop is not None:
+            loop.handed.extend(arg.id for arg in node.args if isinstance(arg, ast.Name))
         moves = isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda")
         if moves and self.function_stack:
             self.function_stack[-1].moves = True
@@ -859,8 +864,10 @@ class _Collector(ast.NodeVisitor):
     # ------------------------------------------------------------------ results
     def facts(self) -> ModuleFacts:
         step_functions = {name for name, function in self.functions.items() if function.steps}
-        for loop in self.loops:  # one call deep, as in the file's own index
-            if not loop.marker and any(self._local_callee(callee, loop) in step_functions for callee, _ in loop.calls):
+        for loop in self.loops:  # one call deep, as in the file's own index; also a step function handed to a
+            # call that runs it (I-JEPA's `gpu_timer(train_step)`)
+            if not loop.marker and (any(self._local_callee(callee, loop) in step_functions for callee, _ in loop.calls)
+                                    or any(name in step_functions for name in loop.handed)):
                 loop.marker = True
         functions = {name: self._function_facts(function) for name, function in self.functions.items()}
         self._passed_on(functions)
