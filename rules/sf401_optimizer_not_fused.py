@@ -30,14 +30,15 @@ class OptimizerNotFused(Rule):
     ## What it does
     Finds `torch.optim.Adam` / `AdamW` in a CUDA script created without `fused=` (and without an
     explicit `foreach=`, `differentiable=` or `capturable=`: an optimizer stepped inside CUDA graphs
-    or a compiled update). Never SGD, nor an optimizer that only a branch the
-    default run skips makes (`elif args.opt == "adam":` where `--opt` defaults to `adamw`, also
-    read in a module the training script hands its parsed options to). An optimizer a method makes only under
-    a condition, beside one it always makes (a second optimizer when the run's parameters ask for
+    or a compiled update). Never SGD, nor an optimizer that only a branch the default run skips
+    makes (`elif args.opt == "adam":` where `--opt` defaults to `adamw`, also read in a module the
+    training script hands its parsed options to). An optimizer a method makes only under a
+    condition, beside one it always makes (a second optimizer when the run's parameters ask for
     it), is part of the first one's finding; so are the alternatives a function chooses between by
-    a setting the scan cannot read (`if name == "adam": ... elif name == "adamw": ...`). Left alone: the `configure_optimizers` of a
-    LightningModule that the project's run configs (`configs/*.yaml`: `model: {target: ...}`,
-    `class_path:`) never train while they train other classes of its file, or whose configs give
+    a setting the scan cannot read (`if name == "adam": ... elif name == "adamw": ...`). Left
+    alone: the `configure_optimizers` of a LightningModule that the project's run configs
+    (`configs/*.yaml`: `model: {target: ...}`, `class_path:`) never train while they train other
+    classes of its file, or whose configs give
     LightningCLI an `optimizer:` that replaces the method, or one whose class the configs train
     only with Trainers that all say `accelerator: cpu` (the Trainer places the parameters, and
     the optimizer's state with them, whatever device the module's own code names).
@@ -62,8 +63,8 @@ class OptimizerNotFused(Rule):
     CPU since torch 2.4: for torch 2.1-2.3 the finding has no fix, since a script that falls back
     to the CPU without a GPU would raise), `fused` cannot be combined with `foreach` or
     `differentiable`, and results differ in the last bits. torch 2.0.0's fused AdamW gave worse
-    losses under fp16 AMP (pytorch#96755), which is why the rule targets 2.1 and newer. It can be slower on some GPUs
-    (pytorch#121857, A40): benchmark it. SGD is never fused automatically: fused SGD corrupts
+    losses under fp16 AMP (pytorch#96755), which is why the rule targets 2.1 and newer. It can be
+    slower on some GPUs (pytorch#121857, A40): benchmark it. SGD is never fused automatically: fused SGD corrupts
     momentum on GradScaler-skipped steps (LibreYOLO#771).
 
     ## Impact

@@ -37,14 +37,13 @@ def _configured_cuda(ctx: FileContext) -> bool:
     """Is a device that the script names only through a setting CUDA by default:
     `torch.device(cfg.training.device)` where every run config of the project says `cuda:0`, or
     `.to(device)` with the `device` that the run configs give the class's constructor?"""
-    for site in (*ctx.calls_to("torch.device"), *ctx.method_calls("to")):
+    named = [(site.node.args[0].value, site) for site in ctx.calls_to("torch.device") if site.node.args]
+    for site in ctx.method_calls("to"):  # `.to(device)`, `.to(self.device)`: not a dtype or another tensor
         target = next((arg.value for arg in site.node.args if arg.keyword is None or arg.keyword.value == "device"), None)
-        if isinstance(target, (cst.Name, cst.Attribute)) and "device" in (dotted_name(target) or "").lower() \
-                or isinstance(target, cst.Attribute) and site.func == "torch.device":
-            device = string_value(ctx, target, site.stack)
-            if device is not None and device.startswith("cuda"):
-                return True
-    return False
+        if isinstance(target, (cst.Name, cst.Attribute)) and "device" in (dotted_name(target) or "").lower():
+            named.append((target, site))
+    return any((device := string_value(ctx, target, site.stack)) is not None and device.startswith("cuda")
+               for target, site in named)
 
 
 def trains_on_cpu_only(ctx: FileContext) -> bool:

@@ -36,9 +36,9 @@ from speedfix.model.config_tree import ConfigError, Node, is_interpolation, load
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.hydra_config import Composed, config_of, group_options
-from speedfix.model.patterns import INSTANTIATE
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import loaded_node, section_keys
+from speedfix.model.patterns import INSTANTIATE
 from speedfix.model.project_files import Location, display_path
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of

@@ -40,8 +40,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
-                                    DETERMINISTIC_ALGORITHMS, MATMUL_LAYERS, MATMUL_METHODS,
-                                    LIGHTNING_DATAMODULE, LIGHTNING_MODULE, NO_GRAD_CALLS, SYNC_SWITCHES, is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
+                                    DETERMINISTIC_ALGORITHMS, LIGHTNING_DATAMODULE, LIGHTNING_MODULE, MATMUL_LAYERS,
+                                    MATMUL_METHODS, NO_GRAD_CALLS, SYNC_SWITCHES, is_iterable_wrapper,
+                                    is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
 
 
 @dataclass(frozen=True)
