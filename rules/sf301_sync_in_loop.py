@@ -418,6 +418,24 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a Hugging Face Trainer subclass: its compute_loss runs on every step, and so do its helpers
+            """
+            import torch
+            from transformers import Trainer
+
+            class PairTrainer(Trainer):
+                def metrics(self, loss):
+                    return {"loss": loss.detach().cpu()}
+
+                def compute_loss(self, model, inputs, return_outputs=False):
+                    chosen, rejected = model(**inputs).logits.chunk(2)
+                    loss = -torch.nn.functional.logsigmoid(chosen - rejected).mean()
+                    self.store_metrics(self.metrics(loss))
+                    return loss
+
+            PairTrainer(model=model, args=args, train_dataset=data).train()
+            """
+        ),
         Invalid(  # a Lightning step's helper hands tensors to another method, which tests one's truth value
             """
             import torch

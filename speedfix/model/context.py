@@ -12,7 +12,8 @@ receptive field or a saliency map drawn from `img.grad`), marks no step. Code is
 guard sits in between (nor a branch on one pass of the step loop, `if i == len(loader) - 1:`,
 nor a module's eval-mode branch, `if not self.training:`); functions called from hot code (also from another scanned file, and
 then three levels more) or handed to a call there (`run_step(batch, loss_fn=masked_loss)`), the ``forward`` of a module class whose object hot code calls, Lightning
-``training_step`` methods and what they call (``self.shared_step(batch)``), a method that takes a
+``training_step`` methods and what they call (``self.shared_step(batch)``), the ``compute_loss``
+and ``training_step`` of a Hugging Face Trainer subclass and what they call, a method that takes a
 step, or calls such methods outside a loop of its own (an agent's `update()` running
 `update_critic()` and `update_actor()`), that no code of the file calls, are hot too, except
 for code under ``if isinstance(v, torch.Tensor):`` in such a helper (whether it runs on tensors
@@ -29,7 +30,8 @@ import libcst as cst
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.index import CallSite, FileIndex, FunctionInfo
 from speedfix.project.facts import FunctionFacts
-from speedfix.project.steps import LIGHTNING_MODULE, is_loss_scaler_call, is_optimizer_name
+from speedfix.project.steps import (HF_STEP_METHODS, HF_TRAINERS, LIGHTNING_MODULE, is_loss_scaler_call,
+                                    is_optimizer_name)
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -247,6 +249,8 @@ class FileContext(FileIndex):
             hot.update(info.node for info in self.functions.get(name, ()) if info.class_name == (owner or None))
         steps = {info.node: info.class_name for info in self.functions.get("training_step", ())
                  if info.class_name and self.is_subclass_of(info.class_name, *LIGHTNING_MODULE)}
+        steps.update({info.node: info.class_name for name in HF_STEP_METHODS for info in self.functions.get(name, ())
+                      if info.class_name and self.is_subclass_of(info.class_name, *HF_TRAINERS)})
         hot.update(steps)
         # a method that takes a whole step (`trainer.train_step(x, y)`) that no code of this file
         # calls: another file's loop does, once per step

@@ -19,7 +19,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned, taken_on_a_gpu
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.index import CallSite
-from speedfix.project.steps import LIGHTNING_DATAMODULE, LIGHTNING_MODULE
+from speedfix.project.steps import HF_TRAINERS, LIGHTNING_DATAMODULE, LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
 
 LIGHTNING_TRAINER = (
@@ -126,7 +126,8 @@ def accelerator_on_gpu(ctx: FileContext, site: CallSite) -> bool:
 
 def framework_uses_cuda(ctx: FileContext) -> bool:
     """CUDA evidence from the frameworks: a GPU-capable Lightning Trainer or Fabric (without one, a
-    `LightningCLI` or a LightningModule/DataModule: Lightning's default accelerator is the GPU),
+    `LightningCLI` or a LightningModule/DataModule: Lightning's default accelerator is the GPU), a
+    subclass of Hugging Face's `Trainer` (it trains on the GPU when there is one),
     Hugging Face `TrainingArguments`, an `Accelerator`, or `accelerator.device` used as a device.
 
     Each of them also moves the batches to the device itself, so a DataLoader in such a file
@@ -136,6 +137,8 @@ def framework_uses_cuda(ctx: FileContext) -> bool:
         return True
     if not trainers and (ctx.calls_to(*LIGHTNING_CLI) or any(is_lightning_class(ctx, name) for name in ctx.classes)):
         return True
+    if any(ctx.is_subclass_of(name, *HF_TRAINERS) for name in ctx.classes):
+        return True  # a Hugging Face Trainer subclass: the Trainer trains on the GPU when there is one
     return (
         any(hf_args_on_gpu(ctx, site) for site in ctx.calls_to(*HF_TRAINING_ARGUMENTS, *TRL_CONFIGS))
         or bool(ctx.calls_to(*HF_ARGUMENT_PARSERS))

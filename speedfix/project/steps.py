@@ -160,3 +160,11 @@ LIGHTNING_DATAMODULE = (
     "lightning.pytorch.core.LightningDataModule",
     "pytorch_lightning.LightningDataModule",
 )
+# Hugging Face trainers: a subclass's `compute_loss` / `training_step` runs on every training step.
+HF_TRAINERS = (
+    "transformers.Trainer", "transformers.trainer.Trainer", "transformers.Seq2SeqTrainer",
+    "transformers.trainer_seq2seq.Seq2SeqTrainer", "trl.SFTTrainer", "trl.DPOTrainer", "trl.RewardTrainer",
+    "trl.trainer.SFTTrainer", "trl.trainer.DPOTrainer", "trl.trainer.sft_trainer.SFTTrainer",
+    "trl.trainer.dpo_trainer.DPOTrainer",
+)
+HF_STEP_METHODS = ("compute_loss", "training_step")
