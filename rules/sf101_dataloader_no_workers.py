@@ -12,7 +12,7 @@ from speedfix.model.devices import one_process_per_gpu, trains_on_cpu_only
 from speedfix.model.flow import assigned_name
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import (Place, evaluation_only, iterated_per_epoch, late_value, never_read, only_peeked,
+from speedfix.model.loaders import (Place, evaluation_only, iterated_per_epoch, late_value, not_for_training,
                                     samples_place)
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.patterns import (
@@ -122,6 +122,18 @@ class DataloaderNoWorkers(Rule):
     effect = "Overlaps data loading with compute; large when `__getitem__` decodes or augments."
 
     VALID = [
+        Valid(  # one pass, once, consumed in place: a dataset's mean and std computed before training
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def statistics(train_set):
+                data = torch.cat([d[0] for d in DataLoader(train_set)])
+                return data.mean(dim=[0, 2, 3]), data.std(dim=[0, 2, 3])
+
+            model = Net().cuda()
+            """
+        ),
         Valid(  # a causal LM fine-tuned on token ids tokenized ahead; the collator only pads them
             """
             import torch
@@ -665,8 +677,8 @@ class DataloaderNoWorkers(Rule):
             return  # token ids tokenized ahead: a worker would only index and pad them
         if evaluation_only(ctx, site):
             return  # one evaluation pass after training
-        if never_read(ctx, site) or only_peeked(ctx, site):
-            return  # a loader made and never used, or used for a look at one batch
+        if not_for_training(ctx, site):
+            return  # a loader made and never used, used for a look at one batch, or for one pass (statistics)
         if trains_on_cpu_only(ctx):
             return  # no GPU waits for the batches
         workers = find_argument(ctx, site, "num_workers", 5)

@@ -9,7 +9,7 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.devices import copies_to_device
 from speedfix.model.frameworks import framework_uses_cuda
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import Place, evaluation_only, late_value, never_read, only_peeked, samples_place
+from speedfix.model.loaders import Place, evaluation_only, late_value, not_for_training, samples_place
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.scale import evaluation_feed
 from speedfix.model.workload import Samples, training_samples
@@ -380,7 +380,7 @@ class DataloaderNoPinMemory(Rule):
             return  # chosen, in the call or afterwards (`loader.pin_memory = True`: SF105)
         if evaluation_only(self.ctx, site) or evaluation_feed(self.ctx, site):
             return  # one evaluation pass after training, or a loader only evaluation reads
-        if never_read(self.ctx, site) or only_peeked(self.ctx, site):
+        if not_for_training(self.ctx, site):
             return  # a loader made and never used, or used for a look at one batch
         place = samples_place(self.ctx, site)
         if place is Place.DEVICE:

@@ -13,7 +13,7 @@ from speedfix.model.frameworks import lightning_iterates_per_epoch
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import iterated_per_epoch, never_read, only_peeked, returned_to_training
+from speedfix.model.loaders import iterated_per_epoch, not_for_training, returned_to_training
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.patterns import dataset_argument
 from speedfix.model.scale import evaluation_feed
@@ -615,7 +615,7 @@ class DataloaderNoPersistentWorkers(Rule):
         per_core = _per_core(ctx, workers.node, site.stack)  # never 0
         if not per_core and (count is None or count <= 0):
             return
-        if never_read(ctx, site) or only_peeked(ctx, site):
+        if not_for_training(ctx, site):
             return  # a loader made and never used, or used for a look at one batch
         if evaluation_feed(ctx, site):
             return  # only evaluation reads it: a restart per validation pass holds up no training step

@@ -388,6 +388,21 @@ def never_read(ctx: FileContext, site: CallSite) -> bool:
     return not _reads(ctx, scope or ctx.module)[name]
 
 
+def not_for_training(ctx: FileContext, site: CallSite) -> bool:
+    """A loader made and never read, read for a look at one batch, or consumed in place for one
+    pass: its workers and pinning do not matter."""
+    return never_read(ctx, site) or only_peeked(ctx, site) or consumed_in_place(ctx, site)
+
+
+def consumed_in_place(ctx: FileContext, site: CallSite) -> bool:
+    """Is the DataLoader of ``site`` made as the iterable of a comprehension outside any loop
+    (`torch.cat([d[0] for d in DataLoader(train_set)])` to compute a dataset's mean and std)? It
+    makes one pass, once: no training reads it."""
+    if site.statement is None or ctx.nearest_loop(site.stack) is not None:
+        return False
+    return any(isinstance(node, cst.CompFor) and node.iter is site.node for node in walk_expression(site.statement))
+
+
 def only_peeked(ctx: FileContext, site: CallSite) -> bool:
     """Is the DataLoader of ``site`` bound to a name that is only iterated by loops that stop
     after their first batch (`for img, label in loader: show(encoder(img)); break`) or drawn from
