@@ -261,6 +261,50 @@ class NoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an agent's critic and actor updates: two step methods of one class, one piece of advice
+            """
+            import torch
+
+            class Agent:
+                def __init__(self):
+                    self.critic = Critic().cuda()
+                    self.actor = Actor().cuda()
+                    self.critic_opt = torch.optim.Adam(self.critic.parameters())
+                    self.actor_opt = torch.optim.Adam(self.actor.parameters())
+
+                def update_critic(self, obs, target):
+                    critic_loss = (self.critic(obs) - target).pow(2).mean()
+                    critic_loss.backward()
+                    self.critic_opt.step()
+
+                def update_actor(self, obs):
+                    actor_loss = -self.critic(obs, self.actor(obs)).mean()
+                    actor_loss.backward()
+                    self.actor_opt.step()
+            """,
+            fixed="""
+            import torch
+
+            class Agent:
+                def __init__(self):
+                    self.critic = Critic().cuda()
+                    self.actor = Actor().cuda()
+                    self.critic_opt = torch.optim.Adam(self.critic.parameters())
+                    self.actor_opt = torch.optim.Adam(self.actor.parameters())
+
+                def update_critic(self, obs, target):
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        critic_loss = (self.critic(obs) - target).pow(2).mean()
+                    critic_loss.backward()
+                    self.critic_opt.step()
+
+                def update_actor(self, obs):
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        actor_loss = -self.critic(obs, self.actor(obs)).mean()
+                    actor_loss.backward()
+                    self.actor_opt.step()
+            """,
+        ),
         Invalid(  # a project on a torch before autocast: the advice is to upgrade torch first, with no fix
             """
             import torch
@@ -713,13 +757,19 @@ class NoMixedPrecision(Rule):
     def _loop_of(self, site: CallSite) -> cst.CSTNode:
         """The training loop around a backward call (the outermost step loop of its function: a
         GAN's discriminator repeated in an inner loop of the generator's step loop is the same
-        loop), else its function, else the module."""
+        loop), else, for a method that takes a step of its own, its class (an agent's
+        `update_critic()` and `update_actor()` are one piece of advice), else its function, else
+        the module."""
         ctx = self.ctx
         start = max((i for i, frame in enumerate(site.stack) if frame.kind in (FrameKind.FUNCTION, FrameKind.CLASS)), default=-1)
         for frame in site.stack[start + 1:]:  # the loops of its function, outermost first
             if frame.kind is FrameKind.LOOP and frame.node in ctx.step_loops:
                 return frame.node
-        return ctx.nearest_loop(site.stack) or ctx.function_of(site.stack) or ctx.module
+        function = ctx.function_of(site.stack)
+        owner = ctx.class_of(site.stack)
+        if ctx.nearest_loop(site.stack) is None and owner is not None and function in ctx.step_functions:
+            return owner
+        return ctx.nearest_loop(site.stack) or function or ctx.module
 
     # ------------------------------------------------------------------ autocast off by default
     def _report_gated(self, cast: Autocast | Passing) -> None:
@@ -805,8 +855,10 @@ class NoMixedPrecision(Rule):
         others = sum(len(sites) for sites in blocks) - 1
         message = f"`{receiver or 'loss'}.backward()` follows a forward pass in fp32: no mixed precision (autocast)"
         if others:
+            where = "this loop" if self.ctx.nearest_loop(first.stack) is not None else "this class's steps" \
+                if isinstance(self._loop_of(first), cst.ClassDef) else "this function"
             message = (f"`{receiver or 'loss'}.backward()` and {others} other backward call{'s' if others > 1 else ''} of "
-                       "this loop follow forward passes in fp32: no mixed precision (autocast)")
+                       f"{where} follow forward passes in fp32: no mixed precision (autocast)")
         ops: list[FixOp] = []
         context = (
             f"{reference(self.ctx, 'torch.autocast', ops, first.stack)}({string_literal(self.ctx, 'cuda')}, "
