@@ -1988,3 +1988,38 @@ def test_a_step_defined_in_the_loop_and_handed_to_a_timer_makes_its_helpers_hot(
         """)
     found = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path).stdout
     assert found.startswith("stats.py:4:16: SF301"), found
+
+
+def test_a_step_function_handed_to_a_timer_in_the_loop_makes_it_a_training_loop(run_cli, tmp_path, write):
+    """`def train_step(x):` at module level, run as `gpu_timer(train_step, x)` in the loop: the
+    loop trains though it calls `train_step` only through the timer, so the loader another file's
+    factory makes for it is a training loader restarted every epoch."""
+    write("data.py", """\
+        from torch.utils.data import DataLoader
+
+        def make_loader(dataset):
+            return DataLoader(dataset, batch_size=64, num_workers=8, pin_memory=True)
+        """)
+    write("train.py", """\
+        import torch
+        from data import make_loader
+
+        def gpu_timer(closure, *args):
+            return closure(*args)
+
+        def train_step(x):
+            loss = model(x.cuda(non_blocking=True)).sum()
+            loss.backward()
+            opt.step()
+
+        def main():
+            loader = make_loader(dataset)
+            for epoch in range(100):
+                for x in loader:
+                    gpu_timer(train_step, x)
+
+        if __name__ == "__main__":
+            main()
+        """)
+    found = run_cli("scan", ".", "--select", "SF103", "--no-summary", cwd=tmp_path).stdout
+    assert found.startswith("data.py:4:12: SF103"), found
