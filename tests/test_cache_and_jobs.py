@@ -88,6 +88,46 @@ def test_the_engine_loads_while_workers_read_the_project_facts(tmp_path, write, 
     assert len(serial.findings) >= 6
 
 
+def _wait_for(path: Path) -> None:
+    for _ in range(3000):  # at most 30 s: a broken pool fails the test instead of hanging it
+        if path.exists():
+            return
+        import time
+
+        time.sleep(0.01)
+    raise AssertionError(f"{path.name} never appeared")
+
+
+def _claimed(folder: Path, parent: int, item: int) -> int:
+    """An item of the facts step: the worker's first item waits until this process has done one
+    of its own, so that both are seen taking items from the shared counter."""
+    (folder / f"{item}-{os.getpid()}").touch()
+    if os.getpid() != parent and item == 0:
+        (folder / "worker started").touch()
+        _wait_for(folder / "parent done")
+    elif os.getpid() == parent:
+        (folder / "parent done").touch()
+    return item * item
+
+
+def test_this_process_reads_the_facts_left_once_the_engine_is_loaded(tmp_path):
+    """When the load ends before the facts do, this process takes the items still unclaimed:
+    every item once, by one process or the other, and the results in the items' order."""
+    import functools
+
+    from speedfix.commands.workers import Workers
+
+    parent = os.getpid()
+    function = functools.partial(_claimed, tmp_path, parent)
+    with Workers(2, load=lambda: _wait_for(tmp_path / "worker started")) as workers:
+        results = list(workers.map(function, list(range(20))))
+    assert results == [item * item for item in range(20)]
+    claims = [name.split("-") for name in os.listdir(tmp_path) if "-" in name]
+    assert sorted(int(item) for item, _ in claims) == list(range(20))  # each item once
+    by = {int(item): int(pid) for item, pid in claims}
+    assert by[0] != parent and by[1] == parent  # the worker took the first, this process the next
+
+
 def test_a_scan_leaves_the_garbage_collector_as_it_found_it(tree):
     import gc
 

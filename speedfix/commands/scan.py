@@ -281,6 +281,7 @@ def _all_facts(
             except (KeyError, TypeError, ValueError, AttributeError):
                 pass  # a damaged entry: read the file again
         todo.append(real)
+    todo.sort(key=lambda real: -len(sources[candidates[real]]))  # the biggest first: no process is left with one at the end
     for real, (found, measure) in zip(todo, run(_facts_and_measure, [sources[candidates[r]] for r in todo])):
         facts[real] = found
         path = candidates[real]

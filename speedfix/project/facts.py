@@ -693,15 +693,16 @@ class _Collector(ast.NodeVisitor):
             self.generic_visit(node)
 
     def generic_visit(self, node: ast.AST) -> None:
-        """The children in ``ast.iter_child_nodes`` order, without its two generators per node."""
+        """The children in ``ast.iter_child_nodes`` order, without its two generators per node,
+        less the ones whose visit does nothing (``_INERT``: a name, `Load`, `+`)."""
         visit = self.visit
         for name in node._fields:
             value = getattr(node, name, None)
             if type(value) is list:
                 for item in value:
-                    if isinstance(item, ast.AST):
+                    if type(item) not in _INERT and isinstance(item, ast.AST):
                         visit(item)
-            elif isinstance(value, ast.AST):
+            elif type(value) not in _INERT and isinstance(value, ast.AST):
                 visit(value)
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -1196,3 +1197,10 @@ _DISPATCH = {
     for name, method in vars(_Collector).items()
     if name.startswith("visit_") and hasattr(ast, name[len("visit_"):])
 }
+# Nodes with no handler and no child a handler could see (a name's fields are its text and its
+# `Load`/`Store`; the operators and contexts have no fields): the walk skips them.
+_INERT = frozenset(
+    cls for cls in (getattr(ast, name) for name in dir(ast))
+    if isinstance(cls, type) and issubclass(cls, ast.AST) and cls not in _DISPATCH
+    and (not cls._fields or cls is ast.Name)
+)

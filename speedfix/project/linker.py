@@ -157,13 +157,16 @@ def imported_words(data: bytes, *, modules_only: bool = False) -> set[str]:
 
 
 _STAR_LINE = re.compile(rb"^from[ \t]+(\w+(?:\.\w+)*)[ \t]+import[ \t]*\*", re.MULTILINE)
+_STAR = re.compile(rb"import[ \t]*\*")  # what every star import holds: a quick search first
 
 
 def star_imported_beside(path: Path, data: bytes, roots: Iterable[Path]) -> list[Path]:
     """Project modules a file takes every name of at module level (`from conf import *`) that
     sit in its folder or at a scan root: their names are the file's own, so their facts are
     read even when they are not scanned (cheap: no parse)."""
-    found = []
+    found: list[Path] = []
+    if _STAR.search(data) is None:
+        return found
     for match in _STAR_LINE.finditer(data):
         parts = match.group(1).decode("ascii", "replace").split(".")
         for folder in dict.fromkeys([path.parent, *roots]):
@@ -186,12 +189,20 @@ def linked_candidates(sources: dict[Path, bytes]) -> set[Path]:
         stem = path.parent.name if package else path.stem
         by_stem.setdefault(stem, []).append((path, path.parent.parent if package else path.parent))
     chosen: set[Path] = set()
+    above: dict[Path, frozenset[Path]] = {}  # each folder's parents, as a set (a scan has a few dozen folders)
+
+    def parents(folder: Path) -> frozenset[Path]:
+        found = above.get(folder)
+        if found is None:
+            found = above[folder] = frozenset(folder.parents)
+        return found
+
     for path, data in sources.items():
         folder = path.parent
         for word in imported_words(data):
             for other, where in by_stem.get(word, ()):
-                if other != path and (where == folder or where in folder.parents or folder in where.parents
-                                      or where.parent in folder.parents):
+                if other != path and (where == folder or where in parents(folder) or folder in parents(where)
+                                      or where.parent in parents(folder)):
                     chosen.update((path, other))
     return chosen
 

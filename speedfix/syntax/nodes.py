@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.walk import child_nodes
+from speedfix.syntax.walk import child_list
 
 
 # libcst's node classes are ABCs, so `isinstance(node, cst.Name)` is a Python call when it is
@@ -25,10 +25,11 @@ def code_of(node: cst.CSTNode) -> str:
 def walk_expression(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Every node below ``node`` (for small subtrees only: tests, arguments, statements)."""
     todo = [node]
+    pop, extend = todo.pop, todo.extend
     while todo:
-        current = todo.pop()
+        current = pop()
         yield current
-        todo.extend(child_nodes(current))
+        extend(child_list(current))
 
 
 def target_names(target: cst.BaseExpression) -> tuple[str, ...]:

@@ -145,22 +145,22 @@ def _parser_output_trusted() -> Iterator[None]:
 
     The parser calls each node class with its fields, a few hundred thousand times a scan;
     ``_install_constructors`` gives the node classes constructors that set the fields as the
-    dataclass's own does and skip the check (and its call) in here."""
+    dataclass's own does and skip the check (and its call) in here; the other classes' check
+    (``CSTNode.__post_init__``) is replaced once by one that skips it in here (assigning a class
+    attribute on every parse would empty the interpreter's method caches of every node class)."""
     if not _CONSTRUCTORS_INSTALLED:
         _install_constructors()
-    node = cst.CSTNode
-    checking = node.__dict__["__post_init__"]
-    node.__post_init__ = _unchecked  # type: ignore[method-assign]
     trusted, _TRUSTED[0] = _TRUSTED[0], True
     try:
         yield
     finally:
         _TRUSTED[0] = trusted
-        node.__post_init__ = checking  # type: ignore[method-assign]
 
 
-def _unchecked(self: cst.CSTNode) -> None:
-    pass
+def _checked_unless_trusted(self: cst.CSTNode) -> None:
+    """``CSTNode.__post_init__``, skipped while the parser's output is trusted."""
+    if not _TRUSTED[0]:
+        self._validate()
 
 
 # Set while the parser's output is trusted: the installed constructors skip the node's check.
@@ -184,6 +184,7 @@ def _install_constructors() -> None:
     or whose fields are not plain slots, keeps its own (a test compares the trees both build)."""
     global _CONSTRUCTORS_INSTALLED
     _CONSTRUCTORS_INSTALLED = True
+    cst.CSTNode.__post_init__ = _checked_unless_trusted  # type: ignore[method-assign]
     for cls in _FREQUENT_NODES:
         constructor = _constructor(cls)
         if constructor is not None:

@@ -165,7 +165,9 @@ def walk_batched(
             method(node)
         for field, before, after in fields:
             value = getattr(node, field)
-            kind = _KIND.get(type(value)) if type(value) in _KIND else _kind(type(value))
+            kind = _KIND.get(type(value))
+            if kind is None:
+                kind = _kind(type(value))
             if kind == _SKIP:
                 continue
             for method in before:
@@ -174,7 +176,8 @@ def walk_batched(
                 visit(value)
             else:
                 for item in value:
-                    if (_KIND.get(type(item)) if type(item) in _KIND else _kind(type(item))) == _NODE:
+                    kind = _KIND.get(type(item))
+                    if (kind if kind is not None else _kind(type(item))) == _NODE:
                         visit(item)
             for method in after:
                 method(node)
@@ -195,10 +198,23 @@ def walk_batched(
 def child_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """The children of ``node`` that the walk visits (no whitespace, comments or punctuation),
     in source order; much cheaper than libcst's ``children``, which rebuilds the node."""
-    for field in _child_fields(type(node)):
+    return iter(child_list(node))
+
+
+def child_list(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """``child_nodes`` as a list (the model's walks ask for them a few hundred thousand times a
+    scan: no generator, and each type's kind looked up once)."""
+    found: list[cst.CSTNode] = []
+    for field in _FIELDS.get(type(node)) or _child_fields(type(node)):
         value = getattr(node, field)
-        kind = _kind(type(value))
+        kind = _KIND.get(type(value))
+        if kind is None:
+            kind = _kind(type(value))
         if kind == _NODE:
-            yield value
+            found.append(value)
         elif kind == _SEQUENCE:
-            yield from (item for item in value if _kind(type(item)) == _NODE)
+            for item in value:
+                kind = _KIND.get(type(item))
+                if (kind if kind is not None else _kind(type(item))) == _NODE:
+                    found.append(item)
+    return found
