@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,8 +93,6 @@ def _wait_for(path: Path) -> None:
     for _ in range(3000):  # at most 30 s: a broken pool fails the test instead of hanging it
         if path.exists():
             return
-        import time
-
         time.sleep(0.01)
     raise AssertionError(f"{path.name} never appeared")
 
