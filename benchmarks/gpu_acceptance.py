@@ -6,13 +6,19 @@ checkout, with the wheels brought along in ``.whl/`` (see docs/benchmarks.md):
     pip install --no-index --find-links .whl libcst typer rich PyYAML
     python benchmarks/gpu_acceptance.py --out results/
 
-Items, in this order unless ``--items`` says otherwise:
+Items, in this order unless ``--items`` says otherwise (the last two kinds on request only):
 
 * ``verify-sd``: ``speedfix apply sd.py --verify --unsafe-fixes`` (the combination of the fixes
   first); its decisions and the time it took to reach them;
 * ``suite-sd``, ``suite-cnn_classifier``: ``speedfix bench --suite`` rows with verdicts (original
   against ``apply --unsafe-fixes`` output against the expert version);
-* ``pair-lightning_vae``, ``pair-hf_causal_lm``: ``speedfix bench ORIGINAL APPLY_OUTPUT``.
+* ``pair-lightning_vae``, ``pair-hf_causal_lm``: ``speedfix bench ORIGINAL APPLY_OUTPUT``;
+* ``facts-<script>``: one ``speedfix bench SCRIPT`` run: the settings the script ran with and the
+  findings made of them on this device (``facts-sd_speedfix`` is sd.py's ``apply --unsafe-fixes``
+  output; ``facts-json_loader`` a two-file project whose loader settings come from a JSON file);
+* ``overhead-<workload>``: ``benchmarks/harness_overhead.py --torch-logs`` on the workload's
+  ``apply --unsafe-fixes`` output (compiled on a GPU): its step time bare and under the harness,
+  and Dynamo's graph breaks and recompiles in each.
 
 Every item runs ``speedfix`` in a subprocess on a scratch copy of the fixtures. Before it starts,
 its cost is planned (its runs times the cost of one run: ``--run-cost-s`` at first, then what the
@@ -56,12 +62,15 @@ PROBE = ("import json, torch; cuda = torch.cuda.is_available(); print(json.dumps
 @dataclass(frozen=True)
 class Item:
     name: str
-    kind: str  # suite | verify | pair
-    fixture: str  # the workload (suite) or the script's stem
+    kind: str  # suite | verify | pair | facts | overhead
+    fixture: str  # the workload (suite, overhead) or the script's stem
     candidates: int  # variants measured against the original
 
     def runs(self, pairs: int) -> int:
-        """Calibration of every variant, the pairs, the loss check's seed band."""
+        """Calibration of every variant, the pairs, the loss check's seed band (one run for
+        ``facts``; a bare and a harness run for ``overhead``)."""
+        if self.kind in ("facts", "overhead"):
+            return 1 + self.candidates
         variants = 1 + self.candidates
         return variants + pairs * variants + SEED_BAND_RUNS
 
@@ -72,7 +81,57 @@ ITEMS = {item.name: item for item in (
     Item("suite-cnn_classifier", "suite", "cnn_classifier", 2),
     Item("pair-lightning_vae", "pair", "lightning_vae", 1),
     Item("pair-hf_causal_lm", "pair", "hf_causal_lm", 1),
+    *(Item(f"facts-{stem}", "facts", stem, 0) for stem in
+      ("sd", "cnn_classifier", "lightning_vae", "hf_causal_lm", "json_loader", "sd_speedfix",
+       "cnn_classifier_speedfix", "lightning_vae_speedfix", "hf_causal_lm_speedfix")),
+    Item("overhead-sd", "overhead", "sd", 1),
+    Item("overhead-cnn_classifier", "overhead", "cnn_classifier", 1),
 )}
+DEFAULT_ITEMS = [name for name, item in ITEMS.items() if item.kind in ("verify", "suite", "pair")]
+
+# facts-json_loader: the loader's settings come from a JSON file, which a scan does not read
+JSON_LOADER = {
+    "data.py": """\
+import json
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Features(Dataset):
+    def __len__(self):
+        return 8192
+
+    def __getitem__(self, i):
+        x = torch.full((256,), float(i % 13) / 13)
+        return x, x.mean(0, keepdim=True)
+
+
+def make_loader(path):
+    with open(path) as f:
+        cfg = json.load(f)
+    return DataLoader(Features(), shuffle=True, **cfg)
+""",
+    "train.py": """\
+import torch
+
+from data import make_loader
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+loader = make_loader("loader.json")
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1)).to(device)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for epoch in range(1000):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+""",
+    "loader.json": '{"batch_size": 64, "num_workers": 0, "pin_memory": false}\n',
+}
+PROJECTS = {"json_loader": JSON_LOADER}
 
 
 @dataclass
@@ -119,6 +178,14 @@ def command(item: Item, work: Path, out_json: Path, opts: argparse.Namespace, bu
     if item.kind == "suite":
         return [*speedfix, "bench", "--suite", "--workload", item.fixture, "--tiny" if opts.tiny else "--full",
                 *pairs, *budget, *timing, "--timeout-s", str(opts.timeout_s), "--json", str(out_json)]
+    if item.kind == "overhead":
+        return [sys.executable, str(ROOT / "benchmarks" / "harness_overhead.py"), "--tiny" if opts.tiny else "--full",
+                "--torch-logs", "--workload", item.fixture, "--variant", "speedfix", "--timeout", str(opts.timeout_s),
+                "--json", str(out_json)]
+    if item.kind == "facts":
+        script = work / item.fixture / "train.py" if item.fixture in PROJECTS else work / f"{item.fixture}.py"
+        return [*speedfix, "bench", str(script), *timing, "--timeout-s", str(opts.timeout_s), "--cwd",
+                str(script.parent), "--json", str(out_json), "--", *script_args]
     script = work / f"{item.fixture}.py"
     if item.kind == "verify":
         return [*speedfix, "apply", str(script), "--verify", "--unsafe-fixes", "--max-pairs", str(opts.pairs),
@@ -154,6 +221,10 @@ def figures(item: Item, data: dict, probe: dict) -> dict:
         return "-" if not check else ("ok: " if check.passed else "FAIL: ") + check.level
 
     row: dict = {"device": probe.get("device", "?"), "torch": probe.get("torch", "?")}
+    if item.kind == "facts":
+        return {**row, **run_facts(data)}
+    if item.kind == "overhead":
+        return {**row, **overhead(data)}
     if item.kind == "suite":
         (workload,) = SuiteResult.from_json(data).workloads or [None]
         if workload is None or workload.error:
@@ -188,12 +259,62 @@ def figures(item: Item, data: dict, probe: dict) -> dict:
             "verify": report.summary, "sets_measured": [c.label for c in report.combinations]}
 
 
+def run_facts(data: dict) -> dict:
+    """One ``speedfix bench`` run: its rate, the run-time findings and the facts they come from."""
+    from speedfix.bench.report import fmt_rate
+
+    runtime = data.get("runtime") or {}
+    rate = (data.get("data") or {}).get("samples_per_s")
+    metric = "samples/s" if rate else "steps/s"
+    rate = rate or (data.get("timing") or {}).get("steps_per_s")
+    found = [f"{f['code']} {Path(f['file']).name if f.get('file') else '-'}"
+             f"{':' + str(f['line']) if f.get('line') else ''} ({'confirmed' if f.get('static') else 'run time only'})"
+             for f in runtime.get("findings") or []]
+    facts = []
+    for loader in runtime.get("loaders") or []:
+        facts.append(f"DataLoader {Path(loader.get('file') or '-').name}:{loader.get('line')}"
+                     f"{' (training)' if loader.get('trained_on') else ''} workers={loader.get('num_workers')} "
+                     f"pin={loader.get('pin_memory')} persistent={loader.get('persistent_workers')} "
+                     f"batch={loader.get('batch_size')}")
+    for opt in runtime.get("optimizers") or []:
+        facts.append(f"{opt.get('type', '?').rsplit('.', 1)[-1]} {Path(opt.get('file') or '-').name}:{opt.get('line')} "
+                     f"fused={opt.get('fused')} foreach={opt.get('foreach')} on {opt.get('param_device')}")
+    autocast = runtime.get("autocast") or {}
+    facts.append("autocast " + ("not seen" if "autocast" in runtime and not autocast
+                                else autocast.get("dtype") if autocast.get("enabled") else "off"))
+    facts.append(f"compiled {len(runtime.get('compiled') or [])}")
+    flags = runtime.get("flags") or {}
+    if flags:
+        facts.append(f"matmul {flags.get('float32_matmul_precision')}, cudnn.benchmark {flags.get('cudnn_benchmark')}")
+    facts.extend(f"{name}: {', '.join(f'{k}={v}' for k, v in sorted(values.items()))}"
+                 for name, values in sorted((runtime.get("frameworks") or {}).items()))
+    return {"verdict": data.get("status"), "metric": metric, "after": fmt_rate(rate),
+            "runtime": "; ".join(found) or "none", "facts": "; ".join(facts),
+            "errors": "; ".join(runtime.get("errors") or []) or None}
+
+
+def overhead(data: dict) -> dict:
+    """harness_overhead.py's rows: step time under the harness against bare, graph breaks, recompiles."""
+    rows = data.get("rows") or []
+    ratios = [r["ratio"] for r in rows if "ratio" in r]
+    return {"verdict": ", ".join(r.get("status") or "-" for r in rows),
+            "overhead": "; ".join(f"harness/bare throughput {r['ratio']:.3f}" if "ratio" in r else "no comparable steps"
+                                  for r in rows) or "no run",
+            "graph_breaks": "; ".join(f"bare {r.get('graph_breaks', [None])[0]}, harness {r.get('graph_breaks', [None, None])[1]}"
+                                      for r in rows),
+            "recompiles": "; ".join(f"bare {r.get('recompiles', [None])[0]}, harness {r.get('recompiles', [None, None])[1]}"
+                                    for r in rows),
+            "ratio": statistics.median(ratios) if ratios else None}
+
+
 # ---------------------------------------------------------------- reports
 COLUMNS = [("item", "item"), ("status", "status"), ("device", "device"), ("torch", "torch"),
            ("metric", "metric"), ("before", "before"), ("after", "after (speedfix)"),
            ("speedup", "speedup [95% CI]"), ("verdict", "verdict"), ("expert", "expert speedup"),
            ("expert_share", "share of the expert's gain"), ("loss_check", "loss check"),
-           ("peak_memory", "peak memory"), ("verify", "verify decisions"), ("wall", "wall time"), ("note", "note")]
+           ("peak_memory", "peak memory"), ("verify", "verify decisions"), ("runtime", "found at run time"),
+           ("facts", "run-time facts"), ("overhead", "harness overhead"), ("graph_breaks", "graph breaks"),
+           ("recompiles", "recompiles"), ("wall", "wall time"), ("note", "note")]
 
 
 def markdown(report: dict) -> str:
@@ -236,7 +357,9 @@ def main(argv: list[str] | None = None, run=run_command) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for acceptance.json/.md and each item's files")
     parser.add_argument("--deadline-s", type=float, default=540.0, help="nothing runs past this (seconds)")
     parser.add_argument("--tiny", action="store_true", help="CPU sizes (a logic check on a machine without a GPU)")
-    parser.add_argument("--items", default=",".join(ITEMS), help=f"comma-separated, in order (of {', '.join(ITEMS)})")
+    parser.add_argument("--items", default=",".join(DEFAULT_ITEMS),
+                        help=f"comma-separated, in order (default: {', '.join(DEFAULT_ITEMS)}; also: "
+                             f"{', '.join(name for name in ITEMS if name not in DEFAULT_ITEMS)})")
     parser.add_argument("--pairs", type=int, default=6, help="pairs per comparison (6: the fewest with a verdict)")
     parser.add_argument("--run-cost-s", type=float, default=None,
                         help="expected seconds per run before one was measured (default: 25, --tiny 6)")
@@ -280,10 +403,14 @@ def main(argv: list[str] | None = None, run=run_command) -> int:
                 outcome.note = (f"not started: planned {item.runs(opts.pairs)} runs x {cost:.1f} s = {planned:.0f} s, "
                                 f"{max(0.0, left):.0f} s left before the deadline")
             else:
-                script_args = list(suite_args.get(item.fixture) or (["--tiny"] if opts.tiny else []))
-                if item.kind == "pair":
+                base = item.fixture.removesuffix("_speedfix")
+                script_args = [] if base in PROJECTS else list(suite_args.get(base) or (["--tiny"] if opts.tiny else []))
+                if item.kind == "pair" or item.fixture != base:
                     fixer = fixer or load_fixer()
-                    write_speedfix_variant(work / f"{item.fixture}.py", fixer)
+                    write_speedfix_variant(work / f"{base}.py", fixer)
+                for name, text in PROJECTS.get(base, {}).items():
+                    (work / base).mkdir(exist_ok=True)
+                    (work / base / name).write_text(text)
                 out_json = out / f"{item.name}.json"
                 out_json.unlink(missing_ok=True)  # never a previous invocation's figures
                 outcome.command = command(item, work, out_json, opts, left - 3 * cost, script_args)

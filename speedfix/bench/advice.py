@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from speedfix.engine.impact import Measurements, verdict
 from speedfix.model.torch_api import FUSABLE_OPTIMIZERS, TENSOR_DATASET
@@ -67,43 +68,65 @@ def _optimizers(run: RunResult, facts: RuntimeFacts) -> Iterator[tuple[str, str,
                    opt.file, opt.line)
 
 
-def _precision_owner(facts: RuntimeFacts) -> tuple[str, str, bool] | None:
-    """The framework that decides the precision: its rule code, its name, and whether it runs in
-    lower precision."""
-    fw = facts.frameworks
-    if "lightning" in fw:
-        precision = str(fw["lightning"].get("precision") or "")
-        return "SF901", "Lightning's Trainer", any(word in precision for word in ("16", "bf16", "mixed"))
-    if "transformers" in fw:
-        args = fw["transformers"]
-        return "SF902", "Hugging Face's Trainer", bool(args.get("bf16") or args.get("fp16"))
-    if "deepspeed" in fw:
-        ds = fw["deepspeed"]
-        return "SF905", "DeepSpeed", bool(ds.get("bfloat16_enabled") or ds.get("fp16_enabled"))
-    if "accelerate" in fw:
-        return "SF904", "Accelerate", str(fw["accelerate"].get("mixed_precision") or "no") not in ("no", "None")
-    return None
+class _Framework(NamedTuple):
+    """A framework that trains the model, as its advice is reported. The scan reports TF32 and
+    compile advice under the framework's rule where that rule speaks of it (SF901's TF32 and
+    `trainer.fit` notes, SF902's `tf32`/`torch_compile`, SF905's `engine.compile()`), so a run's
+    finding carries the same code and confirms it."""
+
+    name: str  # in facts.frameworks
+    code: str  # its precision advice
+    who: str
+    tf32: str  # the code of its TF32 advice
+    compile: str  # the code of its compile advice
+    how: str  # how to compile under it
+
+
+_FRAMEWORKS = (  # in the order they are looked for
+    _Framework("lightning", "SF901", "Lightning's Trainer", "SF901", "SF901", "compile it before `trainer.fit`"),
+    _Framework("transformers", "SF902", "Hugging Face's Trainer", "SF902", "SF902",
+               "`TrainingArguments(torch_compile=True)`"),
+    _Framework("deepspeed", "SF905", "DeepSpeed", "SF201", "SF905", "`engine.compile()` after `deepspeed.initialize`"),
+    _Framework("accelerate", "SF904", "Accelerate", "SF201", "SF501",
+               "`Accelerator(dynamo_backend=\"inductor\")` or `torch.compile`"),
+)
+
+
+def _owner(facts: RuntimeFacts) -> _Framework | None:
+    """The framework that trains the model (the first of ``_FRAMEWORKS`` the run saw)."""
+    return next((owner for owner in _FRAMEWORKS if owner.name in facts.frameworks), None)
+
+
+def _lower_precision(name: str, values: dict) -> bool:
+    """Whether the framework trains in bf16/fp16."""
+    if name == "lightning":
+        return any(word in str(values.get("precision") or "") for word in ("16", "bf16", "mixed"))
+    if name == "transformers":
+        return bool(values.get("bf16") or values.get("fp16"))
+    if name == "deepspeed":
+        return bool(values.get("bfloat16_enabled") or values.get("fp16_enabled"))
+    return str(values.get("mixed_precision") or "no") not in ("no", "None")
 
 
 def _precision(run: RunResult, facts: RuntimeFacts) -> Iterator[tuple[str, str, str | None, int | None]]:
     if run.device.type != "cuda" or run.device.param_dtype != "float32":
         return
     autocast = facts.autocast
-    owner = _precision_owner(facts)
+    owner = _owner(facts)
     if owner is not None:
-        code, framework, lower = owner
-        if not lower:
-            yield (code, f"{framework} trains in full fp32 precision at run time: no bf16/fp16 mixed precision",
+        if not _lower_precision(owner.name, facts.frameworks[owner.name]):
+            yield (owner.code, f"{owner.who} trains in full fp32 precision at run time: no bf16/fp16 mixed precision",
                    run.script, None)
     elif autocast is not None and not autocast.enabled:
         yield ("SF202", "the training forward runs in fp32 without autocast at run time: bf16 autocast runs its "
                "matmuls and convolutions on the tensor cores", run.script, None)
     flags = facts.flags
     capability = flags.gpu_capability if flags else None
-    if (flags and flags.float32_matmul_precision == "highest" and not (autocast and autocast.enabled)
+    # autocast unknown (a compiled model's training calls are not seen): unknown means silence
+    if (flags and flags.float32_matmul_precision == "highest" and autocast is not None and not autocast.enabled
             and (capability is None or capability[0] >= 8)):
-        yield ("SF201", "fp32 matmuls run without TF32 at run time (float32_matmul_precision is 'highest')",
-               run.script, None)
+        yield (owner.tf32 if owner else "SF201",
+               "fp32 matmuls run without TF32 at run time (float32_matmul_precision is 'highest')", run.script, None)
 
 
 def _model(run: RunResult, facts: RuntimeFacts) -> Iterator[tuple[str, str, str | None, int | None]]:
@@ -112,8 +135,10 @@ def _model(run: RunResult, facts: RuntimeFacts) -> Iterator[tuple[str, str, str 
         return
     hf_compiles = bool(facts.frameworks.get("transformers", {}).get("torch_compile"))
     if run.device.type == "cuda" and not model.compiled and not facts.compiled and not hf_compiles:
-        yield ("SF501", f"the {_short(model.inner_type or model.type)} model runs eagerly at run time: nothing "
-               "was compiled", run.script, None)
+        owner = _owner(facts)
+        yield (owner.compile if owner else "SF501",
+               f"the {_short(model.inner_type or model.type)} model runs eagerly at run time: nothing was compiled"
+               + (f" ({owner.how})" if owner else ""), run.script, None)
     if run.device.type == "cuda" and model.conv and flags and flags.cudnn_benchmark is False:
         yield ("SF601", "a convolutional model trains with torch.backends.cudnn.benchmark off at run time",
                run.script, None)
@@ -181,13 +206,13 @@ def judge(run: RunResult) -> list[RuntimeFinding]:
         return []
     device = run.device.type
     measured = figures(run, "this run")
-    found: dict[tuple[str, str | None, int | None], RuntimeFinding] = {}
+    found: dict[tuple[str, str | None, int | None, str], RuntimeFinding] = {}  # one framework code may say several things
     for check in CHECKS:
         for code, message, file, line in check(run, facts):
             rule = _rule(code)
             if rule is None or (rule.gpu_only and device != "cuda"):
                 continue  # the advice does not apply on this device
-            found.setdefault((code, file, line), RuntimeFinding(
+            found.setdefault((code, file, line, message), RuntimeFinding(
                 code=code, name=rule.name, message=message, severity=_value(rule.severity) or "warning",
                 impact=_impact(rule, measured), file=file, line=line, device=device))
     return list(found.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -255,7 +256,40 @@ def test_a_framework_that_owns_the_precision_gets_its_own_code():
     codes = [f.code for f in advice.judge(_run("cuda", hf))]
     assert "SF902" in codes and "SF202" not in codes
     bf16 = {**SLOW, "frameworks": {"transformers": {"bf16": True}}}
-    assert not {"SF902", "SF202"} & {f.code for f in advice.judge(_run("cuda", bf16))}
+    said = {f.message for f in advice.judge(_run("cuda", bf16)) if f.code in ("SF902", "SF202")}
+    assert not any("fp32 precision" in m for m in said)  # TF32 and compile are its to say (below)
+
+
+def _lightning_fp32() -> dict:
+    return {**SLOW, "model": {**SLOW["model"], "conv": False},
+            "frameworks": {"lightning": {"precision": "32-true"}}}
+
+
+def test_tf32_and_compile_advice_under_a_framework_carry_its_code_as_the_scan_does():
+    # on an H100 the Lightning VAE read SF201 and SF501 "found at run time" where the scan says the
+    # same under SF901: now three SF901 findings (fp32, TF32, compile before trainer.fit), all confirmed
+    fixture = str(Path(__file__).resolve().parents[2] / "fixtures" / "lightning_vae.py")
+    run = RunResult.from_json({**NO_STEPS, "status": "ok", "script": fixture,
+                               "device": {"type": "cuda", "param_dtype": "float32"}, "runtime": _lightning_fp32()})
+    found = [f for f in advice.judge(run) if f.code.startswith(("SF2", "SF5", "SF9"))]
+    assert [f.code for f in found] == ["SF901"] * 3
+    assert any("TF32" in f.message for f in found) and any("`trainer.fit`" in f.message for f in found)
+    confirmed = advice.confirm(found, advice.scan_findings([fixture], {"SF901"}, None))
+    assert all(f.static for f in confirmed)
+    deepspeed = {**_lightning_fp32(), "frameworks": {"deepspeed": {"bfloat16_enabled": True}}}
+    codes = {f.code: f.message for f in advice.judge(_run("cuda", deepspeed))}
+    assert "SF201" in codes and "engine.compile()" in codes["SF905"]  # SF905 speaks of compile, not of TF32
+    accelerate = {**_lightning_fp32(), "frameworks": {"accelerate": {"mixed_precision": "no"}}}
+    codes = {f.code: f.message for f in advice.judge(_run("cuda", accelerate))}
+    assert {"SF904", "SF201"} <= set(codes) and "dynamo_backend" in codes["SF501"]
+
+
+def test_no_tf32_advice_while_the_autocast_of_training_is_unknown():
+    # a compiled model's training calls are not seen (on an H100, sd.py's apply output, compiled and
+    # in fp16 autocast, read SF201): unknown means silence
+    unknown = {**SLOW, "autocast": None}
+    assert "SF201" not in [f.code for f in advice.judge(_run("cuda", unknown))]
+    assert "SF201" in [f.code for f in advice.judge(_run("cuda", SLOW))]
 
 
 def test_runtime_facts_read_and_write_back_unchanged():

@@ -93,3 +93,38 @@ def test_a_real_run_from_the_command_line_stops_at_its_deadline(tmp_path):
     assert first["status"] in ("stopped at the deadline", "skipped") and first["note"]
     assert second["status"] == "skipped" and "before the deadline" in second["note"]
     assert "| verify-sd |" in (out / "acceptance.md").read_text()
+
+
+def fake_facts(cmd: list[str], *, cwd: Path, env: dict, log: Path, timeout_s: float):
+    """A ``speedfix bench SCRIPT`` run and a harness_overhead.py run, as their JSON reads."""
+    log.write_text("fake\n")
+    out = Path(cmd[cmd.index("--json") + 1])
+    if "harness_overhead.py" in cmd[1]:
+        out.write_text(json.dumps({"rows": [{"status": "ok", "ratio": 0.98, "graph_breaks": [0, 0],
+                                             "recompiles": [0, 1]}]}))
+        return 0, False
+    script = Path(cmd[cmd.index("bench") + 1])
+    assert script.is_file() and Path(cmd[cmd.index("--cwd") + 1]) == script.parent
+    finding = {"code": "SF101", "file": str(script.with_name("data.py")), "line": 19, "static": False}
+    out.write_text(json.dumps({"status": "ok", "data": {"samples_per_s": 2400.0}, "runtime": {
+        "findings": [finding] if script.name == "train.py" else [], "autocast": None,
+        "loaders": [{"file": str(script), "line": 7, "trained_on": True, "num_workers": 0, "pin_memory": False}]}}))
+    return 0, False
+
+
+def test_facts_and_overhead_items_report_what_the_run_found_and_what_the_harness_added(tmp_path):
+    acceptance = load()
+    out = tmp_path / "results"
+    assert acceptance.main(["--tiny", "--out", str(out), "--items", "overhead-sd,facts-json_loader,facts-sd_speedfix",
+                            "--deadline-s", "600", "--run-cost-s", "1"], run=fake_facts) == 0
+    items = {i["item"]: i for i in json.loads((out / "acceptance.json").read_text())["items"]}
+    assert {name: i["status"] for name, i in items.items()} == dict.fromkeys(items, "done")
+    loader = items["facts-json_loader"]
+    assert loader["figures"]["runtime"] == "SF101 data.py:19 (run time only)"
+    assert loader["command"][-1] == "--" and "--tiny" not in loader["command"]  # the project takes no arguments
+    assert "autocast not seen" in items["facts-sd_speedfix"]["figures"]["facts"]  # a compiled model's training calls
+    assert items["facts-sd_speedfix"]["command"][-1] == "--tiny"  # sd.py's arguments
+    overhead = items["overhead-sd"]["figures"]
+    assert (overhead["overhead"], overhead["recompiles"]) == ("harness/bare throughput 0.980", "bare 0, harness 1")
+    assert items["overhead-sd"]["planned_s"] == 2.0  # a bare and a harness run at 1 s (the first item)
+    assert "| facts-json_loader | done |" in (out / "acceptance.md").read_text()
