@@ -12,7 +12,7 @@ from speedfix.model.arguments import find_argument, string_value
 from speedfix.model.autograd import differentiates_twice
 from speedfix.model.deepspeed_config import engine_owned
 from speedfix.model.flow import default_choice, enclosing_statements, is_returned
-from speedfix.model.forward import LOSS_NAME, is_local_object
+from speedfix.model.forward import LOSS_NAME, is_local_object, plain_object
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import ACCELERATOR, fabric_owned, in_lightning_callback, in_lightning_method
 from speedfix.model.index import CallSite
@@ -25,7 +25,7 @@ from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import is_main_guard, walk_expression
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,9 @@ _COPY_NAME = re.compile(r"target|^ema_|_ema$|^ema$", re.IGNORECASE)
 class ModelNotCompiled(Rule):
     """
     ## What it does
-    Finds a model that a CUDA script trains (its parameters go to a `torch.optim` optimizer) but
-    never passes to `torch.compile`, however it is built (a class of the file,
+    Finds a model that a CUDA script trains (its parameters go to a `torch.optim` optimizer, or to
+    an optimizer class of the file or of another project file built on `torch.optim.Optimizer`:
+    SAM, LARS, LAMB) but never passes to `torch.compile`, however it is built (a class of the file,
     `torchvision.models.resnet50()`, `models.__dict__[args.arch]()`, `timm.create_model(...)`,
     `AutoModel.from_pretrained(...)`) and wrapped (`nn.DataParallel`, `DistributedDataParallel`).
     A script that compiles only behind an option that is off by default (`if args.compile:` with
@@ -385,6 +386,33 @@ class ModelNotCompiled(Rule):
                         loss.backward()
                         self.optimizer.step()
             """
+        ),
+        Invalid(  # built in the `__main__` block: the compile goes there, after the model, not above the block
+            """
+            import torch
+            import torch.nn as nn
+
+            if __name__ == "__main__":
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                model = nn.Linear(512, 512).to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in torch.randn(100, 8, 512).to(device):
+                    model(x).mean().backward()
+                    optimizer.step()
+            """,
+            fixed="""
+            import torch
+            import torch.nn as nn
+
+            if __name__ == "__main__":
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                model = nn.Linear(512, 512).to(device)
+                model.compile()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in torch.randn(100, 8, 512).to(device):
+                    model(x).mean().backward()
+                    optimizer.step()
+            """,
         ),
         Invalid(  # the optimizer comes from a `set_optimizer(opt, model)` helper: the model is still trained
             """
@@ -1037,7 +1065,7 @@ class ModelNotCompiled(Rule):
             for node in walk_expression(info.node.body):
                 name = dotted_name(node.func) if isinstance(node, cst.Call) else None  # `backbone(x)`, `self.encoder(x)`
                 if is_local_object(ctx, name) and name != model and not LOSS_NAME.search(name or "") and name not in trained \
-                        and not _COPY_NAME.search((name or "").rsplit(".", 1)[-1]):
+                        and not _COPY_NAME.search((name or "").rsplit(".", 1)[-1]) and not plain_object(ctx, name, info.stack):
                     return name
         return None
 
@@ -1051,10 +1079,13 @@ class ModelNotCompiled(Rule):
         if site.statement is None:
             return "the optimizer is not created in a plain statement"
         # The optimizer may be made in one branch of an `if opt_name == ...:` chain: go up to
-        # the block that holds the whole chain (never out of a loop, `with` or function).
+        # the block that holds the whole chain (never out of a loop, `with` or function, nor
+        # out of an `if` that builds the model too: `if __name__ == "__main__":` does).
         anchor: cst.BaseStatement = site.statement
+        built = [id(outer) for a in ctx.assignments_in_scope(model, site.stack) if a.statement is not None
+                 for outer in enclosing_statements(ctx, a.statement)]
         for outer in enclosing_statements(ctx, site.statement)[1:]:
-            if not isinstance(outer, cst.If):
+            if not isinstance(outer, cst.If) or id(outer) in built or is_main_guard(outer.test):
                 break
             anchor = outer
         block = enclosing_block(ctx, anchor)

@@ -2023,3 +2023,55 @@ def test_a_step_function_handed_to_a_timer_in_the_loop_makes_it_a_training_loop(
         """)
     found = run_cli("scan", ".", "--select", "SF103", "--no-summary", cwd=tmp_path).stdout
     assert found.startswith("data.py:4:12: SF103"), found
+
+
+def test_an_optimizer_class_of_another_file_trains_the_model_and_a_scheduler_class_is_no_frozen_module(
+        run_cli, tmp_path, write):
+    """davda54/sam: `optimizer = SAM(model.parameters(), torch.optim.SGD, ...)` with `class
+    SAM(torch.optim.Optimizer)` in sam.py at the project's top (the script is run from example/
+    after `sys.path.append("..")`), and `scheduler(epoch)` under `torch.no_grad()` in the step, a
+    `class StepLR:` of utility/step_lr.py beside the script: the model is trained, so SF501 reports
+    it, with its fix (no 'frozen module' to compile instead)."""
+    write("sam.py", """\
+        import torch
+
+        class SAM(torch.optim.Optimizer):
+            def __init__(self, params, base_optimizer, **kwargs):
+                super().__init__(params, dict(**kwargs))
+                self.base_optimizer = base_optimizer(self.param_groups, **kwargs)
+
+            def second_step(self):
+                self.base_optimizer.step()
+        """)
+    write("example/utility/step_lr.py", """\
+        class StepLR:
+            def __init__(self, optimizer, lr):
+                self.optimizer = optimizer
+
+            def __call__(self, epoch):
+                pass
+        """)
+    write("example/train.py", """\
+        import sys
+        import torch
+        import torch.nn as nn
+        from utility.step_lr import StepLR
+        sys.path.append("..")
+        from sam import SAM
+
+        if __name__ == "__main__":
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(512, 10).to(device)
+            optimizer = SAM(model.parameters(), torch.optim.SGD, lr=0.1)
+            scheduler = StepLR(optimizer, 0.1)
+            for epoch in range(200):
+                for x in torch.randn(100, 128, 512):
+                    model(x.to(device)).mean().backward()
+                    optimizer.second_step()
+                    with torch.no_grad():
+                        scheduler(epoch)
+        """)
+    result = run_cli("scan", ".", "--select", "SF501", "--no-summary", "--output-format", "json", cwd=tmp_path)
+    [finding] = json.loads(result.stdout)
+    assert (finding["path"], finding["line"], finding.get("no_fix_reason")) == ("example/train.py", 10, None)
+    assert finding["fix"] is not None

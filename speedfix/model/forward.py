@@ -16,6 +16,7 @@ import libcst as cst
 
 from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
+from speedfix.model.project_classes import project_class
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import target_names, walk_expression
@@ -77,6 +78,32 @@ def is_local_object(ctx: FileContext, name: str | None) -> bool:
     if "." in name or ctx.imports.resolve(root) is not None:
         return False
     return root not in ctx.functions and root not in ctx.classes and not hasattr(builtins, root)
+
+
+def plain_object(ctx: FileContext, name: str, stack) -> bool:
+    """Is ``name`` made, wherever it is assigned, by a class that is no module: one of the file's
+    own or of another project file that has no base class (`scheduler = StepLR(optimizer, lr)`
+    with utility/step_lr.py's `class StepLR:`), or a learning-rate scheduler of torch? A class
+    with any base may be a module and is not one of these."""
+    found = ctx.assignments_in_scope(name, stack)
+    if not found:
+        return False
+    for assignment in found:
+        value = assignment.value
+        if type(value) is not cst.Call:
+            return False
+        called = dotted_name(value.func)
+        if called in ctx.classes:
+            if ctx.class_bases(called) - {"object"}:
+                return False
+            continue
+        qualified = ctx.qualname(value.func) or ""
+        if qualified.startswith("torch.optim.lr_scheduler."):
+            continue
+        defined = project_class(ctx.project, qualified, beside_script=True) if ctx.project is not None and qualified else None
+        if defined is None or any(base != "object" for base in defined.bases):
+            return False
+    return True
 
 
 def backward_calls(ctx: FileContext) -> list[CallSite]:

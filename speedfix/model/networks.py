@@ -636,7 +636,25 @@ def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
     if type(func) is cst.Name and func.value in ctx.classes:
         return ctx.is_subclass_of(func.value, *_OPTIMIZER_BASES)
     qualified = ctx.call_qualname(site)
-    return bool(qualified) and qualified.startswith(OPTIMIZER_PREFIX) and not qualified.startswith("torch.optim.lr_scheduler")
+    if not qualified:
+        return False
+    if qualified.startswith(OPTIMIZER_PREFIX):
+        return not qualified.startswith("torch.optim.lr_scheduler")
+    return _project_optimizer(ctx, site, qualified)
+
+
+def _project_optimizer(ctx: FileContext, site: CallSite, qualified: str) -> bool:
+    """`SAM(model.parameters(), torch.optim.SGD, ...)` where another file of the project says
+    `class SAM(torch.optim.Optimizer)`: handed a model's parameters, a class of the project built
+    on `torch.optim.Optimizer` (sharpness-aware minimisation, LARS, LAMB) updates them."""
+    args = site.node.args
+    if ctx.project is None or qualified.startswith("torch.") or not args or args[0].keyword is not None:
+        return False
+    if not any(type(node) is cst.Call and type(node.func) is cst.Attribute and _gives_parameters(node.func)
+               for node in walk_expression(args[0].value)):
+        return False  # the cheap test first: only then is the other file read
+    defined = project_class(ctx.project, qualified, beside_script=True)
+    return defined is not None and bool(set(defined.bases) & set(_OPTIMIZER_BASES))
 
 
 def returns_torch_optimizer(ctx: FileContext, factory: str) -> bool:

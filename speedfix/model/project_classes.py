@@ -27,11 +27,12 @@ class ProjectClass:
     item_calls: tuple[str, ...] = ()  # the calls its `__getitem__` makes, as written (`self.tokenizer`, `Image.open`)
 
 
-def project_class(project: ProjectFiles, qualified: str) -> ProjectClass | None:
+def project_class(project: ProjectFiles, qualified: str, *, beside_script: bool = False) -> ProjectClass | None:
     """The class ``qualified`` (`alignment.SFTConfig`, as the script's imports spell it) when a
-    file of the project defines it; None otherwise."""
+    file of the project defines it; None otherwise. ``beside_script``: the module is looked for
+    next to the script first, as Python does (``script_module_path``)."""
     module, _, name = qualified.rpartition(".")
-    path = module_path(project, module)
+    path = script_module_path(project, module) if beside_script else module_path(project, module)
     return _find(project, path, name, follow=True) if path is not None else None
 
 
