@@ -22,6 +22,7 @@ from speedfix.model.patterns import (
     worker_start_refusal,
 )
 from speedfix.model.rl import reads_replay_buffer
+from speedfix.model.scale import Role, loader_role
 from speedfix.model.workload import Samples, tokenized_ahead, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 from speedfix.syntax.comments import argument_comments, prose, statement_comments
@@ -95,7 +96,8 @@ class DataloaderNoWorkers(Rule):
     `__getitem__`: a fast tokenizer is cheap next to a transformer step. Low for a loader that
     only evaluation or testing reads: a validation pass every epoch loaded in the main process
     costs its share of the run, not a stalled training step (one read once after training is
-    not reported). Its pinning and persistent workers are not advised at all (SF102, SF103).
+    not reported), and an explicit count of 1 or 2 workers for it is a choice left alone. Its pinning
+    and persistent workers are not advised at all (SF102, SF103).
 
     A `speedfix bench` result of the script decides for a training loader, in a scan and in the
     benchmark's own run-time advice: high when it measured 20% or more of the step time waiting
@@ -641,6 +643,30 @@ class DataloaderNoWorkers(Rule):
             )
             """,
         ),
+        Valid(  # an explicit worker or two for the validation pass every N steps (HiFi-GAN): a choice
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def main(model, opt, train_set, valid_set, interval=1000):
+                train_loader = DataLoader(train_set, batch_size=16, num_workers=4, pin_memory=True)
+                validation_loader = DataLoader(valid_set, batch_size=1, num_workers=1)
+                steps = 0
+                for epoch in range(100):
+                    for x, y in train_loader:
+                        loss = torch.nn.functional.l1_loss(model(x.cuda()), y.cuda())
+                        opt.zero_grad()
+                        loss.backward()
+                        opt.step()
+                        steps += 1
+                        if steps % interval == 0:
+                            model.eval()
+                            with torch.no_grad():
+                                for vx, vy in validation_loader:
+                                    model(vx.cuda())
+                            model.train()
+            """
+        ),
         Invalid(  # a small explicit number is reported at lower severity, without a fix
             """
             from torch.utils.data import DataLoader
@@ -702,7 +728,7 @@ class DataloaderNoWorkers(Rule):
                     "`DataLoader` loads every batch in the main process (`num_workers` resolves to 0)",
                     no_fix_reason="the value is set outside the call (a constant, a parameter's default, **kwargs or an argparse default)",
                 )
-        elif count <= 2:
+        elif count <= 2 and loader_role(ctx, site) is not Role.EVALUATION:  # chosen for a validation pass: left alone
             self.report(
                 site.node,
                 f"`DataLoader` uses only {count} worker process{'es' if count > 1 else ''}",

@@ -3,6 +3,7 @@ from __future__ import annotations
 from speedfix.engine.findings import Applicability, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.branches import BranchTracker
+from speedfix.model.forward import before_evaluation
 from speedfix.rules._impact import Estimate, Finding, spread_out
 from speedfix.rules._loop_calls import report_loop_call
 
@@ -22,7 +23,9 @@ class EmptyCacheInLoop(BranchTracker, Rule):
     memory available for PyTorch": the next step has to `cudaMalloc` the same memory again, and
     the call synchronises the device. Lightning's speed guide: "Don't call
     `torch.cuda.empty_cache` unnecessarily! Every time you call this, ALL your GPUs have to wait
-    to sync." A call before evaluation or after training, outside the step loop, is left alone.
+    to sync." A call before evaluation or after training, outside the step loop, is left alone,
+    and so is one in a branch of the step loop that also runs an evaluation pass (`if steps %
+    validation_interval == 0:` with a loop under `torch.no_grad()` or after `model.eval()`).
 
     ## Example
     ```python
@@ -124,6 +127,25 @@ class EmptyCacheInLoop(BranchTracker, Rule):
                 opt.zero_grad()
             """,
         ),
+        Valid(  # every N steps, before the validation pass that branch runs (HiFi-GAN)
+            """
+            import torch
+
+            def train(model, opt, loader, valid_loader, interval=1000):
+                for step, (x, y) in enumerate(loader):
+                    loss = torch.nn.functional.l1_loss(model(x.cuda()), y.cuda())
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    if step % interval == 0:
+                        torch.cuda.empty_cache()
+                        model.eval()
+                        with torch.no_grad():
+                            for vx, vy in valid_loader:
+                                model(vx.cuda())
+                        model.train()
+            """
+        ),
         Invalid(  # "every N batches" (the brief's advice): the whole guard goes
             """
             import torch
@@ -151,6 +173,8 @@ class EmptyCacheInLoop(BranchTracker, Rule):
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*_EMPTY_CACHE):
+            if before_evaluation(self.ctx, site):
+                continue  # every N steps, to make room for a validation pass: what it is for
             report_loop_call(
                 self, site, "`torch.cuda.empty_cache()`",
                 every_step="in the training loop syncs the GPU and frees memory the next step allocates again",

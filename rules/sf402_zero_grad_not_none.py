@@ -27,7 +27,9 @@ class ZeroGradNotNone(Rule):
     ## What it does
     Finds gradients that are zero-filled instead of freed: `optimizer.zero_grad(set_to_none=False)`,
     `model.zero_grad(set_to_none=False)`, and hand-written loops such as
-    `for p in model.parameters(): p.grad.zero_()`. For a target torch older than 2.0 it also
+    `for p in model.parameters(): p.grad.zero_()` (also over a list of parameters, as a project's
+    `zero_grad(model_params)` helper loops: without a fix, there is no module to call
+    `zero_grad()` on). For a target torch older than 2.0 it also
     reports a bare `zero_grad()`, whose default was still `set_to_none=False`, on what the
     file shows is a torch optimizer or module (also an optimizer a factory of the file returns:
     `opt = self.make_optimizer()` returning `torch.optim.RMSprop(...)`). A value the user
@@ -216,6 +218,17 @@ class ZeroGradNotNone(Rule):
                 opt.step()
             """,
         ),
+        Invalid(  # a helper that zeroes a list of parameters (improved-diffusion's fp16_util.zero_grad)
+            """
+            import torch
+
+            def zero_grad(model_params):
+                for param in model_params:
+                    if param.grad is not None:
+                        param.grad.detach_()
+                        param.grad.zero_()
+            """
+        ),
         Invalid(  # a `store_true` switch the default run leaves off: zero-filled, the option stays
             """
             import argparse
@@ -349,13 +362,18 @@ class ZeroGradNotNone(Rule):
     def _check_loop(self, loop: cst.For) -> None:
         """`for p in model.parameters(): [if p.grad is not None:] p.grad.zero_()`."""
         iterable = loop.iter
-        if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)
-                and iterable.func.attr.value == "parameters" and not iterable.args):
-            return
         if not isinstance(loop.target, cst.Name):
             return
         body = _zeroing_body(loop, loop.target.value)
-        if body is None:
+        if body is None or not any(_zeroes(statement) for statement in body):
+            return
+        if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)
+                and iterable.func.attr.value == "parameters" and not iterable.args):
+            # a list of parameters (improved-diffusion's `zero_grad(model_params)` helper): no
+            # module to call `zero_grad()` on
+            self.report(loop, "gradients are zeroed one parameter at a time instead of freed",
+                        no_fix_reason=f"the loop is not over a module's parameters(): set `{loop.target.value}.grad "
+                                      "= None` instead of zeroing it (or call the module's `zero_grad()`)")
             return
         module = iterable.func.value
         call = "zero_grad()" if self.ctx.torch_version >= v("2.0") else "zero_grad(set_to_none=True)"
@@ -387,6 +405,14 @@ def _matching(call: cst.Call, original: cst.Arg) -> cst.Arg:
                                and arg.keyword.value == original.keyword.value):
             return arg
     return original
+
+
+def _zeroes(statement: cst.BaseStatement) -> bool:
+    """Does a statement of a zeroing body write zeros (`.zero_()`, `= zeros_like(...)`), not only
+    detach the gradient?"""
+    return any((isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Attribute)
+                and small.value.func.attr.value == "zero_") or isinstance(small, cst.Assign)
+               for small in getattr(statement, "body", ()))
 
 
 def _zeroing_body(loop: cst.For, param: str) -> list[cst.BaseStatement] | None:

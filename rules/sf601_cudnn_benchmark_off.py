@@ -8,7 +8,8 @@ from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.index import CallSite
 from speedfix.model.lightning_config import configured_trainers
 from speedfix.model.frames import class_of
-from speedfix.model.networks import is_conv_architecture, project_conv_dims, self_optimizing_classes, zoo_architecture
+from speedfix.model.networks import (is_conv_architecture, never_used, project_conv_dims, self_optimizing_classes,
+                                      zoo_architecture)
 from speedfix.model.patterns import cudnn_choices, cudnn_disabled
 from speedfix.model.workload import runs_cudnn_layers
 from speedfix.project.steps import CONV_LAYERS
@@ -27,7 +28,9 @@ class CudnnBenchmarkOff(Rule):
     `models.get_model(...)`, `timm.create_model(...)`) in a script that never sets
     `torch.backends.cudnn.benchmark`. A conv net whose class makes its own optimizer
     (`self.optimizer = optim.RMSprop(self.parameters())`, as RL agents' networks do) is trained
-    and reported in its own file, without a fix when that file has no entry point.
+    and reported in its own file, without a fix when that file has no entry point. A network
+    of a zoo or of the project that the script loads into a name it never reads again (a VAE
+    left over once the latents were extracted ahead) runs no convolution and does not count.
 
     ## Why is this bad?
     With `benchmark = False` (the default) cuDNN picks convolution algorithms by heuristics. With
@@ -104,6 +107,20 @@ class CudnnBenchmarkOff(Rule):
     effect = "cuDNN picks the fastest conv algorithm per shape: 1.42x per epoch on a V100 (SpeechBrain)."
 
     VALID = [
+        Valid(  # a VAE loaded and never run (fast-DiT trains on latents extracted ahead): no conv net trains
+            """
+            import torch
+            from diffusers.models import AutoencoderKL
+
+            def main(loader):
+                model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.GELU()).cuda()
+                vae = AutoencoderKL.from_pretrained("stabilityai/sd-vae-ft-ema").cuda()
+                opt = torch.optim.AdamW(model.parameters())
+                for x in loader:
+                    model(x.cuda()).mean().backward()
+                    opt.step()
+            """
+        ),
         Valid(  # a module that only defines a conv net: whoever trains it decides
             """
             import torch
@@ -451,9 +468,9 @@ class CudnnBenchmarkOff(Rule):
             if self.ctx.call_qualname(site) in _CONV:
                 return site
             zoo = zoo_architecture(self.ctx, site.node, site.stack)
-            if zoo is not None and is_conv_architecture(zoo[1]):
+            if zoo is not None and is_conv_architecture(zoo[1]) and not never_used(self.ctx, site):
                 return site
-            if project_conv_dims(self.ctx, site.node):  # `ResNet18()` from the project's models.py
+            if project_conv_dims(self.ctx, site.node) and not never_used(self.ctx, site):  # `ResNet18()` of models.py
                 return site
         return None
 

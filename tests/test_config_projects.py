@@ -582,6 +582,11 @@ def test_a_pinned_torch_below_2_silences_advice_that_needs_torch_2(write, run_cl
     assert "SF401" in pinned.stdout
     write("requirements.txt", "torch>=1.13\n")  # a pin that admits the installed torch changes nothing
     assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+    # conda's name, as an exported environment writes it (attention-is-all-you-need-pytorch)
+    write("requirements.txt", "python==3.6.12\npytorch==1.3.1\npytorch-lightning==0.7.5\n")
+    assert "train.py:" not in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+    write("requirements.txt", "pytorch-lightning==0.7.5\n")  # not torch itself
+    assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
 
 
 def test_a_pin_that_switches_rules_off_says_which_once_at_the_requirement_file(write, run_cli, tmp_path):

@@ -2075,3 +2075,49 @@ def test_an_optimizer_class_of_another_file_trains_the_model_and_a_scheduler_cla
     [finding] = json.loads(result.stdout)
     assert (finding["path"], finding["line"], finding.get("no_fix_reason")) == ("example/train.py", 10, None)
     assert finding["fix"] is not None
+
+
+def test_a_network_whose_convolutions_come_from_a_layer_helper_of_another_file_is_a_conv_net(run_cli, tmp_path, write):
+    """improved-diffusion: `UNetModel` (unet.py) builds its layers with `conv_nd(dims, ...)` of
+    nn.py, which returns `nn.Conv2d` for 2 dims, and the script gets the model from a factory of a
+    third file: the script trains a conv net (SF601's cuDNN autotuning advice)."""
+    write("nn_utils.py", """\
+        import torch.nn as nn
+
+        def conv_nd(dims, *args, **kwargs):
+            if dims == 1:
+                return nn.Conv1d(*args, **kwargs)
+            elif dims == 2:
+                return nn.Conv2d(*args, **kwargs)
+            raise ValueError(dims)
+        """)
+    write("unet.py", """\
+        import torch.nn as nn
+        from nn_utils import conv_nd
+
+        class UNet(nn.Module):
+            def __init__(self, dims=2):
+                super().__init__()
+                self.conv = conv_nd(dims, 3, 64, 3, padding=1)
+
+            def forward(self, x):
+                return self.conv(x)
+        """)
+    write("script_util.py", """\
+        from unet import UNet
+
+        def create_model():
+            return UNet()
+        """)
+    write("train.py", """\
+        import torch
+        from script_util import create_model
+
+        model = create_model().cuda()
+        opt = torch.optim.AdamW(model.parameters())
+        for x in loader:
+            model(x.cuda()).mean().backward()
+            opt.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF601", "--no-summary", cwd=tmp_path)
+    assert findings(result.stdout) == {("train.py", 4, "SF601")}

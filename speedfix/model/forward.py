@@ -15,7 +15,9 @@ import re
 import libcst as cst
 
 from speedfix.model.context import FileContext
+from speedfix.model.flow import enclosing_statements
 from speedfix.model.index import CallSite
+from speedfix.model.patterns import NO_GRAD
 from speedfix.model.project_classes import project_class
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
@@ -104,6 +106,26 @@ def plain_object(ctx: FileContext, name: str, stack) -> bool:
         if defined is None or any(base != "object" for base in defined.bases):
             return False
     return True
+
+
+def before_evaluation(ctx: FileContext, site: CallSite) -> bool:
+    """Does the innermost `if` around ``site`` (a periodic branch of the training loop: `if steps
+    % validation_interval == 0:`) run an evaluation pass: a loop under `torch.no_grad()`, or after
+    `model.eval()`? HiFi-GAN empties the CUDA cache there before validating."""
+    if site.statement is None:
+        return False
+    branch = next((outer for outer in enclosing_statements(ctx, site.statement)[1:] if isinstance(outer, cst.If)), None)
+    if branch is None:
+        return False
+    evaluates = no_grad_loop = False
+    for node in walk_expression(branch.body):
+        if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "eval" and not node.args:
+            evaluates = True
+        elif type(node) is cst.With and any(type(item.item) is cst.Call and ctx.qualname(item.item.func) in NO_GRAD
+                                            for item in node.items):
+            no_grad_loop = no_grad_loop or any(type(inner) in (cst.For, cst.While) for inner in walk_expression(node.body))
+    has_loop = any(type(node) in (cst.For, cst.While) for node in walk_expression(branch.body))
+    return has_loop and (evaluates or no_grad_loop)
 
 
 def backward_calls(ctx: FileContext) -> list[CallSite]:

@@ -444,6 +444,39 @@ def training_multiplies_matrices(ctx: FileContext) -> bool:
     return not networks
 
 
+class _Reads(cst.CSTVisitor):
+    """Counts the reads of a plain name: not an attribute's name (`args.vae`), not a target."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.reads = name, 0
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False  # `node.attr` is no read of the name
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+        return not isinstance(node.target, cst.Name)  # `x = ...` binds; `x.y = ...`, `x[i] = ...` read x
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.reads += node.value == self.name
+
+
+def never_used(ctx: FileContext, site: CallSite) -> bool:
+    """Is the network that ``site`` builds assigned to a plain name that nothing reads
+    afterwards (fast-DiT's `vae = AutoencoderKL.from_pretrained(...).to(device)`, left over once
+    the latents were extracted ahead): it never runs, so it says nothing of the training."""
+    statement = site.statement
+    if statement is None or len(statement.body) != 1 or not isinstance(statement.body[0], cst.Assign):
+        return False
+    assign = statement.body[0]
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) \
+            or peel(ctx, assign.value) is not site.node:
+        return False
+    reads = _Reads(assign.targets[0].target.value)
+    ctx.module.visit(reads)
+    return reads.reads == 0
+
+
 def step_networks(ctx: FileContext) -> dict[str, Stack]:
     """The networks the training runs, by name: the models the optimizers update, and the local
     objects the training steps call (`self.model(**inputs)`, a frozen feature extractor), not the

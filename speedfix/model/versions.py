@@ -131,15 +131,16 @@ def v(text: str) -> TorchVersion:
 
 # ---------------------------------------------------------------- the torch a project pins
 # `torch==1.13.1`, `torch>=1.10,<2`, `"torch~=2.1.0"`: a requirement on torch itself (not
-# torchvision, not pytorch-lightning), in requirements*.txt, pyproject.toml, setup.py or setup.cfg.
-def _requirement(package: str) -> re.Pattern[str]:
+# torchvision, not pytorch-lightning), in requirements*.txt, pyproject.toml, setup.py or setup.cfg;
+# also under conda's name, `pytorch==1.3.1`, as environment exports write it into requirements.txt.
+def _requirement(*names: str) -> re.Pattern[str]:
     return re.compile(
-        r"(?<![\w.-])" + re.escape(package) + r"(?![\w.-])\s*(?:\[[^\]\n]*\])?\s*"
+        r"(?<![\w.-])(?P<name>" + "|".join(map(re.escape, names)) + r")(?![\w.-])\s*(?:\[[^\]\n]*\])?\s*"
         r"(?P<spec>(?:===|==|!=|~=|<=|>=|<|>)\s*[\w.*+!]+(?:\s*,\s*(?:===|==|!=|~=|<=|>=|<|>)\s*[\w.*+!]+)*)"
     )
 
 
-_REQUIREMENT = _requirement("torch")
+_REQUIREMENT = _requirement("torch", "pytorch")
 _CLAUSE = re.compile(r"(===|==|!=|~=|<=|>=|<|>)\s*([\w.*+!]+)")
 _PIN_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 # The last minor release of each major version, for "the newest torch below 2.0".
@@ -152,11 +153,12 @@ class TorchPin:
 
     path: Path
     clauses: tuple[tuple[str, str], ...]
+    name: str = "torch"  # `pytorch` where the file says so
 
     @property
     def spec(self) -> str:
         """As written, less spaces: `torch==0.4.1`, `torch>=1.10,<2`."""
-        return "torch" + ",".join(op + text for op, text in self.clauses)
+        return self.name + ",".join(op + text for op, text in self.clauses)
 
 
 def torch_pin(project: ProjectFiles) -> TorchPin | None:
@@ -171,7 +173,9 @@ def _torch_pin(project: ProjectFiles) -> TorchPin | None:
         found = [(path, _torch_clauses(project.text(path) or "", path)) for path in _pin_files(project, folder)]
         clauses = tuple(c for _, pinned in found for c in pinned)
         if clauses:
-            return TorchPin(next(path for path, pinned in found if pinned), clauses)
+            path = next(path for path, pinned in found if pinned)
+            named = _REQUIREMENT.search(project.text(path) or "")
+            return TorchPin(path, clauses, named.group("name") if named else "torch")
     return None
 
 

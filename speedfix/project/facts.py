@@ -876,13 +876,14 @@ class _Collector(ast.NodeVisitor):
         functions.update(self._constructors(functions))
         for name, target in self.partials.items():  # called as what it wraps
             functions.setdefault(name, functions.get(target, FunctionFacts()))
+        parts = self._parts_reached()
         for name, layers in self._layers_reached().items():
             if name in functions:
                 dims = tuple(sorted(layer for layer in layers if isinstance(layer, int)))
                 functions[name] = replace(functions[name], conv_dims=dims, rnn="rnn" in layers,
                                           matmul=bool(layers & {"rnn", "matmul", "opaque"}),
                                           matmuls=bool(layers & {"rnn", "heavy", "opaque"}), sparse="sparse" in layers,
-                                          parts=self._parts(name) if "opaque" in layers else ())
+                                          parts=parts.get(name, ()) if "opaque" in layers else ())
         return ModuleFacts(
             imports=tuple(sorted(self.bindings.items())),
             star_imports=tuple(self.star),
@@ -944,6 +945,21 @@ class _Collector(ast.NodeVisitor):
         """What ``owner`` builds of other modules (not libraries), by qualified name."""
         return tuple(sorted({qualified for name in self.builds.get(owner, ()) if (qualified := self.resolve(name))
                              and qualified.split(".", 1)[0] not in _EXTERNAL}))
+
+    def _parts_reached(self) -> dict[str, tuple[str, ...]]:
+        """What each class or factory builds of other modules, itself or through the file's own
+        classes and helpers it builds (`create_model()` returning `UNetModel(...)`, which builds
+        nn.py's `conv_nd`), to a fixed point."""
+        found = {owner: set(self._parts(owner)) for owner in self.builds}
+        changed = True
+        while changed:
+            changed = False
+            for owner, called in self.builds.items():
+                reached = set().union(*(found.get(name, set()) for name in called if name != owner))
+                if not reached <= found[owner]:
+                    found[owner] |= reached
+                    changed = True
+        return {owner: tuple(sorted(parts)) for owner, parts in found.items()}
 
     def _layers_reached(self) -> dict[str, set[int | str]]:
         """Classes and factories that build convolutions or RNNs, through the file's own classes

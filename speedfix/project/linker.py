@@ -300,7 +300,7 @@ def link(
                     found.setdefault(*hit)
         prefixes[path] = found
         missing[path] = _missing(path, module, found, resolver)
-    facts = _sparse_through_parts(facts, prefixes)
+    facts = _layers_through_parts(facts, prefixes)
     cuda = _cuda_reasons(facts, prefixes, show)
     hot = _called_functions(facts, prefixes, lambda module: module.hot_calls)
     # objects a module's `forward` builds of another file's classes (a mask made every step)
@@ -500,24 +500,29 @@ def _spread_to_imports(seeds: dict[Path, T], prefixes: dict[Path, dict[str, Path
     return found
 
 
-def _sparse_through_parts(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+def _layers_through_parts(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
                           ) -> dict[Path, ModuleFacts]:
-    """``facts`` with `sparse` set on the classes that build a sparse layer of another module
-    (`GCN` of models.py building `GraphConvolution` of layers.py, whose forward calls `torch.spmm`)."""
+    """``facts`` with the layers that classes and factories build through another module's
+    (`GCN` of models.py building `GraphConvolution` of layers.py, whose forward calls
+    `torch.spmm`: sparse; improved-diffusion's `UNetModel` building `conv_nd(dims, ...)` of nn.py,
+    which returns `nn.Conv2d`: convolutions, as the ConvNd a class of the file builds)."""
     changed = True
     for _ in range(3):  # a model, its block, the block's layer
         if not changed:
             break
         changed = False
         for path, module in facts.items():
-            reached = {name for name, function in module.functions.items() if not function.sparse and any(
-                (hit := _split(part, prefixes[path])) is not None
-                and (other := facts[hit[0]].functions.get(hit[1])) is not None and other.sparse
-                for part in function.parts)}
-            if reached:
-                functions = {name: replace(function, sparse=True) if name in reached else function
-                             for name, function in module.functions.items()}
-                facts = {**facts, path: replace(module, functions=functions)}
+            updated = {}
+            for name, function in module.functions.items():
+                others = [other for part in function.parts if (hit := _split(part, prefixes[path])) is not None
+                          and (other := facts[hit[0]].functions.get(hit[1])) is not None]
+                dims = tuple(sorted(set(function.conv_dims).union(*(other.conv_dims for other in others))))
+                sparse = function.sparse or any(other.sparse for other in others)
+                rnn = function.rnn or any(other.rnn for other in others)
+                if (dims, sparse, rnn) != (function.conv_dims, function.sparse, function.rnn):
+                    updated[name] = replace(function, conv_dims=dims, sparse=sparse, rnn=rnn)
+            if updated:
+                facts = {**facts, path: replace(module, functions={**module.functions, **updated})}
                 changed = True
     return facts
 
