@@ -300,10 +300,8 @@ def overhead(data: dict) -> dict:
     return {"verdict": ", ".join(r.get("status") or "-" for r in rows),
             "overhead": "; ".join(f"harness/bare throughput {r['ratio']:.3f}" if "ratio" in r else "no comparable steps"
                                   for r in rows) or "no run",
-            "graph_breaks": "; ".join(f"bare {r.get('graph_breaks', [None])[0]}, harness {r.get('graph_breaks', [None, None])[1]}"
-                                      for r in rows),
-            "recompiles": "; ".join(f"bare {r.get('recompiles', [None])[0]}, harness {r.get('recompiles', [None, None])[1]}"
-                                    for r in rows),
+            **{key: "; ".join("bare {}, harness {}".format(*(r.get(key) or [None, None])) for r in rows)
+               for key in ("graph_breaks", "recompiles")},
             "ratio": statistics.median(ratios) if ratios else None}
 
 

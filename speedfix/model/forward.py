@@ -16,6 +16,7 @@ import libcst as cst
 
 from speedfix.model.context import FileContext
 from speedfix.model.flow import enclosing_statements
+from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import NO_GRAD
 from speedfix.model.project_classes import project_class
@@ -82,7 +83,7 @@ def is_local_object(ctx: FileContext, name: str | None) -> bool:
     return root not in ctx.functions and root not in ctx.classes and not hasattr(builtins, root)
 
 
-def plain_object(ctx: FileContext, name: str, stack) -> bool:
+def plain_object(ctx: FileContext, name: str, stack: Stack) -> bool:
     """Is ``name`` made, wherever it is assigned, by a class that is no module: one of the file's
     own or of another project file that has no base class (`scheduler = StepLR(optimizer, lr)`
     with utility/step_lr.py's `class StepLR:`), or a learning-rate scheduler of torch? A class
@@ -117,15 +118,17 @@ def before_evaluation(ctx: FileContext, site: CallSite) -> bool:
     branch = next((outer for outer in enclosing_statements(ctx, site.statement)[1:] if isinstance(outer, cst.If)), None)
     if branch is None:
         return False
-    evaluates = no_grad_loop = False
+    evaluates = has_loop = False
     for node in walk_expression(branch.body):
-        if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "eval" and not node.args:
-            evaluates = True
-        elif type(node) is cst.With and any(type(item.item) is cst.Call and ctx.qualname(item.item.func) in NO_GRAD
-                                            for item in node.items):
-            no_grad_loop = no_grad_loop or any(type(inner) in (cst.For, cst.While) for inner in walk_expression(node.body))
-    has_loop = any(type(node) in (cst.For, cst.While) for node in walk_expression(branch.body))
-    return has_loop and (evaluates or no_grad_loop)
+        kind = type(node)
+        if kind in (cst.For, cst.While):
+            has_loop = True
+        elif kind is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "eval" and not node.args:
+            evaluates = True  # `model.eval()`
+        elif kind is cst.With and any(type(item.item) is cst.Call and ctx.qualname(item.item.func) in NO_GRAD
+                                      for item in node.items):
+            evaluates = True  # `with torch.no_grad():` (a loop must be there too)
+    return has_loop and evaluates
 
 
 def backward_calls(ctx: FileContext) -> list[CallSite]:
