@@ -19,7 +19,7 @@ from speedfix.model.lightning_config import UNKNOWN, ConfiguredTrainer, TrainerV
 from speedfix.model.index import CallSite
 from speedfix.model.networks import conv2d_classes
 from speedfix.model.patterns import INSTANTIATE, cudnn_settings, matmul_precision_chosen
-from speedfix.model.versions import v
+from speedfix.model.versions import lightning_before_2, v
 from speedfix.syntax.nodes import code_of
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model, tf32_gain
 
@@ -644,7 +644,7 @@ class LightningTrainerConfig(Rule):
         fp16 = value in _FP16
         if value not in FP32_PRECISIONS and not fp16:
             return
-        bf16 = '"bf16"' if trainer.lightning_1x else '"bf16-mixed"'
+        bf16 = '"bf16"' if trainer.lightning_1x or lightning_before_2(self.ctx.project) else '"bf16-mixed"'
         if fp16:
             message = (f"{_capital(trainer.label)} runs fp16 mixed precision, which scales the loss and checks every "
                        f"gradient for inf each step; bf16 (`precision={bf16}`) needs neither on Ampere and newer GPUs")
@@ -748,19 +748,23 @@ class LightningTrainerConfig(Rule):
             self.report(
                 precision.arg or site.node,
                 "fp16 mixed precision scales the loss and checks every gradient for inf each step; "
-                "bf16 (`precision=\"bf16-mixed\"`) needs neither on Ampere and newer GPUs",
+                f"bf16 (`precision=\"{self._bf16()}\"`) needs neither on Ampere and newer GPUs",
                 severity=Severity.INFO,
                 fix_ops=self._set_precision(site, precision),
                 no_fix_reason=SET_ELSEWHERE,
             )
         return False
 
+    def _bf16(self) -> str:
+        """Lightning's name for bf16 mixed precision in the Lightning the project pins."""
+        return "bf16" if lightning_before_2(self.ctx.project) else "bf16-mixed"
+
     def _set_precision(self, site: CallSite, precision: ArgValue) -> list[FixOp] | None:
         original = precision.arg
         if original is not None and isinstance(original.value, cst.SimpleString):
-            value: cst.BaseExpression = same_quotes(original.value, "bf16-mixed")
+            value: cst.BaseExpression = same_quotes(original.value, self._bf16())
         else:
-            value = cst.parse_expression(string_literal(self.ctx, "bf16-mixed"))
+            value = cst.parse_expression(string_literal(self.ctx, self._bf16()))
         if precision.missing:
             return [self._append(site, keyword_arg("precision", value))]
         if original is None or not isinstance(original.value, (cst.Integer, cst.SimpleString)):

@@ -589,6 +589,67 @@ def test_a_pinned_torch_below_2_silences_advice_that_needs_torch_2(write, run_cl
     assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
 
 
+def test_a_torch_pin_is_also_read_from_poetry_a_readme_install_line_or_an_old_lightning(write, run_cli, tmp_path):
+    write("train.py", ADAM)
+    # Poetry's table (PyTorch-YOLOv3): torch below 1.13, so no fused-optimizer advice
+    write("pyproject.toml", '[tool.poetry.dependencies]\npython = "^3.8"\ntorch = ">=1.10.1, < 1.13.0"\n')
+    assert "train.py:" not in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+    write("pyproject.toml", '[tool.poetry.dependencies]\ntorch = {version = "^2.1", source = "cu121"}\n')
+    assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout  # ^2.1 admits it
+    (tmp_path / "pyproject.toml").unlink()
+    # an install command of the README, where no requirement file names torch (ngp_pl)
+    write("requirements.txt", "einops\n")
+    write("README.md", "Works with any recent torch.\n\n* Install pytorch by `pip install torch==1.11.0 "
+          "--extra-index-url https://download.pytorch.org/whl/cu113`\n")
+    text = run_cli("scan", ".", "--select", "SF401", cwd=tmp_path).stdout
+    assert "train.py:" not in text and "README.md: note: the project pins `torch==1.11.0` here" in text, text
+    write("README.md", "We trained with torch==1.11.0 but newer ones work.\n")  # prose, no install command
+    assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+    # a Lightning release from before torch 2 pins an old torch with it
+    write("requirements.txt", "pytorch-lightning==1.7.7\n")
+    text = run_cli("scan", ".", "--select", "SF401", cwd=tmp_path).stdout
+    assert "train.py:" not in text, text
+    assert "the project pins `pytorch-lightning==1.7.7` (so `torch<2`) here" in text, text
+    write("requirements.txt", "lightning>=2.1\n")
+    assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+
+
+LIGHTNING_FP16 = """\
+import torch
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader
+
+class System(pl.LightningModule):
+    def training_step(self, batch, batch_idx):
+        return self.net(batch).sum()
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, num_workers=8, persistent_workers=True, pin_memory=True)
+
+    def val_dataloader(self):
+        return DataLoader(self.test_set, num_workers=8, pin_memory=True)
+
+trainer = pl.Trainer(accelerator="gpu", devices=1, precision=16, benchmark=True)
+trainer.fit(System())
+"""
+
+
+def test_lightning_1x_gets_its_own_bf16_name_and_a_val_dataloader_keeps_its_workers(write, run_cli, tmp_path):
+    write("train.py", LIGHTNING_FP16)
+    write("requirements.txt", "torch==2.1.0\npytorch-lightning==1.9.5\n")
+    result = run_cli("scan", "train.py", "--select", "SF901,SF103", "--output-format", "json", cwd=tmp_path)
+    findings = json.loads(result.stdout)
+    assert {f["code"] for f in findings} == {"SF901"}, findings  # nothing on the loader of `val_dataloader()`
+    (precision,) = [f for f in findings if f["line"] == 15]
+    assert '`precision="bf16"`' in precision["message"]  # "bf16-mixed" came with Lightning 2.0
+    apply = run_cli("apply", "train.py", "--select", "SF901", "--unsafe-fixes", "--diff", cwd=tmp_path).stdout
+    assert 'precision="bf16"' in apply and "bf16-mixed" not in apply, apply
+    write("requirements.txt", "torch==2.1.0\nlightning==2.2.0\n")
+    findings = json.loads(run_cli("scan", "train.py", "--select", "SF901", "--output-format", "json",
+                                  cwd=tmp_path).stdout)
+    assert '`precision="bf16-mixed"`' in next(f for f in findings if f["line"] == 15)["message"]
+
+
 def test_a_pin_that_switches_rules_off_says_which_once_at_the_requirement_file(write, run_cli, tmp_path):
     write("train.py", ADAM)
     write("helpers.py", "import torch\n")

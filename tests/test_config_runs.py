@@ -204,6 +204,30 @@ def test_no_optim_advice_where_deepspeed_builds_the_optimizer(write, run_cli, tm
     assert "(`optim`)" not in result and "(`torch_compile`)" in result
     write("requirements.txt", "transformers==4.7.0\ndeepspeed\n")  # no `torch_compile` option yet
     assert "torch_compile" not in run_cli(*scan, cwd=tmp_path).stdout
+    # an optimizer ZeRO offloads to the CPU is stepped there by DeepSpeed's CPU Adam; a command that
+    # names its config by a shell variable says nothing either way (FastChat's train_lora.sh)
+    write("ds_b.json", '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}\n')
+    write("train.sh", "deepspeed run_clm.py --deepspeed $DS_CONFIG --fp16\n")
+    assert "(`optim`)" not in run_cli(*scan, cwd=tmp_path).stdout
+    write("train.sh", "deepspeed run_clm.py --fp16\n")  # this run has no DeepSpeed: the Trainer's AdamW
+    assert "(`optim`)" in run_cli(*scan, cwd=tmp_path).stdout
+
+
+def test_a_module_that_imports_only_argument_classes_from_a_script_does_not_run_it(write, run_cli, tmp_path):
+    # FastChat: train_lora.py takes train.py's dataclasses and data helpers, parses its own arguments
+    # and runs its own `train()`; its launch commands are not train.py's (train_mem.py's would be)
+    write("fastchat/train/train.py", HF_PARSED.replace("(training_args,) =", "def train():\n    (training_args,) =")
+          .replace("\nTrainer(", "\n    Trainer(") + "\n\ndef make_data():\n    pass\n\n"
+          'if __name__ == "__main__":\n    train()\n')
+    write("fastchat/train/train_lora.py", "from fastchat.train.train import make_data\n" + HF_PARSED
+          + '\nif __name__ == "__main__":\n    pass\n')
+    write("fastchat/train/train_mem.py", 'from fastchat.train.train import train\n\nif __name__ == "__main__":\n'
+          "    train()\n")
+    write("scripts/lora.sh", "deepspeed fastchat/train/train_lora.py --fp16 True\n")
+    scan = ["scan", "fastchat/train/train.py", "--select", "SF902", "--torch-version", "2.4", "--no-summary"]
+    assert "lora.sh" not in run_cli(*scan, cwd=tmp_path).stdout
+    write("scripts/mem.sh", "torchrun fastchat/train/train_mem.py --fp16 True\n")
+    assert "scripts/mem.sh:1" in run_cli(*scan, cwd=tmp_path).stdout
 
 
 def test_default_optim_is_unfused_under_a_transformers_pinned_before_the_fused_default(write, run_cli, tmp_path):

@@ -52,5 +52,5 @@ def _message(pin: TorchPin, target: TorchVersion, rules: set[type[Rule]], curren
         by_version.setdefault(rule.min_torch, []).append(f"{rule.code} {rule.name}")
     groups = "; ".join(f"torch {version}+: {', '.join(names)}" for version, names in sorted(by_version.items()))
     count = f"{len(rules)} rules that need" if len(rules) != 1 else "1 rule that needs"
-    return (f"the project pins `{pin.spec}` here, so the scan targets torch {target} and {count} a newer "
+    return (f"the project pins {pin.shown} here, so the scan targets torch {target} and {count} a newer "
             f"torch did not run ({groups}); pass `--torch-version {current}` to see the advice for a newer torch")

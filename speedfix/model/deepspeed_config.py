@@ -220,17 +220,22 @@ def _launched(ctx: FileContext) -> DeepSpeedConfig | None:
 
 
 def supplies_optimizer(ctx: FileContext) -> bool:
-    """Does DeepSpeed build the optimizer (an `"optimizer"` section, its own fused Adam) in every
+    """Does DeepSpeed build or step the optimizer (an `"optimizer"` section: its own fused Adam; an
+    optimizer offloaded to the CPU: its CPU Adam, on the host) in every
     config the script is given: those ``named_configs`` finds, or, when the launch commands
     name different files (`--deepspeed ds_gpt2.json`, `--deepspeed ds_neo.json`), each of them?"""
     configs = named_configs(ctx)
     if not configs:
-        per_command = [config for _, config in per_launch_command(ctx)]
-        if None in per_command:
-            return False
-        configs = [config for config in per_command if config is not None]
-    return bool(configs) and all(config.values is not None and isinstance(config.values.get("optimizer"), dict)
-                                 for config in configs)
+        configs = []
+        for command, config in per_launch_command(ctx):
+            if config is None and not any(key in command.options for key in _ARGPARSE_OPTIONS):
+                return False  # a run without DeepSpeed: the Trainer's own optimizer
+            if config is not None:  # (a file named by a variable, `$DS_CONFIG`, says nothing either way)
+                configs.append(config)
+    return bool(configs) and all(config.values is not None and (
+        isinstance(config.values.get("optimizer"), dict)
+        or ("offload_optimizer", "device") in offloaded(section(config.values, "zero_optimization")))
+        for config in configs)
 
 
 def per_launch_command(ctx: FileContext) -> list[tuple[launch.Launch, DeepSpeedConfig | None]]:

@@ -211,13 +211,32 @@ def _wrappers(project: ProjectFiles) -> list[Path]:
     top = project.top()
     if top in script.parents:
         modules.add(".".join(script.relative_to(top).with_suffix("").parts))
-    pattern = re.compile(r"^\s*(?:from\s+(?:%s)\s+import\b|import\s+(?:%s)\b)" % (
-        "|".join(map(re.escape, modules)), "|".join(map(re.escape, modules))), re.MULTILINE)
+    alternatives = "|".join(map(re.escape, modules))
+    pattern = re.compile(r"^\s*(?:from\s+(?:%s)\s+import\s+(\([^)]*\)|[^\n]*)|import\s+(?:%s)\b)" % (
+        alternatives, alternatives), re.MULTILINE)
+    entry = _entry_calls(project.text(script) or "")
     found = []
     for path in project.listing(script.parent, (".py",))[:_MAX_FILES]:
-        if path != script and pattern.search(project.text(path) or "") and "__main__" in (project.text(path) or ""):
-            found.append(path)
+        text = project.text(path) or ""
+        if path == script or "__main__" not in text:
+            continue
+        for match in pattern.finditer(text):
+            # `from train import train`: the script's entry point; a module that takes only its
+            # argument classes or data helpers (FastChat's `train_lora.py`) runs its own
+            imported = set(re.findall(r"\w+", match.group(1))) if match.group(1) is not None else None
+            if imported is None or not entry or imported & entry:
+                found.append(path)
+                break
     return found
+
+
+_MAIN_GUARD = re.compile(r"""^if\s+__name__\s*==\s*["']__main__["']\s*:(.*)""", re.MULTILINE | re.DOTALL)
+
+
+def _entry_calls(text: str) -> set[str]:
+    """The functions the script's `if __name__ == "__main__":` block calls (empty: no such block)."""
+    match = _MAIN_GUARD.search(text)
+    return set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", match.group(1))) if match else set()
 
 
 def _launch_files(project: ProjectFiles) -> list[Path]:

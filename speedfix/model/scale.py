@@ -125,6 +125,8 @@ def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
     says so (`System(..., val_loader=val_loader)`, `fit(model, val_dataloaders=loader)`)."""
     if loader_role(ctx, site) is not Role.EVALUATION:
         return False
+    if _lightning_evaluation_hook(ctx, site):
+        return True
     if not ctx.drives_training and not (lightning_fits(ctx) and _handed_for_evaluation(ctx, site)):
         return False
     names = _loader_names(ctx, site)
@@ -134,6 +136,17 @@ def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
             if callee is not None and (callee.trains or callee.steps):
                 return False
     return True
+
+
+_LIGHTNING_EVALUATION_HOOKS = frozenset({"val_dataloader", "test_dataloader", "predict_dataloader"})
+
+
+def _lightning_evaluation_hook(ctx: FileContext, site: CallSite) -> bool:
+    """A loader a class method `val_dataloader()` (or `test_`, `predict_`) returns: Lightning's hook
+    for the evaluation loops, which never feed a training step."""
+    function = ctx.function_of(site.stack)
+    return (isinstance(function, cst.FunctionDef) and function.name.value in _LIGHTNING_EVALUATION_HOOKS
+            and any(frame.kind is FrameKind.CLASS for frame in site.stack))
 
 
 def _handed_for_evaluation(ctx: FileContext, site: CallSite) -> bool:

@@ -154,11 +154,17 @@ class TorchPin:
     path: Path
     clauses: tuple[tuple[str, str], ...]
     name: str = "torch"  # `pytorch` where the file says so
+    via: str = ""  # the requirement that implies it, where no file names torch (`pytorch-lightning==1.7.7`)
 
     @property
     def spec(self) -> str:
         """As written, less spaces: `torch==0.4.1`, `torch>=1.10,<2`."""
         return self.name + ",".join(op + text for op, text in self.clauses)
+
+    @property
+    def shown(self) -> str:
+        """For a message: `` `torch==0.4.1` ``; an implied pin says what implies it."""
+        return f"`{self.via}` (so `{self.spec}`)" if self.via else f"`{self.spec}`"
 
 
 def torch_pin(project: ProjectFiles) -> TorchPin | None:
@@ -169,13 +175,63 @@ def torch_pin(project: ProjectFiles) -> TorchPin | None:
 
 
 def _torch_pin(project: ProjectFiles) -> TorchPin | None:
-    for folder in project.folders_up():
+    """The requirement files of the nearest folder that name torch (a Poetry table's `torch =
+    "..."` too); else an install command of a README (`pip install torch==1.11.0`); else a
+    Lightning pin that implies an old torch."""
+    folders = project.folders_up()
+    for folder in folders:
         found = [(path, _torch_clauses(project.text(path) or "", path)) for path in _pin_files(project, folder)]
         clauses = tuple(c for _, pinned in found for c in pinned)
         if clauses:
             path = next(path for path, pinned in found if pinned)
             named = _REQUIREMENT.search(project.text(path) or "")
             return TorchPin(path, clauses, named.group("name") if named else "torch")
+    for folder in folders:
+        for path in project.listing(folder, (".md", ".rst", ".txt")):
+            if path.name.lower().startswith("readme"):
+                clauses, name = _install_clauses(project.text(path) or "")
+                if clauses:
+                    return TorchPin(path, clauses, name)
+    return _implied_pin(project, folders)
+
+
+# `pip install torch==1.11.0 --extra-index-url ...`, `conda install pytorch==1.12.1 -c pytorch`: the
+# torch a README tells its users to install, on a line that runs an installer.
+_INSTALL_LINE = re.compile(r"\b(?:pip3?|conda|mamba|uv pip)\s+install\b")
+
+
+def _install_clauses(text: str) -> tuple[tuple[tuple[str, str], ...], str]:
+    for line in text.splitlines():
+        if _INSTALL_LINE.search(line):
+            match = _REQUIREMENT.search(line)
+            if match:
+                return tuple(_CLAUSE.findall(match.group("spec"))), match.group("name")
+    return (), "torch"
+
+
+# Lightning releases before 1.9 do not run on torch 2 (1.9 was the first to admit it, 2.0 the
+# first built for it): a project that pins such a Lightning pins a torch below 2 with it.
+_LIGHTNING = _requirement("pytorch-lightning", "pytorch_lightning", "lightning")
+_LIGHTNING_FOR_TORCH_2 = TorchVersion(1, 9)
+
+
+def _implied_pin(project: ProjectFiles, folders: list[Path]) -> TorchPin | None:
+    for folder in folders:
+        for path in _pin_files(project, folder):
+            for line in (project.text(path) or "").splitlines():
+                match = None if line.lstrip().startswith("#") else _LIGHTNING.search(line.split(" #")[0])
+                if match is None:
+                    continue
+                bounds = []
+                for op, text in _CLAUSE.findall(match.group("spec")):
+                    try:
+                        bounds.append((op, TorchVersion.parse(text)))
+                    except ValueError:
+                        continue
+                if any(op in ("==", "===", "<=", "~=") and bound < _LIGHTNING_FOR_TORCH_2 or op == "<" and
+                       bound <= _LIGHTNING_FOR_TORCH_2 for op, bound in bounds):
+                    via = match.group("name") + ",".join(op + str(bound) for op, bound in bounds)
+                    return TorchPin(path, (("<", "2"),), via=via)
     return None
 
 
@@ -211,6 +267,13 @@ def pinned_below(project: ProjectFiles, package: str, version: TorchVersion) -> 
     return False
 
 
+def lightning_before_2(project: ProjectFiles | None) -> bool:
+    """Does the project pin a Lightning 1.x (`pytorch-lightning==1.7.7`), whose bf16 precision is
+    `"bf16"` (`"bf16-mixed"` came with 2.0)?"""
+    return project is not None and any(pinned_below(project, name, TorchVersion(2)) for name in
+                                       ("pytorch-lightning", "pytorch_lightning", "lightning"))
+
+
 def _torch_clauses(text: str, path: Path, pattern: re.Pattern[str] = _REQUIREMENT) -> list[tuple[str, str]]:
     clauses: list[tuple[str, str]] = []
     for line in text.splitlines():
@@ -218,6 +281,35 @@ def _torch_clauses(text: str, path: Path, pattern: re.Pattern[str] = _REQUIREMEN
             continue
         for match in pattern.finditer(line.split(" #")[0]):
             clauses.extend(_CLAUSE.findall(match.group("spec")))
+        if pattern is _REQUIREMENT and path.name == "pyproject.toml":
+            clauses.extend(_poetry_clauses(line))
+    return clauses
+
+
+# Poetry's table: `torch = ">=1.10.1, < 1.13.0"`, `torch = "^1.12"`, `torch = {version = "~1.13", ...}`.
+_POETRY = re.compile(r"""^\s*(?:torch|pytorch)\s*=\s*(?:\{[^}]*?\bversion\s*=\s*)?["']([^"']+)["']""")
+
+
+def _poetry_clauses(line: str) -> list[tuple[str, str]]:
+    match = _POETRY.match(line)
+    if match is None:
+        return []
+    clauses: list[tuple[str, str]] = []
+    for part in match.group(1).split(","):
+        part = part.strip()
+        if part[:1] in ("^", "~") and part[1:2] != "=":
+            try:
+                low = TorchVersion.parse(part[1:])
+            except ValueError:
+                continue
+            dots = part.count(".")
+            if part[0] == "^":  # ^1.12 -> >=1.12,<2; ^0.4 -> >=0.4,<0.5
+                high = TorchVersion(low.major + 1) if low.major else TorchVersion(0, low.minor + 1)
+            else:  # ~1.12 -> >=1.12,<1.13; ~1 -> >=1,<2
+                high = TorchVersion(low.major, low.minor + 1) if dots else TorchVersion(low.major + 1)
+            clauses += [(">=", part[1:]), ("<", str(high))]
+        else:
+            clauses.extend(_CLAUSE.findall(part))
     return clauses
 
 
