@@ -77,6 +77,33 @@ VALIDATION_EVERY_EPOCH = """
                 print(epoch, float(evaluate(net, holdout_loader)))
 """
 
+# A DQN on Atari frames (cleanrl's): the Nature CNN learns between the emulator's steps, on batches
+# of 32. The run waits on the environment, not on the GPU: neither mixed precision (SF202) nor
+# TF32 (SF201) is worth advising, whatever the network's layers.
+DQN_BETWEEN_ENV_STEPS = """
+            import gymnasium as gym
+            import torch
+            import torch.nn as nn
+
+            q_network = nn.Sequential(
+                nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+                nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 6),
+            ).cuda()
+            optimizer = torch.optim.Adam(q_network.parameters(), lr=1e-4, fused=True)
+            envs = gym.vector.SyncVectorEnv([make_env()])
+            obs, _ = envs.reset()
+            for global_step in range(10_000_000):
+                actions = pick(q_network, obs)
+                obs, rewards, terminations, truncations, infos = envs.step(actions)
+                buffer.add(obs, actions, rewards)
+                if global_step > 80_000 and global_step % 4 == 0:
+                    data = buffer.sample(32)
+                    loss = td_loss(q_network, data)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """
+
 # An RL agent's actor (TD3): an MLP at most 256 wide, too narrow for tensor cores to matter, so
 # neither mixed precision (SF202) nor TF32 (SF201) is worth advising.
 NARROW_MLP = """

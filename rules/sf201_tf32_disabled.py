@@ -11,7 +11,7 @@ from speedfix.model.patterns import matmul_precision_choices, tf32_switched_off
 from speedfix.model.tf32 import loop_gains_from_tf32
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, tf32_gain
-from speedfix.rules._examples import NARROW_MLP
+from speedfix.rules._examples import DQN_BETWEEN_ENV_STEPS, NARROW_MLP
 from speedfix.syntax.nodes import code_of
 
 
@@ -28,7 +28,8 @@ class Tf32Disabled(Rule):
     widths the code states (their matmuls are too small for tensor cores to matter), and one
     whose `Accelerator` states no `mixed_precision=` the scan can read (`**accelerate_kwargs`, or
     none): `accelerate launch --mixed_precision` or the machine's Accelerate config picks it, and
-    in bf16 or fp16 no fp32 matmul is left to speed up.
+    in bf16 or fp16 no fp32 matmul is left to speed up. An RL update run between an environment's
+    steps is left alone too (see SF202): the run waits on the simulator.
 
     Also finds TF32 switched off for matmuls on the default path
     (`torch.backends.cuda.matmul.allow_tf32 = False`, as NVlabs' EDM and StyleGAN do for
@@ -118,6 +119,7 @@ class Tf32Disabled(Rule):
 
     VALID = [
         Valid(NARROW_MLP),  # an RL agent's 256-wide MLPs (TD3): matmuls too small for tensor cores to matter
+        Valid(DQN_BETWEEN_ENV_STEPS),  # a DQN learning between the emulator's steps: the run waits on the environment
         Valid(  # a Fabric loop in fp32: SF901 gives its TF32 advice beside the precision advice
             """
             import torch

@@ -15,6 +15,7 @@ from speedfix.model.forward import (assigned_names, backward_calls, calls_model,
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite, WithInfo
 from speedfix.model.networks import project_builds_rnn
+from speedfix.model.rl import trains_between_env_steps
 from speedfix.model.scale import trains_narrow_mlps_only
 from speedfix.model.versions import v
 from speedfix.project.steps import CUDNN_RNN_LAYERS
@@ -22,7 +23,7 @@ from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
-from speedfix.rules._examples import NARROW_MLP
+from speedfix.rules._examples import DQN_BETWEEN_ENV_STEPS, NARROW_MLP
 
 # Autocast raises on these ("unsafe to autocast"): the model has to move to the logits version first.
 _BANNED_UNDER_AUTOCAST = ("torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.functional.binary_cross_entropy")
@@ -44,7 +45,10 @@ class NoMixedPrecision(Rule):
     (a `torch==0.4.1` pin) still gets the finding, without a fix and saying so: autocast is the
     biggest gain an fp32 loop has, and it is worth upgrading torch for. Not reported where every
     trained model is an MLP no wider than 256 in the widths the code states (an RL agent's actor
-    and critics): its matmuls are too small for tensor cores to matter.
+    and critics): its matmuls are too small for tensor cores to matter; nor where every training
+    step runs between an environment's steps (a DQN whose loop steps the emulator, an A2C/PPO
+    agent's `update()` that the main loop calls between rollouts): the run waits on the simulator,
+    and its small policy and value networks on batches of tens leave the GPU idle anyway.
 
     ## Why is this bad?
     Tensor cores run bf16 and fp16 matmuls and convolutions several times faster than fp32 (even
@@ -124,6 +128,7 @@ class NoMixedPrecision(Rule):
 
     VALID = [
         Valid(NARROW_MLP),  # an RL agent's 256-wide MLPs (TD3): matmuls too small for tensor cores to matter
+        Valid(DQN_BETWEEN_ENV_STEPS),  # a DQN learning between the emulator's steps: the run waits on the environment
         Valid(  # torch before 1.6: NVIDIA apex's amp is the mixed precision there
             """
             import torch
@@ -732,7 +737,7 @@ class NoMixedPrecision(Rule):
     def finish(self) -> None:
         ctx = self.ctx
         trains = backward_calls(ctx)
-        if not trains or trains_narrow_mlps_only(ctx):
+        if not trains or trains_narrow_mlps_only(ctx) or trains_between_env_steps(ctx):
             return  # (an MLP at most 256 wide: its matmuls are too small for tensor cores to matter)
         gated = gated_autocasts(ctx)
         if gated:

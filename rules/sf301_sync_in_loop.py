@@ -196,6 +196,7 @@ class SyncInLoop(BranchTracker, Rule):
     impact = "medium"
     measure = "host_sync"
     code = "SF301"
+    one_per_step = True
     name = "sync-in-loop"
     summary = "CPU-GPU synchronisation (`.item()`, `.cpu()`, `print(t)`) on every training step"
     severity = Severity.WARNING

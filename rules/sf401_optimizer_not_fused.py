@@ -12,6 +12,7 @@ from speedfix.model.frameworks import configured_trainers_off_gpu
 from speedfix.model.frames import function_of
 from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
+from speedfix.model.networks import frozen_before
 from speedfix.model.torch_api import FUSABLE_OPTIMIZERS
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, Impact, trains_adapters, trains_hub_model
@@ -41,7 +42,10 @@ class OptimizerNotFused(Rule):
     classes of its file, or whose configs give
     LightningCLI an `optimizer:` that replaces the method, or one whose class the configs train
     only with Trainers that all say `accelerator: cpu` (the Trainer places the parameters, and
-    the optimizer's state with them, whatever device the module's own code names).
+    the optimizer's state with them, whatever device the module's own code names). Nor an
+    optimizer handed a model whose parameters the same function freezes first (`for param in
+    model.parameters(): param.requires_grad = False`, then the head unfrozen): the update touches
+    a head's few parameters, whatever its kernels.
 
     ## Why is this bad?
     The default multi-tensor (`foreach`) implementation still launches several kernels per
@@ -93,6 +97,24 @@ class OptimizerNotFused(Rule):
     effect = "One fused kernel per optimizer step: 2-3 ms/iteration in litgpt."
 
     VALID = [
+        Valid(  # the backbone frozen, the classifier head trained: the update touches a few parameters
+            """
+            import timm
+            import torch
+
+            model = timm.create_model("resnet50d", pretrained=True, num_classes=37).cuda()
+            for param in model.parameters():
+                param.requires_grad = False
+            for param in model.get_classifier().parameters():
+                param.requires_grad = True
+            optimizer = torch.optim.Adam(params=model.parameters(), lr=1e-3)
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+        ),
         Valid(  # capturable: the update is stepped inside CUDA graphs (a compiled "reduce-overhead" step)
             """
             import torch
@@ -272,7 +294,7 @@ class OptimizerNotFused(Rule):
                    if off_by_default(self.ctx, site.statement, site.stack) is not None}
         sites = [site for site in self.ctx.calls_to(*_FUSABLE)
                  if not self._implementation_chosen(site) and optimizers_unused(self.ctx, site.stack) is None
-                 and configured_trainers_off_gpu(self.ctx, site.stack) is None]
+                 and configured_trainers_off_gpu(self.ctx, site.stack) is None and not frozen_before(self.ctx, site)]
         for site, optional in _fold_optional(self.ctx, [site for site in sites if id(site.node) not in skipped]):
             name = (self.ctx.call_qualname(site) or "").rsplit(".", 1)[-1]
             message = f"`{name}` runs its update as several kernels per step; `fused=True` does it in one"

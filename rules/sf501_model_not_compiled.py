@@ -16,7 +16,7 @@ from speedfix.model.forward import LOSS_NAME, is_local_object, plain_object
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import ACCELERATOR, fabric_owned, in_lightning_callback, in_lightning_method
 from speedfix.model.index import CallSite
-from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, model_aliases, multiplies_sparse,
+from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, in_optimizer_class, model_aliases, multiplies_sparse,
                                      optimized_modules, optimizer_factories, peel, step_method, trained_models,
                                      wrapper_of)
 from speedfix.model.patterns import NO_GRAD
@@ -139,6 +139,23 @@ class ModelNotCompiled(Rule):
     effect = "Fused kernels: +43% mean training speed on A100 (PyTorch 2.0)."
 
     VALID = [
+        Valid(  # K-FAC: an optimizer class whose inner SGD updates the model it is handed; whoever builds it trains it
+            """
+            import torch
+            import torch.optim as optim
+
+            class KFACOptimizer(optim.Optimizer):
+                def __init__(self, model, lr=0.25, momentum=0.9):
+                    super().__init__(model.parameters(), dict(lr=lr))
+                    self.model = model.to(torch.device("cuda"))
+                    self.optim = optim.SGD(model.parameters(), lr=lr * (1 - momentum), momentum=momentum)
+
+                def step(self):
+                    for p in self.model.parameters():
+                        p.grad.data.mul_(0.5)
+                    self.optim.step()
+            """,
+        ),
         Valid(  # a graph convolution over a sparse adjacency matrix: nothing for the compiler to fuse
             """
             import torch
@@ -932,6 +949,8 @@ class ModelNotCompiled(Rule):
         for model, site in models:
             if model in reported or self._detection_model(model, site) or self._optimizer_factory(model, site):
                 continue
+            if in_optimizer_class(ctx, site.stack):
+                continue  # an optimizer's inner optimizer (K-FAC's SGD): whoever builds the optimizer trains the model
             if self._sparse(model, site):
                 continue  # sparse tensors: Dynamo falls back to eager around them, nothing is fused
             if model.startswith("self.") and in_lightning_method(ctx, site) or in_lightning_callback(ctx, site):

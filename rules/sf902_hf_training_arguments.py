@@ -27,6 +27,7 @@ from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_
 from speedfix.model.hf_args import (TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, arguments_only, call_setting,
                                     compared_false_in_every_run, parsed_arguments)
 from speedfix.model.index import CallSite
+from speedfix.model.model_size import loads_quantized
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
 from speedfix.model.versions import pinned_below, v
 from speedfix.syntax.nodes import code_of
@@ -66,10 +67,12 @@ class HfTrainingArguments(Rule):
       when the project pins a transformers before 4.54 (transformers 4.54+ on torch 2.8+ defaults
       to `"adamw_torch_fused"`); from torch 2.0 on, as torch's fused AdamW runs on CUDA since 2.0
       (on the CPU since 2.4: below that the fix is left to you); not when the DeepSpeed config
-      builds the optimizer (an `"optimizer"` section: DeepSpeed's own fused Adam);
+      builds the optimizer (an `"optimizer"` section: DeepSpeed's own fused Adam) or offloads it to
+      the CPU (DeepSpeed's CPU Adam steps it there);
     - `dataloader_num_workers` unset or 0, and `dataloader_pin_memory=False`;
     - no `torch_compile` in a script that never compiles the model itself (information only;
-      not when the project pins a transformers before 4.27, which has no such option);
+      not when the project pins a transformers before 4.27, which has no such option, nor for a
+      base model bitsandbytes loads in 4 or 8 bits: QLoRA's matmuls are its kernels);
     - `gradient_checkpointing=True` (or `model.gradient_checkpointing_enable()` that runs by
       default or in one of the project's launch commands: `--gradient_checkpointing` on a path
       that command takes; the options of a dataclass an argument parser fills default to its
@@ -228,6 +231,22 @@ class HfTrainingArguments(Rule):
             def main():
                 torch.set_float32_matmul_precision("high")
                 args = TrainingArguments(output_dir="out", bf16=True, dataloader_num_workers=4, torch_compile=True)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            torch="2.8",
+        ),
+        Valid(  # QLoRA: a 4-bit base model, whose bitsandbytes matmuls the compiler cannot fuse through
+            """
+            import torch
+            from transformers import AutoModelForCausalLM, BitsAndBytesConfig, TrainingArguments
+
+            def main():
+                torch.set_float32_matmul_precision("high")
+                quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)
+                model = AutoModelForCausalLM.from_pretrained("huggyllama/llama-7b", quantization_config=quant)
+                args = TrainingArguments(output_dir="out", bf16=True, dataloader_num_workers=4)
 
             if __name__ == "__main__":
                 main()
@@ -701,6 +720,8 @@ class HfTrainingArguments(Rule):
             return
         if self.ctx.project is not None and pinned_below(self.ctx.project, "transformers", _HF_COMPILE_FROM):
             return  # the pinned transformers has no `torch_compile` option
+        if loads_quantized(self.ctx):
+            return  # bitsandbytes' 4- and 8-bit matmuls: nothing for the compiler to fuse through
         if compiled.missing:
             defaults.append(_Default("an uncompiled model (`torch_compile`)", None, refusal=_COMPILE_REFUSAL,
                                      option="--torch_compile True"))

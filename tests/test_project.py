@@ -210,6 +210,51 @@ def test_trainer_class_receiving_loader_and_device(run_cli, tmp_path, write):
     assert findings(result.stdout) == {("train.py", 6, "SF102"), ("trainer.py", 12, "SF104")}
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_one_steps_syncs_in_helpers_of_other_files_are_one_finding(run_cli, tmp_path, write, jobs):
+    """VITS: the step's syncs sit in helpers of three modules; the rule gives one finding per step."""
+    write("losses.py", """\
+        def feature_loss(fmap_r, fmap_g):
+            losses = []
+            for dr, dg in zip(fmap_r, fmap_g):
+                losses.append((dr - dg).abs().mean().item())
+            return sum(losses)
+        """)
+    write("mel.py", """\
+        import torch
+
+        def mel(y):
+            if torch.min(y) < -1.0:
+                print("min value is", torch.min(y))
+            return y
+        """)
+    write("train.py", """\
+import torch
+from losses import feature_loss
+from mel import mel
+
+model = Net().cuda()
+opt = torch.optim.AdamW(model.parameters())
+for epoch in range(10):
+    for x, y in loader:
+        out = model(mel(x.cuda()))
+        loss = (out - y.cuda()).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        print(feature_loss(out, y))
+""")
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", "-j", jobs, "--no-cache", cwd=tmp_path)
+    lines = [line for line in result.stdout.splitlines() if "SF301" in line]
+    assert len(lines) == 1 and lines[0].startswith("losses.py:4:"), result.stdout  # no sync in train.py itself
+    assert "; helpers of the same step in other files sync too, at `mel.py:4` (impact:" in lines[0], lines
+    write("train.py", (tmp_path / "train.py").read_text() + "        print(loss.item())\n")
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", "-j", jobs, "--no-cache", cwd=tmp_path)
+    lines = [line for line in result.stdout.splitlines() if "SF301" in line]
+    assert len(lines) == 1 and lines[0].startswith("train.py:"), result.stdout  # the script's own finding keeps them
+    assert "other files sync too, at `losses.py:4`, `mel.py:4`" in lines[0]
+
+
 @pytest.mark.parametrize("grad_off", [True, False])
 def test_an_evaluation_called_under_no_grad_from_another_file(run_cli, tmp_path, write, grad_off):
     """`validate()` in its own module, called by the training script inside `with torch.no_grad():`:
@@ -320,6 +365,199 @@ def test_a_network_built_of_another_files_sparse_layers_multiplies_sparse_matric
     }
     train = _linked(tmp_path, files)[tmp_path / "train.py"]
     assert train.function("models.GCN").sparse and not train.function("models.MLP").sparse
+
+
+@pytest.mark.parametrize("code", [
+    # torchvision's and pytorch-cifar100's VGG: a list of layers, returned as one Sequential
+    "import torch.nn as nn\n\ndef make_layers(cfg):\n    layers = []\n    for v in cfg:\n"
+    "        layers += [nn.Conv2d(3, v, 3), nn.ReLU(inplace=True)]\n    return nn.Sequential(*layers)\n",
+    # PyTorch-YOLOv3: modules added to a ModuleList built from a parsed .cfg, returned in a tuple
+    "from torch import nn\n\ndef make_layers(defs):\n    module_list = nn.ModuleList()\n    for d in defs:\n"
+    "        modules = nn.Sequential()\n        modules.add_module('conv', nn.Conv2d(3, d, 3))\n"
+    "        module_list.append(modules)\n    return {}, module_list\n",
+])
+def test_a_function_that_fills_and_returns_a_module_container_builds_its_layers(code):
+    assert extract_facts(code).functions["make_layers"].conv_dims == (2,)
+    plain = code.replace("nn.Sequential(*layers)", "layers").replace("return {}, module_list", "return {}, defs")
+    assert extract_facts(plain).functions["make_layers"].conv_dims == ()  # returns no container it fills
+
+
+def test_the_layers_of_a_star_imported_parts_module_reach_the_class_and_its_package(tmp_path):
+    # Pytorch-UNet: `from .unet_parts import *` in unet_model.py, `from .unet_model import UNet` in the
+    # package's __init__.py, `from unet import UNet` in train.py
+    (tmp_path / "unet").mkdir()
+    files = {
+        tmp_path / "unet" / "__init__.py": "from .unet_model import UNet\n",
+        tmp_path / "unet" / "unet_parts.py": "import torch.nn as nn\n\nclass DoubleConv(nn.Module):\n"
+                                             "    def __init__(self, a, b):\n        super().__init__()\n"
+                                             "        self.conv = nn.Sequential(nn.Conv2d(a, b, 3), nn.ReLU())\n",
+        tmp_path / "unet" / "unet_model.py": "from .unet_parts import *\n\nclass UNet(nn.Module):\n"
+                                             "    def __init__(self):\n        super().__init__()\n"
+                                             "        self.inc = DoubleConv(3, 64)\n        self.act = len([])\n",
+        tmp_path / "train.py": "from unet import UNet\n",
+    }
+    facts = extract_facts(files[tmp_path / "unet" / "unet_model.py"])
+    assert facts.functions["UNet"].parts == ("*.DoubleConv",)  # not `len`, a builtin
+    train = _linked(tmp_path, files)[tmp_path / "train.py"]
+    assert train.function("unet.UNet").conv_dims == (2,)
+    assert not train.function("unet.UNet").matmul  # every part read: convolutions only, TF32 changes nothing
+    files[tmp_path / "unet" / "unet_parts.py"] += "        self.head = nn.Linear(b, 10)\n"
+    train = _linked(tmp_path, files)[tmp_path / "train.py"]
+    assert train.function("unet.UNet").matmul
+
+
+def test_an_agents_update_called_between_rollouts_of_another_file_is_an_rl_update(run_cli, tmp_path, write):
+    """pytorch-a2c-ppo-acktr: main.py steps the environments and calls `agent.update(rollouts)` of
+    a class its package re-exports (`from .ppo import PPO` in algo/__init__.py); the GAIL
+    discriminator trains in a loop inside that main loop. No precision or TF32 advice there."""
+    write("rl/__init__.py", "")
+    write("rl/algo/__init__.py", "from .ppo import PPO\nfrom .gail import Discriminator\n")
+    update = """\
+        import torch
+        import torch.nn as nn
+
+        class {name}:
+            def __init__(self, actor_critic):
+                self.actor_critic = actor_critic
+                self.net = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1)).cuda()
+                self.optimizer = torch.optim.Adam(self.net.parameters(), fused=True)
+
+            def update(self, rollouts):
+                for batch in rollouts.batches():
+                    loss = self.net(batch).pow(2).mean()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+        """
+    write("rl/algo/ppo.py", update.format(name="PPO"))
+    write("rl/algo/gail.py", update.format(name="Discriminator"))
+    main = """\
+import torch
+from rl import algo
+
+agent = algo.PPO(policy)
+discr = algo.Discriminator(policy)
+for j in range(1000):
+    for step in range(5):
+        obs, reward, done, infos = envs.step(policy.act(obs))
+        rollouts.insert(obs, reward)
+    for _ in range(5):
+        discr.update(rollouts)
+    agent.update(rollouts)
+"""
+    write("main.py", main)
+    scan = ["scan", ".", "--select", "SF201,SF202", "--no-summary", "--no-cache"]
+    assert run_cli(*scan, cwd=tmp_path).stdout == ""
+    write("main.py", main.replace("envs.step(", "envs.advance("))  # no environment: a plain training run
+    assert {line.split(":")[0] for line in run_cli(*scan, cwd=tmp_path).stdout.splitlines()} == \
+        {"rl/algo/ppo.py", "rl/algo/gail.py"}
+
+
+def test_a_library_loader_function_named_for_evaluation_is_evaluations(run_cli, tmp_path, write):
+    """pytorch-cifar100: utils.py's `get_test_dataloader()` feeds `eval_training()` under
+    `@torch.no_grad()`; its sibling `get_training_dataloader()` feeds the training loop."""
+    factory = """\
+        def get_{kind}_dataloader(batch_size=16, num_workers=2):
+            data = torchvision.datasets.CIFAR100(root="./data", train={train}, download=True)
+            loader = DataLoader(data, shuffle=True, num_workers=num_workers, batch_size=batch_size)
+            return loader
+        """
+    write("utils.py", "import torchvision\nfrom torch.utils.data import DataLoader\n\n\n"
+          + textwrap.dedent(factory).format(kind="training", train=True) + "\n\n"
+          + textwrap.dedent(factory).format(kind="test", train=False) + "\n\ndef get_network():\n    return Net().cuda()\n")
+    write("train.py", """\
+import torch
+from utils import get_training_dataloader, get_test_dataloader
+
+def train(epoch):
+    for images, labels in training_loader:
+        loss = net(images.cuda()).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+@torch.no_grad()
+def evaluate():
+    for images, labels in test_loader:
+        print(net(images.cuda()).argmax(1).eq(labels.cuda()).sum())
+
+if __name__ == "__main__":
+    net = Net().cuda()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    training_loader = get_training_dataloader(num_workers=4)
+    test_loader = get_test_dataloader(num_workers=4)
+    for epoch in range(200):
+        train(epoch)
+        evaluate()
+""")
+    result = run_cli("scan", ".", "--select", "SF102", "--no-summary", "--no-cache", cwd=tmp_path)
+    assert [line.split(" ")[0] for line in result.stdout.splitlines()] == ["utils.py:7:14:"], result.stdout
+
+
+GAIL_MAIN = """\
+import torch
+from a2c import gail
+from a2c.arguments import get_args
+
+args = get_args()
+model = Net().cuda()
+optimizer = torch.optim.Adam(model.parameters(), fused=True)
+if args.gail:
+    discr = gail.Discriminator(64)
+for x, y in loader:
+    loss = model(x.cuda(non_blocking=True)).sum()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    if args.gail:
+        discr.update(x)
+"""
+
+
+@pytest.mark.parametrize("readme, left_out", [
+    ("Train: `python main.py --lr 1e-3`\n", True),
+    ("Imitation: `python main.py --gail --gail-experts-dir ./experts`\n", False),  # a documented run passes it
+])
+def test_a_class_built_only_under_an_option_that_is_off_by_default_is_left_out(run_cli, tmp_path, write, readme,
+                                                                                left_out):
+    """pytorch-a2c-ppo-acktr-gail: `if args.gail: discr = gail.Discriminator(...)` with `--gail` a
+    `store_true` flag of another module's parser; the discriminator's own training is off the run's path."""
+    write("a2c/__init__.py", "")
+    write("a2c/arguments.py", """\
+        import argparse
+
+        def get_args():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--lr", type=float, default=7e-4)
+            parser.add_argument("--gail", action="store_true", default=False)
+            args = parser.parse_args()
+            return args
+        """)
+    write("a2c/gail.py", """\
+        import torch
+        import torch.nn as nn
+
+        class Discriminator(nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.net = nn.Linear(width, 1).cuda()
+                self.optimizer = torch.optim.Adam(self.net.parameters())
+
+            def update(self, batch):
+                for x in batch:
+                    loss = self.net(x).sum()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                    print(loss.item())
+        """)
+    write("main.py", GAIL_MAIN)
+    write("README.md", readme)
+    result = run_cli("scan", ".", "--select", "SF301,SF401", "--no-summary", "--no-cache", cwd=tmp_path)
+    assert any(line.startswith("a2c/gail.py:") and "note:" not in line
+               for line in result.stdout.splitlines()) is not left_out, result.stdout
+    note = "a2c/gail.py: note: 2 findings in `Discriminator` (built only with `--gail`) left out"
+    assert (note in result.stdout) is left_out, result.stdout
 
 
 # ------------------------------------------------------------------ loops as people write them

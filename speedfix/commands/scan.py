@@ -416,6 +416,7 @@ def scan_paths(
         result.notes.extend(analysis.notes)
     result.notes.extend(pinned)
     result.findings = _one_per_place(result.findings)
+    result.findings = _one_per_step(result.findings)
     scripts = {real_path(t.path): display_path(t.path) for t in targets if t.path.suffix == ".py"}
     benches, bench_notes = find_benches(scripts, list(bench_results or ()))
     result.notes.extend(bench_notes)
@@ -438,6 +439,28 @@ def _one_per_place(findings: list[Finding]) -> list[Finding]:
             seen.add(key)
         kept.append(finding)
     return kept
+
+
+def _one_per_step(findings: list[Finding]) -> list[Finding]:
+    """The findings of a rule that gives one per training step (``Rule.one_per_step``), made in
+    library files whose helpers run in one script's step (``Finding.step_of``), are that step's:
+    the script's own first finding keeps the others' places in its message, else the first
+    library file's. Findings with a fix stay as they are."""
+    groups: dict[tuple[str, str], list[Finding]] = {}
+    for finding in findings:
+        if finding.per_step and finding.fix is None and finding.file is None:
+            groups.setdefault((finding.code, finding.step_of or finding.path), []).append(finding)
+    dropped: set[int] = set()
+    for (_, script), members in groups.items():
+        files = sorted({finding.path for finding in members}, key=lambda path: (path != script, path))
+        if len(files) < 2:
+            continue
+        kept = min((f for f in members if f.path == files[0]), key=lambda f: f.sort_key)
+        others = sorted((f for f in members if f.path != files[0]), key=lambda f: f.sort_key)
+        dropped.update(id(f) for f in others)
+        places = ", ".join(f"`{f.path}:{f.line}`" for f in others)
+        kept.message += f"; helpers of the same step in other files sync too, at {places}"
+    return [finding for finding in findings if id(finding) not in dropped]
 
 
 @contextmanager

@@ -30,7 +30,7 @@ from speedfix.engine.rule import Rule
 from speedfix.engine.suppression import FileSuppressions, line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
-from speedfix.model.launch import self_test_block
+from speedfix.model.launch import classes_off_the_run, self_test_block
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.model.project_files import ProjectFiles, display_path
@@ -184,6 +184,9 @@ def analyze(
     findings, skipped = _outside_self_test(context, findings, top_of)
     if skipped is not None:
         result.notes.append(Note(path, skipped))
+    findings, skipped = _outside_classes_off_the_run(context, findings, top_of)
+    if skipped is not None:
+        result.notes.append(Note(path, skipped))
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
     result.inputs = dict(project.inputs)
@@ -209,6 +212,25 @@ def _outside_self_test(ctx: FileContext, findings: list[Finding], top_of: dict[i
     return kept, (f"{left} finding{'s' if left > 1 else ''} in the `if __name__ == \"__main__\":` block left out: "
                   f"{ctx.links.trained_by} trains with this module and no launch command runs it on its own "
                   "(a self-test)")
+
+
+def _outside_classes_off_the_run(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
+                                 ) -> tuple[list[Finding], str | None]:
+    """The findings outside the classes no run builds (``launch.classes_off_the_run``), and a note
+    saying which were left out and why (None when there were none)."""
+    off = classes_off_the_run(ctx) if findings else {}
+    if not off:
+        return findings, None
+    indexes = {i: statement.name.value for i, statement in enumerate(ctx.module.body)
+               if isinstance(statement, cst.ClassDef) and statement.name.value in off}
+    kept = [f for f in findings if f.node is None or top_of.get(id(f.node)) not in indexes]
+    if len(kept) == len(findings):
+        return findings, None
+    left = len(findings) - len(kept)
+    classes = sorted({indexes[top_of[id(f.node)]] for f in findings if f.node is not None and top_of.get(id(f.node)) in indexes})
+    shown = ", ".join(f"`{name}` (built only with `{off[name]}`)" for name in classes)
+    return kept, (f"{left} finding{'s' if left > 1 else ''} in {shown} left out: the option is off by default and "
+                  "no launch command or README of the project passes it")
 
 
 def locate(

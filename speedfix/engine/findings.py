@@ -171,6 +171,9 @@ class Finding:
     impact_reason: str | None = None  # what moved the impact from the rule's usual one
     measure: str | None = None  # the benchmark measurement that can decide the impact (engine.impact)
     measured: bool = False  # the impact comes from a measurement of the script
+    per_step: bool = False  # its rule gives one finding per training step (``Rule.one_per_step``)
+    # ... and the script (as shown) whose step runs it, where that is another file's (a library's helper)
+    step_of: str | None = None
 
     @property
     def fixable(self) -> bool:
@@ -227,6 +230,8 @@ def to_record(finding: Finding) -> dict:
         "impact_reason": finding.impact_reason,
         "measure": finding.measure,
         "measured": finding.measured,
+        "per_step": finding.per_step,
+        "step_of": finding.step_of,
     }
 
 
@@ -255,6 +260,8 @@ def from_record(record: dict) -> Finding:
         impact_reason=record.get("impact_reason"),
         measure=record.get("measure"),
         measured=bool(record.get("measured", False)),
+        per_step=bool(record.get("per_step", False)),
+        step_of=record.get("step_of"),
     )
 
 

@@ -105,6 +105,9 @@ class Rule(Visitor):
     # torch for: below ``min_torch`` the rule still runs and says so, without a fix.
     upgrade_for: ClassVar[str | None] = None
     effect: ClassVar[str] = ""  # expected gain, one sentence, with its source
+    # One finding per training step, also where the step's helpers live in other files of the
+    # scan: a library file's findings are folded into those of the script that trains with it.
+    one_per_step: ClassVar[bool] = False
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
@@ -147,7 +150,7 @@ class Rule(Visitor):
         """A finding of this rule, with its impact for this script (``impact_here``)."""
         finding = Finding(code=self.code, name=self.name, message=message, severity=severity or self.severity,
                           impact=self.impact, measure=self.measure.value if self.measure is not None else None,
-                          **fields)  # type: ignore[arg-type]
+                          per_step=self.one_per_step, step_of=self._step_of(), **fields)  # type: ignore[arg-type]
         estimate = self.impact_here(finding)
         if estimate is not None:
             finding.impact = estimate.impact
@@ -155,6 +158,14 @@ class Rule(Visitor):
             if not estimate.measurable:
                 finding.measure = None
         return finding
+
+    def _step_of(self) -> str | None:
+        """The script whose training step runs this file's code, for a rule that gives one finding
+        per step: a library file without a training loop of its own (its helpers run in the step
+        of ``Links.trained_by``)."""
+        if not self.one_per_step or self.ctx.step_loops:
+            return None
+        return self.ctx.links.trained_by
 
     def impact_here(self, finding: Finding) -> Estimate | None:
         """Override to move ``finding`` (its node, message, severity) from the rule's usual

@@ -36,6 +36,7 @@ import libcst as cst
 
 from speedfix.model.context import FileContext
 from speedfix.model.project_files import Location, ProjectFiles, kept_for_scan
+from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import is_main_guard
 
 SHELL_SUFFIXES = (".sh", ".bash", ".slurm")
@@ -104,6 +105,45 @@ def self_test_block(ctx: FileContext) -> cst.If | None:
         return None
     return next((statement for statement in ctx.module.body
                  if isinstance(statement, cst.If) and is_main_guard(statement.test)), None)
+
+
+_OFF = frozenset({"False", "None", "0", "''", '""'})
+
+
+def classes_off_the_run(ctx: FileContext) -> dict[str, str]:
+    """The classes of this file (at its top level) that other files build only under an option
+    the runs leave off (`if args.gail: discr = gail.Discriminator(...)` with `--gail` a
+    `store_true` flag no launch command or README of the project passes), each with that
+    option's flag: no run builds them, so no run trains with them. None built here."""
+    links = ctx.links
+    if not links.built_under or not links.option_holders:
+        return {}
+    defaults = dict(links.options)
+    built_here = {dotted_name(site.node.func) for site in ctx.calls}
+    found: dict[str, str] = {}
+    for statement in ctx.module.body:
+        if not isinstance(statement, cst.ClassDef) or statement.name.value in built_here:
+            continue
+        name = statement.name.value
+        sets = [gates for built, gates in links.built_under if built == name]
+        flags = [next((gate for gate in gates if _off_by_default(gate, links.option_holders, defaults)), None)
+                 for gates in sets]
+        if sets and all(flags) and not any(_passed_anywhere(ctx, str(flag)) for flag in flags):
+            found[name] = "--" + str(flags[0]).split(".", 1)[1]
+    return found
+
+
+def _off_by_default(gate: str, holders: tuple[str, ...], defaults: dict[str, str]) -> bool:
+    head, dot, option = gate.partition(".")
+    return bool(dot) and head in holders and "." not in option and defaults.get(option) in _OFF
+
+
+def _passed_anywhere(ctx: FileContext, gate: str) -> bool:
+    """Does a launch script or README of the project pass the option (`--gail`, `--gail-experts-dir` aside)?"""
+    option = gate.split(".", 1)[1]
+    pattern = re.compile(r"--%s(?![\w-])" % re.escape(option).replace("_", "[-_]"))
+    project = ctx.project
+    return project is None or any(pattern.search(project.text(path) or "") for path in launch_files(project))
 
 
 def option(ctx: FileContext, *names: str, launcher: bool = False,

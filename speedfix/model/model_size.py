@@ -58,6 +58,25 @@ def command_trains_adapters(ctx: FileContext, command: Launch) -> bool:
     return any(reached_by_command(ctx, site.statement, site.stack, command) for site in _adapter_sites(ctx))
 
 
+_QUANTIZED_LOADS = ("load_in_4bit", "load_in_8bit")
+
+
+def loads_quantized(ctx: FileContext) -> bool:
+    """Does the default run load its base model quantized by bitsandbytes (a `BitsAndBytesConfig`,
+    `from_pretrained(..., load_in_8bit=True)`): QLoRA and 8-bit LoRA, whose matmuls are
+    bitsandbytes kernels that `torch.compile` cannot fuse through?"""
+    for site in ctx.calls:
+        if off_by_default(ctx, site.statement, site.stack) is not None:
+            continue
+        if (site.func or "").rsplit(".", 1)[-1] == "BitsAndBytesConfig":
+            return True
+        for arg in site.node.args:
+            if arg.keyword is not None and arg.keyword.value in _QUANTIZED_LOADS and not (
+                    isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None")):
+                return True
+    return False
+
+
 def _adapter_sites(ctx: FileContext) -> list[CallSite]:
     sites = list(ctx.calls_to(*ADAPTERS))
     sites.extend(site for site in ctx.calls if (site.func or "").rsplit(".", 1)[-1] in _ADAPTER_HELPERS)

@@ -676,6 +676,14 @@ def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
     return _project_optimizer(ctx, site, qualified)
 
 
+def in_optimizer_class(ctx: FileContext, stack: Stack) -> bool:
+    """Is code at ``stack`` inside an optimizer class of the file (`class KFACOptimizer(optim.Optimizer)`
+    building an inner `optim.SGD` over the parameters it is handed): the optimizer's own workings,
+    not a training script; the model it updates is built and trained by whoever builds it."""
+    owner = ctx.class_of(stack)
+    return owner is not None and ctx.is_subclass_of(owner.name.value, *_OPTIMIZER_BASES)
+
+
 def _project_optimizer(ctx: FileContext, site: CallSite, qualified: str) -> bool:
     """`SAM(model.parameters(), torch.optim.SGD, ...)` where another file of the project says
     `class SAM(torch.optim.Optimizer)`: handed a model's parameters, a class of the project built
@@ -733,6 +741,31 @@ def self_optimizing_classes(ctx: FileContext) -> set[str]:
         if params is not None and is_optimizer_call(ctx, site) and _parameter_roots(ctx, params, site.stack, depth=1) == {"self"}:
             found.add(owner.name.value)
     return found
+
+
+def frozen_before(ctx: FileContext, site: CallSite) -> bool:
+    """Are the parameters of the module an optimizer is handed frozen first, in the same function
+    (`for param in model.parameters(): param.requires_grad = False`, then the classifier's
+    unfrozen): a fine-tune of a head, whose update touches a few parameters whatever the kernels."""
+    model = optimized_module(ctx, site)
+    if model is None:
+        return False
+    function = ctx.function_of(site.stack)
+    for info in ctx.loops.values():
+        call = info.iter
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "parameters"
+                and dotted_name(call.func.value) == model and len(info.targets) == 1
+                and ctx.function_of(info.stack) is function and info.node.body is not None):
+            continue
+        target = info.targets[0]
+        for node in walk_expression(info.node.body):
+            if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value == "False" and any(
+                    dotted_name(t.target) == f"{target}.requires_grad" for t in node.targets):
+                return True
+            if isinstance(node, cst.Call) and dotted_name(node.func) == f"{target}.requires_grad_" and node.args \
+                    and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == "False":
+                return True
+    return False
 
 
 def optimized_modules(ctx: FileContext) -> set[str]:

@@ -90,6 +90,46 @@ def _env_loops(ctx: FileContext) -> set[cst.CSTNode]:
 _ENV_LOOPS: WeakKeyDictionary[FileContext, set[cst.CSTNode]] = WeakKeyDictionary()
 
 
+def trains_between_env_steps(ctx: FileContext) -> bool:
+    """Does every training step of the file run between an environment's steps: its step loop
+    steps an environment too (cleanrl's DQN), or sits in a function that another file's loop
+    calls between rollouts (`agent.update(rollouts)` of an A2C/PPO script: ``Links.env_updates``)?
+    Such a run waits on the simulator and trains a small policy on small batches: the GPU is
+    not what it waits for."""
+    found = _BETWEEN_ENV_STEPS.get(ctx)
+    if found is None:
+        found = _BETWEEN_ENV_STEPS[ctx] = _between_env_steps(ctx)
+    return found
+
+
+def _between_env_steps(ctx: FileContext) -> bool:
+    loops, functions = ctx.step_loops, ctx.step_functions
+    if not loops and not functions:
+        return False
+    env_loops = _env_loops(ctx)
+    updates = set(ctx.links.env_updates) if ctx.links is not None else set()
+    if not env_loops and not updates:
+        return False
+    stacks = [site.stack for site in ctx.calls if any(frame.node in loops or frame.node in functions for frame in site.stack)]
+    return bool(stacks) and all(
+        any(frame.node in env_loops for frame in stack) or _function_name(stack) in updates for stack in stacks)
+
+
+def _function_name(stack: Stack) -> str | None:
+    """`Class.method` or `function` of the outermost function around ``stack`` (as the project
+    facts name them)."""
+    owner = None
+    for frame in stack:
+        if frame.kind is FrameKind.CLASS and isinstance(frame.node, cst.ClassDef):
+            owner = frame.node.name.value
+        elif frame.kind is FrameKind.FUNCTION and isinstance(frame.node, cst.FunctionDef):
+            return f"{owner}.{frame.node.name.value}" if owner else frame.node.name.value
+    return None
+
+
+_BETWEEN_ENV_STEPS: WeakKeyDictionary[FileContext, bool] = WeakKeyDictionary()
+
+
 @dataclass(frozen=True)
 class HostBuffer:
     """A replay buffer class that keeps its storage in numpy arrays it allocates."""

@@ -125,7 +125,7 @@ def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
     says so (`System(..., val_loader=val_loader)`, `fit(model, val_dataloaders=loader)`)."""
     if loader_role(ctx, site) is not Role.EVALUATION:
         return False
-    if _lightning_evaluation_hook(ctx, site):
+    if _lightning_evaluation_hook(ctx, site) or _evaluation_factory(ctx, site):
         return True
     if not ctx.drives_training and not (lightning_fits(ctx) and _handed_for_evaluation(ctx, site)):
         return False
@@ -147,6 +147,18 @@ def _lightning_evaluation_hook(ctx: FileContext, site: CallSite) -> bool:
     function = ctx.function_of(site.stack)
     return (isinstance(function, cst.FunctionDef) and function.name.value in _LIGHTNING_EVALUATION_HOOKS
             and any(frame.kind is FrameKind.CLASS for frame in site.stack))
+
+
+def _evaluation_factory(ctx: FileContext, site: CallSite) -> bool:
+    """A loader returned by a module-level function named for evaluation (`get_test_dataloader`)
+    of a library that a training script imports (``Links.trained_by``), when no training loop of
+    another file is known to iterate it (``Links.feeds``, which may name its sibling
+    `get_training_dataloader`): the scripts evaluate with it."""
+    feeds = {feed[0] for feed in ctx.links.feeds}
+    function = ctx.function_of(site.stack)
+    return (bool(feeds or ctx.links.trained_by) and isinstance(function, cst.FunctionDef)
+            and ctx.class_of(site.stack) is None and function.name.value not in feeds
+            and named_for_evaluation(function.name.value) and is_returned(function, site))
 
 
 def _handed_for_evaluation(ctx: FileContext, site: CallSite) -> bool:

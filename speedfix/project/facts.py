@@ -36,6 +36,7 @@ within this file and one call deep.
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
@@ -68,6 +69,9 @@ class FunctionFacts:
     matmul: bool = True  # ... that may multiply matrices (Linear, attention, `@`); False only when known
     matmuls: bool = False  # ... attention, recurrent layers or matmuls of its own (more than a classifier head)
     sparse: bool = False  # ... sparse matrix products (`torch.spmm`), here or in a scanned module's class it builds
+    # ``matmul``/``matmuls`` known but for ``parts`` (the linker settles them from those modules' facts)
+    matmul_but_parts: bool = True
+    matmuls_but_parts: bool = True
     parts: tuple[str, ...] = ()  # ... what it builds of other modules, by qualified name (`layers.GraphConv`)
     syncs: bool = False  # reads a tensor's value on the host (`.item()`, `float(torch.sum(x))`): a metric helper
     # switches DDP's gradient all-reduce (`module.no_sync()`, `require_backward_grad_sync`): a
@@ -132,6 +136,13 @@ class ModuleFacts:
     # methods it calls on objects of imported project classes it builds: (class, method), qualified
     # through imports (`buffer = utils.ReplayBuffer(...)`, then `buffer.add(...)`)
     object_methods: tuple[tuple[str, str], ...] = ()
+    # imported functions and methods of imported classes called in a loop that steps an
+    # environment (`agent.update(rollouts)` of an RL script's main loop): an RL update
+    env_calls: tuple[str, ...] = ()
+    # imported project classes it builds, with the flags each construction needs, from the `if`s
+    # around it: (qualified name, (`args.gail`, `!args.cpu`, "?" for another test, ...)), one per
+    # distinct set of gates
+    gated_constructions: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -170,6 +181,8 @@ class ModuleFacts:
             lightning=bool(record["lightning"]),
             cudnn=bool(record["cudnn"]),
             handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
+            env_calls=tuple(map(str, record["env_calls"])),
+            gated_constructions=tuple((str(q), tuple(map(str, g))) for q, g in record["gated_constructions"]),
         )
 
 
@@ -256,6 +269,14 @@ def _is_main_guard(test: ast.AST) -> bool:
             and test.comparators[0].value == "__main__")
 
 
+def _flag_test(test: ast.AST) -> str | None:
+    """`args.gail` for `if args.gail:`, `!args.cpu` for `if not args.cpu:`: a test of one flag."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _flag_test(test.operand)
+        return None if inner is None or inner[0] == "!" else "!" + inner
+    return dotted(test) if isinstance(test, (ast.Name, ast.Attribute)) else None
+
+
 def _is_periodic(test: ast.AST) -> bool:
     return any(isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) for node in ast.walk(test))
 
@@ -269,6 +290,18 @@ class _Loop:
     calls: list[tuple[str, bool]] = field(default_factory=list)  # (callee as written, under a periodic guard)
     handed: list[str] = field(default_factory=list)  # names handed to a call (`gpu_timer(train_step)`)
     nested: bool = False  # inside another loop of the same function (an epoch loop)
+    env: bool = False  # it steps an environment (`envs.step(action)`), itself or in a loop inside it
+    outer: _Loop | None = field(default=None, compare=False, repr=False)  # the loop around it in the same function
+
+    def between_env_steps(self) -> bool:
+        """Does it step an environment, or run inside a loop that does (`for _ in range(gail_epoch):
+        discr.update(...)` in the main loop of an RL script)?"""
+        loop: _Loop | None = self
+        while loop is not None:
+            if loop.env:
+                return True
+            loop = loop.outer
+        return False
 
 
 @dataclass
@@ -307,6 +340,7 @@ class _Collector(ast.NodeVisitor):
         self.functions: dict[str, _Function] = {}
         self.function_stack: list[_Function] = []
         self.class_stack: list[str] = []
+        self.class_names: set[str] = set()
         self.loop_stack: list[_Loop | None] = []  # None: a function boundary
         self.guards = 0  # periodic `if step % N == 0:` bodies open inside the current loop
         self.guard_stack: list[int] = []
@@ -345,6 +379,10 @@ class _Collector(ast.NodeVisitor):
         self.cudnn_at_top = False  # ... at module level
         self.entry = False  # an `if __name__ == "__main__":` block
         self.conditions = 0  # `if` bodies open (not the `if __name__ == "__main__":` block)
+        # the tests of the `if`s around the code here: `args.gail`, `!args.gail` in the `else`, "?"
+        # for a test that is no plain flag, "" for the `__main__` guard
+        self.gates: list[str] = []
+        self.gated: set[tuple[str, tuple[str, ...]]] = set()  # see ModuleFacts.gated_constructions
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -376,6 +414,7 @@ class _Collector(ast.NodeVisitor):
         if any(self.resolve(dotted(base)) in _LIGHTNING_CLASSES for base in node.bases):
             self.lightning = True
         self.class_stack.append(node.name)
+        self.class_names.add(node.name)
         for statement in node.body:  # a config class: `class Config: device = "cuda"`
             if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
                 if self._mentions_cuda(statement.value):
@@ -404,6 +443,13 @@ class _Collector(ast.NodeVisitor):
         outer_no_grad, self.no_grad = self.no_grad, int(any(self._turns_grad_off(d) for d in node.decorator_list))
         for statement in node.body:
             self.visit(statement)
+        if not nested and owner is None and self._returns_container(node):
+            # VGG's `make_layers()`: `layers += [nn.Conv2d(...)]`, then `return nn.Sequential(*layers)`;
+            # YOLOv3's `create_modules()`: `module_list.append(...)` of `add_module("conv", nn.Conv2d(...))`
+            for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+                func = dotted(call.func)
+                if func is not None and (self.resolve(func) or "").startswith("torch.nn."):
+                    self._builds(name, func)
         self.no_grad = outer_no_grad
         for decorator in node.decorator_list:
             self.visit(decorator)
@@ -413,11 +459,31 @@ class _Collector(ast.NodeVisitor):
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
+    def _returns_container(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        """Does the function return a module container it fills (`nn.Sequential(*layers)`, or a
+        `module_list = nn.ModuleList()` it appends to), itself or in a tuple?"""
+        made: dict[str, str] = {}
+        for statement in ast.walk(node):
+            if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
+                for target in statement.targets:
+                    if isinstance(target, ast.Name):
+                        made[target.id] = self.resolve(dotted(statement.value.func)) or ""
+        for statement in ast.walk(node):
+            if not isinstance(statement, ast.Return) or statement.value is None:
+                continue
+            for element in statement.value.elts if isinstance(statement.value, ast.Tuple) else [statement.value]:
+                built = self.resolve(dotted(element.func)) if isinstance(element, ast.Call) else \
+                    made.get(element.id) if isinstance(element, ast.Name) else None
+                if built in _CONTAINERS:
+                    return True
+        return False
+
     def _current_loop(self) -> _Loop | None:
         return self.loop_stack[-1] if self.loop_stack else None
 
     def _visit_loop(self, node: ast.For | ast.AsyncFor | ast.While, iterable: str | None) -> None:
-        loop = _Loop(self.function_stack[-1] if self.function_stack else None, iterable, nested=self._current_loop() is not None)
+        loop = _Loop(self.function_stack[-1] if self.function_stack else None, iterable, nested=self._current_loop() is not None,
+                     outer=self._current_loop())
         self.loops.append(loop)
         if loop.function is not None:
             loop.function.loops.append(loop)
@@ -466,11 +532,16 @@ class _Collector(ast.NodeVisitor):
         self.entry = self.entry or not condition
         self.guards += periodic
         self.conditions += condition
+        flag = _flag_test(node.test) if condition else None
+        self.gates.append(flag or "?" if condition else "")
         for statement in node.body:
             self.visit(statement)
+        self.gates.pop()
         self.guards -= periodic
+        self.gates.append(("!" + flag if flag[0] != "!" else flag[1:]) if flag else "?" if condition else "")
         for statement in node.orelse:
             self.visit(statement)
+        self.gates.pop()
         self.conditions -= condition
 
     # ------------------------------------------------------------------ facts
@@ -658,6 +729,7 @@ class _Collector(ast.NodeVisitor):
         keywords = tuple(sorted(keyword.arg for keyword in node.keywords if keyword.arg))
         star = any(keyword.arg is None for keyword in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args)
         self.constructions.add((qualified, method, keywords, len(node.args), star))
+        self.gated.add((qualified, tuple(gate for gate in self.gates if gate)))
 
     def _object_method(self, func: ast.Attribute) -> None:
         """`buffer.add(...)` where `buffer = utils.ReplayBuffer(...)` (in this function, at module
@@ -739,6 +811,12 @@ class _Collector(ast.NodeVisitor):
                 self.no_grad_calls.add(qualified)
             elif qualified is None and "." in func:
                 self.no_grad_methods.add(func.rpartition(".")[2])
+        if loop is not None and isinstance(node.func, ast.Attribute) and node.func.attr == "step" \
+                and "env" in (dotted(node.func.value) or "").rsplit(".", 1)[-1].lower():
+            for around in reversed(self.loop_stack):  # the rollout loop and the update loop around it
+                if around is None:
+                    break
+                around.env = True
         if loop is not None:
             if moves:
                 loop.uploads = True
@@ -825,6 +903,8 @@ class _Collector(ast.NodeVisitor):
             self.layers.setdefault(owner, set()).update((2, "matmul"))
         elif layer is not None:
             self.layers.setdefault(owner, set()).add(layer)
+            if layer == "opaque" and (qualified or "").split(".", 1)[0] in _EXTERNAL:
+                self.layers[owner].add("external")  # another library's network: its layers stay unknown
         if qualified in MATMUL_LAYERS:  # more than a classifier head
             self.layers.setdefault(owner, set()).add("heavy")
 
@@ -876,14 +956,21 @@ class _Collector(ast.NodeVisitor):
         functions.update(self._constructors(functions))
         for name, target in self.partials.items():  # called as what it wraps
             functions.setdefault(name, functions.get(target, FunctionFacts()))
+        for owner in self.builds:  # layers a star import brings: unknown here, the linker looks them up
+            if self._star_parts(owner):
+                self.layers.setdefault(owner, set()).add("opaque")
         parts = self._parts_reached()
         for name, layers in self._layers_reached().items():
             if name in functions:
                 dims = tuple(sorted(layer for layer in layers if isinstance(layer, int)))
+                # "opaque" without "external": only the project's own parts are unknown here
+                unknown = not parts.get(name) and "opaque" in layers or "external" in layers
                 functions[name] = replace(functions[name], conv_dims=dims, rnn="rnn" in layers,
                                           matmul=bool(layers & {"rnn", "matmul", "opaque"}),
                                           matmuls=bool(layers & {"rnn", "heavy", "opaque"}), sparse="sparse" in layers,
-                                          parts=parts.get(name, ()) if "opaque" in layers else ())
+                                          parts=parts.get(name, ()) if "opaque" in layers else (),
+                                          matmul_but_parts=bool(layers & {"rnn", "matmul"}) or unknown,
+                                          matmuls_but_parts=bool(layers & {"rnn", "heavy"}) or unknown)
         return ModuleFacts(
             imports=tuple(sorted(self.bindings.items())),
             star_imports=tuple(self.star),
@@ -891,6 +978,8 @@ class _Collector(ast.NodeVisitor):
             cuda_names=tuple(sorted(self.cuda_names | self.cuda_classes | self._cuda_returners())),
             functions=functions,
             hot_calls=_project_names(self._hot_calls()),
+            env_calls=_project_names(self._loop_calls([loop for loop in self.loops if loop.between_env_steps()],
+                                                      every_maker=True)),
             forward_calls=_project_names(self._forward_calls()),
             forward_modules=_project_names(self._forward_modules()),
             loader_calls=self._loader_calls(),
@@ -902,6 +991,7 @@ class _Collector(ast.NodeVisitor):
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
+            gated_constructions=tuple(sorted(self.gated)),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
             no_grad_methods=tuple(sorted(self.no_grad_methods)),
             object_methods=tuple(sorted(self.object_methods)),
@@ -942,9 +1032,17 @@ class _Collector(ast.NodeVisitor):
                 functions[name] = facts
 
     def _parts(self, owner: str) -> tuple[str, ...]:
-        """What ``owner`` builds of other modules (not libraries), by qualified name."""
+        """What ``owner`` builds of other modules (not libraries), by qualified name; a name that
+        only a star import can bind (`DoubleConv` after `from .unet_parts import *`) as `*.DoubleConv`."""
         return tuple(sorted({qualified for name in self.builds.get(owner, ()) if (qualified := self.resolve(name))
-                             and qualified.split(".", 1)[0] not in _EXTERNAL}))
+                             and qualified.split(".", 1)[0] not in _EXTERNAL} | self._star_parts(owner)))
+
+    def _star_parts(self, owner: str) -> set[str]:
+        if not self.star:
+            return set()
+        local = self.class_names | {name.split(".", 1)[0] for name in self.functions} | set(self.builds)
+        return {f"*.{name}" for name in self.builds.get(owner, ()) if "." not in name and name not in self.bindings
+                and name not in local and name not in _BUILTINS}
 
     def _parts_reached(self) -> dict[str, tuple[str, ...]]:
         """What each class or factory builds of other modules, itself or through the file's own
@@ -1147,9 +1245,13 @@ class _Collector(ast.NodeVisitor):
 
     def _hot_calls(self) -> Iterator[str | None]:
         """Imported functions and methods of imported classes called on every step."""
-        for loop in self.loops:
-            if not loop.marker:
-                continue
+        return self._loop_calls([loop for loop in self.loops if loop.marker])
+
+    def _loop_calls(self, loops: list[_Loop], *, every_maker: bool = False) -> Iterator[str | None]:
+        """Imported functions and methods of imported classes that ``loops`` call outside a
+        periodic guard; with ``every_maker``, a method of each class the object may be (`agent =
+        algo.PPO(...)` in one branch, `algo.A2C_ACKTR(...)` in another)."""
+        for loop in loops:
             for callee, guarded in loop.calls:
                 if guarded:
                     continue
@@ -1157,8 +1259,10 @@ class _Collector(ast.NodeVisitor):
                 made_by = loop.function.made_by if loop.function is not None else self.made_at_module
                 made = made_by.get(head) if rest else None  # `logger = Logger(...)`, then `logger.log(...)`
                 if made is not None and "." not in rest:
-                    owner = self.resolve(made)
-                    yield f"{owner}.{rest}" if owner else None
+                    makers = self.makers.get((id(made_by), head), [made]) if every_maker else [made]
+                    for maker in dict.fromkeys(makers):
+                        owner = self.resolve(maker)
+                        yield f"{owner}.{rest}" if owner else None
                 else:
                     yield self.resolve(callee)
 
@@ -1200,6 +1304,8 @@ def _loop_sources(function: _Function, loops: list[_Loop]) -> tuple[str, ...]:
 # many projects keep their own `datasets/` package (its loader factories matter).
 _LIGHTNING_CLASSES = frozenset((*LIGHTNING_MODULE, *LIGHTNING_DATAMODULE))
 _BUILDERS = (".from_argparse_args",)  # classmethods that build the class (Lightning 1.x)
+_BUILTINS = frozenset(dir(builtins))
+_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
 _EXTERNAL = frozenset({
     "torch", "torchvision", "torchaudio", "torchtext", "numpy", "os", "sys", "math", "time", "json", "re", "random",
     "typing", "collections", "functools", "itertools", "argparse", "logging", "pathlib", "dataclasses", "warnings",

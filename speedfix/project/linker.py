@@ -22,6 +22,8 @@ What a file learns (``Links``):
   `forward_step_func(...)`);
 - ``no_grad``: its functions that another file calls with autograd off (`with torch.no_grad():
   validate(...)`);
+- ``env_updates``: its functions that another file calls in a loop that steps an environment
+  (an RL agent's `update()`, run between rollouts);
 - ``feeds``: its functions whose returned DataLoader another file's training loop iterates
   (`loader = get_loader(...)` in ``train.py``): the loader's fixes belong where it is built;
 - ``missing``: modules it imports that exist beside it but were not scanned (to say what could
@@ -36,6 +38,8 @@ What a file learns (``Links``):
   command runs it);
 - ``constructed``: its classes that other files build, and what they pass them (a constructor
   default another file overrides is not the run's value);
+- ``built_under``: its classes that other files build, with the flags (`if args.gail:`) each
+  construction needs: a class built only under an option that is off by default is off the run's path;
 - ``methods_used``: the methods of its classes that other files call on the objects they build
   (`buffer.add(...)` on a `ReplayBuffer` of `utils.py`: an online agent fills its buffer);
 - ``options``: the command-line options of the scripts that run it (a script that imports it,
@@ -71,6 +75,7 @@ class Links:
     cuda: str | None = None  # why the file runs on CUDA through another file
     hot: tuple[str, ...] = ()  # its functions (`f`, `Class.method`) called on every step from another file
     no_grad: tuple[str, ...] = ()  # its functions another file calls under `torch.no_grad()`
+    env_updates: tuple[str, ...] = ()  # its functions another file calls in a loop that steps an environment
     # methods other files call under `torch.no_grad()` on objects of classes they cannot name
     # (an agent built from a config): by name only
     no_grad_methods: tuple[str, ...] = ()
@@ -82,6 +87,8 @@ class Links:
     # its classes other files build: (class, `from_argparse_args` or "", keywords, positional count, star)
     constructed: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
     methods_used: tuple[str, ...] = ()  # methods of its classes that other files call on objects they build
+    # its classes other files build, with the flags each construction needs (ModuleFacts.gated_constructions)
+    built_under: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # what other files pass to its functions' `**kwargs` (`make_loaders(args, **kwargs)`): (function,
     # key, the value's repr, "" when it is unknown or the callers differ); only functions whose
     # every such call passes a dict literal
@@ -118,12 +125,14 @@ class Links:
             "cuda": self.cuda,
             "hot": list(self.hot),
             "no_grad": list(self.no_grad),
+            "env_updates": list(self.env_updates),
             "no_grad_methods": list(self.no_grad_methods),
             "feeds": [list(feed) for feed in self.feeds],
             "missing": list(self.missing),
             "constructed": [list(map(str, (name, method, ",".join(keywords), count, star)))
                             for name, method, keywords, count, star in self.constructed],
             "methods_used": list(self.methods_used),
+            "built_under": [[name, list(gates)] for name, gates in self.built_under],
             "kwargs": [list(given) for given in self.kwargs],
             "arguments": [list(given) for given in self.arguments],
             "cudnn": self.cudnn,
@@ -313,12 +322,14 @@ def link(
     for path, names in _factory_forwards(facts, prefixes).items():
         hot.setdefault(path, set()).update(names)  # `model, optim = get_model(...)`, then `model(x)`
     no_grad = _called_functions(facts, prefixes, lambda module: module.no_grad_calls)
+    env_updates = _called_functions(facts, prefixes, lambda module: module.env_calls)
     no_grad_methods: dict[str, set[Path]] = {}  # method name -> the files that call it under no_grad
     for path, module in facts.items():
         for name in module.no_grad_methods:
             no_grad_methods.setdefault(name, set()).add(path)
     feeds = _loader_factories(facts, prefixes)
     constructed = _constructions(facts, prefixes)
+    built_under = _gated_constructions(facts, prefixes)
     methods_used = _methods_used(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
     arguments = _arguments_given(facts, prefixes)
@@ -339,10 +350,12 @@ def link(
             cuda=cuda.get(path),
             hot=tuple(sorted(hot.get(path, ()))),
             no_grad=tuple(sorted(no_grad.get(path, ()))),
+            env_updates=tuple(sorted(env_updates.get(path, ()))),
             no_grad_methods=_no_grad_methods_of(module, path, no_grad_methods),
             feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
             missing=tuple(missing[path]),
             constructed=tuple(sorted(constructed.get(path, ()))),
+            built_under=tuple(sorted(built_under.get(path, ()))),
             methods_used=tuple(sorted(methods_used.get(path, ()))),
             kwargs=kwargs.get(path, ()),
             arguments=arguments.get(path, ()),
@@ -514,17 +527,35 @@ def _layers_through_parts(facts: dict[Path, ModuleFacts], prefixes: dict[Path, d
         for path, module in facts.items():
             updated = {}
             for name, function in module.functions.items():
-                others = [other for part in function.parts if (hit := _split(part, prefixes[path])) is not None
-                          and (other := facts[hit[0]].functions.get(hit[1])) is not None]
+                found = {part: facts[hit[0]].functions.get(hit[1]) if (hit := _part(part, module, prefixes[path], facts)) else None
+                         for part in function.parts}
+                others = [other for other in found.values() if other is not None]
+                # a star part no star-imported module defines is a local name (`x`, `self`), no part
+                read = all(other is not None or part.startswith("*.") for part, other in found.items())
                 dims = tuple(sorted(set(function.conv_dims).union(*(other.conv_dims for other in others))))
                 sparse = function.sparse or any(other.sparse for other in others)
                 rnn = function.rnn or any(other.rnn for other in others)
-                if (dims, sparse, rnn) != (function.conv_dims, function.sparse, function.rnn):
-                    updated[name] = replace(function, conv_dims=dims, sparse=sparse, rnn=rnn)
+                matmul, matmuls = function.matmul, function.matmuls
+                if read:  # every part read: its matrix products are known
+                    matmul = function.matmul_but_parts or any(other.matmul for other in others)
+                    matmuls = function.matmuls_but_parts or any(other.matmuls for other in others)
+                if (dims, sparse, rnn, matmul, matmuls) != (function.conv_dims, function.sparse, function.rnn,
+                                                            function.matmul, function.matmuls):
+                    updated[name] = replace(function, conv_dims=dims, sparse=sparse, rnn=rnn, matmul=matmul, matmuls=matmuls)
             if updated:
                 facts = {**facts, path: replace(module, functions={**module.functions, **updated})}
                 changed = True
     return facts
+
+
+def _part(part: str, module: ModuleFacts, prefixes: dict[str, Path], facts: dict[Path, ModuleFacts]
+          ) -> tuple[Path, str] | None:
+    """The module and name of a part a class builds: `layers.GraphConv` as imported, `*.DoubleConv`
+    from the first module the file star-imports that defines it."""
+    if not part.startswith("*."):
+        return _split(part, prefixes)
+    return next((hit for star in module.star_imports if (hit := _split(f"{star}{part[1:]}", prefixes)) is not None
+                 and hit[1] in facts[hit[0]].functions), None)
 
 
 def _imported_by(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
@@ -602,13 +633,29 @@ def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
             hit = _split(qualified, prefixes[path])
             if hit is None:
                 continue
-            target, name = hit
+            target, name = _re_exported(*hit, facts, prefixes)
             if _is_class(facts[target], name):
                 if constructors and f"{name}.__init__" in facts[target].functions:
                     hot.setdefault(target, set()).add(f"{name}.__init__")  # an object built there: its constructor runs
             elif name in facts[target].functions and not constructors:
                 hot.setdefault(target, set()).add(name)
     return hot
+
+
+def _re_exported(target: Path, name: str, facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                 ) -> tuple[Path, str]:
+    """Where a name a package re-exports lives (`algo.PPO.update` with `from .ppo import PPO` in
+    `algo/__init__.py`: ppo.py's `PPO.update`), a few packages deep."""
+    for _ in range(3):
+        head, dot, rest = name.partition(".")
+        if head in facts[target].functions or _is_class(facts[target], head):
+            break
+        imported = dict(facts[target].imports).get(head)
+        hit = _split(imported, prefixes[target]) if imported is not None else None
+        if hit is None:
+            break
+        target, name = hit[0], hit[1] + dot + rest
+    return target, name
 
 
 def _factory_forwards(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]) -> dict[Path, set[str]]:
@@ -739,6 +786,18 @@ def _constructions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str
             hit = _project_class(qualified, path, facts, prefixes)
             if hit is not None:
                 found.setdefault(hit[0], set()).add((hit[1], method, keywords, count, star))
+    return found
+
+
+def _gated_constructions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                         ) -> dict[Path, set[tuple[str, tuple[str, ...]]]]:
+    """For each file, its classes other files build and the flags each such construction needs."""
+    found: dict[Path, set[tuple[str, tuple[str, ...]]]] = {}
+    for path, module in facts.items():
+        for qualified, gates in module.gated_constructions:
+            hit = _project_class(qualified, path, facts, prefixes)
+            if hit is not None:
+                found.setdefault(hit[0], set()).add((hit[1], gates))
     return found
 
 
