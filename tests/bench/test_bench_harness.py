@@ -148,18 +148,25 @@ def test_frozen_child_is_killed_by_the_runner(write_script, quick_config, tmp_pa
     assert_nothing_left(result)
 
 
-def test_script_that_swallows_the_stop_keeps_its_ok_result(write_script, quick_config, tmp_path):
+def test_script_that_swallows_the_stop_keeps_its_ok_result_and_its_batch_size_comes_from_the_model_call(
+        write_script, quick_config, tmp_path):
+    # No DataLoader: the batch size is read at the model call (a criterion module must not count it
+    # twice; 2 micro-batches of 16 per step). The script swallows the harness's stop and hangs.
     script = write_script("swallow.py", """
         import atexit, time
         import torch
 
         atexit.register(lambda: time.sleep(120))  # a hanging exit handler
-        model = torch.nn.Linear(4, 1)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        criterion = torch.nn.MSELoss()  # a module too: it must not count the batch twice
+        opt = torch.optim.Adam(model.parameters())
         try:
             while True:
-                model(torch.randn(8, 4)).sum().backward()
+                for micro in range(2):  # gradient accumulation: 2 x 16 samples per step
+                    x, y = torch.randn(16, 8), torch.randn(16, 1)
+                    criterion(model(x), y).backward()
                 opt.step()
+                opt.zero_grad()
         except BaseException:  # swallows the harness's stop
             time.sleep(120)
     """)
@@ -167,6 +174,11 @@ def test_script_that_swallows_the_stop_keeps_its_ok_result(write_script, quick_c
     assert result.status == "ok"
     assert result.runner.killed == "after_result_grace"
     assert_nothing_left(result)
+    data = result.data
+    assert data.batch_size_source == "forward_pre_hook"
+    assert data.samples_per_step == 32
+    assert data.samples_per_s == pytest.approx(32 * result.timing.steps_per_s)
+    assert data.data_wait_fraction is None
 
 
 def test_no_orphans_when_the_child_dies_hard(write_script, quick_config, tmp_path):
@@ -287,27 +299,6 @@ def test_loss_under_grad_scaler_is_unscaled_and_skipped_steps_are_counted(write_
     assert loss.grad_scaler_skipped_steps == seen["skipped"]
     # skipped steps do not advance the clock: the step index repeats
     assert len(set(loss.step_index)) == len(loss.step_index) - seen["skipped"]
-
-
-def test_batch_size_without_a_dataloader_comes_from_the_model_call(write_script, quick_config, tmp_path):
-    script = write_script("nodl.py", """
-        import torch
-        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-        criterion = torch.nn.MSELoss()  # a module too: it must not count the batch twice
-        opt = torch.optim.Adam(model.parameters())
-        for step in range(100000):
-            for micro in range(2):  # gradient accumulation: 2 x 16 samples per step
-                x, y = torch.randn(16, 8), torch.randn(16, 1)
-                criterion(model(x), y).backward()
-            opt.step()
-            opt.zero_grad()
-    """)
-    result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    data = result.data
-    assert data.batch_size_source == "forward_pre_hook"
-    assert data.samples_per_step == 32
-    assert data.samples_per_s == pytest.approx(32 * result.timing.steps_per_s)
-    assert data.data_wait_fraction is None
 
 
 def test_same_seed_same_losses_and_the_seed_offset_shifts_the_scripts_own_seeds_given_positionally_or_by_keyword(
