@@ -11,7 +11,7 @@ import os
 import pytest
 
 from speedfix.bench.results import RunResult
-from speedfix.bench.runner import RunSpec, marked_pids, run_once, use_real_cwd
+from speedfix.bench.runner import RunSpec, marked_pids, run_once
 
 
 def alive(pid: int) -> bool:
@@ -74,25 +74,6 @@ def test_crash_gives_error_with_traceback_and_the_losses_so_far(train_source, wr
     assert "child.py" not in tail  # the harness's own frames are trimmed
     assert len(result.loss.values) == 3
     assert_nothing_left(result)
-
-
-def test_hand_written_updates_are_clocked_by_backward_calls(write_script, quick_config, tmp_path):
-    # pytorch/examples word_language_model updates its parameters by hand: no torch.optim.
-    script = write_script("nostep.py", """
-        import torch
-        w = torch.zeros(64, 3, requires_grad=True)
-        for _ in range(100000):
-            loss = (w - 1).pow(2).sum()
-            loss.backward()
-            with torch.no_grad():
-                w -= 0.1 * w.grad  # hand-written update: no torch.optim step
-                w.grad = None
-    """)
-    result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result.status == "ok", result.message
-    assert result.clock == "backward"
-    assert result.timing.steps_timed == 10
-    assert result.loss.backward_calls == 3 + 10  # each backward() call is one step of the clock
 
 
 def test_script_with_an_optimizer_that_never_steps_is_no_steps(write_script, quick_config, tmp_path):
@@ -167,18 +148,25 @@ def test_frozen_child_is_killed_by_the_runner(write_script, quick_config, tmp_pa
     assert_nothing_left(result)
 
 
-def test_script_that_swallows_the_stop_keeps_its_ok_result(write_script, quick_config, tmp_path):
+def test_script_that_swallows_the_stop_keeps_its_ok_result_and_its_batch_size_comes_from_the_model_call(
+        write_script, quick_config, tmp_path):
+    # No DataLoader: the batch size is read at the model call (a criterion module must not count it
+    # twice; 2 micro-batches of 16 per step). The script swallows the harness's stop and hangs.
     script = write_script("swallow.py", """
         import atexit, time
         import torch
 
         atexit.register(lambda: time.sleep(120))  # a hanging exit handler
-        model = torch.nn.Linear(4, 1)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        criterion = torch.nn.MSELoss()  # a module too: it must not count the batch twice
+        opt = torch.optim.Adam(model.parameters())
         try:
             while True:
-                model(torch.randn(8, 4)).sum().backward()
+                for micro in range(2):  # gradient accumulation: 2 x 16 samples per step
+                    x, y = torch.randn(16, 8), torch.randn(16, 1)
+                    criterion(model(x), y).backward()
                 opt.step()
+                opt.zero_grad()
         except BaseException:  # swallows the harness's stop
             time.sleep(120)
     """)
@@ -186,6 +174,11 @@ def test_script_that_swallows_the_stop_keeps_its_ok_result(write_script, quick_c
     assert result.status == "ok"
     assert result.runner.killed == "after_result_grace"
     assert_nothing_left(result)
+    data = result.data
+    assert data.batch_size_source == "forward_pre_hook"
+    assert data.samples_per_step == 32
+    assert data.samples_per_s == pytest.approx(32 * result.timing.steps_per_s)
+    assert data.data_wait_fraction is None
 
 
 def test_no_orphans_when_the_child_dies_hard(write_script, quick_config, tmp_path):
@@ -219,22 +212,37 @@ def test_no_orphans_when_the_child_dies_hard(write_script, quick_config, tmp_pat
     assert_nothing_left(result)
 
 
-def test_script_sees_its_name_argv_cwd_and_sibling_modules(train_source, write_script, quick_config, tmp_path):
+def test_a_cli_run_with_real_cwd_gives_the_script_its_name_argv_cwd_and_siblings_keeps_the_config_from_grandchildren_and_writes_its_json(
+        cli_app, train_source, write_script, tmp_path):
+    # One `speedfix bench --real-cwd` run shows: what the script sees (as `python path/train.py
+    # ARGS` from that folder would), that it writes into the real working directory, that its
+    # subprocesses inherit only the run's marker (not the harness's config), and the JSON result.
+    from typer.testing import CliRunner
+
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     elsewhere.mkdir()
+    (elsewhere / "checkpoint.pt").write_text("old")
     write_script("helpers.py", "VALUE = 42\n", project)
     script = write_script("train.py", train_source(before_loop="""
-        import json
+        import json, subprocess
         import helpers
+        print("ARGS", sys.argv[1:])
         with open("seen.json", "w") as f:
             json.dump({"name": __name__, "argv": sys.argv, "cwd": os.getcwd(), "file": __file__,
                        "path0": sys.path[0], "value": helpers.VALUE,
                        "config_visible": "SPEEDFIX_BENCH_CONFIG" in os.environ}, f)
+        open("checkpoint.pt", "w").write("new")
+        out = subprocess.run([sys.executable, "-c", "import os; print(sorted(k for k in os.environ if k.startswith('SPEEDFIX')))"],
+                             capture_output=True, text=True).stdout
+        print("ENV", out.strip())
     """), project)
     args = ["--lr", "0.1", "two words"]
-    with use_real_cwd(True):  # what `speedfix bench --real-cwd` does
-        result = run_once(RunSpec(script, args, elsewhere), quick_config())
-    assert result.status == "ok"
+    out = tmp_path / "result.json"
+    cli = CliRunner().invoke(cli_app, ["bench", str(script), "--warmup", "3", "--steps", "10", "--timeout-s", "60",
+                                       "--cwd", str(elsewhere), "--real-cwd", "--json", str(out)],
+                             obj={"script_args": args})
+    assert cli.exit_code == 0, cli.output
+    assert (elsewhere / "checkpoint.pt").read_text() == "new"  # --real-cwd: the real working directory
     seen = json.loads((elsewhere / "seen.json").read_text())  # written relative to the cwd
     assert seen["name"] == "__main__"
     assert seen["argv"] == [str(script), *args]
@@ -243,7 +251,14 @@ def test_script_sees_its_name_argv_cwd_and_sibling_modules(train_source, write_s
     assert seen["path0"] == str(project)
     assert seen["value"] == 42
     assert seen["config_visible"] is False
-    assert result.args == args and result.cwd == str(elsewhere)
+    data = json.loads(out.read_text())
+    assert data["status"] == "ok" and data["args"] == args and data["cwd"] == str(elsewhere)
+    stdout = data["runner"]["stdout_tail"]
+    assert "ARGS ['--lr', '0.1', 'two words']" in stdout
+    assert "ENV ['SPEEDFIX_RUN_ID']" in stdout
+    assert os.environ.get("SPEEDFIX_RUN_ID") is None  # the marker never leaks into the parent
+    assert json.dumps(RunResult.from_json(data).to_json()) == json.dumps(data)  # the public format reads back
+    assert "samples/s" in cli.output and "steps/s" in cli.output
 
 
 def test_loss_under_grad_scaler_is_unscaled_and_skipped_steps_are_counted(write_script, quick_config, tmp_path):
@@ -286,46 +301,50 @@ def test_loss_under_grad_scaler_is_unscaled_and_skipped_steps_are_counted(write_
     assert len(set(loss.step_index)) == len(loss.step_index) - seen["skipped"]
 
 
-def test_batch_size_without_a_dataloader_comes_from_the_model_call(write_script, quick_config, tmp_path):
-    script = write_script("nodl.py", """
+def test_same_seed_same_losses_and_the_seed_offset_shifts_the_scripts_own_seeds_given_positionally_or_by_keyword(
+        write_script, quick_config, tmp_path):
+    import random
+
+    import numpy as np
+
+    # The script seeds torch positionally, then torch, random and numpy's generator by keyword,
+    # and prints the seeds each call really set.
+    script = write_script("seeded.py", """
+        import json, random
+        import numpy as np
         import torch
-        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-        criterion = torch.nn.MSELoss()  # a module too: it must not count the batch twice
-        opt = torch.optim.Adam(model.parameters())
-        for step in range(100000):
-            for micro in range(2):  # gradient accumulation: 2 x 16 samples per step
-                x, y = torch.randn(16, 8), torch.randn(16, 1)
-                criterion(model(x), y).backward()
-            opt.step()
+        torch.manual_seed(1234)
+        seen = {"torch positional": torch.initial_seed()}
+        torch.manual_seed(seed=3)
+        seen["torch keyword"] = torch.initial_seed()
+        random.seed(a=1)
+        seen["random keyword"] = random.random()
+        rng = np.random.default_rng(seed=0)
+        seen["numpy keyword"] = float(rng.standard_normal())
+        print("SEEN", json.dumps(seen, sort_keys=True))
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        x, y = torch.from_numpy(rng.standard_normal((64, 8)).astype("float32")), torch.randn(64, 1)
+        while True:
+            loss = torch.nn.functional.mse_loss(model(x), y)
             opt.zero_grad()
+            loss.backward()
+            opt.step()
     """)
-    result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    data = result.data
-    assert data.batch_size_source == "forward_pre_hook"
-    assert data.samples_per_step == 32
-    assert data.samples_per_s == pytest.approx(32 * result.timing.steps_per_s)
-    assert data.data_wait_fraction is None
-
-
-def test_same_seed_same_losses_and_the_seed_offset_reaches_the_scripts_own_seed(train_source, write_script, quick_config,
-                                                                                tmp_path):
-    script = write_script("seeded.py", train_source(before_loop="torch.manual_seed(1234)\n"))
     runs = [run_once(RunSpec(script, [], tmp_path), quick_config(seed_offset=offset)) for offset in (0, 0, 1)]
+    assert [r.status for r in runs] == ["ok", "ok", "ok"], [r.message for r in runs]
+    seen = [json.loads(r.runner.stdout_tail.split("SEEN ", 1)[1].splitlines()[0]) for r in runs]
+
+    def expected(offset: int) -> dict:
+        return {"torch positional": 1234 + offset, "torch keyword": 3 + offset,
+                "random keyword": random.Random(1 + offset).random(),
+                "numpy keyword": float(np.random.default_rng(0 + offset).standard_normal())}
+
+    assert seen[0] == seen[1] == expected(0)
+    assert seen[2] == expected(1)  # every seed call shifted, positional or by keyword
     losses = [r.loss.values for r in runs]
     assert losses[0] == losses[1]  # A/A is bitwise on CPU
-    assert losses[2] != losses[0]  # a real "other seed" run despite torch.manual_seed(1234)
-
-
-def test_harness_does_not_leave_its_config_to_grandchildren(train_source, write_script, quick_config, tmp_path):
-    script = write_script("env.py", train_source(before_loop="""
-        import subprocess
-        out = subprocess.run([sys.executable, "-c", "import os; print(sorted(k for k in os.environ if k.startswith('SPEEDFIX')))"],
-                             capture_output=True, text=True).stdout
-        print("ENV", out.strip())
-    """))
-    result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert "ENV ['SPEEDFIX_RUN_ID']" in result.runner.stdout_tail
-    assert os.environ.get("SPEEDFIX_RUN_ID") is None  # the marker never leaks into the parent
+    assert losses[2] != losses[0]  # a real "other seed" run despite the script's own seeds
 
 
 def test_the_clock_passes_to_the_next_optimizer_in_a_grid_search(write_script, quick_config, tmp_path):
@@ -589,17 +608,6 @@ def test_runs_happen_in_a_scratch_mirror_of_the_working_directory(write_script, 
     assert not list(runner_tmp.glob("speedfix-run-*"))  # and this run's own folder is gone
 
 
-def test_bench_real_cwd_option_runs_in_the_working_directory(cli_app, write_script, train_source, tmp_path):
-    from typer.testing import CliRunner
-
-    (tmp_path / "checkpoint.pt").write_text("old")
-    script = write_script("train.py", train_source(before_loop='open("checkpoint.pt", "w").write("new")\n'))
-    result = CliRunner().invoke(cli_app, ["bench", str(script), "--warmup", "3", "--steps", "10", "--cwd",
-                                          str(tmp_path), "--real-cwd"], obj={"script_args": []})
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "checkpoint.pt").read_text() == "new"
-
-
 def test_mirror_resolves_the_same_names_and_keeps_new_and_small_files_apart(tmp_path, monkeypatch):
     from speedfix.bench import runner
     from speedfix.bench.runner import mirror_tree
@@ -718,29 +726,11 @@ def test_a_script_that_kills_its_supervisor_is_still_cleaned_up(write_script, qu
     assert_nothing_left(result)
 
 
-def test_the_seed_band_shifts_seeds_given_by_keyword_too(write_script, quick_config, tmp_path):
-    script = write_script("kwseed.py", """
-        import random
-        import numpy as np
-        import torch
-        random.seed(a=1)
-        torch.manual_seed(seed=3)
-        rng = np.random.default_rng(seed=0)
-        model = torch.nn.Linear(4, 1)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        x = torch.from_numpy(rng.standard_normal((16, 4)).astype("float32"))
-        while True:
-            model(x).pow(2).mean().backward()
-            opt.step()
-            opt.zero_grad()
-    """)
-    runs = [run_once(RunSpec(script, [], tmp_path), quick_config(seed_offset=offset)) for offset in (0, 1)]
-    assert [r.status for r in runs] == ["ok", "ok"], [r.message for r in runs]
-    assert runs[0].loss.values != runs[1].loss.values  # the keyword seeds were shifted
-
-
-def test_reentrant_checkpointing_counts_one_backward_per_step(write_script, quick_config, tmp_path):
-    # use_reentrant=True runs a backward() per checkpointed segment inside the outer one
+def test_hand_written_updates_are_clocked_by_backward_calls_and_reentrant_checkpointing_counts_one_per_step(
+        write_script, quick_config, tmp_path):
+    # pytorch/examples word_language_model updates its parameters by hand: no torch.optim. This
+    # script does too, through checkpointed blocks: use_reentrant=True runs a backward() per
+    # checkpointed segment inside the outer one, and only the outer calls are steps of the clock.
     script = write_script("ckpt.py", """
         import torch
         from torch.utils.checkpoint import checkpoint
@@ -754,13 +744,14 @@ def test_reentrant_checkpointing_counts_one_backward_per_step(write_script, quic
             h.sum().backward()
             with torch.no_grad():
                 for p in w:
-                    p -= 0.01 * p.grad
+                    p -= 0.01 * p.grad  # hand-written update: no torch.optim step
                     p.grad = None
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config())
     assert result.status == "ok", result.message
     assert result.clock == "backward"
-    assert result.loss.backward_calls == 3 + 10  # the outer calls only
+    assert result.timing.steps_timed == 10
+    assert result.loss.backward_calls == 3 + 10  # each outer backward() call is one step of the clock
 
 
 def test_a_backward_before_the_optimizer_exists_does_not_take_the_clock(write_script, quick_config, tmp_path):

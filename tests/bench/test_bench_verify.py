@@ -50,7 +50,7 @@ def test_real_runs_with_too_few_pairs_reject_only_the_broken_fix_and_write_nothi
     fixer = fake_fixer(REWRITES)
     console = Console(record=True, width=200)
     code = verify_script(script, ["--some-arg"], unsafe=True, console=console, fixer=fixer,
-                         compare_settings=quick_settings(), cwd=tmp_path, per_fix=True)
+                         compare_settings=quick_settings(discard=False), cwd=tmp_path, per_fix=True)
     assert code == 1  # not everything was kept
 
     assert script.read_text() == SCRIPT and fixer.written == []
