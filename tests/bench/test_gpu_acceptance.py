@@ -84,7 +84,7 @@ def test_a_real_run_from_the_command_line_stops_at_its_deadline(tmp_path):
     # the real subprocesses on a CPU: the first item is stopped at the deadline (or skipped, if the
     # machine is so busy that no time was left), the second is skipped; both reports are written
     out = tmp_path / "results"
-    result = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(out), "--deadline-s", "24",
+    result = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(out), "--deadline-s", "30",
                              "--run-cost-s", "0.1", "--items", "verify-sd,suite-sd"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
