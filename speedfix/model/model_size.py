@@ -65,16 +65,10 @@ def loads_quantized(ctx: FileContext) -> bool:
     """Does the default run load its base model quantized by bitsandbytes (a `BitsAndBytesConfig`,
     `from_pretrained(..., load_in_8bit=True)`): QLoRA and 8-bit LoRA, whose matmuls are
     bitsandbytes kernels that `torch.compile` cannot fuse through?"""
-    for site in ctx.calls:
-        if off_by_default(ctx, site.statement, site.stack) is not None:
-            continue
-        if (site.func or "").rsplit(".", 1)[-1] == "BitsAndBytesConfig":
-            return True
-        for arg in site.node.args:
-            if arg.keyword is not None and arg.keyword.value in _QUANTIZED_LOADS and not (
-                    isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None")):
-                return True
-    return False
+    return any(((site.func or "").rsplit(".", 1)[-1] == "BitsAndBytesConfig" or any(
+        arg.keyword is not None and arg.keyword.value in _QUANTIZED_LOADS
+        and not (isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None")) for arg in site.node.args))
+        and off_by_default(ctx, site.statement, site.stack) is None for site in ctx.calls)
 
 
 def _adapter_sites(ctx: FileContext) -> list[CallSite]:

@@ -462,21 +462,19 @@ class _Collector(ast.NodeVisitor):
     def _returns_container(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         """Does the function return a module container it fills (`nn.Sequential(*layers)`, or a
         `module_list = nn.ModuleList()` it appends to), itself or in a tuple?"""
-        made: dict[str, str] = {}
+        made: dict[str, str] = {}  # `module_list = nn.ModuleList()`: module_list -> torch.nn.ModuleList
+        returned: list[ast.expr] = []
         for statement in ast.walk(node):
             if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
                 for target in statement.targets:
                     if isinstance(target, ast.Name):
                         made[target.id] = self.resolve(dotted(statement.value.func)) or ""
-        for statement in ast.walk(node):
-            if not isinstance(statement, ast.Return) or statement.value is None:
-                continue
-            for element in statement.value.elts if isinstance(statement.value, ast.Tuple) else [statement.value]:
-                built = self.resolve(dotted(element.func)) if isinstance(element, ast.Call) else \
-                    made.get(element.id) if isinstance(element, ast.Name) else None
-                if built in _CONTAINERS:
-                    return True
-        return False
+            elif isinstance(statement, ast.Return) and statement.value is not None:
+                value = statement.value
+                returned.extend(value.elts if isinstance(value, ast.Tuple) else [value])
+        return any((self.resolve(dotted(element.func)) if isinstance(element, ast.Call) else
+                    made.get(element.id) if isinstance(element, ast.Name) else None) in _CONTAINERS
+                   for element in returned)
 
     def _current_loop(self) -> _Loop | None:
         return self.loop_stack[-1] if self.loop_stack else None
