@@ -29,6 +29,7 @@ from speedfix.model.hf_args import (TRL_DEFAULTS, UNKNOWN, ParsedArguments, Sett
 from speedfix.model.index import CallSite
 from speedfix.model.model_size import loads_quantized
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
+from speedfix.model.project_files import Location
 from speedfix.model.versions import pinned_below, v
 from speedfix.syntax.nodes import code_of
 from speedfix.model.workload import tokenized_ahead
@@ -100,7 +101,10 @@ class HfTrainingArguments(Rule):
     `TrainingArguments` train on CUDA whenever it is there, so they are GPU code unless
     `use_cpu=True` (or the old `no_cuda=True`) says otherwise. Values speedfix cannot know
     (`bf16=args.bf16`, unresolved `**kwargs`, launch commands that disagree) mean silence; where
-    the launch commands disagree on `--fp16`, the fp16 advice goes to the first that sets it.
+    the launch commands disagree on `--fp16`, the fp16 advice goes to the first that sets it; where
+    they disagree on `--bf16`, a note goes to the first that trains in fp32 on the GPU (QLoRA's
+    `finetune.sh` beside its `--bf16` guanaco scripts), at its command line, unless it only tries
+    the script out (a `debug.sh`, a command under a "smoke test" comment).
 
     ## Why is this bad?
     fp32 leaves the tensor cores mostly idle: `bf16=True` runs the forward and backward pass
@@ -576,6 +580,10 @@ class HfTrainingArguments(Rule):
         if fp16.unknown and fp16.source is Source.LAUNCH and args.parsed is not None:
             self._check_fp16_runs(args, args.parsed)  # the launch commands disagree: each run's own
             return False
+        if bf16.unknown and bf16.source is Source.LAUNCH and args.parsed is not None and not fp16.unknown \
+                and fp16.value is not True:
+            self._check_fp32_runs(args, args.parsed)  # the launch commands disagree: the fp32 ones
+            return False
         if fp16.unknown or (bf16.unknown and not (args.trl and fp16.value is True)):
             return False  # a value speedfix cannot know (`bf16=args.bf16`), or TRL's own choice
         on = [setting.value is True for setting in (bf16, fp16)]
@@ -610,6 +618,29 @@ class HfTrainingArguments(Rule):
         if runs and runs[0].where is not None:
             more = f" (and {len(runs) - 1} more launch command{'s' if len(runs) > 2 else ''})" if len(runs) > 1 else ""
             self._at(args, runs[0], f"{_FP16}{more}", severity=Severity.INFO, no_fix_reason=_FP16_REASON)
+
+    def _check_fp32_runs(self, args: _Arguments, parsed: ParsedArguments) -> None:
+        """Launch commands that disagree on `--bf16` (QLoRA's guanaco scripts set it, its README
+        command and `finetune.sh` leave it out): a note on the first run that trains in fp32 on
+        the GPU, at its command line; not a run that tries the script out (`scripts/debug.sh`)."""
+        project = self.ctx.project
+        commands = launch.launches(self.ctx)
+        if project is None or parsed.files is not None or len(commands) != len(parsed.per_launch("bf16")):
+            return
+        runs = [command for command, bf16, fp16 in zip(commands, parsed.per_run("bf16"), parsed.per_run("fp16"))
+                if bf16.value is not True and fp16.value is not True and not bf16.unknown and not fp16.unknown
+                and not any(launch.truth(command.options.get(key)) for key in _CPU_OPTIONS)
+                and not _TRIAL_RUN.search(f"{command.file.name} {launch.comment_above(self.ctx, command)}")]
+        if not runs:
+            return
+        command = runs[0]
+        text = (project.text(command.file) or "").splitlines()
+        line = text[command.line - 1] if 0 < command.line <= len(text) else ""
+        where = Location(command.file, command.line, 1, command.line, len(line) + 1, line)
+        more = f" (and {len(runs) - 1} more launch command{'s' if len(runs) > 2 else ''})" if len(runs) > 1 else ""
+        self.report_at(where, f"this launch command gives {args.shown} neither `--bf16` nor `--fp16`, unlike others of "
+                       f"the project: it trains in {_FP32}{more}", severity=Severity.INFO,
+                       no_fix_reason="the option is set in a launch command: pass `--bf16 True` on Ampere and newer GPUs")
 
     def _check_tf32(self, args: _Arguments) -> None:
         ctx = self.ctx
@@ -864,6 +895,8 @@ class _Arguments:
 
 
 _FP32 = "fp32"  # how the precision left at its default is named in a finding
+_CPU_OPTIONS = ("no_cuda", "use_cpu")  # a `TrainingArguments` run on the CPU
+_TRIAL_RUN = re.compile(r"debug|smoke|dry.?run|(?<![a-z])test", re.IGNORECASE)  # a run that tries the script out
 # The finding of the other settings a call leaves at their defaults, when fp32 has its own.
 _BESIDE_FP32_WORDS = "besides fp32, "
 _NO_WORKERS = "`dataloader_num_workers=0`"

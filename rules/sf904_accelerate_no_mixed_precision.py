@@ -31,7 +31,9 @@ class AccelerateNoMixedPrecision(Rule):
     are read (shell scripts and README commands that run the script, and the Accelerate YAML
     their `--config_file` names): when every one of them sets a precision, that one counts;
     when one runs the script without (or there is none), the default run is fp32 and is
-    reported as an info note (a machine-wide `accelerate config` may still set it). An
+    reported as an info note (a machine-wide `accelerate config` may still set it), also beside
+    commands whose config file is not in the project (`accelerate config --config_file
+    config.yaml` writes it on the user's machine). An
     `Accelerator` is GPU code unless `cpu=True`; `accelerator.device` is where it puts the model.
     A value handed in as a parameter is its default when no call passes it, and the entry of a
     config file spread into the function's one call (`main(**OmegaConf.load(args.config))`,
@@ -236,8 +238,8 @@ class AccelerateNoMixedPrecision(Rule):
     def _check_launched(self, site: CallSite, original: cst.Arg | None) -> None:
         """`Accelerator()`: the launch commands decide, and plain `python script.py` is fp32."""
         chosen = launched_mixed_precision(self.ctx)
-        if "?" in chosen or (chosen and all(value in ("bf16", "fp8") for value in chosen)):
-            return
+        if "?" in chosen and None not in chosen or (chosen and all(value in ("bf16", "fp8") for value in chosen)):
+            return  # (a command whose config cannot be read is no reason for silence beside one that sets nothing)
         if weights_in_sixteen_bit(self.ctx):
             return  # the model is loaded in 16-bit (or 4-bit computed in bf16): no launch trains in fp32
         if chosen and all(value == "fp16" for value in chosen):

@@ -232,6 +232,13 @@ def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_pa
     write("launch.sh", "accelerate launch --config_file configs/one_gpu.yaml train.py\n")
     write("configs/one_gpu.yaml", "distributed_type: 'NO'\nmixed_precision: bf16\n")
     assert run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout == ""
+    # Accelerate's cv_example: the README's multi-GPU run names a config the user writes with
+    # `accelerate config`; its single-GPU run sets nothing, so that documented run is fp32
+    write("launch.sh", "accelerate launch --config_file config.yaml train.py\n")
+    assert run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout == ""  # unknown: silent
+    write("README.md", "```bash\npython train.py  # from a server with a GPU\n```\n")
+    assert "a launch command of the project runs the script without it" in \
+        run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout
 
 
 @pytest.mark.parametrize("precision, expected", [

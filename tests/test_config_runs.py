@@ -230,6 +230,22 @@ def test_a_module_that_imports_only_argument_classes_from_a_script_does_not_run_
     assert "scripts/mem.sh:1" in run_cli(*scan, cwd=tmp_path).stdout
 
 
+def test_launch_commands_that_disagree_on_bf16_get_a_note_on_the_first_fp32_run(write, run_cli, tmp_path):
+    # QLoRA: the guanaco scripts pass `--bf16`, finetune.sh and the README's basic command nothing
+    write("qlora.py", HF_PARSED)
+    write("scripts/guanaco.sh", "python qlora.py \\\n    --model_name_or_path huggyllama/llama-7b \\\n    --bf16\n")
+    write("scripts/finetune.sh", "python qlora.py \\\n    --model_name_or_path EleutherAI/pythia-12b\n")
+    scan = ["scan", ".", "--select", "SF902", "--torch-version", "2.8", "--no-summary", "--no-cache"]
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "scripts/finetune.sh:1:1: SF902 this launch command gives the `TrainingArguments` that `HfArgumentParser` " \
+           "fills from the command line neither `--bf16` nor `--fp16`, unlike others of the project: it trains in " \
+           "fp32 (impact:" in result, result
+    write("scripts/finetune.sh", "python qlora.py --model_name_or_path EleutherAI/pythia-12b --no_cuda\n")  # a CPU run
+    assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout
+    write("scripts/finetune.sh", "python qlora.py --model_name_or_path EleutherAI/pythia-12b --bf16 True\n")
+    assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout  # they agree: bf16 everywhere
+
+
 def test_default_optim_is_unfused_under_a_transformers_pinned_before_the_fused_default(write, run_cli, tmp_path):
     write("run_clm.py", HF_PARSED)
     scan = ["scan", "run_clm.py", "--select", "SF902", "--torch-version", "2.8", "--no-summary"]
