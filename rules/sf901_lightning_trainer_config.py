@@ -644,7 +644,7 @@ class LightningTrainerConfig(Rule):
         fp16 = value in _FP16
         if value not in FP32_PRECISIONS and not fp16:
             return
-        bf16 = '"bf16"' if trainer.lightning_1x or lightning_before_2(self.ctx.project) else '"bf16-mixed"'
+        bf16 = '"bf16"' if trainer.lightning_1x else f'"{self._bf16()}"'
         if fp16:
             message = (f"{_capital(trainer.label)} runs fp16 mixed precision, which scales the loss and checks every "
                        f"gradient for inf each step; bf16 (`precision={bf16}`) needs neither on Ampere and newer GPUs")
