@@ -23,7 +23,8 @@ class ConvBiasBeforeBatchnorm(Rule):
     ## What it does
     Finds a convolution (transposed ones too) with a bias feeding straight into batch
     normalisation: adjacent in an `nn.Sequential(...)`, or `self.bn(self.conv(x))` in a module
-    whose `self.conv` is used nowhere else.
+    whose `self.conv` is used nowhere else. The convolutions of one class (or function) are one
+    finding, at the first, whose fix sets `bias=False` on each.
 
     ## Why is this bad?
     Batch normalisation subtracts the per-channel mean right away, so the convolution's bias is
@@ -110,6 +111,28 @@ class ConvBiasBeforeBatchnorm(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # PointNet's stack of convolutions: one finding for the class, a fix for each
+            """
+            import torch.nn as nn
+
+            class STN3d(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv1 = nn.Sequential(nn.Conv1d(3, 64, 1), nn.BatchNorm1d(64))
+                    self.conv2 = nn.Sequential(nn.Conv1d(64, 128, 1), nn.BatchNorm1d(128))
+                    self.conv3 = nn.Sequential(nn.Conv1d(128, 1024, 1), nn.BatchNorm1d(1024))
+            """,
+            fixed="""
+            import torch.nn as nn
+
+            class STN3d(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv1 = nn.Sequential(nn.Conv1d(3, 64, 1, bias=False), nn.BatchNorm1d(64))
+                    self.conv2 = nn.Sequential(nn.Conv1d(64, 128, 1, bias=False), nn.BatchNorm1d(128))
+                    self.conv3 = nn.Sequential(nn.Conv1d(128, 1024, 1, bias=False), nn.BatchNorm1d(1024))
+            """,
+        ),
         Invalid(
             """
             import torch.nn as nn
@@ -205,12 +228,14 @@ class ConvBiasBeforeBatchnorm(Rule):
     ]
 
     def finish(self) -> None:
+        self._found: list[cst.Call] = []
         for site in self.ctx.calls_to(*_SEQUENTIAL):
             layers = [arg.value for arg in site.node.args if arg.keyword is None and not arg.star]
             for conv, norm in zip(layers, layers[1:]):
                 if self._is(conv, _CONV) and self._is(norm, _BATCHNORM):
                     self._report(conv)
         self._check_composed_attributes()
+        self._report_by_class()
 
     def _check_composed_attributes(self) -> None:
         """`self.bn(self.conv(x))` where `self.conv` is a Conv and `self.bn` a BatchNorm, and
@@ -255,18 +280,37 @@ class ConvBiasBeforeBatchnorm(Rule):
 
     def _report(self, conv: cst.BaseExpression) -> None:
         assert isinstance(conv, cst.Call)
-        site = self.ctx.site_of(conv)
-        if site is None:
-            return
-        bias = find_argument(self.ctx, site, "bias", 7)
-        message = "the convolution's bias is cancelled by the BatchNorm right after it"
-        if not bias.missing:
-            if not (isinstance(bias.node, cst.Name) and bias.node.value == "False"):
-                self.report(conv, message, no_fix_reason="`bias` is set explicitly")
-            return
+        if conv not in self._found:
+            self._found.append(conv)
+
+    def _report_by_class(self) -> None:
+        """One finding per class (or per function, or the module) for its convolutions whose bias
+        a BatchNorm cancels: at the first, with the fix of each that leaves `bias` unset."""
+        groups: dict[int, list[tuple[cst.Call, bool]]] = {}
+        owners: dict[int, str | None] = {}
+        order = {id(site.node): index for index, site in enumerate(self.ctx.calls)}  # the file's order
+        for conv in sorted(self._found, key=lambda call: order.get(id(call), 0)):
+            site = self.ctx.site_of(conv)
+            if site is None:
+                continue
+            bias = find_argument(self.ctx, site, "bias", 7)
+            if not bias.missing and isinstance(bias.node, cst.Name) and bias.node.value == "False":
+                continue
+            owner = self.ctx.class_of(site.stack) or self.ctx.function_of(site.stack)
+            groups.setdefault(id(owner), []).append((conv, bias.missing))
+            owners[id(owner)] = owner.name.value if isinstance(owner, (cst.ClassDef, cst.FunctionDef)) else None
         indent = self.ctx.module.default_indent
-        ops = [Transform(conv, lambda call: append_args(call, keyword_arg("bias", cst.Name("False")), indent=indent))]
-        self.report(conv, message, fix_ops=ops)
+        for key, convs in groups.items():
+            message = "the convolution's bias is cancelled by the BatchNorm right after it"
+            if len(convs) > 1:
+                where = f" of `{owners[key]}`" if owners[key] else ""
+                message += f" (and {len(convs) - 1} more convolution{'s' if len(convs) > 2 else ''}{where})"
+            ops = [Transform(conv, lambda call: append_args(call, keyword_arg("bias", cst.Name("False")), indent=indent))
+                   for conv, unset in convs if unset]
+            if ops:
+                self.report(convs[0][0], message, fix_ops=ops)
+            else:
+                self.report(convs[0][0], message, no_fix_reason="`bias` is set explicitly")
 
 
 def _assigns_to(statement: cst.CSTNode | None, name: str) -> cst.BaseExpression | None:
