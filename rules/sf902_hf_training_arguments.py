@@ -616,7 +616,7 @@ class HfTrainingArguments(Rule):
                 if fp16 is not None and fp16.value is True and (bf16 is None or bf16.value is False)
                 and "bf16" not in launch.comment_above(self.ctx, command)]  # "use --fp16 instead of --bf16 (autogptq)"
         if runs and runs[0].where is not None:
-            more = f" (and {len(runs) - 1} more launch command{'s' if len(runs) > 2 else ''})" if len(runs) > 1 else ""
+            more = _more_commands(len(runs))
             self._at(args, runs[0], f"{_FP16}{more}", severity=Severity.INFO, no_fix_reason=_FP16_REASON)
 
     def _check_fp32_runs(self, args: _Arguments, parsed: ParsedArguments) -> None:
@@ -637,7 +637,7 @@ class HfTrainingArguments(Rule):
         text = (project.text(command.file) or "").splitlines()
         line = text[command.line - 1] if 0 < command.line <= len(text) else ""
         where = Location(command.file, command.line, 1, command.line, len(line) + 1, line)
-        more = f" (and {len(runs) - 1} more launch command{'s' if len(runs) > 2 else ''})" if len(runs) > 1 else ""
+        more = _more_commands(len(runs))
         self.report_at(where, f"this launch command gives {args.shown} neither `--bf16` nor `--fp16`, unlike others of "
                        f"the project: it trains in {_FP32}{more}", severity=Severity.INFO,
                        no_fix_reason="the option is set in a launch command: pass `--bf16 True` on Ampere and newer GPUs")
@@ -895,6 +895,11 @@ class _Arguments:
 
 
 _FP32 = "fp32"  # how the precision left at its default is named in a finding
+def _more_commands(runs: int) -> str:
+    """` (and 2 more launch commands)` after the first of ``runs`` commands, or nothing."""
+    return f" (and {runs - 1} more launch command{'s' if runs > 2 else ''})" if runs > 1 else ""
+
+
 _CPU_OPTIONS = ("no_cuda", "use_cpu")  # a `TrainingArguments` run on the CPU
 _TRIAL_RUN = re.compile(r"debug|smoke|dry.?run|(?<![a-z])test", re.IGNORECASE)  # a run that tries the script out
 # The finding of the other settings a call leaves at their defaults, when fp32 has its own.

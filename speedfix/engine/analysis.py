@@ -205,13 +205,27 @@ def _outside_self_test(ctx: FileContext, findings: list[Finding], top_of: dict[i
     if block is None:
         return findings, None
     index = next(i for i, statement in enumerate(ctx.module.body) if statement is block)
-    kept = [f for f in findings if f.node is None or top_of.get(id(f.node)) != index]
-    if len(kept) == len(findings):
+    kept, left_in = _apart(findings, top_of, {index})
+    if not left_in:
         return findings, None
-    left = len(findings) - len(kept)
+    left = len(left_in)
     return kept, (f"{left} finding{'s' if left > 1 else ''} in the `if __name__ == \"__main__\":` block left out: "
                   f"{ctx.links.trained_by} trains with this module and no launch command runs it on its own "
                   "(a self-test)")
+
+
+def _apart(findings: list[Finding], top_of: dict[int, int], indexes: set[int]) -> tuple[list[Finding], list[int]]:
+    """The findings outside the module's top-level statements ``indexes``, and the statement of
+    each finding left out."""
+    kept: list[Finding] = []
+    left: list[int] = []
+    for finding in findings:
+        index = top_of.get(id(finding.node)) if finding.node is not None else None
+        if index is not None and index in indexes:
+            left.append(index)
+        else:
+            kept.append(finding)
+    return kept, left
 
 
 def _outside_classes_off_the_run(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
@@ -223,11 +237,11 @@ def _outside_classes_off_the_run(ctx: FileContext, findings: list[Finding], top_
         return findings, None
     indexes = {i: statement.name.value for i, statement in enumerate(ctx.module.body)
                if isinstance(statement, cst.ClassDef) and statement.name.value in off}
-    kept = [f for f in findings if f.node is None or top_of.get(id(f.node)) not in indexes]
-    if len(kept) == len(findings):
+    kept, left_in = _apart(findings, top_of, set(indexes))
+    if not left_in:
         return findings, None
-    left = len(findings) - len(kept)
-    classes = sorted({indexes[top_of[id(f.node)]] for f in findings if f.node is not None and top_of.get(id(f.node)) in indexes})
+    left = len(left_in)
+    classes = sorted({indexes[index] for index in left_in})
     shown = ", ".join(f"`{name}` (built only with `{off[name]}`)" for name in classes)
     return kept, (f"{left} finding{'s' if left > 1 else ''} in {shown} left out: the option is off by default and "
                   "no launch command or README of the project passes it")

@@ -218,20 +218,12 @@ _LIGHTNING_FOR_TORCH_2 = TorchVersion(1, 9)
 def _implied_pin(project: ProjectFiles, folders: list[Path]) -> TorchPin | None:
     for folder in folders:
         for path in _pin_files(project, folder):
-            for line in (project.text(path) or "").splitlines():
-                match = None if line.lstrip().startswith("#") else _LIGHTNING.search(line.split(" #")[0])
-                if match is None:
-                    continue
-                bounds = []
-                for op, text in _CLAUSE.findall(match.group("spec")):
-                    try:
-                        bounds.append((op, TorchVersion.parse(text)))
-                    except ValueError:
-                        continue
-                if any(op in ("==", "===", "<=", "~=") and bound < _LIGHTNING_FOR_TORCH_2 or op == "<" and
-                       bound <= _LIGHTNING_FOR_TORCH_2 for op, bound in bounds):
-                    via = match.group("name") + ",".join(op + str(bound) for op, bound in bounds)
-                    return TorchPin(path, (("<", "2"),), via=via)
+            text = project.text(path) or ""
+            clauses = _torch_clauses(text, path, _LIGHTNING)
+            named = _LIGHTNING.search(text)
+            if clauses and named is not None and _only_below(clauses, _LIGHTNING_FOR_TORCH_2):
+                via = named.group("name") + ",".join(op + version for op, version in clauses)
+                return TorchPin(path, (("<", "2"),), via=via)
     return None
 
 
@@ -258,13 +250,18 @@ def pinned_below(project: ProjectFiles, package: str, version: TorchVersion) -> 
         clauses = [c for path in _pin_files(project, folder)
                    for c in _torch_clauses(project.text(path) or "", path, pattern)]
         if clauses:
-            try:
-                bounds = [(op, TorchVersion.parse(text)) for op, text in clauses if "*" not in text]
-            except ValueError:
-                return False
-            return any((op in ("==", "===", "<=") and bound < version) or (op == "<" and bound <= version)
-                       for op, bound in bounds)
+            return _only_below(clauses, version)
     return False
+
+
+def _only_below(clauses: list[tuple[str, str]], version: TorchVersion) -> bool:
+    """Do the clauses (`==1.7.7`, `<2`) admit versions older than ``version`` only?"""
+    try:
+        bounds = [(op, TorchVersion.parse(text)) for op, text in clauses if "*" not in text]
+    except ValueError:
+        return False
+    return any((op in ("==", "===", "<=") and bound < version) or (op == "<" and bound <= version)
+               for op, bound in bounds)
 
 
 def lightning_before_2(project: ProjectFiles | None) -> bool:

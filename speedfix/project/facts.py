@@ -341,6 +341,7 @@ class _Collector(ast.NodeVisitor):
         self.function_stack: list[_Function] = []
         self.class_stack: list[str] = []
         self.class_names: set[str] = set()
+        self._local: frozenset[str] | None = None  # see _local_names
         self.loop_stack: list[_Loop | None] = []  # None: a function boundary
         self.guards = 0  # periodic `if step % N == 0:` bodies open inside the current loop
         self.guard_stack: list[int] = []
@@ -1038,9 +1039,17 @@ class _Collector(ast.NodeVisitor):
     def _star_parts(self, owner: str) -> set[str]:
         if not self.star:
             return set()
-        local = self.class_names | {name.split(".", 1)[0] for name in self.functions} | set(self.builds)
+        local = self._local_names()
         return {f"*.{name}" for name in self.builds.get(owner, ()) if "." not in name and name not in self.bindings
                 and name not in local and name not in _BUILTINS}
+
+    def _local_names(self) -> frozenset[str]:
+        """The classes and functions the file defines, and what builds something (asked once the
+        whole file is read, then kept)."""
+        if self._local is None:
+            self._local = frozenset(self.class_names | {name.split(".", 1)[0] for name in self.functions}
+                                    | set(self.builds))
+        return self._local
 
     def _parts_reached(self) -> dict[str, tuple[str, ...]]:
         """What each class or factory builds of other modules, itself or through the file's own

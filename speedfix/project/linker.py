@@ -817,12 +817,12 @@ def _project_class(qualified: str, path: Path, facts: dict[Path, ModuleFacts], p
                    ) -> tuple[Path, str] | None:
     """(its file, its name there) of a project class that ``path`` names by ``qualified`` (a
     class taken from a package's `__init__.py` that imports it from a module beside it counts
-    for that module)."""
+    for that module: ``_re_exported``)."""
     hit = _split(qualified, prefixes[path])
-    if hit is not None and hit[1] not in facts[hit[0]].functions:  # re-exported: one level
-        local = dict(facts[hit[0]].imports).get(hit[1])
-        hit = _split(local, prefixes[hit[0]]) if local is not None else None
-    return hit if hit is not None and hit[1] in facts[hit[0]].functions else None
+    if hit is None:
+        return None
+    target, name = _re_exported(*hit, facts, prefixes)
+    return (target, name) if name in facts[target].functions else None
 
 
 def _is_class(module: ModuleFacts, name: str) -> bool:
