@@ -91,12 +91,24 @@ def test_a_fresh_install_pulls_no_torch_its_help_and_scan_work_and_the_suite_run
     where = subprocess.run([str(python), "-c", "import speedfix; print(speedfix.__file__)"], capture_output=True,
                            text=True, check=True, cwd=tmp_path).stdout
     assert where.startswith(str(env))  # the wheel's copy, not the checkout
-    out = tmp_path / "suite.json"
+    # The suite's whole path on real runs: the original, speedfix's fixes and the expert's version
+    # (one pair each), its JSON and Markdown, and the bundled fixtures left as they were.
+    bundled = Path(site) / "speedfix" / "fixtures"
+    fixtures_before = {p.name: p.read_bytes() for p in bundled.iterdir() if p.is_file()}
+    out, md = tmp_path / "suite.json", tmp_path / "suite.md"
     result = subprocess.run(
         [str(env / "bin" / "speedfix"), "bench", "--suite", "--workload", "lstm_forecast", "--tiny", "--warmup", "2",
-         "--steps", "3", "--max-pairs", "1", "--min-pairs", "1", "--json", str(out)],
+         "--steps", "3", "--max-pairs", "1", "--min-pairs", "1", "--json", str(out), "--markdown", str(md)],
         capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: a check failed, not a usage error
-    (row,) = json.loads(out.read_text())["workloads"]
-    assert row["name"] == "lstm_forecast" and not row.get("error")
-    assert row["before"] > 0 and row["after"] > 0 and row["pairs"] == 1
+    data = json.loads(out.read_text())
+    assert data["size"] == "tiny"
+    (row,) = data["workloads"]
+    assert row["name"] == "lstm_forecast" and not row.get("error") and row["args"] == ["--tiny"]
+    assert row["before"] > 0 and row["after"] > 0 and row["expert"] > 0 and row["pairs"] == 1
+    assert row["speedup"]["pairs"] == 1 and row["expert_speedup"]["pairs"] == 1
+    assert row["captured"] is None  # 1 pair is too few to call the expert faster
+    assert row["fixes"] and all(code.startswith("SF") for code in row["fixes"])
+    assert row["loss_check"].startswith("ok")
+    assert f"| lstm_forecast | {', '.join(row['fixes'])} |" in md.read_text()
+    assert {p.name: p.read_bytes() for p in bundled.iterdir() if p.is_file()} == fixtures_before

@@ -206,6 +206,11 @@ def shielded() -> Iterator[None]:
 
 # speedfix-<kind>-<pid>.<start ticks>.<pid namespace>-<random>
 _OWNED = re.compile(r"^speedfix-[a-z]+-(\d+)\.(\d+)\.(\d+)-")
+# multiprocessing binds DataLoader workers' sockets at $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, and a
+# socket's path holds at most 103 bytes (macOS; 107 on Linux): under a long $TMPDIR the run's own
+# temp folder would push it over and the workers could not share a batch (the run would hang), so
+# the child then keeps the user's TMPDIR.
+_CHILD_TMPDIR_MAX = 103 - len("/pymp-XXXXXXXX/listener-XXXXXXXX")
 LEGACY_RUN_DIR_AGE_S = 24 * 3600.0  # speedfix-run-* folders without an owner (older versions)
 
 
@@ -627,7 +632,8 @@ def _run_in(workdir: Path, spec: RunSpec, config: RunConfig) -> RunResult:
     # inductor caches compiled kernels under the temp dir: keep the usual location, or every run
     # would compile from scratch once TMPDIR moves below
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"))
-    env["TMPDIR"] = str(workdir / "tmp")  # multiprocessing debris of killed runs lands here
+    if len(os.fsencode(workdir / "tmp")) <= _CHILD_TMPDIR_MAX:
+        env["TMPDIR"] = str(workdir / "tmp")  # multiprocessing debris of killed runs lands here
     env["PWD"] = str(run_cwd)
     env.setdefault("PYTHONHASHSEED", str(config.seed))  # same set/dict orders for A and B
     env["PYTHONUNBUFFERED"] = "1"  # the stdout tail is complete even when the child is killed

@@ -26,46 +26,20 @@ def assert_nothing_left(result: RunResult) -> None:
     assert marked_pids(result.runner.run_id) == []
 
 
-def test_ok_run_with_dataloader_workers_reports_speed_and_leaves_no_process(write_script, quick_config, tmp_path):
-    script = write_script("train.py", """
-        import torch
-        from torch.utils.data import DataLoader, TensorDataset
+def test_crash_gives_error_with_traceback_and_the_losses_so_far_and_the_command_exits_2(
+        cli_app, train_source, write_script, tmp_path):
+    from typer.testing import CliRunner
 
-        if __name__ == "__main__":
-            torch.manual_seed(0)
-            ds = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
-            loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=2)
-            model = torch.nn.Linear(8, 1)
-            opt = torch.optim.SGD(model.parameters(), lr=0.05)
-            for epoch in range(1000):
-                for x, y in loader:
-                    loss = torch.nn.functional.mse_loss(model(x), y)
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-    """)
-    result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result.status == "ok", result.message
-    assert result.steps.warmup == 3 and result.timing.steps_timed == 10
-    assert result.timing.window_complete
-    assert result.device.type == "cpu" and result.env.torch.startswith("2.")
-    data = result.data
-    assert data.batch_size == 8 and data.batch_size_source == "dataloader"
-    assert data.samples_per_step == 8
-    assert data.samples_per_s == pytest.approx(8 * result.timing.steps_per_s)
-    assert 0.0 < data.data_wait_fraction < 1.0
-    assert result.memory.children == 2  # the two workers were alive in the window
-    assert len(result.loss.values) == 13 and result.loss.nonfinite == 0
-    assert result.runner.leftover_processes_at_exit == []
-    assert_nothing_left(result)
-
-
-def test_crash_gives_error_with_traceback_and_the_losses_so_far(train_source, write_script, quick_config, tmp_path):
     script = write_script("crash.py", train_source(in_loop="""
         if step == 2:
             raise RuntimeError("boom at step 2")
     """))
-    result = run_once(RunSpec(script, [], tmp_path), quick_config())
+    out = tmp_path / "crash.json"
+    cli = CliRunner().invoke(cli_app, ["bench", str(script), "--warmup", "3", "--steps", "10", "--timeout-s", "60",
+                                       "--json", str(out)], obj={"script_args": []})
+    assert cli.exit_code == 2
+    assert "RuntimeError: boom at step 2" in cli.output  # the stderr tail, shown by the command
+    result = RunResult.from_json(json.loads(out.read_text()))
     assert result.status == "error"
     assert result.exception.type == "RuntimeError"
     assert "boom at step 2" in result.message
@@ -148,10 +122,11 @@ def test_frozen_child_is_killed_by_the_runner(write_script, quick_config, tmp_pa
     assert_nothing_left(result)
 
 
-def test_script_that_swallows_the_stop_keeps_its_ok_result_and_its_batch_size_comes_from_the_model_call(
+def test_script_that_swallows_the_stop_keeps_its_ok_result_its_batch_size_comes_from_the_model_call_and_a_backward_before_the_optimizer_is_no_clock(
         write_script, quick_config, tmp_path):
     # No DataLoader: the batch size is read at the model call (a criterion module must not count it
-    # twice; 2 micro-batches of 16 per step). The script swallows the harness's stop and hangs.
+    # twice; 2 micro-batches of 16 per step). A sanity check runs backward() before the optimizer
+    # exists: the optimizer is still the clock. The script swallows the harness's stop and hangs.
     script = write_script("swallow.py", """
         import atexit, time
         import torch
@@ -159,6 +134,8 @@ def test_script_that_swallows_the_stop_keeps_its_ok_result_and_its_batch_size_co
         atexit.register(lambda: time.sleep(120))  # a hanging exit handler
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
         criterion = torch.nn.MSELoss()  # a module too: it must not count the batch twice
+        criterion(model(torch.randn(2, 8)), torch.randn(2, 1)).backward()  # a sanity check before training
+        model.zero_grad()
         opt = torch.optim.Adam(model.parameters())
         try:
             while True:
@@ -172,6 +149,7 @@ def test_script_that_swallows_the_stop_keeps_its_ok_result_and_its_batch_size_co
     """)
     result = run_once(RunSpec(script, [], tmp_path), quick_config(result_grace_s=0.5))
     assert result.status == "ok"
+    assert result.clock == "optimizer.step" and result.timing.steps_timed == 10
     assert result.runner.killed == "after_result_grace"
     assert_nothing_left(result)
     data = result.data
@@ -551,8 +529,8 @@ def snapshot(folder) -> dict:
     return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else "<dir>") for p in sorted(folder.rglob("*"))}
 
 
-def test_runs_happen_in_a_scratch_mirror_of_the_working_directory(write_script, train_source, quick_config, tmp_path,
-                                                                  monkeypatch):
+def test_ok_run_with_dataloader_workers_reports_speed_leaves_no_process_and_runs_in_a_scratch_mirror_of_the_working_directory(
+        write_script, quick_config, tmp_path, monkeypatch):
     import tempfile
 
     from speedfix.bench import runner
@@ -572,28 +550,59 @@ def test_runs_happen_in_a_scratch_mirror_of_the_working_directory(write_script, 
     (stale / "tmp").mkdir(parents=True)
     monkeypatch.setattr(tempfile, "tempdir", str(runner_tmp))
     seen_path = tmp_path / "seen.json"
-    script = write_script("train.py", train_source(before_loop="""
-        import json
-        seen = {"cwd": os.getcwd(), "input": open("data/input.txt").read(), "parent": open("../sibling_note.txt").read(),
-                "checkpoint": open("checkpoint.pt").read()}
-        torch.save({"step": 1}, "checkpoint.pt")  # overwrites the checkpoint in its cwd
-        with open("logs/train.log", "a") as f:
-            f.write("new run\\n")
-        os.makedirs("outputs", exist_ok=True)
-        open("outputs/metrics.txt", "w").write("new")
-        try:  # a file over the copy limit is a link to the real one: the write guard refuses this
-            with open("big.bin", "ab") as f:
-                f.write(b"y")
-        except PermissionError as err:
-            seen["refused"] = str(err)
-        with open(sys.argv[1], "w") as f:
-            json.dump(seen, f)
-    """), project)
+    script = write_script("train.py", """
+        import json, os, sys
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        if __name__ == "__main__":
+            seen = {"cwd": os.getcwd(), "input": open("data/input.txt").read(),
+                    "parent": open("../sibling_note.txt").read(), "checkpoint": open("checkpoint.pt").read()}
+            torch.save({"step": 1}, "checkpoint.pt")  # overwrites the checkpoint in its cwd
+            with open("logs/train.log", "a") as f:
+                f.write("new run\\n")
+            os.makedirs("outputs", exist_ok=True)
+            open("outputs/metrics.txt", "w").write("new")
+            try:  # a file over the copy limit is a link to the real one: the write guard refuses this
+                with open("big.bin", "ab") as f:
+                    f.write(b"y")
+            except PermissionError as err:
+                seen["refused"] = str(err)
+            with open(sys.argv[1], "w") as f:
+                json.dump(seen, f)
+
+            torch.manual_seed(0)
+            ds = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+            loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=2)
+            model = torch.nn.Linear(8, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+            for epoch in range(1000):
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+    """, project)
     before = snapshot(project)
 
+    # The temporary folder lies deep under pytest's: the run's own temp folder below it would make the
+    # DataLoader workers' socket paths too long to bind, so the child keeps the caller's TMPDIR.
     result = run_once(RunSpec(script, [str(seen_path)], project), quick_config())
 
     assert result.status == "ok", result.message
+    assert result.steps.warmup == 3 and result.timing.steps_timed == 10
+    assert result.timing.window_complete
+    assert result.device.type == "cpu" and result.env.torch.startswith("2.")
+    data = result.data
+    assert data.batch_size == 8 and data.batch_size_source == "dataloader"
+    assert data.samples_per_step == 8
+    assert data.samples_per_s == pytest.approx(8 * result.timing.steps_per_s)
+    assert 0.0 < data.data_wait_fraction < 1.0
+    assert result.memory.children == 2  # the two workers were alive in the window
+    assert len(result.loss.values) == 13 and result.loss.nonfinite == 0
+    assert result.runner.leftover_processes_at_exit == []
+    assert_nothing_left(result)
+    # the scratch mirror
     seen = json.loads(seen_path.read_text())
     refusal = seen.pop("refused")
     assert "speedfix bench keeps your files unchanged" in refusal and "--real-cwd" in refusal
@@ -752,27 +761,6 @@ def test_hand_written_updates_are_clocked_by_backward_calls_and_reentrant_checkp
     assert result.clock == "backward"
     assert result.timing.steps_timed == 10
     assert result.loss.backward_calls == 3 + 10  # each outer backward() call is one step of the clock
-
-
-def test_a_backward_before_the_optimizer_exists_does_not_take_the_clock(write_script, quick_config, tmp_path):
-    script = write_script("sanity.py", """
-        import torch
-        model = torch.nn.Linear(4, 1)
-        model(torch.randn(2, 4)).sum().backward()  # a sanity check before training
-        model.zero_grad()
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        x = torch.randn(8, 4)
-        while True:
-            for micro in range(2):  # gradient accumulation: 2 backward() per step
-                model(x).pow(2).mean().backward()
-            opt.step()
-            opt.zero_grad()
-    """)
-    result = run_once(RunSpec(script, [], tmp_path), quick_config())
-    assert result.status == "ok", result.message
-    assert result.clock == "optimizer.step"
-    assert result.timing.steps_timed == 10
-    assert result.data.samples_per_step == 16  # 2 micro-batches of 8
 
 
 def test_mirror_copies_a_large_checkpoint_so_saving_over_it_spares_the_users_file(tmp_path, monkeypatch):

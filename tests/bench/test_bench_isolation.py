@@ -59,8 +59,8 @@ def large_linked_file():
 def save_over_the_large_linked_file():  # torch.save writes from C++: no audit event of its own
     torch.save({"w": torch.ones(2)}, here / "data.bin")
 
-def absolute_path_into_the_folder():
-    open(os.path.join(sys.argv[2], "out.txt"), "w").write("x")
+def absolute_path_into(folder):
+    return lambda: open(os.path.join(folder, "out.txt"), "w").write("x")
 
 def remove_the_script():
     os.remove(__file__)
@@ -70,7 +70,8 @@ attempt("runs", runs_folder)
 attempt("hidden", hidden_folders)
 attempt("large", large_linked_file)
 attempt("save_linked", save_over_the_large_linked_file)
-attempt("absolute", absolute_path_into_the_folder)
+for i, folder in enumerate(sys.argv[2:]):  # the script's folder, the working directory
+    attempt(f"absolute{i}", absolute_path_into(folder))
 attempt("remove", remove_the_script)
 with open(sys.argv[1], "w") as f:  # outside the user's folder
     json.dump(seen, f)
@@ -98,29 +99,9 @@ def user_project(tmp_path, monkeypatch):
     return project
 
 
-def test_the_cases_of_the_issue_leave_the_users_folder_byte_identical(tmp_path, monkeypatch, quick_config):
-    project = user_project(tmp_path, monkeypatch)
-    before = snapshot(project)
-    seen_path = tmp_path / "seen.json"
-
-    result = run_once(RunSpec(project / "train.py", [str(seen_path), str(project)], project), quick_config())
-
-    assert result.status == "ok", result.message
-    assert snapshot(project) == before
-    seen = json.loads(seen_path.read_text())
-    assert seen["file"] != str(project / "train.py") and seen["file"].endswith(str(project / "train.py"))
-    # what lands in the scratch copies simply works there
-    assert seen["save"] == seen["runs"] == seen["hidden"] == seen["remove"] == "done"
-    # what would reach a real file is refused, and the run's report names it
-    assert seen["large"].startswith("PermissionError: [Errno 13] speedfix bench keeps your files unchanged")
-    assert seen["save_linked"].startswith("PermissionError")
-    assert seen["absolute"].startswith("PermissionError")
-    assert {(r.event, r.path) for r in result.guard.refused} == {("open", str(project / "data.bin")),
-                                                                  ("open", str(project / "out.txt"))}
-    assert result.script == str(project / "train.py")  # reported as the user's script
-
-
-def test_a_script_folder_apart_from_the_working_directory_is_mirrored_too(tmp_path, monkeypatch, quick_config):
+def test_the_cases_of_the_issue_leave_the_users_folder_and_a_working_directory_apart_from_it_byte_identical(
+        tmp_path, monkeypatch, quick_config):
+    # The script's folder and the working directory are two folders here: both are mirrored.
     project = user_project(tmp_path, monkeypatch)
     cwd = tmp_path / "work"
     cwd.mkdir()
@@ -128,13 +109,24 @@ def test_a_script_folder_apart_from_the_working_directory_is_mirrored_too(tmp_pa
     before_project, before_cwd = snapshot(project), snapshot(cwd)
     seen_path = tmp_path / "seen.json"
 
-    result = run_once(RunSpec(project / "train.py", [str(seen_path), str(cwd)], cwd), quick_config())
+    result = run_once(RunSpec(project / "train.py", [str(seen_path), str(project), str(cwd)], cwd), quick_config())
 
     assert result.status == "ok", result.message
-    seen = json.loads(seen_path.read_text())
-    assert seen["cwd"] == result.runner.scratch_cwd and seen["cwd"].endswith(str(cwd))
-    assert seen["absolute"].startswith("PermissionError")  # the working directory is protected as well
     assert snapshot(project) == before_project and snapshot(cwd) == before_cwd
+    seen = json.loads(seen_path.read_text())
+    assert seen["file"] != str(project / "train.py") and seen["file"].endswith(str(project / "train.py"))
+    assert seen["cwd"] == result.runner.scratch_cwd and seen["cwd"].endswith(str(cwd))
+    # what lands in the scratch copies simply works there
+    assert seen["save"] == seen["runs"] == seen["hidden"] == seen["remove"] == "done"
+    # what would reach a real file is refused, and the run's report names it
+    assert seen["large"].startswith("PermissionError: [Errno 13] speedfix bench keeps your files unchanged")
+    assert seen["save_linked"].startswith("PermissionError")
+    assert seen["absolute0"].startswith("PermissionError")
+    assert seen["absolute1"].startswith("PermissionError")  # the working directory is protected as well
+    assert {(r.event, r.path) for r in result.guard.refused} == {("open", str(project / "data.bin")),
+                                                                  ("open", str(project / "out.txt")),
+                                                                  ("open", str(cwd / "out.txt"))}
+    assert result.script == str(project / "train.py")  # reported as the user's script
 
 
 def test_real_cwd_runs_in_the_real_folders(tmp_path, monkeypatch, quick_config):

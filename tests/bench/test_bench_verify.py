@@ -43,14 +43,15 @@ REWRITES = {
 
 def test_real_runs_with_too_few_pairs_reject_only_the_broken_fix_and_write_nothing(tmp_path, fake_fixer,
                                                                                    quick_settings):
-    # Each fix alone (--per-fix), two pairs (the budget ran out, in effect): the loss check still rejects the broken fix, but
+    # Each fix alone (--per-fix), one pair (the budget ran out, in effect): the loss check still rejects the broken fix, but
     # neither the faster nor the slower one gets a decision on speed, and nothing is written.
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     fixer = fake_fixer(REWRITES)
     console = Console(record=True, width=200)
     code = verify_script(script, ["--some-arg"], unsafe=True, console=console, fixer=fixer,
-                         compare_settings=quick_settings(discard=False), cwd=tmp_path, per_fix=True)
+                         compare_settings=quick_settings(discard=False, max_pairs=1, min_pairs=1), cwd=tmp_path,
+                         per_fix=True)
     assert code == 1  # not everything was kept
 
     assert script.read_text() == SCRIPT and fixer.written == []
@@ -59,8 +60,8 @@ def test_real_runs_with_too_few_pairs_reject_only_the_broken_fix_and_write_nothi
     fixes = {f["label"]: f for f in report["fixes"]}
     assert fixes["SF304"]["decision"] == "not measured enough" and not fixes["SF304"]["kept"]
     assert fixes["SF304"]["numerics"]["level"] == "identical"
-    assert fixes["SF304"]["speedup"]["pairs"] == 2
-    assert fixes["SF304"]["reason"].startswith(f"not measured enough: 2 pairs of the {stats.MIN_VERDICT_PAIRS}")
+    assert fixes["SF304"]["speedup"]["pairs"] == 1
+    assert fixes["SF304"]["reason"].startswith(f"not measured enough: 1 pair of the {stats.MIN_VERDICT_PAIRS}")
     assert fixes["SF201"]["decision"] == "rejected"
     assert fixes["SF201"]["numerics"]["level"] == "new non-finite"
     assert "loss check failed" in fixes["SF201"]["reason"]
