@@ -244,6 +244,10 @@ def test_launch_commands_that_disagree_on_bf16_get_a_note_on_the_first_fp32_run(
     assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout
     write("scripts/finetune.sh", "python qlora.py --model_name_or_path EleutherAI/pythia-12b --bf16 True\n")
     assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout  # they agree: bf16 everywhere
+    # a README's folder tree names the script on a line of its own: no command (MedicalGPT)
+    write("README.md", "```\nqlora/\n├── qlora.py            # Stage 2: fine-tuning\n│   └── scripts/\n"
+          "| qlora.py | the trainer |\n```\n")
+    assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout
 
 
 def test_default_optim_is_unfused_under_a_transformers_pinned_before_the_fused_default(write, run_cli, tmp_path):

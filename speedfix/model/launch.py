@@ -50,6 +50,7 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ">", ">>", "&>", "<", "2>", "(", ")"})
 UNKNOWN_VALUE = object()  # an option's value that cannot be known (a shell variable)
 _PLACEHOLDER = re.compile(r"<([^<>\s]+)>")
+_COMMAND_WORD = re.compile(r"[\w./$~{}=:,+@%-]+$")  # what a command line starts with (not `│`, `├──`, `|`)
 
 
 class State(Enum):
@@ -410,6 +411,8 @@ def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, 
         if not any(name in logical for name in names):
             continue
         words = kept_for_scan(("words", logical), lambda: _words(logical))
+        if words and not _COMMAND_WORD.match(words[0]):
+            continue  # a README's folder tree (`│   ├── train.py   # Stage 2`), a table: no command
         for index, word in enumerate(words):
             module = words[index - 1] == "-m" if index else False
             runner = next((runner for runner in runners if _names_script(project, path, word, module, runner)), None)
