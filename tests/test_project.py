@@ -353,6 +353,23 @@ def test_arguments_other_files_pass_are_known_only_when_every_call_agrees(tmp_pa
     assert _linked(tmp_path, files)[tmp_path / "data.py"].arguments == expected
 
 
+@pytest.mark.parametrize("second, expected", [
+    ("if __name__ == '__main__':\n    WORKERS = 8\n    make(b, WORKERS)\n", "8"),  # YOLOv7's `fp16 = False`
+    ("WORKERS = 8\nmake(b, WORKERS)\n", "8"),
+    ("WORKERS = 8\nif b:\n    WORKERS = 4\nmake(b, WORKERS)\n", ""),  # bound under an `if` too
+    ("WORKERS = 8\nWORKERS = 4\nmake(b, WORKERS)\n", ""),  # bound twice
+    ("WORKERS = 8\ndef g(WORKERS):\n    return make(b, WORKERS)\n", ""),  # a function's own name
+])
+def test_a_module_constant_another_file_passes_is_its_value(tmp_path, second, expected):
+    files = {
+        tmp_path / "data.py": "def make(a, workers=2):\n    return DataLoader(a, num_workers=workers)\n",
+        tmp_path / "one.py": "from data import make\n\ndef f(b):\n    return make(b, 8)\n",
+        tmp_path / "two.py": "from data import make\n\n" + second,
+    }
+    assert dict(((name, param), value) for name, param, value in _linked(tmp_path, files)[tmp_path / "data.py"]
+                .arguments)[("make", "workers")] == expected
+
+
 def test_a_network_built_of_another_files_sparse_layers_multiplies_sparse_matrices(tmp_path):
     files = {
         tmp_path / "layers.py": "import torch\nfrom torch import nn\n\nclass GraphConv(nn.Module):\n"
@@ -2359,3 +2376,20 @@ def test_a_network_whose_convolutions_come_from_a_layer_helper_of_another_file_i
         """)
     result = run_cli("scan", ".", "--select", "SF601", "--no-summary", cwd=tmp_path)
     assert findings(result.stdout) == {("train.py", 4, "SF601")}
+
+
+def test_an_autocast_behind_a_flag_the_entry_passes_as_false_leaves_the_run_in_fp32(run_cli, tmp_path, write):
+    # YOLOv7's train.py: `fp16 = False` in its `__main__` block, handed to `fit_one_epoch(..., fp16)`
+    write("utils_fit.py", "from torch.cuda.amp import autocast\n\n\ndef fit_one_epoch(model, opt, loader, fp16):\n"
+          "    for x in loader:\n        opt.zero_grad()\n        if not fp16:\n            loss = model(x.cuda()).mean()\n"
+          "            loss.backward()\n        else:\n            with autocast():\n"
+          "                loss = model(x.cuda()).mean()\n            loss.backward()\n        opt.step()\n")
+    write("train.py", "import torch\nfrom utils_fit import fit_one_epoch\n\nif __name__ == '__main__':\n"
+          "    fp16 = False\n    model = torch.nn.Linear(8, 8).cuda()\n"
+          "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    for epoch in range(10):\n"
+          "        fit_one_epoch(model, opt, loader, fp16)\n")
+    scan = ["scan", ".", "--select", "SF202", "--no-summary", "--no-cache"]
+    assert "utils_fit.py:11:18: SF202 autocast runs only when `not (not fp16)`, which is off by default" \
+        in run_cli(*scan, cwd=tmp_path).stdout
+    write("train.py", (tmp_path / "train.py").read_text().replace("fp16 = False", "fp16 = True"))
+    assert "SF202" not in run_cli(*scan, cwd=tmp_path).stdout

@@ -368,6 +368,9 @@ class _Collector(ast.NodeVisitor):
         self.arguments: list[tuple[str, str, str]] = []  # (callee as written, slot, value): ModuleFacts.arguments_given
         self.handed: list[tuple[str, str, str]] = []  # (callee as written, slot, a name given): ModuleFacts.handed_functions
         self.defaults: dict[str, str] = {}  # argparse destination -> repr of its constant default
+        # module-level names bound once, outside any `if`, to a constant (`fp16 = False` in the
+        # `__main__` block): name -> its repr, "" when bound otherwise too
+        self.module_constants: dict[str, str] = {}
         self.options: dict[str, str] = {}  # see ModuleFacts.options
         self.parsed_names: set[str] = set()  # see ModuleFacts.parsed_names
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
@@ -582,6 +585,9 @@ class _Collector(ast.NodeVisitor):
             name = dotted(target)
             if name is None:
                 continue
+            if function is None and not self.class_stack and isinstance(target, ast.Name):
+                shown = self._constant(value) if isinstance(value, ast.Constant) and not self.conditions else ""
+                self.module_constants[name] = shown if self.module_constants.get(name, shown) == shown else ""
             if function is None and not self.class_stack and "." not in name and self._mentions_cuda(value):
                 self.cuda_names.add(name)
             if made and made_by is not None and "." not in name:
@@ -659,7 +665,9 @@ class _Collector(ast.NodeVisitor):
         slots = [str(index) for index in range(len(node.args))] + [str(keyword.arg) for keyword in node.keywords]
         self.handed.extend((func, slot, value.id) for slot, value in zip(slots, values) if isinstance(value, ast.Name))
         self.arguments.append((func, "#", ",".join(slots)))
-        self.arguments.extend((func, slot, self._constant(value)) for slot, value in zip(slots, values))
+        at_top = not self.function_stack and not self.class_stack  # a name here is the module's own
+        self.arguments.extend((func, slot, f"={value.id}" if at_top and isinstance(value, ast.Name)
+                               else self._constant(value)) for slot, value in zip(slots, values))
 
     def _cudnn_choice(self) -> None:
         if not self.conditions:
@@ -1001,10 +1009,11 @@ class _Collector(ast.NodeVisitor):
         )
 
     def _resolved(self, given: list[tuple[str, str, str]]) -> tuple[tuple[str, str, str], ...]:
-        """(callee, key, value) with the callee's qualified name (project modules only) and an
-        option's argparse default for its `@name`."""
+        """(callee, key, value) with the callee's qualified name (project modules only), an
+        option's argparse default for its `@name` and a module constant's value for its `=name`."""
+        known = {"@": self.defaults, "=": self.module_constants}
         return tuple(sorted({
-            (target, key, self.defaults.get(value[1:], "") if value.startswith("@") else value)
+            (target, key, known[value[0]].get(value[1:], "") if value[:1] in known else value)
             for func, key, value in given if (target := self.resolve(func)) and target.split(".", 1)[0] not in _EXTERNAL
         }))
 
