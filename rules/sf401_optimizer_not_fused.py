@@ -7,7 +7,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, reference, remove_arg
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.config_files import optimizers_unused
-from speedfix.model.flow import enclosing_statements, off_by_default
+from speedfix.model.flow import enclosing_statements, off_by_default, unchosen_entry
 from speedfix.model.frameworks import configured_trainers_off_gpu
 from speedfix.model.frames import function_of
 from speedfix.model.context import FileContext
@@ -161,6 +161,18 @@ class OptimizerNotFused(Rule):
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             """
         ),
+        Valid(  # every entry is built, but the default key picks SGD: the Adam is never stepped
+            """
+            import torch.optim as optim
+
+            optimizer_type = "sgd"
+            model = Net().cuda()
+            optimizer = {
+                "adam": optim.Adam(model.parameters(), 1e-3, betas=(0.9, 0.999)),
+                "sgd": optim.SGD(model.parameters(), 1e-2, momentum=0.9, nesterov=True),
+            }[optimizer_type]
+            """
+        ),
         Valid(  # unknown **kwargs may already choose
             """
             import torch
@@ -290,8 +302,9 @@ class OptimizerNotFused(Rule):
         return None
 
     def finish(self) -> None:
-        skipped = {id(site.node) for site in self.ctx.calls_to(*_FUSABLE)  # made in a branch the default run skips
-                   if off_by_default(self.ctx, site.statement, site.stack) is not None}
+        skipped = {id(site.node) for site in self.ctx.calls_to(*_FUSABLE)  # made in a branch the default run skips,
+                   if off_by_default(self.ctx, site.statement, site.stack) is not None  # or an entry it never picks
+                   or unchosen_entry(self.ctx, site.node, site.statement, site.stack) is not None}
         sites = [site for site in self.ctx.calls_to(*_FUSABLE)
                  if not self._implementation_chosen(site) and optimizers_unused(self.ctx, site.stack) is None
                  and configured_trainers_off_gpu(self.ctx, site.stack) is None and not frozen_before(self.ctx, site)]

@@ -195,6 +195,26 @@ def default_choice(ctx: FileContext, places: Iterable[tuple[cst.BaseStatement | 
     return False, gates[0] if gates else None
 
 
+def unchosen_entry(ctx: FileContext, node: cst.BaseExpression, statement: cst.BaseStatement | None,
+                   stack: Stack) -> str | None:
+    """The key the defaults pick when ``node`` is another entry's value of a dict literal indexed
+    at once (`{"adam": Adam(...), "sgd": SGD(...)}[optimizer_type]` with `optimizer_type = "sgd"`):
+    Python builds every entry, but the unchosen ones are never used. None otherwise."""
+    if statement is None:
+        return None
+    for subscript in walk_expression(statement):
+        if not (isinstance(subscript, cst.Subscript) and isinstance(subscript.value, cst.Dict)
+                and len(subscript.slice) == 1 and isinstance(subscript.slice[0].slice, cst.Index)):
+            continue
+        entry = next((e for e in subscript.value.elements if isinstance(e, cst.DictElement) and e.value is node), None)
+        if entry is None:
+            continue
+        key = _default_value(ctx, entry.key, stack, 0)
+        chosen = _default_value(ctx, subscript.slice[0].slice.value, stack, 0)
+        return chosen if isinstance(key, str) and isinstance(chosen, str) and chosen != key else None
+    return None
+
+
 def enclosing_statements(ctx: FileContext, statement: cst.BaseStatement) -> list[cst.BaseStatement]:
     """``statement`` and the compound statements around it, innermost first."""
     found = [statement]
