@@ -432,6 +432,7 @@ class ModelNotCompiled(Rule):
             """,
         ),
         Invalid(  # the optimizer comes from a `set_optimizer(opt, model)` helper: the model is still trained
+            # (`set_optimizer_lr(optimizer, lr_fn, epoch)` sets its learning rate: no model there)
             """
             import torch
             import torch.nn as nn
@@ -442,6 +443,8 @@ class ModelNotCompiled(Rule):
             def main(opt, loader):
                 model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
                 optimizer = set_optimizer(opt, model)
+                lr_fn = make_lr_fn(opt)
+                set_optimizer_lr(optimizer, lr_fn, 0)
                 for x, y in loader:
                     loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
                     optimizer.zero_grad()
@@ -459,6 +462,8 @@ class ModelNotCompiled(Rule):
                 model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10)).cuda()
                 model.compile()
                 optimizer = set_optimizer(opt, model)
+                lr_fn = make_lr_fn(opt)
+                set_optimizer_lr(optimizer, lr_fn, 0)
                 for x, y in loader:
                     loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
                     optimizer.zero_grad()

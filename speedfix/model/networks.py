@@ -792,16 +792,19 @@ def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
             if receiver and "." not in receiver and receiver not in _OPTIONS_NAMES:
                 found.append((_unaliased(ctx, receiver, site.stack), site))
             continue
-        if "optimizer" in leaf and _factory_verb(leaf) and site.node.args:
+        if "optimizer" in leaf and _factory_verb(leaf) and not leaf.endswith(_SETTERS) and site.node.args:
             # the model is the first name that is not the options (timm: `create_optimizer(args, model)`)
             names = [dotted_name(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
-            name = next((n for n in names if n and n not in _OPTIONS_NAMES), None)
+            # (not the optimizer itself: `set_optimizer_lr(optimizer, lr_scheduler_func, epoch)`)
+            name = next((n for n in names if n and n not in _OPTIONS_NAMES and "optim" not in n.lower()), None)
             if name and "." not in name and not _holds_parameters(ctx, name, site.stack):
                 found.append((_unaliased(ctx, name, site.stack), site))
     return found
 
 
 _FACTORY_VERBS = ("create", "build", "make", "get", "set", "init", "initialize")
+# ... unless it sets a value of an optimizer it is given (`set_optimizer_lr(optimizer, lr_fn, epoch)`)
+_SETTERS = ("_lr", "_lrs", "_learning_rate", "_momentum", "_state")
 
 
 def _factory_verb(leaf: str) -> bool:
