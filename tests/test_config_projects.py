@@ -72,6 +72,25 @@ def test_hydra_trainer_precision_is_reported_on_the_yaml_line_and_follows_the_ca
     assert counted == ["train.py"] and "gpu.yaml" not in again.stdout
 
 
+def test_the_readme_commands_choose_the_experiment_and_set_values_of_the_composed_config(write, run_cli, tmp_path):
+    # audio-diffusion-pytorch-trainer: `exp: null` in the defaults, `python train.py exp=base_test
+    # trainer.gpus=1` in the README, a `# @package _global_` experiment with `gpus: 0`, Lightning 1.7
+    write("train.py", TRAIN.replace("import lightning as L", "import pytorch_lightning as pl"))
+    write("conf/train.yaml", "defaults:\n  - _self_\n  - exp: null\nseed: 1\n")
+    write("conf/exp/base_test.yaml", "# @package _global_\ntrainer:\n  _target_: pytorch_lightning.Trainer\n"
+          "  gpus: 0\n  precision: 32\n  accelerator: null\n")
+    write("requirements.txt", "pytorch-lightning==1.7.7\n")
+    scan = ["scan", ".", "--select", "SF901", "--no-summary", "--no-cache"]
+    assert "SF901" not in run_cli(*scan, cwd=tmp_path).stdout  # no command: no experiment, no Trainer
+    write("README.md", "```\npython train.py exp=base_test\n```\n")
+    assert "SF901" not in run_cli(*scan, cwd=tmp_path).stdout  # the experiment's Trainer: on the CPU
+    write("README.md", "```\npython train.py exp=base_test\npython train.py exp=base_test trainer.gpus=1\n```\n")
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "conf/exp/base_test.yaml:5:3: SF901 The `Trainer` hydra builds trains in fp32 (`precision=32`)" in result
+    write("README.md", "```\npython train.py exp=base_test trainer.gpus=1\npython train.py exp=other\n```\n")
+    assert "SF901" not in run_cli(*scan, cwd=tmp_path).stdout  # the commands disagree on the experiment
+
+
 def test_a_trainer_unpacking_the_composed_section_reads_the_yaml(write, run_cli, tmp_path):
     # `Trainer(**cfg.trainer)`: the keys of the section hydra composes are the Trainer's arguments
     write("train.py", "import hydra\nimport lightning as L\n\n\n@hydra.main(config_path='conf', config_name='train')\n"

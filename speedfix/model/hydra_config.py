@@ -9,14 +9,19 @@ option may have a defaults list of its own (`trainer/gpu.yaml` starting from `- 
 `override` are read as plain entries and `null` loads nothing. Every value keeps the line that
 sets it, so a finding can point at `configs/trainer/default.yaml:9`.
 
-What hydra only knows at run time is not known here: command-line overrides (`trainer=gpu`),
-interpolations (`${paths.output_dir}`, kept as text), the config search path of plugins. The
-other options of a group are offered too (``group_options``): `trainer/gpu.yaml` is how a
-project that trains on the CPU by default runs on a GPU.
+The project's launch commands and README commands that run the script add their overrides:
+a group choice (`python train.py exp=base_test`, where the primary config says `- exp: null`)
+is composed where the defaults list names the group, and a value (`trainer.gpus=1`, `+key=...`)
+is set in the composed tree, pointing at the command's line; where commands disagree on one
+key, none of them counts. What hydra only knows at run time is not known here: interpolations
+(`${paths.output_dir}`, kept as text), the config search path of plugins. The other options of
+a group are offered too (``group_options``): `trainer/gpu.yaml` is how a project that trains on
+the CPU by default runs on a GPU.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
+from speedfix.model import launch
 from speedfix.model.arguments import find_argument, string_value
 from speedfix.model.config_tree import Node, load_mapping
 from speedfix.model.context import FileContext
@@ -141,13 +147,73 @@ def _compose(ctx: FileContext, decorator: cst.Call, info: Any) -> Composed | Non
     composed = Composed(Node({}, Location(path, 1, 1, 1, 1)), folder)
     if not project.is_file(path):
         return None
-    _compose_file(project, composed, path, (), None, 0)
+    groups, values = _command_overrides(ctx, project, folder)
+    _compose_file(project, composed, path, (), None, 0, groups)
+    for keys, node in values.items():
+        _set(composed.tree, keys, node)
     return composed
 
 
+def _command_overrides(ctx: FileContext, project: ProjectFiles, folder: Path
+                       ) -> tuple[dict[str, str], dict[tuple[str, ...], Node]]:
+    """The overrides the project's commands for the script agree on: group choices
+    (`exp=base_test`, the group a folder of ``folder``) and values (`trainer.gpus=1`)."""
+    groups: dict[str, str] = {}
+    values: dict[tuple[str, ...], Node] = {}
+    disputed: set[str] = set()
+    for command in launch.launches(ctx):
+        for word in command.positional:
+            key, equals, text = word.partition("=")
+            key = key.lstrip("+")
+            if not equals or not key or key.startswith("~") or key in disputed or not _KEY.match(key):
+                continue
+            if "." not in key and project.listing(folder / key, (".yaml", ".yml")):
+                if groups.setdefault(key, text) != text:
+                    disputed.add(key)
+                continue
+            where = Location(command.file, command.line, 1, command.line, 1)
+            node = Node(_scalar(text), where, where)
+            keys = tuple(key.split("."))
+            if keys in values and values[keys].value != node.value:
+                disputed.add(key)
+            values.setdefault(keys, node)
+    return ({k: v for k, v in groups.items() if k not in disputed},
+            {k: v for k, v in values.items() if ".".join(k) not in disputed})
+
+
+_KEY = re.compile(r"[A-Za-z_][\w.-]*$")
+
+
+def _scalar(text: str) -> Any:
+    """A command-line value as hydra reads it: numbers, booleans and null, else the text."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "none", "~"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _set(tree: Node, keys: tuple[str, ...], node: Node) -> None:
+    """Put ``node`` at ``keys`` of the composed tree (mappings made on the way)."""
+    target = tree
+    for key in keys[:-1]:
+        child = target.value.get(key)
+        if child is None or not isinstance(child.value, dict):
+            child = target.value[key] = Node({}, node.where)
+        target = child
+    target.value[keys[-1]] = node
+
+
 def _compose_file(project: ProjectFiles, composed: Composed, path: Path, package: tuple[str, ...],
-                  group: str | None, depth: int) -> None:
-    """Merge ``path`` and its defaults list into ``composed`` at ``package``."""
+                  group: str | None, depth: int, chosen: dict[str, str] | None = None) -> None:
+    """Merge ``path`` and its defaults list into ``composed`` at ``package`` (``chosen``: the
+    options the command line picks for the primary config's groups)."""
     if depth > _MAX_DEPTH:
         return
     tree = load_mapping(project, path)
@@ -164,13 +230,15 @@ def _compose_file(project: ProjectFiles, composed: Composed, path: Path, package
         if entry is None or entry.value == "_self_":
             _merge_at(composed, package, body, path)
             continue
-        for target, target_package, target_group in _entry_files(composed.folder, entry.value, package, group):
+        for target, target_package, target_group in _entry_files(composed.folder, entry.value, package, group,
+                                                                 chosen or {}):
             if project.is_file(target):
                 _compose_file(project, composed, target, target_package, target_group, depth + 1)
 
 
-def _entry_files(folder: Path, value: Any, package: tuple[str, ...], group: str | None):  # type: ignore[no-untyped-def]
-    """(file, package, group) of one defaults-list entry."""
+def _entry_files(folder: Path, value: Any, package: tuple[str, ...], group: str | None,  # type: ignore[no-untyped-def]
+                 chosen: dict[str, str]):
+    """(file, package, group) of one defaults-list entry (its option as ``chosen`` says)."""
     if isinstance(value, str):  # `- default` in a group file, `- base` in the primary config
         base = folder / group if group else folder
         yield base / f"{value}.yaml", package, group
@@ -181,6 +249,8 @@ def _entry_files(folder: Path, value: Any, package: tuple[str, ...], group: str 
     key = str(key).replace("override ", "").replace("optional ", "").strip().lstrip("/")
     group_name, _, explicit = key.partition("@")
     options = [child.value for child in option.value] if isinstance(option.value, list) else [option.value]
+    if group_name in chosen:
+        options = [chosen[group_name]]
     for choice in options:
         if not isinstance(choice, str):
             continue  # `null`: nothing to load

@@ -39,6 +39,7 @@ from speedfix.model.hydra_config import Composed, config_of, group_options
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import loaded_node, section_keys
 from speedfix.model.patterns import INSTANTIATE
+from speedfix.model.versions import lightning_before_2
 from speedfix.model.project_files import Location, display_path
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of
@@ -162,12 +163,18 @@ def _from_node(ctx: FileContext, site: CallSite, node: Node, composed: Composed,
             trainer.complete = False
     target = node.get("_target_")
     trainer.add_at = target.at if target is not None else node.where
+    trainer.lightning_1x = _lightning_1x(ctx, trainer)
     for path in files:
         tree = _tree(ctx, path)
         hint = tree.commented_key("precision") if tree is not None else None
         if hint is not None:
             trainer.commented["precision"] = hint
     return trainer
+
+
+def _lightning_1x(ctx: FileContext, trainer: ConfiguredTrainer) -> bool:
+    """Lightning before 2.0: a `gpus` setting (gone from 2.0), or the Lightning the project pins."""
+    return "gpus" in trainer.settings or lightning_before_2(ctx.project)
 
 
 def _tree(ctx: FileContext, path: Path) -> Node | None:
@@ -367,7 +374,7 @@ def _loaded(ctx: FileContext) -> list[ConfiguredTrainer]:
         for key, child in section.value.items():
             trainer.settings[key] = TrainerValue(UNKNOWN if is_interpolation(child.value) else child.plain(), child.at)
         _call_arguments(ctx, trainer, [other for other in site.node.args if other is not arg], site)
-        trainer.lightning_1x = "gpus" in trainer.settings  # `gpus` is gone from Lightning 2.0
+        trainer.lightning_1x = _lightning_1x(ctx, trainer)
         hint = section.commented_key("precision")
         if hint is not None:
             trainer.commented["precision"] = hint
@@ -396,7 +403,7 @@ def _launched_section(ctx: FileContext, site: CallSite) -> list[ConfiguredTraine
         _written_into(ctx, trainer, names, site)
         _launch_options(ctx, trainer)
         _call_arguments(ctx, trainer, [other for other in site.node.args if other is not arg], site)
-        trainer.lightning_1x = "gpus" in trainer.settings  # `gpus` is gone from Lightning 2.0
+        trainer.lightning_1x = _lightning_1x(ctx, trainer)
         return [trainer]
     return []
 
