@@ -575,3 +575,41 @@ def test_a_constructor_default_counts_unless_another_file_passes_the_argument(wr
     assert run_cli(*scan, cwd=tmp_path).stdout == ""
     write("train.py", "from data import FolderData\n\ndm = FolderData(**config['data'])\ntrainer.fit(model, dm)\n")
     assert run_cli(*scan, cwd=tmp_path).stdout == ""  # the YAML's `data` section may set it
+
+
+HF_FILE_OR_COMMAND_LINE = """\
+import os
+import sys
+
+import deepspeed
+from transformers import HfArgumentParser, TrainingArguments
+from transformers.integrations import HfDeepSpeedConfig
+
+parser = HfArgumentParser((TrainingArguments,))
+if sys.argv[-1].endswith(".yaml"):
+    (training_args,) = parser.parse_yaml_file(yaml_file=os.path.abspath(sys.argv[-1]))
+else:
+    (training_args,) = parser.parse_args_into_dataclasses()
+ds_config = training_args.deepspeed
+dschf = HfDeepSpeedConfig(ds_config)
+engine, _, _, _ = deepspeed.initialize(model=model, config=training_args.deepspeed)
+"""
+
+
+def test_the_yaml_file_a_command_hands_the_script_gives_its_arguments(write, run_cli, tmp_path):
+    # LOMO: `deepspeed src/train_lomo.py config/args_lomo.yaml`, read by `parse_yaml_file(sys.argv[-1])`;
+    # its `deepspeed: config/ds_config.json` is relative to where the command runs
+    write("lomo/src/train_lomo.py", HF_FILE_OR_COMMAND_LINE)
+    write("lomo/config/ds_config.json", '{\n  "fp16": {\n    "enabled": true\n  }\n}\n')
+    write("lomo/config/args_lomo.yaml", "output_dir: outputs\ndeepspeed: 'config/ds_config.json'\n#bf16: true\n")
+    scan = ["scan", ".", "--select", "SF905", "--no-summary", "--no-cache"]
+    assert "SF905" not in run_cli(*scan, cwd=tmp_path).stdout  # no command: no file, no config
+    write("lomo/run.sh", "deepspeed --include localhost:0 src/train_lomo.py config/args_lomo.yaml\n")
+    assert 'lomo/config/ds_config.json:2:3: SF905 "fp16" trains with dynamic loss scaling' \
+        in run_cli(*scan, cwd=tmp_path).stdout
+    write("lomo/config/args_lomo.yaml", "output_dir: outputs\ngradient_checkpointing: true\n")
+    assert "lomo/run.sh:1:1: SF902 `gradient_checkpointing=True`" \
+        in run_cli("scan", ".", "--select", "SF902", "--no-summary", "--no-cache", cwd=tmp_path).stdout
+    write("lomo/config/args_lomo.yaml", "output_dir: outputs\ndeepspeed: 'config/ds_config.json'\n#bf16: true\n")
+    write("lomo/run.sh", "deepspeed --include localhost:0 src/train_lomo.py config/args_lomo.yaml --deepspeed x.json\n")
+    assert "SF905" not in run_cli(*scan, cwd=tmp_path).stdout  # the command line names another config

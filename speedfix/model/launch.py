@@ -17,8 +17,10 @@ file, the project's top or the script's folder (`python -m pkg.train` counts too
 the script's path are its options; what comes before, the launcher's (`accelerate launch
 --mixed_precision bf16`). A shell variable the launch file sets once, at its top level, to a
 plain word (`batch=1`, then `--batch_size ${batch}`) is read as that word; other values with shell
-variables (`$DS_CONFIG` from the caller) are unknown. Nothing is run: the files are read as text
-(``ProjectFiles``).
+variables (`$DS_CONFIG` from the caller) are unknown. A script that reads its options from a
+file (`HfArgumentParser.parse_yaml_file(sys.argv[-1])`) takes the top-level values of the YAML or
+JSON file its command names (`deepspeed train.py config/args.yaml`) as that command's options.
+Nothing is run: the files are read as text (``ProjectFiles``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
+from speedfix.model.config_tree import load_mapping
 from speedfix.model.context import FileContext
 from speedfix.model.project_files import Location, ProjectFiles, kept_for_scan
 from speedfix.syntax.names import dotted_name
@@ -230,7 +233,33 @@ def _find(ctx: FileContext) -> list[Launch]:
     if docstring is not None:
         first, lines = docstring
         found.extend(_commands(project, project.script, _logical_lines(first, lines), runners))
+    if any((site.func or "").endswith(_ARGUMENT_FILE_READERS) for site in ctx.calls):
+        found = [_with_argument_file(project, command) for command in found]
     return found
+
+
+# `HfArgumentParser.parse_yaml_file(sys.argv[-1])`: the script's options come from the file a command names
+_ARGUMENT_FILE_READERS = (".parse_yaml_file", ".parse_json_file")
+
+
+def _with_argument_file(project: ProjectFiles, command: Launch) -> Launch:
+    """The command with the top-level values of the YAML or JSON file it hands the script
+    (`deepspeed src/train_lomo.py config/args_lomo.yaml`) as its options (options written on the
+    command line win). They are located at the command: a relative path among them (`deepspeed:
+    config/ds.json`) is relative to where the command runs, not to the file."""
+    for word in reversed(command.positional):
+        path = _nearest(project, command.file, word) if word.endswith((".yaml", ".yml", ".json")) else None
+        tree = load_mapping(project, path) if path is not None else None
+        if tree is None:
+            continue
+        options, where = dict(command.options), dict(command.where)
+        at = Location(command.file, command.line, 1, command.line, 1)
+        for key, node in tree.value.items():
+            if isinstance(key, str) and not isinstance(node.value, (dict, list)) and key not in options:
+                options[key] = node.value if isinstance(node.value, str) else str(node.value)
+                where[key] = at
+        return replace(command, options=options, where=where)
+    return command
 
 
 def launch_files(project: ProjectFiles) -> list[Path]:
