@@ -17,7 +17,7 @@ from speedfix.model.index import CallSite, WithInfo
 from speedfix.model.networks import project_builds_rnn
 from speedfix.model.rl import trains_between_env_steps
 from speedfix.model.scale import trains_narrow_mlps_only
-from speedfix.model.versions import v
+from speedfix.model.versions import TorchVersion, v
 from speedfix.project.steps import CUDNN_RNN_LAYERS
 from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.blocks import statement_owner
@@ -26,6 +26,7 @@ from speedfix.syntax.nodes import code_of, walk_expression
 from speedfix.rules._examples import DQN_BETWEEN_ENV_STEPS, NARROW_MLP
 
 # Autocast raises on these ("unsafe to autocast"): the model has to move to the logits version first.
+_LEGACY_AUTOCAST_FROM = v("1.6")  # torch.cuda.amp.autocast
 _BANNED_UNDER_AUTOCAST = ("torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss", "torch.nn.functional.binary_cross_entropy")
 # Autocast runs cuDNN RNNs in fp16 whatever dtype is asked for (its `_cudnn_rnn` wrapper
 # reflattens the weights into an fp16 buffer; cuDNN had no bf16 RNNs before 9.13): without a
@@ -123,6 +124,7 @@ class NoMixedPrecision(Rule):
     fix_title = 'Run the forward pass and loss under `torch.autocast("cuda", dtype=torch.bfloat16)`'
     gpu_only = True
     min_torch = v("1.10")
+    _gated_legacy = False  # the finding is a gated `torch.cuda.amp.autocast` (see as_upgrade_advice)
     upgrade_for = "`torch.autocast`"  # the biggest gain there is for an fp32 loop: worth an upgrade from an older torch
     effect = "bf16 matmuls and convolutions on tensor cores: up to 3x per the PyTorch tuning guide."
 
@@ -740,8 +742,10 @@ class NoMixedPrecision(Rule):
         if not trains or trains_narrow_mlps_only(ctx) or trains_between_env_steps(ctx):
             return  # (an MLP at most 256 wide: its matmuls are too small for tensor cores to matter)
         gated = gated_autocasts(ctx)
-        if gated:
-            self._report_gated(gated[0])
+        if gated:  # the one the training steps run in, not an evaluation's
+            stepping = {id(ctx.function_of(site.stack)) for site in trains}
+            self._report_gated(next((cast for cast in gated if isinstance(cast, Autocast)
+                                     and id(ctx.function_of(cast.site.stack)) in stepping), gated[0]))
             return
         if mixed_precision_by_default(ctx):
             self._check_loss_only_autocasts()
@@ -777,8 +781,15 @@ class NoMixedPrecision(Rule):
         return ctx.nearest_loop(site.stack) or function or ctx.module
 
     # ------------------------------------------------------------------ autocast off by default
+    def as_upgrade_advice(self, version: TorchVersion) -> None:
+        """The script's own `torch.cuda.amp.autocast` behind its option runs on torch 1.6 and
+        newer: turning the option on needs no upgrade."""
+        if not (self._gated_legacy and version >= _LEGACY_AUTOCAST_FROM):
+            super().as_upgrade_advice(version)
+
     def _report_gated(self, cast: Autocast | Passing) -> None:
         """Autocast is there but its defaults turn it off: the default run is fp32."""
+        self._gated_legacy = isinstance(cast, Autocast) and cast.legacy
         node = cast.node if isinstance(cast, Passing) else cast.site.node
         if cast.gate is not None:
             why = f"runs only when `{cast.gate}`, which is off by default"

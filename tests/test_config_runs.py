@@ -613,3 +613,47 @@ def test_the_yaml_file_a_command_hands_the_script_gives_its_arguments(write, run
     write("lomo/config/args_lomo.yaml", "output_dir: outputs\ndeepspeed: 'config/ds_config.json'\n#bf16: true\n")
     write("lomo/run.sh", "deepspeed --include localhost:0 src/train_lomo.py config/args_lomo.yaml --deepspeed x.json\n")
     assert "SF905" not in run_cli(*scan, cwd=tmp_path).stdout  # the command line names another config
+
+
+LTSF = """\
+import argparse
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--use_amp", action="store_true")
+args = parser.parse_args()
+
+
+def vali(model, loader):
+    model.eval()
+    with torch.no_grad():
+        for x in loader:
+            if args.use_amp:
+                with torch.cuda.amp.autocast():
+                    out = model(x.cuda())
+            else:
+                out = model(x.cuda())
+
+
+def train(model, loader, opt):
+    scaler = torch.cuda.amp.GradScaler() if args.use_amp else None
+    for x in loader:
+        if args.use_amp:
+            with torch.cuda.amp.autocast():
+                loss = model(x.cuda()).mean()
+            scaler.scale(loss).backward()
+        else:
+            loss = model(x.cuda()).mean()
+            loss.backward()
+        opt.step()
+"""
+
+
+def test_a_gated_autocast_is_reported_at_the_training_step_and_needs_no_upgrade_where_it_runs(write, run_cli, tmp_path):
+    # LTSF-Linear: `--use_amp` off by default, `torch.cuda.amp.autocast` (torch 1.6+) under torch 1.9
+    write("train.py", LTSF)
+    scan = ["scan", "train.py", "--select", "SF202", "--no-summary", "--no-cache"]
+    result = run_cli(*scan, "--torch-version", "1.9", cwd=tmp_path).stdout
+    assert "train.py:24:18: SF202 autocast runs only when `args.use_amp`, which is off by default" in result
+    assert "upgrade" not in result
+    assert "upgrade torch to use it" in run_cli(*scan, "--torch-version", "1.4", cwd=tmp_path).stdout
