@@ -121,3 +121,19 @@ def counted(monkeypatch):
     monkeypatch.setattr(analysis_module, "analyze", counting)  # the scan imports it when it analyses
     monkeypatch.delenv("SPEEDFIX_NO_CACHE", raising=False)
     return calls
+
+
+@pytest.fixture(scope="session")
+def _empty_folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("no-project")
+
+
+@pytest.fixture(scope="module")
+def outside_the_checkout(_empty_folder):
+    """Run a module's tests in an empty folder. Code analysed from a string under a relative name
+    (`fix_code(code, path="t.py")`) has the current folder as its project: from the checkout, every
+    call would read this repository's own files (launch scripts, configs) as that code's project,
+    which the tests do not mean and which costs more than the analysis of the code itself."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(_empty_folder)
+        yield _empty_folder
