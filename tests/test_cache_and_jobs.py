@@ -44,7 +44,15 @@ def analyses(monkeypatch):
     return calls
 
 
-def test_parallel_results_equal_serial_results(run_cli, tree):
+def test_parallel_results_equal_serial_results(run_cli, tmp_path, write, train_script):
+    from speedfix.commands.workers import PARALLEL_FROM
+
+    # `tree`'s kinds of files, as few as take the worker pool (the JSON's fix previews cost the most)
+    for index in range(PARALLEL_FROM - 2):
+        write(f"pkg/train_{index:02d}.py", train_script.replace("batch_size=32", f"batch_size={32 + index}"))
+    write("pkg/broken.py", "import torch\ndef f(:\n")
+    (tmp_path / "pkg" / "blob.py").write_bytes(b"\x00torch")
+    tree = tmp_path
     serial = run_cli("scan", ".", "--jobs", "1", "--format", "json", cwd=tree)
     parallel = run_cli("scan", ".", "--jobs", "2", "--format", "json", cwd=tree)
     assert serial.exit_code == parallel.exit_code == 2  # the binary file
