@@ -244,7 +244,7 @@ def test_cached_results_follow_the_current_folder(cached_cli, tree):
     assert "\ntrain_00.py:" in inside.stdout and "pkg/" not in inside.stdout
 
 
-def test_progress_bar_only_on_a_terminal(monkeypatch, tmp_path, write, train_script):
+def test_progress_bar_only_on_a_terminal(monkeypatch, tmp_path, write, good_script):
     import io
 
     from rich.console import Console
@@ -252,7 +252,7 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, tmp_path, write, train_scr
     import speedfix.cli as cli
 
     for index in range(60):
-        write(f"many/t{index}.py", train_script)
+        write(f"many/t{index}.py", good_script)
     piped = io.StringIO()
     monkeypatch.setattr(cli, "_stderr", lambda: Console(file=piped, force_terminal=False))
     with cli.scan_progress() as progress:
