@@ -44,7 +44,15 @@ def analyses(monkeypatch):
     return calls
 
 
-def test_parallel_results_equal_serial_results(run_cli, tree):
+def test_parallel_results_equal_serial_results(run_cli, tmp_path, write, train_script):
+    from speedfix.commands.workers import PARALLEL_FROM
+
+    # `tree`'s kinds of files, as few as take the worker pool (the JSON's fix previews cost the most)
+    for index in range(PARALLEL_FROM - 2):
+        write(f"pkg/train_{index:02d}.py", train_script.replace("batch_size=32", f"batch_size={32 + index}"))
+    write("pkg/broken.py", "import torch\ndef f(:\n")
+    (tmp_path / "pkg" / "blob.py").write_bytes(b"\x00torch")
+    tree = tmp_path
     serial = run_cli("scan", ".", "--jobs", "1", "--format", "json", cwd=tree)
     parallel = run_cli("scan", ".", "--jobs", "2", "--format", "json", cwd=tree)
     assert serial.exit_code == parallel.exit_code == 2  # the binary file
@@ -236,7 +244,7 @@ def test_cached_results_follow_the_current_folder(cached_cli, tree):
     assert "\ntrain_00.py:" in inside.stdout and "pkg/" not in inside.stdout
 
 
-def test_progress_bar_only_on_a_terminal(monkeypatch, tmp_path, write, train_script):
+def test_progress_bar_only_on_a_terminal(monkeypatch, tmp_path, write, good_script):
     import io
 
     from rich.console import Console
@@ -244,7 +252,7 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, tmp_path, write, train_scr
     import speedfix.cli as cli
 
     for index in range(60):
-        write(f"many/t{index}.py", train_script)
+        write(f"many/t{index}.py", good_script)
     piped = io.StringIO()
     monkeypatch.setattr(cli, "_stderr", lambda: Console(file=piped, force_terminal=False))
     with cli.scan_progress() as progress:

@@ -20,7 +20,6 @@ import re
 import tokenize
 from collections import Counter
 
-import hypothesmith
 import libcst as cst
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -123,8 +122,16 @@ def check(code: str, decoys: tuple[str, ...] = ()) -> None:
         position = lines.index(decoy, position) + 1
 
 
+def python_modules() -> st.SearchStrategy[str]:
+    """hypothesmith's modules; its grammar (seconds to build) is built when the test first draws
+    one, not when the module is collected, by every xdist worker, for every run."""
+    import hypothesmith
+
+    return hypothesmith.from_grammar()
+
+
 @profile(max(EXAMPLES // 2, 10))
-@given(hypothesmith.from_grammar())
+@given(st.deferred(python_modules))
 @example("A\n\\\r\n")  # valid Python that libcst's tokenizer rejects; no torch, so never parsed
 def test_arbitrary_modules(code):
     check(code)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import hypothesmith
 import libcst as cst
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from speedfix.syntax.parsing import parse_module, statement_first_lines
 
@@ -83,8 +83,16 @@ def test_a_measurement_taken_with_the_project_facts_saves_pythons_parse_of_the_s
     assert parsed(b"def f(:\n")[1] is None
 
 
+def python_modules() -> st.SearchStrategy[str]:
+    """hypothesmith's modules; its grammar (seconds to build) is built when the test first draws
+    one, not when the module is collected, by every xdist worker, for every run."""
+    import hypothesmith
+
+    return hypothesmith.from_grammar()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(hypothesmith.from_grammar())
+@given(st.deferred(python_modules))
 def test_chunked_parse_equals_one_parse_on_generated_modules(code):
     try:
         whole = cst.parse_module(code)

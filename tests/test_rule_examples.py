@@ -8,6 +8,9 @@ from speedfix.engine.registry import all_rules
 from speedfix.engine.rule import DOC_SECTIONS, Invalid, Rule, Valid
 from speedfix.testing import check_example
 
+# The examples are analysed as `example.py` in the current folder: an empty one, not the checkout.
+pytestmark = pytest.mark.usefixtures("outside_the_checkout")
+
 EXAMPLES = [
     pytest.param(rule, example, id=f"{rule.code}-{'valid' if isinstance(example, Valid) else 'invalid'}-{index}")
     for rule in all_rules()
