@@ -171,8 +171,7 @@ def _command_overrides(ctx: FileContext, project: ProjectFiles, folder: Path
                 if groups.setdefault(key, text) != text:
                     disputed.add(key)
                 continue
-            where = Location(command.file, command.line, 1, command.line, 1)
-            node = Node(_scalar(text), where, where)
+            node = Node(_scalar(text), command.at, command.at)
             keys = tuple(key.split("."))
             if keys in values and values[keys].value != node.value:
                 disputed.add(key)
@@ -189,7 +188,7 @@ def _scalar(text: str) -> Any:
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
-    if lowered in ("null", "none", "~"):
+    if lowered == "null":
         return None
     for kind in (int, float):
         try:

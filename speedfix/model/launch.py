@@ -75,6 +75,11 @@ class Launch:
     positional: tuple[str, ...] = ()  # the words after the script before its first option
     direct: bool = True  # runs the script itself, not a file beside it that imports it (``_wrappers``)
 
+    @property
+    def at(self) -> Location:
+        """The command's first line, for a value it sets that no option's line shows."""
+        return Location(self.file, self.line, 1, self.line, 1)
+
 
 @dataclass(frozen=True)
 class LaunchValue:
@@ -253,11 +258,10 @@ def _with_argument_file(project: ProjectFiles, command: Launch) -> Launch:
         if tree is None:
             continue
         options, where = dict(command.options), dict(command.where)
-        at = Location(command.file, command.line, 1, command.line, 1)
         for key, node in tree.value.items():
             if isinstance(key, str) and not isinstance(node.value, (dict, list)) and key not in options:
                 options[key] = node.value if isinstance(node.value, str) else str(node.value)
-                where[key] = at
+                where[key] = command.at
         return replace(command, options=options, where=where)
     return command
 
