@@ -89,8 +89,11 @@ def test_an_eval_mode_recompile_between_epochs_is_not_in_the_window(write_script
     assert_in_epoch_rate(result)
 
 
-# a compiled model whose input shape (rows) changes as the steps go: each new shape compiles again
+# a compiled model whose input shape (rows) changes as the steps go: each new shape compiles again.
+# Each step sleeps 50 ms: the warm-up settles when its last steps took similar times, and steps of
+# a few microseconds vary by more than 3x on a busy machine (the warm-up then ran past step 15).
 RESHAPING = """
+import time
 import torch
 import torch._dynamo
 torch._dynamo.config.cache_size_limit = 64
@@ -101,6 +104,7 @@ for step in range(100_000):
     opt.zero_grad()
     loss.backward()
     opt.step()
+    time.sleep(0.05)
 """
 
 
