@@ -1,9 +1,5 @@
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -13,31 +9,6 @@ from typer.testing import CliRunner
 from speedfix.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-_BYTECODE = pytest.StashKey[tuple[str, str]]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Under PYTHONDONTWRITEBYTECODE, every Python process of the run (each xdist worker, each
-    `speedfix` or `python -m speedfix` the tests start) compiled all of speedfix's modules again:
-    about a second a process. For the run, bytecode goes to a folder of its own instead
-    (PYTHONPYCACHEPREFIX), so each module is compiled once, and nothing is written into the
-    checkout; the folder is removed at the end. (The xdist workers start after this, with it.)"""
-    if hasattr(config, "workerinput") or not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
-        return
-    folder = tempfile.mkdtemp(prefix="speedfix-tests-bytecode-")
-    config.stash[_BYTECODE] = (folder, os.environ.pop("PYTHONDONTWRITEBYTECODE"))
-    os.environ["PYTHONPYCACHEPREFIX"] = folder
-    sys.pycache_prefix, sys.dont_write_bytecode = folder, False
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    folder, setting = config.stash.get(_BYTECODE, (None, ""))
-    if folder is not None:
-        os.environ["PYTHONDONTWRITEBYTECODE"] = setting
-        os.environ.pop("PYTHONPYCACHEPREFIX", None)
-        sys.pycache_prefix, sys.dont_write_bytecode = None, True
-        shutil.rmtree(folder, ignore_errors=True)
-
 
 # A small CUDA training script with one finding for most rules (used by several test files).
 TRAIN_SCRIPT = textwrap.dedent(

@@ -129,7 +129,9 @@ def training_scripts(draw) -> str:
     return code
 
 
-@profile(90)
+# 60 examples (90 before): they fix the same 9 rules and draw every value of every choice of the
+# generator (the first 30 already did), with 516 of the 527 pairs of choices the 90 drew.
+@profile(60)
 @given(training_scripts(), st.booleans())
 def test_generated_training_scripts(code, unsafe):
     check(code, unsafe)
