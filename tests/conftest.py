@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import fcntl
+import json
+import shutil
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -121,6 +126,31 @@ def counted(monkeypatch):
     monkeypatch.setattr(analysis_module, "analyze", counting)  # the scan imports it when it analyses
     monkeypatch.delenv("SPEEDFIX_NO_CACHE", raising=False)
     return calls
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory, request) -> Callable[[str, Callable[[Path], Any]], Any]:
+    """built_once(name, build) -> what build(folder) returned (JSON data), built once for the whole
+    run: the first xdist worker to ask builds it in a folder all workers share, the others wait for
+    it and read it back (the pattern pytest-xdist documents for session fixtures). For set-ups that
+    cost seconds, such as an installed hook environment, which each worker would otherwise build."""
+    root = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):
+        root = root.parent  # the run's folder, above each worker's own
+
+    def get(name: str, build: Callable[[Path], Any]) -> Any:
+        folder, done = root / f"once-{name}", root / f"once-{name}.json"
+        with open(root / f"once-{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if done.exists():
+                return json.loads(done.read_text())
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed in another worker
+            folder.mkdir()
+            value = build(folder)
+            done.write_text(json.dumps(value))
+            return value
+
+    return get
 
 
 @pytest.fixture(scope="session")

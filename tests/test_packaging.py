@@ -35,14 +35,17 @@ def _build_isolation_needed() -> bool:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    isolation = [] if _build_isolation_needed() else ["--no-build-isolation"]
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", *isolation, "-q", "-w", str(out)], check=True
-    )
-    (found,) = out.glob("speedfix-*.whl")
-    return found
+def wheel(built_once) -> Path:
+    def build(out: Path) -> str:
+        isolation = [] if _build_isolation_needed() else ["--no-build-isolation"]
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", *isolation, "-q", "-w", str(out)],
+            check=True,
+        )
+        (found,) = out.glob("speedfix-*.whl")
+        return str(found)
+
+    return Path(built_once("wheel", build))
 
 
 def test_wheel_maps_rules_into_the_package(wheel):

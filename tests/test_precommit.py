@@ -89,6 +89,11 @@ def _env(home: Path) -> dict[str, str]:
     # No GIT_* variables from an enclosing git hook (GIT_INDEX_FILE would point at the wrong repo).
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PRE_COMMIT"))}
     env.update(PRE_COMMIT_HOME=str(home), PRE_COMMIT_COLOR="never", NO_COLOR="1", GIT_CONFIG_NOSYSTEM="1")
+    # On Python 3.11 and older, whose virtualenvs come with setuptools, pip builds the wheel with
+    # that one instead of installing setuptools into a throw-away build environment first (pip's
+    # PIP_NO_* variables read "0" as "no"): the same packages in the hook environment, 5 s sooner.
+    if sys.version_info < (3, 12):
+        env["PIP_NO_BUILD_ISOLATION"] = "0"
     return env
 
 
@@ -149,21 +154,20 @@ class Project:
 
 
 @pytest.fixture(scope="module")
-def hooks(tmp_path_factory):
-    """(snapshot repository, revision, env with the shared PRE_COMMIT_HOME), hooks installed once."""
-    base = tmp_path_factory.mktemp("precommit")
-    env = _env(base / "pre-commit-home")
-    # On Python 3.11 and older, whose virtualenvs come with setuptools, pip builds the wheel with
-    # that one instead of installing setuptools into a throw-away build environment first (pip's
-    # PIP_NO_* variables read "0" as "no"): the same packages in the hook environment, 5 s sooner.
-    if sys.version_info < (3, 12):
-        env["PIP_NO_BUILD_ISOLATION"] = "0"
-    repo = base / "speedfix-snapshot"
-    rev = _snapshot(repo, env)
-    project = Project(base / "install", repo, rev, env)
-    installed = project.pre_commit("install-hooks")
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    return repo, rev, env
+def hooks(built_once):
+    """(snapshot repository, revision, env with the shared PRE_COMMIT_HOME), hooks installed once
+    for the whole run."""
+
+    def build(base: Path) -> list[str]:
+        env = _env(base / "pre-commit-home")
+        repo = base / "speedfix-snapshot"
+        rev = _snapshot(repo, env)
+        installed = Project(base / "install", repo, rev, env).pre_commit("install-hooks")
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        return [str(repo), rev, str(base / "pre-commit-home")]
+
+    repo, rev, home = built_once("precommit", build)
+    return Path(repo), rev, _env(Path(home))
 
 
 @pytest.fixture
