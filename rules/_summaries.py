@@ -1,5 +1,6 @@
-"""Each rule's fix and expected effect, for the scan's summary table without importing
-the rules. Written by `python -m speedfix.engine.registry`: do not edit by hand.
+"""Each rule's fix and expected effect, for the scan's summary table, and the torch versions
+its advice needs (where it has bounds), for the notes on a project's torch pin, without
+importing the rules. Written by `python -m speedfix.engine.registry`: do not edit by hand.
 """
 
 SUMMARIES = {
@@ -42,4 +43,19 @@ SUMMARIES = {
     'SF904': ('unsafe', 'bf16 autocast on tensor cores: up to 3x per the PyTorch tuning guide.'),
     'SF905': ('unsafe', 'bf16 without loss scaling; no per-step timer syncs; no ZeRO bookkeeping on one GPU.'),
     'SF906': ('none', 'No host copies and CPU optimizer step per training step.'),
+}
+
+# code: (min_torch, max_torch, upgrade_for)
+TORCH = {
+    'SF103': ('1.7', None, None),
+    'SF201': ('1.12', None, None),
+    'SF202': ('1.10', None, '`torch.autocast`'),
+    'SF203': ('2.4', None, None),
+    'SF207': ('1.10', None, None),
+    'SF401': ('2.1', None, None),
+    'SF402': ('1.7', None, None),
+    'SF501': ('2.0', None, None),
+    'SF502': ('2.0', None, None),
+    'SF503': ('2.0', None, None),
+    'SF504': ('2.0', None, None),
 }

@@ -275,9 +275,10 @@ def _settings(root):
 
 def test_a_scan_of_cached_files_imports_no_rule_and_no_libcst(tmp_path, train_script):
     """What a warm scan starts is what it pays for: with every file cached, the engine, the
-    rules and libcst stay unloaded, summary table included (the first scan, which analyses the
-    file, loads them)."""
+    rules and libcst stay unloaded, summary table and the note on the project's torch pin
+    included (the first scan, which analyses the file, loads them)."""
     (tmp_path / "train.py").write_text(train_script)
+    (tmp_path / "requirements.txt").write_text("torch==1.9.0\n")  # switches off SF203, SF401, SF501...
     code = (
         "import sys\nfrom speedfix.cli import main\n"
         "try:\n    main(['scan', 'train.py'])\nexcept SystemExit:\n    pass\n"
@@ -287,6 +288,7 @@ def test_a_scan_of_cached_files_imports_no_rule_and_no_libcst(tmp_path, train_sc
 
     def loaded() -> str:
         run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+        assert "the project pins `torch==1.9.0` here" in " ".join(run.stdout.split()), run.stdout
         return run.stdout.splitlines()[-1]
 
     assert loaded() == "['libcst', 'speedfix.model.context', 'speedfix.rules.sf101_dataloader_no_workers']"

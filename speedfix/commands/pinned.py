@@ -8,25 +8,24 @@ the rules left out and how to see their advice."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
+from speedfix.engine.catalog import catalog, rule_torch_range
 from speedfix.engine.results import Note
 from speedfix.model.project_files import ProjectFiles, display_path
-from speedfix.model.versions import TorchPin, TorchVersion, project_target, torch_pin
+from speedfix.model.versions import TorchPin, TorchRange, TorchVersion, project_target, torch_pin
 from speedfix.workspace.config import Settings
-
-if TYPE_CHECKING:
-    from speedfix.engine.rule import Rule
 
 
 def pinned_torch_notes(paths: Iterable[Path], settings: Settings) -> list[Note]:
     """One note per torch pin that moved the target below the one the scan would use (the
-    installed torch), naming the rules it switched off; none with an explicit torch version."""
+    installed torch), naming the rules it switched off; none with an explicit torch version.
+    The rules' torch ranges come from the catalog: a scan of cached files imports no rule."""
     if settings.torch_version:
         return []
     current = settings.target
     seen_folders: set[Path] = set()
-    left_out: dict[tuple[Path, TorchVersion], tuple[TorchPin, set[type[Rule]]]] = {}
+    left_out: dict[tuple[Path, TorchVersion], tuple[TorchPin, dict[str, TorchRange]]] = {}
     for path in paths:
         if path.parent in seen_folders:
             continue
@@ -38,19 +37,30 @@ def pinned_torch_notes(paths: Iterable[Path], settings: Settings) -> list[Note]:
         target = project_target(project, current)
         if not target < current:
             continue
-        rules = {rule for rule in settings.rules_for(path)
-                 if rule.applies_to(current) and not rule.applies_to(target) and not rule.advises_upgrade(target)}
+        ranges = _torch_ranges(settings, path)
+        rules = {code: span for code, span in ranges.items()
+                 if span.applies_to(current) and not span.applies_to(target) and not span.advises_upgrade(target)}
         if rules:
-            left_out.setdefault((pin.path, target), (pin, set()))[1].update(rules)
+            left_out.setdefault((pin.path, target), (pin, {}))[1].update(rules)
     return [Note(display_path(pin.path), _message(pin, target, rules, current))
             for (_, target), (pin, rules) in left_out.items()]
 
 
-def _message(pin: TorchPin, target: TorchVersion, rules: set[type[Rule]], current: TorchVersion) -> str:
+def _torch_ranges(settings: Settings, path: Path) -> dict[str, TorchRange]:
+    """Code -> torch range of each rule enabled for ``path``; the rule classes only for codes the
+    catalog's summaries do not know yet."""
+    ranges = {code: rule_torch_range(code) for code in settings.codes_for(path)}
+    if None in ranges.values():
+        ranges.update({rule.code: rule.torch_range() for rule in settings.rules_for(path)})
+    return {code: span for code, span in ranges.items() if span is not None}
+
+
+def _message(pin: TorchPin, target: TorchVersion, rules: dict[str, TorchRange], current: TorchVersion) -> str:
     by_version: dict[TorchVersion, list[str]] = {}
-    for rule in sorted(rules, key=lambda r: r.code):
-        by_version.setdefault(rule.min_torch, []).append(f"{rule.code} {rule.name}")
-    groups = "; ".join(f"torch {version}+: {', '.join(names)}" for version, names in sorted(by_version.items()))
+    names = catalog()
+    for code, span in sorted(rules.items()):
+        by_version.setdefault(span.min_torch, []).append(f"{code} {names.get(code, '')}".rstrip())
+    groups = "; ".join(f"torch {version}+: {', '.join(codes)}" for version, codes in sorted(by_version.items()))
     count = f"{len(rules)} rules that need" if len(rules) != 1 else "1 rule that needs"
     return (f"the project pins {pin.shown} here, so the scan targets torch {target} and {count} a newer "
             f"torch did not run ({groups}); pass `--torch-version {current}` to see the advice for a newer torch")

@@ -14,6 +14,8 @@ import pkgutil
 from functools import lru_cache
 from typing import Iterable
 
+from speedfix.model.versions import TorchRange, TorchVersion
+
 RULES_PACKAGE = "speedfix.rules"
 
 
@@ -84,3 +86,13 @@ SUMMARIES_MODULE = f"{RULES_PACKAGE}._summaries"
 def rule_summary(code: str) -> tuple[str, str] | None:
     """(fix, expected effect) of the rule ``code``, or None for an unknown code."""
     return importlib.import_module(SUMMARIES_MODULE).SUMMARIES.get(code)
+
+
+def rule_torch_range(code: str) -> TorchRange | None:
+    """The torch versions the advice of rule ``code`` applies to (an unbounded range for most
+    rules), or None for a code ``rules/_summaries.py`` does not know (a rule added since)."""
+    module = importlib.import_module(SUMMARIES_MODULE)
+    if code not in module.SUMMARIES:
+        return None
+    low, high, upgrade_for = module.TORCH.get(code, (None, None, None))
+    return TorchRange(TorchVersion.parse(low) if low else None, TorchVersion.parse(high) if high else None, upgrade_for)

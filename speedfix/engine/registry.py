@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from speedfix.engine.catalog import RULES_PACKAGE, selected_codes
 from speedfix.engine.plugins import check_unique, one_per_module
+from speedfix.model.versions import TorchRange
 
 if TYPE_CHECKING:
     from speedfix.engine.rule import Rule
@@ -50,14 +51,26 @@ def select_rules(
 
 
 def summaries_source() -> str:
-    """The text of ``rules/_summaries.py`` (``catalog.rule_summary``), from the rule classes."""
+    """The text of ``rules/_summaries.py`` (``catalog.rule_summary``, ``catalog.rule_torch_range``),
+    from the rule classes."""
+
+    def version(value: object) -> str:
+        return repr(str(value)) if value is not None else "None"
+
     lines = [
-        '"""Each rule\'s fix and expected effect, for the scan\'s summary table without importing',
-        "the rules. Written by `python -m speedfix.engine.registry`: do not edit by hand.",
+        '"""Each rule\'s fix and expected effect, for the scan\'s summary table, and the torch versions',
+        "its advice needs (where it has bounds), for the notes on a project's torch pin, without",
+        "importing the rules. Written by `python -m speedfix.engine.registry`: do not edit by hand.",
         '"""',
         "",
         "SUMMARIES = {",
         *(f"    {rule.code!r}: ({rule.fix_availability()!r}, {rule.effect!r})," for rule in all_rules()),
+        "}",
+        "",
+        "# code: (min_torch, max_torch, upgrade_for)",
+        "TORCH = {",
+        *(f"    {rule.code!r}: ({version(rule.min_torch)}, {version(rule.max_torch)}, {rule.upgrade_for!r}),"
+          for rule in all_rules() if rule.torch_range() != TorchRange()),
         "}",
         "",
     ]

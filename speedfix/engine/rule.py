@@ -26,7 +26,7 @@ from speedfix.engine.impact import Estimate, Measure
 from speedfix.engine.suppression import line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.frameworks import GPU_MARKERS
-from speedfix.model.versions import TorchVersion
+from speedfix.model.versions import TorchRange, TorchVersion
 from speedfix.model.project_files import Location
 from speedfix.syntax.walk import Visitor
 
@@ -208,15 +208,17 @@ class Rule(Visitor):
         return hot or (linked and cls.reads_project) or not cls.requires or any(marker in data for marker in cls.requires)
 
     @classmethod
+    def torch_range(cls) -> TorchRange:
+        return TorchRange(cls.min_torch, cls.max_torch, cls.upgrade_for)
+
+    @classmethod
     def applies_to(cls, version: TorchVersion) -> bool:
-        if cls.min_torch is not None and version < cls.min_torch:
-            return False
-        return cls.max_torch is None or version < cls.max_torch
+        return cls.torch_range().applies_to(version)
 
     @classmethod
     def advises_upgrade(cls, version: TorchVersion) -> bool:
         """Does the rule run on ``version``, below its ``min_torch``, to advise upgrading torch?"""
-        return cls.upgrade_for is not None and cls.min_torch is not None and version < cls.min_torch
+        return cls.torch_range().advises_upgrade(version)
 
     def as_upgrade_advice(self, version: TorchVersion) -> None:
         """Turn the findings into advice to upgrade torch first: the fix would not run on ``version``."""

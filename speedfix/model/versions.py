@@ -63,6 +63,25 @@ class TorchVersion:
         return f"{self.major}.{self.minor}" if self.patch == 0 else f"{self.major}.{self.minor}.{self.patch}"
 
 
+@dataclass(frozen=True)
+class TorchRange:
+    """The torch versions a rule's advice applies to: from ``min_torch`` on, before ``max_torch``.
+    Below ``min_torch``, a rule with ``upgrade_for`` (what is worth upgrading torch for) still runs
+    and advises the upgrade."""
+
+    min_torch: TorchVersion | None = None
+    max_torch: TorchVersion | None = None
+    upgrade_for: str | None = None
+
+    def applies_to(self, version: TorchVersion) -> bool:
+        if self.min_torch is not None and version < self.min_torch:
+            return False
+        return self.max_torch is None or version < self.max_torch
+
+    def advises_upgrade(self, version: TorchVersion) -> bool:
+        return self.upgrade_for is not None and self.min_torch is not None and version < self.min_torch
+
+
 @lru_cache(maxsize=1)
 def installed_torch_version() -> str | None:
     """The installed torch's version from its metadata, as ``importlib.metadata`` finds it (torch
