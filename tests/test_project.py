@@ -2393,3 +2393,57 @@ def test_an_autocast_behind_a_flag_the_entry_passes_as_false_leaves_the_run_in_f
         in run_cli(*scan, cwd=tmp_path).stdout
     write("train.py", (tmp_path / "train.py").read_text().replace("fp16 = False", "fp16 = True"))
     assert "SF202" not in run_cli(*scan, cwd=tmp_path).stdout
+
+
+UNUSED_HELPER_SCRIPT = """\
+    import torch
+
+    def check_memory():
+        torch.autograd.set_detect_anomaly(True)
+        torch.cuda.empty_cache()
+        print("freed", torch.cuda.memory_reserved())
+
+    {decorator}def train(model, loader, optimizer):
+        for x, y in loader:
+            x, y = x.cuda(), y.cuda()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+
+    {main}
+    """
+
+
+@pytest.mark.parametrize("case", ["unused", "called_here", "named_in_a_string", "imported_elsewhere", "decorated",
+                                  "no_main_block"])
+def test_findings_in_a_function_nothing_uses_are_left_out_with_a_note(run_cli, tmp_path, write, case):
+    """MedicalGPT: `check_and_optimize_memory()` of an entry script is called nowhere in the
+    project, so its advice changes nothing the run does. Every sign of a use keeps it."""
+    main = ('if __name__ == "__main__":\n        model = torch.nn.Linear(4, 2).cuda()\n'
+            '        train(model, [], torch.optim.SGD(model.parameters(), lr=0.1))')
+    if case == "called_here":
+        main += "\n        check_memory()"
+    if case == "named_in_a_string":
+        main += '\n        getattr(__import__(__name__), "check_memory")'
+    if case == "no_main_block":
+        main = ""
+    decorator = "@torch.no_grad()\n    " if case == "decorated" else ""
+    script = UNUSED_HELPER_SCRIPT.format(main=main, decorator=decorator)
+    if case == "decorated":  # the decorated function is `train`: `check_memory` gets one
+        script = script.replace("def check_memory", "@torch.compiler.disable\n    def check_memory")
+    write("train.py", script)
+    if case == "imported_elsewhere":
+        write("tools/memory.py", "from train import check_memory\n\ncheck_memory()\n")
+    result = run_cli("scan", "train.py", "--select", "SF303,SF603", "--no-summary", cwd=tmp_path)
+    lines = result.stdout.splitlines()
+    in_helper = [line for line in lines if " SF603 " in line]  # anomaly detection in the helper
+    in_loop = [line for line in lines if " SF303 " in line]
+    assert in_loop, result.stdout  # the training loop's own finding is always reported
+    if case == "unused":
+        assert not in_helper
+        assert "train.py: note: 1 finding in `check_memory()` left out: nothing in the project calls or names it" in lines
+    else:
+        assert in_helper, result.stdout
+        assert "left out" not in result.stdout

@@ -31,6 +31,7 @@ from speedfix.engine.suppression import FileSuppressions, line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
 from speedfix.model.launch import classes_off_the_run, self_test_block
+from speedfix.model.unused import unused_functions
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.model.project_files import ProjectFiles, display_path
@@ -187,6 +188,9 @@ def analyze(
     findings, skipped = _outside_classes_off_the_run(context, findings, top_of)
     if skipped is not None:
         result.notes.append(Note(path, skipped))
+    findings, skipped = _outside_unused_functions(context, findings, top_of)
+    if skipped is not None:
+        result.notes.append(Note(path, skipped))
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
     result.inputs = dict(project.inputs)
@@ -245,6 +249,26 @@ def _outside_classes_off_the_run(ctx: FileContext, findings: list[Finding], top_
     shown = ", ".join(f"`{name}` (built only with `{off[name]}`)" for name in classes)
     return kept, (f"{left} finding{'s' if left > 1 else ''} in {shown} left out: the option is off by default and "
                   "no launch command or README of the project passes it")
+
+
+def _outside_unused_functions(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
+                              ) -> tuple[list[Finding], str | None]:
+    """The findings outside the functions of an entry script that nothing uses
+    (``unused.unused_functions``), and a note saying which were left out (None when none were)."""
+    body = ctx.module.body
+    if not any(isinstance(body[index], cst.FunctionDef) for index in
+               (top_of.get(id(f.node)) for f in findings if f.node is not None) if index is not None):
+        return findings, None
+    unused = unused_functions(ctx)
+    if not unused:
+        return findings, None
+    kept, left_in = _apart(findings, top_of, set(unused))
+    if not left_in:
+        return findings, None
+    left = len(left_in)
+    shown = ", ".join(f"`{unused[index]}()`" for index in sorted(set(left_in)))
+    return kept, (f"{left} finding{'s' if left > 1 else ''} in {shown} left out: nothing in the project calls "
+                  "or names it")
 
 
 def locate(
