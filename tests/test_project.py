@@ -2417,7 +2417,7 @@ UNUSED_HELPER_SCRIPT = """\
 
 
 @pytest.mark.parametrize("case", ["unused", "called_here", "named_in_a_string", "imported_elsewhere", "decorated",
-                                  "no_main_block"])
+                                  "no_main_block", "named_in_a_config"])
 def test_findings_in_a_function_nothing_uses_are_left_out_with_a_note(run_cli, tmp_path, write, case):
     """MedicalGPT: `check_and_optimize_memory()` of an entry script is called nowhere in the
     project, so its advice changes nothing the run does. Every sign of a use keeps it."""
@@ -2436,6 +2436,8 @@ def test_findings_in_a_function_nothing_uses_are_left_out_with_a_note(run_cli, t
     write("train.py", script)
     if case == "imported_elsewhere":
         write("tools/memory.py", "from train import check_memory\n\ncheck_memory()\n")
+    if case == "named_in_a_config":  # hydra builds it: `_target_: train.check_memory`
+        write("conf/debug.yaml", "hook:\n  _target_: train.check_memory\n")
     result = run_cli("scan", "train.py", "--select", "SF303,SF603", "--no-summary", cwd=tmp_path)
     lines = result.stdout.splitlines()
     in_helper = [line for line in lines if " SF603 " in line]  # anomaly detection in the helper

@@ -10,8 +10,11 @@ when every sign of a use is absent:
 - the function has no decorator (one may register it: `@app.command`, `@hydra.main`);
 - its name occurs nowhere else in the file's text: not in a call, a callback (`Thread(target=f)`),
   a string (`getattr(module, "f")`, `__all__`), nor even a comment;
-- nor in any other Python file or notebook of the project (the files below its top folder), which
-  could import it; a project too large to read that way keeps all its functions.
+- nor in any other Python file, notebook, configuration, launch script or Markdown file of the
+  project (below its top folder), which could import it, name it (hydra's `_target_: train.f`) or
+  run it (`python -c "from train import f; f()"`); a project too large to read that way, or with
+  a file too large to read, keeps all its functions;
+- the file hands no command line to its functions by name (`fire.Fire()`).
 
 Nothing is run and nothing is parsed again: the files are read as text (``ProjectFiles``), and
 they are recorded as the file's inputs, so an edit that starts calling the function elsewhere
@@ -31,7 +34,7 @@ from speedfix.syntax.nodes import code_of, is_main_guard
 
 # Other files read to look for a use; a larger project keeps all its functions.
 PROJECT_FILES_LIMIT = 400
-_SUFFIXES = (".py", ".ipynb")
+_SUFFIXES = (".py", ".ipynb", ".yaml", ".yml", ".json", ".toml", ".cfg", ".sh", ".md")
 _FOUND: WeakKeyDictionary[FileContext, dict[int, str]] = WeakKeyDictionary()
 
 
@@ -54,7 +57,7 @@ def _unused(ctx: FileContext) -> dict[int, str]:
         return {}
     script = ctx.project.script
     text = ctx.project.text(script)
-    if text is None:
+    if text is None or "Fire(" in text:
         return {}
     unused = {index: function.name.value for index, function in candidates.items()
               if len(_mentions(function.name.value, text)) == len(_mentions(function.name.value, code_of(function)))}
@@ -78,7 +81,7 @@ def _mentions(name: str, text: str) -> list[str]:
 
 
 def _other_files(ctx: FileContext, script: Path) -> list[Path] | None:
-    """The project's other Python files and notebooks, or None when there are more than the limit."""
+    """The project's other files that could name a function, or None when there are more than the limit."""
     project = ctx.project
     assert project is not None
     found: list[Path] = []
