@@ -8,8 +8,8 @@ from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.index import CallSite
 from speedfix.model.lightning_config import configured_trainers
 from speedfix.model.frames import class_of
-from speedfix.model.networks import (is_conv_architecture, never_used, project_conv_dims, self_optimizing_classes,
-                                      zoo_architecture)
+from speedfix.model.networks import (is_conv_architecture, never_used, project_conv_dims, runs_only_periodically,
+                                      self_optimizing_classes, zoo_architecture)
 from speedfix.model.patterns import cudnn_choices, cudnn_disabled
 from speedfix.model.workload import runs_cudnn_layers
 from speedfix.project.steps import CONV_LAYERS
@@ -30,7 +30,8 @@ class CudnnBenchmarkOff(Rule):
     (`self.optimizer = optim.RMSprop(self.parameters())`, as RL agents' networks do) is trained
     and reported in its own file, without a fix when that file has no entry point. A network
     of a zoo or of the project that the script loads into a name it never reads again (a VAE
-    left over once the latents were extracted ahead) runs no convolution and does not count.
+    left over once the latents were extracted ahead) runs no convolution and does not count, nor
+    does one the training loop calls only every N steps (a VAE decoding samples now and then).
 
     ## Why is this bad?
     With `benchmark = False` (the default) cuDNN picks convolution algorithms by heuristics. With
@@ -119,6 +120,23 @@ class CudnnBenchmarkOff(Rule):
                 for x in loader:
                     model(x.cuda()).mean().backward()
                     opt.step()
+            """
+        ),
+        Valid(  # a VAE that only decodes samples every N steps (REPA): the training runs no conv net
+            """
+            import torch
+            from diffusers.models import AutoencoderKL
+
+            def main(loader, sample_every=1000):
+                model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.GELU()).cuda()
+                vae = AutoencoderKL.from_pretrained("stabilityai/sd-vae-ft-ema").cuda()
+                opt = torch.optim.AdamW(model.parameters())
+                for step, x in enumerate(loader):
+                    model(x.cuda()).mean().backward()
+                    opt.step()
+                    if step % sample_every == 0:
+                        with torch.no_grad():
+                            images = vae.decode(model(x.cuda())).sample
             """
         ),
         Valid(  # a module that only defines a conv net: whoever trains it decides
@@ -468,11 +486,16 @@ class CudnnBenchmarkOff(Rule):
             if self.ctx.call_qualname(site) in _CONV:
                 return site
             zoo = zoo_architecture(self.ctx, site.node, site.stack)
-            if zoo is not None and is_conv_architecture(zoo[1]) and not never_used(self.ctx, site):
+            if zoo is not None and is_conv_architecture(zoo[1]) and self._runs_in_training(site):
                 return site
-            if project_conv_dims(self.ctx, site.node) and not never_used(self.ctx, site):  # `ResNet18()` of models.py
+            if project_conv_dims(self.ctx, site.node) and self._runs_in_training(site):  # `ResNet18()` of models.py
                 return site
         return None
+
+    def _runs_in_training(self, site: CallSite) -> bool:
+        """Not a network the script never calls, nor one it calls only every N steps (a VAE
+        decoding samples now and then)."""
+        return not never_used(self.ctx, site) and not runs_only_periodically(self.ctx, site)
 
     def _uses_lightning(self) -> bool:
         """Lightning's `Trainer(benchmark=...)` owns the flag (SF901 says so); a `Fabric` has none."""

@@ -465,16 +465,39 @@ def never_used(ctx: FileContext, site: CallSite) -> bool:
     """Is the network that ``site`` builds assigned to a plain name that nothing reads
     afterwards (fast-DiT's `vae = AutoencoderKL.from_pretrained(...).to(device)`, left over once
     the latents were extracted ahead): it never runs, so it says nothing of the training."""
+    name = _built_into(ctx, site)
+    if name is None:
+        return False
+    reads = _Reads(name)
+    ctx.module.visit(reads)
+    return reads.reads == 0
+
+
+def runs_only_periodically(ctx: FileContext, site: CallSite) -> bool:
+    """Is the network that ``site`` builds assigned to a plain name that is read only where the
+    training loop calls it every N steps (REPA's VAE: `vae.decode(samples)` under `if global_step %
+    args.sampling_steps == 0:`)? Its work is a sample now and then, not the training's."""
+    name = _built_into(ctx, site)
+    if name is None:
+        return False
+    reads = _Reads(name)
+    ctx.module.visit(reads)
+    periodic = [call for call in ctx.calls
+                if (call.func == name or (call.func or "").startswith(name + "."))
+                and ctx.in_training_loop(call.stack) and not ctx.is_hot(call.stack)]
+    return bool(periodic) and len(periodic) == reads.reads
+
+
+def _built_into(ctx: FileContext, site: CallSite) -> str | None:
+    """The plain name ``site``'s statement assigns what it builds to (`vae = ....to(device)`)."""
     statement = site.statement
     if statement is None or len(statement.body) != 1 or not isinstance(statement.body[0], cst.Assign):
-        return False
+        return None
     assign = statement.body[0]
     if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) \
             or peel(ctx, assign.value) is not site.node:
-        return False
-    reads = _Reads(assign.targets[0].target.value)
-    ctx.module.visit(reads)
-    return reads.reads == 0
+        return None
+    return assign.targets[0].target.value
 
 
 def step_networks(ctx: FileContext) -> dict[str, Stack]:
