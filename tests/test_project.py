@@ -2417,7 +2417,7 @@ UNUSED_HELPER_SCRIPT = """\
 
 
 @pytest.mark.parametrize("case", ["unused", "called_here", "named_in_a_string", "imported_elsewhere", "decorated",
-                                  "no_main_block", "named_in_a_config"])
+                                  "no_main_block", "named_in_a_config", "globals", "project_above", "notebook"])
 def test_findings_in_a_function_nothing_uses_are_left_out_with_a_note(run_cli, tmp_path, write, case):
     """MedicalGPT: `check_and_optimize_memory()` of an entry script is called nowhere in the
     project, so its advice changes nothing the run does. Every sign of a use keeps it."""
@@ -2438,7 +2438,17 @@ def test_findings_in_a_function_nothing_uses_are_left_out_with_a_note(run_cli, t
         write("tools/memory.py", "from train import check_memory\n\ncheck_memory()\n")
     if case == "named_in_a_config":  # hydra builds it: `_target_: train.check_memory`
         write("conf/debug.yaml", "hook:\n  _target_: train.check_memory\n")
-    result = run_cli("scan", "train.py", "--select", "SF303,SF603", "--no-summary", cwd=tmp_path)
+    if case == "globals":  # a registry of the file's own functions
+        write("train.py", script + "    HOOKS = {k: v for k, v in globals().items() if k.startswith('check_')}\n")
+    if case == "notebook":  # a cell's source as one JSON string: "...\ncheck_memory()"
+        write("explore.ipynb", '{"cells": [{"cell_type": "code", "source": "from train import *\\ncheck_memory()"}]}')
+    cwd = tmp_path
+    if case == "project_above":  # scanned from a folder inside a project whose top is above it
+        write("pyproject.toml", "[project]\nname = 'p'\n")
+        write("src/train.py", script)
+        write("tools/memory.py", "from train import check_memory\n")
+        cwd = tmp_path / "src"
+    result = run_cli("scan", "train.py", "--select", "SF303,SF603", "--no-summary", cwd=cwd)
     lines = result.stdout.splitlines()
     in_helper = [line for line in lines if " SF603 " in line]  # anomaly detection in the helper
     in_loop = [line for line in lines if " SF303 " in line]
@@ -2449,3 +2459,21 @@ def test_findings_in_a_function_nothing_uses_are_left_out_with_a_note(run_cli, t
     else:
         assert in_helper, result.stdout
         assert "left out" not in result.stdout
+
+
+@pytest.mark.parametrize("guard, reported", [
+    ("step % sample_every == 0", False),  # REPA: a sample now and then
+    ("step == 1 or (step % sample_every == 0 and step > 0)", False),
+    ("not step % sample_every", False),
+    ("step % sample_every != 0", True),  # all steps but one in N
+    ("step % 2 == 0", True),  # every other step
+])
+def test_a_conv_net_the_loop_calls_only_now_and_then_is_not_the_training(run_cli, tmp_path, guard, reported):
+    """SF601's VALID example of REPA's VAE, decoding samples under other guards."""
+    from speedfix.rules.sf601_cudnn_benchmark_off import CudnnBenchmarkOff
+
+    (example,) = [valid.code for valid in CudnnBenchmarkOff.VALID if "step % sample_every == 0" in valid.code]
+    (tmp_path / "train.py").write_text(example.replace("step % sample_every == 0", guard)
+                                       + '\nif __name__ == "__main__":\n    main([])\n')
+    result = run_cli("scan", "train.py", "--select", "SF601", "--no-summary", cwd=tmp_path)
+    assert (" SF601 " in result.stdout) is reported, result.stdout

@@ -255,11 +255,8 @@ def _outside_unused_functions(ctx: FileContext, findings: list[Finding], top_of:
                               ) -> tuple[list[Finding], str | None]:
     """The findings outside the functions of an entry script that nothing uses
     (``unused.unused_functions``), and a note saying which were left out (None when none were)."""
-    body = ctx.module.body
-    if not any(isinstance(body[index], cst.FunctionDef) for index in
-               (top_of.get(id(f.node)) for f in findings if f.node is not None) if index is not None):
-        return findings, None
-    unused = unused_functions(ctx)
+    indexes = {index for f in findings if f.node is not None and (index := top_of.get(id(f.node))) is not None}
+    unused = unused_functions(ctx, indexes) if indexes else {}
     if not unused:
         return findings, None
     kept, left_in = _apart(findings, top_of, set(unused))

@@ -484,8 +484,34 @@ def runs_only_periodically(ctx: FileContext, site: CallSite) -> bool:
     ctx.module.visit(reads)
     periodic = [call for call in ctx.calls
                 if (call.func == name or (call.func or "").startswith(name + "."))
-                and ctx.in_training_loop(call.stack) and not ctx.is_hot(call.stack)]
+                and ctx.in_training_loop(call.stack) and not ctx.is_hot(call.stack)
+                and all(_now_and_then(frame.node.test) for frame in call.stack
+                        if frame.kind is FrameKind.GUARD and isinstance(frame.node, cst.If))]
     return bool(periodic) and len(periodic) == reads.reads
+
+
+def _now_and_then(test: cst.BaseExpression) -> bool:
+    """A guard that holds on one step in N, N not 1 or 2: `step % N == 0` or `not step % N`,
+    also inside `and`/`or` (`step == 1 or step % N == 0`), never `step % N != 0`."""
+    def one_in_n(modulo: cst.BaseExpression) -> bool:
+        if not (isinstance(modulo, cst.BinaryOperation) and isinstance(modulo.operator, cst.Modulo)):
+            return False
+        return not (isinstance(modulo.right, cst.Integer) and int(modulo.right.value, 0) <= 2)
+
+    found = False
+    for node in walk_expression(test):
+        if isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+            sides = (node.left, node.comparisons[0].comparator)
+            if not any(one_in_n(side) for side in sides):
+                continue
+            if not isinstance(node.comparisons[0].operator, cst.Equal) or \
+                    not any(isinstance(side, cst.Integer) and side.value == "0" for side in sides):
+                return False  # `step % N != 0`, `step % N == 1`: most steps, or an unknown share
+            found = True
+        elif isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not) \
+                and one_in_n(node.expression):
+            found = True
+    return found
 
 
 def _built_into(ctx: FileContext, site: CallSite) -> str | None:

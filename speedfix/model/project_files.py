@@ -194,6 +194,22 @@ class ProjectFiles:
         return [path for path, link in found if not link or self.inside(path)]
 
     # ------------------------------------------------------------------ reading
+    def quiet_text(self, path: Path) -> str | None:
+        """``text``, without a note in the report when the file cannot be read: for a file read
+        only to look for a word, where an unreadable one (a data set's large JSON) is passed over."""
+        problems, seen = len(self.problems), path in self._texts
+        text = self.text(path)
+        if not seen:
+            del self.problems[problems:]
+        return text
+
+    def marked_above(self) -> bool:
+        """Is there a project marker (`.git`, `pyproject.toml`, ...) in a folder above the
+        outermost root? Then the project goes on beyond what the scan may read."""
+        outermost = min(self.roots, key=lambda r: len(r.parts))
+        return kept_for_scan(("marked above", outermost), lambda: any(
+            (folder / marker).exists() for folder in outermost.parents for marker in PROJECT_MARKERS))
+
     def text(self, path: Path) -> str | None:
         """The text of a project file, or None (missing, outside, too big, not UTF-8: the
         reason is in ``problems`` unless the file is simply missing)."""

@@ -6,70 +6,74 @@ about such a function changes nothing the run does. A top-level function is take
 when every sign of a use is absent:
 
 - the file is an entry script (it has an `if __name__ == "__main__":` block), so no other code is
-  expected to import it;
+  expected to import it, and not a test file (pytest collects its functions);
+- the file finds no functions by themselves: no `fire.Fire()`, jsonargparse's `CLI()`, `globals()`,
+  `locals()`, `vars()`, `sys.modules[__name__]`, `inspect.getmembers`, `__all__`, `exec`, `eval`;
 - the function has no decorator (one may register it: `@app.command`, `@hydra.main`);
 - its name occurs nowhere else in the file's text: not in a call, a callback (`Thread(target=f)`),
-  a string (`getattr(module, "f")`, `__all__`), nor even a comment;
-- nor in any other Python file, notebook, configuration, launch script or Markdown file of the
-  project (below its top folder), which could import it, name it (hydra's `_target_: train.f`) or
-  run it (`python -c "from train import f; f()"`); a project too large to read that way, or with
-  a file too large to read, keeps all its functions;
-- the file hands no command line to its functions by name (`fire.Fire()`).
+  a string (`getattr(module, "f")`), nor even a comment;
+- nor in any other file of the project that could import, name or run it: Python files,
+  notebooks, configurations (hydra's `_target_: train.f`), launch scripts and Makefiles
+  (`python -c "from train import f; f()"`), Markdown, below the project's top folder. When the
+  project goes on above the folders the scan may read (`cd src && speedfix scan train.py` in a
+  project whose `pyproject.toml` lies above), or has more folders or files than are read here,
+  every function counts as used.
 
 Nothing is run and nothing is parsed again: the files are read as text (``ProjectFiles``), and
 they are recorded as the file's inputs, so an edit that starts calling the function elsewhere
-brings its findings back.
+brings its findings back. An unreadable file (too large, not UTF-8) is passed over without a note.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from weakref import WeakKeyDictionary
+from typing import Iterable
 
 import libcst as cst
 
 from speedfix.model.context import FileContext
+from speedfix.model.project_files import PROJECT_MARKERS
 from speedfix.syntax.nodes import code_of, is_main_guard
 
-# Other files read to look for a use; a larger project keeps all its functions.
-PROJECT_FILES_LIMIT = 400
-_SUFFIXES = (".py", ".ipynb", ".yaml", ".yml", ".json", ".toml", ".cfg", ".sh", ".md")
-_FOUND: WeakKeyDictionary[FileContext, dict[int, str]] = WeakKeyDictionary()
+# What is read to look for a use; a larger project keeps all its functions.
+FOLDERS_LIMIT = 200
+FILES_LIMIT = 400
+_SUFFIXES = (".py", ".ipynb", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".sh", ".bash", ".slurm", ".md",
+             "Makefile")
+# A file that finds its functions by itself (a command line made of them, a registry, `exec`).
+_DYNAMIC = re.compile(r"\b(?:Fire|CLI|auto_cli)\s*\(|\b(?:globals|locals|vars)\s*\(\s*\)|sys\.modules\s*\[\s*__name__"
+                      r"|\bgetmembers\s*\(|\b__all__\b|\bexec\s*\(|\beval\s*\(")
 
 
-def unused_functions(ctx: FileContext) -> dict[int, str]:
-    """Index of a top-level statement -> the name of the function it defines, for the functions
-    of this entry script that nothing uses (see the module docstring)."""
-    found = _FOUND.get(ctx)
-    if found is None:
-        found = _FOUND[ctx] = _unused(ctx)
-    return found
-
-
-def _unused(ctx: FileContext) -> dict[int, str]:
+def unused_functions(ctx: FileContext, among: Iterable[int]) -> dict[int, str]:
+    """Of the top-level statements ``among`` (indexes in the module's body), those that define
+    a function of this entry script that nothing uses (see the module docstring): index -> name."""
     body = ctx.module.body
-    if ctx.project is None or not any(isinstance(s, cst.If) and is_main_guard(s.test) for s in body):
+    candidates = {index: body[index] for index in set(among)
+                  if isinstance(body[index], cst.FunctionDef) and not body[index].decorators}
+    project = ctx.project
+    if not candidates or project is None or _is_test_file(project.script) \
+            or not any(isinstance(s, cst.If) and is_main_guard(s.test) for s in body):
         return {}
-    candidates = {index: statement for index, statement in enumerate(body)
-                  if isinstance(statement, cst.FunctionDef) and not statement.decorators}
-    if not candidates:
-        return {}
-    script = ctx.project.script
-    text = ctx.project.text(script)
-    if text is None or "Fire(" in text:
+    text = project.quiet_text(project.script)
+    if text is None or _DYNAMIC.search(text):
         return {}
     unused = {index: function.name.value for index, function in candidates.items()
               if len(_mentions(function.name.value, text)) == len(_mentions(function.name.value, code_of(function)))}
-    if not unused:
+    if not unused or _goes_on_above(ctx):
         return {}
-    others = _other_files(ctx, script)
+    others = _other_files(ctx, project.script)
     if others is None:
         return {}
     for path in others:
-        other = ctx.project.text(path)
+        other = project.quiet_text(path)
         if other is None:
-            return {}  # unreadable: it might use them
+            if path.suffix in (".py", ".ipynb"):
+                return {}  # code that could not be read might use them
+            continue
+        if path.suffix in (".ipynb", ".json"):
+            other = other.replace("\\n", "\n").replace('\\"', '"')  # a cell's source as one JSON string
         unused = {index: name for index, name in unused.items() if not _mentions(name, other)}
         if not unused:
             break
@@ -80,16 +84,32 @@ def _mentions(name: str, text: str) -> list[str]:
     return re.findall(rf"\b{re.escape(name)}\b", text)
 
 
+def _is_test_file(path: Path) -> bool:
+    return path.name.startswith("test_") or path.name.endswith("_test.py") or path.name == "conftest.py"
+
+
+def _goes_on_above(ctx: FileContext) -> bool:
+    """Does the project reach above the folders the scan may read (no marker at its top, one
+    above the outermost root)?"""
+    project = ctx.project
+    assert project is not None
+    top = project.top()
+    return not any((top / marker).exists() for marker in PROJECT_MARKERS) and project.marked_above()
+
+
 def _other_files(ctx: FileContext, script: Path) -> list[Path] | None:
-    """The project's other files that could name a function, or None when there are more than the limit."""
+    """The project's other files that could name a function, or None past the limits."""
     project = ctx.project
     assert project is not None
     found: list[Path] = []
-    folders = [project.top()]
+    folders, seen = [project.top()], 0
     while folders:
         folder = folders.pop()
+        seen += 1
+        if seen > FOLDERS_LIMIT:
+            return None
         found.extend(path for path in project.listing(folder, _SUFFIXES) if path != script)
-        if len(found) > PROJECT_FILES_LIMIT:
+        if len(found) > FILES_LIMIT:
             return None
         folders.extend(project.subfolders(folder))
     return found
