@@ -2477,3 +2477,42 @@ def test_a_conv_net_the_loop_calls_only_now_and_then_is_not_the_training(run_cli
                                        + '\nif __name__ == "__main__":\n    main([])\n')
     result = run_cli("scan", "train.py", "--select", "SF601", "--no-summary", cwd=tmp_path)
     assert (" SF601 " in result.stdout) is reported, result.stdout
+
+
+@pytest.mark.parametrize("head", ["", "        self.fc = nn.Linear(16, 10)\n"])
+def test_a_conv_net_another_file_hands_to_the_training_function_asks_for_no_tf32(run_cli, tmp_path, write, head):
+    """YOLO tutorials: `fit_one_epoch(model_train, ...)` in utils_fit.py trains whatever train.py
+    hands it, `model_train = YoloBody(...).train()`, wrapped in DataParallel and moved to the GPU.
+    A class of convolutions only multiplies no matrices TF32 would speed up; with a linear head it may."""
+    write("nets/yolo.py", "import torch.nn as nn\n\n\nclass YoloBody(nn.Module):\n    def __init__(self):\n"
+          "        super().__init__()\n        self.conv = nn.Conv2d(3, 16, 3)\n" + head +
+          "\n    def forward(self, x):\n        return self.conv(x)\n")
+    write("utils/utils_fit.py", """\
+        import torch
+
+
+        def fit_one_epoch(model_train, optimizer, gen):
+            model_train.train()
+            for images, targets in gen:
+                images = images.cuda(non_blocking=True)
+                optimizer.zero_grad(set_to_none=True)
+                loss = model_train(images).float().mean()
+                loss.backward()
+                optimizer.step()
+        """)
+    write("train.py", """\
+        import torch
+        from nets.yolo import YoloBody
+        from utils.utils_fit import fit_one_epoch
+
+        if __name__ == "__main__":
+            model = YoloBody()
+            model_train = model.train()
+            model_train = torch.nn.DataParallel(model)
+            model_train = model_train.cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            for epoch in range(10):
+                fit_one_epoch(model_train, optimizer, [])
+        """)
+    result = run_cli("scan", ".", "--select", "SF201", "--no-summary", cwd=tmp_path)
+    assert ("SF201" in result.stdout) is bool(head), result.stdout

@@ -18,7 +18,7 @@ from speedfix.model.arguments import argparse_default, find_argument
 from speedfix.model.context import MODULE_METHODS, FileContext
 from speedfix.model.flow import comes_before, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object
-from speedfix.model.frames import FrameKind, Stack, class_of
+from speedfix.model.frames import FrameKind, Stack, class_of, function_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import INSTANTIATE, NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.model.project_classes import project_class
@@ -434,6 +434,9 @@ def training_multiplies_matrices(ctx: FileContext) -> bool:
     for name, stack in networks.items():
         assignments = network_assignments(ctx, name, stack)
         if not assignments:
+            handed = handed_network(ctx, name, stack)
+            if handed is not None and not handed[1]:
+                continue  # a conv net of another file's class, handed in by every caller
             return True  # a parameter, an attribute set elsewhere: unknown
         calls = [(call, a.stack) for a in assignments if isinstance(call := peel(ctx, a.value), cst.Call)]
         if not calls and name in dict(trained_models(ctx)):
@@ -442,6 +445,18 @@ def training_multiplies_matrices(ctx: FileContext) -> bool:
             if multiplies_matrices(ctx, call, at):
                 return True  # also what wraps a module (`parallelize_module(model, ...)`): unknown
     return not networks
+
+
+def handed_network(ctx: FileContext, name: str, stack: Stack) -> tuple[bool, bool] | None:
+    """(builds convolutions, may multiply matrices) of the network that other files hand to the
+    parameter ``name`` of the module-level function around ``stack``, a class of theirs
+    (``Links.networks``); None when that is not known."""
+    function = function_of(stack)
+    if not isinstance(function, cst.FunctionDef) or not any(
+            info.node is function and not info.stack for info in ctx.functions.get(function.name.value, ())):
+        return None
+    return next(((conv, matmul) for called, param, conv, matmul in ctx.links.networks
+                 if called == function.name.value and param == name), None)
 
 
 class _Reads(cst.CSTVisitor):

@@ -251,6 +251,23 @@ def _unmoved(node: ast.AST) -> ast.AST:
     return node
 
 
+# Calls that return the module they are given, wrapped or not (`DataParallel(model)`).
+_MODULE_WRAPPERS = ("DataParallel", "DistributedDataParallel", "convert_sync_batchnorm", "compile")
+
+
+def _same_module(value: ast.AST, made_by: dict[str, str]) -> str | None:
+    """What made the module ``value`` hands on: `model.train()`, `model.cuda(rank)`,
+    `nn.DataParallel(model)`, `torch.compile(model)` of a `model` made by an imported call."""
+    if not isinstance(value, ast.Call):
+        return None
+    if isinstance(value.func, ast.Attribute) and value.func.attr in _MODULE_MOVES and isinstance(value.func.value, ast.Name):
+        return made_by.get(value.func.value.id)
+    func = dotted(value.func) or ""
+    if func.rpartition(".")[2] in _MODULE_WRAPPERS and value.args and isinstance(value.args[0], ast.Name):
+        return made_by.get(value.args[0].id)
+    return None
+
+
 def _unwrap(node: ast.AST) -> ast.AST:
     """``enumerate(tqdm(loader))``, ``metric_logger.log_every(loader, ...)`` -> ``loader``."""
     while isinstance(node, ast.Call) and node.args and is_iterable_wrapper(dotted(node.func)):
@@ -591,8 +608,9 @@ class _Collector(ast.NodeVisitor):
             if function is None and not self.class_stack and "." not in name and self._mentions_cuda(value):
                 self.cuda_names.add(name)
             if made and made_by is not None and "." not in name:
-                made_by[name] = made
-                self.makers.setdefault((id(made_by), name), []).append(made)
+                kept = _same_module(value, made_by)  # `model_train = model.train()`, `DataParallel(model)`
+                made_by[name] = kept or made
+                self.makers.setdefault((id(made_by), name), []).append(kept or made)
             source = dotted(_unwrap(value)) if isinstance(value, (ast.Name, ast.Attribute, ast.Call)) else None
             if source is not None and source != name and "." not in name and made_by is not None:
                 (function.aliases if function is not None else self.module_aliases)[name] = source

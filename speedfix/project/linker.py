@@ -31,6 +31,10 @@ What a file learns (``Links``):
 - ``arguments``: what other files pass to the parameters of its module-level functions, when
   every call passes the same constant (`get_loader(..., num_workers=args.workers)`: the run's
   worker count is the option's default, not `get_loader`'s);
+- ``networks``: what other files hand to the parameters of its module-level functions when it is
+  a network of one of their classes (`fit_one_epoch(model_train, ...)` with `model_train =
+  YoloBody(...).train()`, through `DataParallel(...)` and `.cuda()`): whether that class builds
+  convolutions and whether it may multiply matrices (a conv net gains nothing from TF32);
 - ``cudnn``: the file of a scan that imports it (in turn) and chooses cuDNN's algorithms for
   the process (`cudnn.benchmark = True` in the `main.py` that runs `solver.py`'s training), or None;
 - ``trained_by``: the file of a scan that imports it (in turn) and holds a training loop: this
@@ -93,6 +97,11 @@ class Links:
     # key, the value's repr, "" when it is unknown or the callers differ); only functions whose
     # every such call passes a dict literal
     kwargs: tuple[tuple[str, str, str], ...] = ()
+    # networks of another file's classes that other files hand to its module-level functions (YOLO
+    # tutorials' `fit_one_epoch(model_train, ...)` with `model_train = YoloBody(...).train()`):
+    # (function, parameter, the class builds convolutions, it may multiply matrices), one per
+    # parameter that every such call agrees on
+    networks: tuple[tuple[str, str, bool, bool], ...] = ()
     # what other files pass to the parameters of its module-level functions (`get_loader(...,
     # num_workers=args.workers)`): (function, parameter, the value's repr, "" when it is unknown,
     # the calls differ or one of them leaves the default); parameter "*": a call passes `*args`/`**kwargs`
@@ -135,6 +144,7 @@ class Links:
             "built_under": [[name, list(gates)] for name, gates in self.built_under],
             "kwargs": [list(given) for given in self.kwargs],
             "arguments": [list(given) for given in self.arguments],
+            "networks": [list(given) for given in self.networks],
             "cudnn": self.cudnn,
             "trained_by": self.trained_by,
             "options": [list(option) for option in self.options],
@@ -333,6 +343,7 @@ def link(
     methods_used = _methods_used(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
     arguments = _arguments_given(facts, prefixes)
+    networks = _networks_handed(facts, prefixes)
     cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
     runs = {path: module for path, module in facts.items() if not _is_test_file(Path(show(path)))}
     trained_by = _imported_by_another(runs, prefixes, lambda module: module.trains, show)
@@ -359,6 +370,7 @@ def link(
             methods_used=tuple(sorted(methods_used.get(path, ()))),
             kwargs=kwargs.get(path, ()),
             arguments=arguments.get(path, ()),
+            networks=networks.get(path, ()),
             cudnn=cudnn.get(path),
             trained_by=trained_by.get(path),
             options=options.get(path, ((), ()))[0],
@@ -721,6 +733,30 @@ def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
             if param in function.iterated:
                 add(path, maker, (param in function.epochs, function.uploads, param in function.changes), position)
     return feeds
+
+
+def _networks_handed(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                     ) -> dict[Path, tuple[tuple[str, str, bool, bool], ...]]:
+    """The networks of project classes handed to each file's module-level functions (see
+    ``Links.networks``): a parameter handed networks of different kinds is left out."""
+    kinds: dict[tuple[Path, str, str], set[tuple[bool, bool]]] = {}
+    for path, module in facts.items():
+        for maker, callee, slot, position in module.loader_hands:
+            target, built = _split(callee, prefixes[path]), _split(maker, prefixes[path])
+            if target is None or built is None or position != -1 or "." in target[1] \
+                    or not _is_class(facts[built[0]], built[1]):
+                continue
+            function = facts[target[0]].functions.get(target[1])
+            network = facts[built[0]].functions.get(built[1])
+            if function is None or network is None:
+                continue
+            param = function.params[int(slot)] if slot.isdigit() and int(slot) < len(function.params) else slot
+            kinds.setdefault((target[0], target[1], param), set()).add((bool(network.conv_dims), network.matmul))
+    found: dict[Path, list[tuple[str, str, bool, bool]]] = {}
+    for (path, function, param), seen in sorted(kinds.items()):
+        if len(seen) == 1:
+            found.setdefault(path, []).append((function, param, *next(iter(seen))))
+    return {path: tuple(items) for path, items in found.items()}
 
 
 def _kwargs_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
