@@ -2479,14 +2479,25 @@ def test_a_conv_net_the_loop_calls_only_now_and_then_is_not_the_training(run_cli
     assert (" SF601 " in result.stdout) is reported, result.stdout
 
 
-@pytest.mark.parametrize("head", ["", "        self.fc = nn.Linear(16, 10)\n"])
-def test_a_conv_net_another_file_hands_to_the_training_function_asks_for_no_tf32(run_cli, tmp_path, write, head):
+FUSE = """
+    def fuse(self):  # for inference: conv and batch norm folded into one conv
+        w = torch.mm(self.bn.weight.diag(), self.conv.weight.view(16, -1))
+        self.conv.weight.copy_(w.view_as(self.conv.weight))
+"""
+
+
+@pytest.mark.parametrize("extra, reported", [("", False), ("        self.fc = nn.Linear(16, 10)\n", True),
+                                             (FUSE, False)])
+def test_a_conv_net_another_file_hands_to_the_training_function_asks_for_no_tf32(run_cli, tmp_path, write, extra,
+                                                                                   reported):
     """YOLO tutorials: `fit_one_epoch(model_train, ...)` in utils_fit.py trains whatever train.py
     hands it, `model_train = YoloBody(...).train()`, wrapped in DataParallel and moved to the GPU.
-    A class of convolutions only multiplies no matrices TF32 would speed up; with a linear head it may."""
-    write("nets/yolo.py", "import torch.nn as nn\n\n\nclass YoloBody(nn.Module):\n    def __init__(self):\n"
-          "        super().__init__()\n        self.conv = nn.Conv2d(3, 16, 3)\n" + head +
-          "\n    def forward(self, x):\n        return self.conv(x)\n")
+    A class of convolutions only multiplies no matrices TF32 would speed up, even with a `fuse()`
+    for inference that multiplies weights; with a linear head it may."""
+    write("nets/yolo.py", "import torch\nimport torch.nn as nn\n\n\nclass YoloBody(nn.Module):\n"
+          "    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(3, 16, 3)\n"
+          "        self.bn = nn.BatchNorm2d(16)\n" + (extra if "fc" in extra else "") +
+          "\n    def forward(self, x):\n        return self.bn(self.conv(x))\n" + (extra if "fuse" in extra else ""))
     write("utils/utils_fit.py", """\
         import torch
 
@@ -2515,4 +2526,4 @@ def test_a_conv_net_another_file_hands_to_the_training_function_asks_for_no_tf32
                 fit_one_epoch(model_train, optimizer, [])
         """)
     result = run_cli("scan", ".", "--select", "SF201", "--no-summary", cwd=tmp_path)
-    assert ("SF201" in result.stdout) is bool(head), result.stdout
+    assert ("SF201" in result.stdout) is reported, result.stdout

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
@@ -250,6 +251,9 @@ def _unmoved(node: ast.AST) -> ast.AST:
         node = node.func.value
     return node
 
+
+# Methods that fold a trained module's layers for inference (see ``_folding_for_inference``).
+_INFERENCE_FOLDING = re.compile(r"fuse|switch_to_deploy|reparameteri[sz]e|deploy")
 
 # Calls that return the module they are given, wrapped or not (`DataParallel(model)`).
 _MODULE_WRAPPERS = ("DataParallel", "DistributedDataParallel", "convert_sync_batchnorm", "compile")
@@ -851,7 +855,7 @@ class _Collector(ast.NodeVisitor):
                 loop.calls.append((func, self.guards > 0))
         if self.function_stack and func is not None and self.guards == 0:
             self.function_stack[-1].called.add(func)
-        if self.class_stack and func is not None:
+        if self.class_stack and func is not None and not self._folding_for_inference():
             self._builds_through(self.class_stack[-1], node)
         self._construction(node, func)
         if isinstance(node.func, ast.Attribute):
@@ -933,10 +937,19 @@ class _Collector(ast.NodeVisitor):
         if qualified in MATMUL_LAYERS:  # more than a classifier head
             self.layers.setdefault(owner, set()).add("heavy")
 
+    def _folding_for_inference(self) -> bool:
+        """Code in a method that folds a trained module's layers for inference (YOLO's `fuse()`
+        multiplying conv and batch-norm weights with `torch.mm`, RepVGG's `switch_to_deploy()`,
+        MobileOne's `reparameterize()`): not layers the training runs."""
+        method = self.function_stack[0] if self.function_stack else None
+        return method is not None and method.class_name is not None \
+            and _INFERENCE_FOLDING.match(method.name.rpartition(".")[2]) is not None
+
     def _layer_owner(self) -> str | None:
-        """Whose layers code here adds to: the class around it, else the module-level function."""
+        """Whose layers code here adds to: the class around it (not in a method that folds
+        layers for inference), else the module-level function."""
         if self.class_stack:
-            return self.class_stack[-1]
+            return None if self._folding_for_inference() else self.class_stack[-1]
         function = self.function_stack[0] if self.function_stack else None
         return function.name if function is not None and function.class_name is None else None
 
