@@ -2527,3 +2527,25 @@ def test_a_conv_net_another_file_hands_to_the_training_function_asks_for_no_tf32
         """)
     result = run_cli("scan", ".", "--select", "SF201", "--no-summary", cwd=tmp_path)
     assert ("SF201" in result.stdout) is reported, result.stdout
+
+
+@pytest.mark.parametrize("method, counted", [("def fuse(self):", False), ("def switch_to_deploy(self):", False),
+                                             ("def reparameterize(self, mu, logvar):", True)])
+def test_only_a_method_that_folds_layers_for_inference_is_left_out_of_the_class_layers(method, counted):
+    """YOLO's `fuse()` multiplies weights for inference; a VAE's `reparameterize(self, mu, logvar)`
+    runs in every training step: its matrix product is the class's."""
+    source = textwrap.dedent(f"""\
+        import torch
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 16, 3)
+
+            {method}
+                return torch.mm(self.conv.weight.view(16, -1), self.conv.weight.view(16, -1).t())
+        """)
+    facts = extract_facts(source.encode()).functions["Net"]
+    assert facts.conv_dims == (2,)
+    assert facts.matmul is counted

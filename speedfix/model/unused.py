@@ -33,7 +33,8 @@ from typing import Iterable
 import libcst as cst
 
 from speedfix.model.context import FileContext
-from speedfix.model.project_files import PROJECT_MARKERS
+from speedfix.model.project_files import PROJECT_MARKERS, display_path
+from speedfix.project import is_test_file
 from speedfix.syntax.nodes import code_of, is_main_guard
 
 # What is read to look for a use; a larger project keeps all its functions.
@@ -53,7 +54,7 @@ def unused_functions(ctx: FileContext, among: Iterable[int]) -> dict[int, str]:
     candidates = {index: body[index] for index in set(among)
                   if isinstance(body[index], cst.FunctionDef) and not body[index].decorators}
     project = ctx.project
-    if not candidates or project is None or _is_test_file(project.script) \
+    if not candidates or project is None or is_test_file(Path(display_path(project.script))) \
             or not any(isinstance(s, cst.If) and is_main_guard(s.test) for s in body):
         return {}
     text = project.quiet_text(project.script)
@@ -82,10 +83,6 @@ def unused_functions(ctx: FileContext, among: Iterable[int]) -> dict[int, str]:
 
 def _mentions(name: str, text: str) -> list[str]:
     return re.findall(rf"\b{re.escape(name)}\b", text)
-
-
-def _is_test_file(path: Path) -> bool:
-    return path.name.startswith("test_") or path.name.endswith("_test.py") or path.name == "conftest.py"
 
 
 def _goes_on_above(ctx: FileContext) -> bool:

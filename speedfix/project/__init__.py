@@ -14,6 +14,6 @@ where its fix belongs.
 """
 
 from speedfix.project.facts import FunctionFacts, ModuleFacts, extract_facts
-from speedfix.project.linker import Links, link
+from speedfix.project.linker import Links, is_test_file, link
 
-__all__ = ["FunctionFacts", "Links", "ModuleFacts", "extract_facts", "link"]
+__all__ = ["FunctionFacts", "Links", "ModuleFacts", "extract_facts", "is_test_file", "link"]

@@ -940,9 +940,10 @@ class _Collector(ast.NodeVisitor):
     def _folding_for_inference(self) -> bool:
         """Code in a method that folds a trained module's layers for inference (YOLO's `fuse()`
         multiplying conv and batch-norm weights with `torch.mm`, RepVGG's `switch_to_deploy()`,
-        MobileOne's `reparameterize()`): not layers the training runs."""
+        MobileOne's `reparameterize()`): not layers the training runs. Such a method takes no
+        argument but `self`: a VAE's `reparameterize(self, mu, logvar)` is a training step's."""
         method = self.function_stack[0] if self.function_stack else None
-        return method is not None and method.class_name is not None \
+        return method is not None and method.class_name is not None and method.params == ("self",) \
             and _INFERENCE_FOLDING.match(method.name.rpartition(".")[2]) is not None
 
     def _layer_owner(self) -> str | None:

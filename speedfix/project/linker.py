@@ -345,7 +345,7 @@ def link(
     arguments = _arguments_given(facts, prefixes)
     networks = _networks_handed(facts, prefixes)
     cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
-    runs = {path: module for path, module in facts.items() if not _is_test_file(Path(show(path)))}
+    runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
     trained_by = _imported_by_another(runs, prefixes, lambda module: module.trains, show)
     options = _run_options(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
@@ -599,7 +599,7 @@ def _no_grad_methods_of(module: ModuleFacts, path: Path, callers: dict[str, set[
     return tuple(sorted(name for name in defined if callers.get(name, set()) - {path}))
 
 
-def _is_test_file(path: Path) -> bool:
+def is_test_file(path: Path) -> bool:
     """A test (`test_train.py`, `train_test.py`, `conftest.py`, anything in a `tests/` folder of
     the path as shown): its training loops exercise code, they are not the run."""
     return path.name.startswith("test_") or path.name.endswith("_test.py") or path.name == "conftest.py" \
