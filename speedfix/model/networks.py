@@ -9,6 +9,7 @@ followed by `.to(device)`/`.cuda()` and wrapped in `nn.DataParallel`/`Distribute
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
@@ -26,6 +27,7 @@ from speedfix.project import FunctionFacts
 from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, NOT_CONV_NETS, SPARSE_MATMULS, layer_kind
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
+from speedfix.syntax.walk import child_list
 
 DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -459,21 +461,26 @@ def handed_network(ctx: FileContext, name: str, stack: Stack) -> tuple[bool, boo
                  if called == function.name.value and param == name), None)
 
 
-class _Reads(cst.CSTVisitor):
-    """Counts the reads of a plain name: not an attribute's name (`args.vae`), not a target."""
+_NAME_READS: WeakKeyDictionary[FileContext, Counter[str]] = WeakKeyDictionary()
 
-    def __init__(self, name: str) -> None:
-        self.name, self.reads = name, 0
 
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False  # `node.attr` is no read of the name
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
-        return not isinstance(node.target, cst.Name)  # `x = ...` binds; `x.y = ...`, `x[i] = ...` read x
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.reads += node.value == self.name
+def _name_reads(ctx: FileContext) -> Counter[str]:
+    """How often the file reads each plain name (one walk per file): not an attribute's name
+    (`args.vae`), not a plain assignment's target (`x = ...`; `x.y = ...` and `x[i] = ...` read x)."""
+    found = _NAME_READS.get(ctx)
+    if found is None:
+        found = _NAME_READS[ctx] = Counter()
+        todo: list[cst.CSTNode] = [ctx.module]
+        while todo:
+            node = todo.pop()
+            kind = type(node)
+            if kind is cst.Name:
+                found[node.value] += 1
+            elif kind is cst.Attribute:
+                todo.append(node.value)
+            elif not (kind is cst.AssignTarget and type(node.target) is cst.Name):
+                todo.extend(child_list(node))
+    return found
 
 
 def never_used(ctx: FileContext, site: CallSite) -> bool:
@@ -483,9 +490,7 @@ def never_used(ctx: FileContext, site: CallSite) -> bool:
     name = _built_into(ctx, site)
     if name is None:
         return False
-    reads = _Reads(name)
-    ctx.module.visit(reads)
-    return reads.reads == 0
+    return _name_reads(ctx)[name] == 0
 
 
 def runs_only_periodically(ctx: FileContext, site: CallSite) -> bool:
@@ -495,14 +500,12 @@ def runs_only_periodically(ctx: FileContext, site: CallSite) -> bool:
     name = _built_into(ctx, site)
     if name is None:
         return False
-    reads = _Reads(name)
-    ctx.module.visit(reads)
     periodic = [call for call in ctx.calls
                 if (call.func == name or (call.func or "").startswith(name + "."))
                 and ctx.in_training_loop(call.stack) and not ctx.is_hot(call.stack)
                 and all(_now_and_then(frame.node.test) for frame in call.stack
                         if frame.kind is FrameKind.GUARD and isinstance(frame.node, cst.If))]
-    return bool(periodic) and len(periodic) == reads.reads
+    return bool(periodic) and len(periodic) == _name_reads(ctx)[name]
 
 
 def _now_and_then(test: cst.BaseExpression) -> bool:
