@@ -8,7 +8,7 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, replace
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, string_literal
 from speedfix.model.context import FileContext
-from speedfix.model.flow import comes_before
+from speedfix.model.flow import comes_before, in_no_run
 from speedfix.model.frames import in_inference_branch
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype, without_layout_calls
@@ -130,7 +130,10 @@ class CreateThenMove(Rule):
 
     Not in a module's eval-mode branch (`if not self.training:`, the `else:` of `if
     self.training:`, or what follows `if self.training: return loss`): what a detector builds
-    there to collect its boxes never runs while it trains.
+    there to collect its boxes never runs while it trains. Nor in code that no run takes: a
+    branch behind an option that is off by default and that no launch script or README of the
+    project passes (LTSF-Linear's `if self.individual:`, `--individual` a `store_true` flag), also
+    when the options reach a model under another name (`Model(args)` reading `configs.individual`).
 
     ## Example
     ```python
@@ -184,6 +187,22 @@ class CreateThenMove(Rule):
                 def forward(self, x):
                     h = torch.zeros(2, x.size(0), 8, device=x.device)
                     return self.rnn(x.cuda(), h)
+            """
+        ),
+        Valid(  # behind a flag that is off by default: no run takes the branch
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--noise", action="store_true")
+            args = parser.parse_args()
+            for x, y in loader:
+                x = x.cuda()
+                if args.noise:
+                    x = x + torch.randn(64, 10).cuda()
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
             """
         ),
         Valid(  # a dtype conversion, not a move
@@ -734,15 +753,16 @@ class CreateThenMove(Rule):
         """In the training loop (or a function it calls), in a function that takes a step itself
         (an agent's `learn()`), in a module's `forward` (or a method it calls), or once per
         environment step or update of an RL script (acting, a replay buffer's `sample`). Not in a
-        module's eval-mode branch (`if not self.training:`): that never runs while it trains."""
+        module's eval-mode branch (`if not self.training:`): that never runs while it trains; nor
+        in code that no run takes (`if self.individual:`, an option off by default that no launch
+        command of the project passes)."""
         if in_inference_branch(site.stack):
             return False
-        if self.ctx.in_training_loop(site.stack) or in_rollout(self.ctx, site.stack):
-            return True
         function = self.ctx.function_of(site.stack)
-        if not isinstance(function, cst.FunctionDef):
-            return False
-        return function.name.value == "forward" or function in self.ctx.step_functions or self._called_in_forward(function, site)
+        every_step = self.ctx.in_training_loop(site.stack) or in_rollout(self.ctx, site.stack) or (
+            isinstance(function, cst.FunctionDef) and (function.name.value == "forward" or function in self.ctx.step_functions
+                                                       or self._called_in_forward(function, site)))
+        return every_step and not in_no_run(self.ctx, site.statement, site.stack)
 
     def _called_in_forward(self, function: cst.FunctionDef, site: CallSite) -> bool:
         """A method of a module that its `forward` calls (`self.timestep_embedding(t, dim)`), or a

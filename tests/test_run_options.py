@@ -167,3 +167,101 @@ def test_an_option_read_through_args_equals_self_args_has_the_scripts_default(wr
     assert "runner.py:11:" in found and "resolves to 0" in found
     write("main.py", LOADING.replace("{workers}", "8"))
     assert "SF101" not in run_cli("scan", ".", "--select", "SF101", "--no-summary", cwd=tmp_path).stdout
+
+
+ZOO_MAIN = """\
+import argparse
+import torch
+from model import Model
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--seq_len", type=int, default=336)
+parser.add_argument("--pred_len", type=int, default=96)
+parser.add_argument("--individual", action="store_true", default=False)
+args = parser.parse_args()
+model = Model(args).cuda()
+optimizer = torch.optim.Adam(model.parameters(), fused=True)
+for x, y in loader:
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+    optimizer.step()
+"""
+
+ZOO_MODEL = """\
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, configs):
+        super().__init__()
+        self.pred_len = configs.pred_len
+        self.individual = configs.individual
+        self.linear = nn.Linear(configs.seq_len, configs.pred_len)
+
+    def forward(self, x):
+        if self.individual:
+            out = torch.zeros([x.size(0), self.pred_len]).to(x.device)
+            return out + self.linear(x)
+        return self.linear(x)
+"""
+
+
+def _sf701(run_cli, folder) -> str:
+    return run_cli("scan", ".", "--select", "SF701", "--no-summary", cwd=folder).stdout
+
+
+def test_a_model_reads_the_scripts_options_under_its_own_name(write, run_cli, tmp_path):
+    """LTSF-Linear's `Model(configs)` built with the parsed `args`: `configs.individual` is the
+    script's `--individual`, off by default, so the branch it guards runs in no run (no SF701),
+    until a launch script passes the flag."""
+    write("main.py", ZOO_MAIN)
+    write("model.py", ZOO_MODEL)
+    assert _sf701(run_cli, tmp_path) == ""
+    write("scripts/individual.sh", "python main.py --seq_len 96 --individual\n")
+    assert "model.py:14:" in _sf701(run_cli, tmp_path)
+
+
+def test_an_object_read_for_other_attributes_is_not_the_options(write, run_cli, tmp_path):
+    """A parameter asked for an attribute the scripts define no option of is some other object."""
+    write("main.py", ZOO_MAIN)
+    write("model.py", ZOO_MODEL.replace("configs.seq_len", "configs.d_model"))
+    assert "model.py:14:" in _sf701(run_cli, tmp_path)
+
+
+AGENT = """\
+import torch
+
+
+class Agent:
+    def __init__(self, net, acktr=False):
+        self.net = net
+        self.acktr = acktr
+
+    def update(self, values):
+        if self.acktr:
+            noise = torch.randn(values.size()).cuda()
+            values = values + noise
+        return values.mean()
+"""
+
+AGENT_MAIN = """\
+import torch
+from agent import Agent
+
+agent = Agent(net, {passed})
+for step in range(1000):
+    loss = agent.update(net(obs.cuda()))
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_constructor_default_another_file_overrides_is_no_default(write, run_cli, tmp_path):
+    """`Agent(net, acktr=True)` in the script: `self.acktr` is not its default False there, so the
+    ACKTR branch runs (SF701 found); built without it, the branch runs in no run."""
+    write("agent.py", AGENT)
+    write("main.py", AGENT_MAIN.replace("{passed}", "acktr=True"))
+    assert "agent.py:11:" in _sf701(run_cli, tmp_path)
+    write("main.py", AGENT_MAIN.replace(", {passed}", ""))
+    assert _sf701(run_cli, tmp_path) == ""

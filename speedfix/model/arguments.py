@@ -333,7 +333,7 @@ def init_argument(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> I
         return InitArgument(True, configured)
     if run_configs(ctx).configures(_section(ctx, owner.name.value)):
         return None  # the project's configured runs build another class there: this one's values are no run's
-    default = parameter_default(ctx, name, stored[0].stack)
+    default = parameter_default(ctx, name, stored[0].stack, others=False)
     positional = [p.name.value for p in function.params.params][1:]
     for built, method, keywords, count, star in ctx.links.constructed:  # what other scanned files pass it
         if built != owner.name.value:
@@ -343,6 +343,14 @@ def init_argument(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> I
         elif method or star or name in keywords or (name in positional and positional.index(name) < count):
             return None
     return InitArgument(False, default=default, stack=stored[0].stack) if default is not None else None
+
+
+def _passed_by_other_files(ctx: FileContext, built: str, name: str, index: int | None) -> bool:
+    """Does another scanned file build the class ``built`` passing its constructor's parameter
+    ``name`` (positional at ``index``, not counting `self`), or in a way that may pass it (`**kw`,
+    a classmethod constructor)?"""
+    return any(cls == built and bool(method or star or name in keywords or (index is not None and index < count))
+               for cls, method, keywords, count, star in ctx.links.constructed)
 
 
 def _configured_init_value(ctx: FileContext, owner: cst.ClassDef, params: Sequence[cst.Param], param: cst.Param,
@@ -432,12 +440,13 @@ def dict_item(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.B
     return None if found.unknown else found.node
 
 
-def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:
+def parameter_default(ctx: FileContext, name: str, stack: Stack, *, others: bool = True) -> cst.BaseExpression | None:
     """The value the parameter ``name`` of the function around ``stack`` has in every run, when
     the function never rebinds it: what the calls of other scanned files pass when they all pass
     the same constant (`get_loader(..., num_workers=args.workers)` in `main.py`, with the option's
     default 8), else its default when no call passes it: `def __init__(self, ...,
-    num_workers: int = 0)` with `Trainer(model, data)` calls (or none) runs with 0."""
+    num_workers: int = 0)` with `Trainer(model, data)` calls (or none) runs with 0, unless
+    another scanned file builds the class passing it (``others``; `A2C_ACKTR(..., acktr=True)`)."""
     function = ctx.function_of(stack)
     if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
         return None
@@ -456,6 +465,8 @@ def parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpr
     index = positional.index(name) if name in positional else None
     if index is not None and owner is not None:
         index -= 1  # `self` is not passed
+    if others and owner is not None and called == owner.name.value and _passed_by_other_files(ctx, called, name, index):
+        return None  # `A2C_ACKTR(..., acktr=True)` in main.py
     for site in ctx.calls:
         if (site.func or "").rsplit(".", 1)[-1] != called:
             continue
@@ -592,8 +603,10 @@ def run_option_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack)
     holder = node.value
     if isinstance(holder, cst.Name):
         function = ctx.function_of(stack)
-        if holder.value not in ctx.links.option_holders or not isinstance(function, cst.FunctionDef):
+        if not isinstance(function, cst.FunctionDef):
             return None
+        if holder.value not in ctx.links.option_holders:
+            return _run_option_default(ctx, node.attr.value) if _holds_run_options(ctx, function, holder.value) else None
         local = ctx.assignments_in(function, holder.value)
         if len(local) == 1 and not local[0].unpacked and not local[0].augmented and isinstance(local[0].value, cst.Attribute):
             # `args = self.args` at the top of a method: the options the object keeps
@@ -609,6 +622,24 @@ def run_option_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack)
     else:
         return None
     return _run_option_default(ctx, node.attr.value)
+
+
+def _holds_run_options(ctx: FileContext, function: cst.FunctionDef, name: str) -> bool:
+    """Is the parameter ``name`` of ``function`` the options object of the scripts that run the
+    file under another name (LTSF-Linear's `Model.__init__(self, configs)`, built with the parsed
+    `args`)? The function reads two or more of its attributes, every one an option those scripts
+    define (`configs.seq_len`, `configs.individual`), and never rebinds it."""
+    params = (*function.params.params, *function.params.kwonly_params)
+    if not any(p.name.value == name for p in params) or ctx.assignments_in(function, name):
+        return False
+    options = {dest for dest, _ in ctx.links.options}
+    read: set[str] = set()
+    for found in walk_expression(function.body):
+        if type(found) is cst.Attribute and type(found.value) is cst.Name and found.value.value == name:
+            if found.attr.value not in options:
+                return False
+            read.add(found.attr.value)
+    return len(read) >= 2
 
 
 def _run_option_default(ctx: FileContext, dest: str) -> cst.BaseExpression | None:

@@ -389,8 +389,11 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if option is not None:
         return _option_default(ctx, option.node, stack, depth)
     field = annotated_field_default(ctx, node, stack)  # `args.use_lora` of `def main(args: FlatArguments)`
-    if field is None:
-        field = run_option_default(ctx, node, stack)  # `args.opt` handed in by the script that parses it
+    if field is None and isinstance(node, cst.Attribute) and (handed := run_option_default(ctx, node, stack)) is not None:
+        # `args.opt` handed in by the script that parses it; a launch command may set it instead
+        if launch.option_passed(ctx, node.attr.value):
+            return _UNKNOWN
+        field = handed
     if field is None:
         field = absl_flag_default(ctx, node, stack)  # `FLAGS.parallel` of `flags.DEFINE_bool("parallel", False)`
     if field is not None:

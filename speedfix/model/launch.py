@@ -148,8 +148,12 @@ def _off_by_default(gate: str, holders: tuple[str, ...], defaults: dict[str, str
 
 
 def _passed_anywhere(ctx: FileContext, gate: str) -> bool:
-    """Does a launch script or README of the project pass the option (`--gail`, `--gail-experts-dir` aside)?"""
-    option = gate.split(".", 1)[1]
+    return option_passed(ctx, gate.split(".", 1)[1])
+
+
+def option_passed(ctx: FileContext, option: str) -> bool:
+    """Does a launch script or README of the project pass the option `--option` (`--gail`, not
+    `--gail-experts-dir`; `-` and `_` alike)? True where the project cannot be read."""
     pattern = re.compile(r"--%s(?![\w-])" % re.escape(option).replace("_", "[-_]"))
     project = ctx.project
     return project is None or any(pattern.search(project.text(path) or "") for path in launch_files(project))
