@@ -3,6 +3,7 @@ from __future__ import annotations
 from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool
+from speedfix.model.flow import in_no_run
 
 _DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
 
@@ -19,6 +20,9 @@ class DdpFindUnusedParameters(Rule):
     did not find any unused parameters ... this flag results in an extra traversal of the
     autograd graph every iteration, which can adversely affect performance." It is only needed
     when some parameters really go unused in a step (conditional branches, frozen heads).
+
+    Not where no run builds the wrapper: behind `if distributed:` with `distributed = False` set
+    in the script, or an option off by default that no launch command of the project passes.
 
     ## Example
     ```python
@@ -60,6 +64,18 @@ class DdpFindUnusedParameters(Rule):
             model = DDP(model, device_ids=[rank], find_unused_parameters=False)
             """
         ),
+        Valid(  # no run takes the distributed branch: the script sets `distributed = False`
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            if __name__ == "__main__":
+                distributed = False
+                if distributed:
+                    model = DDP(model, device_ids=[rank], find_unused_parameters=True)
+                else:
+                    model = torch.nn.DataParallel(model)
+            """
+        ),
         Valid(  # decided at run time
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -86,5 +102,5 @@ class DdpFindUnusedParameters(Rule):
     def finish(self) -> None:
         for site in self.ctx.calls_to(*_DDP):
             flag = find_argument(self.ctx, site, "find_unused_parameters")
-            if literal_bool(self.ctx, flag.node, site.stack):
+            if literal_bool(self.ctx, flag.node, site.stack) and not in_no_run(self.ctx, site.statement, site.stack):
                 self.report(site.node, "`find_unused_parameters=True` walks the autograd graph again after every forward pass")
