@@ -12,7 +12,7 @@ from speedfix.model.index import CallSite
 from speedfix.model.networks import DISTRIBUTED_DATA_PARALLEL
 from speedfix.project.steps import SYNC_SWITCHES
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import code_of, target_names, walk_expression
+from speedfix.syntax.nodes import code_of, negated_code, target_names, walk_expression
 
 
 class DdpAccumulationWithoutNoSync(Rule):
@@ -421,7 +421,7 @@ class DdpAccumulationWithoutNoSync(Rule):
             return None
         if read_names(node.test) & _assigned(statements[start:index]):
             return None
-        return _negated(node.test)
+        return negated_code(node.test)
 
 
 def _guard_between(site: CallSite, loop: cst.CSTNode) -> cst.If | None:
@@ -457,16 +457,3 @@ def _assigned(statements: list[cst.BaseStatement]) -> set[str]:
             elif isinstance(node, cst.NamedExpr):
                 names.update(target_names(node.target))
     return names
-
-
-def _negated(test: cst.BaseExpression) -> str:
-    """`a == 0` -> `a != 0`, `not x` -> `x`, anything else -> `not (...)`."""
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        flipped = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal}.get(type(target.operator))
-        if flipped is not None:
-            operator = flipped(whitespace_before=target.operator.whitespace_before, whitespace_after=target.operator.whitespace_after)
-            return code_of(test.with_changes(comparisons=[target.with_changes(operator=operator)], lpar=[], rpar=[]))
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return code_of(test.expression)
-    return f"not ({code_of(test.with_changes(lpar=[], rpar=[]))})"

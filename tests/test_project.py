@@ -2389,7 +2389,7 @@ def test_an_autocast_behind_a_flag_the_entry_passes_as_false_leaves_the_run_in_f
           "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    for epoch in range(10):\n"
           "        fit_one_epoch(model, opt, loader, fp16)\n")
     scan = ["scan", ".", "--select", "SF202", "--no-summary", "--no-cache"]
-    assert "utils_fit.py:11:18: SF202 autocast runs only when `not (not fp16)`, which is off by default" \
+    assert "utils_fit.py:11:18: SF202 autocast runs only when `fp16`, which is off by default" \
         in run_cli(*scan, cwd=tmp_path).stdout
     write("train.py", (tmp_path / "train.py").read_text().replace("fp16 = False", "fp16 = True"))
     assert "SF202" not in run_cli(*scan, cwd=tmp_path).stdout

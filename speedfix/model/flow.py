@@ -32,7 +32,7 @@ from speedfix.model.frames import Frame, FrameKind, Stack, class_of, function_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import code_of, integer_value, walk_expression
+from speedfix.syntax.nodes import code_of, integer_value, negated_code, walk_expression
 from speedfix.syntax.walk import child_nodes
 
 _UNKNOWN = object()  # a default that cannot be known
@@ -47,7 +47,7 @@ def off_by_default(ctx: FileContext, statement: cst.BaseStatement | None, stack:
             return code_of(owner.test)
         for test in _tests_passed_as_false(ctx, owner):
             if _truth_at(ctx, test, stack, _tested_at(ctx, test, owner)) is True:
-                return f"not ({code_of(test)})"
+                return negated_code(test)  # the `else:` of `if not fp16:`: `fp16`
     return None
 
 

@@ -97,3 +97,16 @@ def number_value(node: cst.Integer | cst.Float) -> float | None:
         return float(node.value)
     except ValueError:
         return None
+
+
+def negated_code(test: cst.BaseExpression) -> str:
+    """The code of a test's negation: `a == 0` -> `a != 0`, `not x` -> `x`, anything else -> `not (...)`."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        flipped = {cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal}.get(type(target.operator))
+        if flipped is not None:
+            operator = flipped(whitespace_before=target.operator.whitespace_before, whitespace_after=target.operator.whitespace_after)
+            return code_of(test.with_changes(comparisons=[target.with_changes(operator=operator)], lpar=[], rpar=[]))
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return code_of(test.expression)
+    return f"not ({code_of(test.with_changes(lpar=[], rpar=[]))})"
