@@ -84,6 +84,8 @@ def in_no_run(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stac
     """Does no run execute ``statement``: no launch command of the project reaches it, or, where
     the project shows none, the script's defaults keep it off (`if args.multi_gpu:` with
     `--multi_gpu` off by default, and no run script that passes it)?"""
+    if not gates(ctx, statement):
+        return False  # no test on the way: every run that runs the file runs it (no launch file read)
     reached = reached_by_launch(ctx, statement, stack)
     return reached is False or reached is None and off_by_default(ctx, statement, stack) is not None
 
