@@ -30,7 +30,7 @@ from speedfix.engine.rule import Rule
 from speedfix.engine.suppression import FileSuppressions, line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
-from speedfix.model.launch import classes_off_the_run, self_test_block
+from speedfix.model.launch import classes_off_the_run, picked_by_no_run, self_test_block
 from speedfix.model.unused import unused_functions
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
@@ -191,6 +191,11 @@ def analyze(
     findings, skipped = _outside_unused_functions(context, findings, top_of)
     if skipped is not None:
         result.notes.append(Note(path, skipped))
+    if findings and context.links.picked_by and (unpicked := picked_by_no_run(context)) is not None:
+        left = len(findings)
+        result.notes.append(Note(path, f"{left} finding{'s' if left > 1 else ''} left out: the scanned scripts reach "
+                                       f"this file only through {unpicked}"))
+        findings = []
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
     result.inputs = dict(project.inputs)

@@ -151,6 +151,59 @@ def _passed_anywhere(ctx: FileContext, gate: str) -> bool:
     return option_passed(ctx, gate.split(".", 1)[1])
 
 
+def picked_by_no_run(ctx: FileContext) -> str | None:
+    """Is this file reached only through entries of option-indexed dicts (``Links.picked_by``:
+    LTSF-Linear's `model_dict[self.args.model]` holding `Autoformer`, whose layers only it imports)
+    that no run picks: every launch command of the project that sets the option (or, where none
+    does, its default) gives another key? Those entries and the runs' choices, for a note."""
+    keys: dict[str, set[str]] = {}
+    for option, key, _ in ctx.links.picked_by:
+        keys.setdefault(option, set()).add(key)
+    said: list[str] = []
+    for option, picked in sorted(keys.items()):
+        values = option_values(ctx, option)
+        if values is None:
+            return None
+        if not values:
+            default = dict(ctx.links.options).get(option, "")
+            if not (len(default) > 1 and default[0] == default[-1] and default[0] in "'\""):
+                return None  # no string default: which entry runs is unknown
+            values = {default[1:-1]}
+        if values & picked or any(not values <= set(every) for name, _, every in ctx.links.picked_by if name == option):
+            return None  # a run picks it, or a value no dict holds: not the reading of the code it seems
+        entries = " and ".join(f"`{key}`" for key in sorted(picked))
+        chosen = " or ".join(f"`{value}`" for value in sorted(values))
+        said.append(f"the {entries} entr{'ies' if len(picked) > 1 else 'y'} of a dict indexed by `--{option}`, "
+                    f"which the runs set to {chosen}")
+    return "; ".join(said)
+
+
+def option_values(ctx: FileContext, option: str) -> set[str] | None:
+    """The values the project's launch scripts and README commands (of any script) give
+    `--option`; None when one of them cannot be known (a shell variable set elsewhere, a bare
+    flag)."""
+    project = ctx.project
+    if project is None:
+        return None
+    spelled = (f"--{option}", f"--{option.replace('_', '-')}")
+    values: set[str] = set()
+    for path in launch_files(project):
+        text = project.text(path)
+        if text is None or not any(word in text for word in spelled):
+            continue
+        for logical_lines in kept_for_scan(("launch lines", path), lambda: _file_lines(path, text)):
+            for _, logical, _ in logical_lines:
+                if not any(word in logical for word in spelled):
+                    continue
+                value = _options(kept_for_scan(("words", logical), lambda: _words(logical))).get(option)
+                if value is None:
+                    continue
+                if not isinstance(value, str):
+                    return None
+                values.add(value)
+    return values
+
+
 def option_passed(ctx: FileContext, option: str) -> bool:
     """Does a launch script or README of the project pass the option `--option` (`--gail`, not
     `--gail-experts-dir`; `-` and `_` alike)? True where the project cannot be read."""
@@ -343,7 +396,7 @@ def _launch_files(project: ProjectFiles) -> list[Path]:
             subfolders = {sub.name for sub in project.subfolders(folder)}
             for name in _SCRIPT_FOLDERS:
                 if name in subfolders:
-                    shell_scripts(folder / name, 1)
+                    shell_scripts(folder / name, _DEPTH - 1)
         for path in project.listing(folder, (".md", ".MD")):
             if path.name.lower().startswith("readme"):
                 add(path)

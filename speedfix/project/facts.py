@@ -144,6 +144,10 @@ class ModuleFacts:
     # around it: (qualified name, (`args.gail`, `!args.cpu`, "?" for another test, ...)), one per
     # distinct set of gates
     gated_constructions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # dicts of imported project modules or classes indexed by an option (LTSF-Linear's `model_dict =
+    # {'Autoformer': Autoformer, 'DLinear': DLinear, ...}`, then `model_dict[self.args.model]`): (the
+    # option's destination, ((key, qualified name of the entry), ...)), entries named nowhere else
+    dispatches: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     def to_record(self) -> dict[str, Any]:
         record = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -184,6 +188,7 @@ class ModuleFacts:
             handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
             env_calls=tuple(map(str, record["env_calls"])),
             gated_constructions=tuple((str(q), tuple(map(str, g))) for q, g in record["gated_constructions"]),
+            dispatches=tuple((str(d), tuple((str(k), str(q)) for k, q in entries)) for d, entries in record["dispatches"]),
         )
 
 
@@ -408,6 +413,8 @@ class _Collector(ast.NodeVisitor):
         # for a test that is no plain flag, "" for the `__main__` guard
         self.gates: list[str] = []
         self.gated: set[tuple[str, tuple[str, ...]]] = set()  # see ModuleFacts.gated_constructions
+        self.entry_dicts: dict[str, tuple[tuple[str, str], ...]] = {}  # name -> a dict of imported names (keys: strings)
+        self.dispatches: set[tuple[str, tuple[tuple[str, str], ...]]] = set()  # see ModuleFacts.dispatches
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -570,6 +577,8 @@ class _Collector(ast.NodeVisitor):
     # ------------------------------------------------------------------ facts
     def visit_Assign(self, node: ast.Assign) -> None:
         self._assigned([target for target in node.targets], node.value)
+        if isinstance(node.value, ast.Dict):
+            self._entry_dict(node.targets, node.value)
         if _parses_options(node.value):  # `args = parser.parse_args()`, `args, _ = parser.parse_known_args()`
             for target in node.targets:
                 first = target.elts[0] if isinstance(target, (ast.Tuple, ast.List)) and target.elts else target
@@ -577,6 +586,26 @@ class _Collector(ast.NodeVisitor):
                     self.parsed_names.add(first.id)
         if any((dotted(target) or "").endswith(CUDNN_CHOICES) for target in node.targets):
             self._cudnn_choice()
+        self.generic_visit(node)
+
+    def _entry_dict(self, targets: list[ast.expr], value: ast.expr) -> None:
+        """`model_dict = {'Autoformer': Autoformer, ...}`: three or more string keys, each value an
+        imported name (a module or a class of the project), for ``visit_Subscript``."""
+        if len(targets) != 1 or not isinstance(targets[0], ast.Name) or len(value.keys) < 3:  # type: ignore[attr-defined]
+            return
+        entries = []
+        for key, entry in zip(value.keys, value.values):  # type: ignore[attr-defined]
+            qualified = self.resolve(dotted(entry)) if isinstance(entry, (ast.Name, ast.Attribute)) else None
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)) or qualified is None \
+                    or qualified.split(".", 1)[0] in _EXTERNAL:
+                return
+            entries.append((key.value, qualified))
+        self.entry_dicts[targets[0].id] = tuple(entries)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        """`model_dict[self.args.model]`, `models[args.arch]`: a dict of entries picked by an option."""
+        if isinstance(node.value, ast.Name) and node.value.id in self.entry_dicts and isinstance(node.slice, ast.Attribute):
+            self.dispatches.add((node.slice.attr, self.entry_dicts[node.value.id]))
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -1031,6 +1060,9 @@ class _Collector(ast.NodeVisitor):
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
             gated_constructions=tuple(sorted(self.gated)),
+            dispatches=tuple(sorted(
+                (option, entries) for option, entries in self.dispatches
+                if not any(reference.startswith(qualified + ".") for _, qualified in entries for reference in self.references))),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
             no_grad_methods=tuple(sorted(self.no_grad_methods)),
             object_methods=tuple(sorted(self.object_methods)),

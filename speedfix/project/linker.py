@@ -110,6 +110,11 @@ class Links:
     trained_by: str | None = None  # an importer's file (as shown) that holds a training loop: this one is its library
     options: tuple[tuple[str, str], ...] = ()  # (destination, default's repr) of the scripts that run it
     option_holders: tuple[str, ...] = ()  # the names those scripts bind their parsed options to
+    # the entries of option-indexed dicts (ModuleFacts.dispatches) through which alone the scanned
+    # scripts reach this file: (option, key) pairs (LTSF-Linear's `models/Autoformer.py` and the
+    # layers only it imports: `("model", "Autoformer", ("Autoformer", "DLinear", ...))`: the option,
+    # the entry's key and every key of its dict); empty when a script reaches it otherwise
+    picked_by: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -149,6 +154,7 @@ class Links:
             "trained_by": self.trained_by,
             "options": [list(option) for option in self.options],
             "option_holders": list(self.option_holders),
+            "picked_by": [[option, key, list(keys)] for option, key, keys in self.picked_by],
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -348,6 +354,7 @@ def link(
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
     trained_by = _imported_by_another(runs, prefixes, lambda module: module.trains, show)
     options = _run_options(facts, prefixes)
+    picked = _picked_only(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     links: dict[Path, Links] = {}
     for path, module in facts.items():
@@ -375,6 +382,7 @@ def link(
             trained_by=trained_by.get(path),
             options=options.get(path, ((), ()))[0],
             option_holders=options.get(path, ((), ()))[1],
+            picked_by=picked.get(path, ()),
         )
     return links
 
@@ -631,6 +639,46 @@ def _run_options(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, 
                     todo.append(target)
     return {path: (tuple(sorted((dest, values.pop() if len(values) == 1 else "") for dest, values in defaults.items())),
                    tuple(sorted(names))) for path, (defaults, names) in reached.items()}
+
+
+def _picked_only(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                 ) -> dict[Path, tuple[tuple[str, str, tuple[str, ...]], ...]]:
+    """The files the scanned scripts reach only through entries of option-indexed dicts (see
+    ``Links.picked_by``): what the files no other file imports reach once the imports of the
+    entries by their dicts' files are taken away is reached otherwise; each other file that an
+    entry reaches gets that entry's (option, key)."""
+    imports = {path: set(found.values()) for path, found in prefixes.items()}
+    entries: list[tuple[str, str, tuple[str, ...], Path]] = []
+    for path, module in facts.items():
+        for option, pairs in module.dispatches:
+            keys = tuple(sorted(key for key, _ in pairs))
+            for key, qualified in pairs:
+                module_file = prefixes[path].get(qualified)  # an entry that is a module (`models.DLinear`)
+                hit = (module_file, "") if module_file is not None else _split(qualified, prefixes[path])
+                if hit is not None:
+                    imports[path].discard(hit[0])
+                    entries.append((option, key, keys, hit[0]))
+    if not entries:
+        return {}
+    imported = {target for found in prefixes.values() for target in found.values()}
+    reached = _reached([path for path in facts if path not in imported], imports)
+    picked: dict[Path, set[tuple[str, str, tuple[str, ...]]]] = {}
+    for option, key, keys, target in entries:
+        for path in _reached([target], imports):
+            if path not in reached:
+                picked.setdefault(path, set()).add((option, key, keys))
+    return {path: tuple(sorted(pairs)) for path, pairs in picked.items()}
+
+
+def _reached(starts: list[Path], imports: dict[Path, set[Path]]) -> set[Path]:
+    """``starts`` and the files they import, in turn."""
+    seen, todo = set(starts), deque(starts)
+    while todo:
+        for target in imports.get(todo.popleft(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
 
 
 def _called_functions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
