@@ -1,6 +1,8 @@
 """A module the training script hands its parsed options to (`create_optimizer(args, model)`,
 `Exp(args)` keeping `self.args`): its `args.opt` has the default of the script's `--opt`, so a
-branch the default run skips is not advice about the run."""
+branch the default run skips is not advice about the run; the same for a model that gets them
+under another name (`Model(configs)`) and for the files of a model zoo that the runs' options
+never pick."""
 
 from __future__ import annotations
 
@@ -169,7 +171,23 @@ def test_an_option_read_through_args_equals_self_args_has_the_scripts_default(wr
     assert "SF101" not in run_cli("scan", ".", "--select", "SF101", "--no-summary", cwd=tmp_path).stdout
 
 
-ZOO_MAIN = """\
+TRAINING = """\
+args = parser.parse_args()
+model = {built}.cuda()
+optimizer = torch.optim.Adam(model.parameters(), fused=True)
+for x, y in loader:
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+    optimizer.step()
+"""
+
+
+def training_script(head: str, built: str) -> str:
+    """A script whose ``head`` imports and defines the options, then trains ``built`` with them."""
+    return head + TRAINING.replace("{built}", built)
+
+
+CONFIGS_MAIN = training_script("""\
 import argparse
 import torch
 from model import Model
@@ -178,16 +196,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--seq_len", type=int, default=336)
 parser.add_argument("--pred_len", type=int, default=96)
 parser.add_argument("--individual", action="store_true", default=False)
-args = parser.parse_args()
-model = Model(args).cuda()
-optimizer = torch.optim.Adam(model.parameters(), fused=True)
-for x, y in loader:
-    optimizer.zero_grad()
-    torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
-    optimizer.step()
-"""
+""", "Model(args)")
 
-ZOO_MODEL = """\
+CONFIGS_MODEL = """\
 import torch
 import torch.nn as nn
 
@@ -215,8 +226,8 @@ def test_a_model_reads_the_scripts_options_under_its_own_name(write, run_cli, tm
     """LTSF-Linear's `Model(configs)` built with the parsed `args`: `configs.individual` is the
     script's `--individual`, off by default, so the branch it guards runs in no run (no SF701),
     until a launch script passes the flag."""
-    write("main.py", ZOO_MAIN)
-    write("model.py", ZOO_MODEL)
+    write("main.py", CONFIGS_MAIN)
+    write("model.py", CONFIGS_MODEL)
     assert _sf701(run_cli, tmp_path) == ""
     write("scripts/individual.sh", "python main.py --seq_len 96 --individual\n")
     assert "model.py:14:" in _sf701(run_cli, tmp_path)
@@ -224,8 +235,8 @@ def test_a_model_reads_the_scripts_options_under_its_own_name(write, run_cli, tm
 
 def test_an_object_read_for_other_attributes_is_not_the_options(write, run_cli, tmp_path):
     """A parameter asked for an attribute the scripts define no option of is some other object."""
-    write("main.py", ZOO_MAIN)
-    write("model.py", ZOO_MODEL.replace("configs.seq_len", "configs.d_model"))
+    write("main.py", CONFIGS_MAIN)
+    write("model.py", CONFIGS_MODEL.replace("configs.seq_len", "configs.d_model"))
     assert "model.py:14:" in _sf701(run_cli, tmp_path)
 
 
@@ -265,3 +276,107 @@ def test_a_constructor_default_another_file_overrides_is_no_default(write, run_c
     assert "agent.py:11:" in _sf701(run_cli, tmp_path)
     write("main.py", AGENT_MAIN.replace(", {passed}", ""))
     assert _sf701(run_cli, tmp_path) == ""
+
+
+# A model zoo picked by an option (`model_dict[args.model].Model(args)`): the files that only the
+# entries no run picks reach are not the run's code, so their findings are left out with a note.
+PICKED_MAIN = training_script("""\
+import argparse
+import torch
+from exp import build
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model", default="{default}")
+""", "build(args)")
+
+PICKER = """\
+from models import linear, former, mixer
+
+
+def build(args):
+    model_dict = {"linear": linear, "former": former, "mixer": mixer}
+    return model_dict[args.model].Model(args)
+"""
+
+ZOO_NET = """\
+import torch
+import torch.nn as nn
+{imports}
+
+class Model(nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        {body}
+"""
+
+ZOO_MASK = """\
+import torch
+import torch.nn as nn
+
+
+class CausalMask(nn.Module):
+    def forward(self, x):
+        return torch.ones(x.size(0), x.size(0)).to(x.device)
+"""
+
+
+def _zoo(write, default: str = "linear") -> None:
+    write("main.py", PICKED_MAIN.replace("{default}", default))
+    write("exp.py", PICKER)
+    write("models/linear.py", ZOO_NET.replace("{imports}", "").replace(
+        "{body}", "return self.fc(x) + torch.zeros(x.shape).to(x.device)"))
+    former = ZOO_NET.replace("{imports}", "from layers.masking import CausalMask").replace(
+        "self.fc = nn.Linear(8, 8)", "self.fc = nn.Linear(8, 8)\n        self.mask = CausalMask()")
+    write("models/former.py", former.replace("{body}", "return self.fc(x) * self.mask(x)"))
+    write("models/mixer.py", former.replace("{body}", "return self.fc(x) + self.mask(x)"))
+    write("layers/masking.py", ZOO_MASK)
+
+
+def test_files_only_unpicked_entries_reach_are_left_out(write, run_cli, tmp_path):
+    """The run script passes `--model linear` (two folders down): `former` and `mixer`, and the
+    mask only they import, run in no run; `linear`'s own finding stays."""
+    _zoo(write)
+    write("scripts/long/linear.sh", "model_name=linear\npython -u main.py --model $model_name\n")
+    found = _sf701(run_cli, tmp_path)
+    assert "models/linear.py:11:" in found
+    assert "layers/masking.py:7:" not in found
+    assert ("layers/masking.py: note: 1 finding left out: the scanned scripts reach this file only through the "
+            "`former` and `mixer` entries of a dict indexed by `--model`, which the runs set to `linear`") in found
+
+
+def test_a_run_that_picks_an_entry_keeps_its_files(write, run_cli, tmp_path):
+    _zoo(write)
+    write("scripts/long/linear.sh", "python -u main.py --model linear\n")
+    write("scripts/long/mixer.sh", "python -u main.py --model mixer\n")
+    assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
+
+
+def test_without_launch_commands_the_default_picks(write, run_cli, tmp_path):
+    _zoo(write)
+    assert "layers/masking.py:7:" not in _sf701(run_cli, tmp_path)
+    _zoo(write, default="former")
+    assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
+
+
+def test_a_file_another_script_imports_is_reached(write, run_cli, tmp_path):
+    """A second script that builds the mixer itself reaches the mask whatever `--model` says."""
+    _zoo(write)
+    write("demo.py", "from models.mixer import Model\nnet = Model(None).cuda()\n")
+    assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
+
+
+def test_an_entry_named_elsewhere_is_no_pick(write, run_cli, tmp_path):
+    """`former.Model` also built by name in the dict's file: the dict does not decide alone."""
+    _zoo(write)
+    write("exp.py", PICKER + "\n\ndef baseline(args):\n    return former.Model(args)\n")
+    assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
+
+
+def test_a_run_value_no_entry_holds_keeps_the_files(write, run_cli, tmp_path):
+    """`--model Former` is no key of the dict (the code must map it some other way): unknown."""
+    _zoo(write)
+    write("scripts/long/former.sh", "python -u main.py --model Former\n")
+    assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
