@@ -380,3 +380,11 @@ def test_a_run_value_no_entry_holds_keeps_the_files(write, run_cli, tmp_path):
     _zoo(write)
     write("scripts/long/former.sh", "python -u main.py --model Former\n")
     assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
+
+
+def test_a_module_the_file_also_takes_another_name_from_stays_reached(write, run_cli, tmp_path):
+    """`from models.mixer import Model as MixerModel` beside the dict: the file uses the module
+    outside the dict too, so its layers are the run's whatever `--model` says."""
+    _zoo(write)
+    write("exp.py", "from models.mixer import Model as MixerModel\n" + PICKER)
+    assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)

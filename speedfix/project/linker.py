@@ -650,14 +650,19 @@ def _picked_only(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, 
     imports = {path: set(found.values()) for path, found in prefixes.items()}
     entries: list[tuple[str, str, tuple[str, ...], Path]] = []
     for path, module in facts.items():
+        if not module.dispatches:
+            continue
+        picks = {qualified for _, pairs in module.dispatches for _, qualified in pairs}
+        # a module the file also takes something else from (`Dataset_Pred` beside the dict's loaders) stays imported
+        others = {target for _, qualified in module.imports if qualified not in picks
+                  and (target := _file_of(qualified, prefixes[path])) is not None}
         for option, pairs in module.dispatches:
             keys = tuple(sorted(key for key, _ in pairs))
             for key, qualified in pairs:
-                module_file = prefixes[path].get(qualified)  # an entry that is a module (`models.DLinear`)
-                hit = (module_file, "") if module_file is not None else _split(qualified, prefixes[path])
-                if hit is not None:
-                    imports[path].discard(hit[0])
-                    entries.append((option, key, keys, hit[0]))
+                target = _file_of(qualified, prefixes[path])
+                if target is not None and target not in others:
+                    imports[path].discard(target)
+                    entries.append((option, key, keys, target))
     if not entries:
         return {}
     imported = {target for found in prefixes.values() for target in found.values()}
@@ -668,6 +673,12 @@ def _picked_only(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, 
             if path not in reached:
                 picked.setdefault(path, set()).add((option, key, keys))
     return {path: tuple(sorted(pairs)) for path, pairs in picked.items()}
+
+
+def _file_of(qualified: str, found: dict[str, Path]) -> Path | None:
+    """The project file a qualified name is (a module: `models.DLinear`) or is defined in."""
+    hit = found.get(qualified)
+    return hit if hit is not None else (_split(qualified, found) or (None,))[0]
 
 
 def _reached(starts: list[Path], imports: dict[Path, set[Path]]) -> set[Path]:
