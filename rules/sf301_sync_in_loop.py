@@ -101,7 +101,8 @@ class SyncInLoop(BranchTracker, Rule):
     forward_step_func=forward_step)` in another file).
 
     Not reported: code under a periodic logging guard (`if step % log_every == 0:`, unless
-    `log_every` is 1), a branch that
+    `log_every` is 1; also through flags set just before: `step_eval = step % interval == 0`,
+    then `if epoch_eval or step_eval:`), a branch that
     runs once (`if step == 0:`, or one that ends the run: `print(loss.item()); sys.exit(1)`), an
     `except` handler, code under an opt-in debugging, timing or plotting flag (`if args.debug:`,
     also around the call of a helper: `if args.visdom: update_plot(...)`; Accelerate's
@@ -209,6 +210,18 @@ class SyncInLoop(BranchTracker, Rule):
     effect = "The CPU queues the next step while the GPU works (0-50 ms/step)."
 
     VALID = [
+        Valid(  # a periodic guard through a flag set just before it (Real-Time-Voice-Cloning's samples)
+            """
+            import torch
+            for step, (x, y) in enumerate(loader):
+                loss = model(x.cuda()).mean()
+                loss.backward()
+                optimizer.step()
+                step_eval = interval > 0 and step % interval == 0
+                if step_eval:
+                    print(loss.item())
+            """
+        ),
         Valid(  # a module's evaluation-mode branch never runs in a training step (OmniGen's layer offload)
             """
             import torch

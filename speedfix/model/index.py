@@ -200,6 +200,22 @@ class FileIndex(NameBindings, Visitor):
     def _pop(self) -> None:
         self.stack = self.stack[:-1]
 
+    def _flag_values(self, test: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+        """The values of the plain names a test of flags reads (`if epoch_eval or step_eval:`),
+        each assigned once in the function around it (`step_eval = step % interval == 0`)."""
+        parts = [test]
+        while parts:
+            part = parts.pop()
+            if isinstance(part, cst.BooleanOperation):
+                parts.extend((part.left, part.right))
+            elif isinstance(part, cst.UnaryOperation) and isinstance(part.operator, cst.Not):
+                parts.append(part.expression)
+            elif isinstance(part, cst.Name):
+                here = function_of(self.stack)
+                found = [a for a in self.assignments.get(part.value, ()) if function_of(a.stack) is here]
+                if len(found) == 1 and not (found[0].unpacked or found[0].augmented):
+                    yield found[0].value
+
     def _is_one(self, divisor: cst.BaseExpression) -> bool:
         """`1`, or a module-level constant assigned `1` once, above (`log_interval = 1`): a
         `step % 1 == 0` guard holds on every step."""
@@ -284,7 +300,8 @@ class FileIndex(NameBindings, Visitor):
     def visit_If_body(self, node: cst.If) -> None:
         if is_main_guard(node.test):
             self._push(FrameKind.MAIN, node)
-        elif _is_periodic_test(node.test, self._is_one):
+        elif _is_periodic_test(node.test, self._is_one) or any(
+                _is_periodic_test(value, self._is_one) for value in self._flag_values(node.test)):
             self._push(FrameKind.GUARD, node)
         elif _is_tensor_type_test(node.test) and self._in_function():
             self._push(FrameKind.TYPE_GUARD, node)
