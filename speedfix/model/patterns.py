@@ -483,8 +483,8 @@ class BatchNames:
     def is_batch(self, expr: cst.BaseExpression, stack: Stack) -> bool:
         """``expr`` is a batch variable, an item/attribute of one (``batch["x"]``), or a batch drawn
         where it is used in a training loop (``next(batches).to(device)``)."""
-        if draws_next(expr):
-            return self.ctx.in_training_loop(stack)
+        if draws_next(expr):  # not from a loader whose batches a framework moves (`next(self.dl)`, Accelerate's)
+            return self.ctx.in_training_loop(stack) and not _device_placed(self.ctx, unwrap_iterable(expr.args[0].value))  # type: ignore[attr-defined]
         return _is_projection(expr) and root_name(expr) in self.names_at(stack)
 
     def moved_before(self, expr: cst.BaseExpression, stack: Stack, statement: cst.BaseStatement | None) -> bool:
@@ -547,6 +547,8 @@ def device_placing_call(ctx: FileContext, iterable: cst.BaseExpression, depth: i
     if isinstance(iterable, cst.IfExp):
         body = device_placing_call(ctx, iterable.body, depth + 1)
         return body if body is not None and device_placing_call(ctx, iterable.orelse, depth + 1) is not None else None
+    if isinstance(iterable, cst.Call) and iterable.args and _repeats_its_argument(ctx, iterable.func):
+        return device_placing_call(ctx, iterable.args[0].value, depth + 1)  # `cycle(accelerator.prepare(dl))`
     if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute):
         if iterable.func.attr.value in _DEVICE_PLACING:
             return iterable
@@ -562,6 +564,16 @@ def device_placing_call(ctx: FileContext, iterable: cst.BaseExpression, depth: i
             placed[name] = _assigned_placing_call(ctx, name, iterable, 1)
         return placed[name]
     return _assigned_placing_call(ctx, name, iterable, depth + 1)
+
+
+def _repeats_its_argument(ctx: FileContext, func: cst.BaseExpression) -> bool:
+    """`itertools.cycle`, `enumerate`, `tqdm`, or a generator function of the file (`def
+    cycle(dl): while True: for data in dl: yield data`): its items are its first argument's."""
+    name = dotted_name(func)
+    if is_iterable_wrapper(ctx.qualname(func) or name) or ctx.qualname(func) == "itertools.cycle":
+        return True
+    infos = [info for info in ctx.functions.get(name or "", ()) if not info.stack]
+    return len(infos) == 1 and any(isinstance(node, cst.Yield) for node in walk_expression(infos[0].node.body))
 
 
 def _assigned_placing_call(ctx: FileContext, name: str, iterable: cst.BaseExpression, depth: int) -> cst.Call | None:
