@@ -293,3 +293,22 @@ def test_a_scan_of_cached_files_imports_no_rule_and_no_libcst(tmp_path, train_sc
 
     assert loaded() == "['libcst', 'speedfix.model.context', 'speedfix.rules.sf101_dataloader_no_workers']"
     assert loaded() == "[]"
+
+
+def test_an_internal_error_fails_one_file_and_the_others_are_scanned(run_cli, tree, monkeypatch):
+    """A bug of speedfix's on one file is that file's error (exit 2, with the exception and where
+    it was raised), not a crash of the whole scan; nothing about it is cached."""
+    original = analysis_module.analyze
+
+    def failing(source, path, *args, **kwargs):
+        if path.endswith("train_05.py"):
+            raise AttributeError("module 'libcst' has no attribute 'YieldFrom'")
+        return original(source, path, *args, **kwargs)
+
+    monkeypatch.setattr(analysis_module, "analyze", failing)
+    result = run_cli("scan", ".", "--jobs", "1", cwd=tree)
+    assert result.exit_code == 2
+    assert ("pkg/train_05.py: error: internal error: speedfix could not analyse this file (AttributeError at "
+            "test_cache_and_jobs.py:") in result.stderr
+    assert "the other files were scanned" in result.stderr
+    assert "pkg/train_04.py:" in result.stdout and "pkg/train_06.py:" in result.stdout

@@ -3,6 +3,7 @@ the reports."""
 
 from __future__ import annotations
 
+import traceback
 from contextlib import ExitStack, contextmanager
 from functools import cache as cache_once
 from dataclasses import dataclass, field
@@ -88,7 +89,16 @@ def scan_file(
         return Analysis(shown, error=FileError(shown, TOO_DEEP))
     except deadline.TimeLimitExceeded as exc:
         return Analysis(shown, error=FileError(shown, time_limit_message(exc)))
+    except Exception as exc:  # a bug of speedfix's: this file fails, the others are still scanned
+        return Analysis(shown, error=FileError(shown, internal_error_message(exc)))
     return analysis
+
+
+def internal_error_message(exc: Exception) -> str:
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ is not None else None
+    at = f" at {Path(where.filename).name}:{where.lineno}" if where is not None else ""
+    return (f"internal error: speedfix could not analyse this file ({type(exc).__name__}{at}: {exc}); "
+            "the other files were scanned. Please report it with the file if you can share it")
 
 
 # What a RecursionError in the analysis of a file says (the parser refuses the deepest code first).
