@@ -379,6 +379,24 @@ class BlockingTransfer(Rule):
                     optimizer.step()
             """
         ),
+        Valid(  # drawn with next() from a prepared loader that a generator repeats: on the device already
+            """
+            from accelerate import Accelerator
+
+            def cycle(dl):
+                while True:
+                    for data in dl:
+                        yield data
+
+            accelerator = Accelerator(mixed_precision="bf16")
+            model, optimizer = accelerator.prepare(model, optimizer)
+            batches = cycle(accelerator.prepare(train_dl))
+            for step in range(1000):
+                data = next(batches).to(accelerator.device)
+                accelerator.backward(model(data).mean())
+                optimizer.step()
+            """
+        ),
         Invalid(  # a legacy tensor-type copy (PyTorch-GAN style)
             """
             import torch
