@@ -915,8 +915,9 @@ def test_torch_that_a_star_import_brings_is_torch(run_cli, tmp_path, write):
 def test_a_setter_method_of_another_files_model_runs_no_network(run_cli, tmp_path, write):
     """Transformer-XL's `evaluate()`: `model.reset_length(...)` (mem_transformer.py: three
     attribute assignments) before and after a forward under `torch.no_grad()`. A method that
-    calls nothing runs no network, so it records no autograd graph; `model.sample(x)`, which
-    runs the network, still does."""
+    calls nothing runs no network, so it records no autograd graph, nor does one that only keeps
+    the books (Real-Time-Voice-Cloning's `get_step()`: a buffer's `.item()`; `save()`: `torch.save`
+    of state dicts); `model.sample(x)`, which runs the network, still does."""
     write("mem_transformer.py", """\
         import torch
 
@@ -932,6 +933,12 @@ def test_a_setter_method_of_another_files_model_runs_no_network(run_cli, tmp_pat
 
             def sample(self, x):
                 return self.net(x)
+
+            def get_step(self):
+                return self.step.data.item()
+
+            def save(self, path, optimizer):
+                torch.save({"model": self.state_dict(), "optimizer": optimizer.state_dict()}, path)
 
             def forward(self, x):
                 return self.net(x)
@@ -950,6 +957,8 @@ def test_a_setter_method_of_another_files_model_runs_no_network(run_cli, tmp_pat
                 for data in eval_iter:
                     total = model(data.cuda(non_blocking=True)).sum().item()
             print(model.sample(data).mean().item())
+            print(model.get_step())
+            model.save("last.pt", optimizer)
             model.reset_length(128, 0, 128)
             model.train()
 

@@ -79,7 +79,8 @@ def _forward_method(ctx: FileContext, name: str, receiver: str, site: CallSite) 
         owner = ctx.project_name(dotted_name(built.func)) if isinstance(built, cst.Call) else None
         facts = ctx.links.function(f"{owner}.{name}") if owner else None
         if facts is not None:
-            return not (facts.steps or facts.trains or facts.sets_only)  # `model.reset_length(n)` sets attributes
+            # `model.reset_length(n)` sets attributes; `model.get_step()` reads a buffer's value, `model.save(path)` writes
+            return not (facts.steps or facts.trains or facts.sets_only) and facts.runs_parts
     return False
 
 

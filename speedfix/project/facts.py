@@ -82,6 +82,9 @@ class FunctionFacts:
     blocking_copies: tuple[str, ...] = ()
     calls_params: tuple[str, ...] = ()  # parameters its training loop calls every step (a `forward_step_func`)
     sets_only: bool = False  # calls nothing (a setter: `self.tgt_len = tgt_len`): it runs no network
+    # calls a part of its object (`self.encoder(x)`, `self(x)`, `self.layers[i](x)`) or what it is
+    # given, not only bookkeeping (`self.step.data.item()`, `torch.save(self.state_dict(), path)`)
+    runs_parts: bool = True
     cudnn: bool = False  # chooses cuDNN's algorithms, outside any `if` (`torch.backends.cudnn.benchmark = True`)
 
 
@@ -353,6 +356,7 @@ class _Function:
     called: set[str] = field(default_factory=set)  # every call's callee as written, outside periodic guards
     changes: set[str] = field(default_factory=set)  # names whose `.dataset` a loop changes
     calls: bool = False  # any call in its body
+    runs_parts: bool = False  # see FunctionFacts.runs_parts
     # what it returns as it got it from one call (as written): `return make(...)`, or
     # `a, b = make(...)` then `return a, b`; "" when a return gives something else
     forwards: str | None = None
@@ -842,7 +846,10 @@ class _Collector(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = dotted(node.func)
         if self.function_stack:
-            self.function_stack[-1].calls = True
+            function = self.function_stack[-1]
+            function.calls = True
+            if not function.runs_parts and _runs_a_part(func, function.params):
+                function.runs_parts = True
         if func in CUDA_DEVICE_HELPERS:
             self._note_cuda()  # `try_gpu()`
         if self.resolve(func) in DETERMINISTIC_ALGORITHMS:
@@ -1183,6 +1190,7 @@ class _Collector(ast.NodeVisitor):
             loops_over=_loop_sources(function, function.loops),
             repeats=_loop_sources(function, [loop for loop in function.loops if loop.nested]),
             sets_only=not function.calls,
+            runs_parts=function.runs_parts,
             uploads=any(loop.uploads for loop in training),
             moves=function.moves,
             cuda=function.cuda,
@@ -1392,6 +1400,25 @@ _EXTERNAL = frozenset({
     "transformers", "timm", "lightning", "pytorch_lightning", "accelerate", "tqdm", "PIL", "matplotlib", "pandas",
     "sklearn", "scipy", "wandb", "tensorboard", "shutil", "subprocess", "contextlib", "copy",
 })
+
+
+# What a method calls on its own object that runs no layer: nn.Module's bookkeeping, a tensor's host reads.
+_BOOKKEEPING = frozenset({
+    "to", "cuda", "cpu", "train", "eval", "parameters", "named_parameters", "buffers", "named_buffers", "state_dict",
+    "load_state_dict", "zero_grad", "apply", "modules", "named_modules", "children", "named_children",
+    "register_buffer", "register_parameter", "requires_grad_", "half", "float", "double", "bfloat16", "add_module",
+    "item", "tolist", "numpy", "detach", "clone", "size", "dim", "numel", "fill_", "zero_", "copy_", "save", "load",
+})
+
+
+def _runs_a_part(func: str | None, params: tuple[str, ...]) -> bool:
+    """A call that may run a layer: of the object itself or a part of it (`self(x)`, `self.fc(x)`,
+    `self.model.sample(n)`), of something it was given, or of what no name spells
+    (`self.layers[i](x)`); not its bookkeeping (`self.state_dict()`, `self.step.data.item()`)."""
+    if func is None:
+        return True
+    head, _, rest = func.partition(".")
+    return (head == "self" or head in params) and (not rest or rest.rsplit(".", 1)[-1] not in _BOOKKEEPING)
 
 
 _DISPATCH = {
