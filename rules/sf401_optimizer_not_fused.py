@@ -16,6 +16,7 @@ from speedfix.model.networks import frozen_before
 from speedfix.model.torch_api import FUSABLE_OPTIMIZERS
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, Impact, trains_adapters, trains_hub_model
+from speedfix.syntax.names import dotted_name
 
 _FUSABLE = FUSABLE_OPTIMIZERS
 # transformers' own AdamW (deprecated, removed from recent releases): never fused.
@@ -182,6 +183,22 @@ class OptimizerNotFused(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a GAN's two optimizers made side by side: one finding, both fixed
+            """
+            import torch
+            netD = Discriminator().cuda()
+            netG = Generator().cuda()
+            optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4)
+            optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4)
+            """,
+            fixed="""
+            import torch
+            netD = Discriminator().cuda()
+            netG = Generator().cuda()
+            optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4, fused=True)
+            optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4, fused=True)
+            """,
+        ),
         Invalid(  # a second optimizer made only when the run's parameters ask for one: one finding, both fixed
             """
             import torch
@@ -311,13 +328,18 @@ class OptimizerNotFused(Rule):
         for site, optional in _fold_optional(self.ctx, [site for site in sites if id(site.node) not in skipped]):
             name = (self.ctx.call_qualname(site) or "").rsplit(".", 1)[-1]
             message = f"`{name}` runs its update as several kernels per step; `fused=True` does it in one"
+            beside = [other for other in optional if not _conditional(self.ctx, other)]
+            optional = [other for other in optional if _conditional(self.ctx, other)]
+            if beside:
+                names = ", ".join(f"`{_target(other)}`" for other in beside)
+                message += f" (so does {names}, made beside it)" if len(beside) == 1 else f" (so do {names}, made beside it)"
             if optional and _conditional(self.ctx, site):
                 message += " (and so do the other optimizers the same function may make instead)" if len(optional) > 1 \
                     else " (and so does the other optimizer the same function may make instead)"
             elif optional:
                 message += " (and so do the optimizers the same method makes only under a condition)" if len(optional) > 1 \
                     else " (and so does the one the same method makes only under a condition)"
-            self.report(site.node, message, fix_ops=[self._add_fused(other.node) for other in (site, *optional)])
+            self.report(site.node, message, fix_ops=[self._add_fused(other.node) for other in (site, *beside, *optional)])
         for site in self.ctx.calls_to(*_TRANSFORMERS_ADAMW):
             self._transformers_adamw(site)
         for site in self.ctx.calls:
@@ -393,14 +415,14 @@ class OptimizerNotFused(Rule):
 
 
 def _fold_optional(ctx: FileContext, sites: list[CallSite]) -> list[tuple[CallSite, list[CallSite]]]:
-    """Each optimizer with those its function makes only under a condition beside one it makes
-    always (`if self.params["LR_2"] is not None: optimizer2 = Adam(...)`), or the alternatives a
-    function chooses between when it makes none always (`if name == "adam": ... elif name ==
-    "adamw": ...`): one finding for the function, which fixes them all."""
+    """The optimizers one function (or the module's top level) makes: those it makes always (a
+    GAN's generator and discriminator optimizers) with those it makes only under a condition beside
+    them (`if self.params["LR_2"] is not None: optimizer2 = Adam(...)`), or the alternatives it
+    chooses between when it makes none always (`if name == "adam": ... elif name == "adamw": ...`):
+    one finding for the function, at the first, which fixes them all."""
     groups: dict[int, list[CallSite]] = {}
     for site in sites:
-        function = function_of(site.stack)
-        groups.setdefault(id(function) if function is not None else id(site), []).append(site)
+        groups.setdefault(id(function_of(site.stack)), []).append(site)
     found: list[tuple[CallSite, list[CallSite]]] = []
     for members in groups.values():
         always = [site for site in members if not _conditional(ctx, site)]
@@ -410,10 +432,17 @@ def _fold_optional(ctx: FileContext, sites: list[CallSite]) -> list[tuple[CallSi
         if not always:  # alternatives (`if name == "adam": ... elif name == "adamw": ...`): one finding
             found.append((members[0], members[1:]))
             continue
-        optional = [site for site in members if site not in always]
-        found.append((always[0], optional))
-        found.extend((site, []) for site in always[1:])
+        found.append((always[0], [*always[1:], *(site for site in members if site not in always)]))
     return found
+
+
+def _target(site: CallSite) -> str:
+    """What the optimizer is assigned to (`self.d_optimizer`), else its class's name."""
+    statement = site.statement
+    if statement is not None and len(statement.body) == 1 and isinstance(statement.body[0], cst.Assign) \
+            and len(statement.body[0].targets) == 1 and (name := dotted_name(statement.body[0].targets[0].target)):
+        return name
+    return dotted_name(site.node.func) or "the optimizer"
 
 
 def _conditional(ctx: FileContext, site: CallSite) -> bool:
