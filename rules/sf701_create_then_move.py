@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace as changed
 
 import libcst as cst
 
-from speedfix.engine.findings import Applicability, LossCheck, Severity, replace
+from speedfix.engine.findings import Applicability, Finding, LossCheck, Severity, replace
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, string_literal
 from speedfix.model.context import FileContext
@@ -13,6 +14,7 @@ from speedfix.model.frames import in_inference_branch
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype, without_layout_calls
 from speedfix.model.rl import HostBuffer, filled_once, host_buffer, in_rollout, is_buffer_sampler
+from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -33,6 +35,12 @@ _LEGACY_TYPES = {
     "torch.ByteTensor": "torch.uint8",
 }
 _CASTS = frozenset({"float", "double", "long", "int", "bool"})
+
+
+def _made(finding: Finding) -> str:
+    """What a finding's message names first (`torch.zeros(...)`)."""
+    match = re.match(r"`([^`]+)`", finding.message)
+    return match.group(1) if match else "another tensor"
 
 
 def _converted_data(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | None:
@@ -130,7 +138,9 @@ class CreateThenMove(Rule):
 
     Not in a module's eval-mode branch (`if not self.training:`, the `else:` of `if
     self.training:`, or what follows `if self.training: return loss`): what a detector builds
-    there to collect its boxes never runs while it trains. Nor in code that no run takes: a
+    there to collect its boxes never runs while it trains. Tensors made by statements right after
+    one another (an LSTM's `h0` and `c0`) are one finding, at the first, that fixes them all. Nor in
+    code that no run takes: a
     branch behind an option that is off by default and that no launch script or README of the
     project passes (LTSF-Linear's `if self.individual:`, `--individual` a `store_true` flag), also
     when the options reach a model under another name (`Model(args)` reading `configs.individual`).
@@ -287,7 +297,7 @@ class CreateThenMove(Rule):
                 opt.step()
             """,
         ),
-        Invalid(
+        Invalid(  # h0 and c0 made one after the other: one finding that fixes both
             """
             import torch
             class Net(torch.nn.Module):
@@ -304,7 +314,6 @@ class CreateThenMove(Rule):
                     c0 = torch.zeros(self.layers, x.size(0), self.hidden, device="cuda")
                     return self.lstm(x, (h0, c0))
             """,
-            count=2,
         ),
         Invalid(  # in the training loop; labels for a GAN
             """
@@ -574,6 +583,27 @@ class CreateThenMove(Rule):
             self._check(site, "cuda")
         for function, copies in self._sampled.items():
             self._report_host_buffer(function, copies)
+        self._fold_adjacent()
+
+    def _fold_adjacent(self) -> None:
+        """Tensors made and moved by statements right after one another (`mask = torch.ones(n).to(d)`,
+        then `bias = torch.zeros(n).to(d)`) are one finding, at the first, that fixes them all."""
+        kept: list[Finding] = []
+        last: tuple[Finding, list[cst.BaseStatement], int] | None = None
+        for finding in self.findings:
+            site = self.ctx.site_of(finding.node) if isinstance(finding.node, cst.Call) else None
+            block = enclosing_block(self.ctx, site.statement) if site is not None and site.statement is not None else None
+            index = next((i for i, statement in enumerate(block or ()) if statement is site.statement), None)  # type: ignore[union-attr]
+            if last is not None and block is last[1] and index == last[2] + 1 and (finding.fix is None) == (last[0].fix is None):
+                first = last[0]
+                if first.fix is not None and finding.fix is not None:
+                    first.fix = changed(first.fix, ops=(*first.fix.ops, *finding.fix.ops))
+                first.message += f" (and `{_made(finding)}` on the next line)"
+                last = (first, block, index)
+                continue
+            kept.append(finding)
+            last = (finding, block, index) if block is not None and index is not None else None
+        self.findings = kept
 
     def _sampled_on_host(self, site: CallSite, data: cst.BaseExpression) -> None:
         """`torch.FloatTensor(self.state[ind]).to(device)` in the `sample` of a replay buffer that
