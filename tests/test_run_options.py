@@ -6,6 +6,8 @@ never pick."""
 
 from __future__ import annotations
 
+import pytest
+
 MAIN = """\
 import argparse
 import torch
@@ -361,30 +363,17 @@ def test_without_launch_commands_the_default_picks(write, run_cli, tmp_path):
     assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
 
 
-def test_a_file_another_script_imports_is_reached(write, run_cli, tmp_path):
-    """A second script that builds the mixer itself reaches the mask whatever `--model` says."""
+@pytest.mark.parametrize("name, code", [
+    # a second script that builds the mixer itself reaches the mask whatever `--model` says
+    ("demo.py", "from models.mixer import Model\nnet = Model(None).cuda()\n"),
+    # `former.Model` also built by name in the dict's file: the dict does not decide alone
+    ("exp.py", PICKER + "\n\ndef baseline(args):\n    return former.Model(args)\n"),
+    # `--model Former` is no key of the dict (the code must map it some other way): unknown
+    ("scripts/long/former.sh", "python -u main.py --model Former\n"),
+    # the dict's file also takes another name from the module: its layers are the run's
+    ("exp.py", "from models.mixer import Model as MixerModel\n" + PICKER),
+])
+def test_files_the_run_may_reach_otherwise_keep_their_findings(write, run_cli, tmp_path, name, code):
     _zoo(write)
-    write("demo.py", "from models.mixer import Model\nnet = Model(None).cuda()\n")
-    assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
-
-
-def test_an_entry_named_elsewhere_is_no_pick(write, run_cli, tmp_path):
-    """`former.Model` also built by name in the dict's file: the dict does not decide alone."""
-    _zoo(write)
-    write("exp.py", PICKER + "\n\ndef baseline(args):\n    return former.Model(args)\n")
-    assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
-
-
-def test_a_run_value_no_entry_holds_keeps_the_files(write, run_cli, tmp_path):
-    """`--model Former` is no key of the dict (the code must map it some other way): unknown."""
-    _zoo(write)
-    write("scripts/long/former.sh", "python -u main.py --model Former\n")
-    assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
-
-
-def test_a_module_the_file_also_takes_another_name_from_stays_reached(write, run_cli, tmp_path):
-    """`from models.mixer import Model as MixerModel` beside the dict: the file uses the module
-    outside the dict too, so its layers are the run's whatever `--model` says."""
-    _zoo(write)
-    write("exp.py", "from models.mixer import Model as MixerModel\n" + PICKER)
+    write(name, code)
     assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
