@@ -16,6 +16,7 @@ from speedfix.model.networks import frozen_before
 from speedfix.model.torch_api import FUSABLE_OPTIMIZERS
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, Impact, trains_adapters, trains_hub_model
+from speedfix.syntax.comments import has_noqa
 from speedfix.syntax.names import dotted_name
 
 _FUSABLE = FUSABLE_OPTIMIZERS
@@ -421,9 +422,12 @@ def _fold_optional(ctx: FileContext, sites: list[CallSite]) -> list[tuple[CallSi
     chooses between when it makes none always (`if name == "adam": ... elif name == "adamw": ...`):
     one finding for the function, at the first, which fixes them all."""
     groups: dict[int, list[CallSite]] = {}
-    for site in sites:
-        groups.setdefault(id(function_of(site.stack)), []).append(site)
     found: list[tuple[CallSite, list[CallSite]]] = []
+    for site in sites:
+        if has_noqa(site.statement):
+            found.append((site, []))  # its own finding, which its comment suppresses
+        else:
+            groups.setdefault(id(function_of(site.stack)), []).append(site)
     for members in groups.values():
         always = [site for site in members if not _conditional(ctx, site)]
         if len(members) == 1:

@@ -15,6 +15,7 @@ from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype, without_layout_calls
 from speedfix.model.rl import HostBuffer, filled_once, host_buffer, in_rollout, is_buffer_sampler
 from speedfix.syntax.blocks import enclosing_block
+from speedfix.syntax.comments import has_noqa
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -594,7 +595,8 @@ class CreateThenMove(Rule):
             site = self.ctx.site_of(finding.node) if isinstance(finding.node, cst.Call) else None
             block = enclosing_block(self.ctx, site.statement) if site is not None and site.statement is not None else None
             index = next((i for i, statement in enumerate(block or ()) if statement is site.statement), None)  # type: ignore[union-attr]
-            if last is not None and block is last[1] and index == last[2] + 1 and (finding.fix is None) == (last[0].fix is None):
+            if last is not None and block is last[1] and index == last[2] + 1 and (finding.fix is None) == (last[0].fix is None) \
+                    and not has_noqa(site.statement) and not has_noqa(block[last[2]]):  # type: ignore[index, union-attr]
                 first = last[0]
                 if first.fix is not None and finding.fix is not None:
                     first.fix = changed(first.fix, ops=(*first.fix.ops, *finding.fix.ops))

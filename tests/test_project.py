@@ -917,7 +917,8 @@ def test_a_setter_method_of_another_files_model_runs_no_network(run_cli, tmp_pat
     attribute assignments) before and after a forward under `torch.no_grad()`. A method that
     calls nothing runs no network, so it records no autograd graph, nor does one that only keeps
     the books (Real-Time-Voice-Cloning's `get_step()`: a buffer's `.item()`; `save()`: `torch.save`
-    of state dicts); `model.sample(x)`, which runs the network, still does."""
+    of state dicts); `model.sample(x)`, which runs the network, still does, and so does
+    `model.logits(h)`, which computes with the weights through a torch function."""
     write("mem_transformer.py", """\
         import torch
 
@@ -933,6 +934,9 @@ def test_a_setter_method_of_another_files_model_runs_no_network(run_cli, tmp_pat
 
             def sample(self, x):
                 return self.net(x)
+
+            def logits(self, h):
+                return torch.nn.functional.linear(h, self.net.weight)
 
             def get_step(self):
                 return self.step.data.item()
@@ -956,7 +960,7 @@ def test_a_setter_method_of_another_files_model_runs_no_network(run_cli, tmp_pat
             with torch.no_grad():
                 for data in eval_iter:
                     total = model(data.cuda(non_blocking=True)).sum().item()
-            print(model.sample(data).mean().item())
+            print(model.sample(data).mean().item(), model.logits(data).mean().item())
             print(model.get_step())
             model.save("last.pt", optimizer)
             model.reset_length(128, 0, 128)
@@ -969,8 +973,8 @@ def test_a_setter_method_of_another_files_model_runs_no_network(run_cli, tmp_pat
             evaluate(val_iter)
         """)
     result = run_cli("scan", ".", "--select", "SF702", "--no-summary", "--output-format", "json", cwd=tmp_path)
-    found = [(f["path"], f["line"], f["message"].split(" runs ")[0]) for f in json.loads(result.stdout)]
-    assert found == [("train.py", 13, "`model.sample(...)`")]
+    found = [(f["path"], f["line"], f["message"].split(" run")[0]) for f in json.loads(result.stdout)]
+    assert found == [("train.py", 13, "`model.sample(...)` and `model.logits(...)`")]
 
 
 @pytest.mark.parametrize("launched", [True, False])

@@ -372,8 +372,40 @@ def test_without_launch_commands_the_default_picks(write, run_cli, tmp_path):
     ("scripts/long/former.sh", "python -u main.py --model Former\n"),
     # the dict's file also takes another name from the module: its layers are the run's
     ("exp.py", "from models.mixer import Model as MixerModel\n" + PICKER),
+    # an entry the file also takes by a fixed key: built on every run
+    ("exp.py", PICKER + "\n\ndef teacher(args):\n    model_dict = {'linear': linear, 'former': former, 'mixer': mixer}\n"
+               "    return model_dict['former'].Model(args)\n"),
+    # a command after a separator on its line picks `former`
+    ("scripts/long/former.sh", "cd .. && python -u main.py --model former\n"),
 ])
 def test_files_the_run_may_reach_otherwise_keep_their_findings(write, run_cli, tmp_path, name, code):
     _zoo(write)
     write(name, code)
     assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
+
+
+def test_a_command_that_leaves_the_option_out_runs_its_default(write, run_cli, tmp_path):
+    """`--model former` by default: a README's `python main.py` trains the former, whatever the
+    run scripts pick."""
+    _zoo(write, default="former")
+    write("scripts/long/linear.sh", "python -u main.py --model linear\n")
+    write("README.md", "Train:\n\n```bash\npython main.py\n```\n")
+    assert "layers/masking.py:7:" in _sf701(run_cli, tmp_path)
+
+
+def test_a_constructor_argument_another_file_passes_keeps_its_value(write, run_cli, tmp_path):
+    """`Trainer(model, data, num_workers=0)` in main.py: `num_workers` is still 0 for SF101 (only
+    the truth of a test becomes unknown when another file passes the argument)."""
+    write("trainer.py", """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, model, data, num_workers=0):
+        self.model = model
+        self.loader = DataLoader(data, batch_size=32, num_workers=num_workers)
+""")
+    write("main.py", "import torch\nfrom trainer import Trainer\nTrainer(Net().cuda(), data, num_workers=0)\n")
+    found = run_cli("scan", ".", "--select", "SF101", "--no-summary", cwd=tmp_path).stdout
+    assert "trainer.py:8:23: SF101" in found and "resolves to 0" in found

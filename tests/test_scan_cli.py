@@ -400,3 +400,27 @@ def test_a_scan_piped_to_a_file_does_not_load_rich(train_script, write, tmp_path
     forced = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**env, "FORCE_COLOR": "1"},
                             capture_output=True, text=True, check=True)
     assert "\x1b[" in forced.stdout and "'rich.console'" in forced.stderr  # a forced terminal gets styles
+
+
+GAN_OPTIMIZERS = """\
+import torch
+netD = Discriminator().cuda()
+netG = Generator().cuda()
+optimizerD = torch.optim.Adam(netD.parameters(), lr=2e-4){d}
+optimizerG = torch.optim.Adam(netG.parameters(), lr=2e-4){g}
+for x in loader:
+    netD(netG(x)).sum().backward()
+    optimizerD.step()
+    optimizerG.step()
+"""
+
+
+@pytest.mark.parametrize("d, g, reported", [("", "", "4"), ("  # noqa: SF401", "", "5"), ("", "  # noqa: SF401", "4")])
+def test_a_noqa_comment_keeps_its_line_out_of_a_folded_finding(run_cli, write, tmp_path, d, g, reported):
+    """Two optimizers made side by side are one SF401 finding; a `# noqa` on either line leaves
+    that line out of it: the other is still reported, and its fix leaves the commented line alone."""
+    write("train.py", GAN_OPTIMIZERS.replace("{d}", d).replace("{g}", g))
+    found = run_cli("scan", ".", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout.splitlines()
+    assert [line.split(":")[1] for line in found] == [reported]
+    diff = run_cli("apply", ".", "--select", "SF401", "--unsafe-fixes", "--diff", cwd=tmp_path).stdout
+    assert not any("noqa" in line and "fused=True" in line for line in diff.splitlines())

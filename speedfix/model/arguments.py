@@ -333,7 +333,7 @@ def init_argument(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> I
         return InitArgument(True, configured)
     if run_configs(ctx).configures(_section(ctx, owner.name.value)):
         return None  # the project's configured runs build another class there: this one's values are no run's
-    default = parameter_default(ctx, name, stored[0].stack, others=False)
+    default = parameter_default(ctx, name, stored[0].stack)
     positional = [p.name.value for p in function.params.params][1:]
     for built, method, keywords, count, star in ctx.links.constructed:  # what other scanned files pass it
         if built != owner.name.value:
@@ -440,13 +440,14 @@ def dict_item(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.B
     return None if found.unknown else found.node
 
 
-def parameter_default(ctx: FileContext, name: str, stack: Stack, *, others: bool = True) -> cst.BaseExpression | None:
+def parameter_default(ctx: FileContext, name: str, stack: Stack, *, others: bool = False) -> cst.BaseExpression | None:
     """The value the parameter ``name`` of the function around ``stack`` has in every run, when
     the function never rebinds it: what the calls of other scanned files pass when they all pass
     the same constant (`get_loader(..., num_workers=args.workers)` in `main.py`, with the option's
     default 8), else its default when no call passes it: `def __init__(self, ...,
-    num_workers: int = 0)` with `Trainer(model, data)` calls (or none) runs with 0, unless
-    another scanned file builds the class passing it (``others``; `A2C_ACKTR(..., acktr=True)`)."""
+    num_workers: int = 0)` with `Trainer(model, data)` calls (or none) runs with 0. With
+    ``others``, none where another scanned file builds the class passing it, whatever it passes
+    (`A2C_ACKTR(..., acktr=True)`: the truth of a test, not yet the value itself)."""
     function = ctx.function_of(stack)
     if not isinstance(function, cst.FunctionDef) or ctx.assignments_in(function, name):
         return None

@@ -87,6 +87,8 @@ def in_no_run(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stac
     if not gates(ctx, statement):
         return False  # no test on the way: every run that runs the file runs it (no launch file read)
     reached = reached_by_launch(ctx, statement, stack)
+    if reached is None and launch.launch_files_capped(ctx):
+        return False  # the commands that would run it may lie in the launch files not read
     return reached is False or reached is None and off_by_default(ctx, statement, stack) is not None
 
 
@@ -362,7 +364,7 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
             same = all(v is not _UNKNOWN and (v is values[0] or v == values[0]) for v in values)
             return values[0] if same else _UNKNOWN
         passed = _argument_default(ctx, node.value, stack, depth)
-        default = parameter_default(ctx, node.value, stack) if passed is _UNKNOWN else None
+        default = parameter_default(ctx, node.value, stack, others=True) if passed is _UNKNOWN else None
         return passed if default is None else _default_value(ctx, default, stack, depth + 1)
     if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
         stored = _stored_attribute(ctx, code_of(node), stack)  # `self.amp = amp` in `__init__`

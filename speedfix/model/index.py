@@ -208,9 +208,7 @@ class FileIndex(NameBindings, Visitor):
             part = parts.pop()
             if isinstance(part, cst.BooleanOperation):
                 parts.extend((part.left, part.right))
-            elif isinstance(part, cst.UnaryOperation) and isinstance(part.operator, cst.Not):
-                parts.append(part.expression)
-            elif isinstance(part, cst.Name):
+            elif isinstance(part, cst.Name):  # (not through `not`: `if not log_now:` runs on most steps)
                 here = function_of(self.stack)
                 found = [a for a in self.assignments.get(part.value, ()) if function_of(a.stack) is here]
                 if len(found) == 1 and not (found[0].unpacked or found[0].augmented):

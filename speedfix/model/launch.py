@@ -164,11 +164,11 @@ def picked_by_no_run(ctx: FileContext) -> str | None:
         values = option_values(ctx, option)
         if values is None:
             return None
-        if not values:
+        if not values or "" in values:  # a command that leaves the option out, or none: its default runs
             default = dict(ctx.links.options).get(option, "")
             if not (len(default) > 1 and default[0] == default[-1] and default[0] in "'\""):
                 return None  # no string default: which entry runs is unknown
-            values = {default[1:-1]}
+            values = (values - {""}) | {default[1:-1]}
         if values & picked or any(not values <= set(every) for name, _, every in ctx.links.picked_by if name == option):
             return None  # a run picks it, or a value no dict holds: not the reading of the code it seems
         entries = " and ".join(f"`{key}`" for key in sorted(picked))
@@ -178,30 +178,51 @@ def picked_by_no_run(ctx: FileContext) -> str | None:
     return "; ".join(said)
 
 
+def launch_files_capped(ctx: FileContext) -> bool:
+    """Does the project hold more launch files than are read (``_MAX_FILES``)? Then a command
+    that is not seen may run any code."""
+    return ctx.project is not None and len(launch_files(ctx.project)) >= _MAX_FILES
+
+
 def option_values(ctx: FileContext, option: str) -> set[str] | None:
-    """The values the project's launch scripts and README commands (of any script) give
-    `--option`; None when one of them cannot be known (a shell variable set elsewhere, a bare
-    flag)."""
+    """The values the project's launch scripts and README commands (any command that runs a
+    Python file) give `--option`, "" for a command that leaves it out (the script's default
+    runs); None when one of them cannot be known (a shell variable set elsewhere, a bare flag),
+    or when the project has more launch files than are read."""
     project = ctx.project
     if project is None:
         return None
-    spelled = (f"--{option}", f"--{option.replace('_', '-')}")
+    files = launch_files(project)
+    if len(files) >= _MAX_FILES:
+        return None  # a command among the files not read may set it
     values: set[str] = set()
-    for path in launch_files(project):
+    for path in files:
         text = project.text(path)
-        if text is None or not any(word in text for word in spelled):
+        if text is None or ".py" not in text:
             continue
         for logical_lines in kept_for_scan(("launch lines", path), lambda: _file_lines(path, text)):
             for _, logical, _ in logical_lines:
-                if not any(word in logical for word in spelled):
+                if ".py" not in logical:
                     continue
-                value = _options(kept_for_scan(("words", logical), lambda: _words(logical))).get(option)
-                if value is None:
-                    continue
-                if not isinstance(value, str):
-                    return None
-                values.add(value)
+                for command in _segments(kept_for_scan(("words", logical), lambda: _words(logical))):
+                    if not any(word.endswith(".py") for word in command):
+                        continue
+                    value = _options(command).get(option, "")
+                    if not isinstance(value, str):
+                        return None
+                    values.add(value)
     return values
+
+
+def _segments(words: list[str]) -> list[list[str]]:
+    """The commands of one line (`cd .. && python main.py --model x`: `cd ..`, then the rest)."""
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word in _SEPARATORS:
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return [command for command in commands if command]
 
 
 def option_passed(ctx: FileContext, option: str) -> bool:
@@ -209,7 +230,10 @@ def option_passed(ctx: FileContext, option: str) -> bool:
     `--gail-experts-dir`; `-` and `_` alike)? True where the project cannot be read."""
     pattern = re.compile(r"--%s(?![\w-])" % re.escape(option).replace("_", "[-_]"))
     project = ctx.project
-    return project is None or any(pattern.search(project.text(path) or "") for path in launch_files(project))
+    if project is None:
+        return True
+    files = launch_files(project)
+    return len(files) >= _MAX_FILES or any(pattern.search(project.text(path) or "") for path in files)
 
 
 def option(ctx: FileContext, *names: str, launcher: bool = False,

@@ -82,8 +82,8 @@ class FunctionFacts:
     blocking_copies: tuple[str, ...] = ()
     calls_params: tuple[str, ...] = ()  # parameters its training loop calls every step (a `forward_step_func`)
     sets_only: bool = False  # calls nothing (a setter: `self.tgt_len = tgt_len`): it runs no network
-    # calls a part of its object (`self.encoder(x)`, `self(x)`, `self.layers[i](x)`) or what it is
-    # given, not only bookkeeping (`self.step.data.item()`, `torch.save(self.state_dict(), path)`)
+    # may run a layer or compute with the weights (`self.encoder(x)`, `F.linear(x, self.w)`): calls
+    # more than bookkeeping (`self.step.data.item()`, `torch.save(self.state_dict(), path)`, `print`)
     runs_parts: bool = True
     cudnn: bool = False  # chooses cuDNN's algorithms, outside any `if` (`torch.backends.cudnn.benchmark = True`)
 
@@ -418,7 +418,8 @@ class _Collector(ast.NodeVisitor):
         self.gates: list[str] = []
         self.gated: set[tuple[str, tuple[str, ...]]] = set()  # see ModuleFacts.gated_constructions
         self.entry_dicts: dict[str, tuple[tuple[str, str], ...]] = {}  # name -> a dict of imported names (keys: strings)
-        self.dispatches: set[tuple[str, tuple[tuple[str, str], ...]]] = set()  # see ModuleFacts.dispatches
+        self.dispatches: set[tuple[str, tuple[tuple[str, str], ...], str]] = set()  # ModuleFacts.dispatches, by dict
+        self.entry_dicts_used: set[str] = set()  # those dicts read otherwise too (`d["x"]`, `d.items()`, `f(d)`)
 
     # ------------------------------------------------------------------ imports
     def visit_Import(self, node: ast.Import) -> None:
@@ -532,6 +533,8 @@ class _Collector(ast.NodeVisitor):
             self.visit(statement)
 
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        if isinstance(node.iter, ast.Name) and node.iter.id in self.entry_dicts:
+            self.entry_dicts_used.add(node.iter.id)  # `for name in model_dict:`
         self.visit(node.iter)
         self.visit(node.target)
         iterable = dotted(_unwrap(node.iter))
@@ -608,9 +611,20 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         """`model_dict[self.args.model]`, `models[args.arch]`: a dict of entries picked by an option."""
-        if isinstance(node.value, ast.Name) and node.value.id in self.entry_dicts and isinstance(node.slice, ast.Attribute):
-            self.dispatches.add((node.slice.attr, self.entry_dicts[node.value.id]))
+        if isinstance(node.value, ast.Name) and node.value.id in self.entry_dicts:
+            if isinstance(node.slice, ast.Attribute):
+                self.dispatches.add((node.slice.attr, self.entry_dicts[node.value.id], node.value.id))
+            else:
+                self.entry_dicts_used.add(node.value.id)  # `model_dict["former"]`: built on every run
         self.generic_visit(node)
+
+    def _entry_dict_used(self, node: ast.Call) -> None:
+        """`model_dict.items()`, `build(model_dict)`: the dict's entries are read otherwise too."""
+        head = node.func.value.id if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) else None
+        for name in (head, *(arg.id for arg in node.args if isinstance(arg, ast.Name)),
+                     *(kw.value.id for kw in node.keywords if isinstance(kw.value, ast.Name))):
+            if name in self.entry_dicts:
+                self.entry_dicts_used.add(name)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
@@ -845,10 +859,12 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = dotted(node.func)
+        if self.entry_dicts:
+            self._entry_dict_used(node)
         if self.function_stack:
             function = self.function_stack[-1]
             function.calls = True
-            if not function.runs_parts and _runs_a_part(func, function.params):
+            if not function.runs_parts and _runs_a_part(func):
                 function.runs_parts = True
         if func in CUDA_DEVICE_HELPERS:
             self._note_cuda()  # `try_gpu()`
@@ -1068,8 +1084,8 @@ class _Collector(ast.NodeVisitor):
             constructions=tuple(sorted(self.constructions)),
             gated_constructions=tuple(sorted(self.gated)),
             dispatches=tuple(sorted(
-                (option, entries) for option, entries in self.dispatches
-                if not any(reference.startswith(qualified + ".") for _, qualified in entries for reference in self.references))),
+                (option, entries) for option, entries, name in self.dispatches if name not in self.entry_dicts_used
+                and not any(reference.startswith(qualified + ".") for _, qualified in entries for reference in self.references))),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
             no_grad_methods=tuple(sorted(self.no_grad_methods)),
             object_methods=tuple(sorted(self.object_methods)),
@@ -1411,14 +1427,25 @@ _BOOKKEEPING = frozenset({
 })
 
 
-def _runs_a_part(func: str | None, params: tuple[str, ...]) -> bool:
-    """A call that may run a layer: of the object itself or a part of it (`self(x)`, `self.fc(x)`,
-    `self.model.sample(n)`), of something it was given, or of what no name spells
-    (`self.layers[i](x)`); not its bookkeeping (`self.state_dict()`, `self.step.data.item()`)."""
+# Calls that run no layer whatever they are given: builtins, printing, files and the host's libraries.
+_HOUSEKEEPING_CALLS = frozenset({
+    "print", "open", "str", "repr", "len", "int", "float", "bool", "round", "abs", "min", "max", "sum", "dict", "list",
+    "tuple", "set", "sorted", "isinstance", "hasattr", "getattr", "setattr", "filter", "map", "zip", "enumerate",
+    "range", "format", "vars", "type", "Path",
+})
+_HOUSEKEEPING_MODULES = frozenset({"os", "sys", "json", "pickle", "logging", "np", "numpy", "math", "time", "shutil",
+                                   "pathlib", "warnings", "yaml"})
+
+
+def _runs_a_part(func: str | None) -> bool:
+    """A call that may run a layer or compute with the weights (`self.fc(x)`, `F.linear(x,
+    self.w)`, `self.layers[i](x)`): anything but nn.Module bookkeeping and a tensor's host reads
+    (`self.state_dict()`, `self.step.data.item()`), builtins and the host's libraries (`torch.save`
+    of a state dict, `print`, `os.path.join`)."""
     if func is None:
         return True
-    head, _, rest = func.partition(".")
-    return (head == "self" or head in params) and (not rest or rest.rsplit(".", 1)[-1] not in _BOOKKEEPING)
+    return not (func.rsplit(".", 1)[-1] in _BOOKKEEPING or func in _HOUSEKEEPING_CALLS
+                or func.split(".", 1)[0] in _HOUSEKEEPING_MODULES)
 
 
 _DISPATCH = {

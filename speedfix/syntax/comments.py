@@ -107,3 +107,13 @@ def _reads_as_code(text: str) -> bool:
         or (isinstance(node, ast.AnnAssign) and node.value is not None)  # `Note: h5py` is prose
         for node in tree.body
     )
+
+
+def has_noqa(statement: cst.BaseStatement | None) -> bool:
+    """Does a `# noqa` comment end the statement's line? Findings a rule folds into one (a
+    function's optimizers, a run of statements) leave such a statement apart, so the comment
+    suppresses its finding alone."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return False
+    comment = statement.trailing_whitespace.comment
+    return comment is not None and "noqa" in comment.value.lower()
