@@ -191,11 +191,9 @@ def analyze(
     findings, skipped = _outside_unused_functions(context, findings, top_of)
     if skipped is not None:
         result.notes.append(Note(path, skipped))
-    if findings and context.links.picked_by and (unpicked := picked_by_no_run(context)) is not None:
-        left = len(findings)
-        result.notes.append(Note(path, f"{left} finding{'s' if left > 1 else ''} left out: the scanned scripts reach "
-                                       f"this file only through {unpicked}"))
-        findings = []
+    findings, skipped = _outside_unpicked_entries(context, findings)
+    if skipped is not None:
+        result.notes.append(Note(path, skipped))
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
     result.inputs = dict(project.inputs)
@@ -221,6 +219,16 @@ def _outside_self_test(ctx: FileContext, findings: list[Finding], top_of: dict[i
     return kept, (f"{left} finding{'s' if left > 1 else ''} in the `if __name__ == \"__main__\":` block left out: "
                   f"{ctx.links.trained_by} trains with this module and no launch command runs it on its own "
                   "(a self-test)")
+
+
+def _outside_unpicked_entries(ctx: FileContext, findings: list[Finding]) -> tuple[list[Finding], str | None]:
+    """No findings in a file that the scanned scripts reach only through entries of a model zoo
+    that no run picks (``launch.picked_by_no_run``), and a note saying why (None otherwise)."""
+    unpicked = picked_by_no_run(ctx) if findings and ctx.links.picked_by else None
+    if unpicked is None:
+        return findings, None
+    left = len(findings)
+    return [], f"{left} finding{'s' if left > 1 else ''} left out: the scanned scripts reach this file only through {unpicked}"
 
 
 def _apart(findings: list[Finding], top_of: dict[int, int], indexes: set[int]) -> tuple[list[Finding], list[int]]:
