@@ -26,6 +26,7 @@ from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.networks import builds, builds_module, class_assignments, is_module_class, peel, trained_models
 from speedfix.model.rl import is_acting_function, is_env_step
+from speedfix.project.steps import MODULE_API
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import SCOPES, walk_expression
 from speedfix.syntax.walk import child_nodes
@@ -36,13 +37,6 @@ _LEAVING_METHODS = frozenset({"item", "tolist", "numpy", "detach", "argmax", "ar
 _LEAVING_ATTRIBUTES = frozenset({"data", "shape", "dtype", "device", "ndim", "is_cuda"})
 _HOST_BUILTINS = frozenset({"int", "float", "bool", "len", "print", "str", "repr", "round", "format"})
 _LEAVING_TORCH = frozenset({"torch.argmax", "torch.argmin", "torch.multinomial", "torchvision.utils.save_image"})
-# nn.Module methods that do not run the network.
-_MODULE_API = frozenset({
-    "to", "cuda", "cpu", "train", "eval", "parameters", "named_parameters", "buffers", "named_buffers",
-    "state_dict", "load_state_dict", "zero_grad", "apply", "modules", "named_modules", "children",
-    "named_children", "register_buffer", "register_parameter", "requires_grad_", "half", "float", "double",
-    "bfloat16", "add_module", "compile", "share_memory", "type", "extra_repr",
-})
 _DEPTH = 4
 
 
@@ -55,7 +49,7 @@ def runs_network(ctx: FileContext, site: CallSite) -> bool:
         return False
     if is_local_object(ctx, name):
         return _is_network(ctx, name, site)
-    if not isinstance(func, cst.Attribute) or func.attr.value in _MODULE_API or func.attr.value.startswith("_"):
+    if not isinstance(func, cst.Attribute) or func.attr.value in MODULE_API or func.attr.value.startswith("_"):
         return False
     receiver = dotted_name(func.value)  # a method of the network: `actor.get_action(obs)`
     return receiver is not None and is_local_object(ctx, receiver) and _is_network(ctx, receiver, site) \

@@ -24,7 +24,7 @@ from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import INSTANTIATE, NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.model.project_classes import project_class
 from speedfix.project import FunctionFacts
-from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, NOT_CONV_NETS, SPARSE_MATMULS, layer_kind
+from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, MODULE_API, NOT_CONV_NETS, SPARSE_MATMULS, layer_kind
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
 from speedfix.syntax.walk import child_list
@@ -1003,14 +1003,6 @@ def model_names(ctx: FileContext, model: str, stack: Stack) -> dict[cst.CSTNode 
     return names
 
 
-# What `torch.nn.Module` itself defines: calling one of these does not run the model's own code.
-_MODULE_API = frozenset({
-    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval", "float",
-    "get_buffer", "get_parameter", "get_submodule", "half", "load_state_dict", "modules", "named_buffers",
-    "named_children", "named_modules", "named_parameters", "parameters", "register_buffer", "register_forward_hook",
-    "register_forward_pre_hook", "register_full_backward_hook", "register_module", "register_parameter",
-    "requires_grad_", "share_memory", "state_dict", "to", "to_empty", "train", "type", "zero_grad",
-})
 
 
 def step_method(ctx: FileContext, model: str) -> str | None:
@@ -1030,7 +1022,7 @@ def step_method(ctx: FileContext, model: str) -> str | None:
         if rest in ("", ".forward"):
             return None  # `model(x)`: the forward runs
         leaf = rest[1:]
-        if rest.startswith(".") and "." not in leaf and leaf not in _MODULE_API and ctx.is_hot(site.stack):
+        if rest.startswith(".") and "." not in leaf and leaf not in MODULE_API and ctx.is_hot(site.stack):
             method = method or leaf
     return method
 

@@ -43,7 +43,7 @@ from typing import Any, Iterable, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
                                     DETERMINISTIC_ALGORITHMS, LIGHTNING_DATAMODULE, LIGHTNING_MODULE, MATMUL_LAYERS,
-                                    MATMUL_METHODS, NO_GRAD_CALLS, SYNC_SWITCHES, is_iterable_wrapper,
+                                    MATMUL_METHODS, MODULE_API, NO_GRAD_CALLS, SYNC_SWITCHES, is_iterable_wrapper,
                                     is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
 
 
@@ -1418,13 +1418,10 @@ _EXTERNAL = frozenset({
 })
 
 
-# What a method calls on its own object that runs no layer: nn.Module's bookkeeping, a tensor's host reads.
-_BOOKKEEPING = frozenset({
-    "to", "cuda", "cpu", "train", "eval", "parameters", "named_parameters", "buffers", "named_buffers", "state_dict",
-    "load_state_dict", "zero_grad", "apply", "modules", "named_modules", "children", "named_children",
-    "register_buffer", "register_parameter", "requires_grad_", "half", "float", "double", "bfloat16", "add_module",
+# What a method calls that runs no layer: nn.Module's own methods, a tensor's host reads, saving and loading.
+_BOOKKEEPING = MODULE_API | {
     "item", "tolist", "numpy", "detach", "clone", "size", "dim", "numel", "fill_", "zero_", "copy_", "save", "load",
-})
+}
 
 
 # Calls that run no layer whatever they are given: builtins, printing, files and the host's libraries.

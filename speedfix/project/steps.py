@@ -168,3 +168,13 @@ HF_TRAINERS = (
     "trl.trainer.dpo_trainer.DPOTrainer",
 )
 HF_STEP_METHODS = ("compute_loss", "training_step")
+
+
+# What `torch.nn.Module` itself defines: calling one of these runs none of the model's own code.
+MODULE_API = frozenset({
+    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval", "extra_repr",
+    "float", "get_buffer", "get_parameter", "get_submodule", "half", "load_state_dict", "modules", "named_buffers",
+    "named_children", "named_modules", "named_parameters", "parameters", "register_buffer", "register_forward_hook",
+    "register_forward_pre_hook", "register_full_backward_hook", "register_module", "register_parameter",
+    "requires_grad_", "share_memory", "state_dict", "to", "to_empty", "train", "type", "zero_grad",
+})
