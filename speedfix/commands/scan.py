@@ -23,6 +23,7 @@ from speedfix.model.project_files import ProjectFiles, display_path, inputs_unch
 from speedfix.project.linker import imported_words, linked_candidates, star_imported_beside
 from speedfix.syntax import deadline
 from speedfix.syntax.collector import collector_paused, loaded_code_frozen
+from speedfix.syntax.generated import generated_code_kept
 from speedfix.syntax.pyast import Measured, parsed
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
 from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
@@ -476,13 +477,14 @@ def _one_per_step(findings: list[Finding]) -> list[Finding]:
 @contextmanager
 def _analysers_loaded(settings: Settings) -> Iterator[None]:
     """Load the engine and the rules and read the torch version once here, not once per forked
-    worker; what they load is then left out of the garbage collector's walks while files are
-    analysed. Within it, each project folder is listed and each project file read once for all
-    the scripts that look there (``listings_kept``)."""
+    worker (the methods `@dataclass` generates come compiled: `generated_code_kept`); what they
+    load is then left out of the garbage collector's walks while files are analysed. Within it,
+    each project folder is listed and each project file read once for all the scripts that look
+    there (``listings_kept``)."""
     with ExitStack() as scope:
         # What is loaded lives as long as the process: no collection while it loads, and it is
         # frozen before the collector runs again (which would otherwise walk all of it at once).
-        with collector_paused():
+        with collector_paused(), generated_code_kept():
             from speedfix.engine.analysis import analyze  # noqa: F401  (libcst, the model, the engine)
 
             settings.rules()
