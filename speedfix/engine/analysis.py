@@ -182,18 +182,10 @@ def analyze(
         # A fix's transform may call back into its rule: the rules letting go of their findings
         # leave no reference cycle, so the file's tree is freed as soon as the caller is done.
         rule.findings = []
-    findings, skipped = _outside_self_test(context, findings, top_of)
-    if skipped is not None:
-        result.notes.append(Note(path, skipped))
-    findings, skipped = _outside_classes_off_the_run(context, findings, top_of)
-    if skipped is not None:
-        result.notes.append(Note(path, skipped))
-    findings, skipped = _outside_unused_functions(context, findings, top_of)
-    if skipped is not None:
-        result.notes.append(Note(path, skipped))
-    findings, skipped = _outside_unpicked_entries(context, findings)
-    if skipped is not None:
-        result.notes.append(Note(path, skipped))
+    for leave_out in _OFF_THE_RUN:
+        findings, skipped = leave_out(context, findings, top_of)
+        if skipped is not None:
+            result.notes.append(Note(path, skipped))
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
     result.inputs = dict(project.inputs)
@@ -221,7 +213,8 @@ def _outside_self_test(ctx: FileContext, findings: list[Finding], top_of: dict[i
                   "(a self-test)")
 
 
-def _outside_unpicked_entries(ctx: FileContext, findings: list[Finding]) -> tuple[list[Finding], str | None]:
+def _outside_unpicked_entries(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
+                              ) -> tuple[list[Finding], str | None]:
     """No findings in a file that the scanned scripts reach only through entries of a model zoo
     that no run picks (``launch.picked_by_no_run``), and a note saying why (None otherwise)."""
     unpicked = picked_by_no_run(ctx) if findings and ctx.links.picked_by else None
@@ -279,6 +272,13 @@ def _outside_unused_functions(ctx: FileContext, findings: list[Finding], top_of:
     shown = ", ".join(f"`{unused[index]}()`" for index in sorted(set(left_in)))
     return kept, (f"{left} finding{'s' if left > 1 else ''} in {shown} left out: nothing in the project calls "
                   "or names it")
+
+
+
+# The findings in code that no run of the project takes are left out, each step with a note that
+# says which and why: a library module's self-test, classes built only under an option that is
+# off, functions of an entry script that nothing uses, model-zoo entries that no run picks.
+_OFF_THE_RUN = (_outside_self_test, _outside_classes_off_the_run, _outside_unused_functions, _outside_unpicked_entries)
 
 
 def locate(
