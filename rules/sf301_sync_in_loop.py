@@ -98,7 +98,10 @@ class SyncInLoop(BranchTracker, Rule):
     builds one trainer class or the other). The step's code includes the helpers it calls (of
     this file or another scanned one) and a function handed to a call on the step, which runs
     it every step (`run_step(batch, loss_fn=masked_loss)`, Megatron's `train_step(...,
-    forward_step_func=forward_step)` in another file).
+    forward_step_func=forward_step)` in another file), and the `@property` of a class whose getter
+    syncs (Tacotron's `r`, `return self.decoder.r.item()`), at each read of `self.r` in the step.
+    A helper of another file that syncs once per pass of a loop gives the step's one finding its
+    high impact.
 
     Not reported: code under a periodic logging guard (`if step % log_every == 0:`, unless
     `log_every` is 1; also through flags set just before: `step_eval = step % interval == 0`,
@@ -220,6 +223,39 @@ class SyncInLoop(BranchTracker, Rule):
                 step_eval = interval > 0 and step % interval == 0
                 if step_eval:
                     print(loss.item())
+            """
+        ),
+        Valid(  # a property that syncs, read once before training; a cached one runs its `.item()` once
+            """
+            import functools
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("scale_buffer", torch.tensor(2.0))
+                    self.fc = nn.Linear(8, 8)
+
+                @property
+                def scale(self):
+                    return self.scale_buffer.item()
+
+                @functools.cached_property
+                def width(self):
+                    return self.fc.weight.shape[0] * self.scale_buffer.item()
+
+                def forward(self, x):
+                    return self.fc(x) * self.width
+
+                def describe(self):
+                    return f"scale {self.scale}"
+
+            model = Net().cuda()
+            print(model.describe())
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
             """
         ),
         Valid(  # a module's evaluation-mode branch never runs in a training step (OmniGen's layer offload)
@@ -810,6 +846,35 @@ class SyncInLoop(BranchTracker, Rule):
                     return self.model.clip_grad_norm_(1.0).item()
             """,
         ),
+        Invalid(  # a property that reads a buffer with `.item()`, read at every decoder step (Tacotron's `self.r`)
+            """
+            import torch
+            import torch.nn as nn
+
+            class Tacotron(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("r_buffer", torch.tensor(2))
+                    self.cell = nn.GRUCell(8, 8)
+
+                @property
+                def r(self):
+                    return self.r_buffer.item()
+
+                def forward(self, x, steps):
+                    frames = []
+                    h = torch.zeros_like(x)
+                    for t in range(steps):
+                        h = self.cell(x, h)
+                        frames.extend([h] * self.r)
+                    return torch.stack(frames).sum()
+
+            model = Tacotron().cuda()
+            for x in loader:
+                model(x.cuda(), 100).backward()
+                optimizer.step()
+            """,
+        ),
     ]
 
     def __init__(self, ctx: FileContext) -> None:
@@ -817,6 +882,9 @@ class SyncInLoop(BranchTracker, Rule):
         self._loads: dict[str, list[_Load]] = {}
         self._not_loads: set[int] = set()
         self._candidates: list[_Candidate] = []
+        # `self.r` read where `r` may be a property: (where it goes among the candidates, the read)
+        self._self_reads: list[tuple[int, _Candidate]] = []
+        self._stores: set[int] = set()
         self._statement: cst.SimpleStatementLine | None = None
         # a step's first sync -> the overrides of its method that sync too (`FSDPTrainer.clip_gradient`)
         self._overriding: dict[int, list[tuple[cst.CSTNode, list[_Sync]]]] = {}
@@ -860,16 +928,21 @@ class SyncInLoop(BranchTracker, Rule):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._not_loads.add(id(node.attr))
+        if isinstance(node.value, cst.Name) and node.value.value == "self" and id(node) not in self._stores:
+            self._self_reads.append((len(self._candidates), _Candidate(node, self.ctx.stack, self.branches,
+                                                                       self._statement, "property")))
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None:
             self._not_loads.add(id(node.keyword))
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._stores.add(id(node.target))
         for name in _names_in(node.target):
             self._not_loads.add(id(name))
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._stores.add(id(node.target))
         self._not_loads.add(id(node.target))
 
     def visit_Param(self, node: cst.Param) -> None:
@@ -888,7 +961,7 @@ class SyncInLoop(BranchTracker, Rule):
         ctx = self.ctx
         steps: dict[cst.CSTNode | None, list[_Sync]] = {}
         helpers: dict[cst.CSTNode | None, list[str]] = {}
-        for candidate in self._candidates:
+        for candidate in self._with_property_reads():
             if not ctx.is_hot(candidate.stack) or _accepted(candidate.statement):
                 continue
             scope = ctx.step_scope(candidate.stack)
@@ -944,10 +1017,61 @@ class SyncInLoop(BranchTracker, Rule):
         index = next(i for i, node in enumerate(block) if node is statement)
         return index > 0 and block[index - 1] is previous
 
+    def _with_property_reads(self) -> list[_Candidate]:
+        """The candidates, with the reads of `self.<property>` of the class's properties that
+        wait for the GPU (`return self.decoder.r.item()`) in their place in the file."""
+        syncing = self._syncing_properties
+        reads = [(at, read) for at, read in self._self_reads
+                 if (id(self.ctx.class_of(read.stack)), read.node.attr.value) in syncing]  # type: ignore[attr-defined]
+        if not reads:
+            return self._candidates
+        merged: list[_Candidate] = []
+        taken = 0
+        for at, read in reads:
+            merged.extend(self._candidates[taken:at])
+            merged.append(read)
+            taken = at
+        merged.extend(self._candidates[taken:])
+        return merged
+
+    @cached_property
+    def _syncing_properties(self) -> dict[tuple[int, str], _Sync]:
+        """(class, property name) -> the sync its getter returns: a `@property` whose `return`
+        converts a tensor to a Python number (`self.decoder.r.item()`)."""
+        found: dict[tuple[int, str], _Sync] = {}
+        if not self._self_reads:
+            return found
+        for site in self.ctx.calls:
+            function = self.ctx.function_of(site.stack)
+            if function is None or not _is_property(function) or not isinstance(site.statement, cst.SimpleStatementLine) \
+                    or not any(isinstance(small, cst.Return) for small in site.statement.body):
+                continue
+            cls = self.ctx.class_of(site.stack)
+            key = (id(cls), function.name.value)
+            if cls is None or key in found:
+                continue
+            sync = self._call_sync(site.node, site.stack)
+            if sync is not None:
+                found[key] = sync
+        return found
+
+    def _property_sync(self, read: cst.Attribute, stack: Stack) -> _Sync | None:
+        getter = self._syncing_properties.get((id(self.ctx.class_of(stack)), read.attr.value))
+        if getter is None:
+            return None
+        what = f"`self.{read.attr.value}`"
+        return _Sync(read, f"{what} (a property returning {getter.label})",
+                     f"{what} reads a property that returns {getter.label}: in the training loop it makes the CPU wait "
+                     "for the GPU every time it is read",
+                     no_fix_reason="the property returns a Python number: keep the value as one where it is set, or read "
+                     "it once before the loop")
+
     def _sync(self, candidate: _Candidate) -> _Sync | None:
         node, stack, kind = candidate.node, candidate.stack, candidate.kind
         if isinstance(node, cst.Call) and kind == "call":
             return self._call_sync(node, stack)
+        if isinstance(node, cst.Attribute) and kind == "property":
+            return self._property_sync(node, stack)
         if isinstance(node, cst.BinaryOperation) and kind == "%":
             tensor = next((e for e in _operands(node.right) if self.tensors.is_tensor(e, stack)), None)
             return None if tensor is None else self._formatting(node, tensor, "with `%`")
@@ -1155,6 +1279,12 @@ def _name_all(labels: list[str]) -> str:
     named = [f"{label} (x{counts[label]})" if counts[label] > 1 else label for label in counts]
     text = ", ".join(named[:_NAMED_AT_MOST])
     return text + (f" and {len(named) - _NAMED_AT_MOST} more" if len(named) > _NAMED_AT_MOST else "")
+
+
+def _is_property(function: cst.FunctionDef) -> bool:
+    """A getter run on every read (not `functools.cached_property`, which runs once)."""
+    return any(isinstance(decorator.decorator, cst.Name) and decorator.decorator.value == "property"
+               for decorator in function.decorators)
 
 
 def _accepted(statement: cst.SimpleStatementLine | None) -> bool:

@@ -255,6 +255,51 @@ for epoch in range(10):
     assert "other files sync too, at `losses.py:4`, `mel.py:4`" in lines[0]
 
 
+def test_a_helpers_sync_once_per_loop_element_raises_the_steps_one_finding(run_cli, tmp_path, write):
+    """The model of another file reads a property that syncs at every decoder step (Tacotron's
+    `self.r`): folded into the script's own finding, whose impact becomes that helper's (high)."""
+    write("model.py", """\
+        import torch
+        import torch.nn as nn
+
+        class Decoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("r_buffer", torch.tensor(2))
+                self.cell = nn.GRUCell(8, 8)
+
+            @property
+            def r(self):
+                return self.r_buffer.item()
+
+            def forward(self, x, steps):
+                frames, h = [], torch.zeros_like(x)
+                for t in range(steps):
+                    h = self.cell(x, h)
+                    frames.extend([h] * self.r)
+                return torch.stack(frames).sum()
+        """)
+    write("train.py", """\
+        import torch
+        from model import Decoder
+
+        model = Decoder().cuda()
+        optimizer = torch.optim.Adam(model.parameters())
+        for epoch in range(10):
+            for x in loader:
+                loss = model(x.cuda(), 100)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                print(loss.item())
+        """)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-cache", "--output-format", "json", cwd=tmp_path)
+    (finding,) = json.loads(result.stdout)
+    assert (finding["path"], finding["line"]) == ("train.py", 12), finding
+    assert "other files sync too, at `model.py:18`" in finding["message"]
+    assert finding["impact"] == "high" and finding["impact_reason"].startswith("at `model.py:18`: `self.r` (a property"), finding
+
+
 @pytest.mark.parametrize("grad_off", [True, False])
 def test_an_evaluation_called_under_no_grad_from_another_file(run_cli, tmp_path, write, grad_off):
     """`validate()` in its own module, called by the training script inside `with torch.no_grad():`:

@@ -456,7 +456,8 @@ def _one_per_step(findings: list[Finding]) -> list[Finding]:
     """The findings of a rule that gives one per training step (``Rule.one_per_step``), made in
     library files whose helpers run in one script's step (``Finding.step_of``), are that step's:
     the script's own first finding keeps the others' places in its message, else the first
-    library file's. Findings with a fix stay as they are."""
+    library file's, and the highest impact among them (a helper that syncs once per element of a
+    loop makes the step wait many times). Findings with a fix stay as they are."""
     groups: dict[tuple[str, str], list[Finding]] = {}
     for finding in findings:
         if finding.per_step and finding.fix is None and finding.file is None:
@@ -471,6 +472,11 @@ def _one_per_step(findings: list[Finding]) -> list[Finding]:
         dropped.update(id(f) for f in others)
         places = ", ".join(f"`{f.path}:{f.line}`" for f in others)
         kept.message += f"; helpers of the same step in other files sync too, at {places}"
+        highest = max(others, key=lambda f: f.rank)
+        if highest.rank > kept.rank:
+            where = f"`{highest.path}:{highest.line}`"
+            kept.impact = highest.impact
+            kept.impact_reason = f"at {where}: {highest.impact_reason}" if highest.impact_reason else f"the helper at {where}"
     return [finding for finding in findings if id(finding) not in dropped]
 
 
