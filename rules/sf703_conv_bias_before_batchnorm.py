@@ -11,6 +11,7 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.index import CallSite
 from speedfix.project.steps import CONV_LAYERS
 from speedfix.syntax.blocks import enclosing_block
+from speedfix.syntax.comments import arg_has_noqa, has_noqa
 from speedfix.syntax.names import dotted_name
 
 _CONV = set(CONV_LAYERS)  # transposed convolutions too: `bias` is their eighth parameter as well
@@ -24,7 +25,8 @@ class ConvBiasBeforeBatchnorm(Rule):
     Finds a convolution (transposed ones too) with a bias feeding straight into batch
     normalisation: adjacent in an `nn.Sequential(...)`, or `self.bn(self.conv(x))` in a module
     whose `self.conv` is used nowhere else. The convolutions of one class (or function) are one
-    finding, at the first, whose fix sets `bias=False` on each.
+    finding, at the first, whose fix sets `bias=False` on each; one on a line that ends with
+    `# noqa` is a finding of its own, so that the comment keeps that line alone as it is.
 
     ## Why is this bad?
     Batch normalisation subtracts the per-channel mean right away, so the convolution's bias is
@@ -219,6 +221,26 @@ class ConvBiasBeforeBatchnorm(Rule):
             )
             """,
         ),
+        Invalid(  # the convolution on a `# noqa` line is left as it is; the other one of the block is fixed
+            """
+            import torch.nn as nn
+            block = nn.Sequential(
+                nn.Conv2d(3, 32, 3),  # noqa: SF703
+                nn.BatchNorm2d(32),
+                nn.Conv2d(32, 64, 3),
+                nn.BatchNorm2d(64),
+            )
+            """,
+            fixed="""
+            import torch.nn as nn
+            block = nn.Sequential(
+                nn.Conv2d(3, 32, 3),  # noqa: SF703
+                nn.BatchNorm2d(32),
+                nn.Conv2d(32, 64, 3, bias=False),
+                nn.BatchNorm2d(64),
+            )
+            """,
+        ),
         Invalid(  # an explicit bias=True is the author's call: reported, no fix
             """
             import torch.nn as nn
@@ -229,11 +251,14 @@ class ConvBiasBeforeBatchnorm(Rule):
 
     def finish(self) -> None:
         self._found: list[cst.Call] = []
+        self._apart: set[int] = set()  # convolutions on a `# noqa` line: a finding of their own
         for site in self.ctx.calls_to(*_SEQUENTIAL):
-            layers = [arg.value for arg in site.node.args if arg.keyword is None and not arg.star]
+            layers = [arg for arg in site.node.args if arg.keyword is None and not arg.star]
             for conv, norm in zip(layers, layers[1:]):
-                if self._is(conv, _CONV) and self._is(norm, _BATCHNORM):
-                    self._report(conv)
+                if self._is(conv.value, _CONV) and self._is(norm.value, _BATCHNORM):
+                    self._report(conv.value)
+                    if arg_has_noqa(conv):
+                        self._apart.add(id(conv.value))
         self._check_composed_attributes()
         self._report_by_class()
 
@@ -255,6 +280,9 @@ class ConvBiasBeforeBatchnorm(Rule):
             if conv is not None and self._is(conv, _CONV) and self._is(self._constructed(outer, site), _BATCHNORM):
                 reported.add(key)
                 self._report(conv)
+                made = self.ctx.site_of(conv)  # type: ignore[arg-type]
+                if made is not None and has_noqa(made.statement):
+                    self._apart.add(id(conv))
 
     def _conv_output(self, site: CallSite) -> cst.BaseExpression:
         """What ``site`` (`self.bn(...)`) normalises: its argument, or, for `x = self.bn(x)` right
@@ -297,8 +325,9 @@ class ConvBiasBeforeBatchnorm(Rule):
             if not bias.missing and isinstance(bias.node, cst.Name) and bias.node.value == "False":
                 continue
             owner = self.ctx.class_of(site.stack) or self.ctx.function_of(site.stack)
-            groups.setdefault(id(owner), []).append((conv, bias.missing))
-            owners[id(owner)] = owner.name.value if isinstance(owner, (cst.ClassDef, cst.FunctionDef)) else None
+            key = id(conv) if id(conv) in self._apart else id(owner)  # `# noqa` suppresses its own line alone
+            groups.setdefault(key, []).append((conv, bias.missing))
+            owners[key] = owner.name.value if isinstance(owner, (cst.ClassDef, cst.FunctionDef)) else None
         indent = self.ctx.module.default_indent
         for key, convs in groups.items():
             message = "the convolution's bias is cancelled by the BatchNorm right after it"

@@ -109,6 +109,16 @@ def _reads_as_code(text: str) -> bool:
     )
 
 
+def arg_has_noqa(arg: cst.Arg) -> bool:
+    """Does a `# noqa` comment end the line of ``arg`` in a call laid out one argument per line
+    (`nn.Conv2d(3, 32, 3),  # noqa: SF703`)? The comment follows the argument's comma."""
+    comma = arg.comma
+    if not isinstance(comma, cst.Comma) or not isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+        return False
+    comment = comma.whitespace_after.first_line.comment
+    return comment is not None and "noqa" in comment.value.lower()
+
+
 def has_noqa(statement: cst.BaseStatement | None) -> bool:
     """Does a `# noqa` comment end the statement's line? Findings a rule folds into one (a
     function's optimizers, a run of statements) leave such a statement apart, so the comment
