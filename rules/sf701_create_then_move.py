@@ -10,7 +10,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, string_literal
 from speedfix.model.context import FileContext
 from speedfix.model.flow import comes_before, in_no_run
-from speedfix.model.frames import in_inference_branch
+from speedfix.model.frames import Stack, in_inference_branch, nearest_loop
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype, without_layout_calls
 from speedfix.model.rl import HostBuffer, filled_once, host_buffer, in_rollout, is_buffer_sampler
@@ -63,6 +63,14 @@ def _converts_data(ctx: FileContext, call: cst.Call) -> bool:
     return _converted_data(ctx, call) is not None
 
 
+def _one_fill(value: cst.BaseExpression, written: Stack, copied: Stack) -> bool:
+    """`self_loop_attr[:, 0] = 4` once per copy (no loop of its own): one fill with a number,
+    a single kernel on the GPU too, not a write element by element."""
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+        value = value.expression
+    return isinstance(value, (cst.Integer, cst.Float)) and nearest_loop(written) is nearest_loop(copied)
+
+
 def _written_out(value: cst.BaseExpression) -> bool:
     """A size (`3`, `x.size()`, `x.shape`) or numbers written out (`[[0.1, 0.2], [1, -1]]`)."""
     if isinstance(value, cst.UnaryOperation):
@@ -109,8 +117,9 @@ class CreateThenMove(Rule):
     (`torch.Tensor([[0.1, 0.2]]).cuda()`, without a fix: `torch.Tensor` takes the default dtype),
     or made into a variable a few statements before the copy (`t = torch.LongTensor(b, n)`, used,
     then `t = t.cuda()`, also filled or scaled first: `torch.BoolTensor(x.size()).fill_(0)`,
-    `torch.ones(shape) * -1`; without a fix, and not when the statements between write it element
-    by element; writes after the copy run on the GPU and do not count),
+    `torch.ones(shape) * -1`, or one column filled with a number: `t[:, 0] = 4`; without a fix,
+    and not when the statements between write it element by element; writes after the copy run on
+    the GPU and do not count),
     where it runs on every step: in the training loop, in a function it calls or one that takes
     the step itself (an agent's `learn()`), or in a module's `forward` and the methods and
     functions of the file it calls (SimCSE's `cl_forward(self, ...)`).
@@ -541,6 +550,20 @@ class CreateThenMove(Rule):
             """,
             count=2,
         ),
+        Invalid(  # one column filled with a number before the copy (a GNN layer's self-loop edge features):
+                  # one fill, which runs on the GPU as well, not a write element by element
+            """
+            import torch
+            class GINConv(torch.nn.Module):
+                def forward(self, x, edge_index, edge_attr):
+                    self_loop_attr = torch.zeros(x.size(0), 2)
+                    self_loop_attr[:, 0] = 4
+                    self_loop_attr = self_loop_attr.to(edge_attr.device)
+                    return self.propagate(edge_index, x=x, edge_attr=torch.cat((edge_attr, self_loop_attr), 0))
+
+            model = GINConv().cuda()
+            """,
+        ),
         Invalid(  # numbers written in the code, made into a tensor and copied on every call: no fix,
                   # `torch.Tensor` takes the default dtype
             """
@@ -698,7 +721,8 @@ class CreateThenMove(Rule):
         if not qualified:
             return
         if any(ctx.function_of(a.stack) is function and a.statement is not None and comes_before(ctx, made_at, a.statement)
-               and comes_before(ctx, a.statement, site.statement) for a in ctx.item_assignments.get(name.value, ())):
+               and comes_before(ctx, a.statement, site.statement) and not _one_fill(a.value, a.stack, site.stack)
+               for a in ctx.item_assignments.get(name.value, ())):
             return  # written element by element before the copy (after it, the writes run on the GPU)
         legacy = _LEGACY_TYPES.get(qualified)
         how = f"`torch.empty(..., dtype={legacy}, device=...)`" if legacy else f"`{qualified}(..., device=...)`"
