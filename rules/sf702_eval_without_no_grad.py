@@ -7,6 +7,7 @@ import libcst as cst
 
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.engine.wording import name_all
 from speedfix.fixes.codegen import reference
 from speedfix.model.autograd import (called_without_grad, feeds_environment, only_detached, outputs_leave_autograd,
                                      runs_network)
@@ -632,7 +633,7 @@ class EvalWithoutNoGrad(Rule):
             context = f"{reference(self.ctx, 'torch.no_grad', ops, sites[0].stack)}()"
             ops[:0] = [Transform(statement, lambda node: with_statement(context, [node])) for statement in statements]
         labels = list(dict.fromkeys(f"`{dotted_name(site.node.func)}(...)`" for site in sites))
-        calls = _name_all(labels)
+        calls = name_all(labels)
         acting = any(feeds_environment(self.ctx, site) or is_acting_function(self.ctx.function_of(site.stack))
                      for site in sites)
         if acting:
@@ -762,12 +763,6 @@ class EvalWithoutNoGrad(Rule):
             "evaluation loop without `torch.no_grad()`: every forward pass records its autograd graph",
             fix_ops=ops,
         )
-
-
-def _name_all(labels: list[str]) -> str:
-    """`a`, `b` and `c`: each label once."""
-    labels = list(dict.fromkeys(labels))
-    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + f" and {labels[-1]}"
 
 
 def _switches_mode(site: CallSite) -> bool:

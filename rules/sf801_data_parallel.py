@@ -4,13 +4,15 @@ import libcst as cst
 
 from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
+from speedfix.engine.wording import name_all
 from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
 from speedfix.model.flow import assigned_name, enclosing_statements, in_no_run
 from speedfix.model.frames import class_of, function_of
 from speedfix.model.networks import DATA_PARALLEL, data_parallel_calls
+from speedfix.syntax.comments import has_noqa
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import code_of, walk_expression
 
 
 
@@ -19,7 +21,8 @@ class DataParallel(Rule):
     ## What it does
     Finds `torch.nn.DataParallel` (or a project class derived from it, such as Transformer-XL's
     `BalancedDataParallel`), once per choice (one model wrapped in either branch of an `if` is
-    one finding), and not where it runs only with more GPUs than the script's default (`if
+    one finding, and so are the networks one function wraps: stargan-v2's `build_model()` wraps
+    five; a line with `# noqa` stays apart), and not where it runs only with more GPUs than the script's default (`if
     num_gpus > 1:` with `--ngpu` defaulting to 1) unless a launch command of the project passes
     the option that turns it on (`--multi_gpu` in a run script), nor in a function of a training script
     that only evaluates or samples (it trains nothing, is not called from the training loop and
@@ -214,6 +217,17 @@ class DataParallel(Rule):
             para_model = BalancedDataParallel(4, model.cuda(), dim=1)
             """
         ),
+        Invalid(  # the networks one function builds, each wrapped: one choice, one finding naming the others
+            """
+            import torch.nn as nn
+
+            def build_model(args):
+                generator = nn.DataParallel(Generator(args.img_size))
+                mapping_network = nn.DataParallel(MappingNetwork(args.latent_dim))
+                discriminator = nn.DataParallel(Discriminator(args.img_size))
+                return generator.cuda(), mapping_network.cuda(), discriminator.cuda()
+            """
+        ),
         Invalid(  # one model wrapped one way or the other (pytorch/examples ImageNet): one finding
             """
             import torch
@@ -229,6 +243,7 @@ class DataParallel(Rule):
     def finish(self) -> None:
         ctx = self.ctx
         reported: list[cst.CSTNode] = []  # the `if` chains holding a reported wrapper
+        by_function: dict[int, list[CallSite]] = {}  # the wrappers one function (or the module) makes
         for site in data_parallel_calls(ctx):
             if in_no_run(ctx, site.statement, site.stack):
                 continue  # `if num_gpus > 1:` with one GPU by default, unless a run script passes more
@@ -241,11 +256,23 @@ class DataParallel(Rule):
                 continue  # another branch of the same choice (one model, wrapped one way or another)
             if chain is not None:
                 reported.append(chain)
-            self.report(
-                site.node,
-                "`DataParallel` drives every GPU from one process; use DistributedDataParallel with torchrun",
-                no_fix_reason="moving to DDP changes how the script is launched",
-            )
+            # a statement with `# noqa` stays apart, so that the comment suppresses its wrapper alone
+            key = id(site.statement) if has_noqa(site.statement) else id(function_of(site.stack))
+            by_function.setdefault(key, []).append(site)
+        for sites in by_function.values():
+            message = "`DataParallel` drives every GPU from one process; use DistributedDataParallel with torchrun"
+            if len(sites) > 1:  # stargan-v2's `build_model()` wraps each of its five networks
+                others = name_all([f"`{_wrapped(site)}`" for site in sites[1:]])
+                message += f" (the same choice wraps {others} too)"
+            self.report(sites[0].node, message, no_fix_reason="moving to DDP changes how the script is launched")
+
+
+def _wrapped(site: CallSite) -> str:
+    """What a wrapper is known by: the name it is bound to, else the wrapped expression."""
+    name = assigned_name(site)
+    if name is not None:
+        return name
+    return code_of(site.node.args[0].value) if site.node.args else code_of(site.node)
 
 
 def _mirrors_wrapper(ctx: FileContext, site: CallSite) -> bool:
