@@ -14,6 +14,7 @@ from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.patterns import BatchNames, draws_next, is_cpu_device, is_dtype, narrow_to_class, without_layout_calls
 from speedfix.rules._impact import Estimate, Finding, Impact, unpinned_training_loaders
 from speedfix.syntax.blocks import statement_owner
+from speedfix.syntax.comments import has_noqa
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of
 
@@ -35,9 +36,10 @@ class BlockingTransfer(Rule):
     `non_blocking=True` the copy is queued on the CUDA stream like any kernel; stream ordering
     still guarantees the forward pass sees the data.
 
-    The copies of one batch in one statement, or in statements next to each other
-    (`x, y = x.to(device), y.to(device)`), also with only conversions of other parts of the
-    batch between them (`y = y.float()`), are one finding whose fix covers each copy. A function
+    The copies of one batch in one block of the step (`x, y = x.to(device), y.to(device)`, also
+    with the forward pass between them: the labels copied just before the loss) are one finding
+    whose fix covers each copy; a line with `# noqa` stays apart, so that its comment suppresses
+    its own copy alone. A function
     or method the loop hands the batch to (`self.process_batch(x, y)`) copies a batch too.
 
     Only copies of tensors that come straight from a DataLoader are reported: they are on the
@@ -462,6 +464,33 @@ class BlockingTransfer(Rule):
                 optimizer.step()
             """,
         ),
+        Invalid(  # the inputs copied first, the labels after the forward pass: one transfer of the batch,
+                  # one finding fixing every copy but the one whose line says `# noqa`
+            """
+            import torch
+            for batch in train_loader:
+                encoder_input = batch["encoder_input"].to("cuda")
+                decoder_input = batch["decoder_input"].to("cuda")
+                output = model(encoder_input, decoder_input)
+                label = batch["label"].to("cuda")
+                mask = batch["mask"].to("cuda")  # noqa: SF104
+                loss = criterion(output[mask], label[mask])
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for batch in train_loader:
+                encoder_input = batch["encoder_input"].to("cuda", non_blocking=True)
+                decoder_input = batch["decoder_input"].to("cuda", non_blocking=True)
+                output = model(encoder_input, decoder_input)
+                label = batch["label"].to("cuda", non_blocking=True)
+                mask = batch["mask"].to("cuda")  # noqa: SF104
+                loss = criterion(output[mask], label[mask])
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # dict batches, `.cuda()`, and a same-file step function called per batch
             """
             import torch
@@ -602,36 +631,17 @@ class BlockingTransfer(Rule):
                             "loop and blocks the CPU until the copy is done", fix_ops=ops)
 
     def _transfer_sites(self, uploads: list[CallSite]) -> list[list[CallSite]]:
-        """The copies grouped by where the batch is moved: the copies of one statement, or of
-        statements next to each other in one block (`x = x.cuda()` then `y = y.cuda()`), are one
-        transfer of the batch, reported once; so are copies with only conversions of other parts
-        of the batch between them (`y = y.float()`). Copies whose fix is unsafe go apart from safe
-        ones."""
-        groups: list[list[CallSite]] = []
-        last: tuple[int, str, int] | None = None  # (block, how safe its fix is, index of the statement)
+        """The copies grouped by where the batch is moved: the copies of one block (the step's
+        `x = x.cuda()` and `y = y.cuda()`, also with the forward pass between them: the labels
+        copied just before the loss) are one transfer of the batch, reported once. Copies whose
+        fix is unsafe go apart from safe ones, and so does a line with `# noqa`, which then
+        suppresses its own copy alone."""
+        groups: dict[tuple[int, str, int], list[CallSite]] = {}
         for site in sorted(uploads, key=lambda s: self._place(s)):
             block, unsafe, index = self._place(site)
-            if last is not None and (block, unsafe) == last[:2] and block >= 0 \
-                    and self._only_batch_preparation(site, last[2] + 1, index):
-                groups[-1].append(site)
-            else:
-                groups.append([site])
-            last = (block, unsafe, index)
-        return groups
-
-    def _only_batch_preparation(self, site: CallSite, start: int, stop: int) -> bool:
-        """Are the statements of ``site``'s block from ``start`` up to ``stop`` (the copy's own)
-        assignments of a batch part converted in place (`y = y.float()`), with nothing else run?"""
-        owner = statement_owner(self.ctx, site.statement) if site.statement is not None else None
-        if owner is None:
-            return False
-        for statement in owner[1][start:stop]:
-            if not isinstance(statement, cst.SimpleStatementLine):
-                return False
-            for small in statement.body:
-                if not (isinstance(small, cst.Assign) and self.batches.is_batch(without_layout_calls(small.value), site.stack)):
-                    return False
-        return True
+            apart = block < 0 or has_noqa(site.statement)
+            groups.setdefault((block, unsafe, id(site) if apart else 0), []).append(site)
+        return list(groups.values())
 
     def _place(self, site: CallSite) -> tuple[int, str, int]:
         """(the block holding the copy's statement, how safe its fix is, the statement's index there)."""
