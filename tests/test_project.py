@@ -2607,3 +2607,62 @@ def test_only_a_method_that_folds_layers_for_inference_is_left_out_of_the_class_
     facts = extract_facts(source.encode()).functions["Net"]
     assert facts.conv_dims == (2,)
     assert facts.matmul is counted
+
+
+@pytest.mark.parametrize("workers, reported", [("0", True), ("8", False), ("0 if DEBUG else 8", False)])
+def test_a_config_modules_constant_is_the_loaders_setting(run_cli, tmp_path, write, workers, reported):
+    """`num_workers=CFG.num_workers` after `import config as CFG` (OpenAI-CLIP's config.py), and
+    `from config import num_workers`: the scanned module's top-level constant is the value; one
+    that is not a constant stays unknown (no finding)."""
+    write("config.py", f"""\
+        import torch
+        DEBUG = True
+        num_workers = {workers}
+        device = torch.device("cuda")
+        """)
+    write("main.py", """\
+        import torch
+        import config as CFG
+        from config import num_workers
+        from torch.utils.data import DataLoader
+
+        def main(train_set, model, optimizer):
+            train_loader = DataLoader(train_set, batch_size=8, shuffle=True, num_workers=CFG.num_workers)
+            other_loader = DataLoader(train_set, batch_size=8, shuffle=True, num_workers=num_workers)
+            for loader in (train_loader, other_loader):
+                for x, y in loader:
+                    loss = model(x.to(CFG.device), y.to(CFG.device))
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+        if __name__ == "__main__":
+            main(None, None, None)
+        """)
+    result = run_cli("scan", ".", "--select", "SF101", "--no-summary", "--no-cache", cwd=tmp_path)
+    lines = [line for line in result.stdout.splitlines() if "SF101" in line]
+    if reported:
+        assert [line.split(" ", 1)[0] for line in lines] == ["main.py:7:20:", "main.py:8:20:"], result.stdout
+        assert all("resolves to 0" in line for line in lines), lines
+    else:
+        assert lines == [], result.stdout
+
+
+def test_a_parameter_hides_the_config_modules_constant_of_its_name(run_cli, tmp_path, write):
+    write("config.py", "num_workers = 0\n")
+    write("main.py", """\
+        import torch
+        from config import num_workers
+        from torch.utils.data import DataLoader
+
+        def make_loader(train_set, num_workers):
+            return DataLoader(train_set, batch_size=8, shuffle=True, num_workers=num_workers)
+
+        def main(train_set, model, optimizer, workers):
+            for x, y in make_loader(train_set, workers):
+                loss = model(x.cuda(), y.cuda())
+                loss.backward()
+                optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF101", "--no-summary", "--no-cache", cwd=tmp_path)
+    assert "SF101" not in result.stdout, result.stdout

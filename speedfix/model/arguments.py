@@ -3,7 +3,8 @@
 Resolves, in this order: the keyword in the call, the positional slot, ``**kwargs`` built from a
 dict literal or ``dict(...)`` in the same scope (keys that are later changed through
 ``.update()`` or ``kw[key] = ...`` are unknown: they may be set conditionally), module-level
-constants, argparse defaults and the project's run configs (`hp.train.num_workers`). Anything else is ``UNKNOWN``: rules stay silent rather than
+constants (also those of a scanned config module it imports: `CFG.num_workers`), argparse
+defaults and the project's run configs (`hp.train.num_workers`). Anything else is ``UNKNOWN``: rules stay silent rather than
 guess (TorchFix's TOR401 reports ``DataLoader(ds, **kwargs)`` as missing ``num_workers``;
 14 of its 23 hits on pytorch/examples were such false positives).
 """
@@ -258,7 +259,8 @@ def string_value(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     if isinstance(node, cst.Name):
-        value = ctx.single_value(node.value, stack) or parameter_default(ctx, node.value, stack)
+        value = ctx.single_value(node.value, stack) or parameter_default(ctx, node.value, stack) \
+            or imported_constant(ctx, node, stack)
         if value is None:
             configured = configured_parameter(ctx, node.value, stack)
             return configured if isinstance(configured, str) else None
@@ -280,7 +282,8 @@ def literal_int(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack,
     if isinstance(node, cst.Integer):
         return integer_value(node)
     if isinstance(node, cst.Name):
-        value = ctx.single_value(node.value, stack) or parameter_default(ctx, node.value, stack)
+        value = ctx.single_value(node.value, stack) or parameter_default(ctx, node.value, stack) \
+            or imported_constant(ctx, node, stack)
         return literal_int(ctx, value, stack, depth + 1)
     if isinstance(node, cst.Call) and dotted_name(node.func) == "int" and len(node.args) == 1:
         return literal_int(ctx, node.args[0].value, stack, depth + 1)  # `int(opt.workers)`
@@ -408,12 +411,33 @@ def _default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.Ba
     declared default, the field of a dataclass a parser fills (`def main(args: Config)`), or the
     value the project's run configs give a config's attribute chain."""
     found = argparse_default(ctx, node) or declared_default(ctx, node, stack) or annotated_field_default(ctx, node, stack) \
-        or dict_item(ctx, node, stack) or absl_flag_default(ctx, node, stack) or run_option_default(ctx, node, stack)
+        or dict_item(ctx, node, stack) or absl_flag_default(ctx, node, stack) or run_option_default(ctx, node, stack) \
+        or imported_constant(ctx, node, stack)
     if found is None and isinstance(node, cst.Attribute):
         configured = configured_value(ctx, node)
         if configured is not None and isinstance(configured.value, (bool, int, float, str)):
             found = cst.parse_expression(repr(configured.value))
     return found
+
+
+def imported_constant(ctx: FileContext, node: cst.BaseExpression, stack: Stack = ()) -> cst.BaseExpression | None:
+    """`CFG.num_workers` after `import config as CFG` (or `num_workers` taken with `from config
+    import num_workers`) where the scanned `config.py` binds it once to a constant at its top
+    level, and this file never assigns it (nor takes a parameter of that name around ``stack``)."""
+    if not ctx.links.modules or not isinstance(node, (cst.Name, cst.Attribute)):
+        return None
+    written = dotted_name(node)
+    if written is None or written in ctx.assignments:
+        return None
+    head = written.split(".", 1)[0]
+    for frame in stack:
+        function = frame.node
+        if isinstance(function, cst.FunctionDef) and any(
+                param.name.value == head for param in (*function.params.params, *function.params.kwonly_params,
+                                                       *function.params.posonly_params)):
+            return None  # the parameter hides the imported name
+    shown = ctx.links.constant(ctx.project_name(written))
+    return cst.parse_expression(shown) if shown else None
 
 
 def dict_item(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
@@ -587,7 +611,7 @@ def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return node.value == "True"
     if isinstance(node, cst.Name):
-        value = ctx.single_value(node.value, stack)
+        value = ctx.single_value(node.value, stack) or imported_constant(ctx, node, stack)
         if isinstance(value, cst.Name) and value.value in ("True", "False"):
             return value.value == "True"
     return None

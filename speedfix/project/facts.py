@@ -121,6 +121,9 @@ class ModuleFacts:
     # without the option gets: `False` for `store_true`, `None` without a default; "" when unknown)
     options: tuple[tuple[str, str], ...] = ()
     parsed_names: tuple[str, ...] = ()  # names it binds the parsed options to (`args = parser.parse_args()`)
+    # module-level names bound once, outside any `if`, to a short constant: (name, its repr); a
+    # config module's `num_workers = 0`, read by the scripts as `CFG.num_workers`
+    constants: tuple[tuple[str, str], ...] = ()
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
     # imported classes it builds: (qualified name, `.from_argparse_args` or "", keywords passed,
@@ -179,6 +182,7 @@ class ModuleFacts:
             arguments_given=tuple((str(c), str(k), str(v)) for c, k, v in record["arguments_given"]),
             options=tuple((str(d), str(v)) for d, v in record["options"]),
             parsed_names=tuple(map(str, record["parsed_names"])),
+            constants=tuple((str(n), str(v)) for n, v in record["constants"]),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
             constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
@@ -1079,6 +1083,8 @@ class _Collector(ast.NodeVisitor):
             arguments_given=self._resolved(self.arguments),
             options=tuple(sorted(self.options.items())),
             parsed_names=tuple(sorted(self.parsed_names)),
+            constants=tuple(sorted((name, shown) for name, shown in self.module_constants.items()
+                                   if shown and not shown.startswith("@"))),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),

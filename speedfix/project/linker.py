@@ -125,6 +125,11 @@ class Links:
         found = self.lookup(qualified)
         return self.modules[found[0]].functions.get(found[1]) if found else None
 
+    def constant(self, qualified: str | None) -> str | None:
+        """The repr of a project module's constant (`config.num_workers`: `0`), None if not one."""
+        found = self.lookup(qualified)
+        return dict(self.modules[found[0]].constants).get(found[1]) if found else None
+
     def is_cuda_name(self, qualified: str | None) -> bool:
         found = self.lookup(qualified)
         return found is not None and found[1].split(".", 1)[0] in self.modules[found[0]].cuda_names
@@ -161,7 +166,7 @@ class Links:
 
 def _slim_record(facts: ModuleFacts) -> dict:
     return {"functions": {name: f.__dict__ for name, f in sorted(facts.functions.items())},
-            "cuda_names": list(facts.cuda_names)}
+            "cuda_names": list(facts.cuda_names), "constants": list(facts.constants)}
 
 
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b([^\n#]*)|import[ \t]+([^\n#;]+))", re.MULTILINE)
@@ -419,9 +424,9 @@ def _star_names(module: ModuleFacts, found: dict[str, Path], prefixes: dict[Path
 
 def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Path]],
               facts: dict[Path, ModuleFacts]) -> ModuleFacts:
-    """What other files can take from a module: its own functions and CUDA names, and those it
-    imports from other scanned modules (`utils/__init__.py` doing `from .train_utils import
-    train`), one level deep."""
+    """What other files can take from a module: its own functions, CUDA names and constants, and
+    the functions and CUDA names it imports from other scanned modules (`utils/__init__.py`
+    doing `from .train_utils import train`), one level deep."""
     functions = dict(module.functions)
     cuda_names = set(module.cuda_names)
     for local, target in module.imports:
@@ -434,7 +439,8 @@ def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Pa
                 functions.setdefault(local + key[len(name):], value)
         if name in other.cuda_names:
             cuda_names.add(local)
-    return ModuleFacts(functions=functions, cuda_names=tuple(sorted(cuda_names)), star_imports=module.star_imports)
+    return ModuleFacts(functions=functions, cuda_names=tuple(sorted(cuda_names)), star_imports=module.star_imports,
+                       constants=module.constants)
 
 
 def _missing(path: Path, module: ModuleFacts, found: dict[str, Path], resolver: _Resolver) -> list[str]:
