@@ -8,8 +8,9 @@ from speedfix.fixes.codegen import same_quotes, value_replaced
 from speedfix.model.amp import weights_in_sixteen_bit
 from speedfix.model.arguments import argparse_option, find_argument, known_value, string_value
 from speedfix.model.context import FileContext
-from speedfix.model.flow import default_truth
-from speedfix.model.frameworks import ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu, launched_mixed_precision
+from speedfix.model.flow import default_truth, in_no_run
+from speedfix.model.frameworks import (ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu, launched_mixed_precision,
+                                      process_info_only)
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import spread_parameter
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model
@@ -40,7 +41,9 @@ class AccelerateNoMixedPrecision(Rule):
     reported at that file's line).
     A script that puts the model in 16-bit itself (`from_pretrained(..., dtype=torch.bfloat16)`,
     4-bit weights computed in bf16, `.half()`) does not train in fp32 whatever Accelerate is
-    told, and is not reported for "no" or a missing setting.
+    told, and is not reported for "no" or a missing setting. Nor is an `Accelerator` made only to
+    read a fact of the process (`device_map = {"": Accelerator().process_index}`), or one on a
+    path no run takes (under a `--use_int4` flag that is off by default).
 
     ## Why is this bad?
     In fp32 matmuls and convolutions run at a fraction of the tensor cores' speed. With
@@ -88,6 +91,23 @@ class AccelerateNoMixedPrecision(Rule):
     effect = "bf16 autocast on tensor cores: up to 3x per the PyTorch tuning guide."
 
     VALID = [
+        Valid(  # an Accelerator made for its process index (a device map) on a flag that is off: the Trainer trains
+            """
+            import argparse
+            from accelerate import Accelerator
+            from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--use_int4", action="store_true", default=False)
+            args = parser.parse_args()
+            kwargs = {}
+            if args.use_int4:
+                kwargs["device_map"] = {"": Accelerator().process_index}
+            model = AutoModelForCausalLM.from_pretrained("gpt2", **kwargs)
+            Trainer(model=model, args=TrainingArguments("out", bf16=True)).train()
+            device_map = {"": Accelerator().process_index}
+            """
+        ),
         Valid(
             """
             import torch
@@ -180,7 +200,8 @@ class AccelerateNoMixedPrecision(Rule):
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*ACCELERATOR):
-            if accelerator_on_gpu(self.ctx, site):
+            if accelerator_on_gpu(self.ctx, site) and not process_info_only(site) \
+                    and not in_no_run(self.ctx, site.statement, site.stack):
                 self._check(site)
 
     def _check(self, site: CallSite) -> None:

@@ -21,6 +21,7 @@ from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.index import CallSite
 from speedfix.project.steps import HF_TRAINERS, LIGHTNING_DATAMODULE, LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 LIGHTNING_TRAINER = (
     "lightning.Trainer",
@@ -122,6 +123,21 @@ def accelerator_on_gpu(ctx: FileContext, site: CallSite) -> bool:
     `--cpu` flag that is off by default counts as False)."""
     cpu = find_argument(ctx, site, "cpu")
     return cpu.missing or cpu.node is not None and default_truth(ctx, cpu.node, site.stack) is False
+
+
+# What an `Accelerator` tells of the process it runs in (`Accelerator().process_index` for a
+# device map), as opposed to the one that prepares the model and runs its backward pass.
+_PROCESS_INFO = frozenset({"process_index", "local_process_index", "num_processes", "is_main_process",
+                           "is_local_main_process", "device", "state", "distributed_type"})
+
+
+def process_info_only(site: CallSite) -> bool:
+    """`Accelerator().process_index`: an Accelerator made to read one fact of the process (a
+    device map's index, Finetune_LLMs' quantized path), never kept, so never the one that trains."""
+    statement = site.statement
+    return statement is not None and any(
+        isinstance(node, cst.Attribute) and node.value is site.node and node.attr.value in _PROCESS_INFO
+        for node in walk_expression(statement))
 
 
 def framework_uses_cuda(ctx: FileContext) -> bool:
