@@ -22,8 +22,10 @@ class Tf32Disabled(Rule):
     A script that uses autocast or mentions a 16-bit dtype anywhere (`model.half()`, an FSDP
     `MixedPrecisionPolicy(param_dtype=torch.bfloat16)`, Lightning's `"bf16-mixed"`) is treated as
     already choosing its precision, as is a DeepSpeed engine whose config enables fp16 or bf16 or
-    cannot be read (a JSON file the script opens at run time: the config decides). A script that every launch command runs from a SLURM job
-    script asking for GPUs older than Ampere (`#SBATCH --gres=gpu:v100:4`) is left alone: those
+    cannot be read (a JSON file the script opens at run time: the config decides), and an object
+    that is no `Accelerator` of the file but prepares the model and runs the backward pass (a
+    project's accelerator built from a hydra config). A script that every launch command runs
+    from a SLURM job script asking for GPUs older than Ampere (`#SBATCH --gres=gpu:v100:4`) is left alone: those
     GPUs have no TF32. So is a file whose trained models are all MLPs no wider than 256 in the
     widths the code states (their matmuls are too small for tensor cores to matter), and one
     whose `Accelerator` states no `mixed_precision=` the scan can read (`**accelerate_kwargs`, or
@@ -118,6 +120,30 @@ class Tf32Disabled(Rule):
     effect = "fp32 matmuls on tensor cores: about 7x for a large A100 matmul."
 
     VALID = [
+        Valid(  # a project's accelerator built from its hydra config prepares the model and runs the backward
+                # pass: the config (PickScore's `accelerator.mixed_precision: BF16`) decides the precision
+            """
+            import torch
+            import hydra
+            from hydra.utils import instantiate
+            from transformers import CLIPModel
+
+            @hydra.main(config_path="conf", config_name="config")
+            def main(cfg):
+                accelerator = instantiate(cfg.accelerator)
+                model = CLIPModel.from_pretrained(cfg.model.name)
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+                model, optimizer, loader = accelerator.prepare(model, optimizer, instantiate(cfg.loader))
+                for batch in loader:
+                    loss = model(**batch).loss
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+            if __name__ == "__main__":
+                main()
+            """
+        ),
         Valid(NARROW_MLP),  # an RL agent's 256-wide MLPs (TD3): matmuls too small for tensor cores to matter
         Valid(DQN_BETWEEN_ENV_STEPS),  # a DQN learning between the emulator's steps: the run waits on the environment
         Valid(  # a Fabric loop in fp32: SF901 gives its TF32 advice beside the precision advice

@@ -245,6 +245,8 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
         return True
     if ctx.calls_to(APEX_AMP_INITIALIZE):  # NVIDIA apex, the mixed precision of torch before 1.6
         return True
+    if _prepared_by_a_configured_wrapper(ctx):
+        return True  # its configuration decides
     return bool(ctx.calls_to(DEEPSPEED_INITIALIZE)) and engine_sixteen_bit(ctx) is not False  # its config decides
 
 
@@ -270,6 +272,18 @@ def _accelerate_in_fp32(ctx: FileContext) -> bool:
     option, default "no")? The 16-bit dtypes the file names are then for its other choices."""
     precisions = _accelerator_precisions(ctx)
     return bool(precisions) and all(precision == "no" for precision in precisions)
+
+
+def _prepared_by_a_configured_wrapper(ctx: FileContext) -> bool:
+    """Does an object that is no `Accelerator` of this file both `prepare` the model and run the
+    backward pass (PickScore's `accelerator = instantiate_with_cfg(cfg.accelerator)`, a project
+    class around Accelerate or DeepSpeed built from a hydra config, or one handed in)? Its
+    configuration, not this file, decides the precision."""
+    prepared = {site.func.rsplit(".", 1)[0] for site in ctx.method_calls("prepare") if site.func and "." in site.func}
+    stepping = {site.func.rsplit(".", 1)[0] for site in ctx.method_calls("backward") if site.func and "." in site.func}
+    return any(not any(isinstance(a.value, cst.Call) and ctx.qualname(a.value.func) in ACCELERATOR
+                       for a in ctx.assignments.get(receiver, ()))
+               for receiver in prepared & stepping)
 
 
 def _accelerator_precisions(ctx: FileContext) -> list[str | None]:
