@@ -9,6 +9,7 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.engine.wording import name_all
 from speedfix.fixes.codegen import reference
+from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.autograd import (called_without_grad, feeds_environment, only_detached, outputs_leave_autograd,
                                      runs_network)
 from speedfix.model.flow import comes_before
@@ -61,6 +62,12 @@ class EvalWithoutNoGrad(Rule):
     discriminator step whose output is only used `.detach()`ed. An output that is stored, returned,
     handed to unknown code or reaches a `backward()` is never reported (REINFORCE keeps each
     action's log-probability for its loss).
+
+    Also finds the call that evaluates with a loop shared with training: a function whose loop
+    over a loader trains only under `if not cross_valid:` (every backward, optimizer step and
+    gradient read of the function under that test of one of its parameters), called with
+    `cross_valid=True` outside `torch.no_grad()` (Conv-TasNet's `_run_one_epoch`); the fix runs
+    that call under `torch.no_grad()`.
 
     Lightning runs its validation, test and predict loops with autograd off, hooks included
     (`validation_step`, `on_validation_epoch_end`, `on_test_batch_end` of a LightningModule or
@@ -134,6 +141,24 @@ class EvalWithoutNoGrad(Rule):
     effect = "No autograd graph or saved activations in evaluation: fairchem's fell from up to 8 GB to 2 GB."
 
     VALID = [
+        Valid(  # the shared loop's validation call already runs under no_grad; the training call trains
+            """
+            import torch
+
+            def run_epoch(model, loader, optimizer, train=True):
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+                    if train:
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+
+            for epoch in range(10):
+                run_epoch(model, train_loader, optimizer)
+                with torch.no_grad():
+                    run_epoch(model, val_loader, optimizer, train=False)
+            """
+        ),
         Valid(  # a Lightning hook of the validation loop: Lightning runs it under inference mode
             """
             import lightning as L
@@ -283,6 +308,53 @@ class EvalWithoutNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # one loop for both: it trains only under `if not cross_valid:`, and the validation call turns that off
+            """
+            import torch
+
+            class Solver:
+                def train(self, epochs):
+                    for epoch in range(epochs):
+                        self.model.train()
+                        self._run_one_epoch(epoch)
+                        self.model.eval()
+                        val_loss = self._run_one_epoch(epoch, cross_valid=True)
+
+                def _run_one_epoch(self, epoch, cross_valid=False):
+                    total = 0.0
+                    for mixture, source in (self.cv_loader if cross_valid else self.tr_loader):
+                        loss = self.criterion(self.model(mixture.cuda()), source.cuda())
+                        if not cross_valid:
+                            self.optimizer.zero_grad()
+                            loss.backward()
+                            self.optimizer.step()
+                        total += loss.item()
+                    return total
+            """,
+            fixed="""
+            import torch
+
+            class Solver:
+                def train(self, epochs):
+                    for epoch in range(epochs):
+                        self.model.train()
+                        self._run_one_epoch(epoch)
+                        self.model.eval()
+                        with torch.no_grad():
+                            val_loss = self._run_one_epoch(epoch, cross_valid=True)
+
+                def _run_one_epoch(self, epoch, cross_valid=False):
+                    total = 0.0
+                    for mixture, source in (self.cv_loader if cross_valid else self.tr_loader):
+                        loss = self.criterion(self.model(mixture.cuda()), source.cuda())
+                        if not cross_valid:
+                            self.optimizer.zero_grad()
+                            loss.backward()
+                            self.optimizer.step()
+                        total += loss.item()
+                    return total
+            """,
+        ),
         Invalid(  # a metric helper named for neither, but the loader it walks is the test set's
             """
             import torch
@@ -580,7 +652,84 @@ class EvalWithoutNoGrad(Rule):
             if self._evaluation_loop(info) and not self._grad_off(info.stack) and not self._grad_after(info):
                 reported.add(info.node)
                 self._report(info)
+        self._report_shared_loops()
         self._report_host_only_forwards(reported)
+
+    # ------------------------------------------------------------------ one loop for training and evaluation
+    def _report_shared_loops(self) -> None:
+        """Conv-TasNet's `_run_one_epoch(epoch, cross_valid=False)`: one loop over a loader that
+        trains only under `if not cross_valid:`, called with `cross_valid=True` for validation. The
+        call that turns training off runs every forward pass with autograd on."""
+        ctx = self.ctx
+        for function, gate in self._gated_training_functions().items():
+            name, trains_when = gate
+            for site in self._calls_by_name.get(function.name.value, ()):  # type: ignore[attr-defined]
+                if ctx.function_of(site.stack) is function or self._grad_off(site.stack, callers=False):
+                    continue
+                positional = [p.name.value for p in function.params.params]  # type: ignore[attr-defined]
+                index = positional.index(name) if name in positional else None
+                if index is not None and positional[:1] == ["self"]:
+                    index -= 1  # `self` is not passed
+                passed = find_argument(ctx, site, name, index)
+                value = literal_bool(ctx, passed.node, site.stack) if not passed.missing else None
+                if value is None or value == trains_when:
+                    continue
+                self._report_evaluation_call(site, function, name, trains_when)
+
+    def _gated_training_functions(self) -> dict[cst.CSTNode, tuple[str, bool]]:
+        """Functions with a loop over a DataLoader that calls the model, whose every use of
+        autograd (a backward, an optimizer step, gradients) sits under `if not <param>:` or
+        `if <param>:` of one parameter: that parameter and the truth it needs for training."""
+        ctx = self.ctx
+        found: dict[cst.CSTNode, tuple[str, bool]] = {}
+        for info in ctx.loops.values():
+            function = ctx.function_of(info.stack)
+            if not isinstance(function, cst.FunctionDef) or function in found or not isinstance(info.node, cst.For) \
+                    or info.iter is None or not self._needs_grad(info.node) or not calls_model(ctx, info.node.body):
+                continue
+            params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)
+                      if p.default is not None}
+            gates: dict[tuple[str, bool], set[int]] = defaultdict(set)
+            for node in walk_expression(info.node.body):
+                if isinstance(node, cst.If):
+                    test, wanted = node.test, True
+                    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                        test, wanted = test.expression, False
+                    if isinstance(test, cst.Name) and test.value in params:
+                        gates[(test.value, wanted)].update(id(inner) for inner in walk_expression(node.body))
+            needing = {id(node) for node in walk_expression(function.body) if self._needs_grad_node(node)}
+            gate = next((key for key, inside in gates.items() if needing and needing <= inside), None)
+            if gate is not None:
+                found[function] = gate
+        return found
+
+    def _needs_grad_node(self, node: cst.CSTNode) -> bool:
+        """One use of autograd, as ``_needs_grad`` looks for them."""
+        if isinstance(node, cst.Attribute) and node.attr.value in _NEEDS_GRAD_ATTRIBUTES:
+            return True
+        if not isinstance(node, cst.Call):
+            return False
+        func = node.func
+        if isinstance(func, cst.Attribute) and (func.attr.value in _NEEDS_GRAD_METHODS
+                                                or func.attr.value == "step" and is_optimizer_name(dotted_name(func.value) or "")):
+            return True
+        return self.ctx.qualname(func) in (*_NEEDS_GRAD_CALLS, *GRAD_MODES)
+
+    def _report_evaluation_call(self, site: CallSite, function: cst.CSTNode, name: str, trains_when: bool) -> None:
+        ops: list[FixOp] = []
+        statement = site.statement
+        if statement is not None and enclosing_block(self.ctx, statement) is not None:
+            context = f"{reference(self.ctx, 'torch.no_grad', ops, site.stack)}()"
+            ops.insert(0, Transform(statement, lambda node: with_statement(context, [node])))
+        gate = f"if {'' if trains_when else 'not '}{name}:"
+        self.report(
+            site.node,
+            f"`{dotted_name(site.node.func)}(...)` evaluates with the loop of `{function.name.value}` (it trains only "  # type: ignore[attr-defined]
+            f"under `{gate}`) without `torch.no_grad()`: every forward pass records its autograd graph",
+            fix_ops=ops or None,
+            fix_title="Run the call under `torch.no_grad()`",
+            no_fix_reason=None if ops else "the call is not a statement of its own",
+        )
 
     # ------------------------------------------------------------------ forwards whose outputs go to the host
     def _report_host_only_forwards(self, reported: set[cst.CSTNode]) -> None:
@@ -666,21 +815,7 @@ class EvalWithoutNoGrad(Rule):
 
     def _needs_grad(self, loop: cst.CSTNode) -> bool:
         """Does the loop use autograd (gradients, a backward, an optimizer) or pick a grad mode?"""
-        ctx = self.ctx
-        for node in walk_expression(loop):
-            if isinstance(node, cst.Attribute) and node.attr.value in _NEEDS_GRAD_ATTRIBUTES:
-                return True
-            if not isinstance(node, cst.Call):
-                continue
-            func = node.func
-            if isinstance(func, cst.Attribute) and (
-                func.attr.value in _NEEDS_GRAD_METHODS
-                or func.attr.value == "step" and is_optimizer_name(dotted_name(func.value) or "")
-            ):
-                return True
-            if ctx.qualname(func) in (*_NEEDS_GRAD_CALLS, *GRAD_MODES):
-                return True
-        return False
+        return any(self._needs_grad_node(node) for node in walk_expression(loop))
 
     @staticmethod
     def _named_for_evaluation(function: cst.CSTNode | None) -> bool:
