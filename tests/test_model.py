@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 
 import libcst as cst
+import pytest
 
 from speedfix.model.amp import accelerate_picks_precision, mixed_precision_by_default
 from speedfix.model.arguments import find_argument
@@ -18,7 +19,7 @@ from speedfix.model.frames import class_of_method, in_inference_branch
 from speedfix.model.frameworks import trainer_fits
 from speedfix.model.loaded_config import section_keys
 from speedfix.model.networks import optimizer_factories
-from speedfix.model.scale import trains_narrow_mlps_only
+from speedfix.model.scale import named_for_evaluation, trains_narrow_mlps_only
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
 from speedfix.model.versions import TorchVersion
 from speedfix.syntax.nodes import code_of, walk_expression
@@ -408,3 +409,11 @@ def test_an_accelerate_launch_picks_the_precision_where_the_code_does_not():
     assert accelerate_picks_precision(context(code.replace(", ARGS", "")))
     assert not accelerate_picks_precision(context(code.replace("ARGS", 'mixed_precision="no"')))
     assert not accelerate_picks_precision(context(code.replace("ARGS", 'mixed_precision="bf16"')))
+
+
+@pytest.mark.parametrize("name, evaluation", [
+    ("cv_loader", True), ("self.cv_data", True), ("val_dl", True), ("test_loader", True),
+    ("tr_loader", False), ("cv_train_loader", False), ("cv2_loader", False), ("loader", False),
+])
+def test_loader_names_that_say_evaluation(name, evaluation):
+    assert named_for_evaluation(name) is evaluation
