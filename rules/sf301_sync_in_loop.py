@@ -885,6 +885,7 @@ class SyncInLoop(BranchTracker, Rule):
         # `self.r` read where `r` may be a property: (where it goes among the candidates, the read)
         self._self_reads: list[tuple[int, _Candidate]] = []
         self._stores: set[int] = set()
+        self._properties = False  # the file defines a `@property`
         self._statement: cst.SimpleStatementLine | None = None
         # a step's first sync -> the overrides of its method that sync too (`FSDPTrainer.clip_gradient`)
         self._overriding: dict[int, list[tuple[cst.CSTNode, list[_Sync]]]] = {}
@@ -925,6 +926,10 @@ class SyncInLoop(BranchTracker, Rule):
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         self._candidate(node.test, "if ... else")
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        if isinstance(node.decorator, cst.Name) and node.decorator.value == "property":
+            self._properties = True
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._not_loads.add(id(node.attr))
@@ -1039,7 +1044,7 @@ class SyncInLoop(BranchTracker, Rule):
         """(class, property name) -> the sync its getter returns: a `@property` whose `return`
         converts a tensor to a Python number (`self.decoder.r.item()`)."""
         found: dict[tuple[int, str], _Sync] = {}
-        if not self._self_reads:
+        if not self._properties or not self._self_reads:
             return found
         for site in self.ctx.calls:
             function = self.ctx.function_of(site.stack)

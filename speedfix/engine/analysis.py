@@ -274,7 +274,6 @@ def _outside_unused_functions(ctx: FileContext, findings: list[Finding], top_of:
                   "or names it")
 
 
-
 # The findings in code that no run of the project takes are left out, each step with a note that
 # says which and why: a library module's self-test, classes built only under an option that is
 # off, functions of an entry script that nothing uses, model-zoo entries that no run picks.

@@ -41,7 +41,8 @@ class Role(Enum):
     UNKNOWN = "unknown"
 
 
-# `val_loader`, `testloader`, `eval_dataloader`, `self.valid_dl`, `cv_loader` (cross-validation), Lightning's `val_dataloader()`
+# `val_loader`, `testloader`, `eval_dataloader`, `self.valid_dl`, `cv_loader` (cross-validation),
+# Lightning's `val_dataloader()`
 _EVALUATION_NAME = re.compile(
     r"(?:^|[._])(?:val|valid|validation|cv|eval|evaluation|test|testing|predict|prediction|inference|dev)"
     r"(?:_|loader|dataloader|set|data|dl|$)",
