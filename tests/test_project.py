@@ -2666,3 +2666,42 @@ def test_a_parameter_hides_the_config_modules_constant_of_its_name(run_cli, tmp_
         """)
     result = run_cli("scan", ".", "--select", "SF101", "--no-summary", "--no-cache", cwd=tmp_path)
     assert "SF101" not in result.stdout, result.stdout
+
+
+def test_a_dataset_of_another_file_that_reads_images_makes_the_samples_images(run_cli, tmp_path, write):
+    """OpenAI-CLIP: the script loads a tokenizer for the captions, and its Dataset (dataset.py)
+    decodes an image file per item: the loader's samples are images, whose workers matter most."""
+    write("dataset.py", """\
+        import cv2
+        import torch
+
+        class CLIPDataset(torch.utils.data.Dataset):
+            def __init__(self, paths, captions, tokenizer):
+                self.paths, self.encoded = paths, tokenizer(list(captions), padding=True)
+
+            def __getitem__(self, idx):
+                image = cv2.cvtColor(cv2.imread(self.paths[idx]), cv2.COLOR_BGR2RGB)
+                item = {key: torch.tensor(values[idx]) for key, values in self.encoded.items()}
+                item["image"] = torch.tensor(image).permute(2, 0, 1).float()
+                return item
+
+            def __len__(self):
+                return len(self.paths)
+        """)
+    write("main.py", """\
+        import torch
+        from transformers import DistilBertTokenizer
+        from dataset import CLIPDataset
+
+        def main(paths, captions, model, optimizer):
+            tokenizer = DistilBertTokenizer.from_pretrained("distilbert-base-uncased")
+            loader = torch.utils.data.DataLoader(CLIPDataset(paths, captions, tokenizer), batch_size=32, shuffle=True)
+            for batch in loader:
+                loss = model({k: v.cuda() for k, v in batch.items()})
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        """)
+    result = run_cli("scan", ".", "--select", "SF101", "--no-cache", "--output-format", "json", cwd=tmp_path)
+    (finding,) = json.loads(result.stdout)
+    assert (finding["path"], finding["line"], finding["impact"]) == ("main.py", 7, "high"), finding

@@ -105,6 +105,8 @@ _DECODES = re.compile(
     r"|VideoFileClip|torchaudio\.load|librosa\.load|soundfile\.read|wavfile\.read|load_audio|load_wav)$"
 )
 
+_DECODES_IMAGE = re.compile(r"(?:^|\.)(?:Image\.open|imread|read_image|decode_image|decode_jpeg)$")
+
 # torchvision's data sets of small images held in memory as one array.
 _SMALL_IMAGE_SETS = frozenset({"MNIST", "FashionMNIST", "KMNIST", "EMNIST", "QMNIST", "CIFAR10", "CIFAR100", "SVHN"})
 
@@ -269,6 +271,9 @@ def training_samples(ctx: FileContext) -> tuple[Samples, str] | None:
         if tokenizer is None:  # `DataCollator(tokenizer)`, `PromptDataset(path, tokenizer, max_len)`
             given = next((arg for arg in site.node.args if "tokenizer" in (dotted_name(arg.value) or "").lower()), None)
             tokenizer = f"{dotted}({dotted_name(given.value)})" if given is not None and dotted else None
+    if images is None:  # a Dataset whose `__getitem__` reads an image file (OpenAI-CLIP's `cv2.imread`)
+        decoding = next((call for call in _item_calls(ctx) if _DECODES_IMAGE.search(call)), None)
+        images = f"images decoded one by one in the dataset's `__getitem__` (`{decoding}`)" if decoding else None
     if images is not None:
         return Samples.IMAGES, images
     if feeds_token_ids(ctx):
@@ -287,12 +292,17 @@ def tokenized_ahead(ctx: FileContext) -> str | None:
     samples = training_samples(ctx)
     if samples is None or samples[0] is not Samples.TOKENS:
         return None
-    item_calls = [dotted_name(node.func) or "" for function in ctx.functions.get("__getitem__", ())
-                  for node in walk_expression(function.node) if isinstance(node, cst.Call)]
-    item_calls += _dataset_item_calls(ctx)  # a Dataset class of another file of the project
-    if any("tokeniz" in call.lower() or _DECODES.search(call) for call in item_calls):
+    if any("tokeniz" in call.lower() or _DECODES.search(call) for call in _item_calls(ctx)):
         return None  # each item is tokenized, or is an image, video or audio clip decoded from its file
     return samples[1]
+
+
+def _item_calls(ctx: FileContext) -> list[str]:
+    """The calls the `__getitem__` of the file's Dataset classes make, and of the Dataset class
+    of another file of the project that a loader here is given."""
+    item_calls = [dotted_name(node.func) or "" for function in ctx.functions.get("__getitem__", ())
+                  for node in walk_expression(function.node) if isinstance(node, cst.Call)]
+    return [*item_calls, *_dataset_item_calls(ctx)]
 
 
 def _dataset_item_calls(ctx: FileContext) -> Iterator[str]:
