@@ -256,8 +256,8 @@ for epoch in range(10):
 
 
 def test_a_helpers_sync_once_per_loop_element_raises_the_steps_one_finding(run_cli, tmp_path, write):
-    """The model of another file reads a property that syncs at every decoder step (Tacotron's
-    `self.r`): folded into the script's own finding, whose impact becomes that helper's (high)."""
+    """The model of another file syncs at every decoder step (a stop token read with `.item()`):
+    folded into the script's own finding, whose impact becomes that helper's (high)."""
     write("model.py", """\
         import torch
         import torch.nn as nn
@@ -265,19 +265,18 @@ def test_a_helpers_sync_once_per_loop_element_raises_the_steps_one_finding(run_c
         class Decoder(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.register_buffer("r_buffer", torch.tensor(2))
-                self.cell = nn.GRUCell(8, 8)
-
-            @property
-            def r(self):
-                return self.r_buffer.item()
+                self.cell = nn.LSTMCell(8, 8)
+                self.stop = nn.Linear(8, 1)
 
             def forward(self, x, steps):
-                frames, h = [], torch.zeros_like(x)
+                h, c = torch.zeros_like(x), torch.zeros_like(x)
+                outputs = []
                 for t in range(steps):
-                    h = self.cell(x, h)
-                    frames.extend([h] * self.r)
-                return torch.stack(frames).sum()
+                    h, c = self.cell(x, (h, c))
+                    outputs.append(h)
+                    if torch.sigmoid(self.stop(h)).max().item() > 0.5:
+                        break
+                return torch.stack(outputs).sum()
         """)
     write("train.py", """\
         import torch
@@ -296,8 +295,8 @@ def test_a_helpers_sync_once_per_loop_element_raises_the_steps_one_finding(run_c
     result = run_cli("scan", ".", "--select", "SF301", "--no-cache", "--output-format", "json", cwd=tmp_path)
     (finding,) = json.loads(result.stdout)
     assert (finding["path"], finding["line"]) == ("train.py", 12), finding
-    assert "other files sync too, at `model.py:18`" in finding["message"]
-    assert finding["impact"] == "high" and finding["impact_reason"].startswith("at `model.py:18`: `self.r` (a property"), finding
+    assert "other files sync too, at `model.py:16`" in finding["message"]
+    assert finding["impact"] == "high" and finding["impact_reason"].startswith("at `model.py:16`: "), finding
 
 
 @pytest.mark.parametrize("grad_off", [True, False])
