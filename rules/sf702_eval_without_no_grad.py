@@ -685,10 +685,12 @@ class EvalWithoutNoGrad(Rule):
         for info in ctx.loops.values():
             function = ctx.function_of(info.stack)
             if not isinstance(function, cst.FunctionDef) or function in found or not isinstance(info.node, cst.For) \
-                    or info.iter is None or not self._needs_grad(info.node) or not calls_model(ctx, info.node.body):
-                continue
+                    or info.iter is None or function.name.value not in self._calls_by_name:
+                continue  # the cheap questions first: a loop of a function this file calls
             params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)
                       if p.default is not None}
+            if not params or not self._needs_grad(info.node) or not calls_model(ctx, info.node.body):
+                continue
             gates: dict[tuple[str, bool], set[int]] = defaultdict(set)
             for node in walk_expression(info.node.body):
                 if isinstance(node, cst.If):

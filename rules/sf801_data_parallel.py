@@ -22,9 +22,9 @@ class DataParallel(Rule):
     Finds `torch.nn.DataParallel` (or a project class derived from it, such as Transformer-XL's
     `BalancedDataParallel`), once per choice (one model wrapped in either branch of an `if` is
     one finding, and so are the networks one function wraps: stargan-v2's `build_model()` wraps
-    five; a line with `# noqa` stays apart), and not where it runs only with more GPUs than the script's default (`if
-    num_gpus > 1:` with `--ngpu` defaulting to 1) unless a launch command of the project passes
-    the option that turns it on (`--multi_gpu` in a run script), nor in a function of a training script
+    five; a line with `# noqa` stays apart), and not where it runs only with more GPUs than the
+    script's default (`if num_gpus > 1:` with `--ngpu` defaulting to 1) unless a launch command of
+    the project passes the option that turns it on (`--multi_gpu` in a run script), nor in a function of a training script
     that only evaluates or samples (it trains nothing, is not called from the training loop and
     keeps the wrapper to itself), nor where it only mirrors a wrapper its caller chose (`if
     isinstance(model, nn.DataParallel): copy = nn.DataParallel(copy)` in an EMA helper): the
