@@ -718,11 +718,7 @@ class EvalWithoutNoGrad(Rule):
         return self.ctx.qualname(func) in (*_NEEDS_GRAD_CALLS, *GRAD_MODES)
 
     def _report_evaluation_call(self, site: CallSite, function: cst.CSTNode, name: str, trains_when: bool) -> None:
-        ops: list[FixOp] = []
-        statement = site.statement
-        if statement is not None and enclosing_block(self.ctx, statement) is not None:
-            context = f"{reference(self.ctx, 'torch.no_grad', ops, site.stack)}()"
-            ops.insert(0, Transform(statement, lambda node: with_statement(context, [node])))
+        ops = self._statements_under_no_grad([site])
         gate = f"if {'' if trains_when else 'not '}{name}:"
         self.report(
             site.node,
@@ -777,12 +773,8 @@ class EvalWithoutNoGrad(Rule):
         )
 
     def _report_forwards(self, sites: list[CallSite]) -> None:
-        ops: list[FixOp] = []
-        statements = list({id(site.statement): site.statement for site in sites if site.statement is not None}.values())
-        fixable = all(site.statement is not None and enclosing_block(self.ctx, site.statement) is not None for site in sites)
-        if fixable:
-            context = f"{reference(self.ctx, 'torch.no_grad', ops, sites[0].stack)}()"
-            ops[:0] = [Transform(statement, lambda node: with_statement(context, [node])) for statement in statements]
+        ops = self._statements_under_no_grad(sites)
+        statements = {id(site.statement) for site in sites}
         labels = list(dict.fromkeys(f"`{dotted_name(site.node.func)}(...)`" for site in sites))
         calls = name_all(labels)
         acting = any(feeds_environment(self.ctx, site) or is_acting_function(self.ctx.function_of(site.stack))
@@ -801,6 +793,16 @@ class EvalWithoutNoGrad(Rule):
             fix_title="Run the call under `torch.no_grad()`" if len(statements) == 1 else "Run the calls under `torch.no_grad()`",
             no_fix_reason=None if ops else "a call is not a statement of its own",
         )
+
+    def _statements_under_no_grad(self, sites: list[CallSite]) -> list[FixOp]:
+        """The edits that run the statements of ``sites`` under `torch.no_grad()` (and import it
+        where needed); none when a call is not a statement of its own block."""
+        if not all(site.statement is not None and enclosing_block(self.ctx, site.statement) is not None for site in sites):
+            return []
+        ops: list[FixOp] = []
+        context = f"{reference(self.ctx, 'torch.no_grad', ops, sites[0].stack)}()"
+        statements = {id(site.statement): site.statement for site in sites}.values()
+        return [*(Transform(statement, lambda node: with_statement(context, [node])) for statement in statements), *ops]
 
     def _evaluation_loop(self, info: LoopInfo) -> bool:
         ctx = self.ctx
