@@ -617,8 +617,99 @@ def test_a_class_built_only_under_an_option_that_is_off_by_default_is_left_out(r
     result = run_cli("scan", ".", "--select", "SF301,SF401", "--no-summary", "--no-cache", cwd=tmp_path)
     assert any(line.startswith("a2c/gail.py:") and "note:" not in line
                for line in result.stdout.splitlines()) is not left_out, result.stdout
-    note = "a2c/gail.py: note: 2 findings in `Discriminator` (built only with `--gail`) left out"
+    note = ("a2c/gail.py: note: 2 findings in `Discriminator` (built only with `--gail`, an option off by default "
+            "that no launch command or README of the project passes) left out: no run builds them")
     assert (note in result.stdout) is left_out, result.stdout
+
+
+GNN_LAYERS = """\
+import torch
+import torch.nn as nn
+
+class GINConv(nn.Module):
+    def __init__(self, width):
+        super(GINConv, self).__init__()
+        self.mlp = nn.Linear(width, width)
+
+    def forward(self, x, edge_attr):
+        loops = torch.zeros(x.size(0), 2)
+        loops = loops.to(edge_attr.device)
+        return self.mlp(x) + torch.cat((edge_attr, loops)).sum()
+
+class GCNConv(nn.Module):
+    def __init__(self, width):
+        super(GCNConv, self).__init__()
+        self.lin = nn.Linear(width, width)
+
+    def forward(self, x, edge_attr):
+        loops = torch.zeros(x.size(0), 2)
+        loops = loops.to(edge_attr.device)
+        return self.lin(x) + torch.cat((edge_attr, loops)).sum()
+
+class GNN(nn.Module):
+    def __init__(self, num_layer, width, gnn_type="gin"):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for _ in range(num_layer):
+            if gnn_type == "gin":
+                self.layers.append(GINConv(width))
+            elif gnn_type == "gcn":
+                self.layers.append(GCNConv(width))
+
+    def forward(self, x, edge_attr):
+        for layer in self.layers:
+            x = layer(x, edge_attr)
+        return x
+
+class GNNGraphPred(nn.Module):
+    def __init__(self, num_layer, width, gnn_type="gin"):
+        super().__init__()
+        self.gnn = GNN(num_layer, width, gnn_type=gnn_type)
+{extra}"""
+
+GNN_TRAIN = """\
+import argparse
+import torch
+from model import GNN
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gnn_type", type=str, default={default!r})
+args = parser.parse_args()
+model = GNN(5, 300, gnn_type=args.gnn_type).cuda()
+optimizer = torch.optim.Adam(model.parameters(), fused=True)
+for x, edge_attr in loader:
+    loss = model(x.cuda(non_blocking=True), edge_attr.cuda(non_blocking=True)).sum()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("default, readme, extra, reported", [
+    ("gin", "", "", {11}),  # the default run builds GINConv only: GCNConv's finding is left out
+    ("gcn", "", "", {11, 21}),  # GNNGraphPred passes its own default on: `gin` may run too
+    ("gin", "`python train.py --gnn_type gcn`\n", "", {11, 21}),  # a documented run picks GCNConv
+    ("gin", "", "LAYERS = {'gcn': GCNConv}\n", {11, 21}),  # named elsewhere: it may be built through the dict
+    ("gin", "", "GNNGraphPred(5, 300, gnn_type='gcn')\n", {11, 21}),  # a construction of the wrapper picks it
+    ("gcn", "", "GNNGraphPred(5, 300, gnn_type='gcn')\n", {21}),  # ... or passes the run's choice on
+])
+def test_a_layer_class_that_a_string_option_picks_for_no_run_is_left_out(run_cli, tmp_path, write, default, readme,
+                                                                         extra, reported):
+    """pretrain-gnns: `GNN.__init__` builds `GINConv` or `GCNConv` by its `gnn_type`, which the
+    training script passes from `--gnn_type` (default `gin`) and a wrapper class passes on; the
+    layer no run picks is not trained, so advice inside it is left out with a note."""
+    write("model.py", GNN_LAYERS.format(extra=extra))
+    write("train.py", GNN_TRAIN.format(default=default))
+    write("README.md", readme)
+    result = run_cli("scan", ".", "--select", "SF701", "--no-summary", "--no-cache", cwd=tmp_path)
+    found = {int(line.split(":")[1]) for line in result.stdout.splitlines()
+             if line.startswith("model.py:") and "SF701" in line}
+    assert found == reported, result.stdout
+    left_out = {11, 21} - reported
+    assert ("note: 1 finding in `GCNConv` (built only where `gnn_type` is `'gcn'`; the runs give `'gin'`) left out: "
+            "no run builds them" in result.stdout) is (left_out == {21}), result.stdout
+    assert ("`GINConv` (built only where `gnn_type` is `'gin'`; the runs give `'gcn'`)" in result.stdout) is (
+        left_out == {11}), result.stdout
 
 
 # ------------------------------------------------------------------ loops as people write them

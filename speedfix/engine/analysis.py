@@ -30,6 +30,7 @@ from speedfix.engine.rule import Rule
 from speedfix.engine.suppression import FileSuppressions, line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
+from speedfix.model.choices import classes_no_run_picks
 from speedfix.model.launch import classes_off_the_run, picked_by_no_run, self_test_block
 from speedfix.model.unused import unused_functions
 from speedfix.model.versions import TorchVersion
@@ -240,9 +241,14 @@ def _apart(findings: list[Finding], top_of: dict[int, int], indexes: set[int]) -
 
 def _outside_classes_off_the_run(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
                                  ) -> tuple[list[Finding], str | None]:
-    """The findings outside the classes no run builds (``launch.classes_off_the_run``), and a note
-    saying which were left out and why (None when there were none)."""
-    off = classes_off_the_run(ctx) if findings else {}
+    """The findings outside the classes no run builds (``launch.classes_off_the_run``: only under
+    an option that is off; ``choices.classes_no_run_picks``: only where a string option picks
+    another variant), and a note saying which were left out and why (None when there were none)."""
+    if not findings:
+        return findings, None
+    off = {name: f"built only with `{flag}`, an option off by default that no launch command or README of "
+                 "the project passes" for name, flag in classes_off_the_run(ctx).items()}
+    off.update(classes_no_run_picks(ctx))
     if not off:
         return findings, None
     indexes = {i: statement.name.value for i, statement in enumerate(ctx.module.body)
@@ -252,9 +258,8 @@ def _outside_classes_off_the_run(ctx: FileContext, findings: list[Finding], top_
         return findings, None
     left = len(left_in)
     classes = sorted({indexes[index] for index in left_in})
-    shown = ", ".join(f"`{name}` (built only with `{off[name]}`)" for name in classes)
-    return kept, (f"{left} finding{'s' if left > 1 else ''} in {shown} left out: the option is off by default and "
-                  "no launch command or README of the project passes it")
+    shown = "; ".join(f"`{name}` ({off[name]})" for name in classes)
+    return kept, f"{left} finding{'s' if left > 1 else ''} in {shown} left out: no run builds them"
 
 
 def _outside_unused_functions(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]

@@ -28,9 +28,10 @@ What a file learns (``Links``):
   (`loader = get_loader(...)` in ``train.py``): the loader's fixes belong where it is built;
 - ``missing``: modules it imports that exist beside it but were not scanned (to say what could
   not be checked);
-- ``arguments``: what other files pass to the parameters of its module-level functions, when
-  every call passes the same constant (`get_loader(..., num_workers=args.workers)`: the run's
-  worker count is the option's default, not `get_loader`'s);
+- ``arguments``: what other files pass to the parameters of its module-level functions and of
+  its classes' constructors, when every call passes the same constant (`get_loader(...,
+  num_workers=args.workers)`: the run's worker count is the option's default, not `get_loader`'s;
+  `GNN(..., gnn_type=args.gnn_type)`: the layers its `gnn_type` picks);
 - ``networks``: what other files hand to the parameters of its module-level functions when it is
   a network of one of their classes (`fit_one_epoch(model_train, ...)` with `model_train =
   YoloBody(...).train()`, through `DataParallel(...)` and `.cuda()`): whether that class builds
@@ -102,8 +103,8 @@ class Links:
     # (function, parameter, the class builds convolutions, it may multiply matrices), one per
     # parameter that every such call agrees on
     networks: tuple[tuple[str, str, bool, bool], ...] = ()
-    # what other files pass to the parameters of its module-level functions (`get_loader(...,
-    # num_workers=args.workers)`): (function, parameter, the value's repr, "" when it is unknown,
+    # what other files pass to the parameters of its module-level functions and classes (`get_loader(...,
+    # num_workers=args.workers)`, `GNN(..., gnn_type=args.gnn_type)`): (function or class, parameter, the value's repr, "" when it is unknown,
     # the calls differ or one of them leaves the default); parameter "*": a call passes `*args`/`**kwargs`
     arguments: tuple[tuple[str, str, str], ...] = ()
     cudnn: str | None = None  # an importer's file (as shown) that chooses cuDNN's algorithms for the process
@@ -856,7 +857,7 @@ def _arguments_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[s
     for path, module in facts.items():
         for callee, slot, value in module.arguments_given:
             hit = _split(callee, prefixes[path])
-            if hit is None or "." in hit[1] or _is_class(facts[hit[0]], hit[1]) or hit[1] not in facts[hit[0]].functions:
+            if hit is None or "." in hit[1] or _callable_params(facts[hit[0]], hit[1]) is None:
                 continue
             if slot == "#":
                 calls.setdefault(hit, []).append(tuple(value.split(",")) if value else ())
@@ -867,7 +868,7 @@ def _arguments_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[s
         if "*" in slots:
             found.setdefault(target, []).append((function, "*", ""))
             continue
-        for index, param in enumerate(facts[target].functions[function].params):
+        for index, param in enumerate(_callable_params(facts[target], function) or ()):
             passed = [str(index) in call or param in call for call in calls.get((target, function), ())]
             if not any(passed):
                 continue  # no call passes it: its default holds
@@ -924,6 +925,16 @@ def _project_class(qualified: str, path: Path, facts: dict[Path, ModuleFacts], p
         return None
     target, name = _re_exported(*hit, facts, prefixes)
     return (target, name) if name in facts[target].functions else None
+
+
+def _callable_params(module: ModuleFacts, name: str) -> tuple[str, ...] | None:
+    """The parameters a call of the module-level function or class ``name`` fills (a class's
+    `__init__` without `self`), None when it is neither or a class without its own `__init__`."""
+    if _is_class(module, name):
+        init = module.functions.get(f"{name}.__init__")
+        return init.params[1:] if init is not None else None
+    function = module.functions.get(name)
+    return function.params if function is not None else None
 
 
 def _is_class(module: ModuleFacts, name: str) -> bool:

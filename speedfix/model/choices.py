@@ -1,0 +1,277 @@
+"""Which layer classes of a library module the runs never build: a choice by string option.
+
+A model library often holds several variants of one layer and builds the one an option names:
+
+    class GNN(nn.Module):
+        def __init__(self, num_layer, emb_dim, gnn_type="gin"):
+            ...
+            if gnn_type == "gin":
+                self.gnns.append(GINConv(emb_dim))
+            elif gnn_type == "gcn":
+                self.gnns.append(GCNConv(emb_dim))
+
+with the training script building `GNN(..., gnn_type=args.gnn_type)` and `--gnn_type` defaulting to
+`"gin"`. `GCNConv` is built only in a branch whose test no run's value passes, so no run trains with
+it: advice inside it is about code the runs do not take.
+
+The value of such a parameter is what every call passes: the other scanned files' calls
+(``Links.arguments``: a constant, or an option's argparse default), this file's own calls (a
+constant, its default when left out, or in turn the parameter of the constructor that passes it
+on: `GNN_graphpred(..., gnn_type="gin")` building `GNN(..., gnn_type=gnn_type)`), and the default
+where no call passes it. A value that cannot be known (a launch command that sets the option, a
+computed argument, `**kwargs`) keeps the class on the run. Only classes of a module that a scanned
+training script imports (``Links.trained_by``), that no other scanned file builds, and that this
+file names nowhere but in those calls count.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Callable, Iterator
+
+import libcst as cst
+
+from speedfix.model.arguments import State, find_argument
+from speedfix.model.context import FileContext
+from speedfix.model.frames import function_of
+from speedfix.model.index import CallSite
+from speedfix.model.launch import option_passed
+
+_DEPTH = 3  # constructors passing a parameter on to another, followed at most
+_UNKNOWN = object()
+_LITERALS = (cst.SimpleString, cst.Integer, cst.Float)
+
+
+def classes_no_run_picks(ctx: FileContext) -> dict[str, str]:
+    """The top-level classes of this library module that no run builds, each with why (`built
+    only where `gnn_type` is `'gcn'`; the runs give `'gin'``)."""
+    if ctx.links.trained_by is None:
+        return {}
+    classes = {statement.name.value for statement in ctx.module.body if isinstance(statement, cst.ClassDef)}
+    built_elsewhere = {built for built, *_ in ctx.links.constructed}
+    sites: dict[str, list[CallSite]] = {}
+    for site in ctx.calls:
+        if site.func in classes and site.func not in built_elsewhere:
+            sites.setdefault(site.func, []).append(site)
+    found: dict[str, str] = {}
+    for name, built in sites.items():
+        reasons = [_never_taken(ctx, site) for site in built]
+        if all(reasons):
+            found[name] = str(reasons[0])
+    if found:
+        named = _names_used(ctx.module, set(found))
+        found = {name: why for name, why in found.items() if named.get(name, 0) == len(sites[name])}
+    return found
+
+
+def _never_taken(ctx: FileContext, site: CallSite) -> str | None:
+    """Why no run reaches ``site``: a branch of its function whose test no value of a parameter
+    the runs give passes (None when one may)."""
+    function = function_of(site.stack)
+    if not isinstance(function, cst.FunctionDef) or site.statement is None:
+        return None
+    reasons: list[tuple[bool, str]] = []
+    for test, taken in _branches_to(function.body, site.statement):
+        decided = _parameter_test(test)
+        if decided is None:
+            continue
+        name, passes, shown = decided
+        values = _values(ctx, function, name, 0)
+        if values is None or not values or any(passes(value) == taken for value in values):
+            continue
+        given = " or ".join(f"`{value!r}`" for value in sorted(values, key=repr))
+        reasons.append((taken, f"built only {'where' if taken else 'unless'} `{name}` {shown}; the runs give {given}"))
+    # the branch's own test reads best (`where gnn_type is 'gcn'`, not `unless ... 'gin'` of the `if` before its `elif`)
+    return max(reasons, key=lambda reason: reason[0])[1] if reasons else None
+
+
+def _branches_to(body: cst.BaseSuite, target: cst.CSTNode) -> list[tuple[cst.BaseExpression, bool]]:
+    """The `if` tests on the way from ``body`` to the statement ``target``, each with whether the
+    way goes through its body (True) or its `else`/`elif` (False); [] when not found in it."""
+    path: list[tuple[cst.BaseExpression, bool]] = []
+    return path if _find(body, target, path) else []
+
+
+def _find(body: cst.BaseSuite | cst.CSTNode, target: cst.CSTNode, path: list[tuple[cst.BaseExpression, bool]]) -> bool:
+    statements = body.body if isinstance(body, (cst.IndentedBlock, cst.SimpleStatementSuite)) else ()
+    for statement in statements:
+        if statement is target:
+            return True
+        if isinstance(statement, cst.If):
+            if _find_in_if(statement, target, path):
+                return True
+        elif isinstance(statement, (cst.For, cst.While, cst.With, cst.Try)):
+            for suite in _suites(statement):
+                if _find(suite, target, path):
+                    return True
+    return False
+
+
+def _find_in_if(node: cst.If, target: cst.CSTNode, path: list[tuple[cst.BaseExpression, bool]]) -> bool:
+    path.append((node.test, True))
+    if _find(node.body, target, path):
+        return True
+    path[-1] = (node.test, False)
+    orelse = node.orelse
+    if isinstance(orelse, cst.If) and _find_in_if(orelse, target, path):
+        return True
+    if isinstance(orelse, cst.Else) and _find(orelse.body, target, path):
+        return True
+    path.pop()
+    return False
+
+
+def _suites(statement: cst.CSTNode) -> Iterator[cst.BaseSuite]:
+    yield statement.body  # type: ignore[attr-defined]
+    if isinstance(statement, cst.Try):
+        for handler in statement.handlers:
+            yield handler.body
+    for part in ("orelse", "finalbody"):
+        extra = getattr(statement, part, None)
+        if extra is not None:
+            yield extra.body
+
+
+def _parameter_test(test: cst.BaseExpression) -> tuple[str, Callable[[object], bool], str] | None:
+    """`name == "x"`, `"x" == name`, `name != "x"`, `name in ("x", "y")`, `name not in (...)`:
+    the name, the test as a function of its value, and the test as shown."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    target = test.comparisons[0]
+    left, right, operator = test.left, target.comparator, target.operator
+    if isinstance(right, cst.Name) and isinstance(operator, (cst.Equal, cst.NotEqual)):
+        left, right = right, left
+    if not isinstance(left, cst.Name):
+        return None
+    if isinstance(operator, (cst.In, cst.NotIn)):
+        if not isinstance(right, (cst.Tuple, cst.List, cst.Set)):
+            return None
+        options = [_literal(element.value) for element in right.elements]
+        if any(option is _UNKNOWN for option in options):
+            return None
+        shown = " or ".join(f"`{option!r}`" for option in options)
+        if isinstance(operator, cst.In):
+            return left.value, lambda value: value in options, f"is {shown}"
+        return left.value, lambda value: value not in options, f"is not {shown}"
+    compared = _literal(right)
+    if compared is _UNKNOWN:
+        return None
+    if isinstance(operator, cst.Equal):
+        return left.value, lambda value: value == compared, f"is `{compared!r}`"
+    if isinstance(operator, cst.NotEqual):
+        return left.value, lambda value: value != compared, f"is not `{compared!r}`"
+    return None
+
+
+def _literal(node: cst.BaseExpression | None) -> object:
+    if isinstance(node, _LITERALS):
+        try:
+            return ast.literal_eval(cst.Module([]).code_for_node(node))
+        except (ValueError, SyntaxError):
+            return _UNKNOWN
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    return _UNKNOWN
+
+
+def _values(ctx: FileContext, function: cst.FunctionDef, name: str, depth: int) -> set[object] | None:
+    """The values the parameter ``name`` of ``function`` takes on the runs (None: unknown)."""
+    if depth > _DEPTH or option_passed(ctx, name):
+        return None
+    owner = _callable_of(ctx, function)
+    if owner is None:
+        return None
+    called, offset = owner
+    params = [*function.params.posonly_params, *function.params.params]
+    index = next((i for i, param in enumerate(params) if param.name.value == name), None)
+    param = params[index] if index is not None else next(
+        (param for param in function.params.kwonly_params if param.name.value == name), None)
+    if param is None or _rebinds(ctx, function, name):
+        return None
+    default = _literal(param.default) if param.default is not None else _UNKNOWN
+    position = index - offset if index is not None and index >= offset else None
+    values: set[object] = set()
+    given = [value for other, key, value in ctx.links.arguments if other == called and key in (name, "*")]
+    for value in given:
+        try:
+            values.add(ast.literal_eval(value))
+        except (ValueError, SyntaxError):
+            return None
+    # no other file passes it: where they call it (a class: where they build it), its default holds
+    left_out = not given and (not offset or called in {built for built, *_ in ctx.links.constructed})
+    calls = [site for site in ctx.calls if site.func == called]
+    left_out = left_out or not (given or calls)  # called nowhere: its default
+    for site in calls:
+        argument = find_argument(ctx, site, name, position)
+        if argument.state is State.MISSING:
+            left_out = True
+            continue
+        if argument.state is not State.KNOWN or argument.node is None:
+            return None
+        passed = _passed_value(ctx, site, argument.node, depth)
+        if passed is None:
+            return None
+        values |= passed
+    if left_out:
+        if default is _UNKNOWN:
+            return None
+        values.add(default)
+    return values
+
+
+def _passed_value(ctx: FileContext, site: CallSite, value: cst.BaseExpression, depth: int) -> set[object] | None:
+    literal = _literal(value)
+    if literal is not _UNKNOWN:
+        return {literal}
+    outer = function_of(site.stack)
+    if isinstance(value, cst.Name) and isinstance(outer, cst.FunctionDef):
+        return _values(ctx, outer, value.value, depth + 1)
+    return None
+
+
+def _callable_of(ctx: FileContext, function: cst.FunctionDef) -> tuple[str, int] | None:
+    """What a call of ``function`` names, with the parameters it fills by itself: a top-level
+    function (its name, 0) or the `__init__` of a top-level class (the class, 1 for `self`)."""
+    if any(statement is function for statement in ctx.module.body):
+        return function.name.value, 0
+    if function.name.value != "__init__":
+        return None
+    for statement in ctx.module.body:
+        if isinstance(statement, cst.ClassDef) and isinstance(statement.body, cst.IndentedBlock) \
+                and any(member is function for member in statement.body.body):
+            return statement.name.value, 1
+    return None
+
+
+def _rebinds(ctx: FileContext, function: cst.FunctionDef, name: str) -> bool:
+    """Does ``function`` bind ``name`` again (beyond the parameter), or is it global anywhere?"""
+    if name in ctx.rebound_everywhere:
+        return True
+    return sum(binding.scope is function for binding in ctx.name_bindings.get(name, ())) > 1
+
+
+class _NameCount(cst.CSTVisitor):
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.inside: list[str] = []
+        self.count: dict[str, int] = {}
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        for part in (*node.decorators, *node.bases, *node.keywords):
+            part.visit(self)
+        self.inside.append(node.name.value)
+        node.body.visit(self)
+        self.inside.pop()
+        return False  # its own name is no use of it
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.names and node.value not in self.inside:
+            self.count[node.value] = self.count.get(node.value, 0) + 1
+
+
+def _names_used(module: cst.Module, names: set[str]) -> dict[str, int]:
+    """How often each of ``names`` is read in the module, outside its own class (`super(GCNConv,
+    self).__init__()` is no use of `GCNConv`)."""
+    counter = _NameCount(names)
+    module.visit(counter)
+    return counter.count
