@@ -16,7 +16,7 @@ from speedfix.model.flow import comes_before
 from speedfix.model.frameworks import lightning_hook_without_grad
 from speedfix.model.forward import calls_model, with_statement
 from speedfix.model.frames import FrameKind, Stack
-from speedfix.model.index import CallSite, LoopInfo
+from speedfix.model.index import CallSite, LoopInfo, entered
 from speedfix.model.loaders import stops_at_once
 from speedfix.model.networks import optimized_modules
 from speedfix.model.patterns import is_dataloader, unwrap_iterable
@@ -217,6 +217,34 @@ class EvalWithoutNoGrad(Rule):
                 with torch.no_grad():
                     outputs = model(**batch)
                 predictions = outputs.logits.argmax(dim=-1)
+            """
+        ),
+        Valid(  # `a and b` enters `b` only: autograd is off (tango's evaluation loop)
+            """
+            import torch
+            from accelerate import Accelerator
+
+
+            def main():
+                accelerator = Accelerator()
+                model = Net()
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+                model, optimizer, train_dataloader, eval_dataloader = accelerator.prepare(model, optimizer, train_dataloader, eval_dataloader)
+                for epoch in range(epochs):
+                    model.train()
+                    for batch in train_dataloader:
+                        with accelerator.accumulate(model):
+                            loss = model(batch.to(accelerator.device))
+                            accelerator.backward(loss)
+                            optimizer.step()
+                            optimizer.zero_grad()
+                    model.eval()
+                    total_val_loss = 0
+                    for step, batch in enumerate(eval_dataloader):
+                        with accelerator.accumulate(model) and torch.no_grad():
+                            device = model.device
+                            val_loss = model(batch.to(device), validation_mode=True)
+                            total_val_loss += val_loss.detach().float()
             """
         ),
         Valid(  # the caller turns autograd off
@@ -871,7 +899,7 @@ class EvalWithoutNoGrad(Rule):
     def _grad_mode(self, node: cst.CSTNode, stack: Stack) -> bool:
         """A `with` item or decorator that sets the grad mode (also through a variable)."""
         if isinstance(node, cst.WithItem):
-            node = node.item
+            node = entered(node.item)
         if isinstance(node, cst.Call):
             node = node.func
         if isinstance(node, cst.Name) and self.ctx.qualname(node) is None:

@@ -1014,6 +1014,37 @@ def test_a_conv_net_defined_in_a_models_package(run_cli, tmp_path, write):
     assert "SF206" not in alone.stdout and "SF601" not in alone.stdout  # nothing says it is a conv net
 
 
+def test_a_project_class_around_a_diffusers_unet_is_a_conv_net(run_cli, tmp_path, write):
+    """tango: `models.AudioDiffusion` builds `UNet2DConditionModel.from_config(...)`; the training
+    script in another file trains it with cuDNN's default algorithms."""
+    write("models.py", """\
+        import torch.nn as nn
+        from diffusers import UNet2DConditionModel
+
+        class AudioDiffusion(nn.Module):
+            def __init__(self, config):
+                super().__init__()
+                self.unet = UNet2DConditionModel.from_config(config)
+
+            def forward(self, latents, t, text):
+                return self.unet(latents, t, encoder_hidden_states=text).sample.pow(2).mean()
+        """)
+    write("train.py", """\
+        import torch
+        from models import AudioDiffusion
+
+        model = AudioDiffusion(config).cuda()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5, fused=True)
+        for latents, t, text in loader:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(latents.cuda(non_blocking=True), t, text)
+            loss.backward()
+            optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF601", "--no-summary", cwd=tmp_path)
+    assert [line.split(" ", 2)[:2] for line in result.stdout.splitlines()] == [["train.py:4:9:", "SF601"]], result.stdout
+
+
 def test_torch_that_a_star_import_brings_is_torch(run_cli, tmp_path, write):
     """A script with no `import torch` of its own that takes `torch` from `from nets.segnet import *`:
     its `torch.nn.DataParallel` and its `torch.no_grad()` are torch's."""

@@ -17,7 +17,7 @@ import libcst as cst
 from speedfix.model.context import FileContext
 from speedfix.model.flow import enclosing_statements
 from speedfix.model.frames import Stack
-from speedfix.model.index import CallSite
+from speedfix.model.index import CallSite, entered
 from speedfix.model.patterns import NO_GRAD
 from speedfix.model.project_classes import project_class
 from speedfix.syntax.blocks import statement_owner
@@ -125,7 +125,7 @@ def before_evaluation(ctx: FileContext, site: CallSite) -> bool:
             has_loop = True
         elif kind is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "eval" and not node.args:
             evaluates = True  # `model.eval()`
-        elif kind is cst.With and any(type(item.item) is cst.Call and ctx.qualname(item.item.func) in NO_GRAD
+        elif kind is cst.With and any(type(entered(item.item)) is cst.Call and ctx.qualname(entered(item.item).func) in NO_GRAD
                                       for item in node.items):
             evaluates = True  # `with torch.no_grad():` (a loop must be there too)
     return has_loop and evaluates

@@ -101,6 +101,14 @@ class WithInfo:
 _LOW_PRECISION = frozenset({"bfloat16", "float16", "half"})
 
 
+def entered(item: cst.BaseExpression) -> cst.BaseExpression:
+    """The context manager a `with` item enters: `a and b` is `b` (`with accelerator.accumulate(model)
+    and torch.no_grad():` turns autograd off and accumulates nothing), `a or b` is `a`."""
+    while isinstance(item, cst.BooleanOperation):
+        item = item.right if isinstance(item.operator, cst.And) else item.left
+    return item
+
+
 def _is_periodic_test(test: cst.BaseExpression, every_step: Callable[[cst.BaseExpression], bool]) -> bool:
     """`step % N == 0`, `not (i % N)`, `(i + 1) % N == 0 and ...`: logging, not the hot path.
 
@@ -374,7 +382,7 @@ class FileIndex(NameBindings, Visitor):
         return self._iterated(found[-1].value, depth + 1) if found and not found[-1].unpacked else expr
 
     def visit_With(self, node: cst.With) -> None:
-        self.withs.append(WithInfo(node, [item.item for item in node.items], self.stack))
+        self.withs.append(WithInfo(node, [entered(item.item) for item in node.items], self.stack))
 
     def visit_With_body(self, node: cst.With) -> None:
         self._push(FrameKind.WITH, node)

@@ -24,7 +24,8 @@ from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import INSTANTIATE, NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.model.project_classes import project_class
 from speedfix.project import FunctionFacts
-from speedfix.project.steps import CONV_LAYERS, MATMUL_METHODS, MODULE_API, NOT_CONV_NETS, SPARSE_MATMULS, layer_kind
+from speedfix.project.steps import (CONV_LAYERS, MATMUL_METHODS, MODULE_API, NOT_CONV_NETS, SPARSE_MATMULS, diffusers_conv_net,
+                                    layer_kind)
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
 from speedfix.syntax.walk import child_list
@@ -61,8 +62,6 @@ _ZOO_FACTORIES = {
     "timm.models.create_model": "timm",
     "timm.models._factory.create_model": "timm",
 }
-# diffusers' 2-D convolutional networks (U-Nets with attention blocks, VAEs).
-_DIFFUSERS_CONV_NETS = frozenset({"UNet2DModel", "UNet2DConditionModel", "AutoencoderKL", "VQModel", "ControlNetModel"})
 # segmentation_models_pytorch: every architecture (`smp.Unet(...)`, `smp.create_model("FPN", ...)`)
 # decodes with 2-D convolutions, whatever its encoder.
 _SMP = "segmentation_models_pytorch"
@@ -112,9 +111,9 @@ def zoo_architecture(ctx: FileContext, call: cst.Call, stack: Stack) -> tuple[st
             (arg for arg in call.args if arg.keyword is not None and arg.keyword.value in ("name", "model_name")), None
         )
         return _ZOO_FACTORIES[qualified], _string_value(ctx, first.value, stack) if first is not None else None
-    built = qualified.removesuffix(".from_pretrained").removesuffix(".from_config")
-    if built.startswith("diffusers.") and built.rpartition(".")[2] in _DIFFUSERS_CONV_NETS:
-        return "diffusers", built.rpartition(".")[2]  # `UNet2DModel(...)`, `UNet2DModel.from_config(config)`
+    diffusers = diffusers_conv_net(qualified)
+    if diffusers is not None:
+        return "diffusers", diffusers  # `UNet2DModel(...)`, `UNet2DModel.from_config(config)`
     zoo = _zoo_module(qualified.rpartition(".")[0])
     leaf = qualified.rpartition(".")[2]
     if qualified.rpartition(".")[0] == _SMP and (leaf == "create_model" or leaf[:1].isupper()):

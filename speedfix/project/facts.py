@@ -43,8 +43,8 @@ from typing import Any, Iterable, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
                                     DETERMINISTIC_ALGORITHMS, LIGHTNING_DATAMODULE, LIGHTNING_MODULE, MATMUL_LAYERS,
-                                    MATMUL_METHODS, MODULE_API, NO_GRAD_CALLS, SYNC_SWITCHES, is_iterable_wrapper,
-                                    is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
+                                    MATMUL_METHODS, MODULE_API, NO_GRAD_CALLS, SYNC_SWITCHES, diffusers_conv_net,
+                                    is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
 
 
 @dataclass(frozen=True)
@@ -563,7 +563,10 @@ class _Collector(ast.NodeVisitor):
     visit_AsyncWith = visit_With  # type: ignore[assignment]
 
     def _turns_grad_off(self, node: ast.expr) -> bool:
-        """`torch.no_grad()`, `torch.inference_mode()` (as a `with` item or a decorator)."""
+        """`torch.no_grad()`, `torch.inference_mode()` (as a `with` item or a decorator; `with
+        accelerator.accumulate(model) and torch.no_grad():` enters only the last of an `and`)."""
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+            node = node.values[-1]
         return self.resolve(dotted(node.func if isinstance(node, ast.Call) else node)) in NO_GRAD_CALLS
 
     def visit_If(self, node: ast.If) -> None:
@@ -986,6 +989,8 @@ class _Collector(ast.NodeVisitor):
         layer = layer_kind(qualified)
         if zoo_cnn(qualified):  # `torchvision.models.resnet50`: convolutions and a classifier head
             self.layers.setdefault(owner, set()).update((2, "matmul"))
+        elif diffusers_conv_net(qualified):  # `UNet2DConditionModel.from_config(...)`: convolutions and attention
+            self.layers.setdefault(owner, set()).update((2, "matmul", "heavy"))
         elif layer is not None:
             self.layers.setdefault(owner, set()).add(layer)
             if layer == "opaque" and (qualified or "").split(".", 1)[0] in _EXTERNAL:

@@ -99,6 +99,18 @@ def zoo_cnn(qualified: str | None) -> bool:
     return leaf[:1].islower() and not leaf.startswith(("get_", "list_")) and not leaf.lower().startswith(NOT_CONV_NETS)
 
 
+# diffusers' 2-D convolutional networks (U-Nets with attention blocks, VAEs).
+DIFFUSERS_CONV_NETS = frozenset({"UNet2DModel", "UNet2DConditionModel", "AutoencoderKL", "VQModel", "ControlNetModel"})
+
+
+def diffusers_conv_net(qualified: str | None) -> str | None:
+    """`diffusers.UNet2DConditionModel` (or its `.from_pretrained` / `.from_config`): the class's
+    name when it is one of diffusers' conv nets, else None."""
+    built = (qualified or "").removesuffix(".from_pretrained").removesuffix(".from_config")
+    leaf = built.rpartition(".")[2]
+    return leaf if built.startswith("diffusers.") and leaf in DIFFUSERS_CONV_NETS else None
+
+
 def layer_kind(qualified: str | None) -> int | str | None:
     """What a call of ``qualified`` (as the imports resolve it) adds to a network: a ConvNd's N,
     "rnn" (cuDNN LSTM/GRU/RNN), "matmul" (Linear, attention, `torch.matmul`), "sparse" (a
