@@ -339,6 +339,25 @@ def test_relative_imports_and_module_attributes(tmp_path):
     assert loop.is_cuda_name(".settings.DEVICE")
 
 
+@pytest.mark.parametrize("twin, linked", [(None, True), ("tools/solver.py", False), ("tools/solver/__init__.py", False)])
+def test_a_module_that_one_folder_of_the_scan_alone_holds_is_linked_as_its_path_setup_makes_it(tmp_path, twin, linked):
+    """`src/bin/train.py`'s `from solver import Solver`, with `src/solver/solver.py` put on the
+    path by a shell script: linked when no other folder of the scan holds a `solver` module."""
+    files = {
+        tmp_path / "src" / "bin" / "train.py": "from solver import Solver\nimport solver.solver\n",
+        tmp_path / "src" / "solver" / "solver.py": "class Solver:\n    def train(self):\n        pass\n",
+    }
+    if twin is not None:
+        files[tmp_path / twin] = ""
+    for path, code in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(code)
+    facts = {path: extract_facts(code) for path, code in files.items()}
+    train = link(facts, [tmp_path], lambda path: path.name)[tmp_path / "src" / "bin" / "train.py"]
+    assert (train.function("solver.Solver.train") is not None) is linked
+    assert "solver.solver" not in train.modules  # `solver/solver.py` is no package: `solver` is the module
+
+
 def test_functions_re_exported_by_a_package_are_linked(tmp_path):
     files = {
         tmp_path / "utils" / "__init__.py": "from .train_utils import train\nfrom .helpers import *\n",
@@ -1012,6 +1031,57 @@ def test_a_conv_net_defined_in_a_models_package(run_cli, tmp_path, write):
     assert "defined in another file" in found["main.py", 5, "SF206"]["no_fix_reason"]
     alone = run_cli("scan", "main.py", "--select", "SF601,SF206", "--no-summary", cwd=tmp_path)
     assert "SF206" not in alone.stdout and "SF601" not in alone.stdout  # nothing says it is a conv net
+
+
+@pytest.mark.parametrize("layer, reported", [("nn.Linear(8, 8)", True), ("nn.Conv2d(3, 8, 3)", False)])
+def test_a_network_handed_to_a_trainer_class_decides_tf32_and_its_modules_are_found_on_the_path(
+        run_cli, tmp_path, write, layer, reported):
+    """Speech-Transformer: `src/bin/train.py` imports `solver` from `src/solver/` (its `path.sh`
+    puts that folder on `PYTHONPATH`) and hands `Solver(data, model, ...)` the network it built;
+    the solver's loop trains `self.model`, a matmul network (TF32 helps) or a conv-only one (cuDNN
+    convolutions use TF32 already)."""
+    write("src/net/net.py", f"""\
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = {layer}
+
+            def forward(self, x):
+                return self.layer(x)
+        """)
+    write("src/solver/solver.py", """\
+        class Solver:
+            def __init__(self, data, model, optimizer):
+                self.loader = data["tr_loader"]
+                self.model = model
+                self.optimizer = optimizer
+
+            def train(self):
+                for epoch in range(10):
+                    for x, y in self.loader:
+                        x = x.cuda(non_blocking=True)
+                        loss = (self.model(x) - y.cuda(non_blocking=True)).pow(2).mean()
+                        self.optimizer.zero_grad(set_to_none=True)
+                        loss.backward()
+                        self.optimizer.step()
+        """)
+    write("src/bin/train.py", """\
+        import torch
+        from net import Net
+        from solver import Solver
+
+        def main(loader):
+            model = Net()
+            model.cuda()
+            optimizer = torch.optim.Adam(model.parameters(), fused=True)
+            solver = Solver({"tr_loader": loader}, model, optimizer)
+            solver.train()
+        """)
+    result = run_cli("scan", ".", "--select", "SF201", "--no-summary", "--no-cache", cwd=tmp_path)
+    found = [line.split(" ", 2)[:2] for line in result.stdout.splitlines() if "SF201" in line]
+    assert found == ([["src/solver/solver.py:9:13:", "SF201"]] if reported else []), result.stdout
 
 
 def test_a_project_class_around_a_diffusers_unet_is_a_conv_net(run_cli, tmp_path, write):

@@ -440,24 +440,45 @@ def training_multiplies_matrices(ctx: FileContext) -> bool:
                 continue  # a conv net of another file's class, handed in by every caller
             return True  # a parameter, an attribute set elsewhere: unknown
         calls = [(call, a.stack) for a in assignments if isinstance(call := peel(ctx, a.value), cst.Call)]
-        if not calls and name in dict(trained_models(ctx)):
-            return True  # a trained model built in a way not read here
+        if not calls and (name in dict(trained_models(ctx)) or _from_parameter(ctx, assignments)):
+            return True  # a trained model built in a way not read here, or handed to a constructor
         for call, at in calls:  # `Tensor = torch.cuda.FloatTensor if cuda else ...` is no network
             if multiplies_matrices(ctx, call, at):
                 return True  # also what wraps a module (`parallelize_module(model, ...)`): unknown
     return not networks
 
 
+def _from_parameter(ctx: FileContext, assignments: list[Assignment]) -> bool:
+    """`self.model = model` in a constructor (Speech-Transformer's `Solver(data, model, ...)`):
+    may the network its callers pass multiply matrices (unknown: it may)?"""
+    for assignment in assignments:
+        value = peel(ctx, assignment.value)
+        function = function_of(assignment.stack)
+        if isinstance(value, cst.Name) and isinstance(function, cst.FunctionDef) and any(
+                param.name.value == value.value for param in function.params.params):
+            handed = handed_network(ctx, value.value, assignment.stack)
+            if handed is None or handed[1]:
+                return True
+    return False
+
+
 def handed_network(ctx: FileContext, name: str, stack: Stack) -> tuple[bool, bool] | None:
     """(builds convolutions, may multiply matrices) of the network that other files hand to the
     parameter ``name`` of the module-level function around ``stack``, a class of theirs
-    (``Links.networks``); None when that is not known."""
+    (``Links.networks``), or to the constructor of its class around ``stack``; None when that
+    is not known."""
     function = function_of(stack)
-    if not isinstance(function, cst.FunctionDef) or not any(
-            info.node is function and not info.stack for info in ctx.functions.get(function.name.value, ())):
+    if not isinstance(function, cst.FunctionDef):
         return None
-    return next(((conv, matmul) for called, param, conv, matmul in ctx.links.networks
-                 if called == function.name.value and param == name), None)
+    infos = [info for info in ctx.functions.get(function.name.value, ()) if info.node is function]
+    if any(not info.stack for info in infos):
+        called = function.name.value
+    elif function.name.value == "__init__" and any(len(info.stack) == 1 and info.class_name for info in infos):
+        called = next(str(info.class_name) for info in infos if info.class_name)  # `Solver(data, model, ...)`
+    else:
+        return None
+    return next(((conv, matmul) for callee, param, conv, matmul in ctx.links.networks
+                 if callee == called and param == name), None)
 
 
 _NAME_READS: WeakKeyDictionary[FileContext, Counter[str]] = WeakKeyDictionary()

@@ -3,8 +3,10 @@
 Module names are resolved as Python would for a script run from its own folder or from a scan
 root: ``from engine import x`` finds ``engine.py`` beside the importing file, in the folder
 above its package (``util/misc.py`` for ``import util.misc`` inside a package tree), or at a
-root the scan was given; ``from .engine import x`` is relative to the importing package. Only
-files of the scan are linked, with one exception: a module a scanned file star-imports
+root the scan was given (or, failing those, in the one folder of the scan that holds such a
+module: a project whose shell script puts `src/solver/` on `PYTHONPATH`); ``from .engine import
+x`` is relative to the importing package. Only files of the scan are linked, with one exception:
+a module a scanned file star-imports
 (`from conf import *`, in turn) is read for its facts (never reported on), since every name it
 binds is the file's own.
 
@@ -245,6 +247,7 @@ class _Resolver:
         self.folders: dict[Path, list[Path]] = {}
         self.listings: dict[Path, set[str]] = {}
         self.memo: dict[tuple[Path, str], tuple[str, Path] | None] = {}
+        self.by_name: dict[str, list[Path]] | None = None  # module name -> the folders holding one (`_elsewhere`)
 
     def module_file(self, folder: Path, parts: list[str]) -> Path | None:
         base = "/".join([str(folder), *parts])
@@ -303,6 +306,26 @@ class _Resolver:
                 found = self.module_file(folder, parts[:end])
                 if found is not None and found != skip:
                     return "." * level + ".".join(parts[:end]), found
+        return None if level or not parts else self._elsewhere(parts, skip)
+
+    def _elsewhere(self, parts: list[str], skip: Path | None) -> tuple[str, Path] | None:
+        """An absolute import that no search folder holds, of a module that one folder of the scan
+        alone holds: the project puts that folder on the path itself (Speech-Transformer's
+        `path.sh` exporting `PYTHONPATH=src/data/:src/solver/:...` for `src/bin/train.py`'s
+        `from solver import Solver`). Two folders holding one, or none: not linked."""
+        if self.by_name is None:
+            self.by_name = {}
+            for path in self.files.values():
+                name = path.parent.name if path.name == "__init__.py" else path.stem
+                folder = path.parent.parent if path.name == "__init__.py" else path.parent
+                self.by_name.setdefault(name, []).append(folder)
+        folders = self.by_name.get(parts[0], [])
+        if len(folders) != 1:
+            return None
+        for end in range(len(parts), 0, -1):
+            found = self.module_file(folders[0], parts[:end])
+            if found is not None and found != skip:
+                return ".".join(parts[:end]), found
         return None
 
 
@@ -803,8 +826,8 @@ def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
 
 def _networks_handed(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
                      ) -> dict[Path, tuple[tuple[str, str, bool, bool], ...]]:
-    """The networks of project classes handed to each file's module-level functions (see
-    ``Links.networks``): a parameter handed networks of different kinds is left out."""
+    """The networks of project classes handed to each file's module-level functions and class
+    constructors (see ``Links.networks``): a parameter handed networks of different kinds is left out."""
     kinds: dict[tuple[Path, str, str], set[tuple[bool, bool]]] = {}
     for path, module in facts.items():
         for maker, callee, slot, position in module.loader_hands:
@@ -812,11 +835,11 @@ def _networks_handed(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[s
             if target is None or built is None or position != -1 or "." in target[1] \
                     or not _is_class(facts[built[0]], built[1]):
                 continue
-            function = facts[target[0]].functions.get(target[1])
+            params = _callable_params(facts[target[0]], target[1])
             network = facts[built[0]].functions.get(built[1])
-            if function is None or network is None:
+            if params is None or network is None:
                 continue
-            param = function.params[int(slot)] if slot.isdigit() and int(slot) < len(function.params) else slot
+            param = params[int(slot)] if slot.isdigit() and int(slot) < len(params) else slot
             kinds.setdefault((target[0], target[1], param), set()).add((bool(network.conv_dims), network.matmul))
     found: dict[Path, list[tuple[str, str, bool, bool]]] = {}
     for (path, function, param), seen in sorted(kinds.items()):
