@@ -1084,6 +1084,38 @@ def test_a_network_handed_to_a_trainer_class_decides_tf32_and_its_modules_are_fo
     assert found == ([["src/solver/solver.py:9:13:", "SF201"]] if reported else []), result.stdout
 
 
+@pytest.mark.parametrize("strategy, reported", [("steps", [14]), ("epoch", [8]), (None, [14])])
+def test_training_arguments_in_a_branch_no_run_takes_are_not_reported(run_cli, tmp_path, write, strategy, reported):
+    """whisper-finetune: one `Seq2SeqTrainingArguments(...)` per `--train_strategy`; the README's
+    command picks one (none: the default, `steps`), and only that one's settings are the run's."""
+    write("train.py", """\
+        import argparse
+        from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--train_strategy", type=str, default="steps")
+        args = parser.parse_args()
+        if args.train_strategy == "epoch":
+            training_args = Seq2SeqTrainingArguments(
+                output_dir="out",
+                gradient_checkpointing=True,
+                bf16=True,
+            )
+        elif args.train_strategy == "steps":
+            training_args = Seq2SeqTrainingArguments(
+                output_dir="out",
+                gradient_checkpointing=True,
+                bf16=True,
+            )
+        trainer = Seq2SeqTrainer(model=model, args=training_args, train_dataset=data)
+        trainer.train()
+        """)
+    write("README.md", f"```bash\ntorchrun --nproc_per_node=4 train.py --train_strategy {strategy}\n```\n" if strategy else "")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", "--no-cache", cwd=tmp_path)
+    lines = [line for line in result.stdout.splitlines() if "gradient_checkpointing=True" in line]
+    assert [int(line.split(":")[1]) - 2 for line in lines] == reported, result.stdout
+
+
 def test_a_project_class_around_a_diffusers_unet_is_a_conv_net(run_cli, tmp_path, write):
     """tango: `models.AudioDiffusion` builds `UNet2DConditionModel.from_config(...)`; the training
     script in another file trains it with cuDNN's default algorithms."""
