@@ -14,6 +14,7 @@ from speedfix.model.frames import Stack, in_inference_branch, nearest_loop
 from speedfix.model.index import CallSite
 from speedfix.model.patterns import is_dtype, without_layout_calls
 from speedfix.model.rl import HostBuffer, filled_once, host_buffer, in_rollout, is_buffer_sampler
+from speedfix.model.tensors import host_constant
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.comments import has_noqa
 from speedfix.syntax.names import dotted_name
@@ -144,7 +145,10 @@ class CreateThenMove(Rule):
     trains (no scanned file calls its `add`), gathers each batch on the host and copies it over
     on every update, for data that never changes: its `sample` is reported once, without a fix
     (keep the arrays on the GPU and index them there). An online buffer, filled as the agent acts,
-    is left alone: its rows reach the GPU either way.
+    is left alone: its rows reach the GPU either way. The same for host data that a module's
+    `__init__` sets once and nothing changes (pytorch-fm's `self.offsets = np.array(...)`), made
+    into a tensor on the GPU in every `forward` (`x.new_tensor(self.offsets)`, `torch.tensor(
+    self.offsets, device=x.device)`): reported without a fix (register it once as a buffer).
 
     Not in a module's eval-mode branch (`if not self.training:`, the `else:` of `if
     self.training:`, or what follows `if self.training: return loss`): what a detector builds
@@ -305,6 +309,23 @@ class CreateThenMove(Rule):
                 loss = bce(critic(graph), targets)
                 loss.backward()
                 opt.step()
+            """,
+        ),
+        Invalid(  # the same host offsets copied to the GPU in every forward (pytorch-fm's FeaturesEmbedding)
+            """
+            import numpy as np
+            import torch
+            class FeaturesEmbedding(torch.nn.Module):
+                def __init__(self, field_dims, dim):
+                    super().__init__()
+                    self.embedding = torch.nn.Embedding(sum(field_dims), dim)
+                    self.offsets = np.array((0, *np.cumsum(field_dims)[:-1]), dtype=np.int64)
+
+                def forward(self, x):
+                    x = x + x.new_tensor(self.offsets).unsqueeze(0)
+                    return self.embedding(x)
+
+            model = FeaturesEmbedding(field_dims, 16).cuda()
             """,
         ),
         Invalid(  # h0 and c0 made one after the other: one finding that fixes both
@@ -596,6 +617,24 @@ class CreateThenMove(Rule):
                 opt.step()
             """,
         ),
+        Valid(  # host data the forward changes, or a buffer made once: nothing copied again each step
+            """
+            import numpy as np
+            import torch
+            class FeaturesEmbedding(torch.nn.Module):
+                def __init__(self, field_dims, dim):
+                    super().__init__()
+                    self.embedding = torch.nn.Embedding(sum(field_dims), dim)
+                    self.register_buffer("offsets", torch.as_tensor(np.cumsum(field_dims)), persistent=False)
+                    self.scale = np.ones(dim)
+
+                def forward(self, x):
+                    self.scale = self.scale * 0.5
+                    return self.embedding(x + self.offsets) * x.new_tensor(self.scale)
+
+            model = FeaturesEmbedding(field_dims, 16).cuda()
+            """,
+        ),
     ]
 
     def finish(self) -> None:
@@ -605,6 +644,13 @@ class CreateThenMove(Rule):
             self._check(site, "to")
         for site in ctx.method_calls("cuda"):
             self._check(site, "cuda")
+        for site in ctx.method_calls("new_tensor"):  # `x.new_tensor(self.offsets)`: made on x's device from host data
+            if site.node.args and site.node.args[0].keyword is None and self._runs_every_step(site):
+                self._constant_copied(site, site.node.args[0].value)
+        for site in ctx.calls_to("torch.tensor", "torch.as_tensor"):  # `torch.tensor(self.offsets, device=x.device)`
+            if site.node.args and any(arg.keyword is not None and arg.keyword.value == "device" for arg in site.node.args) \
+                    and self._runs_every_step(site):
+                self._constant_copied(site, site.node.args[0].value)
         for function, copies in self._sampled.items():
             self._report_host_buffer(function, copies)
         self._fold_adjacent()
@@ -629,6 +675,19 @@ class CreateThenMove(Rule):
             kept.append(finding)
             last = (finding, block, index) if block is not None and index is not None else None
         self.findings = kept
+
+    def _constant_copied(self, site: CallSite, data: cst.BaseExpression) -> bool:
+        """`x.new_tensor(self.offsets)` (or `torch.from_numpy(self.offsets).to(device)`) on every
+        step, where `self.offsets` is host data the module's `__init__` set once (``host_constant``):
+        the same numbers copied to the GPU again each step. Reported; True when it was."""
+        if host_constant(self.ctx, data, site.stack) is None:
+            return False
+        name = dotted_name(data)
+        self.report(site.node, f"`{name}`, host data the module's `__init__` sets once, is copied to the GPU on every "
+                    "step", no_fix_reason=f"make it a tensor once, in `__init__`, as a buffer (`self.register_buffer("
+                    f"\"{name[5:]}\", torch.as_tensor(...), persistent=False)`) that moves with the module, and use "
+                    "it as it is")
+        return True
 
     def _sampled_on_host(self, site: CallSite, data: cst.BaseExpression) -> None:
         """`torch.FloatTensor(self.state[ind]).to(device)` in the `sample` of a replay buffer that
@@ -662,9 +721,14 @@ class CreateThenMove(Rule):
             return
         if not isinstance(made, cst.Call) or not self._runs_every_step(site):
             return
+        first = made.args[0] if len(made.args) == 1 and made.args[0].keyword is None and not made.args[0].star else None
+        if first is not None and ctx.qualname(made.func) in ("torch.tensor", "torch.as_tensor") \
+                and self._constant_copied(site, first.value):
+            return  # (`torch.tensor(x).cuda()` of other data is a factory whose `device=` saves the copy: below)
         data = _converted_data(ctx, made)
         if data is not None:
-            self._sampled_on_host(site, data)
+            if not self._constant_copied(site, data):
+                self._sampled_on_host(site, data)
             return  # data the step needs on the GPU: it travels either way (see the docs), unless a buffer holds it
         factory = without_layout_calls(made)  # `torch.linspace(...).unsqueeze(1).expand(b, n)`
         if not isinstance(factory, cst.Call):

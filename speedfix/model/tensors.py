@@ -23,7 +23,7 @@ import libcst as cst
 
 from speedfix.model.attention import module_built_by
 from speedfix.model.context import FileContext
-from speedfix.model.frames import Stack, class_of_method
+from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.patterns import BatchNames
 from speedfix.project.steps import LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
@@ -126,6 +126,29 @@ def is_host_value(value: cst.BaseExpression) -> bool:
     if isinstance(value.func, cst.Attribute):
         return value.func.attr.value in _HOST_RESULTS
     return isinstance(value.func, cst.Name) and value.func.value in ("float", "int", "bool")
+
+
+def host_constant(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """The value of ``node`` when it is `self.<name>` holding host data that a module's
+    `__init__` sets once and nothing changes (pytorch-fm's `self.offsets = np.array((0,
+    *np.cumsum(field_dims)[:-1]))`): a numpy array or a list, tuple or number literal. None otherwise."""
+    name = dotted_name(node)
+    owner = class_of_method(stack)
+    if owner is None or name is None or not name.startswith("self.") or name.count(".") != 1:
+        return None
+    found = [a for a in ctx.assignments.get(name, ()) if class_of_method(a.stack) is owner]  # (`self.` of other classes too)
+    if len(found) != 1 or found[0].unpacked or found[0].augmented or name in ctx.item_assignments:
+        return None
+    made = found[0]
+    function = function_of(made.stack)
+    if not isinstance(function, cst.FunctionDef) or function.name.value != "__init__":
+        return None
+    value = made.value
+    if isinstance(value, (cst.List, cst.Tuple, cst.Integer, cst.Float)):
+        return value
+    if isinstance(value, cst.Call) and (ctx.qualname(value.func) or "").startswith("numpy."):
+        return value
+    return None
 
 
 def has_sync_before(expr: cst.BaseExpression) -> bool:
