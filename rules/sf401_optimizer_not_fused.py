@@ -41,7 +41,8 @@ class OptimizerNotFused(Rule):
     a setting the scan cannot read (`if name == "adam": ... elif name == "adamw": ...`). Left
     alone: the `configure_optimizers` of a LightningModule that the project's run configs
     (`configs/*.yaml`: `model: {target: ...}`, `class_path:`) never train while they train other
-    classes of its file, or whose configs give
+    classes of its file, or build only as parts of the model they train (latent diffusion's
+    `first_stage_config:` autoencoder, frozen), or whose configs give
     LightningCLI an `optimizer:` that replaces the method, or one whose class the configs train
     only with Trainers that all say `accelerator: cpu` (the Trainer places the parameters, and
     the optimizer's state with them, whatever device the module's own code names). Nor an

@@ -38,6 +38,22 @@ def test_no_optimizer_advice_for_a_module_no_run_config_trains(write, run_cli, t
     assert run_cli("scan", ".", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout.count("SF401") == 2
 
 
+def test_no_optimizer_advice_for_the_parts_the_configs_build_into_the_trained_model(write, run_cli, tmp_path):
+    """Latent diffusion: the config trains `LatentDiffusion` and builds `AutoencoderKL` from its
+    `first_stage_config:` as a frozen part; the autoencoder's own `configure_optimizers` (and that
+    of the file's other LightningModule) runs only when a config trains it."""
+    write("ldm/autoencoder.py", MODELS)
+    write("ldm/ddpm.py", "import torch\nimport lightning as L\n\n\nclass LatentDiffusion(L.LightningModule):\n"
+          "    def configure_optimizers(self):\n        return torch.optim.AdamW(self.parameters(), lr=1e-4)\n")
+    write("configs/train.yaml", "model:\n  target: ldm.ddpm.LatentDiffusion\n  params:\n    first_stage_config:\n"
+          "      target: ldm.autoencoder.Distilled\n")
+    found = [line.split(" ", 2)[:2] for line in run_cli("scan", ".", "--select", "SF401", "--no-summary",
+                                                         cwd=tmp_path).stdout.splitlines()]
+    assert found == [["ldm/ddpm.py:7:16:", "SF401"]]
+    write("configs/vae.yaml", "model:\n  target: ldm.autoencoder.WithCritic\n")  # a config that trains one of them
+    assert run_cli("scan", ".", "--select", "SF401", "--no-summary", cwd=tmp_path).stdout.count("SF401") == 2
+
+
 def test_a_lightning_cli_optimizer_replaces_the_modules_own(write, run_cli, tmp_path):
     write("src/pkg/models.py", MODELS)
     write("experiments/run.yaml", "model:\n  class_path: pkg.models.Autoencoder\noptimizer:\n"

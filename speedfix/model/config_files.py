@@ -184,16 +184,26 @@ def optimizers_unused(ctx: FileContext, stack: Stack) -> str | None:
     """Why the `configure_optimizers` that code at ``stack`` is part of never runs in the
     project's configured runs, or None (it may run). Only said of a file whose classes the
     configs train: a class of it that no config trains, nor any class of the file that inherits
-    the method, is trained by none of them (a class the file builds itself may still run)."""
+    the method, is trained by none of them (a class the file builds itself may still run); nor a
+    class of a file whose classes the configs name only as parts of the model they train, when
+    no scanned file builds it."""
     function = function_of(stack)
     owner = class_of_method(stack)
     if not isinstance(function, cst.FunctionDef) or function.name.value != "configure_optimizers" or owner is None:
         return None
-    trained = [found for found in run_configs(ctx).trained_classes() if found.name in ctx.classes]
-    if not trained:
-        return None
+    configs = run_configs(ctx)
+    every = configs.trained_classes()
+    trained = [found for found in every if found.name in ctx.classes]
     name = owner.name.value
     users = {other for other in ctx.classes if other == name or _inherits_method(ctx, other, name)}
+    if not trained:
+        # a file whose classes the configs build only as parts of the model they train (latent
+        # diffusion's `first_stage_config: {target: ldm.models.autoencoder.AutoencoderKL}`): Lightning
+        # runs the trained module's `configure_optimizers`, not theirs
+        if every and configs.named_classes() & set(ctx.classes) and not any(site.func in users for site in ctx.calls) \
+                and not any(built in users for built, *_ in ctx.links.constructed):
+            return f"the configs train `{every[0].name}` and build the classes of this file only as its parts"
+        return None
     runs = [found for found in trained if found.name in users]
     if any(not found.optimizer_replaced for found in runs) or any(site.func in users for site in ctx.calls):
         return None
