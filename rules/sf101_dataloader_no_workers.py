@@ -205,6 +205,24 @@ class DataloaderNoWorkers(Rule):
                         optimizer.step()
             """
         ),
+        Valid(  # a test loader that Accelerate prepares and nothing reads after (tango)
+            """
+            import torch
+            from accelerate import Accelerator
+            from torch.utils.data import DataLoader
+
+            def main():
+                accelerator = Accelerator()
+                train_loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
+                test_loader = DataLoader(test_set, batch_size=1000)
+                model, optimizer, train_loader, test_loader = accelerator.prepare(model, optimizer, train_loader, test_loader)
+                for epoch in range(10):
+                    for x, y in train_loader:
+                        loss = model(x).sum()
+                        accelerator.backward(loss)
+                        optimizer.step()
+            """
+        ),
         Valid(  # workers set after the loader exists (SF105 says to pass them to the call)
             """
             import multiprocessing

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 from functools import cmp_to_key
+from typing import Iterator
 from weakref import WeakKeyDictionary
 
 import libcst as cst
@@ -374,7 +375,8 @@ def _iterations(ctx: FileContext) -> _Iterations:
 def never_read(ctx: FileContext, site: CallSite) -> bool:
     """Is the DataLoader of ``site`` bound to a name that nothing reads: in its function, or, at
     module level, anywhere in a script that trains (not a module others may import from)? A test
-    loader made and never used costs nothing: advice about its workers or pinning is noise.
+    loader made and never used costs nothing: advice about its workers or pinning is noise (also
+    when it is only handed to `accelerator.prepare(...)`, which binds the name again).
     Nor is a loader built in a branch that the script's defaults never take (the `else:` of
     `if validation_fraction is not None:` where every call passes `validation_fraction=0.1`)."""
     if off_by_default(ctx, site.statement, site.stack) is not None:
@@ -385,7 +387,28 @@ def never_read(ctx: FileContext, site: CallSite) -> bool:
     scope = ctx.function_of(site.stack)
     if scope is None and not ctx.step_loops:
         return False
-    return not _reads(ctx, scope or ctx.module)[name]
+    return _reads(ctx, scope or ctx.module)[name] == _prepared_in_place(ctx, scope, name)
+
+
+def _bound_names(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """An assignment target and, in a tuple or list of targets (`a, (b, c) = ...`), each name it binds."""
+    yield target
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _bound_names(element.value)
+
+
+def _prepared_in_place(ctx: FileContext, scope: cst.CSTNode | None, name: str) -> int:
+    """How often ``scope`` reads ``name`` only to hand it to a `prepare` that binds the name
+    again (`train_dl, test_dl = accelerator.prepare(train_dl, test_dl)`): no use of the loader."""
+    found = 0
+    for assignment in ctx.assignments.get(name, ()):
+        value = assignment.value
+        if ctx.function_of(assignment.stack) is scope and assignment.unpacked and isinstance(value, cst.Call) \
+                and isinstance(value.func, cst.Attribute) and value.func.attr.value == "prepare" \
+                and any(isinstance(arg.value, cst.Name) and arg.value.value == name and not arg.star for arg in value.args):
+            found += 1
+    return found
 
 
 def not_for_training(ctx: FileContext, site: CallSite) -> bool:
@@ -479,9 +502,9 @@ def _reads(ctx: FileContext, scope: cst.CSTNode) -> Counter[str]:
     function's parameters and whatever a nested function binds itself (its own `loader`), and a
     bare name or tuple of names as a statement (a notebook cell showing `train_dl, test_dl`)."""
     if ctx not in _READS:
-        targets = {id(target.target) for assignments in ctx.assignments.values() for a in assignments
+        targets = {id(bound) for assignments in ctx.assignments.values() for a in assignments
                    if a.statement is not None for small in a.statement.body if isinstance(small, cst.Assign)
-                   for target in small.targets}
+                   for target in small.targets for bound in _bound_names(target.target)}
         _READS[ctx] = (targets, {})
     targets, by_scope = _READS[ctx]
     found = by_scope.get(id(scope))
