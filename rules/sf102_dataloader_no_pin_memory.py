@@ -164,6 +164,28 @@ class DataloaderNoPinMemory(Rule):
                         optimizer.step()
             """
         ),
+        Valid(  # a test loader made only when `--test_dataset` is given, which it is not by default (BERT-pytorch)
+            """
+            import argparse
+            import torch
+            from torch.utils.data import DataLoader
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("-t", "--test_dataset", type=str, default=None)
+            args = parser.parse_args()
+            test_set = TextDataset(args.test_dataset) if args.test_dataset is not None else None
+            train_loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
+            test_loader = DataLoader(test_set, batch_size=64, num_workers=4) if test_set is not None else None
+            for epoch in range(10):
+                for x, y in train_loader:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    optimizer.step()
+                if test_loader is not None:
+                    for x, y in test_loader:
+                        evaluate(model(x.cuda()), y)
+            """
+        ),
         Valid(  # pinned after the loader exists (SF105 says to pass it to the call)
             """
             from torch.utils.data import DataLoader

@@ -30,7 +30,8 @@ import libcst as cst
 
 from speedfix.model.arguments import find_argument
 from speedfix.model.context import FileContext
-from speedfix.model.flow import assigned_name, comes_before, is_returned, off_by_default, returned_at
+from speedfix.model.flow import (assigned_name, comes_before, false_in_every_run, is_returned, off_by_default,
+                                 returned_at)
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import lightning_one_pass_loader
 from speedfix.model.index import Assignment, CallSite, LoopInfo
@@ -376,11 +377,16 @@ def never_read(ctx: FileContext, site: CallSite) -> bool:
     """Is the DataLoader of ``site`` bound to a name that nothing reads: in its function, or, at
     module level, anywhere in a script that trains (not a module others may import from)? A test
     loader made and never used costs nothing: advice about its workers or pinning is noise (also
-    when it is only handed to `accelerator.prepare(...)`, which binds the name again).
+    when it is only handed to `accelerator.prepare(...)`, which binds the name again, or made only
+    where a test no run passes says so: `DataLoader(test_set) if test_set is not None else None`).
     Nor is a loader built in a branch that the script's defaults never take (the `else:` of
     `if validation_fraction is not None:` where every call passes `validation_fraction=0.1`)."""
     if off_by_default(ctx, site.statement, site.stack) is not None:
         return True
+    if site.statement is not None and any(
+            isinstance(node, cst.IfExp) and node.body is site.node and false_in_every_run(ctx, node.test, site.stack)
+            for node in walk_expression(site.statement)):
+        return True  # `DataLoader(test_set) if test_set is not None else None`, no test set given by default
     name = assigned_name(site)
     if name is None or "." in name:
         return False
