@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 from typing import Callable, Iterator
+from weakref import WeakKeyDictionary
 
 import libcst as cst
 
@@ -38,6 +39,7 @@ from speedfix.model.index import CallSite
 from speedfix.model.launch import option_passed
 
 _DEPTH = 3  # constructors passing a parameter on to another, followed at most
+_KNOWN: WeakKeyDictionary[FileContext, dict[tuple[int, str], set[object] | None]] = WeakKeyDictionary()
 _UNKNOWN = object()
 _LITERALS = (cst.SimpleString, cst.Integer, cst.Float)
 
@@ -175,7 +177,16 @@ def _literal(node: cst.BaseExpression | None) -> object:
 
 
 def _values(ctx: FileContext, function: cst.FunctionDef, name: str, depth: int) -> set[object] | None:
-    """The values the parameter ``name`` of ``function`` takes on the runs (None: unknown)."""
+    """The values the parameter ``name`` of ``function`` takes on the runs (None: unknown);
+    worked out once per parameter of a file."""
+    known = _KNOWN.setdefault(ctx, {})
+    key = (id(function), name)
+    if key not in known:
+        known[key] = _worked_out(ctx, function, name, depth)
+    return known[key]
+
+
+def _worked_out(ctx: FileContext, function: cst.FunctionDef, name: str, depth: int) -> set[object] | None:
     if depth > _DEPTH or option_passed(ctx, name):
         return None
     owner = _callable_of(ctx, function)

@@ -404,17 +404,27 @@ def _bound_names(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
             yield from _bound_names(element.value)
 
 
+_PREPARED: WeakKeyDictionary[FileContext, Counter[tuple[int, str]]] = WeakKeyDictionary()
+
+
 def _prepared_in_place(ctx: FileContext, scope: cst.CSTNode | None, name: str) -> int:
     """How often ``scope`` reads ``name`` only to hand it to a `prepare` that binds the name
-    again (`train_dl, test_dl = accelerator.prepare(train_dl, test_dl)`): no use of the loader."""
-    found = 0
-    for assignment in ctx.assignments.get(name, ()):
-        value = assignment.value
-        if ctx.function_of(assignment.stack) is scope and assignment.unpacked and isinstance(value, cst.Call) \
-                and isinstance(value.func, cst.Attribute) and value.func.attr.value == "prepare" \
-                and any(isinstance(arg.value, cst.Name) and arg.value.value == name and not arg.star for arg in value.args):
-            found += 1
-    return found
+    again (`train_dl, test_dl = accelerator.prepare(train_dl, test_dl)`): no use of the loader.
+    Counted once per file."""
+    found = _PREPARED.get(ctx)
+    if found is None:
+        found = _PREPARED[ctx] = Counter()
+        for call in ctx.method_calls("prepare"):
+            passed = {arg.value.value for arg in call.node.args if isinstance(arg.value, cst.Name) and not arg.star}
+            statement = call.statement
+            for small in statement.body if statement is not None else ():
+                if isinstance(small, cst.Assign) and small.value is call.node:
+                    bound = {node.value for target in small.targets for node in _bound_names(target.target)
+                             if isinstance(node, cst.Name)}
+                    function = ctx.function_of(call.stack)
+                    for again in passed & bound:
+                        found[(id(function), again)] += 1
+    return found[(id(scope), name)]
 
 
 def not_for_training(ctx: FileContext, site: CallSite) -> bool:
