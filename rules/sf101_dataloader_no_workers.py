@@ -215,7 +215,7 @@ class DataloaderNoWorkers(Rule):
                 accelerator = Accelerator()
                 train_loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
                 test_loader = DataLoader(test_set, batch_size=1000)
-                model, optimizer, train_loader, test_loader = accelerator.prepare(model, optimizer, train_loader, test_loader)
+                train_loader, test_loader = accelerator.prepare(train_loader, test_loader)
                 for epoch in range(10):
                     for x, y in train_loader:
                         loss = model(x).sum()

@@ -648,8 +648,8 @@ class CreateThenMove(Rule):
             if site.node.args and site.node.args[0].keyword is None and self._runs_every_step(site):
                 self._constant_copied(site, site.node.args[0].value)
         for site in ctx.calls_to("torch.tensor", "torch.as_tensor"):  # `torch.tensor(self.offsets, device=x.device)`
-            if site.node.args and any(arg.keyword is not None and arg.keyword.value == "device" for arg in site.node.args) \
-                    and self._runs_every_step(site):
+            on_device = any(arg.keyword is not None and arg.keyword.value == "device" for arg in site.node.args)
+            if site.node.args and on_device and self._runs_every_step(site):
                 self._constant_copied(site, site.node.args[0].value)
         for function, copies in self._sampled.items():
             self._report_host_buffer(function, copies)

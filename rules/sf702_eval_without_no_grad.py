@@ -229,7 +229,8 @@ class EvalWithoutNoGrad(Rule):
                 accelerator = Accelerator()
                 model = Net()
                 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-                model, optimizer, train_dataloader, eval_dataloader = accelerator.prepare(model, optimizer, train_dataloader, eval_dataloader)
+                model, optimizer, train_dataloader, eval_dataloader = accelerator.prepare(
+                    model, optimizer, train_dataloader, eval_dataloader)
                 for epoch in range(epochs):
                     model.train()
                     for batch in train_dataloader:

@@ -485,7 +485,8 @@ class HfTrainingArguments(Rule):
         for site in built:
             if len(built) > 1 and in_no_run(ctx, site.statement, site.stack):
                 continue  # one of the script's alternatives that no run takes (whisper-finetune's `if
-                # args.train_strategy == "epoch":` with every README command passing `steps`)
+                # args.train_strategy == "epoch":` with every README command passing `steps`); a
+                # script's only TrainingArguments are its settings whatever guards them
             self._check(_Arguments.of_call(ctx, site))
         for parsed in parsed_arguments(ctx):
             self._check(_Arguments.of_parser(parsed))

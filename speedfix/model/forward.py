@@ -125,8 +125,8 @@ def before_evaluation(ctx: FileContext, site: CallSite) -> bool:
             has_loop = True
         elif kind is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "eval" and not node.args:
             evaluates = True  # `model.eval()`
-        elif kind is cst.With and any(type(entered(item.item)) is cst.Call and ctx.qualname(entered(item.item).func) in NO_GRAD
-                                      for item in node.items):
+        elif kind is cst.With and any(type(manager := entered(item.item)) is cst.Call
+                                      and ctx.qualname(manager.func) in NO_GRAD for item in node.items):
             evaluates = True  # `with torch.no_grad():` (a loop must be there too)
     return has_loop and evaluates
 

@@ -514,9 +514,10 @@ _READS: WeakKeyDictionary[FileContext, tuple[set[int], dict[int, Counter[str]]]]
 
 def _reads(ctx: FileContext, scope: cst.CSTNode) -> Counter[str]:
     """How often ``scope`` reads each of its names (once per scope; the file's assignment targets
-    once per file). Not reads: a plain assignment's target, a keyword's name (`f(loader=x)`), a
-    function's parameters and whatever a nested function binds itself (its own `loader`), and a
-    bare name or tuple of names as a statement (a notebook cell showing `train_dl, test_dl`)."""
+    once per file). Not reads: a plain assignment's target (each name of a tuple of them too), a
+    keyword's name (`f(loader=x)`), a function's parameters and whatever a nested function binds
+    itself (its own `loader`), and a bare name or tuple of names as a statement (a notebook cell
+    showing `train_dl, test_dl`)."""
     if ctx not in _READS:
         targets = {id(bound) for assignments in ctx.assignments.values() for a in assignments
                    if a.statement is not None for small in a.statement.body if isinstance(small, cst.Assign)

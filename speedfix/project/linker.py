@@ -6,9 +6,8 @@ above its package (``util/misc.py`` for ``import util.misc`` inside a package tr
 root the scan was given (or, failing those, in the one folder of the scan that holds such a
 module: a project whose shell script puts `src/solver/` on `PYTHONPATH`); ``from .engine import
 x`` is relative to the importing package. Only files of the scan are linked, with one exception:
-a module a scanned file star-imports
-(`from conf import *`, in turn) is read for its facts (never reported on), since every name it
-binds is the file's own.
+a module a scanned file star-imports (`from conf import *`, in turn) is read for its facts (never
+reported on), since every name it binds is the file's own.
 
 What a file learns (``Links``):
 
@@ -105,9 +104,10 @@ class Links:
     # (function, parameter, the class builds convolutions, it may multiply matrices), one per
     # parameter that every such call agrees on
     networks: tuple[tuple[str, str, bool, bool], ...] = ()
-    # what other files pass to the parameters of its module-level functions and classes (`get_loader(...,
-    # num_workers=args.workers)`, `GNN(..., gnn_type=args.gnn_type)`): (function or class, parameter, the value's repr, "" when it is unknown,
-    # the calls differ or one of them leaves the default); parameter "*": a call passes `*args`/`**kwargs`
+    # what other files pass to the parameters of its module-level functions and classes
+    # (`get_loader(..., num_workers=args.workers)`, `GNN(..., gnn_type=args.gnn_type)`): (function
+    # or class, parameter, the value's repr, "" when it is unknown, the calls differ or one of them
+    # leaves the default); parameter "*": a call passes `*args`/`**kwargs`
     arguments: tuple[tuple[str, str, str], ...] = ()
     cudnn: str | None = None  # an importer's file (as shown) that chooses cuDNN's algorithms for the process
     trained_by: str | None = None  # an importer's file (as shown) that holds a training loop: this one is its library
