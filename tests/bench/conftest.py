@@ -17,20 +17,23 @@ from speedfix.bench.results import RunResult
 from speedfix.bench.runner import RunSpec
 from speedfix.bench.settings import CompareSettings, RunConfig
 
-# A minimal training loop; {before_loop} and {in_loop} are filled per test.
+# A minimal training loop; {before_loop} and {in_loop} are filled per test. Its parameters are
+# updated by hand, so backward() is the clock: building a torch.optim optimizer imports Dynamo
+# (about 2 s a run on a 2-core box). The optimizer clock has tests of its own (test_bench_harness).
 TRAIN = """\
 import os, sys, time
 import torch
 
 {before_loop}
 model = torch.nn.Linear(8, 1)
-opt = torch.optim.SGD(model.parameters(), lr=LR)
 x, y = torch.randn(64, 8), torch.randn(64, 1)
 for step in range(STEPS):
     loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
+    model.zero_grad()
     loss.backward()
-    opt.step()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= LR * p.grad
 {in_loop}
 """
 

@@ -76,6 +76,20 @@ attempt("remove", remove_the_script)
 with open(sys.argv[1], "w") as f:  # outside the user's folder
     json.dump(seen, f)
 
+# What a normal exit does for a script stopped after its window: a file left open is flushed, an
+# exit handler runs, a non-daemon thread is waited for (it waits for the main thread to end).
+import atexit, threading, time
+left_open = open(sys.argv[1] + ".open", "w")
+left_open.write("flushed")
+atexit.register(lambda: Path(sys.argv[1] + ".atexit").write_text("ran"))
+
+def after_the_main_thread():
+    while threading.main_thread().is_alive():
+        time.sleep(0.01)
+    Path(sys.argv[1] + ".thread").write_text("waited for")
+
+threading.Thread(target=after_the_main_thread).start()
+
 model = torch.nn.Linear(4, 1)
 for step in range(100_000):  # backward() is the clock (torch.optim would import Dynamo: seconds a run)
     model(torch.randn(8, 4)).sum().backward()
@@ -139,3 +153,5 @@ def test_real_cwd_runs_in_the_real_folders(tmp_path, monkeypatch, quick_config):
     assert seen["file"] == str(project / "train.py") and seen["large"] == "done"
     assert not (project / "train.py").exists() and (project / "ckpt.pt").exists()  # the user asked for it
     assert result.guard.active is False and result.guard.refusals == 0
+    ends = {end: (tmp_path / f"seen.json.{end}").read_text() for end in ("open", "atexit", "thread")}
+    assert ends == {"open": "flushed", "atexit": "ran", "thread": "waited for"}

@@ -23,13 +23,14 @@ LR = 0.05
 
 torch.manual_seed(0)
 model = torch.nn.Linear(8, 1)
-opt = torch.optim.SGD(model.parameters(), lr=LR)
 x, y = torch.randn(64, 8), torch.randn(64, 1)
-for step in range(100000):
+for step in range(100000):  # updated by hand: torch.optim imports Dynamo (seconds, every run)
     loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
+    model.zero_grad()
     loss.backward()
-    opt.step()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= LR * p.grad
     time.sleep(SLEEP)
 """
 
