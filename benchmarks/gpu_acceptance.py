@@ -59,6 +59,12 @@ PROBE = ("import json, torch; cuda = torch.cuda.is_available(); print(json.dumps
          "'cuda': torch.version.cuda, 'device': torch.cuda.get_device_name(0) if cuda else 'cpu'}))")
 
 
+def probe_device(env: dict) -> dict:
+    """The device and torch the items run on, from a fresh process (this one never imports torch)."""
+    probe_run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env)
+    return json.loads(probe_run.stdout) if probe_run.returncode == 0 else {"device": "?", "torch": "?"}
+
+
 @dataclass(frozen=True)
 class Item:
     name: str
@@ -350,7 +356,7 @@ def speedfix_version() -> str:
 
 
 # ---------------------------------------------------------------- main
-def main(argv: list[str] | None = None, run=run_command) -> int:
+def main(argv: list[str] | None = None, run=run_command, probe_with=probe_device) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for acceptance.json/.md and each item's files")
     parser.add_argument("--deadline-s", type=float, default=540.0, help="nothing runs past this (seconds)")
@@ -384,8 +390,7 @@ def main(argv: list[str] | None = None, run=run_command) -> int:
         work = scratch / "fixtures"
         shutil.copytree(fixtures_dir(), work, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         suite_args = {w.name: (w.tiny_args if opts.tiny else w.gpu_args) for w in load_suite(work)}
-        probe_run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env)
-        probe = json.loads(probe_run.stdout) if probe_run.returncode == 0 else {"device": "?", "torch": "?"}
+        probe = probe_with(env)
         report = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "device": probe,
                   "python": sys.version.split()[0], "speedfix": speedfix_version(), "tiny": opts.tiny,
                   "pairs": opts.pairs, "deadline_s": opts.deadline_s, "wall_s": 0.0, "items": []}

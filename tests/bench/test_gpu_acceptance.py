@@ -21,6 +21,10 @@ def load():
     return module
 
 
+def fake_probe(env: dict) -> dict:
+    return {"torch": "2.x", "cuda": None, "device": "cpu"}  # the real probe runs in the command-line test
+
+
 SPEED = {"pairs": 6, "median": 1.5, "ci95_median": [1.4, 1.6], "verdict": "faster", "per_pair": [1.5] * 6}
 EXPERT = {"pairs": 6, "median": 1.6, "ci95_median": [1.55, 1.7], "verdict": "faster", "per_pair": [1.6] * 6}
 
@@ -60,7 +64,8 @@ def test_items_are_planned_run_stopped_or_skipped_and_reported(tmp_path):
     # 30 s a run: suite-sd (23 runs) does not fit in 600 s; verify-sd (16) does, and is measured at
     # about 0 s a run (the fake), after which everything fits
     assert acceptance.main(["--tiny", "--out", str(out), "--items", items, "--deadline-s", "600",
-                            "--run-cost-s", "30"], run=fake_item) == 0
+                            "--run-cost-s", "30"], run=fake_item,
+                           probe_with=fake_probe) == 0
     report = json.loads((out / "acceptance.json").read_text())
     status = {i["item"]: i["status"] for i in report["items"]}
     assert status == {"suite-sd": "skipped", "verify-sd": "done", "suite-cnn_classifier": "done",
@@ -84,11 +89,14 @@ def test_a_real_run_from_the_command_line_stops_at_its_deadline(tmp_path):
     # the real subprocesses on a CPU: the first item is stopped at the deadline (or skipped, if the
     # machine is so busy that no time was left), the second is skipped; both reports are written
     out = tmp_path / "results"
-    result = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(out), "--deadline-s", "30",
+    result = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(out), "--deadline-s", "25",
                              "--run-cost-s", "0.1", "--items", "verify-sd,suite-sd"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "acceptance.json").read_text())
+    import torch
+
+    assert report["device"] == {"torch": torch.__version__, "cuda": torch.version.cuda, "device": "cpu"}
     first, second = report["items"]
     assert first["status"] in ("stopped at the deadline", "skipped") and first["note"]
     assert second["status"] == "skipped" and "before the deadline" in second["note"]
@@ -116,7 +124,8 @@ def test_facts_and_overhead_items_report_what_the_run_found_and_what_the_harness
     acceptance = load()
     out = tmp_path / "results"
     assert acceptance.main(["--tiny", "--out", str(out), "--items", "overhead-sd,facts-json_loader,facts-sd_speedfix",
-                            "--deadline-s", "600", "--run-cost-s", "1"], run=fake_facts) == 0
+                            "--deadline-s", "600", "--run-cost-s", "1"], run=fake_facts,
+                           probe_with=fake_probe) == 0
     items = {i["item"]: i for i in json.loads((out / "acceptance.json").read_text())["items"]}
     assert {name: i["status"] for name, i in items.items()} == dict.fromkeys(items, "done")
     loader = items["facts-json_loader"]
