@@ -44,6 +44,16 @@ def training_script(before_loop: str = "", in_loop: str = "", *, lr: float = 0.0
 
 
 @pytest.fixture
+def tmp_path(tmp_path: Path) -> Path:
+    """pytest's folder for the test, two levels down: a run mirrors the two levels above its
+    script's folder and working directory as links to their entries, and pytest's own levels hold
+    every earlier test's folder (hundreds of links, a second a run, late in a full test run)."""
+    folder = tmp_path / "home" / "work"
+    folder.mkdir(parents=True)
+    return folder
+
+
+@pytest.fixture
 def train_source():
     """train_source(before_loop="", in_loop="", lr=0.05, steps=100_000) -> script text."""
     return training_script
