@@ -31,7 +31,9 @@ guards, no recompiles), no host synchronisation inside the timed window, no poll
   folders when the script runs from a scratch mirror of them, and a note of any signal the script
   sends to the benchmark's processes (the runner then knows who killed a run);
 * a watchdog timer writes a ``timeout``/``no_steps`` result and hard-exits; the kernel ends the
-  child with its parent (``PR_SET_PDEATHSIG``), so no thread polls for that.
+  child with its parent (``PR_SET_PDEATHSIG``), so no thread polls for that;
+* ends the process once the script has ended (``exit_without_finalizing``): its threads, exit
+  handlers and open files as a normal exit ends them, without tearing down torch's modules.
 """
 
 from __future__ import annotations
