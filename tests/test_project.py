@@ -1084,6 +1084,39 @@ def test_a_network_handed_to_a_trainer_class_decides_tf32_and_its_modules_are_fo
     assert found == ([["src/solver/solver.py:9:13:", "SF201"]] if reported else []), result.stdout
 
 
+@pytest.mark.parametrize("own, reported", [("LFR_m=1", True), ("num_workers=4", False)])
+def test_a_dataloader_subclass_from_a_folder_on_the_path_is_a_dataloader(run_cli, tmp_path, write, own, reported):
+    """Speech-Transformer's `AudioDataLoader(data.DataLoader)` in `src/data/data.py` (its `path.sh`
+    puts `src/data/` on `PYTHONPATH`): `__init__(self, *args, LFR_m=1, **kwargs)` keeps a keyword of
+    its own and hands the rest to DataLoader, so its calls are read as DataLoader's. A keyword of
+    its own named like DataLoader's (`num_workers`) would not reach DataLoader: left alone."""
+    write("src/data/data.py", f"""\
+        import torch.utils.data as data
+
+        class AudioDataLoader(data.DataLoader):
+            def __init__(self, *args, {own}, **kwargs):
+                super(AudioDataLoader, self).__init__(*args, **kwargs)
+                self.collate_fn = None
+        """)
+    write("src/bin/train.py", """\
+        import torch
+        from data import AudioDataLoader
+
+        def main(dataset, model, optimizer):
+            loader = AudioDataLoader(dataset, batch_size=1, num_workers=4)
+            for epoch in range(10):
+                for x, y in loader:
+                    x, y = x.cuda(), y.cuda()
+                    loss = (model(x) - y).pow(2).mean()
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF102", "--no-summary", "--no-cache", cwd=tmp_path)
+    found = [line.split(" ", 2)[:2] for line in result.stdout.splitlines() if "SF102" in line]
+    assert found == ([["src/bin/train.py:5:14:", "SF102"]] if reported else []), result.stdout
+
+
 @pytest.mark.parametrize("strategy, reported", [("steps", [14]), ("epoch", [8]), (None, [14])])
 def test_training_arguments_in_a_branch_no_run_takes_are_not_reported(run_cli, tmp_path, write, strategy, reported):
     """whisper-finetune: one `Seq2SeqTrainingArguments(...)` per `--train_strategy`; the README's

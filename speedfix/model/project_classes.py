@@ -25,6 +25,7 @@ class ProjectClass:
     fields: tuple[str, ...]  # names the class body gives a value (`chat_template: str = None`)
     forwards_init: bool  # no `__init__`, or one that hands `*args, **kwargs` to the base unchanged
     item_calls: tuple[str, ...] = ()  # the calls its `__getitem__` makes, as written (`self.tokenizer`, `Image.open`)
+    own_keywords: tuple[str, ...] = ()  # keyword-only parameters that such an `__init__` keeps for itself
 
 
 def project_class(project: ProjectFiles, qualified: str, *, beside_script: bool = False) -> ProjectClass | None:
@@ -34,6 +35,13 @@ def project_class(project: ProjectFiles, qualified: str, *, beside_script: bool 
     module, _, name = qualified.rpartition(".")
     path = script_module_path(project, module) if beside_script else module_path(project, module)
     return _find(project, path, name, follow=True) if path is not None else None
+
+
+def class_in_file(project: ProjectFiles, path: Path, name: str) -> ProjectClass | None:
+    """The class ``name`` that the project file ``path`` defines (or re-exports from a sibling
+    module), when the module was found another way (the linker's, for a folder the project puts
+    on ``PYTHONPATH``)."""
+    return _find(project, path, name, follow=True) if project.inside(path) else None
 
 
 def object_field(project: ProjectFiles, qualified: str, field: str) -> object | None:
@@ -102,7 +110,7 @@ def _find(project: ProjectFiles, path: Path, name: str, *, follow: bool) -> Proj
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef) and statement.name == name:
             return ProjectClass(tuple(_qualified(base, imports) for base in statement.bases), _fields(statement),
-                                forwards_init(statement), _item_calls(statement))
+                                forwards_init(statement), _item_calls(statement), own_keywords(statement))
         if isinstance(statement, ast.Import):
             for alias in statement.names:
                 imports[alias.asname or alias.name.split(".", 1)[0]] = alias.name if alias.asname else alias.name.split(".", 1)[0]
@@ -118,14 +126,26 @@ def _find(project: ProjectFiles, path: Path, name: str, *, follow: bool) -> Proj
 
 def forwards_init(node: ast.ClassDef) -> bool:
     """Does the class take its base's constructor arguments unchanged: no `__init__`, or
-    `def __init__(self, *args, **kwargs)` that calls `super().__init__(*args, **kwargs)`?"""
-    init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+    `def __init__(self, *args, **kwargs)` that calls `super().__init__(*args, **kwargs)`? Keyword-only
+    parameters between them (`*args, LFR_m=1, **kwargs`) are the class's own (``own_keywords``):
+    a caller that asks for one of the base's parameters by such a name does not reach the base."""
+    init = _init(node)
     if init is None:
         return True
     params = init.args
-    if params.vararg is None or params.kwarg is None or len(params.args) != 1 or params.kwonlyargs:
+    if params.vararg is None or params.kwarg is None or len(params.args) != 1 or params.posonlyargs:
         return False
     return any(_forwards(call, params.vararg.arg, params.kwarg.arg) for call in ast.walk(init))
+
+
+def own_keywords(node: ast.ClassDef) -> tuple[str, ...]:
+    """The keyword-only parameters of the class's `__init__`."""
+    init = _init(node)
+    return tuple(param.arg for param in init.args.kwonlyargs) if init is not None else ()
+
+
+def _init(node: ast.ClassDef) -> ast.FunctionDef | None:
+    return next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
 
 
 def _item_calls(node: ast.ClassDef) -> tuple[str, ...]:
