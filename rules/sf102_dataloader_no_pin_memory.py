@@ -136,6 +136,29 @@ class DataloaderNoPinMemory(Rule):
                     return DataLoader(self.holdout_set, batch_size=64, num_workers=4, shuffle=shuffle)
             """
         ),
+        Valid(  # methods the data module assigns to Lightning's hooks: the validation one feeds no step (latent diffusion)
+            """
+            from functools import partial
+            import pytorch_lightning as pl
+            from torch.utils.data import DataLoader
+
+            class DataModuleFromConfig(pl.LightningDataModule):
+                def __init__(self, batch_size, validation=None):
+                    super().__init__()
+                    self.batch_size = batch_size
+                    self.train_dataloader = self._train_dataloader
+                    if validation is not None:
+                        self.val_dataloader = partial(self._val_dataloader, shuffle=False)
+
+                def _train_dataloader(self):
+                    return DataLoader(self.datasets["train"], batch_size=self.batch_size, num_workers=8,
+                                      pin_memory=True, persistent_workers=True)
+
+                def _val_dataloader(self, shuffle=False):
+                    return DataLoader(self.datasets["validation"], batch_size=self.batch_size, num_workers=8,
+                                      shuffle=shuffle, persistent_workers=True)
+            """
+        ),
         Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
         Valid(TEST_PASS_AFTER_TRAINING),  # a test loader read once after training
         Valid(VALIDATION_EVERY_EPOCH),  # a validation loader read every epoch, no training step

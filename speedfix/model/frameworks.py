@@ -236,11 +236,11 @@ def lightning_one_pass_loader(ctx: FileContext, site: CallSite) -> bool:
     `predict_dataloader` hook returns (a method of that name, or one the class assigns to it:
     `self.test_dataloader = partial(self._test_dataloader, shuffle=False)`)? Lightning iterates
     it only in `trainer.test()`/`trainer.predict()`: one pass, never in training."""
-    hooked = _loader_hooks(ctx, site)
+    hooked = lightning_loader_hooks(ctx, site)
     return bool(hooked) and hooked <= set(_ONE_PASS_HOOKS)
 
 
-def _loader_hooks(ctx: FileContext, site: CallSite) -> set[str]:
+def lightning_loader_hooks(ctx: FileContext, site: CallSite) -> set[str]:
     """The DataLoader hooks of a LightningModule/DataModule whose loader is the one made at
     ``site``: the method returning it is the hook, or the class assigns it to the hook
     (`self.train_dataloader = self._train_dataloader`)."""
@@ -264,7 +264,7 @@ def lightning_iterates_per_epoch(ctx: FileContext, site: CallSite) -> bool:
     It does for a loader returned by a LightningModule/DataModule's `train_dataloader` or
     `val_dataloader` (also a method the class assigns to them), and for one handed to
     `trainer.fit(...)`, unless every Trainer of the file stops after one epoch (`max_epochs=1`; Lightning's default is 1000 epochs)."""
-    hooked = bool(_loader_hooks(ctx, site) & set(_LOADER_HOOKS))
+    hooked = bool(lightning_loader_hooks(ctx, site) & set(_LOADER_HOOKS))
     loader = assigned_name(site)
     fitted = loader is not None and any(
         dotted_name(arg.value) == loader for fit in ctx.method_calls("fit") for arg in fit.node.args[1:])

@@ -20,7 +20,7 @@ from speedfix.model.arguments import literal_int
 from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, is_returned
 from speedfix.model.frames import FrameKind, Stack
-from speedfix.model.frameworks import lightning_fits
+from speedfix.model.frameworks import lightning_fits, lightning_loader_hooks
 from speedfix.model.index import CallSite
 from speedfix.model.model_size import estimated_parameters
 from speedfix.model.networks import (builds, built_classes, fresh_assignments, is_conv_architecture, model_classes,
@@ -143,11 +143,16 @@ _LIGHTNING_EVALUATION_HOOKS = frozenset({"val_dataloader", "test_dataloader", "p
 
 
 def _lightning_evaluation_hook(ctx: FileContext, site: CallSite) -> bool:
-    """A loader a class method `val_dataloader()` (or `test_`, `predict_`) returns: Lightning's hook
-    for the evaluation loops, which never feed a training step."""
+    """A loader a class method `val_dataloader()` (or `test_`, `predict_`) returns, or a method a
+    LightningModule/DataModule assigns to those hooks only (`self.val_dataloader =
+    partial(self._val_dataloader, shuffle=False)`, latent diffusion's `DataModuleFromConfig`):
+    Lightning's hook for the evaluation loops, which never feed a training step."""
     function = ctx.function_of(site.stack)
-    return (isinstance(function, cst.FunctionDef) and function.name.value in _LIGHTNING_EVALUATION_HOOKS
-            and any(frame.kind is FrameKind.CLASS for frame in site.stack))
+    if (isinstance(function, cst.FunctionDef) and function.name.value in _LIGHTNING_EVALUATION_HOOKS
+            and any(frame.kind is FrameKind.CLASS for frame in site.stack)):
+        return True
+    hooked = lightning_loader_hooks(ctx, site)
+    return bool(hooked) and hooked <= _LIGHTNING_EVALUATION_HOOKS
 
 
 def _evaluation_factory(ctx: FileContext, site: CallSite) -> bool:
