@@ -52,7 +52,8 @@ def _find(ctx: FileContext) -> list[CallSite]:
             if qualified in DATALOADER or "Loader" not in qualified.rsplit(".", 1)[-1]:
                 continue  # the class's name is the cheap test; its bases decide
             defined = project_class(ctx.project, qualified) or _linked_class(ctx, qualified)
-            if defined is not None and _takes_dataloader_arguments(defined) and set(defined.bases) & set(DATALOADER):
+            if defined is not None and _hands_on(defined.forwards_init, defined.own_keywords) \
+                    and set(defined.bases) & set(DATALOADER):
                 found += sites
     if len(found) == len(plain):
         return found
@@ -66,17 +67,19 @@ def _forwards(ctx: FileContext, name: str) -> bool:
     except (SyntaxError, ValueError, RecursionError):
         return False
     node = tree.body[0] if tree.body else None
-    return isinstance(node, ast.ClassDef) and forwards_init(node) and not set(own_keywords(node)) & _PARAMETERS
+    return isinstance(node, ast.ClassDef) and _hands_on(forwards_init(node), own_keywords(node))
 
 
-def _takes_dataloader_arguments(defined: ProjectClass) -> bool:
-    return defined.forwards_init and not set(defined.own_keywords) & _PARAMETERS
+def _hands_on(forwards: bool, own: tuple[str, ...]) -> bool:
+    """Does a subclass take DataLoader's arguments: its constructor forwards them, and keeps none
+    of DataLoader's names for itself?"""
+    return forwards and not set(own) & _PARAMETERS
 
 
 def _linked_class(ctx: FileContext, qualified: str) -> ProjectClass | None:
     """The class from the module the linker resolved its import to, when the project's layout
     does not hold it (`from data import AudioDataLoader` with `src/data/` on `PYTHONPATH`)."""
-    found = ctx.links.lookup(qualified) if ctx.links is not None and ctx.project is not None else None
+    found = ctx.links.lookup(qualified) if ctx.project is not None else None
     if found is None or "." in found[1]:
         return None
     shown = ctx.links.names.get(found[0])
