@@ -86,6 +86,8 @@ def test_items_are_planned_run_stopped_or_skipped_and_reported(tmp_path):
 
 
 def test_a_real_run_from_the_command_line_stops_at_its_deadline(tmp_path):
+    import torch  # the version the probe reports (the test process imports it only here)
+
     # the real subprocesses on a CPU: the first item is stopped at the deadline (or skipped, if the
     # machine is so busy that no time was left), the second is skipped; both reports are written
     out = tmp_path / "results"
@@ -94,8 +96,6 @@ def test_a_real_run_from_the_command_line_stops_at_its_deadline(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "acceptance.json").read_text())
-    import torch
-
     assert report["device"] == {"torch": torch.__version__, "cuda": torch.version.cuda, "device": "cpu"}
     first, second = report["items"]
     assert first["status"] in ("stopped at the deadline", "skipped") and first["note"]
