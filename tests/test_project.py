@@ -1033,6 +1033,100 @@ def test_a_conv_net_defined_in_a_models_package(run_cli, tmp_path, write):
     assert "SF206" not in alone.stdout and "SF601" not in alone.stdout  # nothing says it is a conv net
 
 
+_BY_NAME_MODEL = """\
+    import torch
+    import torch.nn as nn
+    from utils import SetAbstraction
+
+    class get_model(nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.sa = SetAbstraction(k)
+
+        def forward(self, x):
+            return self.sa(x).mean((2, 3))
+
+    class get_loss(nn.Module):
+        def forward(self, pred, target):
+            return nn.functional.cross_entropy(pred, target)
+    """
+_BY_NAME_UTILS = """\
+    import torch
+    import torch.nn as nn
+
+    def sample(x):
+        index = torch.arange(x.shape[0]).to(x.device)
+        return x[index]
+
+    class SetAbstraction(nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.conv = nn.Conv2d(3, k, 1)
+
+        def forward(self, x):
+            return self.conv(sample(x))
+    """
+_BY_NAME_TRAIN = """\
+    import argparse
+    import importlib
+    import os
+    import sys
+    import torch
+
+    sys.path.append(os.path.join(os.path.dirname(__file__), "models"))
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--model", default={default})
+        args = parser.parse_args()
+        MODEL = importlib.import_module({argument})
+        classifier = MODEL.get_model(8).cuda()
+        criterion = MODEL.get_loss()
+        optimizer = torch.optim.SGD(classifier.parameters(), lr=0.1)
+        for points, target in loader:
+            points, target = points.cuda(), target.cuda()
+            loss = criterion(classifier(points), target)
+            loss.backward()
+            optimizer.step()
+    """
+
+
+@pytest.mark.parametrize("default, argument, linked", [
+    ('"pointnet_cls"', "args.model", True),  # the default names the module
+    ('"pointnet_msg"', "args.model", True),  # no such module: the one that has what the script takes
+    ('"pointnet_cls"', '"models." + args.model', True),  # `models/` as a namespace package
+    ('"pointnet_cls"', 'f"{args.model}"', False),  # not a form read
+    ("None", '"pointnet_cls"', True),  # written out
+])
+def test_a_model_module_imported_by_an_options_value_is_linked(run_cli, tmp_path, write, default, argument, linked):
+    """PointNet++'s `MODEL = importlib.import_module(args.model)` with `models/` put on the path:
+    the model module the default (or, failing it, the only module with `get_model` and
+    `get_loss`) names is the one the script trains, so the conv net and the copies its helpers
+    make on every step are found."""
+    write("models/pointnet_cls.py", _BY_NAME_MODEL)
+    write("models/utils.py", _BY_NAME_UTILS)
+    write("train.py", _BY_NAME_TRAIN.format(default=default, argument=argument))
+    result = run_cli("scan", ".", "--select", "SF601,SF701", "--output-format", "json", cwd=tmp_path)
+    found = {(f["path"], f["line"], f["code"]) for f in json.loads(result.stdout)}
+    assert found == ({("train.py", 14, "SF601"), ("models/utils.py", 5, "SF701")} if linked else set())
+
+
+def test_a_module_imported_by_an_options_value_is_not_guessed_among_several(tmp_path):
+    """Two modules with what the script takes, and a default that names neither: no link."""
+    files = {
+        tmp_path / "a.py": "def get_model():\n    pass\n",
+        tmp_path / "b.py": "def get_model():\n    pass\n",
+        tmp_path / "train.py": "import importlib\nimport argparse\np = argparse.ArgumentParser()\n"
+                               "p.add_argument('--model', default='c')\nargs = p.parse_args()\n"
+                               "M = importlib.import_module(args.model)\nnet = M.get_model()\n",
+    }
+    links = _linked(tmp_path, files)[tmp_path / "train.py"]
+    assert not links.modules
+    (tmp_path / "b.py").unlink()
+    del files[tmp_path / "b.py"]
+    assert set(_linked(tmp_path, files)[tmp_path / "train.py"].names.values()) == {str(tmp_path / "a.py")}
+
+
 @pytest.mark.parametrize("layer, reported", [("nn.Linear(8, 8)", True), ("nn.Conv2d(3, 8, 3)", False)])
 def test_a_network_handed_to_a_trainer_class_decides_tf32_and_its_modules_are_found_on_the_path(
         run_cli, tmp_path, write, layer, reported):

@@ -15,6 +15,7 @@ and an import may follow its first use.
 
 from __future__ import annotations
 
+import ast
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,6 +28,7 @@ from speedfix.model.frames import (Frame, FrameKind, Stack, at_module_level, cla
 from speedfix.model.scopes import NameBindings
 from speedfix.model.project_files import ProjectFiles
 from speedfix.model.versions import TorchVersion
+from speedfix.project.facts import IMPORT_MODULE, imported_by_name
 from speedfix.project.linker import Links
 from speedfix.project.steps import CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, is_iterable_wrapper
 from speedfix.syntax.names import ImportTable, dotted_name, line_binds
@@ -406,6 +408,22 @@ class FileIndex(NameBindings, Visitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             self._record_assignment(target.target, node.value)
+        value = node.value
+        if self.links.modules and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) \
+                and isinstance(value, cst.Call) and len(value.args) == 1 and not value.args[0].keyword \
+                and not value.args[0].star and self.imports.resolve(dotted_name(value.func)) == IMPORT_MODULE:
+            self._imported_by_name(node.targets[0].target.value, value.args[0].value)
+
+    def _imported_by_name(self, name: str, argument: cst.BaseExpression) -> None:
+        """`MODEL = importlib.import_module(args.model)`: ``name`` stands for the module the
+        other files of the scan say it imports (``facts.imported_by_name``, read the same way)."""
+        try:
+            expression = ast.parse(self.module.code_for_node(argument).strip(), mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return
+        imported = imported_by_name(expression)
+        if imported is not None and imported in self.links.modules:
+            self.imports.bind_module(name, imported)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:

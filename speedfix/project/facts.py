@@ -199,6 +199,41 @@ class ModuleFacts:
         )
 
 
+def module_by_option(prefix: str, option: str) -> str:
+    """The name a module imported by an option's value is bound to (`MODEL =
+    importlib.import_module(args.model)`: prefix "", option "model"; `"models." + args.arch`:
+    prefix "models."), in the facts and in a file's imports; the linker finds the module
+    (``linker._module_of_option``). No dots: it must not read as a module path."""
+    return f"import_module({prefix.replace('.', '/')}{{{option}}})"
+
+
+def option_of_module(name: str) -> tuple[str, str] | None:
+    """(prefix, option) of a ``module_by_option`` name; None for any other name."""
+    match = _BY_OPTION.fullmatch(name)
+    return (match.group(1).replace("/", "."), match.group(2)) if match else None
+
+
+IMPORT_MODULE = "importlib.import_module"
+_BY_OPTION = re.compile(r"import_module\(([\w/]*)\{(\w+)\}\)")
+
+
+def imported_by_name(argument: ast.expr) -> str | None:
+    """What `importlib.import_module(argument)` imports: a module name written out, or an
+    option's value (``module_by_option``): `args.model`, `"models." + args.arch`,
+    `f"models.{args.arch}"`. None for anything else."""
+    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+        return argument.value if re.fullmatch(r"\w+(\.\w+)*", argument.value) else None
+    prefix, option = "", argument
+    if isinstance(argument, ast.BinOp) and isinstance(argument.op, ast.Add) and isinstance(argument.left, ast.Constant):
+        prefix, option = argument.left.value, argument.right
+    elif isinstance(argument, ast.JoinedStr) and len(argument.values) == 2 and isinstance(argument.values[0], ast.Constant) \
+            and isinstance(argument.values[1], ast.FormattedValue) and argument.values[1].format_spec is None:
+        prefix, option = argument.values[0].value, argument.values[1].value
+    if not isinstance(prefix, str) or not re.fullmatch(r"(\w+\.)*", prefix) or not isinstance(option, ast.Attribute):
+        return None
+    return module_by_option(prefix, option.attr)
+
+
 def extract_facts(data: bytes | str) -> ModuleFacts | None:
     """The facts of one file, or None when Python cannot parse it (its own scan reports why)."""
     try:
@@ -591,6 +626,12 @@ class _Collector(ast.NodeVisitor):
     # ------------------------------------------------------------------ facts
     def visit_Assign(self, node: ast.Assign) -> None:
         self._assigned([target for target in node.targets], node.value)
+        value = node.value
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and isinstance(value, ast.Call) \
+                and len(value.args) == 1 and not value.keywords and self.resolve(dotted(value.func)) == IMPORT_MODULE:
+            imported = imported_by_name(value.args[0])  # `MODEL = importlib.import_module(args.model)`
+            if imported is not None:
+                self.bindings[node.targets[0].id] = imported
         if isinstance(node.value, ast.Dict):
             self._entry_dict(node.targets, node.value)
         if _parses_options(node.value):  # `args = parser.parse_args()`, `args, _ = parser.parse_known_args()`

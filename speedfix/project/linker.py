@@ -66,7 +66,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, TypeVar
 
-from speedfix.project.facts import FunctionFacts, ModuleFacts
+from speedfix.project.facts import FunctionFacts, ModuleFacts, option_of_module
 
 T = TypeVar("T")
 
@@ -211,11 +211,16 @@ def star_imported_beside(path: Path, data: bytes, roots: Iterable[Path]) -> list
     return found
 
 
+_QUOTED_WORD = re.compile(rb"""['"](\w+)['"]""")
+
+
 def linked_candidates(sources: dict[Path, bytes]) -> set[Path]:
     """The files whose facts are worth reading: those that import a module named like another
     scanned file that it could reach (in its folder, above it or below it, or in a package beside
-    one of its folders: `from utils.masking import ...` in `models/attn.py`), and those files. A
-    lone script that imports only libraries is not read twice."""
+    one of its folders: `from utils.masking import ...` in `models/attn.py`), and those files; a
+    file that imports a module by name (`importlib.import_module(args.model)`) and the files its
+    quoted words name (the option's default). A lone script that imports only libraries is not
+    read twice."""
     by_stem: dict[str, list[tuple[Path, Path]]] = {}
     for path in sources:
         package = path.name == "__init__.py"
@@ -232,7 +237,11 @@ def linked_candidates(sources: dict[Path, bytes]) -> set[Path]:
 
     for path, data in sources.items():
         folder = path.parent
-        for word in imported_words(data):
+        words = imported_words(data)
+        if b"import_module(" in data:  # `importlib.import_module(args.model)`: a module the linker looks for
+            chosen.add(path)
+            words |= {word.decode("ascii", "replace") for word in _QUOTED_WORD.findall(data)}  # the default's
+        for word in words:
             for other, where in by_stem.get(word, ()):
                 if other != path and (where == folder or where in parents(folder) or folder in parents(where)
                                       or where.parent in parents(folder)):
@@ -344,6 +353,12 @@ def link(
     for path, module in facts.items():
         found: dict[str, Path] = {}
         for qualified in [target for _, target in module.imports] + list(module.star_imports):
+            by_option = option_of_module(qualified)
+            if by_option is not None:
+                chosen = _module_of_option(path, module, qualified, *by_option, resolver, facts)
+                if chosen is not None:
+                    found.setdefault(qualified, chosen)
+                continue
             hit = resolver.resolve(path, qualified)
             if hit is not None:
                 found.setdefault(*hit)
@@ -444,6 +459,32 @@ def _star_names(module: ModuleFacts, found: dict[str, Path], prefixes: dict[Path
                 found[key] = prefixes[target][inner]
                 todo.append((key, found[key]))
     return star, libraries
+
+
+def _module_of_option(path: Path, module: ModuleFacts, name: str, prefix: str, option: str, resolver: _Resolver,
+                      facts: dict[Path, ModuleFacts]) -> Path | None:
+    """The scanned module that `importlib.import_module(args.model)` (``name``: see
+    ``facts.module_by_option``) imports on a run that leaves the option at its default: the one
+    the default names (PointNet++'s `--model pointnet_cls`); failing that, the one module the
+    import could find that defines every name the file takes from it (`MODEL.get_model`,
+    `MODEL.get_loss`). None when neither is known: which module runs is a command line's choice."""
+    default = dict(module.options).get(option, "")
+    if len(default) > 2 and default[0] == default[-1] and default[0] in "'\"":
+        hit = resolver.resolve(path, prefix + default[1:-1])
+        if hit is not None and hit[0] == prefix + default[1:-1]:  # the module itself, not a package above it
+            return hit[1]
+    taken = {reference[len(name) + 1:].split(".", 1)[0] for reference in module.references if reference.startswith(name + ".")}
+    if not taken:
+        return None
+    found = []
+    for other, facts_of_other in facts.items():
+        if other == path or other.name == "__init__.py" or not all(
+                taken_name in facts_of_other.functions or _is_class(facts_of_other, taken_name) for taken_name in taken):
+            continue
+        hit = resolver.resolve(path, prefix + other.stem)
+        if hit is not None and hit[1] == other:
+            found.append(other)
+    return found[0] if len(found) == 1 else None
 
 
 def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Path]],

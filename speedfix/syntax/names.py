@@ -86,6 +86,11 @@ class ImportTable:
             # `from . import engine` binds `.engine`, as `from .engine import x` binds `.engine.x`
             self._bind(local, f"{base}{imported}" if base.endswith(".") else f"{base}.{imported}", module_level)
 
+    def bind_module(self, local: str, target: str) -> None:
+        """``local`` holds the module ``target`` without an import statement
+        (`MODEL = importlib.import_module(...)`); fixes do not use it."""
+        self._bind(local, target, module_level=False)
+
     def add_star_libraries(self, names: dict[str, str]) -> None:
         """Names a `from m import *` of another file binds to libraries `m` imports (`torch`);
         added before the file's own imports, which win. Not usable by fixes: they spell their
