@@ -13,6 +13,7 @@ from speedfix.model.frames import function_of
 from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
 from speedfix.model.networks import frozen_before
+from speedfix.model.patterns import TRANSFORMERS_ADAMW
 from speedfix.model.torch_api import FUSABLE_OPTIMIZERS
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, Impact, trains_adapters, trains_hub_model
@@ -20,8 +21,6 @@ from speedfix.syntax.comments import has_noqa
 from speedfix.syntax.names import dotted_name
 
 _FUSABLE = FUSABLE_OPTIMIZERS
-# transformers' own AdamW (deprecated, removed from recent releases): never fused.
-_TRANSFORMERS_ADAMW = ("transformers.AdamW", "transformers.optimization.AdamW")
 # Options that rule out, or explicitly choose, an implementation: the user decided.
 _CHOSEN = ("fused", "foreach", "differentiable", "capturable")  # capturable: stepped inside CUDA graphs
 # Fused Adam/AdamW take CPU parameters too from this version on (CUDA ones since 2.0).
@@ -342,7 +341,7 @@ class OptimizerNotFused(Rule):
                 message += " (and so do the optimizers the same method makes only under a condition)" if len(optional) > 1 \
                     else " (and so does the one the same method makes only under a condition)"
             self.report(site.node, message, fix_ops=[self._add_fused(other.node) for other in (site, *beside, *optional)])
-        for site in self.ctx.calls_to(*_TRANSFORMERS_ADAMW):
+        for site in self.ctx.calls_to(*TRANSFORMERS_ADAMW):
             self._transformers_adamw(site)
         for site in self.ctx.calls:
             if isinstance(site.node.func, cst.Name) and self.ctx.qualname(site.node.func) is None:

@@ -49,14 +49,16 @@ _COPY_NAME = re.compile(r"target|^ema_|_ema$|^ema$", re.IGNORECASE)
 class ModelNotCompiled(Rule):
     """
     ## What it does
-    Finds a model that a CUDA script trains (its parameters go to a `torch.optim` optimizer, or to
+    Finds a model that a CUDA script trains (its parameters go to a `torch.optim` optimizer, to
+    another library's (`transformers.AdamW`, bitsandbytes' `AdamW8bit`, apex's `FusedAdam`), or to
     an optimizer class of the file or of another project file built on `torch.optim.Optimizer`:
     SAM, LARS, LAMB) but never passes to `torch.compile`, however it is built (a class of the file,
     `torchvision.models.resnet50()`, `models.__dict__[args.arch]()`, `timm.create_model(...)`,
     `AutoModel.from_pretrained(...)`) and wrapped (`nn.DataParallel`, `DistributedDataParallel`).
     A script that compiles only behind an option that is off by default (`if args.compile:` with
-    a `store_true` flag, nanoGPT-style `compile = False`) does not compile its default run and is
-    reported, without a fix; one whose option defaults to on is left alone. A script that
+    a `store_true` flag, nanoGPT-style `compile = False`, a dataclass field `compile: bool = False`
+    that `tyro.cli`, `pyrallis` or `HfArgumentParser` fills) does not compile its default run and
+    is reported, without a fix; one whose option defaults to on is left alone. A script that
     differentiates a backward pass (`torch.autograd.grad(..., create_graph=True)` for a gradient
     penalty, as StyleGAN2's R1 and path-length regularisers do) is left alone too: compiled
     graphs do not support double backward, so compiling would make it raise. So is a network
@@ -917,6 +919,40 @@ class ModelNotCompiled(Rule):
             if args.compile:
                 model = torch.compile(model)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            """,
+        ),
+        Invalid(  # CleanRL-style options: a dataclass `tyro.cli` fills, its `compile` field off by default
+            """
+            from dataclasses import dataclass
+            import torch
+            import tyro
+
+            @dataclass
+            class Args:
+                compile: bool = False
+
+            args = tyro.cli(Args)
+            model = Net().cuda()
+            if args.compile:
+                model = torch.compile(model)
+            optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
+            """,
+        ),
+        Invalid(  # another library's optimizer updates the parameters all the same
+            """
+            import bitsandbytes as bnb
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained("gpt2").to("cuda")
+            optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=1e-4)
+            """,
+            fixed="""
+            import bitsandbytes as bnb
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained("gpt2").to("cuda")
+            model.compile()
+            optimizer = bnb.optim.AdamW8bit(model.parameters(), lr=1e-4)
             """,
         ),
         Invalid(  # a linear probe (DINO): the frozen backbone does the work, so no automatic fix

@@ -552,12 +552,13 @@ def _field_default(ctx: FileContext, value: cst.BaseExpression) -> cst.BaseExpre
 
 def annotated_field_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
     """`args.use_lora` in `def main(args: FlatArguments)` (or `(args,) = HfArgumentParser(
-    (FlatArguments,)).parse_args_into_dataclasses()`), `FlatArguments` a dataclass of the file
-    that an argument parser fills: the field's default, which is the option's default on the
-    command line."""
+    (FlatArguments,)).parse_args_into_dataclasses()`, `args = tyro.cli(FlatArguments)`, `args =
+    FlatArguments()`), `FlatArguments` a dataclass of the file that an argument parser fills: the
+    field's default, which is the option's default on the command line."""
     if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
         return None
-    owner = _annotated_class(ctx, node.value.value, stack) or _parsed_class(ctx, node.value.value, stack)
+    name = node.value.value
+    owner = _annotated_class(ctx, name, stack) or _parsed_class(ctx, name, stack) or _built_class(ctx, name, stack)
     info = ctx.classes.get(owner or "")
     if info is None or not any(dotted_name(d.decorator) in ("dataclass", "dataclasses.dataclass")
                                or isinstance(d.decorator, cst.Call) and dotted_name(d.decorator.func) in
@@ -574,6 +575,24 @@ def _annotated_class(ctx: FileContext, name: str, stack: Stack) -> str | None:
     params = [*function.params.params, *function.params.kwonly_params]
     param = next((p for p in params if p.name.value == name and p.annotation is not None), None)
     return dotted_name(param.annotation.annotation) if param is not None else None  # type: ignore[union-attr]
+
+
+# Command-line parsers that fill a dataclass from its fields (CleanRL's `args = tyro.cli(Args)`):
+# the class is their first argument, or their `config_class`.
+_DATACLASS_CLIS = frozenset({"tyro.cli", "pyrallis.parse", "draccus.parse", "simple_parsing.parse"})
+
+
+def _built_class(ctx: FileContext, name: str, stack: Stack) -> str | None:
+    """`args = tyro.cli(Args)`, `cfg = pyrallis.parse(config_class=TrainConfig)`, `cfg =
+    TrainConfig()`: the class whose fields' defaults the name holds on a default run."""
+    value = ctx.single_value(name, stack)
+    if not isinstance(value, cst.Call):
+        return None
+    if ctx.qualname(value.func) in _DATACLASS_CLIS:
+        given = next((arg.value for arg in value.args if arg.keyword is None or arg.keyword.value == "config_class"), None)
+        return dotted_name(given) if given is not None else None
+    called = dotted_name(value.func)
+    return called if not value.args and called in ctx.classes else None
 
 
 _DATACLASS_PARSES = frozenset({"parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file"})

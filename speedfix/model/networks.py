@@ -21,7 +21,7 @@ from speedfix.model.flow import comes_before, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object
 from speedfix.model.frames import FrameKind, Stack, class_of, function_of
 from speedfix.model.index import Assignment, CallSite
-from speedfix.model.patterns import INSTANTIATE, NN_MODULE, OPTIMIZER_PREFIX
+from speedfix.model.patterns import INSTANTIATE, LIBRARY_OPTIMIZERS, NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.model.project_classes import project_class
 from speedfix.project import FunctionFacts
 from speedfix.project.steps import (CONV_LAYERS, MATMUL_METHODS, MODULE_API, NOT_CONV_NETS, SPARSE_MATMULS, diffusers_conv_net,
@@ -740,7 +740,8 @@ def _instantiates(ctx: FileContext, site: CallSite) -> bool:
 
 
 def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
-    """`torch.optim.AdamW(...)`, also chosen by name: `getattr(torch.optim, args.optimizer)(...)`,
+    """`torch.optim.AdamW(...)` (or another library's: `transformers.AdamW`, `bnb.optim.AdamW8bit`),
+    also chosen by name: `getattr(torch.optim, args.optimizer)(...)`,
     or an optimizer class of the file's own built on `torch.optim.Optimizer` (a hand-written LARS
     or LAMB for large-batch training), or the one a hydra config names, handed the parameters
     (`hydra.utils.instantiate(cfg.optimizer, params=model.parameters())`): it updates the model's
@@ -760,7 +761,7 @@ def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
         return False
     if qualified.startswith(OPTIMIZER_PREFIX):
         return not qualified.startswith("torch.optim.lr_scheduler")
-    return _project_optimizer(ctx, site, qualified)
+    return qualified.startswith(LIBRARY_OPTIMIZERS) or _project_optimizer(ctx, site, qualified)
 
 
 def in_optimizer_class(ctx: FileContext, stack: Stack) -> bool:

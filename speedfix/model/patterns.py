@@ -35,6 +35,12 @@ AUTOCAST = (
     "torch.cpu.amp.autocast",
 )
 OPTIMIZER_PREFIX = "torch.optim."
+# transformers' own AdamW (deprecated, removed from recent releases): never fused.
+TRANSFORMERS_ADAMW = ("transformers.AdamW", "transformers.optimization.AdamW")
+# Optimizers of other libraries that update the parameters they are handed, as `torch.optim`'s do.
+LIBRARY_OPTIMIZERS = (*TRANSFORMERS_ADAMW, "transformers.Adafactor", "transformers.optimization.Adafactor",
+                      "bitsandbytes.optim.", "apex.optimizers.", "torch_optimizer.", "deepspeed.ops.adam.",
+                      "deepspeed.ops.lamb.")
 # hydra builds the object its config names (`_target_: torch.optim.AdamW`) from the arguments given.
 INSTANTIATE = ("hydra.utils.instantiate", "hydra.utils.call", "hydra.instantiate")
 NO_GRAD = tuple(sorted(NO_GRAD_CALLS))
