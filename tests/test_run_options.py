@@ -409,3 +409,32 @@ class Trainer:
     write("main.py", "import torch\nfrom trainer import Trainer\nTrainer(Net().cuda(), data, num_workers=0)\n")
     found = run_cli("scan", ".", "--select", "SF101", "--no-summary", cwd=tmp_path).stdout
     assert "trainer.py:8:23: SF101" in found and "resolves to 0" in found
+
+
+@pytest.mark.parametrize("parsed, off", [
+    ("tyro.cli(Args)", True),  # CleanRL
+    ("pyrallis.parse(config_class=Args)", True),
+    ("Args()", True),
+    ("Args(compile=True)", False),  # the field is given: not the default
+    ("load_args()", False),  # made elsewhere: unknown
+])
+def test_a_dataclass_a_parser_fills_gives_its_fields_defaults(write, run_cli, tmp_path, parsed, off):
+    write("train.py", f"""\
+        from dataclasses import dataclass
+        import pyrallis
+        import torch
+        import tyro
+
+        @dataclass
+        class Args:
+            compile: bool = False
+
+        args = {parsed}
+        model = Net().cuda()
+        if args.compile:
+            model = torch.compile(model)
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
+        """)
+    found = run_cli("scan", "train.py", "--select", "SF501", "--no-summary", cwd=tmp_path).stdout
+    assert ("compiled only when `args.compile`, which is off by default" in found) is off
+    assert ("SF501" in found) is off
