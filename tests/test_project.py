@@ -731,6 +731,62 @@ def test_a_layer_class_that_a_string_option_picks_for_no_run_is_left_out(run_cli
         left_out == {11}), result.stdout
 
 
+UNET = """\
+import torch
+import torch.nn as nn
+
+class QKVAttentionLegacy(nn.Module):
+    def forward(self, q, k, v):
+        weight = torch.softmax(torch.einsum("bct,bcs->bts", q, k), dim=-1)
+        return torch.einsum("bts,bcs->bct", weight, v)
+
+class AttentionBlock(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.attention = QKVAttentionLegacy()
+
+    def forward(self, x):
+        return self.attention(x, x, x)
+
+class SpatialTransformer(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.proj = nn.Linear(channels, channels)
+
+class UNetModel(nn.Module):
+    def __init__(self, channels, use_spatial_transformer=False):
+        super().__init__()
+        self.block = AttentionBlock(channels) if not use_spatial_transformer else SpatialTransformer(channels)
+
+class EncoderUNetModel(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.block = AttentionBlock(channels)
+"""
+
+
+@pytest.mark.parametrize("configs, left_out", [
+    ({"txt2img.yaml": "True"}, True),  # the run builds the spatial transformer
+    ({"txt2img.yaml": "True", "lsun.yaml": "False"}, False),  # another run builds the attention block
+    ({"txt2img.yaml": None}, False),  # the default: the attention block
+])
+def test_classes_a_run_config_leaves_unbuilt_are_left_out(run_cli, tmp_path, write, configs, left_out):
+    """Latent diffusion's UNet builds `AttentionBlock` (and with it the hand-written
+    `QKVAttentionLegacy`) only `if not use_spatial_transformer`, which the YAML config the runs
+    build it from sets; `EncoderUNetModel`, which nothing builds, does not put it on the run."""
+    write("ldm/openaimodel.py", UNET)
+    write("main.py", "import torch\nfrom ldm.util import instantiate_from_config\n"
+                     "model = instantiate_from_config(config.model).cuda()\n")
+    for name, value in configs.items():
+        option = "" if value is None else f"\n      use_spatial_transformer: {value}"
+        write(f"configs/{name}", f"model:\n  target: ldm.openaimodel.UNetModel\n  params:\n      channels: 320{option}\n")
+    result = run_cli("scan", ".", "--select", "SF503", "--no-summary", "--no-cache", "--torch-version", "2.4", cwd=tmp_path)
+    note = ("ldm/openaimodel.py: note: 1 finding in `QKVAttentionLegacy` (built only in `AttentionBlock`, which no run "
+            "builds) left out: no run builds them")
+    assert (note in result.stdout) is left_out, result.stdout
+    assert ("ldm/openaimodel.py:6:" in result.stdout) is not left_out, result.stdout
+
+
 # ------------------------------------------------------------------ loops as people write them
 def context(code: str, links=None) -> FileContext:
     module = cst.parse_module(textwrap.dedent(code))

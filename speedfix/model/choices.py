@@ -17,11 +17,17 @@ it: advice inside it is about code the runs do not take.
 The value of such a parameter is what every call passes: the other scanned files' calls
 (``Links.arguments``: a constant, or an option's argparse default), this file's own calls (a
 constant, its default when left out, or in turn the parameter of the constructor that passes it
-on: `GNN_graphpred(..., gnn_type="gin")` building `GNN(..., gnn_type=gnn_type)`), and the default
-where no call passes it. A value that cannot be known (a launch command that sets the option, a
-computed argument, `**kwargs`) keeps the class on the run. Only classes of a module that a scanned
-training script imports (``Links.trained_by``), that no other scanned file builds, and that this
-file names nowhere but in those calls count.
+on: `GNN_graphpred(..., gnn_type="gin")` building `GNN(..., gnn_type=gnn_type)`), the `params:` of
+the project's run configs that build the class (latent diffusion's `target: ...UNetModel` with
+`use_spatial_transformer: True`), and the default where none passes it. A value that cannot be
+known (a launch command that sets the option, a computed argument, `**kwargs`) keeps the class on
+the run. The tests read are comparisons with constants and flags (`if use_checkpoint:`, `not
+use_spatial_transformer`), in `if` statements and conditional expressions. A class built only
+inside classes that no run builds is not built either (ldm's `QKVAttentionLegacy`, built only in
+`AttentionBlock`); a class that nothing names at all (no call, no config, no decorator) counts as
+such a builder, not as off the run itself. Only classes of a module that a scanned training
+script imports (``Links.trained_by``) or whose classes a run config builds, that no other scanned
+file builds, and that this file names nowhere but in those calls count.
 """
 
 from __future__ import annotations
@@ -33,10 +39,12 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.arguments import State, find_argument
+from speedfix.model.config_files import run_configs
 from speedfix.model.context import FileContext
 from speedfix.model.frames import function_of
 from speedfix.model.index import CallSite
 from speedfix.model.launch import option_passed
+from speedfix.syntax.walk import child_nodes
 
 _DEPTH = 3  # constructors passing a parameter on to another, followed at most
 _KNOWN: WeakKeyDictionary[FileContext, dict[tuple[int, str], set[object] | None]] = WeakKeyDictionary()
@@ -47,23 +55,59 @@ _LITERALS = (cst.SimpleString, cst.Integer, cst.Float)
 def classes_no_run_picks(ctx: FileContext) -> dict[str, str]:
     """The top-level classes of this library module that no run builds, each with why (`built
     only where `gnn_type` is `'gcn'`; the runs give `'gin'``)."""
-    if ctx.links.trained_by is None:
-        return {}
     classes = {statement.name.value for statement in ctx.module.body if isinstance(statement, cst.ClassDef)}
+    if ctx.links.trained_by is None and not classes & run_configs(ctx).named_classes():
+        return {}  # neither a training script's module nor one whose classes the run configs build
     built_elsewhere = {built for built, *_ in ctx.links.constructed}
     sites: dict[str, list[CallSite]] = {}
     for site in ctx.calls:
         if site.func in classes and site.func not in built_elsewhere:
             sites.setdefault(site.func, []).append(site)
+    taken = {id(site): _never_taken(ctx, site) for built in sites.values() for site in built}
+    if not any(taken.values()):
+        return {}
+    # classes built nowhere that only build others count as builders no run takes (see below)
+    idle = _built_by_nothing(ctx, classes - set(sites) - built_elsewhere)
     found: dict[str, str] = {}
-    for name, built in sites.items():
-        reasons = [_never_taken(ctx, site) for site in built]
-        if all(reasons):
-            found[name] = str(reasons[0])
-    if found:
-        named = _names_used(ctx.module, set(found))
-        found = {name: why for name, why in found.items() if named.get(name, 0) == len(sites[name])}
-    return found
+    while True:  # in turn: classes built only inside classes no run builds (ldm's `QKVAttentionLegacy`)
+        off = set(found) | idle
+        more: dict[str, str] = {}
+        for name, built in sites.items():
+            owners = [_top_class(ctx, site) for site in built]
+            reasons = [None if owner in off else taken[id(site)] for site, owner in zip(built, owners)]
+            if name in found or not all(reason or owner in off for reason, owner in zip(reasons, owners)):
+                continue
+            # the branch's test reads best; else the classes that would build it
+            inside = " and ".join(f"`{owner}`" for owner in dict.fromkeys(o for o in owners if o in off))
+            more[name] = next((reason for reason in reasons if reason), f"built only in {inside}, which no run builds")
+        # a class named otherwise too (`custom_ops={QKVAttention: ...}`) may be built that way
+        named = _names_used(ctx.module, set(more), skip=off) if more else {}
+        more = {name: why for name, why in more.items()
+                if named.get(name, 0) == sum(_top_class(ctx, site) not in off for site in sites[name])}
+        if not more:
+            return found
+        found.update(more)
+
+
+def _built_by_nothing(ctx: FileContext, candidates: set[str]) -> set[str]:
+    """The classes of ``candidates`` (built nowhere in this file nor by another scanned file)
+    that nothing names: not this file's other code, not a run config, no decorator that
+    registers them (guided diffusion's `EncoderUNetModel` beside the `UNetModel` a config
+    builds). A scan does not see every caller, so they only count as builders of other classes
+    that no run builds; their own code keeps its findings."""
+    if not candidates:
+        return set()
+    configured = run_configs(ctx).named_classes()
+    named = _names_used(ctx.module, candidates)
+    return {statement.name.value for statement in ctx.module.body if isinstance(statement, cst.ClassDef)
+            and statement.name.value in candidates and not statement.decorators
+            and statement.name.value not in configured and not named.get(statement.name.value)}
+
+
+def _top_class(ctx: FileContext, site: CallSite) -> str | None:
+    """The top-level class whose code holds ``site`` (None: module-level code or a function)."""
+    outer = next((frame.node for frame in site.stack if isinstance(frame.node, cst.ClassDef)), None)
+    return outer.name.value if outer is not None and any(statement is outer for statement in ctx.module.body) else None
 
 
 def _never_taken(ctx: FileContext, site: CallSite) -> str | None:
@@ -73,7 +117,8 @@ def _never_taken(ctx: FileContext, site: CallSite) -> str | None:
     if not isinstance(function, cst.FunctionDef) or site.statement is None:
         return None
     reasons: list[tuple[bool, str]] = []
-    for test, taken in _branches_to(function.body, site.statement):
+    way = _branches_to(function.body, site.statement) + _choices_to(site.statement, site.node)
+    for test, taken in way:
         decided = _parameter_test(test)
         if decided is None:
             continue
@@ -92,6 +137,24 @@ def _branches_to(body: cst.BaseSuite, target: cst.CSTNode) -> list[tuple[cst.Bas
     way goes through its body (True) or its `else`/`elif` (False); [] when not found in it."""
     path: list[tuple[cst.BaseExpression, bool]] = []
     return path if _find(body, target, path) else []
+
+
+def _choices_to(node: cst.CSTNode, target: cst.CSTNode) -> list[tuple[cst.BaseExpression, bool]]:
+    """The conditional expressions on the way from ``node`` to ``target`` (`AttentionBlock(...)
+    if not use_spatial_transformer else SpatialTransformer(...)`), as ``_branches_to`` gives them."""
+    if node is target:
+        return []
+    for child in child_nodes(node):
+        if child is target or _holds(child, target):
+            way = _choices_to(child, target)
+            if isinstance(node, cst.IfExp) and child is not node.test:
+                way.insert(0, (node.test, child is node.body))
+            return way
+    return []
+
+
+def _holds(node: cst.CSTNode, target: cst.CSTNode) -> bool:
+    return any(child is target or _holds(child, target) for child in child_nodes(node))
 
 
 def _find(body: cst.BaseSuite | cst.CSTNode, target: cst.CSTNode, path: list[tuple[cst.BaseExpression, bool]]) -> bool:
@@ -135,8 +198,12 @@ def _suites(statement: cst.CSTNode) -> Iterator[cst.BaseSuite]:
 
 
 def _parameter_test(test: cst.BaseExpression) -> tuple[str, Callable[[object], bool], str] | None:
-    """`name == "x"`, `"x" == name`, `name != "x"`, `name in ("x", "y")`, `name not in (...)`:
-    the name, the test as a function of its value, and the test as shown."""
+    """`name == "x"`, `"x" == name`, `name != "x"`, `name in ("x", "y")`, `name not in (...)`,
+    `name`, `not name`: the name, the test as a function of its value, and the test as shown."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and isinstance(test.expression, cst.Name):
+        return test.expression.value, lambda value: not value, "is false"
+    if isinstance(test, cst.Name) and test.value not in ("True", "False", "None"):
+        return test.value, bool, "is true"
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return None
     target = test.comparisons[0]
@@ -210,8 +277,18 @@ def _worked_out(ctx: FileContext, function: cst.FunctionDef, name: str, depth: i
             return None
     # no other file passes it: where they call it (a class: where they build it), its default holds
     left_out = not given and (not offset or called in {built for built, *_ in ctx.links.constructed})
+    # the project's run configs that build the class (`target: ...UNetModel` with `params:`)
+    configs = run_configs(ctx).init_args(called, (), "") if offset else []
+    for args in configs:
+        value = args.get(name)
+        if value is None:
+            left_out = True
+        elif value.value is None or isinstance(value.value, (str, int, float, bool)):
+            values.add(value.value)
+        else:
+            return None
     calls = [site for site in ctx.calls if site.func == called]
-    left_out = left_out or not (given or calls)  # called nowhere: its default
+    left_out = left_out or not (given or calls or configs)  # called nowhere: its default
     for site in calls:
         argument = find_argument(ctx, site, name, position)
         if argument.state is State.MISSING:
@@ -262,12 +339,15 @@ def _rebinds(ctx: FileContext, function: cst.FunctionDef, name: str) -> bool:
 
 
 class _NameCount(cst.CSTVisitor):
-    def __init__(self, names: set[str]) -> None:
+    def __init__(self, names: set[str], skip: set[str]) -> None:
         self.names = names
+        self.skip = skip
         self.inside: list[str] = []
         self.count: dict[str, int] = {}
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        if node.name.value in self.skip:
+            return False
         for part in (*node.decorators, *node.bases, *node.keywords):
             part.visit(self)
         self.inside.append(node.name.value)
@@ -280,9 +360,9 @@ class _NameCount(cst.CSTVisitor):
             self.count[node.value] = self.count.get(node.value, 0) + 1
 
 
-def _names_used(module: cst.Module, names: set[str]) -> dict[str, int]:
+def _names_used(module: cst.Module, names: set[str], skip: set[str] = frozenset()) -> dict[str, int]:  # type: ignore[assignment]
     """How often each of ``names`` is read in the module, outside its own class (`super(GCNConv,
-    self).__init__()` is no use of `GCNConv`)."""
-    counter = _NameCount(names)
+    self).__init__()` is no use of `GCNConv`) and the classes ``skip``."""
+    counter = _NameCount(names, skip)
     module.visit(counter)
     return counter.count
