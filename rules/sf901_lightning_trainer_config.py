@@ -26,6 +26,8 @@ from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_
 _FP16 = frozenset({"16", "16-mixed"})
 _HEAVY_PROFILERS = frozenset({"advanced", "pytorch", "xla"})
 _COMPILE_FROM = v("2.0")
+# fp32 matmuls stopped using TF32 by default (and `set_float32_matmul_precision` came) in torch 1.12.
+_TF32_OFF_FROM = v("1.12")
 _SHARDING = ("torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard",
              "torch.distributed.tensor.parallel.parallelize_module")
 _COMPILE_REASON = ("the first steps pay the compile, and a module that does not trace breaks its graph: "
@@ -775,8 +777,8 @@ class LightningTrainerConfig(Rule):
         """Once per file: fp32 training and nothing chooses TF32 (reported on the statement: the
         precision finding sits on the call itself)."""
         ctx = self.ctx
-        if matmul_precision_chosen(ctx) or self._tf32_reported:
-            return
+        if matmul_precision_chosen(ctx) or self._tf32_reported or ctx.torch_version < _TF32_OFF_FROM:
+            return  # chosen, said, or a torch before 1.12, whose matmuls run in TF32 by default
         self._tf32_reported = True
         high = string_literal(ctx, "high")
         ops, reason = setting_at_entry_point(ctx, "torch.set_float32_matmul_precision", lambda call: f"{call}({high})")

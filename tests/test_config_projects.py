@@ -640,6 +640,31 @@ def test_a_torch_pin_is_also_read_from_poetry_a_readme_install_line_or_an_old_li
     assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
 
 
+@pytest.mark.parametrize("line, pinned", [
+    ("  - pytorch=1.11.0", True),  # conda's one `=`: this version
+    ("  - pytorch::pytorch=1.11.0=py3.8_cuda11.3_cudnn8.2.0_0", True),
+    ("  - pytorch==1.7.0", True),
+    ("  - pip:\n    - torch==1.13.1", True),
+    ("  - pytorch>=2.1", False),
+    ("  - pytorch", False),
+])
+def test_a_torch_pin_is_read_from_a_conda_environment_file(write, run_cli, tmp_path, line, pinned):
+    write("train.py", ADAM)
+    write("environment.yml", f"name: env\nchannels:\n  - pytorch\ndependencies:\n  - python=3.8\n{line}\n")
+    text = run_cli("scan", ".", "--select", "SF401", cwd=tmp_path).stdout
+    assert ("train.py:" not in text) is pinned, text
+    assert ("environment.yml: note: the project pins" in text) is pinned, text
+
+
+def test_lightning_on_a_torch_before_1_12_gets_no_tf32_advice(write, run_cli, tmp_path):
+    """Before torch 1.12 fp32 matmuls ran in TF32 by default, and the setting's function did not exist."""
+    write("train.py", LIGHTNING_FP16.replace("precision=16, ", ""))
+    write("requirements.txt", "torch==1.11.0\npytorch-lightning==1.6.5\n")
+    assert "TF32" not in run_cli("scan", "train.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+    write("requirements.txt", "torch==1.12.1\npytorch-lightning==1.6.5\n")
+    assert "TF32" in run_cli("scan", "train.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+
+
 LIGHTNING_FP16 = """\
 import torch
 import pytorch_lightning as pl

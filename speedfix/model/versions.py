@@ -161,7 +161,10 @@ def _requirement(*names: str) -> re.Pattern[str]:
 
 _REQUIREMENT = _requirement("torch", "pytorch")
 _CLAUSE = re.compile(r"(===|==|!=|~=|<=|>=|<|>)\s*([\w.*+!]+)")
-_PIN_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+_PIN_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "environment.yml", "environment.yaml", "conda.yml", "conda.yaml")
+_CONDA_FILES = frozenset(_PIN_FILES[3:])
+# A conda environment's `- pytorch=1.11.0` (or `=1.11.0=py3.8_cuda11.3_0`): one `=` is conda's "this version".
+_CONDA_PIN = re.compile(r"^\s*-\s*(?:[\w-]+::)?(?P<name>pytorch|torch)\s*=\s*(?P<version>\d+(?:\.\d+)*)(?![\w.])")
 # The last minor release of each major version, for "the newest torch below 2.0".
 _LAST_MINOR = {0: 4, 1: 13}
 
@@ -299,6 +302,8 @@ def _torch_clauses(text: str, path: Path, pattern: re.Pattern[str] = _REQUIREMEN
             clauses.extend(_CLAUSE.findall(match.group("spec")))
         if pattern is _REQUIREMENT and path.name == "pyproject.toml":
             clauses.extend(_poetry_clauses(line))
+        if pattern is _REQUIREMENT and path.name in _CONDA_FILES and (conda := _CONDA_PIN.match(line)):
+            clauses.append(("==", conda.group("version")))
     return clauses
 
 
