@@ -4,14 +4,15 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.flow import in_no_run
-
-_DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
+from speedfix.model.torch_api import DDP_SETTINGS
 
 
 class DdpFindUnusedParameters(Rule):
     """
     ## What it does
-    Finds `DistributedDataParallel(..., find_unused_parameters=True)`.
+    Finds `DistributedDataParallel(..., find_unused_parameters=True)`, also handed on by
+    Accelerate (`DistributedDataParallelKwargs(find_unused_parameters=True)`) or Lightning
+    (`DDPStrategy(find_unused_parameters=True)`).
 
     ## Why is this bad?
     With it, DDP walks the whole autograd graph after every forward pass to find parameters that
@@ -97,10 +98,17 @@ class DdpFindUnusedParameters(Rule):
             model = DDP(model, **ddp_kwargs)
             """
         ),
+        Invalid(  # Accelerate hands it to the DDP wrapper it makes in `prepare`
+            """
+            from accelerate import Accelerator, DistributedDataParallelKwargs
+            ddp_kwargs = DistributedDataParallelKwargs(find_unused_parameters=True)
+            accelerator = Accelerator(kwargs_handlers=[ddp_kwargs])
+            """
+        ),
     ]
 
     def finish(self) -> None:
-        for site in self.ctx.calls_to(*_DDP):
+        for site in self.ctx.calls_to(*DDP_SETTINGS):
             flag = find_argument(self.ctx, site, "find_unused_parameters")
             if literal_bool(self.ctx, flag.node, site.stack) and not in_no_run(self.ctx, site.statement, site.stack):
                 self.report(site.node, "`find_unused_parameters=True` walks the autograd graph again after every forward pass")

@@ -51,7 +51,7 @@ class LightningTrainerConfig(Rule):
       segmentation_models_pytorch network) trained without `benchmark=True`, or with
       `deterministic=True` on every run (cuDNN's deterministic algorithms; information only, no fix);
     - `accumulate_grad_batches` above 1, which does not make steps faster (information only);
-    - `self.log(..., sync_dist=True)` in `training_step` (or in a method it calls, such as a
+    - `self.log(..., sync_dist=True)` (or `self.log_dict`) in `training_step` (or in a method it calls, such as a
       `shared_step`), an all-reduce per step with several GPUs: one finding per method, on its first.
 
     - a LightningModule trained on the GPU that nothing compiles (`torch.compile`, information
@@ -587,6 +587,17 @@ class LightningTrainerConfig(Rule):
                     return self.shared_step(batch, "val")
             """,
         ),
+        Invalid(  # a dict of values logged at once is reduced all the same
+            """
+            import lightning as L
+
+            class AutoEncoder(L.LightningModule):
+                def training_step(self, batch, batch_idx):
+                    loss, parts = self.model.loss(batch)
+                    self.log_dict({"train/loss": loss, **parts}, sync_dist=True)
+                    return loss
+            """,
+        ),
     ]
 
     def __init__(self, ctx: FileContext) -> None:
@@ -854,10 +865,12 @@ class LightningTrainerConfig(Rule):
 
     def _check_sync_dist(self) -> None:
         """Once per function of the step (the `training_step`, or a `shared_step` it calls): the
-        first `self.log(..., sync_dist=True)`, naming how many more the same step makes."""
+        first `self.log(..., sync_dist=True)` (or `self.log_dict`), naming how many more the same
+        step makes."""
         ctx = self.ctx
         found: dict[cst.CSTNode | None, list[tuple[CallSite, ArgValue]]] = {}
-        for site in ctx.method_calls("log"):
+        logged = {id(site) for name in ("log", "log_dict") for site in ctx.method_calls(name)}
+        for site in [site for site in ctx.calls if id(site) in logged]:  # in the order they are written
             func = site.node.func
             assert isinstance(func, cst.Attribute)
             if not (isinstance(func.value, cst.Name) and func.value.value == "self") or not ctx.is_hot(site.stack):
@@ -873,9 +886,11 @@ class LightningTrainerConfig(Rule):
             site, sync = logs[0]
             more = f" (and {len(logs) - 1} more `self.log` call{'s' if len(logs) > 2 else ''} of this step)" \
                 if len(logs) > 1 else ""
+            method = site.node.func.attr.value  # type: ignore[attr-defined]
             self.report(
                 sync.arg or site.node,
-                f"`self.log(..., sync_dist=True)` in the training step all-reduces the value across GPUs every step{more}",
+                f"`self.{method}(..., sync_dist=True)` in the training step all-reduces the "
+                f"value{'s' if method == 'log_dict' else ''} across GPUs every step{more}",
                 severity=Severity.INFO,
                 no_fix_reason="log it with `on_step=False, on_epoch=True`, "
                 "or without `sync_dist` if rank 0's value will do",

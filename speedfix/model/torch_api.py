@@ -14,3 +14,18 @@ FUSABLE_OPTIMIZERS = (
     "torch.optim.adam.Adam",
     "torch.optim.adamw.AdamW",
 )
+
+# What takes DDP's `find_unused_parameters`: the wrapper itself, and the frameworks' objects that
+# hand it on (Accelerate's kwargs handler, Lightning's strategy).
+DDP_SETTINGS = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "accelerate.DistributedDataParallelKwargs",
+    "accelerate.utils.DistributedDataParallelKwargs",
+    "accelerate.utils.dataclasses.DistributedDataParallelKwargs",
+    "lightning.pytorch.strategies.DDPStrategy",
+    "lightning.pytorch.strategies.ddp.DDPStrategy",
+    "pytorch_lightning.strategies.DDPStrategy",
+    "pytorch_lightning.strategies.ddp.DDPStrategy",
+    "lightning.fabric.strategies.DDPStrategy",
+)
