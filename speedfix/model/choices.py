@@ -69,11 +69,12 @@ def classes_no_run_picks(ctx: FileContext) -> dict[str, str]:
     # classes built nowhere that only build others count as builders no run takes (see below)
     idle = _built_by_nothing(ctx, classes - set(sites) - built_elsewhere)
     found: dict[str, str] = {}
+    owner_of = {id(site): _top_class(ctx, site) for built in sites.values() for site in built}
     while True:  # in turn: classes built only inside classes no run builds (ldm's `QKVAttentionLegacy`)
         off = set(found) | idle
         more: dict[str, str] = {}
         for name, built in sites.items():
-            owners = [_top_class(ctx, site) for site in built]
+            owners = [owner_of[id(site)] for site in built]
             reasons = [None if owner in off else taken[id(site)] for site, owner in zip(built, owners)]
             if name in found or not all(reason or owner in off for reason, owner in zip(reasons, owners)):
                 continue
@@ -83,7 +84,7 @@ def classes_no_run_picks(ctx: FileContext) -> dict[str, str]:
         # a class named otherwise too (`custom_ops={QKVAttention: ...}`) may be built that way
         named = _names_used(ctx.module, set(more), skip=off) if more else {}
         more = {name: why for name, why in more.items()
-                if named.get(name, 0) == sum(_top_class(ctx, site) not in off for site in sites[name])}
+                if named.get(name, 0) == sum(owner_of[id(site)] not in off for site in sites[name])}
         if not more:
             return found
         found.update(more)
@@ -117,7 +118,7 @@ def _never_taken(ctx: FileContext, site: CallSite) -> str | None:
     if not isinstance(function, cst.FunctionDef) or site.statement is None:
         return None
     reasons: list[tuple[bool, str]] = []
-    way = _branches_to(function.body, site.statement) + _choices_to(site.statement, site.node)
+    way = _branches_to(function.body, site.statement) + (_choices_to(site.statement, site.node) or [])
     for test, taken in way:
         decided = _parameter_test(test)
         if decided is None:
@@ -139,22 +140,19 @@ def _branches_to(body: cst.BaseSuite, target: cst.CSTNode) -> list[tuple[cst.Bas
     return path if _find(body, target, path) else []
 
 
-def _choices_to(node: cst.CSTNode, target: cst.CSTNode) -> list[tuple[cst.BaseExpression, bool]]:
+def _choices_to(node: cst.CSTNode, target: cst.CSTNode) -> list[tuple[cst.BaseExpression, bool]] | None:
     """The conditional expressions on the way from ``node`` to ``target`` (`AttentionBlock(...)
-    if not use_spatial_transformer else SpatialTransformer(...)`), as ``_branches_to`` gives them."""
+    if not use_spatial_transformer else SpatialTransformer(...)`), as ``_branches_to`` gives them;
+    None when ``target`` is not below ``node``."""
     if node is target:
         return []
     for child in child_nodes(node):
-        if child is target or _holds(child, target):
-            way = _choices_to(child, target)
+        way = _choices_to(child, target)
+        if way is not None:
             if isinstance(node, cst.IfExp) and child is not node.test:
                 way.insert(0, (node.test, child is node.body))
             return way
-    return []
-
-
-def _holds(node: cst.CSTNode, target: cst.CSTNode) -> bool:
-    return any(child is target or _holds(child, target) for child in child_nodes(node))
+    return None
 
 
 def _find(body: cst.BaseSuite | cst.CSTNode, target: cst.CSTNode, path: list[tuple[cst.BaseExpression, bool]]) -> bool:
