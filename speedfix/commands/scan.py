@@ -27,7 +27,7 @@ from speedfix.syntax.generated import generated_code_kept
 from speedfix.syntax.pyast import Measured, parsed
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
 from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
-from speedfix.workspace.config import Settings, real_path
+from speedfix.workspace.config import Settings, real_path, real_paths_kept
 from speedfix.workspace.discovery import Target, iter_targets
 from speedfix.workspace.notebook import Notebook, NotebookError, is_notebook, read_cap, read_python
 
@@ -360,6 +360,7 @@ def _cached(
     return analyses, keys, todo
 
 
+@real_paths_kept()  # one scan resolves each path once
 def scan_paths(
     paths: list[Path],
     settings: Settings,

@@ -201,20 +201,34 @@ def _torch_pin(project: ProjectFiles) -> TorchPin | None:
     "..."` too); else an install command of a README (`pip install torch==1.11.0`); else a
     Lightning pin that implies an old torch."""
     folders = project.folders_up()
-    for folder in folders:
-        found = [(path, _torch_clauses(project.text(path) or "", path)) for path in _pin_files(project, folder)]
-        clauses = tuple(c for _, pinned in found for c in pinned)
-        if clauses:
-            path = next(path for path, pinned in found if pinned)
-            named = _REQUIREMENT.search(project.text(path) or "")
-            return TorchPin(path, clauses, named.group("name") if named else "torch")
-    for folder in folders:
-        for path in project.listing(folder, (".md", ".rst", ".txt")):
-            if path.name.lower().startswith("readme"):
-                clauses, name = _install_clauses(project.text(path) or "")
-                if clauses:
-                    return TorchPin(path, clauses, name)
-    return _implied_pin(project, folders)
+    # Each folder's own answer is read once per scan: the scripts of a project share the folders above them.
+    for read in (_requirement_pin, _readme_pin, _implied_pin):
+        for folder in folders:
+            pin = project.recorded((read.__name__, folder), lambda: read(project, folder))
+            if pin is not None:
+                return pin
+    return None
+
+
+def _requirement_pin(project: ProjectFiles, folder: Path) -> TorchPin | None:
+    """The torch that the requirement files of ``folder`` itself name."""
+    found = [(path, _torch_clauses(project.text(path) or "", path)) for path in _pin_files(project, folder)]
+    clauses = tuple(c for _, pinned in found for c in pinned)
+    if not clauses:
+        return None
+    path = next(path for path, pinned in found if pinned)
+    named = _REQUIREMENT.search(project.text(path) or "")
+    return TorchPin(path, clauses, named.group("name") if named else "torch")
+
+
+def _readme_pin(project: ProjectFiles, folder: Path) -> TorchPin | None:
+    """The torch that an install command of a README of ``folder`` names."""
+    for path in project.listing(folder, (".md", ".rst", ".txt")):
+        if path.name.lower().startswith("readme"):
+            clauses, name = _install_clauses(project.text(path) or "")
+            if clauses:
+                return TorchPin(path, clauses, name)
+    return None
 
 
 # `pip install torch==1.11.0 --extra-index-url ...`, `conda install pytorch==1.12.1 -c pytorch`: the
@@ -237,15 +251,15 @@ _LIGHTNING = _requirement("pytorch-lightning", "pytorch_lightning", "lightning")
 _LIGHTNING_FOR_TORCH_2 = TorchVersion(1, 9)
 
 
-def _implied_pin(project: ProjectFiles, folders: list[Path]) -> TorchPin | None:
-    for folder in folders:
-        for path in _pin_files(project, folder):
-            text = project.text(path) or ""
-            clauses = _torch_clauses(text, path, _LIGHTNING)
-            named = _LIGHTNING.search(text)
-            if clauses and named is not None and _only_below(clauses, _LIGHTNING_FOR_TORCH_2):
-                via = named.group("name") + ",".join(op + version for op, version in clauses)
-                return TorchPin(path, (("<", "2"),), via=via)
+def _implied_pin(project: ProjectFiles, folder: Path) -> TorchPin | None:
+    """The torch below 2 that a Lightning 1.x pinned in the requirement files of ``folder`` implies."""
+    for path in _pin_files(project, folder):
+        text = project.text(path) or ""
+        clauses = _torch_clauses(text, path, _LIGHTNING)
+        named = _LIGHTNING.search(text)
+        if clauses and named is not None and _only_below(clauses, _LIGHTNING_FOR_TORCH_2):
+            via = named.group("name") + ",".join(op + version for op, version in clauses)
+            return TorchPin(path, (("<", "2"),), via=via)
     return None
 
 

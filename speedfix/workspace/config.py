@@ -11,10 +11,11 @@ import fnmatch
 import math
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -171,8 +172,33 @@ def _toml_type(value: object) -> str:
 
 def real_path(path: Path) -> Path:
     """``path`` with symbolic links resolved as far as they go; a link loop is left as it is
-    (``Path.resolve`` raises on one before Python 3.13, and a loop must not stop a scan)."""
-    return Path(os.path.realpath(path))
+    (``Path.resolve`` raises on one before Python 3.13, and a loop must not stop a scan).
+    Within ``real_paths_kept``, once per path."""
+    if _REAL is None:
+        return Path(os.path.realpath(path))
+    found = _REAL.get(path)
+    if found is None:
+        found = _REAL[path] = Path(os.path.realpath(path))
+    return found
+
+
+# Within one scan, a path's links are resolved once: every step of a scan (discovery, the cache,
+# the links between files) asks for the same paths, and each answer costs a system call per part.
+_REAL: dict[Path, Path] | None = None
+
+
+@contextmanager
+def real_paths_kept() -> Iterator[None]:
+    """Keep the paths ``real_path`` resolves until the block ends (one scan: its files' links are
+    taken as they are when it starts)."""
+    global _REAL
+    outer = _REAL
+    if outer is None:
+        _REAL = {}
+    try:
+        yield
+    finally:
+        _REAL = outer
 
 
 def load_config(pyproject: Path, output_formats: Sequence[str] | None = None) -> Settings:
