@@ -245,6 +245,38 @@ def test_a_deepspeed_json_named_by_a_launch_script_is_read(write, run_cli, tmp_p
     assert result.stdout.startswith('ds/z2.json:3:3: SF905 "wall_clock_breakdown": true')
 
 
+def test_a_deepspeed_json_handed_down_from_an_option_a_launch_script_sets(write, run_cli, tmp_path):
+    """CleanTransformer's layout: `deepspeed.initialize(config_params=ds_config)` in `train()`,
+    which `__main__` calls with `ds_config=run_config.ds_config`; `run_config = init_args()`,
+    whose parser ends with `args, _unknown = parser.parse_known_args()`; the launch script
+    passes `--ds_config scripts/ds.json`."""
+    write("train.py", """\
+        import argparse
+        import deepspeed
+
+        def train(model, loader, ds_config=None):
+            engine, optimizer, _, _ = deepspeed.initialize(config_params=ds_config, model=model,
+                                                           model_parameters=model.parameters())
+            for batch in loader:
+                engine.backward(engine(batch))
+                engine.step()
+
+        def init_args():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--ds_config", default=None, type=str)
+            args, _unknown = parser.parse_known_args()
+            return args
+
+        if __name__ == "__main__":
+            run_config = init_args()
+            train(build_model(), build_loader(), ds_config=run_config.ds_config)
+        """)
+    write("scripts/run.sh", "torchrun --nproc_per_node 4 train.py \\\n  --ds_config scripts/ds.json\n")
+    write("scripts/ds.json", '{\n  "bf16": {"enabled": true},\n  "wall_clock_breakdown": true\n}\n')
+    result = run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path)
+    assert result.stdout.startswith('scripts/ds.json:3:3: SF905 "wall_clock_breakdown": true')
+
+
 def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_path):
     write("train.py", "from accelerate import Accelerator\naccelerator = Accelerator()\n")
     assert "SF904" in run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout  # fp32 default

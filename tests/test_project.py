@@ -1686,6 +1686,87 @@ def test_a_cudnn_choice_of_the_script_that_runs_the_trainer_counts(run_cli, tmp_
     assert found == ([("trainer.py", "SF601")] if reported else [])
 
 
+@pytest.mark.parametrize("flag, built, expected", [
+    ('action="store_true"', "fp16=args.fp16", ["SF202"]),  # off by default: the default run trains in fp32
+    ('action="store_false"', "fp16=args.fp16", ["SF207"]),  # on by default: fp16 with a scaler
+    ('action="store_true"', "**extra", ["SF207"]),  # whatever `extra` holds: unknown, may be on
+])
+def test_an_autocast_enabled_by_a_keyword_the_learner_gets_through_kwargs(run_cli, tmp_path, write, flag, built, expected):
+    """DiffWave's layout: `main(parser.parse_args())` hands the options to `main(args)`, which
+    builds the learner with `fp16=args.fp16`; the learner keeps `autocast(enabled=kwargs.get("fp16",
+    False))` and trains `with self.autocast:`."""
+    write("learner.py", f"""\
+        import torch
+        import torch.nn as nn
+
+        class Learner:
+            def __init__(self, model, optimizer, **kwargs):
+                self.model = model
+                self.optimizer = optimizer
+                self.autocast = torch.cuda.amp.autocast(enabled=kwargs.get("fp16", False))
+                self.scaler = torch.cuda.amp.GradScaler(enabled=kwargs.get("fp16", False))
+
+            def train(self, loader):
+                for audio in loader:
+                    with self.autocast:
+                        loss = (self.model(audio.cuda()) - audio.cuda()).abs().mean()
+                    self.scaler.scale(loss).backward()
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+
+        def train(args, loader):
+            model = nn.Sequential(nn.Conv1d(1, 64, 3, padding=1), nn.ReLU(), nn.Conv1d(64, 1, 3, padding=1)).cuda()
+            opt = torch.optim.Adam(model.parameters(), fused=True)
+            extra = {{}}
+            Learner(model, opt, {built}).train(loader)
+        """)
+    write("main.py", f"""\
+        from argparse import ArgumentParser
+        from learner import train
+
+        def main(args):
+            train(args, None)
+
+        if __name__ == "__main__":
+            parser = ArgumentParser()
+            parser.add_argument("--fp16", {flag})
+            main(parser.parse_args())
+        """)
+    result = run_cli("scan", ".", "--select", "SF202,SF207", "--output-format", "json", cwd=tmp_path)
+    found = [(f["path"], f["line"], f["code"]) for f in json.loads(result.stdout)]
+    assert found == [("learner.py", 8, code) for code in expected]
+
+
+@pytest.mark.parametrize("keeps, expected", [
+    ("self.fp16 = kwargs.get('fp16')", ["SF202"]),  # the class keeps it: its code shows what it does
+    ("self.inner = External(**kwargs)", []),  # passed on to code the file does not show: may be 16-bit
+])
+def test_an_fp16_keyword_to_the_files_own_class_is_read_in_its_code(run_cli, tmp_path, write, keeps, expected):
+    write("train.py", f"""\
+        import torch
+        import torch.nn as nn
+        from elsewhere import External, options
+
+        class Learner:
+            def __init__(self, model, **kwargs):
+                self.model = model
+                {keeps}
+                self.autocast = torch.autocast("cuda", enabled=False)
+
+            def train(self, loader, opt):
+                for x in loader:
+                    with self.autocast:
+                        loss = self.model(x.cuda()).abs().mean()
+                    loss.backward()
+                    opt.step()
+
+        model = nn.Sequential(nn.Conv1d(1, 64, 3), nn.ReLU(), nn.Conv1d(64, 1, 3)).cuda()
+        Learner(model, fp16=options.fp16).train([], torch.optim.Adam(model.parameters(), fused=True))
+        """)
+    result = run_cli("scan", "train.py", "--select", "SF202", "--output-format", "json", cwd=tmp_path)
+    assert [f["code"] for f in json.loads(result.stdout)] == expected
+
+
 def test_loader_options_forwarded_through_kwargs_to_another_files_factory(run_cli, tmp_path, write):
     """deeplab's layout: a trainer class passes `**kwargs` of a dict literal (workers from an
     argparse default, pinned memory) to `make_loaders(args, **kwargs)` of data.py, keeps the

@@ -357,6 +357,8 @@ def _sixteen_bit_casts(ctx: FileContext) -> bool:
 
 def _sixteen_bit_keyword(ctx: FileContext) -> bool:
     for site in ctx.calls:
+        if _own_code(ctx, site.func):
+            continue  # the file's own class or function: its code shows what `fp16=` does there
         loading = (site.func or "").endswith(".from_pretrained")
         for arg in site.node.args:
             if arg.keyword is None:
@@ -365,6 +367,31 @@ def _sixteen_bit_keyword(ctx: FileContext) -> bool:
                     and _sixteen_bit(ctx, arg, site):
                 return True
     return False
+
+
+def _own_code(ctx: FileContext, name: str | None, depth: int = 0) -> bool:
+    """Is ``name`` a module-level function of the file, or a class of the file whose bases are all
+    its own too, that keeps the keywords it is given (a subclass of Lightning's `Trainer`, or a
+    `**kwargs` passed on, hands `precision=` to a framework)?"""
+    if name is None or depth > 4:
+        return False
+    functions = [info.node for info in ctx.functions.get(name, ()) if not info.stack]
+    if functions:
+        return not any(_passes_kwargs_on(ctx, function) for function in functions)
+    info = ctx.classes.get(name)
+    if info is None or not all(base == "object" or _own_code(ctx, base, depth + 1) for base in info.bases):
+        return False
+    return not any(_passes_kwargs_on(ctx, method.node) for method in ctx.functions.get("__init__", ())
+                   if method.class_name == name)
+
+
+def _passes_kwargs_on(ctx: FileContext, function: cst.CSTNode) -> bool:
+    """Does ``function`` take `**kwargs` and pass them on to a call (`Trainer(**kwargs)`)?"""
+    star = function.params.star_kwarg if isinstance(function, cst.FunctionDef) else None
+    if not isinstance(star, cst.Param):
+        return False
+    return any(arg.star == "**" and isinstance(arg.value, cst.Name) and arg.value.value == star.name.value
+               for site in ctx.calls if any(frame.node is function for frame in site.stack) for arg in site.node.args)
 
 
 def _host_copy(site: CallSite) -> bool:

@@ -144,6 +144,47 @@ def _passed_by_callers(ctx: FileContext, name: str, key: str, stack: Stack) -> A
     return ArgValue(State.KNOWN, cst.parse_expression(given[key]), passed=True) if given[key] else UNKNOWN
 
 
+def passed_through_star_kwargs(ctx: FileContext, name: str, key: str, stack: Stack) -> list[tuple[cst.BaseExpression | None, Stack]] | None:
+    """`kwargs.get("fp16", False)` in `def __init__(self, ..., **kwargs)` of a module-level class
+    (or in a module-level function): what each call of the class (the function) in the file
+    passes as `fp16=`, with the call's stack (None: the call leaves it out). None when that
+    cannot be known: the function rebinds or changes `kwargs`, a call passes `*`/`**` arguments,
+    another scanned file builds or calls it, or nothing in the file does."""
+    function = ctx.function_of(stack)
+    star = function.params.star_kwarg if isinstance(function, cst.FunctionDef) else None
+    if not isinstance(star, cst.Param) or star.name.value != name or ctx.assignments_in(function, name):
+        return None
+    assert isinstance(function, cst.FunctionDef)
+    if key in {param.name.value for param in (*function.params.params, *function.params.kwonly_params)}:
+        return None  # a keyword of that name goes to the parameter, not to `**kwargs`
+    touched = _keys_changed_later(ctx, name, stack, 0)
+    if touched is None or key in touched:
+        return None
+    owner = class_of_method(stack)
+    if owner is not None:
+        called = owner.name.value
+        module_level = function.name.value == "__init__" and any(
+            frame.node is owner for frame in stack[:1])  # the class itself at the top of the module
+        if not module_level or any(built == called for built, *_ in ctx.links.constructed):
+            return None
+        qualified = f"{called}.__init__"
+    else:
+        called = qualified = function.name.value
+        if len(stack) != 1 or any(f == called for f, _, _ in ctx.links.arguments):
+            return None
+    if any(f == qualified for f, _, _ in ctx.links.kwargs):
+        return None
+    found: list[tuple[cst.BaseExpression | None, Stack]] = []
+    for site in ctx.calls:
+        if site.func != called:
+            continue
+        if any(arg.star for arg in site.node.args):
+            return None
+        given = next((arg.value for arg in site.node.args if arg.keyword is not None and arg.keyword.value == key), None)
+        found.append((given, site.stack))
+    return found or None
+
+
 def _lookup_in_dict_literal(ctx: FileContext, node: cst.Dict, key: str, stack: Stack, depth: int) -> ArgValue:
     result = MISSING
     for element in node.elements:
@@ -911,7 +952,11 @@ def _returns_parsed(ctx: FileContext, function: cst.CSTNode, value: cst.BaseExpr
         value, index = value.elements[index].value, None
     if isinstance(value, cst.Name):
         local = [a for a in ctx.assignments.get(value.value, ()) if ctx.function_of(a.stack) is function]
-        return bool(local) and index is None and not local[-1].unpacked and _parses(ctx, local[-1].value, None, depth)
+        if not local or index is not None:
+            return False
+        # `args, _unknown = parser.parse_known_args()`, then `return args` (CleanTransformer)
+        last = local[-1]
+        return (last.position is not None or not last.unpacked) and _parses(ctx, last.value, last.position if last.unpacked else None, depth)
     return _parses(ctx, value, index, depth)
 
 

@@ -24,13 +24,13 @@ from typing import Any
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import assigned_item, find_argument, string_value
+from speedfix.model.arguments import argparse_option, assigned_item, find_argument, string_value
 from speedfix.model.config_tree import ConfigError, Node, TooDeep, load
 from speedfix.model.context import FileContext
-from speedfix.model.flow import compared
+from speedfix.model.flow import compared, passed_arguments
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
-from speedfix.model.loaded_config import built_string, loaded_names
+from speedfix.model.loaded_config import built_string, loaded_names, run_strings
 from speedfix.model.project_files import Location
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import integer_value, walk_expression
@@ -98,6 +98,8 @@ def named_configs(ctx: FileContext) -> list[DeepSpeedConfig]:
     for qualified, (keyword, position) in CONFIG_TAKERS.items():
         for site in ctx.calls_to(qualified):
             argument = find_argument(ctx, site, keyword, position)
+            if argument.missing and qualified == _INITIALIZE:  # the older spelling, still taken
+                argument = find_argument(ctx, site, "config_params")
             if argument.missing or argument.unknown or argument.node is None:
                 continue
             for config in _read(ctx, argument.node, site):
@@ -125,7 +127,7 @@ def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[De
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, site.stack)
         if value is None:
-            return []
+            return _passed_in(ctx, node.value, site)
         node = value
     if isinstance(node, cst.Call) and built_string(ctx, node, stack) is None:  # `get_ds_config(args)` of this file
         built = _returned_dict(ctx, node)
@@ -142,6 +144,19 @@ def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[De
     return []
 
 
+def _passed_in(ctx: FileContext, name: str, site: CallSite) -> list[DeepSpeedConfig]:
+    """The config a parameter holds: `def train(model, ..., ds_config=None)` called once in the
+    file with `ds_config=run_config.ds_config`, the `--ds_config` option each launch command
+    passes (CleanTransformer's `--ds_config scripts/ds_config_example.json`)."""
+    passed = passed_arguments(ctx, name, site.stack)
+    if not passed or len(passed) != 1:
+        return []
+    given, stack = passed[0]
+    if isinstance(given, cst.Name) and given.value == "None":
+        return []
+    return _read(ctx, given, replace(site, stack=stack)) if argparse_option(ctx, given) is None else _json_files(ctx, run_strings(ctx, given, stack))
+
+
 def _either(ctx: FileContext, node: cst.IfExp, site: CallSite) -> list[DeepSpeedConfig]:
     """The configs of a conditional: a run with DeepSpeed reads the one config there is
     (`"ds.json" if args.deepspeed else None`: the other branch runs without DeepSpeed); when
@@ -156,8 +171,14 @@ def _loaded(ctx: FileContext, call: cst.Call, stack: Stack) -> list[DeepSpeedCon
     """The JSON files a `json.load(...)` reads in the project's runs: the launch commands'
     `--ds_file ds_zero3.json`, else the option's default (a default that names no file of the
     project is no run's). A file only some runs read is marked ``some_runs``."""
+    return _json_files(ctx, loaded_names(ctx, call, stack))
+
+
+def _json_files(ctx: FileContext, given: list[tuple[str, Location | None]]) -> list[DeepSpeedConfig]:
+    """The configs of the JSON files the runs name, each with the launch option that names it
+    (None: a default or a literal); a file only some runs read is marked ``some_runs``."""
     project = ctx.project
-    names = [(name, where) for name, where in loaded_names(ctx, call, stack) if name.endswith(".json")]
+    names = [(name, where) for name, where in given if name.endswith(".json")]
     if project is None:
         return []
     found = []

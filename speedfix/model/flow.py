@@ -25,7 +25,8 @@ import libcst as cst
 
 from speedfix.model import launch
 from speedfix.model.arguments import (
-    absl_flag_default, annotated_field_default, argparse_option, find_argument, parameter_default, run_option_default,
+    absl_flag_default, annotated_field_default, argparse_option, find_argument, parameter_default,
+    passed_through_star_kwargs, run_option_default,
 )
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Frame, FrameKind, Stack, class_of, function_of
@@ -664,9 +665,12 @@ def _place(ctx: FileContext, statement: cst.CSTNode) -> int:
 
 
 def _derived_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
-    """A string method's result, an element of a known sequence, a negated number."""
+    """A string method's result, an element of a known sequence, a negated number, an item of
+    a function's `**kwargs` (`kwargs.get("fp16", False)`)."""
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _STRING_METHODS:
         return _string_method(ctx, node, stack, depth)
+    if (item := _star_kwargs_item(ctx, node, stack, depth)) is not _UNKNOWN:
+        return item
     if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
         sequence = _default_value(ctx, node.value, stack, depth)
         index = _default_value(ctx, node.slice[0].slice.value, stack, depth)
@@ -678,6 +682,33 @@ def _derived_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         value = _default_value(ctx, node.expression, stack, depth)
         return -value if _is_number(value) else _UNKNOWN
     return _UNKNOWN
+
+
+def _star_kwargs_item(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
+    """`kwargs.get("fp16", False)` (or `.pop`, or `kwargs["fp16"]`) of a function's `**kwargs`:
+    the value every call of the function in the file gives it (DiffWave's learner built with
+    `fp16=args.fp16`, a flag off by default), the `.get` default where a call leaves it out."""
+    default: cst.BaseExpression | None = None
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("get", "pop") \
+            and isinstance(node.func.value, cst.Name) and 1 <= len(node.args) <= 2 \
+            and not any(arg.keyword is not None or arg.star for arg in node.args):
+        name, key_node = node.func.value.value, node.args[0].value
+        default = node.args[1].value if len(node.args) == 2 else cst.Name("None")
+    elif isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and len(node.slice) == 1 \
+            and isinstance(node.slice[0].slice, cst.Index):
+        name, key_node = node.value.value, node.slice[0].slice.value
+    else:
+        return _UNKNOWN
+    if not isinstance(key_node, cst.SimpleString) or not isinstance(key := key_node.evaluated_value, str):
+        return _UNKNOWN
+    passed = passed_through_star_kwargs(ctx, name, key, stack)
+    if passed is None or any(given is None and default is None for given, _ in passed):
+        return _UNKNOWN  # `kwargs["fp16"]` that a call leaves out raises
+    values = [_default_value(ctx, given, at, depth + 1) if given is not None else _default_value(ctx, default, stack, depth + 1)
+              for given, at in passed]
+    if any(value is _UNKNOWN for value in values) or any(value is not values[0] and value != values[0] for value in values):
+        return _UNKNOWN
+    return values[0]
 
 
 def _string_method(ctx: FileContext, call: cst.Call, stack: Stack, depth: int) -> object:

@@ -442,6 +442,7 @@ class _Collector(ast.NodeVisitor):
         self.module_constants: dict[str, str] = {}
         self.options: dict[str, str] = {}  # see ModuleFacts.options
         self.parsed_names: set[str] = set()  # see ModuleFacts.parsed_names
+        self.parsed_into: set[tuple[str, int]] = set()  # `main(parser.parse_args())`: (function, argument index)
         self.class_made_by: dict[str, dict[str, str]] = {}  # class -> `self.loader = f(...)` in a method: self.loader: f
         self.no_grad = 0  # `with torch.no_grad():` bodies (or a `@torch.no_grad()` function) open here
         self.no_grad_calls: set[str] = set()
@@ -907,6 +908,8 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = dotted(node.func)
+        if isinstance(node.func, ast.Name):  # DiffWave's `main(parser.parse_args())`: `main`'s parameter holds them
+            self.parsed_into.update((node.func.id, index) for index, arg in enumerate(node.args) if _parses_options(arg))
         if self.entry_dicts:
             self._entry_dict_used(node)
         if self.function_stack:
@@ -1093,6 +1096,8 @@ class _Collector(ast.NodeVisitor):
                                     or any(name in step_functions for name in loop.handed)):
                 loop.marker = True
         functions = {name: self._function_facts(function) for name, function in self.functions.items()}
+        self.parsed_names.update(functions[name].params[index] for name, index in self.parsed_into
+                                 if name in functions and index < len(functions[name].params) and "." not in name)
         self._passed_on(functions)
         functions.update(self._constructors(functions))
         for name, target in self.partials.items():  # called as what it wraps
