@@ -277,6 +277,75 @@ def test_a_deepspeed_json_handed_down_from_an_option_a_launch_script_sets(write,
     assert result.stdout.startswith('scripts/ds.json:3:3: SF905 "wall_clock_breakdown": true')
 
 
+@pytest.mark.parametrize("set_later, fp32_reported", [
+    ('config["bf16"] = {"enabled": True}', False),  # a key set after the literal: it may be 16-bit
+    ("pass", True),
+])
+def test_a_deepspeed_dict_handed_to_a_function_with_keys_set_after_it(write, run_cli, tmp_path, set_later, fp32_reported):
+    """DeepSpeedExamples' offload_states.py: `config_dict = {...}`, then `config_dict["bf16"] = ...`
+    under a dtype test, handed to `run_model(model, config_dict)`, which initializes the engine."""
+    write("train.py", f"""\
+        import deepspeed
+
+        def run_model(model, config, loader):
+            engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+            for x, y in loader:
+                engine.backward(engine(x, y))
+                engine.step()
+
+        def main():
+            config = {{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {{"stage": 3}}}}
+            if use_bf16():
+                {set_later}
+            run_model(build_model(), config, build_loader())
+
+        if __name__ == "__main__":
+            main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path)
+    assert ('enables neither "bf16" nor "fp16"' in result.stdout) is fp32_reported
+
+
+@pytest.mark.parametrize("launch, expected", [
+    ("torchrun --nproc_per_node 4 train.py --use_torch_amp\n", "SF207"),  # the project's run turns it on
+    ("torchrun --nproc_per_node 4 train.py\n", "SF202"),  # no run does: fp32
+])
+def test_an_autocast_behind_a_parameter_the_launch_command_sets(write, run_cli, tmp_path, launch, expected):
+    """CleanTransformer's ft_bloom_DDP.py: `if use_torch_amp: with torch.cuda.amp.autocast():` in
+    `train(..., use_torch_amp=None)`, called with `use_torch_amp=run_config.use_torch_amp`."""
+    write("train.py", """\
+        import argparse
+        import torch
+
+        def train(model, loader, optimizer, use_torch_amp=None):
+            scaler = torch.cuda.amp.GradScaler()
+            for x in loader:
+                if use_torch_amp:
+                    with torch.cuda.amp.autocast():
+                        loss = model(x.cuda()).mean()
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    model(x.cuda()).mean().backward()
+                    optimizer.step()
+
+        def init_args():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--use_torch_amp", action="store_true", default=False)
+            args, _unknown = parser.parse_known_args()
+            return args
+
+        if __name__ == "__main__":
+            run_config = init_args()
+            model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
+            train(model, [], torch.optim.AdamW(model.parameters(), fused=True), use_torch_amp=run_config.use_torch_amp)
+        """)
+    write("scripts/run.sh", launch)
+    result = run_cli("scan", ".", "--select", "SF202,SF207", "--output-format", "json", cwd=tmp_path)
+    assert [f["code"] for f in json.loads(result.stdout)] == [expected]
+
+
 def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_path):
     write("train.py", "from accelerate import Accelerator\naccelerator = Accelerator()\n")
     assert "SF904" in run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout  # fp32 default

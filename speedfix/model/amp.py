@@ -200,7 +200,10 @@ def _autocast(ctx: FileContext, site: CallSite) -> Autocast:
     enabled_arg = find_argument(ctx, site, "enabled", 0 if legacy else 2)
     enabled = True if enabled_arg.missing else truth_value(ctx, enabled_arg.node, site.stack)
     statement = site.statement or next((w.node for w in ctx.withs if site.node in w.items), None)
-    return Autocast(site, device, precision, enabled, legacy, off_by_default(ctx, statement, site.stack))
+    gate = off_by_default(ctx, statement, site.stack)
+    if gate is not None and reached_by_launch(ctx, statement, site.stack):
+        gate = None  # a launch command of the project turns it on (`--use_torch_amp`)
+    return Autocast(site, device, precision, enabled, legacy, gate)
 
 
 @dataclass(frozen=True)

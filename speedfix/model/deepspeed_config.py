@@ -128,6 +128,9 @@ def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[De
         value = ctx.single_value(node.value, site.stack)
         if value is None:
             return _passed_in(ctx, node.value, site)
+        if isinstance(value, cst.Dict) and _items_set(ctx, node.value, site.stack):
+            # `config_dict["bf16"] = {...}` under `if dtype == torch.bfloat16:`: any key may be set
+            return [replace(config, values={**config.values, UNRESOLVED: ...}) for config in _read(ctx, value, site)]
         node = value
     if isinstance(node, cst.Call) and built_string(ctx, node, stack) is None:  # `get_ds_config(args)` of this file
         built = _returned_dict(ctx, node)
@@ -142,6 +145,14 @@ def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[De
         config = _from_file(ctx, node, name)
         return [config] if config is not None else []
     return []
+
+
+def _items_set(ctx: FileContext, name: str, stack: Stack) -> bool:
+    """Does the function around ``stack`` set items of the dict ``name`` (`d["bf16"] = ...`, `d.update(...)`)?"""
+    function = ctx.function_of(stack)
+    return any(ctx.function_of(a.stack) is function for a in ctx.item_assignments.get(name, ())) or any(
+        ctx.function_of(site.stack) is function and dotted_name(site.node.func) == f"{name}.update"
+        for site in ctx.method_calls("update"))
 
 
 def _passed_in(ctx: FileContext, name: str, site: CallSite) -> list[DeepSpeedConfig]:

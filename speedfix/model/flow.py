@@ -147,15 +147,22 @@ def _options(command: launch.Launch) -> dict[str, object]:
     return {name.replace("-", "_"): value for name, value in command.options.items()}
 
 
-def _launch_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, options: dict[str, object]) -> bool | None:
-    """``test`` with the options a launch command passes (`args.use_lora` for `--use_lora`), the
-    script's defaults for the others (None: unknown)."""
+def _launch_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, options: dict[str, object],
+                  depth: int = 0) -> bool | None:
+    """``test`` with the options a launch command passes (`args.use_lora` for `--use_lora`; also
+    handed to a parameter, `train(..., use_torch_amp=run_config.use_torch_amp)`), the script's
+    defaults for the others (None: unknown)."""
+    if depth > 4:
+        return None
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _launch_truth(ctx, test.expression, stack, options)
+        inner = _launch_truth(ctx, test.expression, stack, options, depth + 1)
         return None if inner is None else not inner
+    if isinstance(test, cst.Name) and (passed := passed_arguments(ctx, test.value, stack)):
+        truths = {_launch_truth(ctx, given, at, options, depth + 1) for given, at in passed}
+        return truths.pop() if len(truths) == 1 else None
     if isinstance(test, cst.BooleanOperation):
-        left = _launch_truth(ctx, test.left, stack, options)
-        right = _launch_truth(ctx, test.right, stack, options)
+        left = _launch_truth(ctx, test.left, stack, options, depth + 1)
+        right = _launch_truth(ctx, test.right, stack, options, depth + 1)
         if isinstance(test.operator, cst.And):
             return False if False in (left, right) else (True if left and right else None)
         return True if True in (left, right) else (False if left is False and right is False else None)
