@@ -18,7 +18,7 @@ from speedfix.model.flow import off_by_default
 from speedfix.model.frames import class_of_method, in_inference_branch
 from speedfix.model.frameworks import trainer_fits
 from speedfix.model.loaded_config import section_keys
-from speedfix.model.networks import optimizer_factories
+from speedfix.model.networks import optimized_module, optimizer_factories
 from speedfix.model.scale import named_for_evaluation, trains_narrow_mlps_only
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
 from speedfix.model.versions import TorchVersion
@@ -265,6 +265,24 @@ def test_an_optimizer_factory_handed_parameter_groups_is_not_handed_the_model():
             scheduler_optimizer = build_optimizer(args, net)
     """)
     assert [model for model, _ in optimizer_factories(ctx)] == ["net"]
+
+
+def test_a_param_group_helper_of_an_imported_module_is_handed_the_model():
+    # DINO's `utils.get_params_groups(student)`, MAE's `lrd.param_groups_lrd(model_without_ddp, ...)`:
+    # the module is no model; the model is the helper's argument (`model.get_1x_lr_params()` is the model's)
+    ctx = context("""
+        import torch
+        import utils
+        import util.lr_decay as lrd
+        def main(student, model, net):
+            params_groups = utils.get_params_groups(student)
+            first = torch.optim.AdamW(params_groups)
+            model_without_ddp = model
+            second = torch.optim.AdamW(lrd.param_groups_lrd(model_without_ddp, 0.05), lr=1e-3)
+            third = torch.optim.SGD(net.get_1x_lr_params(), lr=0.1)
+    """)
+    optimizers = [site for site in ctx.calls if (site.func or "").startswith("torch.optim.")]
+    assert [optimized_module(ctx, site) for site in optimizers] == ["student", "model", "net"]
 
 
 def test_a_call_that_wraps_an_optimizer_is_no_optimizer_factory():

@@ -653,6 +653,7 @@ def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
         dotted_name(node.func.value)
         for node in walk_expression(expr)
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and _gives_parameters(node.func)
+        and not _module_helper(ctx, node.func)
     ]
     roots = {r.split(".")[0] if not r.startswith("self.") else ".".join(r.split(".")[:2]) for r in receivers if r}
     if not roots and isinstance(expr, cst.Call):
@@ -665,6 +666,12 @@ def _parameter_roots(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
     if not roots and depth == 0:
         roots = _function_parameter_roots(ctx, stack)  # groups filled in a loop over `model.named_parameters()`
     return {_unaliased(ctx, root, stack) for root in roots}
+
+
+def _module_helper(ctx: FileContext, method: cst.Attribute) -> bool:
+    """`utils.get_params_groups(student)`, `lrd.param_groups_lrd(model, ...)`: a param-group helper
+    of an imported module (DINO, MAE), not a method of the model; its argument is the model."""
+    return method.attr.value not in ("parameters", "named_parameters") and ctx.qualname(method.value) is not None
 
 
 def _gives_parameters(method: cst.Attribute) -> bool:
