@@ -186,6 +186,32 @@ def test_cache_is_invalidated_by_edits_config_and_selection(cached_cli, tree, an
     assert len(analyses) == 13 and "SF301" not in result.stdout
 
 
+def test_the_notes_on_a_pinned_torch_come_from_the_cache_while_its_files_are_unchanged(cached_cli, tree, monkeypatch):
+    """A warm scan does not look for the project's torch pins again: the notes are kept in the
+    cache with every file looked at (the requirement files, the folders listed) and worked out
+    again when one of them changes."""
+    counted: list[int] = []
+    original = scan_module.pinned_torch_notes
+
+    def counting(*args, **kwargs):
+        counted.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(scan_module, "pinned_torch_notes", counting)
+    (tree / "pkg" / "requirements.txt").write_text("torch==1.13.1\n")
+    first = cached_cli("scan", ".", "--jobs", "1", "--output-format", "json", cwd=tree)
+    second = cached_cli("scan", ".", "--jobs", "1", "--output-format", "json", cwd=tree)
+    assert "the project pins `torch==1.13.1` here" in first.stderr and second.stderr == first.stderr
+    assert len(counted) == 1
+    (tree / "pkg" / "requirements.txt").write_text("torch>=2.4\n")
+    third = cached_cli("scan", ".", "--jobs", "1", "--output-format", "json", cwd=tree)
+    assert "pins" not in third.stderr and len(counted) == 2
+    (tree / "pkg" / "requirements.txt").unlink()
+    (tree / "pkg" / "environment.yml").write_text("dependencies:\n  - pytorch=1.12.1\n")
+    fourth = cached_cli("scan", ".", "--jobs", "1", "--output-format", "json", cwd=tree)
+    assert "the project pins" in fourth.stderr and len(counted) == 3
+
+
 def test_another_build_of_the_same_version_does_not_reuse_the_cache(cached_cli, tree, analyses, monkeypatch):
     """`pip install .` of an updated clone keeps the version number: the cache is keyed by the
     build too (the size and time of each of speedfix's modules), so its results are not reused."""

@@ -17,10 +17,11 @@ from speedfix.model.versions import TorchPin, TorchRange, TorchVersion, project_
 from speedfix.workspace.config import Settings
 
 
-def pinned_torch_notes(paths: Iterable[Path], settings: Settings) -> list[Note]:
+def pinned_torch_notes(paths: Iterable[Path], settings: Settings, inputs: dict[str, str] | None = None) -> list[Note]:
     """One note per torch pin that moved the target below the one the scan would use (the
     installed torch), naming the rules it switched off; none with an explicit torch version.
-    The rules' torch ranges come from the catalog: a scan of cached files imports no rule."""
+    The rules' torch ranges come from the catalog: a scan of cached files imports no rule.
+    ``inputs`` receives the project files looked at, with their digests (for the scan cache)."""
     if settings.torch_version:
         return []
     current = settings.target
@@ -32,9 +33,11 @@ def pinned_torch_notes(paths: Iterable[Path], settings: Settings) -> list[Note]:
         seen_folders.add(path.parent)
         project = ProjectFiles.for_script(path, (settings.root, Path.cwd()))
         pin = torch_pin(project)
+        target = project_target(project, current) if pin is not None else current
+        if inputs is not None:
+            inputs.update(project.inputs)
         if pin is None:
             continue
-        target = project_target(project, current)
         if not target < current:
             continue
         ranges = _torch_ranges(settings, path)

@@ -198,6 +198,24 @@ def _texts(*values: object, optional: bool = False) -> bool:
     return all(isinstance(value, str) or (optional and value is None) for value in values)
 
 
+def _pinned_notes(paths: list[Path], settings: Settings, cache: ScanCache | None, seen: dict[str, str]) -> list[Note]:
+    """``pinned_torch_notes``, reused from the cache while the scripts' folders, the current
+    folder and every project file it looked at are unchanged (``seen``: digests computed already)."""
+    key = file_digest(repr((sorted({str(path.parent) for path in paths}), str(Path.cwd()))).encode())
+    kept = cache.get_record("pinned torch notes", key) if cache is not None else None
+    if isinstance(kept, dict) and isinstance(kept.get("inputs"), dict) and isinstance(kept.get("notes"), list):
+        try:
+            if inputs_unchanged(kept["inputs"], seen):
+                return [Note(str(path), str(message)) for path, message in kept["notes"]]
+        except (TypeError, ValueError, AttributeError):
+            pass  # a damaged entry: work them out again
+    inputs: dict[str, str] = {}
+    notes = pinned_torch_notes(paths, settings, inputs)
+    if cache is not None:
+        cache.put_record("pinned torch notes", key, {"notes": [[note.path, note.message] for note in notes], "inputs": inputs})
+    return notes
+
+
 def _numbers(*values: object, optional: bool = False) -> bool:
     return all((type(value) is int and value >= 0) or (optional and value is None) for value in values)
 
@@ -336,13 +354,12 @@ def _siblings_not_scanned(path: Path, data: bytes, scanned: dict[Path, Path]) ->
 
 def _cached(
     targets: list[Target], settings: Settings, cache: ScanCache | None, details: bool, links: dict[Path, Links],
-    digests: dict[Path, str],
+    digests: dict[Path, str], seen: dict[str, str],
 ) -> tuple[dict[int, Analysis], dict[int, str | None], list[int]]:
     """The analyses the cache holds (by target index), every target's cache key, and the indexes
-    of the targets to analyse."""
+    of the targets to analyse (``seen``: the project files' digests, computed once per scan)."""
     analyses: dict[int, Analysis] = {}
     keys: dict[int, str | None] = {}
-    seen: dict[str, str] = {}  # project files' digests, computed once per scan
     todo: list[int] = []
     for index, target in enumerate(targets):
         hit = None
@@ -391,7 +408,8 @@ def scan_paths(
         measured: dict[Path, Measured] = {}
         with collector_paused():  # the facts' syntax trees hold no cycle
             links, digests = project_links(targets, paths, settings, cache, workers.map, measured=measured)
-        analyses, keys, todo = _cached(targets, settings, cache, details, links, digests)
+        seen: dict[str, str] = {}  # project files' digests, computed once per scan
+        analyses, keys, todo = _cached(targets, settings, cache, details, links, digests, seen)
         done = len(analyses)
         if progress is not None:
             progress(done, len(targets))
@@ -401,7 +419,7 @@ def scan_paths(
             (targets[i], settings, details, links.get(targets[i].path), measured.get(targets[i].path)) for i in todo],
             loaded=True)
         with listings_kept():  # while the workers analyse the files
-            pinned = pinned_torch_notes((target.path for target in targets), settings)
+            pinned = _pinned_notes([target.path for target in targets], settings, cache, seen)
         for index, record in zip(todo, records):
             analyses[index] = _from_record(record)
             key = keys.get(index)

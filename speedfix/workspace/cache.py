@@ -81,6 +81,16 @@ class ScanCache:
         self.entries.setdefault(str(real_path(path)), {}).update(facts_key=data_digest, facts=facts)
         self.dirty = True
 
+    def get_record(self, name: str, key: str) -> Any:
+        """What ``put_record`` kept under ``name`` with the same ``key`` (None: nothing)."""
+        entry = self.entries.get(_RECORD + name)
+        return entry.get("record") if entry is not None and entry.get("key") == key else None
+
+    def put_record(self, name: str, key: str, record: Any) -> None:
+        """Keep a result of the whole scan (not of one file) under ``name``."""
+        self.entries[_RECORD + name] = {"key": key, "record": record}
+        self.dirty = True
+
     def save(self) -> None:
         if not self.dirty or self.refused is not None:
             return
@@ -96,6 +106,7 @@ class ScanCache:
             pass  # a read-only tree still scans, just without a cache
 
 
+_RECORD = "\0"  # the entries of whole-scan records start with it (no path does)
 # A cache file bigger than this is damaged or not ours: it is ignored and rewritten.
 _MAX_CACHE_BYTES = 1024 * 1024 * 1024
 
