@@ -307,6 +307,25 @@ class DataloaderNoWorkers(Rule):
             train_data = DataLoader(RandomDataset(32, 64), batch_size=2)
             """
         ),
+        Valid(  # the UvA tutorial's XOR data: generated in memory, each item read into a name first
+            """
+            import torch
+            from torch.utils import data
+
+            class XORDataset(data.Dataset):
+                def __init__(self, size):
+                    self.data = torch.randint(0, 2, (size, 2)).float()
+                    self.label = (self.data.sum(dim=1) == 1).long()
+
+                def __getitem__(self, idx):
+                    \"\"\"The idx-th point and its label.\"\"\"
+                    data_point = self.data[idx]
+                    data_label = self.label[idx]
+                    return data_point, data_label
+
+            train_data_loader = data.DataLoader(XORDataset(size=1000), batch_size=128, shuffle=True)
+            """
+        ),
         Valid(  # an index loader: shuffling a range of indices costs nothing
             """
             from torch.utils.data import DataLoader

@@ -10,6 +10,7 @@ from speedfix.model.flow import taken_on_a_gpu
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import lightning_fits
 from speedfix.model.patterns import DETERMINISM_HELPERS, DETERMINISTIC_ALGORITHMS
+from speedfix.model.scale import trains_mlps_only
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.nodes import is_main_guard
 
@@ -25,6 +26,8 @@ class DeterministicMode(Rule):
     is (`if not args.disable_cuda and torch.cuda.is_available():`) is not a choice, and is reported.
     SF601 leaves a script that asks for determinism alone, so when the script does not turn
     `cudnn.benchmark` on either, the message says to do so with it gone (for fixed input shapes).
+    `cudnn.deterministic` in a script whose trained models are all MLPs (`nn.Linear` layers) is
+    left alone: no convolution or recurrent layer runs through cuDNN there.
 
     ## Why is this bad?
     Deterministic mode limits cuDNN and cuBLAS to the algorithms that give bit-identical results,
@@ -100,6 +103,29 @@ class DeterministicMode(Rule):
             torch.backends.cudnn.deterministic = True
             model = Net().cuda()
             print(model(x.cuda()))
+            """
+        ),
+        Valid(  # an MLP (the UvA tutorial's classifier): no convolution for cuDNN to choose an algorithm for
+            """
+            import torch
+            import torch.nn as nn
+            torch.backends.cudnn.deterministic = True
+
+            class SimpleClassifier(nn.Module):
+                def __init__(self, num_inputs, num_hidden, num_outputs):
+                    super().__init__()
+                    self.linear1 = nn.Linear(num_inputs, num_hidden)
+                    self.act_fn = nn.Tanh()
+                    self.linear2 = nn.Linear(num_hidden, num_outputs)
+
+                def forward(self, x):
+                    return self.linear2(self.act_fn(self.linear1(x)))
+
+            model = SimpleClassifier(num_inputs=2, num_hidden=4, num_outputs=1).cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                nn.functional.binary_cross_entropy_with_logits(model(x.cuda()).squeeze(1), y.cuda()).backward()
+                optimizer.step()
             """
         ),
     ]
@@ -181,8 +207,8 @@ class DeterministicMode(Rule):
         if not ctx.drives_training and not lightning_fits(ctx):  # Lightning keeps the cuDNN flags the script set
             return
         for name, assignments in ctx.assignments.items():
-            if not name.endswith("cudnn.deterministic"):
-                continue
+            if not name.endswith("cudnn.deterministic") or trains_mlps_only(ctx):
+                continue  # (an MLP runs no convolution: the flag chooses nothing there)
             for assignment in assignments:
                 if literal_bool(ctx, assignment.value, assignment.stack) and not _conditional(ctx, assignment.statement, assignment.stack):
                     self.report(assignment.value, "`cudnn.deterministic = True` rules out the fastest convolution algorithms"

@@ -119,15 +119,12 @@ def is_in_memory_dataset(ctx: FileContext, dataset: cst.BaseExpression | None, s
 
 
 def _only_indexes_attributes(function: cst.FunctionDef) -> bool:
+    """`return self.x[i], self.y[i]`, or the same through names bound first (`point = self.data[i]`,
+    `label = self.label[i]`, `return point, label`), a docstring aside."""
     params = function.params.params
-    if len(params) != 2 or not isinstance(function.body, cst.IndentedBlock) or len(function.body.body) != 1:
+    if len(params) != 2 or not isinstance(function.body, cst.IndentedBlock):
         return False
     index = params[1].name.value
-    line = function.body.body[0]
-    if not (isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.Return)):
-        return False
-    value = line.body[0].value
-    parts = [element.value for element in value.elements] if isinstance(value, cst.Tuple) else [value]
 
     def indexes_self(part: cst.BaseExpression | None) -> bool:
         return (
@@ -138,7 +135,24 @@ def _only_indexes_attributes(function: cst.FunctionDef) -> bool:
             and dotted_name(part.slice[0].slice.value) == index
         )
 
-    return bool(parts) and all(indexes_self(part) for part in parts)
+    bound: set[str] = set()
+    lines = list(function.body.body)
+    for number, line in enumerate(lines):
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return False
+        statement = line.body[0]
+        if number == 0 and isinstance(statement, cst.Expr) and isinstance(statement.value, cst.SimpleString):
+            continue  # the docstring
+        if isinstance(statement, cst.Return):
+            value = statement.value
+            parts = [element.value for element in value.elements] if isinstance(value, cst.Tuple) else [value]
+            return number == len(lines) - 1 and bool(parts) and all(
+                indexes_self(part) or isinstance(part, cst.Name) and part.value in bound for part in parts)
+        if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0].target, cst.Name) and indexes_self(statement.value)):
+            return False
+        bound.add(statement.targets[0].target.value)
+    return False
 
 
 def is_iterable_dataset(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> bool:

@@ -484,6 +484,18 @@ def trains_narrow_mlps_only(ctx: FileContext) -> bool:
     and norms) whose stated widths are all at most ``NARROW_WIDTH`` (TD3's 256-wide actor and
     critics; an input or output width the environment or the data decides may stay unknown)?
     False when any model, or any of its layers, is something else or cannot be read."""
+    return _trains_mlps_only(ctx, NARROW_WIDTH)
+
+
+@per_file
+def trains_mlps_only(ctx: FileContext) -> bool:
+    """Is every model the script trains an MLP of `nn.Linear` layers (with activations, dropout
+    and norms), whatever its widths: no convolution or recurrent layer for cuDNN to run? False
+    when any model, or any of its layers, is something else or cannot be read."""
+    return _trains_mlps_only(ctx, None)
+
+
+def _trains_mlps_only(ctx: FileContext, width: int | None) -> bool:
     found = False
     for site in _optimizers(ctx):
         model = optimized_module(ctx, site)
@@ -512,13 +524,15 @@ def trains_narrow_mlps_only(ctx: FileContext) -> bool:
                     layers.append(([s for s in ctx.calls if _within(s.node, built)], build.assignment.stack))
                 else:
                     return False
-        if not all(_narrow_mlp(ctx, sites, stack) for sites, stack in layers):
+        if not all(_mlp(ctx, sites, stack, width) for sites, stack in layers):
             return False
         found = True
     return found
 
 
-def _narrow_mlp(ctx: FileContext, sites: list[CallSite], stack: Stack | None) -> bool:
+def _mlp(ctx: FileContext, sites: list[CallSite], stack: Stack | None, width: int | None) -> bool:
+    """Are ``sites`` the layers of an MLP (no wider than ``width``, when given: every `Linear`'s
+    stated sizes)?"""
     linears = 0
     for site in sites:
         qualified = ctx.qualname(site.node.func) or ""
@@ -534,9 +548,10 @@ def _narrow_mlp(ctx: FileContext, sites: list[CallSite], stack: Stack | None) ->
             continue
         if layer != "Linear":
             return False  # a convolution, an embedding, a recurrent layer, attention
-        known = [size for size in _layer_sizes(ctx, site, stack if stack is not None else site.stack)[:2] if size is not None]
-        if not known or max(known) > NARROW_WIDTH:
-            return False
+        if width is not None:
+            known = [size for size in _layer_sizes(ctx, site, stack if stack is not None else site.stack)[:2] if size is not None]
+            if not known or max(known) > width:
+                return False
         linears += 1
     return linears > 0
 
