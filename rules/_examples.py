@@ -106,6 +106,29 @@ DQN_BETWEEN_ENV_STEPS = """
 
 # An RL agent's actor (TD3): an MLP at most 256 wide, too narrow for tensor cores to matter, so
 # neither mixed precision (SF202) nor TF32 (SF201) is worth advising.
+# The UvA tutorial's classifier: its widths are the arguments it is built with.
+TOY_MLP = """
+            import torch
+            import torch.nn as nn
+
+            class SimpleClassifier(nn.Module):
+                def __init__(self, num_inputs, num_hidden, num_outputs):
+                    super().__init__()
+                    self.linear1 = nn.Linear(num_inputs, num_hidden)
+                    self.act_fn = nn.Tanh()
+                    self.linear2 = nn.Linear(num_hidden, num_outputs)
+
+                def forward(self, x):
+                    return self.linear2(self.act_fn(self.linear1(x)))
+
+            model = SimpleClassifier(num_inputs=2, num_hidden=4, num_outputs=1).cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = nn.functional.binary_cross_entropy_with_logits(model(x.cuda()).squeeze(1), y.cuda())
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            """
 NARROW_MLP = """
             import torch
             import torch.nn as nn

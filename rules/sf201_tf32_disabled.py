@@ -11,7 +11,7 @@ from speedfix.model.patterns import matmul_precision_choices, tf32_switched_off
 from speedfix.model.tf32 import loop_gains_from_tf32
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, tf32_gain
-from speedfix.rules._examples import DQN_BETWEEN_ENV_STEPS, NARROW_MLP
+from speedfix.rules._examples import DQN_BETWEEN_ENV_STEPS, NARROW_MLP, TOY_MLP
 from speedfix.syntax.nodes import code_of
 
 
@@ -145,6 +145,7 @@ class Tf32Disabled(Rule):
             """
         ),
         Valid(NARROW_MLP),  # an RL agent's 256-wide MLPs (TD3): matmuls too small for tensor cores to matter
+        Valid(TOY_MLP),  # a 2-4-1 MLP whose widths are its constructor's arguments
         Valid(DQN_BETWEEN_ENV_STEPS),  # a DQN learning between the emulator's steps: the run waits on the environment
         Valid(  # a Fabric loop in fp32: SF901 gives its TF32 advice beside the precision advice
             """

@@ -23,7 +23,7 @@ from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
-from speedfix.rules._examples import DQN_BETWEEN_ENV_STEPS, NARROW_MLP
+from speedfix.rules._examples import DQN_BETWEEN_ENV_STEPS, NARROW_MLP, TOY_MLP
 
 # Autocast raises on these ("unsafe to autocast"): the model has to move to the logits version first.
 _LEGACY_AUTOCAST_FROM = v("1.6")  # torch.cuda.amp.autocast
@@ -130,6 +130,7 @@ class NoMixedPrecision(Rule):
 
     VALID = [
         Valid(NARROW_MLP),  # an RL agent's 256-wide MLPs (TD3): matmuls too small for tensor cores to matter
+        Valid(TOY_MLP),  # a 2-4-1 MLP whose widths are its constructor's arguments
         Valid(DQN_BETWEEN_ENV_STEPS),  # a DQN learning between the emulator's steps: the run waits on the environment
         Valid(  # torch before 1.6: NVIDIA apex's amp is the mixed precision there
             """

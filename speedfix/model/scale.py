@@ -460,14 +460,25 @@ def _count(ctx: FileContext, sites: list[CallSite], stack: Stack | None) -> int 
     return total or None  # no layer it knows: parameters made by hand (`nn.Parameter(...)`)
 
 
-def _layer_sizes(ctx: FileContext, site: CallSite, where: Stack) -> list[int | None]:
-    """A torch.nn layer's sizes by position (in, out, kernel / num, dim / ...), None where unknown."""
-    sizes = [_size(ctx, arg.value, where) for arg in site.node.args if arg.keyword is None and not arg.star]
+def _layer_sizes(ctx: FileContext, site: CallSite, where: Stack, given: Given | None = None) -> list[int | None]:
+    """A torch.nn layer's sizes by position (in, out, kernel / num, dim / ...), None where unknown;
+    ``given``: what the class's constructor call gives the parameters of the `__init__` the layer
+    is built in."""
+    in_init = bool(given) and isinstance(function := ctx.function_of(site.stack), cst.FunctionDef) \
+        and function.name.value == "__init__"
+
+    def size(node: cst.BaseExpression) -> int | None:
+        found = _size(ctx, node, where)
+        if found is None and in_init and isinstance(node, cst.Name) and node.value in given:  # type: ignore[operator]
+            found = _size(ctx, *given[node.value])  # type: ignore[index]
+        return found
+
+    sizes = [size(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
     for arg in site.node.args:  # `nn.Conv2d(1, 16, kernel_size=5)`, `nn.LSTM(8, 64, num_layers=2)`
         index = _SIZE_KEYWORDS.get(arg.keyword.value) if arg.keyword is not None else None
         if index is not None:
             sizes += [None] * (index + 1 - len(sizes))
-            sizes[index] = _size(ctx, arg.value, where)
+            sizes[index] = size(arg.value)
     return sizes
 
 
@@ -505,7 +516,7 @@ def _trains_mlps_only(ctx: FileContext, width: int | None) -> bool:
         if model.startswith("self."):
             if owner is None or not _of_self(site) or _beyond_a_head(*_class_layers(ctx, {owner.name.value})):
                 return False
-            layers = [(_class_calls(ctx, {owner.name.value}), None)]
+            layers: list[tuple[list[CallSite], Stack | None, Given]] = [(_class_calls(ctx, {owner.name.value}), None, {})]
         else:
             layers = []
             found_builds = builds(ctx, model, site.stack, site.statement)
@@ -519,20 +530,41 @@ def _trains_mlps_only(ctx: FileContext, width: int | None) -> bool:
                 if classes and _beyond_a_head(*_class_layers(ctx, classes)):
                     return False  # attention, recurrent layers, `x @ self.weight`
                 if classes:
-                    layers.append((_class_calls(ctx, classes), None))
+                    layers.append((_class_calls(ctx, classes), None, _constructor_arguments(ctx, built, build.assignment.stack)))
                 elif (ctx.qualname(built.func) or "").startswith(_NN):  # an inline `nn.Sequential(...)`
-                    layers.append(([s for s in ctx.calls if _within(s.node, built)], build.assignment.stack))
+                    layers.append(([s for s in ctx.calls if _within(s.node, built)], build.assignment.stack, {}))
                 else:
                     return False
-        if not all(_mlp(ctx, sites, stack, width) for sites, stack in layers):
+        if not all(_mlp(ctx, sites, stack, width, given) for sites, stack, given in layers):
             return False
         found = True
     return found
 
 
-def _mlp(ctx: FileContext, sites: list[CallSite], stack: Stack | None, width: int | None) -> bool:
+Given = dict[str, tuple[cst.BaseExpression, Stack]]
+
+
+def _constructor_arguments(ctx: FileContext, call: cst.Call, stack: Stack) -> Given:
+    """What `SimpleClassifier(num_inputs=2, num_hidden=4, num_outputs=1)` (a class of the file,
+    called by its name) gives its `__init__`'s parameters that `__init__` never rebinds, each with
+    the stack of the call; empty when a `*`/`**` argument hides which is which."""
+    if not isinstance(call.func, cst.Name) or any(arg.star for arg in call.args):
+        return {}
+    init = next((info.node for info in ctx.functions.get("__init__", ()) if info.class_name == call.func.value), None)
+    if not isinstance(init, cst.FunctionDef) or call.func.value not in ctx.classes:
+        return {}
+    names = [param.name.value for param in init.params.params][1:]  # less `self`
+    given: Given = {}
+    for index, arg in enumerate(call.args):
+        name = arg.keyword.value if arg.keyword is not None else (names[index] if index < len(names) else None)
+        if name is not None and not ctx.assignments_in(init, name):
+            given[name] = (arg.value, stack)
+    return given
+
+
+def _mlp(ctx: FileContext, sites: list[CallSite], stack: Stack | None, width: int | None, given: Given) -> bool:
     """Are ``sites`` the layers of an MLP (no wider than ``width``, when given: every `Linear`'s
-    stated sizes)?"""
+    stated sizes, or the sizes its class is built with, ``given``)?"""
     linears = 0
     for site in sites:
         qualified = ctx.qualname(site.node.func) or ""
@@ -549,7 +581,8 @@ def _mlp(ctx: FileContext, sites: list[CallSite], stack: Stack | None, width: in
         if layer != "Linear":
             return False  # a convolution, an embedding, a recurrent layer, attention
         if width is not None:
-            known = [size for size in _layer_sizes(ctx, site, stack if stack is not None else site.stack)[:2] if size is not None]
+            sizes = _layer_sizes(ctx, site, stack if stack is not None else site.stack, given)[:2]
+            known = [size for size in sizes if size is not None]
             if not known or max(known) > width:
                 return False
         linears += 1
