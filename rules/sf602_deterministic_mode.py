@@ -11,6 +11,7 @@ from speedfix.model.frames import Stack
 from speedfix.model.frameworks import lightning_fits
 from speedfix.model.patterns import DETERMINISM_HELPERS, DETERMINISTIC_ALGORITHMS
 from speedfix.model.scale import trains_mlps_only
+from speedfix.rules._examples import TOY_MLP
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.nodes import is_main_guard
 
@@ -105,29 +106,8 @@ class DeterministicMode(Rule):
             print(model(x.cuda()))
             """
         ),
-        Valid(  # an MLP (the UvA tutorial's classifier): no convolution for cuDNN to choose an algorithm for
-            """
-            import torch
-            import torch.nn as nn
-            torch.backends.cudnn.deterministic = True
-
-            class SimpleClassifier(nn.Module):
-                def __init__(self, num_inputs, num_hidden, num_outputs):
-                    super().__init__()
-                    self.linear1 = nn.Linear(num_inputs, num_hidden)
-                    self.act_fn = nn.Tanh()
-                    self.linear2 = nn.Linear(num_hidden, num_outputs)
-
-                def forward(self, x):
-                    return self.linear2(self.act_fn(self.linear1(x)))
-
-            model = SimpleClassifier(num_inputs=2, num_hidden=4, num_outputs=1).cuda()
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for x, y in loader:
-                nn.functional.binary_cross_entropy_with_logits(model(x.cuda()).squeeze(1), y.cuda()).backward()
-                optimizer.step()
-            """
-        ),
+        # an MLP (the UvA tutorial's classifier): no convolution for cuDNN to choose an algorithm for
+        Valid(TOY_MLP + "torch.backends.cudnn.deterministic = True\n"),
     ]
     INVALID = [
         Invalid(  # MONAI's helper seeds and sets cuDNN's deterministic mode
