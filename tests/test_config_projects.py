@@ -346,6 +346,24 @@ def test_an_autocast_behind_a_parameter_the_launch_command_sets(write, run_cli, 
     assert [f["code"] for f in json.loads(result.stdout)] == [expected]
 
 
+def test_a_deepspeed_config_handed_down_by_a_function_that_calls_itself(write, run_cli, tmp_path):
+    """The parameter's value is what the function's own (recursive) call passes: the way back
+    through callers ends, and the engine is still found."""
+    write("train.py", """\
+        import deepspeed
+
+        def train(model, ds_config=None, n=3):
+            if n:
+                return train(model, ds_config, n - 1)
+            engine, _, _, _ = deepspeed.initialize(config_params=ds_config, model=model, model_parameters=model.parameters())
+            for x in loader:
+                engine.backward(engine(x))
+                engine.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF905", "--output-format", "json", cwd=tmp_path)
+    assert result.exit_code == 1 and [f["code"] for f in json.loads(result.stdout)] == ["SF905"]
+
+
 def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_path):
     write("train.py", "from accelerate import Accelerator\naccelerator = Accelerator()\n")
     assert "SF904" in run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout  # fp32 default

@@ -375,9 +375,19 @@ def _sixteen_bit_keyword(ctx: FileContext) -> bool:
 def _own_code(ctx: FileContext, name: str | None, depth: int = 0) -> bool:
     """Is ``name`` a module-level function of the file, or a class of the file whose bases are all
     its own too, that keeps the keywords it is given (a subclass of Lightning's `Trainer`, or a
-    `**kwargs` passed on, hands `precision=` to a framework)?"""
+    `**kwargs` passed on, hands `precision=` to a framework)? Once per name and file."""
     if name is None or depth > 4:
         return False
+    known = _OWN_CODE.setdefault(ctx, {})
+    if name not in known:
+        known[name] = _keeps_keywords(ctx, name, depth)
+    return known[name]
+
+
+_OWN_CODE: WeakKeyDictionary[FileContext, dict[str, bool]] = WeakKeyDictionary()
+
+
+def _keeps_keywords(ctx: FileContext, name: str, depth: int) -> bool:
     functions = [info.node for info in ctx.functions.get(name, ()) if not info.stack]
     if functions:
         return not any(_passes_kwargs_on(ctx, function) for function in functions)

@@ -117,7 +117,7 @@ def named_configs(ctx: FileContext) -> list[DeepSpeedConfig]:
     return list(found.values())
 
 
-def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[DeepSpeedConfig]:
+def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite, depth: int = 0) -> list[DeepSpeedConfig]:
     if isinstance(node, cst.IfExp):  # `deepspeed="ds.json" if args.deepspeed else None`
         return _either(ctx, node, site)
     stack = site.stack
@@ -127,10 +127,10 @@ def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite) -> list[De
     if isinstance(node, cst.Name):
         value = ctx.single_value(node.value, site.stack)
         if value is None:
-            return _passed_in(ctx, node.value, site)
+            return _passed_in(ctx, node.value, site, depth) if depth < 4 else []
         if isinstance(value, cst.Dict) and _items_set(ctx, node.value, site.stack):
             # `config_dict["bf16"] = {...}` under `if dtype == torch.bfloat16:`: any key may be set
-            return [replace(config, values={**config.values, UNRESOLVED: ...}) for config in _read(ctx, value, site)]
+            return [replace(config, values={**config.values, UNRESOLVED: ...}) for config in _read(ctx, value, site, depth)]
         node = value
     if isinstance(node, cst.Call) and built_string(ctx, node, stack) is None:  # `get_ds_config(args)` of this file
         built = _returned_dict(ctx, node)
@@ -155,7 +155,7 @@ def _items_set(ctx: FileContext, name: str, stack: Stack) -> bool:
         for site in ctx.method_calls("update"))
 
 
-def _passed_in(ctx: FileContext, name: str, site: CallSite) -> list[DeepSpeedConfig]:
+def _passed_in(ctx: FileContext, name: str, site: CallSite, depth: int) -> list[DeepSpeedConfig]:
     """The config a parameter holds: `def train(model, ..., ds_config=None)` called once in the
     file with `ds_config=run_config.ds_config`, the `--ds_config` option each launch command
     passes (CleanTransformer's `--ds_config scripts/ds_config_example.json`)."""
@@ -165,7 +165,9 @@ def _passed_in(ctx: FileContext, name: str, site: CallSite) -> list[DeepSpeedCon
     given, stack = passed[0]
     if isinstance(given, cst.Name) and given.value == "None":
         return []
-    return _read(ctx, given, replace(site, stack=stack)) if argparse_option(ctx, given) is None else _json_files(ctx, run_strings(ctx, given, stack))
+    if argparse_option(ctx, given) is not None:
+        return _json_files(ctx, run_strings(ctx, given, stack))
+    return _read(ctx, given, replace(site, stack=stack), depth + 1)  # a caller's own parameter in turn, a dict
 
 
 def _either(ctx: FileContext, node: cst.IfExp, site: CallSite) -> list[DeepSpeedConfig]:
