@@ -464,13 +464,13 @@ def _layer_sizes(ctx: FileContext, site: CallSite, where: Stack, given: Given | 
     """A torch.nn layer's sizes by position (in, out, kernel / num, dim / ...), None where unknown;
     ``given``: what the class's constructor call gives the parameters of the `__init__` the layer
     is built in."""
-    in_init = bool(given) and isinstance(function := ctx.function_of(site.stack), cst.FunctionDef) \
-        and function.name.value == "__init__"
+    init, values = given if given is not None else (None, {})
+    in_init = init is not None and ctx.function_of(site.stack) is init
 
     def size(node: cst.BaseExpression) -> int | None:
         found = _size(ctx, node, where)
-        if found is None and in_init and isinstance(node, cst.Name) and node.value in given:  # type: ignore[operator]
-            found = _size(ctx, *given[node.value])  # type: ignore[index]
+        if found is None and in_init and isinstance(node, cst.Name) and node.value in values:
+            found = _size(ctx, *values[node.value])
         return found
 
     sizes = [size(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
@@ -516,7 +516,7 @@ def _trains_mlps_only(ctx: FileContext, width: int | None) -> bool:
         if model.startswith("self."):
             if owner is None or not _of_self(site) or _beyond_a_head(*_class_layers(ctx, {owner.name.value})):
                 return False
-            layers: list[tuple[list[CallSite], Stack | None, Given]] = [(_class_calls(ctx, {owner.name.value}), None, {})]
+            layers: list[tuple[list[CallSite], Stack | None, Given]] = [(_class_calls(ctx, {owner.name.value}), None, _NOTHING)]
         else:
             layers = []
             found_builds = builds(ctx, model, site.stack, site.statement)
@@ -532,7 +532,7 @@ def _trains_mlps_only(ctx: FileContext, width: int | None) -> bool:
                 if classes:
                     layers.append((_class_calls(ctx, classes), None, _constructor_arguments(ctx, built, build.assignment.stack)))
                 elif (ctx.qualname(built.func) or "").startswith(_NN):  # an inline `nn.Sequential(...)`
-                    layers.append(([s for s in ctx.calls if _within(s.node, built)], build.assignment.stack, {}))
+                    layers.append(([s for s in ctx.calls if _within(s.node, built)], build.assignment.stack, _NOTHING))
                 else:
                     return False
         if not all(_mlp(ctx, sites, stack, width, given) for sites, stack, given in layers):
@@ -541,25 +541,27 @@ def _trains_mlps_only(ctx: FileContext, width: int | None) -> bool:
     return found
 
 
-Given = dict[str, tuple[cst.BaseExpression, Stack]]
+# The `__init__` a class is built with, and what its call gives that `__init__`'s parameters.
+Given = tuple[cst.FunctionDef | None, dict[str, tuple[cst.BaseExpression, Stack]]]
+_NOTHING: Given = (None, {})
 
 
 def _constructor_arguments(ctx: FileContext, call: cst.Call, stack: Stack) -> Given:
     """What `SimpleClassifier(num_inputs=2, num_hidden=4, num_outputs=1)` (a class of the file,
-    called by its name) gives its `__init__`'s parameters that `__init__` never rebinds, each with
-    the stack of the call; empty when a `*`/`**` argument hides which is which."""
+    called by its name) gives the parameters of its `__init__` that it never rebinds, each with
+    the stack of the call; nothing when a `*`/`**` argument hides which is which."""
     if not isinstance(call.func, cst.Name) or any(arg.star for arg in call.args):
-        return {}
+        return _NOTHING
     init = next((info.node for info in ctx.functions.get("__init__", ()) if info.class_name == call.func.value), None)
     if not isinstance(init, cst.FunctionDef) or call.func.value not in ctx.classes:
-        return {}
+        return _NOTHING
     names = [param.name.value for param in init.params.params][1:]  # less `self`
-    given: Given = {}
+    values: dict[str, tuple[cst.BaseExpression, Stack]] = {}
     for index, arg in enumerate(call.args):
         name = arg.keyword.value if arg.keyword is not None else (names[index] if index < len(names) else None)
         if name is not None and not ctx.assignments_in(init, name):
-            given[name] = (arg.value, stack)
-    return given
+            values[name] = (arg.value, stack)
+    return init, values
 
 
 def _mlp(ctx: FileContext, sites: list[CallSite], stack: Stack | None, width: int | None, given: Given) -> bool:
