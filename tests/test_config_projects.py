@@ -212,6 +212,18 @@ def test_every_launch_command_must_agree_for_a_value_to_count(write, run_cli, tm
     assert "fp32" not in result.stdout and "TF32" not in result.stdout and "SF902" in result.stdout
 
 
+def test_a_launch_script_in_another_folder_of_the_project_runs_the_script_from_the_top(write, run_cli, tmp_path):
+    """FineGrainedRLHF: `tasks/qa_feedback/training/train_sft.sh` runs `./sft/run_sft.py --bf16`
+    from the top of the project; no folder on the script's way up holds it."""
+    write("pyproject.toml", "[project]\nname = 'x'\n")
+    write("sft/run_sft.py", HF_SCRIPT)
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "fp32 (neither `bf16` nor `fp16`)" in result.stdout
+    write("tasks/qa/training/train_sft.sh", "torchrun --nproc_per_node 1 ./sft/run_sft.py \\\n    --bf16 \\\n    --tf32 True\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert "fp32" not in result.stdout and "TF32" not in result.stdout
+
+
 def test_shell_variables_the_launch_script_sets_once_are_read(write, run_cli, tmp_path):
     write("train.py", HF_SCRIPT)
     write("run.sh", "batch=1\nsteps=8\nprecision=bf16\n\ntorchrun train.py --output_dir out \\\n"

@@ -1767,6 +1767,45 @@ def test_an_fp16_keyword_to_the_files_own_class_is_read_in_its_code(run_cli, tmp
     assert [f["code"] for f in json.loads(result.stdout)] == expected
 
 
+def test_a_device_a_helper_of_another_file_returns_through_a_local_name_is_cuda(run_cli, tmp_path, write):
+    """pytorchic-bert: `utils.get_device()` binds `device = torch.device("cuda" if ...)` and
+    returns it; the script hands it to the trainer of a third file, which moves batches there."""
+    write("utils.py", """\
+        import torch
+
+        def get_device():
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            print(device)
+            return device
+        """)
+    write("train.py", """\
+        class Trainer:
+            def __init__(self, model, loader, optimizer, device):
+                self.model, self.loader, self.optimizer, self.device = model, loader, optimizer, device
+
+            def train(self):
+                model = self.model.to(self.device)
+                for batch in self.loader:
+                    batch = [t.to(self.device) for t in batch]
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss = model(*batch).mean()
+                    loss.backward()
+                    self.optimizer.step()
+        """)
+    write("classify.py", """\
+        import torch
+        import train
+        from utils import get_device
+
+        model = torch.nn.Sequential(torch.nn.Linear(768, 3072), torch.nn.GELU(), torch.nn.Linear(3072, 768))
+        loader = torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True)
+        optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+        train.Trainer(model, loader, optimizer, get_device()).train()
+        """)
+    result = run_cli("scan", ".", "--select", "SF202", "--output-format", "json", cwd=tmp_path)
+    assert [(f["path"], f["code"]) for f in json.loads(result.stdout)] == [("train.py", "SF202")]
+
+
 def test_loader_options_forwarded_through_kwargs_to_another_files_factory(run_cli, tmp_path, write):
     """deeplab's layout: a trainer class passes `**kwargs` of a dict literal (workers from an
     argparse default, pinned memory) to `make_loaders(args, **kwargs)` of data.py, keeps the

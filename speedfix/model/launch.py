@@ -431,8 +431,10 @@ def _launch_files(project: ProjectFiles) -> list[Path]:
 
 def _project_docs(project: ProjectFiles) -> list[Path]:
     """The README files of the project's other folders (alignment-handbook's `recipes/<model>/
-    README.md`), and every Markdown file of its `docs/` folders: a few levels below the top,
-    breadth first, ``_MAX_FOLDERS`` folders at most (the same for every script of the project)."""
+    README.md`), every Markdown file of its `docs/` folders, and the shell scripts of its other
+    folders (FineGrainedRLHF's `tasks/qa_feedback/training/train_sft.sh` runs `./sft/run_sft.py`
+    from the top): a few levels below the top, breadth first, ``_MAX_FOLDERS`` folders at most
+    (the same for every script of the project)."""
     found: list[Path] = []
     todo = [(project.top(), _DEPTH)]
     for folder, depth in todo:
@@ -443,6 +445,7 @@ def _project_docs(project: ProjectFiles) -> list[Path]:
             for path in project.listing(sub, (".md", ".MD")):
                 if docs or path.name.lower().startswith("readme"):
                     found.append(path)
+            found.extend(project.listing(sub, SHELL_SUFFIXES))
             if depth > 1:
                 todo.append((sub, depth - 1))
     return found
