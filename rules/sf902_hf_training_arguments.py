@@ -27,7 +27,8 @@ from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_
 from speedfix.model.hf_args import (TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, arguments_only, call_setting,
                                     compared_false_in_every_run, parsed_arguments)
 from speedfix.model.index import CallSite
-from speedfix.model.model_size import loads_quantized
+from speedfix.model.model_size import loads_quantized, size_in_name
+from speedfix.model.scale import LARGE_MODEL_PARAMETERS
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
 from speedfix.model.project_files import Location
 from speedfix.model.versions import pinned_below, v
@@ -83,8 +84,9 @@ class HfTrainingArguments(Rule):
       `if training_args.load_in_kbits in [4, 8]:` when every run loads 16-bit), which
       trades speed for memory (once per file: the flag and the call turn on one recompute), and
       `gradient_accumulation_steps` with a micro-batch of 1 or 2 (information only: neither
-      makes training faster; the micro-batch not for a model of a billion parameters or more,
-      by its checkpoint's name or config, where it is what fits in memory).
+      makes training faster; neither for a model of a billion parameters or more, by its
+      checkpoint's name or config, or by the `model_name_or_path` a launch command or its recipe
+      gives, where both are what fits in memory).
 
     The same holds for the arguments `HfArgumentParser(...).parse_args_into_dataclasses()` or
     TRL's `TrlParser(...).parse_args_and_config()` fill from the command line. Their values come
@@ -767,6 +769,8 @@ class HfTrainingArguments(Rule):
 
     # ------------------------------------------------------------------ memory-for-speed trades
     def _check_checkpointing(self, args: _Arguments) -> None:
+        if self._large_model_run:
+            return  # a billion parameters or more: recomputing is what lets the batch fit (zephyr-7b's recipes)
         for keyword in _CHECKPOINTING:
             flag = args.setting(keyword)
             if flag.value is not True:
@@ -785,12 +789,24 @@ class HfTrainingArguments(Rule):
         on 8k tokens: each micro-batch already fills the GPU), not a slow default."""
         return large_model(self.ctx, Impact.LOW) is not None
 
+    @cached_property
+    def _large_model_run(self) -> bool:
+        """Does the script, or one of the project's launch commands (`--model_name_or_path`, also
+        from the recipe YAML a command hands it: zephyr-7b's `mistralai/Mistral-7B-v0.1`), train a
+        model of a billion parameters or more? Recomputing activations is then what lets its batch
+        fit, not a slow default."""
+        names = [given[0] for given in launch.per_command(self.ctx, "model_name_or_path", "model-name-or-path") if given]
+        names += [given.value for parsed in parsed_arguments(self.ctx)  # TRL's `--config recipe.yaml` too
+                  for given in parsed.per_launch("model_name_or_path") if given is not None]
+        return self._large_model or any(
+            isinstance(name, str) and (size_in_name(name) or 0) >= LARGE_MODEL_PARAMETERS for name in names)
+
     def _check_checkpointing_calls(self) -> None:
         ctx = self.ctx
         if not any(target.startswith("transformers") for target in ctx.imports.bindings.values()):
             return
         for site in ctx.method_calls("gradient_checkpointing_enable"):
-            if self._checkpointing_reported:
+            if self._checkpointing_reported or self._large_model_run:
                 return  # the Trainer's flag turns on the same recompute: the same advice twice
             if in_no_run(ctx, site.statement, site.stack):
                 continue  # behind options that are off by default (`if args.gradient_checkpointing:`) and that

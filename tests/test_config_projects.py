@@ -516,8 +516,8 @@ def test_gradient_checkpointing_of_parsed_training_arguments_follows_the_json_ea
 @pytest.mark.parametrize("checkpoint, reported", [("EleutherAI/pythia-160m", True), ("meta-llama/Llama-2-7b-hf", False)])
 def test_a_micro_batch_of_a_billion_parameter_model_is_left_alone(checkpoint, reported, write, run_cli, tmp_path):
     """LongLoRA fine-tunes Llama-2-7B on 8k tokens with a micro-batch of 1 x 8 accumulation
-    steps: that is what fits in memory, not a slow default. A small model gets the advice; the
-    checkpointing note (information) stays for both."""
+    steps: that is what fits in memory, not a slow default; so is recomputing its activations
+    (gradient checkpointing). A small model gets both notes."""
     write("train.py", "import transformers\n"
                       "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
                       f"model = AutoModelForCausalLM.from_pretrained('{checkpoint}')\n"
@@ -527,7 +527,7 @@ def test_a_micro_batch_of_a_billion_parameter_model_is_left_alone(checkpoint, re
                       "Trainer(model=model, args=args, train_dataset=data).train()\n")
     result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
     assert ("micro-batch of 1 with 8 accumulation steps" in result.stdout) is reported
-    assert "`gradient_checkpointing_enable()` saves memory" in result.stdout  # information either way
+    assert ("`gradient_checkpointing_enable()` saves memory" in result.stdout) is reported
 
 
 KBIT = """\
@@ -875,6 +875,19 @@ class SFTConfig(trl.SFTConfig):
     chat_template: str = field(default=None)
     dataloader_num_workers: int = 4
 """
+
+
+@pytest.mark.parametrize("model, reported", [("HuggingFaceTB/SmolLM2-360M", True), ("mistralai/Mistral-7B-v0.1", False)])
+def test_gradient_checkpointing_of_a_recipe_for_a_billion_parameter_model_is_left_alone(model, reported, write, run_cli, tmp_path):
+    """alignment-handbook's zephyr-7b recipe turns gradient checkpointing on for a 7B full
+    fine-tune: what lets the batch fit, not a slow default. The same flag for a 360M model is
+    reported (information)."""
+    write("pyproject.toml", "[project]\nname = 'handbook'\n")
+    write("scripts/sft.py", TRL_SCRIPT.replace("from handbook import ScriptArguments, SFTConfig", "from trl import SFTConfig"))
+    write("README.md", "```shell\naccelerate launch scripts/sft.py --config recipes/sft.yaml\n```\n")
+    write("recipes/sft.yaml", f"model_name_or_path: {model}\nbf16: true\ngradient_checkpointing: true\n")
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert ("`gradient_checkpointing=True` saves memory" in result.stdout) is reported
 
 
 def test_a_recipe_named_in_a_readme_of_another_folder_is_read(write, run_cli, tmp_path):

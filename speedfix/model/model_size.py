@@ -139,8 +139,11 @@ def _checkpoint_size(ctx: FileContext, site: CallSite) -> int | None:
         passed = launch.option(ctx, node.attr.value, node.attr.value.replace("_", "-"))
         if passed.state is not launch.State.MISSING:
             name = str(passed.value) if passed.known else None
-    if name is None:
-        return None
+    return size_in_name(name) if name is not None else None
+
+
+def size_in_name(name: str) -> int | None:
+    """The parameters a Hub checkpoint's name says it has (`mistralai/Mistral-7B-v0.1`: 7B)."""
     if name in _KNOWN:
         return _KNOWN[name]
     match = _SIZE_IN_NAME.search(name.lower())
