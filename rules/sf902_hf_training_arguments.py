@@ -807,7 +807,7 @@ class HfTrainingArguments(Rule):
             return
         for site in ctx.method_calls("gradient_checkpointing_enable"):
             if self._checkpointing_reported or self._large_model_run:
-                return  # the Trainer's flag turns on the same recompute: the same advice twice
+                return  # the Trainer's flag turns on the same recompute (the same advice twice), or it is what fits
             if in_no_run(ctx, site.statement, site.stack):
                 continue  # behind options that are off by default (`if args.gradient_checkpointing:`) and that
                 # no launch command of the project turns on
