@@ -380,7 +380,7 @@ class _Function:
     steps: bool = False
     cuda: bool = False
     returns_cuda: bool = False
-    cuda_locals: set[str] = field(default_factory=set)  # `device = torch.device("cuda" if ...)` in its body
+    local_values: dict[str, list[ast.expr]] = field(default_factory=dict)  # `device = torch.device(...)`: device: [its value]
     moves: bool = False  # `.to(...)`/`.cuda()` somewhere in its body
     blocking_copies: set[str] = field(default_factory=set)  # parameters it copies without `non_blocking`
     syncs: bool = False  # `.item()`/`.tolist()`, or `float(...)`/`int(...)` of a torch result, in its body
@@ -708,8 +708,8 @@ class _Collector(ast.NodeVisitor):
                 self.module_constants[name] = shown if self.module_constants.get(name, shown) == shown else ""
             if function is None and not self.class_stack and "." not in name and self._mentions_cuda(value):
                 self.cuda_names.add(name)
-            elif function is not None and isinstance(target, ast.Name) and self._mentions_cuda(value):
-                function.cuda_locals.add(name)  # pytorchic-bert's `device = torch.device("cuda" if ...)`, then `return device`
+            elif function is not None and isinstance(target, ast.Name):
+                function.local_values.setdefault(name, []).append(value)  # read if the function returns the name
             if made and made_by is not None and "." not in name:
                 kept = _same_module(value, made_by)  # `model_train = model.train()`, `DataParallel(model)`
                 made_by[name] = kept or made
@@ -995,7 +995,8 @@ class _Collector(ast.NodeVisitor):
     def visit_Return(self, node: ast.Return) -> None:
         function = self.function_stack[-1] if self.function_stack else None
         if function is not None and node.value is not None and (self._mentions_cuda(node.value) or (
-                isinstance(node.value, ast.Name) and node.value.id in function.cuda_locals)):
+                isinstance(node.value, ast.Name)  # pytorchic-bert's `device = torch.device("cuda" if ...)`, `return device`
+                and any(self._mentions_cuda(value) for value in function.local_values.get(node.value.id, ())))):
             function.returns_cuda = True
         if function is not None:
             forwarded = self._forwarded(function, node.value)
