@@ -163,8 +163,8 @@ def passed_through_star_kwargs(ctx: FileContext, name: str, key: str, stack: Sta
     owner = class_of_method(stack)
     if owner is not None:
         called = owner.name.value
-        module_level = function.name.value == "__init__" and any(
-            frame.node is owner for frame in stack[:1])  # the class itself at the top of the module
+        # `__init__` of a class at the top of the module
+        module_level = function.name.value == "__init__" and bool(stack) and stack[0].node is owner
         if not module_level or any(built == called for built, *_ in ctx.links.constructed):
             return None
         qualified = f"{called}.__init__"

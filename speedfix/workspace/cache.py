@@ -107,6 +107,7 @@ class ScanCache:
 
 
 _RECORD = "\0"  # the entries of whole-scan records start with it (no path does)
+
 # A cache file bigger than this is damaged or not ours: it is ignored and rewritten.
 _MAX_CACHE_BYTES = 1024 * 1024 * 1024
 
