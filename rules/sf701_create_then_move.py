@@ -21,8 +21,10 @@ from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
 _FACTORIES = frozenset(
-    f"torch.{name}" for name in ("zeros", "ones", "empty", "full", "arange", "eye", "linspace", "logspace", "tensor")
+    f"torch.{name}" for name in ("zeros", "ones", "empty", "full", "arange", "eye", "linspace", "logspace")
 )
+# They build the tensor in host memory and copy it whatever the device (`device=` saves no copy).
+_BUILDERS = frozenset({"torch.tensor", "torch.as_tensor"})
 # Same values on any device only for the factories above: CPU and CUDA random generators differ.
 _RANDOM = frozenset(f"torch.{name}" for name in ("rand", "randn", "randint", "randperm", "normal"))
 _KEEP_AS_IS = frozenset({"device", "requires_grad", "pin_memory", "out"})
@@ -53,15 +55,18 @@ def _converted_data(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | No
     if isinstance(call.func, cst.Attribute) and call.func.attr.value in _CASTS and not call.args \
             and isinstance(call.func.value, cst.Call):
         call = call.func.value
+    qualified = ctx.qualname(call.func)
+    if qualified in _BUILDERS:  # `torch.tensor(ints, dtype=torch.long)`
+        data = call.args[0] if call.args and call.args[0].keyword is None and not call.args[0].star else None
+        return data.value if data is not None and not _written_out(data.value) else None
     if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
         return None
-    qualified = ctx.qualname(call.func)
     data = call.args[0].value
     return data if qualified == "torch.from_numpy" or (qualified in _LEGACY_TYPES and not _written_out(data)) else None
 
 
 def _converts_data(ctx: FileContext, call: cst.Call) -> bool:
-    return _converted_data(ctx, call) is not None
+    return _converted_data(ctx, call) is not None or ctx.qualname(call.func) in _BUILDERS
 
 
 def _one_fill(value: cst.BaseExpression, written: Stack, copied: Stack) -> bool:
@@ -129,8 +134,10 @@ class CreateThenMove(Rule):
     The tensor is allocated and filled on the CPU, then copied to the GPU: one extra allocation,
     one host-to-device copy and a synchronisation point per call, where `device=` makes it on the
     GPU directly. `torch.tensor(data, device=...)` still builds the tensor in host memory and
-    copies it (torch stages such data on the CPU), so there `device=` saves only the separate
-    `.to()` call; a constant made on every step is cheapest made once (a registered buffer).
+    copies it (torch stages such data on the CPU), so `torch.tensor(ints).to(device)` is not
+    reported: `device=` would save nothing. Numbers written in the code and made into a tensor on
+    every step (`torch.tensor([[0.1, 0.2]]).cuda()`) are reported without a fix: such a constant
+    is cheapest made once (a registered buffer).
 
     Not data the program turned into a tensor (`torch.from_numpy(x).float().to(device)` in a
     replay buffer's `sample`, `torch.FloatTensor(obs).to(device)` per environment step): that
@@ -173,7 +180,7 @@ class CreateThenMove(Rule):
 
     ## Fix safety
     Safe for the deterministic factories (`zeros`, `ones`, `empty`, `full`, `arange`, `eye`,
-    `linspace`, `logspace`, `tensor`): the values are the same on any device. Random factories
+    `linspace`, `logspace`): the values are the same on any device. Random factories
     (`rand`, `randn`, `randint`, `randperm`, `normal`) are reported without a fix: the CUDA
     generator gives different numbers than the CPU one, so results would change. A factory that
     already names a device or asks for `requires_grad=True` (moving it makes a non-leaf copy,
@@ -594,6 +601,27 @@ class CreateThenMove(Rule):
                     return deltas * torch.Tensor([[0.1, 0.1, 0.2, 0.2]]).cuda()
             """,
         ),
+        Invalid(  # numbers written in the code, made into a tensor on every call: make them once (no fix:
+                  # `torch.tensor(..., device=...)` builds them on the host and copies them too)
+            """
+            import torch
+            class Loss(torch.nn.Module):
+                def forward(self, logits, target):
+                    weights = torch.tensor([1.0, 2.0, 0.5]).to(logits.device)
+                    return torch.nn.functional.cross_entropy(logits, target, weight=weights)
+            model = Net().cuda()
+            """,
+        ),
+        Valid(  # a list made into a tensor and moved: `device=` would build it on the host and copy it too
+            """
+            import torch
+            class IntConditioner(torch.nn.Module):
+                def forward(self, ints, device=None):
+                    ints = torch.tensor(ints, dtype=torch.long).to(device)
+                    return self.embedder(ints.clamp(0, 9))
+            model = IntConditioner().cuda()
+            """
+        ),
         Valid(  # host data made into a tensor, then copied: it has to travel anyway (see above)
             """
             import torch
@@ -647,7 +675,7 @@ class CreateThenMove(Rule):
         for site in ctx.method_calls("new_tensor"):  # `x.new_tensor(self.offsets)`: made on x's device from host data
             if site.node.args and site.node.args[0].keyword is None and self._runs_every_step(site):
                 self._constant_copied(site, site.node.args[0].value)
-        for site in ctx.calls_to("torch.tensor", "torch.as_tensor"):  # `torch.tensor(self.offsets, device=x.device)`
+        for site in ctx.calls_to(*_BUILDERS):  # `torch.tensor(self.offsets, device=x.device)`
             on_device = any(arg.keyword is not None and arg.keyword.value == "device" for arg in site.node.args)
             if site.node.args and on_device and self._runs_every_step(site):
                 self._constant_copied(site, site.node.args[0].value)
@@ -721,10 +749,10 @@ class CreateThenMove(Rule):
             return
         if not isinstance(made, cst.Call) or not self._runs_every_step(site):
             return
-        first = made.args[0] if len(made.args) == 1 and made.args[0].keyword is None and not made.args[0].star else None
-        if first is not None and ctx.qualname(made.func) in ("torch.tensor", "torch.as_tensor") \
-                and self._constant_copied(site, first.value):
-            return  # (`torch.tensor(x).cuda()` of other data is a factory whose `device=` saves the copy: below)
+        built = without_layout_calls(made)
+        if isinstance(built, cst.Call) and ctx.qualname(built.func) in _BUILDERS:
+            self._check_built(site, built, move, method)
+            return
         data = _converted_data(ctx, made)
         if data is not None:
             if not self._constant_copied(site, data):
@@ -762,6 +790,22 @@ class CreateThenMove(Rule):
         indent = ctx.module.default_indent
         made_there = append_args(factory, keyword_arg("device", device), indent=indent)
         self.report(move, message, fix_ops=[replace(move, made.deep_replace(factory, made_there))])
+
+    def _check_built(self, site: CallSite, built: cst.Call, move: cst.Call, method: str) -> None:
+        """`torch.tensor(data).to(device)` on every step. `torch.tensor(..., device=...)` builds the
+        tensor in host memory and copies it too, so `device=` saves nothing: host data (`ints`, a
+        list the step made) has to travel anyway (reported only when it is a module's constant,
+        ``_constant_copied``); numbers written in the code are the same on every step, made once
+        they are not copied again."""
+        data = built.args[0].value if built.args and built.args[0].keyword is None and not built.args[0].star else None
+        if data is None or self._constant_copied(site, data):
+            return
+        if not _written_out(data) or self._target_device(move, method) is None:
+            self._sampled_on_host(site, data)
+            return
+        self.report(move, "numbers written in the code are made into a tensor on the host and copied to the GPU on "
+                    "every step", no_fix_reason="`device=` would still build it on the host and copy it: make it once, "
+                    "as a buffer of the module (`self.register_buffer(..., persistent=False)`) or before the loop")
 
     def _check_variable(self, site: CallSite, name: cst.Name, method: str) -> None:
         """`conf_t = torch.LongTensor(n, m)`, a few statements of use, then `conf_t = conf_t.cuda()`:
