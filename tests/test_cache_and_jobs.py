@@ -186,10 +186,13 @@ def test_cache_is_invalidated_by_edits_config_and_selection(cached_cli, tree, an
     assert len(analyses) == 13 and "SF301" not in result.stdout
 
 
-def test_the_notes_on_a_pinned_torch_come_from_the_cache_while_its_files_are_unchanged(cached_cli, tree, monkeypatch):
+def test_the_notes_on_a_pinned_torch_come_from_the_cache_while_its_files_are_unchanged(
+        cached_cli, tmp_path, write, train_script, monkeypatch):
     """A warm scan does not look for the project's torch pins again: the notes are kept in the
     cache with every file looked at (the requirement files, the folders listed) and worked out
     again when one of them changes."""
+    write("pkg/train.py", train_script)
+    tree = tmp_path
     counted: list[int] = []
     original = scan_module.pinned_torch_notes
 
