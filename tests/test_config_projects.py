@@ -597,6 +597,66 @@ def test_a_device_option_that_defaults_to_the_cpu_unless_a_launch_command_passes
     assert "SF202" in run_cli("scan", ".", "--select", "SF202", "--no-summary", cwd=tmp_path).stdout
 
 
+# An RL agent (pytorch-soft-actor-critic's shape): `main.py` parses `--cuda`, a `store_true` flag,
+# and hands its options to the agent class of `agent.py`, which picks its device from it.
+SAC_MAIN = """\
+import argparse
+from agent import Agent
+parser = argparse.ArgumentParser()
+parser.add_argument("--cuda", action="store_true", help="run on cuda (default: False)")
+args = parser.parse_args()
+agent = Agent(8, 2, args)
+for episode in range(1000):
+    agent.update_parameters(memory, 256)
+"""
+SAC_AGENT = """\
+import torch
+from model import QNetwork
+
+class Agent:
+    def __init__(self, inputs, actions, args):
+        self.device = torch.device("cuda" if args.cuda else "cpu")
+        self.critic = QNetwork(inputs, actions).to(device=self.device)
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=3e-4)
+
+    def update_parameters(self, memory, batch_size):
+        state, reward = memory.sample(batch_size)
+        state = torch.FloatTensor(state).to(self.device)
+        loss = (self.critic(state) - torch.FloatTensor(reward).to(self.device)).pow(2).mean()
+        self.critic_optim.zero_grad()
+        loss.backward()
+        self.critic_optim.step()
+        return loss.item()
+"""
+SAC_MODEL = """\
+import torch
+
+class QNetwork(torch.nn.Module):
+    def __init__(self, inputs, actions):
+        super().__init__()
+        self.linear = torch.nn.Linear(inputs + actions, 256)
+
+    def forward(self, x):
+        return self.linear(x)
+"""
+
+
+def test_an_agent_on_the_cpu_unless_cuda_is_asked_for_gets_no_gpu_advice(write, run_cli, tmp_path):
+    """`torch.device("cuda" if args.cuda else "cpu")` with `--cuda` off by default: the default
+    run is on the CPU, also where the option is parsed in the script that hands it over. The
+    README's `--help` listing and usage line name the flag but pass it in no command; a command
+    that passes it brings the GPU advice back."""
+    write("main.py", SAC_MAIN)
+    write("agent.py", SAC_AGENT)
+    write("model.py", SAC_MODEL)
+    write("README.md", "```\nusage: main.py [-h] [--cuda]\n\n  --cuda      run on CUDA (default: False)\n```\n\n"
+          "```\npython main.py\n```\n")
+    assert run_cli("scan", ".", "--no-summary", cwd=tmp_path).stdout == ""
+    write("README.md", "```\npython main.py --cuda\n```\n")
+    found = run_cli("scan", ".", "--no-summary", cwd=tmp_path).stdout
+    assert "agent.py:17:16: SF301" in found and "SF401" in found
+
+
 def _workspace(tmp_path: Path) -> Path:
     """The bundled hydra workspace project: `train.py` builds the class a config's `_target_`
     names, whose `run()` trains on `torch.device(cfg.training.device)`."""

@@ -17,7 +17,10 @@ import libcst as cst
 from speedfix.model import launch
 from speedfix.model.arguments import argparse_option, string_value
 from speedfix.model.context import FileContext
+from speedfix.model.flow import bound_once, false_in_every_run
+from speedfix.model.frames import Stack
 from speedfix.model.frameworks import framework_uses_cuda
+from speedfix.project.linker import NAMES_CUDA_ITSELF
 from speedfix.syntax.names import dotted_name
 
 _USES_CUDA: WeakKeyDictionary[FileContext, bool] = WeakKeyDictionary()
@@ -25,10 +28,12 @@ _USES_CUDA: WeakKeyDictionary[FileContext, bool] = WeakKeyDictionary()
 
 def uses_cuda(ctx: FileContext) -> bool:
     """Does the script touch CUDA at all (computed once per file)? Not when its own mentions of
-    CUDA are for a device option that defaults to the CPU (``cpu_by_default``)."""
+    CUDA are for a device option that defaults to the CPU (``cpu_by_default``), also where the
+    project's links say so for the same mentions."""
     found = _USES_CUDA.get(ctx)
     if found is None:
-        found = _USES_CUDA[ctx] = (ctx.mentions_cuda and not cpu_by_default(ctx)) or ctx.links.cuda is not None \
+        linked = ctx.links.cuda is not None and not (ctx.links.cuda == NAMES_CUDA_ITSELF and ctx.mentions_cuda)
+        found = _USES_CUDA[ctx] = (ctx.mentions_cuda and not cpu_by_default(ctx)) or linked \
             or framework_uses_cuda(ctx) or _configured_cuda(ctx)
     return found
 
@@ -68,7 +73,7 @@ def cpu_by_default(ctx: FileContext) -> bool:
             target = target.args[0].value
         if target is None:
             continue
-        device = string_value(ctx, target, site.stack)
+        device = string_value(ctx, target, site.stack) or _device_every_run_takes(ctx, target, site.stack)
         if isinstance(target, cst.SimpleString):
             if device is not None and not device.startswith("cpu"):
                 return False  # `.to("cuda")`
@@ -89,6 +94,22 @@ def cpu_by_default(ctx: FileContext) -> bool:
         if passed.state is not launch.State.MISSING and not (passed.known and str(passed.value).startswith("cpu")):
             return False  # a launch command runs the script on another device
     return True
+
+
+def _device_every_run_takes(ctx: FileContext, target: cst.BaseExpression, stack: Stack) -> str | None:
+    """The CPU of `torch.device("cuda" if args.cuda else "cpu")`, bound once to the name or the
+    attribute ``target`` (SAC's `self.device`), when the test is false with the defaults and in
+    every launch command of the project (`--cuda`, a `store_true` flag that none passes)."""
+    bound = bound_once(ctx, target, stack)
+    if bound is None:
+        return None
+    value, at = bound
+    if isinstance(value, cst.Call) and ctx.qualname(value.func) == "torch.device" and len(value.args) == 1:
+        value = value.args[0].value
+    if not isinstance(value, cst.IfExp) or not isinstance(value.orelse, cst.SimpleString):
+        return None
+    chosen = value.orelse.evaluated_value
+    return chosen if isinstance(chosen, str) and chosen.startswith("cpu") and false_in_every_run(ctx, value.test, at) else None
 
 
 _DEVICES = frozenset({"cpu", "cuda", "mps", "xpu", "npu", "hpu", "xla", "meta"})

@@ -429,6 +429,19 @@ def _stored_attribute(ctx: FileContext, name: str, stack: Stack) -> Assignment |
     return found[0] if len(found) == 1 and not (found[0].unpacked or found[0].augmented) else None
 
 
+def bound_once(ctx: FileContext, target: cst.BaseExpression, stack: Stack) -> tuple[cst.BaseExpression, Stack] | None:
+    """The value (and its stack) of a name assigned once in scope, or of `self.x` assigned once
+    in the methods of the class around ``stack``; None otherwise."""
+    if isinstance(target, cst.Name):
+        found = ctx.assignments_in_scope(target.value, stack)
+        one = found[0] if len(found) == 1 and not (found[0].unpacked or found[0].augmented) else None
+    elif isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
+        one = _stored_attribute(ctx, code_of(target), stack)
+    else:
+        one = None
+    return None if one is None else (one.value, one.stack)
+
+
 def _argument_default(ctx: FileContext, name: str, stack: Stack, depth: int) -> object:
     """A parameter of a module-level function: the value every call of it in the file passes
     (torchvision's `train_one_epoch(..., scaler)` with `scaler = GradScaler() if args.amp else None`)."""

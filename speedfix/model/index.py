@@ -400,7 +400,7 @@ class FileIndex(NameBindings, Visitor):
             self._low_precision()  # `model.half()`
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
             # `add_argument('--fp16', action='store_true', help='... fp16 ...')` names an option; its
-            # `default=` (`default="bf16"`) is a setting of the default run
+            # `default=` (`default="bf16"`, `default="cuda"`) is a setting of the default run
             for arg in node.args:
                 if arg.keyword is None or arg.keyword.value in ("help", "metavar", "dest"):
                     self._option_words.update(_string_parts(arg.value))
@@ -466,7 +466,7 @@ class FileIndex(NameBindings, Visitor):
         self.low_precision_at.append((self._statement, self.stack))
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if "cuda" in node.value:
+        if "cuda" in node.value and id(node) not in self._option_words:  # not `add_argument("--cuda")`
             self.mentions_cuda = True
         if "16" in node.value and any(tag in node.value for tag in ("bf16", "fp16", "16-mixed", "float16")) \
                 and id(node) not in self._option_words:

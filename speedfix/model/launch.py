@@ -233,7 +233,25 @@ def option_passed(ctx: FileContext, option: str) -> bool:
     if project is None:
         return True
     files = launch_files(project)
-    return len(files) >= _MAX_FILES or any(pattern.search(project.text(path) or "") for path in files)
+    return len(files) >= _MAX_FILES or any(_passes(pattern, project.text(path) or "") for path in files)
+
+
+# A line of argparse's `--help` listing pasted into a README: `  --cuda      run on CUDA (default: False)`.
+_HELP_LINE = re.compile(r"\s*-[^\s\[]*(?: [A-Z_]+)?(?:, -[^\s\[]*(?: [A-Z_]+)?)*\s{2,}\S")
+
+
+def _passes(pattern: re.Pattern[str], text: str) -> bool:
+    """Does ``text`` pass the option ``pattern`` matches: not in argparse's usage (`[--cuda]`) or
+    help listing that a README shows, which name the options and pass none."""
+    for match in pattern.finditer(text):
+        start = match.start()
+        if text[start - 1:start] == "[":
+            continue
+        line_start = text.rfind("\n", 0, start) + 1
+        if text[line_start:start].strip() == "" and _HELP_LINE.match(text, line_start):
+            continue
+        return True
+    return False
 
 
 def option(ctx: FileContext, *names: str, launcher: bool = False,

@@ -418,6 +418,7 @@ class _Collector(ast.NodeVisitor):
         self.loops: list[_Loop] = []
         self.cuda_names: set[str] = set()
         self.cuda_classes: set[str] = set()
+        self.option_words: set[int] = set()  # strings naming or describing an option: `add_argument("--cuda")`
         self.references: set[str] = set()
         self.constructions: set[tuple[str, str, tuple[str, ...], int, bool]] = set()
         # class or module-level function -> the names it calls (a function: in what it returns)
@@ -906,7 +907,7 @@ class _Collector(ast.NodeVisitor):
                 visit(value)
 
     def visit_Constant(self, node: ast.Constant) -> None:
-        if isinstance(node.value, str) and "cuda" in node.value:
+        if isinstance(node.value, str) and "cuda" in node.value and id(node) not in self.option_words:
             self._note_cuda()
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -922,6 +923,10 @@ class _Collector(ast.NodeVisitor):
                 function.runs_parts = True
         if func in CUDA_DEVICE_HELPERS:
             self._note_cuda()  # `try_gpu()`
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            self.option_words.update(id(arg) for arg in node.args if isinstance(arg, ast.Constant))
+            self.option_words.update(id(keyword.value) for keyword in node.keywords
+                                     if keyword.arg in ("help", "metavar", "dest") and isinstance(keyword.value, ast.Constant))
         if self.resolve(func) in DETERMINISTIC_ALGORITHMS:
             self._cudnn_choice()
         loop = self._current_loop()

@@ -520,11 +520,15 @@ def _missing(path: Path, module: ModuleFacts, found: dict[str, Path], resolver: 
     return sorted(result)
 
 
+# ``Links.cuda`` of a file whose own code names CUDA (the file's analysis weighs that evidence itself).
+NAMES_CUDA_ITSELF = "it names CUDA itself"
+
+
 def _direct_cuda(path: Path, module: ModuleFacts, found: dict[str, Path], facts: dict[Path, ModuleFacts],
                  show: Callable[[Path], str]) -> str | None:
     """Why the file runs on CUDA by what it takes from other files, or None."""
     if module.cuda:
-        return "it names CUDA itself"
+        return NAMES_CUDA_ITSELF
     if module.lightning:
         return "it defines a LightningModule, which Lightning trains on a GPU when there is one"
     for qualified in (*[target for _, target in module.imports], *module.references):
