@@ -3,6 +3,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property, partial
+from pathlib import Path
+from typing import Callable
 
 import libcst as cst
 
@@ -86,7 +88,9 @@ class HfTrainingArguments(Rule):
       `gradient_accumulation_steps` with a micro-batch of 1 or 2 (information only: neither
       makes training faster; neither for a model of a billion parameters or more, by its
       checkpoint's name or config, or by the `model_name_or_path` a launch command or its recipe
-      gives, where both are what fits in memory).
+      gives, where both are what fits in memory; where the project's runs train models of both
+      sizes, each run whose model's name says it is smaller is its own: alignment-handbook's
+      SmolLM2-360M recipe beside zephyr-7b's).
 
     The same holds for the arguments `HfArgumentParser(...).parse_args_into_dataclasses()` or
     TRL's `TrlParser(...).parse_args_and_config()` fill from the command line. Their values come
@@ -106,7 +110,10 @@ class HfTrainingArguments(Rule):
     the launch commands disagree on `--fp16`, the fp16 advice goes to the first that sets it; where
     they disagree on `--bf16`, a note goes to the first that trains in fp32 on the GPU (QLoRA's
     `finetune.sh` beside its `--bf16` guanaco scripts), at its command line, unless it only tries
-    the script out (a `debug.sh`, a command under a "smoke test" comment).
+    the script out (a `debug.sh`, a command under a "smoke test" comment). An unfused `optim`,
+    gradient checkpointing and accumulated micro-batches that the commands or their recipes set
+    are reported per file that sets them (each recipe YAML, a README's commands once), also where
+    the commands disagree.
 
     ## Why is this bad?
     fp32 leaves the tensor cores mostly idle: `bf16=True` runs the forward and backward pass
@@ -669,8 +676,13 @@ class HfTrainingArguments(Rule):
     def _check_optimizer(self, args: _Arguments, defaults: list[_Default]) -> None:
         version = self.ctx.torch_version
         optim = args.setting("optim")
-        if version < _FUSED_FROM or optim.unknown or supplies_optimizer(self.ctx):
+        if version < _FUSED_FROM or supplies_optimizer(self.ctx):
             return  # (DeepSpeed's config builds its own fused Adam, whatever `optim` says)
+        if optim.unknown or optim.source is Source.LAUNCH:  # each recipe or launch file that sets it
+            for _, run, more in self._slow_runs(args, "optim", lambda given, _: given.value in _UNFUSED):
+                self._at(args, run, f'`optim="{run.value}"` runs AdamW as several kernels per step; "adamw_torch_fused" '
+                         f"runs one{more}", severity=Severity.INFO)
+            return
         project = self.ctx.project
         old_hf = project is not None and pinned_below(project, "transformers", _HF_FUSED_DEFAULT_FROM)
         no_fused = project is not None and pinned_below(project, "transformers", _HF_FUSED_FROM)
@@ -769,10 +781,17 @@ class HfTrainingArguments(Rule):
 
     # ------------------------------------------------------------------ memory-for-speed trades
     def _check_checkpointing(self, args: _Arguments) -> None:
-        if self._large_model_run:
-            return  # a billion parameters or more: recomputing is what lets the batch fit (zephyr-7b's recipes)
         for keyword in _CHECKPOINTING:
             flag = args.setting(keyword)
+            if self._large_model_run or flag.unknown:
+                # a billion parameters or more: recomputing is what lets the batch fit (zephyr-7b's
+                # recipes); each recipe or command that sets it for a smaller model is its own run
+                for _, run, more in self._slow_runs(args, keyword, lambda given, index: given.value is True
+                                                    and self._not_large_run(args, index)):
+                    self._at(args, run, _checkpointing_message(f"`{keyword}=True`") + more, severity=Severity.INFO,
+                             no_fix_reason="keep it only if the batch does not fit without it")
+                    self._checkpointing_reported = True
+                continue
             if flag.value is not True:
                 continue
             what = f"`{keyword}=True`"
@@ -830,6 +849,9 @@ class HfTrainingArguments(Rule):
 
     def _check_accumulation(self, args: _Arguments) -> None:
         accumulation = args.setting("gradient_accumulation_steps")
+        if self._large_model_run or accumulation.unknown or args.setting("per_device_train_batch_size").unknown:
+            self._check_accumulation_runs(args)
+            return
         steps, batch = accumulation.value, args.setting("per_device_train_batch_size").value
         if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 1:
             return
@@ -842,6 +864,53 @@ class HfTrainingArguments(Rule):
             severity=Severity.INFO,
             no_fix_reason="the largest batch that fits depends on the GPU's memory",
         )
+
+
+    def _check_accumulation_runs(self, args: _Arguments) -> None:
+        """Launch commands that disagree on the micro-batch or the accumulation, or that train a
+        model of a billion parameters in one of their runs (one recipe per model size): each run
+        of a smaller model that accumulates micro-batches of 1 or 2, at its recipe or command."""
+        batches = args.parsed.per_run("per_device_train_batch_size") if args.parsed is not None else []
+
+        def slow(given: Setting, index: int) -> bool:
+            batch = batches[index].value if index < len(batches) else None
+            return _count(given.value) > 1 and 0 < _count(batch) <= 2 and self._not_large_run(args, index)
+
+        for index, run, more in self._slow_runs(args, "gradient_accumulation_steps", slow):
+            self._at(args, run, f"a micro-batch of {batches[index].value} with {run.value} accumulation steps: accumulation does not "
+                     f"make training faster, a larger `per_device_train_batch_size` with fewer steps does{more}",
+                     severity=Severity.INFO, no_fix_reason="the largest batch that fits depends on the GPU's memory")
+
+    def _slow_runs(self, args: _Arguments, key: str, slow: Callable[[Setting, int], bool]) -> list[tuple[int, Setting, str]]:
+        """Where the launch commands disagree on ``key``: per file (a recipe, a README, a script's
+        docstring), the first place that sets it for a run to what ``slow(setting, index of the
+        command)`` says is slow, with the index of that command and ` (and 2 more launch
+        commands)` when more of the file's commands do."""
+        if args.parsed is None:
+            return []
+        places: dict[Path, list[tuple[int, Setting]]] = {}
+        for index, given in enumerate(args.parsed.per_launch(key)):
+            if given is not None and given.where is not None and not given.unknown and slow(given, index):
+                found = places.setdefault(given.where.path, [])
+                if all(other.where.line != given.where.line for _, other in found):  # type: ignore[union-attr]
+                    found.append((index, given))
+        return [(*found[0], _more_commands(len(found))) for found in places.values()]
+
+    def _not_large_run(self, args: _Arguments, index: int) -> bool:
+        """May launch command ``index`` train a model smaller than a billion parameters? Where a
+        run of the project trains a larger one, only a run whose model's name says so
+        (`HuggingFaceTB/SmolLM2-360M`, from its option or its recipe)."""
+        if not self._large_model_run:
+            return True
+        names = args.parsed.per_launch("model_name_or_path") if args.parsed is not None else []
+        given = names[index] if index < len(names) else None
+        size = size_in_name(given.value) if given is not None and isinstance(given.value, str) else None
+        return size is not None and size < LARGE_MODEL_PARAMETERS
+
+
+def _count(value: object) -> int:
+    """A positive int setting, else 0 (unknown, missing, not a number)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _checkpointing_message(what: str) -> str:

@@ -950,6 +950,27 @@ def test_gradient_checkpointing_of_a_recipe_for_a_billion_parameter_model_is_lef
     assert ("`gradient_checkpointing=True` saves memory" in result.stdout) is reported
 
 
+def test_recipes_that_disagree_are_each_their_own_run(write, run_cli, tmp_path):
+    """alignment-handbook's recipes for a 7B and a 360M model, run by the same script: the
+    explicit unfused `optim` is reported in each recipe that sets it; gradient checkpointing and
+    a micro-batch of 2 with accumulation only in the small model's recipe, where they are waste;
+    the README's copies of one command are one finding."""
+    write("scripts/dpo.py", TRL_SCRIPT.replace("from handbook import ScriptArguments, SFTConfig", "from trl import SFTConfig"))
+    command = "accelerate launch scripts/dpo.py --config recipes/{}.yaml"
+    write("README.md", "```shell\n" + "\n".join(command.format(name) for name in ("big", "small", "small")) + "\n```\n")
+    recipe = ("model_name_or_path: {}\nbf16: true\ngradient_accumulation_steps: 8\ngradient_checkpointing: true\n"
+              "optim: adamw_torch\nper_device_train_batch_size: 2\n")
+    write("recipes/big.yaml", recipe.format("mistralai/Mistral-7B-v0.1"))
+    write("recipes/small.yaml", recipe.format("HuggingFaceTB/SmolLM2-360M"))
+    found = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path).stdout.splitlines()
+    places = [line.split(": SF902 ")[0] for line in found]
+    assert places == ["recipes/small.yaml:3:1", "recipes/small.yaml:4:1", "scripts/dpo.py:5:42",
+                      "recipes/big.yaml:5:1", "recipes/small.yaml:5:1"], found
+    assert found[0].endswith("a micro-batch of 2 with 8 accumulation steps: accumulation does not make training faster, "
+                             "a larger `per_device_train_batch_size` with fewer steps does (impact: medium)")
+    assert '`optim="adamw_torch"` runs AdamW as several kernels per step' in found[3]
+
+
 def test_a_recipe_named_in_a_readme_of_another_folder_is_read(write, run_cli, tmp_path):
     """alignment-handbook's layout: the script imports its config class from the project's own
     package (src layout), and only the recipes' READMEs say how it runs (`--config`, a brace

@@ -16,7 +16,7 @@ the training arguments from the command line. Their settings are then, in this o
 4. transformers' own defaults (fp32, no TF32 setting, no loader workers, ...).
 
 A value the launch commands set differently from one command to another, or through a shell
-variable, is unknown: the rules stay silent about it.
+variable, is unknown as one setting; ``ParsedArguments.per_launch`` gives each command's own.
 
 `HfArgumentParser(...).parse_json_file(args.train_args_file)` (and `parse_yaml_file`) fill the
 arguments from a file alone: the file each launch command names with the option, else the
