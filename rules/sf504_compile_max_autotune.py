@@ -9,6 +9,7 @@ from speedfix.model.index import CallSite
 from speedfix.model.versions import v
 
 _AUTOTUNE = ("max-autotune", "max-autotune-no-cudagraphs")
+_FLEX_ATTENTION = "torch.nn.attention.flex_attention.flex_attention"
 # Where a compile mode is chosen: the call, and the Hugging Face Trainer's argument.
 _MODE_TAKERS = {
     "torch.compile": ("mode", None),  # keyword-only (a positional mode is SF502)
@@ -32,7 +33,10 @@ class CompileMaxAutotune(Rule):
     reuses them). `"max-autotune"` also captures CUDA graphs, which keep their inputs and outputs
     in memory and are recorded again for each new shape. A long run on fixed shapes earns that
     back; a short run, a notebook being iterated on or a model with changing shapes usually does
-    not: start with the default mode and measure.
+    not: start with the default mode and measure. Not for `torch.compile(flex_attention,
+    mode="max-autotune-no-cudagraphs")`: PyTorch's FlexAttention examples (attention-gym) give
+    that mode for its best kernels, whose block sizes it tunes, and some head sizes compile only
+    with it (pytorch/pytorch#133254).
 
     ## Example
     ```python
@@ -70,6 +74,13 @@ class CompileMaxAutotune(Rule):
     VALID = [
         Valid('import torch\nmodel = torch.compile(model, mode="reduce-overhead")\n'),
         Valid('import torch\nmodel = torch.compile(model)\n'),
+        Valid(  # the mode FlexAttention's examples give for its kernel
+            """
+            import torch
+            from torch.nn.attention.flex_attention import flex_attention
+            flex_attention_compiled = torch.compile(flex_attention, dynamic=False, mode="max-autotune-no-cudagraphs")
+            """
+        ),
     ]
     INVALID = [
         Invalid('import torch\nmodel = torch.compile(model, mode="max-autotune")\n'),
@@ -93,6 +104,9 @@ class CompileMaxAutotune(Rule):
         value = string_value(self.ctx, mode.node, site.stack)
         if value not in _AUTOTUNE:
             return
+        compiled = site.node.args[0].value if site.node.args and site.node.args[0].keyword is None else None
+        if compiled is not None and self.ctx.qualname(compiled) == _FLEX_ATTENTION:
+            return  # the mode FlexAttention's examples give for its kernel: autotuned block sizes
         node: cst.CSTNode = mode.arg
         self.report(node, f'`"{value}"` benchmarks kernel choices while it compiles: a much longer first compile, '
                     "and again for each new input shape (the choices are cached for later runs); it pays off in long "
