@@ -18,7 +18,7 @@ import libcst as cst
 
 from speedfix.model.arguments import literal_int
 from speedfix.model.context import FileContext
-from speedfix.model.flow import assigned_name, is_returned
+from speedfix.model.flow import assigned_name, is_returned, returned_at
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import lightning_fits, lightning_loader_hooks
 from speedfix.model.index import CallSite
@@ -126,7 +126,7 @@ def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
     says so (`System(..., val_loader=val_loader)`, `fit(model, val_dataloaders=loader)`)."""
     if loader_role(ctx, site) is not Role.EVALUATION:
         return False
-    if _lightning_evaluation_hook(ctx, site) or _evaluation_factory(ctx, site):
+    if _lightning_evaluation_hook(ctx, site) or _evaluation_factory(ctx, site) or _beside_the_fed_loader(ctx, site):
         return True
     if not ctx.drives_training and not (lightning_fits(ctx) and _handed_for_evaluation(ctx, site)):
         return False
@@ -165,6 +165,20 @@ def _evaluation_factory(ctx: FileContext, site: CallSite) -> bool:
     return (bool(feeds or ctx.links.trained_by) and isinstance(function, cst.FunctionDef)
             and ctx.class_of(site.stack) is None and function.name.value not in feeds
             and named_for_evaluation(function.name.value) and is_returned(function, site))
+
+
+def _beside_the_fed_loader(ctx: FileContext, site: CallSite) -> bool:
+    """A loader a module-level function returns in a tuple beside the one that the training loops
+    of other files iterate (`return train_loader, test_loader`, where every caller unpacks
+    `train_loader, val_loader = get_cifar100_dataloaders(...)` and trains on the first): the
+    scripts evaluate with it."""
+    function = ctx.function_of(site.stack)
+    if not isinstance(function, cst.FunctionDef) or ctx.class_of(site.stack) is not None:
+        return False
+    feed = next((feed for feed in ctx.links.feeds if feed[0] == function.name.value), None)
+    if feed is None or -1 in feed[4]:
+        return False
+    return is_returned(function, site) and not returned_at(function, site, feed[4])
 
 
 def _handed_for_evaluation(ctx: FileContext, site: CallSite) -> bool:
