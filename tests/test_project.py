@@ -2028,6 +2028,45 @@ def test_a_loader_returned_by_a_factory_of_another_file(run_cli, tmp_path, write
     ]
 
 
+def test_the_loader_a_factory_builds_when_its_training_flag_is_off_feeds_evaluation(run_cli, tmp_path, write):
+    """voicefilter's `create_dataloader(hp, args, train)`: the `if train:` branch builds the
+    training loader, the `else:` branch the test loader, which only evaluation reads: nothing to
+    pin there."""
+    write("data.py", """\
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def create_dataloader(batch_size, train):
+            if train:
+                return DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=batch_size, num_workers=4,
+                                  persistent_workers=True)
+            else:
+                return DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=1, num_workers=0)
+        """)
+    write("train.py", """\
+        import torch
+        from data import create_dataloader
+
+        def main():
+            trainloader = create_dataloader(32, train=True)
+            testloader = create_dataloader(32, train=False)
+            for epoch in range(10):
+                for (x,) in trainloader:
+                    model(x.to("cuda", non_blocking=True)).sum().backward()
+                    optimizer.step()
+                with torch.no_grad():
+                    for (x,) in testloader:
+                        model(x.to("cuda", non_blocking=True))
+
+        main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF101,SF102,SF103", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines() == [
+        "data.py:6:16: SF102 [*] `DataLoader` without `pin_memory=True`: batches are copied to the GPU from pageable memory"
+        " (impact: medium)",
+    ], result.stdout
+
+
 _TRAIN_LOOP = """\
     def train_loop(model, optimizer, train_set, epochs):
         for epoch in range(epochs):

@@ -19,6 +19,7 @@ snippet), so no fix there can make the script raise.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
@@ -30,7 +31,7 @@ import libcst as cst
 
 from speedfix.model.arguments import find_argument
 from speedfix.model.context import FileContext
-from speedfix.model.flow import (assigned_name, comes_before, false_in_every_run, is_returned, off_by_default,
+from speedfix.model.flow import (assigned_name, comes_before, false_in_every_run, gates, is_returned, off_by_default,
                                  returned_at)
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import lightning_one_pass_loader
@@ -566,6 +567,26 @@ def _shown(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name)
 
 
+# A factory's parameter that says whether it builds the training loader: `create_dataloader(hp, args, train)`.
+_TRAINING_FLAG = re.compile(r"(?:is_)?train(?:ing)?", re.IGNORECASE)
+
+
+def in_evaluation_branch(ctx: FileContext, site: CallSite) -> bool:
+    """Is the DataLoader of ``site`` built where a factory's training flag is off: the `else:` of
+    `if train:`, or under `if not is_train:` (voicefilter's `create_dataloader(hp, args, train)`,
+    whose other branch builds the training loader)?"""
+    function = ctx.function_of(site.stack)
+    if not isinstance(function, cst.FunctionDef):
+        return False
+    params = {param.name.value for param in (*function.params.params, *function.params.kwonly_params)}
+    for test, wanted in gates(ctx, site.statement):
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, wanted = test.expression, not wanted
+        if isinstance(test, cst.Name) and test.value in params and _TRAINING_FLAG.fullmatch(test.value) and not wanted:
+            return True
+    return False
+
+
 def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool, bool] | None:
     """(iterated every epoch, its batches copied to a device, its dataset changed between epochs)
     when the DataLoader of ``site`` is returned by a module-level function whose result a
@@ -580,6 +601,8 @@ def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool, 
     if feed is None:
         return None
     _, per_epoch, uploads, changed, positions = feed
+    if in_evaluation_branch(ctx, site):
+        return None  # the factory's other branch builds the training loader
     # `train_loader, val_loader = get_loaders()`, then `for x, y in train_loader:`: that element only
     returned = is_returned(function, site) if -1 in positions else returned_at(function, site, positions)
     return (per_epoch, uploads, changed) if returned else None

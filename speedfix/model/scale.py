@@ -22,6 +22,7 @@ from speedfix.model.flow import assigned_name, is_returned, returned_at
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import lightning_fits, lightning_loader_hooks
 from speedfix.model.index import CallSite
+from speedfix.model.loaders import in_evaluation_branch
 from speedfix.model.model_size import estimated_parameters
 from speedfix.model.networks import (builds, built_classes, fresh_assignments, is_conv_architecture, model_classes,
                                       optimized_module, peel, project_builds_matmuls, project_builds_rnn,
@@ -110,7 +111,7 @@ def loader_role(ctx: FileContext, site: CallSite) -> Role:
         return Role.EVALUATION
     if any(_TRAINING_NAME.search(name) for name in words):
         return Role.TRAINING
-    return Role.UNKNOWN
+    return Role.EVALUATION if in_evaluation_branch(ctx, site) else Role.UNKNOWN
 
 
 @per_site
@@ -126,7 +127,8 @@ def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
     says so (`System(..., val_loader=val_loader)`, `fit(model, val_dataloaders=loader)`)."""
     if loader_role(ctx, site) is not Role.EVALUATION:
         return False
-    if _lightning_evaluation_hook(ctx, site) or _evaluation_factory(ctx, site) or _beside_the_fed_loader(ctx, site):
+    if _lightning_evaluation_hook(ctx, site) or _evaluation_factory(ctx, site) or _beside_the_fed_loader(ctx, site) \
+            or in_evaluation_branch(ctx, site):
         return True
     if not ctx.drives_training and not (lightning_fits(ctx) and _handed_for_evaluation(ctx, site)):
         return False
