@@ -13,6 +13,7 @@ from speedfix.model.frameworks import (ACCELERATOR, SET_ELSEWHERE, accelerator_o
                                       process_info_only)
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import spread_parameter
+from speedfix.model.networks import is_optimizer_call
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model
 
 # Why fp16 where bf16 fits is medium, not high: fp16 already runs on the tensor cores.
@@ -42,8 +43,10 @@ class AccelerateNoMixedPrecision(Rule):
     A script that puts the model in 16-bit itself (`from_pretrained(..., dtype=torch.bfloat16)`,
     4-bit weights computed in bf16, `.half()`) does not train in fp32 whatever Accelerate is
     told, and is not reported for "no" or a missing setting. Nor is an `Accelerator` made only to
-    read a fact of the process (`device_map = {"": Accelerator().process_index}`), or one on a
-    path no run takes (under a `--use_int4` flag that is off by default).
+    read a fact of the process (`device_map = {"": Accelerator().process_index}`), one on a
+    path no run takes (under a `--use_int4` flag that is off by default), or one in a file that
+    does not train: no training loop of its own or of another file it calls, no backward pass, no
+    optimizer (an inference, evaluation or demo script).
 
     ## Why is this bad?
     In fp32 matmuls and convolutions run at a fraction of the tensor cores' speed. With
@@ -133,6 +136,21 @@ class AccelerateNoMixedPrecision(Rule):
                     optimizer.zero_grad()
             """
         ),
+        Valid(  # an inference script: nothing trains, whatever the precision
+            """
+            import torch
+            from accelerate import Accelerator
+
+            @torch.no_grad()
+            def main():
+                accelerator = Accelerator(mixed_precision="no")
+                model = accelerator.prepare(load_model())
+                for batch in loader:
+                    save(model(batch))
+
+            main()
+            """
+        ),
     ]
     INVALID = [
         Invalid(  # mixed precision behind a constructor default that is off (`amp = False`)
@@ -142,6 +160,9 @@ class AccelerateNoMixedPrecision(Rule):
             class Trainer:
                 def __init__(self, model, *, amp=False, mixed_precision_type="fp16"):
                     self.accelerator = Accelerator(mixed_precision=mixed_precision_type if amp else "no")
+
+                def step(self, loss):
+                    self.accelerator.backward(loss)
             """,
         ),
         Invalid(
@@ -149,11 +170,13 @@ class AccelerateNoMixedPrecision(Rule):
             import torch
             from accelerate import Accelerator
             accelerator = Accelerator(mixed_precision='no', gradient_accumulation_steps=2)
+            optimizer = torch.optim.AdamW(model.parameters())
             """,
             fixed="""
             import torch
             from accelerate import Accelerator
             accelerator = Accelerator(mixed_precision='bf16', gradient_accumulation_steps=2)
+            optimizer = torch.optim.AdamW(model.parameters())
             """,
         ),
         Invalid(  # left to the launch command, and the project shows none that sets it: an info note
@@ -161,6 +184,7 @@ class AccelerateNoMixedPrecision(Rule):
             import torch
             from accelerate import Accelerator
             accelerator = Accelerator()
+            accelerator.backward(loss)
             """
         ),
         Invalid(  # Accelerate's own examples: the command line may choose, its default is None
@@ -173,6 +197,7 @@ class AccelerateNoMixedPrecision(Rule):
             parser.add_argument("--cpu", action="store_true")
             args = parser.parse_args()
             accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)
+            accelerator.backward(loss)
             """
         ),
         Invalid(  # a parameter's default that the call leaves: fp16 (Tune-A-Video's `main()`), no fix
@@ -181,6 +206,7 @@ class AccelerateNoMixedPrecision(Rule):
 
             def main(output_dir, mixed_precision="fp16"):
                 accelerator = Accelerator(mixed_precision=mixed_precision)
+                accelerator.backward(loss)
 
             main("runs")
             """,
@@ -194,11 +220,14 @@ class AccelerateNoMixedPrecision(Rule):
             parser.add_argument("--mixed-precision", default="fp16")
             args = parser.parse_args()
             accelerator = accelerate.Accelerator(mixed_precision=args.mixed_precision)
+            accelerator.backward(loss)
             """,
         ),
     ]
 
     def finish(self) -> None:
+        if not _trains(self.ctx):
+            return  # an inference, evaluation or demo script makes an Accelerator too
         for site in self.ctx.calls_to(*ACCELERATOR):
             if accelerator_on_gpu(self.ctx, site) and not process_info_only(site) \
                     and not in_no_run(self.ctx, site.statement, site.stack):
@@ -292,3 +321,10 @@ def _is_none(ctx: FileContext, node: cst.BaseExpression | None, site: CallSite) 
     keywords = {arg.keyword.value: arg.value for arg in option.node.args if arg.keyword is not None}
     default = keywords.get("default")
     return (default is None and "action" not in keywords) or (isinstance(default, cst.Name) and default.value == "None")
+
+
+def _trains(ctx: FileContext) -> bool:
+    """Does the file train, or may it through what it calls: a step loop, a call of another
+    file's training loop, a backward pass or an optimizer of its own?"""
+    return ctx.drives_training or any(True for _ in ctx.method_calls("backward")) \
+        or any(is_optimizer_call(ctx, site) for site in ctx.calls)

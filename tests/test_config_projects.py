@@ -377,7 +377,7 @@ def test_a_deepspeed_config_handed_down_by_a_function_that_calls_itself(write, r
 
 
 def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_path):
-    write("train.py", "from accelerate import Accelerator\naccelerator = Accelerator()\n")
+    write("train.py", "from accelerate import Accelerator\naccelerator = Accelerator()\naccelerator.backward(loss)\n")
     assert "SF904" in run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout  # fp32 default
     write("launch.sh", "accelerate launch --config_file configs/one_gpu.yaml train.py\n")
     write("configs/one_gpu.yaml", "distributed_type: 'NO'\nmixed_precision: bf16\n")
@@ -406,6 +406,7 @@ def test_accelerate_precision_from_a_config_spread_into_main(precision, expected
 
         def main(output_dir, lr=1e-4, mixed_precision="fp16"):
             accelerator = Accelerator(mixed_precision=mixed_precision)
+            accelerator.backward(loss)
 
         if __name__ == "__main__":
             parser = argparse.ArgumentParser()
