@@ -42,7 +42,9 @@ class NoMixedPrecision(Rule):
     with the defaults is fp32, and that is reported at the autocast. So is an autocast that wraps
     only the loss while the model's forward pass runs before it. A loop with several backward
     calls (a GAN's critic, generator and penalty steps) is one finding, whose fix covers each.
-    NVIDIA apex's `amp.initialize` counts as mixed precision. A project on a torch before 1.10
+    NVIDIA apex's `amp.initialize` counts as mixed precision, unless its `opt_level` is apex's
+    pure-fp32 "O0" with the defaults (`--amp` defaulting to "O0" and no launch command passing
+    it; also where the script may restore its options from a checkpoint). A project on a torch before 1.10
     (a `torch==0.4.1` pin) still gets the finding, without a fix and saying so: autocast is the
     biggest gain an fp32 loop has, and it is worth upgrading torch for. Not reported where every
     trained model is an MLP no wider than 256 in the widths the code states (an RL agent's actor
@@ -269,6 +271,28 @@ class NoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # apex at its pure-fp32 level "O0", the option's default (vq-vae-2's PixelSNAIL): fp32
+            """
+            import argparse
+            import torch
+            from apex import amp
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--amp", type=str, default="O0")
+            parser.add_argument("--ckpt", type=str)
+            args = parser.parse_args()
+            if args.ckpt is not None:
+                args = torch.load(args.ckpt)["args"]
+            model = FCN().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            model, optimizer = amp.initialize(model, optimizer, opt_level=args.amp)
+            for images, masks in loader:
+                loss = criterion(model(images.cuda()), masks.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            torch="1.4",
+        ),
         Invalid(  # an agent's critic and actor updates: two step methods of one class, one piece of advice
             """
             import torch

@@ -28,6 +28,7 @@ from speedfix.model.flow import default_truth, off_by_default, reached_by_launch
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import ACCELERATOR
 from speedfix.model.index import CallSite
+from speedfix.model.launch import option_passed
 from speedfix.model.networks import network_assignments, step_networks
 from speedfix.model.patterns import AUTOCAST
 from speedfix.model.tensors import has_sync_before
@@ -246,11 +247,23 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
         return _low_precision_elsewhere(ctx)
     if _low_precision_by_default(ctx) or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname):
         return True
-    if ctx.calls_to(APEX_AMP_INITIALIZE):  # NVIDIA apex, the mixed precision of torch before 1.6
-        return True
+    if any(not _apex_in_fp32(ctx, site) for site in ctx.calls_to(APEX_AMP_INITIALIZE)):
+        return True  # NVIDIA apex, the mixed precision of torch before 1.6
     if _prepared_by_a_configured_wrapper(ctx):
         return True  # its configuration decides
     return bool(ctx.calls_to(DEEPSPEED_INITIALIZE)) and engine_sixteen_bit(ctx) is not False  # its config decides
+
+
+def _apex_in_fp32(ctx: FileContext, site: CallSite) -> bool:
+    """`amp.initialize(model, optimizer, opt_level=args.amp)` with `--amp` defaulting to "O0"
+    (and no launch command of the project passing it): apex's pure-fp32 level, not mixed precision."""
+    level = find_argument(ctx, site, "opt_level", 3)
+    if level.missing or level.node is None:
+        return False  # apex's default level is "O1"
+    if string_value(ctx, level.node, site.stack) != "O0":
+        return False
+    option = level.node.attr.value if isinstance(level.node, cst.Attribute) else None
+    return option is None or not option_passed(ctx, option)
 
 
 def _low_precision_by_default(ctx: FileContext) -> bool:

@@ -801,6 +801,16 @@ def option_defaults(ctx: FileContext) -> dict[str, cst.BaseExpression]:
     return {dest: defaults[0] for dest, defaults in found.items() if len(defaults) == 1 and defaults[0] is not None}
 
 
+def _restored(value: cst.BaseExpression, holder: str) -> bool:
+    """`ckpt["args"]`: the parsed options a checkpoint saved (vq-vae-2's `args = ckpt['args']`
+    under `if args.ckpt is not None:`), the same options as the parser's."""
+    if not isinstance(value, cst.Subscript) or len(value.slice) != 1:
+        return False
+    index = value.slice[0].slice
+    return isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString) \
+        and index.value.evaluated_value == holder
+
+
 def argparse_option(ctx: FileContext, node: cst.BaseExpression) -> CallSite | None:
     """`args.workers` -> the one `parser.add_argument("--workers", ...)` call that defines it."""
     options = _options(ctx, node)
@@ -822,6 +832,8 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
     as_dict = bool(found) and _is_vars_of(found[-1].value, holder)  # `args = vars(args)`, then `args["model"]`
     if as_dict:
         found = found[:-1]
+    while len(found) > 1 and _restored(found[-1].value, holder):
+        found = found[:-1]  # `args = ckpt["args"]` when resuming: the options a run of the script saved
     if not found or isinstance(node, cst.Subscript) and not as_dict:
         return []
     if not _holds_parsed_args(ctx, found[-1]):  # `args = parse_args()` imported from a file of the project
