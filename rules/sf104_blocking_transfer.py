@@ -464,6 +464,24 @@ class BlockingTransfer(Rule):
                 optimizer.step()
             """,
         ),
+        Invalid(  # both copies in an `if` on one line (TCN's `if args.cuda: data, target = ...`): one finding
+            """
+            import torch
+            for data, target in train_loader:
+                if torch.cuda.is_available(): data, target = data.cuda(), target.cuda()
+                loss = criterion(model(data), target)
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for data, target in train_loader:
+                if torch.cuda.is_available(): data, target = data.cuda(non_blocking=True), target.cuda(non_blocking=True)
+                loss = criterion(model(data), target)
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # the inputs copied first, the labels after the forward pass: one transfer of the batch,
                   # one finding fixing every copy but the one whose line says `# noqa`
             """
@@ -646,8 +664,10 @@ class BlockingTransfer(Rule):
     def _place(self, site: CallSite) -> tuple[int, str, int]:
         """(the block holding the copy's statement, how safe its fix is, the statement's index there)."""
         unsafe = self._fix_kind(site)
-        owner = statement_owner(self.ctx, site.statement) if site.statement is not None else None
-        if owner is None or site.statement is None:
+        if site.statement is None:  # `if args.cuda: data, target = data.cuda(), target.cuda()`: one suite
+            return self._block_order.setdefault(id(site.stack), len(self._block_order)), unsafe, 0
+        owner = statement_owner(self.ctx, site.statement)
+        if owner is None:
             return -1, unsafe, id(site.node)  # never grouped
         index = next(i for i, statement in enumerate(owner[1]) if statement is site.statement)
         return self._block_order.setdefault(id(owner[0]), len(self._block_order)), unsafe, index
