@@ -641,6 +641,57 @@ def test_a_class_built_only_under_an_option_that_is_off_by_default_is_left_out(r
     assert (note in result.stdout) is left_out, result.stdout
 
 
+@pytest.mark.parametrize("launch, left_out", [
+    ('python main.py --policy "TD3" --env Hopper-v3\npython main.py --env Ant-v3\n', True),
+    ('python main.py --policy DDPG --env Hopper-v3\n', False),  # a documented run picks it
+])
+def test_a_class_built_only_for_an_option_value_no_run_gives_is_left_out(run_cli, tmp_path, write, launch, left_out):
+    """sfujim/TD3's `main.py`: `if args.policy == "TD3": ... elif args.policy == "DDPG": policy =
+    DDPG.DDPG(**kwargs)` with `--policy` defaulting to "TD3", the value every command of its
+    `run_experiments.sh` gives: `DDPG.py`'s agent trains in no run."""
+    write("main.py", """\
+        import argparse
+        import DDPG
+        import TD3
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--policy", default="TD3")
+        parser.add_argument("--env", default="HalfCheetah-v2")
+        args = parser.parse_args()
+        if args.policy == "TD3":
+            policy = TD3.TD3(17, 6)
+        elif args.policy == "DDPG":
+            policy = DDPG.DDPG(17, 6)
+        for t in range(1000000):
+            policy.train(replay_buffer, 256)
+        """)
+    agent = """\
+        import torch
+
+        class {name}:
+            def __init__(self, state_dim, action_dim):
+                self.actor = Actor(state_dim, action_dim).to("cuda")
+                self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), fused=True)
+
+            def train(self, replay_buffer, batch_size):
+                state = replay_buffer.sample(batch_size)
+                loss = -self.actor(state).mean()
+                self.actor_optimizer.zero_grad()
+                loss.backward()
+                self.actor_optimizer.step()
+                print(loss.item())
+        """
+    write("TD3.py", agent.format(name="TD3"))
+    write("DDPG.py", agent.format(name="DDPG"))
+    write("run_experiments.sh", launch)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", "--no-cache", cwd=tmp_path)
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("TD3.py:") for line in lines), result.stdout
+    assert any(line.startswith("DDPG.py:") and "note:" not in line for line in lines) is not left_out, result.stdout
+    note = ("DDPG.py: note: 1 finding in `DDPG` (built only where `--policy` is `DDPG`, which no launch command or "
+            "README of the project gives and which is not its default) left out: no run builds them")
+    assert (note in lines) is left_out, result.stdout
+
+
 GNN_LAYERS = """\
 import torch
 import torch.nn as nn

@@ -246,8 +246,7 @@ def _outside_classes_off_the_run(ctx: FileContext, findings: list[Finding], top_
     another variant), and a note saying which were left out and why (None when there were none)."""
     if not findings:
         return findings, None
-    off = {name: f"built only with `{flag}`, an option off by default that no launch command or README of "
-                 "the project passes" for name, flag in classes_off_the_run(ctx).items()}
+    off = classes_off_the_run(ctx)
     off.update(classes_no_run_picks(ctx))
     if not off:
         return findings, None

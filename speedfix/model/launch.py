@@ -122,8 +122,9 @@ _OFF = frozenset({"False", "None", "0", "''", '""'})
 def classes_off_the_run(ctx: FileContext) -> dict[str, str]:
     """The classes of this file (at its top level) that other files build only under an option
     the runs leave off (`if args.gail: discr = gail.Discriminator(...)` with `--gail` a
-    `store_true` flag no launch command or README of the project passes), each with that
-    option's flag: no run builds them, so no run trains with them. None built here."""
+    `store_true` flag no launch command or README of the project passes; `elif args.policy ==
+    "DDPG":` where the default and every command give `TD3`), each with why: no run builds
+    them, so no run trains with them. None built here."""
     links = ctx.links
     if not links.built_under or not links.option_holders:
         return {}
@@ -135,20 +136,42 @@ def classes_off_the_run(ctx: FileContext) -> dict[str, str]:
             continue
         name = statement.name.value
         sets = [gates for built, gates in links.built_under if built == name]
-        flags = [next((gate for gate in gates if _off_by_default(gate, links.option_holders, defaults)), None)
-                 for gates in sets]
-        if sets and all(flags) and not any(_passed_anywhere(ctx, str(flag)) for flag in flags):
-            found[name] = "--" + str(flags[0]).split(".", 1)[1]
+        flags = [next((gate for gate in sorted(gates, key=lambda gate: gate.startswith("!"))  # `args.policy=DDPG` first
+                       if _off_in_every_run(ctx, gate, links.option_holders, defaults)), None) for gates in sets]
+        if sets and all(flags):
+            shown = str(flags[0])
+            option, _, value = shown.lstrip("!").split(".", 1)[1].partition("=")
+            if value and shown[0] == "!":
+                found[name] = f"built only where `--{option}` is not `{value}`, which every run gives it"
+            elif value:
+                found[name] = (f"built only where `--{option}` is `{value}`, which no launch command or README of the "
+                               "project gives and which is not its default")
+            else:
+                found[name] = (f"built only with `--{option}`, an option off by default that no launch command or "
+                               "README of the project passes")
     return found
 
 
-def _off_by_default(gate: str, holders: tuple[str, ...], defaults: dict[str, str]) -> bool:
-    head, dot, option = gate.partition(".")
-    return bool(dot) and head in holders and "." not in option and defaults.get(option) in _OFF
-
-
-def _passed_anywhere(ctx: FileContext, gate: str) -> bool:
-    return option_passed(ctx, gate.split(".", 1)[1])
+def _off_in_every_run(ctx: FileContext, gate: str, holders: tuple[str, ...], defaults: dict[str, str]) -> bool:
+    """Does every run leave the gate of a construction off: a flag (`args.gail`) that is off by
+    default and that no launch command or README passes, or an option's value (`args.policy=DDPG`)
+    that neither its default nor any launch command gives (TD3's `--policy`, "TD3" in every run)?"""
+    head, dot, option = gate.lstrip("!").partition(".")
+    if not dot or head not in holders:
+        return False
+    option, equals, value = option.partition("=")
+    if "." in option:
+        return False
+    if not equals:
+        return not gate.startswith("!") and defaults.get(option) in _OFF and not option_passed(ctx, option)
+    default = defaults.get(option, "")
+    if not (len(default) > 1 and default[0] == default[-1] and default[0] in "'\""):
+        return False  # no string default: which value runs is unknown
+    values = option_values(ctx, option)
+    if values is None:
+        return False
+    runs = (values - {""}) | ({default[1:-1]} if "" in values or not values else set())
+    return runs == {value} if gate.startswith("!") else value not in runs
 
 
 def picked_by_no_run(ctx: FileContext) -> str | None:

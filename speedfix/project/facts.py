@@ -338,10 +338,19 @@ def _is_main_guard(test: ast.AST) -> bool:
 
 
 def _flag_test(test: ast.AST) -> str | None:
-    """`args.gail` for `if args.gail:`, `!args.cpu` for `if not args.cpu:`: a test of one flag."""
+    """`args.gail` for `if args.gail:`, `!args.cpu` for `if not args.cpu:`: a test of one flag;
+    `args.policy=DDPG` for `if args.policy == "DDPG":` (`!args.policy=DDPG` for `!=`): a test of
+    one option's value."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         inner = _flag_test(test.operand)
         return None if inner is None or inner[0] == "!" else "!" + inner
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)) \
+            and isinstance(test.comparators[0], ast.Constant) and isinstance(test.comparators[0].value, str):
+        option = dotted(test.left) if isinstance(test.left, ast.Attribute) else None
+        value = test.comparators[0].value
+        if option is None or "=" in value or not value.isprintable():
+            return None
+        return ("!" if isinstance(test.ops[0], ast.NotEq) else "") + f"{option}={value}"
     return dotted(test) if isinstance(test, (ast.Name, ast.Attribute)) else None
 
 
