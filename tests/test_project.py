@@ -2079,6 +2079,43 @@ def test_a_loader_returned_by_a_factory_of_another_file(run_cli, tmp_path, write
     ]
 
 
+def test_a_loader_made_at_module_level_and_iterated_by_a_training_function(run_cli, tmp_path, write):
+    """locuslab/TCN's `train_loader, test_loader = data_generator(root, batch_size)` at module
+    level, iterated by `def train(ep):`: the loader of `utils.py` feeds training (its file never
+    names CUDA itself); the test loader beside it does not."""
+    write("utils.py", """\
+        import torch
+        from torchvision import datasets
+
+        def data_generator(root, batch_size):
+            train_set = datasets.MNIST(root=root, train=True, download=True)
+            test_set = datasets.MNIST(root=root, train=False, download=True)
+            train_loader = torch.utils.data.DataLoader(train_set, batch_size=batch_size)
+            test_loader = torch.utils.data.DataLoader(test_set, batch_size=batch_size)
+            return train_loader, test_loader
+        """)
+    write("train.py", """\
+        import torch
+        from utils import data_generator
+
+        train_loader, test_loader = data_generator("./data", 64)
+
+        def train(ep):
+            for data, target in train_loader:
+                data, target = data.cuda(non_blocking=True), target.cuda(non_blocking=True)
+                loss = model(data).sum()
+                loss.backward()
+                optimizer.step()
+
+        for epoch in range(10):
+            train(epoch)
+        """)
+    result = run_cli("scan", ".", "--select", "SF102", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines() == [
+        "utils.py:7:20: SF102 [*] `DataLoader` without `pin_memory=True`: batches are copied to the GPU from pageable memory"
+        " (impact: medium)"], result.stdout
+
+
 def test_the_loader_a_factory_builds_when_its_training_flag_is_off_feeds_evaluation(run_cli, tmp_path, write):
     """voicefilter's `create_dataloader(hp, args, train)`: the `if train:` branch builds the
     training loader, the `else:` branch the test loader, which only evaluation reads: nothing to

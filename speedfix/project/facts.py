@@ -1335,6 +1335,10 @@ class _Collector(ast.NodeVisitor):
             made = made_by.get(loop.iterable)
             if made is None and function is not None and function.class_name:
                 made = self.class_made_by.get(function.class_name, {}).get(loop.iterable)  # `self.train_loader`
+            if made is None and function is not None and loop.iterable in self.made_at_module \
+                    and loop.iterable not in function.local_values and loop.iterable not in function.params:
+                made_by = self.made_at_module  # TCN's `train()` iterating the module's `train_loader`
+                made = made_by.get(loop.iterable)
             position = self.positions.get((id(made_by), loop.iterable), -1)
             for maker in dict.fromkeys([*self.makers.get((id(made_by), loop.iterable or ""), []), made]):
                 qualified = self.resolve(self._forwarded_maker(maker, function))
