@@ -13,7 +13,7 @@ from speedfix.model.frameworks import (ACCELERATOR, SET_ELSEWHERE, accelerator_o
                                       process_info_only)
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import spread_parameter
-from speedfix.model.networks import is_optimizer_call
+from speedfix.model.networks import may_train
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model
 
 # Why fp16 where bf16 fits is medium, not high: fp16 already runs on the tensor cores.
@@ -226,7 +226,7 @@ class AccelerateNoMixedPrecision(Rule):
     ]
 
     def finish(self) -> None:
-        if not _trains(self.ctx):
+        if not may_train(self.ctx):
             return  # an inference, evaluation or demo script makes an Accelerator too
         for site in self.ctx.calls_to(*ACCELERATOR):
             if accelerator_on_gpu(self.ctx, site) and not process_info_only(site) \
@@ -322,9 +322,3 @@ def _is_none(ctx: FileContext, node: cst.BaseExpression | None, site: CallSite) 
     default = keywords.get("default")
     return (default is None and "action" not in keywords) or (isinstance(default, cst.Name) and default.value == "None")
 
-
-def _trains(ctx: FileContext) -> bool:
-    """Does the file train, or may it through what it calls: a step loop, a call of another
-    file's training loop, a backward pass or an optimizer of its own?"""
-    return ctx.drives_training or any(True for _ in ctx.method_calls("backward")) \
-        or any(is_optimizer_call(ctx, site) for site in ctx.calls)

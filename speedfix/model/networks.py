@@ -1075,3 +1075,11 @@ def calls_in_training_step(ctx: FileContext, names: dict[cst.CSTNode | None, set
         if site.func is not None and site.func in names.get(ctx.function_of(site.stack), ())
         and ctx.is_hot(site.stack)
     ]
+
+
+def may_train(ctx: FileContext) -> bool:
+    """Does the file train, or may it through what it calls: a step loop, a call of another
+    file's training loop, a backward pass or an optimizer of its own? An inference, evaluation
+    or demo script does none of these."""
+    return ctx.drives_training or any(True for _ in ctx.method_calls("backward")) \
+        or any(is_optimizer_call(ctx, site) for site in ctx.calls)
