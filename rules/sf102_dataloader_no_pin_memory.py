@@ -31,7 +31,8 @@ class DataloaderNoPinMemory(Rule):
     An explicit `pin_memory=False` is left alone (pinned memory is a limited host resource and
     may have been turned off on purpose), as are values speedfix cannot know, and loaders whose
     samples are already CUDA tensors (a `TensorDataset` of CUDA tensors, a Dataset whose methods
-    call `.to(device)` or `.cuda()`, a `collate_fn` that does): they cannot be pinned, and the
+    call `.to(device)` or `.cuda()`, a `collate_fn` that does or that builds its batches with
+    `device=`, also one of another scanned file): they cannot be pinned, and the
     DataLoader would raise `cannot pin 'torch.cuda.FloatTensor'`. Nor is a loader that only
     evaluation reads: iterated only in loops that take no optimizer step (a validation loop every
     epoch, a test pass after training), or, when the file iterates it nowhere, named for it

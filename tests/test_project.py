@@ -2116,6 +2116,34 @@ def test_a_loader_made_at_module_level_and_iterated_by_a_training_function(run_c
         " (impact: medium)"], result.stdout
 
 
+def test_a_collate_fn_of_another_file_that_builds_its_batches_on_the_gpu(run_cli, tmp_path, write):
+    """ChatGLM-finetune-LoRA: `import dataset.GLM`, then `DataLoader(..., collate_fn=dataset.GLM.
+    collate_fn)`, whose batches are made with `device=device`: CUDA tensors cannot be pinned (the
+    DataLoader would raise), so no SF102."""
+    write("dataset/__init__.py", "")
+    write("dataset/GLM.py", """\
+        import torch
+        device = "cuda"
+
+        def collate_fn(batch):
+            ids = torch.tensor([item["ids"] for item in batch], device=device)
+            return {"input_ids": ids, "labels": ids.clone()}
+        """)
+    write("train.py", """\
+        import torch
+        from torch.utils.data import DataLoader
+        import dataset.GLM
+
+        loader = DataLoader(pairs, batch_size=4, collate_fn=dataset.GLM.collate_fn)
+        model = Net().cuda()
+        for batch in loader:
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+        """)
+    assert run_cli("scan", ".", "--select", "SF102", "--no-summary", cwd=tmp_path).stdout == ""
+
+
 def test_the_loader_a_factory_builds_when_its_training_flag_is_off_feeds_evaluation(run_cli, tmp_path, write):
     """voicefilter's `create_dataloader(hp, args, train)`: the `if train:` branch builds the
     training loader, the `else:` branch the test loader, which only evaluation reads: nothing to

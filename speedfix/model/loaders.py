@@ -239,7 +239,9 @@ def _function_place(ctx: FileContext, func: cst.BaseExpression | None, stack: St
         return Place.HOST
     defined = [info.node for info in ctx.functions.get(name, ()) if info.class_name is None]
     if len(defined) != 1:
-        return None
+        imported = ctx.links.function(ctx.project_name(name)) if not defined else None
+        # ChatGLM-finetune-LoRA's `collate_fn=dataset.GLM.collate_fn`, which builds its batches with `device=device`
+        return Place.DEVICE if imported is not None and (imported.moves or imported.makes_on_device) else None
     return Place.DEVICE if _moves_any(ctx, defined[0]) else Place.HOST
 
 

@@ -64,6 +64,7 @@ class FunctionFacts:
     repeats: tuple[str, ...] = ()
     uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
     moves: bool = False  # it copies to a device anywhere (`def to_device(batch, device)`: a loop's helper)
+    makes_on_device: bool = False  # makes tensors with `device=` (a `collate_fn` whose batches are on the GPU)
     cuda: bool = False  # names CUDA, or returns a CUDA device
     conv_dims: tuple[int, ...] = ()  # a class (or a factory returning one) that builds ConvNd layers: the Ns
     rnn: bool = False  # a class (or a factory returning one) that builds cuDNN LSTM/GRU/RNN layers
@@ -337,6 +338,13 @@ def _is_main_guard(test: ast.AST) -> bool:
             and test.comparators[0].value == "__main__")
 
 
+def _cpu_constant(node: ast.AST) -> bool:
+    """`"cpu"` (or `torch.device("cpu")`): a device that keeps the tensor on the host."""
+    if isinstance(node, ast.Call) and len(node.args) == 1:
+        node = node.args[0]
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cpu")
+
+
 def _flag_test(test: ast.AST) -> str | None:
     """`args.gail` for `if args.gail:`, `!args.cpu` for `if not args.cpu:`: a test of one flag;
     `args.policy=DDPG` for `if args.policy == "DDPG":` (`!args.policy=DDPG` for `!=`): a test of
@@ -391,6 +399,7 @@ class _Function:
     returns_cuda: bool = False
     local_values: dict[str, list[ast.expr]] = field(default_factory=dict)  # `device = torch.device(...)`: device: [its value]
     moves: bool = False  # `.to(...)`/`.cuda()` somewhere in its body
+    makes_on_device: bool = False  # a call with `device=` other than the CPU: `torch.ones(n, device=device)`
     blocking_copies: set[str] = field(default_factory=set)  # parameters it copies without `non_blocking`
     syncs: bool = False  # `.item()`/`.tolist()`, or `float(...)`/`int(...)` of a torch result, in its body
     switches_sync: bool = False  # `.no_sync` or `.require_backward_grad_sync` in its body
@@ -477,6 +486,8 @@ class _Collector(ast.NodeVisitor):
         for alias in node.names:
             local = alias.asname or alias.name.split(".", 1)[0]
             self.bindings[local] = alias.name if alias.asname else local
+            if not alias.asname and "." in alias.name:
+                self.bindings[alias.name] = alias.name  # `import dataset.GLM`: read as `dataset.GLM.collate_fn`
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         base = "." * node.level + (node.module or "")
@@ -949,6 +960,8 @@ class _Collector(ast.NodeVisitor):
         moves = isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda")
         if moves and self.function_stack:
             self.function_stack[-1].moves = True
+        if self.function_stack and any(keyword.arg == "device" and not _cpu_constant(keyword.value) for keyword in node.keywords):
+            self.function_stack[-1].makes_on_device = True
             copied = _blocking_copy_of(node)
             if copied in self.function_stack[-1].params:
                 self.function_stack[-1].blocking_copies.add(copied)
@@ -1285,6 +1298,7 @@ class _Collector(ast.NodeVisitor):
             runs_parts=function.runs_parts,
             uploads=any(loop.uploads for loop in training),
             moves=function.moves,
+            makes_on_device=function.makes_on_device,
             cuda=function.cuda,
             syncs=function.syncs,
             switches_sync=function.switches_sync,
