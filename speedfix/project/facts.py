@@ -960,11 +960,11 @@ class _Collector(ast.NodeVisitor):
         moves = isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda")
         if moves and self.function_stack:
             self.function_stack[-1].moves = True
-        if self.function_stack and any(keyword.arg == "device" and not _cpu_constant(keyword.value) for keyword in node.keywords):
-            self.function_stack[-1].makes_on_device = True
             copied = _blocking_copy_of(node)
             if copied in self.function_stack[-1].params:
                 self.function_stack[-1].blocking_copies.add(copied)
+        if self.function_stack and any(keyword.arg == "device" and not _cpu_constant(keyword.value) for keyword in node.keywords):
+            self.function_stack[-1].makes_on_device = True
         if self.function_stack and self._reads_on_host(node, func, self.function_stack[-1]):
             self.function_stack[-1].syncs = True
         if self.no_grad and func is not None:
