@@ -282,14 +282,17 @@ class NoMixedPrecision(Rule):
             args = parser.parse_args()
             if args.ckpt is not None:
                 args = torch.load(args.ckpt)["args"]
-            model = FCN().cuda()
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            model = PixelSNAIL([32, 32], 512, 256).to("cuda")
+            optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
             model, optimizer = amp.initialize(model, optimizer, opt_level=args.amp)
-            for images, masks in loader:
-                loss = criterion(model(images.cuda()), masks.cuda())
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+            for epoch in range(420):
+                for top, label in loader:
+                    top = top.to("cuda")
+                    out, _ = model(top)
+                    loss = torch.nn.functional.cross_entropy(out, top)
+                    model.zero_grad()
+                    loss.backward()
+                    optimizer.step()
             """,
             torch="1.4",
         ),
