@@ -164,14 +164,25 @@ def _off_in_every_run(ctx: FileContext, gate: str, holders: tuple[str, ...], def
         return False
     if not equals:
         return not gate.startswith("!") and defaults.get(option) in _OFF and not option_passed(ctx, option)
-    default = defaults.get(option, "")
-    if not (len(default) > 1 and default[0] == default[-1] and default[0] in "'\""):
-        return False  # no string default: which value runs is unknown
+    runs = _values_run(ctx, option, defaults)
+    if runs is None:
+        return False
+    return runs == {value} if gate.startswith("!") else value not in runs
+
+
+def _values_run(ctx: FileContext, option: str, defaults: Mapping[str, str]) -> set[str] | None:
+    """The values the runs give the string option `--option`: each launch command's, and its
+    default where a command leaves it out or the project shows none; None when one is unknown
+    (a command's value, or a default that is no string literal)."""
     values = option_values(ctx, option)
     if values is None:
-        return False
-    runs = (values - {""}) | ({default[1:-1]} if "" in values or not values else set())
-    return runs == {value} if gate.startswith("!") else value not in runs
+        return None
+    if values and "" not in values:
+        return values
+    default = defaults.get(option, "")
+    if not (len(default) > 1 and default[0] == default[-1] and default[0] in "'\""):
+        return None  # no string default: which value runs is unknown
+    return (values - {""}) | {default[1:-1]}
 
 
 def picked_by_no_run(ctx: FileContext) -> str | None:
@@ -184,14 +195,9 @@ def picked_by_no_run(ctx: FileContext) -> str | None:
         keys.setdefault(option, set()).add(key)
     said: list[str] = []
     for option, picked in sorted(keys.items()):
-        values = option_values(ctx, option)
+        values = _values_run(ctx, option, dict(ctx.links.options))
         if values is None:
-            return None
-        if not values or "" in values:  # a command that leaves the option out, or none: its default runs
-            default = dict(ctx.links.options).get(option, "")
-            if not (len(default) > 1 and default[0] == default[-1] and default[0] in "'\""):
-                return None  # no string default: which entry runs is unknown
-            values = (values - {""}) | {default[1:-1]}
+            return None  # a command's value, or the default, unknown: which entry runs is unknown
         if values & picked or any(not values <= set(every) for name, _, every in ctx.links.picked_by if name == option):
             return None  # a run picks it, or a value no dict holds: not the reading of the code it seems
         entries = " and ".join(f"`{key}`" for key in sorted(picked))
