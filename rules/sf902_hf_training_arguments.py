@@ -882,10 +882,10 @@ class HfTrainingArguments(Rule):
                      severity=Severity.INFO, no_fix_reason="the largest batch that fits depends on the GPU's memory")
 
     def _slow_runs(self, args: _Arguments, key: str, slow: Callable[[Setting, int], bool]) -> list[tuple[int, Setting, str]]:
-        """Where the launch commands disagree on ``key``: per file (a recipe, a README, a script's
+        """Per file that the launch commands take ``key`` from (a recipe, a README, a script's
         docstring), the first place that sets it for a run to what ``slow(setting, index of the
         command)`` says is slow, with the index of that command and ` (and 2 more launch
-        commands)` when more of the file's commands do."""
+        commands)` when more of the file's commands do: each run's own, where the commands disagree."""
         if args.parsed is None:
             return []
         places: dict[Path, list[tuple[int, Setting]]] = {}
