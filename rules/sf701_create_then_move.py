@@ -57,12 +57,18 @@ def _converted_data(ctx: FileContext, call: cst.Call) -> cst.BaseExpression | No
         call = call.func.value
     qualified = ctx.qualname(call.func)
     if qualified in _BUILDERS:  # `torch.tensor(ints, dtype=torch.long)`
-        data = call.args[0] if call.args and call.args[0].keyword is None and not call.args[0].star else None
-        return data.value if data is not None and not _written_out(data.value) else None
+        data = _built_from(call)
+        return data if data is not None and not _written_out(data) else None
     if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
         return None
     data = call.args[0].value
     return data if qualified == "torch.from_numpy" or (qualified in _LEGACY_TYPES and not _written_out(data)) else None
+
+
+def _built_from(call: cst.Call) -> cst.BaseExpression | None:
+    """The data of `torch.tensor(data, ...)`: its first positional argument."""
+    first = call.args[0] if call.args else None
+    return first.value if first is not None and first.keyword is None and not first.star else None
 
 
 def _converts_data(ctx: FileContext, call: cst.Call) -> bool:
@@ -797,11 +803,13 @@ class CreateThenMove(Rule):
         list the step made) has to travel anyway (reported only when it is a module's constant,
         ``_constant_copied``); numbers written in the code are the same on every step, made once
         they are not copied again."""
-        data = built.args[0].value if built.args and built.args[0].keyword is None and not built.args[0].star else None
+        data = _built_from(built)
         if data is None or self._constant_copied(site, data):
             return
-        if not _written_out(data) or self._target_device(move, method) is None:
-            self._sampled_on_host(site, data)
+        if not _written_out(data):
+            self._sampled_on_host(site, data)  # (a replay buffer's arrays, loaded once: reported per method)
+            return
+        if self._target_device(move, method) is None:
             return
         self.report(move, "numbers written in the code are made into a tensor on the host and copied to the GPU on "
                     "every step", no_fix_reason="`device=` would still build it on the host and copy it: make it once, "
