@@ -14,7 +14,9 @@ from speedfix.model.deepspeed_config import engine_owned
 from speedfix.model.flow import default_choice, enclosing_statements, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object, plain_object
 from speedfix.model.frames import Stack
-from speedfix.model.frameworks import ACCELERATOR, fabric_owned, in_lightning_callback, in_lightning_method
+from speedfix.model import launch
+from speedfix.model.frameworks import (ACCELERATOR, accelerate_prepared, accelerate_runs_deepspeed, fabric_owned,
+                                        in_lightning_callback, in_lightning_method)
 from speedfix.model.index import CallSite
 from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, in_optimizer_class, model_aliases, multiplies_sparse,
                                      optimized_modules, optimizer_factories, peel, step_method, trained_models,
@@ -66,7 +68,12 @@ class ModelNotCompiled(Rule):
     class or in a layer class of another scanned file): Dynamo cannot trace sparse tensors and
     runs those parts eagerly, so the compile buys only its own start-up time. A model handed to
     `deepspeed.initialize(model=...)` in a training script is the engine's: SF905 gives its
-    compile advice once, as `engine.compile()`.
+    compile advice once, as `engine.compile()`. One that `accelerator.prepare(...)` hands to
+    DeepSpeed (a `deepspeed_plugin=`, or launch commands that all use DeepSpeed) is reported in
+    Accelerate's terms, without a fix: with `dynamo_backend="inductor"` Accelerate has the engine
+    compile it (`engine.compile()`, DeepSpeed 0.14.4 and newer) after ZeRO has wrapped it; a
+    machine-wide `accelerate config` may already ask for that, and `accelerate launch
+    --dynamo_backend inductor` in every launch command does.
 
     ## Why is this bad?
     Eager PyTorch launches one kernel per operation and writes every intermediate to GPU memory.
@@ -237,6 +244,21 @@ class ModelNotCompiled(Rule):
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+            """
+        ),
+        Invalid(  # Accelerate hands the model to DeepSpeed's engine: its own terms, no `torch.compile` before it
+            """
+            import torch
+            from accelerate import Accelerator, DeepSpeedPlugin
+            from transformers import AutoModelForCausalLM
+            accelerator = Accelerator(mixed_precision="bf16", deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+            model = AutoModelForCausalLM.from_pretrained("gpt2")
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+            model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+            for step, batch in enumerate(train_loader):
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+                optimizer.zero_grad()
             """
         ),
         Valid(  # Accelerate compiles the model in prepare()
@@ -1000,6 +1022,10 @@ class ModelNotCompiled(Rule):
                 continue  # `fabric.setup(model)`: SF901 gives the compile advice in Fabric's terms
             if engine_owned(ctx, model):
                 continue  # `deepspeed.initialize(model=model)`: SF905 gives it as `engine.compile()`
+            if accelerate_prepared(ctx, model) and accelerate_runs_deepspeed(ctx):
+                if not self._launched_compiling():
+                    self._report_accelerate(site, model)
+                continue
             # a compile of this model (or of something that may be it) settles it; one of another model does not
             mine = [(call.statement, call.stack) for call, subjects in compiles
                     if is_for_model(ctx, subjects, model, site.stack, others)]
@@ -1028,6 +1054,23 @@ class ModelNotCompiled(Rule):
                 if not off:
                     return True
         return False
+
+    def _launched_compiling(self) -> bool:
+        """Does every launch command of the script pass `accelerate launch --dynamo_backend` (not "no")?"""
+        commands = launch.launches(self.ctx)
+        return bool(commands) and all(str(command.launcher_options.get("dynamo_backend", "no")).lower() != "no"
+                                      for command in commands)
+
+    def _report_accelerate(self, site: CallSite, model: str) -> None:
+        """A model that `accelerator.prepare` hands to DeepSpeed's engine: Accelerate compiles it
+        there (`engine.compile()`) when asked; a `torch.compile` before it would be wrapped by
+        ZeRO's hooks."""
+        built = fresh_assignments(self.ctx, model, site.stack, site.statement)
+        self.report(built[0].value if built else site.node,
+                    f"`{model}` is trained without `torch.compile` (Accelerate hands it to DeepSpeed's engine, which "
+                    "compiles it when Accelerate is asked to)",
+                    no_fix_reason='a machine-wide `accelerate config` may set it: pass `dynamo_backend="inductor"` to '
+                    "`Accelerator(...)` or `--dynamo_backend inductor` to `accelerate launch`")
 
     def _optimizer_factory(self, model: str, site: CallSite) -> bool:
         """`def create_optimizer(args, model): ... return SGD(params)`: the model is handed in and

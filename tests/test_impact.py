@@ -121,6 +121,19 @@ def test_a_hub_model_is_as_big_as_its_checkpoint_or_config_says(run_cli, write, 
     assert _by(_json(run_cli, "lora.py", cwd=tmp_path), "SF401")[0]["impact"] == "low"
 
 
+def test_adapters_made_by_a_project_helper_with_loralib_are_a_lora_run(run_cli, write, tmp_path):
+    """ChatGLM-finetune-LoRA's `model = get_lora_model(model, lora_config)`: a helper of another
+    file that swaps in loralib layers and calls `mark_only_lora_as_trainable`."""
+    write("lora_utils.py", "import loralib as lora\n\n\ndef get_lora_model(model, config):\n"
+          "    lora.mark_only_lora_as_trainable(model)\n    return model\n\n\ndef unrelated(model):\n    return model\n")
+    hub = "import torch\nfrom transformers import AutoModel\nfrom lora_utils import get_lora_model, unrelated\n"
+    for name, helper in (("lora.py", "get_lora_model"), ("whole.py", "unrelated")):
+        built = f"AutoModel.from_pretrained('gpt2').to(\"cuda\")\n    model = {helper}(model, {{}})"
+        write(name, SMALL.replace('Net().to("cuda")', built).replace("import torch\n", hub, 1))
+        found = _json(run_cli, name, "lora_utils.py", cwd=tmp_path)
+        assert _by(found, "SF401")[0]["impact"] == ("low" if name == "lora.py" else "medium"), name
+
+
 def test_tf32_is_high_for_known_matmuls_and_medium_for_a_model_the_scan_cannot_see(run_cli, write, tmp_path):
     write("mlp.py", SMALL.replace("nn.Linear(784, 128)", "nn.Linear(784, 128 * 1024)")
           .replace("nn.Linear(128, 10)", "nn.Linear(128 * 1024, 10)"))

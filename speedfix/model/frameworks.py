@@ -332,6 +332,13 @@ def fabric_owned(ctx: FileContext, model: str) -> bool:
     return any(dotted_name(site.node.args[0].value) == model for site in fabric_setups(ctx))
 
 
+def accelerate_prepared(ctx: FileContext, model: str) -> bool:
+    """Is ``model`` handed to the `prepare(...)` of an `Accelerator` of the file?"""
+    holders = {"accelerator", *_assigned_from(ctx, ACCELERATOR)}
+    return any(site.func.rsplit(".", 1)[0] in holders and any(dotted_name(arg.value) == model for arg in site.node.args)
+               for site in ctx.method_calls("prepare") if site.func and "." in site.func)
+
+
 def accelerator_step_state(ctx: FileContext, node: cst.BaseExpression) -> bool:
     """`accelerator.sync_gradients`: Accelerate's own state, not an option of the run. It is True
     whenever the optimizer steps (every step without gradient accumulation), so code under it

@@ -3,9 +3,10 @@
 Memory settings (DeepSpeed's CPU offload) are worth what they save, and that depends on how many
 parameters the optimizer holds. A static scan knows it in two cases:
 
-- the script trains adapters (`peft.get_peft_model`, `LoraConfig`, DeepSpeed-Chat's
-  `convert_linear_layer_to_lora`) on the default path, or on the path a launch command's options
-  take (`--use_lora`): the optimizer holds the adapters only;
+- the script trains adapters (`peft.get_peft_model`, `LoraConfig`, loralib's
+  `mark_only_lora_as_trainable`, DeepSpeed-Chat's `convert_linear_layer_to_lora`, or a helper of
+  another scanned file that calls one of them) on the default path, or on the path a launch
+  command's options take (`--use_lora`): the optimizer holds the adapters only;
 - the model is built from sizes the file states: a Hugging Face config with literal sizes
   (`GPT2Config(n_layer=6, n_embd=256, vocab_size=50257)`, the same as a dict), or a checkpoint
   whose name says its size (`"facebook/opt-125m"`, `"EleutherAI/pythia-70m"`, `"gpt2"`); where
@@ -25,12 +26,8 @@ from speedfix.model.flow import off_by_default, reached_by_command
 from speedfix.model.index import CallSite
 from speedfix.model import launch
 from speedfix.model.launch import Launch
+from speedfix.project.steps import makes_adapters
 
-ADAPTERS = (
-    "peft.get_peft_model", "peft.LoraConfig", "peft.tuners.lora.LoraConfig", "peft.mapping.get_peft_model",
-    "peft.PeftModel.from_pretrained",
-)
-_ADAPTER_HELPERS = ("convert_linear_layer_to_lora",)  # DeepSpeed-Chat's own LoRA
 _SIZE_IN_NAME = re.compile(r"[-_/](\d+(?:\.\d+)?)([mb])(?![a-z])", re.IGNORECASE)
 # Checkpoints whose names do not say their size (parameters, rounded).
 _KNOWN = {
@@ -72,9 +69,10 @@ def loads_quantized(ctx: FileContext) -> bool:
 
 
 def _adapter_sites(ctx: FileContext) -> list[CallSite]:
-    sites = list(ctx.calls_to(*ADAPTERS))
-    sites.extend(site for site in ctx.calls if (site.func or "").rsplit(".", 1)[-1] in _ADAPTER_HELPERS)
-    return sites
+    """The calls that leave only adapters to train: of peft or loralib, or of a helper of another
+    scanned file that calls them (`model = get_lora_model(model, lora_config)`)."""
+    return [site for site in ctx.calls if makes_adapters(ctx.call_qualname(site), site.func)
+            or ((callee := ctx.project_callee(site)) is not None and callee.adapters)]
 
 
 def estimated_parameters(ctx: FileContext) -> int | None:

@@ -44,7 +44,8 @@ from typing import Any, Iterable, Iterator
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
                                     DETERMINISTIC_ALGORITHMS, LIGHTNING_DATAMODULE, LIGHTNING_MODULE, MATMUL_LAYERS,
                                     MATMUL_METHODS, MODULE_API, NO_GRAD_CALLS, SYNC_SWITCHES, diffusers_conv_net,
-                                    is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, zoo_cnn)
+                                    is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, makes_adapters,
+                                    zoo_cnn)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class FunctionFacts:
     uploads: bool = False  # its training loop copies to a device (`.to(...)`, `.cuda()`)
     moves: bool = False  # it copies to a device anywhere (`def to_device(batch, device)`: a loop's helper)
     makes_on_device: bool = False  # makes tensors with `device=` (a `collate_fn` whose batches are on the GPU)
+    adapters: bool = False  # leaves only LoRA adapters to train (`get_lora_model(model, config)`: `steps.ADAPTER_MAKERS`)
     cuda: bool = False  # names CUDA, or returns a CUDA device
     conv_dims: tuple[int, ...] = ()  # a class (or a factory returning one) that builds ConvNd layers: the Ns
     rnn: bool = False  # a class (or a factory returning one) that builds cuDNN LSTM/GRU/RNN layers
@@ -400,6 +402,7 @@ class _Function:
     local_values: dict[str, list[ast.expr]] = field(default_factory=dict)  # `device = torch.device(...)`: device: [its value]
     moves: bool = False  # `.to(...)`/`.cuda()` somewhere in its body
     makes_on_device: bool = False  # a call with `device=` other than the CPU: `torch.ones(n, device=device)`
+    adapters: bool = False  # a call of `steps.ADAPTER_MAKERS` in its body
     blocking_copies: set[str] = field(default_factory=set)  # parameters it copies without `non_blocking`
     syncs: bool = False  # `.item()`/`.tolist()`, or `float(...)`/`int(...)` of a torch result, in its body
     switches_sync: bool = False  # `.no_sync` or `.require_backward_grad_sync` in its body
@@ -965,6 +968,8 @@ class _Collector(ast.NodeVisitor):
                 self.function_stack[-1].blocking_copies.add(copied)
         if self.function_stack and any(keyword.arg == "device" and not _cpu_constant(keyword.value) for keyword in node.keywords):
             self.function_stack[-1].makes_on_device = True
+        if self.function_stack and makes_adapters(self.resolve(func), func):
+            self.function_stack[-1].adapters = True
         if self.function_stack and self._reads_on_host(node, func, self.function_stack[-1]):
             self.function_stack[-1].syncs = True
         if self.no_grad and func is not None:
@@ -1299,6 +1304,7 @@ class _Collector(ast.NodeVisitor):
             uploads=any(loop.uploads for loop in training),
             moves=function.moves,
             makes_on_device=function.makes_on_device,
+            adapters=function.adapters,
             cuda=function.cuda,
             syncs=function.syncs,
             switches_sync=function.switches_sync,

@@ -172,6 +172,22 @@ LIGHTNING_DATAMODULE = (
     "lightning.pytorch.core.LightningDataModule",
     "pytorch_lightning.LightningDataModule",
 )
+# Calls that leave only LoRA adapters to train (the base model frozen): peft's, loralib's
+# `mark_only_lora_as_trainable` (ChatGLM-finetune-LoRA's `get_lora_model` helper), and helpers known
+# by their last name (DeepSpeed-Chat's `convert_linear_layer_to_lora`).
+ADAPTER_MAKERS = frozenset({
+    "peft.get_peft_model", "peft.LoraConfig", "peft.tuners.lora.LoraConfig", "peft.mapping.get_peft_model",
+    "peft.PeftModel.from_pretrained", "loralib.mark_only_lora_as_trainable", "loralib.utils.mark_only_lora_as_trainable",
+})
+ADAPTER_HELPERS = ("convert_linear_layer_to_lora",)
+
+
+def makes_adapters(qualified: str | None, written: str | None) -> bool:
+    """Does a call of ``qualified`` (resolved through the imports; ``written``: as written)
+    leave only LoRA adapters to train?"""
+    return qualified in ADAPTER_MAKERS or (written or "").rsplit(".", 1)[-1] in ADAPTER_HELPERS
+
+
 # Hugging Face trainers: a subclass's `compute_loss` / `training_step` runs on every training step.
 HF_TRAINERS = (
     "transformers.Trainer", "transformers.trainer.Trainer", "transformers.Seq2SeqTrainer",
