@@ -2144,6 +2144,45 @@ def test_a_collate_fn_of_another_file_that_builds_its_batches_on_the_gpu(run_cli
     assert run_cli("scan", ".", "--select", "SF102", "--no-summary", cwd=tmp_path).stdout == ""
 
 
+@pytest.mark.parametrize("moves", [True, False])
+def test_a_loader_factory_handed_datasets_that_move_their_samples_to_the_gpu(run_cli, tmp_path, write, moves):
+    """fastcomposer: `get_data_loader(dataset, batch_size)` in data.py, handed by train.py a
+    `FastComposerDataset(..., device=accelerator.device)` whose `__getitem__` moves each sample
+    to `self.device`: its samples are CUDA tensors, which worker processes cannot make and the
+    loader cannot pin. A Dataset that leaves them on the host gets both findings."""
+    write("data.py", f"""\
+        import torch
+
+        class ImageDataset(torch.utils.data.Dataset):
+            def __init__(self, images, device=None):
+                self.images, self.device = images, device
+
+            def __getitem__(self, index):
+                image = torch.as_tensor(self.images[index])
+                {"return image.to(self.device)" if moves else "return image"}
+
+            def __len__(self):
+                return len(self.images)
+
+        def get_data_loader(dataset, batch_size, shuffle=True):
+            return torch.utils.data.DataLoader(dataset, shuffle=shuffle, batch_size=batch_size, num_workers=0)
+        """)
+    write("train.py", """\
+        import torch
+        from data import ImageDataset, get_data_loader
+
+        dataset = ImageDataset(images, device="cuda")
+        loader = get_data_loader(dataset, 32)
+        model = Net().cuda()
+        for batch in loader:
+            loss = model(batch.to("cuda", non_blocking=True)).sum()
+            loss.backward()
+            optimizer.step()
+        """)
+    found = run_cli("scan", ".", "--select", "SF101,SF102", "--no-summary", cwd=tmp_path).stdout.splitlines()
+    assert [line.split(": ")[1].split(" ")[0] for line in found] == ([] if moves else ["SF101", "SF102"]), found
+
+
 def test_the_loader_a_factory_builds_when_its_training_flag_is_off_feeds_evaluation(run_cli, tmp_path, write):
     """voicefilter's `create_dataloader(hp, args, train)`: the `if train:` branch builds the
     training loader, the `else:` branch the test loader, which only evaluation reads: nothing to

@@ -27,7 +27,7 @@ from functools import cached_property
 
 import libcst as cst
 
-from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.frames import FrameKind, Stack, function_of
 from speedfix.model.index import CallSite, FileIndex, FunctionInfo
 from speedfix.project.facts import FunctionFacts
 from speedfix.project.steps import (HF_STEP_METHODS, HF_TRAINERS, LIGHTNING_MODULE, is_loss_scaler_call,
@@ -160,6 +160,20 @@ class FileContext(FileIndex):
             if param in iterated:
                 return True
         return False
+
+    def called_by_others_as(self, stack: Stack) -> str | None:
+        """The name other files call the function around ``stack`` by (``Links.networks``,
+        ``Links.on_device``): a module-level function's, or its class's for an `__init__`
+        (`Solver(data, model, ...)`); None for anything else."""
+        function = function_of(stack)
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        infos = [info for info in self.functions.get(function.name.value, ()) if info.node is function]
+        if any(not info.stack for info in infos):
+            return function.name.value
+        if function.name.value == "__init__" and any(len(info.stack) == 1 and info.class_name for info in infos):
+            return next(str(info.class_name) for info in infos if info.class_name)
+        return None
 
     def project_name(self, dotted: str | None) -> str | None:
         """Qualified name through the file's imports, `from m import *` of scanned files included."""

@@ -9,7 +9,9 @@ sparse one), and worker processes that touch CUDA fail under `fork`. So a datase
   `TensorDataset` (or list) of tensors made on the CPU, a Dataset class of this file whose methods
   never move anything to a device, and `Subset`/`random_split`/`ConcatDataset` of those;
 - DEVICE: a `TensorDataset` of CUDA tensors, a Dataset class that calls `.to(device)`/`.cuda()`
-  or passes `device=` (in `__getitem__` or when it loads its data), a `collate_fn` that does;
+  or passes `device=` (in `__getitem__` or when it loads its data), a `collate_fn` that does, a
+  loader factory's parameter that other files hand only objects of their Dataset classes that do
+  (``Links.on_device``);
 - None: anything else (a dataset built by a function, imported from the project or a library,
   a parameter): a fix that could raise on it is unsafe.
 
@@ -88,6 +90,8 @@ def dataset_place(ctx: FileContext, dataset: cst.BaseExpression | None, stack: S
     if not isinstance(dataset, cst.Call):
         values = _values_of(ctx, dataset, stack)
         if not values:
+            if _handed_on_device(ctx, dataset, stack):
+                return Place.DEVICE
             return Place.HOST if _unbound(ctx, dataset) else None
         return _combine([dataset_place(ctx, value, stack, depth + 1) for value in values])
     qualified = ctx.qualname(dataset.func)
@@ -188,6 +192,15 @@ def _values_of(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> list
             return []
         values.append(value)
     return values
+
+
+def _handed_on_device(ctx: FileContext, expr: cst.BaseExpression, stack: Stack) -> bool:
+    """A parameter of a loader factory that other files hand only objects of their classes that
+    copy to a device (``Links.on_device``: a Dataset whose `__getitem__` moves each sample)."""
+    if not isinstance(expr, cst.Name) or not ctx.links.on_device:
+        return False
+    called = ctx.called_by_others_as(stack)
+    return called is not None and (called, expr.value) in ctx.links.on_device
 
 
 def _unbound(ctx: FileContext, expr: cst.BaseExpression) -> bool:

@@ -467,15 +467,8 @@ def handed_network(ctx: FileContext, name: str, stack: Stack) -> tuple[bool, boo
     parameter ``name`` of the module-level function around ``stack``, a class of theirs
     (``Links.networks``), or to the constructor of its class around ``stack``; None when that
     is not known."""
-    function = function_of(stack)
-    if not isinstance(function, cst.FunctionDef):
-        return None
-    infos = [info for info in ctx.functions.get(function.name.value, ()) if info.node is function]
-    if any(not info.stack for info in infos):
-        called = function.name.value
-    elif function.name.value == "__init__" and any(len(info.stack) == 1 and info.class_name for info in infos):
-        called = next(str(info.class_name) for info in infos if info.class_name)  # `Solver(data, model, ...)`
-    else:
+    called = ctx.called_by_others_as(stack)
+    if called is None:
         return None
     return next(((conv, matmul) for callee, param, conv, matmul in ctx.links.networks
                  if callee == called and param == name), None)

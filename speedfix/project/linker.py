@@ -37,6 +37,9 @@ What a file learns (``Links``):
   a network of one of their classes (`fit_one_epoch(model_train, ...)` with `model_train =
   YoloBody(...).train()`, through `DataParallel(...)` and `.cuda()`): whether that class builds
   convolutions and whether it may multiply matrices (a conv net gains nothing from TF32);
+- ``on_device``: the parameters of its module-level functions that other files hand only
+  objects of their classes whose methods copy to a device (a Dataset that moves each sample to
+  the GPU, handed to a loader factory);
 - ``cudnn``: the file of a scan that imports it (in turn) and chooses cuDNN's algorithms for
   the process (`cudnn.benchmark = True` in the `main.py` that runs `solver.py`'s training), or None;
 - ``trained_by``: the file of a scan that imports it (in turn) and holds a training loop: this
@@ -64,7 +67,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, TypeVar
 
 from speedfix.project.facts import FunctionFacts, ModuleFacts, option_of_module
 
@@ -104,6 +107,11 @@ class Links:
     # (function, parameter, the class builds convolutions, it may multiply matrices), one per
     # parameter that every such call agrees on
     networks: tuple[tuple[str, str, bool, bool], ...] = ()
+    # the parameters of its module-level functions and class constructors that other files hand
+    # objects of their classes only whose methods copy to a device (fastcomposer's
+    # `get_data_loader(train_dataset, ...)` with a Dataset whose `__getitem__` moves each sample
+    # to `self.device`): (function or class, parameter)
+    on_device: tuple[tuple[str, str], ...] = ()
     # what other files pass to the parameters of its module-level functions and classes
     # (`get_loader(..., num_workers=args.workers)`, `GNN(..., gnn_type=args.gnn_type)`): (function
     # or class, parameter, the value's repr, "" when it is unknown, the calls differ or one of them
@@ -158,6 +166,7 @@ class Links:
             "kwargs": [list(given) for given in self.kwargs],
             "arguments": [list(given) for given in self.arguments],
             "networks": [list(given) for given in self.networks],
+            "on_device": [list(given) for given in self.on_device],
             "cudnn": self.cudnn,
             "trained_by": self.trained_by,
             "options": [list(option) for option in self.options],
@@ -394,6 +403,7 @@ def link(
     kwargs = _kwargs_given(facts, prefixes)
     arguments = _arguments_given(facts, prefixes)
     networks = _networks_handed(facts, prefixes)
+    on_device = _moving_objects_handed(facts, prefixes)
     cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
     trained_by = _imported_by_another(runs, prefixes, lambda module: module.trains, show)
@@ -422,6 +432,7 @@ def link(
             kwargs=kwargs.get(path, ()),
             arguments=arguments.get(path, ()),
             networks=networks.get(path, ()),
+            on_device=on_device.get(path, ()),
             cudnn=cudnn.get(path),
             trained_by=trained_by.get(path),
             options=options.get(path, ((), ()))[0],
@@ -869,11 +880,11 @@ def _loader_factories(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[
     return feeds
 
 
-def _networks_handed(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
-                     ) -> dict[Path, tuple[tuple[str, str, bool, bool], ...]]:
-    """The networks of project classes handed to each file's module-level functions and class
-    constructors (see ``Links.networks``): a parameter handed networks of different kinds is left out."""
-    kinds: dict[tuple[Path, str, str], set[tuple[bool, bool]]] = {}
+def _handed_objects(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                    ) -> Iterator[tuple[tuple[Path, str, str], ModuleFacts, str]]:
+    """Objects of project classes that a file builds and hands to another file's module-level
+    function or class constructor (`fit_one_epoch(model_train, ...)`, `get_data_loader(dataset,
+    ...)`): ((that file, the function, the parameter), the facts of the class's module, the class)."""
     for path, module in facts.items():
         for maker, callee, slot, position in module.loader_hands:
             target, built = _split(callee, prefixes[path]), _split(maker, prefixes[path])
@@ -881,15 +892,40 @@ def _networks_handed(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[s
                     or not _is_class(facts[built[0]], built[1]):
                 continue
             params = _callable_params(facts[target[0]], target[1])
-            network = facts[built[0]].functions.get(built[1])
-            if params is None or network is None:
+            if params is None or built[1] not in facts[built[0]].functions:
                 continue
             param = params[int(slot)] if slot.isdigit() and int(slot) < len(params) else slot
-            kinds.setdefault((target[0], target[1], param), set()).add((bool(network.conv_dims), network.matmul))
+            yield (target[0], target[1], param), facts[built[0]], built[1]
+
+
+def _networks_handed(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                     ) -> dict[Path, tuple[tuple[str, str, bool, bool], ...]]:
+    """The networks of project classes handed to each file's module-level functions and class
+    constructors (see ``Links.networks``): a parameter handed networks of different kinds is left out."""
+    kinds: dict[tuple[Path, str, str], set[tuple[bool, bool]]] = {}
+    for where, module, name in _handed_objects(facts, prefixes):
+        network = module.functions[name]
+        kinds.setdefault(where, set()).add((bool(network.conv_dims), network.matmul))
     found: dict[Path, list[tuple[str, str, bool, bool]]] = {}
     for (path, function, param), seen in sorted(kinds.items()):
         if len(seen) == 1:
             found.setdefault(path, []).append((function, param, *next(iter(seen))))
+    return {path: tuple(items) for path, items in found.items()}
+
+
+def _moving_objects_handed(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+                           ) -> dict[Path, tuple[tuple[str, str], ...]]:
+    """The parameters of each file's module-level functions and class constructors that other
+    files hand only objects of project classes whose methods copy to a device (see ``Links.on_device``)."""
+    moving: dict[tuple[Path, str, str], set[bool]] = {}
+    for where, module, name in _handed_objects(facts, prefixes):
+        moving.setdefault(where, set()).add(any(
+            method.moves or method.makes_on_device for qualified, method in module.functions.items()
+            if qualified.startswith(name + ".")))
+    found: dict[Path, list[tuple[str, str]]] = {}
+    for (path, function, param), seen in sorted(moving.items()):
+        if seen == {True}:
+            found.setdefault(path, []).append((function, param))
     return {path: tuple(items) for path, items in found.items()}
 
 
