@@ -2956,6 +2956,53 @@ def test_the_model_a_factory_returns_with_its_optimizer_runs_its_forward_every_s
     assert result.stdout.startswith("model/net.py:8:43: SF301 `predicted[i].item()`"), result.stdout
 
 
+@pytest.mark.parametrize("factory", ["staticmethod", "classmethod", "other class"])
+def test_the_model_a_static_factory_of_its_class_builds_runs_its_forward_every_step(run_cli, tmp_path, write, factory):
+    """fastcomposer: `model = FastComposerModel.from_pretrained(args)`, a static method that
+    returns `FastComposerModel(...)` (or a classmethod returning `cls(...)`): the loop's
+    `model(batch)` runs its `forward`, whose helper calls `gc.collect()` every step. A factory
+    that returns another class's object says nothing of this one's `forward`."""
+    made = {"staticmethod": "Composer(Unet())", "classmethod": "cls(Unet())", "other class": "Unet()"}[factory]
+    write("composer.py", f"""\
+        import gc
+        import torch
+        from torch import nn
+
+        class Unet(nn.Module):
+            def forward(self, x):
+                return x
+
+        class Composer(nn.Module):
+            def __init__(self, unet):
+                super().__init__()
+                self.unet = unet
+
+            @{"classmethod" if factory == "classmethod" else "staticmethod"}
+            def from_pretrained({"cls, " if factory == "classmethod" else ""}path):
+                return {made}
+
+            def _clear(self):
+                gc.collect()
+
+            def forward(self, x):
+                loss = self.unet(x).sum()
+                self._clear()
+                return loss
+        """)
+    write("train.py", """\
+        import torch
+        from composer import Composer
+
+        model = Composer.from_pretrained("weights").cuda()
+        for x in loader:
+            loss = model(x.cuda(non_blocking=True))
+            loss.backward()
+            optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF304", "--no-summary", cwd=tmp_path)
+    assert result.stdout.startswith("composer.py:19:9: SF304") == (factory != "other class"), result.stdout
+
+
 @pytest.mark.parametrize("guarded", [False, True])
 def test_cudnn_autotuning_a_helper_of_another_file_switches_on(run_cli, tmp_path, write, guarded):
     """`initialize(args, seed=42)` of `utility/initialize.py` sets `cudnn.benchmark = True`: the

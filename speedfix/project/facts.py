@@ -89,6 +89,9 @@ class FunctionFacts:
     # more than bookkeeping (`self.step.data.item()`, `torch.save(self.state_dict(), path)`, `print`)
     runs_parts: bool = True
     cudnn: bool = False  # chooses cuDNN's algorithms, outside any `if` (`torch.backends.cudnn.benchmark = True`)
+    # a class of this module whose object it builds and returns (`return FastComposerModel(...)`,
+    # `return cls(...)`): a static or class method that makes the model (`Model.from_pretrained(args)`)
+    returns: str = ""
 
 
 @dataclass(frozen=True)
@@ -1301,6 +1304,7 @@ class _Collector(ast.NodeVisitor):
             repeats=_loop_sources(function, [loop for loop in function.loops if loop.nested]),
             sets_only=not function.calls,
             runs_parts=function.runs_parts,
+            returns=self._returned_class(function),
             uploads=any(loop.uploads for loop in training),
             moves=function.moves,
             makes_on_device=function.makes_on_device,
@@ -1313,6 +1317,13 @@ class _Collector(ast.NodeVisitor):
             calls_params=tuple(dict.fromkeys(callee for loop in training for callee, guarded in loop.calls
                                              if not guarded and callee in function.params)),
         )
+
+    def _returned_class(self, function: _Function) -> str:
+        """``FunctionFacts.returns``: the class of this module whose new object every return gives."""
+        made = function.forwards or ""
+        if made == "cls" and function.class_name:
+            made = function.class_name
+        return made if made in self.class_names else ""
 
     def _constructors(self, functions: dict[str, FunctionFacts]) -> dict[str, FunctionFacts]:
         """`Trainer(model, loader, device)`: what its methods do with what `__init__` stores."""

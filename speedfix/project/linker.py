@@ -817,14 +817,19 @@ def _re_exported(target: Path, name: str, facts: dict[Path, ModuleFacts], prefix
 
 def _factory_forwards(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]) -> dict[Path, set[str]]:
     """The `forward` of the module classes of scanned files that a factory of another file builds
-    and returns (`get_model()` returning `FastSpeech2(...).to(device), optimizer`), when a
+    and returns (`get_model()` returning `FastSpeech2(...).to(device), optimizer`; a static or
+    class method returning its module's class, `FastComposerModel.from_pretrained(args)`), when a
     training loop calls the object the factory gave it."""
     hot: dict[Path, set[str]] = {}
     for path, module in facts.items():
         for qualified in module.forward_modules:
             hit = _split(qualified.removesuffix(".forward"), prefixes[path])
-            factory = facts[hit[0]].functions.get(hit[1]) if hit is not None and "." not in hit[1] else None
+            factory = facts[hit[0]].functions.get(hit[1]) if hit is not None else None
             if factory is None or _is_class(facts[hit[0]], hit[1]):
+                continue
+            if "." in hit[1]:  # `FastComposerModel.from_pretrained(args)`: a method that builds its module's class
+                if factory.returns and f"{factory.returns}.forward" in facts[hit[0]].functions:
+                    hot.setdefault(hit[0], set()).add(f"{factory.returns}.forward")
                 continue
             for part in factory.parts:
                 built = _project_class(part, hit[0], facts, prefixes)
