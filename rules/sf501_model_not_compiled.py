@@ -411,6 +411,29 @@ class ModelNotCompiled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an optimizer class chosen by name (`optimizer_cls = torch.optim.AdamW`), over param groups (fastcomposer)
+            """
+            import torch
+            optimizer_cls = torch.optim.AdamW
+            model = Composer(unet).cuda()
+            unet_params = [p for p in model.unet.parameters() if p.requires_grad]
+            optimizer = optimizer_cls([{"params": unet_params, "lr": 1e-5}], weight_decay=0.01)
+            for batch in loader:
+                model(batch).backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            optimizer_cls = torch.optim.AdamW
+            model = Composer(unet).cuda()
+            model.compile()
+            unet_params = [p for p in model.unet.parameters() if p.requires_grad]
+            optimizer = optimizer_cls([{"params": unet_params, "lr": 1e-5}], weight_decay=0.01)
+            for batch in loader:
+                model(batch).backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # the optimizer a hydra config names; the step runs the model through its own loss method
             """
             import hydra

@@ -758,10 +758,18 @@ def is_optimizer_call(ctx: FileContext, site: CallSite) -> bool:
         return ctx.is_subclass_of(func.value, *_OPTIMIZER_BASES)
     qualified = ctx.call_qualname(site)
     if not qualified:
-        return False
+        if type(func) is not cst.Name:
+            return False
+        # `optimizer_cls = torch.optim.AdamW` (diffusers: `bnb.optim.AdamW8bit` under `--use_8bit_adam`)
+        chosen = [ctx.qualname(a.value) or "" for a in ctx.assignments_in_scope(func.value, site.stack)]
+        return bool(chosen) and all(_optimizer_class(name) for name in chosen)
+    return _optimizer_class(qualified) or _project_optimizer(ctx, site, qualified)
+
+
+def _optimizer_class(qualified: str) -> bool:
     if qualified.startswith(OPTIMIZER_PREFIX):
         return not qualified.startswith("torch.optim.lr_scheduler")
-    return qualified.startswith(LIBRARY_OPTIMIZERS) or _project_optimizer(ctx, site, qualified)
+    return qualified.startswith(LIBRARY_OPTIMIZERS)
 
 
 def in_optimizer_class(ctx: FileContext, stack: Stack) -> bool:
