@@ -9,6 +9,7 @@ from speedfix.engine.findings import Applicability, Finding, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, string_literal
 from speedfix.model.context import FileContext
+from speedfix.model.devices import communication_helper
 from speedfix.model.flow import comes_before, in_no_run
 from speedfix.model.frames import Stack, in_inference_branch, nearest_loop
 from speedfix.model.index import CallSite
@@ -134,7 +135,10 @@ class CreateThenMove(Rule):
     the GPU and do not count),
     where it runs on every step: in the training loop, in a function it calls or one that takes
     the step itself (an agent's `learn()`), or in a module's `forward` and the methods and
-    functions of the file it calls (SimCSE's `cl_forward(self, ...)`).
+    functions of the file it calls (SimCSE's `cl_forward(self, ...)`). Not in a helper that hands
+    tensors to torch.distributed's collectives and takes no step (the `all_gather(data)` that
+    detection codebases copy: the sizes and pickled bytes it copies are small, and the collective
+    after them waits for every process anyway).
 
     ## Why is this bad?
     The tensor is allocated and filled on the CPU, then copied to the GPU: one extra allocation,
@@ -217,6 +221,26 @@ class CreateThenMove(Rule):
     effect = "One allocation, host-to-device copy and sync less per call."
 
     VALID = [
+        Valid(  # a collective's helper, called every step: small copies, and the all_gather waits anyway
+            """
+            import pickle
+            import torch
+            import torch.distributed as dist
+
+            def all_gather(data):
+                tensor = torch.ByteTensor(torch.ByteStorage.from_buffer(pickle.dumps(data))).to("cuda")
+                local_size = torch.IntTensor([tensor.numel()]).to("cuda")
+                sizes = [torch.IntTensor([0]).to("cuda") for _ in range(dist.get_world_size())]
+                dist.all_gather(sizes, local_size)
+                return sizes
+
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                loss.backward()
+                optimizer.step()
+                all_gather({"loss": loss.detach()})
+            """
+        ),
         Valid(  # made on the device already
             """
             import torch
@@ -928,7 +952,7 @@ class CreateThenMove(Rule):
         module's eval-mode branch (`if not self.training:`): that never runs while it trains; nor
         in code that no run takes (`if self.individual:`, an option off by default that no launch
         command of the project passes)."""
-        if in_inference_branch(site.stack):
+        if in_inference_branch(site.stack) or communication_helper(self.ctx, site.stack):
             return False
         function = self.ctx.function_of(site.stack)
         every_step = self.ctx.in_training_loop(site.stack) or in_rollout(self.ctx, site.stack) or (

@@ -150,3 +150,24 @@ def one_process_per_gpu(ctx: FileContext) -> bool:
     """Does the script run as one process per GPU (DDP, `init_process_group`, `mp.spawn`, a
     `DistributedSampler`)? The node's CPU cores are then shared by all of them."""
     return bool(ctx.calls_to(*_PER_GPU_PROCESSES))
+
+
+# torch.distributed's collectives: every process waits at each for all the others.
+_COLLECTIVES = frozenset(
+    f"torch.distributed.{name}" for name in (
+        "all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all", "broadcast",
+        "gather", "reduce", "reduce_scatter", "scatter", "barrier",
+    )
+)
+
+
+def communication_helper(ctx: FileContext, stack: Stack) -> bool:
+    """Is the function around ``stack`` a helper that hands tensors to torch.distributed's
+    collectives and takes no training step (the `all_gather(data)` that detection codebases copy
+    from maskrcnn-benchmark: it pickles the data and moves its bytes and sizes to the GPU)? What
+    it copies is small, and the collective after it waits for every process anyway."""
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef) or function in ctx.step_functions:
+        return False
+    return any(ctx.function_of(site.stack) is function for site in ctx.calls_to(*_COLLECTIVES)) \
+        and not any(loop in ctx.loops and ctx.function_of(ctx.loops[loop].stack) is function for loop in ctx.step_loops)
