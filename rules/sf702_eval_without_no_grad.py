@@ -47,7 +47,8 @@ class EvalWithoutNoGrad(Rule):
     ## What it does
     Finds evaluation loops that run the model with autograd on: a loop over a DataLoader that
     calls the model, with no `backward()`, optimizer step or gradient access in it, in a function
-    named like `evaluate`/`validate`/`test`/`predict` or after `model.eval()`, and no
+    named like `evaluate`/`validate`/`test`/`predict` or after `model.eval()` (in the function, or
+    before every call of it in the file: `model.eval()`, then `extract(loader, model)`), and no
     `torch.no_grad()`/`torch.inference_mode()` around it (as a `with`, a decorator of the
     function or around the call of the function, also when another scanned file makes that call:
     `with torch.no_grad(): validate(...)` in the training script; for a method, a call of its
@@ -434,6 +435,29 @@ class EvalWithoutNoGrad(Rule):
                         output = model(x.cuda())
                         total += criterion(output, y.cuda()).item()
                 return total / len(val_loader)
+            """,
+        ),
+        Invalid(  # a loop of a helper that every caller runs after `model.eval()` (vq-vae-2's extract_code.py)
+            """
+            import torch
+
+            def extract(loader, model, device):
+                for images, names in tqdm(loader):
+                    store(names, model(images.to(device)).argmax(1).cpu().numpy())
+
+            model = VQVAE().to("cuda").eval()
+            extract(DataLoader(dataset, batch_size=128), model, "cuda")
+            """,
+            fixed="""
+            import torch
+
+            def extract(loader, model, device):
+                with torch.no_grad():
+                    for images, names in tqdm(loader):
+                        store(names, model(images.to(device)).argmax(1).cpu().numpy())
+
+            model = VQVAE().to("cuda").eval()
+            extract(DataLoader(dataset, batch_size=128), model, "cuda")
             """,
         ),
         Invalid(  # after model.eval() in the epoch loop, with the file's own alias
@@ -858,18 +882,34 @@ class EvalWithoutNoGrad(Rule):
         return any(word.startswith(_EVAL_PREFIXES) or word == "val" for word in words)
 
     def _after_eval_call(self, info: LoopInfo) -> bool:
-        """Is the last `x.eval()` / `x.train(...)` before the loop, in its function, an `eval()`?"""
+        """Is the last `x.eval()` / `x.train(...)` before the loop, in its function, an `eval()`?
+        With none there: does every call of that function in the file come after an `eval()` in
+        its caller (vq-vae-2's `extract(env, loader, model, device)` after `model.eval()`)?"""
+        ctx = self.ctx
+        function = ctx.function_of(info.stack)
+        last = self._last_mode_switch(function, info.node)
+        if last is not None or not isinstance(function, cst.FunctionDef):
+            return last is not None and _turns_eval_on(last)
+        calls = [site for site in self._calls_by_name.get(function.name.value, ())
+                 if site.statement is not None and ctx.function_of(site.stack) is not function]
+        return bool(calls) and all(
+            (switch := self._last_mode_switch(ctx.function_of(site.stack), site.statement)) is not None  # type: ignore[arg-type]
+            and _turns_eval_on(switch) for site in calls)
+
+    def _last_mode_switch(self, function: cst.CSTNode | None, before: cst.CSTNode) -> CallSite | None:
+        """The last `x.eval()` / `x.train(...)` of ``function`` that runs before the statement
+        ``before`` (not one inside a loop around it)."""
         ctx = self.ctx
         last: CallSite | None = None
-        for site in self._calls_by_function.get(ctx.function_of(info.stack), ()):
+        for site in self._calls_by_function.get(function, ()):
             statement = site.statement
             if statement is None or not _switches_mode(site):
                 continue
-            if info.node in ctx.enclosing_loops(site.stack) or not comes_before(ctx, statement, info.node):
+            if before in ctx.enclosing_loops(site.stack) or not comes_before(ctx, statement, before):
                 continue
             if last is None or comes_before(ctx, last.statement, statement):  # type: ignore[arg-type]
                 last = site
-        return last is not None and _turns_eval_on(last)
+        return last
 
     def _grad_off(self, stack: Stack, *, callers: bool = True) -> bool:
         """Is autograd already off (or chosen) for code at ``stack``: a grad-mode `with` or
