@@ -22,7 +22,7 @@ from speedfix.model.patterns import (
     worker_start_refusal,
 )
 from speedfix.model.rl import reads_replay_buffer
-from speedfix.model.scale import Role, loader_role
+from speedfix.model.scale import Role, inference_feed, loader_role
 from speedfix.model.workload import Samples, tokenized_ahead, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 from speedfix.syntax.comments import argument_comments, prose, statement_comments
@@ -56,8 +56,10 @@ class DataloaderNoWorkers(Rule):
     in `__getitem__`, in this file or, for a loader's dataset, in the file of the project that
     defines its class): a worker would only index and pad them; a loader that a script which
     trains reads once, after training, outside any loop (a final test pass: workers would start
-    up for a single pass); and values speedfix cannot know (`num_workers=args.workers`,
-    unresolved `**kwargs`).
+    up for a single pass); a loader of a script that never trains (no step, backward pass or
+    optimizer, no training file imports it) and evaluates (`model.eval()`, `torch.no_grad()`): an
+    evaluation, feature-extraction or synthesis script, whose speed is not a training run's; and
+    values speedfix cannot know (`num_workers=args.workers`, unresolved `**kwargs`).
 
     ## Example
     ```python
@@ -124,6 +126,23 @@ class DataloaderNoWorkers(Rule):
     effect = "Overlaps data loading with compute; large when `__getitem__` decodes or augments."
 
     VALID = [
+        Valid(  # a script that never trains: it evaluates, and its loader feeds inference only
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def extract(loader, model):
+                pbar = tqdm(loader)
+                for images, names in pbar:
+                    save(names, model(images.cuda()).argmax(1).cpu())
+
+            model = Net().cuda()
+            model.eval()
+            loader = DataLoader(dataset, batch_size=128)
+            with torch.no_grad():
+                extract(loader, model)
+            """
+        ),
         Valid(  # one pass, once, consumed in place: a dataset's mean and std computed before training
             """
             import torch
@@ -738,8 +757,8 @@ class DataloaderNoWorkers(Rule):
             return  # workers would sample from stale copies of the buffer
         if tokenized_ahead(ctx) is not None:
             return  # token ids tokenized ahead: a worker would only index and pad them
-        if evaluation_only(ctx, site):
-            return  # one evaluation pass after training
+        if evaluation_only(ctx, site) or inference_feed(ctx, site):
+            return  # one evaluation pass after training; a script that never trains
         if not_for_training(ctx, site):
             return  # a loader made and never used, used for a look at one batch, or for one pass (statistics)
         if trains_on_cpu_only(ctx):

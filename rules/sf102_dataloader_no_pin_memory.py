@@ -11,7 +11,7 @@ from speedfix.model.frameworks import framework_uses_cuda
 from speedfix.model.index import CallSite
 from speedfix.model.loaders import Place, evaluation_only, late_value, not_for_training, samples_place
 from speedfix.model.loader_classes import dataloader_calls
-from speedfix.model.scale import evaluation_feed
+from speedfix.model.scale import evaluation_feed, inference_feed
 from speedfix.model.workload import Samples, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
 from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING, VALIDATION_EVERY_EPOCH
@@ -41,7 +41,9 @@ class DataloaderNoPinMemory(Rule):
     val_loader=val_loader)` fitted by `trainer.fit(system)`). Its copies
     hold up no training step, and a validation pass is a small share of the run: pinning it
     gains next to nothing. A loader that is also handed to a training function of another file
-    (`train_one_epoch(model, loader)`) is still checked.
+    (`train_one_epoch(model, loader)`) is still checked. Nor is the loader of a script that never
+    trains and evaluates (`model.eval()`, `torch.no_grad()`, no step anywhere): an evaluation or
+    feature-extraction script, not a training run.
 
     ## Example
     ```python
@@ -424,7 +426,7 @@ class DataloaderNoPinMemory(Rule):
         pin = find_argument(self.ctx, site, "pin_memory", 7)
         if not pin.missing or late_value(self.ctx, site, "pin_memory") is not None:
             return  # chosen, in the call or afterwards (`loader.pin_memory = True`: SF105)
-        if evaluation_only(self.ctx, site) or evaluation_feed(self.ctx, site):
+        if evaluation_only(self.ctx, site) or evaluation_feed(self.ctx, site) or inference_feed(self.ctx, site):
             return  # one evaluation pass after training, or a loader only evaluation reads
         if not_for_training(self.ctx, site):
             return  # a loader made and never used, or used for a look at one batch

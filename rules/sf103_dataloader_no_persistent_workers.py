@@ -16,7 +16,7 @@ from speedfix.model.index import CallSite
 from speedfix.model.loaders import iterated_per_epoch, not_for_training, returned_to_training
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.patterns import dataset_argument
-from speedfix.model.scale import evaluation_feed
+from speedfix.model.scale import evaluation_feed, inference_feed
 from speedfix.model.versions import v
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of
@@ -57,7 +57,8 @@ class DataloaderNoPersistentWorkers(Rule):
     Not reported on a loader that only evaluation reads (iterated only in loops that take no
     optimizer step, or named for it when the file iterates it nowhere: `val_loader`, a
     `test_dataloader()` that returns it): restarting its workers delays a validation pass, not
-    the training steps, and a worker pool kept alive for it holds memory for the whole run.
+    the training steps, and a worker pool kept alive for it holds memory for the whole run; nor
+    on the loader of a script that never trains and evaluates (an evaluation script).
 
     ## Why is this bad?
     Without it, every `for batch in loader:` starts `num_workers` new processes, each importing
@@ -617,7 +618,7 @@ class DataloaderNoPersistentWorkers(Rule):
             return
         if not_for_training(ctx, site):
             return  # a loader made and never used, or used for a look at one batch
-        if evaluation_feed(ctx, site):
+        if evaluation_feed(ctx, site) or inference_feed(ctx, site):
             return  # only evaluation reads it: a restart per validation pass holds up no training step
         loader = assigned_name(site)
         returned = returned_to_training(ctx, site)  # `return DataLoader(...)` to another file's loop

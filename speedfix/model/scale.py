@@ -24,8 +24,8 @@ from speedfix.model.frameworks import lightning_fits, lightning_loader_hooks
 from speedfix.model.index import CallSite
 from speedfix.model.loaders import in_evaluation_branch
 from speedfix.model.model_size import estimated_parameters
-from speedfix.model.networks import (builds, built_classes, fresh_assignments, is_conv_architecture, model_classes,
-                                      optimized_module, peel, project_builds_matmuls, project_builds_rnn,
+from speedfix.model.networks import (builds, built_classes, fresh_assignments, is_conv_architecture, may_train,
+                                      model_classes, optimized_module, peel, project_builds_matmuls, project_builds_rnn,
                                       project_conv_dims, project_known_matmuls, trained_models, zoo_architecture)
 from speedfix.model.patterns import OPTIMIZER_PREFIX, unwrap_iterable
 from speedfix.project.steps import CONV_LAYERS, MATMUL_LAYERS, MATMUL_METHODS, layer_kind
@@ -201,7 +201,32 @@ def _yields(loop: cst.CSTNode) -> bool:
     return any(isinstance(node, cst.Yield) for node in walk_expression(loop))
 
 
+_GRAD_OFF = tuple(f"{module}.{name}" for module in ("torch", "torch.autograd", "torch.autograd.grad_mode")
+                  for name in ("no_grad", "inference_mode"))
+
+
 @per_site
+def inference_feed(ctx: FileContext, site: CallSite) -> bool:
+    """Does the DataLoader made at ``site`` feed a script that never trains (an evaluation,
+    extraction or synthesis script: no step loop, backward pass or optimizer, no call of another
+    file's training loop, and no scanned file that trains imports it) and evaluates (`model.eval()`,
+    `torch.no_grad()`), which iterates it itself or in a function it hands it to (`extract(env,
+    loader, model)`)? Its workers and pinned memory would speed up inference, not a training
+    step. A loader a function returns (a factory) is not one: whoever calls it may train with it."""
+    if may_train(ctx) or ctx.links.trained_by is not None or ctx.links.feeds or not _evaluates(ctx):
+        return False
+    bound = assigned_name(site)
+    return bound is not None and bool(_iterations(ctx, frozenset({bound})))
+
+
+def _evaluates(ctx: FileContext) -> bool:
+    """Does the file switch a model to evaluation (`model.eval()`) or autograd off (`torch.no_grad()`,
+    `torch.inference_mode()`)? A loop without a visible step in a file that does neither may be
+    the training loop itself (`for x, y in loader: step(x, y)`)."""
+    return any(site.node.func.attr.value == "eval" and not site.node.args for site in ctx.method_calls("eval")) \
+        or any(True for _ in ctx.calls_to(*_GRAD_OFF))
+
+
 def _loader_names(ctx: FileContext, site: CallSite) -> frozenset[str]:
     """The variable the loader is bound to, and the function that returns it (`val_dataloader`)."""
     names = set()
@@ -250,7 +275,12 @@ def _loader_paths(ctx: FileContext) -> tuple[dict[str, list[tuple[cst.CSTNode, s
                 passes.setdefault(name, []).append((callees[0].node, param))
     loops: dict[str, list[tuple[cst.CSTNode, cst.CSTNode | None]]] = {}
     for info in ctx.loops.values():
-        source = dotted_name(unwrap_iterable(info.iter)) if info.iter is not None else None
+        iterable = unwrap_iterable(info.iter) if info.iter is not None else None
+        if isinstance(iterable, cst.Name):  # `pbar = tqdm(loader)`, then `for x in pbar:`
+            value = ctx.single_value(iterable.value, info.stack)
+            if isinstance(value, cst.Call) and unwrap_iterable(value) is not value:
+                iterable = unwrap_iterable(value)
+        source = dotted_name(iterable) if iterable is not None else None
         if source is not None:
             loops.setdefault(source, []).append((info.node, ctx.function_of(info.stack)))
     _PATHS[ctx] = passes, loops
