@@ -29,8 +29,8 @@ from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_
 from speedfix.model.hf_args import (TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, arguments_only, call_setting,
                                     compared_false_in_every_run, parsed_arguments)
 from speedfix.model.index import CallSite
-from speedfix.model.model_size import loads_quantized, size_in_name
-from speedfix.model.scale import LARGE_MODEL_PARAMETERS
+from speedfix.model.model_size import checkpoints_per_run, loads_quantized, size_in_name
+from speedfix.model.scale import LARGE_MODEL_PARAMETERS, evaluation_script
 from speedfix.model.patterns import matmul_precision_chosen, worker_start_refusal
 from speedfix.model.project_files import Location
 from speedfix.model.versions import pinned_below, v
@@ -77,8 +77,8 @@ class HfTrainingArguments(Rule):
     - no `torch_compile` in a script that never compiles the model itself (information only;
       not when the project pins a transformers before 4.27, which has no such option, nor for a
       base model bitsandbytes loads in 4 or 8 bits: QLoRA's matmuls are its kernels);
-    - `gradient_checkpointing=True` (or `model.gradient_checkpointing_enable()` that runs by
-      default or in one of the project's launch commands: `--gradient_checkpointing` on a path
+    - `gradient_checkpointing=True` (or `model.gradient_checkpointing_enable()` in a file that
+      trains, not an evaluation script, that runs by default or in one of the project's launch commands: `--gradient_checkpointing` on a path
       that command takes; the options of a dataclass an argument parser fills default to its
       fields; behind `if training_args.gradient_checkpointing:` of parsed `TrainingArguments`,
       only when a run turns the flag on, by its option or the JSON/YAML file it names; not in a
@@ -88,7 +88,8 @@ class HfTrainingArguments(Rule):
       `gradient_accumulation_steps` with a micro-batch of 1 or 2 (information only: neither
       makes training faster; neither for a model of a billion parameters or more, by its
       checkpoint's name or config, or by the `model_name_or_path` a launch command or its recipe
-      gives, where both are what fits in memory; where the project's runs train models of both
+      gives (or the option a `from_pretrained(args.model)` reads: `--model meta-llama/Llama-2-7b-hf`,
+      or its default), where both are what fits in memory; where the project's runs train models of both
       sizes, each run whose model's name says it is smaller is its own: alignment-handbook's
       SmolLM2-360M recipe beside zephyr-7b's).
 
@@ -185,6 +186,17 @@ class HfTrainingArguments(Rule):
     effect = "bf16 autocast and TF32 on tensor cores: up to 3x; fused AdamW; overlapped data loading."
 
     VALID = [
+        Valid(  # an evaluation script: no backward pass, so nothing is recomputed
+            """
+            import torch
+            from transformers import AutoModelForCausalLM
+            model = AutoModelForCausalLM.from_pretrained(args.model).cuda()
+            model.gradient_checkpointing_enable()
+            with torch.no_grad():
+                for batch in loader:
+                    perplexities.append(model(**batch).loss.exp())
+            """
+        ),
         Valid(  # the arguments only hold options for a loop of the script's own: no Trainer reads them
             """
             import torch
@@ -817,13 +829,14 @@ class HfTrainingArguments(Rule):
         names = [given[0] for given in launch.per_command(self.ctx, "model_name_or_path", "model-name-or-path") if given]
         names += [given.value for parsed in parsed_arguments(self.ctx)  # TRL's `--config recipe.yaml` too
                   for given in parsed.per_launch("model_name_or_path") if given is not None]
+        names += checkpoints_per_run(self.ctx)  # `from_pretrained(args.model)` with `--model ...-7b-hf`
         return self._large_model or any(
             isinstance(name, str) and (size_in_name(name) or 0) >= LARGE_MODEL_PARAMETERS for name in names)
 
     def _check_checkpointing_calls(self) -> None:
         ctx = self.ctx
-        if not any(target.startswith("transformers") for target in ctx.imports.bindings.values()):
-            return
+        if not any(target.startswith("transformers") for target in ctx.imports.bindings.values()) or evaluation_script(ctx):
+            return  # (an evaluation script recomputes nothing: no backward pass)
         for site in ctx.method_calls("gradient_checkpointing_enable"):
             if self._checkpointing_reported or self._large_model_run:
                 return  # the Trainer's flag turns on the same recompute (the same advice twice), or it is what fits

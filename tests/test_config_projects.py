@@ -951,6 +951,39 @@ def test_gradient_checkpointing_of_a_recipe_for_a_billion_parameter_model_is_lef
     assert ("`gradient_checkpointing=True` saves memory" in result.stdout) is reported
 
 
+@pytest.mark.parametrize("models, reported", [(("EleutherAI/pythia-160m", "EleutherAI/pythia-410m"), True),
+                                               (("meta-llama/Llama-2-7b-hf", "h2oai/h2o-danube2-1.8b-base"), False)])
+def test_gradient_checkpointing_of_models_launch_commands_name_by_an_option_of_their_own(models, reported, write, run_cli,
+                                                                                          tmp_path):
+    """EasyContext: an Accelerate loop loads `from_pretrained(args.model)` and turns gradient
+    checkpointing on; its launch scripts pass `--model meta-llama/Llama-2-7b-hf` and a 1.8B model:
+    billion-parameter models on long sequences need the recompute to fit."""
+    write("train.py", """\
+import argparse
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM
+
+def main(args):
+    accelerator = Accelerator(mixed_precision="bf16")
+    model = AutoModelForCausalLM.from_pretrained(args.model)
+    model.gradient_checkpointing_enable()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, make_loader(args))
+    for batch in loader:
+        accelerator.backward(model(**batch).loss)
+        optimizer.step()
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", type=str, default="EleutherAI/pythia-160m")
+    main(parser.parse_args())
+""")
+    write("train.sh", "".join(f"accelerate launch train.py --model {model}\n" for model in models))
+    result = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path)
+    assert ("`gradient_checkpointing_enable()` saves memory" in result.stdout) is reported, result.stdout
+
+
 def test_recipes_that_disagree_are_each_their_own_run(write, run_cli, tmp_path):
     """alignment-handbook's recipes for a 7B and a 360M model, run by the same script: the
     explicit unfused `optim` is reported in each recipe that sets it; gradient checkpointing and

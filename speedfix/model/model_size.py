@@ -140,6 +140,27 @@ def _checkpoint_size(ctx: FileContext, site: CallSite) -> int | None:
     return size_in_name(name) if name is not None else None
 
 
+def checkpoints_per_run(ctx: FileContext) -> list[str]:
+    """The checkpoint each launch command's run loads through a `from_pretrained(args.<option>)`
+    of the file (EasyContext's `--model meta-llama/Llama-2-7b-hf`): the command's value, else the
+    option's default."""
+    names: list[str] = []
+    for site in ctx.calls:
+        func = site.node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in _FROM_PRETRAINED or not site.node.args \
+                or not (ctx.qualname(func.value) or "").startswith("transformers."):
+            continue
+        node = site.node.args[0].value
+        if not isinstance(node, cst.Attribute):
+            continue
+        default = string_value(ctx, node, site.stack)
+        for given in launch.per_command(ctx, node.attr.value, node.attr.value.replace("_", "-")):
+            value = given[0] if given is not None else default
+            if isinstance(value, str):
+                names.append(value)
+    return names
+
+
 def size_in_name(name: str) -> int | None:
     """The parameters a Hub checkpoint's name says it has (`mistralai/Mistral-7B-v0.1`: 7B)."""
     if name in _KNOWN:

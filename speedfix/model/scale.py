@@ -213,16 +213,22 @@ def inference_feed(ctx: FileContext, site: CallSite) -> bool:
     `torch.no_grad()`), which iterates it itself or in a function it hands it to (`extract(env,
     loader, model)`)? Its workers and pinned memory would speed up inference, not a training
     step. A loader a function returns (a factory) is not one: whoever calls it may train with it."""
-    if may_train(ctx) or ctx.links.trained_by is not None or ctx.links.feeds or not _evaluates(ctx):
+    if not evaluation_script(ctx) or ctx.links.trained_by is not None or ctx.links.feeds:
         return False
     bound = assigned_name(site)
     return bound is not None and bool(_iterations(ctx, frozenset({bound})))
 
 
+def evaluation_script(ctx: FileContext) -> bool:
+    """Does the file never train (no step loop, backward pass or optimizer, no call of another
+    file's training loop) and switch a model to evaluation (`model.eval()`) or autograd off
+    (`torch.no_grad()`, `torch.inference_mode()`)? A loop without a visible step in a file that
+    does neither may be the training loop itself (`for x, y in loader: step(x, y)`), and a
+    Hugging Face `Trainer` script trains with no loop of its own."""
+    return not may_train(ctx) and _evaluates(ctx)
+
+
 def _evaluates(ctx: FileContext) -> bool:
-    """Does the file switch a model to evaluation (`model.eval()`) or autograd off (`torch.no_grad()`,
-    `torch.inference_mode()`)? A loop without a visible step in a file that does neither may be
-    the training loop itself (`for x, y in loader: step(x, y)`)."""
     return any(site.node.func.attr.value == "eval" and not site.node.args for site in ctx.method_calls("eval")) \
         or any(True for _ in ctx.calls_to(*_GRAD_OFF))
 
