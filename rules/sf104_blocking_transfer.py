@@ -9,6 +9,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
+from speedfix.model.workload import hand_written_batches
 from speedfix.model.index import CallSite, LoopInfo
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.patterns import BatchNames, draws_next, is_cpu_device, is_dtype, narrow_to_class, without_layout_calls
@@ -45,7 +46,9 @@ class BlockingTransfer(Rule):
     Only copies of tensors that come straight from a DataLoader are reported: they are on the
     CPU, so the copy is host-to-device. A loader that Accelerate prepared (`accelerator.prepare`)
     moves its batches to the device itself: there is no copy in the loop to change, and it is
-    not reported. Device-to-host copies (`.cpu()`, `.to("cpu")`) are never
+    not reported. Nor are the batches of a project's own iterator (a class of another file with
+    no base but `object` and its own `__next__`): no DataLoader pins them, and a non-blocking copy
+    from pageable memory blocks all the same. Device-to-host copies (`.cpu()`, `.to("cpu")`) are never
     made non-blocking: the host could read the tensor before the data arrived.
 
     ## Example
@@ -783,6 +786,8 @@ class BlockingTransfer(Rule):
         receiver = without_layout_calls(func.value)
         if not self.batches.is_batch(receiver, site.stack) or self.batches.moved_before(receiver, site.stack, site.statement):
             return False  # (a batch moved above already: copying it again is a no-op)
+        if hand_written_batches(ctx, site.stack):
+            return False  # batches of a project's own iterator: nothing pins them
         if not find_argument(ctx, site, "non_blocking").missing or _sets_more_positionally(site):
             return False
         if func.attr.value == "cuda":

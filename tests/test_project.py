@@ -3472,3 +3472,43 @@ def test_a_dataset_of_another_file_that_reads_images_makes_the_samples_images(ru
     result = run_cli("scan", ".", "--select", "SF101", "--no-cache", "--output-format", "json", cwd=tmp_path)
     (finding,) = json.loads(result.stdout)
     assert (finding["path"], finding["line"], finding["impact"]) == ("main.py", 7, "high"), finding
+
+
+@pytest.mark.parametrize("base", ["object", "torch.utils.data.DataLoader"])
+def test_the_batches_of_a_hand_written_iterator_of_the_project_gain_nothing_from_non_blocking(run_cli, tmp_path, write, base):
+    """The Transformers tutorial's `SequenceLoader(object)`: its own `__next__` makes the batches
+    in pageable memory, and no DataLoader pins them, so `non_blocking=True` alone blocks all the
+    same (SF104 is about a DataLoader's batches). A DataLoader subclass is still one."""
+    write("dataloader.py", f"""\
+        import torch
+
+        class SequenceLoader({base}):
+            def __init__(self, path):
+                self.path = path
+
+            def __iter__(self):
+                return self
+
+            def __next__(self):
+                return torch.ones(8, 16, dtype=torch.long), torch.ones(8, 16, dtype=torch.long)
+        """)
+    write("train.py", """\
+        import torch
+        from dataloader import SequenceLoader
+
+        def train(train_loader, model, optimizer):
+            for source, target in train_loader:
+                source = source.to("cuda")
+                loss = model(source, target.to("cuda")).sum()
+                loss.backward()
+                optimizer.step()
+
+        def main():
+            loader = SequenceLoader("data")
+            model = Net().cuda()
+            train(loader, model, torch.optim.Adam(model.parameters(), fused=True))
+
+        main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF104", "--no-summary", cwd=tmp_path)
+    assert ("SF104" in result.stdout) is (base != "object"), result.stdout

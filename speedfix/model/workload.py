@@ -30,12 +30,12 @@ from enum import Enum
 
 import libcst as cst
 
-from speedfix.model.arguments import literal_int, option_defaults, string_value
+from speedfix.model.arguments import find_argument, literal_int, option_defaults, string_value
 from speedfix.model.context import FileContext
-from speedfix.model.frames import Stack
+from speedfix.model.frames import Stack, nearest_loop
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.networks import network_assignments, peel, project_builds_rnn, project_conv_dims, step_networks
-from speedfix.model.patterns import dataset_argument
+from speedfix.model.patterns import dataset_argument, unwrap_iterable
 from speedfix.model.project_classes import project_class
 from speedfix.model.scale import conv_nets_only, matmul_nets, per_file
 from speedfix.project.steps import CONV_LAYERS
@@ -319,6 +319,33 @@ def _dataset_item_calls(ctx: FileContext) -> Iterator[str]:
             defined = project_class(ctx.project, qualified)
             if defined is not None:
                 yield from defined.item_calls
+
+
+def hand_written_batches(ctx: FileContext, stack: Stack) -> bool:
+    """Does the loop around ``stack`` iterate an object of a class another file of the project
+    defines with no base but `object` (the Transformers tutorial's `class SequenceLoader(object)`
+    with its own `__next__`)? Its batches are whatever that class makes, in pageable memory: no
+    DataLoader pins them, so a `non_blocking=True` copy of them blocks all the same."""
+    loop = nearest_loop(stack)
+    info = ctx.loops.get(loop) if loop is not None else None
+    if info is None or info.iter is None or ctx.project is None:
+        return False
+    iterable = unwrap_iterable(info.iter)
+    if not isinstance(iterable, cst.Name):
+        return False
+    made = [ctx.constructor_of(iterable, info.stack)]
+    function = ctx.function_of(info.stack)
+    if made[0] is None and isinstance(function, cst.FunctionDef):  # `def train(train_loader, ...)`: what callers pass
+        params = [param.name.value for param in function.params.params]
+        if iterable.value in params:
+            index = params.index(iterable.value)
+            made = [ctx.constructor_of(given.node, site.stack) if given.node is not None else None
+                    for site in ctx.calls if site.func == function.name.value
+                    for given in (find_argument(ctx, site, iterable.value, index),)]
+    if not made or any(qualified is None or "." not in qualified for qualified in made):
+        return False
+    return all((defined := project_class(ctx.project, qualified)) is not None and set(defined.bases) <= {"object"}
+               for qualified in made)  # type: ignore[arg-type]
 
 
 # A transformer holds about 12 d^2 parameters per layer; one whose stated width is at most this
