@@ -14,7 +14,6 @@ from speedfix.model.autograd import feeds_environment
 from speedfix.model.branches import Branch, BranchTracker, element_loop, loop_iterable, rare_path
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
-from speedfix.model.loaders import Place, tensor_place
 from speedfix.model.overrides import overridden_method, owner_name
 from speedfix.model.patterns import is_cpu_device
 from speedfix.model.tensors import (HOST_CONVERSIONS, NO_WORK_METHODS, SYNC_METHODS, Tensors, has_sync_before,
@@ -223,6 +222,23 @@ class SyncInLoop(BranchTracker, Rule):
                     images = images * masks
                 scale = 0.5 + torch.rand(1).item()
                 loss = model(images * scale).mean()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(  # rewards a function of the file makes on the host from Python numbers (simple_GRPO's gen_samples)
+            """
+            import torch
+
+            def gen_samples(prompts):
+                answers = generate(prompts)
+                return answers, torch.tensor([score(a) for a in answers], dtype=torch.float32)
+
+            for prompts in loader:
+                answers, rewards = gen_samples(prompts)
+                if (rewards.max() - rewards.min()).item() < 0.01:
+                    continue
+                loss = policy_loss(model, answers, (rewards - rewards.mean()).cuda(non_blocking=True))
                 loss.backward()
                 optimizer.step()
             """
@@ -1098,22 +1114,12 @@ class SyncInLoop(BranchTracker, Rule):
         if kind == "f-string":
             return self._formatting(node, node, "in an f-string") if self.tensors.is_tensor(node, stack) else None
         tested = self.tensors.truth_tested(node, stack)
-        if tested is None or self._made_on_host(tested, stack):
+        if tested is None or self.tensors.made_on_host(tested, stack):
             return None
         what = _code(tested)
         return _Sync(tested, f"`{kind}` on `{what}`",
                      f"`{kind}` on tensor `{what}` in the training loop waits for the GPU every step (Python needs its truth value)",
                      no_fix_reason="the value decides what the step does")
-
-    def _made_on_host(self, expr: cst.BaseExpression, stack: Stack) -> bool:
-        """A tensor that a torch function makes on the host (`torch.rand(1) < self.mask_loss_prob`,
-        a coin flip with no `device=`): reading it waits for no GPU work."""
-        if isinstance(expr, cst.Comparison):
-            tensors = [side for side in (expr.left, *(c.comparator for c in expr.comparisons))
-                       if self.tensors.is_tensor(side, stack)]
-            return bool(tensors) and all(self._made_on_host(side, stack) for side in tensors)
-        return isinstance(expr, cst.Call) and self.ctx.qualname(expr.func) is not None \
-            and tensor_place(self.ctx, expr, stack) is Place.HOST
 
     def _formatting(self, node: cst.CSTNode, tensor: cst.CSTNode, how: str) -> _Sync:
         what = f"`{_code(tensor)}`"
@@ -1163,7 +1169,7 @@ class SyncInLoop(BranchTracker, Rule):
         if method not in SYNC_METHODS or call.args:
             return None
         if self.tensors.batches.is_host_batch(receiver, stack) or has_sync_before(receiver) \
-                or is_library_value(self.ctx, receiver) or self._made_on_host(receiver, stack):
+                or is_library_value(self.ctx, receiver) or self.tensors.made_on_host(receiver, stack):
             return None
         site = self.ctx.site_of(call)
         if site is not None and feeds_environment(self.ctx, site):

@@ -23,7 +23,10 @@ import libcst as cst
 
 from speedfix.model.attention import module_built_by
 from speedfix.model.context import FileContext
+from speedfix.model.flow import returned_values
 from speedfix.model.frames import Stack, class_of_method, function_of
+from speedfix.model.index import Assignment
+from speedfix.model.loaders import Place, tensor_place
 from speedfix.model.patterns import BatchNames
 from speedfix.project.steps import LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
@@ -306,6 +309,52 @@ class Tensors:
             return False
         return self.holds_tensor(expr, stack)
 
+    def made_on_host(self, expr: cst.BaseExpression, stack: Stack, depth: int = 0,
+                     seen: frozenset[str] = frozenset()) -> bool:
+        """Is ``expr`` a tensor that torch makes on the host and nothing moves: a torch function
+        without `device=` (`torch.rand(1) < p`), methods and arithmetic of such tensors
+        (`rewards.max() - rewards.min()`), a name every assignment of which binds one, also the
+        element a function of the file returns it as (simple_GRPO's `gen_samples` returning
+        `torch.tensor(rewards)`, unpacked by the loop that calls it)? Reading it waits for no GPU.
+        ``seen``: the names being followed (`rewards = (rewards - rewards.mean()) / ...` keeps a
+        host tensor on the host, when another assignment made it there)."""
+        if depth > _HOST_DEPTH:
+            return False
+        if isinstance(expr, (cst.Comparison, cst.BinaryOperation)):
+            sides = [expr.left, *(c.comparator for c in expr.comparisons)] if isinstance(expr, cst.Comparison) \
+                else [expr.left, expr.right]
+            on_host = [self.made_on_host(side, stack, depth + 1, seen) for side in sides]
+            # some side made on the host, and no other side that is a tensor (`mask_prob` is a number)
+            return any(on_host) and not any(not host and self.is_tensor(side, stack) for side, host in zip(sides, on_host))
+        if isinstance(expr, cst.Call):
+            if isinstance(expr.func, cst.Attribute) and self.ctx.qualname(expr.func) is None:
+                return expr.func.attr.value in _SAME_DEVICE_METHODS and self.made_on_host(expr.func.value, stack, depth + 1,
+                                                                                          seen)
+            return self.ctx.qualname(expr.func) is not None and tensor_place(self.ctx, expr, stack) is Place.HOST
+        if isinstance(expr, cst.Name):
+            if expr.value in seen:
+                return True  # judged by the name's other assignments
+            assignments = self.ctx.assignments_in_scope(expr.value, stack)
+            grounded = [a for a in assignments if not any(
+                isinstance(node, cst.Name) and node.value == expr.value for node in walk_expression(a.value))]
+            return bool(grounded) and all(self._binds_host_tensor(a, depth + 1, seen | {expr.value}) for a in assignments)
+        return False
+
+    def _binds_host_tensor(self, assignment: Assignment, depth: int, seen: frozenset[str]) -> bool:
+        if assignment.augmented:
+            return False
+        if not assignment.unpacked:
+            return self.made_on_host(assignment.value, assignment.stack, depth, seen)
+        call, index = assignment.value, assignment.position
+        if not isinstance(call, cst.Call) or index is None:
+            return False
+        elements = [(value.elements[index].value if isinstance(value, cst.Tuple) and index < len(value.elements) else None,
+                     inside) for value, inside in returned_values(self.ctx, dotted_name(call.func)) or ()]
+        tensors = [(element, inside) for element, inside in elements  # (an early `return None, None, None`)
+                   if not (isinstance(element, cst.Name) and element.value == "None")]
+        return bool(tensors) and all(element is not None and self.made_on_host(element, inside, depth)
+                                     for element, inside in tensors)  # (another function: its own names)
+
     def truth_tested(self, test: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
         """The tensor whose truth value a condition takes (`if t:`, `if not t.any():`, `a and t`)."""
         if isinstance(test, cst.BooleanOperation):
@@ -346,6 +395,12 @@ class Tensors:
             sides = [expr.left, *(c.comparator for c in expr.comparisons)]
             return any(self.holds_tensor(side, stack, names) for side in sides)
         return False
+
+
+# How far `made_on_host` follows names, methods and returns.
+_HOST_DEPTH = 6
+# Tensor methods whose result stays where the tensor is (not `.cuda()`, nor `.type_as(other)`).
+_SAME_DEVICE_METHODS = TENSOR_METHODS - {"cuda", "type_as", "view_as"}
 
 
 _TENSORS: WeakKeyDictionary[FileContext, Tensors] = WeakKeyDictionary()
