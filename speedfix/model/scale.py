@@ -27,7 +27,7 @@ from speedfix.model.model_size import estimated_parameters
 from speedfix.model.networks import (builds, built_classes, fresh_assignments, is_conv_architecture, may_train,
                                       model_classes, optimized_module, peel, project_builds_matmuls, project_builds_rnn,
                                       project_conv_dims, project_known_matmuls, trained_models, zoo_architecture)
-from speedfix.model.patterns import OPTIMIZER_PREFIX, unwrap_iterable
+from speedfix.model.patterns import NO_GRAD, OPTIMIZER_PREFIX, unwrap_iterable
 from speedfix.project.steps import CONV_LAYERS, MATMUL_LAYERS, MATMUL_METHODS, layer_kind
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
@@ -201,10 +201,6 @@ def _yields(loop: cst.CSTNode) -> bool:
     return any(isinstance(node, cst.Yield) for node in walk_expression(loop))
 
 
-_GRAD_OFF = tuple(f"{module}.{name}" for module in ("torch", "torch.autograd", "torch.autograd.grad_mode")
-                  for name in ("no_grad", "inference_mode"))
-
-
 @per_site
 def inference_feed(ctx: FileContext, site: CallSite) -> bool:
     """Does the DataLoader made at ``site`` feed a script that never trains (an evaluation,
@@ -229,8 +225,7 @@ def evaluation_script(ctx: FileContext) -> bool:
 
 
 def _evaluates(ctx: FileContext) -> bool:
-    return any(site.node.func.attr.value == "eval" and not site.node.args for site in ctx.method_calls("eval")) \
-        or any(True for _ in ctx.calls_to(*_GRAD_OFF))
+    return any(not site.node.args for site in ctx.method_calls("eval")) or bool(ctx.calls_to(*NO_GRAD))
 
 
 def _loader_names(ctx: FileContext, site: CallSite) -> frozenset[str]:

@@ -400,7 +400,7 @@ class Tensors:
 # How far `made_on_host` follows names, methods and returns.
 _HOST_DEPTH = 6
 # Tensor methods whose result stays where the tensor is (not `.cuda()`, nor `.type_as(other)`).
-_SAME_DEVICE_METHODS = TENSOR_METHODS - {"cuda", "type_as", "view_as"}
+_SAME_DEVICE_METHODS = TENSOR_METHODS - {"cuda", "type_as"}
 
 
 _TENSORS: WeakKeyDictionary[FileContext, Tensors] = WeakKeyDictionary()
