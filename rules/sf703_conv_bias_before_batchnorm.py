@@ -8,11 +8,13 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, Transfo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
+from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.project.steps import CONV_LAYERS
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.comments import arg_has_noqa, has_noqa
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import walk_expression
 
 _CONV = set(CONV_LAYERS)  # transposed convolutions too: `bias` is their eighth parameter as well
 _BATCHNORM = {f"torch.nn.{prefix}BatchNorm{d}d" for prefix in ("", "modules.batchnorm.") for d in (1, 2, 3)}
@@ -23,8 +25,12 @@ class ConvBiasBeforeBatchnorm(Rule):
     """
     ## What it does
     Finds a convolution (transposed ones too) with a bias feeding straight into batch
-    normalisation: adjacent in an `nn.Sequential(...)`, or `self.bn(self.conv(x))` in a module
-    whose `self.conv` is used nowhere else. The convolutions of one class (or function) are one
+    normalisation: adjacent in an `nn.Sequential(...)` (also in the list `nn.Sequential(*layers)`
+    takes, as the code appends to it: `layers.append(conv)`, `layers += [conv, bn, relu]`), or
+    `self.bn(self.conv(x))` in a module whose `self.conv` is used nowhere else. A BatchNorm added
+    only under a condition the convolution is not under (`if batch_norm: layers += [conv2d,
+    nn.BatchNorm2d(v), ...]`, as VGG's `make_layers` does) is reported without a fix: the variant
+    without it needs the bias (`bias=not batch_norm` keeps both right). The convolutions of one class (or function) are one
     finding, at the first, whose fix sets `bias=False` on each; one on a line that ends with
     `# noqa` is a finding of its own, so that the comment keeps that line alone as it is.
 
@@ -113,6 +119,38 @@ class ConvBiasBeforeBatchnorm(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # layers appended to a list that `nn.Sequential(*layers)` takes
+            """
+            import torch.nn as nn
+            layers = []
+            layers.append(nn.Conv2d(3, 64, 3))
+            layers.append(nn.BatchNorm2d(64))
+            block = nn.Sequential(*layers)
+            """,
+            fixed="""
+            import torch.nn as nn
+            layers = []
+            layers.append(nn.Conv2d(3, 64, 3, bias=False))
+            layers.append(nn.BatchNorm2d(64))
+            block = nn.Sequential(*layers)
+            """,
+        ),
+        Invalid(  # the BatchNorm only under `if batch_norm:` (VGG's make_layers): the plain variant needs its bias
+            """
+            import torch.nn as nn
+
+            def make_layers(cfg, batch_norm=False):
+                layers, channels = [], 3
+                for width in cfg:
+                    conv2d = nn.Conv2d(channels, width, kernel_size=3, padding=1)
+                    if batch_norm:
+                        layers += [conv2d, nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+                    else:
+                        layers += [conv2d, nn.ReLU(inplace=True)]
+                    channels = width
+                return nn.Sequential(*layers)
+            """
+        ),
         Invalid(  # PointNet's stack of convolutions: one finding for the class, a fix for each
             """
             import torch.nn as nn
@@ -252,6 +290,7 @@ class ConvBiasBeforeBatchnorm(Rule):
     def finish(self) -> None:
         self._found: list[cst.Call] = []
         self._apart: set[int] = set()  # convolutions on a `# noqa` line: a finding of their own
+        self._conditional: set[int] = set()  # convolutions whose BatchNorm is added only under an `if`
         for site in self.ctx.calls_to(*_SEQUENTIAL):
             layers = [arg for arg in site.node.args if arg.keyword is None and not arg.star]
             for conv, norm in zip(layers, layers[1:]):
@@ -259,8 +298,47 @@ class ConvBiasBeforeBatchnorm(Rule):
                     self._report(conv.value)
                     if arg_has_noqa(conv):
                         self._apart.add(id(conv.value))
+            starred = [arg.value for arg in site.node.args if arg.star == "*" and isinstance(arg.value, cst.Name)]
+            for name in starred:  # `layers.append(nn.Conv2d(...))`, `layers.append(nn.BatchNorm2d(...))`, `nn.Sequential(*layers)`
+                added = self._added_layers(name.value, site)
+                for (conv, _), (norm, norm_block) in zip(added, added[1:]):
+                    if self._is(conv, _CONV) and self._is(norm, _BATCHNORM):
+                        self._report(conv)
+                        made = self.ctx.site_of(conv)  # type: ignore[arg-type]
+                        # `if batch_norm: layers.append(nn.BatchNorm2d(c))`: the conv also goes without one
+                        if made is None or made.statement is None or enclosing_block(self.ctx, made.statement) is not norm_block:
+                            self._conditional.add(id(conv))
         self._check_composed_attributes()
         self._report_by_class()
+
+    def _added_layers(self, name: str, sequential: CallSite) -> list[tuple[cst.BaseExpression, object]]:
+        """The layers the function around ``sequential`` puts in the list ``name``, in the order
+        of the code (`layers.append(x)`, `layers += [conv, bn, relu]`, as the SR tutorial's and
+        torchvision's VGG blocks build them), each with the block of the statement that adds it;
+        a layer made a line before goes by its value."""
+        ctx = self.ctx
+        function = ctx.function_of(sequential.stack)
+        added: list[tuple[float, cst.BaseExpression, object]] = []
+        order = {id(site.node): index for index, site in enumerate(ctx.calls)}
+        for site in ctx.method_calls("append"):
+            if ctx.function_of(site.stack) is function and site.func == f"{name}.append" and len(site.node.args) == 1 \
+                    and site.statement is not None:
+                added.append((order[id(site.node)], self._layer(site.node.args[0].value, site.stack),
+                              enclosing_block(ctx, site.statement)))
+        for assignment in ctx.assignments_in_scope(name, sequential.stack):
+            statement = assignment.statement
+            if assignment.augmented and isinstance(assignment.value, (cst.List, cst.Tuple)) and statement is not None:
+                first = next((order[id(node)] for node in walk_expression(statement) if id(node) in order), 0)
+                block = enclosing_block(ctx, statement)
+                for offset, element in enumerate(assignment.value.elements):
+                    added.append((first + offset * 1e-3, self._layer(element.value, assignment.stack), block))
+        return [(layer, block) for _, layer, block in sorted(added, key=lambda item: item[0])]
+
+    def _layer(self, value: cst.BaseExpression, stack: Stack) -> cst.BaseExpression:
+        """``value``, or what a name holds when it is bound once (`conv2d = nn.Conv2d(...)`)."""
+        if isinstance(value, cst.Name):
+            return self.ctx.single_value(value.value, stack) or value
+        return value
 
     def _check_composed_attributes(self) -> None:
         """`self.bn(self.conv(x))` where `self.conv` is a Conv and `self.bn` a BatchNorm, and
@@ -335,9 +413,12 @@ class ConvBiasBeforeBatchnorm(Rule):
                 where = f" of `{owners[key]}`" if owners[key] else ""
                 message += f" (and {len(convs) - 1} more convolution{'s' if len(convs) > 2 else ''}{where})"
             ops = [Transform(conv, lambda call: append_args(call, keyword_arg("bias", cst.Name("False")), indent=indent))
-                   for conv, unset in convs if unset]
+                   for conv, unset in convs if unset and id(conv) not in self._conditional]
             if ops:
                 self.report(convs[0][0], message, fix_ops=ops)
+            elif any(id(conv) in self._conditional for conv, _ in convs):
+                self.report(convs[0][0], message + " when the code adds it", no_fix_reason="the BatchNorm is added only "
+                            "under a condition: pass `bias=` its negation (`bias=not batch_norm`)")
             else:
                 self.report(convs[0][0], message, no_fix_reason="`bias` is set explicitly")
 
