@@ -30,8 +30,8 @@ class ConvBiasBeforeBatchnorm(Rule):
     `self.bn(self.conv(x))` in a module whose `self.conv` is used nowhere else. A BatchNorm added
     only under a condition the convolution is not under (`if batch_norm: layers += [conv2d,
     nn.BatchNorm2d(v), ...]`, as VGG's `make_layers` does) is reported without a fix: the variant
-    without it needs the bias (`bias=not batch_norm` keeps both right). The convolutions of one class (or function) are one
-    finding, at the first, whose fix sets `bias=False` on each; one on a line that ends with
+    without it needs the bias (`bias=not batch_norm` keeps both right). The convolutions of one
+    class (or function) are one finding, at the first, whose fix sets `bias=False` on each; one on a line that ends with
     `# noqa` is a finding of its own, so that the comment keeps that line alone as it is.
 
     ## Why is this bad?
@@ -291,6 +291,7 @@ class ConvBiasBeforeBatchnorm(Rule):
         self._found: list[cst.Call] = []
         self._apart: set[int] = set()  # convolutions on a `# noqa` line: a finding of their own
         self._conditional: set[int] = set()  # convolutions whose BatchNorm is added only under an `if`
+        self._order = {id(site.node): index for index, site in enumerate(self.ctx.calls)}  # the file's order
         for site in self.ctx.calls_to(*_SEQUENTIAL):
             layers = [arg for arg in site.node.args if arg.keyword is None and not arg.star]
             for conv, norm in zip(layers, layers[1:]):
@@ -318,12 +319,12 @@ class ConvBiasBeforeBatchnorm(Rule):
         a layer made a line before goes by its value."""
         ctx = self.ctx
         function = ctx.function_of(sequential.stack)
-        added: list[tuple[float, cst.BaseExpression, object]] = []
-        order = {id(site.node): index for index, site in enumerate(ctx.calls)}
+        added: list[tuple[tuple[int, int], cst.BaseExpression, object]] = []
+        order = self._order
         for site in ctx.method_calls("append"):
             if ctx.function_of(site.stack) is function and site.func == f"{name}.append" and len(site.node.args) == 1 \
                     and site.statement is not None:
-                added.append((order[id(site.node)], self._layer(site.node.args[0].value, site.stack),
+                added.append(((order[id(site.node)], 0), self._layer(site.node.args[0].value, site.stack),
                               enclosing_block(ctx, site.statement)))
         for assignment in ctx.assignments_in_scope(name, sequential.stack):
             statement = assignment.statement
@@ -331,7 +332,7 @@ class ConvBiasBeforeBatchnorm(Rule):
                 first = next((order[id(node)] for node in walk_expression(statement) if id(node) in order), 0)
                 block = enclosing_block(ctx, statement)
                 for offset, element in enumerate(assignment.value.elements):
-                    added.append((first + offset * 1e-3, self._layer(element.value, assignment.stack), block))
+                    added.append(((first, offset), self._layer(element.value, assignment.stack), block))
         return [(layer, block) for _, layer, block in sorted(added, key=lambda item: item[0])]
 
     def _layer(self, value: cst.BaseExpression, stack: Stack) -> cst.BaseExpression:
@@ -394,8 +395,7 @@ class ConvBiasBeforeBatchnorm(Rule):
         a BatchNorm cancels: at the first, with the fix of each that leaves `bias` unset."""
         groups: dict[int, list[tuple[cst.Call, bool]]] = {}
         owners: dict[int, str | None] = {}
-        order = {id(site.node): index for index, site in enumerate(self.ctx.calls)}  # the file's order
-        for conv in sorted(self._found, key=lambda call: order.get(id(call), 0)):
+        for conv in sorted(self._found, key=lambda call: self._order.get(id(call), 0)):
             site = self.ctx.site_of(conv)
             if site is None:
                 continue
