@@ -94,7 +94,9 @@ def python_modules() -> st.SearchStrategy[str]:
 # Generated code such as `1()` compiles with a SyntaxWarning ("'int' object is not callable"):
 # what the parser makes of it is the question here, not the warning.
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+# derandomized: the same modules on every run (drawn freely, one run took 7 s and the next 31 s)
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.deferred(python_modules))
 def test_chunked_parse_equals_one_parse_on_generated_modules(code):
     try:
