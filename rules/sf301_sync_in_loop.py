@@ -95,7 +95,9 @@ class SyncInLoop(BranchTracker, Rule):
     (and passes on to a method: `self.shared_step(batch)`) is already on the GPU, so checking
     its values (`assert mask.max() <= 1`) waits too. Several syncs in one step are one finding, on the first;
     the message names the others, and those of a subclass's override of the method (a run
-    builds one trainer class or the other). The step's code includes the helpers it calls (of
+    builds one trainer class or the other). The per-batch hooks Lightning runs beside
+    `training_step` (`on_train_batch_end`, `on_after_backward`, `on_before_optimizer_step`... of
+    the module or of a `Callback`) are step code too. The step's code includes the helpers it calls (of
     this file or another scanned one) and a function handed to a call on the step, which runs
     it every step (`run_step(batch, loss_fn=masked_loss)`, Megatron's `train_step(...,
     forward_step_func=forward_step)` in another file), and the `@property` of a class whose getter
@@ -603,6 +605,78 @@ class SyncInLoop(BranchTracker, Rule):
 
                 def training_step(self, batch, batch_idx):
                     return self.step(batch)
+            """
+        ),
+        Invalid(  # a Callback's per-batch hook runs every step: a norm read per gradient waits each time (OminiControl)
+            """
+            import lightning as L
+
+            class GradientLogger(L.Callback):
+                def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                    total = 0.0
+                    for _, param in pl_module.named_parameters():
+                        if param.grad is not None:
+                            total += param.grad.norm(2).item()
+                    self.total = total
+
+            trainer = L.Trainer(accelerator="gpu", callbacks=[GradientLogger()])
+            """
+        ),
+        Valid(  # the same hook, every 100 steps
+            """
+            import lightning as L
+
+            class GradientLogger(L.Callback):
+                def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                    if trainer.global_step % 100 == 0:
+                        norms = [p.grad.norm(2).item() for p in pl_module.parameters() if p.grad is not None]
+                        pl_module.log("grad_norm", sum(norms))
+
+            trainer = L.Trainer(accelerator="gpu", callbacks=[GradientLogger()])
+            """
+        ),
+        Valid(  # a demo hook that returns early except every `demo_every` steps (stable-audio-tools)
+            """
+            import lightning as L
+
+            class DemoCallback(L.Callback):
+                def __init__(self, demo_every=2000):
+                    self.demo_every = demo_every
+
+                def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+                    if (trainer.global_step - 1) % self.demo_every != 0:
+                        return
+                    print(outputs["loss"].item())
+
+            trainer = L.Trainer(accelerator="gpu", callbacks=[DemoCallback()])
+            """
+        ),
+        Invalid(  # the same early return, but the period defaults to 1: every step
+            """
+            import lightning as L
+
+            class Monitor(L.Callback):
+                def __init__(self, every=1):
+                    self.every = every
+
+                def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+                    if batch_idx % self.every or module.kl is None:
+                        return
+                    self.kl = module.kl.cpu()
+
+            trainer = L.Trainer(accelerator="gpu", callbacks=[Monitor()])
+            """
+        ),
+        Valid(  # the steps between two logging steps skip the rest of the loop body
+            """
+            import torch
+            for i, (x, y) in enumerate(loader):
+                loss = model(x.cuda(), y.cuda())
+                loss.backward()
+                opt.step()
+                if i % 100:
+                    continue
+                print(loss.item())
             """
         ),
         Invalid(  # d2l's loop: the loss is a tensor because `l.mean().backward()` runs on it

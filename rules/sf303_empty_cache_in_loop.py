@@ -15,7 +15,8 @@ class EmptyCacheInLoop(BranchTracker, Rule):
     ## What it does
     Finds `torch.cuda.empty_cache()` inside the training loop. On every step it is a warning;
     "every N batches" under a `if step % N == 0:` guard, or under an opt-in debugging flag, is an
-    info note (its cost is spread over N steps). After an out-of-memory error (an `except`
+    info note (its cost is spread over N steps); every 1,000 steps or more, by a number the file
+    states, it is left alone (a thousandth of the run at most). After an out-of-memory error (an `except`
     handler) or in a branch that runs once it is left alone: that is what the call is for.
 
     ## Why is this bad?
@@ -144,6 +145,17 @@ class EmptyCacheInLoop(BranchTracker, Rule):
                             for vx, vy in valid_loader:
                                 model(vx.cuda())
                         model.train()
+            """
+        ),
+        Valid(  # every 5,000 steps: a thousandth of the run or less, whatever one call costs
+            """
+            import torch
+            for step, batch in enumerate(loader):
+                loss = model(batch.cuda()).sum()
+                loss.backward()
+                opt.step()
+                if step % 5000 == 0:
+                    torch.cuda.empty_cache()
             """
         ),
         Invalid(  # "every N batches" (the brief's advice): the whole guard goes

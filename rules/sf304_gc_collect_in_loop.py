@@ -12,7 +12,8 @@ class GcCollectInLoop(BranchTracker, Rule):
     ## What it does
     Finds `gc.collect()` inside the training loop. On every step it is a warning; "every N steps"
     under a `if step % N == 0:` guard, or under an opt-in debugging flag, is an info note (its cost
-    is spread over N steps). In an `except` handler or a branch that runs once it is left alone.
+    is spread over N steps); every 1,000 steps or more, by a number the file states, it is left
+    alone. In an `except` handler or a branch that runs once it is left alone.
 
     ## Why is this bad?
     A full collection walks every tracked Python object, and a training process holds many

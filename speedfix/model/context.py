@@ -12,7 +12,8 @@ receptive field or a saliency map drawn from `img.grad`), marks no step. Code is
 guard sits in between (nor a branch on one pass of the step loop, `if i == len(loader) - 1:`,
 nor a module's eval-mode branch, `if not self.training:`); functions called from hot code (also from another scanned file, and
 then three levels more) or handed to a call there (`run_step(batch, loss_fn=masked_loss)`), the ``forward`` of a module class whose object hot code calls, Lightning
-``training_step`` methods and what they call (``self.shared_step(batch)``), the ``compute_loss``
+``training_step`` methods, the per-batch hooks of a LightningModule or `Callback` (``on_train_batch_end``,
+``on_after_backward``...), and what they call (``self.shared_step(batch)``), the ``compute_loss``
 and ``training_step`` of a Hugging Face Trainer subclass and what they call, a method that takes a
 step, or calls such methods outside a loop of its own (an agent's `update()` running
 `update_critic()` and `update_actor()`), that no code of the file calls, are hot too, except
@@ -30,8 +31,8 @@ import libcst as cst
 from speedfix.model.frames import FrameKind, Stack, function_of
 from speedfix.model.index import CallSite, FileIndex, FunctionInfo
 from speedfix.project.facts import FunctionFacts
-from speedfix.project.steps import (HF_STEP_METHODS, HF_TRAINERS, LIGHTNING_MODULE, is_loss_scaler_call,
-                                    is_optimizer_name)
+from speedfix.project.steps import (HF_STEP_METHODS, HF_TRAINERS, LIGHTNING_CALLBACK, LIGHTNING_MODULE,
+                                    LIGHTNING_STEP_HOOKS, is_loss_scaler_call, is_optimizer_name)
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -232,7 +233,9 @@ class FileContext(FileIndex):
     def _hot_at(self, stack: Stack, through_calls: bool, guards_count: bool) -> bool:
         type_guarded = once = False
         for frame in reversed(stack):
-            if (frame.kind is FrameKind.GUARD and guards_count) or frame.kind is FrameKind.INFERENCE:
+            if frame.kind is FrameKind.GUARD and (guards_count or self.rare_guard(frame.node, stack)):
+                return False
+            if frame.kind is FrameKind.INFERENCE:
                 return False
             type_guarded = type_guarded or frame.kind is FrameKind.TYPE_GUARD
             if frame.kind is FrameKind.LOOP:
@@ -249,7 +252,8 @@ class FileContext(FileIndex):
     @cached_property
     def hot_functions(self) -> set[cst.CSTNode]:
         """Functions run on every step: called from hot code here, or from a training loop in
-        another scanned file (``Links.hot``), Lightning training steps, methods that take a whole
+        another scanned file (``Links.hot``), Lightning training steps and per-batch hooks (of the
+        module or of a `Callback`: `on_train_batch_end`, `on_after_backward`...), methods that take a whole
         step that no code of this file calls (a trainer's `train_step`), and the `forward` of a
         module class of this file whose object hot code calls (`model(x)` after `model =
         Tagger.from_pretrained(...)`); then what those call outside a periodic guard, three levels
@@ -263,6 +267,8 @@ class FileContext(FileIndex):
             hot.update(info.node for info in self.functions.get(name, ()) if info.class_name == (owner or None))
         steps = {info.node: info.class_name for info in self.functions.get("training_step", ())
                  if info.class_name and self.is_subclass_of(info.class_name, *LIGHTNING_MODULE)}
+        steps.update({info.node: info.class_name for name in LIGHTNING_STEP_HOOKS for info in self.functions.get(name, ())
+                      if info.class_name and self.is_subclass_of(info.class_name, *LIGHTNING_MODULE, *LIGHTNING_CALLBACK)})
         steps.update({info.node: info.class_name for name in HF_STEP_METHODS for info in self.functions.get(name, ())
                       if info.class_name and self.is_subclass_of(info.class_name, *HF_TRAINERS)})
         hot.update(steps)
@@ -349,7 +355,8 @@ class FileContext(FileIndex):
 
     def in_training_loop(self, stack: Stack) -> bool:
         """Like ``is_hot``, but code under a periodic guard counts too ("every N steps" is still
-        inside the loop: right for calls that cost a lot each time they run)."""
+        inside the loop: right for calls that cost a lot each time they run), unless the file
+        says N is ``RARE_PERIOD`` or more (`if step % 2000 == 0:`)."""
         return self._hot(stack, through_calls=True, guards_count=False)
 
     def step_scope(self, stack: Stack) -> cst.CSTNode | None:

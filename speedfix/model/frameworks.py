@@ -19,7 +19,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned, taken_on_a_gpu
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.index import CallSite
-from speedfix.project.steps import HF_TRAINERS, LIGHTNING_DATAMODULE, LIGHTNING_MODULE
+from speedfix.project.steps import HF_TRAINERS, LIGHTNING_CALLBACK, LIGHTNING_DATAMODULE, LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -166,11 +166,6 @@ def framework_uses_cuda(ctx: FileContext) -> bool:
 def is_lightning_class(ctx: FileContext, class_name: str | None) -> bool:
     """A LightningModule or LightningDataModule defined in this file."""
     return class_name is not None and ctx.is_subclass_of(class_name, *LIGHTNING_MODULE, *LIGHTNING_DATAMODULE)
-
-
-LIGHTNING_CALLBACK = ("lightning.pytorch.callbacks.Callback", "lightning.pytorch.Callback", "lightning.Callback",
-                      "pytorch_lightning.callbacks.Callback", "pytorch_lightning.Callback",
-                      "pytorch_lightning.callbacks.base.Callback")
 
 
 def in_lightning_callback(ctx: FileContext, site: CallSite) -> bool:

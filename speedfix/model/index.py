@@ -111,6 +111,11 @@ def entered(item: cst.BaseExpression) -> cst.BaseExpression:
     return item
 
 
+# Code that runs every this many steps or more is no part of the training loop's cost: a call that
+# costs a whole step (an `empty_cache()` with the allocations after it) is a thousandth of the run.
+RARE_PERIOD = 1000
+
+
 def _is_periodic_test(test: cst.BaseExpression, every_step: Callable[[cst.BaseExpression], bool]) -> bool:
     """`step % N == 0`, `not (i % N)`, `(i + 1) % N == 0 and ...`: logging, not the hot path.
 
@@ -148,10 +153,33 @@ def training_flag(test: cst.BaseExpression) -> bool | None:
     return True if dotted_name(test) == "self.training" else None
 
 
-def _leaves(block: cst.IndentedBlock) -> bool:
-    """Does ``block`` end with `return` or `raise`?"""
-    last = block.body[-1] if block.body else None
-    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], (cst.Return, cst.Raise))
+def _leaves(block: cst.BaseSuite, *, loops: bool = False) -> bool:
+    """Does ``block`` end with `return` or `raise` (``loops``: or `continue`)?"""
+    ends = (cst.Return, cst.Raise, cst.Continue) if loops else (cst.Return, cst.Raise)
+    if isinstance(block, cst.SimpleStatementSuite):  # `if x: return`
+        return bool(block.body) and isinstance(block.body[-1], ends)
+    last = block.body[-1] if isinstance(block, cst.IndentedBlock) and block.body else None
+    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], ends)
+
+
+def _is_off_period_test(test: cst.BaseExpression, every_step: Callable[[cst.BaseExpression], bool]) -> bool:
+    """A test that holds on the steps between two periodic ones: `step % N != 0`, `step % N`,
+    `not step % N == 0`, or either side of an `or` (`if step % N or x is None: return`)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+        return _is_off_period_test(test.left, every_step) or _is_off_period_test(test.right, every_step)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = test.expression
+        return isinstance(inner, cst.Comparison) and len(inner.comparisons) == 1 \
+            and isinstance(inner.comparisons[0].operator, cst.Equal) and _is_periodic_test(inner, every_step)
+    if isinstance(test, cst.BinaryOperation):
+        return isinstance(test.operator, cst.Modulo) and not every_step(test.right)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+        zero = isinstance(right, cst.Integer) and right.value == "0"
+        left = test.left
+        return zero and isinstance(operator, (cst.NotEqual, cst.GreaterThan)) and isinstance(left, cst.BinaryOperation) \
+            and isinstance(left.operator, cst.Modulo) and not every_step(left.right)
+    return False
 
 
 def _is_tensor_type_test(test: cst.BaseExpression) -> bool:
@@ -225,14 +253,44 @@ class FileIndex(NameBindings, Visitor):
                     yield found[0].value
 
     def _is_one(self, divisor: cst.BaseExpression) -> bool:
-        """`1`, or a module-level constant assigned `1` once, above (`log_interval = 1`): a
-        `step % 1 == 0` guard holds on every step."""
-        if isinstance(divisor, cst.Name):
+        """A `step % 1 == 0` guard holds on every step (``period_of``)."""
+        return self.period_of(divisor, self.stack) == 1
+
+    def period_of(self, divisor: cst.BaseExpression, stack: Stack) -> int | None:
+        """N of a `step % N` guard at ``stack`` where the file states it: a number, a
+        module-level constant assigned once, above (`log_interval = 1`), or an attribute of the
+        class set once from a parameter's default (`self.every = every` in `__init__(self,
+        every=2000)`); None otherwise."""
+        if isinstance(divisor, cst.Attribute) and dotted_name(divisor) is not None:
+            owner = class_of(stack)
+            found = [a for a in self.assignments.get(dotted_name(divisor) or "", ()) if class_of(a.stack) is owner]
+            if len(found) != 1 or not isinstance(found[0].value, cst.Name):
+                return None
+            function = function_of(found[0].stack)
+            name = found[0].value.value
+            params = function.params.params + function.params.kwonly_params if isinstance(function, cst.FunctionDef) else ()
+            divisor = next((param.default for param in params if param.name.value == name), None)
+        elif isinstance(divisor, cst.Name):
             found = self.assignments.get(divisor.value, ())
             if len(found) != 1 or found[0].stack or found[0].unpacked or divisor.value in self.rebound_everywhere:
-                return False
+                return None
             divisor = found[0].value
-        return isinstance(divisor, cst.Integer) and divisor.value == "1"
+        if isinstance(divisor, cst.Integer):
+            try:
+                return int(divisor.value.replace("_", ""), 0)
+            except ValueError:
+                return None
+        return None
+
+    def rare_guard(self, guard: cst.CSTNode, stack: Stack) -> bool:
+        """Does a periodic guard (`if step % 2000 == 0:`, or `if step % N != 0: return` before
+        the code) run what it guards every ``RARE_PERIOD`` steps or more, by a period the file
+        states? Such code costs a thousandth or less of what it would on every step."""
+        if not isinstance(guard, cst.If):
+            return False
+        periods = [self.period_of(node.right, stack) for node in walk_expression(guard.test)
+                   if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)]
+        return any(period is not None and period >= RARE_PERIOD for period in periods)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         self._statement = node
@@ -345,13 +403,17 @@ class FileIndex(NameBindings, Visitor):
 
     def leave_If(self, original_node: cst.If) -> None:
         """`if self.training: return losses`, then the eval-mode code: the rest of the block is
-        inference (torchvision's detectors)."""
-        body = original_node.body
-        if original_node.orelse is None and training_flag(original_node.test) is True and self._blocks \
-                and isinstance(body, cst.IndentedBlock) and _leaves(body) \
-                and not (self._eval_tails and self._eval_tails[-1] is self._blocks[-1]):
+        inference (torchvision's detectors). `if step % N != 0: return` (or `continue`), then
+        the rest of the block runs every N steps: it is periodic, as under `if step % N == 0:`."""
+        if original_node.orelse is not None or not self._blocks or not _leaves(original_node.body, loops=True) \
+                or (self._eval_tails and self._eval_tails[-1] is self._blocks[-1]):
+            return
+        if training_flag(original_node.test) is True and _leaves(original_node.body):
             self._eval_tails.append(self._blocks[-1])
             self._push(FrameKind.INFERENCE, original_node)
+        elif _is_off_period_test(original_node.test, self._is_one):
+            self._eval_tails.append(self._blocks[-1])
+            self._push(FrameKind.GUARD, original_node)
 
     def _is_counter(self, name: str) -> bool:
         """Is ``name`` the counter of the innermost loop around the code being visited: `i` of

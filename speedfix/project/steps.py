@@ -172,6 +172,14 @@ LIGHTNING_DATAMODULE = (
     "lightning.pytorch.core.LightningDataModule",
     "pytorch_lightning.LightningDataModule",
 )
+LIGHTNING_CALLBACK = ("lightning.pytorch.callbacks.Callback", "lightning.pytorch.Callback", "lightning.Callback",
+                      "pytorch_lightning.callbacks.Callback", "pytorch_lightning.Callback",
+                      "pytorch_lightning.callbacks.base.Callback")
+# The hooks Lightning runs on every training batch besides `training_step`, in the LightningModule
+# and in each `Callback` the Trainer is given (a gradient norm read in `on_after_backward` waits for
+# the GPU on every step).
+LIGHTNING_STEP_HOOKS = ("on_train_batch_start", "on_train_batch_end", "on_before_backward", "on_after_backward",
+                        "on_before_optimizer_step", "on_before_zero_grad")
 # Calls that leave only LoRA adapters to train (the base model frozen): peft's, loralib's
 # `mark_only_lora_as_trainable` (ChatGLM-finetune-LoRA's `get_lora_model` helper), and helpers known
 # by their last name (DeepSpeed-Chat's `convert_linear_layer_to_lora`).
