@@ -97,6 +97,23 @@ class SynchronizeInLoop(BranchTracker, Rule):
                     print(time.time() - start)
             """
         ),
+        Valid(  # a kernel benchmark: the backward it times runs in a lambda, it takes no training step
+            """
+            import time
+            import torch
+
+            def bench_backward(out, grad):
+                backward = lambda: out.backward(grad, retain_graph=True)
+                times = []
+                for _ in range(10):
+                    torch.cuda.synchronize()
+                    start = time.time()
+                    backward()
+                    torch.cuda.synchronize()
+                    times.append(time.time() - start)
+                return times
+            """
+        ),
         Valid(  # once, after training
             """
             import torch

@@ -10,9 +10,9 @@ from speedfix.fixes.codegen import append_args, keyword_arg, reference
 from speedfix.fixes.removal import blank_lines_of_removed, call_removal, removal_ops
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.attention import (DISPATCH_ATTRIBUTE, TWO_MASKS, UNKNOWN_MASK, AdditiveMask, Attention, CausalFill,
-                                      attention_of, causal_mask_buffer, fast_path_gate, has_fast_path, is_default_scale,
-                                      matmul_operands, may_cache_keys, mentions, moved_names_rebound, softmax_input,
-                                      unwrap_mask, weights_used_elsewhere)
+                                      attention_of, causal_mask_buffer, checks_against_reference, fast_path_gate,
+                                      has_fast_path, is_default_scale, matmul_operands, may_cache_keys, mentions,
+                                      moved_names_rebound, softmax_input, unwrap_mask, weights_used_elsewhere)
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import CallSite
 from speedfix.model.tensors import is_python_number
@@ -51,7 +51,9 @@ class ManualAttention(Rule):
     values after it is read along that branch (one finding per attention). Attention in a function or class that also calls
     `F.scaled_dot_product_attention` (or FlashAttention, xFormers) is a fallback and is left
     alone, as are Hugging Face models, which pick their attention at run time
-    (`attn_implementation`).
+    (`attn_implementation`), and attention in a function that compares results (`assert
+    torch.allclose(kernel(q, k, v), expected)`: a kernel's test, whose hand-written attention is
+    the reference).
 
     ## Why is this bad?
     The hand-written version materialises the `T x T` score matrix and reads and writes it
@@ -141,6 +143,16 @@ class ManualAttention(Rule):
             def pool(q, k, v):
                 weights = torch.softmax(q @ k.transpose(-2, -1), dim=2)
                 return weights @ v
+            """
+        ),
+        Valid(  # a kernel's test: attention written by hand is the reference it checks the kernel against
+            """
+            import torch
+
+            def test_attention_kernel(q, k, v, kernel):
+                scores = torch.softmax(q @ k.transpose(-2, -1) * q.size(-1) ** -0.5, dim=-1)
+                expected = scores @ v
+                assert torch.allclose(kernel(q, k, v), expected, atol=1e-2)
             """
         ),
         Valid(  # nanoGPT: the manual branch is the fallback for torch < 2.0
@@ -767,7 +779,8 @@ class ManualAttention(Rule):
         outputs: set[int] = set()  # one finding per attention, whichever branch's softmax leads to it
         for site in sites:
             found = attention_of(self.ctx, site)
-            if found is not None and not has_fast_path(self.ctx, site.stack) and id(found[0].output) not in outputs:
+            if found is not None and not has_fast_path(self.ctx, site.stack) and id(found[0].output) not in outputs \
+                    and not checks_against_reference(self.ctx, site.stack):
                 outputs.add(id(found[0].output))
                 self._report(site, found)
 

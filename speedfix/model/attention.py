@@ -792,6 +792,28 @@ def has_fast_path(ctx: FileContext, stack: Stack) -> bool:
     return any(node in scopes for node in found)
 
 
+# Calls that compare two results: a function making them checks one implementation against another.
+_RESULT_CHECKS = frozenset({
+    "torch.allclose", "torch.testing.assert_close", "torch.testing.assert_allclose", "numpy.allclose",
+    "numpy.testing.assert_allclose", "numpy.testing.assert_array_almost_equal",
+})
+_CHECKING: WeakKeyDictionary[FileContext, set[cst.CSTNode]] = WeakKeyDictionary()
+
+
+def checks_against_reference(ctx: FileContext, stack: Stack) -> bool:
+    """Does the function around ``stack`` compare results (`assert torch.allclose(kernel(q, k,
+    v), expected)`, `ref.allclose(out)`)? A kernel's test computes attention by hand as the
+    reference it checks the fast kernel against."""
+    found = _CHECKING.get(ctx)
+    if found is None:
+        found = _CHECKING[ctx] = {
+            ctx.function_of(site.stack) for site in ctx.calls
+            if ctx.call_qualname(site) in _RESULT_CHECKS
+            or (isinstance(site.node.func, cst.Attribute) and site.node.func.attr.value == "allclose")
+        } - {None}
+    return ctx.function_of(stack) in found
+
+
 def may_cache_keys(ctx: FileContext, attention: Attention, scope: cst.CSTNode) -> bool:
     """Can the keys be longer than the queries (a key/value cache: `torch.cat` on the keys, a
     `past`/`cache` name in ``scope``)? `[:T, :T]` with one new token masks nothing, while

@@ -7,7 +7,8 @@ scaler (``loss_scaler(loss, optimizer, ...)``) outside any nested loop, directly
 it calls (one level): one of this file (``f()``, ``self.f()``, ``obj.f()`` for an object made by
 a class of this file) or of another scanned file (``Links``, see ``speedfix.project``); a
 `.backward()` with no update beside it, in code that only reads the gradients it makes (a
-receptive field or a saliency map drawn from `img.grad`), marks no step. Code is
+receptive field or a saliency map drawn from `img.grad`), marks no step, nor does one inside a
+`lambda` (a benchmark's `backward = lambda: out.backward(grad)`). Code is
 *hot* when its nearest enclosing step loop is reached before a function boundary and no periodic
 guard sits in between (nor a branch on one pass of the step loop, `if i == len(loader) - 1:`,
 nor a module's eval-mode branch, `if not self.training:`); functions called from hot code (also from another scanned file, and
@@ -83,7 +84,7 @@ class FileContext(FileIndex):
         places: dict[cst.CSTNode, bool] = {}  # place -> it also updates (an optimizer step)
         for site in self.calls:
             update = self._is_update(site)
-            if not update and not self._is_backward(site):
+            if not update and (not self._is_backward(site) or _deferred(site)):
                 continue
             place = self.nearest_loop(site.stack) or self.function_of(site.stack)
             if place is not None:
@@ -424,3 +425,14 @@ def _inspects_gradients(place: cst.CSTNode) -> bool:
 
 def _mentions_grad(node: cst.CSTNode) -> bool:
     return any(isinstance(sub, cst.Attribute) and sub.attr.value == "grad" for sub in walk_expression(node))
+
+
+def _deferred(site: CallSite) -> bool:
+    """Is the call inside a `lambda` of its statement (a benchmark's `backward = lambda:
+    out.backward(grad)`, `do_bench(lambda: loss.backward())`)? It runs where the lambda is
+    called, not where it is written."""
+    statement = site.statement
+    return statement is not None and any(
+        isinstance(node, cst.Lambda) and any(inner is site.node for inner in walk_expression(node.body))
+        for node in walk_expression(statement)
+    )
