@@ -16,7 +16,8 @@ from speedfix.model.scale import (LARGE_MODEL_PARAMETERS, SMALL_MODEL_PARAMETERS
                                    loader_role, per_file, trains_hub_model)
 from speedfix.model.workload import Family, small_stated_width, trained_family
 
-__all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "evaluation_loader", "large_model", "small_model",
+__all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "compile_gain", "evaluation_loader", "large_model",
+           "small_model",
            "spread_out", "tf32_gain", "trains_adapters", "trains_hub_model",
            "unpinned_training_loaders"]  # what a rule's impact_here needs
 
@@ -58,6 +59,18 @@ def large_model(ctx: FileContext, impact: Impact) -> Estimate | None:
     if count is None or count < LARGE_MODEL_PARAMETERS:
         return None
     return Estimate(impact, f"a large model (about {_millions(count)} parameters): long steps")
+
+
+def compile_gain(ctx: FileContext) -> Estimate | None:
+    """What `torch.compile` is worth for the models the script trains, wherever compile is
+    advised (SF501 and the framework rules' compile notes): low for a model of a billion
+    parameters or more, medium for a small one (its compile time is a large share of a short
+    run); None: the rule's usual impact."""
+    large = large_model(ctx, Impact.LOW)
+    if large is not None:
+        return Estimate(Impact.LOW, f"{large.reason}, most of it in large matmuls that compile leaves to the same "
+                                    "kernels; a fine-tune's batches of varying length recompile")
+    return small_model(ctx, Impact.MEDIUM)
 
 
 def _millions(count: int) -> str:

@@ -21,7 +21,7 @@ from speedfix.model.networks import conv2d_classes
 from speedfix.model.patterns import INSTANTIATE, cudnn_settings, matmul_precision_chosen
 from speedfix.model.versions import lightning_before_2, v
 from speedfix.syntax.nodes import code_of
-from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model, tf32_gain
+from speedfix.rules._impact import Estimate, Finding, Impact, by_message, compile_gain, small_model, tf32_gain
 
 _FP16 = frozenset({"16", "16-mixed"})
 _HEAVY_PROFILERS = frozenset({"advanced", "pytorch", "xla"})
@@ -131,7 +131,8 @@ class LightningTrainerConfig(Rule):
     ## Impact
     High: fp32 training on a GPU, no `torch.compile`, a profiler left on and TF32 off are among
     the largest gaps; fp32, TF32 and compile are medium for a small model (under 10M parameters,
-    counted from the layers the file writes). TF32 is weighed by the kind of network as in SF201:
+    counted from the layers the file writes); compile is low for a model of a billion parameters
+    or more, as in SF501. TF32 is weighed by the kind of network as in SF201:
     low for a conv net (cuDNN already runs its convolutions in TF32), medium when nothing shows
     the network's kind. Medium for fp16 instead of bf16, cuDNN autotuning off and values all-
     reduced for logging on every step; low for `accumulate_grad_batches`.
@@ -608,7 +609,11 @@ class LightningTrainerConfig(Rule):
     def impact_here(self, finding: Finding) -> Estimate | None:
         if "TF32" in finding.message:
             return tf32_gain(self.ctx)
-        if "fp32" in finding.message or "torch.compile" in finding.message:
+        if "torch.compile" in finding.message:
+            gain = compile_gain(self.ctx)
+            if gain is not None:
+                return gain
+        if "fp32" in finding.message:
             small = small_model(self.ctx, Impact.MEDIUM)
             if small is not None:
                 return small

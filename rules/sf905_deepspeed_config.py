@@ -12,6 +12,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import MARKERS, UNRESOLVED, DeepSpeedConfig, element, named_configs, offloaded, section
 from speedfix.model.hardware import pre_ampere_only
 from speedfix.model.versions import v
+from speedfix.rules._impact import Estimate, Finding, compile_gain
 
 # DeepSpeed's default bucket size (elements) for gradient reduction and parameter all-gathers.
 _DEFAULT_BUCKET = 500_000_000
@@ -22,6 +23,8 @@ _LOSS_SCALING = frozenset(
      "consecutive_hysteresis", "auto_cast"}
 )
 
+
+_COMPILE_NOTE = "the DeepSpeed engine runs the model eagerly"
 
 class DeepSpeedConfigRule(Rule):
     """
@@ -97,7 +100,8 @@ class DeepSpeedConfigRule(Rule):
     what to change in it.
 
     ## Impact
-    Medium. Nothing moves it.
+    Medium. The compile note is weighed as in SF501: low for a model of a billion parameters or
+    more, medium for a small one.
 
     ## Measured effect
     bf16 runs at fp16's tensor-core speed without loss scaling (PyTorch's AMP documentation);
@@ -255,6 +259,9 @@ class DeepSpeedConfigRule(Rule):
                 self.report(config.node, f"`{config.file}`: {message}", severity=severity,
                             no_fix_reason="the config is a JSON file: speedfix rewrites Python only")
 
+    def impact_here(self, finding: Finding) -> Estimate | None:
+        return compile_gain(self.ctx) if _COMPILE_NOTE in finding.message else None
+
     def _check_compile(self, configs: list[DeepSpeedConfig]) -> None:
         """A training script that builds a DeepSpeed engine and never compiles it."""
         ctx = self.ctx
@@ -264,7 +271,7 @@ class DeepSpeedConfigRule(Rule):
         for site in ctx.calls_to("deepspeed.initialize"):
             self.report(
                 site.node,
-                "the DeepSpeed engine runs the model eagerly: `engine.compile()` after `deepspeed.initialize` "
+                f"{_COMPILE_NOTE}: `engine.compile()` after `deepspeed.initialize` "
                 "(DeepSpeed 0.14 and newer) compiles it with `torch.compile`",
                 severity=Severity.INFO,
                 no_fix_reason="the first steps pay the compile, and a model that does not trace breaks its graph: "

@@ -86,6 +86,18 @@ def test_three_waits_in_one_step_are_high_unless_the_model_is_large(run_cli, wri
     assert _one(_json(run_cli, "optioned.py", cwd=tmp_path), "SF301")["impact"] == "high"
 
 
+def test_compile_is_worth_less_for_a_billion_parameter_model(run_cli, write, tmp_path):
+    """Most of a large model's step is large matmuls, which compile leaves to the same kernels."""
+    plain = LOOP.replace("SYNCS", "pass")
+    assert _one(_scan(run_cli, write, tmp_path, "plain.py", plain), "SF501")["impact"] == "high"
+    large = plain.replace("from mylib import build_model\n", "from transformers import AutoModelForCausalLM\n").replace(
+        "build_model()", 'AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")')
+    compile_note = _one(_scan(run_cli, write, tmp_path, "large.py", large), "SF501")
+    assert compile_note["impact"] == "low"
+    assert compile_note["impact_reason"].startswith("a large model (about 7.0B parameters)")
+    assert "matmuls" in compile_note["impact_reason"]
+
+
 def test_values_read_one_after_another_wait_once(run_cli, write, tmp_path):
     """After the first read the GPU has nothing queued: reading the other losses it already
     computed, statement after statement, adds no wait (a detector's or SAM's loss meters)."""
