@@ -6,6 +6,7 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, arg_removed, keyword_arg, same_quotes, string_literal, value_replaced
 from speedfix.fixes.entry import setting_at_entry_point
+from speedfix.model.amp import lightning_module_in_sixteen_bit
 from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
 from speedfix.model.config_files import builds_conv2d, classes_build_conv2d
 from speedfix.model.config_tree import Node
@@ -42,7 +43,9 @@ class LightningTrainerConfig(Rule):
     ## What it does
     Finds a Lightning `Trainer` that trains on a GPU with slow settings:
 
-    - `precision` left at its default "32-true" (or set to 32): the whole step runs in fp32;
+    - `precision` left at its default "32-true" (or set to 32): the whole step runs in fp32 (not
+      when a LightningModule of the file casts its own weights to 16-bit, `self.to(dtype)` with a
+      bf16 or fp16 dtype or a parameter defaulting to one: its matmuls already run in 16-bit);
     - fp32 training in a script that never calls `torch.set_float32_matmul_precision`;
     - `precision="16-mixed"`, which scales the loss where bf16 would not have to (also read
       from a dict of settings: `precision=config.get("precision")`);
@@ -174,6 +177,20 @@ class LightningTrainerConfig(Rule):
             torch.set_float32_matmul_precision("high")
             trainer = L.Trainer(accelerator="cuda", devices=4, strategy=ModelParallelStrategy())
             trainer.fit(LM(), loader)
+            """
+        ),
+        Valid(  # the module casts its own weights to bf16 (OminiControl): no fp32 matmuls are left
+            """
+            import torch
+            import lightning as L
+
+            class LoRAModel(L.LightningModule):
+                def __init__(self, dtype: torch.dtype = torch.bfloat16):
+                    super().__init__()
+                    self.net = build_network()
+                    self.to("cuda").to(dtype)
+
+            trainer = L.Trainer(accelerator="gpu", devices=1, max_epochs=10)
             """
         ),
         Valid(  # tuned: bf16 mixed precision
@@ -754,6 +771,8 @@ class LightningTrainerConfig(Rule):
         if value is None:
             return False
         if value in FP32_PRECISIONS:
+            if lightning_module_in_sixteen_bit(self.ctx):
+                return False  # the module's weights are 16-bit already: no fp32 matmuls for bf16 or TF32 to speed up
             written = '`precision` defaults to "32-true"' if precision.missing else f"`precision={_shown(value)}`"
             self.report(
                 precision.arg or site.node,

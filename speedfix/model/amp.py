@@ -32,6 +32,7 @@ from speedfix.model.launch import option_passed
 from speedfix.model.networks import network_assignments, step_networks
 from speedfix.model.patterns import AUTOCAST
 from speedfix.model.tensors import has_sync_before
+from speedfix.project.steps import LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
 
 APEX_AMP_INITIALIZE = "apex.amp.initialize"
@@ -331,6 +332,42 @@ def weights_in_sixteen_bit(ctx: FileContext) -> bool:
             return True
     return any(dotted_name(site.node.func.value) in networks and _casts_to_sixteen_bit(ctx, site.node, site.stack)  # type: ignore[attr-defined]
                for method in ("half", "bfloat16", "to") for site in ctx.method_calls(method))
+
+
+def lightning_module_in_sixteen_bit(ctx: FileContext) -> bool:
+    """Does a LightningModule of this file cast itself to 16-bit (`self.to(device).to(dtype)`,
+    `self.half()`, `self.bfloat16()`), with a dtype that is 16-bit or a parameter of its method
+    that defaults to one (`dtype: torch.dtype = torch.bfloat16`)? Its weights, and so its
+    matmuls, are then 16-bit whatever the Trainer's `precision` says (OminiControl's LoRA on FLUX)."""
+    for method in ("to", "half", "bfloat16"):
+        for site in ctx.method_calls(method):
+            owner = ctx.class_of(site.stack)
+            if owner is None or _chain_root(site.node) != "self" \
+                    or not ctx.is_subclass_of(owner.name.value, *LIGHTNING_MODULE):
+                continue
+            if _casts_to_sixteen_bit(ctx, site.node, site.stack) or any(
+                    arg.keyword is None and isinstance(arg.value, cst.Name)
+                    and precision_of(ctx, _parameter_default(ctx, arg.value.value, site.stack), site.stack)
+                    in (Precision.FP16, Precision.BF16) for arg in site.node.args):
+                return True
+    return False
+
+
+def _chain_root(call: cst.Call) -> str | None:
+    """`self` of `self.to(device).to(dtype)`."""
+    node: cst.BaseExpression = call
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        node = node.func.value
+    return dotted_name(node)
+
+
+def _parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:
+    """The default of the parameter ``name`` of the function around ``stack`` (None: none)."""
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    params = (*function.params.params, *function.params.kwonly_params)
+    return next((param.default for param in params if param.name.value == name), None)
 
 
 def _built_in_sixteen_bit(ctx: FileContext, value: cst.BaseExpression, stack: Stack) -> bool:
