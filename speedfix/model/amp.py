@@ -34,6 +34,7 @@ from speedfix.model.patterns import AUTOCAST
 from speedfix.model.tensors import has_sync_before
 from speedfix.project.steps import LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import parameter_default
 
 APEX_AMP_INITIALIZE = "apex.amp.initialize"
 
@@ -347,7 +348,7 @@ def lightning_module_in_sixteen_bit(ctx: FileContext) -> bool:
                 continue
             if _casts_to_sixteen_bit(ctx, site.node, site.stack) or any(
                     arg.keyword is None and isinstance(arg.value, cst.Name)
-                    and precision_of(ctx, _parameter_default(ctx, arg.value.value, site.stack), site.stack)
+                    and precision_of(ctx, parameter_default(ctx.function_of(site.stack), arg.value.value), site.stack)
                     in (Precision.FP16, Precision.BF16) for arg in site.node.args):
                 return True
     return False
@@ -359,15 +360,6 @@ def _chain_root(call: cst.Call) -> str | None:
     while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
         node = node.func.value
     return dotted_name(node)
-
-
-def _parameter_default(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:
-    """The default of the parameter ``name`` of the function around ``stack`` (None: none)."""
-    function = ctx.function_of(stack)
-    if not isinstance(function, cst.FunctionDef):
-        return None
-    params = (*function.params.params, *function.params.kwonly_params)
-    return next((param.default for param in params if param.name.value == name), None)
 
 
 def _built_in_sixteen_bit(ctx: FileContext, value: cst.BaseExpression, stack: Stack) -> bool:

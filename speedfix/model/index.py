@@ -32,7 +32,7 @@ from speedfix.project.facts import IMPORT_MODULE, imported_by_name
 from speedfix.project.linker import Links
 from speedfix.project.steps import CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, is_iterable_wrapper
 from speedfix.syntax.names import ImportTable, dotted_name, line_binds
-from speedfix.syntax.nodes import is_main_guard, target_names, walk_expression
+from speedfix.syntax.nodes import is_main_guard, parameter_default, target_names, walk_expression
 from speedfix.syntax.walk import Visitor
 
 Loop = Union[cst.For, cst.While]
@@ -266,10 +266,7 @@ class FileIndex(NameBindings, Visitor):
             found = [a for a in self.assignments.get(dotted_name(divisor) or "", ()) if class_of(a.stack) is owner]
             if len(found) != 1 or not isinstance(found[0].value, cst.Name):
                 return None
-            function = function_of(found[0].stack)
-            name = found[0].value.value
-            params = function.params.params + function.params.kwonly_params if isinstance(function, cst.FunctionDef) else ()
-            divisor = next((param.default for param in params if param.name.value == name), None)
+            divisor = parameter_default(function_of(found[0].stack), found[0].value.value)
         elif isinstance(divisor, cst.Name):
             found = self.assignments.get(divisor.value, ())
             if len(found) != 1 or found[0].stack or found[0].unpacked or divisor.value in self.rebound_everywhere:

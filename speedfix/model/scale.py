@@ -30,7 +30,7 @@ from speedfix.model.networks import (builds, built_classes, fresh_assignments, i
 from speedfix.model.patterns import NO_GRAD, OPTIMIZER_PREFIX, unwrap_iterable
 from speedfix.project.steps import CONV_LAYERS, MATMUL_LAYERS, MATMUL_METHODS, layer_kind
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import walk_expression
+from speedfix.syntax.nodes import parameter_default, walk_expression
 
 T = TypeVar("T")
 
@@ -691,13 +691,8 @@ def _size(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int =
 
 def _parameter_default(ctx: FileContext, name: str, stack: Stack, depth: int) -> int | None:
     """The default of the enclosing function's parameter ``name`` (`def __init__(self, hidden=128)`)."""
-    function = ctx.function_of(stack)
-    if not isinstance(function, cst.FunctionDef):
-        return None
-    for param in (*function.params.params, *function.params.kwonly_params):
-        if param.name.value == name and param.default is not None:
-            return _size(ctx, param.default, stack, depth + 1)
-    return None
+    default = parameter_default(ctx.function_of(stack), name)
+    return _size(ctx, default, stack, depth + 1) if default is not None else None
 
 
 # ---------------------------------------------------------------- where the time goes

@@ -32,6 +32,16 @@ def walk_expression(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         extend(child_list(current))
 
 
+def parameter_default(function: cst.CSTNode | None, name: str) -> cst.BaseExpression | None:
+    """The default of parameter ``name`` of ``function`` (`every=2000` in `def __init__(self,
+    every=2000)`); None when ``function`` is no `def`, has no such parameter, or it has no default."""
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    params = function.params
+    return next((param.default for param in (*params.posonly_params, *params.params, *params.kwonly_params)
+                 if param.name.value == name), None)
+
+
 def target_names(target: cst.BaseExpression) -> tuple[str, ...]:
     """Names bound by an assignment or loop target (`x`, `(x, y)`, `i, (x, y)`, `self.m`)."""
     if isinstance(target, (cst.Tuple, cst.List)):
