@@ -24,6 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+# One intra-op thread for torch in the test process and in every script the tests run: two
+# workers share two cores, and two OpenMP threads per tiny model only spin against each other (a
+# framework fixture's run took twice the wall time under load; a full run 270 s against 305 s).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Tests that take far longer than the others (a fresh install from the wheel, then a bench suite
 # from it: most of a minute) run first: queued last, one of them kept a worker busy while the other
 # had nothing left to take (work stealing moves queued tests, not a running one).

@@ -103,7 +103,8 @@ def run_suite(*, fixtures: Path | None = None, tiny: bool | None = None, only: l
     console = console or Console()
     directory = fixtures_dir(fixtures)
     workloads = [w for w in load_suite(directory) if not only or w.name in only]
-    has_cuda = cuda_available()
+    # torch is imported here only to pick the sizes (seconds on a CPU box); the runs report it too
+    has_cuda = cuda_available() if tiny is None else None
     tiny = (not has_cuda) if tiny is None else tiny
     # the scripts run in a temporary copy of the fixtures: stopped as soon as their result is written
     settings = replace(settings or CompareSettings(), result_grace_s=0.0)
@@ -121,11 +122,12 @@ def run_suite(*, fixtures: Path | None = None, tiny: bool | None = None, only: l
                 row, measured_on = _run_workload(workload, work, tiny, settings, fixer, run, progress)
                 rows.append(row)
                 if measured_on is not None:
-                    torch_version, device = measured_on
+                    torch_version, device, cuda = measured_on
+                    has_cuda = cuda if has_cuda is None else has_cuda
     finally:
         remove_tree(tmp)
     loads = [r.load.max_loadavg for r in rows if r.load and r.load.max_loadavg is not None]
-    return SuiteResult(size="tiny" if tiny else "full", device=device, torch=torch_version, cuda_available=has_cuda,
+    return SuiteResult(size="tiny" if tiny else "full", device=device, torch=torch_version, cuda_available=bool(has_cuda),
                        settings=settings, load=Load(max(loads) if loads else None, os.cpu_count()), workloads=rows,
                        caveat=numerics.CAVEAT)
 
@@ -146,8 +148,9 @@ def write_speedfix_variant(script: Path, fixer: Any) -> tuple[Path | None, dict[
 
 
 def _run_workload(w: Workload, work: Path, tiny: bool, settings: CompareSettings, fixer: Any, run,
-                  progress) -> tuple[SuiteRow, tuple[str, str] | None]:
-    """The workload's row, and the torch version and device it was measured with (None: not measured)."""
+                  progress) -> tuple[SuiteRow, tuple[str, str, bool] | None]:
+    """The workload's row, and the torch version, device and CUDA availability it was measured
+    with (None: not measured)."""
     args = list(w.tiny_args if tiny else w.gpu_args)
     script = work / w.script
     candidates, kinds = [], {}
@@ -180,7 +183,9 @@ def _run_workload(w: Workload, work: Path, tiny: bool, settings: CompareSettings
         captured=_captured(fixed, expert), load=outcome.load, comparison=outcome,
         failures={c.label: c.failure for c in outcome.candidates if c.failure} or None)
     torch_version = outcome.env.torch if outcome.env and outcome.env.torch is not None else "?"
-    return row, (torch_version, (outcome.device.type if outcome.device else None) or "cpu")
+    device = (outcome.device.type if outcome.device else None) or "cpu"
+    cuda = outcome.env.cuda_available if outcome.env and outcome.env.cuda_available is not None else None
+    return row, (torch_version, device, device == "cuda" if cuda is None else cuda)
 
 
 def _loss_text(cand: CandidateResult) -> str:

@@ -166,9 +166,16 @@ def test_a_verify_report_reads_back(tmp_path, fake_fixer, fake_runs, quick_setti
     assert same_json(VerifyReport.from_json(saved).to_json(), saved)
 
 
-def test_a_suite_result_reads_back_and_its_rows_tell_a_failed_loss_check(tmp_path, fake_fixer, fake_runs):
+def test_a_suite_result_reads_back_and_its_rows_tell_a_failed_loss_check(tmp_path, fake_fixer, fake_runs,
+                                                                         monkeypatch):
+    from speedfix.bench import suite
     from speedfix.bench.settings import CompareSettings
     from speedfix.bench.suite import run_suite
+
+    def no_torch_import() -> bool:
+        raise AssertionError("the sizes were given: only the runs import torch")
+
+    monkeypatch.setattr(suite, "cuda_available", no_torch_import)
 
     fixtures = tmp_path / "fixtures"
     fixtures.mkdir()
@@ -181,6 +188,7 @@ def test_a_suite_result_reads_back_and_its_rows_tell_a_failed_loss_check(tmp_pat
                        fixer=fake_fixer({"SF304": ("SLOW\n", "")}))
     (row,) = result.workloads
     assert row.loss_check == "FAIL: new non-finite" and row.loss_check_failed
+    assert result.cuda_available and result.device == "cuda"  # as the runs found it
     assert same_json(SuiteResult.from_json(result.to_json()).to_json(), result.to_json())
 
 

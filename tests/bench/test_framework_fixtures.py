@@ -26,10 +26,7 @@ QUICK = ["--warmup", "3", "--steps", "10", "--warmup-s", "0", "--window-s", "0",
 def test_framework_fixture_is_measured(cli_app, tmp_path, monkeypatch, script, framework, script_args):
     if importlib.util.find_spec(framework) is None:  # a test dependency (the `test` extra)
         pytest.skip(f"{framework} is not installed")
-    monkeypatch.chdir(tmp_path)
-    # One intra-op thread: the suite runs two tests at a time on two cores, and two threads per
-    # tiny model only fight over them (measured: 2x the wall time under load).
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path)  # one intra-op thread, as every run of the tests (conftest.py)
     out = tmp_path / "result.json"
     result = CliRunner().invoke(
         cli_app, ["bench", str(FIXTURES / script), *QUICK, "--json", str(out)], obj={"script_args": script_args}
