@@ -36,7 +36,7 @@ from speedfix.model.project_files import Location
 from speedfix.model.versions import pinned_below, v
 from speedfix.syntax.nodes import code_of
 from speedfix.model.workload import tokenized_ahead
-from speedfix.rules._impact import Estimate, Finding, Impact, by_message, large_model, tf32_gain
+from speedfix.rules._impact import Estimate, Finding, Impact, by_message, large_model
 
 # Optimizer names whose update runs as several kernels per parameter group.
 _UNFUSED = frozenset({"adamw_torch", "adamw_hf", "adamw_torch_foreach"})
@@ -64,8 +64,9 @@ class HfTrainingArguments(Rule):
     Finds Hugging Face `TrainingArguments` (`Seq2SeqTrainingArguments`, TRL's `SFTConfig`,
     `DPOConfig`, ...) that leave speed on the table on a GPU:
 
-    - neither `bf16` nor `fp16`: the Trainer runs every step in fp32;
-    - fp32 without TF32 (`tf32=True` or `torch.set_float32_matmul_precision`);
+    - neither `bf16` nor `fp16`: the Trainer runs every step in fp32 (and, where nothing enables
+      TF32 either, `tf32=True` or `torch.set_float32_matmul_precision`, the same finding says so:
+      bf16 closes most of that one gap, TF32 speeds up the matmuls it leaves in fp32);
     - `fp16=True`, which needs loss scaling where bf16 would not (information only);
     - an unfused AdamW: `optim="adamw_torch"`, or no `optim` when targeting torch before 2.8 or
       when the project pins a transformers before 4.54 (transformers 4.54+ on torch 2.8+ defaults
@@ -315,7 +316,35 @@ class HfTrainingArguments(Rule):
             if __name__ == "__main__":
                 main()
             """,
-            count=3,
+            count=2,  # fp32 and TF32 in one finding, the fused AdamW
+        ),
+        Invalid(  # `bf16=False` written out: one finding with TF32, its fix sets both
+            """
+            import torch
+            from transformers import Trainer, TrainingArguments
+
+            def main():
+                args = TrainingArguments(output_dir="out", bf16=False, optim="adamw_torch_fused",
+                                         dataloader_num_workers=4)
+                Trainer(model=model, args=args, train_dataset=ds).train()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            fixed="""
+            import torch
+            from transformers import Trainer, TrainingArguments
+
+            def main():
+                torch.set_float32_matmul_precision("high")
+                args = TrainingArguments(output_dir="out", bf16=torch.cuda.is_bf16_supported(), optim="adamw_torch_fused",
+                                         dataloader_num_workers=4)
+                Trainer(model=model, args=args, train_dataset=ds).train()
+
+            if __name__ == "__main__":
+                main()
+            """,
+            count=2,
         ),
         Invalid(  # explicit slow values; an `os` import is added for the worker count
             """
@@ -440,7 +469,7 @@ class HfTrainingArguments(Rule):
                 torch.set_float32_matmul_precision("high")
                 train()
             """,
-            count=4,
+            count=3,
         ),
         Invalid(  # a subclass that keeps the name of the class it extends is still Trainer arguments
             """
@@ -476,8 +505,6 @@ class HfTrainingArguments(Rule):
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
-        if "TF32" in finding.message:
-            return tf32_gain(self.ctx)
         _, beside, listed = finding.message.partition(_BESIDE_FP32_WORDS)
         if beside:
             return self._beside_fp32(listed)
@@ -517,9 +544,7 @@ class HfTrainingArguments(Rule):
         defaults: list[_Default] = []
         fp32 = False
         if args.on_gpu():
-            fp32 = self._check_precision(args, defaults)
-            if fp32:
-                self._check_tf32(args)
+            fp32 = self._check_precision(args, defaults, self._tf32_off(args))
             self._check_optimizer(args, defaults)
             self._check_pin_memory(args)
         self._check_workers(args, defaults)
@@ -565,11 +590,16 @@ class HfTrainingArguments(Rule):
             options = " ".join(default.option for default in defaults if default.option)
             where = "where the script is launched" if args.parsed is None or args.parsed.files is None \
                 else "(as JSON keys) in the file the script parses"
-            self.report(args.anchor, f"{args.shown} {_DEFAULTS_WORDS}{listed}", severity=severity,
-                        no_fix_reason=f"pass `{options}` {where}, or give the fields those "
-                        "defaults in a subclass" if options else None)
+            advice = f"pass `{options}` {where}, or give the fields those defaults in a subclass" if options else None
+            alone = [op for default in defaults for op in default.alone]  # TF32 at the entry point
+            if alone:
+                also = ", ".join(default.also for default in defaults if default.also)
+                self.report(args.anchor, f"{args.shown} {_DEFAULTS_WORDS}{listed}", severity=severity, fix_ops=alone,
+                            fix_title=f"Enable {also}" + (f"; {advice}" if advice else ""))
+                return
+            self.report(args.anchor, f"{args.shown} {_DEFAULTS_WORDS}{listed}", severity=severity, no_fix_reason=advice)
             return
-        ops: list[FixOp] = [op for default in defaults for op in default.ops]
+        ops: list[FixOp] = [op for default in defaults for op in (*default.ops, *default.alone)]
         new_args = [default.arg for default in defaults if default.arg is not None]
         site = args.site
         if new_args:
@@ -582,7 +612,9 @@ class HfTrainingArguments(Rule):
             severity=severity,
             fix_ops=ops if new_args else None,
             no_fix_reason="; ".join(refusals) or None,
-            fix_title="Add " + ", ".join(f"`{a.keyword.value}`" for a in new_args if a.keyword) if new_args else None,
+            fix_title="Add " + ", ".join([*(f"`{a.keyword.value}`" for a in new_args if a.keyword),
+                                          *(default.also for default in defaults if default.also)])
+            if new_args else None,
         )
 
     def _at(self, args: _Arguments, setting: Setting, message: str, *, severity: Severity | None = None,
@@ -600,8 +632,10 @@ class HfTrainingArguments(Rule):
                     no_fix_reason=no_fix_reason or (SET_ELSEWHERE if setting.source is Source.CALL else None))
 
     # ------------------------------------------------------------------ precision
-    def _check_precision(self, args: _Arguments, defaults: list[_Default]) -> bool:
-        """Report fp32 (and fp16) training; True when the Trainer certainly trains in fp32."""
+    def _check_precision(self, args: _Arguments, defaults: list[_Default], tf32: _Tf32 | None) -> bool:
+        """Report fp32 (and fp16) training; True when the Trainer certainly trains in fp32.
+        ``tf32``: TF32 is off too, said in the same finding (bf16 is the larger part of one gap:
+        what TF32 adds is for the matmuls bf16 leaves in fp32), whose fix enables both."""
         bf16, fp16 = args.setting("bf16"), args.setting("fp16")
         if fp16.unknown and fp16.source is Source.LAUNCH and args.parsed is not None:
             self._check_fp16_runs(args, args.parsed)  # the launch commands disagree: each run's own
@@ -621,8 +655,11 @@ class HfTrainingArguments(Rule):
         if bf16.missing:
             ops: list[FixOp] = []
             supported = cst.parse_expression(f"{reference(self.ctx, 'torch.cuda.is_bf16_supported', ops, args.stack)}()")
-            defaults.append(_Default(f"{_FP32} (neither `bf16` nor `fp16`)", keyword_arg("bf16", supported), ops,
-                                     option="--bf16 True"))
+            fixed_tf32 = tf32 is not None and bool(tf32.ops)  # else passed on the command line too
+            defaults.append(_Default(f"{_FP32} (neither `bf16` nor `fp16`){_TF32_WORDS if tf32 else ''}",
+                                     keyword_arg("bf16", supported), ops, alone=tf32.ops if tf32 else [],
+                                     option="--bf16 True --tf32 True" if tf32 and not fixed_tf32 else "--bf16 True",
+                                     also=tf32.title if fixed_tf32 else None))
             return True
         fix = None
         original = bf16.arg
@@ -630,8 +667,9 @@ class HfTrainingArguments(Rule):
                 and original.value.value == "False":
             ops = []
             supported = cst.parse_expression(f"{reference(self.ctx, 'torch.cuda.is_bf16_supported', ops, args.stack)}()")
-            fix = [value_replaced(args.site.node, original, supported), *ops]
-        self._at(args, bf16, f"{args.shown} train in fp32: `bf16=False` and no `fp16`", fix_ops=fix)
+            fix = [value_replaced(args.site.node, original, supported), *ops, *(tf32.ops if tf32 else [])]
+        self._at(args, bf16, f"{args.shown} train in fp32: `bf16=False` and no `fp16`{_TF32_WORDS if tf32 else ''}",
+                 fix_ops=fix)
         return True
 
     def _check_fp16_runs(self, args: _Arguments, parsed: ParsedArguments) -> None:
@@ -668,21 +706,16 @@ class HfTrainingArguments(Rule):
                        f"the project: it trains in {_FP32}{more}", severity=Severity.INFO,
                        no_fix_reason="the option is set in a launch command: pass `--bf16 True` on Ampere and newer GPUs")
 
-    def _check_tf32(self, args: _Arguments) -> None:
+    def _tf32_off(self, args: _Arguments) -> _Tf32 | None:
+        """TF32 left off (neither `tf32=True` nor `torch.set_float32_matmul_precision`), and the
+        ops that turn it on at the entry point (none where there is no entry point to put them)."""
         ctx = self.ctx
         if not args.setting("tf32").missing or args.setting("torch_compile").value is True \
                 or matmul_precision_chosen(ctx):
-            return  # `torch_compile=True` makes the Trainer turn TF32 on itself
+            return None  # `torch_compile=True` makes the Trainer turn TF32 on itself
         high = string_literal(ctx, "high")
-        ops, reason = setting_at_entry_point(ctx, "torch.set_float32_matmul_precision", lambda call: f"{call}({high})")
-        self.report(
-            args.statement,  # the precision finding sits on the call itself
-            "fp32 matmuls run without TF32 tensor cores: neither `tf32=True` nor `torch.set_float32_matmul_precision`",
-            severity=Severity.INFO,
-            fix_ops=ops,
-            no_fix_reason=reason,
-            fix_title='Enable TF32 matmuls: `torch.set_float32_matmul_precision("high")` at the entry point',
-        )
+        ops, _ = setting_at_entry_point(ctx, "torch.set_float32_matmul_precision", lambda call: f"{call}({high})")
+        return _Tf32(ops or [])
 
     # ------------------------------------------------------------------ optimizer, data, compile
     def _check_optimizer(self, args: _Arguments, defaults: list[_Default]) -> None:
@@ -998,6 +1031,7 @@ class _Arguments:
 
 
 _FP32 = "fp32"  # how the precision left at its default is named in a finding
+_TF32_WORDS = ", and nothing enables TF32 for the matmuls left in fp32"
 def _more_commands(runs: int) -> str:
     """` (and 2 more launch commands)` after the first of ``runs`` commands, or nothing."""
     return f" (and {runs - 1} more launch command{'s' if runs > 2 else ''})" if runs > 1 else ""
@@ -1022,3 +1056,13 @@ class _Default:
     ops: list[FixOp] = field(default_factory=list)
     refusal: str | None = None
     option: str | None = None
+    alone: list[FixOp] = field(default_factory=list)  # ops that do not need `arg` (TF32 at the entry point)
+    also: str | None = None  # what ``alone`` does, for the fix's title
+
+
+@dataclass(frozen=True)
+class _Tf32:
+    """TF32 left off beside fp32: the ops that turn it on (empty: no entry point for them)."""
+
+    ops: list[FixOp]
+    title: str = 'TF32 matmuls (`torch.set_float32_matmul_precision("high")` at the entry point)'

@@ -113,20 +113,24 @@ def _precision(run: RunResult, facts: RuntimeFacts) -> Iterator[tuple[str, str, 
         return
     autocast = facts.autocast
     owner = _owner(facts)
-    if owner is not None:
-        if not _lower_precision(owner.name, facts.frameworks[owner.name]):
-            yield (owner.code, f"{owner.who} trains in full fp32 precision at run time: no bf16/fp16 mixed precision",
-                   run.script, None)
-    elif autocast is not None and not autocast.enabled:
-        yield ("SF202", "the training forward runs in fp32 without autocast at run time: bf16 autocast runs its "
-               "matmuls and convolutions on the tensor cores", run.script, None)
     flags = facts.flags
     capability = flags.gpu_capability if flags else None
     # autocast unknown (a compiled model's training calls are not seen): unknown means silence
-    if (flags and flags.float32_matmul_precision == "highest" and autocast is not None and not autocast.enabled
-            and (capability is None or capability[0] >= 8)):
-        yield (owner.tf32 if owner else "SF201",
-               "fp32 matmuls run without TF32 at run time (float32_matmul_precision is 'highest')", run.script, None)
+    no_tf32 = bool(flags and flags.float32_matmul_precision == "highest" and autocast is not None
+                   and not autocast.enabled and (capability is None or capability[0] >= 8))
+    tf32_words = "fp32 matmuls run without TF32 at run time (float32_matmul_precision is 'highest')"
+    if owner is not None:
+        if not _lower_precision(owner.name, facts.frameworks[owner.name]):
+            fp32 = f"{owner.who} trains in full fp32 precision at run time: no bf16/fp16 mixed precision"
+            if no_tf32 and owner.name == "transformers":  # one finding, as SF902 reports it from the scan
+                yield owner.code, f"{fp32}, and {tf32_words}", run.script, None
+                return
+            yield owner.code, fp32, run.script, None
+    elif autocast is not None and not autocast.enabled:
+        yield ("SF202", "the training forward runs in fp32 without autocast at run time: bf16 autocast runs its "
+               "matmuls and convolutions on the tensor cores", run.script, None)
+    if no_tf32:
+        yield owner.tf32 if owner else "SF201", tf32_words, run.script, None
 
 
 def _model(run: RunResult, facts: RuntimeFacts) -> Iterator[tuple[str, str, str | None, int | None]]:

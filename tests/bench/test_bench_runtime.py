@@ -255,6 +255,9 @@ def test_a_framework_that_owns_the_precision_gets_its_own_code():
     hf = {**SLOW, "frameworks": {"transformers": {"bf16": False, "fp16": False}}}
     codes = [f.code for f in advice.judge(_run("cuda", hf))]
     assert "SF902" in codes and "SF202" not in codes
+    # fp32 and TF32 off are one SF902 finding, as the scan reports them on `TrainingArguments`
+    (fp32,) = [f for f in advice.judge(_run("cuda", hf)) if "fp32" in f.message]
+    assert fp32.code == "SF902" and "precision" in fp32.message and "TF32" in fp32.message
     bf16 = {**SLOW, "frameworks": {"transformers": {"bf16": True}}}
     found = advice.judge(_run("cuda", bf16))
     assert "SF202" not in [f.code for f in found]  # the framework owns the precision
