@@ -3512,3 +3512,56 @@ def test_the_batches_of_a_hand_written_iterator_of_the_project_gain_nothing_from
         """)
     result = run_cli("scan", ".", "--select", "SF104", "--no-summary", cwd=tmp_path)
     assert ("SF104" in result.stdout) is (base != "object"), result.stdout
+
+
+SUPERSEDED_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader
+from legacy.data import make_set
+
+
+def main():
+    loader = DataLoader(make_set(), batch_size=32)
+    for x, y in loader:
+        loss = model(x.cuda(), y.cuda())
+        loss.backward()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+LEGACY_DATA = """\
+from torch.utils.data import DataLoader
+
+
+def evaluate(model, data):
+    for x, y in DataLoader(data, batch_size=8):
+        loss = model(x.cuda(), y.cuda())
+        loss.backward()
+"""
+
+
+def test_a_folder_of_superseded_code_is_left_out_unless_the_project_imports_it_or_it_is_named(run_cli, write, tmp_path):
+    # ChatGLM-finetune-LoRA keeps its first train.py and notebooks in `old/`: advice there is for a
+    # run nobody makes. `legacy/data.py`, imported by train.py, is part of the run and keeps its own.
+    write("project/train.py", SUPERSEDED_TRAIN)
+    write("project/old/train.py", SUPERSEDED_TRAIN)
+    write("project/old/notes/helpers.py", LEGACY_DATA)  # imported only by a file of old/ (here: none)
+    write("project/legacy/data.py", LEGACY_DATA + "\n\ndef make_set():\n    return list(range(8))\n")
+    project = tmp_path / "project"
+    result = run_cli("scan", ".", "--output-format", "json", cwd=project)
+    found = {finding["path"] for finding in json.loads(result.stdout)}
+    assert {"train.py", "legacy/data.py"} <= found and not any(path.startswith("old/") for path in found)
+    assert re.search(r"old/train.py: note: \d+ findings left out: `old/` holds superseded code", result.stderr)
+    assert "name the file to scan it" in result.stderr
+    # named, or its own folder scanned, it is scanned as any file
+    named = run_cli("scan", "old/train.py", "--output-format", "json", cwd=project)
+    assert {finding["path"] for finding in json.loads(named.stdout)} == {"old/train.py"}
+    assert json.loads(run_cli("scan", "old", "--output-format", "json", cwd=project).stdout)
+    both = run_cli("scan", ".", "old/train.py", "--output-format", "json", cwd=project)
+    assert "old/train.py" in {finding["path"] for finding in json.loads(both.stdout)}
+    # `apply` leaves it as it was, as the scan does
+    run_cli("apply", "--unsafe-fixes", ".", cwd=project)
+    assert (project / "old" / "train.py").read_text() == SUPERSEDED_TRAIN
+    assert (project / "train.py").read_text() != SUPERSEDED_TRAIN

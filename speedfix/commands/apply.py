@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from speedfix.commands.scan import TOO_DEEP, display_path, file_setup, project_links, time_limit_message
+from speedfix.commands.scan import TOO_DEEP, display_path, file_setup, project_links, superseded_files, time_limit_message
 from speedfix.engine.analysis import SyntaxProblem
 from speedfix.engine.results import FileError
 from speedfix.fixes.fixer import FixError, Unfixed, fix_source
@@ -43,7 +43,10 @@ def apply_paths(paths: list[Path], settings: Settings, *, write: bool, show_diff
     targets = list(iter_targets(paths, settings))
     links, _ = project_links(targets, paths, settings)  # read before any file is written
     folders = project_folders(paths, settings)
+    superseded = superseded_files(targets, paths, links)  # `old/`: left as it is, as the scan leaves it out
     for target in targets:
+        if target.path in superseded:
+            continue
         shown = display_path(target.path)
         notebook = None
         try:

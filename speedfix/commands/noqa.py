@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from speedfix.commands.apply import project_folders, write_file
-from speedfix.commands.scan import display_path, file_setup, project_links, time_limit_message
+from speedfix.commands.scan import display_path, file_setup, project_links, superseded_files, time_limit_message
 from speedfix.engine.analysis import SyntaxProblem, analyze
 from speedfix.engine.results import SYNTAX_ERROR_CODE, FileError, Note
 from speedfix.engine.findings import Finding
@@ -51,7 +51,10 @@ def add_noqa_paths(paths: list[Path], settings: Settings) -> NoqaOutcome:
     targets = list(iter_targets(paths, settings))
     links, _ = project_links(targets, paths, settings)
     folders = project_folders(paths, settings)
+    superseded = superseded_files(targets, paths, links)  # the scan reports nothing there: nothing to baseline
     for target in targets:
+        if target.path in superseded:
+            continue
         shown = display_path(target.path)
         try:
             source, notebook = read_python(target.path, settings.max_file_size)

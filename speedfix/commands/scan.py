@@ -28,7 +28,7 @@ from speedfix.syntax.pyast import Measured, parsed
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
 from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.workspace.config import Settings, real_path, real_paths_kept
-from speedfix.workspace.discovery import Target, iter_targets
+from speedfix.workspace.discovery import Target, iter_targets, superseded_folder
 from speedfix.workspace.notebook import Notebook, NotebookError, is_notebook, read_cap, read_python
 
 
@@ -430,9 +430,17 @@ def scan_paths(
                 progress(done, len(targets))
     if cache is not None:
         cache.save()
+    superseded = superseded_files(targets, paths, links)
     for index, target in enumerate(targets):
         analysis = analyses[index]
         shown = display_path(target.path)  # cached records may come from another folder
+        folder = superseded.get(target.path)
+        if folder is not None and analysis.findings:
+            left = len(analysis.findings)
+            analysis.findings = []
+            analysis.notes.append(Note(shown, f"{left} finding{'s' if left > 1 else ''} left out: `{folder}` holds "
+                                       "superseded code by its name and no file outside it imports this one (name "
+                                       "the file to scan it)"))
         for finding in analysis.findings:
             finding.path = display_path(Path(finding.file)) if finding.file else shown
         if analysis.error is not None:
@@ -454,6 +462,27 @@ def scan_paths(
     result.findings = [f for f in result.findings if f.impact.at_least(settings.min_impact)]
     result.findings.sort(key=lambda f: f.sort_key)
     return result
+
+
+def superseded_files(targets: list[Target], paths: list[Path], links: dict[Path, Links]) -> dict[Path, str]:
+    """The files found in a folder of superseded code (``superseded_folder``: `old/`, `legacy/`)
+    that no file outside such a folder imports, directly or through others: path -> the folder."""
+    named = {real_path(path) for path in paths if not path.is_dir()}  # `scan . old/train.py`: found in `.` first
+    found = {target.path: folder for target in targets if not target.explicit
+             for folder in [superseded_folder(target.path, paths)]
+             if folder is not None and real_path(target.path) not in named}
+    if not found:
+        return {}
+    by_shown = {display_path(target.path): target.path for target in targets}
+    reached = True
+    while reached:  # a file some file outside those folders imports is part of the project's runs
+        reached = False
+        for path in list(found):
+            importers = links[path].importers if path in links else ()
+            if any(by_shown.get(shown) not in found for shown in importers):
+                del found[path]
+                reached = True
+    return found
 
 
 def _one_per_place(findings: list[Finding]) -> list[Finding]:

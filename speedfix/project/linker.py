@@ -126,6 +126,9 @@ class Links:
     # layers only it imports: `("model", "Autoformer", ("Autoformer", "DLinear", ...))`: the option,
     # the entry's key and every key of its dict); empty when a script reaches it otherwise
     picked_by: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    # the scanned files that import it (as shown): whether a run reaches it (not part of the
+    # digest: nothing of the file's own analysis depends on it)
+    importers: tuple[str, ...] = ()
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -410,6 +413,11 @@ def link(
     options = _run_options(facts, prefixes)
     picked = _picked_only(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
+    importers: dict[Path, set[str]] = {}
+    for path, found in prefixes.items():
+        for target in found.values():
+            if target != path:
+                importers.setdefault(target, set()).add(show(path))
     links: dict[Path, Links] = {}
     for path, module in facts.items():
         found = dict(prefixes[path])
@@ -438,6 +446,7 @@ def link(
             options=options.get(path, ((), ()))[0],
             option_holders=options.get(path, ((), ()))[1],
             picked_by=picked.get(path, ()),
+            importers=tuple(sorted(importers.get(path, ()))),
         )
     return links
 

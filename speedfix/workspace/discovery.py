@@ -35,6 +35,27 @@ SKIPPED_DIRS = frozenset(
 )
 
 
+# Folders that hold superseded code by their name (`old/train.py` beside `train.py`): their files
+# are scanned for what other files import from them, and their own findings are left out unless
+# a file outside such a folder imports them, or they are named on the command line.
+SUPERSEDED_DIRS = frozenset(
+    {"old", "legacy", "deprecated", "archive", "archived", "obsolete", "outdated", "backup", "backups", "unused"}
+)
+
+
+def superseded_folder(path: Path, roots: list[Path]) -> str | None:
+    """The first folder below the scanned folder holding ``path`` (the deepest of ``roots``) whose
+    name says superseded code (``SUPERSEDED_DIRS``), as a relative path (`old/`), or None."""
+    holders = [root for root in roots if root.is_dir() and path.is_relative_to(root)]
+    if not holders:
+        return None
+    parts = path.relative_to(max(holders, key=lambda root: len(root.parts))).parts[:-1]
+    for index, part in enumerate(parts):
+        if part.lower() in SUPERSEDED_DIRS:
+            return "/".join(parts[: index + 1]) + "/"
+    return None
+
+
 @dataclass(frozen=True)
 class Target:
     path: Path
