@@ -226,6 +226,22 @@ class ManualAttention(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a mask made to the scores' shape between the steps: found; the fix would remove what it reads
+            """
+            import math
+            import torch
+            import torch.nn.functional as F
+
+            class Attention(torch.nn.Module):
+                def forward(self, q, k, v, lengths):
+                    w = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(q.size(-1))
+                    keys = torch.arange(w.size(-1), device=w.device).expand_as(w)
+                    w = w.masked_fill(keys >= lengths[:, None, None], float("-inf"))
+                    return torch.bmm(F.softmax(w, dim=-1), v)
+
+            model = Attention().cuda()
+            """
+        ),
         Invalid(  # attention over a feature map's pixels, output kept channels-first: `bmm(v, weights.permute(0, 2, 1))`
             """
             import torch

@@ -496,6 +496,24 @@ class CreateThenMove(Rule):
             model = Net().cuda()
             """,
         ),
+        Invalid(  # broadcast to the scores' shape on the CPU (`expand_as` reads only their shape), then copied
+            """
+            import torch
+            class Attention(torch.nn.Module):
+                def forward(self, scores, lengths):
+                    keys = torch.arange(scores.size(-1)).unsqueeze(0).expand_as(scores).to(scores.device)
+                    return scores.masked_fill(keys >= lengths[:, None], float("-inf"))
+            model = Attention().cuda()
+            """,
+            fixed="""
+            import torch
+            class Attention(torch.nn.Module):
+                def forward(self, scores, lengths):
+                    keys = torch.arange(scores.size(-1), device=scores.device).unsqueeze(0).expand_as(scores)
+                    return scores.masked_fill(keys >= lengths[:, None], float("-inf"))
+            model = Attention().cuda()
+            """,
+        ),
         Invalid(  # a diffusion model's sinusoidal embedding, computed on the CPU in a helper its forward calls
             """
             import math

@@ -516,8 +516,10 @@ class _Reader:
                 attention.problem(CONDITIONAL)  # `if mask is not None: att = att + mask`
                 continue
             value = _assigned_value(statement, name)
-            if value is None and _only_checks(statement, name):
-                attention.problem(READ_BETWEEN)  # `assert w.shape == ...`: the fix would remove what it reads
+            if value is None and (_only_checks(statement, name) or _reads_shape_only(statement, name)):
+                # `assert w.shape == ...`, a mask built to the scores' shape (`torch.arange(n).expand_as(w)`):
+                # still the attention, but the fix would remove what the statement reads
+                attention.problem(READ_BETWEEN)
                 continue
             if value is None:
                 return None  # unpacked, annotated, only read: not a step of the chain
@@ -548,6 +550,45 @@ def _assigned_value(statement: cst.BaseStatement, name: str) -> cst.BaseExpressi
         if operator is not None:
             return cst.BinaryOperation(left=small.target, operator=operator(), right=small.value)
     return None
+
+
+# Calls that take only the shape (and dtype, device) of the tensor they are given, not its values.
+_SHAPE_OF_ARGUMENT = frozenset({"expand_as", "view_as", "reshape_as"})
+_LIKE = frozenset({"ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like"})
+_SHAPE_OF_RECEIVER = frozenset({"size", "dim"})
+_METADATA = frozenset({"shape", "device", "dtype", "ndim"})
+
+
+def _reads_shape_only(statement: cst.BaseStatement, name: str) -> bool:
+    """`other = <expression>` that reads ``name`` only for its shape (or dtype, device):
+    `x.expand_as(name)`, `torch.ones_like(name)`, `name.size(-1)`, `name.shape` (a mask made to
+    the scores' shape)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if not isinstance(small, cst.Assign) or any(name in target_names(t.target) for t in small.targets):
+        return False
+    return _shape_reads(small.value, name)
+
+
+def _shape_reads(node: cst.CSTNode, name: str) -> bool:
+    """Whether every read of ``name`` in ``node`` is of its shape only."""
+    if isinstance(node, cst.Name):
+        return node.value != name
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == name:
+        return node.attr.value in _METADATA
+    if isinstance(node, cst.Call):
+        func = node.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        if method in _SHAPE_OF_RECEIVER and isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+                and func.value.value == name:
+            return all(_shape_reads(arg.value, name) for arg in node.args)
+        given = node.args[0].value if node.args else None
+        if (method in _SHAPE_OF_ARGUMENT or method in _LIKE) and isinstance(given, cst.Name) and given.value == name:
+            rest = [arg.value for arg in node.args[1:]]
+            receiver = [func.value] if method in _SHAPE_OF_ARGUMENT and isinstance(func, cst.Attribute) else []
+            return all(_shape_reads(part, name) for part in (*receiver, *rest))
+    return all(_shape_reads(child, name) for child in node.children)
 
 
 def _only_checks(statement: cst.BaseStatement, name: str) -> bool:

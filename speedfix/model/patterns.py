@@ -250,9 +250,11 @@ def _dict_of_loaders(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, d
 
 # Tensor methods that reshape, broadcast or convert a tensor where it is, before a copy: `x.view(-1,
 # 784).to(device)` still copies the batch, `torch.linspace(...).unsqueeze(1).expand(b, n).cuda()` the
-# tensor made on the CPU.
+# tensor made on the CPU. The `_as` forms take only the other tensor's shape (`type_as` takes its
+# device too: a copy itself, not listed).
 _LAYOUT_METHODS = frozenset({"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose", "expand",
-                             "repeat", "contiguous", "float", "long", "int", "half", "double", "bool"})
+                             "repeat", "contiguous", "float", "long", "int", "half", "double", "bool", "expand_as",
+                             "view_as", "reshape_as"})
 
 
 def without_layout_calls(expr: cst.BaseExpression) -> cst.BaseExpression:
