@@ -164,15 +164,15 @@ def test_syntax_error_in_a_file_without_torch_is_still_reported(run_cli, train_s
 
 
 def test_python2_files_in_a_tree_are_findings_not_errors(run_cli, train_script, write, tmp_path):
-    write("legacy/old_train.py", 'import torch\nprint "epoch", epoch\n')
-    write("legacy/tabs.py", "import torch\nif x:\n\tif y:\n        pass\n")
+    write("py2/old_train.py", 'import torch\nprint "epoch", epoch\n')
+    write("py2/tabs.py", "import torch\nif x:\n\tif y:\n        pass\n")
     write("train.py", train_script)
     result = run_cli("scan", ".", "--no-summary", "--select", "SF000", cwd=tmp_path)
     assert result.exit_code == 1 and result.stderr == ""
     assert result.stdout.splitlines() == [
-        "legacy/old_train.py:2:1: SF000 SyntaxError: Missing parentheses in call to 'print'. Did you mean print(...)?"
+        "py2/old_train.py:2:1: SF000 SyntaxError: Missing parentheses in call to 'print'. Did you mean print(...)?"
         " (impact: high)",
-        "legacy/tabs.py:4:1: SF000 TabError: inconsistent use of tabs and spaces in indentation (impact: high)",
+        "py2/tabs.py:4:1: SF000 TabError: inconsistent use of tabs and spaces in indentation (impact: high)",
     ]  # SF000 is reported whatever the selection; the selected rules found nothing else
 
 
