@@ -323,26 +323,23 @@ class HfTrainingArguments(Rule):
             import torch
             from transformers import Trainer, TrainingArguments
 
-            def main():
-                args = TrainingArguments(output_dir="out", bf16=False, optim="adamw_torch_fused",
-                                         dataloader_num_workers=4)
-                Trainer(model=model, args=args, train_dataset=ds).train()
-
             if __name__ == "__main__":
-                main()
+                args = TrainingArguments("out", bf16=False, optim="adamw_torch_fused", dataloader_num_workers=4)
+                Trainer(model=model, args=args, train_dataset=ds).train()
             """,
             fixed="""
             import torch
             from transformers import Trainer, TrainingArguments
 
-            def main():
-                torch.set_float32_matmul_precision("high")
-                args = TrainingArguments(output_dir="out", bf16=torch.cuda.is_bf16_supported(), optim="adamw_torch_fused",
-                                         dataloader_num_workers=4)
-                Trainer(model=model, args=args, train_dataset=ds).train()
-
             if __name__ == "__main__":
-                main()
+                torch.set_float32_matmul_precision("high")
+                args = TrainingArguments(
+                    "out",
+                    bf16=torch.cuda.is_bf16_supported(),
+                    optim="adamw_torch_fused",
+                    dataloader_num_workers=4,
+                )
+                Trainer(model=model, args=args, train_dataset=ds).train()
             """,
             count=2,
         ),
