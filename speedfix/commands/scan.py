@@ -467,9 +467,10 @@ def scan_paths(
 def superseded_files(targets: list[Target], paths: list[Path], links: dict[Path, Links]) -> dict[Path, str]:
     """The files found in a folder of superseded code (``superseded_folder``: `old/`, `legacy/`)
     that no file outside such a folder imports, directly or through others: path -> the folder."""
-    named = {real_path(path) for path in paths if not path.is_dir()}  # `scan . old/train.py`: found in `.` first
+    folders = [path for path in paths if path.is_dir()]
+    named = {real_path(path) for path in paths if path not in folders}  # `scan . old/train.py`: found in `.` first
     found = {target.path: folder for target in targets if not target.explicit
-             for folder in [superseded_folder(target.path, paths)]
+             for folder in [superseded_folder(target.path, folders)]
              if folder is not None and real_path(target.path) not in named}
     if not found:
         return {}

@@ -43,10 +43,10 @@ SUPERSEDED_DIRS = frozenset(
 )
 
 
-def superseded_folder(path: Path, roots: list[Path]) -> str | None:
-    """The first folder below the scanned folder holding ``path`` (the deepest of ``roots``) whose
-    name says superseded code (``SUPERSEDED_DIRS``), as a relative path (`old/`), or None."""
-    holders = [root for root in roots if root.is_dir() and path.is_relative_to(root)]
+def superseded_folder(path: Path, folders: list[Path]) -> str | None:
+    """The first folder below the scanned folder holding ``path`` (the deepest of ``folders``)
+    whose name says superseded code (``SUPERSEDED_DIRS``), as a relative path (`old/`), or None."""
+    holders = [folder for folder in folders if path.is_relative_to(folder)]
     if not holders:
         return None
     parts = path.relative_to(max(holders, key=lambda root: len(root.parts))).parts[:-1]
