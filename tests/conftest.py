@@ -29,10 +29,12 @@ sys.dont_write_bytecode = False
 # framework fixture's run took twice the wall time under load; a full run 270 s against 305 s).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# Tests that take far longer than the others (a fresh install from the wheel, then a bench suite
-# from it: most of a minute) run first: queued last, one of them kept a worker busy while the other
-# had nothing left to take (work stealing moves queued tests, not a running one).
-LONGEST_FIRST = ("test_a_fresh_install_pulls_no_torch_its_help_and_scan_work_and_the_suite_runs_from_the_wheel",)
+# Tests that take far longer than the others (a fresh install from the wheel and a bench run from
+# it; a compiled model run with and without the harness: 15-20 s each) run first: queued last, one of
+# them kept a worker busy while the other had nothing left to take (work stealing moves queued
+# tests, not a running one).
+LONGEST_FIRST = ("test_a_fresh_install_pulls_no_torch_its_help_and_scan_work_and_the_bench_runs_from_the_wheel",
+                 "test_compiled_model_has_the_same_graphs_and_breaks_with_and_without_the_harness")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -65,12 +65,14 @@ def test_wheel_maps_rules_into_the_package(wheel):
     assert bench_torch and "torch>=" in bench_torch[0] and "torch==" not in bench_torch[0]
 
 
-def test_a_fresh_install_pulls_no_torch_its_help_and_scan_work_and_the_suite_runs_from_the_wheel(wheel, tmp_path):
+def test_a_fresh_install_pulls_no_torch_its_help_and_scan_work_and_the_bench_runs_from_the_wheel(wheel, tmp_path):
     # One environment, in two stages (each venv and each install costs seconds):
     # 1. the wheel installed as a user installs it, with its core dependencies from the index: no
     #    torch and no top-level `rules` come with it, `speedfix --help` and a scan work;
-    # 2. then torch (from the test environment, through a .pth file) is added, and the bundled suite
-    #    runs from the installed wheel: no editable finder to fall back on the checkout's fixtures/.
+    # 2. then torch (from the test environment, through a .pth file) is added: the bundled suite
+    #    reads its fixtures from the installed wheel (no editable finder to fall back on the
+    #    checkout's fixtures/), and a real run goes through the harness the wheel installed. (The
+    #    suite on real runs: tests/bench/test_bench_results.py.)
     env = tmp_path / "env"
     venv.create(env, with_pip=False)
     python = env / "bin" / "python"
@@ -91,27 +93,25 @@ def test_a_fresh_install_pulls_no_torch_its_help_and_scan_work_and_the_suite_run
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     (Path(site) / "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    where = subprocess.run([str(python), "-c", "import speedfix; print(speedfix.__file__)"], capture_output=True,
-                           text=True, check=True, cwd=tmp_path).stdout
-    assert where.startswith(str(env))  # the wheel's copy, not the checkout
-    # The suite's whole path on real runs: the original, speedfix's fixes and the expert's version
-    # (one pair each), its JSON and Markdown, and the bundled fixtures left as they were.
-    bundled = Path(site) / "speedfix" / "fixtures"
-    fixtures_before = {p.name: p.read_bytes() for p in bundled.iterdir() if p.is_file()}
-    out, md = tmp_path / "suite.json", tmp_path / "suite.md"
+    listing = subprocess.run(
+        [str(python), "-c", "from speedfix.bench.suite import fixtures_dir, load_suite\n"
+         "folder = fixtures_dir()\nprint(folder)\n"
+         "for w in load_suite(folder): print(w.name, w.script, w.expert or '-')"],
+        capture_output=True, text=True, check=True, cwd=tmp_path).stdout.splitlines()
+    bundled = Path(listing[0])
+    assert bundled == Path(site) / "speedfix" / "fixtures"  # the wheel's copy, not the checkout's
+    workloads = [line.split() for line in listing[1:]]
+    assert {"lstm_forecast", "sd"} <= {name for name, _, _ in workloads}
+    assert all((bundled / script).is_file() and (expert == "-" or (bundled / expert).is_file())
+               for _, script, expert in workloads)
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nmodel = torch.nn.Linear(4, 1)\nx = torch.randn(8, 4)\nfor _ in range(10_000):\n"
+                      "    loss = model(x).pow(2).mean()\n    model.zero_grad()\n    loss.backward()\n"
+                      "    with torch.no_grad():\n        for p in model.parameters():\n            p -= 0.01 * p.grad\n")
+    out = tmp_path / "run.json"
     result = subprocess.run(
-        [str(env / "bin" / "speedfix"), "bench", "--suite", "--workload", "lstm_forecast", "--tiny", "--warmup", "2",
-         "--steps", "3", "--max-pairs", "1", "--min-pairs", "1", "--json", str(out), "--markdown", str(md)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: a check failed, not a usage error
+        [str(env / "bin" / "speedfix"), "bench", str(script), "--warmup", "2", "--steps", "3", "--warmup-s", "0",
+         "--window-s", "0", "--json", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
     data = json.loads(out.read_text())
-    assert data["size"] == "tiny"
-    (row,) = data["workloads"]
-    assert row["name"] == "lstm_forecast" and not row.get("error") and row["args"] == ["--tiny"]
-    assert row["before"] > 0 and row["after"] > 0 and row["expert"] > 0 and row["pairs"] == 1
-    assert row["speedup"]["pairs"] == 1 and row["expert_speedup"]["pairs"] == 1
-    assert row["captured"] is None  # 1 pair is too few to call the expert faster
-    assert row["fixes"] and all(code.startswith("SF") for code in row["fixes"])
-    assert row["loss_check"].startswith("ok")
-    assert f"| lstm_forecast | {', '.join(row['fixes'])} |" in md.read_text()
-    assert {p.name: p.read_bytes() for p in bundled.iterdir() if p.is_file()} == fixtures_before
+    assert data["status"] == "ok" and data["timing"]["steps_timed"] == 3

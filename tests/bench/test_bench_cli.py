@@ -1,4 +1,4 @@
-"""`speedfix bench` through typer: usage errors, one run, a comparison (the suite: test_packaging.py)."""
+"""`speedfix bench` through typer: usage errors, one run, a comparison (the suite: test_bench_results.py)."""
 
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ def test_comparison_that_breaks_the_loss_exits_1(cli_app, write_script, train_so
     assert "not proof of equal convergence" in result.output
 
 
-# The suite on real runs (the original, speedfix's fixes, the expert's version; JSON, Markdown, the
-# bundled fixtures untouched) is test_packaging.py's, from the installed wheel: each run costs seconds.
+# The suite on real runs (the original, speedfix's fixes, the expert's version, on a copy of its
+# fixtures) is test_bench_results.py's; its bundled fixtures from the installed wheel, test_packaging.py's.
 
 
 @pytest.mark.parametrize("args, moved", [

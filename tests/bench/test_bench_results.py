@@ -201,3 +201,31 @@ def test_a_runs_summary_says_where_its_wall_time_went():
     assert "startup_s" not in RunSummary.of(RunResult.from_json(NO_STEPS)).to_json()
     older = {key: value for key, value in summary.items() if key not in ("startup_s", "warmup_s")}
     assert RunSummary.from_json(older).to_json() == older
+
+
+def test_the_suite_runs_real_processes_on_a_copy_of_its_fixtures(tmp_path, fake_fixer, train_source, quick_settings):
+    # The suite's whole path on real runs, the original, speedfix's fixes and the expert's version
+    # (one pair each, after the discarded warm-up run), on a copy: the fixtures stay as they were.
+    # Tiny scripts that update by hand (no optimizer import); the bundled fixtures from the wheel:
+    # test_packaging.py.
+    from speedfix.bench.suite import run_suite
+
+    fixtures = tmp_path / "fixtures"
+    fixtures.mkdir()
+    (fixtures / "suite.toml").write_text('[[workload]]\nname = "toy"\nscript = "toy.py"\nexpert = "toy_expert.py"\n'
+                                         'tiny_args = ["--tiny"]\n')
+    (fixtures / "toy.py").write_text(train_source(in_loop="torch.cuda.empty_cache()"))
+    (fixtures / "toy_expert.py").write_text(train_source())
+    before = {path.name: path.read_bytes() for path in fixtures.iterdir()}
+    result = run_suite(fixtures=fixtures, tiny=True, console=Console(record=True),
+                       settings=quick_settings(warmup=2, steps=3, max_pairs=1, min_pairs=1),
+                       fixer=fake_fixer({"SF303": ("    torch.cuda.empty_cache()\n", "")}))
+    (row,) = result.workloads
+    assert not row.error and row.args == ["--tiny"] and row.fixes == ["SF303"] and row.pairs == 1
+    assert row.before > 0 and row.after > 0 and row.expert > 0 and row.loss_check.startswith("ok")
+    assert result.size == "tiny" and result.device == "cpu" and not result.cuda_available
+    assert {path.name: path.read_bytes() for path in fixtures.iterdir()} == before
+    from speedfix.bench import report
+
+    assert "| toy | SF303 |" in report.suite_markdown(result)  # what `--markdown` writes
+    assert same_json(SuiteResult.from_json(result.to_json()).to_json(), result.to_json())  # and `--json`
