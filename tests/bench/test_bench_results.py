@@ -223,6 +223,8 @@ def test_the_suite_runs_real_processes_on_a_copy_of_its_fixtures(tmp_path, fake_
     (row,) = result.workloads
     assert not row.error and row.args == ["--tiny"] and row.fixes == ["SF303"] and row.pairs == 1
     assert row.before > 0 and row.after > 0 and row.expert > 0 and row.loss_check.startswith("ok")
+    assert row.speedup.pairs == 1 and row.expert_speedup.pairs == 1
+    assert row.captured is None  # 1 pair is too few to call the expert faster
     assert result.size == "tiny" and result.device == "cpu" and not result.cuda_available
     assert {path.name: path.read_bytes() for path in fixtures.iterdir()} == before
     from speedfix.bench import report
