@@ -3415,6 +3415,45 @@ def test_a_config_modules_constant_is_the_loaders_setting(run_cli, tmp_path, wri
         assert lines == [], result.stdout
 
 
+@pytest.mark.parametrize("config, main_change, reported", [
+    ('cfg = {"num_workers": 0, "lr": 1e-3}', "", True),
+    ("cfg = dict(num_workers=0, lr=1e-3)", "", True),
+    ('cfg = {"num_workers": 8}', "", False),
+    ('cfg = {"num_workers": 0}\ncfg["num_workers"] = 8', "", False),  # changed where it is made
+    ('cfg = {"num_workers": 0}\ncfg.update(num_workers=8)', "", False),
+    ('cfg = {"num_workers": 0}\nif DEBUG:\n    cfg = {"num_workers": 8}', "", False),  # bound twice
+    ('cfg = {"num_workers": 0}', 'cfg["num_workers"] = 8', False),  # changed by the script that imports it
+    ('cfg = {"num_workers": 0}', "cfg.update(num_workers=8)", False),
+])
+def test_an_item_of_a_config_modules_dict_is_the_loaders_setting(run_cli, tmp_path, write, config, main_change, reported):
+    """simple_GRPO's `config.py` holds `base_config = {"model_path": ..., ...}` and the training
+    script reads `base_config["model_path"]`: the item of a dict literal that a scanned module
+    binds once, and that neither it nor the script changes, is the value."""
+    write("config.py", "DEBUG = False\n" + config + "\n")
+    write("main.py", f"""\
+        import torch
+        from config import cfg
+        from torch.utils.data import DataLoader
+        {main_change}
+
+        def main(train_set, model, optimizer):
+            for x, y in DataLoader(train_set, batch_size=8, shuffle=True, num_workers=cfg["num_workers"]):
+                loss = model(x.cuda(), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+
+        if __name__ == "__main__":
+            main(None, None, None)
+        """)
+    result = run_cli("scan", ".", "--select", "SF101", "--no-summary", "--no-cache", cwd=tmp_path)
+    lines = [line for line in result.stdout.splitlines() if "SF101" in line]
+    if reported:
+        assert len(lines) == 1 and lines[0].startswith("main.py:7:") and "resolves to 0" in lines[0], result.stdout
+    else:
+        assert lines == [], result.stdout
+
+
 def test_a_parameter_hides_the_config_modules_constant_of_its_name(run_cli, tmp_path, write):
     write("config.py", "num_workers = 0\n")
     write("main.py", """\

@@ -468,6 +468,14 @@ def imported_constant(ctx: FileContext, node: cst.BaseExpression, stack: Stack =
     if not ctx.links.modules or not isinstance(node, (cst.Name, cst.Attribute)):
         return None
     written = dotted_name(node)
+    qualified = _imported_name(ctx, written, stack)
+    shown = ctx.links.constant(qualified) if qualified is not None else None
+    return cst.parse_expression(shown) if shown else None
+
+
+def _imported_name(ctx: FileContext, written: str | None, stack: Stack) -> str | None:
+    """The qualified name of an imported name this file never assigns (nor takes as a parameter
+    of a function around ``stack``)."""
     if written is None or written in ctx.assignments:
         return None
     head = written.split(".", 1)[0]
@@ -477,14 +485,32 @@ def imported_constant(ctx: FileContext, node: cst.BaseExpression, stack: Stack =
                 param.name.value == head for param in (*function.params.params, *function.params.kwonly_params,
                                                        *function.params.posonly_params)):
             return None  # the parameter hides the imported name
-    shown = ctx.links.constant(ctx.project_name(written))
+    return ctx.project_name(written)
+
+
+# Methods that change a dict in place.
+_DICT_CHANGES = ("update", "setdefault", "pop", "popitem", "clear")
+
+
+def _imported_dict_item(ctx: FileContext, holder: cst.BaseExpression, key: str, stack: Stack) -> cst.BaseExpression | None:
+    """`base_config["model_path"]` after `from config import base_config`, where the scanned
+    `config.py` binds it once, at its top level, to a dict literal that nothing changes: the
+    constant written there for that key."""
+    name = dotted_name(holder)
+    if not ctx.links.modules or "." in key or name is None or name in ctx.item_assignments \
+            or any(dotted_name(site.node.func.value) == name  # type: ignore[attr-defined]
+                   for method in _DICT_CHANGES for site in ctx.method_calls(method)):
+        return None  # this file changes it
+    qualified = _imported_name(ctx, name, stack)
+    shown = ctx.links.constant(f"{qualified}[{key!r}]") if qualified is not None else None
     return cst.parse_expression(shown) if shown else None
 
 
 def dict_item(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
     """`config["precision"]` or `config.get("precision", "32")` where `config` holds a dict
     literal of the file (`config = {"precision": "16-mixed", ...}`, no later change of that
-    key): the value written there, else the default `.get` is given."""
+    key): the value written there, else the default `.get` is given; `config["precision"]` of
+    a dict imported from a scanned module (``_imported_dict_item``)."""
     key: cst.BaseExpression | None = None
     fallback: cst.BaseExpression | None = None
     if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
@@ -496,9 +522,10 @@ def dict_item(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.B
     else:
         return None
     name = dotted_name(holder)
-    if not isinstance(key, cst.SimpleString) or not isinstance(key.evaluated_value, str) or name is None \
-            or not isinstance(ctx.single_value(name, stack), cst.Dict):
+    if not isinstance(key, cst.SimpleString) or not isinstance(key.evaluated_value, str) or name is None:
         return None
+    if not isinstance(ctx.single_value(name, stack), cst.Dict):
+        return _imported_dict_item(ctx, holder, key.evaluated_value, stack) if fallback is None else None
     found = kwargs_value(ctx, holder, key.evaluated_value, stack)
     if found.missing:
         return fallback

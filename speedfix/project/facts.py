@@ -325,6 +325,26 @@ def _same_module(value: ast.AST, made_by: dict[str, str]) -> str | None:
     return None
 
 
+# Methods that change a dict in place.
+_DICT_CHANGES = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"})
+
+
+def _dict_items(value: ast.AST) -> dict[str, str] | None:
+    """The constant items of a dict literal (`{"model_path": "Qwen/Qwen2-7B", ...}`, `dict(lr=0.1)`) by
+    key (keys with a dot are left out: they would read as a module path); None for anything else."""
+    if isinstance(value, ast.Dict) and all(key is not None for key in value.keys):
+        pairs = [(key.value, item) for key, item in zip(value.keys, value.values)
+                 if isinstance(key, ast.Constant) and isinstance(key.value, str)]
+    elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict" and not value.args \
+            and all(keyword.arg for keyword in value.keywords):
+        pairs = [(str(keyword.arg), keyword.value) for keyword in value.keywords]
+    else:
+        return None
+    # (a config's checkpoint paths are long: `/mnt/models/Qwen/Qwen2-7B`)
+    return {key: shown for key, item in pairs if "." not in key and (shown := _Collector._constant(item, longest=160))
+            and not shown.startswith("@")}
+
+
 def _unwrap(node: ast.AST) -> ast.AST:
     """``enumerate(tqdm(loader))``, ``metric_logger.log_every(loader, ...)`` -> ``loader``."""
     while isinstance(node, ast.Call) and node.args and is_iterable_wrapper(dotted(node.func)):
@@ -466,6 +486,10 @@ class _Collector(ast.NodeVisitor):
         # module-level names bound once, outside any `if`, to a constant (`fp16 = False` in the
         # `__main__` block): name -> its repr, "" when bound otherwise too
         self.module_constants: dict[str, str] = {}
+        # module-level names bound once, outside any `if`, to a dict literal (`base_config = {"model_path":
+        # ...}`): name -> the repr of each constant item by its key; None when bound otherwise too
+        self.module_dicts: dict[str, dict[str, str] | None] = {}
+        self.changed_dicts: set[str] = set()  # `cfg["lr"] = ...`, `cfg.update(...)` anywhere in the file
         self.options: dict[str, str] = {}  # see ModuleFacts.options
         self.parsed_names: set[str] = set()  # see ModuleFacts.parsed_names
         self.parsed_into: set[tuple[str, int]] = set()  # `main(parser.parse_args())`: (function, argument index)
@@ -688,6 +712,8 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         """`model_dict[self.args.model]`, `models[args.arch]`: a dict of entries picked by an option."""
+        if isinstance(node.value, ast.Name) and not isinstance(node.ctx, ast.Load):
+            self.changed_dicts.add(node.value.id)  # `cfg["lr"] = 0.1`, `del cfg["lr"]`
         if isinstance(node.value, ast.Name) and node.value.id in self.entry_dicts:
             if isinstance(node.slice, ast.Attribute):
                 self.dispatches.add((node.slice.attr, self.entry_dicts[node.value.id], node.value.id))
@@ -733,6 +759,8 @@ class _Collector(ast.NodeVisitor):
             if function is None and not self.class_stack and isinstance(target, ast.Name):
                 shown = self._constant(value) if isinstance(value, ast.Constant) and not self.conditions else ""
                 self.module_constants[name] = shown if self.module_constants.get(name, shown) == shown else ""
+                items = _dict_items(value) if not self.conditions else None
+                self.module_dicts[name] = items if name not in self.module_dicts else None
             if function is None and not self.class_stack and "." not in name and self._mentions_cuda(value):
                 self.cuda_names.add(name)
             elif function is not None and isinstance(target, ast.Name):
@@ -839,12 +867,12 @@ class _Collector(ast.NodeVisitor):
         self.options[dest] = value if self.options.get(dest, value) == value else ""
 
     @staticmethod
-    def _constant(value: ast.expr) -> str:
+    def _constant(value: ast.expr, longest: int = 40) -> str:
         """The repr of a constant (a short one), `@workers` for an option `args.workers` (its
         argparse default is looked up once the whole file is read), "" otherwise."""
         if isinstance(value, ast.Constant):
             shown = repr(value.value)
-            return shown if len(shown) <= 40 else ""
+            return shown if len(shown) <= longest else ""
         if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
             return f"@{value.attr}"
         return ""
@@ -942,6 +970,8 @@ class _Collector(ast.NodeVisitor):
             self.parsed_into.update((node.func.id, index) for index, arg in enumerate(node.args) if _parses_options(arg))
         if self.entry_dicts:
             self._entry_dict_used(node)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _DICT_CHANGES and isinstance(node.func.value, ast.Name):
+            self.changed_dicts.add(node.func.value.id)  # `cfg.update(lr=0.1)`
         if self.function_stack:
             function = self.function_stack[-1]
             function.calls = True
@@ -1174,8 +1204,8 @@ class _Collector(ast.NodeVisitor):
             arguments_given=self._resolved(self.arguments),
             options=tuple(sorted(self.options.items())),
             parsed_names=tuple(sorted(self.parsed_names)),
-            constants=tuple(sorted((name, shown) for name, shown in self.module_constants.items()
-                                   if shown and not shown.startswith("@"))),
+            constants=tuple(sorted([*((name, shown) for name, shown in self.module_constants.items()
+                                      if shown and not shown.startswith("@")), *self._dict_constants()])),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
             constructions=tuple(sorted(self.constructions)),
@@ -1191,6 +1221,12 @@ class _Collector(ast.NodeVisitor):
             handed_functions=self._resolved([(callee, slot, name) for callee, slot, name in self.handed
                                              if name in self.functions]),
         )
+
+    def _dict_constants(self) -> Iterator[tuple[str, str]]:
+        """`base_config['model_path']` -> its repr, for the module's dicts that nothing changes."""
+        for name, items in self.module_dicts.items():
+            if items is not None and name not in self.changed_dicts:
+                yield from ((f"{name}[{key!r}]", shown) for key, shown in items.items())
 
     def _resolved(self, given: list[tuple[str, str, str]]) -> tuple[tuple[str, str, str], ...]:
         """(callee, key, value) with the callee's qualified name (project modules only), an
