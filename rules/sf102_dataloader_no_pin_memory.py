@@ -13,7 +13,7 @@ from speedfix.model.loaders import Place, evaluation_only, late_value, not_for_t
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.scale import evaluation_feed, inference_feed
 from speedfix.model.workload import Samples, training_samples
-from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
+from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader, large_model
 from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING, VALIDATION_EVERY_EPOCH
 
 
@@ -71,7 +71,8 @@ class DataloaderNoPinMemory(Rule):
     Medium: pinned memory makes the batch copies asynchronous, a real but modest gain. Low for
     an evaluation loader that is still reported (where the scan does not see the training: a
     framework's `val_dataloader()`), and for batches of token ids (a step that
-    feeds `input_ids`, a tokenizer): pinning a copy of kilobytes gains next to nothing. (A loader that keeps the GPU waiting needs
+    feeds `input_ids`, a tokenizer): pinning a copy of kilobytes gains next to nothing; low for
+    a model of a billion parameters or more, whose steps of a second or more dwarf the copy. (A loader that keeps the GPU waiting needs
     workers first: SF101, which a `speedfix bench` measurement of the data wait decides.)
 
     ## Measured effect
@@ -412,7 +413,7 @@ class DataloaderNoPinMemory(Rule):
         if samples is not None and samples[0] is Samples.TOKENS:
             small = Estimate(Impact.LOW, f"{samples[1]}: pinning a copy this small gains little")
             return evaluation_loader(self.ctx, finding) or small
-        return evaluation_loader(self.ctx, finding)
+        return evaluation_loader(self.ctx, finding) or large_model(self.ctx, Impact.LOW)
 
     def finish(self) -> None:
         if not (copies_to_device(self.ctx) or framework_uses_cuda(self.ctx)):

@@ -22,7 +22,9 @@ from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
 _FACTORIES = frozenset(
-    f"torch.{name}" for name in ("zeros", "ones", "empty", "full", "arange", "eye", "linspace", "logspace")
+    f"torch.{name}" for name in ("zeros", "ones", "empty", "full", "arange", "eye", "linspace", "logspace",
+                                 # the STFT's windows (a speech model's loss takes one every step)
+                                 "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window")
 )
 # They build the tensor in host memory and copy it whatever the device (`device=` saves no copy).
 _BUILDERS = frozenset({"torch.tensor", "torch.as_tensor"})
@@ -335,6 +337,26 @@ class CreateThenMove(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an STFT window made on the CPU and copied in every step (a speech enhancement GAN)
+            """
+            import torch
+            for noisy, clean in loader:
+                noisy, clean = noisy.cuda(), clean.cuda()
+                spec = torch.stft(noisy, 400, 100, window=torch.hamming_window(400).cuda(), return_complex=True)
+                loss = criterion(model(spec), clean)
+                loss.backward()
+                opt.step()
+            """,
+            fixed="""
+            import torch
+            for noisy, clean in loader:
+                noisy, clean = noisy.cuda(), clean.cuda()
+                spec = torch.stft(noisy, 400, 100, window=torch.hamming_window(400, device="cuda"), return_complex=True)
+                loss = criterion(model(spec), clean)
+                loss.backward()
+                opt.step()
+            """,
+        ),
         Invalid(  # constant targets joined on the CPU from two factories every epoch, then copied
             """
             import torch

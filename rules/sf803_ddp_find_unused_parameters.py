@@ -4,6 +4,7 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.flow import in_no_run
+from speedfix.model.networks import may_train
 from speedfix.model.torch_api import DDP_SETTINGS
 
 
@@ -22,7 +23,8 @@ class DdpFindUnusedParameters(Rule):
     autograd graph every iteration, which can adversely affect performance." It is only needed
     when some parameters really go unused in a step (conditional branches, frozen heads).
 
-    Not where no run builds the wrapper: behind `if distributed:` with `distributed = False` set
+    Not in a script that does not train (an evaluation that spreads its batches over the GPUs
+    with Accelerate), nor where no run builds the wrapper: behind `if distributed:` with `distributed = False` set
     in the script, or an option off by default that no launch command of the project passes.
 
     ## Example
@@ -83,12 +85,24 @@ class DdpFindUnusedParameters(Rule):
             model = DDP(model, device_ids=[rank], find_unused_parameters=args.find_unused)
             """
         ),
+        Valid(  # an evaluation script: without a backward pass DDP looks for no unused parameter
+            """
+            import torch
+            from accelerate import Accelerator, DistributedDataParallelKwargs
+            accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+            model = accelerator.prepare(model)
+            with torch.no_grad():
+                for batch in loader:
+                    save(model.generate(**batch))
+            """
+        ),
     ]
     INVALID = [
         Invalid(
             """
             import torch
             model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank], find_unused_parameters=True)
+            optimizer = torch.optim.AdamW(model.parameters())
             """
         ),
         Invalid(  # through a kwargs dict
@@ -96,6 +110,8 @@ class DdpFindUnusedParameters(Rule):
             from torch.nn.parallel import DistributedDataParallel as DDP
             ddp_kwargs = {"device_ids": [rank], "find_unused_parameters": True}
             model = DDP(model, **ddp_kwargs)
+            loss = model(batch).sum()
+            loss.backward()
             """
         ),
         Invalid(  # Accelerate hands it to the DDP wrapper it makes in `prepare`
@@ -103,11 +119,17 @@ class DdpFindUnusedParameters(Rule):
             from accelerate import Accelerator, DistributedDataParallelKwargs
             ddp_kwargs = DistributedDataParallelKwargs(find_unused_parameters=True)
             accelerator = Accelerator(kwargs_handlers=[ddp_kwargs])
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
             """
         ),
     ]
 
     def finish(self) -> None:
+        if not may_train(self.ctx):
+            return  # an evaluation script sets it too; DDP looks for unused parameters only for a backward pass
         for site in self.ctx.calls_to(*DDP_SETTINGS):
             flag = find_argument(self.ctx, site, "find_unused_parameters")
             if literal_bool(self.ctx, flag.node, site.stack) and not in_no_run(self.ctx, site.statement, site.stack):

@@ -11,7 +11,8 @@ from speedfix.model.arguments import ArgValue, find_argument, literal_bool, lite
 from speedfix.model.config_files import builds_conv2d, classes_build_conv2d
 from speedfix.model.config_tree import Node
 from speedfix.model.context import FileContext
-from speedfix.model.frameworks import (FP32_PRECISIONS, LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE, fabric_setups,
+from speedfix.model.frameworks import (FP32_PRECISIONS, LIGHTNING_FABRIC, LIGHTNING_TRAINER, SET_ELSEWHERE,
+                                       evaluation_only_trainer, fabric_setups,
                                        fitted_classes, in_lightning_method, lightning_on_gpu, lightning_precision,
                                        trainer_fits)
 from speedfix.model.hydra_config import config_of
@@ -89,8 +90,12 @@ class LightningTrainerConfig(Rule):
 
     A `Trainer` is GPU code unless its `accelerator` is a known non-GPU one ("cpu", "tpu",
     "mps", ...): the default, "auto", picks the GPU whenever there is one, and so does
-    `accelerator="gpu" if torch.cuda.is_available() else "cpu"`. An `accelerator` or
-    `precision` speedfix cannot know (`args.accelerator` without a default) means silence.
+    `accelerator="gpu" if torch.cuda.is_available() else "cpu"`. A Lightning 1.x Trainer given
+    `gpus` trains on the GPU when the count is not 0 (`gpus=torch.cuda.device_count()`, its
+    `accelerator="ddp" if device_num > 1 else None` being the distributed backend), and its fix
+    writes 1.x's `"bf16"`. An `accelerator` or
+    `precision` speedfix cannot know (`args.accelerator` without a default) means silence. A
+    Trainer that its function only tests, validates or predicts with is left alone.
     `detect_anomaly=True` is SF603's. Lightning moves the batches of the loaders a module or data
     module returns to the GPU itself, so no `.to("cuda")` is needed for a script to be GPU code.
 
@@ -163,6 +168,15 @@ class LightningTrainerConfig(Rule):
     effect = "bf16 autocast on tensor cores: up to 3x; TF32 for what stays fp32."
 
     VALID = [
+        Valid(  # a Trainer that only tests a checkpoint: nothing trains
+            """
+            import pytorch_lightning as pl
+
+            def evaluate(model, data):
+                trainer = pl.Trainer(accelerator="gpu", devices=1)
+                trainer.test(model, datamodule=data)
+            """
+        ),
         Valid(  # FSDP2's bf16 policy sets the precision; the Trainer's stays at its default
             """
             import torch
@@ -542,6 +556,34 @@ class LightningTrainerConfig(Rule):
                 trainer = Trainer.from_argparse_args(args)
             """,
         ),
+        Invalid(  # Lightning 1.x: the machine's GPUs, with the distributed backend in `accelerator` (HTS-AT)
+            """
+            import torch
+            import pytorch_lightning as pl
+
+            def main(model, data):
+                torch.set_float32_matmul_precision("high")
+                device_num = torch.cuda.device_count()
+                trainer = pl.Trainer(gpus=device_num, accelerator="ddp" if device_num > 1 else None, max_epochs=100)
+                trainer.fit(model, data)
+            """,
+            fixed="""
+            import torch
+            import pytorch_lightning as pl
+
+            def main(model, data):
+                torch.set_float32_matmul_precision("high")
+                device_num = torch.cuda.device_count()
+                trainer = pl.Trainer(
+                    gpus=device_num,
+                    accelerator="ddp" if device_num > 1 else None,
+                    max_epochs=100,
+                    precision="bf16",
+                )
+                trainer.fit(model, data)
+            """,
+            count=2,  # and the compile note
+        ),
         Invalid(  # Lightning 1.x runs 16-bit AMP only on CUDA: `precision=16` makes this GPU code
             """
             import argparse
@@ -658,6 +700,8 @@ class LightningTrainerConfig(Rule):
         self._check_fabric_compile()
 
     def _check_trainer(self, site: CallSite) -> None:
+        if evaluation_only_trainer(self.ctx, site):
+            return  # it never trains
         if lightning_on_gpu(self.ctx, site):
             self._on_gpu = True
             if self._check_precision(site):
@@ -773,7 +817,8 @@ class LightningTrainerConfig(Rule):
         if value in FP32_PRECISIONS:
             if lightning_module_in_sixteen_bit(self.ctx):
                 return False  # the module's weights are 16-bit already: no fp32 matmuls for bf16 or TF32 to speed up
-            written = '`precision` defaults to "32-true"' if precision.missing else f"`precision={_shown(value)}`"
+            default = '"32"' if self._lightning_1x(site) else '"32-true"'
+            written = f"`precision` defaults to {default}" if precision.missing else f"`precision={_shown(value)}`"
             self.report(
                 precision.arg or site.node,
                 f"`{what}` trains in fp32 ({written}): bf16 mixed precision runs on the tensor cores",
@@ -785,23 +830,28 @@ class LightningTrainerConfig(Rule):
             self.report(
                 precision.arg or site.node,
                 "fp16 mixed precision scales the loss and checks every gradient for inf each step; "
-                f"bf16 (`precision=\"{self._bf16()}\"`) needs neither on Ampere and newer GPUs",
+                f"bf16 (`precision=\"{self._bf16(site)}\"`) needs neither on Ampere and newer GPUs",
                 severity=Severity.INFO,
                 fix_ops=self._set_precision(site, precision),
                 no_fix_reason=SET_ELSEWHERE,
             )
         return False
 
-    def _bf16(self) -> str:
-        """Lightning's name for bf16 mixed precision in the Lightning the project pins."""
-        return "bf16" if lightning_before_2(self.ctx.project) else "bf16-mixed"
+    def _bf16(self, site: CallSite | None = None) -> str:
+        """Lightning's name for bf16 mixed precision in the Lightning the project pins (or that
+        the Trainer's settings show)."""
+        return "bf16" if lightning_before_2(self.ctx.project) or self._lightning_1x(site) else "bf16-mixed"
+
+    def _lightning_1x(self, site: CallSite | None) -> bool:
+        """A Trainer given `gpus`, a setting Lightning 2.0 removed."""
+        return site is not None and not find_argument(self.ctx, site, "gpus").missing
 
     def _set_precision(self, site: CallSite, precision: ArgValue) -> list[FixOp] | None:
         original = precision.arg
         if original is not None and isinstance(original.value, cst.SimpleString):
-            value: cst.BaseExpression = same_quotes(original.value, self._bf16())
+            value: cst.BaseExpression = same_quotes(original.value, self._bf16(site))
         else:
-            value = cst.parse_expression(string_literal(self.ctx, self._bf16()))
+            value = cst.parse_expression(string_literal(self.ctx, self._bf16(site)))
         if precision.missing:
             return [self._append(site, keyword_arg("precision", value))]
         if original is None or not isinstance(original.value, (cst.Integer, cst.SimpleString)):

@@ -98,6 +98,16 @@ def test_compile_is_worth_less_for_a_billion_parameter_model(run_cli, write, tmp
     assert "matmuls" in compile_note["impact_reason"]
 
 
+def test_an_unpinned_loader_is_worth_little_to_a_billion_parameter_model(run_cli, write, tmp_path):
+    """A copy of a batch is a small share of the step of a large model (seconds)."""
+    unpinned = LOOP.replace(", pin_memory=True", "").replace("SYNCS", "pass")
+    assert _one(_scan(run_cli, write, tmp_path, "plain.py", unpinned), "SF102")["impact"] == "medium"
+    large = unpinned.replace("from mylib import build_model\n", "from transformers import AutoModelForCausalLM\n").replace(
+        "build_model()", 'AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf")')
+    pin = _one(_scan(run_cli, write, tmp_path, "large.py", large), "SF102")
+    assert pin["impact"] == "low" and pin["impact_reason"].startswith("a large model (about 7.0B parameters)")
+
+
 def test_values_read_one_after_another_wait_once(run_cli, write, tmp_path):
     """After the first read the GPU has nothing queued: reading the other losses it already
     computed, statement after statement, adds no wait (a detector's or SAM's loss meters)."""

@@ -61,6 +61,10 @@ GPU_MARKERS = (b"Trainer", b"TrainingArguments", b"Accelerator", b"Fabric", b"Li
 SET_ELSEWHERE = "the value is set outside the call (a constant or an argparse default)"
 # Lightning accelerators that are certainly not a CUDA GPU.
 NOT_CUDA = frozenset({"cpu", "tpu", "mps", "hpu", "ipu", "xla"})
+# Lightning 1.x took the distributed backend as `accelerator` (`--accelerator ddp` with `--gpus 4`):
+# the devices are then whatever `gpus` says.
+LEGACY_STRATEGIES = frozenset({"dp", "ddp", "ddp2", "ddp_spawn", "horovod", "ddp_sharded", "ddp_sharded_spawn",
+                               "deepspeed", "fsdp"})
 
 
 FP32_PRECISIONS = frozenset({"32", "32-true"})
@@ -100,6 +104,9 @@ def lightning_on_gpu(ctx: FileContext, site: CallSite) -> bool:
     itself (`"gpu" if torch.cuda.is_available() else "cpu"`) is its first value.
     """
     accelerator = find_argument(ctx, site, "accelerator")
+    gpus = find_argument(ctx, site, "gpus")
+    if not gpus.missing and (accelerator.missing or _strategy_only(ctx, accelerator.node, site.stack)):
+        return _some_gpus(ctx, gpus.node, site.stack)  # Lightning 1.x: `gpus=device_num, accelerator="ddp"`
     if accelerator.missing:
         return True
     node = accelerator.node
@@ -107,6 +114,35 @@ def lightning_on_gpu(ctx: FileContext, site: CallSite) -> bool:
         node = node.body
     value = string_value(ctx, node, site.stack)
     return value is not None and value.lower() not in NOT_CUDA
+
+
+def _strategy_only(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool:
+    """A Lightning 1.x `accelerator` that names a distributed backend, or nothing, whichever way
+    it is chosen (`"ddp" if device_num > 1 else None`): it says nothing of the device."""
+    choices = [node.body, node.orelse] if isinstance(node, cst.IfExp) else [node]
+    for choice in choices:
+        if isinstance(choice, cst.Name) and choice.value == "None":
+            continue
+        value = string_value(ctx, choice, stack)
+        if value is None or value.lower() not in LEGACY_STRATEGIES:
+            return False
+    return True
+
+
+def _some_gpus(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool:
+    """Does a Lightning 1.x `gpus` setting take GPUs: a count other than 0 (-1: all of them),
+    `"0,1"`, or the machine's own count (`torch.cuda.device_count()`, directly or through a name)?"""
+    if isinstance(node, cst.IfExp) and taken_on_a_gpu(ctx, node.test, stack):
+        node = node.body
+    if isinstance(node, cst.Name):
+        node = ctx.single_value(node.value, stack) or node
+    if isinstance(node, cst.Call) and ctx.qualname(node.func) == "torch.cuda.device_count":
+        return True
+    count = literal_int(ctx, node, stack)
+    if count is not None:
+        return count != 0
+    listed = string_value(ctx, node, stack)
+    return listed is not None and listed.strip() not in ("", "0")
 
 
 def hf_args_on_gpu(ctx: FileContext, site: CallSite) -> bool:
@@ -273,6 +309,27 @@ def lightning_iterates_per_epoch(ctx: FileContext, site: CallSite) -> bool:
 def lightning_fits(ctx: FileContext) -> bool:
     """Does the file train through Lightning: a `Trainer` and a `.fit(...)` call?"""
     return bool(ctx.calls_to(*LIGHTNING_TRAINER)) and any(True for _ in ctx.method_calls("fit"))
+
+
+# What a Trainer does besides training.
+_EVALUATION_CALLS = ("test", "validate", "predict")
+
+
+def evaluation_only_trainer(ctx: FileContext, site: CallSite) -> bool:
+    """A Lightning `trainer = Trainer(...)` that its function (or the module) only tests,
+    validates or predicts with (HTS-AT's `test` and `esm_test` modes): every use of the name is
+    such a call; none fits, hands the Trainer on or returns it."""
+    name = assigned_name(site)
+    if name is None or "." in name:
+        return False
+    scope = function_of(site.stack) or ctx.module
+    evaluations = sum(1 for method in _EVALUATION_CALLS for call in ctx.method_calls(method)
+                      if isinstance(call.node.func, cst.Attribute) and isinstance(call.node.func.value, cst.Name)
+                      and call.node.func.value.value == name and (function_of(call.stack) or ctx.module) is scope)
+    if not evaluations:
+        return False
+    uses = sum(1 for node in walk_expression(scope) if isinstance(node, cst.Name) and node.value == name)
+    return uses == evaluations + 1  # the assignment, and the evaluation calls
 
 
 def trainer_fits(ctx: FileContext) -> list[CallSite]:

@@ -34,7 +34,7 @@ from speedfix.model.arguments import UNKNOWN_VALUE, find_argument, item_key, kno
 from speedfix.model.config_files import run_configs
 from speedfix.model.config_tree import ConfigError, Node, is_interpolation, load
 from speedfix.model.context import FileContext
-from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
+from speedfix.model.frameworks import LEGACY_STRATEGIES, LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.hydra_config import Composed, config_of, group_options
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import loaded_node, section_keys
@@ -46,10 +46,6 @@ from speedfix.syntax.nodes import code_of
 
 UNKNOWN: Any = object()
 _GPU_ACCELERATORS = frozenset({"gpu", "cuda", "auto"})
-# Lightning 1.x took the distributed backend as `accelerator` (`--accelerator ddp` with `--gpus 4`):
-# the devices are then whatever `gpus` says.
-_LEGACY_STRATEGIES = frozenset({"dp", "ddp", "ddp2", "ddp_spawn", "horovod", "ddp_sharded", "ddp_sharded_spawn",
-                                "deepspeed", "fsdp"})
 _FROM_ARGPARSE = tuple(f"{name}.from_argparse_args" for name in LIGHTNING_TRAINER)
 _YAML_LOADS = ("omegaconf.OmegaConf.load", "yaml.safe_load", "yaml.load", "yaml.full_load")
 
@@ -92,7 +88,7 @@ class ConfiguredTrainer:
         if self.lightning_1x:  # 1.x trains on the CPU unless told `gpus`/`accelerator`
             gpus = self.get("gpus") or self.get("devices")
             if accelerator is not None and isinstance(accelerator.value, str) \
-                    and accelerator.value.lower() not in _LEGACY_STRATEGIES:
+                    and accelerator.value.lower() not in LEGACY_STRATEGIES:
                 return accelerator.value.lower() in _GPU_ACCELERATORS and gpus is not None
             if gpus is None and accelerator is None:  # 1.x runs 16-bit AMP on CUDA only: `precision=16` is GPU code
                 precision = self.get("precision")
