@@ -165,7 +165,10 @@ class HfTrainingArguments(Rule):
     impact, and the precision is the largest gap. That second finding (the only one when bf16 or
     fp16 is chosen) is medium, low when each
     setting in it is small: the fused optimizer, pinned memory, or workers for batches of token
-    ids tokenized ahead (a worker would only index and pad them, as SF101 says).
+    ids tokenized ahead (a worker would only index and pad them, as SF101 says), and low for a
+    model of a billion parameters or more (its checkpoint's name in the script, the field default
+    of the arguments dataclass, or the launch commands): next to steps of seconds, a batch
+    collated in the main process and a compile of large matmuls are worth little.
 
     ## Measured effect
     Mixed precision and TF32: "up to 3x" training throughput; gradient checkpointing "slows
@@ -508,6 +511,8 @@ class HfTrainingArguments(Rule):
         _, bundle, listed = finding.message.partition(_DEFAULTS_WORDS)
         if _NO_WORKERS in finding.message:  # written out, as much as left at its default
             return self._beside_fp32("`dataloader_num_workers`", fp32=False)
+        if bundle and not any(precision in listed for precision in ("fp32", "`fp16=True`")):
+            return self._beside_fp32(listed, fp32=False)  # the smaller settings, weighed together
         return by_message(finding, (
             ("fp32", Impact.HIGH, "fp32 training"),
             ("`fp16=True`", Impact.MEDIUM, "fp16 already runs on the tensor cores; bf16 saves the loss scaling"),
@@ -570,6 +575,9 @@ class HfTrainingArguments(Rule):
         when each is small (the fused optimizer, workers that would only index and pad token ids
         tokenized ahead)."""
         beside = "beside fp32" if fp32 else "beside the precision"
+        large = large_model(self.ctx, Impact.LOW)
+        if large is not None:  # a step of seconds: a compile of its large matmuls, a batch collated, little
+            return Estimate(Impact.LOW, f"the smaller settings {beside}: {large.reason}")
         tokens = tokenized_ahead(self.ctx)
         parts = [part for part in _PARTS.split(listed) if part]
         idle_workers = [part for part in parts if tokens is not None and "dataloader_num_workers" in part]

@@ -108,6 +108,40 @@ def test_an_unpinned_loader_is_worth_little_to_a_billion_parameter_model(run_cli
     assert pin["impact"] == "low" and pin["impact_reason"].startswith("a large model (about 7.0B parameters)")
 
 
+REWARD_MODEL = """\
+from dataclasses import dataclass, field
+import torch
+from transformers import AutoModelForSequenceClassification, HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class ScriptArguments:
+    model_name: str = field(default="meta-llama/Meta-Llama-3-8B-Instruct")
+
+
+script_args = HfArgumentParser(ScriptArguments).parse_args_into_dataclasses()[0]
+model = AutoModelForSequenceClassification.from_pretrained(script_args.model_name, num_labels=1, torch_dtype=torch.bfloat16)
+args = TrainingArguments(output_dir="out", bf16=True, per_device_train_batch_size=1)
+Trainer(model=model, args=args, train_dataset=train_set).train()
+"""
+
+
+def test_the_settings_beside_the_precision_are_worth_little_to_a_billion_parameter_model(run_cli, write, tmp_path):
+    """RLHFlow's reward models: the checkpoint is a field default of the script's own dataclass
+    (`parse_args_into_dataclasses()[0]`); the workers and compile left at their defaults are small
+    next to steps of seconds. Launch commands that name it decide, a shell variable set nowhere
+    in them (DeepSeek-Coder's README sets `MODEL` and passes `$MODEL_PATH`) passed over."""
+    bundle = _one(_scan(run_cli, write, tmp_path, "rm.py", REWARD_MODEL), "SF902")
+    assert "`torch_compile`" in bundle["message"] and bundle["impact"] == "low", bundle
+    assert "a large model (about 8.0B parameters)" in bundle["impact_reason"]
+    write("README.md", '```bash\nMODEL="org/model-7b"\naccelerate launch rm.py --model_name $MODEL\n```\n\n'
+                       '```bash\naccelerate launch rm.py --model_name $MODEL_PATH\n```\n')
+    bundle = _one(_json(run_cli, "rm.py", cwd=tmp_path), "SF902")
+    assert bundle["impact"] == "low" and "about 7.0B" in bundle["impact_reason"], bundle
+    write("README.md", "```bash\naccelerate launch rm.py --model_name <your_model>\n```\n")
+    assert _one(_json(run_cli, "rm.py", cwd=tmp_path), "SF902")["impact"] == "medium"
+
+
 def test_values_read_one_after_another_wait_once(run_cli, write, tmp_path):
     """After the first read the GPU has nothing queued: reading the other losses it already
     computed, statement after statement, adds no wait (a detector's or SAM's loss meters)."""

@@ -676,22 +676,31 @@ def _dataclass_parse(value: cst.BaseExpression) -> bool:
 def _parsed_class(ctx: FileContext, name: str, stack: Stack) -> str | None:
     """`model_args, training_args = parser.parse_args_into_dataclasses()` with `parser =
     HfArgumentParser((ModelArguments, TrainingArguments))`: the class whose fields fill the
-    name's place (`training_args`: `TrainingArguments`)."""
+    name's place (`training_args`: `TrainingArguments`); also `script_args =
+    HfArgumentParser(ScriptArguments).parse_args_into_dataclasses()[0]`."""
     found = ctx.assignments_in_scope(name, stack)
-    if len(found) != 1 or not found[0].unpacked or found[0].position is None:
+    if len(found) != 1:
         return None
-    parse = found[0].value
-    if not isinstance(parse, cst.Call) or not isinstance(parse.func, cst.Attribute) or not _dataclass_parse(parse):
+    parse, position = found[0].value, found[0].position
+    if not found[0].unpacked:  # `script_args = parser.parse_args_into_dataclasses()[0]`
+        index = parse.slice[0].slice if isinstance(parse, cst.Subscript) and len(parse.slice) == 1 else None
+        if not isinstance(index, cst.Index) or not isinstance(index.value, cst.Integer):
+            return None
+        parse, position = parse.value, int(index.value.value)  # type: ignore[union-attr]
+    if position is None or not isinstance(parse, cst.Call) or not isinstance(parse.func, cst.Attribute) \
+            or not _dataclass_parse(parse):
         return None
     parser = parse.func.value
     if isinstance(parser, cst.Name):
         parser = ctx.single_value(parser.value, found[0].stack)
-    if not isinstance(parser, cst.Call) or not parser.args or not isinstance(parser.args[0].value, (cst.Tuple, cst.List)):
+    if not isinstance(parser, cst.Call) or not parser.args:
         return None
-    classes = parser.args[0].value.elements
-    if found[0].position >= len(classes) or any(isinstance(element, cst.StarredElement) for element in classes):
+    given = parser.args[0].value  # `HfArgumentParser((ModelArguments, TrainingArguments))`, or one class
+    classes = [element.value for element in given.elements] if isinstance(given, (cst.Tuple, cst.List)) else [given]
+    if position >= len(classes) or isinstance(given, (cst.Tuple, cst.List)) and any(
+            isinstance(element, cst.StarredElement) for element in given.elements):
         return None
-    return dotted_name(classes[found[0].position].value)
+    return dotted_name(classes[position])
 
 
 def literal_bool(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool | None:

@@ -26,6 +26,7 @@ from speedfix.model.flow import off_by_default, reached_by_command
 from speedfix.model.index import CallSite
 from speedfix.model import launch
 from speedfix.model.launch import Launch
+from speedfix.model.project_files import Location
 from speedfix.project.steps import makes_adapters
 
 _SIZE_IN_NAME = re.compile(r"[-_/](\d+(?:\.\d+)?)([mb])(?![a-z])", re.IGNORECASE)
@@ -134,10 +135,23 @@ def _checkpoint_size(ctx: FileContext, site: CallSite) -> int | None:
     node = site.node.args[0].value
     name = string_value(ctx, node, site.stack)
     if isinstance(node, cst.Attribute):  # `model_args.model_name_or_path`: a run command may name another
-        passed = launch.option(ctx, node.attr.value, node.attr.value.replace("_", "-"))
+        options = (node.attr.value, node.attr.value.replace("_", "-"))
+        passed = launch.option(ctx, *options)
+        if passed.state is launch.State.MIXED:
+            return _smallest_named(name, launch.per_command(ctx, *options))
         if passed.state is not launch.State.MISSING:
             name = str(passed.value) if passed.known else None
     return size_in_name(name) if name is not None else None
+
+
+def _smallest_named(default: str | None, given: list[tuple[object, Location | None] | None]) -> int | None:
+    """The smallest checkpoint the launch commands name (the option's default where a command
+    leaves it out), passing over a command whose value is a shell variable set nowhere (DeepSeek-
+    Coder's README sets `MODEL` and passes `$MODEL_PATH`); None when any named one's size is
+    unknown, or none is known."""
+    names = [default if value is None else value[0] for value in given]
+    sizes = [size_in_name(name) for name in names if isinstance(name, str)]
+    return min(sizes) if sizes and None not in sizes else None  # type: ignore[type-var]
 
 
 def checkpoints_per_run(ctx: FileContext) -> list[str]:
