@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import libcst as cst
 
 from speedfix.engine.findings import Applicability, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
@@ -8,7 +9,7 @@ from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.flow import default_choice, off_by_default
 from speedfix.model.frameworks import fabric_in_fp32
 from speedfix.model.patterns import matmul_precision_choices, tf32_switched_off
-from speedfix.model.tf32 import loop_gains_from_tf32
+from speedfix.model.tf32 import loop_gains_from_tf32, training_steps
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, tf32_gain
 from speedfix.rules._examples import DQN_BETWEEN_ENV_STEPS, NARROW_MLP, TOY_MLP
@@ -18,7 +19,9 @@ from speedfix.syntax.nodes import code_of
 class Tf32Disabled(Rule):
     """
     ## What it does
-    Finds CUDA training in fp32 that never enables TensorFloat-32 for matrix multiplications.
+    Finds CUDA training in fp32 that never enables TensorFloat-32 for matrix multiplications:
+    in the file's training loop, or, in a file without one, in a method that takes a whole step
+    (a backward pass of a loss it computes, and an optimizer step) for another file's loop.
     A script that uses autocast or mentions a 16-bit dtype anywhere (`model.half()`, an FSDP
     `MixedPrecisionPolicy(param_dtype=torch.bfloat16)`, Lightning's `"bf16-mixed"`) is treated as
     already choosing its precision, as is a DeepSpeed engine whose config enables fp16 or bf16 or
@@ -120,6 +123,19 @@ class Tf32Disabled(Rule):
     effect = "fp32 matmuls on tensor cores: about 7x for a large A100 matmul."
 
     VALID = [
+        Valid(  # a library's engine wrapper: the loss is the caller's, and so is the training
+            """
+            import torch
+
+            class EngineWrapper:
+                def __init__(self, engine):
+                    self.engine = engine.cuda()
+
+                def backward(self, loss):
+                    self.engine.backward(loss)
+                    self.engine.step()
+            """
+        ),
         Valid(  # a project's accelerator built from its hydra config prepares the model and runs the backward
                 # pass: the config (PickScore's `accelerator.mixed_precision: BF16`) decides the precision
             """
@@ -276,6 +292,24 @@ class Tf32Disabled(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a trainer's step method, called once per batch by the loop of another file (Graph-WaveNet)
+            """
+            import torch
+            import torch.nn as nn
+
+            class Trainer:
+                def __init__(self):
+                    self.model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)).cuda()
+                    self.optimizer = torch.optim.Adam(self.model.parameters())
+
+                def train(self, x, y):
+                    self.optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(self.model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+                    return loss.detach()
+            """,
+        ),
         Invalid(  # TF32 switched off on purpose (NVlabs' EDM): reported on that line, no fix
             """
             import torch
@@ -503,13 +537,14 @@ class Tf32Disabled(Rule):
         chosen, gate = default_choice(ctx, choices)
         if chosen:
             return
-        node = next(loop for loop in ctx.loops if loop in ctx.step_loops)  # the first, in source order
+        node = training_steps(ctx)[0]  # the first step loop, in source order (or step method)
         high = string_literal(ctx, "high")
         opt_ins = [stack for statement, stack in choices if off_by_default(ctx, statement, stack)]
         ops, reason = setting_at_entry_point(
             ctx, "torch.set_float32_matmul_precision", lambda call: f"{call}({high})", opt_ins
         )
-        message = "fp32 matmuls in this training loop run without TF32 tensor cores"
+        where = "training step" if isinstance(node, cst.FunctionDef) else "training loop"
+        message = f"fp32 matmuls in this {where} run without TF32 tensor cores"
         if gate is not None:
             message += f": the script sets the precision only when `{gate}`, which is off by default"
         self.report(node, message, fix_ops=ops, no_fix_reason=reason)

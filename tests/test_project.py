@@ -1014,6 +1014,21 @@ def test_cuda_as_a_parameter_default_reaches_the_imported_model_file(tmp_path):
 
 
 
+@pytest.mark.parametrize("device, on_cuda", [("'cuda' if opt['gpu_ids'] is not None else 'cpu'", True), ("'cpu'", False)])
+def test_a_base_class_of_another_file_that_copies_to_a_cuda_device_makes_its_subclass_cuda_code(tmp_path, device, on_cuda):
+    """SR3: `class DDPM(BaseModel)` moves its network and batches with the inherited
+    `set_device(x)` (`x.to(self.device)`), the device `cuda` when GPUs are configured."""
+    files = {
+        tmp_path / "base_model.py": f"import torch\nclass BaseModel:\n    def __init__(self, opt):\n"
+                                    f"        self.device = torch.device({device})\n"
+                                    "    def set_device(self, x):\n        return x.to(self.device)\n",
+        tmp_path / "model.py": "from base_model import BaseModel\nclass DDPM(BaseModel):\n    def __init__(self, opt, net):\n"
+                               "        super().__init__(opt)\n        self.net = self.set_device(net)\n",
+    }
+    links = link({path: extract_facts(code) for path, code in files.items()}, [tmp_path], lambda path: path.name)
+    assert links[tmp_path / "model.py"].cuda == ("`BaseModel` from base_model.py copies to a CUDA device" if on_cuda else None)
+
+
 def test_links_do_not_depend_on_the_order_files_are_found(tmp_path):
     """Two CUDA scripts import one model file: the reason it runs on CUDA, part of its cache key,
     must name the same importer however the files were listed."""

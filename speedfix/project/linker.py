@@ -563,7 +563,16 @@ def _direct_cuda(path: Path, module: ModuleFacts, found: dict[str, Path], facts:
         function = other.functions.get(name)
         if function is not None and (function.cuda or other.cuda) and (function.trains or function.steps):
             return f"`{name}` from {show(target)} trains on CUDA"  # TD3's agent class: its `train()` steps
+        if other.cuda and _moving_class(other, name):
+            return f"`{name}` from {show(target)} copies to a CUDA device"  # SR3's `BaseModel.set_device`
     return None
+
+
+def _moving_class(module: ModuleFacts, name: str) -> bool:
+    """Is ``name`` a class of ``module`` with a method that copies to a device (SR3's `BaseModel`,
+    whose `set_device(x)` is `x.to(self.device)`, the device `cuda` when GPUs are configured)?"""
+    prefix = name + "."
+    return any(method.moves for qualified, method in module.functions.items() if qualified.startswith(prefix))
 
 
 def _star_cuda(path: Path, prefixes: dict[Path, dict[str, Path]], facts: dict[Path, ModuleFacts],
