@@ -2237,6 +2237,39 @@ def test_the_loader_a_factory_builds_when_its_training_flag_is_off_feeds_evaluat
     ], result.stdout
 
 
+@pytest.mark.parametrize("test, reported", [
+    ('if phase == "train":\n        ...\n    elif phase == "val":', False),  # SR3's create_dataloader
+    ('if phase in ("val", "test"):', False),
+    ('if phase != "train":', False),
+    ('if phase == "train":\n        ...\n    else:', False),
+    ('if phase == "train":', True),  # the training loader
+])
+def test_the_loader_a_factory_builds_for_an_evaluation_phase_feeds_evaluation(run_cli, tmp_path, write, test, reported):
+    write("data.py", f"""\
+import torch
+
+def create_dataloader(dataset, phase):
+    {test}
+        return torch.utils.data.DataLoader(dataset, batch_size=1, shuffle=False, num_workers=1)
+""")
+    write("train.py", """\
+import torch
+from data import create_dataloader
+
+def main(model, optimizer, datasets):
+    for phase, dataset in datasets.items():  # (SR3: the phases of the run config)
+        loader = create_dataloader(dataset, phase)
+    for epoch in range(10):
+        for (x,) in loader:
+            model(x.cuda()).sum().backward()
+            optimizer.step()
+
+main(None, None, {})
+""")
+    result = run_cli("scan", ".", "--select", "SF101", "--no-summary", cwd=tmp_path)
+    assert ("SF101" in result.stdout) is reported, result.stdout
+
+
 _TRAIN_LOOP = """\
     def train_loop(model, optimizer, train_set, epochs):
         for epoch in range(epochs):

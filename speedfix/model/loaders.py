@@ -599,7 +599,34 @@ def in_evaluation_branch(ctx: FileContext, site: CallSite) -> bool:
             test, wanted = test.expression, not wanted
         if isinstance(test, cst.Name) and test.value in params and _TRAINING_FLAG.fullmatch(test.value) and not wanted:
             return True
+        if _names_evaluation_phase(test, wanted, params):
+            return True
     return False
+
+
+# What a factory's `phase`/`split`/`mode` parameter is compared with.
+_EVALUATION_PHASE = re.compile(r"val(?:id(?:ation)?)?|eval(?:uation)?|test(?:ing)?|dev", re.IGNORECASE)
+_TRAINING_PHASE = re.compile(r"train(?:ing)?", re.IGNORECASE)
+
+
+def _names_evaluation_phase(test: cst.BaseExpression, wanted: bool, params: set[str]) -> bool:
+    """`phase == "val"` (or `split in ("val", "test")`) taken, or `phase == "train"` not taken (the
+    `elif`/`else` after it), on a parameter of the factory (SR3's `create_dataloader(dataset,
+    dataset_opt, phase)`)."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or not isinstance(test.left, cst.Name) \
+            or test.left.value not in params:
+        return False
+    target = test.comparisons[0]
+    words = [element.value for element in target.comparator.elements] \
+        if isinstance(target.comparator, (cst.Tuple, cst.List, cst.Set)) else [target.comparator]
+    texts = [word.evaluated_value for word in words if isinstance(word, cst.SimpleString)]
+    if not texts or len(texts) != len(words) or not all(isinstance(text, str) for text in texts):
+        return False
+    equal = isinstance(target.operator, (cst.Equal, cst.In))
+    if not equal and not isinstance(target.operator, (cst.NotEqual, cst.NotIn)):
+        return False
+    pattern = _EVALUATION_PHASE if equal == wanted else _TRAINING_PHASE  # the value is one of them / none of them
+    return all(pattern.fullmatch(text) for text in texts)  # type: ignore[arg-type]
 
 
 def returned_to_training(ctx: FileContext, site: CallSite) -> tuple[bool, bool, bool] | None:
