@@ -500,6 +500,35 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a helper that one step calls syncs too: one finding for the step (CMGAN's trainer)
+            """
+            import torch
+
+            class Trainer:
+                def metric_loss(self, out, clean):
+                    score = pesq(clean.cpu().numpy(), out.detach().cpu().numpy())
+                    return self.discriminator(out.detach(), score)
+
+                def train_step(self, noisy, clean):
+                    out = self.model(noisy.cuda())
+                    loss = (out - clean.cuda()).abs().mean()
+                    loss.backward()
+                    self.optimizer.step()
+                    disc_loss = self.metric_loss(out, clean.cuda())
+                    disc_loss.backward()
+                    self.optimizer_disc.step()
+                    return loss.item(), disc_loss.item()
+
+                @torch.no_grad()
+                def test_step(self, noisy, clean):
+                    out = self.model(noisy.cuda())
+                    return self.metric_loss(out, clean.cuda()).item()
+
+                def train(self, loader):
+                    for noisy, clean in loader:
+                        self.train_step(noisy, clean)
+            """,
+        ),
         Invalid(  # a Hugging Face Trainer subclass: its compute_loss runs on every step, and so do its helpers
             """
             import torch
@@ -1089,6 +1118,7 @@ class SyncInLoop(BranchTracker, Rule):
                 if sync.loop is not None:  # `valid_ids[i][j].item()` in a loop over a batch's tokens in `forward`
                     sync.message += f", once per pass of the Python loop `{_loop_head(sync.loop)}`"
                 steps.setdefault(scope, []).append(sync)
+        steps = self._callers_steps(steps)
         overrides: dict[cst.CSTNode | None, list[cst.CSTNode]] = {}  # a method -> its overrides that sync too
         for scope in steps:
             base = overridden_method(ctx, scope)
@@ -1102,6 +1132,24 @@ class SyncInLoop(BranchTracker, Rule):
             metrics = (host_metric(ctx, sync.statement, sync.node) for sync in syncs)
             self._metrics[id(syncs[0].node)] = list(dict.fromkeys(m for m in metrics if m is not None))
             self._report_step(syncs)
+
+    def _callers_steps(self, steps: dict[cst.CSTNode | None, list[_Sync]]) -> dict[cst.CSTNode | None, list[_Sync]]:
+        """The syncs of a helper of the file that one step calls (CMGAN's `train_step` calling
+        `calculate_discriminator_loss`) join that step's: one step, one finding. A helper that
+        several steps call keeps its own."""
+        merged: dict[cst.CSTNode | None, list[_Sync]] = {}
+        for scope, syncs in steps.items():
+            target = scope
+            for _ in range(3):  # a helper of a helper (a function that takes a step of its own is a step)
+                if target is None or target in self.ctx.step_functions:
+                    break
+                callers = self.ctx.local_callers(target)
+                scopes = {self.ctx.step_scope(site.stack) for site in callers if self.ctx.is_hot(site.stack)}
+                if len(scopes) != 1 or None in scopes:
+                    break  # (calls outside the training loop, an evaluation's, do not count)
+                target = scopes.pop()
+            merged.setdefault(target, []).extend(syncs)
+        return merged
 
     def _count_waits(self, syncs: list[_Sync]) -> int:
         """How many times the step waits for the GPU: a sync that reads a value already computed
