@@ -24,6 +24,7 @@ from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.imported_parser import imported_options
 from speedfix.model.project_classes import object_field
+from speedfix.project.facts import DICT_CHANGES
 from speedfix.project.steps import LIGHTNING_DATAMODULE
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import integer_value, walk_expression
@@ -488,10 +489,6 @@ def _imported_name(ctx: FileContext, written: str | None, stack: Stack) -> str |
     return ctx.project_name(written)
 
 
-# Methods that change a dict in place.
-_DICT_CHANGES = ("update", "setdefault", "pop", "popitem", "clear")
-
-
 def _imported_dict_item(ctx: FileContext, holder: cst.BaseExpression, key: str, stack: Stack) -> cst.BaseExpression | None:
     """`base_config["model_path"]` after `from config import base_config`, where the scanned
     `config.py` binds it once, at its top level, to a dict literal that nothing changes: the
@@ -499,7 +496,7 @@ def _imported_dict_item(ctx: FileContext, holder: cst.BaseExpression, key: str, 
     name = dotted_name(holder)
     if not ctx.links.modules or "." in key or name is None or name in ctx.item_assignments \
             or any(dotted_name(site.node.func.value) == name  # type: ignore[attr-defined]
-                   for method in _DICT_CHANGES for site in ctx.method_calls(method)):
+                   for method in DICT_CHANGES for site in ctx.method_calls(method)):
         return None  # this file changes it
     qualified = _imported_name(ctx, name, stack)
     shown = ctx.links.constant(f"{qualified}[{key!r}]") if qualified is not None else None

@@ -12,12 +12,12 @@ import libcst as cst
 
 from speedfix.model.amp import accelerate_picks_precision, mixed_precision_by_default
 from speedfix.model.context import FileContext
-from speedfix.model.index import CallSite
-from speedfix.project.steps import LIGHTNING_CALLBACK, LIGHTNING_MODULE
 from speedfix.model.hardware import pre_ampere_only
+from speedfix.model.index import CallSite
 from speedfix.model.networks import training_multiplies_matrices
 from speedfix.model.rl import trains_between_env_steps
 from speedfix.model.scale import trains_narrow_mlps_only
+from speedfix.project.steps import LIGHTNING_CALLBACK, LIGHTNING_MODULE
 
 
 def loop_gains_from_tf32(ctx: FileContext) -> bool:

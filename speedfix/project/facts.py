@@ -326,7 +326,7 @@ def _same_module(value: ast.AST, made_by: dict[str, str]) -> str | None:
 
 
 # Methods that change a dict in place.
-_DICT_CHANGES = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"})
+DICT_CHANGES = ("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__")
 
 
 def _dict_items(value: ast.AST) -> dict[str, str] | None:
@@ -970,7 +970,7 @@ class _Collector(ast.NodeVisitor):
             self.parsed_into.update((node.func.id, index) for index, arg in enumerate(node.args) if _parses_options(arg))
         if self.entry_dicts:
             self._entry_dict_used(node)
-        if isinstance(node.func, ast.Attribute) and node.func.attr in _DICT_CHANGES and isinstance(node.func.value, ast.Name):
+        if isinstance(node.func, ast.Attribute) and node.func.attr in DICT_CHANGES and isinstance(node.func.value, ast.Name):
             self.changed_dicts.add(node.func.value.id)  # `cfg.update(lr=0.1)`
         if self.function_stack:
             function = self.function_stack[-1]
