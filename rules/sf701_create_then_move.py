@@ -767,7 +767,7 @@ class CreateThenMove(Rule):
                 first = last[0]
                 if first.fix is not None and finding.fix is not None:
                     first.fix = changed(first.fix, ops=(*first.fix.ops, *finding.fix.ops))
-                first.message += f" (and `{_made(finding)}` on the next line)"
+                first.message += f" (and `{_made(finding)}` in the next statement)"
                 last = (first, block, index)
                 continue
             kept.append(finding)
