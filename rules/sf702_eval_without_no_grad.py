@@ -15,7 +15,7 @@ from speedfix.model.autograd import (called_without_grad, feeds_environment, onl
 from speedfix.model.flow import comes_before
 from speedfix.model.frameworks import lightning_hook_without_grad
 from speedfix.model.forward import calls_model, with_statement
-from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.frames import FrameKind, Stack, class_of_method
 from speedfix.model.index import CallSite, LoopInfo, entered
 from speedfix.model.loaders import stops_at_once
 from speedfix.model.networks import optimized_modules
@@ -57,7 +57,8 @@ class EvalWithoutNoGrad(Rule):
     (`test_loader`, `val_dl`) counts too, whatever its function is called.
 
     Also finds a forward pass, run again and again (in a loop, in a function called in one, in
-    a policy's `act`/`select_action`), whose outputs only leave as host values, indices or
+    a policy's `act`/`select_action`, in a trainer class's per-batch evaluation method beside the
+    step method another file's loop calls: `trainer.eval(x, y)` after `model.eval()`), whose outputs only leave as host values, indices or
     detached copies: acting in reinforcement learning (`q_network(obs)` whose argmax goes to
     `env.step`), samples saved as images (`save_image(G(z))`), a GAN's generator run again for the
     discriminator step whose output is only used `.detach()`ed. An output that is stored, returned,
@@ -338,6 +339,53 @@ class EvalWithoutNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a trainer's per-batch evaluation method, beside its step method: another file's loops call both
+            """
+            import torch
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model.cuda()
+                    self.optimizer = torch.optim.Adam(self.model.parameters())
+
+                def train(self, x, y):
+                    self.model.train()
+                    self.optimizer.zero_grad()
+                    loss = self.criterion(self.model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+                    return loss.item()
+
+                def eval(self, x, y):
+                    self.model.eval()
+                    out = self.model(x)
+                    loss = self.criterion(self.scaler.inverse(out), y)
+                    return loss.item()
+            """,
+            fixed="""
+            import torch
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model.cuda()
+                    self.optimizer = torch.optim.Adam(self.model.parameters())
+
+                def train(self, x, y):
+                    self.model.train()
+                    self.optimizer.zero_grad()
+                    loss = self.criterion(self.model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+                    return loss.item()
+
+                def eval(self, x, y):
+                    self.model.eval()
+                    with torch.no_grad():
+                        out = self.model(x)
+                    loss = self.criterion(self.scaler.inverse(out), y)
+                    return loss.item()
+            """,
+        ),
         Invalid(  # one loop for both: it trains only under `if not cross_valid:`, and the validation call turns that off
             """
             import torch
@@ -796,7 +844,8 @@ class EvalWithoutNoGrad(Rule):
             if not trains and not is_acting_function(ctx.function_of(site.stack)):
                 continue
             if self._runs_again(site) and runs_network(ctx, site) and not self._grad_off(site.stack) \
-                    and not self._callee_grad_off(site) and outputs_leave_autograd(ctx, site):
+                    and not self._callee_grad_off(site) and (outputs_leave_autograd(ctx, site)
+                                                             or self._evaluation_method(site.stack)):
                 by_function[ctx.function_of(site.stack)].append(site)
         for sites in by_function.values():
             self._report_forwards(sites)
@@ -813,9 +862,27 @@ class EvalWithoutNoGrad(Rule):
         function = ctx.function_of(site.stack)
         if not isinstance(function, cst.FunctionDef):
             return False
-        if is_acting_function(function):
+        if is_acting_function(function) or self._per_batch_evaluation(function, site.stack):
             return True
         return any(ctx.nearest_loop(call.stack) is not None for call in self._calls_by_name.get(function.name.value, ()))
+
+    def _evaluation_method(self, stack: Stack) -> bool:
+        """A trainer's per-batch evaluation method (``_per_batch_evaluation``) that puts the model
+        in eval mode and needs no autograd: every forward pass in it is evaluation."""
+        function = self.ctx.function_of(stack)
+        return isinstance(function, cst.FunctionDef) and self._per_batch_evaluation(function, stack) \
+            and any(self.ctx.function_of(site.stack) is function and not site.node.args
+                    for site in self.ctx.method_calls("eval")) and not self._needs_grad(function)
+
+    def _per_batch_evaluation(self, function: cst.FunctionDef, stack: Stack) -> bool:
+        """An evaluation method of a trainer class beside the method that takes its training step
+        for another file's loop (Graph-WaveNet's `trainer.eval(input, real_val)` beside
+        `trainer.train(input, real_val)`): that file's validation loop calls it once per batch."""
+        owner = class_of_method(stack)
+        if owner is None or not self._named_for_evaluation(function) or len(function.params.params) < 2:
+            return False
+        return any(isinstance(method, cst.FunctionDef) and method in self.ctx.step_functions
+                   and not self.ctx.local_callers(method) for method in owner.body.body)
 
     def _callee_grad_off(self, site: CallSite) -> bool:
         """`model.generate(...)` whose def is decorated with `@torch.no_grad()`."""
