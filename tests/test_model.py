@@ -435,3 +435,24 @@ def test_an_accelerate_launch_picks_the_precision_where_the_code_does_not():
 ])
 def test_loader_names_that_say_evaluation(name, evaluation):
     assert named_for_evaluation(name) is evaluation
+
+
+@pytest.mark.parametrize("gpus, on_gpu", [
+    ("torch.cuda.device_count()", True),
+    ("n_gpus", True),  # bound to the machine's count above
+    ("1", True), ("-1", True), ("[0]", True), ('"0,1"', True),
+    ("0", False), ("None", False), ("[]", False), ("args.gpus", False),  # 1.x trains on the CPU by default
+])
+def test_a_lightning_1x_trainer_takes_gpus_from_its_gpus_setting(gpus, on_gpu):
+    """`pl.Trainer(gpus=..., accelerator="ddp" if n > 1 else None)`: Lightning 1.x's backend in
+    `accelerator` says nothing of the device; `gpus` does."""
+    from speedfix.model.frameworks import LIGHTNING_TRAINER, lightning_on_gpu
+    ctx = context(f"""\
+        import torch
+        import pytorch_lightning as pl
+        n_gpus = torch.cuda.device_count()
+        trainer = pl.Trainer(gpus={gpus}, accelerator="ddp" if n_gpus > 1 else None)
+        """)
+    site = ctx.calls_to(*LIGHTNING_TRAINER)[0]
+    assert lightning_on_gpu(ctx, site) is on_gpu
+

@@ -130,14 +130,19 @@ def _strategy_only(ctx: FileContext, node: cst.BaseExpression | None, stack: Sta
 
 
 def _some_gpus(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) -> bool:
-    """Does a Lightning 1.x `gpus` setting take GPUs: a count other than 0 (-1: all of them),
-    `"0,1"`, or the machine's own count (`torch.cuda.device_count()`, directly or through a name)?"""
+    """Does a Lightning 1.x `gpus` setting take GPUs: a count other than 0 (-1: all of them), a
+    list of devices, `"0,1"`, or the machine's own count (`torch.cuda.device_count()`, directly or
+    through a name)? None, 0 or a value speedfix cannot know: no (1.x's default is the CPU)."""
     if isinstance(node, cst.IfExp) and taken_on_a_gpu(ctx, node.test, stack):
         node = node.body
     if isinstance(node, cst.Name):
         node = ctx.single_value(node.value, stack) or node
     if isinstance(node, cst.Call) and ctx.qualname(node.func) == "torch.cuda.device_count":
         return True
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return bool(node.elements)  # `gpus=[0]`: those devices
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(node.expression, cst.Integer):
+        return True  # `gpus=-1`: all of them
     count = literal_int(ctx, node, stack)
     if count is not None:
         return count != 0
