@@ -72,8 +72,9 @@ class DataloaderNoPinMemory(Rule):
     an evaluation loader that is still reported (where the scan does not see the training: a
     framework's `val_dataloader()`), and for batches of token ids (a step that
     feeds `input_ids`, a tokenizer): pinning a copy of kilobytes gains next to nothing; low for
-    a model of a billion parameters or more, whose steps of a second or more dwarf the copy. (A loader that keeps the GPU waiting needs
-    workers first: SF101, which a `speedfix bench` measurement of the data wait decides.)
+    a model of a billion parameters or more, whose steps of a second or more dwarf the copy.
+    (A loader that keeps the GPU waiting needs workers first: SF101, which a `speedfix bench`
+    measurement of the data wait decides.)
 
     ## Measured effect
     Small to moderate on its own, larger together with `non_blocking=True` copies: 9.5 to 9.8 it/s

@@ -58,9 +58,9 @@ class EvalWithoutNoGrad(Rule):
 
     Also finds a forward pass, run again and again (in a loop, in a function called in one, in
     a policy's `act`/`select_action`, in a trainer class's per-batch evaluation method beside the
-    step method another file's loop calls: `trainer.eval(x, y)` after `model.eval()`), whose outputs only leave as host values, indices or
-    detached copies: acting in reinforcement learning (`q_network(obs)` whose argmax goes to
-    `env.step`), samples saved as images (`save_image(G(z))`), a GAN's generator run again for the
+    step method another file's loop calls: `trainer.eval(x, y)` after `model.eval()`), whose
+    outputs only leave as host values, indices or detached copies: acting in reinforcement
+    learning (`q_network(obs)` whose argmax goes to `env.step`), samples saved as images (`save_image(G(z))`), a GAN's generator run again for the
     discriminator step whose output is only used `.detach()`ed. An output that is stored, returned,
     handed to unknown code or reaches a `backward()` is never reported (REINFORCE keeps each
     action's log-probability for its loss).

@@ -24,8 +24,9 @@ class DdpFindUnusedParameters(Rule):
     when some parameters really go unused in a step (conditional branches, frozen heads).
 
     Not in a script that does not train (an evaluation that spreads its batches over the GPUs
-    with Accelerate), nor where no run builds the wrapper: behind `if distributed:` with `distributed = False` set
-    in the script, or an option off by default that no launch command of the project passes.
+    with Accelerate), nor where no run builds the wrapper: behind `if distributed:` with
+    `distributed = False` set in the script, or an option off by default that no launch command
+    of the project passes.
 
     ## Example
     ```python
