@@ -101,7 +101,8 @@ def lightning_on_gpu(ctx: FileContext, site: CallSite) -> bool:
     Its `accelerator` defaults to "auto", which picks the GPU: only a known CPU/TPU/MPS value
     says no. A value speedfix cannot know (`accelerator=args.accelerator` without a default)
     means no, so that the framework rules stay silent rather than guess. A choice on the GPU
-    itself (`"gpu" if torch.cuda.is_available() else "cpu"`) is its first value.
+    itself (`"gpu" if torch.cuda.is_available() else "cpu"`) is its first value. A Lightning 1.x
+    `gpus=` decides when `accelerator` is absent or names a distributed backend (``_some_gpus``).
     """
     accelerator = find_argument(ctx, site, "accelerator")
     gpus = find_argument(ctx, site, "gpus")
