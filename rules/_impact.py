@@ -11,6 +11,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
 from speedfix.model.arguments import find_argument
 from speedfix.model.model_size import trains_adapters
+from speedfix.model.rl import generation_in_step
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.scale import (LARGE_MODEL_PARAMETERS, SMALL_MODEL_PARAMETERS, Role, largest_trained_model,
                                    loader_role, per_file, trains_hub_model)
@@ -64,12 +65,17 @@ def large_model(ctx: FileContext, impact: Impact) -> Estimate | None:
 def compile_gain(ctx: FileContext) -> Estimate | None:
     """What `torch.compile` is worth for the models the script trains, wherever compile is
     advised (SF501 and the framework rules' compile notes): low for a model of a billion
-    parameters or more, medium for a small one (its compile time is a large share of a short
-    run); None: the rule's usual impact."""
+    parameters or more, or for steps that generate their samples first (``generation_in_step``),
+    medium for a small one (its compile time is a large share of a short run); None: the rule's
+    usual impact."""
     large = large_model(ctx, Impact.LOW)
     if large is not None:
         return Estimate(Impact.LOW, f"{large.reason}, most of it in large matmuls that compile leaves to the same "
                                     "kernels; a fine-tune's batches of varying length recompile")
+    generation = generation_in_step(ctx)
+    if generation is not None:
+        return Estimate(Impact.LOW, f"each step generates its samples first (`{generation}`): decoding token by token "
+                                    "at lengths that change every step takes most of it and keeps recompiling")
     return small_model(ctx, Impact.MEDIUM)
 
 

@@ -97,6 +97,35 @@ class DataloaderNoPinMemory(Rule):
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."
 
     VALID = [
+        Valid(  # the dataset's tensors are made on the GPU when there is one: pinning them would raise
+            """
+            import torch
+
+            def data_loader(X, Y, batch_size):
+                cuda = torch.cuda.is_available()
+                TensorFloat = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+                X, Y = TensorFloat(X), TensorFloat(Y)
+                return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=batch_size, shuffle=True)
+
+            for x, y in data_loader(train_x, train_y, 64):
+                loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(  # made only to count the steps of the schedule: `len()` reads no batch
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader_for_count = DataLoader(train_ds, batch_size=32)
+            scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=len(loader_for_count) * epochs)
+            for epoch in range(epochs):
+                for x, y in DataLoader(train_ds, batch_size=32, sampler=make_sampler(epoch), pin_memory=True):
+                    loss = model(x.cuda(), y.cuda())
+                    loss.backward()
+                    optimizer.step()
+            """
+        ),
         Valid(  # Lightning trains; this loader is handed on only as the module's validation loader
             """
             import lightning as L

@@ -13,7 +13,7 @@ from speedfix.model.frameworks import lightning_iterates_per_epoch
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
-from speedfix.model.loaders import iterated_per_epoch, not_for_training, returned_to_training
+from speedfix.model.loaders import built_for_one_pass, iterated_per_epoch, not_for_training, returned_to_training
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.patterns import dataset_argument
 from speedfix.model.scale import evaluation_feed, inference_feed
@@ -58,7 +58,9 @@ class DataloaderNoPersistentWorkers(Rule):
     optimizer step, or named for it when the file iterates it nowhere: `val_loader`, a
     `test_dataloader()` that returns it): restarting its workers delays a validation pass, not
     the training steps, and a worker pool kept alive for it holds memory for the whole run; nor
-    on the loader of a script that never trains and evaluates (an evaluation script).
+    on the loader of a script that never trains and evaluates (an evaluation script), nor on
+    one made anew in every epoch and used only there (`for epoch in ...: loader =
+    DataLoader(...); train_epoch(epoch, loader)`): its workers end with it whatever the flag says.
 
     ## Why is this bad?
     Without it, every `for batch in loader:` starts `num_workers` new processes, each importing
@@ -115,6 +117,33 @@ class DataloaderNoPersistentWorkers(Rule):
     effect = "No worker start-up per epoch (MMHuman3D: 7 min to 35 s of data set-up)."
 
     VALID = [
+        Valid(  # the validation loader of `trainer.fit(model, train_loader, val_loader)` (Lightning 1.x)
+            """
+            import pytorch_lightning as pl
+            from torch.utils.data import DataLoader
+            train_loader = DataLoader(train_set, batch_size=32, shuffle=True, num_workers=8, persistent_workers=True)
+            val_loader = DataLoader(val_set, batch_size=32, num_workers=8)
+            trainer = pl.Trainer.from_argparse_args(args, gpus=1)
+            trainer.fit(model, train_loader, val_loader)
+            """
+        ),
+        Valid(  # a new loader every epoch (to skip the batches a resumed run has done): nothing to keep alive
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def train_epoch(epoch, loader):
+                for x, y in loader:
+                    loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                    loss.backward()
+                    optimizer.step()
+
+            for epoch in range(10):
+                sampler = SkipBatchSampler(indices, 32, skip if epoch == 0 else 0)
+                loader = DataLoader(train_ds, batch_sampler=sampler, num_workers=8, pin_memory=True)
+                train_epoch(epoch, loader)
+            """
+        ),
         Valid(NOTEBOOK_PEEKED_LOADERS),  # shown and peeked at in a notebook; a later parameter shares the name
         Valid(TEST_PASS_AFTER_TRAINING),  # a test loader read once after training
         Valid(VALIDATION_EVERY_EPOCH),  # a validation loader read every epoch, no training step
@@ -618,6 +647,8 @@ class DataloaderNoPersistentWorkers(Rule):
             return
         if not_for_training(ctx, site):
             return  # a loader made and never used, or used for a look at one batch
+        if built_for_one_pass(ctx, site):
+            return  # a new loader every epoch: persistent workers would not outlive it
         if evaluation_feed(ctx, site) or inference_feed(ctx, site):
             return  # only evaluation reads it: a restart per validation pass holds up no training step
         loader = assigned_name(site)

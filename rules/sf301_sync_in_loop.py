@@ -16,6 +16,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack
 from speedfix.model.overrides import overridden_method, owner_name
 from speedfix.model.patterns import is_cpu_device
+from speedfix.model.rl import generation_in_step
 from speedfix.model.tensors import (HOST_CONVERSIONS, NO_WORK_METHODS, SYNC_METHODS, Tensors, has_sync_before,
                                     host_metric, is_library_value, is_summary_writer, tensors)
 from speedfix.syntax.blocks import enclosing_block
@@ -174,7 +175,9 @@ class SyncInLoop(BranchTracker, Rule):
     preds]`): one round trip to the GPU per element, many per step, can take longer than the
     step's own kernels (a loop over a few named values, `losses.items()` or `range(3)`, does not
     count). Low for a large model (a billion parameters or more, as its checkpoint, config or
-    layers say): its steps take a second or more. Otherwise high for three or more separate
+    layers say): its steps take a second or more; low too where every step first generates its
+    samples (`model.generate(...)`, `rollout_engine.rollout(...)`: RLHF, GRPO): decoding waits
+    for the GPU at every token already. Otherwise high for three or more separate
     waits in one step: each sync that launches work before it reads (`(out.argmax(1) ==
     y).sum().item()`, `bool(loss == 0)`), or that follows other GPU work of the step, waits for
     the GPU again, and so does each call of a helper of another scanned file that computes a
@@ -1327,6 +1330,10 @@ class SyncInLoop(BranchTracker, Rule):
         large = large_model(self.ctx, Impact.LOW)
         if large is not None:
             return large
+        generation = generation_in_step(self.ctx)
+        if generation is not None:
+            return Estimate(Impact.LOW, f"each step generates its samples first (`{generation}`): decoding waits for "
+                                        "the GPU at every token already")
         waits, helpers = self._waits.get(id(finding.node), (1, []))
         metrics = self._metrics.get(id(finding.node), [])
         if waits + bool(metrics) >= _MANY_WAITS:

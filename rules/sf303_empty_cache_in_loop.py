@@ -26,7 +26,9 @@ class EmptyCacheInLoop(BranchTracker, Rule):
     `torch.cuda.empty_cache` unnecessarily! Every time you call this, ALL your GPUs have to wait
     to sync." A call before evaluation or after training, outside the step loop, is left alone,
     and so is one in a branch of the step loop that also runs an evaluation pass (`if steps %
-    validation_interval == 0:` with a loop under `torch.no_grad()` or after `model.eval()`).
+    validation_interval == 0:` with a loop under `torch.no_grad()` or after `model.eval()`) or
+    calls something named for an evaluation, a test or a save (`eval_step(...)`,
+    `torch.save(...)`, `save_image(...)`): that branch is a pause in the training, not a step.
 
     ## Example
     ```python
@@ -145,6 +147,20 @@ class EmptyCacheInLoop(BranchTracker, Rule):
                             for vx, vy in valid_loader:
                                 model(vx.cuda())
                         model.train()
+            """
+        ),
+        Valid(  # around the samples and the checkpoint saved every `eval_interval` steps (U-ViT)
+            """
+            import torch
+            from torchvision.utils import save_image
+            for step, batch in enumerate(loader):
+                loss = model(batch.cuda()).sum()
+                loss.backward()
+                opt.step()
+                if step % config.train.eval_interval == 0:
+                    torch.cuda.empty_cache()
+                    save_image(sampler(ema_model), f"{step}.png")
+                    torch.cuda.empty_cache()
             """
         ),
         Valid(  # every 5,000 steps: a thousandth of the run or less, whatever one call costs

@@ -128,7 +128,9 @@ class ModelNotCompiled(Rule):
     time of a short run is a large share of what it saves. Low for a model of a billion
     parameters or more (its checkpoint, config or layers say so): most of its step is large
     matmuls, which compile leaves to the same kernels, and a fine-tune's batches of varying
-    length recompile.
+    length recompile. Low too where every step first generates the samples it trains on
+    (`model.generate(...)`, `rollout_engine.rollout(...)`: RLHF, GRPO): decoding token by token
+    at changing lengths takes most of the step.
 
     ## Measured effect
     PyTorch 2.0 announcement: 43% average training speedup on an A100 over 163 open-source models

@@ -10,6 +10,7 @@ from speedfix.model.index import CallSite
 from speedfix.model.flow import assigned_name, enclosing_statements, in_no_run
 from speedfix.model.frames import class_of, function_of
 from speedfix.model.networks import DATA_PARALLEL, data_parallel_calls
+from speedfix.model.scale import evaluation_script
 from speedfix.syntax.comments import has_noqa
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
@@ -28,7 +29,9 @@ class DataParallel(Rule):
     that only evaluates or samples (it trains nothing, is not called from the training loop and
     keeps the wrapper to itself), nor where it only mirrors a wrapper its caller chose (`if
     isinstance(model, nn.DataParallel): copy = nn.DataParallel(copy)` in an EMA helper): the
-    advice belongs where the model is first wrapped.
+    advice belongs where the model is first wrapped. Nor in a script that trains nothing and
+    evaluates (`model.eval()`, `torch.no_grad()`: a test, demo or evaluation script) and that no
+    training script of the scan imports.
 
     ## Why is this bad?
     `DataParallel` runs one Python process that replicates the model onto every GPU on every
@@ -82,6 +85,17 @@ class DataParallel(Rule):
     effect = "One process per GPU: about 5.5-6x on 8 GPUs in fairseq, where DataParallel gave none."
 
     VALID = [
+        Valid(  # an evaluation script: it trains nothing
+            """
+            import torch
+            model = torch.nn.DataParallel(build_model()).cuda()
+            model.load_state_dict(torch.load(args.checkpoint))
+            model.eval()
+            with torch.no_grad():
+                for images, _ in test_loader:
+                    save(model(images.cuda()))
+            """
+        ),
         Valid(  # a helper copies a model and wraps the copy only if the original was wrapped
             """
             import copy
@@ -244,6 +258,8 @@ class DataParallel(Rule):
         ctx = self.ctx
         reported: list[cst.CSTNode] = []  # the `if` chains holding a reported wrapper
         by_function: dict[int, list[CallSite]] = {}  # the wrappers one function (or the module) makes
+        if evaluation_script(ctx) and ctx.links.trained_by is None:
+            return  # a test, demo or evaluation script: the advice is for training
         for site in data_parallel_calls(ctx):
             if in_no_run(ctx, site.statement, site.stack):
                 continue  # `if num_gpus > 1:` with one GPU by default, unless a run script passes more

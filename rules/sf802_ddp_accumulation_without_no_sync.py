@@ -5,7 +5,7 @@ import libcst as cst
 from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, Transform
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import reference
-from speedfix.model.flow import enclosing_statements
+from speedfix.model.flow import enclosing_statements, int_in_every_run
 from speedfix.model.forward import backward_calls, read_names, statement_block, steps, wrap
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
@@ -23,7 +23,9 @@ class DdpAccumulationWithoutNoSync(Rule):
     under `if (i + 1) % accum == 0:` (or after an inner `for micro_step in range(accum):` loop),
     with no `model.no_sync()` and no `model.require_backward_grad_sync = ...` toggle (nanoGPT's
     way) anywhere in the script, nor in a function of another scanned file it calls (NVlabs'
-    `with misc.ddp_sync(ddp, sync):` enters `no_sync()` itself).
+    `with misc.ddp_sync(ddp, sync):` enters `no_sync()` itself). Not where the accumulation
+    count is 1 in every run (`--accumulation_steps` with a default of 1 that no launch command
+    of the project changes): then every micro-step is a step.
 
     ## Why is this bad?
     DDP starts an all-reduce of the gradients during every `backward()`. With accumulation only
@@ -91,6 +93,23 @@ class DdpAccumulationWithoutNoSync(Rule):
     effect = "(N-1)/N fewer gradient all-reduces: 10-20% in speechbrain."
 
     VALID = [
+        Valid(  # an accumulation count of 1 by default, and no launch command of the project changes it
+            """
+            import argparse
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--accumulation_steps", type=int, default=1)
+            args = parser.parse_args()
+            model = DDP(model)
+            for step, (x, y) in enumerate(loader, start=1):
+                loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda()) / args.accumulation_steps
+                loss.backward()
+                if step % args.accumulation_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """
+        ),
         Valid(  # nanoGPT's toggle
             """
             import torch
@@ -332,6 +351,8 @@ class DdpAccumulationWithoutNoSync(Rule):
         for site in same_loop:
             guard = _guard_between(site, loop)
             if guard is not None:
+                if self._steps_every_time(guard, site):
+                    return None  # `step % args.accumulation_steps == 0` with 1 in every run
                 return "guard", guard
         if same_loop:
             return None  # a step on every iteration
@@ -339,6 +360,12 @@ class DdpAccumulationWithoutNoSync(Rule):
         if outer is not None and any(ctx.nearest_loop(s.stack) is outer for s in step_sites):
             return "loop", loop
         return None
+
+    def _steps_every_time(self, guard: cst.If, site: CallSite) -> bool:
+        """Is every modulo of the guard's test by a count that is 1 in every run?"""
+        divisors = [node.right for node in walk_expression(guard.test)
+                    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)]
+        return bool(divisors) and all(int_in_every_run(self.ctx, divisor, site.stack) == 1 for divisor in divisors)
 
     # ------------------------------------------------------------------ the fix
     def _fixes(self, sites: list[CallSite], condition: tuple[str, cst.CSTNode],

@@ -4,7 +4,7 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.flow import in_no_run
-from speedfix.model.networks import may_train
+from speedfix.model.networks import may_train, skips_submodules
 from speedfix.model.torch_api import DDP_SETTINGS
 
 
@@ -26,7 +26,9 @@ class DdpFindUnusedParameters(Rule):
     Not in a script that does not train (an evaluation that spreads its batches over the GPUs
     with Accelerate), nor where no run builds the wrapper: behind `if distributed:` with
     `distributed = False` set in the script, or an option off by default that no launch command
-    of the project passes.
+    of the project passes. Nor where a model class of the file calls one of its submodules only
+    in some forward passes (`if not uncond_fwd: self.reference_unet(...)`, an `if` on an
+    argument of `forward`, or code after one that returns): the flag is needed there.
 
     ## Example
     ```python
@@ -86,6 +88,31 @@ class DdpFindUnusedParameters(Rule):
             model = DDP(model, device_ids=[rank], find_unused_parameters=args.find_unused)
             """
         ),
+        Valid(  # the reference U-Net runs only when `uncond_fwd` is false: its parameters go unused then
+            """
+            import torch
+            from torch import nn
+            from accelerate import Accelerator, DistributedDataParallelKwargs
+
+            class Net(nn.Module):
+                def __init__(self, reference_unet, denoising_unet):
+                    super().__init__()
+                    self.reference_unet, self.denoising_unet = reference_unet, denoising_unet
+
+                def forward(self, latents, timesteps, uncond_fwd=False):
+                    if not uncond_fwd:
+                        self.reference_unet(latents, timesteps)
+                    return self.denoising_unet(latents, timesteps)
+
+            accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+            net = Net(reference_unet, denoising_unet)
+            optimizer = torch.optim.AdamW(net.parameters())
+            net, optimizer, loader = accelerator.prepare(net, optimizer, loader)
+            for batch in loader:
+                accelerator.backward(net(batch, 10, uncond_fwd=random.random() < 0.1).mean())
+                optimizer.step()
+            """
+        ),
         Valid(  # an evaluation script: without a backward pass DDP looks for no unused parameter
             """
             import torch
@@ -115,6 +142,25 @@ class DdpFindUnusedParameters(Rule):
             loss.backward()
             """
         ),
+        Invalid(  # the model's forward takes the same path every step (`self.training` alone decides)
+            """
+            import torch
+            from torch import nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body, self.aux = nn.Linear(8, 8), nn.Linear(8, 2)
+
+                def forward(self, x):
+                    if self.training:
+                        return self.body(x), self.aux(x)
+                    return self.body(x)
+
+            model = torch.nn.parallel.DistributedDataParallel(Net().cuda(), find_unused_parameters=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            """
+        ),
         Invalid(  # Accelerate hands it to the DDP wrapper it makes in `prepare`
             """
             from accelerate import Accelerator, DistributedDataParallelKwargs
@@ -131,6 +177,8 @@ class DdpFindUnusedParameters(Rule):
     def finish(self) -> None:
         if not may_train(self.ctx):
             return  # an evaluation script sets it too; DDP looks for unused parameters only for a backward pass
+        if skips_submodules(self.ctx) is not None:
+            return  # some forward passes leave a submodule out: its parameters go unused, the flag is needed
         for site in self.ctx.calls_to(*DDP_SETTINGS):
             flag = find_argument(self.ctx, site, "find_unused_parameters")
             if literal_bool(self.ctx, flag.node, site.stack) and not in_no_run(self.ctx, site.statement, site.stack):

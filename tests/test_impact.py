@@ -106,6 +106,28 @@ def test_a_big_or_unknown_model_keeps_the_rules_usual_impact(run_cli, write, tmp
     assert _by(_json(run_cli, "vit.py", cwd=tmp_path), "SF201")[0]["impact"] == "high"
 
 
+def test_compile_is_low_where_every_step_generates_its_samples_first(run_cli, write, tmp_path):
+    grpo = """\
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("some/small-chat-model").cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+for batch in loader:
+    completions = model.generate(batch["input_ids"].cuda(), max_new_tokens=256)
+    loss = policy_loss(model(completions).logits, reward(completions))
+    loss.backward()
+    optimizer.step()
+"""
+    write("grpo.py", grpo)
+    (compiled,) = _by(_json(run_cli, "grpo.py", cwd=tmp_path), "SF501")
+    assert compiled["impact"] == "low" and "`model.generate(...)`" in compiled["impact_reason"]
+    write("sft.py", grpo.replace("    completions = model.generate(batch[\"input_ids\"].cuda(), max_new_tokens=256)\n", "")
+          .replace("completions", "batch[\"input_ids\"].cuda()"))
+    (compiled,) = _by(_json(run_cli, "sft.py", cwd=tmp_path), "SF501")
+    assert compiled["impact"] == "high"
+
+
 def test_a_hub_model_is_as_big_as_its_checkpoint_or_config_says(run_cli, write, tmp_path):
     hub = "import torch\nfrom transformers import AutoModel, GPT2Config, GPT2LMHeadModel\n"
     write("tiny.py", SMALL.replace("Net().to", "AutoModel.from_pretrained('prajjwal1/bert-tiny').to")

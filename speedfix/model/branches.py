@@ -31,6 +31,7 @@ from typing import ClassVar, Sequence, Union
 
 import libcst as cst
 
+from speedfix.model.arguments import find_argument, literal_int
 from speedfix.model.context import FileContext
 from speedfix.model.flow import default_truth, enclosing_statements
 from speedfix.model.frameworks import accelerator_step_state
@@ -170,14 +171,14 @@ def element_loop(ctx: FileContext, stack: Stack, statement: cst.CSTNode | None, 
     if statement is not None:
         for comprehension in walk_expression(statement):
             if isinstance(comprehension, _COMPREHENSIONS) and any(inner is node for inner in walk_expression(comprehension)):
-                return comprehension if _over_elements(comprehension.for_in.iter) else None
+                return comprehension if _over_elements(ctx, comprehension.for_in.iter, stack) else None
     for frame in reversed(stack):
         if frame.node is scope:
             return None
         if frame.kind is FrameKind.LOOP and frame.node not in ctx.step_loops:
             info = ctx.loops.get(frame.node)
             iterable = info.iter if info is not None else None
-            return frame.node if iterable is None or _over_elements(iterable) else None  # a `while` counts
+            return frame.node if iterable is None or _over_elements(ctx, iterable, info.stack) else None  # a `while` counts
     return None
 
 
@@ -188,7 +189,11 @@ def loop_iterable(loop: cst.CSTNode) -> cst.BaseExpression | None:
     return loop.iter if isinstance(loop, cst.For) else None
 
 
-def _over_elements(iterable: cst.BaseExpression) -> bool:
+# `range(max_turns)` with `max_turns=3`: a count the code states, this small, is a handful of passes
+_HANDFUL = 16
+
+
+def _over_elements(ctx: FileContext, iterable: cst.BaseExpression, stack: Stack) -> bool:
     source = unwrap_iterable(iterable)
     if isinstance(source, (cst.List, cst.Tuple, cst.Set, cst.Dict)):
         return False
@@ -197,7 +202,35 @@ def _over_elements(iterable: cst.BaseExpression) -> bool:
         if isinstance(func, cst.Attribute) and func.attr.value in _NAMED_VALUES:
             return False
         if dotted_name(func) == "range":  # `range(3)`: a fixed handful; `range(x.size(0))`: the batch
-            return not all(isinstance(arg.value, cst.Integer) for arg in source.args)
+            return not all(isinstance(arg.value, cst.Integer) or _handful(ctx, arg.value, stack) for arg in source.args)
+    return True
+
+
+def _handful(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int = 0) -> bool:
+    """Is ``node`` a count of at most ``_HANDFUL`` in every run: a constant, an option's default,
+    or a parameter whose default is one and that every call of its function in the file passes
+    such a count or leaves out (`rollout_single(..., max_turns)` inside `rollout_batch(...,
+    max_turns=3)`)?"""
+    count = literal_int(ctx, node, stack)
+    if count is not None:
+        return count <= _HANDFUL
+    function = ctx.function_of(stack)
+    if depth > 2 or not isinstance(node, cst.Name) or not isinstance(function, cst.FunctionDef) \
+            or ctx.assignments_in(function, node.value):
+        return False
+    positional = [param.name.value for param in function.params.params]
+    param = next((p for p in (*function.params.params, *function.params.kwonly_params) if p.name.value == node.value), None)
+    if param is None or param.default is None or not _handful(ctx, param.default, stack, depth + 1):
+        return False
+    index = positional.index(node.value) if node.value in positional else None
+    for site in ctx.calls:
+        if (site.func or "").rsplit(".", 1)[-1] != function.name.value:
+            continue
+        if any(arg.star for arg in site.node.args):
+            return False
+        passed = find_argument(ctx, site, node.value, index)
+        if not passed.missing and (passed.node is None or not _handful(ctx, passed.node, site.stack, depth + 1)):
+            return False
     return True
 
 

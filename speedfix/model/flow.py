@@ -25,7 +25,7 @@ import libcst as cst
 
 from speedfix.model import launch
 from speedfix.model.arguments import (
-    absl_flag_default, annotated_field_default, argparse_option, find_argument, parameter_default,
+    absl_flag_default, annotated_field_default, argparse_option, find_argument, literal_int, option_read, parameter_default,
     passed_through_star_kwargs, run_option_default,
 )
 from speedfix.model.context import FileContext
@@ -91,6 +91,25 @@ def in_no_run(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stac
     if reached is None and launch.launch_files_capped(ctx):
         return False  # the commands that would run it may lie in the launch files not read
     return reached is False or reached is None and off_by_default(ctx, statement, stack) is not None
+
+
+def int_in_every_run(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> int | None:
+    """The int ``node`` holds in every run of the script: its value with the script's defaults
+    (``literal_int``: a literal, a constant, an argparse default), where no launch command of
+    the project that runs the script gives the option it reads (`args.accumulation_steps`)
+    another value. None when that cannot be known."""
+    value = literal_int(ctx, node, stack)
+    if value is None:
+        return None
+    read = option_read(node)
+    if read is not None:
+        if launch.launch_files_capped(ctx):
+            return None  # a command among the launch files not read may set it
+        for command in launch.launches(ctx):
+            given = command.options.get(read[1])
+            if given is not None and given != str(value):
+                return None
+    return value
 
 
 def reached_by_command(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack,

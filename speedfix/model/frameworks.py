@@ -32,6 +32,8 @@ LIGHTNING_TRAINER = (
     "pytorch_lightning.trainer.Trainer",
     "pytorch_lightning.trainer.trainer.Trainer",
 )
+# Lightning 1.x: a Trainer made from the parsed command line
+LIGHTNING_FROM_ARGPARSE = tuple(f"{name}.from_argparse_args" for name in LIGHTNING_TRAINER)
 LIGHTNING_FABRIC = ("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric")
 LIGHTNING_CLI = (
     "lightning.pytorch.cli.LightningCLI",
@@ -313,8 +315,9 @@ def lightning_iterates_per_epoch(ctx: FileContext, site: CallSite) -> bool:
 
 
 def lightning_fits(ctx: FileContext) -> bool:
-    """Does the file train through Lightning: a `Trainer` and a `.fit(...)` call?"""
-    return bool(ctx.calls_to(*LIGHTNING_TRAINER)) and any(True for _ in ctx.method_calls("fit"))
+    """Does the file train through Lightning: a `Trainer` (Lightning 1.x's
+    `Trainer.from_argparse_args(args)` too) and a `.fit(...)` call?"""
+    return bool(ctx.calls_to(*LIGHTNING_TRAINER, *LIGHTNING_FROM_ARGPARSE)) and any(True for _ in ctx.method_calls("fit"))
 
 
 # What a Trainer does besides training.

@@ -34,7 +34,7 @@ from speedfix.model.arguments import UNKNOWN_VALUE, find_argument, item_key, kno
 from speedfix.model.config_files import run_configs
 from speedfix.model.config_tree import ConfigError, Node, is_interpolation, load
 from speedfix.model.context import FileContext
-from speedfix.model.frameworks import LEGACY_STRATEGIES, LIGHTNING_CLI, LIGHTNING_TRAINER
+from speedfix.model.frameworks import LEGACY_STRATEGIES, LIGHTNING_CLI, LIGHTNING_FROM_ARGPARSE, LIGHTNING_TRAINER
 from speedfix.model.hydra_config import Composed, config_of, group_options
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import loaded_node, section_keys
@@ -46,7 +46,6 @@ from speedfix.syntax.nodes import code_of
 
 UNKNOWN: Any = object()
 _GPU_ACCELERATORS = frozenset({"gpu", "cuda", "auto"})
-_FROM_ARGPARSE = tuple(f"{name}.from_argparse_args" for name in LIGHTNING_TRAINER)
 _YAML_LOADS = ("omegaconf.OmegaConf.load", "yaml.safe_load", "yaml.load", "yaml.full_load")
 
 
@@ -301,7 +300,7 @@ def _merge_sections(trainer: ConfiguredTrainer, sections: list[Node]) -> None:
 # ---------------------------------------------------------------------- Lightning 1.x argparse
 def _from_argparse(ctx: FileContext) -> list[ConfiguredTrainer]:
     found = []
-    for site in ctx.calls_to(*_FROM_ARGPARSE):
+    for site in ctx.calls_to(*LIGHTNING_FROM_ARGPARSE):
         trainer = ConfiguredTrainer("argparse", site, "the `Trainer` `from_argparse_args` builds", lightning_1x=True)
         for call in ctx.method_calls("set_defaults"):
             for arg in call.node.args:

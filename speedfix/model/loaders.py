@@ -133,7 +133,20 @@ def tensor_place(ctx: FileContext, expr: cst.BaseExpression, stack: Stack, depth
         if expr.func.attr.value in ("cpu", "pin_memory"):
             return Place.HOST
         return tensor_place(ctx, expr.func.value, stack, depth + 1)
+    if isinstance(expr.func, cst.Name):  # `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`, then `Tensor(x)`
+        return _combine([_tensor_type_place(ctx, value) for value in _values_of(ctx, expr.func, stack)])
     return None
+
+
+def _tensor_type_place(ctx: FileContext, value: cst.BaseExpression) -> Place | None:
+    """Where the tensors of a tensor type a name is bound to are made: `torch.cuda.FloatTensor`
+    on the GPU, `torch.FloatTensor` on the host; of a conditional one, either branch's."""
+    if isinstance(value, cst.IfExp):
+        return _combine([_tensor_type_place(ctx, value.body), _tensor_type_place(ctx, value.orelse)])
+    qualified = ctx.qualname(value) or ""
+    if not (qualified.startswith("torch.") and qualified.endswith("Tensor")):
+        return None
+    return Place.DEVICE if qualified.startswith("torch.cuda.") else Place.HOST
 
 
 def _torch_call_place(ctx: FileContext, call: cst.Call, qualified: str, stack: Stack, depth: int) -> Place | None:
@@ -142,8 +155,8 @@ def _torch_call_place(ctx: FileContext, call: cst.Call, qualified: str, stack: S
     name = qualified.rsplit(".", 1)[-1]
     if site is None or qualified == "torch.load":
         return None
-    if name in _UNPINNABLE:
-        return Place.DEVICE
+    if name in _UNPINNABLE or (qualified.startswith("torch.cuda.") and name.endswith("Tensor")):
+        return Place.DEVICE  # `torch.cuda.FloatTensor(x)`: made on the GPU
     device = find_argument(ctx, site, "device")
     if not device.missing:
         return Place.HOST if device.node is not None and is_cpu_device(ctx, device.node, stack) else Place.DEVICE
@@ -396,7 +409,9 @@ def never_read(ctx: FileContext, site: CallSite) -> bool:
     when it is only handed to `accelerator.prepare(...)`, which binds the name again, or made only
     where a test no run passes says so: `DataLoader(test_set) if test_set is not None else None`).
     Nor is a loader built in a branch that the script's defaults never take (the `else:` of
-    `if validation_fraction is not None:` where every call passes `validation_fraction=0.1`)."""
+    `if validation_fraction is not None:` where every call passes `validation_fraction=0.1`).
+    A loader whose only reads are `len(loader)` is never read for batches either (minimind's
+    `loader_for_count`, made to count the steps of a schedule)."""
     if off_by_default(ctx, site.statement, site.stack) is not None:
         return True
     if site.statement is not None and any(
@@ -409,7 +424,9 @@ def never_read(ctx: FileContext, site: CallSite) -> bool:
     scope = ctx.function_of(site.stack)
     if scope is None and not ctx.step_loops:
         return False
-    return _reads(ctx, scope or ctx.module)[name] == _prepared_in_place(ctx, scope, name)
+    counted = sum(1 for call in ctx.calls if call.func == "len" and len(call.node.args) == 1
+                  and dotted_name(call.node.args[0].value) == name and ctx.function_of(call.stack) is scope)
+    return _reads(ctx, scope or ctx.module)[name] == _prepared_in_place(ctx, scope, name) + counted
 
 
 def _bound_names(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
@@ -773,3 +790,25 @@ def evaluation_only(ctx: FileContext, site: CallSite) -> bool:
     iterating = [info for info in ctx.loops.values()
                  if info.iter is not None and dotted_name(unwrap_iterable(info.iter)) == name]
     return bool(iterating) and not any(info.node in ctx.step_loops for info in iterating)
+
+
+def built_for_one_pass(ctx: FileContext, site: CallSite) -> bool:
+    """Is the DataLoader of ``site`` made anew on every pass of a loop and used only in that pass
+    (`for epoch in ...: loader = DataLoader(...); train_epoch(epoch, loader)`), no loop inside
+    the pass iterating it again? Then its workers end with it, whatever `persistent_workers`
+    says (minimind rebuilds its loader each epoch to skip the batches of a resumed run)."""
+    loop = ctx.nearest_loop(site.stack)
+    name = assigned_name(site)
+    if loop is None or name is None or "." in name:
+        return False
+    function = ctx.function_of(site.stack)
+    uses: list[Stack] = [other.stack for other in ctx.calls if other is not site and ctx.function_of(other.stack) is function
+                         and any(name in _names_read(arg.value) for arg in other.node.args)]
+    uses += [info.stack for info in ctx.loops.values() if info.iter is not None and ctx.function_of(info.stack) is function
+             and name in _names_read(info.iter)]
+    return bool(uses) and all(ctx.nearest_loop(stack) is loop for stack in uses)
+
+
+def _names_read(node: cst.BaseExpression) -> set[str]:
+    return {found for child in walk_expression(node) if isinstance(child, (cst.Name, cst.Attribute))
+            and (found := dotted_name(child)) is not None}

@@ -18,7 +18,7 @@ import libcst as cst
 from speedfix.model.arguments import argparse_default, find_argument
 from speedfix.model.context import MODULE_METHODS, FileContext
 from speedfix.model.flow import comes_before, is_returned
-from speedfix.model.forward import LOSS_NAME, is_local_object
+from speedfix.model.forward import LOSS_NAME, is_local_object, read_names
 from speedfix.model.frames import FrameKind, Stack, class_of, function_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import INSTANTIATE, LIBRARY_OPTIMIZERS, NN_MODULE, OPTIMIZER_PREFIX
@@ -1084,3 +1084,50 @@ def may_train(ctx: FileContext) -> bool:
     or demo script does none of these."""
     return ctx.drives_training or any(True for _ in ctx.method_calls("backward")) \
         or any(is_optimizer_call(ctx, site) for site in ctx.calls)
+
+
+def skips_submodules(ctx: FileContext) -> str | None:
+    """A module class of this file whose `forward` calls one of its submodules only in some
+    calls: under an `if` on one of its arguments (`if not uncond_fwd: self.reference_unet(...)`),
+    or after an `if` on one that returns. In the steps that skip it, the submodule's parameters
+    get no gradient (DDP then needs `find_unused_parameters=True`). Its name, or None. A test of
+    `self.training` alone does not count: a training step always takes the same branch."""
+    for name, info in ctx.classes.items():
+        if not is_module_class(ctx, name):
+            continue
+        methods = {s.name.value for s in info.node.body.body if isinstance(s, cst.FunctionDef)}
+        forward = next((s for s in info.node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)
+        if forward is None:
+            continue
+        params = forward.params
+        arguments = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)} - {"self"}
+        if arguments and _gated_submodule_call(forward.body, arguments, methods, gated=False):
+            return name
+    return None
+
+
+def _gated_submodule_call(block: cst.BaseSuite, arguments: set[str], methods: set[str], *, gated: bool) -> bool:
+    statements = list(block.body) if isinstance(block, cst.IndentedBlock) else [block]
+    for statement in statements:
+        if isinstance(statement, cst.If):
+            on_argument = bool(read_names(statement.test) & arguments)
+            branches: list[cst.BaseSuite] = [statement.body]
+            if isinstance(statement.orelse, cst.If):  # an `elif`: an `if` of its own in the `else`
+                branches.append(cst.IndentedBlock(body=[statement.orelse]))
+            elif statement.orelse is not None:
+                branches.append(statement.orelse.body)
+            if any(_gated_submodule_call(branch, arguments, methods, gated=gated or on_argument) for branch in branches):
+                return True
+            body = statement.body.body if isinstance(statement.body, cst.IndentedBlock) else []
+            if on_argument and body and isinstance(body[-1], cst.SimpleStatementLine) \
+                    and any(isinstance(small, cst.Return) for small in body[-1].body):
+                gated = True  # `if return_features: return x`: what follows runs only in some calls
+        elif isinstance(statement, cst.BaseCompoundStatement):
+            inner = [statement.body] + ([statement.orelse.body] if getattr(statement, "orelse", None) is not None else [])
+            if any(_gated_submodule_call(body, arguments, methods, gated=gated) for body in inner if body is not None):
+                return True
+        elif gated and any(isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                           and isinstance(node.func.value, cst.Name) and node.func.value.value == "self"
+                           and node.func.attr.value not in methods for node in walk_expression(statement)):
+            return True
+    return False

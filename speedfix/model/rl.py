@@ -181,3 +181,20 @@ def filled_once(ctx: FileContext, buffer: HostBuffer) -> bool:
     here = {(site.func or "").rsplit(".", 1)[-1] for site in ctx.calls if "." in (site.func or "")}
     # a row writer the buffer itself calls (`self.add(...)` from `add_batch`) runs whenever its caller does
     return bool((used | here) & (buffer.loaders - buffer.writers)) and not (used | here) & buffer.writers
+
+
+# A method that generates what the step then trains on: a language model's `generate(...)` (RLHF,
+# GRPO), a rollout engine's `rollout(...)`, an agent's `collect_rollouts(...)`.
+_GENERATION = re.compile(r"generate(?:_\w+)?|rollouts?|collect_rollouts?|sample_completions?")
+_GENERATION_CALLS: WeakKeyDictionary[FileContext, str | None] = WeakKeyDictionary()
+
+
+def generation_in_step(ctx: FileContext) -> str | None:
+    """The call (as code, `rollout_engine.rollout(...)`) by which every training step of the file
+    generates the samples it trains on, or None. Autoregressive decoding then takes most of the
+    step, at lengths that change from step to step."""
+    if ctx not in _GENERATION_CALLS:
+        _GENERATION_CALLS[ctx] = next((f"{dotted_name(site.node.func)}(...)" for site in ctx.calls
+                                       if isinstance(site.node.func, cst.Attribute) and dotted_name(site.node.func)
+                                       and _GENERATION.fullmatch(site.node.func.attr.value) and ctx.is_hot(site.stack)), None)
+    return _GENERATION_CALLS[ctx]

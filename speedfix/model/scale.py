@@ -184,14 +184,27 @@ def _beside_the_fed_loader(ctx: FileContext, site: CallSite) -> bool:
 
 
 def _handed_for_evaluation(ctx: FileContext, site: CallSite) -> bool:
-    """Is the loader handed to other calls, and always by a keyword that names evaluation
-    (`val_loader=`, `val_dataloaders=`), never positionally or by another keyword?"""
+    """Is the loader handed to other calls, and always for evaluation: by a keyword that names
+    it (`val_loader=`, `val_dataloaders=`), or at the place of a Lightning Trainer's validation
+    loader (`trainer.fit(model, train_loader, val_loader)`, `trainer.validate(model, loader)`),
+    never elsewhere?"""
     loader = assigned_name(site)
     if loader is None:
         return False
-    keywords = [arg.keyword.value if arg.keyword is not None else None
-                for call in ctx.calls for arg in call.node.args if not arg.star and dotted_name(arg.value) == loader]
-    return bool(keywords) and all(keyword is not None and _EVALUATION_NAME.search(keyword) for keyword in keywords)
+    handed = [(call, index, arg) for call in ctx.calls for index, arg in enumerate(call.node.args)
+              if not arg.star and dotted_name(arg.value) == loader]
+    return bool(handed) and all(_EVALUATION_NAME.search(arg.keyword.value) if arg.keyword is not None
+                                else _LIGHTNING_EVALUATION_PLACES.get(_method(call)) == index for call, index, arg in handed)
+
+
+# The positional place of the evaluation loader in a Lightning Trainer's methods: `fit(model,
+# train_dataloaders, val_dataloaders)`, `validate(model, dataloaders)`, `test(model, dataloaders)`
+_LIGHTNING_EVALUATION_PLACES = {"fit": 2, "validate": 1, "test": 1}
+
+
+def _method(call: CallSite) -> str | None:
+    func = call.node.func
+    return func.attr.value if isinstance(func, cst.Attribute) else None
 
 
 def _yields(loop: cst.CSTNode) -> bool:
