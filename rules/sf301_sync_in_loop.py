@@ -1321,6 +1321,10 @@ class SyncInLoop(BranchTracker, Rule):
 
     # ------------------------------------------------------------------ the finding of a step
     def impact_here(self, finding: Finding) -> Estimate | None:
+        generation = generation_in_step(self.ctx)
+        if generation is not None:
+            return Estimate(Impact.LOW, f"each step generates its samples first (`{generation}`): decoding waits for "
+                                        "the GPU at every token already")
         looped = self._looped.get(id(finding.node))
         if looped is not None:
             iterable = loop_iterable(looped[1])
@@ -1330,10 +1334,6 @@ class SyncInLoop(BranchTracker, Rule):
         large = large_model(self.ctx, Impact.LOW)
         if large is not None:
             return large
-        generation = generation_in_step(self.ctx)
-        if generation is not None:
-            return Estimate(Impact.LOW, f"each step generates its samples first (`{generation}`): decoding waits for "
-                                        "the GPU at every token already")
         waits, helpers = self._waits.get(id(finding.node), (1, []))
         metrics = self._metrics.get(id(finding.node), [])
         if waits + bool(metrics) >= _MANY_WAITS:

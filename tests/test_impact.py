@@ -115,13 +115,19 @@ model = AutoModelForCausalLM.from_pretrained("some/small-chat-model").cuda()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
 for batch in loader:
     completions = model.generate(batch["input_ids"].cuda(), max_new_tokens=256)
-    loss = policy_loss(model(completions).logits, reward(completions))
+    rewards = reward(completions)
+    for i, name in enumerate(reward_names):  # a sync per reward function, for the log
+        log(name, rewards[:, i].mean().item())
+    loss = policy_loss(model(completions).logits, rewards)
     loss.backward()
     optimizer.step()
 """
     write("grpo.py", grpo)
-    (compiled,) = _by(_json(run_cli, "grpo.py", cwd=tmp_path), "SF501")
+    found = _json(run_cli, "grpo.py", cwd=tmp_path)
+    (compiled,) = _by(found, "SF501")
     assert compiled["impact"] == "low" and "`model.generate(...)`" in compiled["impact_reason"]
+    (synced,) = _by(found, "SF301")  # decoding syncs at every token: a few more per step change little
+    assert synced["impact"] == "low" and "`model.generate(...)`" in synced["impact_reason"]
     write("sft.py", grpo.replace("    completions = model.generate(batch[\"input_ids\"].cuda(), max_new_tokens=256)\n", "")
           .replace("completions", "batch[\"input_ids\"].cuda()"))
     (compiled,) = _by(_json(run_cli, "sft.py", cwd=tmp_path), "SF501")
