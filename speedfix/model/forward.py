@@ -116,10 +116,10 @@ _PHASE_WORDS = frozenset({"eval", "evaluate", "evaluation", "validate", "validat
 
 def before_evaluation(ctx: FileContext, site: CallSite) -> bool:
     """Does the innermost `if` around ``site`` (a periodic branch of the training loop: `if steps
-    % validation_interval == 0:`) run an evaluation pass: a loop under `torch.no_grad()`, or after
-    `model.eval()`, or a call named for an evaluation, a test or a save (`eval_step(...)`,
-    `torch.save(...)`, `save_image(...)`)? HiFi-GAN empties the CUDA cache there before
-    validating; U-ViT around the sampling and the checkpoint it saves every 5,000 steps."""
+    % validation_interval == 0:`) run an evaluation pass: a loop under `torch.no_grad()`, or a call
+    named for an evaluation, a test or a save (`model.eval()`, `eval_step(...)`, `torch.save(...)`,
+    `save_image(...)`)? HiFi-GAN empties the CUDA cache there before validating; U-ViT around the
+    sampling and the checkpoint it saves every 5,000 steps."""
     if site.statement is None:
         return False
     branch = next((outer for outer in enclosing_statements(ctx, site.statement)[1:] if isinstance(outer, cst.If)), None)
@@ -131,9 +131,7 @@ def before_evaluation(ctx: FileContext, site: CallSite) -> bool:
         if kind in (cst.For, cst.While):
             has_loop = True
         elif kind is cst.Call and _PHASE_WORDS.intersection((dotted_name(node.func) or "").rpartition(".")[2].lower().split("_")):
-            return True
-        elif kind is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "eval" and not node.args:
-            evaluates = True  # `model.eval()`
+            return True  # `model.eval()`, `eval_step(...)`, `torch.save(...)`
         elif kind is cst.With and any(type(manager := entered(item.item)) is cst.Call
                                       and ctx.qualname(manager.func) in NO_GRAD for item in node.items):
             evaluates = True  # `with torch.no_grad():` (a loop must be there too)

@@ -36,6 +36,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import (assigned_name, comes_before, false_in_every_run, gates, is_returned, off_by_default,
                                  returned_at)
 from speedfix.model.frames import FrameKind, Stack
+from speedfix.model.forward import read_names
 from speedfix.model.frameworks import lightning_one_pass_loader
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
@@ -803,12 +804,7 @@ def built_for_one_pass(ctx: FileContext, site: CallSite) -> bool:
         return False
     function = ctx.function_of(site.stack)
     uses: list[Stack] = [other.stack for other in ctx.calls if other is not site and ctx.function_of(other.stack) is function
-                         and any(name in _names_read(arg.value) for arg in other.node.args)]
+                         and any(name in read_names(arg.value) for arg in other.node.args)]
     uses += [info.stack for info in ctx.loops.values() if info.iter is not None and ctx.function_of(info.stack) is function
-             and name in _names_read(info.iter)]
+             and name in read_names(info.iter)]
     return bool(uses) and all(ctx.nearest_loop(stack) is loop for stack in uses)
-
-
-def _names_read(node: cst.BaseExpression) -> set[str]:
-    return {found for child in walk_expression(node) if isinstance(child, (cst.Name, cst.Attribute))
-            and (found := dotted_name(child)) is not None}
