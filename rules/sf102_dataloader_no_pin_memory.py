@@ -101,13 +101,12 @@ class DataloaderNoPinMemory(Rule):
             """
             import torch
 
-            def data_loader(X, Y, batch_size):
-                cuda = torch.cuda.is_available()
-                TensorFloat = torch.cuda.FloatTensor if cuda else torch.FloatTensor
-                X, Y = TensorFloat(X), TensorFloat(Y)
-                return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_size=batch_size, shuffle=True)
+            def make_loader(inputs, targets, batch_size):
+                Tensor = torch.cuda.FloatTensor if torch.cuda.is_available() else torch.FloatTensor
+                data = torch.utils.data.TensorDataset(Tensor(inputs), Tensor(targets))
+                return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=True)
 
-            for x, y in data_loader(train_x, train_y, 64):
+            for x, y in make_loader(train_x, train_y, 64):
                 loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
                 loss.backward()
                 optimizer.step()
@@ -117,8 +116,8 @@ class DataloaderNoPinMemory(Rule):
             """
             import torch
             from torch.utils.data import DataLoader
-            loader_for_count = DataLoader(train_ds, batch_size=32)
-            scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=len(loader_for_count) * epochs)
+            counting_loader = DataLoader(train_ds, batch_size=32)
+            scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=len(counting_loader) * epochs)
             for epoch in range(epochs):
                 for x, y in DataLoader(train_ds, batch_size=32, sampler=make_sampler(epoch), pin_memory=True):
                     loss = model(x.cuda(), y.cuda())

@@ -139,7 +139,7 @@ class DataloaderNoPersistentWorkers(Rule):
                     optimizer.step()
 
             for epoch in range(10):
-                sampler = SkipBatchSampler(indices, 32, skip if epoch == 0 else 0)
+                sampler = ResumeSampler(indices, 32, done if epoch == 0 else 0)
                 loader = DataLoader(train_ds, batch_sampler=sampler, num_workers=8, pin_memory=True)
                 train_epoch(epoch, loader)
             """

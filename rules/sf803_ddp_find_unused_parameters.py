@@ -88,28 +88,28 @@ class DdpFindUnusedParameters(Rule):
             model = DDP(model, device_ids=[rank], find_unused_parameters=args.find_unused)
             """
         ),
-        Valid(  # the reference U-Net runs only when `uncond_fwd` is false: its parameters go unused then
+        Valid(  # the reference network runs only when `skip_reference` is false: its parameters go unused then
             """
             import torch
             from torch import nn
             from accelerate import Accelerator, DistributedDataParallelKwargs
 
             class Net(nn.Module):
-                def __init__(self, reference_unet, denoising_unet):
+                def __init__(self, reference, denoiser):
                     super().__init__()
-                    self.reference_unet, self.denoising_unet = reference_unet, denoising_unet
+                    self.reference, self.denoiser = reference, denoiser
 
-                def forward(self, latents, timesteps, uncond_fwd=False):
-                    if not uncond_fwd:
-                        self.reference_unet(latents, timesteps)
-                    return self.denoising_unet(latents, timesteps)
+                def forward(self, latents, timesteps, skip_reference=False):
+                    if not skip_reference:
+                        self.reference(latents, timesteps)
+                    return self.denoiser(latents, timesteps)
 
             accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
-            net = Net(reference_unet, denoising_unet)
+            net = Net(reference, denoiser)
             optimizer = torch.optim.AdamW(net.parameters())
             net, optimizer, loader = accelerator.prepare(net, optimizer, loader)
             for batch in loader:
-                accelerator.backward(net(batch, 10, uncond_fwd=random.random() < 0.1).mean())
+                accelerator.backward(net(batch, 10, skip_reference=random.random() < 0.1).mean())
                 optimizer.step()
             """
         ),
