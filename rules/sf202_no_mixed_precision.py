@@ -39,8 +39,10 @@ class NoMixedPrecision(Rule):
     Lightning's `"bf16-mixed"`, FSDP mixed-precision policies). An autocast that its defaults
     turn off (`dtype=ptdtype` with `--dtype float32` as the argparse default or nanoGPT's
     `dtype = 'float32'`, `enabled=args.amp` with a `store_true` flag) does not count: the run
-    with the defaults is fp32, and that is reported at the autocast. So is an autocast that wraps
-    only the loss while the model's forward pass runs before it. A loop with several backward
+    with the defaults is fp32, and that is reported at the autocast, unless an `Accelerator` that
+    leaves its precision open runs in 16-bit all the same (every launch command passes
+    `--mixed_precision bf16`, or its DeepSpeed plugin's config enables bf16). So is an autocast
+    that wraps only the loss while the model's forward pass runs before it. A loop with several backward
     calls (a GAN's critic, generator and penalty steps) is one finding, whose fix covers each.
     NVIDIA apex's `amp.initialize` counts as mixed precision, unless its `opt_level` is apex's
     pure-fp32 "O0" with the defaults (`--amp` defaulting to "O0" and no launch command passing

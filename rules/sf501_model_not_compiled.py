@@ -19,8 +19,8 @@ from speedfix.model.frameworks import (ACCELERATOR, accelerate_prepared, acceler
                                         in_lightning_callback, in_lightning_method)
 from speedfix.model.index import CallSite
 from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, in_optimizer_class, model_aliases, multiplies_sparse,
-                                     optimized_modules, optimizer_factories, peel, step_method, trained_models,
-                                     wrapper_of)
+                                     optimized_modules, optimizer_factories, peel, run_first, step_method,
+                                     trained_models, wrapper_of)
 from speedfix.model.patterns import NO_GRAD
 from speedfix.model.subjects import call_subjects, is_for_model
 from speedfix.model.versions import v
@@ -1093,7 +1093,7 @@ class ModelNotCompiled(Rule):
         """A model that `accelerator.prepare` hands to DeepSpeed's engine: Accelerate compiles it
         there (`engine.compile()`) when asked; a `torch.compile` before it would be wrapped by
         ZeRO's hooks."""
-        built = fresh_assignments(self.ctx, model, site.stack, site.statement)
+        built = run_first(self.ctx, fresh_assignments(self.ctx, model, site.stack, site.statement))
         self.report(built[0].value if built else site.node,
                     f"`{model}` is trained without `torch.compile` (Accelerate hands it to DeepSpeed's engine, which "
                     "compiles it when Accelerate is asked to)",
@@ -1144,7 +1144,7 @@ class ModelNotCompiled(Rule):
 
     def _report(self, site: CallSite, model: str, gate: str | None) -> None:
         message = f"`{model}` is trained without `torch.compile`"
-        built = fresh_assignments(self.ctx, model, site.stack, site.statement)
+        built = run_first(self.ctx, fresh_assignments(self.ctx, model, site.stack, site.statement))
         node = built[0].value if built else site.node
         if gate is not None:
             self.report(node, f"{message} by default: it is compiled only when `{gate}`, which is off by default",

@@ -3,7 +3,7 @@ from __future__ import annotations
 from speedfix.engine.findings import Applicability, LossCheck, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.entry import setting_at_entry_point
-from speedfix.model.flow import default_choice, off_by_default
+from speedfix.model.flow import default_choice, in_no_run, off_by_default
 from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.index import CallSite
 from speedfix.model.lightning_config import configured_trainers
@@ -483,6 +483,8 @@ class CudnnBenchmarkOff(Rule):
     def _first_conv(self) -> CallSite | None:
         """The first convolution layer or zoo CNN the file builds."""
         for site in self.ctx.calls:
+            if in_no_run(self.ctx, site.statement, site.stack):
+                continue  # `if args.model == "Autoformer":` where every launch command picks another
             if self.ctx.call_qualname(site) in _CONV:
                 return site
             zoo = zoo_architecture(self.ctx, site.node, site.stack)

@@ -170,7 +170,8 @@ class CreateThenMove(Rule):
     self.offsets, device=x.device)`): reported without a fix (register it once as a buffer).
 
     Not in a module's eval-mode branch (`if not self.training:`, the `else:` of `if
-    self.training:`, or what follows `if self.training: return loss`): what a detector builds
+    self.training:`, or what follows `if self.training: return loss`), nor in a method that its
+    `forward` calls only there (Autoformer's `time_delay_agg_inference`): what a detector builds
     there to collect its boxes never runs while it trains. Tensors made by statements right after
     one another (an LSTM's `h0` and `c0`) are one finding, at the first, that fixes them all. Nor in
     code that no run takes: a
@@ -241,6 +242,22 @@ class CreateThenMove(Rule):
                 loss.backward()
                 optimizer.step()
                 all_gather({"loss": loss.detach()})
+            """
+        ),
+        Valid(  # a method `forward` calls only in eval mode: it never runs while the model trains
+            """
+            import torch
+
+            class AutoCorrelation(torch.nn.Module):
+                def aggregate_for_inference(self, values):
+                    index = torch.arange(values.shape[-1]).repeat(values.shape[0], 1).cuda()
+                    return torch.gather(values, -1, index)
+
+                def forward(self, values):
+                    if self.training:
+                        return values.roll(1, -1)
+                    else:
+                        return self.aggregate_for_inference(values)
             """
         ),
         Valid(  # made on the device already
@@ -1002,11 +1019,13 @@ class CreateThenMove(Rule):
 
     def _called_in_forward(self, function: cst.FunctionDef, site: CallSite) -> bool:
         """A method of a module that its `forward` calls (`self.timestep_embedding(t, dim)`), or a
-        function of the file that a `forward` calls (SimCSE's `cl_forward(self, ...)`)."""
+        function of the file that a `forward` calls (SimCSE's `cl_forward(self, ...)`), outside its
+        eval-mode branch."""
         owner = self.ctx.class_of(site.stack)
         wanted = f"self.{function.name.value}" if owner is not None else function.name.value
         return any(
             call.func == wanted and self.ctx.class_of(call.stack) is (owner or self.ctx.class_of(call.stack))
             and isinstance(caller := self.ctx.function_of(call.stack), cst.FunctionDef) and caller.name.value == "forward"
+            and not in_inference_branch(call.stack)  # Autoformer's `time_delay_agg_inference`: eval mode only
             for call in self.ctx.calls
         )

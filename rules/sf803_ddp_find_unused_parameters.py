@@ -4,6 +4,7 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.flow import in_no_run
+from speedfix.model.frameworks import accelerate_runs_deepspeed
 from speedfix.model.networks import may_train, skips_submodules
 from speedfix.model.torch_api import DDP_SETTINGS
 
@@ -28,7 +29,10 @@ class DdpFindUnusedParameters(Rule):
     `distributed = False` set in the script, or an option off by default that no launch command
     of the project passes. Nor where a model class of the file calls one of its submodules only
     in some forward passes (`if not uncond_fwd: self.reference_unet(...)`, an `if` on an
-    argument of `forward`, or code after one that returns): the flag is needed there.
+    argument of `forward`, or code after one that returns): the flag is needed there. Nor
+    Accelerate's `DistributedDataParallelKwargs` where the `Accelerator` runs DeepSpeed (a
+    `deepspeed_plugin=`, or launch commands that all use DeepSpeed): its engine, not DDP, wraps
+    the model, and the handler is never read.
 
     ## Example
     ```python
@@ -161,6 +165,18 @@ class DdpFindUnusedParameters(Rule):
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             """
         ),
+        Valid(  # the Accelerator runs DeepSpeed: its engine wraps the model, the DDP handler is never read
+            """
+            from accelerate import Accelerator, DeepSpeedPlugin, DistributedDataParallelKwargs
+            handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)]
+            plugin = DeepSpeedPlugin(hf_ds_config="ds_zero2.json")
+            accelerator = Accelerator(kwargs_handlers=handlers, deepspeed_plugin=plugin)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+            """
+        ),
         Invalid(  # Accelerate hands it to the DDP wrapper it makes in `prepare`
             """
             from accelerate import Accelerator, DistributedDataParallelKwargs
@@ -179,7 +195,11 @@ class DdpFindUnusedParameters(Rule):
             return  # an evaluation script sets it too; DDP looks for unused parameters only for a backward pass
         if skips_submodules(self.ctx) is not None:
             return  # some forward passes leave a submodule out: its parameters go unused, the flag is needed
+        deepspeed = None
         for site in self.ctx.calls_to(*DDP_SETTINGS):
+            if (self.ctx.call_qualname(site) or "").startswith("accelerate.") and (
+                    deepspeed := accelerate_runs_deepspeed(self.ctx) if deepspeed is None else deepspeed):
+                continue  # DeepSpeed's engine wraps the model: the DDP handler is never read
             flag = find_argument(self.ctx, site, "find_unused_parameters")
             if literal_bool(self.ctx, flag.node, site.stack) and not in_no_run(self.ctx, site.statement, site.stack):
                 self.report(site.node, "`find_unused_parameters=True` walks the autograd graph again after every forward pass")

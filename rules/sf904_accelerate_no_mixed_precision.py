@@ -8,6 +8,7 @@ from speedfix.fixes.codegen import same_quotes, value_replaced
 from speedfix.model.amp import weights_in_sixteen_bit
 from speedfix.model.arguments import argparse_option, find_argument, known_value, string_value
 from speedfix.model.context import FileContext
+from speedfix.model.deepspeed_config import plugin_sixteen_bit
 from speedfix.model.flow import default_truth, in_no_run
 from speedfix.model.frameworks import (ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu, launched_mixed_precision,
                                       process_info_only)
@@ -33,9 +34,10 @@ class AccelerateNoMixedPrecision(Rule):
     are read (shell scripts and README commands that run the script, and the Accelerate YAML
     their `--config_file` names): when every one of them sets a precision, that one counts;
     when one runs the script without (or there is none), the default run is fp32 and is
-    reported as an info note (a machine-wide `accelerate config` may still set it), also beside
-    commands whose config file is not in the project (`accelerate config --config_file
-    config.yaml` writes it on the user's machine). An
+    reported as an info note (a machine-wide `accelerate config` may still set it; not where the
+    `DeepSpeedPlugin(hf_ds_config=...)` it is given names a config that enables bf16 or fp16),
+    also beside commands whose config file is not in the project (`accelerate config
+    --config_file config.yaml` writes it on the user's machine). An
     `Accelerator` is GPU code unless `cpu=True`; `accelerator.device` is where it puts the model.
     A value handed in as a parameter is its default when no call passes it, and the entry of a
     config file spread into the function's one call (`main(**OmegaConf.load(args.config))`,
@@ -292,6 +294,8 @@ class AccelerateNoMixedPrecision(Rule):
             return  # (a command whose config cannot be read is no reason for silence beside one that sets nothing)
         if weights_in_sixteen_bit(self.ctx):
             return  # the model is loaded in 16-bit (or 4-bit computed in bf16): no launch trains in fp32
+        if plugin_sixteen_bit(self.ctx):
+            return  # the DeepSpeed plugin's config enables bf16 or fp16: the engine trains in it
         if chosen and all(value == "fp16" for value in chosen):
             message = ('every launch command runs `mixed_precision="fp16"`, which scales the loss and checks every '
                        'gradient for inf each step; "bf16" needs neither')

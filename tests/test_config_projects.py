@@ -391,6 +391,50 @@ def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_pa
         run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout
 
 
+_GATED_AMP_UNDER_ACCELERATE = """\
+import argparse
+import torch
+from accelerate import Accelerator, DeepSpeedPlugin, DistributedDataParallelKwargs
+parser = argparse.ArgumentParser()
+parser.add_argument("--use_amp", action="store_true", default=False)
+args = parser.parse_args()
+handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)]
+accelerator = Accelerator(kwargs_handlers=handlers{plugin})
+model = torch.nn.Linear(1024, 1024)
+optimizer = torch.optim.Adam(model.parameters())
+model, optimizer = accelerator.prepare(model, optimizer)
+scaler = torch.cuda.amp.GradScaler() if args.use_amp else None
+for x in range(10):
+    if args.use_amp:
+        with torch.cuda.amp.autocast():
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss = model(x).sum()
+        accelerator.backward(loss)
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("plugin, launch, expected", [
+    ("", "python train.py\n", {"SF202", "SF803", "SF904"}),  # fp32 by default
+    ("", "accelerate launch --mixed_precision bf16 train.py\n", {"SF803"}),  # Accelerate's bf16 autocast
+    (", deepspeed_plugin=DeepSpeedPlugin(hf_ds_config='ds.json')", "python train.py\n", set()),
+])
+def test_an_autocast_flag_off_by_default_under_accelerate_that_launches_in_bf16(plugin, launch, expected, write,
+                                                                                run_cli, tmp_path):
+    """Time-LLM: an `--use_amp` autocast that is off by default is not the run's precision when
+    `accelerate launch --mixed_precision bf16` or the DeepSpeed plugin's config sets it; the DDP
+    handler is never read once DeepSpeed wraps the model."""
+    write("train.py", _GATED_AMP_UNDER_ACCELERATE.format(plugin=plugin))
+    write("ds.json", '{"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}\n')
+    write("run.sh", launch)
+    result = run_cli("scan", ".", "--select", "SF202,SF803,SF904", "--output-format", "json", cwd=tmp_path)
+    assert {finding["code"] for finding in json.loads(result.stdout)} == expected
+
+
 @pytest.mark.parametrize("precision, expected", [
     ("fp16", ["configs/run.yaml:3:1: SF904 `mixed_precision: fp16` (mixed_precision of `Accelerator`) scales the loss "
               "and checks every gradient for inf each step; bf16 needs neither (impact: medium)"]),

@@ -3650,3 +3650,88 @@ def test_a_folder_of_superseded_code_is_left_out_unless_the_project_imports_it_o
     run_cli("apply", "--unsafe-fixes", ".", cwd=project)
     assert (project / "old" / "train.py").read_text() == SUPERSEDED_TRAIN
     assert (project / "train.py").read_text() != SUPERSEDED_TRAIN
+
+
+UNREFERENCED_LAYER = '''\
+"""Attention layers."""
+import math
+
+import torch
+from torch import nn
+
+try:
+    from apex.normalization import FusedLayerNorm as LayerNorm
+except ImportError:
+    LayerNorm = nn.LayerNorm
+
+
+class FullAttention(nn.Module):
+    def forward(self, q, k, v):
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+'''
+
+UNREFERENCED_TRAIN = '''\
+import torch
+from models.net import Net
+
+model = Net().cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.randn(100, 8, 8).cuda():
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+'''
+
+
+@pytest.mark.parametrize("mention, left_out", [
+    (None, True),  # Time-LLM's `layers/SelfAttention_Family.py`: no file imports it
+    ("models/net.py", False),  # imported
+    ("configs/model.yaml", False),  # named by a config (hydra's `_target_`)
+    ("notebook.ipynb", False),  # imported by a notebook
+    ("tools/registry.py", False),  # a file imports modules by names made at run time
+    ("setup.py", False),  # a package the project distributes: its users may import any module
+])
+def test_a_library_module_no_file_of_the_project_imports_or_names_is_left_out(mention, left_out, run_cli, write,
+                                                                             tmp_path):
+    write("project/train.py", UNREFERENCED_TRAIN)
+    write("project/layers/attention.py", UNREFERENCED_LAYER)
+    write("project/models/net.py", "import torch\n\n\nclass Net(torch.nn.Linear):\n    def __init__(self):\n"
+          "        super().__init__(8, 8)\n"
+          + ("\n\nfrom layers.attention import FullAttention\n" if mention == "models/net.py" else ""))
+    if mention == "configs/model.yaml":
+        write("project/configs/model.yaml", "attention:\n  _target_: layers.attention.FullAttention\n")
+    if mention == "notebook.ipynb":
+        write("project/notebook.ipynb", json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
+                                                               "source": ["from layers.attention import FullAttention\n"],
+                                                               "execution_count": None}],
+                                                    "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    if mention == "setup.py":
+        write("project/setup.py", "from setuptools import setup\n\nsetup(name='layers', packages=['layers'])\n")
+        write("project/layers/__init__.py", "")
+    if mention == "tools/registry.py":
+        write("project/tools/registry.py", "import importlib, os\n\n\ndef load_all(folder):\n"
+              "    return [importlib.import_module(name[:-3]) for name in os.listdir(folder)]\n")
+    project = tmp_path / "project"
+    result = run_cli("scan", ".", "--select", "SF503", "--output-format", "json", cwd=project)
+    found = {finding["path"] for finding in json.loads(result.stdout)}
+    assert (found == set()) is left_out and found <= {"layers/attention.py"}
+    assert ("layers/attention.py: note: 1 finding in its classes left out: no file of the project imports or names "
+            "this module" in result.stderr) is left_out
+    # named on the command line, or scanned without the code that trains, it is scanned as any file
+    assert json.loads(run_cli("scan", "layers/attention.py", "--select", "SF503", "--output-format", "json",
+                              cwd=project).stdout)
+    assert json.loads(run_cli("scan", "layers", "--select", "SF503", "--output-format", "json", cwd=project).stdout)
+
+
+def test_a_module_that_runs_something_is_no_library_module(run_cli, write, tmp_path):
+    """A script nothing imports (its own entry point) keeps its findings: only a module that
+    defines things and runs nothing is dead code when nothing names it."""
+    write("project/train.py", UNREFERENCED_TRAIN)
+    write("project/models/net.py", "import torch\n\n\nclass Net(torch.nn.Linear):\n    def __init__(self):\n"
+          "        super().__init__(8, 8)\n")
+    write("project/bench_attention.py", UNREFERENCED_LAYER + "\n\nif __name__ == '__main__':\n"
+          "    FullAttention()(*torch.randn(3, 4, 8, 8).cuda())\n")
+    project = tmp_path / "project"
+    result = run_cli("scan", ".", "--select", "SF503", "--output-format", "json", cwd=project)
+    assert {finding["path"] for finding in json.loads(result.stdout)} == {"bench_attention.py"}

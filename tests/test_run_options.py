@@ -438,3 +438,43 @@ def test_a_dataclass_a_parser_fills_gives_its_fields_defaults(write, run_cli, tm
     found = run_cli("scan", "train.py", "--select", "SF501", "--no-summary", cwd=tmp_path).stdout
     assert ("compiled only when `args.compile`, which is off by default" in found) is off
     assert ("SF501" in found) is off
+
+
+PICKED_BY_AN_IF = """\
+import argparse
+import torch
+from models import Conv, Big
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model", type=str, required=True, default="Conv")
+args = parser.parse_args()
+if args.model == "Conv":
+    model = Conv.Model(args).float().cuda()
+else:
+    model = Big.Model(args).float().cuda()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+for x in torch.randn(100, 8, 8).cuda():
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("picked, expected", [
+    ("Big", ["train.py:11:13: SF501"]),  # the branch every run takes: no convolution, compile where it is built
+    ("Conv", ["train.py:9:13: SF501", "train.py:9:13: SF601"]),
+])
+def test_a_model_an_if_picks_by_the_launch_commands_option_is_the_one_advice_is_about(picked, expected, write, run_cli,
+                                                                                      tmp_path):
+    """Time-LLM's `if args.model == 'Autoformer': ... else: model = TimeLLM.Model(args)`, with every
+    launch script passing `--model TimeLLM`: the convolutions of the branch no run takes are no
+    reason for cuDNN advice, and the compile advice points at the model the runs train."""
+    write("train.py", PICKED_BY_AN_IF)
+    write("models/__init__.py", "")
+    for name, layer in (("Conv", "torch.nn.Conv1d(8, 8, 3)"), ("Big", "torch.nn.Linear(8, 8)")):
+        write(f"models/{name}.py", f"import torch\n\n\nclass Model(torch.nn.Module):\n    def __init__(self, args):\n"
+              f"        super().__init__()\n        self.layer = {layer}\n\n    def forward(self, x):\n"
+              "        return self.layer(x)\n")
+    write("scripts/run.sh", f"model_name={picked}\npython train.py --model $model_name\n")
+    found = run_cli("scan", ".", "--select", "SF501,SF601", "--no-summary", cwd=tmp_path).stdout.splitlines()
+    assert [line.split(" ", 2)[0] + " " + line.split(" ", 2)[1] for line in found] == expected

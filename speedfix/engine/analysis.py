@@ -31,7 +31,7 @@ from speedfix.engine.suppression import FileSuppressions, line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
 from speedfix.model.choices import classes_no_run_picks
-from speedfix.model.launch import classes_off_the_run, picked_by_no_run, self_test_block
+from speedfix.model.launch import classes_off_the_run, library_module, picked_by_no_run, self_test_block
 from speedfix.model.unused import unused_functions
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
@@ -225,6 +225,23 @@ def _outside_unpicked_entries(ctx: FileContext, findings: list[Finding], top_of:
     return [], f"{left} finding{'s' if left > 1 else ''} left out: the scanned scripts reach this file only through {unpicked}"
 
 
+def _outside_unreferenced_module(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
+                                 ) -> tuple[list[Finding], str | None]:
+    """No findings in the classes of a library module that no file of the project imports or
+    names (``Links.unreferenced``: a layer left over from another model, a copy no run uses), and
+    a note saying why (None otherwise). Its functions keep theirs: a script written as functions
+    only may be run in ways the scan does not see."""
+    if not findings or not ctx.links.unreferenced or not library_module(ctx):
+        return findings, None
+    kept, left_in = _apart(findings, top_of, {index for index, statement in enumerate(ctx.module.body)
+                                              if isinstance(statement, cst.ClassDef)})
+    if not left_in:
+        return findings, None
+    left = len(left_in)
+    return kept, (f"{left} finding{'s' if left > 1 else ''} in its classes left out: no file of the project imports "
+                  "or names this module, while the scan holds code that trains (name the file to scan it)")
+
+
 def _apart(findings: list[Finding], top_of: dict[int, int], indexes: set[int]) -> tuple[list[Finding], list[int]]:
     """The findings outside the module's top-level statements ``indexes``, and the statement of
     each finding left out."""
@@ -280,8 +297,10 @@ def _outside_unused_functions(ctx: FileContext, findings: list[Finding], top_of:
 
 # The findings in code that no run of the project takes are left out, each step with a note that
 # says which and why: a library module's self-test, classes built only under an option that is
-# off, functions of an entry script that nothing uses, model-zoo entries that no run picks.
-_OFF_THE_RUN = (_outside_self_test, _outside_classes_off_the_run, _outside_unused_functions, _outside_unpicked_entries)
+# off, functions of an entry script that nothing uses, model-zoo entries that no run picks, a
+# library module nothing imports.
+_OFF_THE_RUN = (_outside_self_test, _outside_classes_off_the_run, _outside_unused_functions, _outside_unpicked_entries,
+                _outside_unreferenced_module)
 
 
 def locate(

@@ -23,10 +23,10 @@ import libcst as cst
 
 from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
 from speedfix.model.context import FileContext
-from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE, engine_sixteen_bit
+from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE, engine_sixteen_bit, plugin_sixteen_bit
 from speedfix.model.flow import default_truth, off_by_default, reached_by_launch
 from speedfix.model.frames import FrameKind, Stack
-from speedfix.model.frameworks import ACCELERATOR
+from speedfix.model.frameworks import ACCELERATOR, launched_mixed_precision
 from speedfix.model.index import CallSite
 from speedfix.model.launch import option_passed
 from speedfix.model.networks import network_assignments, step_networks
@@ -246,7 +246,7 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
     if autocast_passed_around(ctx) or any(cast.on_by_default for cast in casts):
         return True
     if casts or autocast_passings(ctx) or _accelerate_in_fp32(ctx):
-        return _low_precision_elsewhere(ctx)
+        return _low_precision_elsewhere(ctx) or _accelerate_launched_in_sixteen_bit(ctx)
     if _low_precision_by_default(ctx) or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname):
         return True
     if any(not _apex_in_fp32(ctx, site) for site in ctx.calls_to(APEX_AMP_INITIALIZE)):
@@ -283,6 +283,19 @@ def accelerate_picks_precision(ctx: FileContext) -> bool:
     `mixed_precision=` the scan can read (`Accelerator(**accelerate_kwargs)`, or none at all), so
     `accelerate launch --mixed_precision` or the machine's `accelerate config` decides?"""
     return any(precision is None for precision in _accelerator_precisions(ctx))
+
+
+def _accelerate_launched_in_sixteen_bit(ctx: FileContext) -> bool:
+    """Does an `Accelerator` that leaves its precision open run in 16-bit all the same: every
+    launch command of the project sets fp16 or bf16 (`accelerate launch --mixed_precision bf16`),
+    or the DeepSpeed plugin it is given has a config that enables them? The script's own autocast
+    flag (`--use_amp`, off by default) is then not what decides."""
+    if not any(precision is None for precision in _accelerator_precisions(ctx)):
+        return False
+    if plugin_sixteen_bit(ctx):
+        return True
+    chosen = launched_mixed_precision(ctx)
+    return bool(chosen) and all(value in ("fp16", "bf16") for value in chosen)
 
 
 def _accelerate_in_fp32(ctx: FileContext) -> bool:

@@ -47,6 +47,7 @@ CONFIG_TAKERS: dict[str, tuple[str, int | None]] = {
     "accelerate.utils.DeepSpeedPlugin": ("hf_ds_config", 0),
 }
 _ARGPARSE_OPTIONS = ("deepspeed_config", "deepspeed")
+_PLUGINS = ("accelerate.DeepSpeedPlugin", "accelerate.utils.DeepSpeedPlugin")
 _INITIALIZE = DEEPSPEED_INITIALIZE = "deepspeed.initialize"
 _HF_TAKERS = ("transformers.HfArgumentParser", "transformers.hf_argparser.HfArgumentParser", "trl.TrlParser",
               "transformers.Trainer", "accelerate.Accelerator")
@@ -382,6 +383,13 @@ def engine_sixteen_bit(ctx: FileContext) -> bool | None:
     if not readable:
         return None
     return any(section(values, key).get("enabled", False) is not False for values in readable for key in ("fp16", "bf16"))
+
+
+def plugin_sixteen_bit(ctx: FileContext) -> bool:
+    """Does a config handed to Accelerate's `DeepSpeedPlugin(hf_ds_config=...)` enable fp16 or
+    bf16 (or leave them to "auto")?"""
+    return any(section(config.values, key).get("enabled", False) is not False for config in named_configs(ctx)
+               if config.values is not None and config.taker in _PLUGINS for key in ("fp16", "bf16"))
 
 
 def section(values: dict[str, Any], key: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import libcst as cst
 
 from speedfix.model.arguments import argparse_default, find_argument
 from speedfix.model.context import MODULE_METHODS, FileContext
-from speedfix.model.flow import comes_before, is_returned
+from speedfix.model.flow import comes_before, in_no_run, is_returned
 from speedfix.model.forward import LOSS_NAME, is_local_object, read_names
 from speedfix.model.frames import FrameKind, Stack, class_of, function_of
 from speedfix.model.index import Assignment, CallSite
@@ -577,6 +577,13 @@ def network_assignments(ctx: FileContext, name: str, stack: Stack) -> list[Assig
     """Where the network ``name`` gets its value: `self.model = ...` in any method of the class,
     or the fresh assignments of a variable in its scope."""
     return class_assignments(ctx, name, stack) if name.startswith("self.") else fresh_assignments(ctx, name, stack, None)
+
+
+def run_first(ctx: FileContext, assignments: list[Assignment]) -> list[Assignment]:
+    """``assignments`` with those a run takes first: `if args.model == "Autoformer": model = ...`
+    comes last when every launch command of the project passes `--model TimeLLM`."""
+    skipped = [assignment for assignment in assignments if in_no_run(ctx, assignment.statement, assignment.stack)]
+    return [assignment for assignment in assignments if assignment not in skipped] + skipped
 
 
 def view_calls(ctx: FileContext, classes: set[str]) -> list[CallSite]:

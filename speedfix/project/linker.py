@@ -129,6 +129,9 @@ class Links:
     # the scanned files that import it (as shown): whether a run reaches it (not part of the
     # digest: nothing of the file's own analysis depends on it)
     importers: tuple[str, ...] = ()
+    # no other file of the project names it (``unreferenced_modules``): nothing imports it, not
+    # even by a string, while the scan holds code that trains
+    unreferenced: bool = False
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -175,6 +178,7 @@ class Links:
             "options": [list(option) for option in self.options],
             "option_holders": list(self.option_holders),
             "picked_by": [[option, key, list(keys)] for option, key, keys in self.picked_by],
+            "unreferenced": self.unreferenced,
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -224,6 +228,54 @@ def star_imported_beside(path: Path, data: bytes, roots: Iterable[Path]) -> list
 
 
 _QUOTED_WORD = re.compile(rb"""['"](\w+)['"]""")
+# Code that imports modules by names made at run time, or runs files: any module may be one.
+_DYNAMIC_IMPORT = re.compile(rb"import_module\(|__import__\(|iter_modules\(|walk_packages\(|spec_from_file_location\("
+                             rb"|load_source\(|run_path\(|\bexec\(|\bexecfile\(")
+_TRAINS = re.compile(rb"backward\(|\.fit\(|\.train\(")  # a training loop, Lightning's or a Trainer's run
+_NOT_LIBRARIES = frozenset({"__init__", "__main__", "setup", "conftest"})
+
+
+def unreference_candidates(texts: Mapping[Path, bytes], candidates: Iterable[Path]) -> set[Path]:
+    """The ``candidates`` (scanned modules, by path) that train nothing themselves and whose name
+    no other of ``texts`` (the scanned files, notebooks too) holds as a word, in a scan with
+    code that trains; none when a file imports modules by a name made at run time
+    (`importlib.import_module(name)`, a loop over a folder's modules). ``unreferenced_modules``
+    then looks in the project's other files."""
+    if any(_DYNAMIC_IMPORT.search(data) for data in texts.values()):
+        return set()
+    trains = {path for path, data in texts.items() if _TRAINS.search(data)}  # entry points, trainers: kept
+    if not trains:
+        return set()
+    by_stem: dict[str, list[Path]] = {}
+    for path in candidates:
+        if path not in trains and path.stem not in _NOT_LIBRARIES and path.stem.isidentifier() and not is_test_file(path):
+            by_stem.setdefault(path.stem, []).append(path)
+    return set(_unnamed(by_stem, texts.items()))
+
+
+def unreferenced_modules(candidates: set[Path], others: Iterable[tuple[Path, bytes]]) -> set[Path]:
+    """The ``candidates`` whose name none of ``others`` (the project's configs, launch scripts
+    and documents: hydra's `_target_: layers.attention.Block`) holds as a word either."""
+    by_stem: dict[str, list[Path]] = {}
+    for path in candidates:
+        by_stem.setdefault(path.stem, []).append(path)
+    return set(_unnamed(by_stem, others))
+
+
+def _unnamed(by_stem: dict[str, list[Path]], texts: Iterable[tuple[Path, bytes]]) -> list[Path]:
+    """The paths of ``by_stem`` whose stem no text of another file holds as a whole word."""
+    named: set[str] = set()
+    if by_stem:
+        words = re.compile(rb"(?<![\w])(" + b"|".join(re.escape(stem.encode()) for stem in sorted(by_stem, key=len, reverse=True))
+                           + rb")(?![\w])")
+        for path, data in texts:
+            for match in words.finditer(data):
+                stem = match.group(1).decode()
+                if by_stem[stem] != [path]:  # named by another file (two modules of one name: by either)
+                    named.add(stem)
+            if len(named) == len(by_stem):
+                break
+    return [path for stem, paths in by_stem.items() if stem not in named for path in paths]
 
 
 def linked_candidates(sources: dict[Path, bytes]) -> set[Path]:
