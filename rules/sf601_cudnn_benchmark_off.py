@@ -483,16 +483,19 @@ class CudnnBenchmarkOff(Rule):
     def _first_conv(self) -> CallSite | None:
         """The first convolution layer or zoo CNN the file builds."""
         for site in self.ctx.calls:
-            if in_no_run(self.ctx, site.statement, site.stack):
-                continue  # `if args.model == "Autoformer":` where every launch command picks another
-            if self.ctx.call_qualname(site) in _CONV:
-                return site
-            zoo = zoo_architecture(self.ctx, site.node, site.stack)
-            if zoo is not None and is_conv_architecture(zoo[1]) and self._runs_in_training(site):
-                return site
-            if project_conv_dims(self.ctx, site.node) and self._runs_in_training(site):  # `ResNet18()` of models.py
-                return site
+            if self._builds_conv(site) and not in_no_run(self.ctx, site.statement, site.stack):
+                return site  # not one under `if args.model == "Autoformer":` where every launch picks another
         return None
+
+    def _builds_conv(self, site: CallSite) -> bool:
+        """A convolution layer, a zoo CNN or a project class with convolutions that the training runs."""
+        if self.ctx.call_qualname(site) in _CONV:
+            return True
+        zoo = zoo_architecture(self.ctx, site.node, site.stack)
+        if zoo is not None and is_conv_architecture(zoo[1]) and self._runs_in_training(site):
+            return True
+        # a project class with convolutions (`ResNet18()` of models.py)
+        return bool(project_conv_dims(self.ctx, site.node)) and self._runs_in_training(site)
 
     def _runs_in_training(self, site: CallSite) -> bool:
         """Not a network the script never calls, nor one it calls only every N steps (a VAE

@@ -195,10 +195,8 @@ class DdpFindUnusedParameters(Rule):
             return  # an evaluation script sets it too; DDP looks for unused parameters only for a backward pass
         if skips_submodules(self.ctx) is not None:
             return  # some forward passes leave a submodule out: its parameters go unused, the flag is needed
-        deepspeed = None
         for site in self.ctx.calls_to(*DDP_SETTINGS):
-            if (self.ctx.call_qualname(site) or "").startswith("accelerate.") and (
-                    deepspeed := accelerate_runs_deepspeed(self.ctx) if deepspeed is None else deepspeed):
+            if (self.ctx.call_qualname(site) or "").startswith("accelerate.") and accelerate_runs_deepspeed(self.ctx):
                 continue  # DeepSpeed's engine wraps the model: the DDP handler is never read
             flag = find_argument(self.ctx, site, "find_unused_parameters")
             if literal_bool(self.ctx, flag.node, site.stack) and not in_no_run(self.ctx, site.statement, site.stack):

@@ -3735,3 +3735,25 @@ def test_a_module_that_runs_something_is_no_library_module(run_cli, write, tmp_p
     project = tmp_path / "project"
     result = run_cli("scan", ".", "--select", "SF503", "--output-format", "json", cwd=project)
     assert {finding["path"] for finding in json.loads(result.stdout)} == {"bench_attention.py"}
+
+
+def test_a_config_that_starts_naming_a_module_nothing_imported_brings_its_findings_back(run_cli, write, tmp_path,
+                                                                                      counted):
+    """The project's other files are the module's inputs: a cached scan follows their edits."""
+    write("project/train.py", UNREFERENCED_TRAIN)
+    write("project/layers/attention.py", UNREFERENCED_LAYER)
+    write("project/models/net.py", "import torch\n\n\nclass Net(torch.nn.Linear):\n    def __init__(self):\n"
+          "        super().__init__(8, 8)\n")
+    project = tmp_path / "project"
+
+    def found() -> set[str]:
+        return {finding["path"] for finding in json.loads(
+            run_cli("scan", ".", "--select", "SF503", "--output-format", "json", cwd=project).stdout)}
+
+    assert found() == set() and "attention.py" in counted
+    counted.clear()
+    assert found() == set() and counted == []  # from the cache
+    write("project/configs/model.yaml", "attention:\n  _target_: layers.attention.FullAttention\n")
+    assert found() == {"layers/attention.py"} and counted == ["attention.py"]
+    (project / "configs" / "model.yaml").unlink()
+    assert found() == set()

@@ -4,7 +4,6 @@ the reports."""
 from __future__ import annotations
 
 import traceback
-from itertools import islice
 from contextlib import ExitStack, contextmanager
 from functools import cache as cache_once
 from dataclasses import dataclass, field, replace
@@ -21,8 +20,7 @@ from speedfix.model.versions import TorchVersion, project_target
 from speedfix.project import Links, ModuleFacts, link
 from speedfix.project.facts import facts_of
 from speedfix.model.project_files import ProjectFiles, display_path, inputs_unchanged, listings_kept
-from speedfix.project.linker import (imported_words, linked_candidates, star_imported_beside, unreference_candidates,
-                                     unreferenced_modules)
+from speedfix.project.linker import imported_words, linked_candidates, star_imported_beside, unreferenced_modules
 from speedfix.syntax import deadline
 from speedfix.syntax.collector import collector_paused, loaded_code_frozen
 from speedfix.syntax.generated import generated_code_kept
@@ -30,8 +28,7 @@ from speedfix.syntax.pyast import Measured, parsed
 from speedfix.syntax.source import SourceError, diff_labels, read_bytes, split_lines
 from speedfix.workspace.cache import ScanCache, cache_enabled, content_key, file_digest
 from speedfix.workspace.config import Settings, real_path, real_paths_kept
-from speedfix.workspace.discovery import (TEXT_CAP, Target, in_distributed_package, iter_targets, superseded_folder,
-                                          text_files)
+from speedfix.workspace.discovery import Target, in_distributed_package, iter_targets, superseded_folder
 from speedfix.workspace.notebook import Notebook, NotebookError, is_notebook, read_cap, read_python
 
 
@@ -272,36 +269,19 @@ def project_links(
             missing = _siblings_not_scanned(path, data, scanned)
             if missing:
                 links[path] = Links(missing=missing)
-    for path in _unreferenced(targets, paths, settings, {**sources, **notebooks}):
+    for path in _unreferenced(targets, links, {**sources, **notebooks}):
         links[path] = replace(links.get(path) or Links(), unreferenced=True)
     return links, digests
 
 
-def _unreferenced(targets: list[Target], paths: list[Path], settings: Settings, texts: dict[Path, bytes]) -> set[Path]:
-    """The modules found in the scanned folders that no file of the project names
-    (``unreferenced_modules``): the scanned files first, then, for the few left, the project's
-    configs, launch scripts and documents below the scanned folders."""
-    candidates = unreference_candidates(texts, [target.path for target in targets if not target.explicit
-                                                and target.path.suffix == ".py"])
-    candidates = {path for path in candidates if not in_distributed_package(path)}  # a library's users import it
-    if not candidates:
-        return candidates
-
-    files = list(islice(text_files([path for path in paths if path.is_dir()], settings), _TEXT_FILES + 1))
-    if len(files) > _TEXT_FILES:
-        return set()  # a project with that many configs or documents: one not read may name them
-
-    def others() -> Iterator[tuple[Path, bytes]]:
-        for file in files:
-            try:
-                yield file, read_bytes(file, TEXT_CAP)
-            except SourceError:
-                continue
-
-    return unreferenced_modules(candidates, others())
-
-
-_TEXT_FILES = 400  # the most configs, launch scripts and documents read to look for a module's name
+def _unreferenced(targets: list[Target], links: dict[Path, Links], texts: dict[Path, bytes]) -> set[Path]:
+    """The modules found in the scanned folders that no other scanned file imports
+    (``linker.unreferenced_modules``), outside a package the project distributes: each one's
+    analysis then looks for its name in the project's other files (``unused.unreferenced_module``)."""
+    imported = {path for path, found in links.items() if found.importers}
+    candidates = unreferenced_modules(texts, [target.path for target in targets if not target.explicit
+                                              and target.path.suffix == ".py" and target.path not in imported])
+    return {path for path in candidates if not in_distributed_package(path)}  # a library's users import it
 
 
 def _add_star_imported(sources: dict[Path, bytes], digests: dict[Path, str], by_real: dict[Path, Path],

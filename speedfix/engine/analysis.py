@@ -31,8 +31,8 @@ from speedfix.engine.suppression import FileSuppressions, line_suppresses
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
 from speedfix.model.choices import classes_no_run_picks
-from speedfix.model.launch import classes_off_the_run, library_module, picked_by_no_run, self_test_block
-from speedfix.model.unused import unused_functions
+from speedfix.model.launch import classes_off_the_run, picked_by_no_run, self_test_block
+from speedfix.model.unused import unreferenced_module, unused_functions
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.model.project_files import ProjectFiles, display_path
@@ -228,10 +228,10 @@ def _outside_unpicked_entries(ctx: FileContext, findings: list[Finding], top_of:
 def _outside_unreferenced_module(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
                                  ) -> tuple[list[Finding], str | None]:
     """No findings in the classes of a library module that no file of the project imports or
-    names (``Links.unreferenced``: a layer left over from another model, a copy no run uses), and
-    a note saying why (None otherwise). Its functions keep theirs: a script written as functions
-    only may be run in ways the scan does not see."""
-    if not findings or not ctx.links.unreferenced or not library_module(ctx):
+    names (``unused.unreferenced_module``: a layer left over from another model, a copy no run
+    uses), and a note saying why (None otherwise). Its functions keep theirs: a script written as
+    functions only may be run in ways the scan does not see."""
+    if not findings or not ctx.links.unreferenced or not unreferenced_module(ctx):
         return findings, None
     kept, left_in = _apart(findings, top_of, {index for index, statement in enumerate(ctx.module.body)
                                               if isinstance(statement, cst.ClassDef)})

@@ -382,14 +382,19 @@ def engine_sixteen_bit(ctx: FileContext) -> bool | None:
                 if config.values is not None and config.taker in (_INITIALIZE, None)]
     if not readable:
         return None
-    return any(section(values, key).get("enabled", False) is not False for values in readable for key in ("fp16", "bf16"))
+    return any(map(_enables_sixteen_bit, readable))
 
 
 def plugin_sixteen_bit(ctx: FileContext) -> bool:
     """Does a config handed to Accelerate's `DeepSpeedPlugin(hf_ds_config=...)` enable fp16 or
     bf16 (or leave them to "auto")?"""
-    return any(section(config.values, key).get("enabled", False) is not False for config in named_configs(ctx)
-               if config.values is not None and config.taker in _PLUGINS for key in ("fp16", "bf16"))
+    return any(_enables_sixteen_bit(config.values) for config in named_configs(ctx)
+               if config.values is not None and config.taker in _PLUGINS)
+
+
+def _enables_sixteen_bit(values: dict[str, Any]) -> bool:
+    """Does a DeepSpeed config turn fp16 or bf16 on (or leave them to "auto")?"""
+    return any(section(values, key).get("enabled", False) is not False for key in ("fp16", "bf16"))
 
 
 def section(values: dict[str, Any], key: str) -> dict[str, Any]:

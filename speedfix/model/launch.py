@@ -116,48 +116,6 @@ def self_test_block(ctx: FileContext) -> cst.If | None:
                  if isinstance(statement, cst.If) and is_main_guard(statement.test)), None)
 
 
-def library_module(ctx: FileContext) -> bool:
-    """Does the module only define things (imports, functions, classes, constants, guarded
-    imports) and run nothing when imported or run: no call or loop at its top level, no
-    `if __name__ == "__main__":` block?"""
-    return all(_defines_only(statement) for statement in ctx.module.body)
-
-
-_DEFINITIONS = (cst.FunctionDef, cst.ClassDef)
-_DEFINING = (cst.Import, cst.ImportFrom, cst.Assign, cst.AnnAssign, cst.Pass)
-
-
-def _defines_only(statement: cst.CSTNode) -> bool:
-    if isinstance(statement, _DEFINITIONS):
-        return True
-    if isinstance(statement, cst.SimpleStatementLine):
-        return all(isinstance(small, _DEFINING) or isinstance(small, cst.Expr) and isinstance(
-            small.value, (cst.SimpleString, cst.ConcatenatedString)) for small in statement.body)
-    if isinstance(statement, cst.If):  # `if TYPE_CHECKING:`, `if sys.version_info >= ...:`
-        return not is_main_guard(statement.test) and all(map(_defines_only, _blocks(statement)))
-    if isinstance(statement, cst.Try):  # `try: import apex` / `except ImportError: apex = None`
-        return all(map(_defines_only, _blocks(statement)))
-    return False
-
-
-def _blocks(statement: cst.If | cst.Try) -> list[cst.CSTNode]:
-    found: list[cst.CSTNode] = list(statement.body.body)
-    if isinstance(statement, cst.If):
-        orelse = statement.orelse
-        while isinstance(orelse, cst.If):
-            found.extend(orelse.body.body)
-            orelse = orelse.orelse
-        if orelse is not None:
-            found.extend(orelse.body.body)
-    else:
-        for handler in statement.handlers:
-            found.extend(handler.body.body)
-        for block in (statement.orelse, statement.finalbody):
-            if block is not None:
-                found.extend(block.body.body)
-    return found
-
-
 _OFF = frozenset({"False", "None", "0", "''", '""'})
 
 

@@ -582,8 +582,7 @@ def network_assignments(ctx: FileContext, name: str, stack: Stack) -> list[Assig
 def run_first(ctx: FileContext, assignments: list[Assignment]) -> list[Assignment]:
     """``assignments`` with those a run takes first: `if args.model == "Autoformer": model = ...`
     comes last when every launch command of the project passes `--model TimeLLM`."""
-    skipped = [assignment for assignment in assignments if in_no_run(ctx, assignment.statement, assignment.stack)]
-    return [assignment for assignment in assignments if assignment not in skipped] + skipped
+    return sorted(assignments, key=lambda assignment: in_no_run(ctx, assignment.statement, assignment.stack))
 
 
 def view_calls(ctx: FileContext, classes: set[str]) -> list[CallSite]:

@@ -19,6 +19,12 @@ when every sign of a use is absent:
   project whose `pyproject.toml` lies above), or has more folders or files than are read here,
   every function counts as used.
 
+The same search decides for a library module (imports, functions, classes and constants only)
+that no other scanned file names, in a scan that holds code that trains (``Links.unreferenced``):
+when no other file of the project mentions its name either, no run builds its classes
+(``unreferenced_module``; Time-LLM's `layers/SelfAttention_Family.py`, a layer left over from
+another model).
+
 Nothing is run and nothing is parsed again: the files are read as text (``ProjectFiles``), and
 they are recorded as the file's inputs, so an edit that starts calling the function elsewhere
 brings its findings back. An unreadable file (too large, not UTF-8) is passed over without a note.
@@ -62,7 +68,24 @@ def unused_functions(ctx: FileContext, among: Iterable[int]) -> dict[int, str]:
         return {}
     unused = {index: function.name.value for index, function in candidates.items()
               if len(_mentions(function.name.value, text)) == len(_mentions(function.name.value, code_of(function)))}
-    if not unused or _goes_on_above(ctx):
+    return _unmentioned(ctx, unused)
+
+
+def unreferenced_module(ctx: FileContext) -> bool:
+    """Is this file a library module that no run builds: the scan found no other scanned file
+    naming it (``Links.unreferenced``), it only defines things (``library_module``), and no
+    other file of the project mentions its name either (read as for functions, above: hydra's
+    `_target_: layers.attention.Block`, a launch script, a README)?"""
+    project = ctx.project
+    return (ctx.links.unreferenced and project is not None and library_module(ctx)
+            and bool(_unmentioned(ctx, {0: project.script.stem})))
+
+
+def _unmentioned(ctx: FileContext, names: dict[int, str]) -> dict[int, str]:
+    """Of ``names``, those that no other file of the project mentions; none when the project
+    goes on above the folders the scan may read, or has more folders or files than are read."""
+    project = ctx.project
+    if not names or project is None or _goes_on_above(ctx):
         return {}
     others = _other_files(ctx, project.script)
     if others is None:
@@ -75,10 +98,52 @@ def unused_functions(ctx: FileContext, among: Iterable[int]) -> dict[int, str]:
             continue
         if path.suffix in (".ipynb", ".json"):
             other = other.replace("\\n", "\n").replace('\\"', '"')  # a cell's source as one JSON string
-        unused = {index: name for index, name in unused.items() if not _mentions(name, other)}
-        if not unused:
+        names = {index: name for index, name in names.items() if not _mentions(name, other)}
+        if not names:
             break
-    return unused
+    return names
+
+
+def library_module(ctx: FileContext) -> bool:
+    """Does the module only define things (imports, functions, classes, constants, guarded
+    imports) and run nothing when imported or run: no call or loop at its top level, no
+    `if __name__ == "__main__":` block?"""
+    return all(_defines_only(statement) for statement in ctx.module.body)
+
+
+_DEFINITIONS = (cst.FunctionDef, cst.ClassDef)
+_DEFINING = (cst.Import, cst.ImportFrom, cst.Assign, cst.AnnAssign, cst.Pass)
+
+
+def _defines_only(statement: cst.CSTNode) -> bool:
+    if isinstance(statement, _DEFINITIONS):
+        return True
+    if isinstance(statement, cst.SimpleStatementLine):
+        return all(isinstance(small, _DEFINING) or isinstance(small, cst.Expr) and isinstance(
+            small.value, (cst.SimpleString, cst.ConcatenatedString)) for small in statement.body)
+    if isinstance(statement, cst.If):  # `if TYPE_CHECKING:`, `if sys.version_info >= ...:`
+        return not is_main_guard(statement.test) and all(map(_defines_only, _blocks(statement)))
+    if isinstance(statement, cst.Try):  # `try: import apex` / `except ImportError: apex = None`
+        return all(map(_defines_only, _blocks(statement)))
+    return False
+
+
+def _blocks(statement: cst.If | cst.Try) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = list(statement.body.body)
+    if isinstance(statement, cst.If):
+        orelse = statement.orelse
+        while isinstance(orelse, cst.If):
+            found.extend(orelse.body.body)
+            orelse = orelse.orelse
+        if orelse is not None:
+            found.extend(orelse.body.body)
+    else:
+        for handler in statement.handlers:
+            found.extend(handler.body.body)
+        for block in (statement.orelse, statement.finalbody):
+            if block is not None:
+                found.extend(block.body.body)
+    return found
 
 
 def _mentions(name: str, text: str) -> list[str]:

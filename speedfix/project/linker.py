@@ -129,8 +129,8 @@ class Links:
     # the scanned files that import it (as shown): whether a run reaches it (not part of the
     # digest: nothing of the file's own analysis depends on it)
     importers: tuple[str, ...] = ()
-    # no other file of the project names it (``unreferenced_modules``): nothing imports it, not
-    # even by a string, while the scan holds code that trains
+    # no other scanned file imports it (``unreferenced_modules``), while the scan holds code that
+    # trains: its analysis looks for its name in the project's other files
     unreferenced: bool = False
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
@@ -235,47 +235,17 @@ _TRAINS = re.compile(rb"backward\(|\.fit\(|\.train\(")  # a training loop, Light
 _NOT_LIBRARIES = frozenset({"__init__", "__main__", "setup", "conftest"})
 
 
-def unreference_candidates(texts: Mapping[Path, bytes], candidates: Iterable[Path]) -> set[Path]:
-    """The ``candidates`` (scanned modules, by path) that train nothing themselves and whose name
-    no other of ``texts`` (the scanned files, notebooks too) holds as a word, in a scan with
-    code that trains; none when a file imports modules by a name made at run time
-    (`importlib.import_module(name)`, a loop over a folder's modules). ``unreferenced_modules``
-    then looks in the project's other files."""
+def unreferenced_modules(texts: Mapping[Path, bytes], candidates: Iterable[Path]) -> set[Path]:
+    """Of ``candidates`` (scanned modules no other scanned file imports), those that train
+    nothing themselves, in a scan whose ``texts`` (the scanned files, notebooks too) hold code
+    that trains; none when one imports modules by a name made at run time
+    (`importlib.import_module(name)`, a loop over a folder's modules). Whether another file of
+    the project names them is for their analysis to read (``unused.unreferenced_module``)."""
     if any(_DYNAMIC_IMPORT.search(data) for data in texts.values()):
         return set()
     trains = {path for path, data in texts.items() if _TRAINS.search(data)}  # entry points, trainers: kept
-    if not trains:
-        return set()
-    by_stem: dict[str, list[Path]] = {}
-    for path in candidates:
-        if path not in trains and path.stem not in _NOT_LIBRARIES and path.stem.isidentifier() and not is_test_file(path):
-            by_stem.setdefault(path.stem, []).append(path)
-    return set(_unnamed(by_stem, texts.items()))
-
-
-def unreferenced_modules(candidates: set[Path], others: Iterable[tuple[Path, bytes]]) -> set[Path]:
-    """The ``candidates`` whose name none of ``others`` (the project's configs, launch scripts
-    and documents: hydra's `_target_: layers.attention.Block`) holds as a word either."""
-    by_stem: dict[str, list[Path]] = {}
-    for path in candidates:
-        by_stem.setdefault(path.stem, []).append(path)
-    return set(_unnamed(by_stem, others))
-
-
-def _unnamed(by_stem: dict[str, list[Path]], texts: Iterable[tuple[Path, bytes]]) -> list[Path]:
-    """The paths of ``by_stem`` whose stem no text of another file holds as a whole word."""
-    named: set[str] = set()
-    if by_stem:
-        words = re.compile(rb"(?<![\w])(" + b"|".join(re.escape(stem.encode()) for stem in sorted(by_stem, key=len, reverse=True))
-                           + rb")(?![\w])")
-        for path, data in texts:
-            for match in words.finditer(data):
-                stem = match.group(1).decode()
-                if by_stem[stem] != [path]:  # named by another file (two modules of one name: by either)
-                    named.add(stem)
-            if len(named) == len(by_stem):
-                break
-    return [path for stem, paths in by_stem.items() if stem not in named for path in paths]
+    return {path for path in candidates if trains and path not in trains and path.stem not in _NOT_LIBRARIES
+            and path.stem.isidentifier() and not is_test_file(path)}
 
 
 def linked_candidates(sources: dict[Path, bytes]) -> set[Path]:

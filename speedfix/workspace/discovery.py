@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from speedfix.syntax.source import SourceError, read_bytes
 from speedfix.workspace.config import Settings, real_path
 
 SOURCE_SUFFIXES = (".py", ".ipynb")
@@ -128,7 +129,17 @@ def _walk(top: Path, settings: Settings) -> Iterator[Path]:
     found: list[Path] = []
     for folder, dirnames, filenames in os.walk(top, followlinks=False):
         base = Path(folder)
-        dirnames[:] = _kept_folders(base, dirnames, settings, root)
+        kept = []
+        for name in sorted(dirnames):
+            child = base / name
+            if name in SKIPPED_DIRS or (child / "pyvenv.cfg").exists() or child.is_symlink():
+                continue
+            if name.endswith(".egg-info"):
+                continue
+            if settings.exclude and _excluded(_rel(child, root), name, settings.exclude):
+                continue
+            kept.append(name)
+        dirnames[:] = kept
         for name in sorted(filenames):
             if not name.endswith(SOURCE_SUFFIXES):
                 continue
@@ -137,30 +148,6 @@ def _walk(top: Path, settings: Settings) -> Iterator[Path]:
                 continue
             found.append(file)
     yield from sorted(found)
-
-
-# The files beside the code that may name a module by a string: configs (hydra's `_target_`,
-# `target: ldm.models.X`), launch scripts, documentation.
-TEXT_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".sh", ".md", ".txt")
-TEXT_CAP = 1024 * 1024  # a larger one is data, not a config
-
-
-def text_files(tops: list[Path], settings: Settings) -> Iterator[Path]:
-    """The project's text files (``TEXT_SUFFIXES``, at most ``TEXT_CAP`` bytes) below ``tops``,
-    walked as the scan walks for code: the same folders left out, no symlinked folder followed."""
-    root = real_path(settings.root)
-    for top in tops:
-        for folder, dirnames, filenames in os.walk(top, followlinks=False):
-            base = Path(folder)
-            dirnames[:] = _kept_folders(base, dirnames, settings, root)
-            for name in sorted(filenames):
-                if name.lower().endswith(TEXT_SUFFIXES):
-                    file = base / name
-                    try:
-                        if file.is_file() and not file.is_symlink() and file.stat().st_size <= TEXT_CAP:
-                            yield file
-                    except OSError:
-                        continue
 
 
 _PACKAGING = re.compile(rb"^\[(?:project|tool\.poetry|build-system)\]", re.MULTILINE)
@@ -177,28 +164,15 @@ def in_distributed_package(path: Path) -> bool:
         if (above / "setup.py").is_file() or (above / "setup.cfg").is_file():
             return True
         pyproject = above / "pyproject.toml"
-        try:
-            if pyproject.is_file() and _PACKAGING.search(pyproject.read_bytes()[:TEXT_CAP]):
-                return True
-        except OSError:
-            pass
+        if pyproject.is_file():
+            try:
+                if _PACKAGING.search(read_bytes(pyproject, 1024 * 1024)):
+                    return True
+            except SourceError:
+                pass
         if (above / ".git").exists():
             return False
     return False
-
-
-def _kept_folders(base: Path, names: list[str], settings: Settings, root: Path) -> list[str]:
-    """The subfolders of ``base`` a walk goes into, sorted: not a virtual environment, a tool's
-    folder (``SKIPPED_DIRS``), a symlink or an excluded one."""
-    kept = []
-    for name in sorted(names):
-        child = base / name
-        if name in SKIPPED_DIRS or name.endswith(".egg-info") or child.is_symlink() or (child / "pyvenv.cfg").exists():
-            continue
-        if settings.exclude and _excluded(_rel(child, root), name, settings.exclude):
-            continue
-        kept.append(name)
-    return kept
 
 
 def _excluded_file(path: Path, settings: Settings) -> bool:
