@@ -13,7 +13,8 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.model_size import trains_adapters
 from speedfix.model.rl import generation_in_step
 from speedfix.model.loader_classes import dataloader_calls
-from speedfix.model.scale import (LARGE_MODEL_PARAMETERS, SMALL_MODEL_PARAMETERS, Role, largest_trained_model,
+from speedfix.model.scale import (LARGE_MODEL_PARAMETERS, NARROW_WIDTH, SMALL_MODEL_PARAMETERS, Role,
+                                   largest_trained_model, trains_narrow_mlps_only,
                                    loader_role, per_file, trains_hub_model)
 from speedfix.model.workload import Family, small_stated_width, trained_family
 
@@ -48,6 +49,8 @@ def _unpinned(ctx: FileContext, site: CallSite) -> bool:
 def small_model(ctx: FileContext, impact: Impact) -> Estimate | None:
     """``impact`` when every model the script trains is small, counted from the layers it writes."""
     count = largest_trained_model(ctx)
+    if count is None and trains_narrow_mlps_only(ctx):  # an input width the environment decides
+        return Estimate(impact, f"small models (MLPs no wider than {NARROW_WIDTH})")
     if count is None or count >= SMALL_MODEL_PARAMETERS:
         return None
     return Estimate(impact, f"a small model (about {_millions(count)} parameters)")

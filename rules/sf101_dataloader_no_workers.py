@@ -12,11 +12,13 @@ from speedfix.model.devices import one_process_per_gpu, trains_on_cpu_only
 from speedfix.model.flow import assigned_name
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
+from speedfix.model.hf_args import UNKNOWN, run_field_value
 from speedfix.model.loaders import (Place, evaluation_only, iterated_per_epoch, late_value, not_for_training,
                                     samples_place)
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.patterns import (
     dataset_argument,
+    held_items_class,
     is_in_memory_dataset,
     is_iterable_dataset,
     worker_start_refusal,
@@ -54,12 +56,16 @@ class DataloaderNoWorkers(Rule):
     picks the GPU); token ids tokenized ahead (a step that feeds `input_ids`, a tokenizer or a
     collator given one, and no Dataset that tokenizes or decodes an image, video or audio file
     in `__getitem__`, in this file or, for a loader's dataset, in the file of the project that
-    defines its class): a worker would only index and pad them; a loader that a script which
+    defines its class, nor a feature extractor or image processor whose features the batches
+    carry beside the tokens): a worker would only index and pad them; a loader that a script which
     trains reads once, after training, outside any loop (a final test pass: workers would start
     up for a single pass); a loader of a script that never trains (no step, backward pass or
     optimizer, no training file imports it) and evaluates (`model.eval()`, `torch.no_grad()`): an
     evaluation, feature-extraction or synthesis script, whose speed is not a training run's; and
-    values speedfix cannot know (`num_workers=args.workers`, unresolved `**kwargs`).
+    values speedfix cannot know (`num_workers=args.workers`, unresolved `**kwargs`). A worker
+    count taken from the `TrainingArguments` an `HfArgumentParser` fills
+    (`num_workers=training_args.dataloader_num_workers`) is what the runs give it, else
+    transformers' default, 0.
 
     ## Example
     ```python
@@ -95,7 +101,9 @@ class DataloaderNoWorkers(Rule):
     composes random image augmentations (`RandomResizedCrop`, a random scale): decoding and
     transforming images one by one outruns 2 workers (not MNIST or CIFAR, small images held in
     memory). Medium for token ids that a Dataset of the file tokenizes item by item in
-    `__getitem__`: a fast tokenizer is cheap next to a transformer step. Low for a loader that
+    `__getitem__`: a fast tokenizer is cheap next to a transformer step. Low for a Dataset of the
+    file whose `__getitem__` only picks, crops, pads and reshapes arrays it already holds (loaded
+    in `__init__`; numpy's and torch's array functions, random draws, no file read, no transform). Low for a loader that
     only evaluation or testing reads: a validation pass every epoch loaded in the main process
     costs its share of the run, not a stalled training step (one read once after training is
     not reported), and an explicit count of 1 or 2 workers for it is a choice left alone. Its pinning
@@ -735,6 +743,10 @@ class DataloaderNoWorkers(Rule):
         evaluation = evaluation_loader(self.ctx, finding)
         if evaluation is not None:
             return evaluation
+        site = next((site for site in dataloader_calls(self.ctx) if site.node is finding.node), None)
+        held = held_items_class(self.ctx, dataset_argument(site), site.stack) if site is not None else None
+        if held is not None:
+            return Estimate(Impact.LOW, f"`{held}` only crops and reshapes arrays it holds in memory: a worker saves little")
         samples = training_samples(self.ctx)
         if samples is not None and samples[0] is Samples.IMAGES:
             return Estimate(Impact.HIGH, samples[1])  # even 2 workers fall behind a GPU
@@ -773,6 +785,9 @@ class DataloaderNoWorkers(Rule):
             self._report_with_fix(site, "`DataLoader` loads every batch in the main process (`num_workers` is not set)")
             return
         count = literal_int(ctx, workers.node, site.stack)
+        if count is None:  # `num_workers=training_args.dataloader_num_workers`, filled by an HfArgumentParser
+            field = run_field_value(ctx, workers.node) if workers.node is not None else UNKNOWN
+            count = field if isinstance(field, int) and not isinstance(field, bool) else None
         if count is None:
             return
         if count == 0:

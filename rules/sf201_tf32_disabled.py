@@ -51,7 +51,9 @@ class Tf32Disabled(Rule):
     alone. One that chooses it only behind an option that is off by default
     (`if args.tf32:` with a `store_true` flag) runs in full fp32 by default and is reported. A
     loop of a Lightning `Fabric` that trains in fp32 is left to SF901, which gives the precision
-    and TF32 advice of the framework together, on the `Fabric(...)` call.
+    and TF32 advice of the framework together, on the `Fabric(...)` call; so are the steps of a
+    LightningModule, also a loop of its own inside `training_step` (a GAN's two discriminator
+    steps under manual optimization): its `Trainer` runs them.
 
     ## Example
     ```python

@@ -12,6 +12,7 @@ from speedfix.model.amp import Autocast, Passing, Precision, autocasts, gated_au
 from speedfix.model.arguments import find_argument
 from speedfix.model.forward import (assigned_names, backward_calls, calls_model, forward_range, read_names, statement_block, steps,
                               wrap)
+from speedfix.model.flow import in_no_run
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite, WithInfo
 from speedfix.model.networks import project_builds_rnn
@@ -46,7 +47,10 @@ class NoMixedPrecision(Rule):
     calls (a GAN's critic, generator and penalty steps) is one finding, whose fix covers each.
     NVIDIA apex's `amp.initialize` counts as mixed precision, unless its `opt_level` is apex's
     pure-fp32 "O0" with the defaults (`--amp` defaulting to "O0" and no launch command passing
-    it; also where the script may restore its options from a checkpoint). A project on a torch before 1.10
+    it; also where the script may restore its options from a checkpoint), or it runs only under
+    an option that is off by default and that no launch command turns on (`if args.fp16:` with
+    `--fp16` a flag: the finding is at the default branch's `loss.backward()`, not apex's
+    `scaled_loss.backward()`). A project on a torch before 1.10
     (a `torch==0.4.1` pin) still gets the finding, without a fix and saying so: autocast is the
     biggest gain an fp32 loop has, and it is worth upgrading torch for. Not reported where every
     trained model is an MLP no wider than 256 in the widths the code states (an RL agent's actor
@@ -133,6 +137,35 @@ class NoMixedPrecision(Rule):
     effect = "bf16 matmuls and convolutions on tensor cores: up to 3x per the PyTorch tuning guide."
 
     VALID = [
+        Valid(  # PPO's 64-wide actor and critic, each in a param group of one optimizer
+            """
+            import torch
+            from torch import nn
+
+
+            class ActorCritic(nn.Module):
+                def __init__(self, state_dim, action_dim):
+                    super().__init__()
+                    self.actor = nn.Sequential(nn.Linear(state_dim, 64), nn.Tanh(), nn.Linear(64, action_dim))
+                    self.critic = nn.Sequential(nn.Linear(state_dim, 64), nn.Tanh(), nn.Linear(64, 1))
+
+
+            class PPO:
+                def __init__(self, state_dim, action_dim):
+                    self.policy = ActorCritic(state_dim, action_dim).cuda()
+                    self.optimizer = torch.optim.Adam([
+                        {"params": self.policy.actor.parameters(), "lr": 3e-4},
+                        {"params": self.policy.critic.parameters(), "lr": 1e-3},
+                    ])
+
+                def update(self, states, returns):
+                    for _ in range(80):
+                        loss = (self.policy.critic(states).squeeze() - returns).pow(2).mean()
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+            """
+        ),
         Valid(NARROW_MLP),  # an RL agent's 256-wide MLPs (TD3): matmuls too small for tensor cores to matter
         Valid(TOY_MLP),  # a 2-4-1 MLP whose widths are its constructor's arguments
         Valid(DQN_BETWEEN_ENV_STEPS),  # a DQN learning between the emulator's steps: the run waits on the environment
@@ -273,6 +306,31 @@ class NoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # NVIDIA apex only under `--fp16`, off by default: the default run trains in fp32
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--fp16", action="store_true")
+            args = parser.parse_args()
+            fp16 = args.fp16
+            model = Net().cuda()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            if fp16:
+                from apex import amp
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x, y in loader:
+                loss = model(x.cuda(), labels=y.cuda())
+                if fp16:
+                    with amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                else:
+                    loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            torch="1.4",
+        ),
         Invalid(  # apex at its pure-fp32 level "O0", the option's default (vq-vae-2's PixelSNAIL): fp32
             """
             import argparse
@@ -781,6 +839,8 @@ class NoMixedPrecision(Rule):
             self._check_loss_only_autocasts()
             return
         by_block: dict[int, list[tuple[CallSite, tuple[cst.CSTNode, list[cst.BaseStatement]] | None]]] = defaultdict(list)
+        # not apex's `scaled_loss.backward()` under an `if args.fp16:` that no run turns on
+        trains = [site for site in trains if not in_no_run(ctx, site.statement, site.stack)] or trains
         for site in trains:
             owner = statement_owner(ctx, site.statement) if site.statement is not None else None
             key = id(owner[0]) if owner is not None else id(site.node)

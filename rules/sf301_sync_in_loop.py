@@ -107,7 +107,9 @@ class SyncInLoop(BranchTracker, Rule):
     high impact.
 
     Not reported: code under a periodic logging guard (`if step % log_every == 0:`, unless
-    `log_every` is 1; also through flags set just before: `step_eval = step % interval == 0`,
+    `log_every` is 1 in every run: a constant, or an option that defaults to 1 and that no launch
+    command sets, also through a name it is copied to: `accumulation = args.gradient_accumulation`;
+    also through flags set just before: `step_eval = step % interval == 0`,
     then `if epoch_eval or step_eval:`), a branch that
     runs once (`if step == 0:`, or one that ends the run: `print(loss.item()); sys.exit(1)`), an
     `except` handler, code under an opt-in debugging, timing or plotting flag (`if args.debug:`,
@@ -503,6 +505,44 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an accumulation guard whose period is an option that is 1 by default: every step
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gradient_accumulation", type=int, default=1)
+            args = parser.parse_args()
+            accumulation = args.gradient_accumulation
+            model = Net().cuda()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            running_loss = 0.0
+            for step, (x, y) in enumerate(loader):
+                loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda()) / accumulation
+                loss.backward()
+                if (step + 1) % accumulation == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    running_loss += loss.item()
+            """,
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--gradient_accumulation", type=int, default=1)
+            args = parser.parse_args()
+            accumulation = args.gradient_accumulation
+            model = Net().cuda()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            running_loss = 0.0
+            for step, (x, y) in enumerate(loader):
+                loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda()) / accumulation
+                loss.backward()
+                if (step + 1) % accumulation == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    running_loss += loss.detach()
+            """,
+        ),
         Invalid(  # a helper that one step calls syncs too: one finding for the step (CMGAN's trainer)
             """
             import torch

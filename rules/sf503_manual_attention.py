@@ -12,7 +12,8 @@ from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.attention import (DISPATCH_ATTRIBUTE, TWO_MASKS, UNKNOWN_MASK, AdditiveMask, Attention, CausalFill,
                                       attention_of, causal_mask_buffer, checks_against_reference, fast_path_gate,
                                       has_fast_path, is_default_scale, matmul_operands, may_cache_keys, mentions,
-                                      moved_names_rebound, softmax_input, unwrap_mask, weights_used_elsewhere)
+                                      moved_names_rebound, softmax_input, unwrap_mask, weights_multiplied_again,
+                                      weights_used_elsewhere)
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import CallSite
 from speedfix.model.tensors import is_python_number
@@ -97,7 +98,10 @@ class ManualAttention(Rule):
     or `print` that reads the scores between the steps, a mask that is not provably causal, steps under
     an `if`, dtype casts around the softmax, two masks, and a causal mask where the keys may
     outnumber the queries (a key/value cache: with one new token `[:T, :T]` masks nothing, while
-    `is_causal=True` would hide all but the first key).
+    `is_causal=True` would hide all but the first key). Weights that also go into another
+    product (relative-position attention, VITS's and Music Transformer's: the probabilities, or
+    what is made of them, multiplied with relative value embeddings and added to the output) are
+    part of what the layer computes and SDPA cannot give them: not reported.
 
     The causal mask buffer stays: buffers are persistent by default, so it is in every saved
     `state_dict`, and without it `load_state_dict` of an existing checkpoint fails on an
@@ -136,6 +140,21 @@ class ManualAttention(Rule):
     effect = "One fused kernel, no T x T matrix: attention 3-6x faster on an H100; GPT-2 3x (FlashAttention)."
 
     VALID = [
+        Valid(  # relative-position attention (VITS): the probabilities also weigh relative value embeddings
+            """
+            import torch
+            from torch import nn
+
+            class RelativeAttention(nn.Module):
+                def forward(self, q, k, v):
+                    scores = torch.bmm(q, k.transpose(1, 2)) * self.scale
+                    probs = nn.functional.softmax(scores, dim=-1)
+                    out = torch.bmm(probs, v)
+                    relative = self.to_relative(probs)
+                    out += torch.matmul(relative, self.rel_v)
+                    return out
+            """
+        ),
         Valid(  # a softmax over dim 2 of 4-D scores normalises over the queries: no attention SDPA computes
             """
             import torch
@@ -796,7 +815,8 @@ class ManualAttention(Rule):
         for site in sites:
             found = attention_of(self.ctx, site)
             if found is not None and not has_fast_path(self.ctx, site.stack) and id(found[0].output) not in outputs \
-                    and not checks_against_reference(self.ctx, site.stack):
+                    and not checks_against_reference(self.ctx, site.stack) \
+                    and not weights_multiplied_again(found[0], self.ctx.function_of(site.stack) or self.ctx.module):
                 outputs.add(id(found[0].output))
                 self._report(site, found)
 

@@ -41,8 +41,9 @@ class CudnnBenchmarkOff(Rule):
     `use_deterministic_algorithms`) has made its choice and is left alone, and so is a module
     without an entry point of its own that a scanned script imports and runs after choosing
     (the flag is process-wide: `main.py`'s `cudnn.benchmark = True` holds for the `solver.py` it
-    runs; a choice under an `if` there does not count, nor one in a module that is no script,
-    such as a test's helper); one that does so only
+    runs; a Lightning `Trainer` or `LightningCLI` there counts as its choice: its `benchmark`
+    argument sets the flag, and SF901 advises it; a choice under an `if` there does not count,
+    nor one in a module that is no script, such as a test's helper); one that does so only
     behind an option that is off by default (pytorch/examples imagenet sets
     `cudnn.deterministic` only under `if args.seed is not None:`) runs the default algorithms by
     default and is reported.

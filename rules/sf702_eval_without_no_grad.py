@@ -21,7 +21,7 @@ from speedfix.model.loaders import stops_at_once
 from speedfix.model.networks import optimized_modules
 from speedfix.model.patterns import is_dataloader, unwrap_iterable
 from speedfix.model.rl import is_acting_function
-from speedfix.model.scale import named_for_evaluation, runs_once
+from speedfix.model.scale import evaluation_script, named_for_evaluation, runs_once
 from speedfix.project.steps import is_optimizer_name
 from speedfix.rules._impact import Estimate, Finding, Impact, small_model
 from speedfix.syntax.blocks import enclosing_block
@@ -54,7 +54,11 @@ class EvalWithoutNoGrad(Rule):
     `with torch.no_grad(): validate(...)` in the training script; for a method, a call of its
     name under no_grad on an object whose class that file cannot name, such as an agent built
     from a config: `self.agent.act(obs)`). A loop over a loader named for evaluation
-    (`test_loader`, `val_dl`) counts too, whatever its function is called.
+    (`test_loader`, `val_dl`) counts too, whatever its function is called. In a script that
+    never trains, a loop over batches it cuts itself (`for step in range(len(samples) //
+    batch_size):`) after `model.eval()` counts too, when it calls the model (`model(x)`,
+    `model.forward(x)`) and keeps an output in autograd (`total_loss += loss`); one that keeps
+    only host values or detached copies is left to the check below.
 
     Also finds a forward pass, run again and again (in a loop, in a function called in one, in
     a policy's `act`/`select_action`, in a trainer class's per-batch evaluation method beside the
@@ -143,6 +147,29 @@ class EvalWithoutNoGrad(Rule):
     effect = "No autograd graph or saved activations in evaluation: fairchem's fell from up to 8 GB to 2 GB."
 
     VALID = [
+        Valid(  # a preprocessing script whose loop keeps only detached copies of the outputs
+            """
+            import numpy as np
+            import torch
+            from torch import nn
+
+
+            class Speaker(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(80, 256)
+
+                def forward(self, x):
+                    return self.fc(x).mean(0)
+
+
+            encoder = Speaker().eval().cuda()
+            embeddings = []
+            for clip in clips:
+                emb = encoder(torch.from_numpy(np.load(clip)).cuda())
+                embeddings.append(emb.detach().cpu().numpy())
+            """
+        ),
         Valid(  # the shared loop's validation call already runs under no_grad; the training call trains
             """
             import torch
@@ -339,6 +366,57 @@ class EvalWithoutNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an evaluation script that cuts its own batches: every loss stays in the graph it sums
+            """
+            import torch
+            from torch import nn
+
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(512, 512)
+
+                def forward(self, x):
+                    return self.fc(x).pow(2).mean()
+
+
+            model = Net().cuda()
+            model.load_state_dict(torch.load("net.pt"))
+            model.eval()
+            total = 0
+            for step in range(len(samples) // 8):
+                batch = torch.tensor(samples[step * 8:(step + 1) * 8]).cuda()
+                loss = model.forward(batch)
+                total += loss
+            print(total / (len(samples) // 8))
+            """,
+            """
+            import torch
+            from torch import nn
+
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(512, 512)
+
+                def forward(self, x):
+                    return self.fc(x).pow(2).mean()
+
+
+            model = Net().cuda()
+            model.load_state_dict(torch.load("net.pt"))
+            model.eval()
+            total = 0
+            with torch.no_grad():
+                for step in range(len(samples) // 8):
+                    batch = torch.tensor(samples[step * 8:(step + 1) * 8]).cuda()
+                    loss = model.forward(batch)
+                    total += loss
+            print(total / (len(samples) // 8))
+            """,
+        ),
         Invalid(  # a trainer's per-batch evaluation method, beside its step method: another file's loops call both
             """
             import torch
@@ -929,11 +1007,18 @@ class EvalWithoutNoGrad(Rule):
         loop = info.node
         if not isinstance(loop, cst.For) or info.iter is None or loop in ctx.step_loops:
             return False
-        if not is_dataloader(ctx, unwrap_iterable(info.iter), info.stack) or self._needs_grad(loop):
+        # batches a script makes itself (`for step in range(len(samples) // batch_size):`) are
+        # evaluated, in a script that never trains, after the model's `eval()`
+        loader = is_dataloader(ctx, unwrap_iterable(info.iter), info.stack)
+        if not (loader or evaluation_script(ctx)) or self._needs_grad(loop):
             return False
         function = ctx.function_of(info.stack)
         if function is not None and function in ctx.hot_functions:
             return False  # called on every training step: its outputs may feed the loss
+        if not loader:  # and a forward's outputs stay in autograd (`total_loss += loss` keeps every graph)
+            return self._after_eval_call(info) and any(
+                _direct_forward(site) and runs_network(ctx, site) and not outputs_leave_autograd(ctx, site)
+                for site in ctx.calls if any(frame.node is loop for frame in site.stack))
         return calls_model(ctx, loop.body) and (self._named_for_evaluation(function) or self._after_eval_call(info)
                                                 or named_for_evaluation(dotted_name(unwrap_iterable(info.iter))))
 
@@ -1038,6 +1123,14 @@ class EvalWithoutNoGrad(Rule):
             "evaluation loop without `torch.no_grad()`: every forward pass records its autograd graph",
             fix_ops=ops,
         )
+
+
+def _direct_forward(site: CallSite) -> bool:
+    """`model(x)`, `model.forward(x)`: not a method of the model's own (`model.generate(...)` is
+    often decorated with `@torch.no_grad()` where the scan does not look)."""
+    func = site.node.func
+    return isinstance(func, cst.Name) or isinstance(func, cst.Attribute) and (
+        func.attr.value == "forward" or isinstance(func.value, cst.Name) and func.value.value == "self")
 
 
 def _switches_mode(site: CallSite) -> bool:

@@ -10,6 +10,7 @@ from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
+from speedfix.model.networks import ConvWrapper, conv_wrapper
 from speedfix.project.steps import CONV_LAYERS
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.comments import arg_has_noqa, has_noqa
@@ -32,7 +33,11 @@ class ConvBiasBeforeBatchnorm(Rule):
     nn.BatchNorm2d(v), ...]`, as VGG's `make_layers` does) is reported without a fix: the variant
     without it needs the bias (`bias=not batch_norm` keeps both right). The convolutions of one
     class (or function) are one finding, at the first, whose fix sets `bias=False` on each; one on a line that ends with
-    `# noqa` is a finding of its own, so that the comment keeps that line alone as it is.
+    `# noqa` is a finding of its own, so that the comment keeps that line alone as it is. A
+    class of the file that only wraps one convolution (Tacotron's `ConvNorm`: the convolution
+    built in `__init__` with `bias=bias`, `bias=True` by default, and `forward` returning its
+    output) counts as that convolution: the fix passes the wrapper `bias=False`; a wrapper that
+    always gives its convolution a bias is reported without a fix.
 
     ## Why is this bad?
     Batch normalisation subtracts the per-channel mean right away, so the convolution's bias is
@@ -78,6 +83,24 @@ class ConvBiasBeforeBatchnorm(Rule):
     effect = "One broadcast add and its gradient less per convolution."
 
     VALID = [
+        Valid(  # the wrapper activates its convolution's output: the BatchNorm does not undo that bias
+            """
+            import torch
+            from torch import nn
+
+
+            class ConvAct(nn.Module):
+                def __init__(self, cin, cout, bias=True):
+                    super().__init__()
+                    self.conv = nn.Conv1d(cin, cout, 3, padding=1, bias=bias)
+
+                def forward(self, x):
+                    return torch.relu(self.conv(x))
+
+
+            encoder = nn.Sequential(ConvAct(80, 512), nn.BatchNorm1d(512))
+            """
+        ),
         Valid(  # the conv's output is kept for a skip connection before it is normalised: its bias still counts
             """
             import torch.nn as nn
@@ -119,6 +142,40 @@ class ConvBiasBeforeBatchnorm(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a class that only wraps a convolution (Tacotron's `ConvNorm`) takes `bias=False` for it
+            """
+            import torch
+            from torch import nn
+
+
+            class ConvNorm(nn.Module):
+                def __init__(self, cin, cout, kernel_size=1, bias=True):
+                    super().__init__()
+                    self.conv = nn.Conv1d(cin, cout, kernel_size, padding=kernel_size // 2, bias=bias)
+
+                def forward(self, x):
+                    return self.conv(x)
+
+
+            encoder = nn.Sequential(ConvNorm(80, 512, kernel_size=5), nn.BatchNorm1d(512), nn.ReLU())
+            """,
+            """
+            import torch
+            from torch import nn
+
+
+            class ConvNorm(nn.Module):
+                def __init__(self, cin, cout, kernel_size=1, bias=True):
+                    super().__init__()
+                    self.conv = nn.Conv1d(cin, cout, kernel_size, padding=kernel_size // 2, bias=bias)
+
+                def forward(self, x):
+                    return self.conv(x)
+
+
+            encoder = nn.Sequential(ConvNorm(80, 512, kernel_size=5, bias=False), nn.BatchNorm1d(512), nn.ReLU())
+            """,
+        ),
         Invalid(  # layers appended to a list that `nn.Sequential(*layers)` takes
             """
             import torch.nn as nn
@@ -291,11 +348,12 @@ class ConvBiasBeforeBatchnorm(Rule):
         self._found: list[cst.Call] = []
         self._apart: set[int] = set()  # convolutions on a `# noqa` line: a finding of their own
         self._conditional: set[int] = set()  # convolutions whose BatchNorm is added only under an `if`
+        self._wrapped: set[int] = set()  # wrapper classes that always give their convolution a bias
         self._order = {id(site.node): index for index, site in enumerate(self.ctx.calls)}  # the file's order
         for site in self.ctx.calls_to(*_SEQUENTIAL):
             layers = [arg for arg in site.node.args if arg.keyword is None and not arg.star]
             for conv, norm in zip(layers, layers[1:]):
-                if self._is(conv.value, _CONV) and self._is(norm.value, _BATCHNORM):
+                if (self._is(conv.value, _CONV) or self._wrapper(conv.value)) and self._is(norm.value, _BATCHNORM):
                     self._report(conv.value)
                     if arg_has_noqa(conv):
                         self._apart.add(id(conv.value))
@@ -382,6 +440,10 @@ class ConvBiasBeforeBatchnorm(Rule):
         found = [a for a in self.ctx.assignments.get(attribute, []) if any(frame.node is cls for frame in a.stack)]
         return found[0].value if len(found) == 1 else None
 
+    def _wrapper(self, node: cst.BaseExpression | None) -> ConvWrapper | None:
+        """A class of the file that only wraps a convolution with a bias (`ConvNorm(...)`)."""
+        return conv_wrapper(self.ctx, node) if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) else None
+
     def _is(self, node: cst.BaseExpression | None, qualnames: set[str]) -> bool:
         return isinstance(node, cst.Call) and self.ctx.qualname(node.func) in qualnames
 
@@ -399,12 +461,18 @@ class ConvBiasBeforeBatchnorm(Rule):
             site = self.ctx.site_of(conv)
             if site is None:
                 continue
-            bias = find_argument(self.ctx, site, "bias", 7)
-            if not bias.missing and isinstance(bias.node, cst.Name) and bias.node.value == "False":
-                continue
+            wrapper = self._wrapper(conv)
+            if wrapper is not None and wrapper.bias is None:
+                unset = False  # its class always gives the convolution a bias: no argument to leave out
+                self._wrapped.add(id(conv))
+            else:
+                bias = find_argument(self.ctx, site, *(wrapper.bias if wrapper is not None and wrapper.bias else ("bias", 7)))
+                if not bias.missing and isinstance(bias.node, cst.Name) and bias.node.value == "False":
+                    continue
+                unset = bias.missing
             owner = self.ctx.class_of(site.stack) or self.ctx.function_of(site.stack)
             key = id(conv) if id(conv) in self._apart else id(owner)  # `# noqa` suppresses its own line alone
-            groups.setdefault(key, []).append((conv, bias.missing))
+            groups.setdefault(key, []).append((conv, unset))
             owners[key] = owner.name.value if isinstance(owner, (cst.ClassDef, cst.FunctionDef)) else None
         indent = self.ctx.module.default_indent
         for key, convs in groups.items():
@@ -419,6 +487,10 @@ class ConvBiasBeforeBatchnorm(Rule):
             elif any(id(conv) in self._conditional for conv, _ in convs):
                 self.report(convs[0][0], message + " when the code adds it", no_fix_reason="the BatchNorm is added only "
                             "under a condition: pass `bias=` its negation (`bias=not batch_norm`)")
+            elif any(id(conv) in self._wrapped for conv, _ in convs):
+                wrapper = next(self._wrapper(conv) for conv, _ in convs if id(conv) in self._wrapped)
+                self.report(convs[0][0], message, no_fix_reason=f"`{wrapper.name}` gives its convolution a bias: "  # type: ignore[union-attr]
+                            "let it take `bias=False`")
             else:
                 self.report(convs[0][0], message, no_fix_reason="`bias` is set explicitly")
 

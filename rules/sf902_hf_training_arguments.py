@@ -27,7 +27,7 @@ from speedfix.model.flow import called_in_no_run, gates, in_no_run
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import HF_TRAINING_ARGUMENTS, SET_ELSEWHERE, TRL_CONFIGS
 from speedfix.model.hf_args import (TRL_DEFAULTS, UNKNOWN, ParsedArguments, Setting, Source, arguments_only, call_setting,
-                                    compared_false_in_every_run, parsed_arguments)
+                                    compared_false_in_every_run, parsed_arguments, trainer_never_trains)
 from speedfix.model.index import CallSite
 from speedfix.model.model_size import checkpoints_per_run, loads_quantized, size_in_name
 from speedfix.model.scale import LARGE_MODEL_PARAMETERS, evaluation_script
@@ -92,7 +92,8 @@ class HfTrainingArguments(Rule):
       gives (or the option a `from_pretrained(args.model)` reads: `--model meta-llama/Llama-2-7b-hf`,
       or its default), where both are what fits in memory; where the project's runs train models of both
       sizes, each run whose model's name says it is smaller is its own: alignment-handbook's
-      SmolLM2-360M recipe beside zephyr-7b's).
+      SmolLM2-360M recipe beside zephyr-7b's; nor where a launch command names the model by a
+      shell variable set elsewhere, `--model_name_or_path $MODEL_PATH`: its size is unknown).
 
     The same holds for the arguments `HfArgumentParser(...).parse_args_into_dataclasses()` or
     TRL's `TrlParser(...).parse_args_and_config()` fill from the command line. Their values come
@@ -105,6 +106,10 @@ class HfTrainingArguments(Rule):
     the file each run reads: the one each launch command names, else the option's default; a
     finding points at the file's line (the script's default file when it says the same as every
     run's), and a name the project holds no file for is left out of the runs.
+
+    A script whose Trainers never train (an inference script: `trainer = Trainer(...)`, then only
+    `trainer.evaluate()` or `trainer.predict(...)`, never `trainer.train()`, and the trainer never
+    returned or handed on) is not reported.
 
     `TrainingArguments` train on CUDA whenever it is there, so they are GPU code unless
     `use_cpu=True` (or the old `no_cuda=True`) says otherwise. Values speedfix cannot know
@@ -531,6 +536,8 @@ class HfTrainingArguments(Rule):
         if arguments_only(ctx):  # no Trainer reads the settings: the script's own loop decides
             self._check_checkpointing_calls()
             return
+        if trainer_never_trains(ctx):
+            return  # an inference script's Trainer evaluates or predicts: no training step to speed up
         built = ctx.calls_to(*HF_TRAINING_ARGUMENTS, *TRL_CONFIGS)
         for site in built:
             if len(built) > 1 and in_no_run(ctx, site.statement, site.stack):
@@ -906,6 +913,9 @@ class HfTrainingArguments(Rule):
         steps, batch = accumulation.value, args.setting("per_device_train_batch_size").value
         if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 1:
             return
+        named = launch.option(self.ctx, "model_name_or_path", "model-name-or-path")
+        if named.state is not launch.State.MISSING and not named.known:
+            return  # `--model_name_or_path $MODEL_PATH`: a model the scan cannot size may need micro-batches of 1
         if not isinstance(batch, int) or isinstance(batch, bool) or batch > 2:
             return
         self._at(

@@ -28,8 +28,10 @@ from speedfix.engine.findings import Finding
 from speedfix.engine.results import Analysis, FileError, Note, syntax_finding
 from speedfix.engine.rule import Rule
 from speedfix.engine.suppression import FileSuppressions, line_suppresses
+from speedfix.model.benchmarks import micro_benchmarks
 from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
+from speedfix.model.flow import every_step_guards
 from speedfix.model.choices import classes_no_run_picks
 from speedfix.model.launch import classes_off_the_run, picked_by_no_run, self_test_block
 from speedfix.model.unused import unreferenced_module, unused_functions
@@ -170,6 +172,7 @@ def analyze(
     rules = [cls(context) for cls in candidates if cls.applies_to(torch_version) or cls.advises_upgrade(torch_version)]
     top_of: dict[int, int] = {}
     walk_batched(module, [context, *rules], top_of)
+    context.every_step_guards = every_step_guards(context)  # options the walk could not read
     findings: list[Finding] = []
     for rule in rules:
         if rule.gpu_only and not uses_cuda(context):
@@ -295,12 +298,27 @@ def _outside_unused_functions(ctx: FileContext, findings: list[Finding], top_of:
                   "or names it")
 
 
+def _outside_micro_benchmarks(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
+                              ) -> tuple[list[Finding], str | None]:
+    """The findings outside the functions that time a layer on inputs they make themselves
+    (``benchmarks.micro_benchmarks``), and a note saying which were left out (None otherwise)."""
+    timed = micro_benchmarks(ctx) if findings else {}
+    kept, left_in = _apart(findings, top_of, set(timed))
+    if not left_in:
+        return findings, None
+    left = len(left_in)
+    shown = ", ".join(f"`{timed[index]}()`" for index in sorted(set(left_in)))
+    each = "it times" if len(set(left_in)) == 1 else "each times"
+    return kept, (f"{left} finding{'s' if left > 1 else ''} in {shown} left out: {each} a layer on inputs it "
+                  "makes itself (a micro-benchmark, not a training run)")
+
+
 # The findings in code that no run of the project takes are left out, each step with a note that
 # says which and why: a library module's self-test, classes built only under an option that is
 # off, functions of an entry script that nothing uses, model-zoo entries that no run picks, a
-# library module nothing imports.
+# library module nothing imports, and functions that time a layer rather than train.
 _OFF_THE_RUN = (_outside_self_test, _outside_classes_off_the_run, _outside_unused_functions, _outside_unpicked_entries,
-                _outside_unreferenced_module)
+                _outside_unreferenced_module, _outside_micro_benchmarks)
 
 
 def locate(

@@ -24,7 +24,7 @@ import libcst as cst
 from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE, engine_sixteen_bit, plugin_sixteen_bit
-from speedfix.model.flow import default_truth, off_by_default, reached_by_launch
+from speedfix.model.flow import default_truth, in_no_run, off_by_default, reached_by_launch
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import ACCELERATOR, launched_mixed_precision
 from speedfix.model.index import CallSite
@@ -249,8 +249,9 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
         return _low_precision_elsewhere(ctx) or _accelerate_launched_in_sixteen_bit(ctx)
     if _low_precision_by_default(ctx) or any(name.endswith("GradScaler") for name in ctx.calls_by_qualname):
         return True
-    if any(not _apex_in_fp32(ctx, site) for site in ctx.calls_to(APEX_AMP_INITIALIZE)):
-        return True  # NVIDIA apex, the mixed precision of torch before 1.6
+    if any(not (_apex_in_fp32(ctx, site) or in_no_run(ctx, site.statement, site.stack))
+           for site in ctx.calls_to(APEX_AMP_INITIALIZE)):
+        return True  # NVIDIA apex, the mixed precision of torch before 1.6 (`if args.fp16:` off by default: not)
     if _prepared_by_a_configured_wrapper(ctx):
         return True  # its configuration decides
     return bool(ctx.calls_to(DEEPSPEED_INITIALIZE)) and engine_sixteen_bit(ctx) is not False  # its config decides

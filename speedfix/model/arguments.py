@@ -27,7 +27,7 @@ from speedfix.model.project_classes import object_field
 from speedfix.project.facts import DICT_CHANGES
 from speedfix.project.steps import LIGHTNING_DATAMODULE
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import integer_value, walk_expression
+from speedfix.syntax.nodes import integer_value, is_main_guard, walk_expression
 
 
 class State(Enum):
@@ -101,9 +101,29 @@ def _lookup_in_kwargs(ctx: FileContext, expr: cst.BaseExpression, key: str, stac
     if base.unknown or (narrowed and base is not MISSING):
         return UNKNOWN  # a key the narrowing may have dropped
     touched = _keys_changed_later(ctx, name, stack, depth)
-    if touched is None or key in touched:
+    if touched is None:
         return UNKNOWN
+    if key in touched:
+        return _item_set_plainly(ctx, name, key, stack, touched)
     return base
+
+
+def _item_set_plainly(ctx: FileContext, name: str, key: str, stack: Stack, touched: set[str]) -> ArgValue:
+    """`kwargs["precision"] = "32-true"`, the one change of that key, written in the body of the
+    function itself (no `if` or loop around it: every run sets it); unknown otherwise."""
+    function = ctx.function_of(stack)
+    body: Sequence[cst.CSTNode] = ()
+    if isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock):
+        body = function.body.body
+    elif function is None:  # the module, and the body of its `if __name__ == "__main__":`
+        body = [*ctx.module.body, *(line for statement in ctx.module.body if isinstance(statement, cst.If)
+                                    and is_main_guard(statement.test) for line in statement.body.body)]
+    found = [a for a in ctx.item_assignments.get(name, ()) if ctx.function_of(a.stack) is function and item_key(a) == key]
+    updated = any(dotted_name(site.node.func.value) == name and ctx.function_of(site.stack) is function  # type: ignore[attr-defined]
+                  for site in ctx.method_calls("update"))
+    if len(found) != 1 or updated or found[0].augmented or not any(statement is found[0].statement for statement in body):
+        return UNKNOWN
+    return ArgValue(State.KNOWN, found[0].value)
 
 
 def _before_narrowing(ctx: FileContext, name: str, stack: Stack) -> cst.BaseExpression | None:
@@ -865,6 +885,8 @@ def _options(ctx: FileContext, node: cst.BaseExpression) -> list[CallSite]:
     as_dict = bool(found) and _is_vars_of(found[-1].value, holder)  # `args = vars(args)`, then `args["model"]`
     if as_dict:
         found = found[:-1]
+    elif found and not found[-1].unpacked and _vars_of_parsed(ctx, found[-1].value):
+        return _defining(ctx, dest)  # `config = vars(parse_args())`, then `config["optimizer"]`
     while len(found) > 1 and _restored(found[-1].value, holder):
         found = found[:-1]  # `args = ckpt["args"]` when resuming: the options a run of the script saved
     if not found or isinstance(node, cst.Subscript) and not as_dict:
@@ -925,6 +947,12 @@ def option_read(node: cst.BaseExpression) -> tuple[str, str] | None:
 def _is_vars_of(value: cst.BaseExpression, name: str) -> bool:
     return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "vars" \
         and len(value.args) == 1 and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == name
+
+
+def _vars_of_parsed(ctx: FileContext, value: cst.BaseExpression) -> bool:
+    """`vars(parser.parse_args())`, `vars(parse_args())` (a function of the file that returns them)."""
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "vars" \
+        and len(value.args) == 1 and _parses(ctx, value.args[0].value, None, 0)
 
 
 def _add_argument_calls(ctx: FileContext) -> list[CallSite]:

@@ -39,7 +39,8 @@ from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import bound_names, code_of, integer_value, number_value, target_names, walk_expression
+from speedfix.syntax.nodes import (bound_names, code_of, integer_value, number_value, target_names, walk_expression,
+                                   walk_in_order)
 
 SOFTMAX = ("torch.nn.functional.softmax", "torch.softmax")
 SOFTMAX_MODULES = ("torch.nn.Softmax", "torch.nn.modules.activation.Softmax")
@@ -879,6 +880,40 @@ def weights_used_elsewhere(attention: Attention, scope: cst.CSTNode) -> bool:
         isinstance(node, cst.Name) and node.value in names and id(node) not in chain
         for node in walk_expression(scope)
     )
+
+
+def weights_multiplied_again(attention: Attention, scope: cst.CSTNode) -> bool:
+    """Do the attention's weights also go into another product, directly or through names bound
+    from them (VITS's relative-position attention: `relative_weights =
+    self._absolute_position_to_relative_position(attn_probs)`, then `torch.matmul(relative_weights,
+    value_relative_embeddings)` added to the output)? Then they are part of what the layer
+    computes, which SDPA cannot give: no attention it replaces."""
+    chain = {id(name) for name in attention.chain_names}
+    tainted = {name.value for name in attention.chain_names}
+    after: list[cst.CSTNode] = []  # the code after the softmax, in source order
+    for node in walk_in_order(scope):
+        if after or node is attention.softmax:
+            after.append(node)
+    for node in after:  # names bound from the weights later on (not the attention's output itself)
+        if isinstance(node, cst.Assign) and _reads_outside(node.value, tainted, chain) \
+                and not any(child is attention.output for child in walk_expression(node.value)):
+            tainted |= {target.target.value for target in node.targets if isinstance(target.target, cst.Name)}
+    for node in after:
+        operands: list[cst.BaseExpression] = []
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+            operands = [node.left, node.right]
+        elif isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1] in _PRODUCTS:
+            operands = [arg.value for arg in node.args]
+        if node is not attention.output and any(_reads_outside(operand, tainted, chain) for operand in operands):
+            return True
+    return False
+
+
+_PRODUCTS = frozenset({"matmul", "bmm", "einsum", "mm"})
+
+
+def _reads_outside(expr: cst.BaseExpression, names: set[str], chain: set[int]) -> bool:
+    return any(isinstance(node, cst.Name) and node.value in names and id(node) not in chain for node in walk_expression(expr))
 
 
 def moved_names_rebound(attention: Attention, block: list[cst.BaseStatement], index: int) -> bool:

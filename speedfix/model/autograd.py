@@ -51,9 +51,9 @@ def runs_network(ctx: FileContext, site: CallSite) -> bool:
         return _is_network(ctx, name, site)
     if not isinstance(func, cst.Attribute) or func.attr.value in MODULE_API or func.attr.value.startswith("_"):
         return False
-    receiver = dotted_name(func.value)  # a method of the network: `actor.get_action(obs)`
+    receiver = dotted_name(func.value)  # a method of the network: `actor.get_action(obs)`, `model.forward(x)`
     return receiver is not None and is_local_object(ctx, receiver) and _is_network(ctx, receiver, site) \
-        and _forward_method(ctx, func.attr.value, receiver, site)
+        and (func.attr.value == "forward" or _forward_method(ctx, func.attr.value, receiver, site))
 
 
 def _forward_method(ctx: FileContext, name: str, receiver: str, site: CallSite) -> bool:

@@ -41,6 +41,12 @@ from speedfix.syntax.nodes import walk_expression
 class FileContext(FileIndex):
     """The file index, and which of its loops train (see the module docstring)."""
 
+    # The periodic guards that hold on every step of every run, by ``id``: their period is an
+    # option that is 1 by default and no launch command changes (`if (step + 1) %
+    # args.gradient_accumulation == 0:`), set by the engine after the walk
+    # (``speedfix.model.flow.every_step_guards``).
+    every_step_guards: frozenset[int] = frozenset()
+
     def is_optimizer_like(self, receiver: cst.BaseExpression, stack: Stack) -> bool:
         """Is `receiver.step()` an optimizer or GradScaler step (not an LR scheduler's)?"""
         made_by = self.constructor_of(receiver, stack)
@@ -234,7 +240,8 @@ class FileContext(FileIndex):
     def _hot_at(self, stack: Stack, through_calls: bool, guards_count: bool) -> bool:
         type_guarded = once = False
         for frame in reversed(stack):
-            if frame.kind is FrameKind.GUARD and (guards_count or self.rare_guard(frame.node, stack)):
+            if frame.kind is FrameKind.GUARD and id(frame.node) not in self.every_step_guards \
+                    and (guards_count or self.rare_guard(frame.node, stack)):
                 return False
             if frame.kind is FrameKind.INFERENCE:
                 return False
@@ -285,11 +292,12 @@ class FileContext(FileIndex):
                 if isinstance(caller, cst.FunctionDef) and caller not in called and self.nearest_loop(site.stack) is None:
                     hot.add(caller)
         for site in self.calls:  # `loss = self.shared_step(batch)`: what the step calls runs every step too
-            owner = _step_around(site.stack, steps)
+            owner = _step_around(site.stack, steps, self.every_step_guards)
             if owner is not None:
                 hot.update(info.node for info in self._step_callees(site, owner))
         for _ in range(3):
-            more = {node for site in self.calls if _plainly_in(site.stack, hot) for node in self._runs(site)} - hot
+            more = {node for site in self.calls if _plainly_in(site.stack, hot, self.every_step_guards)
+                    for node in self._runs(site)} - hot
             if not more:
                 break
             hot |= more
@@ -371,11 +379,11 @@ class FileContext(FileIndex):
         return None
 
 
-def _step_around(stack: Stack, steps: dict[cst.CSTNode, str | None]) -> str | None:
-    """The class of the training step whose own body (not under a periodic guard, not in a
-    nested function) holds code at ``stack``."""
+def _step_around(stack: Stack, steps: dict[cst.CSTNode, str | None], every_step: frozenset[int]) -> str | None:
+    """The class of the training step whose own body (not under a periodic guard, other than
+    one of ``every_step``, not in a nested function) holds code at ``stack``."""
     for frame in reversed(stack):
-        if frame.kind in (FrameKind.GUARD, FrameKind.INFERENCE):
+        if frame.kind is FrameKind.INFERENCE or frame.kind is FrameKind.GUARD and id(frame.node) not in every_step:
             return None
         if frame.kind is FrameKind.FUNCTION:
             return steps.get(frame.node)
@@ -395,10 +403,12 @@ def unmoved(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
 _LOADERS = frozenset({"from_pretrained", "from_config"})
 
 
-def _plainly_in(stack: Stack, functions: set[cst.CSTNode]) -> bool:
-    """Is code at ``stack`` in one of ``functions`` itself, not under a periodic or type guard?"""
+def _plainly_in(stack: Stack, functions: set[cst.CSTNode], every_step: frozenset[int]) -> bool:
+    """Is code at ``stack`` in one of ``functions`` itself, not under a periodic guard (other
+    than one of ``every_step``) or a type guard?"""
     for frame in reversed(stack):
-        if frame.kind in (FrameKind.GUARD, FrameKind.TYPE_GUARD, FrameKind.CLASS, FrameKind.INFERENCE):
+        if frame.kind in (FrameKind.TYPE_GUARD, FrameKind.CLASS, FrameKind.INFERENCE) \
+                or frame.kind is FrameKind.GUARD and id(frame.node) not in every_step:
             return False
         if frame.kind is FrameKind.FUNCTION:
             return frame.node in functions

@@ -93,6 +93,17 @@ def in_no_run(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stac
     return reached is False or reached is None and off_by_default(ctx, statement, stack) is not None
 
 
+def every_step_guards(ctx: FileContext) -> frozenset[int]:
+    """The periodic guards of the file (by ``id``) that hold on every step of every run: each
+    modulo divides by 1 in every run (`(step + 1) % gradient_accumulation == 0` with
+    `gradient_accumulation = args.gradient_accumulation` and `--gradient_accumulation`
+    defaulting to 1, or `step % 1`)."""
+    return frozenset(
+        id(guard) for guard, stack, divisors in ctx.unstated_periods
+        if divisors and all(ctx.period_of(divisor, stack) == 1 or int_in_every_run(ctx, divisor, stack) == 1
+                            for divisor in divisors))
+
+
 def int_in_every_run(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> int | None:
     """The int ``node`` holds in every run of the script: its value with the script's defaults
     (``literal_int``: a literal, a constant, an argparse default), where no launch command of
@@ -101,7 +112,8 @@ def int_in_every_run(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -
     value = literal_int(ctx, node, stack)
     if value is None:
         return None
-    read = option_read(node)
+    alias = option_alias(ctx, node.value, stack) if isinstance(node, cst.Name) else None
+    read = option_read(alias[0] if alias is not None else node)  # `accumulation = args.gradient_accumulation`
     if read is not None:
         if launch.launch_files_capped(ctx):
             return None  # a command among the launch files not read may set it
@@ -110,6 +122,15 @@ def int_in_every_run(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -
             if given is not None and given != str(value):
                 return None
     return value
+
+
+def option_alias(ctx: FileContext, name: str, stack: Stack) -> tuple[cst.BaseExpression, Stack] | None:
+    """`args.fp16` (and where it is read) for ``name`` bound once, in the scope of ``stack``, to
+    an option (`fp16 = args.fp16`)."""
+    found = ctx.assignments_in_scope(name, stack)
+    if len(found) != 1 or found[0].unpacked or found[0].augmented or option_read(found[0].value) is None:
+        return None
+    return found[0].value, found[0].stack
 
 
 def reached_by_command(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack,
@@ -179,6 +200,8 @@ def _launch_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, opti
     if isinstance(test, cst.Name) and (passed := passed_arguments(ctx, test.value, stack)):
         truths = {_launch_truth(ctx, given, at, options, depth + 1) for given, at in passed}
         return truths.pop() if len(truths) == 1 else None
+    if isinstance(test, cst.Name) and (alias := option_alias(ctx, test.value, stack)) is not None:
+        return _launch_truth(ctx, alias[0], alias[1], options, depth + 1)  # `fp16 = args.fp16`, then `if fp16:`
     if isinstance(test, cst.BooleanOperation):
         left = _launch_truth(ctx, test.left, stack, options, depth + 1)
         right = _launch_truth(ctx, test.right, stack, options, depth + 1)

@@ -19,27 +19,14 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned, taken_on_a_gpu
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.index import CallSite
-from speedfix.project.steps import HF_TRAINERS, LIGHTNING_CALLBACK, LIGHTNING_DATAMODULE, LIGHTNING_MODULE
+from speedfix.project.steps import (HF_TRAINERS, LIGHTNING_CALLBACK, LIGHTNING_CLI, LIGHTNING_DATAMODULE, LIGHTNING_MODULE,
+                                    LIGHTNING_TRAINER)
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
-LIGHTNING_TRAINER = (
-    "lightning.Trainer",
-    "lightning.pytorch.Trainer",
-    "lightning.pytorch.trainer.Trainer",
-    "lightning.pytorch.trainer.trainer.Trainer",
-    "pytorch_lightning.Trainer",
-    "pytorch_lightning.trainer.Trainer",
-    "pytorch_lightning.trainer.trainer.Trainer",
-)
 # Lightning 1.x: a Trainer made from the parsed command line
 LIGHTNING_FROM_ARGPARSE = tuple(f"{name}.from_argparse_args" for name in LIGHTNING_TRAINER)
 LIGHTNING_FABRIC = ("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric")
-LIGHTNING_CLI = (
-    "lightning.pytorch.cli.LightningCLI",
-    "pytorch_lightning.cli.LightningCLI",
-    "pytorch_lightning.utilities.cli.LightningCLI",
-)
 HF_TRAINING_ARGUMENTS = (
     "transformers.TrainingArguments",
     "transformers.training_args.TrainingArguments",

@@ -44,7 +44,7 @@ from speedfix.model.frameworks import HF_ARGUMENT_PARSERS, HF_TRAINING_ARGUMENTS
 from speedfix.model.index import CallSite
 from speedfix.model.project_classes import project_class
 from speedfix.model.project_files import Location, ProjectFiles
-from speedfix.syntax.nodes import integer_value
+from speedfix.syntax.nodes import integer_value, walk_expression
 
 TRL_DEFAULTS = {"gradient_checkpointing": True}
 _PARSE_METHODS = frozenset({"parse_args_into_dataclasses", "parse_args_and_config"})
@@ -445,3 +445,66 @@ def arguments_only(ctx: FileContext) -> bool:
     if any(info.bases and any(base.endswith("Trainer") for base in info.bases) for info in ctx.classes.values()):
         return False
     return any(ctx.in_training_loop(site.stack) for site in ctx.method_calls("backward"))
+
+
+def trainer_never_trains(ctx: FileContext) -> bool:
+    """Does the file build its Trainers only to evaluate or predict (an inference script:
+    `trainer = Trainer(...)`, then `trainer.evaluate()` or `trainer.get_model()`, never
+    `trainer.train()`)? Each Trainer is bound to a plain name where it is built, and that name is
+    only the receiver of method calls other than `train`: never returned, passed on or stored."""
+    built = [site for site in ctx.calls if (site.func or "").rsplit(".", 1)[-1].endswith("Trainer")
+             and site.func not in ctx.functions]
+    if not built:
+        return False
+    for site in built:
+        line = site.statement.body[0] if site.statement is not None and len(site.statement.body) == 1 else None
+        if not (isinstance(line, cst.Assign) and line.value is site.node and len(line.targets) == 1
+                and isinstance(line.targets[0].target, cst.Name)):
+            return False
+        name = line.targets[0].target.value
+        scope = ctx.function_of(site.stack) or ctx.module
+        receivers = {id(node.value) for node in walk_expression(scope) if isinstance(node, cst.Attribute)
+                     and isinstance(node.value, cst.Name) and node.value.value == name and node.attr.value != "train"}
+        if any(isinstance(node, cst.Name) and node.value == name and id(node) not in receivers
+               and node is not line.targets[0].target for node in walk_expression(scope)):
+            return False  # `trainer.train()`, `return trainer`, `run(trainer)`
+    return True
+
+
+# transformers' own defaults of the `TrainingArguments` fields that a script's own code may read
+# (`DataLoader(..., num_workers=training_args.dataloader_num_workers)`).
+_FIELD_DEFAULTS: dict[str, object] = {"dataloader_num_workers": 0, "dataloader_pin_memory": True,
+                                      "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
+
+
+def run_field_value(ctx: FileContext, node: cst.BaseExpression) -> object:
+    """The value every run gives `training_args.<field>` (``node``), where a parser of the file
+    fills `training_args` (`model_args, data_args, training_args =
+    parser.parse_args_into_dataclasses()`): a launch command's or config file's, else the
+    field's default (the project's dataclass, else transformers' own for the fields of
+    ``_FIELD_DEFAULTS``); UNKNOWN where the runs disagree or it cannot be known."""
+    if not (isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name)):
+        return UNKNOWN
+    holder, key = node.value.value, node.attr.value
+    for one in parsed_arguments(ctx):
+        index = _place_in_parser(ctx, one)
+        if not any(a.value is one.parse.node and a.position == index for a in ctx.assignments.get(holder, ())):
+            continue
+        setting = one.setting(key)
+        if setting.unknown:
+            return UNKNOWN
+        if setting.missing:
+            return _FIELD_DEFAULTS.get(key, UNKNOWN)
+        return setting.value
+    return UNKNOWN
+
+
+def _place_in_parser(ctx: FileContext, parsed: ParsedArguments) -> int | None:
+    """The place of the class in its parser's tuple, which is its place in the tuple the parse
+    returns (None: the parser's only class)."""
+    for site in ctx.calls_to(*HF_ARGUMENT_PARSERS):
+        if site.node.args:
+            classes = _classes(ctx, site.node.args[0].value, site)
+            if parsed.reference in classes:
+                return classes.index(parsed.reference) if len(classes) > 1 else None
+    return None

@@ -228,6 +228,9 @@ class FileIndex(NameBindings, Visitor):
         self._statement: cst.SimpleStatementLine | None = None
         self._import_depth = 0
         self._framed_ifs: set[cst.If] = set()
+        # periodic guards whose period the file does not state: (the `if`, its stack, the
+        # divisors of its modulos), for the model to read as options (``flow.every_step_guards``)
+        self.unstated_periods: list[tuple[cst.If, Stack, list[cst.BaseExpression]]] = []
         self._blocks: list[cst.IndentedBlock] = []  # the indented blocks around the code being visited
         self._eval_tails: list[cst.IndentedBlock] = []  # blocks whose rest is eval-mode code (see leave_If)
 
@@ -251,6 +254,13 @@ class FileIndex(NameBindings, Visitor):
                 found = [a for a in self.assignments.get(part.value, ()) if function_of(a.stack) is here]
                 if len(found) == 1 and not (found[0].unpacked or found[0].augmented):
                     yield found[0].value
+
+    def _note_periods(self, guard: cst.If, tests: list[cst.BaseExpression]) -> None:
+        """Keep a periodic guard's divisors unless the file states one of them (`step % 100`)."""
+        divisors = [node.right for test in tests for node in walk_expression(test)
+                    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)]
+        if all(self.period_of(divisor, self.stack) in (None, 1) for divisor in divisors):
+            self.unstated_periods.append((guard, self.stack, divisors))
 
     def _is_one(self, divisor: cst.BaseExpression) -> bool:
         """A `step % 1 == 0` guard holds on every step (``period_of``)."""
@@ -365,6 +375,7 @@ class FileIndex(NameBindings, Visitor):
             self._push(FrameKind.MAIN, node)
         elif _is_periodic_test(node.test, self._is_one) or any(
                 _is_periodic_test(value, self._is_one) for value in self._flag_values(node.test)):
+            self._note_periods(node, [node.test, *self._flag_values(node.test)])
             self._push(FrameKind.GUARD, node)
         elif _is_tensor_type_test(node.test) and self._in_function():
             self._push(FrameKind.TYPE_GUARD, node)
@@ -409,6 +420,7 @@ class FileIndex(NameBindings, Visitor):
             self._eval_tails.append(self._blocks[-1])
             self._push(FrameKind.INFERENCE, original_node)
         elif _is_off_period_test(original_node.test, self._is_one):
+            self._note_periods(original_node, [original_node.test])
             self._eval_tails.append(self._blocks[-1])
             self._push(FrameKind.GUARD, original_node)
 

@@ -542,14 +542,21 @@ _REFERENCE = re.compile(r"\$(?:\{([A-Za-z_]\w*)\}|([A-Za-z_]\w*))")
 def _expanded(lines: list[tuple[int, str, list[tuple[int, str]]]]) -> list[tuple[int, str, list[tuple[int, str]]]]:
     """`batch=1` ... `--per_device_train_batch_size ${batch}`: a variable the script sets once, at
     the top level (not indented: no loop or branch around it), to a plain word before the
-    command is its value there. One set twice, to a value made of other variables or commands,
-    or set by the caller (`${BATCH:-1}`), stays unknown."""
+    command is its value there, also a word made of such variables (`train_path=$path/run.py`).
+    One set twice, to a value made of other variables or commands, or set by the caller
+    (`${BATCH:-1}`, `$1`), stays unknown."""
     assigned: dict[str, tuple[int, str] | None] = {}
+
+    def known_value(match: re.Match[str]) -> str:
+        found = assigned.get(match.group(1) or match.group(2))
+        return found[1] if found is not None else match.group(0)
+
     for start, logical, _physical in lines:
         match = _ASSIGNMENT.fullmatch(logical.strip()) if logical[:1] not in (" ", "\t") else None
         if match is not None:
             name, value = match.group(1), match.group(2)
             plain = value.strip("'\"") if value[:1] in "'\"" and value[-1:] == value[:1] and len(value) > 1 else value
+            plain = _REFERENCE.sub(known_value, plain)  # `train_path=$path/run.py` after `path=./`
             known = not any(char in plain for char in "$`(){}'\"")
             assigned[name] = None if name in assigned or not known else (start, plain)
     if not any(assigned.values()):

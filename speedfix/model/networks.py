@@ -9,6 +9,7 @@ followed by `.to(device)`/`.cuda()` and wrapped in `nn.DataParallel`/`Distribute
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
@@ -1005,9 +1006,15 @@ def builds_module(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
     if classes:
         return any(is_module_class(ctx, name) or name in conv2d_classes(ctx) for name in classes)
     qualified = ctx.qualname(call.func) or ""
+    if _NOT_MODULES.search(dotted_name(call.func) or qualified):
+        return False  # `AutoTokenizer.from_pretrained(...)`, an image processor, a config
     if qualified.endswith(".from_pretrained") or qualified.startswith("torch.nn.") or project_conv_dims(ctx, call):
         return True
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "from_pretrained"
+
+
+# What a Hugging Face `from_pretrained` loads that is no module: tokenizers, processors, configs.
+_NOT_MODULES = re.compile(r"(Tokenizer(Fast)?|Processor|FeatureExtractor|Config)\.from_pretrained$")
 
 
 # ---------------------------------------------------------------- where the model runs
@@ -1137,3 +1144,50 @@ def _gated_submodule_call(block: cst.BaseSuite, arguments: set[str], methods: se
                            and node.func.attr.value not in methods for node in walk_expression(statement)):
             return True
     return False
+
+
+# ---------------------------------------------------------------- layers wrapped in a class
+@dataclass(frozen=True)
+class ConvWrapper:
+    """A class of the file that only wraps one convolution (Tacotron's `ConvNorm`: `self.conv =
+    nn.Conv1d(..., bias=bias)` in `__init__`, `return self.conv(x)` in `forward`)."""
+
+    name: str
+    # the `__init__` parameter (less `self`, by position) the convolution's `bias` comes from,
+    # True by default; None when the convolution always has its bias (no `bias=` given to it)
+    bias: tuple[str, int] | None
+
+
+def conv_wrapper(ctx: FileContext, call: cst.Call) -> ConvWrapper | None:
+    """The wrapper ``call`` builds, when it builds one whose convolution has a bias by default."""
+    name = call.func.value if isinstance(call.func, cst.Name) else None
+    if name is None or name not in ctx.classes:
+        return None
+    methods = {info.node.name.value: info.node for info in
+               (*ctx.functions.get("__init__", ()), *ctx.functions.get("forward", ())) if info.class_name == name}
+    init, forward = methods.get("__init__"), methods.get("forward")
+    if not isinstance(init, cst.FunctionDef) or not isinstance(forward, cst.FunctionDef):
+        return None
+    layers = [site for site in ctx.calls if ctx.function_of(site.stack) is init
+              and (ctx.qualname(site.node.func) or "").startswith("torch.nn.") and not (ctx.qualname(site.node.func) or "").startswith("torch.nn.init.")]
+    if len(layers) != 1 or ctx.qualname(layers[0].node.func) not in CONV_LAYERS:
+        return None
+    conv = layers[0]
+    line = conv.statement.body[0] if conv.statement is not None and len(conv.statement.body) == 1 else None
+    attribute = dotted_name(line.targets[0].target) if isinstance(line, cst.Assign) and len(line.targets) == 1 \
+        and line.value is conv.node else None
+    used = [node for node in walk_expression(forward.body) if isinstance(node, cst.Call)]
+    if attribute is None or [dotted_name(node.func) for node in used] != [attribute]:
+        return None  # its forward does more than run the convolution
+    bias = find_argument(ctx, conv, "bias", 7)
+    if bias.missing:
+        return ConvWrapper(name, None)
+    if isinstance(bias.node, cst.Name) and bias.node.value == "True":
+        return ConvWrapper(name, None)
+    params = [param.name.value for param in init.params.params][1:]
+    if not isinstance(bias.node, cst.Name) or bias.node.value not in params:
+        return None
+    param = init.params.params[params.index(bias.node.value) + 1]
+    if not (isinstance(param.default, cst.Name) and param.default.value == "True"):
+        return None
+    return ConvWrapper(name, (bias.node.value, params.index(bias.node.value)))

@@ -155,6 +155,43 @@ def _only_indexes_attributes(function: cst.FunctionDef) -> bool:
     return False
 
 
+# What a `__getitem__` may call and still only reshape arrays it holds: numpy's and torch's array
+# functions (not their file readers), random draws, and the arrays' own methods.
+_ARRAY_MODULES = ("numpy.", "torch.", "random.")
+_READERS = frozenset({"load", "loadtxt", "genfromtxt", "fromfile", "memmap", "open", "read_file", "read_image", "decode_image"})
+_BUILTINS = frozenset({"len", "int", "float", "min", "max", "range", "abs", "round", "list", "tuple", "slice", "zip"})
+_ARRAY_METHODS = frozenset({"astype", "copy", "reshape", "transpose", "squeeze", "unsqueeze", "long", "float", "int",
+                            "flatten", "view", "clone", "permute", "contiguous", "T", "item", "tolist", "numpy",
+                            "randint", "random", "rand", "randn", "uniform", "choice", "shuffle", "append"})
+
+
+def held_items_class(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> str | None:
+    """The Dataset class of the file, when its `__getitem__` only picks, crops, pads and reshapes
+    arrays it already holds (autovc's mel-spectrograms loaded in `__init__`, cropped at random in
+    `__getitem__`): no file read, no decoding, no transform or tokenizer, only array and random
+    functions of numpy/torch, a few builtins and the arrays' own methods. None otherwise."""
+    call = constructor_call(ctx, dataset, stack)
+    info = ctx.classes.get(dotted_name(call.func) or "") if call is not None else None
+    if info is None:
+        return None
+    getters = [function.node for function in ctx.functions.get("__getitem__", ()) if function.class_name == info.name]
+    if len(getters) != 1:
+        return None
+    for node in walk_expression(getters[0].body):
+        if isinstance(node, cst.Call) and not _array_call(ctx, node):
+            return None
+    return info.name
+
+
+def _array_call(ctx: FileContext, call: cst.Call) -> bool:
+    qualified = ctx.qualname(call.func)
+    if qualified is not None:
+        return qualified.startswith(_ARRAY_MODULES) and qualified.rsplit(".", 1)[-1] not in _READERS
+    if isinstance(call.func, cst.Name):
+        return call.func.value in _BUILTINS and call.func.value not in ctx.functions
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value in _ARRAY_METHODS
+
+
 def is_iterable_dataset(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> bool:
     call = constructor_call(ctx, dataset, stack)
     if call is None:

@@ -447,7 +447,8 @@ def largest_trained_model(ctx: FileContext) -> int | None:
         model = optimized_module(ctx, site)
         owner = ctx.class_of(site.stack)
         if model is None or model.startswith("self."):
-            counts.append(_classes_parameters(ctx, {owner.name.value}) if owner is not None and _of_self(site) else None)
+            mine = _of_self(site) or model is not None  # `Adam(self.parameters())`, or of `self.policy` alone
+            counts.append(_classes_parameters(ctx, {owner.name.value}) if owner is not None and mine else None)
             continue
         counts += [parameter_estimate(ctx, b.built, b.assignment.stack)
                    for b in builds(ctx, model, site.stack, site.statement)] or [None]
@@ -574,7 +575,7 @@ def _trains_mlps_only(ctx: FileContext, width: int | None) -> bool:
         if model is None:
             return False
         if model.startswith("self."):
-            if owner is None or not _of_self(site) or _beyond_a_head(*_class_layers(ctx, {owner.name.value})):
+            if owner is None or _beyond_a_head(*_class_layers(ctx, {owner.name.value})):
                 return False
             layers: list[tuple[list[CallSite], Stack | None, Given]] = [(_class_calls(ctx, {owner.name.value}), None, _NOTHING)]
         else:

@@ -35,13 +35,20 @@ def training_steps(ctx: FileContext) -> list[cst.CSTNode]:
     """Where the file trains, in source order: its step loops, else the methods that take a whole
     step that another file's loop calls (Graph-WaveNet's `trainer.train(input, real)` in engine.py,
     its epoch loop in train.py)."""
-    loops = [loop for loop in ctx.loops if loop in ctx.step_loops]
+    loops = [loop for loop in ctx.loops if loop in ctx.step_loops and not _in_lightning_class(ctx, loop)]
     if loops:
         return loops
     return [info.node for infos in ctx.functions.values() for info in infos
             if info.node in ctx.step_functions and info.node in ctx.hot_functions
             and not (info.class_name and ctx.is_subclass_of(info.class_name, *LIGHTNING_MODULE, *LIGHTNING_CALLBACK))
             and _whole_step(ctx, info.node)]  # (a Lightning step's TF32 is SF901's, at its Trainer)
+
+
+def _in_lightning_class(ctx: FileContext, loop: cst.CSTNode) -> bool:
+    """A loop in a method of a LightningModule (a GAN's two discriminator steps in its
+    `training_step`): its Trainer runs it, and SF901 advises TF32 there."""
+    owner = ctx.class_of(ctx.loops[loop].stack)
+    return owner is not None and ctx.is_subclass_of(owner.name.value, *LIGHTNING_MODULE, *LIGHTNING_CALLBACK)
 
 
 def _whole_step(ctx: FileContext, function: cst.CSTNode) -> bool:

@@ -294,7 +294,14 @@ def tokenized_ahead(ctx: FileContext) -> str | None:
         return None
     if any("tokeniz" in call.lower() or _DECODES.search(call) for call in _item_calls(ctx)):
         return None  # each item is tokenized, or is an image, video or audio clip decoded from its file
+    if any(_FEATURES.search(call) for call in ctx.calls_by_qualname) or any(
+            _FEATURES.search(site.func or "") for site in ctx.calls if site.func and "." in site.func):
+        return None  # spectrograms or pixels beside the tokens (`feature_extractor.pad(...)` in the collator)
     return samples[1]
+
+
+# A feature extractor or image processor: audio features or pixels in the batches, not only token ids.
+_FEATURES = re.compile(r"feature_?extractor|image_?processor", re.IGNORECASE)
 
 
 def _item_calls(ctx: FileContext) -> list[str]:

@@ -42,10 +42,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
-                                    DETERMINISTIC_ALGORITHMS, LIGHTNING_DATAMODULE, LIGHTNING_MODULE, MATMUL_LAYERS,
+                                    DETERMINISTIC_ALGORITHMS, LIGHTNING_CLI, LIGHTNING_DATAMODULE, LIGHTNING_MODULE,
+                                    LIGHTNING_TRAINER, MATMUL_LAYERS,
                                     MATMUL_METHODS, MODULE_API, NO_GRAD_CALLS, SYNC_SWITCHES, diffusers_conv_net,
                                     is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, makes_adapters,
                                     zoo_cnn)
+
+# Calls that choose cuDNN's algorithms for the process.
+_CUDNN_OWNERS = frozenset((*DETERMINISTIC_ALGORITHMS, *LIGHTNING_TRAINER, *LIGHTNING_CLI))
 
 
 @dataclass(frozen=True)
@@ -983,8 +987,8 @@ class _Collector(ast.NodeVisitor):
             self.option_words.update(id(arg) for arg in node.args if isinstance(arg, ast.Constant))
             self.option_words.update(id(keyword.value) for keyword in node.keywords
                                      if keyword.arg in ("help", "metavar", "dest") and isinstance(keyword.value, ast.Constant))
-        if self.resolve(func) in DETERMINISTIC_ALGORITHMS:
-            self._cudnn_choice()
+        if self.resolve(func) in _CUDNN_OWNERS:
+            self._cudnn_choice()  # (a Lightning Trainer sets `cudnn.benchmark` from its own `benchmark`)
         loop = self._current_loop()
         if self._is_marker(node, func):
             if loop is not None:

@@ -422,7 +422,7 @@ def link(
         for name in module.no_grad_methods:
             no_grad_methods.setdefault(name, set()).add(path)
     feeds = _loader_factories(facts, prefixes)
-    constructed = _constructions(facts, prefixes)
+    constructed = _constructions(facts, prefixes, show)
     built_under = _gated_constructions(facts, prefixes)
     methods_used = _methods_used(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
@@ -1027,16 +1027,25 @@ def _arguments_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[s
     return {path: tuple(items) for path, items in found.items()}
 
 
-def _constructions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
+def _constructions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]], show: Callable[[Path], str]
                    ) -> dict[Path, set[tuple[str, str, tuple[str, ...], int, bool]]]:
     """The classes of each file that other files build, with what they pass (a class taken from a
-    package's `__init__.py` that imports it from a module beside it counts for that module)."""
+    package's `__init__.py` that imports it from a module beside it counts for that module). What
+    a test passes a class that the project's other files build too is left out: the runs build it
+    their way (a test's `DGMR(visualize=True)` beside the training script's `DGMR()`)."""
     found: dict[Path, set[tuple[str, str, tuple[str, ...], int, bool]]] = {}
+    tested: dict[Path, set[tuple[str, str, tuple[str, ...], int, bool]]] = {}
     for path, module in facts.items():
         for qualified, method, keywords, count, star in module.constructions:
             hit = _project_class(qualified, path, facts, prefixes)
             if hit is not None:
-                found.setdefault(hit[0], set()).add((hit[1], method, keywords, count, star))
+                kept = tested if is_test_file(Path(show(path))) else found
+                kept.setdefault(hit[0], set()).add((hit[1], method, keywords, count, star))
+    for path, built in tested.items():
+        by_runs = {construction[0] for construction in found.get(path, ())}
+        kept = {construction for construction in built if construction[0] not in by_runs}
+        if kept:
+            found.setdefault(path, set()).update(kept)
     return found
 
 

@@ -197,6 +197,20 @@ def makes_adapters(qualified: str | None, written: str | None) -> bool:
 
 
 # Hugging Face trainers: a subclass's `compute_loss` / `training_step` runs on every training step.
+LIGHTNING_TRAINER = (
+    "lightning.Trainer",
+    "lightning.pytorch.Trainer",
+    "lightning.pytorch.trainer.Trainer",
+    "lightning.pytorch.trainer.trainer.Trainer",
+    "pytorch_lightning.Trainer",
+    "pytorch_lightning.trainer.Trainer",
+    "pytorch_lightning.trainer.trainer.Trainer",
+)
+LIGHTNING_CLI = (
+    "lightning.pytorch.cli.LightningCLI",
+    "pytorch_lightning.cli.LightningCLI",
+    "pytorch_lightning.utilities.cli.LightningCLI",
+)
 HF_TRAINERS = (
     "transformers.Trainer", "transformers.trainer.Trainer", "transformers.Seq2SeqTrainer",
     "transformers.trainer_seq2seq.Seq2SeqTrainer", "trl.SFTTrainer", "trl.DPOTrainer", "trl.RewardTrainer",

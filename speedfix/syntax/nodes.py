@@ -32,6 +32,14 @@ def walk_expression(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         extend(child_list(current))
 
 
+def walk_in_order(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``walk_expression`` in source order (a parent before its children, the children left to
+    right; recursive: for the small subtrees of one function)."""
+    yield node
+    for child in child_list(node):
+        yield from walk_in_order(child)
+
+
 def parameter_default(function: cst.CSTNode | None, name: str) -> cst.BaseExpression | None:
     """The default of parameter ``name`` of ``function`` (`every=2000` in `def __init__(self,
     every=2000)`); None when ``function`` is no `def`, has no such parameter, or it has no default."""

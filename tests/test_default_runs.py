@@ -1,0 +1,362 @@
+"""What the project's default runs do, read from where real projects say it: an option that is 1
+or off by default (`--gradient_accumulation 1`, `--fp16`), options kept as a dict (`config =
+vars(parse_args())`), `TrainingArguments` fields a script reads itself, shell variables of a launch
+script, a Trainer that never trains, and the arguments a test (not a run) gives a class."""
+
+from __future__ import annotations
+
+import json
+
+from speedfix.rules.sf202_no_mixed_precision import NoMixedPrecision
+
+
+def _findings(run_cli, folder, *select: str) -> list[dict]:
+    args = ["scan", ".", "--output-format", "json", *(["--select", ",".join(select)] if select else [])]
+    result = run_cli(*args, cwd=folder)
+    assert result.exit_code in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+def _at(findings: list[dict], code: str) -> list[tuple[str, int]]:
+    return [(f["path"], f["line"]) for f in findings if f["code"] == code]
+
+
+# the rule's own example: NVIDIA apex only under `--fp16`, off by default
+APEX_BEHIND_A_FLAG = next(example.code for example in NoMixedPrecision.INVALID if "--fp16" in example.code)
+
+
+def test_apex_behind_a_flag_that_is_off_by_default_is_no_precision_of_the_run(write, run_cli, tmp_path):
+    write("train.py", APEX_BEHIND_A_FLAG)
+    found = _findings(run_cli, tmp_path, "SF202")
+    assert _at(found, "SF202") == [("train.py", 18)]  # the default branch's `loss.backward()`
+    assert "`loss.backward()`" in found[0]["message"]
+    write("run.sh", "python train.py --fp16\n")  # a launch command turns apex on
+    assert _findings(run_cli, tmp_path, "SF202") == []
+
+
+ACCUMULATION = """\
+import argparse
+import torch
+parser = argparse.ArgumentParser()
+parser.add_argument("--gradient_accumulation", type=int, default={default})
+args = parser.parse_args()
+accumulation = args.gradient_accumulation
+model = Net().cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+for step, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+    loss.backward()
+    if (step + 1) % accumulation == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+        print(loss.item())
+"""
+
+
+def test_a_guard_whose_period_is_an_option_of_1_runs_every_step(write, run_cli, tmp_path):
+    write("train.py", ACCUMULATION.format(default=1))
+    assert _at(_findings(run_cli, tmp_path, "SF301"), "SF301") == [("train.py", 15)]
+    write("run.sh", "python train.py --gradient_accumulation 8\n")  # every run accumulates 8 steps
+    assert _findings(run_cli, tmp_path, "SF301") == []
+    (tmp_path / "run.sh").unlink()
+    write("train.py", ACCUMULATION.format(default=16))
+    assert _findings(run_cli, tmp_path, "SF301") == []
+
+
+OPTIONS_AS_A_DICT = """\
+import argparse
+import torch
+from torch.utils.data import DataLoader
+
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--optimizer", default="SGD", choices=["Adam", "SGD"])
+    parser.add_argument("--num_workers", default=4, type=int)
+    return parser.parse_args()
+
+
+def main():
+    config = vars(parse_args())
+    model = Net().cuda()
+    if config["optimizer"] == "Adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loader = DataLoader(train_set, batch_size=16, shuffle=True, num_workers=config["num_workers"], pin_memory=True)
+    for epoch in range(100):
+        for x, y in loader:
+            loss = model(x.cuda(non_blocking=True)).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_options_kept_as_a_dict_have_their_parser_defaults(write, run_cli, tmp_path):
+    write("train.py", OPTIONS_AS_A_DICT)
+    found = _findings(run_cli, tmp_path, "SF401", "SF103")
+    assert _at(found, "SF401") == []  # Adam is not the default optimizer
+    assert _at(found, "SF103") == [("train.py", 20)]  # 4 workers started again every epoch
+
+
+HELD_ITEMS = """\
+import numpy as np
+import torch
+from torch.utils import data
+
+
+class Utterances(data.Dataset):
+    def __init__(self, clips, crop):
+        self.clips = [np.load(path) for path in clips]
+        self.crop = crop
+
+    def __getitem__(self, index):
+        clip = self.clips[index]
+        if clip.shape[0] < self.crop:
+            return np.pad(clip, ((0, self.crop - clip.shape[0]), (0, 0)), "constant")
+        left = np.random.randint(clip.shape[0] - self.crop)
+        return clip[left:left + self.crop, :]
+
+    def __len__(self):
+        return len(self.clips)
+
+
+loader = data.DataLoader(Utterances(paths, 128), batch_size=2, shuffle=True, num_workers=0)
+model = Net().cuda()
+optimizer = torch.optim.Adam(model.parameters(), fused=True)
+for x in loader:
+    loss = model(x.cuda()).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_dataset_that_only_crops_arrays_it_holds_gains_little_from_workers(write, run_cli, tmp_path):
+    write("train.py", HELD_ITEMS)
+    found = [f for f in _findings(run_cli, tmp_path, "SF101")]
+    assert [(f["line"], f["impact"]) for f in found] == [(22, "low")]
+    assert "`Utterances` only crops and reshapes arrays it holds" in found[0]["impact_reason"]
+    write("train.py", HELD_ITEMS.replace("clip = self.clips[index]", "clip = np.load(self.paths[index])"))
+    assert [f["impact"] for f in _findings(run_cli, tmp_path, "SF101")] == ["high"]  # a file read per item
+
+
+# the rule's own example: PPO's 64-wide actor and critic, each in a param group of one optimizer
+PPO = next(example.code for example in NoMixedPrecision.VALID if "class ActorCritic" in example.code)
+
+
+def test_narrow_mlps_in_param_groups_of_an_attribute_are_small_models(write, run_cli, tmp_path):
+    write("ppo.py", PPO)
+    found = _findings(run_cli, tmp_path, "SF201", "SF202", "SF501")
+    assert sorted({f["code"] for f in found}) == ["SF501"]  # no TF32 or autocast advice for 64-wide MLPs
+    assert found[0]["impact"] == "medium"
+    assert "MLPs no wider than 256" in found[0]["impact_reason"]
+
+
+def test_a_launch_script_variable_made_of_other_variables_names_the_script(write, run_cli, tmp_path):
+    write("train.py", APEX_BEHIND_A_FLAG)
+    write("run.sh", "path=./\ntrain_path=$path/train.py\ntorchrun --nproc_per_node 8 ${train_path} --fp16\n")
+    assert _findings(run_cli, tmp_path, "SF202") == []  # the one run turns apex on
+    write("run.sh", "train_path=$1/train.py\ntorchrun --nproc_per_node 8 ${train_path} --fp16\n")
+    assert _at(_findings(run_cli, tmp_path, "SF202"), "SF202") == [("train.py", 18)]  # `$1`: no command runs it
+
+
+HF_SCRIPT = """\
+from dataclasses import dataclass, field
+import transformers
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(default="facebook/opt-125m")
+
+
+def main():
+    parser = HfArgumentParser((ModelArguments, TrainingArguments))
+    model_args, training_args = parser.parse_args_into_dataclasses()
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
+    trainer = Trainer(model=model, args=training_args, train_dataset=train_set)
+    {use}
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_trainer_that_only_evaluates_gets_no_training_advice(write, run_cli, tmp_path):
+    write("infer.py", HF_SCRIPT.format(use="print(trainer.evaluate())"))
+    write("infer.sh", "python infer.py --output_dir out --fp16 True --do_eval\n")
+    assert _findings(run_cli, tmp_path, "SF902") == []
+    write("infer.py", HF_SCRIPT.format(use="trainer.train()"))
+    assert _at(_findings(run_cli, tmp_path, "SF902"), "SF902")  # the same script training: advised
+
+
+def test_no_micro_batch_advice_for_a_model_the_launch_names_by_a_variable_set_elsewhere(write, run_cli, tmp_path):
+    write("train.py", HF_SCRIPT.format(use="trainer.train()"))
+    command = ("torchrun --nproc_per_node 8 train.py --model_name_or_path {model} --output_dir out --bf16 True "
+               "--per_device_train_batch_size 1 --gradient_accumulation_steps 8\n")
+    write("train.sh", "export MODEL_PATH=$1\n" + command.format(model="$MODEL_PATH"))
+    assert not any("micro-batch" in f["message"] for f in _findings(run_cli, tmp_path, "SF902"))
+    write("train.sh", command.format(model="facebook/opt-350m"))
+    assert any("micro-batch of 1" in f["message"] for f in _findings(run_cli, tmp_path, "SF902"))
+
+
+LOADER_FROM_TRAINING_ARGUMENTS = """\
+import torch
+from torch.utils.data import DataLoader
+from transformers import HfArgumentParser, TrainingArguments
+
+
+def main():
+    parser = HfArgumentParser((DataArguments, TrainingArguments))
+    data_args, training_args = parser.parse_args_into_dataclasses()
+    {features}
+    loader = DataLoader(train_set, batch_size=8, collate_fn=collator, pin_memory=True,
+                        num_workers=training_args.dataloader_num_workers)
+    model = VitsModel.from_pretrained("facebook/mms-tts-eng").cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+    for batch in loader:
+        loss = model(input_ids=batch["input_ids"].cuda(), labels=batch["labels"].cuda()).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_loader_given_the_training_arguments_worker_count_runs_with_their_default(write, run_cli, tmp_path):
+    features = 'collator = Collator(feature_extractor=AutoFeatureExtractor.from_pretrained("facebook/mms-tts-eng"))'
+    write("train.py", LOADER_FROM_TRAINING_ARGUMENTS.format(features=features))
+    found = _findings(run_cli, tmp_path, "SF101")
+    assert _at(found, "SF101") == [("train.py", 10)]
+    assert "resolves to 0" in found[0]["message"]
+    write("run.sh", "python train.py --output_dir out --dataloader_num_workers 8\n")
+    assert _findings(run_cli, tmp_path, "SF101") == []
+
+
+LIGHTNING_MODULE = """\
+import torch
+from torch import nn
+import lightning.pytorch as pl
+
+
+class Nowcaster(pl.LightningModule):
+    def __init__(self, visualize: bool = False):
+        super().__init__()
+        self.visualize = visualize
+        self.net = nn.Sequential(nn.Conv2d(4, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 4, 3, padding=1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        y_hat = self.net(x)
+        loss = torch.nn.functional.mse_loss(y_hat, y)
+        if self.visualize:
+            self.show(y_hat)
+        return loss
+
+    def show(self, y_hat):
+        picture = y_hat[0].cpu().numpy()
+        self.logger.experiment.add_image("y_hat", picture)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-4, fused=True)
+"""
+
+RUN = """\
+import lightning.pytorch as pl
+from nowcaster import Nowcaster
+
+trainer = pl.Trainer(accelerator="gpu", precision="bf16-mixed")
+trainer.fit(Nowcaster(), datamodule=DataModule())
+"""
+
+TEST = """\
+from nowcaster import Nowcaster
+
+
+def test_it_plots():
+    Nowcaster(visualize=True).show(batch)
+"""
+
+
+def test_a_module_that_a_trainer_of_another_file_trains_leaves_cudnn_to_it_and_tests_are_no_runs(write, run_cli, tmp_path):
+    write("nowcaster.py", LIGHTNING_MODULE)
+    write("tests/test_nowcaster.py", TEST)
+    found = _findings(run_cli, tmp_path, "SF601", "SF301")
+    assert _at(found, "SF301") == [("nowcaster.py", 21)]  # nothing shows the runs: the test's `visualize=True` counts
+    write("run.py", RUN)
+    found = _findings(run_cli, tmp_path, "SF601", "SF301", "SF901")
+    assert _at(found, "SF601") == []  # the Trainer's `benchmark` is SF901's advice
+    assert _at(found, "SF301") == []  # the run builds `Nowcaster()`: plotting is off
+    assert any("benchmark=True" in f["message"] for f in found if f["code"] == "SF901")
+
+
+MICRO_BENCHMARK = """\
+import time
+import torch
+
+
+def time_attention(layer, length):
+    optimizer = torch.optim.Adam(layer.parameters(), 1e-4)
+    hidden = torch.ones(4, length, 512).to("cuda")
+    start = time.time()
+    for _ in range(1000):
+        loss = layer(hidden).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+    print("time per pass:", (time.time() - start) / 1000)
+
+
+def train(layer, loader):
+    optimizer = torch.optim.Adam(layer.parameters(), 1e-4)
+    for x in loader:
+        loss = layer(x.cuda()).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_function_that_times_a_layer_on_inputs_it_makes_is_no_training_run(write, run_cli, tmp_path):
+    write("layers.py", MICRO_BENCHMARK)
+    result = run_cli("scan", ".", "--output-format", "json", "--select", "SF202,SF701", cwd=tmp_path)
+    assert sorted((f["line"], f["code"]) for f in json.loads(result.stdout)) == [(20, "SF202")]  # `train()` only
+    shown = run_cli("scan", ".", "--select", "SF202,SF701", cwd=tmp_path)
+    assert "in `time_attention()` left out: it times a layer on inputs it makes itself" in shown.stdout + shown.stderr
+
+
+TRAINER_KWARGS = """\
+import pytorch_lightning as pl
+
+
+def main():
+    trainer_kwargs = dict()
+    trainer_kwargs["callbacks"] = []
+    {line}
+    trainer = pl.Trainer(**trainer_kwargs, accelerator="gpu", devices=8)
+    trainer.fit(Model(), data)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_trainer_setting_written_into_its_kwargs_dict_is_read(write, run_cli, tmp_path):
+    write("train.py", TRAINER_KWARGS.format(line='trainer_kwargs["precision"] = "32-true"'))
+    found = _findings(run_cli, tmp_path, "SF901")
+    assert any('trains in fp32 (`precision="32-true"`)' in f["message"] for f in found)
+    write("train.py", TRAINER_KWARGS.format(line='trainer_kwargs["precision"] = "bf16-mixed"'))
+    assert not any("fp32" in f["message"] for f in _findings(run_cli, tmp_path, "SF901"))
+    conditional = 'if use_fp32:\n        trainer_kwargs["precision"] = "32-true"'  # a run may leave it out: unknown
+    write("train.py", TRAINER_KWARGS.format(line=conditional))
+    assert not any("fp32" in f["message"] for f in _findings(run_cli, tmp_path, "SF901"))
