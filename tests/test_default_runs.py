@@ -336,11 +336,13 @@ def test_a_function_that_times_a_layer_on_inputs_it_makes_is_no_training_run(wri
 
 TRAINER_KWARGS = """\
 import pytorch_lightning as pl
+from pytorch_lightning.strategies import DDPStrategy
 
 
 def main():
     trainer_kwargs = dict()
     trainer_kwargs["callbacks"] = []
+    trainer_kwargs["strategy"] = DDPStrategy(find_unused_parameters=True)
     {line}
     trainer = pl.Trainer(**trainer_kwargs, accelerator="gpu", devices=8)
     trainer.fit(Model(), data)
@@ -353,8 +355,9 @@ if __name__ == "__main__":
 
 def test_a_trainer_setting_written_into_its_kwargs_dict_is_read(write, run_cli, tmp_path):
     write("train.py", TRAINER_KWARGS.format(line='trainer_kwargs["precision"] = "32-true"'))
-    found = _findings(run_cli, tmp_path, "SF901")
+    found = _findings(run_cli, tmp_path, "SF901", "SF803")
     assert any('trains in fp32 (`precision="32-true"`)' in f["message"] for f in found)
+    assert _at(found, "SF803") == [("train.py", 8)]  # a script that fits a Trainer trains
     write("train.py", TRAINER_KWARGS.format(line='trainer_kwargs["precision"] = "bf16-mixed"'))
     assert not any("fp32" in f["message"] for f in _findings(run_cli, tmp_path, "SF901"))
     conditional = 'if use_fp32:\n        trainer_kwargs["precision"] = "32-true"'  # a run may leave it out: unknown

@@ -25,8 +25,8 @@ from speedfix.model.index import Assignment, CallSite
 from speedfix.model.patterns import INSTANTIATE, LIBRARY_OPTIMIZERS, NN_MODULE, OPTIMIZER_PREFIX
 from speedfix.model.project_classes import project_class
 from speedfix.project import FunctionFacts
-from speedfix.project.steps import (CONV_LAYERS, MATMUL_METHODS, MODULE_API, NOT_CONV_NETS, SPARSE_MATMULS, diffusers_conv_net,
-                                    layer_kind)
+from speedfix.project.steps import (CONV_LAYERS, LIGHTNING_CLI, LIGHTNING_TRAINER, MATMUL_METHODS, MODULE_API,
+                                    NOT_CONV_NETS, SPARSE_MATMULS, diffusers_conv_net, layer_kind)
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of, walk_expression
 from speedfix.syntax.walk import child_list
@@ -1093,10 +1093,11 @@ def calls_in_training_step(ctx: FileContext, names: dict[cst.CSTNode | None, set
 
 def may_train(ctx: FileContext) -> bool:
     """Does the file train, or may it through what it calls: a step loop, a call of another
-    file's training loop, a backward pass or an optimizer of its own? An inference, evaluation
-    or demo script does none of these."""
+    file's training loop, a backward pass or an optimizer of its own, a Lightning Trainer it
+    builds and fits? An inference, evaluation or demo script does none of these."""
     return ctx.drives_training or any(True for _ in ctx.method_calls("backward")) \
-        or any(is_optimizer_call(ctx, site) for site in ctx.calls)
+        or any(is_optimizer_call(ctx, site) for site in ctx.calls) \
+        or bool(ctx.calls_to(*LIGHTNING_TRAINER, *LIGHTNING_CLI)) and any(True for _ in ctx.method_calls("fit"))
 
 
 def skips_submodules(ctx: FileContext) -> str | None:
