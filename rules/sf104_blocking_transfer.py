@@ -9,12 +9,13 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
 from speedfix.model.frames import Stack
-from speedfix.model.workload import hand_written_batches
+from speedfix.model.workload import Samples, hand_written_batches, training_samples
 from speedfix.model.index import CallSite, LoopInfo
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.patterns import BatchNames, draws_next, is_cpu_device, is_dtype, narrow_to_class, without_layout_calls
 from speedfix.rules._impact import Estimate, Finding, Impact, unpinned_training_loaders
 from speedfix.syntax.blocks import statement_owner
+from speedfix.project.steps import is_iterable_wrapper
 from speedfix.syntax.comments import has_noqa
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import code_of
@@ -79,7 +80,9 @@ class BlockingTransfer(Rule):
     Medium: the CPU waits for each batch's copy instead of queueing the step's kernels; with
     pinned memory (SF102) the copy overlaps with compute. Low when the file's DataLoaders that
     may feed training are not pinned: a copy from pageable memory stays synchronous with
-    `non_blocking=True`, so the gain comes with SF102's fix, which carries it.
+    `non_blocking=True`, so the gain comes with SF102's fix, which carries it. Low for batches of
+    token ids (a step that feeds `input_ids`, a tokenizer the file loads): a few kilobytes of
+    integers per step.
 
     ## Measured effect
     Removes one host synchronisation per copied tensor per step; the PyTorch tutorial on pinned
@@ -633,6 +636,9 @@ class BlockingTransfer(Rule):
     def impact_here(self, finding: Finding) -> Estimate | None:
         if unpinned_training_loaders(self.ctx):
             return Estimate(Impact.LOW, "an unpinned loader: the copy stays synchronous until SF102 pins it")
+        samples = training_samples(self.ctx)
+        if samples is not None and samples[0] is Samples.TOKENS:
+            return Estimate(Impact.LOW, f"{samples[1]}: a few kilobytes of integers, copied in microseconds")
         return None
 
     def finish(self) -> None:
@@ -819,7 +825,11 @@ def _whole_target(info: LoopInfo, name: str) -> bool:
     target = info.node.target
     if isinstance(target, cst.Name):
         return target.value == name
-    enumerated = isinstance(info.iter, cst.Call) and dotted_name(info.iter.func) == "enumerate"
+    iterable = info.iter  # `tqdm(enumerate(loader), total=...)`: what the wrapper iterates
+    while isinstance(iterable, cst.Call) and dotted_name(iterable.func) != "enumerate" \
+            and is_iterable_wrapper(dotted_name(iterable.func)) and iterable.args:
+        iterable = iterable.args[0].value
+    enumerated = isinstance(iterable, cst.Call) and dotted_name(iterable.func) == "enumerate"
     if enumerated and isinstance(target, cst.Tuple) and len(target.elements) == 2:
         second = target.elements[1].value
         return isinstance(second, cst.Name) and second.value == name

@@ -56,7 +56,8 @@ class NoMixedPrecision(Rule):
     trained model is an MLP no wider than 256 in the widths the code states (an RL agent's actor
     and critics): its matmuls are too small for tensor cores to matter; nor where every training
     step runs between an environment's steps (a DQN whose loop steps the emulator, an A2C/PPO
-    agent's `update()` that the main loop calls between rollouts): the run waits on the simulator,
+    agent's `update()` that the main loop calls between rollouts, also on an agent a config
+    builds, `self.agent.update(...)`, and the `update_critic()` it runs): the run waits on the simulator,
     and its small policy and value networks on batches of tens leave the GPU idle anyway.
 
     ## Why is this bad?

@@ -4,7 +4,7 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.flow import in_no_run
-from speedfix.model.frameworks import accelerate_runs_deepspeed
+from speedfix.model.frameworks import accelerate_runs_deepspeed, accelerate_runs_fsdp
 from speedfix.model.networks import may_train, skips_submodules
 from speedfix.model.torch_api import DDP_SETTINGS
 
@@ -30,9 +30,11 @@ class DdpFindUnusedParameters(Rule):
     of the project passes. Nor where a model class of the file calls one of its submodules only
     in some forward passes (`if not uncond_fwd: self.reference_unet(...)`, an `if` on an
     argument of `forward`, or code after one that returns): the flag is needed there. Nor
-    Accelerate's `DistributedDataParallelKwargs` where the `Accelerator` runs DeepSpeed (a
-    `deepspeed_plugin=`, or launch commands that all use DeepSpeed): its engine, not DDP, wraps
-    the model, and the handler is never read.
+    Accelerate's `DistributedDataParallelKwargs` where the `Accelerator` runs DeepSpeed or FSDP (a
+    `deepspeed_plugin=` or `fsdp_plugin=`, or launch commands that all use it: `--use_deepspeed`,
+    a `--config_file` whose `distributed_type` says so; a command naming a config file the project
+    does not hold does not count): DeepSpeed's engine or FSDP, not DDP, wraps the model, and the
+    handler is never read.
 
     ## Example
     ```python
@@ -196,8 +198,9 @@ class DdpFindUnusedParameters(Rule):
         if skips_submodules(self.ctx) is not None:
             return  # some forward passes leave a submodule out: its parameters go unused, the flag is needed
         for site in self.ctx.calls_to(*DDP_SETTINGS):
-            if (self.ctx.call_qualname(site) or "").startswith("accelerate.") and accelerate_runs_deepspeed(self.ctx):
-                continue  # DeepSpeed's engine wraps the model: the DDP handler is never read
+            if (self.ctx.call_qualname(site) or "").startswith("accelerate.") \
+                    and (accelerate_runs_deepspeed(self.ctx) or accelerate_runs_fsdp(self.ctx)):
+                continue  # DeepSpeed's engine or FSDP wraps the model: the DDP handler is never read
             flag = find_argument(self.ctx, site, "find_unused_parameters")
             if literal_bool(self.ctx, flag.node, site.stack) and not in_no_run(self.ctx, site.statement, site.stack):
                 self.report(site.node, "`find_unused_parameters=True` walks the autograd graph again after every forward pass")

@@ -867,6 +867,11 @@ def test_a_torch_pin_is_also_read_from_poetry_a_readme_install_line_or_an_old_li
     assert "train.py:" not in text and "README.md: note: the project pins `torch==1.11.0` here" in text, text
     write("README.md", "We trained with torch==1.11.0 but newer ones work.\n")  # prose, no install command
     assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+    # a table of the versions the authors ran (DiffSBDD)
+    write("README.md", "| Software | Version |\n|---|---|\n| Python | 3.10.4 |\n| PyTorch | 1.12.1 |\n")
+    text = run_cli("scan", ".", "--select", "SF401", cwd=tmp_path).stdout
+    assert "train.py:" not in text and "README.md: note: the project pins `torch==1.12.1` here" in text, text
+    write("README.md", "We trained with torch==1.11.0 but newer ones work.\n")
     # a Lightning release from before torch 2 pins an old torch with it
     write("requirements.txt", "pytorch-lightning==1.7.7\n")
     text = run_cli("scan", ".", "--select", "SF401", cwd=tmp_path).stdout
@@ -874,6 +879,12 @@ def test_a_torch_pin_is_also_read_from_poetry_a_readme_install_line_or_an_old_li
     assert "the project pins `pytorch-lightning==1.7.7` (so `torch<2`) here" in text, text
     write("requirements.txt", "lightning>=2.1\n")
     assert "SF401" in run_cli("scan", "train.py", "--select", "SF401", cwd=tmp_path).stdout
+    # a requirement on a wheel's URL, written once per Python version (simple-simcse's export)
+    wheel = "https://download.pytorch.org/whl/cu113/torch-1.12.1%2Bcu113-cp39-cp39-linux_x86_64.whl"
+    write("requirements.txt", f'torch @ {wheel} ; python_version >= "3.9"\ntorch @ {wheel} ; python_version < "3.9"\n')
+    write("pyproject.toml", f'[tool.poetry.dependencies]\ntorch = {{ url = "{wheel}" }}\n')
+    text = run_cli("scan", ".", "--select", "SF401", cwd=tmp_path).stdout
+    assert "train.py:" not in text and "the project pins `torch==1.12.1` here" in text, text
 
 
 @pytest.mark.parametrize("line, pinned", [

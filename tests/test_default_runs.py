@@ -363,3 +363,143 @@ def test_a_trainer_setting_written_into_its_kwargs_dict_is_read(write, run_cli, 
     conditional = 'if use_fp32:\n        trainer_kwargs["precision"] = "32-true"'  # a run may leave it out: unknown
     write("train.py", TRAINER_KWARGS.format(line=conditional))
     assert not any("fp32" in f["message"] for f in _findings(run_cli, tmp_path, "SF901"))
+
+
+ACCELERATE_DDP_KWARGS = '''\
+"""Train. `accelerate launch --config_file fsdp_config.yaml train.py`"""
+import torch
+from accelerate import Accelerator, DistributedDataParallelKwargs
+
+accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+model, optimizer, loader = accelerator.prepare(Net(), torch.optim.AdamW(params, fused=True), loader)
+for batch in loader:
+    loss = model(batch).sum()
+    accelerator.backward(loss)
+    optimizer.step()
+'''
+
+
+def test_ddp_kwargs_are_not_read_where_every_launch_config_runs_fsdp(write, run_cli, tmp_path):
+    write("train.py", ACCELERATE_DDP_KWARGS)
+    assert _at(_findings(run_cli, tmp_path, "SF803"), "SF803") == [("train.py", 5)]  # the docstring's config: not here
+    write("configs/fsdp.yaml", "distributed_type: FSDP\nnum_processes: 8\n")
+    write("run.sh", "accelerate launch --config_file configs/fsdp.yaml train.py\n")
+    assert _findings(run_cli, tmp_path, "SF803") == []
+    write("configs/ddp.yaml", "distributed_type: MULTI_GPU\nnum_processes: 8\n")
+    write("run_ddp.sh", "accelerate launch --config_file configs/ddp.yaml train.py\n")
+    assert _at(_findings(run_cli, tmp_path, "SF803"), "SF803") == [("train.py", 5)]  # one run is DDP
+
+
+def test_a_readme_command_goes_on_after_a_note_behind_its_backslash(write, run_cli, tmp_path):
+    write("train.py", HF_SCRIPT.format(use="trainer.train()"))
+    write("README.md", "Train:\n\n```bash\npython train.py \\\n    --model_name_or_path gpt2 \\ # or gpt2-medium\n"
+                       "    --output_dir out \\\n    --fp16 True\n```\n")
+    found = _findings(run_cli, tmp_path, "SF902")
+    assert any(f["path"] == "README.md" and "`fp16=True` scales the loss" in f["message"] for f in found), found
+    assert not any("neither `bf16` nor `fp16`" in f["message"] for f in found)
+
+
+SAC_AGENT = """\
+import torch
+from torch import nn
+
+import utils
+
+
+class Agent:
+    def __init__(self, obs_dim, action_dim, device, hidden=1024):
+        self.device = torch.device(device)
+        self.critic = nn.Sequential(nn.Linear(obs_dim + action_dim, hidden), nn.ReLU(), nn.Linear(hidden, 1)).to(self.device)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=1e-4, fused=True)
+
+    def update_critic(self, obs, action, target):
+        loss = (self.critic(torch.cat([obs, action], -1)) - target).pow(2).mean()
+        self.critic_optimizer.zero_grad()
+        loss.backward()
+        self.critic_optimizer.step()
+
+    def update(self, buffer, step):
+        obs, action, target = buffer.sample(1024)
+        self.update_critic(obs, action, target)
+"""
+
+SAC_TRAIN = """\
+import hydra
+import torch
+
+import utils
+
+
+class Workspace:
+    def __init__(self, cfg):
+        self.env = make_env(cfg.env)
+        self.agent = hydra.utils.instantiate(cfg.agent)
+
+    def run(self):
+        obs = self.env.reset()
+        for step in range(1000000):
+            action = self.env.action_space.sample()
+            if step > 5000:
+                self.agent.update(self.buffer, step)
+            obs, reward, done, _ = self.env.step(action)
+
+
+@hydra.main(config_path="config/train.yaml")
+def main(cfg):
+    Workspace(cfg).run()
+"""
+
+
+def test_a_hydra_0x_agent_gets_its_device_from_the_primary_config_and_updates_between_env_steps(write, run_cli, tmp_path):
+    write("agent.py", SAC_AGENT)
+    write("train.py", SAC_TRAIN)
+    write("utils.py", "def to_np(t):\n    return t.cpu().numpy()\n")  # both import it: hydra builds the agent by name
+    write("config/train.yaml", "defaults:\n  - agent: sac\nenv: cheetah_run\ndevice: cuda\n")
+    write("config/agent/sac.yaml", "agent:\n  name: sac\n  class: agent.Agent\n  params:\n    obs_dim: ???\n"
+                                   "    action_dim: ???\n    device: ${device}\n")
+    found = _findings(run_cli, tmp_path, "SF501", "SF201", "SF202")
+    assert sorted({(f["path"], f["code"]) for f in found}) == [("agent.py", "SF501")]  # CUDA; no AMP/TF32 advice
+    write("config/train.yaml", "defaults:\n  - agent: sac\nenv: cheetah_run\ndevice: cpu\n")
+    assert _findings(run_cli, tmp_path, "SF501", "SF201", "SF202") == []  # the configured device is the CPU
+
+
+TOKEN_BATCHES = """\
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+from transformers import AutoModel, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("bert-base-uncased")
+model = AutoModel.from_pretrained("bert-base-uncased").cuda()
+loader = DataLoader(texts, batch_size=64, collate_fn=lambda b: tokenizer(b, padding=True, return_tensors="pt"),
+                    num_workers=4, pin_memory=True)
+optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+for step, batch in tqdm(enumerate(loader), total=len(loader)):
+    batch = batch.to("cuda")
+    loss = model(**batch).last_hidden_state.mean()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_whole_batch_under_tqdm_and_enumerate_may_be_a_batch_encoding_of_token_ids(write, run_cli, tmp_path):
+    write("train.py", TOKEN_BATCHES)
+    found = _findings(run_cli, tmp_path, "SF104")
+    assert [(f["line"], f["impact"]) for f in found] == [(12, "low")]  # a few kilobytes of token ids
+    assert found[0]["fix"]["applicability"] == "unsafe"  # `BatchEncoding.to()` took no `non_blocking` before 4.48
+
+
+def test_a_function_a_star_import_binds_gets_what_its_callers_pass(write, run_cli, tmp_path):
+    write("pkg/__init__.py", "from .data import get_loader\n\n__all__ = ['get_loader']\n")
+    write("pkg/data.py", "from torch.utils.data import DataLoader\n\n\n"
+                         "def get_loader(dataset, batch_size, num_workers=0):\n"
+                         "    return DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=True)\n")
+    train = ("import argparse\nimport torch\nfrom pkg import *\n\nparser = argparse.ArgumentParser()\n"
+             "parser.add_argument('--workers', type=int, default=4)\nargs = parser.parse_args()\n"
+             "model = Net().cuda()\noptimizer = torch.optim.AdamW(model.parameters(), fused=True)\n"
+             "for x in get_loader(train_set, 64{passed}):\n    loss = model(x.cuda(non_blocking=True)).sum()\n"
+             "    loss.backward()\n    optimizer.step()\n")
+    write("train.py", train.format(passed=""))
+    assert _at(_findings(run_cli, tmp_path, "SF101"), "SF101") == [("pkg/data.py", 5)]  # the default, 0 workers
+    write("train.py", train.format(passed=", num_workers=args.workers"))
+    assert _findings(run_cli, tmp_path, "SF101") == []  # the caller's option, 4 by default

@@ -492,6 +492,12 @@ def test_a_notebook_is_capped_by_its_code_not_by_its_plots(run_cli, tmp_path):
     path.write_text(nbformat_dumps(nb), encoding="utf-8")
     result = run_cli("scan", path, "--max-file-size-mb", "1", "--no-summary", cwd=tmp_path)
     assert result.exit_code == 1 and "plots.ipynb:cell 2:1:10: SF102" in result.stdout, result
+    # the launch commands' search reads the script as text too: a notebook is not said to be skipped
+    trainer = "from transformers import TrainingArguments\nargs = TrainingArguments(output_dir='out', fp16=True)\n"
+    nb = notebook(code(trainer, cell_id="args", outputs=[plot]))
+    path.write_text(nbformat_dumps(nb), encoding="utf-8")
+    result = run_cli("scan", path, "--no-summary", cwd=tmp_path)
+    assert "SF902" in result.stdout and "skipped" not in result.stdout + result.stderr, result
     nb = notebook(code("x = 1\n" * 200_000, cell_id="big"))  # 1.2 MB of code
     path.write_text(nbformat_dumps(nb), encoding="utf-8")
     result = run_cli("scan", path, "--max-file-size-mb", "1", cwd=tmp_path)

@@ -19,6 +19,7 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.config_files import configured_value, run_configs
+from speedfix.model.config_tree import interpolated_keys
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
@@ -427,11 +428,21 @@ def _configured_init_value(ctx: FileContext, owner: cst.ClassDef, params: Sequen
     if not configs:
         return None
     name = param.name.value
-    values = [found.plain() if (found := config.get(name)) is not None else _DEFAULT for config in configs]
+    values = [_across_files(ctx, found.plain()) if (found := config.get(name)) is not None else _DEFAULT
+              for config in configs]
     if _DEFAULT in values:
         default = known_value(ctx, param.default, stack) if param.default is not None else UNKNOWN_VALUE
         values = [default if value is _DEFAULT else value for value in values]
     return values[0] if all(value == values[0] for value in values) else UNKNOWN_VALUE
+
+
+def _across_files(ctx: FileContext, value: object) -> object:
+    """``value``, or for a plain interpolation another file of the composed config fills (a
+    group file's `device: ${device}`, with `device: cuda` in the primary config) the scalar the
+    run configs agree on there."""
+    keys = interpolated_keys(value)
+    agreed = run_configs(ctx).agreed(keys) if keys is not None else None
+    return agreed if agreed is not None else value
 
 
 def configured_parameter(ctx: FileContext, name: str, stack: Stack) -> object | None:

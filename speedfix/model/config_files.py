@@ -33,7 +33,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.config_tree import Node, load_mapping
+from speedfix.model.config_tree import Node, is_interpolation, load_mapping
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.project_classes import module_path
@@ -44,7 +44,8 @@ FOLDERS = ("configs", "config", "conf", "cfgs", "cfg", "experiments")
 _SUFFIXES = (".yaml", ".yml")
 _DEPTH = 3  # subfolders of a config folder searched
 _MAX_FILES = 300
-_TARGET_KEYS = ("target", "_target_", "class_path")
+# the key that names the class a mapping builds (hydra 0.x wrote `class:` beside `params:`)
+_TARGET_KEYS = ("target", "_target_", "class_path", "class")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,15 @@ class RunConfigs:
     def configures(self, section: str) -> bool:
         """Does a run config name the class of its top-level ``section`` (`data: {class_path: ...}`)?"""
         return any((node := tree.get(section)) is not None and _target(node) is not None for _path, tree in self.files)
+
+    def agreed(self, keys: Sequence[str]) -> object | None:
+        """The scalar every run config that sets ``keys`` at its top gives them (`device: cuda` in
+        the primary config that a group file's `device: ${device}` reads), None when none sets
+        them or they differ."""
+        found = {repr(node.value): node.value for _path, tree in self.files
+                 if (node := tree.get(*keys)) is not None and not isinstance(node.value, (dict, list))
+                 and not is_interpolation(node.value)}
+        return next(iter(found.values())) if len(found) == 1 else None
 
     def init_args(self, class_name: str, params: Sequence[str], section: str) -> list[Node]:
         """The constructor arguments each run config gives the class ``class_name``: the

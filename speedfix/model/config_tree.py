@@ -137,7 +137,7 @@ def parse_yaml(text: str, path: Path) -> Node:
     return _interpolated(Node(merged, trees[0].where, lines=lines))
 
 
-_INTERPOLATION = re.compile(r"^\$\{([A-Za-z_][\w.]*)\}$")
+_PLAIN_INTERPOLATION = re.compile(r"^\$\{([A-Za-z_][\w.]*)\}$")
 
 
 def _interpolated(root: Node) -> Node:
@@ -151,7 +151,7 @@ def _interpolated(root: Node) -> Node:
         for child in children:
             if isinstance(child.value, (dict, list)):
                 todo.append(child)
-            elif isinstance(child.value, str) and (match := _INTERPOLATION.match(child.value)):
+            elif isinstance(child.value, str) and (match := _PLAIN_INTERPOLATION.match(child.value)):
                 target = root.get(*match.group(1).split("."))
                 if target is not None and not isinstance(target.value, (dict, list)) \
                         and not (isinstance(target.value, str) and target.value.startswith("${")):
@@ -194,6 +194,12 @@ def walk(node: Node, keys: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ..
     if isinstance(node.value, dict):
         for key, child in node.value.items():
             yield from walk(child, (*keys, key))
+
+
+def interpolated_keys(value: Any) -> tuple[str, ...] | None:
+    """The keys of a plain interpolation (`${device}` -> ("device",)), else None."""
+    match = _PLAIN_INTERPOLATION.match(value) if isinstance(value, str) else None
+    return tuple(match.group(1).split(".")) if match is not None else None
 
 
 def is_interpolation(value: Any) -> bool:

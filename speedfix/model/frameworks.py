@@ -460,10 +460,26 @@ def accelerate_runs_deepspeed(ctx: FileContext) -> bool:
     commands that all say so (`accelerate launch --use_deepspeed`, or a `--config_file` whose
     `distributed_type` is DEEPSPEED)? DeepSpeed's engine then owns the gradients: the prepared
     optimizer's `zero_grad()` does nothing, `accelerator.backward` clears them."""
-    if any(not find_argument(ctx, site, "deepspeed_plugin").missing for site in ctx.calls_to(*ACCELERATOR)):
+    return _accelerate_runs(ctx, "deepspeed")
+
+
+def accelerate_runs_fsdp(ctx: FileContext) -> bool:
+    """Does the file's `Accelerator` run FSDP: given an `fsdp_plugin=`, or launched by commands
+    that all say so (`accelerate launch --use_fsdp`, or a `--config_file` whose `distributed_type`
+    is FSDP, HALOs' `accelerate_config/fsdp_8gpu.yaml`)? FSDP then wraps the model, not DDP."""
+    return _accelerate_runs(ctx, "fsdp")
+
+
+def _accelerate_runs(ctx: FileContext, kind: str) -> bool:
+    """Given a `<kind>_plugin=`, or launched that way by every command whose config file can be
+    read (and by one at least): a command naming a file the project does not hold (a docstring's
+    `--config_file fsdp_config.yaml`) does not speak."""
+    if any(not find_argument(ctx, site, f"{kind}_plugin").missing for site in ctx.calls_to(*ACCELERATOR)):
         return True
-    commands = launch.launches(ctx)
-    return bool(commands) and all(
-        command.launcher_options.get("use_deepspeed") is True
-        or str(_config_file_value(ctx, command, "distributed_type")).upper() == "DEEPSPEED"
-        for command in commands)
+    says: set[bool] = set()
+    for command in launch.launches(ctx):
+        distributed = _config_file_value(ctx, command, "distributed_type")
+        if command.launcher_options.get(f"use_{kind}") is not True and distributed == "?":
+            continue
+        says.add(command.launcher_options.get(f"use_{kind}") is True or str(distributed).upper() == kind.upper())
+    return says == {True}

@@ -416,7 +416,7 @@ def _wrappers(project: ProjectFiles) -> list[Path]:
     alternatives = "|".join(map(re.escape, modules))
     pattern = re.compile(r"^\s*(?:from\s+(?:%s)\s+import\s+(\([^)]*\)|[^\n]*)|import\s+(?:%s)\b)" % (
         alternatives, alternatives), re.MULTILINE)
-    entry = _entry_calls(project.text(script) or "")
+    entry = _entry_calls(project.quiet_text(script) or "")  # (the analysis of the script says why it cannot be read)
     found = []
     for path in project.listing(script.parent, (".py",))[:_MAX_FILES]:
         text = project.text(path) or ""
@@ -609,6 +609,8 @@ def _logical_lines(first: int, lines: list[str], *, readme: bool = False) -> lis
             continue
         if readme and not pending and result and stripped[:1] in (" ", "\t") and stripped.lstrip().startswith("-"):
             pending = list(result.pop()[2])
+        if readme and (noted := _NOTED_CONTINUATION.search(stripped)):
+            stripped = stripped[:noted.start() + 1]  # `--model_mode="wav2vec2" \ # or hubert`: a note, then more
         if stripped.endswith("\\"):
             pending.append((number, stripped[:-1]))
             continue
@@ -618,6 +620,11 @@ def _logical_lines(first: int, lines: list[str], *, readme: bool = False) -> lis
     if pending:
         result.append((pending[0][0], " ".join(text for _, text in pending), pending))
     return result
+
+
+# A README's continuation with a note after it (`--model_mode="wav2vec2" \ # or you can use hubert`):
+# a shell would end the command there; the reader is meant to go on.
+_NOTED_CONTINUATION = re.compile(r"\\[ \t]+#[^\n]*$")
 
 
 def _words(line: str) -> list[str]:

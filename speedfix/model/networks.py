@@ -899,11 +899,20 @@ def optimizer_factories(ctx: FileContext) -> list[tuple[str, CallSite]]:
             # the model is the first name that is not the options (timm: `create_optimizer(args, model)`)
             names = [dotted_name(arg.value) for arg in site.node.args if arg.keyword is None and not arg.star]
             # (not the optimizer itself: `set_optimizer_lr(optimizer, lr_scheduler_func, epoch)`)
-            name = next((n for n in names if n and n not in _OPTIONS_NAMES and "optim" not in n.lower()), None)
+            candidates = [n for n in names if n and n not in _OPTIONS_NAMES and "optim" not in n.lower()]
+            name = candidates[0] if candidates else None
+            if name is not None and _NOT_MODELS.search(name):
+                # 1d-tokenizer's `create_optimizer(config, logger, model, loss_module)`: the model, not the logger
+                name = next((n for n in candidates[1:] if _MODEL_NAME.search(n) and not _NOT_MODELS.search(n)), None)
             if name and "." not in name and not _holds_parameters(ctx, name, site.stack):
                 found.append((_unaliased(ctx, name, site.stack), site))
     return found
 
+
+# Names that hold no model: the run's helpers a factory is handed beside it.
+_NOT_MODELS = re.compile(r"(^|_)(logger|log|writer|accelerator|device|tokenizer|processor|dataset|loader|dataloader|"
+                         r"scheduler|scaler|wandb|tb)s?($|_)", re.IGNORECASE)
+_MODEL_NAME = re.compile(r"model|net|policy|actor|critic|generator|discriminator|encoder|decoder", re.IGNORECASE)
 
 _FACTORY_VERBS = ("create", "build", "make", "get", "set", "init", "initialize")
 # ... unless it sets a value of an optimizer it is given (`set_optimizer_lr(optimizer, lr_fn, epoch)`)

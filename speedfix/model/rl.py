@@ -108,11 +108,24 @@ def _between_env_steps(ctx: FileContext) -> bool:
         return False
     env_loops = _env_loops(ctx)
     updates = set(ctx.links.env_updates) if ctx.links is not None else set()
-    if not env_loops and not updates:
+    methods = set(ctx.links.env_methods) if ctx.links is not None else set()  # on an agent a config builds
+    if not env_loops and not updates and not methods:
         return False
     stacks = [site.stack for site in ctx.calls if any(frame.node in loops or frame.node in functions for frame in site.stack)]
     return bool(stacks) and all(
-        any(frame.node in env_loops for frame in stack) or _function_name(stack) in updates for stack in stacks)
+        any(frame.node in env_loops for frame in stack) or _function_name(stack) in updates
+        or _run_by_env_method(ctx, stack, methods) for stack in stacks)
+
+
+def _run_by_env_method(ctx: FileContext, stack: Stack, methods: set[str]) -> bool:
+    """Is code at ``stack`` in a method of those names, or in one that such a method of the file
+    calls (SAC's `update()` running `update_critic()` and `update_actor()`)?"""
+    function = ctx.function_of(stack)
+    if not isinstance(function, cst.FunctionDef) or not methods or ctx.class_of(stack) is None:
+        return False
+    return function.name.value in methods or any(
+        isinstance(caller := ctx.function_of(site.stack), cst.FunctionDef) and caller.name.value in methods
+        for site in ctx.local_callers(function))
 
 
 def _function_name(stack: Stack) -> str | None:

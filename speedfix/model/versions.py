@@ -213,7 +213,7 @@ def _torch_pin(project: ProjectFiles) -> TorchPin | None:
 def _requirement_pin(project: ProjectFiles, folder: Path) -> TorchPin | None:
     """The torch that the requirement files of ``folder`` itself name."""
     found = [(path, _torch_clauses(project.text(path) or "", path)) for path in _pin_files(project, folder)]
-    clauses = tuple(c for _, pinned in found for c in pinned)
+    clauses = tuple(dict.fromkeys(c for _, pinned in found for c in pinned))  # requirements.txt and pyproject.toml may agree
     if not clauses:
         return None
     path = next(path for path, pinned in found if pinned)
@@ -222,7 +222,8 @@ def _requirement_pin(project: ProjectFiles, folder: Path) -> TorchPin | None:
 
 
 def _readme_pin(project: ProjectFiles, folder: Path) -> TorchPin | None:
-    """The torch that an install command of a README of ``folder`` names."""
+    """The torch that an install command of a README of ``folder`` names, or the row of a table
+    of the versions it was run with (`| PyTorch | 1.12.1 |`)."""
     for path in project.listing(folder, (".md", ".rst", ".txt")):
         if path.name.lower().startswith("readme"):
             clauses, name = _install_clauses(project.text(path) or "")
@@ -242,7 +243,13 @@ def _install_clauses(text: str) -> tuple[tuple[tuple[str, str], ...], str]:
             match = _REQUIREMENT.search(line)
             if match:
                 return tuple(_CLAUSE.findall(match.group("spec"))), match.group("name")
+    table = _TABLE_PIN.search(text)  # a table of the versions the authors used: `| PyTorch | 1.12.1 |`
+    if table:
+        return (("==", table.group("version")),), "torch"
     return (), "torch"
+
+
+_TABLE_PIN = re.compile(r"^\s*\|\s*(?:py)?torch\s*\|\s*v?(?P<version>\d+\.\d+(?:\.\d+)?)\s*\|", re.IGNORECASE | re.MULTILINE)
 
 
 # Lightning releases before 1.9 do not run on torch 2 (1.9 was the first to admit it, 2.0 the
@@ -314,12 +321,19 @@ def _torch_clauses(text: str, path: Path, pattern: re.Pattern[str] = _REQUIREMEN
             continue
         for match in pattern.finditer(line.split(" #")[0]):
             clauses.extend(_CLAUSE.findall(match.group("spec")))
+        if pattern is _REQUIREMENT and (wheel := _WHEEL.search(line.split(" #")[0])):
+            clauses.append(("==", wheel.group("version")))  # `torch @ https://.../torch-1.12.1%2Bcu113-...whl`
         if pattern is _REQUIREMENT and path.name == "pyproject.toml":
             clauses.extend(_poetry_clauses(line))
         if pattern is _REQUIREMENT and path.name in _CONDA_FILES and (conda := _CONDA_PIN.match(line)):
             clauses.append(("==", conda.group("version")))
-    return clauses
+    return list(dict.fromkeys(clauses))  # requirements per Python version may repeat one
 
+
+# A requirement on a wheel's URL, as `pip freeze` and Poetry write it: `torch @ https://.../torch-
+# 1.12.1%2Bcu113-cp39-cp39-linux_x86_64.whl`, `torch = { url = "https://.../torch-1.12.1+cu113-...whl" }`.
+_WHEEL = re.compile(r"^\s*(?:torch|pytorch)\s*(?:@|=\s*\{[^}]*\burl\s*=)\s*[\"']?\S*?/torch-(?P<version>\d+(?:\.\d+){1,2})"
+                    r"(?:%2[Bb]|\+|-)")
 
 # Poetry's table: `torch = ">=1.10.1, < 1.13.0"`, `torch = "^1.12"`, `torch = {version = "~1.13", ...}`.
 _POETRY = re.compile(r"""^\s*(?:torch|pytorch)\s*=\s*(?:\{[^}]*?\bversion\s*=\s*)?["']([^"']+)["']""")

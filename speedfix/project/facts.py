@@ -156,6 +156,9 @@ class ModuleFacts:
     # imported functions and methods of imported classes called in a loop that steps an
     # environment (`agent.update(rollouts)` of an RL script's main loop): an RL update
     env_calls: tuple[str, ...] = ()
+    # methods called in such a loop on an object of a class the imports do not say
+    # (`self.agent.update(...)` with an agent hydra builds from a config): their names
+    env_methods: tuple[str, ...] = ()
     # imported project classes it builds, with the flags each construction needs, from the `if`s
     # around it: (qualified name, (`args.gail`, `!args.cpu`, "?" for another test, ...)), one per
     # distinct set of gates
@@ -204,6 +207,7 @@ class ModuleFacts:
             cudnn=bool(record["cudnn"]),
             handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
             env_calls=tuple(map(str, record["env_calls"])),
+            env_methods=tuple(map(str, record.get("env_methods", ()))),
             gated_constructions=tuple((str(q), tuple(map(str, g))) for q, g in record["gated_constructions"]),
             dispatches=tuple((str(d), tuple((str(k), str(q)) for k, q in entries)) for d, entries in record["dispatches"]),
         )
@@ -835,9 +839,12 @@ class _Collector(ast.NodeVisitor):
                 self.kwargs.append((func, key, self._constant(value)))
 
     def _arguments(self, func: str, node: ast.Call) -> None:
-        """The arguments of a call of an imported name (see ModuleFacts.arguments_given)."""
+        """The arguments of a call of an imported name (see ModuleFacts.arguments_given), also of
+        a bare name a star import may bind (`*get_dataloader` after `from ddpm_torch import *`)."""
         if self.resolve(func) is None:
-            return
+            if not self.star or "." in func or func in self.functions or hasattr(builtins, func):
+                return
+            func = "*" + func
         if any(isinstance(arg, ast.Starred) for arg in node.args) or any(k.arg is None for k in node.keywords):
             self.arguments.append((func, "*", ""))
             return
@@ -1219,6 +1226,9 @@ class _Collector(ast.NodeVisitor):
                 and not any(reference.startswith(qualified + ".") for _, qualified in entries for reference in self.references))),
             no_grad_calls=tuple(sorted(self.no_grad_calls)),
             no_grad_methods=tuple(sorted(self.no_grad_methods)),
+            env_methods=tuple(sorted({callee.rpartition(".")[2] for loop in self.loops if loop.between_env_steps()
+                                      for callee, guarded in loop.calls
+                                      if not guarded and "." in callee and self.resolve(callee) is None})),
             object_methods=tuple(sorted(self.object_methods)),
             lightning=self.lightning,
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
@@ -1238,7 +1248,8 @@ class _Collector(ast.NodeVisitor):
         known = {"@": self.defaults, "=": self.module_constants}
         return tuple(sorted({
             (target, key, known[value[0]].get(value[1:], "") if value[:1] in known else value)
-            for func, key, value in given if (target := self.resolve(func)) and target.split(".", 1)[0] not in _EXTERNAL
+            for func, key, value in given
+            if (target := func if func.startswith("*") else self.resolve(func)) and target.split(".", 1)[0] not in _EXTERNAL
         }))
 
     def _passed_on(self, functions: dict[str, FunctionFacts]) -> None:

@@ -88,6 +88,9 @@ class Links:
     # methods other files call under `torch.no_grad()` on objects of classes they cannot name
     # (an agent built from a config): by name only
     no_grad_methods: tuple[str, ...] = ()
+    # methods other files call in a loop that steps an environment on objects of classes they
+    # cannot name (an agent built from a config's `agent.update(...)`): by name only
+    env_methods: tuple[str, ...] = ()
     # its functions whose returned loader another file's training loop iterates: (function, every
     # epoch, batches copied to a device, its dataset changed between epochs, the elements of the
     # tuple it returns that are iterated: `train_loader, val_loader = get_loaders()`; -1: the value)
@@ -163,6 +166,7 @@ class Links:
             "no_grad": list(self.no_grad),
             "env_updates": list(self.env_updates),
             "no_grad_methods": list(self.no_grad_methods),
+            "env_methods": list(self.env_methods),
             "feeds": [list(feed) for feed in self.feeds],
             "missing": list(self.missing),
             "constructed": [list(map(str, (name, method, ",".join(keywords), count, star)))
@@ -418,15 +422,19 @@ def link(
     no_grad = _called_functions(facts, prefixes, lambda module: module.no_grad_calls)
     env_updates = _called_functions(facts, prefixes, lambda module: module.env_calls)
     no_grad_methods: dict[str, set[Path]] = {}  # method name -> the files that call it under no_grad
+    env_methods: dict[str, set[Path]] = {}  # ... and in a loop that steps an environment
     for path, module in facts.items():
         for name in module.no_grad_methods:
             no_grad_methods.setdefault(name, set()).add(path)
+        for name in module.env_methods:
+            env_methods.setdefault(name, set()).add(path)
     feeds = _loader_factories(facts, prefixes)
     constructed = _constructions(facts, prefixes, show)
     built_under = _gated_constructions(facts, prefixes)
     methods_used = _methods_used(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
-    arguments = _arguments_given(facts, prefixes)
+    exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
+    arguments = _arguments_given(facts, prefixes, exported)
     networks = _networks_handed(facts, prefixes)
     on_device = _moving_objects_handed(facts, prefixes)
     cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
@@ -434,7 +442,6 @@ def link(
     trained_by = _imported_by_another(runs, prefixes, lambda module: module.trains, show)
     options = _run_options(facts, prefixes)
     picked = _picked_only(facts, prefixes)
-    exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
     importers: dict[Path, set[str]] = {}
     for path, found in prefixes.items():
         for target in found.values():
@@ -453,7 +460,8 @@ def link(
             hot=tuple(sorted(hot.get(path, ()))),
             no_grad=tuple(sorted(no_grad.get(path, ()))),
             env_updates=tuple(sorted(env_updates.get(path, ()))),
-            no_grad_methods=_no_grad_methods_of(module, path, no_grad_methods),
+            no_grad_methods=_methods_called_elsewhere(module, path, no_grad_methods),
+            env_methods=_methods_called_elsewhere(module, path, env_methods),
             feeds=tuple((name, *uses) for name, uses in sorted(feeds.get(path, {}).items())),
             missing=tuple(missing[path]),
             constructed=tuple(sorted(constructed.get(path, ()))),
@@ -725,10 +733,10 @@ def _imported_by_another(facts: dict[Path, ModuleFacts], prefixes: dict[Path, di
     return found
 
 
-def _no_grad_methods_of(module: ModuleFacts, path: Path, callers: dict[str, set[Path]]) -> tuple[str, ...]:
-    """The methods of the file's classes that other files call under `torch.no_grad()` on objects
-    of a class they cannot name (not `forward`: `model.forward(x)` under no_grad says nothing of
-    every module's forward)."""
+def _methods_called_elsewhere(module: ModuleFacts, path: Path, callers: dict[str, set[Path]]) -> tuple[str, ...]:
+    """The methods of the file's classes that other files call (under `torch.no_grad()`, in a
+    loop that steps an environment: ``callers``) on objects of a class they cannot name (not
+    `forward`: `model.forward(x)` under no_grad says nothing of every module's forward)."""
     defined = {name.rpartition(".")[2] for name in module.functions if "." in name} - {"forward"}
     return tuple(sorted(name for name in defined if callers.get(name, set()) - {path}))
 
@@ -997,15 +1005,23 @@ def _kwargs_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
     return {path: tuple(items) for path, items in found.items()}
 
 
-def _arguments_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]
-                     ) -> dict[Path, tuple[tuple[str, str, str], ...]]:
+def _arguments_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
+                     exported: dict[Path, ModuleFacts]) -> dict[Path, tuple[tuple[str, str, str], ...]]:
     """What the calls of other files pass to the parameters of each file's module-level
-    functions (see ``Links.arguments``)."""
+    functions (see ``Links.arguments``), also of a function a package's `__init__.py` imports
+    from a module beside it (``_re_exported``)."""
     calls: dict[tuple[Path, str], list[tuple[str, ...]]] = {}  # the slots each call passes
     values: dict[tuple[Path, str], dict[str, set[str]]] = {}  # slot -> the values passed there
     for path, module in facts.items():
+        found, star = prefixes[path], None
         for callee, slot, value in module.arguments_given:
-            hit = _split(callee, prefixes[path])
+            if callee.startswith("*"):  # a bare name a star import binds (`from ddpm_torch import *`)
+                if star is None:
+                    found = dict(prefixes[path])
+                    star = _star_names(module, found, prefixes, exported, facts)[0]
+                callee = star.get(callee[1:], "*")
+            hit = _split(callee, found)
+            hit = _re_exported(*hit, facts, prefixes) if hit is not None else None  # through a package's `__init__.py`
             if hit is None or "." in hit[1] or _callable_params(facts[hit[0]], hit[1]) is None:
                 continue
             if slot == "#":
