@@ -9,7 +9,7 @@ them (autocast, TF32, where the input is made) would change what is measured, no
 
 A top-level function is taken for one when all of these hold: a step loop of the function counts
 passes over `range(...)`, a clock is read before that loop and again after it (`time.time()`,
-`time.perf_counter()`, `timeit.default_timer()`, a CUDA event with `enable_timing=True`), and the
+`time.perf_counter()`, `timeit.default_timer()`, a CUDA event), and the
 function makes tensors with torch's factories (`torch.ones`, `torch.randn`, ...), its synthetic
 input. A loop over a loader or a dataset is never one.
 """

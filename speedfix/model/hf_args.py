@@ -464,10 +464,11 @@ def trainer_never_trains(ctx: FileContext) -> bool:
         name = line.targets[0].target.value
         scope = ctx.function_of(site.stack) or ctx.module
         receivers = {id(node.value) for node in walk_expression(scope) if isinstance(node, cst.Attribute)
-                     and isinstance(node.value, cst.Name) and node.value.value == name and node.attr.value != "train"}
+                     and isinstance(node.value, cst.Name) and node.value.value == name
+                     and node.attr.value not in ("train", "fit")}
         if any(isinstance(node, cst.Name) and node.value == name and id(node) not in receivers
                and node is not line.targets[0].target for node in walk_expression(scope)):
-            return False  # `trainer.train()`, `return trainer`, `run(trainer)`
+            return False  # `trainer.train()`, `trainer.fit(...)`, `return trainer`, `run(trainer)`
     return True
 
 
