@@ -134,6 +134,17 @@ class DataloaderNoWorkers(Rule):
     effect = "Overlaps data loading with compute; large when `__getitem__` decodes or augments."
 
     VALID = [
+        Valid(  # a loader made anew for each data set and drawn from once: a plot, not training
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            for name, dataset in DATASETS.items():
+                loader = DataLoader(dataset(10000))
+                x = next(iter(loader))
+                plot(name, x.cuda())
+            """
+        ),
         Valid(  # a script that never trains: it evaluates, and its loader feeds inference only
             """
             import torch

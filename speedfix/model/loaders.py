@@ -479,7 +479,8 @@ def consumed_in_place(ctx: FileContext, site: CallSite) -> bool:
 def only_peeked(ctx: FileContext, site: CallSite) -> bool:
     """Is the DataLoader of ``site`` bound to a name that is only iterated by loops that stop
     after their first batch (`for img, label in loader: show(encoder(img)); break`) or drawn from
-    once outside any loop (`imgs, _ = next(iter(loader))`)? Looking at one batch (a shape check,
+    once outside any loop (`imgs, _ = next(iter(loader))`), or in the loop that makes it anew on
+    each pass (a plot per data set)? Looking at one batch (a shape check,
     a picture in a notebook) is no training: its workers and pinning do not matter."""
     name = assigned_name(site)
     if name is None or "." in name:
@@ -488,7 +489,8 @@ def only_peeked(ctx: FileContext, site: CallSite) -> bool:
     peeks = _peeks(ctx)
     loops = [info for info in peeks.loops.get(name, []) if not _shadowed(ctx, info.stack, scope, name)]
     draws = [draw for draw in peeks.draws.get(name, []) if not _shadowed(ctx, draw.stack, scope, name)]
-    if any(ctx.nearest_loop(draw.stack) is not None for draw in draws) or not (loops or draws):
+    made_in = ctx.nearest_loop(site.stack)  # a loader made anew on each pass of a loop, and drawn from once there
+    if any(ctx.nearest_loop(draw.stack) not in (None, made_in) for draw in draws) or not (loops or draws):
         return False
     reads = _reads(ctx, scope)[name]
     return reads == len(loops) + len(draws) and all(stops_at_once(info.node) for info in loops)
