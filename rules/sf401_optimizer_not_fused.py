@@ -32,7 +32,8 @@ class OptimizerNotFused(Rule):
     ## What it does
     Finds `torch.optim.Adam` / `AdamW` in a CUDA script created without `fused=` (and without an
     explicit `foreach=`, `differentiable=` or `capturable=`: an optimizer stepped inside CUDA graphs
-    or a compiled update). Never SGD, nor an optimizer that only a branch the default run skips
+    or a compiled update), and transformers' own `AdamW` (deprecated, gone from recent releases,
+    never fused), whose fix is `torch.optim.AdamW(..., fused=True)` with its defaults kept. Never SGD, nor an optimizer that only a branch the default run skips
     makes (`elif args.opt == "adam":` where `--opt` defaults to `adamw`, also read in a module the
     training script hands its parsed options to). An optimizer a method makes only under a
     condition, beside one it always makes (a second optimizer when the run's parameters ask for

@@ -901,6 +901,9 @@ def test_a_torch_pin_is_read_from_a_conda_environment_file(write, run_cli, tmp_p
     text = run_cli("scan", ".", "--select", "SF401", cwd=tmp_path).stdout
     assert ("train.py:" not in text) is pinned, text
     assert ("environment.yml: note: the project pins" in text) is pinned, text
+    (tmp_path / "environment.yml").rename(tmp_path / "env.yml")  # cdvae's name for it
+    text = run_cli("scan", ".", "--select", "SF401", cwd=tmp_path).stdout
+    assert ("env.yml: note: the project pins" in text) is pinned, text
 
 
 def test_lightning_on_a_torch_before_1_12_gets_no_tf32_advice(write, run_cli, tmp_path):

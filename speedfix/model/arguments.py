@@ -105,11 +105,11 @@ def _lookup_in_kwargs(ctx: FileContext, expr: cst.BaseExpression, key: str, stac
     if touched is None:
         return UNKNOWN
     if key in touched:
-        return _item_set_plainly(ctx, name, key, stack, touched)
+        return _item_set_plainly(ctx, name, key, stack)
     return base
 
 
-def _item_set_plainly(ctx: FileContext, name: str, key: str, stack: Stack, touched: set[str]) -> ArgValue:
+def _item_set_plainly(ctx: FileContext, name: str, key: str, stack: Stack) -> ArgValue:
     """`kwargs["precision"] = "32-true"`, the one change of that key, written in the body of the
     function itself (no `if` or loop around it: every run sets it); unknown otherwise."""
     function = ctx.function_of(stack)

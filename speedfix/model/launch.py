@@ -543,8 +543,8 @@ def _expanded(lines: list[tuple[int, str, list[tuple[int, str]]]]) -> list[tuple
     """`batch=1` ... `--per_device_train_batch_size ${batch}`: a variable the script sets once, at
     the top level (not indented: no loop or branch around it), to a plain word before the
     command is its value there, also a word made of such variables (`train_path=$path/run.py`).
-    One set twice, to a value made of other variables or commands, or set by the caller
-    (`${BATCH:-1}`, `$1`), stays unknown."""
+    One set twice, to a value made of commands or of variables it does not know, or set by the
+    caller (`${BATCH:-1}`, `$1`), stays unknown."""
     assigned: dict[str, tuple[int, str] | None] = {}
 
     def known_value(match: re.Match[str]) -> str:

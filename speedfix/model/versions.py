@@ -161,7 +161,8 @@ def _requirement(*names: str) -> re.Pattern[str]:
 
 _REQUIREMENT = _requirement("torch", "pytorch")
 _CLAUSE = re.compile(r"(===|==|!=|~=|<=|>=|<|>)\s*([\w.*+!]+)")
-_PIN_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "environment.yml", "environment.yaml", "conda.yml", "conda.yaml")
+_PIN_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "environment.yml", "environment.yaml", "conda.yml", "conda.yaml",
+              "env.yml", "env.yaml")
 _CONDA_FILES = frozenset(_PIN_FILES[3:])
 # A conda environment's `- pytorch=1.11.0` (or `=1.11.0=py3.8_cuda11.3_0`): one `=` is conda's "this version".
 _CONDA_PIN = re.compile(r"^\s*-\s*(?:[\w-]+::)?(?P<name>pytorch|torch)\s*=\s*(?P<version>\d+(?:\.\d+)*)(?![\w.])")

@@ -1009,7 +1009,7 @@ def _arguments_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[s
                      exported: dict[Path, ModuleFacts]) -> dict[Path, tuple[tuple[str, str, str], ...]]:
     """What the calls of other files pass to the parameters of each file's module-level
     functions (see ``Links.arguments``), also of a function a package's `__init__.py` imports
-    from a module beside it (``_re_exported``)."""
+    from a module beside it (``_re_exported``) and of one a star import binds (``_star_names``)."""
     calls: dict[tuple[Path, str], list[tuple[str, ...]]] = {}  # the slots each call passes
     values: dict[tuple[Path, str], dict[str, set[str]]] = {}  # slot -> the values passed there
     for path, module in facts.items():
