@@ -14,7 +14,7 @@ from speedfix.model.autograd import (called_without_grad, feeds_environment, onl
                                      runs_network)
 from speedfix.model.flow import comes_before
 from speedfix.model.frameworks import lightning_hook_without_grad
-from speedfix.model.forward import calls_model, with_statement
+from speedfix.model.forward import LOSS_NAME, calls_model, is_local_object, with_statement
 from speedfix.model.frames import FrameKind, Stack, class_of_method
 from speedfix.model.index import CallSite, LoopInfo, entered
 from speedfix.model.loaders import stops_at_once
@@ -74,6 +74,10 @@ class EvalWithoutNoGrad(Rule):
     gradient read of the function under that test of one of its parameters), called with
     `cross_valid=True` outside `torch.no_grad()` (Conv-TasNet's `_run_one_epoch`); the fix runs
     that call under `torch.no_grad()`.
+
+    Not reported: a loop whose models are frozen whole (`model.requires_grad_(False)`, in its
+    function or in every caller that hands the model to it): with no parameter that needs a
+    gradient, and inputs that need none, autograd records nothing.
 
     Lightning runs its validation, test and predict loops with autograd off, hooks included
     (`validation_step`, `on_validation_epoch_end`, `on_test_batch_end` of a LightningModule or
@@ -147,6 +151,21 @@ class EvalWithoutNoGrad(Rule):
     effect = "No autograd graph or saved activations in evaluation: fairchem's fell from up to 8 GB to 2 GB."
 
     VALID = [
+        Valid(  # the model is frozen whole before the evaluation it is handed to: no graph is recorded
+            """
+            import torch
+
+            def evaluate(model, loader):
+                for x, y in loader:
+                    print((model(x.cuda()).argmax(1) == y.cuda()).float().mean())
+
+            model = build_model().cuda()
+            model.load_state_dict(torch.load("weights.pt"))
+            model.requires_grad_(False)
+            model.eval()
+            evaluate(model, val_loader)
+            """
+        ),
         Valid(  # a preprocessing script whose loop keeps only detached copies of the outputs
             """
             import numpy as np
@@ -828,7 +847,8 @@ class EvalWithoutNoGrad(Rule):
         for info in self.ctx.loops.values():
             if any(frame.node in reported for frame in info.stack):
                 continue  # inside a loop that is already reported
-            if self._evaluation_loop(info) and not self._grad_off(info.stack) and not self._grad_after(info):
+            if self._evaluation_loop(info) and not self._grad_off(info.stack) and not self._grad_after(info) \
+                    and not self._runs_frozen_models(info):
                 reported.add(info.node)
                 self._report(info)
         self._report_shared_loops()
@@ -1089,6 +1109,38 @@ class EvalWithoutNoGrad(Rule):
         calls = self._calls_by_name.get(function.name.value, ())
         return any(self._grad_off(site.stack, callers=False) for site in calls)
 
+    @cached_property
+    def _frozen(self) -> frozenset[str]:
+        """Names the file freezes whole: `model.requires_grad_(False)`."""
+        return frozenset(dotted_name(site.node.func.value) or "" for site in self.ctx.method_calls("requires_grad_")  # type: ignore[attr-defined]
+                         if len(site.node.args) == 1 and isinstance(site.node.args[0].value, cst.Name)
+                         and site.node.args[0].value.value == "False")
+
+    def _runs_frozen_models(self, info: LoopInfo) -> bool:
+        """Does every model the loop calls have all its parameters frozen (`model.requires_grad_(False)`
+        here, or in every caller that hands it to the loop's function: EfficientDet's `coco_eval.py`)?
+        No parameter needs a gradient, so no graph is recorded: nothing for `no_grad` to save."""
+        if not self._frozen:
+            return False
+        ctx = self.ctx
+        called = {name for site in ctx.calls if any(frame.node is info.node for frame in site.stack)
+                  if (name := _model_name(site)) is not None and is_local_object(ctx, name)
+                  and not LOSS_NAME.search(name)}
+        function = ctx.function_of(info.stack)
+        params = [p.name.value for p in function.params.params] if isinstance(function, cst.FunctionDef) else []
+        callers = self._calls_by_name.get(function.name.value, ()) if isinstance(function, cst.FunctionDef) else ()
+        for name in called:
+            if name in self._frozen:
+                continue
+            if name not in params or not callers:
+                return False
+            index = params.index(name)
+            if not all(dotted_name(passed.node) in self._frozen for site in callers
+                       if not (passed := find_argument(ctx, site, name, index)).missing) \
+                    or any(find_argument(ctx, site, name, index).missing for site in callers):
+                return False
+        return bool(called)
+
     def _grad_mode(self, node: cst.CSTNode, stack: Stack) -> bool:
         """A `with` item or decorator that sets the grad mode (also through a variable)."""
         if isinstance(node, cst.WithItem):
@@ -1123,6 +1175,17 @@ class EvalWithoutNoGrad(Rule):
             "evaluation loop without `torch.no_grad()`: every forward pass records its autograd graph",
             fix_ops=ops,
         )
+
+
+def _model_name(site: CallSite) -> str | None:
+    """`model` of `model(x)` or `model.forward(x)`, `self.net` of `self.net(x)` (None for other calls)."""
+    func = site.node.func
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+        return dotted_name(func.value)
+    name = dotted_name(func)
+    return name if name is not None and name.startswith("self.") and name.count(".") == 1 else None
 
 
 def _direct_forward(site: CallSite) -> bool:
