@@ -1037,7 +1037,7 @@ class EvalWithoutNoGrad(Rule):
             return False  # called on every training step: its outputs may feed the loss
         if not loader:  # and a forward's outputs stay in autograd (`total_loss += loss` keeps every graph)
             return self._after_eval_call(info) and any(
-                _direct_forward(site) and runs_network(ctx, site) and not outputs_leave_autograd(ctx, site)
+                _model_name(site) is not None and runs_network(ctx, site) and not outputs_leave_autograd(ctx, site)
                 for site in ctx.calls if any(frame.node is loop for frame in site.stack))
         return calls_model(ctx, loop.body) and (self._named_for_evaluation(function) or self._after_eval_call(info)
                                                 or named_for_evaluation(dotted_name(unwrap_iterable(info.iter))))
@@ -1134,10 +1134,8 @@ class EvalWithoutNoGrad(Rule):
                 continue
             if name not in params or not callers:
                 return False
-            index = params.index(name)
-            if not all(dotted_name(passed.node) in self._frozen for site in callers
-                       if not (passed := find_argument(ctx, site, name, index)).missing) \
-                    or any(find_argument(ctx, site, name, index).missing for site in callers):
+            passed = [find_argument(ctx, site, name, params.index(name)) for site in callers]
+            if any(given.missing or dotted_name(given.node) not in self._frozen for given in passed):
                 return False
         return bool(called)
 
@@ -1178,7 +1176,8 @@ class EvalWithoutNoGrad(Rule):
 
 
 def _model_name(site: CallSite) -> str | None:
-    """`model` of `model(x)` or `model.forward(x)`, `self.net` of `self.net(x)` (None for other calls)."""
+    """`model` of `model(x)` or `model.forward(x)`, `self.net` of `self.net(x)` (None for other
+    calls: `model.generate(...)` is often decorated with `@torch.no_grad()` where the scan does not look)."""
     func = site.node.func
     if isinstance(func, cst.Name):
         return func.value
@@ -1186,14 +1185,6 @@ def _model_name(site: CallSite) -> str | None:
         return dotted_name(func.value)
     name = dotted_name(func)
     return name if name is not None and name.startswith("self.") and name.count(".") == 1 else None
-
-
-def _direct_forward(site: CallSite) -> bool:
-    """`model(x)`, `model.forward(x)`: not a method of the model's own (`model.generate(...)` is
-    often decorated with `@torch.no_grad()` where the scan does not look)."""
-    func = site.node.func
-    return isinstance(func, cst.Name) or isinstance(func, cst.Attribute) and (
-        func.attr.value == "forward" or isinstance(func.value, cst.Name) and func.value.value == "self")
 
 
 def _switches_mode(site: CallSite) -> bool:

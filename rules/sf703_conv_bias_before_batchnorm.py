@@ -349,6 +349,7 @@ class ConvBiasBeforeBatchnorm(Rule):
         self._apart: set[int] = set()  # convolutions on a `# noqa` line: a finding of their own
         self._conditional: set[int] = set()  # convolutions whose BatchNorm is added only under an `if`
         self._wrapped: set[int] = set()  # wrapper classes that always give their convolution a bias
+        self._wrappers: dict[str, ConvWrapper | None] = {}
         self._order = {id(site.node): index for index, site in enumerate(self.ctx.calls)}  # the file's order
         for site in self.ctx.calls_to(*_SEQUENTIAL):
             layers = [arg for arg in site.node.args if arg.keyword is None and not arg.star]
@@ -442,7 +443,12 @@ class ConvBiasBeforeBatchnorm(Rule):
 
     def _wrapper(self, node: cst.BaseExpression | None) -> ConvWrapper | None:
         """A class of the file that only wraps a convolution with a bias (`ConvNorm(...)`)."""
-        return conv_wrapper(self.ctx, node) if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) else None
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name)):
+            return None
+        name = node.func.value
+        if name not in self._wrappers:  # once per class: the search reads every call of the file
+            self._wrappers[name] = conv_wrapper(self.ctx, name)
+        return self._wrappers[name]
 
     def _is(self, node: cst.BaseExpression | None, qualnames: set[str]) -> bool:
         return isinstance(node, cst.Call) and self.ctx.qualname(node.func) in qualnames

@@ -1168,10 +1168,9 @@ class ConvWrapper:
     bias: tuple[str, int] | None
 
 
-def conv_wrapper(ctx: FileContext, call: cst.Call) -> ConvWrapper | None:
-    """The wrapper ``call`` builds, when it builds one whose convolution has a bias by default."""
-    name = call.func.value if isinstance(call.func, cst.Name) else None
-    if name is None or name not in ctx.classes:
+def conv_wrapper(ctx: FileContext, name: str) -> ConvWrapper | None:
+    """The class ``name`` of the file, when it only wraps a convolution with a bias by default."""
+    if name not in ctx.classes:
         return None
     methods = {info.node.name.value: info.node for info in
                (*ctx.functions.get("__init__", ()), *ctx.functions.get("forward", ())) if info.class_name == name}
