@@ -11,7 +11,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
 from speedfix.model.arguments import find_argument
 from speedfix.model.model_size import trains_adapters
-from speedfix.model.rl import generation_in_step
+from speedfix.model.rl import generation_in_step, trains_between_env_steps
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.scale import (LARGE_MODEL_PARAMETERS, NARROW_WIDTH, SMALL_MODEL_PARAMETERS, Role,
                                    largest_trained_model, trains_narrow_mlps_only,
@@ -69,8 +69,8 @@ def compile_gain(ctx: FileContext) -> Estimate | None:
     """What `torch.compile` is worth for the models the script trains, wherever compile is
     advised (SF501 and the framework rules' compile notes): low for a model of a billion
     parameters or more, or for steps that generate their samples first (``generation_in_step``),
-    medium for a small one (its compile time is a large share of a short run); None: the rule's
-    usual impact."""
+    medium for a small one (its compile time is a large share of a short run) or for RL updates
+    between environment steps; None: the rule's usual impact."""
     large = large_model(ctx, Impact.LOW)
     if large is not None:
         return Estimate(Impact.LOW, f"{large.reason}, most of it in large matmuls that compile leaves to the same "
@@ -79,7 +79,11 @@ def compile_gain(ctx: FileContext) -> Estimate | None:
     if generation is not None:
         return Estimate(Impact.LOW, f"each step generates its samples first (`{generation}`): decoding token by token "
                                     "at lengths that change every step takes most of it and keeps recompiling")
-    return small_model(ctx, Impact.MEDIUM)
+    small = small_model(ctx, Impact.MEDIUM)
+    if small is None and trains_between_env_steps(ctx):
+        return Estimate(Impact.MEDIUM, "reinforcement learning: its updates alternate with environment steps and "
+                                       "acting, which the compile leaves as they are")
+    return small
 
 
 def _millions(count: int) -> str:

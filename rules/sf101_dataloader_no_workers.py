@@ -9,7 +9,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
 from speedfix.model.arguments import find_argument, literal_int
 from speedfix.model.devices import one_process_per_gpu, trains_on_cpu_only
-from speedfix.model.flow import assigned_name
+from speedfix.model.flow import assigned_name, int_in_every_run
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite
 from speedfix.model.hf_args import UNKNOWN, run_field_value
@@ -41,6 +41,8 @@ class DataloaderNoWorkers(Rule):
     factory's `num_workers=2` default is not the run's when `main.py` passes `--num_workers`,
     default 8), or a constructor argument the class reads back (`num_workers=self.num_workers` in a
     LightningDataModule: the `__init__` default, or what the project's LightningCLI configs give it).
+    An argparse default of 0 is the run's only where no launch command of the project (a shell
+    script, a README command, `deepspeed --module pkg.train`) passes the option another value.
 
     ## Why is this bad?
     With `num_workers=0`, every `__getitem__` call, augmentation and `collate_fn` runs in the main
@@ -795,7 +797,7 @@ class DataloaderNoWorkers(Rule):
         if workers.missing:
             self._report_with_fix(site, "`DataLoader` loads every batch in the main process (`num_workers` is not set)")
             return
-        count = literal_int(ctx, workers.node, site.stack)
+        count = int_in_every_run(ctx, workers.node, site.stack)  # a launch command passing `--workers 8` wins
         if count is None:  # `num_workers=training_args.dataloader_num_workers`, filled by an HfArgumentParser
             field = run_field_value(ctx, workers.node) if workers.node is not None else UNKNOWN
             count = field if isinstance(field, int) and not isinstance(field, bool) else None

@@ -97,6 +97,36 @@ class DataloaderNoPinMemory(Rule):
     effect = "Faster, asynchronous host-to-GPU copies (together with SF104)."
 
     VALID = [
+        Valid(  # a trainer base class: only its `eval()` reads the evaluation loader; subclasses define the steps
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            class Trainer:
+                def __init__(self, train_set, eval_set):
+                    self.train_dataloader = DataLoader(train_set, batch_size=8, num_workers=4, pin_memory=True)
+                    self.eval_dataloader = DataLoader(eval_set, batch_size=8, num_workers=4)
+
+                def train_step(self, batch):
+                    raise NotImplementedError
+
+                def ptx_step(self, batch):
+                    loss = self.model(**batch).loss
+                    self.model.backward(loss)
+                    self.model.step()
+
+                def train(self):
+                    for batch in self.train_dataloader:
+                        self.train_step({k: v.cuda(non_blocking=True) for k, v in batch.items()})
+
+                def eval(self):
+                    scores = []
+                    for batch in self.eval_dataloader:
+                        with torch.no_grad():
+                            scores.append(self.model(**{k: v.cuda() for k, v in batch.items()}))
+                    return scores
+            """,
+        ),
         Valid(  # the dataset's tensors are made on the GPU when there is one: pinning them would raise
             """
             import torch

@@ -50,6 +50,10 @@ class Tf32Disabled(Rule):
     `allow_tf32`/`fp32_precision` setting, `"highest"` included) or trains under autocast is left
     alone. One that chooses it only behind an option that is off by default
     (`if args.tf32:` with a `store_true` flag) runs in full fp32 by default and is reported. A
+    library module whose training steps a scanned script runs, and that script chooses the
+    precision (`torch.backends.cuda.matmul.allow_tf32 = args.tf32` in the `main.py` that builds
+    the trainer class: its command line decides, and its own scan says when nothing turns TF32
+    on), is left alone too. A
     loop of a Lightning `Fabric` that trains in fp32 is left to SF901, which gives the precision
     and TF32 advice of the framework together, on the `Fabric(...)` call; so are the steps of a
     LightningModule, also a loop of its own inside `training_step` (a GAN's two discriminator
@@ -539,6 +543,8 @@ class Tf32Disabled(Rule):
         chosen, gate = default_choice(ctx, choices)
         if chosen:
             return
+        if ctx.links.tf32 is not None and not ctx.has_main_guard and not choices:
+            return  # the script that imports this module and runs it chooses for the process
         node = training_steps(ctx)[0]  # the first step loop, in source order (or step method)
         high = string_literal(ctx, "high")
         opt_ins = [stack for statement, stack in choices if off_by_default(ctx, statement, stack)]

@@ -15,7 +15,7 @@ from speedfix.model.forward import (assigned_names, backward_calls, calls_model,
 from speedfix.model.flow import in_no_run
 from speedfix.model.frames import FrameKind
 from speedfix.model.index import CallSite, WithInfo
-from speedfix.model.networks import project_builds_rnn
+from speedfix.model.networks import optimizes_tensors_only, project_builds_rnn
 from speedfix.model.rl import trains_between_env_steps
 from speedfix.model.scale import trains_narrow_mlps_only
 from speedfix.model.versions import TorchVersion, v
@@ -58,7 +58,9 @@ class NoMixedPrecision(Rule):
     step runs between an environment's steps (a DQN whose loop steps the emulator, an A2C/PPO
     agent's `update()` that the main loop calls between rollouts, also on an agent a config
     builds, `self.agent.update(...)`, and the `update_critic()` it runs): the run waits on the simulator,
-    and its small policy and value networks on batches of tens leave the GPU idle anyway.
+    and its small policy and value networks on batches of tens leave the GPU idle anyway. A
+    backward pass whose step is an optimizer's over standalone tensors (PPO-Lagrangian's
+    `SGD([self.log_lambda])`) runs no network and is no training step here.
 
     ## Why is this bad?
     Tensor cores run bf16 and fp16 matmuls and convolutions several times faster than fp32 (even
@@ -170,6 +172,27 @@ class NoMixedPrecision(Rule):
         Valid(NARROW_MLP),  # an RL agent's 256-wide MLPs (TD3): matmuls too small for tensor cores to matter
         Valid(TOY_MLP),  # a 2-4-1 MLP whose widths are its constructor's arguments
         Valid(DQN_BETWEEN_ENV_STEPS),  # a DQN learning between the emulator's steps: the run waits on the environment
+        Valid(  # PPO-Lagrangian: the multiplier's own update runs no network; the engine steps the policy
+            """
+            import torch
+
+            class Trainer:
+                def __init__(self, engine):
+                    self.engine = engine
+                    self.log_lambda = torch.nn.Parameter(torch.tensor(0.0, device="cuda"))
+                    self.lambda_optimizer = torch.optim.SGD([self.log_lambda], lr=0.1)
+
+                def train(self, loader):
+                    for batch in loader:
+                        lambda_loss = -(batch["cost"].mean() - 25.0) * self.log_lambda.exp()
+                        self.lambda_optimizer.zero_grad()
+                        lambda_loss.backward()
+                        self.lambda_optimizer.step()
+                        loss = self.engine(**batch).loss
+                        self.engine.backward(loss)
+                        self.engine.step()
+            """,
+        ),
         Valid(  # torch before 1.6: NVIDIA apex's amp is the mixed precision there
             """
             import torch
@@ -842,6 +865,9 @@ class NoMixedPrecision(Rule):
         by_block: dict[int, list[tuple[CallSite, tuple[cst.CSTNode, list[cst.BaseStatement]] | None]]] = defaultdict(list)
         # not apex's `scaled_loss.backward()` under an `if args.fp16:` that no run turns on
         trains = [site for site in trains if not in_no_run(ctx, site.statement, site.stack)] or trains
+        trains = [site for site in trains if not self._steps_tensors_only(site)]
+        if not trains:
+            return  # a Lagrange multiplier's update: no network runs in it
         for site in trains:
             owner = statement_owner(ctx, site.statement) if site.statement is not None else None
             key = id(owner[0]) if owner is not None else id(site.node)
@@ -853,6 +879,19 @@ class NoMixedPrecision(Rule):
             by_loop[id(self._loop_of(sites[0][0]))].append(sites)
         for blocks in by_loop.values():
             self._report_loop(blocks)
+
+    def _steps_tensors_only(self, site: CallSite) -> bool:
+        """Is the backward's step (the first `opt.step()` after it in its block) one of an
+        optimizer over standalone tensors (`SGD([self.log_lambda])`: PPO-Lagrangian's multiplier)?"""
+        block = statement_block(self.ctx, site.statement)
+        if block is None or site.statement not in block[1]:
+            return False
+        for statement in block[1][block[1].index(site.statement) + 1:]:
+            for node in walk_expression(statement):
+                if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "step":
+                    name = dotted_name(node.func.value)
+                    return name is not None and optimizes_tensors_only(self.ctx, name, site.stack)
+        return False
 
     def _loop_of(self, site: CallSite) -> cst.CSTNode:
         """The training loop around a backward call (the outermost step loop of its function: a

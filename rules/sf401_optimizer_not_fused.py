@@ -7,7 +7,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, reference, remove_arg
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.config_files import optimizers_unused
-from speedfix.model.flow import enclosing_statements, off_by_default, unchosen_entry
+from speedfix.model.flow import enclosing_statements, in_no_run, off_by_default, unchosen_entry
 from speedfix.model.frameworks import configured_trainers_off_gpu
 from speedfix.model.frames import function_of
 from speedfix.model.context import FileContext
@@ -366,7 +366,8 @@ class OptimizerNotFused(Rule):
         name = site.node.func.value  # type: ignore[attr-defined]
         assignments = ctx.assignments_in_scope(name, site.stack)
         torch_ones = [a for a in assignments if ctx.qualname(a.value) in _FUSABLE]
-        default = [a for a in torch_ones if off_by_default(ctx, a.statement, a.stack) is None]
+        default = [a for a in torch_ones if off_by_default(ctx, a.statement, a.stack) is None
+                   and not in_no_run(ctx, a.statement, a.stack)]  # not the `else:` of a `--use_8bit_adam` every run passes
         if not default or self._implementation_chosen(site):
             return
         qualified = ctx.qualname(default[0].value) or ""

@@ -18,13 +18,14 @@ from speedfix.model import launch
 from speedfix.model.frameworks import (ACCELERATOR, accelerate_prepared, accelerate_runs_deepspeed, fabric_owned,
                                         in_lightning_callback, in_lightning_method)
 from speedfix.model.index import CallSite
-from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, in_optimizer_class, model_aliases, multiplies_sparse,
+from speedfix.model.networks import (DATA_PARALLEL, fresh_assignments, frozen_before, in_optimizer_class, model_aliases,
+                                     multiplies_sparse,
                                      optimized_modules, optimizer_factories, peel, run_first, step_method,
                                      trained_models, wrapper_of)
 from speedfix.model.patterns import NO_GRAD
 from speedfix.model.subjects import call_subjects, is_for_model
 from speedfix.model.versions import v
-from speedfix.rules._impact import Estimate, Finding, compile_gain
+from speedfix.rules._impact import Estimate, Finding, Impact, compile_gain
 from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import is_main_guard, walk_expression
@@ -125,10 +126,12 @@ class ModelNotCompiled(Rule):
     ## Impact
     High: compiling is one of the largest single gains in training speed. Medium for a small
     model (under 10M parameters, counted from the layers the file writes), where the compile
-    time of a short run is a large share of what it saves. Low for a model of a billion
-    parameters or more (its checkpoint, config or layers say so): most of its step is large
-    matmuls, which compile leaves to the same kernels, and a fine-tune's batches of varying
-    length recompile. Low too where every step first generates the samples it trains on
+    time of a short run is a large share of what it saves; medium too for an RL agent's updates
+    between environment steps, whose stepping and acting the compile leaves as they are, and
+    for a linear probe whose backbone is frozen (its backward pass is the head's only). Low for
+    a model of a billion parameters or more (its checkpoint, config or layers say so): most of
+    its step is large matmuls, which compile leaves to the same kernels, and a fine-tune's
+    batches of varying length recompile. Low too where every step first generates the samples it trains on
     (`model.generate(...)`, `rollout_engine.rollout(...)`: RLHF, GRPO): decoding token by token
     at changing lengths takes most of the step.
 
@@ -1022,10 +1025,15 @@ class ModelNotCompiled(Rule):
     ]
 
     def impact_here(self, finding: Finding) -> Estimate | None:
-        return compile_gain(self.ctx)
+        gain = compile_gain(self.ctx)
+        if gain is None and id(finding.node) in self._frozen:
+            return Estimate(Impact.MEDIUM, "its backbone is frozen and only a head trains: compiling speeds up the "
+                                           "forward pass, and the backward pass is small")
+        return gain
 
     def finish(self) -> None:
         ctx = self.ctx
+        self._frozen: set[int] = set()  # the reported nodes of models whose backbone is frozen (a linear probe)
         if any(name.startswith(_QUANTIZATION) for name in ctx.calls_by_qualname):
             return  # quantization-aware training: fake-quant modules break Dynamo's graphs
         if self._accelerate_compiles():
@@ -1146,6 +1154,8 @@ class ModelNotCompiled(Rule):
         message = f"`{model}` is trained without `torch.compile`"
         built = run_first(self.ctx, fresh_assignments(self.ctx, model, site.stack, site.statement))
         node = built[0].value if built else site.node
+        if frozen_before(self.ctx, site):
+            self._frozen.add(id(node))
         if gate is not None:
             self.report(node, f"{message} by default: it is compiled only when `{gate}`, which is off by default",
                         no_fix_reason="pass the option, or make compiling the default")

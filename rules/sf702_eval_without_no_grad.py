@@ -151,6 +151,33 @@ class EvalWithoutNoGrad(Rule):
     effect = "No autograd graph or saved activations in evaluation: fairchem's fell from up to 8 GB to 2 GB."
 
     VALID = [
+        Valid(  # MTGNN: the forward pass under no_grad; the loss modules handed in (`nn.MSELoss`) have no weights
+            """
+            import torch
+            import torch.nn as nn
+
+            def evaluate(loader, model, evaluateL2, evaluateL1):
+                model.eval()
+                total = total_l1 = 0
+                for X, Y in loader:
+                    with torch.no_grad():
+                        output = model(X.cuda())
+                    total += evaluateL2(output, Y.cuda()).item()
+                    total_l1 += evaluateL1(output, Y.cuda()).item()
+                return total, total_l1
+
+            model = Net().cuda()
+            evaluateL2 = nn.MSELoss(reduction="sum").cuda()
+            evaluateL1 = nn.L1Loss(reduction="sum").cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(10):
+                for X, Y in train_loader:
+                    loss = nn.functional.mse_loss(model(X.cuda()), Y.cuda())
+                    loss.backward()
+                    optimizer.step()
+                print(evaluate(val_loader, model, evaluateL2, evaluateL1))
+            """,
+        ),
         Valid(  # the model is frozen whole before the evaluation it is handed to: no graph is recorded
             """
             import torch
@@ -442,7 +469,8 @@ class EvalWithoutNoGrad(Rule):
 
             class Trainer:
                 def __init__(self, model):
-                    self.model = model.cuda()
+                    self.model = model  # (Graph-WaveNet, MTGNN: the model handed in, moved afterwards)
+                    self.model.cuda()
                     self.optimizer = torch.optim.Adam(self.model.parameters())
 
                 def train(self, x, y):
@@ -464,7 +492,8 @@ class EvalWithoutNoGrad(Rule):
 
             class Trainer:
                 def __init__(self, model):
-                    self.model = model.cuda()
+                    self.model = model  # (Graph-WaveNet, MTGNN: the model handed in, moved afterwards)
+                    self.model.cuda()
                     self.optimizer = torch.optim.Adam(self.model.parameters())
 
                 def train(self, x, y):

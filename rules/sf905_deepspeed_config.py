@@ -26,6 +26,12 @@ _LOSS_SCALING = frozenset(
 
 _COMPILE_NOTE = "the DeepSpeed engine runs the model eagerly"
 
+
+def _given_optimizer(call: cst.Call) -> bool:
+    """`deepspeed.initialize(model=..., optimizer=...)` (or `model_parameters=`): an engine that trains."""
+    return any(arg.keyword is not None and arg.keyword.value in ("optimizer", "model_parameters") for arg in call.args)
+
+
 class DeepSpeedConfigRule(Rule):
     """
     ## What it does
@@ -49,7 +55,8 @@ class DeepSpeedConfigRule(Rule):
       5e8 elements: many small collective calls per step (an info note);
     - a config for `deepspeed.initialize` that enables neither `bf16` nor `fp16` in a script
       without autocast: the engine trains in fp32;
-    - a training script that never compiles its engine (`engine.compile()`, an info note).
+    - a training script that never compiles its engine (`engine.compile()`, an info note; not for
+      the evaluation engines, made without an optimizer, beside one that trains).
 
     Values the script decides are worked out from its argparse defaults (`"enabled": args.dtype
     == "fp16"` with `--dtype` defaulting to "fp16"). The config may also come from the project's
@@ -198,6 +205,20 @@ class DeepSpeedConfigRule(Rule):
             """,
             count=2,
         ),
+        Invalid(  # RLHF: the actor's engine trains and is not compiled; the reference model's engine only evaluates
+            """
+            import deepspeed
+            train_config = {"train_batch_size": 8, "bf16": {"enabled": True}}
+            actor, *_ = deepspeed.initialize(model=actor_model, optimizer=optimizer, config=train_config)
+            reference, *_ = deepspeed.initialize(model=reference_model, config=eval_config)
+            for batch in loader:
+                with torch.no_grad():
+                    ref_logits = reference(**batch).logits
+                loss = kl_loss(actor(**batch).logits, ref_logits)
+                actor.backward(loss)
+                actor.step()
+            """,
+        ),
         Invalid(  # the precision an argparse default picks; no reduced precision at all
             """
             import argparse
@@ -268,7 +289,11 @@ class DeepSpeedConfigRule(Rule):
         if ctx.calls_to("torch.compile") or any(True for _ in ctx.method_calls("compile")) or not ctx.step_loops \
                 or ctx.torch_version < v("2.0"):
             return
-        for site in ctx.calls_to("deepspeed.initialize"):
+        sites = ctx.calls_to("deepspeed.initialize")
+        training = [site for site in sites if _given_optimizer(site.node)]
+        for site in sites:
+            if training and site not in training:
+                continue  # an evaluation engine (a reference or reward model) beside the trained ones
             self.report(
                 site.node,
                 f"{_COMPILE_NOTE}: `engine.compile()` after `deepspeed.initialize` "

@@ -105,6 +105,15 @@ def test_a_trainer_unpacking_the_composed_section_reads_the_yaml(write, run_cli,
     assert "single.yaml" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
 
 
+def test_a_hydra_0x_main_names_its_config_file_in_config_path(write, run_cli, tmp_path):
+    # hydra 0.x: `@hydra.main(config_path="conf/train.yaml")`, the file itself, no `config_name`
+    write("train.py", "import hydra\nimport lightning as L\n\n\n@hydra.main(config_path='conf/train.yaml', strict=True)\n"
+                      "def main(cfg):\n    trainer = L.Trainer(**cfg.trainer)\n    trainer.fit(build(cfg.model))\n")
+    write("conf/train.yaml", "trainer:\n  accelerator: gpu\n  max_epochs: 50\n")
+    result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    assert "conf/train.yaml:1:1: SF901 The `Trainer` given `cfg.trainer` (conf/train.yaml) trains in fp32" in result.stdout
+
+
 MODULE = """\
 import torch
 import lightning as L

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from speedfix.rules.sf202_no_mixed_precision import NoMixedPrecision
+from speedfix.rules.sf401_optimizer_not_fused import OptimizerNotFused
 
 
 def _findings(run_cli, folder, *select: str) -> list[dict]:
@@ -450,16 +453,30 @@ def main(cfg):
 """
 
 
-def test_a_hydra_0x_agent_gets_its_device_from_the_primary_config_and_updates_between_env_steps(write, run_cli, tmp_path):
+_SAC_AGENT_CONFIG = "  name: sac\n  class: agent.Agent\n  params:\n    obs_dim: ???\n    action_dim: ???\n    device: ${device}\n"
+
+
+@pytest.mark.parametrize("layout", ["config folder", "one config.yaml"])
+def test_a_hydra_0x_agent_gets_its_device_from_the_primary_config_and_updates_between_env_steps(layout, write, run_cli,
+                                                                                                tmp_path):
+    """The device hydra's primary config names (`device: cuda`) is where the agent the config
+    builds (`class: agent.Agent`, `device: ${device}`) trains, in a `config/` folder with a group
+    or in the one `config.yaml` beside the script that `@hydra.main(config_path="config.yaml")`
+    names. Its updates alternate with environment steps: compiling them is worth a medium."""
     write("agent.py", SAC_AGENT)
-    write("train.py", SAC_TRAIN)
     write("utils.py", "def to_np(t):\n    return t.cpu().numpy()\n")  # both import it: hydra builds the agent by name
-    write("config/train.yaml", "defaults:\n  - agent: sac\nenv: cheetah_run\ndevice: cuda\n")
-    write("config/agent/sac.yaml", "agent:\n  name: sac\n  class: agent.Agent\n  params:\n    obs_dim: ???\n"
-                                   "    action_dim: ???\n    device: ${device}\n")
+    if layout == "config folder":
+        write("train.py", SAC_TRAIN)
+        primary = "config/train.yaml"
+        write(primary, "defaults:\n  - agent: sac\nenv: cheetah_run\ndevice: cuda\n")
+        write("config/agent/sac.yaml", "agent:\n" + _SAC_AGENT_CONFIG)
+    else:
+        write("train.py", SAC_TRAIN.replace("config/train.yaml", "config.yaml"))
+        primary = "config.yaml"
+        write(primary, "env: cheetah_run\ndevice: cuda\nagent:\n" + _SAC_AGENT_CONFIG)
     found = _findings(run_cli, tmp_path, "SF501", "SF201", "SF202")
-    assert sorted({(f["path"], f["code"]) for f in found}) == [("agent.py", "SF501")]  # CUDA; no AMP/TF32 advice
-    write("config/train.yaml", "defaults:\n  - agent: sac\nenv: cheetah_run\ndevice: cpu\n")
+    assert sorted({(f["path"], f["code"], f["impact"]) for f in found}) == [("agent.py", "SF501", "medium")]
+    write(primary, (tmp_path / primary).read_text().replace("device: cuda", "device: cpu"))
     assert _findings(run_cli, tmp_path, "SF501", "SF201", "SF202") == []  # the configured device is the CPU
 
 
@@ -503,3 +520,138 @@ def test_a_function_a_star_import_binds_gets_what_its_callers_pass(write, run_cl
     assert _at(_findings(run_cli, tmp_path, "SF101"), "SF101") == [("pkg/data.py", 5)]  # the default, 0 workers
     write("train.py", train.format(passed=", num_workers=args.workers"))
     assert _findings(run_cli, tmp_path, "SF101") == []  # the caller's option, 4 by default
+
+
+# the rule's own example: 8-bit Adam through an alias, under `--use_8bit_adam`, off by default
+EIGHT_BIT_ADAM = next(example.code for example in OptimizerNotFused.INVALID if "--use_8bit_adam" in example.code)
+
+
+@pytest.mark.parametrize("readme, reported", [
+    ("```bash\npython train.py --lr 1e-4\n```\n", True),
+    ('```bash\nPROGRAM="train.py --use_8bit_adam --lr 1e-4"\naccelerate launch $PROGRAM\n```\n', False),
+    # diffusers-derived READMEs: the quote never closes and the `accelerate launch $PROGRAM` is left out
+    ('```bash\nPROGRAM="train.py \\\n    --use_8bit_adam \\\n    --lr=1e-4 \\\n```\n', False),
+    ("```bash\nCUDA_VISIBLE_DEVICES=0 python train.py --use_8bit_adam\n```\n", False),
+])
+def test_a_command_a_variable_holds_is_a_launch_command(readme, reported, write, run_cli, tmp_path):
+    """`PROGRAM="train.py --use_8bit_adam ..."`: the variable holds the command a README runs;
+    the `else:` branch with `torch.optim.AdamW` is then in no run."""
+    write("train.py", EIGHT_BIT_ADAM)
+    write("README.md", readme)
+    assert bool(_findings(run_cli, tmp_path, "SF401")) is reported
+
+
+MODULE_MAIN = """\
+import argparse
+import torch
+from torch.utils.data import DataLoader
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--num_workers", type=int, default=0)
+
+
+def main():
+    args = parser.parse_args()
+    model = Net().cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+    for x in DataLoader(dataset, batch_size=64, num_workers=args.num_workers, pin_memory=True):
+        loss = model(x.cuda(non_blocking=True)).sum()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("command", ["deepspeed --module pkg.ppo --num_workers 4",
+                                     "torchrun --nproc_per_node 8 --module pkg.ppo --num_workers 4",
+                                     "python -m pkg.ppo.main --num_workers 4"])
+def test_a_module_run_by_its_package_main_takes_the_options_of_the_launch_script(command, write, run_cli, tmp_path):
+    """safe-rlhf's `deepspeed --module safe_rlhf.algorithms.ppo ...` runs the package's
+    `__main__.py`, which imports `main` from `main.py` and calls it."""
+    write("pkg/__init__.py", "")
+    write("pkg/ppo/__init__.py", "")
+    write("pkg/ppo/__main__.py", "import sys\n\nfrom pkg.ppo.main import main\n\nif __name__ == '__main__':\n"
+                                 "    sys.exit(main())\n")
+    write("pkg/ppo/main.py", MODULE_MAIN)
+    assert _at(_findings(run_cli, tmp_path, "SF101"), "SF101") == [("pkg/ppo/main.py", 13)]
+    write("scripts/train.sh", f"#!/bin/bash\n{command}\n")
+    assert _findings(run_cli, tmp_path, "SF101") == []
+
+
+IMAGENET = """\
+import argparse
+import torch
+import torch.multiprocessing as mp
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--world-size", default=-1, type=int)
+parser.add_argument("--multiprocessing-distributed", action="store_true")
+parser.add_argument("--gpu", default=None, type=int)
+
+
+def main():
+    args = parser.parse_args()
+    args.distributed = args.world_size > 1 or args.multiprocessing_distributed
+    if args.multiprocessing_distributed:
+        mp.spawn(main_worker, nprocs=8, args=(args,))
+    else:
+        main_worker(args.gpu, args)
+
+
+def main_worker(gpu, args):
+    model = Net()
+    if args.distributed:
+        model = torch.nn.parallel.DistributedDataParallel(model.cuda(gpu), device_ids=[gpu])
+    else:
+        model = torch.nn.DataParallel(model).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = model(x.cuda(non_blocking=True)).sum()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("readme, reported", [
+    ("python main.py data/", True),
+    ("python main.py --multiprocessing-distributed --world-size 1 data/", False),  # `args.distributed` is True
+    # MoCo's README shows its changes to the ImageNet example: a `diff` reads the script, it runs nothing
+    ("diff main.py <(curl https://example.org/imagenet/main.py)\n"
+     "python main.py --multiprocessing-distributed --world-size 1 data/", False),
+])
+def test_data_parallel_only_on_a_path_the_launch_commands_take(readme, reported, write, run_cli, tmp_path):
+    """pytorch/examples' ImageNet (and MoCo): `args.distributed` is derived from the options, and
+    DataParallel is the branch for a run without `--multiprocessing-distributed`."""
+    write("main.py", IMAGENET)
+    write("README.md", f"```\n{readme}\n```\n")
+    assert bool(_findings(run_cli, tmp_path, "SF801")) is reported
+
+
+PPO_LOOP = """\
+import torch
+from torch.utils.data import DataLoader
+
+model = Policy().cuda()
+optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+prompt_loader = DataLoader(prompts, batch_size=16, num_workers=4)
+for prompt_batch in prompt_loader:
+    rollouts = generate(model, prompt_batch.cuda())
+    for micro_batch in split(rollouts):
+        loss = ppo_loss(model, micro_batch)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_loader_around_the_step_loop_feeds_training(write, run_cli, tmp_path):
+    """PPO: each prompt batch is rolled out, then its micro-batches are trained on in an inner
+    loop. The prompt loader feeds the training, and its batches are copied to the GPU."""
+    write("ppo.py", PPO_LOOP)
+    assert _at(_findings(run_cli, tmp_path, "SF102"), "SF102") == [("ppo.py", 6)]

@@ -134,6 +134,78 @@ for batch in loader:
     assert compiled["impact"] == "high"
 
 
+LINEAR_PROBE = """\
+import torch
+import torchvision
+
+model = torchvision.models.resnet50()
+for name, param in model.named_parameters():
+    if name not in ["fc.weight", "fc.bias"]:
+        param.requires_grad = False
+model = model.cuda()
+parameters = list(filter(lambda p: p.requires_grad, model.parameters()))
+optimizer = torch.optim.SGD(parameters, lr=30.0)
+for x, y in loader:
+    loss = torch.nn.functional.cross_entropy(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_compile_is_medium_for_a_linear_probe_on_a_frozen_backbone(run_cli, write, tmp_path):
+    """MoCo's linear classification: every parameter but `fc`'s frozen by name. Compiling still
+    speeds up the frozen forward pass, but the backward pass is the head's only."""
+    write("probe.py", LINEAR_PROBE)
+    (compiled,) = _by(_json(run_cli, "probe.py", cwd=tmp_path), "SF501")
+    assert compiled["impact"] == "medium" and "frozen" in compiled["impact_reason"]
+    freeze = LINEAR_PROBE[LINEAR_PROBE.index("for name"):LINEAR_PROBE.index("model = model.cuda()")]
+    write("full.py", LINEAR_PROBE.replace(freeze, ""))
+    (compiled,) = _by(_json(run_cli, "full.py", cwd=tmp_path), "SF501")
+    assert compiled["impact"] == "high"
+    gated = "if config['finetune_norm']:\n" + "".join(f"    {line}\n" for line in freeze.splitlines())
+    write("gated.py", LINEAR_PROBE.replace(freeze, gated))  # sr3: frozen only in the runs that ask for it
+    (compiled,) = _by(_json(run_cli, "gated.py", cwd=tmp_path), "SF501")
+    assert compiled["impact"] == "high"
+
+
+HANDED_CONV_NET = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.Sequential(nn.Conv1d(1, 64, 3, padding=1), nn.ReLU(), nn.Conv1d(64, 1, 3, padding=1))
+
+    def forward(self, x):
+        return self.convs(x)
+
+
+def _train_impl(replica_id, model, loader):
+    opt = torch.optim.Adam(model.parameters(), lr=2e-4, fused=True)
+    for x in loader:
+        loss = model(x.cuda(non_blocking=True)).abs().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def train(loader):
+    model = Net().cuda()
+    _train_impl(0, model, loader)
+"""
+
+
+def test_a_network_handed_to_the_training_function_is_the_one_its_callers_build(run_cli, write, tmp_path):
+    """wavegrad: `train()` builds the conv net and hands it to `_train_impl(replica_id, model,
+    ...)`, which trains it: TF32 is worth little, cuDNN runs the convolutions in TF32 already."""
+    write("learner.py", HANDED_CONV_NET)
+    (tf32,) = _by(_json(run_cli, "learner.py", cwd=tmp_path), "SF201")
+    assert tf32["impact"] == "low" and "conv net" in tf32["impact_reason"]
+
+
 def test_a_hub_model_is_as_big_as_its_checkpoint_or_config_says(run_cli, write, tmp_path):
     hub = "import torch\nfrom transformers import AutoModel, GPT2Config, GPT2LMHeadModel\n"
     write("tiny.py", SMALL.replace("Net().to", "AutoModel.from_pretrained('prajjwal1/bert-tiny').to")

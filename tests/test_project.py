@@ -1298,6 +1298,12 @@ def test_a_network_handed_to_a_trainer_class_decides_tf32_and_its_modules_are_fo
     result = run_cli("scan", ".", "--select", "SF201", "--no-summary", "--no-cache", cwd=tmp_path)
     found = [line.split(" ", 2)[:2] for line in result.stdout.splitlines() if "SF201" in line]
     assert found == ([["src/solver/solver.py:9:13:", "SF201"]] if reported else []), result.stdout
+    if reported:  # the script that runs the solver chooses the matmul precision, from its command line
+        train = tmp_path / "src" / "bin" / "train.py"
+        train.write_text(train.read_text().replace(
+            "def main(loader):\n", "def main(loader, args):\n    if args.tf32:\n"
+            "        torch.backends.cuda.matmul.allow_tf32 = True\n") + "\nif __name__ == '__main__':\n    main(None, None)\n")
+        assert "SF201" not in run_cli("scan", ".", "--select", "SF201", "--no-summary", "--no-cache", cwd=tmp_path).stdout
 
 
 @pytest.mark.parametrize("own, reported", [("LFR_m=1", True), ("num_workers=4", False)])
@@ -3757,3 +3763,43 @@ def test_a_config_that_starts_naming_a_module_nothing_imported_brings_its_findin
     assert found() == {"layers/attention.py"} and counted == ["attention.py"]
     (project / "configs" / "model.yaml").unlink()
     assert found() == set()
+
+
+def test_a_base_class_loop_trains_through_the_step_its_subclasses_in_other_files_define(run_cli, tmp_path, write):
+    """safe-rlhf: `SupervisedTrainer.train()` calls `self.train_step(...)`, abstract there; the
+    SFT and DPO trainers of other files define it with a step. The base class's loop trains, and
+    an `empty_cache()` in it runs every step."""
+    write("trainers/__init__.py", "")
+    write("trainers/base.py", """\
+        import torch
+
+
+        class SupervisedTrainer:
+            def __init__(self, model, loader):
+                self.model = model.cuda()
+                self.train_dataloader = loader
+
+            def train_step(self, batch):
+                raise NotImplementedError
+
+            def train(self):
+                for epoch in range(3):
+                    for batch in self.train_dataloader:
+                        self.train_step({k: v.cuda(non_blocking=True) for k, v in batch.items()})
+                        torch.cuda.empty_cache()
+        """)
+    scan = ("scan", ".", "--select", "SF303", "--no-summary", "--no-cache")
+    assert "SF303" not in run_cli(*scan, cwd=tmp_path).stdout  # no step anywhere: no training loop
+    write("algorithms/__init__.py", "")
+    write("algorithms/sft.py", """\
+        from trainers.base import SupervisedTrainer
+
+
+        class SFTTrainer(SupervisedTrainer):
+            def train_step(self, batch):
+                loss = self.model(**batch).loss
+                self.model.backward(loss)
+                self.model.step()
+                return {"loss": loss}
+        """)
+    assert "trainers/base.py:16:17: SF303" in run_cli(*scan, cwd=tmp_path).stdout

@@ -88,10 +88,13 @@ def _is_network(ctx: FileContext, name: str, site: CallSite) -> bool:
     owner = ctx.class_of(site.stack)
     if name in ("self", "self.forward"):
         return owner is not None and is_module_class(ctx, owner.name.value)
-    if any(model == name for model, _ in trained_models(ctx)) or builds(ctx, name, site.stack, None):
+    trained = {model for model, _ in trained_models(ctx)}
+    if name in trained or builds(ctx, name, site.stack, None):
         return True
     if name.startswith("self."):  # `self.actor = Actor(...).to(device)` in `__init__` (TD3's agent class)
-        return any(_builds_network(ctx, a.value, a.stack) for a in class_assignments(ctx, name, site.stack))
+        # ... or the trained model handed to the constructor (`self.model = model`, then `self.model.to(device)`)
+        return any(_builds_network(ctx, a.value, a.stack) or isinstance(a.value, cst.Name) and a.value.value in trained
+                   for a in class_assignments(ctx, name, site.stack))
     return _builds_network(ctx, cst.Name(name), site.stack)
 
 

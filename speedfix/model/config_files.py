@@ -2,7 +2,8 @@
 
 Config-driven projects keep one YAML file per run in a `configs/` (or `config/`, `conf/`, `cfgs/`,
 `experiments/`) folder of the script's folder or of a folder above it up to the project's top
-(`pkg/config/` beside `pkg/workspace/train.py`), and name there what a
+(`pkg/config/` beside `pkg/workspace/train.py`), or a single `config.yaml` there (hydra 0.x's
+`@hydra.main(config_path="config.yaml")`), and name there what a
 run builds: `model: {target: pkg.models.VQModel}` (taming-transformers' and Stable Diffusion's
 `instantiate_from_config`), `_target_:` (hydra), `class_path:` (LightningCLI). Four questions are
 answered from them:
@@ -142,6 +143,7 @@ def _read(ctx: FileContext) -> list[tuple[Path, Node]]:
                 collect(sub, depth - 1)
 
     for base in reversed(project.folders_up()):
+        paths.extend(path for path in project.listing(base, _SUFFIXES) if path.stem == "config")
         subfolders = project.subfolders(base)
         for name in FOLDERS:
             if base / name in subfolders:

@@ -203,7 +203,8 @@ class FileContext(FileIndex):
     @cached_property
     def step_loops(self) -> set[cst.CSTNode]:
         """Loops with a step marker in their body, or calling a function (of this file or
-        another scanned one) that takes a step outside its own loops."""
+        another scanned one) that takes a step outside its own loops, or a method of the class
+        that subclasses in other scanned files override with a step."""
         direct_loops, step_functions = self._markers
         result = set(direct_loops)
         for site in self.calls:
@@ -214,7 +215,25 @@ class FileContext(FileIndex):
                 result.add(loop)
             elif (callee := self.project_callee(site)) is not None and callee.steps:
                 result.add(loop)
+            elif self.links.stepping_overrides and self._overridden_step(site):
+                result.add(loop)
         return result
+
+    @cached_property
+    def training_loops(self) -> set[cst.CSTNode]:
+        """The step loops and the loops around them (PPO: each prompt batch is rolled out, then
+        its micro-batches are trained on in an inner loop; the prompt loop trains too)."""
+        return set(self.step_loops) | {frame.node for loop in self.step_loops for frame in self.loops[loop].stack
+                                       if frame.kind is FrameKind.LOOP}
+
+    def _overridden_step(self, site: CallSite) -> bool:
+        """`self.train_step(...)` in a method of a class whose subclasses in other scanned files
+        define `train_step` with a step (``Links.stepping_overrides``)."""
+        func = site.node.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+            return False
+        owner = self.class_of(site.stack)
+        return owner is not None and f"{owner.name.value}.{func.attr.value}" in self.links.stepping_overrides
 
     @cached_property
     def drives_training(self) -> bool:

@@ -360,10 +360,9 @@ def _compared(ctx: FileContext, node: cst.Comparison, stack: Stack) -> Any:
 
 
 def engine_owned(ctx: FileContext, model: str) -> bool:
-    """Is ``model`` handed to `deepspeed.initialize(model=...)` in a file with a training step?
-    The engine runs it then, and compiling it is the engine's business (`engine.compile()`)."""
-    if not ctx.step_loops:
-        return False
+    """Is ``model`` handed to `deepspeed.initialize(model=...)` in the file (a training script's,
+    a trainer class's `_init_train_engine`)? The engine runs it then, and compiling it is the
+    engine's business (`engine.compile()`)."""
     for site in ctx.calls_to(_INITIALIZE):
         found = find_argument(ctx, site, "model", 1)
         if found.node is not None and dotted_name(found.node) == model:

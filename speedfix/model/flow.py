@@ -210,12 +210,28 @@ def _launch_truth(ctx: FileContext, test: cst.BaseExpression, stack: Stack, opti
         return True if True in (left, right) else (False if left is False and right is False else None)
     if isinstance(test, cst.Attribute) and _launch_sets(ctx, test, stack, options):
         return launch.truth(options[test.attr.value])  # an option of the script the command sets
+    if isinstance(test, cst.Attribute) and (derived := _derived_option(ctx, test)) is not None:
+        return _launch_truth(ctx, derived.value, derived.stack, options, depth + 1)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Attribute) \
             and _launch_sets(ctx, test.left, stack, options):  # `args.load_in_kbits in [4, 8]` with `--load_in_kbits 4`
         target = test.comparisons[0]
         return compared(target.operator, _number_or_text(options[test.left.attr.value]),
                         literal_value(ctx, target.comparator, stack))
     return default_truth(ctx, test, stack)
+
+
+def _derived_option(ctx: FileContext, node: cst.Attribute) -> Assignment | None:
+    """The one assignment of the file to ``node`` (`args.distributed = args.world_size > 1 or
+    args.multiprocessing_distributed`, pytorch/examples' ImageNet and MoCo), when it is no option
+    of the parser and its value reads options (`args.X`)."""
+    name = dotted_name(node)
+    found = ctx.assignments.get(name, ()) if name is not None and "." in name else ()
+    if len(found) != 1 or found[0].unpacked or found[0].augmented or argparse_option(ctx, node) is not None:
+        return None
+    head = name.split(".", 1)[0]
+    reads = any(isinstance(part, cst.Attribute) and isinstance(part.value, cst.Name) and part.value.value == head
+                for part in walk_expression(found[0].value))
+    return found[0] if reads else None
 
 
 def _launch_sets(ctx: FileContext, option: cst.Attribute, stack: Stack, options: dict[str, object]) -> bool:

@@ -1,6 +1,7 @@
 """The configuration hydra composes for a script, read as data.
 
 `@hydra.main(config_path="../configs", config_name="train.yaml")` composes the primary config
+(hydra 0.x's `@hydra.main(config_path="config.yaml")` names the file itself)
 with the options its defaults list names (`- trainer: default` loads
 `configs/trainer/default.yaml` under the key `trainer`), in list order, the primary config's own
 values where `_self_` stands (at the end when it is not listed: hydra 1.1 and newer). A group
@@ -136,6 +137,9 @@ def _compose(ctx: FileContext, decorator: cst.Call, info: Any) -> Composed | Non
         return None
     folder_name = string_value(ctx, find_argument(ctx, site, "config_path", 0).node, site.stack)
     name = string_value(ctx, find_argument(ctx, site, "config_name", 1).node, site.stack)
+    if name is None and folder_name is not None and folder_name.endswith((".yaml", ".yml")):
+        folder_name, _, name = folder_name.rpartition("/")  # hydra 0.x: `config_path="config.yaml"`, the file
+        folder_name = folder_name or "."
     if folder_name is None or name is None:
         return None
     folder = project.resolve(folder_name)

@@ -355,7 +355,7 @@ def _find(ctx: FileContext) -> list[Launch]:
     assert project is not None
     found: list[Launch] = []
     runners = (project.script, *_wrappers(project))
-    names = {runner.name for runner in runners} | {runner.stem for runner in runners}
+    names = _runner_names(runners)
     for path in launch_files(project):
         text = project.text(path)
         if text is None or not any(name in text for name in names):
@@ -577,23 +577,69 @@ def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, 
     """The commands of ``logical_lines`` (of ``path``) that run the script, or one of ``runners``
     (a file beside it that imports it and runs its entry point)."""
     found = []
-    names = {runner.name for runner in runners} | {runner.stem for runner in runners}
+    names = _runner_names(runners)
     for start, logical, physical in logical_lines:
         if not any(name in logical for name in names):
             continue
-        words = kept_for_scan(("words", logical), lambda: _words(logical))
+        words = _held_command(kept_for_scan(("words", logical), lambda: _words(logical)))
         if words and not _COMMAND_WORD.match(words[0]):
             continue  # a README's folder tree (`│   ├── train.py   # Stage 2`), a table: no command
         for index, word in enumerate(words):
-            module = words[index - 1] == "-m" if index else False
+            module = words[index - 1] in _MODULE_FLAGS if index else False
             runner = next((runner for runner in runners if _names_script(project, path, word, module, runner)), None)
-            if runner is not None:
+            if runner is not None and not _reads_the_file(words[:index]):
                 launch = _launch(path, start, physical, words[:index], words[index + 1:])
                 if runner != project.script:
                     launch = replace(launch, direct=False)
                 found.append(launch)
                 break
     return found
+
+
+# Commands that read, copy or check a script rather than run it (MoCo's README: `diff main_moco.py
+# <(curl .../imagenet/main.py)`, to show its changes)
+_NOT_RUNNERS = frozenset({
+    "diff", "cat", "less", "more", "head", "tail", "vim", "vi", "nano", "emacs", "code", "open", "cp", "mv", "rm",
+    "ls", "ln", "touch", "chmod", "git", "grep", "wc", "sed", "awk", "wget", "curl", "scp", "rsync", "tar", "zip",
+    "unzip", "echo", "black", "isort", "flake8", "pylint", "mypy", "ruff", "pytest", "cd",
+})
+
+
+def _reads_the_file(before: list[str]) -> bool:
+    """Does the command around the script's name (the words after the last `&&`, `;` or `|`)
+    start with a program that reads the file instead of running it (`diff train.py ...`)?"""
+    start = max((i + 1 for i, word in enumerate(before) if word in _SEPARATORS), default=0)
+    program = next((word for word in before[start:] if not _HELD.fullmatch(word)), None)  # after `VAR=value`
+    return program is not None and os.path.basename(program) in _NOT_RUNNERS
+
+
+_HELD = re.compile(r"[A-Za-z_]\w*=(.*)", re.DOTALL)
+
+
+def _held_command(words: list[str]) -> list[str]:
+    """The command a variable holds (`PROGRAM="train.py --mixed_precision=fp16 ..."`, for an
+    `accelerate launch $PROGRAM` the README leaves out, its closing quote too): its words. A
+    plain setting (`CUDA_VISIBLE_DEVICES=0 python train.py`, `SCRIPT=train.py`) is no command."""
+    match = _HELD.fullmatch(words[0]) if words else None
+    if match is None:
+        return words
+    value = match.group(1)
+    if any(char.isspace() for char in value):  # a quoted value with options in it
+        return [*_words(value), *words[1:]]
+    if value[:1] in "'\"" and not value.endswith(value[0]) and len(words) > 1:
+        return [value[1:], *words[1:]]  # a quote that never closes: the rest of the line is the value
+    return words
+
+
+# `python -m pkg.train`, `deepspeed --module pkg.train`, `torchrun --module pkg.train`
+_MODULE_FLAGS = ("-m", "--module")
+
+
+def _runner_names(runners: tuple[Path, ...]) -> set[str]:
+    """What a command that runs one of ``runners`` names: a file or module name, or the package
+    whose `__main__.py` it is (`python -m pkg.ppo` runs `pkg/ppo/__main__.py`)."""
+    return {name for runner in runners
+            for name in (runner.name, runner.stem, *((runner.parent.name,) if runner.stem == "__main__" else ()))}
 
 
 def _logical_lines(first: int, lines: list[str], *, readme: bool = False) -> list[tuple[int, str, list[tuple[int, str]]]]:
@@ -642,8 +688,9 @@ def _names_script(project: ProjectFiles, launch_file: Path, word: str, module: b
     if module:
         if not re.fullmatch(r"[\w.]+", word):
             return False
-        relative = Path(*word.split(".")).with_suffix(".py")
-        return any(os.path.normpath(base / relative) == str(script) for base in _bases(project, launch_file))
+        relative = Path(*word.split("."))
+        wanted = relative / "__main__.py" if script.stem == "__main__" else relative.with_suffix(".py")
+        return any(os.path.normpath(base / wanted) == str(script) for base in _bases(project, launch_file))
     if not word.endswith(script.name):
         return False
     if "$" in word:  # `"${dir_path}/pytorch/basics/x.py"`: the path after the variable

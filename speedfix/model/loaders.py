@@ -792,7 +792,7 @@ def evaluation_only(ctx: FileContext, site: CallSite) -> bool:
         return False
     iterating = [info for info in ctx.loops.values()
                  if info.iter is not None and dotted_name(unwrap_iterable(info.iter)) == name]
-    return bool(iterating) and not any(info.node in ctx.step_loops for info in iterating)
+    return bool(iterating) and not any(info.node in ctx.training_loops for info in iterating)
 
 
 def built_for_one_pass(ctx: FileContext, site: CallSite) -> bool:

@@ -18,7 +18,7 @@ import libcst as cst
 
 from speedfix.model.arguments import argparse_default, find_argument
 from speedfix.model.context import MODULE_METHODS, FileContext
-from speedfix.model.flow import comes_before, in_no_run, is_returned
+from speedfix.model.flow import comes_before, gates, in_no_run, is_returned, passed_arguments
 from speedfix.model.forward import LOSS_NAME, is_local_object, read_names
 from speedfix.model.frames import FrameKind, Stack, class_of, function_of
 from speedfix.model.index import Assignment, CallSite
@@ -635,6 +635,24 @@ def optimizer_parameters(ctx: FileContext, site: CallSite) -> cst.BaseExpression
     return args[0].value if args else None
 
 
+def optimizes_tensors_only(ctx: FileContext, name: str, stack: Stack) -> bool:
+    """Is the optimizer bound to ``name`` (`self.log_lambda_optimizer`) made, wherever it is, over
+    a list of standalone tensors (`torch.optim.SGD([self.log_lambda], lr=...)`: a Lagrange
+    multiplier, SAC's entropy temperature), no module's parameters? Its step runs no network."""
+    made = class_assignments(ctx, name, stack) if name.startswith("self.") else ctx.assignments_in_scope(name, stack)
+    if not made:
+        return False
+    for assignment in made:
+        value = assignment.value
+        site = ctx.site_of(value) if isinstance(value, cst.Call) else None
+        params = optimizer_parameters(ctx, site) if site is not None and is_optimizer_call(ctx, site) else None
+        if not isinstance(params, (cst.List, cst.Tuple)) or not params.elements or not all(
+                isinstance(element, cst.Element) and isinstance(element.value, (cst.Name, cst.Attribute))
+                for element in params.elements):  # (a module in the list would raise: these are tensors)
+            return False
+    return True
+
+
 def optimized_module(ctx: FileContext, site: CallSite) -> str | None:
     """`X` in `Optimizer(X.parameters(), ...)`, in its param groups, or in a variable that holds
     them (`params = model.parameters()`): the one module whose parameters an optimizer updates."""
@@ -849,18 +867,23 @@ def self_optimizing_classes(ctx: FileContext) -> set[str]:
 def frozen_before(ctx: FileContext, site: CallSite) -> bool:
     """Are the parameters of the module an optimizer is handed frozen first, in the same function
     (`for param in model.parameters(): param.requires_grad = False`, then the classifier's
-    unfrozen): a fine-tune of a head, whose update touches a few parameters whatever the kernels."""
+    unfrozen; MoCo's linear probe freezes all but `fc` by name in `model.named_parameters()`), in
+    every run (no `if` around the loop): a fine-tune of a head, whose update touches a few
+    parameters whatever the kernels."""
     model = optimized_module(ctx, site)
     if model is None:
         return False
     function = ctx.function_of(site.stack)
     for info in ctx.loops.values():
         call = info.iter
-        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "parameters"
-                and dotted_name(call.func.value) == model and len(info.targets) == 1
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                and (call.func.attr.value, len(info.targets)) in (("parameters", 1), ("named_parameters", 2))
+                and dotted_name(call.func.value) == model
                 and ctx.function_of(info.stack) is function and info.node.body is not None):
             continue
-        target = info.targets[0]
+        if any(True for _ in gates(ctx, info.node)):
+            continue  # frozen only in some runs (sr3's `if opt['model']['finetune_norm']:`)
+        target = info.targets[-1]  # `param` of `for name, param in model.named_parameters():`
         for node in walk_expression(info.node.body):
             if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value == "False" and any(
                     dotted_name(t.target) == f"{target}.requires_grad" for t in node.targets):
@@ -973,13 +996,19 @@ class Build:
     built: cst.Call  # the constructor or factory call inside it
 
 
-def builds(ctx: FileContext, model: str, stack: Stack, before: cst.BaseStatement | None) -> list[Build]:
-    """The fresh assignments to ``model`` (see ``fresh_assignments``) that build a module."""
+def builds(ctx: FileContext, model: str, stack: Stack, before: cst.BaseStatement | None, depth: int = 0) -> list[Build]:
+    """The fresh assignments to ``model`` (see ``fresh_assignments``) that build a module; for a
+    parameter of a module-level function the file calls (wavegrad's `_train_impl(replica_id,
+    model, ...)`), the ones that build what each call passes (`model = WaveGrad(params).cuda()`)."""
     found: list[Build] = []
     for assignment in fresh_assignments(ctx, model, stack, before):
         built = peel(ctx, assignment.value)
         if isinstance(built, cst.Call) and builds_module(ctx, built, assignment.stack):
             found.append(Build(assignment, built))
+    if not found and depth < 2 and "." not in model:
+        for value, at in passed_arguments(ctx, model, stack) or ():
+            if isinstance(value, cst.Name):
+                found += builds(ctx, value.value, at, None, depth + 1)
     return found
 
 
@@ -1017,6 +1046,8 @@ def builds_module(ctx: FileContext, call: cst.Call, stack: Stack) -> bool:
     qualified = ctx.qualname(call.func) or ""
     if _NOT_MODULES.search(dotted_name(call.func) or qualified):
         return False  # `AutoTokenizer.from_pretrained(...)`, an image processor, a config
+    if qualified.startswith("torch.nn.") and qualified.endswith("Loss"):
+        return False  # `nn.MSELoss()`: a module by class, but it has no weights to run (MTGNN's `evaluateL2`)
     if qualified.endswith(".from_pretrained") or qualified.startswith("torch.nn.") or project_conv_dims(ctx, call):
         return True
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "from_pretrained"

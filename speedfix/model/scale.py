@@ -90,15 +90,15 @@ def named_for_evaluation(name: str | None) -> bool:
 def loader_role(ctx: FileContext, site: CallSite) -> Role:
     """Does the DataLoader made at ``site`` feed the training step, or only evaluation?
 
-    Where the loader is iterated decides: in a training loop (directly or through a function of
-    the file it is passed to), or only in loops that take no optimizer step (a loop that yields
+    Where the loader is iterated decides: in a training loop, or around one (directly or through
+    a function of the file it is passed to), or only in loops that take no optimizer step (a loop that yields
     the batches on, in a generator, is neither). A loader iterated nowhere else in the file is
     judged by its name (`test_loader`, Lightning's `val_dataloader()`)."""
     names = _loader_names(ctx, site)
     seen_training = seen_other = False
     for loop, iterates in _iterations(ctx, names):
         if iterates:
-            if loop in ctx.step_loops:
+            if loop in ctx.training_loops:
                 seen_training = True
             elif not _yields(loop):  # `for batch in loader: yield batch` hands the batches on
                 seen_other = True
@@ -128,7 +128,7 @@ def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
     if loader_role(ctx, site) is not Role.EVALUATION:
         return False
     if _lightning_evaluation_hook(ctx, site) or _evaluation_factory(ctx, site) or _beside_the_fed_loader(ctx, site) \
-            or in_evaluation_branch(ctx, site):
+            or in_evaluation_branch(ctx, site) or _read_in_evaluation_methods(ctx, site):
         return True
     if not ctx.drives_training and not (lightning_fits(ctx) and _handed_for_evaluation(ctx, site)):
         return False
@@ -139,6 +139,22 @@ def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
             if callee is not None and (callee.trains or callee.steps):
                 return False
     return True
+
+
+_EVALUATION_FUNCTION = re.compile(r"^_?(?:eval|evaluate|evaluation|valid|validate|validation|test|predict)(?:_|$)")
+
+
+def _read_in_evaluation_methods(ctx: FileContext, site: CallSite) -> bool:
+    """A loader named for evaluation (`self.eval_dataloader`) that only functions named for it
+    iterate (`def eval(self):`), where the training loop of the file is another's to see (a
+    trainer base class whose `train()` calls steps its subclasses define)."""
+    names = _loader_names(ctx, site)
+    if not any(_EVALUATION_NAME.search(name) for name in names if name):
+        return False
+    loops = [loop for loop, iterates in _iterations(ctx, names) if iterates]
+    return bool(loops) and all(
+        isinstance(function := ctx.function_of(ctx.loops[loop].stack), cst.FunctionDef)
+        and _EVALUATION_FUNCTION.match(function.name.value) is not None for loop in loops)
 
 
 _LIGHTNING_EVALUATION_HOOKS = frozenset({"val_dataloader", "test_dataloader", "predict_dataloader"})

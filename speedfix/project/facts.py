@@ -25,7 +25,8 @@ it keeps only what the other files need:
 - what its calls of imported functions pass them (``get_loader(path, num_workers=args.workers)``:
   a constant, or an option's argparse default);
 - which classes multiply sparse matrices (``torch.spmm``), and what they build of other modules;
-- whether, as a script, it chooses cuDNN's algorithms for the process (``cudnn.benchmark = True``);
+- whether, as a script, it chooses cuDNN's algorithms for the process (``cudnn.benchmark = True``),
+  and the fp32 matmul precision (``allow_tf32``, ``set_float32_matmul_precision``);
 - the options its argparse parser defines, with the default a run without each gets, and the
   names it binds the parsed options to (``args = parser.parse_args()``).
 
@@ -43,7 +44,7 @@ from typing import Any, Iterable, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
                                     DETERMINISTIC_ALGORITHMS, LIGHTNING_CLI, LIGHTNING_DATAMODULE, LIGHTNING_MODULE,
-                                    LIGHTNING_TRAINER, MATMUL_LAYERS,
+                                    LIGHTNING_TRAINER, MATMUL_LAYERS, MATMUL_PRECISION_CALLS, TF32_CHOICES,
                                     MATMUL_METHODS, MODULE_API, NO_GRAD_CALLS, SYNC_SWITCHES, diffusers_conv_net,
                                     is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, makes_adapters,
                                     zoo_cnn)
@@ -146,6 +147,9 @@ class ModuleFacts:
     # a script (code at module level, or an `if __name__ == "__main__":` block) that chooses cuDNN's
     # algorithms outside any `if` (`cudnn.benchmark = True` in its `main()`); not a test's fixture
     cudnn: bool = False
+    # a script that chooses the fp32 matmul precision for the process, under an `if` or not
+    # (`torch.backends.cuda.matmul.allow_tf32 = args.tf32`: the run's command line decides)
+    tf32: bool = False
     lightning: bool = False  # defines a LightningModule or LightningDataModule: Lightning trains on a GPU by default
     # functions of this file handed to an imported function: (callee, slot as in ``arguments_given``,
     # the function's name): `train_step(..., forward_step_func=forward_step)`
@@ -159,6 +163,8 @@ class ModuleFacts:
     # methods called in such a loop on an object of a class the imports do not say
     # (`self.agent.update(...)` with an agent hydra builds from a config): their names
     env_methods: tuple[str, ...] = ()
+    # its classes built on imported ones: (class, the qualified names of its bases through imports)
+    class_bases: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # imported project classes it builds, with the flags each construction needs, from the `if`s
     # around it: (qualified name, (`args.gail`, `!args.cpu`, "?" for another test, ...)), one per
     # distinct set of gates
@@ -205,9 +211,11 @@ class ModuleFacts:
             object_methods=tuple((str(owner), str(method)) for owner, method in record["object_methods"]),
             lightning=bool(record["lightning"]),
             cudnn=bool(record["cudnn"]),
+            tf32=bool(record["tf32"]),
             handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
             env_calls=tuple(map(str, record["env_calls"])),
             env_methods=tuple(map(str, record.get("env_methods", ()))),
+            class_bases=tuple((str(name), tuple(map(str, bases))) for name, bases in record.get("class_bases", ())),
             gated_constructions=tuple((str(q), tuple(map(str, g))) for q, g in record["gated_constructions"]),
             dispatches=tuple((str(d), tuple((str(k), str(q)) for k, q in entries)) for d, entries in record["dispatches"]),
         )
@@ -509,6 +517,9 @@ class _Collector(ast.NodeVisitor):
         self.lightning = False
         self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
         self.cudnn_at_top = False  # ... at module level
+        self.tf32 = False  # a choice of the fp32 matmul precision, anywhere
+        self.class_bases: list[tuple[str, tuple[str, ...]]] = []
+        self.tf32_at_top = False  # ... at module level
         self.entry = False  # an `if __name__ == "__main__":` block
         self.conditions = 0  # `if` bodies open (not the `if __name__ == "__main__":` block)
         # the tests of the `if`s around the code here: `args.gail`, `!args.gail` in the `else`, "?"
@@ -550,6 +561,9 @@ class _Collector(ast.NodeVisitor):
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         if any(self.resolve(dotted(base)) in _LIGHTNING_CLASSES for base in node.bases):
             self.lightning = True
+        bases = tuple(qualified for base in node.bases if (qualified := self.resolve(dotted(base))))
+        if bases and not self.class_stack and not self.function_stack:
+            self.class_bases.append((node.name, bases))
         self.class_stack.append(node.name)
         self.class_names.add(node.name)
         for statement in node.body:  # a config class: `class Config: device = "cuda"`
@@ -702,6 +716,8 @@ class _Collector(ast.NodeVisitor):
                     self.parsed_names.add(first.id)
         if any((dotted(target) or "").endswith(CUDNN_CHOICES) for target in node.targets):
             self._cudnn_choice()
+        if any((dotted(target) or "").endswith(TF32_CHOICES) for target in node.targets):
+            self._tf32_choice()
         self.generic_visit(node)
 
     def _entry_dict(self, targets: list[ast.expr], value: ast.expr) -> None:
@@ -863,6 +879,10 @@ class _Collector(ast.NodeVisitor):
                 self.function_stack[-1].cudnn = True
             self.cudnn_at_top = self.cudnn_at_top or not self.function_stack
 
+    def _tf32_choice(self) -> None:
+        self.tf32 = True
+        self.tf32_at_top = self.tf32_at_top or not self.function_stack
+
     def _argparse_default(self, node: ast.Call) -> None:
         options = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
         default = next((k.value for k in node.keywords if k.arg == "default"), None)
@@ -996,6 +1016,8 @@ class _Collector(ast.NodeVisitor):
                                      if keyword.arg in ("help", "metavar", "dest") and isinstance(keyword.value, ast.Constant))
         if self.resolve(func) in _CUDNN_OWNERS:
             self._cudnn_choice()  # (a Lightning Trainer sets `cudnn.benchmark` from its own `benchmark`)
+        elif self.resolve(func) in MATMUL_PRECISION_CALLS:
+            self._tf32_choice()
         loop = self._current_loop()
         if self._is_marker(node, func):
             if loop is not None:
@@ -1232,6 +1254,8 @@ class _Collector(ast.NodeVisitor):
             object_methods=tuple(sorted(self.object_methods)),
             lightning=self.lightning,
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
+            tf32=self.tf32_at_top or (self.tf32 and self.entry),
+            class_bases=tuple(self.class_bases),
             handed_functions=self._resolved([(callee, slot, name) for callee, slot, name in self.handed
                                              if name in self.functions]),
         )

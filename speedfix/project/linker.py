@@ -42,6 +42,8 @@ What a file learns (``Links``):
   the GPU, handed to a loader factory);
 - ``cudnn``: the file of a scan that imports it (in turn) and chooses cuDNN's algorithms for
   the process (`cudnn.benchmark = True` in the `main.py` that runs `solver.py`'s training), or None;
+- ``tf32``: the same for the fp32 matmul precision (`allow_tf32 = args.tf32` in the `main.py`
+  that runs the trainer classes of other files: its command line decides), or None;
 - ``trained_by``: the file of a scan that imports it (in turn) and holds a training loop: this
   one is its library, whose `if __name__ == "__main__":` block is a self-test (unless a launch
   command runs it);
@@ -91,6 +93,9 @@ class Links:
     # methods other files call in a loop that steps an environment on objects of classes they
     # cannot name (an agent built from a config's `agent.update(...)`): by name only
     env_methods: tuple[str, ...] = ()
+    # methods of its classes (`SupervisedTrainer.train_step`) that a subclass in another scanned
+    # file overrides with one that takes a step: the base class's loop that calls them trains
+    stepping_overrides: tuple[str, ...] = ()
     # its functions whose returned loader another file's training loop iterates: (function, every
     # epoch, batches copied to a device, its dataset changed between epochs, the elements of the
     # tuple it returns that are iterated: `train_loader, val_loader = get_loaders()`; -1: the value)
@@ -121,6 +126,7 @@ class Links:
     # leaves the default); parameter "*": a call passes `*args`/`**kwargs`
     arguments: tuple[tuple[str, str, str], ...] = ()
     cudnn: str | None = None  # an importer's file (as shown) that chooses cuDNN's algorithms for the process
+    tf32: str | None = None  # an importer's file (as shown) that chooses the fp32 matmul precision for the process
     trained_by: str | None = None  # an importer's file (as shown) that holds a training loop: this one is its library
     options: tuple[tuple[str, str], ...] = ()  # (destination, default's repr) of the scripts that run it
     option_holders: tuple[str, ...] = ()  # the names those scripts bind their parsed options to
@@ -167,6 +173,7 @@ class Links:
             "env_updates": list(self.env_updates),
             "no_grad_methods": list(self.no_grad_methods),
             "env_methods": list(self.env_methods),
+            "stepping_overrides": list(self.stepping_overrides),
             "feeds": [list(feed) for feed in self.feeds],
             "missing": list(self.missing),
             "constructed": [list(map(str, (name, method, ",".join(keywords), count, star)))
@@ -178,6 +185,7 @@ class Links:
             "networks": [list(given) for given in self.networks],
             "on_device": [list(given) for given in self.on_device],
             "cudnn": self.cudnn,
+            "tf32": self.tf32,
             "trained_by": self.trained_by,
             "options": [list(option) for option in self.options],
             "option_holders": list(self.option_holders),
@@ -438,6 +446,8 @@ def link(
     networks = _networks_handed(facts, prefixes)
     on_device = _moving_objects_handed(facts, prefixes)
     cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
+    tf32 = _imported_by(facts, prefixes, lambda module: module.tf32, show)
+    overrides = _stepping_overrides(facts, prefixes)
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
     trained_by = _imported_by_another(runs, prefixes, lambda module: module.trains, show)
     options = _run_options(facts, prefixes)
@@ -472,6 +482,8 @@ def link(
             networks=networks.get(path, ()),
             on_device=on_device.get(path, ()),
             cudnn=cudnn.get(path),
+            tf32=tf32.get(path),
+            stepping_overrides=tuple(sorted(overrides.get(path, ()))),
             trained_by=trained_by.get(path),
             options=options.get(path, ((), ()))[0],
             option_holders=options.get(path, ((), ()))[1],
@@ -1062,6 +1074,22 @@ def _constructions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str
         kept = {construction for construction in built if construction[0] not in by_runs}
         if kept:
             found.setdefault(path, set()).update(kept)
+    return found
+
+
+def _stepping_overrides(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]]) -> dict[Path, set[str]]:
+    """For each file, `Class.method` of its classes that a subclass in another file overrides
+    with a method that takes a step (safe-rlhf's `SupervisedTrainer.train_step`, abstract there,
+    defined by the DPO and reward trainers)."""
+    found: dict[Path, set[str]] = {}
+    for path, module in facts.items():
+        for name, bases in module.class_bases:
+            stepping = [key.split(".", 1)[1] for key, function in module.functions.items()
+                        if key.startswith(name + ".") and function.steps]
+            for base in bases if stepping else ():
+                hit = _project_class(base, path, facts, prefixes)
+                if hit is not None and hit[0] != path:
+                    found.setdefault(hit[0], set()).update(f"{hit[1]}.{method}" for method in stepping)
     return found
 
 

@@ -37,6 +37,9 @@ CUDA_OBJECTS = frozenset({"accelerator"})
 # and the call that asks for deterministic ones.
 CUDNN_CHOICES = ("cudnn.benchmark", "cudnn.deterministic")
 DETERMINISTIC_ALGORITHMS = ("torch.use_deterministic_algorithms",)
+# Settings and calls that choose the fp32 matmul precision (TF32 or full fp32) for the process.
+TF32_CHOICES = ("matmul.allow_tf32", "fp32_precision")
+MATMUL_PRECISION_CALLS = frozenset({"torch.set_float32_matmul_precision"})
 # Library helpers that seed and switch cuDNN to deterministic mode (benchmark off): MONAI's
 # `set_determinism(seed=0)` (`seed=None` switches it back).
 DETERMINISM_HELPERS = ("monai.utils.set_determinism", "monai.utils.misc.set_determinism")
