@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import libcst as cst
+
 from speedfix.engine.findings import Category, Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool, literal_int
@@ -79,6 +81,23 @@ class DataloaderAttributeAfterCreation(Rule):
     effect = "Workers that exist, and no ValueError or TypeError from a setting assigned too late."
 
     VALID = [
+        Valid(  # a wrapper's property setter forwards what its caller sets (uni2ts: Lightning sets it before iterating)
+            """
+            from torch.utils.data import DataLoader
+
+            class Loader:
+                def __init__(self, dataset, num_workers=8):
+                    self.dataloader = DataLoader(dataset, batch_size=32, num_workers=num_workers)
+
+                @property
+                def worker_init_fn(self):
+                    return self.dataloader.worker_init_fn
+
+                @worker_init_fn.setter
+                def worker_init_fn(self, worker_init_fn):
+                    self.dataloader.worker_init_fn = worker_init_fn
+            """
+        ),
         Valid(  # passed to the call
             """
             from torch.utils.data import DataLoader
@@ -193,7 +212,8 @@ class DataloaderAttributeAfterCreation(Rule):
 
     def finish(self) -> None:
         for site in self.ctx.calls_to(*DATALOADER):
-            working = [a for a in late_attributes(self.ctx, site) if not self._reported_alone(site, a)]
+            working = [a for a in late_attributes(self.ctx, site)
+                       if not self._in_setter(a) and not self._reported_alone(site, a)]
             if working:  # they work: one note per loader names them all
                 names = " and ".join(f"`{a.target}`" for a in working)
                 keywords = ", ".join(f"`{a.target.rpartition('.')[2]}=`" for a in working)
@@ -202,6 +222,13 @@ class DataloaderAttributeAfterCreation(Rule):
                             "is created: that applies only from the next `iter(loader)` on"
                             f"{', and skips the checks `DataLoader(...)` makes' if checked else ''}; pass {keywords} "
                             "to the call", severity=Severity.INFO)
+
+    def _in_setter(self, assignment: Assignment) -> bool:
+        """Is the assignment a property setter's (`@worker_init_fn.setter`, uni2ts' loader wrapper):
+        it forwards what its caller sets, before the first `iter(loader)`?"""
+        function = self.ctx.function_of(assignment.stack)
+        return isinstance(function, cst.FunctionDef) and any(
+            isinstance(d.decorator, cst.Attribute) and d.decorator.attr.value == "setter" for d in function.decorators)
 
     def _reported_alone(self, site: CallSite, assignment: Assignment) -> bool:
         """Report an assignment that raises or never takes effect; False for one that works."""

@@ -172,6 +172,28 @@ class NoMixedPrecision(Rule):
         Valid(NARROW_MLP),  # an RL agent's 256-wide MLPs (TD3): matmuls too small for tensor cores to matter
         Valid(TOY_MLP),  # a 2-4-1 MLP whose widths are its constructor's arguments
         Valid(DQN_BETWEEN_ENV_STEPS),  # a DQN learning between the emulator's steps: the run waits on the environment
+        Valid(  # a sampler's regulariser (pix2pix-zero's DDIM inversion): gradients of a tensor it makes, no weights
+            """
+            import torch
+
+            unet = UNet().cuda()
+
+            @torch.no_grad()
+            def invert(latents, timesteps):
+                latents = latents.cuda()
+                for t in timesteps:
+                    noise_pred = unet(latents, t).sample
+                    with torch.enable_grad():
+                        for _ in range(5):
+                            var = torch.autograd.Variable(noise_pred.detach().clone(), requires_grad=True)
+                            loss = auto_corr_loss(var)
+                            loss.backward()
+                            grad = var.grad.detach() / 4
+                            noise_pred = noise_pred - 20.0 * grad
+                    latents = scheduler.step(noise_pred, t, latents).prev_sample
+                return latents
+            """,
+        ),
         Valid(  # PPO-Lagrangian: the multiplier's own update runs no network; the engine steps the policy
             """
             import torch

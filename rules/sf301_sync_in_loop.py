@@ -13,6 +13,7 @@ from speedfix.model.arguments import find_argument
 from speedfix.model.autograd import feeds_environment
 from speedfix.model.branches import Branch, BranchTracker, element_loop, loop_iterable, rare_path
 from speedfix.model.context import FileContext
+from speedfix.model.flow import in_no_run
 from speedfix.model.frames import Stack
 from speedfix.model.overrides import overridden_method, owner_name
 from speedfix.model.patterns import is_cpu_device
@@ -113,7 +114,8 @@ class SyncInLoop(BranchTracker, Rule):
     then `if epoch_eval or step_eval:`), a branch that
     runs once (`if step == 0:`, or one that ends the run: `print(loss.item()); sys.exit(1)`), an
     `except` handler, code under an opt-in debugging, timing or plotting flag (`if args.debug:`,
-    also around the call of a helper: `if args.visdom: update_plot(...)`; Accelerate's
+    also around the call of a helper: `if args.visdom: update_plot(...)`; any `store_true` flag
+    that no launch command passes: `if args.print_loss:`; Accelerate's
     `if accelerator.sync_gradients:` is no such flag: it holds on every optimizer step), a helper that the step
     loop calls on one pass only (`if i == len(loader) - 1: validate(model, val_loader)`: once per
     epoch), a module's evaluation-mode branch (`if not self.training:` in a `forward`, also around
@@ -442,6 +444,7 @@ class SyncInLoop(BranchTracker, Rule):
             import torch
             parser = argparse.ArgumentParser()
             parser.add_argument("--debug", action="store_true")
+            parser.add_argument("--print_loss", action="store_true")
             args = parser.parse_args()
             for step, (x, y) in enumerate(loader):
                 try:
@@ -453,6 +456,8 @@ class SyncInLoop(BranchTracker, Rule):
                     print(f"initial loss {loss}")
                 if args.debug:
                     print("grad norm", torch.norm(model.weight.grad).item())
+                if args.print_loss:  # (Yi's SFT: a flag no launch command passes)
+                    print(f"step {step} loss {loss}")
                 loss.backward()
                 optimizer.step()
             """
@@ -1148,6 +1153,8 @@ class SyncInLoop(BranchTracker, Rule):
             scope = ctx.step_scope(candidate.stack)
             if rare_path(ctx, candidate.branches, scope) is not None:
                 continue
+            if candidate.statement is not None and in_no_run(ctx, candidate.statement, candidate.stack):
+                continue  # `if args.print_loss:` with a `store_true` flag that no launch command passes
             sync = self._sync(candidate)
             call = candidate.node if sync is None and candidate.kind == "call" else None
             site = ctx.site_of(call) if isinstance(call, cst.Call) else None

@@ -105,6 +105,24 @@ def test_a_trainer_unpacking_the_composed_section_reads_the_yaml(write, run_cli,
     assert "single.yaml" not in run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
 
 
+def test_the_config_path_the_commands_give_is_composed_for_each_run(write, run_cli, tmp_path):
+    """uni2ts: `@hydra.main(config_name="default.yaml")` without `config_path`; the README runs
+    `python -m cli.train -cp conf/pretrain ...` and `-cp conf/finetune ...`: both configs are read."""
+    write("cli/__init__.py", "")
+    write("cli/train.py", "import hydra\nimport lightning as L\n\n\n@hydra.main(version_base='1.3', config_name='default.yaml')\n"
+                          "def main(cfg):\n    trainer = hydra.utils.instantiate(cfg.trainer)\n"
+                          "    trainer.fit(hydra.utils.instantiate(cfg.model))\n")
+    trainer = "trainer:\n  _target_: lightning.Trainer\n  accelerator: auto\n  precision: 32\n"
+    write("cli/conf/pretrain/default.yaml", "run_name: ???\n" + trainer)
+    write("cli/conf/finetune/default.yaml", "run_name: ???\nseed: 0\n" + trainer)
+    scan = ("scan", ".", "--select", "SF901", "--no-summary", "--no-cache")
+    assert "SF901" not in run_cli(*scan, cwd=tmp_path).stdout  # no command names a config: none is read
+    write("README.md", "```shell\npython -m cli.train \\\n  -cp conf/pretrain \\\n  run_name=first_run model=moirai_small\n```\n"
+                       "```shell\npython -m cli.train -cp conf/finetune run_name=example_run\n```\n")
+    found = run_cli(*scan, cwd=tmp_path).stdout
+    assert "cli/conf/pretrain/default.yaml:5:3: SF901" in found and "cli/conf/finetune/default.yaml:6:3: SF901" in found
+
+
 def test_a_hydra_0x_main_names_its_config_file_in_config_path(write, run_cli, tmp_path):
     # hydra 0.x: `@hydra.main(config_path="conf/train.yaml")`, the file itself, no `config_name`
     write("train.py", "import hydra\nimport lightning as L\n\n\n@hydra.main(config_path='conf/train.yaml', strict=True)\n"

@@ -655,3 +655,108 @@ def test_a_loader_around_the_step_loop_feeds_training(write, run_cli, tmp_path):
     loop. The prompt loader feeds the training, and its batches are copied to the GPU."""
     write("ppo.py", PPO_LOOP)
     assert _at(_findings(run_cli, tmp_path, "SF102"), "SF102") == [("ppo.py", 6)]
+
+
+INFORMER = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class Exp:
+    def __init__(self, args):
+        self.args = args
+        self.model = Net().cuda()
+
+    def _get_data(self, flag):
+        data_set = Dataset_Custom(self.args.root_path, flag=flag)
+        data_loader = DataLoader(data_set, batch_size=32, shuffle=flag == "train", num_workers=8)
+        return data_set, data_loader
+
+    def train(self):
+        train_data, train_loader = self._get_data(flag="train")
+        optimizer = torch.optim.Adam(self.model.parameters(), fused=True)
+        for epoch in range(10):
+            for batch_x, batch_y in train_loader:
+                loss = (self.model(batch_x.float().cuda()) - batch_y.float().cuda()).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+    def test(self):
+        data_loader = DataLoader(Dataset_Custom(self.args.root_path, flag="test"), batch_size=1)
+        with torch.no_grad():
+            for batch_x, batch_y in data_loader:
+                self.model(batch_x.float().cuda())
+"""
+
+
+def test_a_loader_a_method_returns_in_a_tuple_feeds_the_loop_that_unpacks_it(write, run_cli, tmp_path):
+    """Informer, Autoformer, Crossformer: `train_data, train_loader = self._get_data(flag="train")`
+    with `return data_set, data_loader`; another method binds a `data_loader` of its own for the test."""
+    write("exp.py", INFORMER)
+    assert _at(_findings(run_cli, tmp_path, "SF102"), "SF102") == [("exp.py", 12)]
+
+
+VALIDATION_AUTOCAST = """\
+import torch
+from diffusers import DiffusionPipeline, UNet2DConditionModel
+
+
+def log_validation(unet, args):
+    pipeline = DiffusionPipeline.from_pretrained(args.model, unet=unet, torch_dtype=torch.float16).to("cuda")
+    with torch.autocast("cuda"):
+        images = pipeline(args.prompt).images
+    return images
+
+
+def main(args):
+    unet = UNet2DConditionModel.from_pretrained(args.model, subfolder="unet").cuda()
+    optimizer = torch.optim.AdamW(unet.parameters(), fused=True)
+    for step, batch in enumerate(loader):
+        loss = (unet(batch["x"].cuda(), batch["t"].cuda(), batch["c"].cuda()).sample - batch["y"].cuda()).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        if step % 500 == 0:
+            log_validation(unet, args)
+"""
+
+
+def test_an_autocast_and_a_pipeline_in_16_bit_for_validation_are_not_the_training_precision(write, run_cli, tmp_path):
+    """diffusers' training scripts: `log_validation` loads a pipeline in fp16 and runs it under
+    `torch.autocast("cuda")`; the steps train the UNet in fp32."""
+    write("train.py", VALIDATION_AUTOCAST)
+    assert [f["line"] for f in _findings(run_cli, tmp_path, "SF202")] == [17]
+
+
+PARTIAL_ADD_ARG = """\
+import argparse
+import functools
+
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, WhisperForConditionalGeneration
+
+from utils import add_arguments
+
+parser = argparse.ArgumentParser()
+add_arg = functools.partial(add_arguments, argparser=parser)
+add_arg("fp16", type=bool, default=True, help="train in fp16")
+add_arg("num_workers", type=int, default=8, help="loader workers")
+args = parser.parse_args()
+
+model = WhisperForConditionalGeneration.from_pretrained("openai/whisper-tiny")
+training_args = Seq2SeqTrainingArguments(output_dir="out", fp16=args.fp16, dataloader_num_workers=args.num_workers,
+                                         optim="adamw_torch_fused", torch_compile=True)
+Seq2SeqTrainer(model=model, args=training_args, train_dataset=train_set).train()
+"""
+
+
+@pytest.mark.parametrize("command, fp16_advice", [("", True), ("python finetune.py --fp16=False\n", False)])
+def test_options_a_partial_of_an_add_arguments_helper_defines(command, fp16_advice, write, run_cli, tmp_path):
+    """PaddlePaddle's `add_arguments` helper behind `functools.partial(add_arguments,
+    argparser=parser)` (Whisper-Finetune): `add_arg("fp16", type=bool, default=True)` is `--fp16`."""
+    write("finetune.py", PARTIAL_ADD_ARG)
+    write("utils.py", "def add_arguments(argname, type, default, help, argparser, **kwargs):\n"
+                      "    argparser.add_argument('--' + argname, default=default, type=type, help=help, **kwargs)\n")
+    if command:
+        write("run.sh", command)
+    found = _findings(run_cli, tmp_path, "SF902")
+    assert any("`fp16=True` scales the loss" in f["message"] for f in found) is fp16_advice, found

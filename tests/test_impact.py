@@ -167,6 +167,9 @@ def test_compile_is_medium_for_a_linear_probe_on_a_frozen_backbone(run_cli, writ
     write("gated.py", LINEAR_PROBE.replace(freeze, gated))  # sr3: frozen only in the runs that ask for it
     (compiled,) = _by(_json(run_cli, "gated.py", cwd=tmp_path), "SF501")
     assert compiled["impact"] == "high"
+    write("unet.py", LINEAR_PROBE.replace("model = model.cuda()", "model.layer4.requires_grad_(True)\nmodel = model.cuda()"))
+    (compiled,) = _by(_json(run_cli, "unet.py", cwd=tmp_path), "SF501")  # fastcomposer: a whole submodule trains again
+    assert compiled["impact"] == "high"
 
 
 HANDED_CONV_NET = """\

@@ -4,6 +4,7 @@ item by item, which worker processes would take off the training process."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 TRAIN = textwrap.dedent(
@@ -95,3 +96,37 @@ def test_a_dataset_of_another_file_that_decodes_video_frames_gets_workers(run_cl
     """The tokenizer is for the prompt; the samples are frames decoded from a video file."""
     lines = _sf101_lines(run_cli, tmp_path, VIDEO)
     assert len(lines) == 1 and lines[0].startswith("train.py:")
+
+
+WINDOWS = """
+import numpy as np
+from torch.utils.data import Dataset
+
+
+class CaptionedPairs(Dataset):
+    def __init__(self, folder, tokenizer):
+        self.data = np.load(folder + "/series.npy")
+
+    def __getitem__(self, index):
+        start = index + np.random.randint(0, 4)
+        return self.data[start:start + 96].astype(np.float32), self.data[start + 96:start + 120]
+"""
+
+
+def test_a_dataset_of_another_file_that_slices_arrays_it_holds_is_low(run_cli, tmp_path):
+    """Crossformer's `Dataset_MTS`: `__getitem__` only slices the arrays `__init__` loaded, a
+    worker process would save little."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "data" / "pairs.py").write_text(WINDOWS, encoding="utf-8")
+    series = (TRAIN.replace("from transformers import AutoTokenizer\n", "").replace('tokenizer = AutoTokenizer.from_pretrained("some/model")\n', "")
+              .replace("tokenizer=tokenizer", "tokenizer=None").replace('loss = net(batch["pixels"].cuda(), batch["input_ids"].cuda())',
+                                                                       "loss = net(batch[0].cuda(), batch[1].cuda())"))
+    (tmp_path / "train.py").write_text(series, encoding="utf-8")
+    result = run_cli("scan", "train.py", "data/pairs.py", "--select", "SF101", "--output-format", "json", cwd=tmp_path)
+    (finding,) = json.loads(result.stdout)
+    assert finding["impact"] == "low" and "`CaptionedPairs` only crops" in finding["impact_reason"]
+    (tmp_path / "data" / "pairs.py").write_text(WINDOWS.replace("np.random.randint(0, 4)", "load_offset(index)"),
+                                                encoding="utf-8")
+    result = run_cli("scan", "train.py", "data/pairs.py", "--select", "SF101", "--output-format", "json", cwd=tmp_path)
+    assert json.loads(result.stdout)[0]["impact"] == "high"  # a call of its own: work the scan cannot see

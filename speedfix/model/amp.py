@@ -24,13 +24,13 @@ import libcst as cst
 from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE, engine_sixteen_bit, plugin_sixteen_bit
-from speedfix.model.flow import default_truth, in_no_run, off_by_default, reached_by_launch
+from speedfix.model.flow import assigned_name, default_truth, in_no_run, off_by_default, reached_by_launch
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import ACCELERATOR, launched_mixed_precision
 from speedfix.model.index import CallSite
 from speedfix.model.launch import option_passed
 from speedfix.model.networks import network_assignments, step_networks
-from speedfix.model.patterns import AUTOCAST
+from speedfix.model.patterns import AUTOCAST, EVALUATION_FUNCTION
 from speedfix.model.tensors import has_sync_before
 from speedfix.project.steps import LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
@@ -243,7 +243,7 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
     Unknown counts as yes (rules stay silent): a DeepSpeed engine whose config cannot be read. An autocast that is off by default does not count,
     nor do the 16-bit dtypes that only its options name."""
     casts = autocasts(ctx)
-    if autocast_passed_around(ctx) or any(cast.on_by_default for cast in casts):
+    if autocast_passed_around(ctx) or any(cast.on_by_default and not _evaluation_cast(ctx, cast) for cast in casts):
         return True
     if casts or autocast_passings(ctx) or _accelerate_in_fp32(ctx):
         return _low_precision_elsewhere(ctx) or _accelerate_launched_in_sixteen_bit(ctx)
@@ -255,6 +255,16 @@ def mixed_precision_by_default(ctx: FileContext) -> bool:
     if _prepared_by_a_configured_wrapper(ctx):
         return True  # its configuration decides
     return bool(ctx.calls_to(DEEPSPEED_INITIALIZE)) and engine_sixteen_bit(ctx) is not False  # its config decides
+
+
+def _evaluation_cast(ctx: FileContext, cast: Autocast) -> bool:
+    """An autocast in a function named for evaluation (diffusers' `log_validation`, which runs the
+    pipeline under `torch.autocast("cuda")`), in a file that trains elsewhere: not the precision
+    of its training steps."""
+    function = ctx.function_of(cast.site.stack)
+    return isinstance(function, cst.FunctionDef) and EVALUATION_FUNCTION.match(function.name.value) is not None \
+        and bool(ctx.step_loops or ctx.step_functions) and not any(
+            isinstance(frame.node, cst.FunctionDef) and frame.node in ctx.step_functions for frame in cast.site.stack)
 
 
 def _apex_in_fp32(ctx: FileContext, site: CallSite) -> bool:
@@ -326,8 +336,10 @@ def _accelerator_precisions(ctx: FileContext) -> list[str | None]:
 
 def gated_autocasts(ctx: FileContext) -> list[Autocast | Passing]:
     """The file's autocasts (and places that hand autocast around) when all of them are off by
-    default and nothing else runs in 16-bit."""
-    return [] if mixed_precision_by_default(ctx) else [*autocasts(ctx), *autocast_passings(ctx)]
+    default and nothing else runs in 16-bit; not an evaluation's (``_evaluation_cast``)."""
+    if mixed_precision_by_default(ctx):
+        return []
+    return [*(cast for cast in autocasts(ctx) if not _evaluation_cast(ctx, cast)), *autocast_passings(ctx)]
 
 
 def _low_precision_elsewhere(ctx: FileContext) -> bool:
@@ -415,10 +427,13 @@ def _sixteen_bit_casts(ctx: FileContext) -> bool:
 
 
 def _sixteen_bit_keyword(ctx: FileContext) -> bool:
+    networks = step_networks(ctx)
     for site in ctx.calls:
         if _own_code(ctx, site.func):
             continue  # the file's own class or function: its code shows what `fp16=` does there
         loading = (site.func or "").endswith(".from_pretrained")
+        if loading and networks and assigned_name(site) not in networks:
+            continue  # a pipeline loaded in fp16 to generate class images, not a network the steps run
         for arg in site.node.args:
             if arg.keyword is None:
                 continue

@@ -968,12 +968,14 @@ def _vars_of_parsed(ctx: FileContext, value: cst.BaseExpression) -> bool:
 
 def _add_argument_calls(ctx: FileContext) -> list[CallSite]:
     """`parser.add_argument(...)` calls, also through a short alias (`arg = parser.add_argument`,
-    then `arg('--workers', type=int, default=4)`); found once per file."""
+    then `arg('--workers', type=int, default=4)`; `add_arg = functools.partial(add_arguments,
+    argparser=parser)`); found once per file."""
     found = _ADD_ARGUMENT.get(ctx)
     if found is None:
         found = list(ctx.method_calls("add_argument"))
         aliases = {name for name, assignments in ctx.assignments.items() if "." not in name and assignments and all(
-            isinstance(a.value, cst.Attribute) and a.value.attr.value == "add_argument" for a in assignments)}
+            isinstance(a.value, cst.Attribute) and a.value.attr.value == "add_argument" or _partial_adder(ctx, a.value)
+            for a in assignments)}
         if aliases:
             found += [site for site in ctx.calls if isinstance(site.node.func, cst.Name) and site.node.func.value in aliases]
         _ADD_ARGUMENT[ctx] = found
@@ -981,6 +983,13 @@ def _add_argument_calls(ctx: FileContext) -> list[CallSite]:
 
 
 _ADD_ARGUMENT: WeakKeyDictionary[FileContext, list[CallSite]] = WeakKeyDictionary()
+
+
+def _partial_adder(ctx: FileContext, value: cst.BaseExpression) -> bool:
+    """`functools.partial(add_arguments, argparser=parser)` (PaddlePaddle's helper, then
+    `add_arg("fp16", type=bool, default=True, help=...)`): a function that adds `--fp16`."""
+    return isinstance(value, cst.Call) and ctx.qualname(value.func) == "functools.partial" and bool(value.args) \
+        and (dotted_name(value.args[0].value) or "").rsplit(".", 1)[-1] in ("add_argument", "add_arguments")
 
 
 def _defining(ctx: FileContext, dest: str) -> list[CallSite]:

@@ -95,7 +95,8 @@ class FileContext(FileIndex):
             place = self.nearest_loop(site.stack) or self.function_of(site.stack)
             if place is not None:
                 places[place] = places.get(place, False) or update
-        steps = {place for place, update in places.items() if update or not _inspects_gradients(place)}
+        steps = {place for place, update in places.items()
+                 if update or not (_inspects_gradients(place) or _input_gradients(place))}
         loops = {place for place in steps if isinstance(place, (cst.For, cst.While))}
         return loops, steps - loops
 
@@ -450,6 +451,29 @@ def _inspects_gradients(place: cst.CSTNode) -> bool:
             return False
         reads = reads or (isinstance(node, cst.Attribute) and node.attr.value == "grad")
     return reads
+
+
+def _input_gradients(place: cst.CSTNode) -> bool:
+    """Are the only gradients ``place`` reads those of tensors it makes itself to take them
+    (`var = torch.autograd.Variable(noise_pred.detach(), requires_grad=True)`, then `var.grad`:
+    a sampler's regulariser, an adversarial example), no weight's?"""
+    leaves: set[str] = set()
+    reads: list[str | None] = []
+    for node in walk_expression(place):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) \
+                and isinstance(node.value, cst.Call) and _makes_leaf(node.value):
+            leaves.add(node.targets[0].target.value)
+        elif isinstance(node, cst.Attribute) and node.attr.value == "grad":
+            reads.append(dotted_name(node.value))
+    return bool(reads) and all(name in leaves for name in reads)
+
+
+def _makes_leaf(call: cst.Call) -> bool:
+    """`Variable(x, requires_grad=True)`, `torch.tensor(..., requires_grad=True)`, `x.detach().requires_grad_()`."""
+    if any(arg.keyword is not None and arg.keyword.value == "requires_grad" and isinstance(arg.value, cst.Name)
+           and arg.value.value == "True" for arg in call.args):
+        return True
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "requires_grad_"
 
 
 def _mentions_grad(node: cst.CSTNode) -> bool:

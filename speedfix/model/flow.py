@@ -169,6 +169,16 @@ def false_in_every_run(ctx: FileContext, value: cst.BaseExpression, stack: Stack
     return all(_launch_truth(ctx, value, stack, _options(command)) is False for command in launch.launches(ctx))
 
 
+def truth_in_every_run(ctx: FileContext, value: cst.BaseExpression, stack: Stack) -> bool | None:
+    """The truth ``value`` (`args.fp16`, `default=True`) has with the script's defaults and with
+    every launch command of the project; None when a command changes it or it cannot be known."""
+    truth = default_truth(ctx, value, stack)
+    if truth is None or launch.launch_files_capped(ctx):
+        return None
+    return truth if all(_launch_truth(ctx, value, stack, _options(command)) is truth
+                        for command in launch.launches(ctx)) else None
+
+
 def gates(ctx: FileContext, statement: cst.BaseStatement | None) -> list[tuple[cst.BaseExpression, bool]]:
     """The tests of the `if`s on the way to ``statement``, each with the truth it needs to be run."""
     return list(_gates(ctx, statement))

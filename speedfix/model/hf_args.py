@@ -34,11 +34,12 @@ from typing import Any
 import libcst as cst
 
 from speedfix.model import launch
-from speedfix.model.arguments import UNKNOWN_VALUE, class_field_defaults, find_argument, known_value, string_value
+from speedfix.model.arguments import (UNKNOWN_VALUE, class_field_defaults, find_argument, known_value, option_read,
+                                      string_value)
 from speedfix.model.config_tree import load_mapping
 from speedfix.model.loaded_config import run_strings
 from speedfix.model.context import FileContext
-from speedfix.model.flow import compared, literal_value
+from speedfix.model.flow import compared, literal_value, truth_in_every_run
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import HF_ARGUMENT_PARSERS, HF_TRAINING_ARGUMENTS, TRL_CONFIGS
 from speedfix.model.index import CallSite
@@ -164,6 +165,9 @@ def call_setting(ctx: FileContext, site: CallSite, key: str) -> Setting:
     if found.unknown or found.node is None:
         return Setting(UNKNOWN, Source.CALL, arg=found.arg)
     value = known_value(ctx, found.node, site.stack)
+    if value is UNKNOWN_VALUE and option_read(found.node) is not None:  # `fp16=args.fp16` with `default=True`
+        truth = truth_in_every_run(ctx, found.node, site.stack)
+        value = UNKNOWN_VALUE if truth is None else truth
     return Setting(UNKNOWN if value is UNKNOWN_VALUE else value, Source.CALL, node=found.node, arg=found.arg)
 
 

@@ -58,6 +58,9 @@ class HydraMain:
     function: cst.FunctionDef
     composed: Composed | None
     names: frozenset[str]
+    # where the commands name different configs (`-cp conf/pretrain`, `-cp conf/finetune`): the
+    # others, each composed (``composed`` is the first)
+    variants: tuple[tuple[str, Composed], ...] = ()
 
 
 _MAINS: WeakKeyDictionary[FileContext, list[HydraMain]] = WeakKeyDictionary()
@@ -124,19 +127,58 @@ def _find_mains(ctx: FileContext) -> list[HydraMain]:
                               and ctx.qualname(d.decorator.func) in HYDRA_MAIN), None)
             if decorator is None:
                 continue
-            found.append(HydraMain(function, _compose(ctx, decorator, info), _holders(ctx, function)))
+            composed = [made for choice in _config_choices(ctx, decorator)
+                        if (made := _compose(ctx, *choice)) is not None]
+            found.append(HydraMain(function, composed[0][1] if composed else None, _holders(ctx, function),
+                                   tuple(composed[1:])))
     return found
 
 
-def _compose(ctx: FileContext, decorator: cst.Call, info: Any) -> Composed | None:
+def _config_choices(ctx: FileContext, decorator: cst.Call) -> list[tuple[str, str | None, str | None]]:
+    """(label, config_path, config_name) of each config the runs compose: the decorator's, or,
+    where the commands give `-cp`/`--config-path` or `-cn`/`--config-name` (uni2ts' `python -m
+    cli.train -cp conf/pretrain ...`), each distinct pair they give."""
+    site = next((s for s in ctx.calls if s.node is decorator), None)
+    if site is None:
+        return []
+    folder_name = string_value(ctx, find_argument(ctx, site, "config_path", 0).node, site.stack)
+    name = string_value(ctx, find_argument(ctx, site, "config_name", 1).node, site.stack)
+    given = {_command_config(command, folder_name, name) for command in launch.launches(ctx)}
+    if not given or given == {(folder_name, name)}:
+        return [("", folder_name, name)]
+    return [(f"-cp {path}" if path != folder_name else f"-cn {config}", path, config)
+            for path, config in sorted(given, key=lambda pair: (str(pair[0]), str(pair[1])))]
+
+
+_CONFIG_FLAGS = {"-cp": 0, "--config-path": 0, "--config_path": 0, "-cn": 1, "--config-name": 1, "--config_name": 1}
+
+
+def _command_config(command: launch.Launch, folder_name: str | None, name: str | None) -> tuple[str | None, str | None]:
+    """The config path and name one command runs the script with (its flags over the decorator's)."""
+    chosen = [folder_name, name]
+    words = command.words
+    for index, word in enumerate(words):
+        flag, equals, value = word.partition("=")
+        if flag in _CONFIG_FLAGS and (equals or index + 1 < len(words)):
+            chosen[_CONFIG_FLAGS[flag]] = value if equals else words[index + 1]
+    return chosen[0], chosen[1]
+
+
+def _overrides(command: launch.Launch) -> list[str]:
+    """The `key=value` overrides of a command (not its flags' values: `-cp conf/finetune`)."""
+    words = command.words or command.positional
+    found = []
+    for index, word in enumerate(words):
+        if word.startswith("-") or index and words[index - 1] in _CONFIG_FLAGS:
+            continue
+        found.append(word)
+    return found
+
+
+def _compose(ctx: FileContext, label: str, folder_name: str | None, name: str | None) -> tuple[str, Composed] | None:
     project = ctx.project
     if project is None:
         return None
-    site = next((s for s in ctx.calls if s.node is decorator), None)
-    if site is None:
-        return None
-    folder_name = string_value(ctx, find_argument(ctx, site, "config_path", 0).node, site.stack)
-    name = string_value(ctx, find_argument(ctx, site, "config_name", 1).node, site.stack)
     if name is None and folder_name is not None and folder_name.endswith((".yaml", ".yml")):
         folder_name, _, name = folder_name.rpartition("/")  # hydra 0.x: `config_path="config.yaml"`, the file
         folder_name = folder_name or "."
@@ -155,7 +197,7 @@ def _compose(ctx: FileContext, decorator: cst.Call, info: Any) -> Composed | Non
     _compose_file(project, composed, path, (), None, 0, groups)
     for keys, node in values.items():
         _set(composed.tree, keys, node)
-    return composed
+    return label, composed
 
 
 def _command_overrides(ctx: FileContext, project: ProjectFiles, folder: Path
@@ -166,7 +208,7 @@ def _command_overrides(ctx: FileContext, project: ProjectFiles, folder: Path
     values: dict[tuple[str, ...], Node] = {}
     disputed: set[str] = set()
     for command in launch.launches(ctx):
-        for word in command.positional:
+        for word in _overrides(command):
             key, equals, text = word.partition("=")
             key = key.lstrip("+")
             if not equals or not key or key.startswith("~") or key in disputed or not _KEY.match(key):

@@ -74,6 +74,7 @@ class Launch:
     where: dict[str, Location] = field(default_factory=dict)  # the line of each option
     positional: tuple[str, ...] = ()  # the words after the script before its first option
     direct: bool = True  # runs the script itself, not a file beside it that imports it (``_wrappers``)
+    words: tuple[str, ...] = ()  # every word after the script, up to the end of the command (hydra's `-cp conf x=1`)
 
     @property
     def at(self) -> Location:
@@ -736,7 +737,12 @@ def _launch(path: Path, start: int, physical: list[tuple[int, str]], before: lis
         if word.startswith("-") or word in _SEPARATORS:
             break
         positional.append(word)
-    return Launch(path, start, launcher, _options(before), options, where, tuple(positional))
+    words = []
+    for word in after:
+        if word in _SEPARATORS:
+            break
+        words.append(word)
+    return Launch(path, start, launcher, _options(before), options, where, tuple(positional), words=tuple(words))
 
 
 def _options(words: list[str]) -> dict[str, object]:

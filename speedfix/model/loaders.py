@@ -790,9 +790,17 @@ def evaluation_only(ctx: FileContext, site: CallSite) -> bool:
     name = assigned_name(site)
     if name is None or iterated_per_epoch(ctx, name):
         return False
+    home = ctx.function_of(site.stack)
     iterating = [info for info in ctx.loops.values()
-                 if info.iter is not None and dotted_name(unwrap_iterable(info.iter)) == name]
+                 if info.iter is not None and dotted_name(unwrap_iterable(info.iter)) == name
+                 and _same_binding(ctx, name, home, ctx.function_of(info.stack))]
     return bool(iterating) and not any(info.node in ctx.training_loops for info in iterating)
+
+
+def _same_binding(ctx: FileContext, name: str, home: cst.CSTNode | None, there: cst.CSTNode | None) -> bool:
+    """Is ``name`` in function ``there`` the one bound in ``home``: the same function, or one that
+    binds no such name of its own (Crossformer's `_get_data` and `test` each make a `data_loader`)?"""
+    return there is home or there is None or not ctx.assignments_in(there, name)
 
 
 def built_for_one_pass(ctx: FileContext, site: CallSite) -> bool:

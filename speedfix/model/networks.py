@@ -883,6 +883,8 @@ def frozen_before(ctx: FileContext, site: CallSite) -> bool:
             continue
         if any(True for _ in gates(ctx, info.node)):
             continue  # frozen only in some runs (sr3's `if opt['model']['finetune_norm']:`)
+        if _submodule_unfrozen(ctx, model, function):
+            return False  # `model.unet.requires_grad_(True)` afterwards: most of the model trains again
         target = info.targets[-1]  # `param` of `for name, param in model.named_parameters():`
         for node in walk_expression(info.node.body):
             if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value == "False" and any(
@@ -891,6 +893,17 @@ def frozen_before(ctx: FileContext, site: CallSite) -> bool:
             if isinstance(node, cst.Call) and dotted_name(node.func) == f"{target}.requires_grad_" and node.args \
                     and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == "False":
                 return True
+    return False
+
+
+def _submodule_unfrozen(ctx: FileContext, model: str, function: cst.CSTNode | None) -> bool:
+    """Does ``function`` switch a whole submodule of ``model`` back on (`model.unet.requires_grad_(True)`,
+    fastcomposer), rather than a head picked by name?"""
+    for site in ctx.method_calls("requires_grad_"):
+        receiver = dotted_name(site.node.func.value) if isinstance(site.node.func, cst.Attribute) else None
+        on = not site.node.args or (isinstance(site.node.args[0].value, cst.Name) and site.node.args[0].value.value == "True")
+        if on and receiver is not None and receiver.startswith(model + ".") and ctx.function_of(site.stack) is function:
+            return True
     return False
 
 

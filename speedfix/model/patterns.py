@@ -14,6 +14,7 @@ import libcst as cst
 from speedfix.model.context import FileContext
 from speedfix.model.flow import comes_before, default_choice, default_truth, off_by_default, passed_arguments, returned_values
 from speedfix.model.frames import Stack
+from speedfix.model.project_classes import project_class
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
 from speedfix.project.steps import (CUDNN_CHOICES, DETERMINISM_HELPERS, DETERMINISTIC_ALGORITHMS, NO_GRAD_CALLS,
@@ -165,15 +166,20 @@ _ARRAY_METHODS = frozenset({"astype", "copy", "reshape", "transpose", "squeeze",
                             "randint", "random", "rand", "randn", "uniform", "choice", "shuffle", "append"})
 
 
+# A function named for evaluation, not training: `eval`, `validate`, `test_epoch`, diffusers'
+# `log_validation`
+EVALUATION_FUNCTION = re.compile(r"^_?(?:log_)?(?:eval|evaluate|evaluation|valid|validate|validation|test|predict)(?:_|$)")
+
+
 def held_items_class(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> str | None:
-    """The Dataset class of the file, when its `__getitem__` only picks, crops, pads and reshapes
+    """The Dataset class of the file (or of another file of the project), when its `__getitem__` only picks, crops, pads and reshapes
     arrays it already holds (autovc's mel-spectrograms loaded in `__init__`, cropped at random in
     `__getitem__`): no file read, no decoding, no transform or tokenizer, only array and random
     functions of numpy/torch, a few builtins and the arrays' own methods. None otherwise."""
     call = constructor_call(ctx, dataset, stack)
     info = ctx.classes.get(dotted_name(call.func) or "") if call is not None else None
     if info is None:
-        return None
+        return _held_items_elsewhere(ctx, call)
     getters = [function.node for function in ctx.functions.get("__getitem__", ()) if function.class_name == info.name]
     if len(getters) != 1:
         return None
@@ -181,6 +187,25 @@ def held_items_class(ctx: FileContext, dataset: cst.BaseExpression | None, stack
         if isinstance(node, cst.Call) and not _array_call(ctx, node):
             return None
     return info.name
+
+
+def _held_items_elsewhere(ctx: FileContext, call: cst.Call | None) -> str | None:
+    """The same for a Dataset class another file of the project defines (Crossformer's
+    `Dataset_MTS`, whose `__getitem__` slices the arrays it loaded in `__init__`)."""
+    qualified = ctx.qualname(call.func) if call is not None else None
+    if ctx.project is None or qualified is None or "." not in qualified:
+        return None
+    defined = project_class(ctx.project, qualified)
+    if defined is None or not defined.has_items or not all(map(_array_name, defined.item_calls_qualified)):
+        return None
+    return qualified.rsplit(".", 1)[-1]
+
+
+def _array_name(name: str) -> bool:
+    """``_array_call`` for a call written `numpy.random.randint` (qualified), `len`, `x.astype`."""
+    if name.startswith(_ARRAY_MODULES):
+        return name.rsplit(".", 1)[-1] not in _READERS
+    return name in _BUILTINS if "." not in name else name.rsplit(".", 1)[-1] in _ARRAY_METHODS
 
 
 def _array_call(ctx: FileContext, call: cst.Call) -> bool:

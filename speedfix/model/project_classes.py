@@ -26,6 +26,9 @@ class ProjectClass:
     forwards_init: bool  # no `__init__`, or one that hands `*args, **kwargs` to the base unchanged
     item_calls: tuple[str, ...] = ()  # the calls its `__getitem__` makes, as written (`self.tokenizer`, `Image.open`)
     own_keywords: tuple[str, ...] = ()  # keyword-only parameters that such an `__init__` keeps for itself
+    has_items: bool = False  # it defines `__getitem__`
+    # the calls its `__getitem__` makes, qualified through the module's imports (`numpy.random.randint`)
+    item_calls_qualified: tuple[str, ...] = ()
 
 
 def project_class(project: ProjectFiles, qualified: str, *, beside_script: bool = False) -> ProjectClass | None:
@@ -110,7 +113,8 @@ def _find(project: ProjectFiles, path: Path, name: str, *, follow: bool) -> Proj
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef) and statement.name == name:
             return ProjectClass(tuple(_qualified(base, imports) for base in statement.bases), _fields(statement),
-                                forwards_init(statement), _item_calls(statement), own_keywords(statement))
+                                forwards_init(statement), _item_calls(statement), own_keywords(statement),
+                                _getitem(statement) is not None, _item_calls(statement, imports))
         if isinstance(statement, ast.Import):
             for alias in statement.names:
                 imports[alias.asname or alias.name.split(".", 1)[0]] = alias.name if alias.asname else alias.name.split(".", 1)[0]
@@ -148,14 +152,19 @@ def _init(node: ast.ClassDef) -> ast.FunctionDef | None:
     return next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
 
 
-def _item_calls(node: ast.ClassDef) -> tuple[str, ...]:
-    """What `__getitem__` calls, as dotted names (`self.tokenizer`, `Image.open`): the work a
-    DataLoader does for each sample."""
-    method = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__getitem__"), None)
+def _item_calls(node: ast.ClassDef, imports: dict[str, str] | None = None) -> tuple[str, ...]:
+    """What `__getitem__` calls, as dotted names (`self.tokenizer`, `Image.open`; qualified
+    through ``imports`` when given: `numpy.random.randint`): the work a DataLoader does for each
+    sample."""
+    method = _getitem(node)
     if method is None:
         return ()
     return tuple(dict.fromkeys(name for call in ast.walk(method) if isinstance(call, ast.Call)
-                               and (name := _qualified(call.func, {}))))
+                               and (name := _qualified(call.func, imports or {}))))
+
+
+def _getitem(node: ast.ClassDef) -> ast.FunctionDef | None:
+    return next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__getitem__"), None)
 
 
 def _forwards(node: ast.AST, star: str, double: str) -> bool:

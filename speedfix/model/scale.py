@@ -27,7 +27,7 @@ from speedfix.model.model_size import estimated_parameters
 from speedfix.model.networks import (builds, built_classes, fresh_assignments, is_conv_architecture, may_train,
                                       model_classes, optimized_module, peel, project_builds_matmuls, project_builds_rnn,
                                       project_conv_dims, project_known_matmuls, trained_models, zoo_architecture)
-from speedfix.model.patterns import NO_GRAD, OPTIMIZER_PREFIX, unwrap_iterable
+from speedfix.model.patterns import EVALUATION_FUNCTION, NO_GRAD, OPTIMIZER_PREFIX, unwrap_iterable
 from speedfix.project.steps import CONV_LAYERS, MATMUL_LAYERS, MATMUL_METHODS, layer_kind
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import parameter_default, walk_expression
@@ -141,9 +141,6 @@ def evaluation_feed(ctx: FileContext, site: CallSite) -> bool:
     return True
 
 
-_EVALUATION_FUNCTION = re.compile(r"^_?(?:eval|evaluate|evaluation|valid|validate|validation|test|predict)(?:_|$)")
-
-
 def _read_in_evaluation_methods(ctx: FileContext, site: CallSite) -> bool:
     """A loader named for evaluation (`self.eval_dataloader`) that only functions named for it
     iterate (`def eval(self):`), where the training loop of the file is another's to see (a
@@ -154,7 +151,7 @@ def _read_in_evaluation_methods(ctx: FileContext, site: CallSite) -> bool:
     loops = [loop for loop, iterates in _iterations(ctx, names) if iterates]
     return bool(loops) and all(
         isinstance(function := ctx.function_of(ctx.loops[loop].stack), cst.FunctionDef)
-        and _EVALUATION_FUNCTION.match(function.name.value) is not None for loop in loops)
+        and EVALUATION_FUNCTION.match(function.name.value) is not None for loop in loops)
 
 
 _LIGHTNING_EVALUATION_HOOKS = frozenset({"val_dataloader", "test_dataloader", "predict_dataloader"})
@@ -266,7 +263,37 @@ def _loader_names(ctx: FileContext, site: CallSite) -> frozenset[str]:
     function = ctx.function_of(site.stack)
     if isinstance(function, cst.FunctionDef) and is_returned(function, site):
         names.add(function.name.value)
+        names.update(_bound_from_calls(ctx, function, site))
     return frozenset(names)
+
+
+def _bound_from_calls(ctx: FileContext, function: cst.FunctionDef, site: CallSite) -> set[str]:
+    """The names the file binds the returned loader to where it calls ``function``: Informer's
+    `train_data, train_loader = self._get_data(flag="train")` after `return data_set, data_loader`."""
+    position = _returned_position(function, site)
+    if position is None:
+        return set()
+    called = {function.name.value, f"self.{function.name.value}"}
+    return {target for target, assignments in ctx.assignments.items() for a in assignments
+            if isinstance(a.value, cst.Call) and dotted_name(a.value.func) in called and not a.augmented
+            and a.position == (None if position < 0 else position) and a.unpacked == (position >= 0)}
+
+
+def _returned_position(function: cst.FunctionDef, site: CallSite) -> int | None:
+    """Where every `return` of ``function`` puts what ``site`` makes: -1 (the value itself), the
+    index in the tuple it returns, or None (elsewhere, or the returns differ)."""
+    name = assigned_name(site)
+    found: set[int] = set()
+    for node in walk_expression(function.body):
+        if type(node) is not cst.Return or node.value is None:
+            continue
+        value = node.value
+        if value is site.node or name is not None and dotted_name(value) == name:
+            found.add(-1)
+        elif isinstance(value, cst.Tuple):
+            found.update(index for index, element in enumerate(value.elements)
+                         if element.value is site.node or name is not None and dotted_name(element.value) == name)
+    return found.pop() if len(found) == 1 else None
 
 
 def _iterations(ctx: FileContext, names: frozenset[str]) -> list[tuple[cst.CSTNode, bool]]:
