@@ -6,6 +6,8 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Rule
 from speedfix.fixes.removal import NOT_ALONE, call_removal
 from speedfix.model.branches import BranchTracker, frequency
+from speedfix.model.context import FileContext
+from speedfix.model.flow import in_no_run
 from speedfix.model.index import CallSite
 
 
@@ -15,6 +17,8 @@ def report_loop_call(rule: Rule, site: CallSite, what: str, every_step: str, eac
     or it runs under an opt-in flag (no fix there: the user asked for it); nothing once or on an
     error path. ``rule`` is a ``BranchTracker`` that tracks the call."""
     assert isinstance(rule, BranchTracker)
+    if _in_no_run(rule.ctx, site):
+        return
     how_often = frequency(rule.ctx, site.stack, rule.branches_at(site.node))
     if how_often is None:
         return
@@ -26,3 +30,14 @@ def report_loop_call(rule: Rule, site: CallSite, what: str, every_step: str, eac
         rule.report(site.node, message, severity=Severity.INFO, no_fix_reason=f"it only runs while `{how_often.flag}` is on")
     else:
         rule.report(site.node, message, severity=Severity.INFO, fix_ops=call_removal(rule.ctx, site), no_fix_reason=NOT_ALONE)
+
+
+def _in_no_run(ctx: FileContext, site: CallSite) -> bool:
+    """Does no run make the call: it lies under a flag no launch command turns on, or every call
+    of its function does (`if args.use_ema: ema_unet.step(...)`, the `empty_cache()` inside
+    `EMAModel.step`)?"""
+    if in_no_run(ctx, site.statement, site.stack):
+        return True
+    function = ctx.function_of(site.stack)
+    callers = ctx.local_callers(function) if function is not None else []
+    return bool(callers) and all(in_no_run(ctx, caller.statement, caller.stack) for caller in callers)

@@ -10,6 +10,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import reference, string_literal
 from speedfix.model.amp import Autocast, Passing, Precision, autocasts, gated_autocasts, mixed_precision_by_default
 from speedfix.model.arguments import find_argument
+from speedfix.model.autograd import runs_network
 from speedfix.model.forward import (assigned_names, backward_calls, calls_model, forward_range, read_names, statement_block, steps,
                               wrap)
 from speedfix.model.flow import in_no_run
@@ -60,7 +61,9 @@ class NoMixedPrecision(Rule):
     builds, `self.agent.update(...)`, and the `update_critic()` it runs): the run waits on the simulator,
     and its small policy and value networks on batches of tens leave the GPU idle anyway. A
     backward pass whose step is an optimizer's over standalone tensors (PPO-Lagrangian's
-    `SGD([self.log_lambda])`) runs no network and is no training step here.
+    `SGD([self.log_lambda])`) runs no network and is no training step here; nor is the
+    `loss.backward()` of a helper handed the loss (`def update_params(optim, loss):`) in a file
+    that runs no network: the forward pass, and autocast, belong to its callers.
 
     ## Why is this bad?
     Tensor cores run bf16 and fp16 matmuls and convolutions several times faster than fp32 (even
@@ -192,6 +195,19 @@ class NoMixedPrecision(Rule):
                             noise_pred = noise_pred - 20.0 * grad
                     latents = scheduler.step(noise_pred, t, latents).prev_sample
                 return latents
+            """,
+        ),
+        Valid(  # a helper of the project's utils that steps a loss its callers computed (sac-discrete)
+            """
+            import torch
+
+            def update_params(optim, loss, retain_graph=False):
+                optim.zero_grad()
+                loss.backward(retain_graph=retain_graph)
+                optim.step()
+
+            def sync_device():
+                torch.cuda.synchronize()
             """,
         ),
         Valid(  # PPO-Lagrangian: the multiplier's own update runs no network; the engine steps the policy
@@ -887,9 +903,9 @@ class NoMixedPrecision(Rule):
         by_block: dict[int, list[tuple[CallSite, tuple[cst.CSTNode, list[cst.BaseStatement]] | None]]] = defaultdict(list)
         # not apex's `scaled_loss.backward()` under an `if args.fp16:` that no run turns on
         trains = [site for site in trains if not in_no_run(ctx, site.statement, site.stack)] or trains
-        trains = [site for site in trains if not self._steps_tensors_only(site)]
+        trains = [site for site in trains if not self._steps_tensors_only(site) and not self._handed_loss(site)]
         if not trains:
-            return  # a Lagrange multiplier's update: no network runs in it
+            return  # a Lagrange multiplier's update, or a helper's backward of a loss its callers computed
         for site in trains:
             owner = statement_owner(ctx, site.statement) if site.statement is not None else None
             key = id(owner[0]) if owner is not None else id(site.node)
@@ -901,6 +917,17 @@ class NoMixedPrecision(Rule):
             by_loop[id(self._loop_of(sites[0][0]))].append(sites)
         for blocks in by_loop.values():
             self._report_loop(blocks)
+
+    def _handed_loss(self, site: CallSite) -> bool:
+        """`def update_params(optim, loss): ... loss.backward()` in a file that runs no network
+        (sac-discrete's `utils.py`): the forward pass, and the place for autocast, is the caller's."""
+        function = self.ctx.function_of(site.stack)
+        receiver = site.node.func.value if isinstance(site.node.func, cst.Attribute) else None
+        if not isinstance(function, cst.FunctionDef) or not isinstance(receiver, cst.Name):
+            return False
+        if receiver.value not in {param.name.value for param in (*function.params.params, *function.params.kwonly_params)}:
+            return False
+        return not any(runs_network(self.ctx, call) for call in self.ctx.calls)
 
     def _steps_tensors_only(self, site: CallSite) -> bool:
         """Is the backward's step (the first `opt.step()` after it in its block) one of an

@@ -17,7 +17,9 @@ class EmptyCacheInLoop(BranchTracker, Rule):
     "every N batches" under a `if step % N == 0:` guard, or under an opt-in debugging flag, is an
     info note (its cost is spread over N steps); every 1,000 steps or more, by a number the file
     states, it is left alone (a thousandth of the run at most). After an out-of-memory error (an `except`
-    handler) or in a branch that runs once it is left alone: that is what the call is for.
+    handler) or in a branch that runs once it is left alone: that is what the call is for. So it
+    is under an option that is off by default and that no launch command passes (`if
+    args.use_ema:`, also around the call of the method that makes it: an `EMAModel.step`).
 
     ## Why is this bad?
     `empty_cache()` hands cached blocks back to the driver. It "doesn't increase the amount of GPU
@@ -79,6 +81,29 @@ class EmptyCacheInLoop(BranchTracker, Rule):
     tracked_calls = frozenset({"empty_cache"})
 
     VALID = [
+        Valid(  # an EMA helper's `step()` empties the cache, but only `--use_ema` runs it, and no launch passes it
+            """
+            import argparse
+            import torch
+
+            class EMAModel:
+                def step(self, parameters):
+                    for shadow, param in zip(self.shadow, parameters):
+                        shadow.sub_(0.01 * (shadow - param))
+                    torch.cuda.empty_cache()
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--use_ema", action="store_true")
+            args = parser.parse_args()
+            ema = EMAModel()
+            for x in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                if args.use_ema:
+                    ema.step(model.parameters())
+            """,
+        ),
         Valid(  # once, before evaluation
             """
             import torch

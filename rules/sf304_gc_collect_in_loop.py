@@ -13,7 +13,9 @@ class GcCollectInLoop(BranchTracker, Rule):
     Finds `gc.collect()` inside the training loop. On every step it is a warning; "every N steps"
     under a `if step % N == 0:` guard, or under an opt-in debugging flag, is an info note (its cost
     is spread over N steps); every 1,000 steps or more, by a number the file states, it is left
-    alone. In an `except` handler or a branch that runs once it is left alone.
+    alone. In an `except` handler or a branch that runs once it is left alone, and under an
+    option that is off by default and that no launch command passes (also around the call of
+    the method that makes it).
 
     ## Why is this bad?
     A full collection walks every tracked Python object, and a training process holds many

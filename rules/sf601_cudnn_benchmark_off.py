@@ -7,6 +7,8 @@ from speedfix.model.flow import default_choice, in_no_run, off_by_default
 from speedfix.model.frameworks import LIGHTNING_CLI, LIGHTNING_TRAINER
 from speedfix.model.index import CallSite
 from speedfix.model.lightning_config import configured_trainers
+from speedfix.model.loader_classes import dataloader_calls
+from speedfix.model.loaders import pads_to_longest
 from speedfix.model.frames import class_of
 from speedfix.model.networks import (is_conv_architecture, never_used, project_conv_dims, runs_only_periodically,
                                       self_optimizing_classes, zoo_architecture)
@@ -83,7 +85,9 @@ class CudnnBenchmarkOff(Rule):
 
     ## Impact
     Medium. Low for a small model (under 10M parameters, counted from the layers the file
-    writes). High when cuDNN is switched off in a model with convolutions, recurrent layers or
+    writes), and where the batches are padded to their longest sample (a `collate_fn` that
+    calls `pad_sequence`, in the file or another of the project): their shapes change, and
+    benchmark mode tunes again for every new one. High when cuDNN is switched off in a model with convolutions, recurrent layers or
     batch norm, whatever its size: every one of them runs without it; low when the model is a
     matmul network without them (a transformer, an MLP: cuBLAS runs its matmuls), medium when the
     scan cannot see its layers.
@@ -445,6 +449,10 @@ class CudnnBenchmarkOff(Rule):
                 return Estimate(Impact.MEDIUM, "cuDNN is off; the scan cannot see whether the model has "
                                                "convolutions, recurrent layers or batch norm")
             return Estimate(Impact.HIGH, "cuDNN is off: convolutions run PyTorch's own kernels")
+        padded = next((site for site in dataloader_calls(self.ctx) if pads_to_longest(self.ctx, site)), None)
+        if padded is not None:
+            return Estimate(Impact.LOW, "the batches are padded to their longest sample, so their shapes change: "
+                                        "benchmark mode tunes again for every new shape")
         return small_model(self.ctx, Impact.LOW)
 
     def finish(self) -> None:

@@ -32,9 +32,10 @@ class AccelerateNoMixedPrecision(Rule):
     takes the setting from `accelerate launch --mixed_precision`, the config file it is given,
     or the user's `accelerate config`, and else trains in fp32. So the project's launch commands
     are read (shell scripts and README commands that run the script, and the Accelerate YAML
-    their `--config_file` names): when every one of them sets a precision, that one counts;
-    when one runs the script without (or there is none), the default run is fp32 and is
-    reported as an info note (a machine-wide `accelerate config` may still set it; not where the
+    their `--config_file` names): when every one of them sets a precision, that one counts
+    (`--mixed_precision="no"` in each: fp32 for certain, a warning); when one runs the script
+    without (or there is none), the default run is fp32 and is reported as an info note (of
+    medium impact where there is none: a machine-wide `accelerate config` may still set it; not where the
     `DeepSpeedPlugin(hf_ds_config=...)` it is given names a config that enables bf16 or fp16),
     also beside commands whose config file is not in the project (`accelerate config
     --config_file config.yaml` writes it on the user's machine). An
@@ -285,6 +286,8 @@ class AccelerateNoMixedPrecision(Rule):
         return by_message(finding, (
             ('`mixed_precision="fp16"`', Impact.MEDIUM, _FP16_REASON),  # in the call
             (": fp16` (", Impact.MEDIUM, _FP16_REASON),  # in a config file spread into the function
+            (_NO_LAUNCH_SETS_IT, Impact.MEDIUM, "no launch command of the project shows how it is run: a machine-wide "
+                                                "`accelerate config` may well set the precision"),
         )) or small_model(self.ctx, Impact.MEDIUM)
 
     def _check_launched(self, site: CallSite, original: cst.Arg | None) -> None:
@@ -300,17 +303,27 @@ class AccelerateNoMixedPrecision(Rule):
             message = ('every launch command runs `mixed_precision="fp16"`, which scales the loss and checks every '
                        'gradient for inf each step; "bf16" needs neither')
         else:
-            shown = "no launch command of the project sets it" if not any(chosen) else \
-                "a launch command of the project runs the script without it"
+            if chosen and all(value == "no" for value in chosen):
+                shown = 'every launch command runs it with `--mixed_precision="no"`'
+            elif "no" in chosen:
+                shown = 'a launch command of the project runs it with `--mixed_precision="no"`'
+            elif not any(chosen):
+                shown = _NO_LAUNCH_SETS_IT
+            else:
+                shown = "a launch command of the project runs the script without it"
             message = ("`Accelerator()` leaves `mixed_precision` to `accelerate launch` or its config file, and "
                        f"{shown}: the default run trains in fp32")
+        certain = bool(chosen) and all(value == "no" for value in chosen)
         self.report(
             original or site.node,
             message,
-            severity=Severity.INFO,
+            severity=Severity.WARNING if certain else Severity.INFO,
             no_fix_reason='a machine-wide `accelerate config` may set it: pass `mixed_precision="bf16"` to '
             "`Accelerator(...)` or `--mixed_precision bf16` to `accelerate launch` on Ampere and newer GPUs",
         )
+
+
+_NO_LAUNCH_SETS_IT = "no launch command of the project sets it"
 
 
 def _is_none(ctx: FileContext, node: cst.BaseExpression | None, site: CallSite) -> bool:

@@ -13,6 +13,7 @@ from speedfix.model.deepspeed_config import MARKERS, UNRESOLVED, DeepSpeedConfig
 from speedfix.model.hardware import pre_ampere_only
 from speedfix.model.versions import v
 from speedfix.rules._impact import Estimate, Finding, compile_gain
+from speedfix.syntax.nodes import code_of
 
 # DeepSpeed's default bucket size (elements) for gradient reduction and parameter all-gathers.
 _DEFAULT_BUCKET = 500_000_000
@@ -36,7 +37,8 @@ class DeepSpeedConfigRule(Rule):
     """
     ## What it does
     Reads the DeepSpeed config a script passes: a dict written in the script
-    (`deepspeed.initialize(..., config=ds_config)`), or a JSON file it names
+    (`deepspeed.initialize(..., config=ds_config)`), or returned by a helper of another scanned
+    file (DeepSpeed-Chat's `ds_config = get_train_ds_config(...)`), or a JSON file it names
     (`config="ds_config.json"`, `TrainingArguments(deepspeed="ds_z2.json")`,
     `HfDeepSpeedConfig(...)`, `DeepSpeedPlugin(hf_ds_config=...)`, a `--deepspeed_config`
     default) that lies beside the script or in the current folder, or a JSON file the script
@@ -276,9 +278,12 @@ class DeepSpeedConfigRule(Rule):
             if where is not None:
                 self.report_at(where, message, severity=severity,
                                no_fix_reason="the config is a JSON file: speedfix rewrites Python only")
-            elif config.node is not None:
+            elif config.node is not None and config.file is not None:
                 self.report(config.node, f"`{config.file}`: {message}", severity=severity,
                             no_fix_reason="the config is a JSON file: speedfix rewrites Python only")
+            elif isinstance(config.node, cst.Call):  # DeepSpeed-Chat's `get_train_ds_config(...)` of another file
+                self.report(config.node, f"the config `{code_of(config.node.func)}(...)` returns: {message}",
+                            severity=severity, no_fix_reason="the dict is written in another file of the project")
 
     def impact_here(self, finding: Finding) -> Estimate | None:
         return compile_gain(self.ctx) if _COMPILE_NOTE in finding.message else None

@@ -276,6 +276,26 @@ def test_a_launch_script_runs_the_file_of_that_name_nearest_to_it(write, run_cli
     assert "keep slow defaults: fp32" in result.stdout  # the command runs flax/train.py, not this script
 
 
+@pytest.mark.parametrize("precision, reported", [('"fp16": {"enabled": True, "loss_scale_window": 100}', True),
+                                                ('"bf16": {"enabled": True}', False)])
+def test_a_deepspeed_dict_a_helper_of_another_file_returns_is_read(precision, reported, write, run_cli, tmp_path):
+    """DeepSpeed-Chat and its forks (Yi's fine-tuning): `ds_config = get_train_ds_config(...)` of
+    `utils/ds_utils.py`, which returns a dict literal."""
+    write("utils/__init__.py", "")
+    write("utils/ds_utils.py", "GLOBAL_BATCH_SIZE = 32\n\n\ndef get_train_ds_config(offload, stage=2):\n"
+                               "    zero = {'stage': stage, 'offload_optimizer': {'device': 'cpu' if offload else 'none'}}\n"
+                               "    return {\n        'train_batch_size': GLOBAL_BATCH_SIZE,\n        'zero_optimization': zero,\n"
+                               f"        {precision},\n        'gradient_clipping': 1.0,\n    }}\n")
+    write("main.py", "import deepspeed\nimport torch\nfrom utils.ds_utils import get_train_ds_config\n\n"
+                     "ds_config = get_train_ds_config(offload=False)\nmodel = Net()\n"
+                     "optimizer = torch.optim.AdamW(model.parameters(), fused=True)\n"
+                     "engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config)\n"
+                     "for batch in loader:\n    loss = engine(batch.cuda())\n    engine.backward(loss)\n    engine.step()\n")
+    found = run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path).stdout
+    assert ("main.py:5:13: SF905 the config `get_train_ds_config(...)` returns: \"fp16\" trains with dynamic loss scaling"
+            in found) is reported, found
+
+
 def test_a_deepspeed_json_named_by_a_launch_script_is_read(write, run_cli, tmp_path):
     write("train.py", HF_SCRIPT)
     write("run.sh", "deepspeed train.py --output_dir out --bf16 True --deepspeed ds/z2.json\n")
@@ -416,6 +436,47 @@ def test_accelerate_precision_from_the_launch_config_file(write, run_cli, tmp_pa
     write("README.md", "```bash\npython train.py  # from a server with a GPU\n```\n")
     assert "a launch command of the project runs the script without it" in \
         run_cli("scan", ".", "--select", "SF904", "--no-summary", cwd=tmp_path).stdout
+
+
+_DIFFUSERS_ACCELERATE = """\
+import argparse
+import torch
+from accelerate import Accelerator
+from diffusers import UNet2DConditionModel
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--mixed_precision", type=str, default=None, choices=["no", "fp16", "bf16"])
+args = parser.parse_args()
+accelerator = Accelerator(mixed_precision=args.mixed_precision)
+weight_dtype = torch.float32
+if accelerator.mixed_precision == "fp16":
+    weight_dtype = torch.float16
+elif accelerator.mixed_precision == "bf16":
+    weight_dtype = torch.bfloat16
+unet = UNet2DConditionModel.from_pretrained("some/model", subfolder="unet")
+vae.to(accelerator.device, dtype=weight_dtype)
+optimizer = torch.optim.AdamW(unet.parameters(), fused=True)
+unet, optimizer, loader = accelerator.prepare(unet, optimizer, loader)
+for batch in loader:
+    loss = unet(batch["x"], batch["t"], batch["c"]).sample.pow(2).mean()
+    accelerator.backward(loss)
+    optimizer.step()
+"""
+
+
+def test_accelerate_launched_with_mixed_precision_no_trains_in_fp32(write, run_cli, tmp_path):
+    """AudioEditing: `accelerate launch --mixed_precision="no" train.py` in every launch script, a
+    diffusers `weight_dtype` chosen by `accelerator.mixed_precision`: the run is fp32 for certain
+    (a warning, and TF32 advice); with no launch command the machine's `accelerate config` may
+    set it (an info note of medium impact, no TF32 advice)."""
+    write("train.py", _DIFFUSERS_ACCELERATE)
+    found = json.loads(run_cli("scan", ".", "--select", "SF904,SF201", "--output-format", "json", cwd=tmp_path).stdout)
+    assert [(f["code"], f["severity"], f["impact"]) for f in found] == [("SF904", "info", "medium")]
+    write("train.sh", 'accelerate launch --mixed_precision="no" --num_processes=8 train.py --mixed_precision="no"\n')
+    found = json.loads(run_cli("scan", ".", "--select", "SF904,SF201", "--output-format", "json", cwd=tmp_path).stdout)
+    assert sorted(f["code"] for f in found) == ["SF201", "SF904"], found
+    (fp32,) = [f for f in found if f["code"] == "SF904"]
+    assert 'every launch command runs it with `--mixed_precision="no"`' in fp32["message"] and fp32["severity"] == "warning"
 
 
 _GATED_AMP_UNDER_ACCELERATE = """\

@@ -760,3 +760,16 @@ def test_options_a_partial_of_an_add_arguments_helper_defines(command, fp16_advi
         write("run.sh", command)
     found = _findings(run_cli, tmp_path, "SF902")
     assert any("`fp16=True` scales the loss" in f["message"] for f in found) is fp16_advice, found
+
+
+# the module run by its package's `__main__.py` above, with the worker count reset by `set_defaults`
+SET_DEFAULTS = MODULE_MAIN.replace('parser.add_argument("--num_workers", type=int, default=0)\n',
+                                   'parser.add_argument("--num_workers", type=int, default=8)\n'
+                                   'parser.set_defaults(num_workers={workers})\n')
+
+
+@pytest.mark.parametrize("workers, reported", [(0, True), (8, False)])
+def test_a_default_parser_set_defaults_sets_wins_over_the_arguments_own(workers, reported, write, run_cli, tmp_path):
+    """diffpool: `parser.set_defaults(num_workers=1, ...)` after the `add_argument` calls."""
+    write("train.py", SET_DEFAULTS.format(workers=workers))
+    assert bool(_findings(run_cli, tmp_path, "SF101")) is reported

@@ -209,6 +209,36 @@ def test_a_network_handed_to_the_training_function_is_the_one_its_callers_build(
     assert tf32["impact"] == "low" and "conv net" in tf32["impact_reason"]
 
 
+PADDED_CONV_TRAINING = """\
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+from data import collate_batch
+
+model = nn.Sequential(nn.Conv1d(1024, 1024, 5, padding=2), nn.ReLU(), nn.Conv1d(1024, 1024, 5, padding=2), nn.ReLU(),
+                      nn.Conv1d(1024, 1024, 5, padding=2)).cuda()
+optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+loader = DataLoader(train_set, batch_size=16, num_workers=8, pin_memory=True, collate_fn=collate_batch)
+for x, y in loader:
+    loss = (model(x.cuda(non_blocking=True)) - y.cuda(non_blocking=True)).abs().mean()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("collate, impact", [("    return pad_sequence(batch, batch_first=True)\n", "low"),
+                                             ("    return torch.stack(batch)\n", "medium")])
+def test_cudnn_autotuning_is_worth_little_for_batches_padded_to_their_longest_sample(collate, impact, run_cli, write,
+                                                                                     tmp_path):
+    """FragmentVC: `collate_batch` of the data module pads each batch to its longest utterance;
+    benchmark mode tunes the convolutions again for every new length."""
+    write("data.py", "import torch\nfrom torch.nn.utils.rnn import pad_sequence\n\n\ndef collate_batch(batch):\n" + collate)
+    write("train.py", PADDED_CONV_TRAINING)
+    (cudnn,) = _by(_json(run_cli, ".", cwd=tmp_path), "SF601")
+    assert cudnn["impact"] == impact
+
+
 def test_a_hub_model_is_as_big_as_its_checkpoint_or_config_says(run_cli, write, tmp_path):
     hub = "import torch\nfrom transformers import AutoModel, GPT2Config, GPT2LMHeadModel\n"
     write("tiny.py", SMALL.replace("Net().to", "AutoModel.from_pretrained('prajjwal1/bert-tiny').to")

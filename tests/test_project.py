@@ -3803,3 +3803,32 @@ def test_a_base_class_loop_trains_through_the_step_its_subclasses_in_other_files
                 return {"loss": loss}
         """)
     assert "trainers/base.py:16:17: SF303" in run_cli(*scan, cwd=tmp_path).stdout
+
+
+def test_a_test_found_in_a_walked_folder_is_no_run_but_a_test_named_on_the_command_line_is_scanned(run_cli, tmp_path,
+                                                                                                   write):
+    loop = ("import torch\nmodel = Net().cuda()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "for x in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n    optimizer.step()\n")
+    write("train.py", loop)
+    write("tests/test_train.py", "def test_one_step():\n" + "".join(f"    {line}\n" for line in loop.splitlines()))
+    walked = run_cli("scan", ".", "--select", "SF202", "--no-summary", cwd=tmp_path)
+    assert "train.py:6:5: SF202" in walked.stdout and "tests/test_train.py:" not in walked.stdout.replace(
+        "tests/test_train.py: note: 1 finding left out: a test", "")
+    assert "tests/test_train.py: note: 1 finding left out: a test" in walked.stdout + walked.stderr
+    named = run_cli("scan", "tests/test_train.py", "--select", "SF202", "--no-summary", cwd=tmp_path)
+    assert "tests/test_train.py:7:9: SF202" in named.stdout
+    write("copy_test.py", loop)  # an experiment its README runs
+    write("README.md", "```\npython copy_test.py\n```\n")
+    write("add_test.py", "import argparse\nparser = argparse.ArgumentParser()\nargs = parser.parse_args()\n" + loop)
+    found = run_cli("scan", ".", "--select", "SF202", "--no-summary", cwd=tmp_path).stdout
+    assert "copy_test.py:6:5: SF202" in found and "add_test.py:9:5: SF202" in found  # TCN's: it has options
+
+
+def test_the_facts_of_a_parser_take_what_set_defaults_sets():
+    """diffpool's `parser.set_defaults(num_workers=1, ...)`: what the scripts that run a module
+    default to (``Links.options``), over the `add_argument` default."""
+    facts = extract_facts(b"import argparse\nparser = argparse.ArgumentParser()\n"
+                          b"parser.add_argument('--num_workers', type=int, default=8)\n"
+                          b"parser.add_argument('--lr', type=float, default=0.1)\n"
+                          b"parser.set_defaults(num_workers=1, unknown=3)\n")
+    assert dict(facts.options) == {"num_workers": "1", "lr": "0.1"}

@@ -20,7 +20,8 @@ from speedfix.model.versions import TorchVersion, project_target
 from speedfix.project import Links, ModuleFacts, link
 from speedfix.project.facts import facts_of
 from speedfix.model.project_files import ProjectFiles, display_path, inputs_unchanged, listings_kept
-from speedfix.project.linker import imported_words, linked_candidates, star_imported_beside, unreferenced_modules
+from speedfix.project.linker import (imported_words, is_test_file, linked_candidates, star_imported_beside,
+                                     unreferenced_modules)
 from speedfix.syntax import deadline
 from speedfix.syntax.collector import collector_paused, loaded_code_frozen
 from speedfix.syntax.generated import generated_code_kept
@@ -271,6 +272,9 @@ def project_links(
                 links[path] = Links(missing=missing)
     for path in _unreferenced(targets, links, {**sources, **notebooks}):
         links[path] = replace(links.get(path) or Links(), unreferenced=True)
+    for target in targets:  # a test found in a walked folder; one named on the command line is scanned as it is
+        if not target.explicit and target.path.suffix == ".py" and is_test_file(Path(display_path(target.path))):
+            links[target.path] = replace(links.get(target.path) or Links(), test=True)
     return links, digests
 
 

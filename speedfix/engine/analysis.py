@@ -33,7 +33,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
 from speedfix.model.flow import every_step_guards
 from speedfix.model.choices import classes_no_run_picks
-from speedfix.model.launch import classes_off_the_run, picked_by_no_run, self_test_block
+from speedfix.model.launch import classes_off_the_run, launches, picked_by_no_run, self_test_block
 from speedfix.model.unused import unreferenced_module, unused_functions
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
@@ -217,6 +217,18 @@ def _outside_self_test(ctx: FileContext, findings: list[Finding], top_of: dict[i
                   "(a self-test)")
 
 
+def _outside_tests(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]) -> tuple[list[Finding], str | None]:
+    """No findings in a test of the project found in a walked folder (``Links.test``) that has no
+    command-line options and that no launch command runs, and a note saying why (None when there
+    were none)."""
+    if not findings or not ctx.links.test or ctx.calls_to("argparse.ArgumentParser") \
+            or (ctx.project is not None and launches(ctx)):
+        return findings, None  # (TCN's `add_test.py`, with its options, is an experiment: a run)
+    left = len(findings)
+    return [], (f"{left} finding{'s' if left > 1 else ''} left out: a test (`test_*.py`, a `tests/` folder) exercises the "
+                "project's code, no run trains with it (name the file to scan it)")
+
+
 def _outside_unpicked_entries(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
                               ) -> tuple[list[Finding], str | None]:
     """No findings in a file that the scanned scripts reach only through entries of a model zoo
@@ -317,7 +329,7 @@ def _outside_micro_benchmarks(ctx: FileContext, findings: list[Finding], top_of:
 # says which and why: a library module's self-test, classes built only under an option that is
 # off, functions of an entry script that nothing uses, model-zoo entries that no run picks, a
 # library module nothing imports, and functions that time a layer rather than train.
-_OFF_THE_RUN = (_outside_self_test, _outside_classes_off_the_run, _outside_unused_functions, _outside_unpicked_entries,
+_OFF_THE_RUN = (_outside_tests, _outside_self_test, _outside_classes_off_the_run, _outside_unused_functions, _outside_unpicked_entries,
                 _outside_unreferenced_module, _outside_micro_benchmarks)
 
 

@@ -24,7 +24,7 @@ import libcst as cst
 from speedfix.model.arguments import VALUE_DEPTH, find_argument, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE, engine_sixteen_bit, plugin_sixteen_bit
-from speedfix.model.flow import assigned_name, default_truth, in_no_run, off_by_default, reached_by_launch
+from speedfix.model.flow import assigned_name, default_truth, gates, in_no_run, off_by_default, reached_by_launch
 from speedfix.model.frames import FrameKind, Stack
 from speedfix.model.frameworks import ACCELERATOR, launched_mixed_precision
 from speedfix.model.index import CallSite
@@ -34,7 +34,7 @@ from speedfix.model.patterns import AUTOCAST, EVALUATION_FUNCTION
 from speedfix.model.tensors import has_sync_before
 from speedfix.project.steps import LIGHTNING_MODULE
 from speedfix.syntax.names import dotted_name
-from speedfix.syntax.nodes import parameter_default
+from speedfix.syntax.nodes import code_of, parameter_default
 
 APEX_AMP_INITIALIZE = "apex.amp.initialize"
 
@@ -284,16 +284,48 @@ def _low_precision_by_default(ctx: FileContext) -> bool:
     on its default path? `if args.half: model.half()` with `--half` off by default does not count,
     unless one of the project's launch commands reaches it: the default run trains in fp32. (A
     path option that defaults to None, `if args.model_name_or_path:`, is given by every launch.)"""
-    return ctx.mentions_low_precision and any(
-        off_by_default(ctx, statement, stack) is None or reached_by_launch(ctx, statement, stack)
+    if not ctx.mentions_low_precision:
+        return False
+    launched_fp32 = _launched_in_fp32(ctx)
+    return any(
+        not _defines_option(statement)
+        and not (launched_fp32 and (statement is None or _under_accelerator_precision(ctx, statement)))
+        and (off_by_default(ctx, statement, stack) is None or reached_by_launch(ctx, statement, stack))
         for statement, stack in ctx.low_precision_at)  # a launch command may turn the option on
+
+
+def _defines_option(statement: cst.CSTNode | None) -> bool:
+    """`parser.add_argument("--mixed_precision", default=None, choices=["no", "fp16", "bf16"])`:
+    names the 16-bit choices, and its default chooses none of them (`default="bf16"` does)."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(call := getattr(statement.body[0], "value", None), cst.Call)
+            and isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument"):
+        return False
+    default = next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == "default"), None)
+    return default is None or not any(word in code_of(default).lower() for word in ("16", "half"))
+
+
+def _launched_in_fp32(ctx: FileContext) -> bool:
+    """Does every launch command give the `Accelerator` `--mixed_precision="no"`?"""
+    chosen = launched_mixed_precision(ctx)
+    return bool(chosen) and all(value == "no" for value in chosen)
+
+
+def _under_accelerator_precision(ctx: FileContext, statement: cst.CSTNode | None) -> bool:
+    """Is ``statement`` under `if accelerator.mixed_precision == "fp16":` (diffusers' `weight_dtype`)?"""
+    return isinstance(statement, cst.BaseStatement) and any(
+        isinstance(test, cst.Comparison) and isinstance(test.left, cst.Attribute)
+        and test.left.attr.value == "mixed_precision" and wanted for test, wanted in gates(ctx, statement))
 
 
 def accelerate_picks_precision(ctx: FileContext) -> bool:
     """Does an `Accelerator` of the file take its mixed precision from outside the code: no
     `mixed_precision=` the scan can read (`Accelerator(**accelerate_kwargs)`, or none at all), so
-    `accelerate launch --mixed_precision` or the machine's `accelerate config` decides?"""
-    return any(precision is None for precision in _accelerator_precisions(ctx))
+    `accelerate launch --mixed_precision` or the machine's `accelerate config` decides? Not when
+    every launch command of the project says `--mixed_precision="no"`: those runs are fp32."""
+    if not any(precision is None for precision in _accelerator_precisions(ctx)):
+        return False
+    return not _launched_in_fp32(ctx)  # `accelerate launch --mixed_precision="no"`: fp32
 
 
 def _accelerate_launched_in_sixteen_bit(ctx: FileContext) -> bool:

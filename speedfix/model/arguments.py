@@ -807,9 +807,20 @@ _RUN_OPTIONS: WeakKeyDictionary[FileContext, dict[str, cst.BaseExpression | None
 
 
 def argparse_default(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression | None:
-    """`args.workers` -> the `default=` of `parser.add_argument("--workers", ...)`."""
-    defaults = [default for site in _options(ctx, node) if (default := _keyword(site, "default")) is not None]
+    """`args.workers` -> the `default=` of `parser.add_argument("--workers", ...)`, or what a
+    `parser.set_defaults(workers=1)` of the file sets instead (diffpool)."""
+    options = _options(ctx, node)
+    if options and (reset := _set_default(ctx, _dest_of(options[0]))) is not None:
+        return reset
+    defaults = [default for site in options if (default := _keyword(site, "default")) is not None]
     return defaults[0] if len(defaults) == 1 else None
+
+
+def _set_default(ctx: FileContext, dest: str) -> cst.BaseExpression | None:
+    """The one value `parser.set_defaults(dest=...)` calls of the file give ``dest``."""
+    values = [arg.value for site in ctx.method_calls("set_defaults") for arg in site.node.args
+              if arg.keyword is not None and arg.keyword.value == dest]
+    return values[0] if len(values) == 1 else None
 
 
 _ABSL_DEFINES = tuple(f"absl.flags.DEFINE_{kind}" for kind in ("integer", "float", "bool", "boolean", "string", "enum"))

@@ -17,6 +17,7 @@ cache checks. Each value of a JSON file keeps its line, so a finding points at i
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import built_string, loaded_names, run_strings
 from speedfix.model.project_files import Location
+from speedfix.project.facts import DICT_ANY_KEY, DICT_UNKNOWN
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import integer_value, walk_expression
 
@@ -135,8 +137,11 @@ def _read(ctx: FileContext, node: cst.BaseExpression, site: CallSite, depth: int
         node = value
     if isinstance(node, cst.Call) and built_string(ctx, node, stack) is None:  # `get_ds_config(args)` of this file
         built = _returned_dict(ctx, node)
-        if built is None:  # `ds_config = json.load(open(args.ds_file))`: the file of each run
-            return _loaded(ctx, node, stack)
+        if built is None:
+            elsewhere = _project_returned_dict(ctx, node)
+            if elsewhere is not None:  # DeepSpeed-Chat's `get_train_ds_config(...)` of `utils/ds_utils.py`
+                return [DeepSpeedConfig(node, elsewhere)]
+            return _loaded(ctx, node, stack)  # `ds_config = json.load(open(args.ds_file))`: the file of each run
         node, stack = built
     if isinstance(node, cst.Dict):
         values = _literal_dict(ctx, node, stack)
@@ -202,6 +207,22 @@ def _json_files(ctx: FileContext, given: list[tuple[str, Location | None]]) -> l
         if path is not None:
             found.append(replace(_parse(ctx, path, name, None), where=where, some_runs=len(names) > 1))
     return found
+
+
+def _project_returned_dict(ctx: FileContext, call: cst.Call) -> dict[str, Any] | None:
+    """The dict literal a function of another scanned file returns (its project facts), its
+    values that are no constants as ``...``: the keys it sets still count."""
+    found = ctx.links.lookup(ctx.project_name(dotted_name(call.func))) if ctx.links.modules else None
+    if found is None:
+        return None
+    data = dict(ctx.links.modules[found[0]].returned_dicts).get(found[1])
+    return _unpacked(json.loads(data)) if data is not None else None
+
+
+def _unpacked(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {(UNRESOLVED if key == DICT_ANY_KEY else key): _unpacked(item) for key, item in value.items()}
+    return ... if value == DICT_UNKNOWN else value
 
 
 def _returned_dict(ctx: FileContext, call: cst.Call) -> tuple[cst.Dict, Stack] | None:

@@ -40,6 +40,7 @@ from speedfix.model.forward import read_names
 from speedfix.model.frameworks import lightning_one_pass_loader
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
+from speedfix.project.steps import PAD_TO_LONGEST
 from speedfix.model.patterns import dataset_argument, is_cpu_device, is_dtype, unwrap_iterable
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
@@ -818,3 +819,19 @@ def built_for_one_pass(ctx: FileContext, site: CallSite) -> bool:
     uses += [info.stack for info in ctx.loops.values() if info.iter is not None and ctx.function_of(info.stack) is function
              and name in read_names(info.iter)]
     return bool(uses) and all(ctx.nearest_loop(stack) is loop for stack in uses)
+
+
+def pads_to_longest(ctx: FileContext, site: CallSite) -> bool:
+    """Does the DataLoader made at ``site`` collate with a function that pads each batch's
+    samples to its longest (`collate_fn=collate_batch`, which calls `pad_sequence`, in this file
+    or another of the project: FragmentVC)? Its batches change shape from one to the next."""
+    collate = find_argument(ctx, site, "collate_fn", 6).node
+    name = dotted_name(collate) if collate is not None else None
+    if name is None:
+        return False
+    local = [info for info in ctx.functions.get(name, ()) if info.class_name is None]
+    if local:
+        return any(ctx.qualname(node.func) in PAD_TO_LONGEST for info in local for node in walk_expression(info.node)
+                   if isinstance(node, cst.Call))
+    facts = ctx.links.function(ctx.project_name(name)) if ctx.links.modules else None
+    return facts is not None and facts.pads

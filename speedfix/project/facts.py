@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import ast
 import builtins
+import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
                                     DETERMINISTIC_ALGORITHMS, LIGHTNING_CLI, LIGHTNING_DATAMODULE, LIGHTNING_MODULE,
-                                    LIGHTNING_TRAINER, MATMUL_LAYERS, MATMUL_PRECISION_CALLS, TF32_CHOICES,
+                                    LIGHTNING_TRAINER, MATMUL_LAYERS, MATMUL_PRECISION_CALLS, PAD_TO_LONGEST, TF32_CHOICES,
                                     MATMUL_METHODS, MODULE_API, NO_GRAD_CALLS, SYNC_SWITCHES, diffusers_conv_net,
                                     is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, makes_adapters,
                                     zoo_cnn)
@@ -94,6 +95,7 @@ class FunctionFacts:
     # more than bookkeeping (`self.step.data.item()`, `torch.save(self.state_dict(), path)`, `print`)
     runs_parts: bool = True
     cudnn: bool = False  # chooses cuDNN's algorithms, outside any `if` (`torch.backends.cudnn.benchmark = True`)
+    pads: bool = False  # pads samples to the longest (`pad_sequence`): a `collate_fn` whose batches change shape
     # a class of this module whose object it builds and returns (`return FastComposerModel(...)`,
     # `return cls(...)`): a static or class method that makes the model (`Model.from_pretrained(args)`)
     returns: str = ""
@@ -165,6 +167,9 @@ class ModuleFacts:
     env_methods: tuple[str, ...] = ()
     # its classes built on imported ones: (class, the qualified names of its bases through imports)
     class_bases: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # the dict literal each of its module-level functions returns, as JSON (DeepSpeed-Chat's
+    # `get_train_ds_config()`): keys and constant values; DICT_UNKNOWN for the others
+    returned_dicts: tuple[tuple[str, str], ...] = ()
     # imported project classes it builds, with the flags each construction needs, from the `if`s
     # around it: (qualified name, (`args.gail`, `!args.cpu`, "?" for another test, ...)), one per
     # distinct set of gates
@@ -216,6 +221,7 @@ class ModuleFacts:
             env_calls=tuple(map(str, record["env_calls"])),
             env_methods=tuple(map(str, record.get("env_methods", ()))),
             class_bases=tuple((str(name), tuple(map(str, bases))) for name, bases in record.get("class_bases", ())),
+            returned_dicts=tuple((str(name), str(data)) for name, data in record.get("returned_dicts", ())),
             gated_constructions=tuple((str(q), tuple(map(str, g))) for q, g in record["gated_constructions"]),
             dispatches=tuple((str(d), tuple((str(k), str(q)) for k, q in entries)) for d, entries in record["dispatches"]),
         )
@@ -446,6 +452,7 @@ class _Function:
     syncs: bool = False  # `.item()`/`.tolist()`, or `float(...)`/`int(...)` of a torch result, in its body
     switches_sync: bool = False  # `.no_sync` or `.require_backward_grad_sync` in its body
     cudnn: bool = False  # a cuDNN choice in its body, outside any `if`
+    pads: bool = False  # a `pad_sequence` call in its body
     loops: list[_Loop] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
     made_by: dict[str, str] = field(default_factory=dict)  # `v = Ctor(...)` -> v: Ctor (as written)
@@ -499,6 +506,7 @@ class _Collector(ast.NodeVisitor):
         self.arguments: list[tuple[str, str, str]] = []  # (callee as written, slot, value): ModuleFacts.arguments_given
         self.handed: list[tuple[str, str, str]] = []  # (callee as written, slot, a name given): ModuleFacts.handed_functions
         self.defaults: dict[str, str] = {}  # argparse destination -> repr of its constant default
+        self.reset_defaults: dict[str, str] = {}  # ... as `parser.set_defaults(...)` sets it
         # module-level names bound once, outside any `if`, to a constant (`fp16 = False` in the
         # `__main__` block): name -> its repr, "" when bound otherwise too
         self.module_constants: dict[str, str] = {}
@@ -519,6 +527,7 @@ class _Collector(ast.NodeVisitor):
         self.cudnn_at_top = False  # ... at module level
         self.tf32 = False  # a choice of the fp32 matmul precision, anywhere
         self.class_bases: list[tuple[str, tuple[str, ...]]] = []
+        self.returned_dicts: dict[str, str | None] = {}  # function -> its returned dict (None: returns differ)
         self.tf32_at_top = False  # ... at module level
         self.entry = False  # an `if __name__ == "__main__":` block
         self.conditions = 0  # `if` bodies open (not the `if __name__ == "__main__":` block)
@@ -840,6 +849,10 @@ class _Collector(ast.NodeVisitor):
         if func.endswith("add_argument"):
             self._argparse_default(node)
             return
+        if func.endswith("set_defaults"):  # `parser.set_defaults(num_workers=1)`: wins over `add_argument`'s
+            self.reset_defaults.update({keyword.arg: repr(keyword.value.value) for keyword in node.keywords
+                                        if keyword.arg and isinstance(keyword.value, ast.Constant)})
+            return
         for keyword in node.keywords:
             if keyword.arg is not None:
                 continue
@@ -1014,6 +1027,8 @@ class _Collector(ast.NodeVisitor):
             self.option_words.update(id(arg) for arg in node.args if isinstance(arg, ast.Constant))
             self.option_words.update(id(keyword.value) for keyword in node.keywords
                                      if keyword.arg in ("help", "metavar", "dest") and isinstance(keyword.value, ast.Constant))
+        if self.resolve(func) in PAD_TO_LONGEST and self.function_stack:
+            self.function_stack[-1].pads = True
         if self.resolve(func) in _CUDNN_OWNERS:
             self._cudnn_choice()  # (a Lightning Trainer sets `cudnn.benchmark` from its own `benchmark`)
         elif self.resolve(func) in MATMUL_PRECISION_CALLS:
@@ -1096,6 +1111,13 @@ class _Collector(ast.NodeVisitor):
                 isinstance(node.value, ast.Name)  # pytorchic-bert's `device = torch.device("cuda" if ...)`, `return device`
                 and any(self._mentions_cuda(value) for value in function.local_values.get(node.value.id, ())))):
             function.returns_cuda = True
+        if function is not None and function.class_name is None and len(self.function_stack) == 1 and node.value is not None:
+            value = node.value
+            if isinstance(value, ast.Name) and len(function.local_values.get(value.id, ())) == 1:
+                value = function.local_values[value.id][0]  # `ds_config = {...}`, then `return ds_config`
+            data = json.dumps(_dict_data(value, 0)) if isinstance(value, ast.Dict) else None
+            if self.returned_dicts.setdefault(function.name, data) != data:
+                self.returned_dicts[function.name] = None
         if function is not None:
             forwarded = self._forwarded(function, node.value)
             function.forwards = forwarded if function.forwards in (None, forwarded) else ""
@@ -1235,7 +1257,8 @@ class _Collector(ast.NodeVisitor):
             loader_hands=self._loader_hands(),
             kwargs_given=self._resolved(self.kwargs),
             arguments_given=self._resolved(self.arguments),
-            options=tuple(sorted(self.options.items())),
+            options=tuple(sorted({**self.options, **{dest: value for dest, value in self.reset_defaults.items()
+                                                     if dest in self.options}}.items())),
             parsed_names=tuple(sorted(self.parsed_names)),
             constants=tuple(sorted([*((name, shown) for name, shown in self.module_constants.items()
                                       if shown and not shown.startswith("@")), *self._dict_constants()])),
@@ -1256,6 +1279,7 @@ class _Collector(ast.NodeVisitor):
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
             tf32=self.tf32_at_top or (self.tf32 and self.entry),
             class_bases=tuple(self.class_bases),
+            returned_dicts=tuple((name, data) for name, data in sorted(self.returned_dicts.items()) if data is not None),
             handed_functions=self._resolved([(callee, slot, name) for callee, slot, name in self.handed
                                              if name in self.functions]),
         )
@@ -1269,7 +1293,7 @@ class _Collector(ast.NodeVisitor):
     def _resolved(self, given: list[tuple[str, str, str]]) -> tuple[tuple[str, str, str], ...]:
         """(callee, key, value) with the callee's qualified name (project modules only), an
         option's argparse default for its `@name` and a module constant's value for its `=name`."""
-        known = {"@": self.defaults, "=": self.module_constants}
+        known = {"@": {**self.defaults, **self.reset_defaults}, "=": self.module_constants}
         return tuple(sorted({
             (target, key, known[value[0]].get(value[1:], "") if value[:1] in known else value)
             for func, key, value in given
@@ -1388,6 +1412,7 @@ class _Collector(ast.NodeVisitor):
             syncs=function.syncs,
             switches_sync=function.switches_sync,
             cudnn=function.cudnn,
+            pads=function.pads,
             blocking_copies=tuple(sorted(function.blocking_copies)),
             calls_params=tuple(dict.fromkeys(callee for loop in training for callee, guarded in loop.calls
                                              if not guarded and callee in function.params)),
@@ -1643,3 +1668,26 @@ _INERT = frozenset(
     if isinstance(cls, type) and issubclass(cls, ast.AST) and cls not in _DISPATCH
     and (not cls._fields or cls is ast.Name)
 )
+
+
+DICT_UNKNOWN = "\0unknown"  # a value of a returned dict that is no constant
+DICT_ANY_KEY = "\0unresolved"  # ... and the key standing for keys that are no constant strings (`**base`)
+
+
+def _dict_data(node: ast.Dict, depth: int) -> dict[str, Any]:
+    """A dict literal as data: nested dicts and constants; DICT_UNKNOWN for anything else."""
+    found: dict[str, Any] = {}
+    for key, value in zip(node.keys, node.values):
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            found[key.value] = _value_data(value, depth)
+        else:
+            found[DICT_ANY_KEY] = DICT_UNKNOWN
+    return found
+
+
+def _value_data(node: ast.expr, depth: int) -> Any:
+    if isinstance(node, ast.Dict) and depth < 8:
+        return _dict_data(node, depth + 1)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool, type(None))):
+        return node.value
+    return DICT_UNKNOWN

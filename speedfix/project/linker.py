@@ -141,6 +141,9 @@ class Links:
     # no other scanned file imports it (``unreferenced_modules``), while the scan holds code that
     # trains: its analysis looks for its name in the project's other files
     unreferenced: bool = False
+    # a test of the project (`test_*.py`, a `tests/` folder) found in a folder the scan walked:
+    # its training code exercises the project's code, no run trains with it
+    test: bool = False
 
     def lookup(self, qualified: str | None) -> tuple[str, str] | None:
         """(import prefix, name inside that module) for a qualified name, longest prefix first."""
@@ -191,13 +194,15 @@ class Links:
             "option_holders": list(self.option_holders),
             "picked_by": [[option, key, list(keys)] for option, key, keys in self.picked_by],
             "unreferenced": self.unreferenced,
+            "test": self.test,
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
 def _slim_record(facts: ModuleFacts) -> dict:
     return {"functions": {name: f.__dict__ for name, f in sorted(facts.functions.items())},
-            "cuda_names": list(facts.cuda_names), "constants": list(facts.constants)}
+            "cuda_names": list(facts.cuda_names), "constants": list(facts.constants),
+            "returned_dicts": list(facts.returned_dicts)}
 
 
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b([^\n#]*)|import[ \t]+([^\n#;]+))", re.MULTILINE)
@@ -551,9 +556,9 @@ def _module_of_option(path: Path, module: ModuleFacts, name: str, prefix: str, o
 
 def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Path]],
               facts: dict[Path, ModuleFacts]) -> ModuleFacts:
-    """What other files can take from a module: its own functions, CUDA names and constants, and
-    the functions and CUDA names it imports from other scanned modules (`utils/__init__.py`
-    doing `from .train_utils import train`), one level deep."""
+    """What other files can take from a module: its own functions, CUDA names, constants and
+    returned dicts, and the functions and CUDA names it imports from other scanned modules
+    (`utils/__init__.py` doing `from .train_utils import train`), one level deep."""
     functions = dict(module.functions)
     cuda_names = set(module.cuda_names)
     for local, target in module.imports:
@@ -567,7 +572,7 @@ def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Pa
         if name in other.cuda_names:
             cuda_names.add(local)
     return ModuleFacts(functions=functions, cuda_names=tuple(sorted(cuda_names)), star_imports=module.star_imports,
-                       constants=module.constants)
+                       constants=module.constants, returned_dicts=module.returned_dicts)
 
 
 def _missing(path: Path, module: ModuleFacts, found: dict[str, Path], resolver: _Resolver) -> list[str]:

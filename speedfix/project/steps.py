@@ -37,6 +37,8 @@ CUDA_OBJECTS = frozenset({"accelerator"})
 # and the call that asks for deterministic ones.
 CUDNN_CHOICES = ("cudnn.benchmark", "cudnn.deterministic")
 DETERMINISTIC_ALGORITHMS = ("torch.use_deterministic_algorithms",)
+# Calls that pad a batch's samples to its longest one: its shape changes from batch to batch.
+PAD_TO_LONGEST = frozenset({"torch.nn.utils.rnn.pad_sequence"})
 # Settings and calls that choose the fp32 matmul precision (TF32 or full fp32) for the process.
 TF32_CHOICES = ("matmul.allow_tf32", "fp32_precision")
 MATMUL_PRECISION_CALLS = frozenset({"torch.set_float32_matmul_precision"})
