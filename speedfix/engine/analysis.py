@@ -217,7 +217,8 @@ def _outside_self_test(ctx: FileContext, findings: list[Finding], top_of: dict[i
                   "(a self-test)")
 
 
-def _outside_tests(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]) -> tuple[list[Finding], str | None]:
+def _outside_tests(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
+                   ) -> tuple[list[Finding], str | None]:
     """No findings in a test of the project found in a walked folder (``Links.test``) that has no
     command-line options and that no launch command runs, and a note saying why (None when there
     were none)."""
@@ -225,8 +226,8 @@ def _outside_tests(ctx: FileContext, findings: list[Finding], top_of: dict[int, 
             or (ctx.project is not None and launches(ctx)):
         return findings, None  # (TCN's `add_test.py`, with its options, is an experiment: a run)
     left = len(findings)
-    return [], (f"{left} finding{'s' if left > 1 else ''} left out: a test (`test_*.py`, a `tests/` folder) exercises the "
-                "project's code, no run trains with it (name the file to scan it)")
+    return [], (f"{left} finding{'s' if left > 1 else ''} left out: a test (`test_*.py`, a `tests/` folder) "
+                "exercises the project's code, no run trains with it (name the file to scan it)")
 
 
 def _outside_unpicked_entries(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
@@ -326,11 +327,12 @@ def _outside_micro_benchmarks(ctx: FileContext, findings: list[Finding], top_of:
 
 
 # The findings in code that no run of the project takes are left out, each step with a note that
-# says which and why: a library module's self-test, classes built only under an option that is
-# off, functions of an entry script that nothing uses, model-zoo entries that no run picks, a
-# library module nothing imports, and functions that time a layer rather than train.
-_OFF_THE_RUN = (_outside_tests, _outside_self_test, _outside_classes_off_the_run, _outside_unused_functions, _outside_unpicked_entries,
-                _outside_unreferenced_module, _outside_micro_benchmarks)
+# says which and why: a test of the project, a library module's self-test, classes built only
+# under an option that is off, functions of an entry script that nothing uses, model-zoo entries
+# that no run picks, a library module nothing imports, and functions that time a layer rather
+# than train.
+_OFF_THE_RUN = (_outside_tests, _outside_self_test, _outside_classes_off_the_run, _outside_unused_functions,
+                _outside_unpicked_entries, _outside_unreferenced_module, _outside_micro_benchmarks)
 
 
 def locate(

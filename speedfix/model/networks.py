@@ -901,7 +901,8 @@ def _submodule_unfrozen(ctx: FileContext, model: str, function: cst.CSTNode | No
     fastcomposer), rather than a head picked by name?"""
     for site in ctx.method_calls("requires_grad_"):
         receiver = dotted_name(site.node.func.value) if isinstance(site.node.func, cst.Attribute) else None
-        on = not site.node.args or (isinstance(site.node.args[0].value, cst.Name) and site.node.args[0].value.value == "True")
+        first = site.node.args[0].value if site.node.args else None
+        on = first is None or isinstance(first, cst.Name) and first.value == "True"
         if on and receiver is not None and receiver.startswith(model + ".") and ctx.function_of(site.stack) is function:
             return True
     return False

@@ -172,10 +172,11 @@ EVALUATION_FUNCTION = re.compile(r"^_?(?:log_)?(?:eval|evaluate|evaluation|valid
 
 
 def held_items_class(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack) -> str | None:
-    """The Dataset class of the file (or of another file of the project), when its `__getitem__` only picks, crops, pads and reshapes
-    arrays it already holds (autovc's mel-spectrograms loaded in `__init__`, cropped at random in
-    `__getitem__`): no file read, no decoding, no transform or tokenizer, only array and random
-    functions of numpy/torch, a few builtins and the arrays' own methods. None otherwise."""
+    """The Dataset class of the file (or of another file of the project), when its `__getitem__`
+    only picks, crops, pads and reshapes arrays it already holds (autovc's mel-spectrograms
+    loaded in `__init__`, cropped at random in `__getitem__`): no file read, no decoding, no
+    transform or tokenizer, only array and random functions of numpy/torch, a few builtins and
+    the arrays' own methods. None otherwise."""
     call = constructor_call(ctx, dataset, stack)
     info = ctx.classes.get(dotted_name(call.func) or "") if call is not None else None
     if info is None:

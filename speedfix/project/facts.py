@@ -1111,7 +1111,8 @@ class _Collector(ast.NodeVisitor):
                 isinstance(node.value, ast.Name)  # pytorchic-bert's `device = torch.device("cuda" if ...)`, `return device`
                 and any(self._mentions_cuda(value) for value in function.local_values.get(node.value.id, ())))):
             function.returns_cuda = True
-        if function is not None and function.class_name is None and len(self.function_stack) == 1 and node.value is not None:
+        if function is not None and function.class_name is None and len(self.function_stack) == 1 \
+                and node.value is not None:
             value = node.value
             if isinstance(value, ast.Name) and len(function.local_values.get(value.id, ())) == 1:
                 value = function.local_values[value.id][0]  # `ds_config = {...}`, then `return ds_config`
