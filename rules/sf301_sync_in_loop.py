@@ -510,6 +510,22 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a hand-written gradient norm (LSTNet's `Optim.step`): one wait per parameter, every step
+            """
+            import math
+            import torch
+
+            model = Net().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                grad_norm = 0
+                for param in model.parameters():
+                    grad_norm += math.pow(param.grad.data.norm(), 2)
+                optimizer.step()
+            """,
+        ),
         Invalid(  # an accumulation guard whose period is an option that is 1 by default: every step
             """
             import argparse

@@ -380,6 +380,8 @@ class Tensors:
                 return True  # a batch tensor moved to the device
             return method in TENSOR_METHODS and self.holds_tensor(receiver, stack, names)
         if isinstance(expr, cst.Attribute):
+            if expr.attr.value == "grad" and not (isinstance(expr.value, cst.Name) and expr.value.value == "self"):
+                return True  # `param.grad` in `for param in model.parameters():` (LSTNet's gradient norm)
             return expr.attr.value not in HOST_ATTRIBUTES and self.holds_tensor(expr.value, stack, names)
         if isinstance(expr, cst.Subscript):
             return self.holds_tensor(expr.value, stack, names)
