@@ -10,8 +10,8 @@ from speedfix.model.arguments import argparse_option, find_argument, known_value
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import plugin_sixteen_bit
 from speedfix.model.flow import default_truth, in_no_run
-from speedfix.model.frameworks import (ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu, launched_mixed_precision,
-                                      process_info_only)
+from speedfix.model.frameworks import (ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu, launched_in_fp32,
+                                      launched_mixed_precision, process_info_only)
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import spread_parameter
 from speedfix.model.networks import may_train
@@ -303,7 +303,7 @@ class AccelerateNoMixedPrecision(Rule):
             message = ('every launch command runs `mixed_precision="fp16"`, which scales the loss and checks every '
                        'gradient for inf each step; "bf16" needs neither')
         else:
-            if chosen and all(value == "no" for value in chosen):
+            if launched_in_fp32(self.ctx):
                 shown = 'every launch command runs it with `--mixed_precision="no"`'
             elif "no" in chosen:
                 shown = 'a launch command of the project runs it with `--mixed_precision="no"`'
@@ -313,11 +313,10 @@ class AccelerateNoMixedPrecision(Rule):
                 shown = "a launch command of the project runs the script without it"
             message = ("`Accelerator()` leaves `mixed_precision` to `accelerate launch` or its config file, and "
                        f"{shown}: the default run trains in fp32")
-        certain = bool(chosen) and all(value == "no" for value in chosen)
         self.report(
             original or site.node,
             message,
-            severity=Severity.WARNING if certain else Severity.INFO,
+            severity=Severity.WARNING if launched_in_fp32(self.ctx) else Severity.INFO,
             no_fix_reason='a machine-wide `accelerate config` may set it: pass `mixed_precision="bf16"` to '
             "`Accelerator(...)` or `--mixed_precision bf16` to `accelerate launch` on Ampere and newer GPUs",
         )

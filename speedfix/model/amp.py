@@ -26,7 +26,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE, engine_sixteen_bit, plugin_sixteen_bit
 from speedfix.model.flow import assigned_name, default_truth, gates, in_no_run, off_by_default, reached_by_launch
 from speedfix.model.frames import FrameKind, Stack
-from speedfix.model.frameworks import ACCELERATOR, launched_mixed_precision
+from speedfix.model.frameworks import ACCELERATOR, launched_in_fp32, launched_mixed_precision
 from speedfix.model.index import CallSite
 from speedfix.model.launch import option_passed
 from speedfix.model.networks import network_assignments, step_networks
@@ -286,7 +286,7 @@ def _low_precision_by_default(ctx: FileContext) -> bool:
     path option that defaults to None, `if args.model_name_or_path:`, is given by every launch.)"""
     if not ctx.mentions_low_precision:
         return False
-    launched_fp32 = _launched_in_fp32(ctx)
+    launched_fp32 = launched_in_fp32(ctx)
     return any(
         not _defines_option(statement)
         and not (launched_fp32 and (statement is None or _under_accelerator_precision(ctx, statement)))
@@ -305,12 +305,6 @@ def _defines_option(statement: cst.CSTNode | None) -> bool:
     return default is None or not any(word in code_of(default).lower() for word in ("16", "half"))
 
 
-def _launched_in_fp32(ctx: FileContext) -> bool:
-    """Does every launch command give the `Accelerator` `--mixed_precision="no"`?"""
-    chosen = launched_mixed_precision(ctx)
-    return bool(chosen) and all(value == "no" for value in chosen)
-
-
 def _under_accelerator_precision(ctx: FileContext, statement: cst.CSTNode | None) -> bool:
     """Is ``statement`` under `if accelerator.mixed_precision == "fp16":` (diffusers' `weight_dtype`)?"""
     return isinstance(statement, cst.BaseStatement) and any(
@@ -325,7 +319,7 @@ def accelerate_picks_precision(ctx: FileContext) -> bool:
     every launch command of the project says `--mixed_precision="no"`: those runs are fp32."""
     if not any(precision is None for precision in _accelerator_precisions(ctx)):
         return False
-    return not _launched_in_fp32(ctx)  # `accelerate launch --mixed_precision="no"`: fp32
+    return not launched_in_fp32(ctx)  # `accelerate launch --mixed_precision="no"`: fp32
 
 
 def _accelerate_launched_in_sixteen_bit(ctx: FileContext) -> bool:

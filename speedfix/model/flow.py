@@ -164,16 +164,19 @@ def called_in_no_run(ctx: FileContext, stack: Stack, false_in_every_run: Callabl
 def false_in_every_run(ctx: FileContext, value: cst.BaseExpression, stack: Stack) -> bool:
     """Is ``value`` (`args.set_grads_to_none`, a `store_true` flag) certainly false with the
     script's defaults and with every launch command of the project (none passes `--set_grads_to_none`)?"""
-    if default_truth(ctx, value, stack) is not False:
-        return False
-    return all(_launch_truth(ctx, value, stack, _options(command)) is False for command in launch.launches(ctx))
+    return _truth_of_runs(ctx, value, stack) is False
 
 
 def truth_in_every_run(ctx: FileContext, value: cst.BaseExpression, stack: Stack) -> bool | None:
     """The truth ``value`` (`args.fp16`, `default=True`) has with the script's defaults and with
     every launch command of the project; None when a command changes it or it cannot be known."""
+    return None if launch.launch_files_capped(ctx) else _truth_of_runs(ctx, value, stack)
+
+
+def _truth_of_runs(ctx: FileContext, value: cst.BaseExpression, stack: Stack) -> bool | None:
+    """The truth ``value`` has with the defaults, when every launch command read agrees (None otherwise)."""
     truth = default_truth(ctx, value, stack)
-    if truth is None or launch.launch_files_capped(ctx):
+    if truth is None:
         return None
     return truth if all(_launch_truth(ctx, value, stack, _options(command)) is truth
                         for command in launch.launches(ctx)) else None

@@ -436,6 +436,12 @@ def launched_mixed_precision(ctx: FileContext) -> list[str | None]:
     return found
 
 
+def launched_in_fp32(ctx: FileContext) -> bool:
+    """Does every launch command give the `Accelerator` `--mixed_precision="no"` (fp32 for certain)?"""
+    chosen = launched_mixed_precision(ctx)
+    return bool(chosen) and all(value == "no" for value in chosen)
+
+
 def _config_file_value(ctx: FileContext, command: launch.Launch, key: str) -> object:
     """``key`` of the Accelerate config file a launch command names (`--config_file
     deepspeed.yaml`): its value, None when the file leaves it out or no file is named, "?"

@@ -60,7 +60,7 @@ class HydraMain:
     names: frozenset[str]
     # where the commands name different configs (`-cp conf/pretrain`, `-cp conf/finetune`): the
     # others, each composed (``composed`` is the first)
-    variants: tuple[tuple[str, Composed], ...] = ()
+    variants: tuple[Composed, ...] = ()
 
 
 _MAINS: WeakKeyDictionary[FileContext, list[HydraMain]] = WeakKeyDictionary()
@@ -129,13 +129,13 @@ def _find_mains(ctx: FileContext) -> list[HydraMain]:
                 continue
             composed = [made for choice in _config_choices(ctx, decorator)
                         if (made := _compose(ctx, *choice)) is not None]
-            found.append(HydraMain(function, composed[0][1] if composed else None, _holders(ctx, function),
+            found.append(HydraMain(function, composed[0] if composed else None, _holders(ctx, function),
                                    tuple(composed[1:])))
     return found
 
 
-def _config_choices(ctx: FileContext, decorator: cst.Call) -> list[tuple[str, str | None, str | None]]:
-    """(label, config_path, config_name) of each config the runs compose: the decorator's, or,
+def _config_choices(ctx: FileContext, decorator: cst.Call) -> list[tuple[str | None, str | None]]:
+    """(config_path, config_name) of each config the runs compose: the decorator's, or,
     where the commands give `-cp`/`--config-path` or `-cn`/`--config-name` (uni2ts' `python -m
     cli.train -cp conf/pretrain ...`), each distinct pair they give."""
     site = next((s for s in ctx.calls if s.node is decorator), None)
@@ -145,9 +145,8 @@ def _config_choices(ctx: FileContext, decorator: cst.Call) -> list[tuple[str, st
     name = string_value(ctx, find_argument(ctx, site, "config_name", 1).node, site.stack)
     given = {_command_config(command, folder_name, name) for command in launch.launches(ctx)}
     if not given or given == {(folder_name, name)}:
-        return [("", folder_name, name)]
-    return [(f"-cp {path}" if path != folder_name else f"-cn {config}", path, config)
-            for path, config in sorted(given, key=lambda pair: (str(pair[0]), str(pair[1])))]
+        return [(folder_name, name)]
+    return sorted(given, key=lambda pair: (str(pair[0]), str(pair[1])))
 
 
 _CONFIG_FLAGS = {"-cp": 0, "--config-path": 0, "--config_path": 0, "-cn": 1, "--config-name": 1, "--config_name": 1}
@@ -175,7 +174,7 @@ def _overrides(command: launch.Launch) -> list[str]:
     return found
 
 
-def _compose(ctx: FileContext, label: str, folder_name: str | None, name: str | None) -> tuple[str, Composed] | None:
+def _compose(ctx: FileContext, folder_name: str | None, name: str | None) -> Composed | None:
     project = ctx.project
     if project is None:
         return None
@@ -197,7 +196,7 @@ def _compose(ctx: FileContext, label: str, folder_name: str | None, name: str | 
     _compose_file(project, composed, path, (), None, 0, groups)
     for keys, node in values.items():
         _set(composed.tree, keys, node)
-    return label, composed
+    return composed
 
 
 def _command_overrides(ctx: FileContext, project: ProjectFiles, folder: Path

@@ -114,7 +114,7 @@ def _hydra(ctx: FileContext) -> list[ConfiguredTrainer]:
         main, keys = resolved
         assert main.composed is not None
         options: list[tuple[str | None, Composed]] = [(None, main.composed)]
-        options.extend((None, composed) for _label, composed in main.variants)  # `-cp conf/finetune`: another config
+        options.extend((None, composed) for composed in main.variants)  # `-cp conf/finetune`: another config
         if len(keys) == 1 and tuple(keys) in main.composed.files:
             options.extend(group_options(ctx, main, keys[0]))
         seen: dict[tuple[str, int], ConfiguredTrainer] = {}
