@@ -16,7 +16,7 @@ from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.scale import (LARGE_MODEL_PARAMETERS, NARROW_WIDTH, SMALL_MODEL_PARAMETERS, Role,
                                    largest_trained_model, trains_narrow_mlps_only,
                                    loader_role, per_file, trains_hub_model)
-from speedfix.model.workload import Family, small_stated_width, trained_family
+from speedfix.model.workload import Family, graph_library, small_stated_width, trained_family
 
 __all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "compile_gain", "evaluation_loader", "large_model",
            "small_model",
@@ -69,8 +69,9 @@ def compile_gain(ctx: FileContext) -> Estimate | None:
     """What `torch.compile` is worth for the models the script trains, wherever compile is
     advised (SF501 and the framework rules' compile notes): low for a model of a billion
     parameters or more, or for steps that generate their samples first (``generation_in_step``),
-    medium for a small one (its compile time is a large share of a short run) or for RL updates
-    between environment steps; None: the rule's usual impact."""
+    medium for a small one (its compile time is a large share of a short run), for RL updates
+    between environment steps or for a graph network (``graph_library``); None: the rule's usual
+    impact."""
     large = large_model(ctx, Impact.LOW)
     if large is not None:
         return Estimate(Impact.LOW, f"{large.reason}, most of it in large matmuls that compile leaves to the same "
@@ -83,6 +84,11 @@ def compile_gain(ctx: FileContext) -> Estimate | None:
     if small is None and trains_between_env_steps(ctx):
         return Estimate(Impact.MEDIUM, "reinforcement learning: its updates alternate with environment steps and "
                                        "acting, which the compile leaves as they are")
+    graphs = graph_library(ctx) if small is None else None
+    if graphs is not None:
+        return Estimate(Impact.MEDIUM, f"a graph network ({graphs}): batches of graphs whose node and edge counts "
+                                       "change every step recompile or run with dynamic shapes, and the message "
+                                       "passing's scatter kernels gain little")
     return small
 
 

@@ -29,8 +29,9 @@ class EmptyCacheInLoop(BranchTracker, Rule):
     to sync." A call before evaluation or after training, outside the step loop, is left alone,
     and so is one in a branch of the step loop that also runs an evaluation pass (`if steps %
     validation_interval == 0:` with a loop under `torch.no_grad()` or after `model.eval()`) or
-    calls something named for an evaluation, a test or a save (`eval_step(...)`,
-    `torch.save(...)`, `save_image(...)`): that branch is a pause in the training, not a step.
+    calls something named for an evaluation, a test, a save or sampling (`eval_step(...)`,
+    `torch.save(...)`, `save_image(...)`, a diffusers `pipeline(...)`, `generate(...)`): that
+    branch is a pause in the training, not a step.
 
     ## Example
     ```python
@@ -153,6 +154,22 @@ class EmptyCacheInLoop(BranchTracker, Rule):
                 opt.step()
                 # free cached blocks
                 opt.zero_grad()
+            """,
+        ),
+        Valid(  # every N steps, after the validation videos a diffusers pipeline sampled (SVD_Xtend)
+            """
+            import torch
+
+            for step, batch in enumerate(loader):
+                loss = unet(batch.cuda()).sum()
+                accelerator.backward(loss)
+                optimizer.step()
+                if step % args.validation_steps == 0:
+                    pipeline = StableVideoDiffusionPipeline.from_pretrained(args.model, unet=unet).to("cuda")
+                    frames = pipeline(image, num_frames=14).frames[0]
+                    export_to_gif(frames, f"{step}.gif")
+                    del pipeline
+                    torch.cuda.empty_cache()
             """,
         ),
         Valid(  # every N steps, before the validation pass that branch runs (HiFi-GAN)

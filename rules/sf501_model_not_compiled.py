@@ -127,8 +127,11 @@ class ModelNotCompiled(Rule):
     High: compiling is one of the largest single gains in training speed. Medium for a small
     model (under 10M parameters, counted from the layers the file writes), where the compile
     time of a short run is a large share of what it saves; medium too for an RL agent's updates
-    between environment steps, whose stepping and acting the compile leaves as they are, and
-    for a linear probe whose backbone is frozen (its backward pass is the head's only). Low for
+    between environment steps, whose stepping and acting the compile leaves as they are, for a
+    graph network (the file imports `torch_geometric`, DGL or `torch_scatter`, or the project
+    requires them: batches of graphs whose node and edge counts change every step recompile or
+    run with dynamic shapes), and for a linear probe whose backbone is frozen (its backward pass
+    is the head's only). Low for
     a model of a billion parameters or more (its checkpoint, config or layers say so): most of
     its step is large matmuls, which compile leaves to the same kernels, and a fine-tune's
     batches of varying length recompile. Low too where every step first generates the samples it trains on

@@ -15,7 +15,7 @@ from speedfix.model.autograd import (called_without_grad, feeds_environment, onl
 from speedfix.model.flow import comes_before
 from speedfix.model.frameworks import lightning_hook_without_grad
 from speedfix.model.forward import LOSS_NAME, calls_model, is_local_object, with_statement
-from speedfix.model.frames import FrameKind, Stack, class_of_method
+from speedfix.model.frames import FrameKind, Stack, class_of_method, nearest_loop
 from speedfix.model.index import CallSite, LoopInfo, entered
 from speedfix.model.loaders import stops_at_once
 from speedfix.model.networks import optimized_modules
@@ -151,6 +151,19 @@ class EvalWithoutNoGrad(Rule):
     effect = "No autograd graph or saved activations in evaluation: fairchem's fell from up to 8 GB to 2 GB."
 
     VALID = [
+        Valid(  # vall-e: the module keeps its losses on itself; the step drops the outputs and steps `model.loss`
+            """
+            import torch
+
+            model = AR(1024).cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for step in range(100):
+                optimizer.zero_grad()
+                _ = model(text_list, proms_list, resp_list)
+                sum(model.loss.values()).backward()
+                optimizer.step()
+            """,
+        ),
         Valid(  # MTGNN: the forward pass under no_grad; the loss modules handed in (`nn.MSELoss`) have no weights
             """
             import torch
@@ -972,10 +985,24 @@ class EvalWithoutNoGrad(Rule):
                 continue
             if self._runs_again(site) and runs_network(ctx, site) and not self._grad_off(site.stack) \
                     and not self._callee_grad_off(site) and (outputs_leave_autograd(ctx, site)
-                                                             or self._evaluation_method(site.stack)):
+                                                             or self._evaluation_method(site.stack)) \
+                    and not self._loop_runs_backward(site):
                 by_function[ctx.function_of(site.stack)].append(site)
         for sites in by_function.values():
             self._report_forwards(sites)
+
+    def _loop_runs_backward(self, site: CallSite) -> bool:
+        """Is ``site`` a forward whose outputs its statement drops (`_ = model(...)`, a bare
+        call) in a loop that calls `backward()`: a training step whose module keeps its loss on
+        itself (vall-e's `sum(model.loss.values()).backward()` after it)?"""
+        loop = nearest_loop(site.stack)
+        if loop is None or site.statement is None or len(site.statement.body) != 1:
+            return False
+        small = site.statement.body[0]
+        dropped = isinstance(small, cst.Expr) and small.value is site.node or isinstance(small, cst.Assign) \
+            and small.value is site.node and all(isinstance(target.target, cst.Name) and target.target.value == "_"
+                                                 for target in small.targets)
+        return dropped and any(any(frame.node is loop for frame in call.stack) for call in self.ctx.method_calls("backward"))
 
     def _runs_again(self, site: CallSite) -> bool:
         """In a loop, in a function called in a loop of the file, or in a policy's `act` /

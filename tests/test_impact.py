@@ -172,6 +172,39 @@ def test_compile_is_medium_for_a_linear_probe_on_a_frozen_backbone(run_cli, writ
     assert compiled["impact"] == "high"
 
 
+GRAPH_NET = """\
+import torch
+from model import Encoder
+
+encoder = Encoder(num_features, 128, activation).cuda()
+optimizer = torch.optim.Adam(encoder.parameters(), lr=0.001, fused=True)
+for epoch in range(200):
+    for data in loader:
+        optimizer.zero_grad()
+        loss = encoder(data.x.cuda(non_blocking=True), data.edge_index.cuda(non_blocking=True)).sum()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("where", ["import", "requirements", None])
+def test_compile_is_medium_for_a_graph_network(run_cli, write, tmp_path, where):
+    """GRACE (`torch_geometric.nn.GCNConv` imported by the script) and QCNet (its layers import
+    `torch_geometric` in files the scan does not link, the project requires it): batches of graphs
+    of changing sizes make compile recompile or run with dynamic shapes."""
+    script = GRAPH_NET
+    if where == "import":
+        script = "from torch_geometric.nn import GCNConv\n" + script
+    elif where == "requirements":
+        write("requirements.txt", "torch>=2.1\ntorch-geometric==2.4.0\n")
+    write("train.py", script)
+    (compiled,) = _by(_json(run_cli, "train.py", cwd=tmp_path), "SF501")
+    if where is None:
+        assert compiled["impact"] == "high"
+    else:
+        assert compiled["impact"] == "medium" and compiled["impact_reason"].startswith("a graph network (torch")
+
+
 HANDED_CONV_NET = """\
 import torch
 import torch.nn as nn

@@ -2381,6 +2381,132 @@ def test_a_library_modules_self_test_is_left_out(run_cli, tmp_path, write, launc
             "this module and no launch command runs it on its own (a self-test)"]
 
 
+def test_a_model_files_demo_function_that_only_its_self_test_calls_is_left_out(run_cli, tmp_path, write):
+    """vall-e: train.py reaches the engines' training loop (a library without a `__main__`
+    block) and, beside it, ar.py, whose `__main__` block calls `example_usage()`, a toy training
+    run of the model. The block and the function only it calls are a self-test; a helper the
+    block calls that train.py imports too is not."""
+    write("engines.py", """\
+        import torch
+
+        def train(model, loader):
+            optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+            for x in loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                optimizer.step()
+        """)
+    write("ar.py", """\
+        import torch
+
+        class AR(torch.nn.Module):
+            def forward(self, x):
+                return x
+
+        def make_batch():
+            return torch.randn(4, 8)
+
+        def example_usage():
+            model = AR().cuda()
+            optimizer = torch.optim.Adam(model.parameters(), fused=True)
+            for _ in range(100):
+                loss = model(make_batch().cuda(non_blocking=True)).sum()
+                print(loss.item())
+                loss.backward()
+                optimizer.step()
+
+        if __name__ == "__main__":
+            example_usage()
+            print(make_batch().sum().item())
+        """)
+    write("train.py", """\
+        import engines
+        from ar import AR, make_batch
+
+        if __name__ == "__main__":
+            engines.train(AR().cuda(), [make_batch()])
+        """)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines() == [
+        'ar.py: note: 1 finding in `example_usage()`, which only the `if __name__ == "__main__":` block calls, left '
+        "out: engines.py trains with this module and no launch command runs it on its own (a self-test)"]
+
+
+@pytest.mark.parametrize("use", ["", "from layers.utils import train\n", "from layers import utils\nutils.train\n",
+                                 "from layers.utils import (\n    get_filter,\n    train,\n)\n",
+                                 "from layers.utils import *\n"])
+def test_a_library_modules_function_that_nothing_calls_is_left_out(run_cli, tmp_path, write, use):
+    """FEDformer: layers/utils.py, imported for `get_filter`, keeps a `train()` helper that
+    nothing calls or imports (the experiments train in exp/exp_main.py, `model.train()` and
+    `flag='train'` there are other names): its findings are left out with a note. Imported by
+    name, through the module or by a star, it keeps them."""
+    write("layers/utils.py", """\
+        def get_filter(k):
+            return k
+
+        def train(model, loader, optimizer):
+            model.train()
+            for data, target in loader:
+                loss = (model(data.cuda()) - target.cuda()).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+                print(loss.item())
+        """)
+    write("layers/wavelet.py", "from layers.utils import get_filter\n\nK = get_filter(3)\n")
+    write("exp/exp_main.py", f"""\
+        import torch
+        import layers.wavelet
+        {use.replace(chr(10), chr(10) + "        ")}
+        def run(model, loader, optimizer):
+            model.train()
+            for x, y in loader(flag='train'):
+                loss = (model(x.cuda()) - y.cuda()).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    finding = "layers/utils.py:10:15: SF301 `loss.item()` in the training loop makes the CPU wait for the GPU every step"
+    if use:
+        assert [line for line in result.stdout.splitlines() if line.startswith("layers/")] == [
+            finding + " (impact: medium)"]
+    else:
+        assert result.stdout.splitlines() == [
+            "layers/utils.py: note: 1 finding in `train()` left out: nothing in the project calls or names it"]
+
+
+@pytest.mark.parametrize("built", ["DataModule", "{'argoverse': DataModule}[args.dataset]"])
+def test_a_data_module_built_from_every_option_takes_the_options_worker_count(run_cli, tmp_path, write, built):
+    """QCNet: the data module is picked from a dict by `--dataset` and built with `**vars(args)`,
+    so `--num_workers` (default 8) reaches its `num_workers: int = 0`: no SF101."""
+    write("dm/__init__.py", "from dm.data import DataModule\n")
+    write("dm/data.py", """\
+        import pytorch_lightning as pl
+        from torch.utils.data import DataLoader
+
+        class DataModule(pl.LightningDataModule):
+            def __init__(self, root, num_workers: int = 0, **kwargs):
+                super().__init__()
+                self.root = root
+                self.num_workers = num_workers
+
+            def train_dataloader(self):
+                return DataLoader(self.root, batch_size=32, num_workers=self.num_workers)
+        """)
+    write("train.py", f"""\
+        from argparse import ArgumentParser
+        import pytorch_lightning as pl
+        from dm import DataModule
+
+        if __name__ == "__main__":
+            parser = ArgumentParser()
+            parser.add_argument('--dataset', type=str, default='argoverse')
+            parser.add_argument('--num_workers', type=int, default=8)
+            args = parser.parse_args()
+            datamodule = {built}(**vars(args))
+            pl.Trainer(precision="bf16-mixed").fit(Net(), datamodule)
+        """)
+    assert run_cli("scan", ".", "--select", "SF101", "--no-summary", cwd=tmp_path).stdout == ""
+
+
 def test_a_factorys_loader_through_a_method_that_returns_it_unchanged(run_cli, tmp_path, write):
     """Time-Series-Library: `data_provider()` of data_factory.py builds the loader, the
     experiment's `_get_data()` returns its `(data_set, data_loader)` unchanged, and `train()`
@@ -3608,7 +3734,7 @@ def test_the_batches_of_a_hand_written_iterator_of_the_project_gain_nothing_from
 SUPERSEDED_TRAIN = """\
 import torch
 from torch.utils.data import DataLoader
-from legacy.data import make_set
+from legacy.data import evaluate, make_set
 
 
 def main():
@@ -3616,6 +3742,7 @@ def main():
     for x, y in loader:
         loss = model(x.cuda(), y.cuda())
         loss.backward()
+    evaluate(model, make_set())
 
 
 if __name__ == "__main__":

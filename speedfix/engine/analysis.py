@@ -33,8 +33,8 @@ from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
 from speedfix.model.flow import every_step_guards
 from speedfix.model.choices import classes_no_run_picks
-from speedfix.model.launch import classes_off_the_run, launches, picked_by_no_run, self_test_block
-from speedfix.model.unused import unreferenced_module, unused_functions
+from speedfix.model.launch import classes_off_the_run, launches, picked_by_no_run, self_test_block, trained_with
+from speedfix.model.unused import self_test_functions, unreferenced_module, unused_functions, unused_library_functions
 from speedfix.model.versions import TorchVersion
 from speedfix.project import Links
 from speedfix.model.project_files import ProjectFiles, display_path
@@ -208,13 +208,18 @@ def _outside_self_test(ctx: FileContext, findings: list[Finding], top_of: dict[i
     if block is None:
         return findings, None
     index = next(i for i, statement in enumerate(ctx.module.body) if statement is block)
-    kept, left_in = _apart(findings, top_of, {index})
+    functions = self_test_functions(ctx, block)
+    kept, left_in = _apart(findings, top_of, {index, *functions})
     if not left_in:
         return findings, None
     left = len(left_in)
-    return kept, (f"{left} finding{'s' if left > 1 else ''} in the `if __name__ == \"__main__\":` block left out: "
-                  f"{ctx.links.trained_by} trains with this module and no launch command runs it on its own "
-                  "(a self-test)")
+    block_text = '`if __name__ == "__main__":` block'
+    called = [f"`{functions[i]}()`" for i in sorted(set(left_in) & set(functions))]
+    shown = f"the {block_text}" if index in left_in else ""
+    if called:
+        shown += f"{' and in ' if shown else ''}{', '.join(called)}, which only {'it' if shown else 'the ' + block_text} calls,"
+    return kept, (f"{left} finding{'s' if left > 1 else ''} in {shown} left out: {trained_with(ctx)} trains with "
+                  "this module and no launch command runs it on its own (a self-test)")
 
 
 def _outside_tests(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
@@ -296,10 +301,11 @@ def _outside_classes_off_the_run(ctx: FileContext, findings: list[Finding], top_
 
 def _outside_unused_functions(ctx: FileContext, findings: list[Finding], top_of: dict[int, int]
                               ) -> tuple[list[Finding], str | None]:
-    """The findings outside the functions of an entry script that nothing uses
-    (``unused.unused_functions``), and a note saying which were left out (None when none were)."""
+    """The findings outside the functions of an entry script, or of a library module, that
+    nothing uses (``unused.unused_functions``, ``unused.unused_library_functions``), and a note
+    saying which were left out (None when none were)."""
     indexes = {index for f in findings if f.node is not None and (index := top_of.get(id(f.node))) is not None}
-    unused = unused_functions(ctx, indexes) if indexes else {}
+    unused = (unused_functions(ctx, indexes) or unused_library_functions(ctx, indexes)) if indexes else {}
     if not unused:
         return findings, None
     kept, left_in = _apart(findings, top_of, set(unused))
@@ -327,8 +333,9 @@ def _outside_micro_benchmarks(ctx: FileContext, findings: list[Finding], top_of:
 
 
 # The findings in code that no run of the project takes are left out, each step with a note that
-# says which and why: a test of the project, a library module's self-test, classes built only
-# under an option that is off, functions of an entry script that nothing uses, model-zoo entries
+# says which and why: a test of the project, a library module's self-test (and the functions
+# only it calls), classes built only under an option that is off, functions of an entry script or
+# of a library module that nothing uses, model-zoo entries
 # that no run picks, a library module nothing imports, and functions that time a layer rather
 # than train.
 _OFF_THE_RUN = (_outside_tests, _outside_self_test, _outside_classes_off_the_run, _outside_unused_functions,

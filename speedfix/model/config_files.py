@@ -144,9 +144,9 @@ def _read(ctx: FileContext) -> list[tuple[Path, Node]]:
 
     for base in reversed(project.folders_up()):
         paths.extend(path for path in project.listing(base, _SUFFIXES) if path.stem == "config")
-        subfolders = project.subfolders(base)
+        subfolders = {sub.name for sub in project.subfolders(base)}
         for name in FOLDERS:
-            if base / name in subfolders:
+            if name in subfolders:
                 collect(base / name, _DEPTH)
     found = []
     for path in paths:

@@ -114,7 +114,11 @@ def plain_object(ctx: FileContext, name: str, stack: Stack) -> bool:
 
 # A call whose last name has one of these words runs an evaluation, a test or a save: `eval_step(...)`,
 # `run_validation()`, `torch.save(...)`, `save_image(...)`, `train_state.save(path)`, `save_checkpoint(...)`
-_PHASE_WORDS = frozenset({"eval", "evaluate", "evaluation", "validate", "validation", "test", "save", "checkpoint", "ckpt"})
+# (`sample`, `generate`, `pipeline`: a diffusion model's periodic samples, SVD_Xtend's
+# `video_frames = pipeline(...)` then `export_to_gif(...)`)
+_PHASE_WORDS = frozenset({"eval", "evaluate", "evaluation", "validate", "validation", "test", "save", "checkpoint", "ckpt",
+                          "sample", "samples", "sampling", "generate", "generation", "inference", "infer", "pipeline",
+                          "export", "visualize", "visualise"})
 
 
 def before_evaluation(ctx: FileContext, site: CallSite) -> bool:

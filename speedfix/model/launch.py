@@ -107,14 +107,22 @@ def launches(ctx: FileContext) -> list[Launch]:
 
 def self_test_block(ctx: FileContext) -> cst.If | None:
     """The `if __name__ == "__main__":` block of a library module: a file that a scanned script
-    with a training loop imports (``Links.trained_by``) and that no launch command of the project
-    runs. The block runs only when someone runs the module on its own: a self-test or a demo
-    (awd-lstm's `splitcross.py` training a toy loss, a data set's loader smoke test), not the
-    training the scan is about."""
-    if ctx.links.trained_by is None or any(launch.direct for launch in launches(ctx)):
-        return None
-    return next((statement for statement in ctx.module.body
-                 if isinstance(statement, cst.If) and is_main_guard(statement.test)), None)
+    with a training loop imports (``Links.trained_by``), or that a script imports beside the
+    library holding its training loop (``Links.beside_trainer``), and that no launch command of
+    the project runs. The block runs only when someone runs the module on its own: a self-test or
+    a demo (awd-lstm's `splitcross.py` training a toy loss, a data set's loader smoke test,
+    vall-e's model files training on a toy batch), not the training the scan is about."""
+    block = next((statement for statement in ctx.module.body
+                  if isinstance(statement, cst.If) and is_main_guard(statement.test)), None)
+    if block is None or trained_with(ctx) is None or any(launch.direct for launch in launches(ctx)):
+        return None  # (the launch files are read only for a file with such a block)
+    return block
+
+
+def trained_with(ctx: FileContext) -> str | None:
+    """The file (as shown) whose training loop a run builds this file's code for:
+    ``Links.trained_by``, else ``Links.beside_trainer``."""
+    return ctx.links.trained_by or ctx.links.beside_trainer
 
 
 _OFF = frozenset({"False", "None", "0", "''", '""'})

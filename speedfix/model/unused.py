@@ -19,6 +19,15 @@ when every sign of a use is absent:
   project whose `pyproject.toml` lies above), or has more folders or files than are read here,
   every function counts as used.
 
+A library module's functions are read the same way, but its name is likely to be an everyday
+word there (FEDformer's `layers/utils.py` keeps a `train()` helper beside `model.train()` calls
+everywhere): in a library module other scanned files import, a function its own file never names
+again is taken for unused when no other file imports it (by name, over several lines, or by a
+star), names it through the module (`utils.train`, hydra's `layers.utils.train`, `utils:train`) or
+looks it up (`getattr(utils, "train")`); a notebook that mentions the name at all keeps it
+(``unused_library_functions``). So are the functions only a library module's self-test block
+calls (vall-e's `example_usage()`, ``self_test_functions``).
+
 The same search decides for a library module (imports, functions, classes and constants only)
 that no other scanned file names, in a scan that holds code that trains (``Links.unreferenced``):
 when no other file of the project mentions its name either, no run builds its classes
@@ -34,14 +43,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import libcst as cst
 
 from speedfix.model.context import FileContext
 from speedfix.model.project_files import PROJECT_MARKERS, display_path
 from speedfix.project import is_test_file
-from speedfix.syntax.nodes import code_of, is_main_guard
+from speedfix.syntax.names import dotted_name
+from speedfix.syntax.nodes import code_of, is_main_guard, walk_expression
 
 # What is read to look for a use; a larger project keeps all its functions.
 FOLDERS_LIMIT = 200
@@ -50,7 +60,7 @@ _SUFFIXES = (".py", ".ipynb", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini",
              "Makefile")
 # A file that finds its functions by itself (a command line made of them, a registry, `exec`).
 _DYNAMIC = re.compile(r"\b(?:Fire|CLI|auto_cli)\s*\(|\b(?:globals|locals|vars)\s*\(\s*\)|sys\.modules\s*\[\s*__name__"
-                      r"|\bgetmembers\s*\(|\b__all__\b|\bexec\s*\(|\beval\s*\(")
+                      r"|\bgetmembers\s*\(|\b__all__\b|(?<!\.)\bexec\s*\(|(?<!\.)\beval\s*\(")  # not `model.eval()`
 
 
 def unused_functions(ctx: FileContext, among: Iterable[int]) -> dict[int, str]:
@@ -71,6 +81,71 @@ def unused_functions(ctx: FileContext, among: Iterable[int]) -> dict[int, str]:
     return _unmentioned(ctx, unused)
 
 
+def unused_library_functions(ctx: FileContext, among: Iterable[int]) -> dict[int, str]:
+    """Of the top-level statements ``among``, those that define a function of a library module
+    (``library_module``) that other scanned files import (``Links.importers``) while nothing uses
+    the function: its own file never names it again, and no other file of the project imports it
+    or names it through the module (``_used_elsewhere``; FEDformer's `layers/utils.py`, imported
+    for `get_filter`, keeps a `train()` helper nothing calls): index -> name."""
+    body = ctx.module.body
+    candidates = {index: body[index] for index in set(among)
+                  if isinstance(body[index], cst.FunctionDef) and not body[index].decorators}
+    project = ctx.project
+    if not candidates or project is None or not ctx.links.importers or not library_module(ctx) \
+            or is_test_file(Path(display_path(project.script))):
+        return {}
+    return _unused_here_and_elsewhere(ctx, {index: function.name.value for index, function in candidates.items()})
+
+
+def self_test_functions(ctx: FileContext, block: cst.If) -> dict[int, str]:
+    """The top-level functions of the file that only its self-test ``block`` calls (vall-e's
+    `example_usage()`, a toy training run of the model the file defines): the block names them,
+    the rest of the file does not, and no other file of the project imports them or names them
+    through the module (``_used_elsewhere``): index -> name."""
+    called = {dotted_name(node.func) for node in walk_expression(block) if isinstance(node, cst.Call)}
+    body = ctx.module.body
+    names = {index: statement.name.value for index, statement in enumerate(body)
+             if isinstance(statement, cst.FunctionDef) and not statement.decorators and statement.name.value in called}
+    if not names or ctx.project is None:
+        return {}
+    return _unused_here_and_elsewhere(ctx, names, block)
+
+
+def _unused_here_and_elsewhere(ctx: FileContext, names: dict[int, str], block: cst.If | None = None) -> dict[int, str]:
+    """Of ``names`` (top-level functions by index), those its own file names only in their
+    definition (and in ``block``) and that ``_used_elsewhere`` finds no use of."""
+    project = ctx.project
+    assert project is not None
+    text = project.quiet_text(project.script)
+    if text is None or _DYNAMIC.search(text):
+        return {}
+    body = ctx.module.body
+    outside = {index: name for index, name in names.items()
+               if len(_mentions(name, text)) == len(_mentions(name, code_of(body[index])))
+               + (len(_mentions(name, code_of(block))) if block is not None else 0)}
+    stem = project.script.stem if project.script.stem != "__init__" else project.script.parent.name
+    return _unmentioned(ctx, outside, lambda name, other, suffix: _used_elsewhere(stem, name, other, suffix))
+
+
+def _used_elsewhere(stem: str, name: str, text: str, suffix: str) -> bool:
+    """Does another file's ``text`` use function ``name`` of module ``stem``: import it
+    (`from layers.utils import get_filter, train`, also over several lines, or `import *`),
+    name it through the module (`utils.train(...)`, hydra's `_target_: layers.utils.train`,
+    `utils:train` in an entry point), or look it up by its name (`getattr(utils, "train")`)?
+    A notebook counts any mention of the name (its cells may have imported it by a star)."""
+    if not _mentions(name, text) and "*" not in text:
+        return False
+    if suffix == ".ipynb":
+        return bool(_mentions(name, text))
+    word = re.escape(name)
+    if re.search(rf"\b{re.escape(stem)}\s*[.:]\s*{word}\b|getattr\s*\([^)]*[\"']{word}[\"']", text):
+        return True
+    for imported in re.finditer(rf"\bfrom\s+[\w.]*\b{re.escape(stem)}\s+import\s+(\([^)]*\)|[^\n]*)", text):
+        if "*" in imported.group(1) or _mentions(name, imported.group(1)):
+            return True
+    return False
+
+
 def unreferenced_module(ctx: FileContext) -> bool:
     """Is this file a library module that no run builds: the scan found no other scanned file
     naming it (``Links.unreferenced``), it only defines things (``library_module``), and no
@@ -81,9 +156,19 @@ def unreferenced_module(ctx: FileContext) -> bool:
             and bool(_unmentioned(ctx, {0: project.script.stem})))
 
 
-def _unmentioned(ctx: FileContext, names: dict[int, str]) -> dict[int, str]:
-    """Of ``names``, those that no other file of the project mentions; none when the project
-    goes on above the folders the scan may read, or has more folders or files than are read."""
+def _mentioned(name: str, text: str, suffix: str) -> bool:
+    """Does another file's ``text`` mention ``name`` anywhere (a notebook's or JSON file's
+    escaped strings read as code)?"""
+    if suffix in (".ipynb", ".json"):
+        text = text.replace("\\n", "\n").replace('\\"', '"')  # a cell's source as one JSON string
+    return bool(_mentions(name, text))
+
+
+def _unmentioned(ctx: FileContext, names: dict[int, str],
+                 used: Callable[[str, str, str], bool] = _mentioned) -> dict[int, str]:
+    """Of ``names``, those that no other file of the project ``used`` (name, its text, its
+    suffix) says uses them (by default: mentions them); none when the project goes on above the
+    folders the scan may read, or has more folders or files than are read."""
     project = ctx.project
     if not names or project is None or _goes_on_above(ctx):
         return {}
@@ -96,9 +181,7 @@ def _unmentioned(ctx: FileContext, names: dict[int, str]) -> dict[int, str]:
             if path.suffix in (".py", ".ipynb"):
                 return {}  # code that could not be read might use them
             continue
-        if path.suffix in (".ipynb", ".json"):
-            other = other.replace("\\n", "\n").replace('\\"', '"')  # a cell's source as one JSON string
-        names = {index: name for index, name in names.items() if not _mentions(name, other)}
+        names = {index: name for index, name in names.items() if not used(name, other, path.suffix)}
         if not names:
             break
     return names

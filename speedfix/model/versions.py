@@ -286,6 +286,17 @@ def _pin_files(project: ProjectFiles, folder: Path) -> list[Path]:
     return found
 
 
+def required(project: ProjectFiles, pattern: re.Pattern[str]) -> str | None:
+    """The first name ``pattern`` finds in the requirement files of the script's folder and the
+    folders above it, up to the project's top (the files the torch pin is read from)."""
+    for folder in project.folders_up():
+        for path in _pin_files(project, folder):
+            found = pattern.search(project.text(path) or "")
+            if found:
+                return found.group(0)
+    return None
+
+
 def pinned_below(project: ProjectFiles, package: str, version: TorchVersion) -> bool:
     """Does the project pin ``package`` (`transformers==4.7.0`) to versions older than ``version``
     only? Read like the torch pin: the nearest folder whose requirement files name it."""

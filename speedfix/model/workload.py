@@ -38,6 +38,7 @@ from speedfix.model.networks import network_assignments, peel, project_builds_rn
 from speedfix.model.patterns import dataset_argument, unwrap_iterable
 from speedfix.model.project_classes import project_class
 from speedfix.model.scale import conv_nets_only, matmul_nets, per_file
+from speedfix.model.versions import required
 from speedfix.project.steps import CONV_LAYERS
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
@@ -137,6 +138,25 @@ def trained_family(ctx: FileContext) -> tuple[Family, str | None] | None:
     if matmul_nets(ctx):
         return Family.MATMUL, None
     return unseen_family(ctx)
+
+
+# Graph learning libraries: their networks pass messages over batches of graphs whose node and
+# edge counts change from batch to batch.
+_GRAPH_LIBRARIES = ("torch_geometric", "dgl", "torch_scatter", "torch_cluster", "torch_sparse", "torchdrug")
+_GRAPH_REQUIREMENT = re.compile(r"(?<![\w.-])(?:torch[-_]geometric|pyg|dgl|torch[-_]scatter|torch[-_]cluster|"
+                                r"torch[-_]sparse|torchdrug)(?![\w.-])", re.IGNORECASE)
+
+
+@per_file
+def graph_library(ctx: FileContext) -> str | None:
+    """The graph learning library the training runs on: one the file imports (GRACE's
+    `torch_geometric.nn.GCNConv`), else one the project's requirement files name (QCNet's
+    LightningModule, whose layers import `torch_geometric` and `torch_cluster` in other files).
+    None when neither says."""
+    for qualified in ctx.imports.bindings.values():
+        if qualified.split(".", 1)[0] in _GRAPH_LIBRARIES:
+            return qualified.split(".", 1)[0]
+    return required(ctx.project, _GRAPH_REQUIREMENT) if ctx.project is not None else None
 
 
 def runs_cudnn_layers(ctx: FileContext) -> bool | None:

@@ -139,6 +139,7 @@ class ModuleFacts:
     constants: tuple[tuple[str, str], ...] = ()
     references: tuple[str, ...] = ()  # qualified names (through imports) read anywhere in the file
     trains: bool = False  # the file holds a training loop
+    main_guard: bool = False  # the file has an `if __name__ == "__main__":` block
     # imported classes it builds: (qualified name, `.from_argparse_args` or "", keywords passed,
     # positional arguments passed, `*args`/`**kwargs` passed)
     constructions: tuple[tuple[str, str, tuple[str, ...], int, bool], ...] = ()
@@ -209,6 +210,7 @@ class ModuleFacts:
             constants=tuple((str(n), str(v)) for n, v in record["constants"]),
             references=tuple(map(str, record["references"])),
             trains=bool(record["trains"]),
+            main_guard=bool(record["main_guard"]),
             constructions=tuple((str(q), str(m), tuple(map(str, k)), int(n), bool(s))
                                 for q, m, k, n, s in record["constructions"]),
             no_grad_calls=tuple(map(str, record["no_grad_calls"])),
@@ -376,6 +378,14 @@ def _unwrap(node: ast.AST) -> ast.AST:
 
 def _cuda_attribute(node: ast.Attribute) -> bool:
     return node.attr in CUDA_ATTRIBUTES or (isinstance(node.value, ast.Name) and node.value.id in CUDA_OBJECTS)
+
+
+def _picked_classes(func: ast.expr) -> list[str]:
+    """The names a call through a dict written in place picks from (`{'a': A, 'b': B}[key](...)`):
+    each entry's dotted name; none for another callee."""
+    if not (isinstance(func, ast.Subscript) and isinstance(func.value, ast.Dict)):
+        return []
+    return [name for value in func.value.values if value is not None and (name := dotted(value)) is not None]
 
 
 def _is_main_guard(test: ast.AST) -> bool:
@@ -1077,6 +1087,8 @@ class _Collector(ast.NodeVisitor):
         if self.class_stack and func is not None and not self._folding_for_inference():
             self._builds_through(self.class_stack[-1], node)
         self._construction(node, func)
+        for picked in _picked_classes(node.func):
+            self._construction(node, picked)  # QCNet's `{'argoverse_v2': ArgoverseV2DataModule}[args.dataset](**vars(args))`
         if isinstance(node.func, ast.Attribute):
             self._object_method(node.func)
         if func is not None:
@@ -1265,6 +1277,7 @@ class _Collector(ast.NodeVisitor):
                                       if shown and not shown.startswith("@")), *self._dict_constants()])),
             references=tuple(sorted(self.references)),
             trains=any(loop.marker for loop in self.loops),
+            main_guard=self.entry,
             constructions=tuple(sorted(self.constructions)),
             gated_constructions=tuple(sorted(self.gated)),
             dispatches=tuple(sorted(

@@ -128,6 +128,9 @@ class Links:
     cudnn: str | None = None  # an importer's file (as shown) that chooses cuDNN's algorithms for the process
     tf32: str | None = None  # an importer's file (as shown) that chooses the fp32 matmul precision for the process
     trained_by: str | None = None  # an importer's file (as shown) that holds a training loop: this one is its library
+    # the library (as shown) holding the training loop of a script that imports this file too
+    # (``_imported_beside_a_trainer``): a run builds with this file what that library trains
+    beside_trainer: str | None = None
     options: tuple[tuple[str, str], ...] = ()  # (destination, default's repr) of the scripts that run it
     option_holders: tuple[str, ...] = ()  # the names those scripts bind their parsed options to
     # the entries of option-indexed dicts (ModuleFacts.dispatches) through which alone the scanned
@@ -190,6 +193,7 @@ class Links:
             "cudnn": self.cudnn,
             "tf32": self.tf32,
             "trained_by": self.trained_by,
+            "beside_trainer": self.beside_trainer,
             "options": [list(option) for option in self.options],
             "option_holders": list(self.option_holders),
             "picked_by": [[option, key, list(keys)] for option, key, keys in self.picked_by],
@@ -455,6 +459,7 @@ def link(
     overrides = _stepping_overrides(facts, prefixes)
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
     trained_by = _imported_by_another(runs, prefixes, lambda module: module.trains, show)
+    beside = _imported_beside_a_trainer(runs, prefixes, show)
     options = _run_options(facts, prefixes)
     picked = _picked_only(facts, prefixes)
     importers: dict[Path, set[str]] = {}
@@ -490,6 +495,7 @@ def link(
             tf32=tf32.get(path),
             stepping_overrides=tuple(sorted(overrides.get(path, ()))),
             trained_by=trained_by.get(path),
+            beside_trainer=beside.get(path),
             options=options.get(path, ((), ()))[0],
             option_holders=options.get(path, ((), ()))[1],
             picked_by=picked.get(path, ()),
@@ -747,6 +753,25 @@ def _imported_by_another(facts: dict[Path, ModuleFacts], prefixes: dict[Path, di
         for path, shown in _spread_to_imports({seed: show(seed)}, prefixes, lambda _, shown: shown).items():
             if path != seed:
                 found.setdefault(path, shown)
+    return found
+
+
+def _imported_beside_a_trainer(runs: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
+                               show: Callable[[Path], str]) -> dict[Path, str]:
+    """The files that a script imports, in turn, beside a library that holds its training loop
+    (vall-e's `train.py` reaches `utils/engines.py`, whose loop steps the engines, and the model
+    package that defines `AR`): file -> that library's file. A library here has no `__main__`
+    block: an evaluation script importing `train.py`, or a model file whose `__main__` block
+    trains a toy, says nothing of the files beside it."""
+    found: dict[Path, str] = {}
+    for seed in sorted(runs):
+        reached = _spread_to_imports({seed: show(seed)}, prefixes, lambda _, shown: shown)
+        trainers = {path for path in reached if path != seed and path in runs and runs[path].trains
+                    and not runs[path].main_guard}
+        if trainers:
+            for path in reached:
+                if path != seed and path not in trainers:
+                    found.setdefault(path, show(min(trainers)))
     return found
 
 
