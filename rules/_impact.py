@@ -16,7 +16,7 @@ from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.scale import (LARGE_MODEL_PARAMETERS, NARROW_WIDTH, SMALL_MODEL_PARAMETERS, Role,
                                    largest_trained_model, trains_narrow_mlps_only,
                                    loader_role, per_file, trains_hub_model)
-from speedfix.model.workload import Family, graph_library, small_stated_width, trained_family
+from speedfix.model.workload import Family, graph_library, small_option_width, small_stated_width, trained_family
 
 __all__ = ["Estimate", "Finding", "Impact", "Severity", "by_message", "compile_gain", "evaluation_loader", "large_model",
            "small_model",
@@ -47,10 +47,14 @@ def _unpinned(ctx: FileContext, site: CallSite) -> bool:
 
 
 def small_model(ctx: FileContext, impact: Impact) -> Estimate | None:
-    """``impact`` when every model the script trains is small, counted from the layers it writes."""
+    """``impact`` when every model the script trains is small, counted from the layers it writes,
+    or, where they cannot be counted, by the widths its options give them (``small_option_width``)."""
     count = largest_trained_model(ctx)
     if count is None and trains_narrow_mlps_only(ctx):  # an input width the environment decides
         return Estimate(impact, f"small models (MLPs no wider than {NARROW_WIDTH})")
+    width = small_option_width(ctx) if count is None else None
+    if width is not None:
+        return Estimate(impact, f"a small model by its options (widths up to {width})")
     if count is None or count >= SMALL_MODEL_PARAMETERS:
         return None
     return Estimate(impact, f"a small model (about {_millions(count)} parameters)")

@@ -639,6 +639,24 @@ class DataloaderNoWorkers(Rule):
                 main()
             """,
         ),
+        Invalid(  # open-unmix: the keywords a CUDA run passes, `{...} if use_cuda else {}`, give 0 workers
+            """
+            import torch
+            from torch.utils import data
+
+            def main():
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--nb-workers", type=int, default=0)
+                parser.add_argument("--no-cuda", action="store_true")
+                args = parser.parse_args()
+                use_cuda = not args.no_cuda and torch.cuda.is_available()
+                kwargs = {"num_workers": args.nb_workers, "pin_memory": True} if use_cuda else {}
+                return data.DataLoader(train_set, batch_size=16, **kwargs)
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
         Invalid(  # module level, no __main__ guard: spawn workers would re-run the script
             """
             import torch

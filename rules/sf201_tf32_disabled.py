@@ -89,14 +89,14 @@ class Tf32Disabled(Rule):
     `mp.spawn(worker)` do not run `main()`: set it in the worker too.
 
     ## Impact
-    High: fp32 matmuls without TF32 run at a fraction of an Ampere GPU's tensor-core
-    throughput, for a model known to multiply matrices (a transformer of the Hub or a zoo,
-    attention, recurrent or linear layers in the scanned files). Medium for a small model (under
-    10M parameters, counted from the layers the file writes), and for a model whose layers the
-    scan does not see (a factory of another package): TF32 does not speed up its convolutions.
-    Low for a conv net whose matmuls are at most a classifier head (a zoo CNN, or classes with
-    convolutions and no attention or recurrent layer): cuDNN already runs its convolutions in
-    TF32.
+    High: fp32 matmuls without TF32 run at a fraction of an Ampere GPU's tensor-core throughput,
+    for a model known to multiply matrices (a transformer of the Hub or a zoo, attention,
+    recurrent or linear layers in the scanned files). Medium for a small model (under 10M
+    parameters, counted from the layers the file writes, or given by width options of 256 or
+    less), and for a model whose layers the scan does not see (a factory of another package):
+    TF32 does not speed up its convolutions. Low for a conv net whose matmuls are at most a
+    classifier head (a zoo CNN, or classes with convolutions and no attention or recurrent
+    layer): cuDNN already runs its convolutions in TF32.
 
     A model whose layers are out of sight is judged by what the file says of it: the name that
     builds it (`network.modeling.__dict__[opts.model]` with `--model deeplabv3plus_mobilenet`, a

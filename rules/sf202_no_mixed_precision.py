@@ -116,8 +116,9 @@ class NoMixedPrecision(Rule):
     `speedfix apply --verify`.
 
     ## Impact
-    High: mixed precision is one of the largest single gains in training speed and memory.
-    Medium for a small model (under 10M parameters, counted from the layers the file writes).
+    High: mixed precision is one of the largest single gains in training speed and memory. Medium for
+    a small model (under 10M parameters, counted from the layers the file writes, or given by width
+    options of 256 or less).
 
     ## Measured effect
     PyTorch's performance tuning guide: mixed precision gives "up to 3x overall speedup on Volta

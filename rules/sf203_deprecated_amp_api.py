@@ -53,7 +53,8 @@ class DeprecatedAmpApi(Rule):
     ## What it does
     Finds the device-specific AMP API that PyTorch deprecated in 2.4: `torch.cuda.amp.autocast`,
     `torch.cuda.amp.GradScaler`, `torch.cuda.amp.custom_fwd`/`custom_bwd` and their `torch.cpu.amp`
-    twins, through every import form.
+    twins, through every import form. Not in a type annotation (`scaler: amp.GradScaler`), which
+    runs nothing and warns of nothing.
 
     ## Why is this bad?
     Each use emits a `FutureWarning` that names its replacement: `torch.cuda.amp.autocast(args...)`
@@ -122,6 +123,18 @@ class DeprecatedAmpApi(Rule):
     effect = "None on speed: removes a FutureWarning per call."
 
     VALID = [
+        Valid(  # SRGAN: a type annotation runs nothing (the scaler is made elsewhere, with the new API)
+            """
+            import torch
+            from torch.cuda import amp
+
+            def train(model, loader, scaler: amp.GradScaler) -> None:
+                for x in loader:
+                    scaler.scale(model(x).sum()).backward()
+
+            train(model, loader, torch.amp.GradScaler("cuda"))
+            """
+        ),
         Valid(
             """
             import torch
@@ -317,6 +330,7 @@ class DeprecatedAmpApi(Rule):
         self._decorators: dict[int, cst.Decorator] = {}
         self._members: dict[str, set[str]] = {}  # `amp.X` references: head name -> members
         self._branches: list[tuple[cst.CSTNode, str]] = []  # (try | if, the part being visited)
+        self._annotations = 0  # type annotations open around the node visited
 
     # ------------------------------------------------------------------ collection
     def visit_Call(self, node: cst.Call) -> None:
@@ -331,14 +345,23 @@ class DeprecatedAmpApi(Rule):
     def visit_Param(self, node: cst.Param) -> None:
         self._skip.add(id(node.name))
 
+    # A type annotation (`scaler: amp.GradScaler`) runs nothing and warns of nothing: the import
+    # and the calls it names are reported where they are.
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        self._annotations += 1
+
+    def leave_Annotation(self, node: cst.Annotation) -> None:
+        self._annotations -= 1
+
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._skip.add(id(node.attr))
         if isinstance(node.value, cst.Name):
             self._members.setdefault(node.value.value, set()).add(node.attr.value)
-        self._collect(node)
+        if not self._annotations:
+            self._collect(node)
 
     def visit_Name(self, node: cst.Name) -> None:
-        if id(node) not in self._skip:
+        if id(node) not in self._skip and not self._annotations:
             self._collect(node)
 
     # The parts of a `try` or `if` a use sits in: the old API in one part and the new one in the

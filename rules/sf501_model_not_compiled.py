@@ -124,19 +124,19 @@ class ModelNotCompiled(Rule):
     compiles its `forward`, which that step never calls; the reason names the method to compile.
 
     ## Impact
-    High: compiling is one of the largest single gains in training speed. Medium for a small
-    model (under 10M parameters, counted from the layers the file writes), where the compile
-    time of a short run is a large share of what it saves; medium too for an RL agent's updates
-    between environment steps, whose stepping and acting the compile leaves as they are, for a
-    graph network (the file imports `torch_geometric`, DGL or `torch_scatter`, or the project
-    requires them: batches of graphs whose node and edge counts change every step recompile or
-    run with dynamic shapes), and for a linear probe whose backbone is frozen (its backward pass
-    is the head's only). Low for
-    a model of a billion parameters or more (its checkpoint, config or layers say so): most of
-    its step is large matmuls, which compile leaves to the same kernels, and a fine-tune's
-    batches of varying length recompile. Low too where every step first generates the samples it trains on
-    (`model.generate(...)`, `rollout_engine.rollout(...)`: RLHF, GRPO): decoding token by token
-    at changing lengths takes most of the step.
+    High: compiling is one of the largest single gains in training speed. Medium for a small model
+    (under 10M parameters, counted from the layers the file writes, or given by width options of
+    256 or less), where the compile time of a short run is a large share of what it saves; medium
+    too for an RL agent's updates between environment steps, whose stepping and acting the compile
+    leaves as they are, for a graph network (the file imports `torch_geometric`, DGL or
+    `torch_scatter`, or the project requires them: batches of graphs whose node and edge counts
+    change every step recompile or run with dynamic shapes), and for a linear probe whose backbone
+    is frozen (its backward pass is the head's only). Low for a model of a billion parameters or
+    more (its checkpoint, config or layers say so): most of its step is large matmuls, which
+    compile leaves to the same kernels, and a fine-tune's batches of varying length recompile. Low
+    too where every step first generates the samples it trains on (`model.generate(...)`,
+    `rollout_engine.rollout(...)`: RLHF, GRPO): decoding token by token at changing lengths takes
+    most of the step.
 
     ## Measured effect
     PyTorch 2.0 announcement: 43% average training speedup on an A100 over 163 open-source models

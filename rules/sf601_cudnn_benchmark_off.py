@@ -84,14 +84,13 @@ class CudnnBenchmarkOff(Rule):
     `mp.spawn(worker)` do not run `main()`: set it in the worker too.
 
     ## Impact
-    Medium. Low for a small model (under 10M parameters, counted from the layers the file
-    writes), and where the batches are padded to their longest sample (a `collate_fn` that
-    calls `pad_sequence`, in the file or another of the project): their shapes change, and
-    benchmark mode tunes again for every new one.
-    High when cuDNN is switched off in a model with convolutions, recurrent layers or
-    batch norm, whatever its size: every one of them runs without it; low when the model is a
-    matmul network without them (a transformer, an MLP: cuBLAS runs its matmuls), medium when the
-    scan cannot see its layers.
+    Medium. Low for a small model (under 10M parameters, counted from the layers the file writes,
+    or given by width options of 256 or less), and where the batches are padded to their longest
+    sample (a `collate_fn` that calls `pad_sequence`, in the file or another of the project):
+    their shapes change, and benchmark mode tunes again for every new one. High when cuDNN is
+    switched off in a model with convolutions, recurrent layers or batch norm, whatever its size:
+    every one of them runs without it; low when the model is a matmul network without them (a
+    transformer, an MLP: cuBLAS runs its matmuls), medium when the scan cannot see its layers.
 
     ## Measured effect
     SpeechBrain: 17 to 12 minutes per epoch on a V100 (1.42x) and 60 to 25 minutes on a 1080 Ti

@@ -2,11 +2,17 @@ from __future__ import annotations
 
 from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
-from speedfix.model.arguments import find_argument, literal_bool
+from speedfix.model.arguments import find_argument, literal_bool, string_value
 from speedfix.model.flow import in_no_run
 from speedfix.model.frameworks import accelerate_runs_deepspeed, accelerate_runs_fsdp
 from speedfix.model.networks import may_train, skips_submodules
 from speedfix.model.torch_api import DDP_SETTINGS
+from speedfix.project.steps import LIGHTNING_TRAINER
+
+
+# Lightning's registered DDP strategies that set `find_unused_parameters=True`.
+_FIND_UNUSED_STRATEGIES = frozenset({"ddp_find_unused_parameters_true", "ddp_spawn_find_unused_parameters_true",
+                                     "ddp_fork_find_unused_parameters_true", "ddp_notebook_find_unused_parameters_true"})
 
 
 class DdpFindUnusedParameters(Rule):
@@ -14,7 +20,8 @@ class DdpFindUnusedParameters(Rule):
     ## What it does
     Finds `DistributedDataParallel(..., find_unused_parameters=True)`, also handed on by
     Accelerate (`DistributedDataParallelKwargs(find_unused_parameters=True)`) or Lightning
-    (`DDPStrategy(find_unused_parameters=True)`).
+    (`DDPStrategy(find_unused_parameters=True)`, or a `Trainer(strategy=
+    "ddp_find_unused_parameters_true")` naming the registered strategy that sets it).
 
     ## Why is this bad?
     With it, DDP walks the whole autograd graph after every forward pass to find parameters that
@@ -132,6 +139,14 @@ class DdpFindUnusedParameters(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # DiGress: the registered strategy name that sets the flag
+            """
+            from lightning import Trainer
+
+            trainer = Trainer(strategy="ddp_find_unused_parameters_true", accelerator="gpu", devices=2)
+            trainer.fit(model, datamodule=datamodule)
+            """
+        ),
         Invalid(
             """
             import torch
@@ -204,3 +219,9 @@ class DdpFindUnusedParameters(Rule):
             flag = find_argument(self.ctx, site, "find_unused_parameters")
             if literal_bool(self.ctx, flag.node, site.stack) and not in_no_run(self.ctx, site.statement, site.stack):
                 self.report(site.node, "`find_unused_parameters=True` walks the autograd graph again after every forward pass")
+        for site in self.ctx.calls_to(*LIGHTNING_TRAINER):
+            strategy = find_argument(self.ctx, site, "strategy")
+            name = string_value(self.ctx, strategy.node, site.stack) if not strategy.missing else None
+            if name in _FIND_UNUSED_STRATEGIES and not in_no_run(self.ctx, site.statement, site.stack):
+                self.report(strategy.node or site.node, f'Lightning\'s `strategy="{name}"` walks the autograd graph '
+                                                        "again after every forward pass")

@@ -172,6 +172,61 @@ def test_compile_is_medium_for_a_linear_probe_on_a_frozen_backbone(run_cli, writ
     assert compiled["impact"] == "high"
 
 
+OPTION_SIZED_MODEL = """\
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, args, data):
+        super().__init__()
+        self.m = data.m
+        self.gru = nn.GRU(self.m, args.hidRNN)
+        self.linear = nn.Linear(args.hidRNN, self.m)
+
+    def forward(self, x):
+        r, _ = self.gru(x)
+        return self.linear(r[-1])
+"""
+
+OPTION_SIZED_SCRIPT = """\
+import argparse
+import torch
+import models
+
+parser = argparse.ArgumentParser()
+parser.add_argument('--hidRNN', type=int, default=100)
+parser.add_argument('--batch_size', type=int, default=1024)
+parser.add_argument('--model', type=str, default='LSTNet')
+args = parser.parse_args()
+data = load(args)
+model = eval('models.' + args.model).Model(args, data).cuda()
+optimizer = torch.optim.Adam(model.parameters(), fused=True)
+for epoch in range(100):
+    for x, y in data.batches(args.batch_size):
+        optimizer.zero_grad()
+        loss = (model(x.cuda(non_blocking=True)) - y.cuda(non_blocking=True)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("launch, impact", [(None, "medium"), ("--hidRNN 50", "medium"), ("--hidRNN 1024", "high")])
+def test_a_model_sized_by_small_width_options_is_small(run_cli, write, tmp_path, launch, impact):
+    """LSTNet: `eval('models.' + args.model).Model(args, Data)` of another file, its widths from
+    `--hidRNN 100` (the batch size is no width): a small model the scan cannot count, so compile,
+    mixed precision and TF32 are worth less; not where a launch command makes it wide."""
+    write("models/LSTNet.py", OPTION_SIZED_MODEL)
+    write("models/__init__.py", "from models import LSTNet\n")
+    write("main.py", OPTION_SIZED_SCRIPT)
+    if launch is not None:
+        write("run.sh", f"python main.py {launch}\n")
+    found = _json(run_cli, "main.py", cwd=tmp_path)
+    for code in ("SF501", "SF202"):
+        (finding,) = _by(found, code)
+        assert finding["impact"] == impact
+        if impact == "medium":
+            assert finding["impact_reason"] == "a small model by its options (widths up to 100)"
+
+
 GRAPH_NET = """\
 import torch
 from model import Encoder
@@ -536,3 +591,14 @@ def test_a_cached_finding_without_an_impact_is_analysed_again():
     assert restored.findings[0].impact_reason == "a loader that only evaluation or testing reads"
     del record["findings"][0]["impact"]  # written by a version without impacts
     assert _loaded(record) is None
+
+
+@pytest.mark.parametrize("dest, width", [
+    ("hidden_size", True), ("nhid", True), ("hidRNN", True), ("d_model", True), ("emsize", True), ("latent_dim", True),
+    ("n_embd", True), ("rnn_size", True), ("batch_size", False), ("seq_len", False), ("img_size", False),
+    ("num_channels", False), ("n_heads", False), ("vocab_size", False), ("window", False), ("input_dim", False),
+    ("dropout", False), ("lr", False)])
+def test_which_options_set_a_networks_width(dest, width):
+    from speedfix.model.workload import _width_option
+
+    assert _width_option(dest) is width

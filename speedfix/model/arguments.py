@@ -89,6 +89,8 @@ def _lookup_in_kwargs(ctx: FileContext, expr: cst.BaseExpression, key: str, stac
     if isinstance(expr, cst.Call) and dotted_name(expr.func) == "dict" and not ctx.qualname(expr.func):
         return _lookup_in_dict_call(ctx, expr, key, stack, depth)
     if isinstance(expr, cst.IfExp):  # `**({"warmup_steps": n} if new else {"warmup_ratio": r})`
+        if _asks_for_cuda(ctx, expr.test, stack):  # open-unmix's `{"num_workers": ...} if use_cuda else {}`
+            return _lookup_in_kwargs(ctx, expr.body, key, stack, depth + 1)
         found = [_lookup_in_kwargs(ctx, branch, key, stack, depth + 1) for branch in (expr.body, expr.orelse)]
         return MISSING if all(f is MISSING for f in found) else UNKNOWN
     name = dotted_name(expr)
@@ -107,6 +109,20 @@ def _lookup_in_kwargs(ctx: FileContext, expr: cst.BaseExpression, key: str, stac
     if key in touched:
         return _item_set_plainly(ctx, name, key, stack)
     return base
+
+
+def _asks_for_cuda(ctx: FileContext, test: cst.BaseExpression, stack: Stack, depth: int = 0) -> bool:
+    """Does ``test`` require `torch.cuda.is_available()` (and-ed with other tests, also through a
+    name bound once to it: `use_cuda = not args.no_cuda and torch.cuda.is_available()`)? Such a
+    branch is the one a run on a GPU takes, the branch this scan advises on."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _asks_for_cuda(ctx, test.left, stack, depth) or _asks_for_cuda(ctx, test.right, stack, depth)
+    if isinstance(test, cst.Call):
+        return ctx.qualname(test.func) == "torch.cuda.is_available"
+    if isinstance(test, cst.Name) and depth == 0:
+        value = ctx.single_value(test.value, stack)
+        return value is not None and _asks_for_cuda(ctx, value, stack, depth + 1)
+    return False
 
 
 def _item_set_plainly(ctx: FileContext, name: str, key: str, stack: Stack) -> ArgValue:
@@ -1014,6 +1030,15 @@ def _defining(ctx: FileContext, dest: str) -> list[CallSite]:
 
 
 _BY_DEST: WeakKeyDictionary[FileContext, dict[str, list[CallSite]]] = WeakKeyDictionary()
+
+
+def holds_parsed_options(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> bool:
+    """Is ``node`` a name bound, in the scope of ``stack``, only to the parsed options (`args`
+    after `args = parser.parse_args()`)?"""
+    if not isinstance(node, cst.Name):
+        return False
+    found = ctx.assignments_in_scope(node.value, stack)
+    return bool(found) and all(_holds_parsed_args(ctx, assignment) for assignment in found)
 
 
 def _holds_parsed_args(ctx: FileContext, assignment: Assignment) -> bool:

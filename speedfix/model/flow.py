@@ -353,18 +353,23 @@ def _same_string(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: in
 
 
 def taken_on_a_gpu(ctx: FileContext, test: cst.BaseExpression, stack: Stack) -> bool:
-    """Is ``test`` certainly true on a GPU machine with the script's defaults: `torch.cuda.
-    is_available()`, and-ed with tests true by default (`not args.disable_cuda`)?"""
+    """Is ``test`` true on a GPU machine with the script's defaults: `torch.cuda.is_available()`,
+    and-ed with tests not false by default (`not args.disable_cuda`), also through a
+    name bound once to such a test (DiGress's `use_gpu = cfg.general.gpus > 0 and
+    torch.cuda.is_available()`)?"""
     parts: list[cst.BaseExpression] = [test]
     found_gpu = False
+    if isinstance(test, cst.Name):
+        value = ctx.single_value(test.value, stack)
+        parts = [value] if isinstance(value, cst.BooleanOperation) else parts
     while parts:
         part = parts.pop()
         if isinstance(part, cst.BooleanOperation) and isinstance(part.operator, cst.And):
             parts.extend((part.left, part.right))
         elif isinstance(part, cst.Call) and ctx.qualname(part.func) == "torch.cuda.is_available":
             found_gpu = True
-        elif default_truth(ctx, part, stack) is not True:
-            return False
+        elif default_truth(ctx, part, stack) is False:
+            return False  # (a test the defaults cannot settle, `cfg.general.gpus > 0` of a config, is a run's to take)
     return found_gpu
 
 

@@ -30,11 +30,14 @@ from enum import Enum
 
 import libcst as cst
 
-from speedfix.model.arguments import find_argument, literal_int, option_defaults, string_value
+from speedfix.model.arguments import (find_argument, holds_parsed_options, literal_int, option_defaults, option_read,
+                                      string_value)
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, nearest_loop
+from speedfix.model.launch import launches
 from speedfix.model.loader_classes import dataloader_calls
-from speedfix.model.networks import network_assignments, peel, project_builds_rnn, project_conv_dims, step_networks
+from speedfix.model.networks import (network_assignments, peel, project_builds_rnn, project_conv_dims, step_networks,
+                                     zoo_architecture)
 from speedfix.model.patterns import dataset_argument, unwrap_iterable
 from speedfix.model.project_classes import project_class
 from speedfix.model.scale import conv_nets_only, matmul_nets, per_file
@@ -379,6 +382,77 @@ def hand_written_batches(ctx: FileContext, stack: Stack) -> bool:
 # is small (under 10M parameters) at the depths such models use (up to 12 layers).
 SMALL_WIDTH = 256
 _WIDTH_KEYS = frozenset({"dim", "hidden_size", "d_model", "embed_dim", "n_embd"})
+
+
+# Command-line options that set a network's width (`--nhid 200`, `--hidRNN 100`, `--d_model 256`,
+# `--emsize 200`, `--latent_dim 64`), by the words of their destination; not a batch, a
+# sequence, an image, a kernel or a vocabulary size, nor a conv net's channels (they double from
+# level to level)
+_WIDTH_WORDS = frozenset({"hidden", "emsize", "embd", "embed", "emb", "embedding", "width", "units", "ninp", "dim",
+                          "dmodel", "latent", "rnn"})
+_NOT_WIDTH_WORDS = frozenset({"batch", "seq", "len", "length", "img", "image", "window", "kernel", "vocab", "patch",
+                              "pool", "step", "steps", "sample", "samples", "crop", "input", "in", "out", "output",
+                              "classes", "class", "head", "heads", "channels", "filters", "max", "min", "time"})
+_DEPTH_WORDS = frozenset({"layer", "layers", "nlayers", "depth", "blocks"})
+_SMALL_DEPTH = 12
+
+
+def _option_words(dest: str) -> set[str]:
+    return set(re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", dest.strip("_").replace("d_model", "dmodel"))) - {""}
+
+
+def _width_option(dest: str) -> bool:
+    words = {word.lower() for word in _option_words(dest)}
+    return not words & _NOT_WIDTH_WORDS and (bool(words & _WIDTH_WORDS)
+                                              or any(word.startswith(("hid", "nhid")) for word in words))
+
+
+@per_file
+def small_option_width(ctx: FileContext) -> int | None:
+    """The largest default of the width options (``_width_option``: `--nhid 200`, `--hidRNN 100`)
+    of a script whose trained networks are built from its options (handed the parsed options, or
+    one of them), when every width default is small (at most 256), every depth option's at most
+    12, and no launch command of the project gives either more; None otherwise, and for a conv
+    net (its channels double from level to level). LSTNet's `Model(args, Data)` with `--hidRNN
+    100 --hidCNN 100`: a model of a few hundred thousand parameters the scan cannot count."""
+    family = trained_family(ctx)
+    if family is not None and family[0] is Family.CONV:
+        return None
+    defaults = {dest: value for dest, value in option_defaults(ctx).items() if isinstance(value, cst.Integer)}
+    widths = {dest: int(value.value) for dest, value in defaults.items() if _width_option(dest)}
+    depths = {dest: int(value.value) for dest, value in defaults.items()
+              if {word.lower() for word in _option_words(dest)} & _DEPTH_WORDS}
+    if not widths or max(widths.values()) > SMALL_WIDTH or max(depths.values(), default=0) > _SMALL_DEPTH \
+            or not _built_from_options(ctx, set(widths)):
+        return None
+    for command in launches(ctx):
+        for dest, limit in [*((dest, SMALL_WIDTH) for dest in widths), *((dest, _SMALL_DEPTH) for dest in depths)]:
+            given = str(command.options.get(dest, "0"))
+            if not given.isdigit() or int(given) > limit:
+                return None
+    return max(widths.values())
+
+
+def _built_from_options(ctx: FileContext, widths: set[str]) -> bool:
+    """Is every network the training runs built by a call handed the parsed options (LSTNet's
+    `eval('models.' + args.model).Model(args, Data)`) or a width option (`RNNModel(args.model,
+    ntokens, args.emsize, args.nhid)`)? Not a model zoo's, nor a factory picked from a dict or
+    a module by a name option (MAR's `mar.__dict__[args.model](vae_embed_dim=args.vae_embed_dim)`:
+    the name `mar_large` sets its widths, not the options handed over)."""
+    calls = []
+    for name, stack in step_networks(ctx).items():
+        for assignment in network_assignments(ctx, name, stack):
+            call = peel(ctx, assignment.value)
+            if isinstance(call, cst.Call):
+                calls.append((call, assignment.stack))
+    for call, stack in calls:
+        whole = any(holds_parsed_options(ctx, arg.value, stack) for arg in call.args)
+        picked = isinstance(call.func, cst.Subscript) or dotted_name(call.func) == "getattr" \
+            or zoo_architecture(ctx, call, stack) is not None
+        if not (whole and not zoo_architecture(ctx, call, stack) or not picked and any(
+                (read := option_read(arg.value)) is not None and read[1] in widths for arg in call.args)):
+            return False
+    return bool(calls)
 
 
 @per_file
