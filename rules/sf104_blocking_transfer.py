@@ -39,7 +39,8 @@ class BlockingTransfer(Rule):
     still guarantees the forward pass sees the data.
 
     The copies of one batch in one block of the step (`x, y = x.to(device), y.to(device)`, also
-    with the forward pass between them: the labels copied just before the loss) are one finding
+    with the forward pass between them: the labels copied just before the loss, or inside a
+    `with torch.no_grad():` of the step) are one finding
     whose fix covers each copy; a line with `# noqa` stays apart, so that its comment suppresses
     its own copy alone. A function
     or method the loop hands the batch to (`self.process_batch(x, y)`) copies a batch too.
@@ -172,7 +173,8 @@ class BlockingTransfer(Rule):
         ),
     ]
     INVALID = [
-        Invalid(  # one of a dict of loaders, a train and a val phase per epoch (the transfer-learning tutorial)
+        Invalid(  # one of a dict of loaders, a train and a val phase per epoch (the transfer-learning tutorial):
+                  # the labels copied inside the `with` are the same transfer of the batch, one finding
             """
             import torch
             device = torch.device("cuda")
@@ -205,7 +207,6 @@ class BlockingTransfer(Rule):
                                 loss.backward()
                                 optimizer.step()
             """,
-            count=2,
         ),
         Invalid(  # a dict batch copied key by key (Hugging Face scripts)
             """
@@ -470,6 +471,30 @@ class BlockingTransfer(Rule):
                 optimizer.step()
             """,
         ),
+        Invalid(  # EAGLE: the target copied inside a `with torch.no_grad():` of the same step: one transfer
+            """
+            import torch
+            rank = torch.device("cuda")
+            for data in train_loader:
+                predict = model(data["hidden_states"].to(rank))
+                with torch.no_grad():
+                    target = head(data["target"].to(rank))
+                loss = criterion(predict, target)
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            rank = torch.device("cuda")
+            for data in train_loader:
+                predict = model(data["hidden_states"].to(rank, non_blocking=True))
+                with torch.no_grad():
+                    target = head(data["target"].to(rank, non_blocking=True))
+                loss = criterion(predict, target)
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # both copies in an `if` on one line (TCN's `if args.cuda: data, target = ...`): one finding
             """
             import torch
@@ -658,11 +683,11 @@ class BlockingTransfer(Rule):
                             "loop and blocks the CPU until the copy is done", fix_ops=ops)
 
     def _transfer_sites(self, uploads: list[CallSite]) -> list[list[CallSite]]:
-        """The copies grouped by where the batch is moved: the copies of one block (the step's
-        `x = x.cuda()` and `y = y.cuda()`, also with the forward pass between them: the labels
-        copied just before the loss) are one transfer of the batch, reported once. Copies whose
-        fix is unsafe go apart from safe ones, and so does a line with `# noqa`, which then
-        suppresses its own copy alone."""
+        """The copies grouped by where the batch is moved: the copies of one block, `with` blocks
+        inside it included (the step's `x = x.cuda()` and `y = y.cuda()`, also with the forward
+        pass between them: the labels copied just before the loss) are one transfer of the batch,
+        reported once. Copies whose fix is unsafe go apart from safe ones, and so does a line with
+        `# noqa`, which then suppresses its own copy alone."""
         groups: dict[tuple[int, str, int], list[CallSite]] = {}
         for site in sorted(uploads, key=lambda s: self._place(s)):
             block, unsafe, index = self._place(site)
@@ -675,10 +700,13 @@ class BlockingTransfer(Rule):
         unsafe = self._fix_kind(site)
         if site.statement is None:  # `if args.cuda: data, target = data.cuda(), target.cuda()`: one suite
             return self._block_order.setdefault(id(site.stack), len(self._block_order)), unsafe, 0
-        owner = statement_owner(self.ctx, site.statement)
+        statement: cst.CSTNode = site.statement
+        owner = statement_owner(self.ctx, statement)
+        while owner is not None and isinstance(owner[0], cst.With) and (outer := statement_owner(self.ctx, owner[0])):
+            statement, owner = owner[0], outer  # a `with torch.no_grad():` inside the step: the step's block (EAGLE)
         if owner is None:
             return -1, unsafe, id(site.node)  # never grouped
-        index = next(i for i, statement in enumerate(owner[1]) if statement is site.statement)
+        index = next(i for i, found in enumerate(owner[1]) if found is statement)
         return self._block_order.setdefault(id(owner[0]), len(self._block_order)), unsafe, index
 
     def _report_transfer(self, sites: list[CallSite], pinned: bool) -> None:

@@ -8,7 +8,7 @@ from speedfix.fixes.codegen import same_quotes, value_replaced
 from speedfix.model.amp import weights_in_sixteen_bit
 from speedfix.model.arguments import argparse_option, find_argument, known_value, string_value
 from speedfix.model.context import FileContext
-from speedfix.model.deepspeed_config import plugin_sixteen_bit
+from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE, plugin_sixteen_bit
 from speedfix.model.flow import default_truth, in_no_run
 from speedfix.model.frameworks import (ACCELERATOR, SET_ELSEWHERE, accelerator_on_gpu, launched_in_fp32,
                                       launched_mixed_precision, process_info_only)
@@ -16,11 +16,16 @@ from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import spread_parameter
 from speedfix.model.networks import may_train
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, small_model
+from speedfix.syntax.names import dotted_name
 
 # Why fp16 where bf16 fits is medium, not high: fp16 already runs on the tensor cores.
 _FP16_REASON = "fp16 already runs on the tensor cores; bf16 saves the loss scaling"
 
 
+
+# The calls through which an Accelerator trains: what it prepares, the backward it scales, the
+# steps it accumulates or autocasts.
+_TRAINING_METHODS = ("prepare", "prepare_model", "prepare_optimizer", "backward", "accumulate", "autocast")
 class AccelerateNoMixedPrecision(Rule):
     """
     ## What it does
@@ -49,7 +54,9 @@ class AccelerateNoMixedPrecision(Rule):
     read a fact of the process (`device_map = {"": Accelerator().process_index}`), one on a
     path no run takes (under a `--use_int4` flag that is off by default), or one in a file that
     does not train: no training loop of its own or of another file it calls, no backward pass, no
-    optimizer (an inference, evaluation or demo script).
+    optimizer (an inference, evaluation or demo script), nor one that prepares, steps and
+    autocasts nothing in a file whose DeepSpeed engines train (`deepspeed.initialize`; EAGLE's
+    Accelerator only gathers metrics).
 
     ## Why is this bad?
     In fp32 matmuls and convolutions run at a fraction of the tensor cores' speed. With
@@ -97,6 +104,20 @@ class AccelerateNoMixedPrecision(Rule):
     effect = "bf16 autocast on tensor cores: up to 3x per the PyTorch tuning guide."
 
     VALID = [
+        Valid(  # EAGLE: DeepSpeed's engine trains; the Accelerator only gathers metrics
+            """
+            import deepspeed
+            from accelerate import Accelerator
+
+            accelerator = Accelerator(mixed_precision="fp16")
+            engine, optimizer, loader, _ = deepspeed.initialize(args=args, model=model, model_parameters=model.parameters())
+            for batch in loader:
+                loss = engine(batch)
+                engine.backward(loss)
+                engine.step()
+            print(accelerator.gather_for_metrics(loss))
+            """
+        ),
         Valid(  # an Accelerator made for its process index (a device map) on a flag that is off: the Trainer trains
             """
             import argparse
@@ -231,10 +252,24 @@ class AccelerateNoMixedPrecision(Rule):
     def finish(self) -> None:
         if not may_train(self.ctx):
             return  # an inference, evaluation or demo script makes an Accelerator too
+        engines = bool(self.ctx.calls_to(DEEPSPEED_INITIALIZE))
         for site in self.ctx.calls_to(*ACCELERATOR):
             if accelerator_on_gpu(self.ctx, site) and not process_info_only(site) \
-                    and not in_no_run(self.ctx, site.statement, site.stack):
+                    and not in_no_run(self.ctx, site.statement, site.stack) \
+                    and not (engines and not self._drives_training(site)):
                 self._check(site)
+
+    def _drives_training(self, site: CallSite) -> bool:
+        """Does the Accelerator built at ``site`` (and bound to a name) prepare, step or autocast
+        anything? EAGLE's `main_deepspeed.py` keeps one only to gather metrics while DeepSpeed's
+        engines train; an Accelerator this cannot tell of counts as training."""
+        statement = site.statement
+        small = statement.body[0] if statement is not None and len(statement.body) == 1 else None
+        if not isinstance(small, cst.Assign) or small.value is not site.node or len(small.targets) != 1:
+            return True
+        name = dotted_name(small.targets[0].target)
+        return name is None or any(isinstance(call.node.func, cst.Attribute) and dotted_name(call.node.func.value) == name
+                                   for method in _TRAINING_METHODS for call in self.ctx.method_calls(method))
 
     def _check(self, site: CallSite) -> None:
         precision = find_argument(self.ctx, site, "mixed_precision")

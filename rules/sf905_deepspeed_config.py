@@ -45,7 +45,8 @@ class DeepSpeedConfigRule(Rule):
     loads (`json.load(open(args.ds_file))`: each file the launch commands pass, else the
     option's default). It reports:
 
-    - `"fp16": {"enabled": true}` where bf16 fits (Ampere and newer GPUs): a warning; not when
+    - `"fp16": {"enabled": true}` (also written `"true"`, which DeepSpeed's config models read
+      as a boolean) where bf16 fits (Ampere and newer GPUs): a warning; not when
       every launch command runs from a SLURM job script that asks for older GPUs
       (`#SBATCH --gres=gpu:v100:4`), where the fp32 advice names fp16 instead of bf16;
     - `"wall_clock_breakdown": true`, which reads its CUDA-event timers on every step (a wait

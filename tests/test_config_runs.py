@@ -6,6 +6,8 @@ default) and passes to a Lightning `Trainer`. Small projects, scanned from their
 
 from __future__ import annotations
 
+import pytest
+
 MODELS = """\
 import torch
 import lightning as L
@@ -469,6 +471,18 @@ def test_deepspeed_fp32_advice_names_fp16_on_v100_job_scripts(write, run_cli, tm
     assert '`"fp16": {"enabled": true}` (the job scripts ask for v100 GPUs, which have no fast bf16)' in result
     write("run.sh", "#!/bin/bash\nsrun deepspeed train.py --deepspeed --deepspeed_config ds_config.json\n")
     assert '`"bf16": {"enabled": true}` runs' in run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path).stdout
+
+
+@pytest.mark.parametrize("enabled, reported", [('"true"', True), ('"True"', True), ('"false"', False), ("true", True)])
+def test_deepspeed_reads_enabled_written_as_a_string(write, run_cli, tmp_path, enabled, reported):
+    """EAGLE's `"fp16": {"enabled": "true"}`: DeepSpeed's config models read the string as a
+    boolean, and so does the scan."""
+    write("train.py", "import deepspeed\nengine, opt, loader, _ = deepspeed.initialize(args=args, model=net, "
+          "model_parameters=net.parameters(), training_data=data)\n")
+    write("ds_config.json", '{"train_batch_size": 64, "fp16": {"enabled": %s, "loss_scale": 0}}\n' % enabled)
+    write("run.sh", "deepspeed train.py --deepspeed --deepspeed_config ds_config.json\n")
+    result = run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path).stdout
+    assert ('"fp16" trains with dynamic loss scaling' in result) is reported, result
 
 
 def test_cudnn_benchmark_for_a_conv_net_the_cli_config_names(write, run_cli, tmp_path):

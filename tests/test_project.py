@@ -2507,6 +2507,42 @@ def test_a_data_module_built_from_every_option_takes_the_options_worker_count(ru
     assert run_cli("scan", ".", "--select", "SF101", "--no-summary", cwd=tmp_path).stdout == ""
 
 
+@pytest.mark.parametrize("launch, reported", [(None, False), ("python train.py --local_rank 0\n", True)])
+def test_an_option_of_a_parser_another_file_builds_keeps_its_default(run_cli, tmp_path, write, launch, reported):
+    """BERT-NER: `args = get_argparse().parse_args()`, the parser built in tools/args.py with
+    `--local_rank` defaulting to -1 (a negative literal): `if args.local_rank != -1:` wraps the
+    model in DDP in no run, unless a launch command passes the option."""
+    write("tools/args.py", """\
+        import argparse
+
+        def get_argparse():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=-1)
+            return parser
+        """)
+    write("train.py", """\
+        import torch
+        from tools.args import get_argparse
+
+        def main():
+            args = get_argparse().parse_args()
+            model = Net().cuda()
+            if args.local_rank != -1:
+                model = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+            optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+            for x in loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                optimizer.step()
+
+        if __name__ == "__main__":
+            main()
+        """)
+    if launch is not None:
+        write("run.sh", launch)
+    found = run_cli("scan", ".", "--select", "SF803", "--no-summary", cwd=tmp_path).stdout
+    assert ("train.py:8:17: SF803" in found) is reported
+
+
 def test_a_factorys_loader_through_a_method_that_returns_it_unchanged(run_cli, tmp_path, write):
     """Time-Series-Library: `data_provider()` of data_factory.py builds the loader, the
     experiment's `_get_data()` returns its `(data_set, data_loader)` unchanged, and `train()`

@@ -839,6 +839,22 @@ def _set_default(ctx: FileContext, dest: str) -> cst.BaseExpression | None:
     return values[0] if len(values) == 1 else None
 
 
+def imported_option_default(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> cst.BaseExpression | None:
+    """`args.local_rank` where `args` holds the parsed options of a parser this file does not
+    define the option on (BERT-NER's `args = get_argparse().parse_args()`, the parser built in
+    `tools/finetuning_argparse.py`): the default the imported modules that define it agree on."""
+    if not isinstance(node, cst.Attribute) or not holds_parsed_options(ctx, node.value, stack) \
+            or _defining(ctx, node.attr.value):
+        return None
+    shown = {dict(facts.options).get(node.attr.value) for facts in ctx.links.modules.values()} - {None}
+    if len(shown) != 1 or not (value := shown.pop()):
+        return None
+    try:
+        return cst.parse_expression(value)
+    except cst.ParserSyntaxError:
+        return None
+
+
 _ABSL_DEFINES = tuple(f"absl.flags.DEFINE_{kind}" for kind in ("integer", "float", "bool", "boolean", "string", "enum"))
 
 

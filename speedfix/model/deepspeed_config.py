@@ -418,8 +418,15 @@ def _enables_sixteen_bit(values: dict[str, Any]) -> bool:
 
 
 def section(values: dict[str, Any], key: str) -> dict[str, Any]:
+    """The ``key`` section of a config (empty when it has none), its `"enabled"` written as a
+    string read as DeepSpeed's pydantic models read it (EAGLE's `"enabled": "true"`)."""
     found = values.get(key)
-    return found if isinstance(found, dict) else {}
+    if not isinstance(found, dict):
+        return {}
+    enabled = found.get("enabled")
+    if isinstance(enabled, str) and enabled.lower() in ("true", "false"):
+        return {**found, "enabled": enabled.lower() == "true"}
+    return found
 
 
 def element(literal: cst.Dict, keys: tuple[str, ...]) -> cst.DictElement | None:

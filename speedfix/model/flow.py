@@ -25,7 +25,8 @@ import libcst as cst
 
 from speedfix.model import launch
 from speedfix.model.arguments import (
-    absl_flag_default, annotated_field_default, argparse_option, find_argument, literal_int, option_read, parameter_default,
+    absl_flag_default, annotated_field_default, argparse_option, find_argument, imported_option_default, literal_int,
+    option_read, parameter_default,
     passed_through_star_kwargs, run_option_default,
 )
 from speedfix.model.context import FileContext
@@ -484,6 +485,11 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         field = handed
     if field is None:
         field = absl_flag_default(ctx, node, stack)  # `FLAGS.parallel` of `flags.DEFINE_bool("parallel", False)`
+    if field is None and isinstance(node, cst.Attribute) and (imported := imported_option_default(ctx, node, stack)) is not None:
+        # `args.local_rank` of a parser another file builds; a launch command may set it instead
+        field = None if launch.option_passed(ctx, node.attr.value) else imported
+        if field is None:
+            return _UNKNOWN
     if field is not None:
         return _default_value(ctx, field, stack, depth + 1)
     return _UNKNOWN

@@ -285,7 +285,7 @@ def _option_default(node: ast.Call, default: ast.expr | None) -> str:
     """The repr of the value an `add_argument` option has when the command line leaves it out
     (see ModuleFacts.options)."""
     if default is not None:
-        shown = repr(default.value) if isinstance(default, ast.Constant) else ""
+        shown = _literal_repr(default)
         return shown if len(shown) <= 40 else ""
     if any(k.arg == "required" and not (isinstance(k.value, ast.Constant) and k.value.value is False) for k in node.keywords):
         return ""  # every run passes it: its value is the command's
@@ -294,6 +294,18 @@ def _option_default(node: ast.Call, default: ast.expr | None) -> str:
         return "None"
     kind = action.value if isinstance(action, ast.Constant) else None
     return {"store_true": "False", "store_false": "True", "store": "None"}.get(kind, "")  # type: ignore[arg-type]
+
+
+def _literal_repr(node: ast.expr) -> str:
+    """The repr of a literal (`8`, `-1`, `"bert"`, `(0.9, 0.999)`), "" for anything else."""
+    if isinstance(node, ast.Constant):
+        return repr(node.value)
+    if isinstance(node, (ast.UnaryOp, ast.Tuple, ast.List)):
+        try:
+            return repr(ast.literal_eval(node))
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return ""
+    return ""
 
 
 def facts_of(tree: ast.Module) -> ModuleFacts | None:

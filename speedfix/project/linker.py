@@ -206,7 +206,7 @@ class Links:
 def _slim_record(facts: ModuleFacts) -> dict:
     return {"functions": {name: f.__dict__ for name, f in sorted(facts.functions.items())},
             "cuda_names": list(facts.cuda_names), "constants": list(facts.constants),
-            "returned_dicts": list(facts.returned_dicts)}
+            "returned_dicts": list(facts.returned_dicts), "options": list(facts.options)}
 
 
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b([^\n#]*)|import[ \t]+([^\n#;]+))", re.MULTILINE)
@@ -562,8 +562,9 @@ def _module_of_option(path: Path, module: ModuleFacts, name: str, prefix: str, o
 
 def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Path]],
               facts: dict[Path, ModuleFacts]) -> ModuleFacts:
-    """What other files can take from a module: its own functions, CUDA names, constants and
-    returned dicts, and the functions and CUDA names it imports from other scanned modules
+    """What other files can take from a module: its own functions, CUDA names, constants,
+    returned dicts and argparse options (the defaults of a parser a script builds with its
+    `get_argparse()`), and the functions and CUDA names it imports from other scanned modules
     (`utils/__init__.py` doing `from .train_utils import train`), one level deep."""
     functions = dict(module.functions)
     cuda_names = set(module.cuda_names)
@@ -578,7 +579,7 @@ def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Pa
         if name in other.cuda_names:
             cuda_names.add(local)
     return ModuleFacts(functions=functions, cuda_names=tuple(sorted(cuda_names)), star_imports=module.star_imports,
-                       constants=module.constants, returned_dicts=module.returned_dicts)
+                       constants=module.constants, returned_dicts=module.returned_dicts, options=module.options)
 
 
 def _missing(path: Path, module: ModuleFacts, found: dict[str, Path], resolver: _Resolver) -> list[str]:
