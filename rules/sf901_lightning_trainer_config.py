@@ -21,7 +21,7 @@ from speedfix.model.lightning_config import UNKNOWN, ConfiguredTrainer, TrainerV
 from speedfix.model.index import CallSite
 from speedfix.model.networks import conv2d_classes
 from speedfix.model.patterns import INSTANTIATE, cudnn_settings, matmul_precision_chosen
-from speedfix.model.versions import lightning_before_2, v
+from speedfix.model.versions import lightning_before_2, lightning_before_bf16, v
 from speedfix.syntax.nodes import code_of
 from speedfix.rules._impact import Estimate, Finding, Impact, by_message, compile_gain, small_model, tf32_gain
 
@@ -92,8 +92,10 @@ class LightningTrainerConfig(Rule):
     "mps", ...): the default, "auto", picks the GPU whenever there is one, and so does
     `accelerator="gpu" if torch.cuda.is_available() else "cpu"`. A Lightning 1.x Trainer given
     `gpus` trains on the GPU when the count is not 0 (`gpus=torch.cuda.device_count()`, its
-    `accelerator="ddp" if device_num > 1 else None` being the distributed backend), and its fix
-    writes 1.x's `"bf16"`. An `accelerator` or
+    `accelerator="ddp" if device_num > 1 else None` being the distributed backend; also a count
+    read from a YAML file the script loads itself: `gpus=hparams.train.gpus`), and its fix writes
+    1.x's `"bf16"`; a project that pins a Lightning older than 1.5, which has no bf16, gets the fp32
+    finding without a fix (`precision=16` is its mixed precision). An `accelerator` or
     `precision` speedfix cannot know (`args.accelerator` without a default) means silence. A
     Trainer that its function only tests, validates or predicts with is left alone.
     `detect_anomaly=True` is SF603's. Lightning moves the batches of the loaders a module or data
@@ -820,6 +822,13 @@ class LightningTrainerConfig(Rule):
                 return False  # the module's weights are 16-bit already: no fp32 matmuls for bf16 or TF32 to speed up
             default = '"32"' if self._lightning_1x(site) else '"32-true"'
             written = f"`precision` defaults to {default}" if precision.missing else f"`precision={_shown(value)}`"
+            if lightning_before_bf16(self.ctx.project):  # nuwave's pytorch_lightning==1.1.6: `precision=16` or an upgrade
+                self.report(precision.arg or site.node,
+                            f"`{what}` trains in fp32 ({written}): mixed precision runs on the tensor cores",
+                            no_fix_reason="the project pins a Lightning older than 1.5, which has no bf16: `precision=16` "
+                                          "(fp16 with loss scaling) is its mixed precision, or upgrade Lightning for "
+                                          '`precision="bf16"`')
+                return True
             self.report(
                 precision.arg or site.node,
                 f"`{what}` trains in fp32 ({written}): bf16 mixed precision runs on the tensor cores",

@@ -6,6 +6,8 @@ default) and passes to a Lightning `Trainer`. Small projects, scanned from their
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 MODELS = """\
@@ -483,6 +485,29 @@ def test_deepspeed_reads_enabled_written_as_a_string(write, run_cli, tmp_path, e
     write("run.sh", "deepspeed train.py --deepspeed --deepspeed_config ds_config.json\n")
     result = run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path).stdout
     assert ('"fp16" trains with dynamic loss scaling' in result) is reported, result
+
+
+@pytest.mark.parametrize("pin, fixed", [("pytorch_lightning==1.1.6", False), ("pytorch_lightning==1.9.0", True)])
+def test_a_lightning_1x_trainer_given_the_gpus_of_a_yaml_loaded_by_hand(write, run_cli, tmp_path, pin, fixed):
+    """nuwave: `gpus=hparams.train.gpus` of `hparams = OmegaConf.load('hparameter.yaml')` (2 GPUs):
+    the Trainer trains in fp32 on the GPU. A Lightning older than 1.5 has no bf16, so the finding
+    comes without a fix there."""
+    write("requirements.txt", f"{pin}\n")
+    write("hparameter.yaml", "train:\n  gpus: 2\n")
+    write("trainer.py", """\
+        from omegaconf import OmegaConf as OC
+        from pytorch_lightning import Trainer
+
+        if __name__ == "__main__":
+            hparams = OC.load('hparameter.yaml')
+            trainer = Trainer(gpus=hparams.train.gpus, accelerator='ddp' if hparams.train.gpus > 1 else None)
+            trainer.fit(Model(hparams))
+        """)
+    result = run_cli("scan", ".", "--select", "SF901", "--no-summary", "--output-format", "json", cwd=tmp_path).stdout
+    precision = [f for f in json.loads(result) if "trains in fp32" in f["message"]]
+    assert len(precision) == 1 and (precision[0]["fix"] is not None) is fixed
+    if not fixed:
+        assert "`precision=16`" in precision[0]["no_fix_reason"]
 
 
 def test_cudnn_benchmark_for_a_conv_net_the_cli_config_names(write, run_cli, tmp_path):

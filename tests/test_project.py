@@ -2543,6 +2543,33 @@ def test_an_option_of_a_parser_another_file_builds_keeps_its_default(run_cli, tm
     assert ("train.py:8:17: SF803" in found) is reported
 
 
+@pytest.mark.parametrize("default, reported", [("True", True), ("False", False)])
+def test_a_field_of_a_dataclass_another_file_defines_keeps_its_default(run_cli, tmp_path, write, default, reported):
+    """ChatLM: `def sft_train(config: SFTconfig)` with `SFTconfig` a dataclass of config.py whose
+    `fp16: bool = True`: `TrainingArguments(fp16=config.fp16)` trains in fp16 where bf16 fits."""
+    write("config.py", f"""\
+        from dataclasses import dataclass
+
+        @dataclass
+        class SFTconfig:
+            batch_size: int = 8
+            fp16: bool = {default}
+        """)
+    write("sft_train.py", """\
+        from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+        from config import SFTconfig
+
+        def sft_train(config: SFTconfig) -> None:
+            args = Seq2SeqTrainingArguments(output_dir="out", fp16=config.fp16, bf16=False)
+            Seq2SeqTrainer(model=model, args=args, train_dataset=dataset).train()
+
+        if __name__ == "__main__":
+            sft_train(SFTconfig())
+        """)
+    found = run_cli("scan", ".", "--select", "SF902", "--no-summary", cwd=tmp_path).stdout
+    assert ("`fp16=True` scales the loss" in found) is reported, found
+
+
 def test_a_factorys_loader_through_a_method_that_returns_it_unchanged(run_cli, tmp_path, write):
     """Time-Series-Library: `data_provider()` of data_factory.py builds the loader, the
     experiment's `_get_data()` returns its `(data_set, data_loader)` unchanged, and `train()`

@@ -24,7 +24,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method
 from speedfix.model.index import Assignment, CallSite
 from speedfix.model.imported_parser import imported_options
-from speedfix.model.project_classes import object_field
+from speedfix.model.project_classes import dataclass_field, object_field
 from speedfix.project.facts import DICT_CHANGES
 from speedfix.project.steps import LIGHTNING_DATAMODULE
 from speedfix.syntax.names import dotted_name
@@ -672,6 +672,10 @@ def annotated_field_default(ctx: FileContext, node: cst.BaseExpression, stack: S
     name = node.value.value
     owner = _annotated_class(ctx, name, stack) or _parsed_class(ctx, name, stack) or _built_class(ctx, name, stack)
     info = ctx.classes.get(owner or "")
+    if info is None and owner is not None and ctx.project is not None \
+            and (qualified := ctx.imports.resolve(owner)) is not None and "." in qualified:
+        value = dataclass_field(ctx.project, qualified, node.attr.value)  # a dataclass of another file of the project
+        return cst.parse_expression(repr(value)) if isinstance(value, (bool, int, float, str)) else None
     if info is None or not any(dotted_name(d.decorator) in ("dataclass", "dataclasses.dataclass")
                                or isinstance(d.decorator, cst.Call) and dotted_name(d.decorator.func) in
                                ("dataclass", "dataclasses.dataclass") for d in info.node.decorators):

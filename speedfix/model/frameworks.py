@@ -19,6 +19,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, default_truth, is_returned, taken_on_a_gpu
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.index import CallSite
+from speedfix.model.loaded_config import loaded_node
 from speedfix.project.steps import (HF_TRAINERS, LIGHTNING_CALLBACK, LIGHTNING_CLI, LIGHTNING_DATAMODULE, LIGHTNING_MODULE,
                                     LIGHTNING_TRAINER)
 from speedfix.syntax.names import dotted_name
@@ -137,6 +138,10 @@ def _some_gpus(ctx: FileContext, node: cst.BaseExpression | None, stack: Stack) 
     if count is not None:
         return count != 0
     listed = string_value(ctx, node, stack)
+    if listed is None and node is not None and (loaded := loaded_node(ctx, node, stack)) is not None:
+        # nuwave's `gpus=hparams.train.gpus` of `hparams = OmegaConf.load('hparameter.yaml')`
+        value = loaded.value
+        return isinstance(value, (int, list, str)) and not isinstance(value, bool) and value not in (0, [], "", "0")
     return listed is not None and listed.strip() not in ("", "0")
 
 

@@ -76,6 +76,24 @@ def object_field(project: ProjectFiles, qualified: str, field: str) -> object | 
     return values[0].value
 
 
+def dataclass_field(project: ProjectFiles, qualified: str, field: str) -> object | None:
+    """The literal default of ``field`` in a dataclass another file of the project defines
+    (ChatLM's `config.fp16` of `def sft_train(config: SFTconfig)`, `SFTconfig` in config.py with
+    `fp16: bool = True`): True. None when the file, a `@dataclass` class of that name or a literal
+    default for the field is not found."""
+    module, _, name = qualified.rpartition(".")
+    path = module_path(project, module) if module else None
+    tree = _parse(project, path) if path is not None else None
+    found = next((statement for statement in tree.body if isinstance(statement, ast.ClassDef) and statement.name == name),
+                 None) if tree is not None else None
+    if found is None or not {ast.unparse(decorator.func if isinstance(decorator, ast.Call) else decorator)
+                             for decorator in found.decorator_list} & {"dataclass", "dataclasses.dataclass"}:
+        return None
+    values = [statement.value for statement in found.body if isinstance(statement, ast.AnnAssign)
+              and isinstance(statement.target, ast.Name) and statement.target.id == field]
+    return values[0].value if len(values) == 1 and isinstance(values[0], ast.Constant) else None
+
+
 def module_path(project: ProjectFiles, module: str) -> Path | None:
     """The file of the project's module `pkg.models` (`pkg/models.py` or its `__init__.py`, at
     the project's top or in the src layout), or None."""

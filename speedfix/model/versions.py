@@ -322,7 +322,17 @@ def _only_below(clauses: list[tuple[str, str]], version: TorchVersion) -> bool:
 def lightning_before_2(project: ProjectFiles | None) -> bool:
     """Does the project pin a Lightning 1.x (`pytorch-lightning==1.7.7`), whose bf16 precision is
     `"bf16"` (`"bf16-mixed"` came with 2.0)?"""
-    return project is not None and any(pinned_below(project, name, TorchVersion(2)) for name in
+    return _lightning_below(project, TorchVersion(2))
+
+
+def lightning_before_bf16(project: ProjectFiles | None) -> bool:
+    """Does the project pin a Lightning older than 1.5 (`pytorch_lightning==1.1.6`), which has no
+    bf16 precision (16 is its mixed precision)?"""
+    return _lightning_below(project, TorchVersion(1, 5))
+
+
+def _lightning_below(project: ProjectFiles | None, version: TorchVersion) -> bool:
+    return project is not None and any(pinned_below(project, name, version) for name in
                                        ("pytorch-lightning", "pytorch_lightning", "lightning"))
 
 
