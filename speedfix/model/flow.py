@@ -361,8 +361,7 @@ def taken_on_a_gpu(ctx: FileContext, test: cst.BaseExpression, stack: Stack) -> 
     parts: list[cst.BaseExpression] = [test]
     found_gpu = False
     if isinstance(test, cst.Name):
-        value = ctx.single_value(test.value, stack)
-        parts = [value] if isinstance(value, cst.BooleanOperation) else parts
+        parts = [ctx.single_value(test.value, stack) or test]  # `use_cuda = torch.cuda.is_available()` too
     while parts:
         part = parts.pop()
         if isinstance(part, cst.BooleanOperation) and isinstance(part.operator, cst.And):

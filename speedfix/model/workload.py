@@ -446,11 +446,12 @@ def _built_from_options(ctx: FileContext, widths: set[str]) -> bool:
             if isinstance(call, cst.Call):
                 calls.append((call, assignment.stack))
     for call, stack in calls:
+        if zoo_architecture(ctx, call, stack) is not None:
+            return False
         whole = any(holds_parsed_options(ctx, arg.value, stack) for arg in call.args)
-        picked = isinstance(call.func, cst.Subscript) or dotted_name(call.func) == "getattr" \
-            or zoo_architecture(ctx, call, stack) is not None
-        if not (whole and not zoo_architecture(ctx, call, stack) or not picked and any(
-                (read := option_read(arg.value)) is not None and read[1] in widths for arg in call.args)):
+        picked = isinstance(call.func, cst.Subscript) or dotted_name(call.func) == "getattr"
+        if not (whole or not picked and any((read := option_read(arg.value)) is not None and read[1] in widths
+                                            for arg in call.args)):
             return False
     return bool(calls)
 
