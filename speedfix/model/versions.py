@@ -290,10 +290,19 @@ def required(project: ProjectFiles, pattern: re.Pattern[str]) -> str | None:
     """The first name ``pattern`` finds in the requirement files of the script's folder and the
     folders above it, up to the project's top (the files the torch pin is read from)."""
     for folder in project.folders_up():
-        for path in _pin_files(project, folder):
-            found = pattern.search(project.text(path) or "")
-            if found:
-                return found.group(0)
+        found = project.recorded(("required", pattern.pattern, folder), lambda: _required_in(project, folder, pattern))
+        if found is not None:
+            return found
+    return None
+
+
+def _required_in(project: ProjectFiles, folder: Path, pattern: re.Pattern[str]) -> str | None:
+    """What ``pattern`` finds first in the requirement files of ``folder`` itself (once per folder
+    in a scan, as the torch pin)."""
+    for path in _pin_files(project, folder):
+        found = pattern.search(project.text(path) or "")
+        if found:
+            return found.group(0)
     return None
 
 

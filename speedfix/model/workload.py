@@ -398,11 +398,13 @@ _SMALL_DEPTH = 12
 
 
 def _option_words(dest: str) -> set[str]:
-    return set(re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", dest.strip("_").replace("d_model", "dmodel"))) - {""}
+    """The words of an option's destination, lower case (`hidRNN`: hid, rnn; `d_model`: dmodel)."""
+    split = re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", dest.strip("_").replace("d_model", "dmodel"))
+    return {word.lower() for word in split} - {""}
 
 
 def _width_option(dest: str) -> bool:
-    words = {word.lower() for word in _option_words(dest)}
+    words = _option_words(dest)
     return not words & _NOT_WIDTH_WORDS and (bool(words & _WIDTH_WORDS)
                                               or any(word.startswith(("hid", "nhid")) for word in words))
 
@@ -420,8 +422,7 @@ def small_option_width(ctx: FileContext) -> int | None:
         return None
     defaults = {dest: value for dest, value in option_defaults(ctx).items() if isinstance(value, cst.Integer)}
     widths = {dest: int(value.value) for dest, value in defaults.items() if _width_option(dest)}
-    depths = {dest: int(value.value) for dest, value in defaults.items()
-              if {word.lower() for word in _option_words(dest)} & _DEPTH_WORDS}
+    depths = {dest: int(value.value) for dest, value in defaults.items() if _option_words(dest) & _DEPTH_WORDS}
     if not widths or max(widths.values()) > SMALL_WIDTH or max(depths.values(), default=0) > _SMALL_DEPTH \
             or not _built_from_options(ctx, set(widths)):
         return None
