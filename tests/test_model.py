@@ -3,10 +3,13 @@ numbers, hand-written attention and what surrounds it."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import libcst as cst
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from speedfix.model.amp import accelerate_picks_precision, mixed_precision_by_default
 from speedfix.model.arguments import find_argument
@@ -21,6 +24,7 @@ from speedfix.model.loaded_config import section_keys
 from speedfix.model.networks import optimized_module, optimizer_factories
 from speedfix.model.scale import named_for_evaluation, trains_narrow_mlps_only
 from speedfix.model.tensors import has_sync_before, is_host_value, is_python_number, returns_tensor, tensors
+from speedfix.model.unused import _DYNAMIC, _count, _finds_its_functions, _word_counts
 from speedfix.model.versions import TorchVersion
 from speedfix.syntax.nodes import code_of, walk_expression
 from speedfix.syntax.walk import walk_batched
@@ -456,3 +460,18 @@ def test_a_lightning_1x_trainer_takes_gpus_from_its_gpus_setting(gpus, on_gpu):
     site = ctx.calls_to(*LIGHTNING_TRAINER)[0]
     assert lightning_on_gpu(ctx, site) is on_gpu
 
+
+
+_TEXT_PIECES = ["eval(", ".eval(", "model.eval()", "sys.modules[__name__]", "_sys.modules [ __name__", "Fire(",
+                "fire.Fire (", "globals()", "vars( )", "vars(x)", "__all__", "exec (", "CLI(", "getmembers(", "evaluate(",
+                "my_eval(", "train", "train_", "_train", "trains", "é", "\n", " ", ".", "(", "'", "\\n"]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(_TEXT_PIECES), max_size=12).map("".join))
+def test_the_fast_text_searches_find_what_the_regular_expressions_find(text):
+    """`unused`'s word counts and its search for a file that finds its own functions answer as
+    `\\bname\\b` and the full pattern do."""
+    assert _finds_its_functions(text) == bool(_DYNAMIC.search(text))
+    for name in ("train", "eval", "modules", "é"):
+        assert _count(name, text) == len(re.findall(rf"\b{re.escape(name)}\b", text)) == _word_counts(text)[name]

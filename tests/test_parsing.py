@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from speedfix.syntax.parsing import parse_module, statement_first_lines
+from speedfix.syntax.positions import statement_texts
 
 TRICKY = [
     # comments in a block's footer, less indented ones, and column-0 ones before the next def
@@ -35,6 +36,24 @@ def assert_same_tree(code: str) -> None:
 @pytest.mark.parametrize("code", TRICKY)
 def test_chunked_parse_equals_one_parse(code):
     assert_same_tree(code)
+
+
+def assert_statement_texts_printed(code: str, module: cst.Module) -> None:
+    texts = statement_texts(module, code)
+    assert texts is not None
+    printed = [module.code_for_node(statement) for statement in module.body]
+    assert texts[:-1] == printed[:-1]
+    if printed:  # printing ends the last line where the file leaves it open
+        assert texts[-1] in (printed[-1], printed[-1].removesuffix(module.default_newline))
+
+
+@pytest.mark.parametrize("code", [*TRICKY, "def f():\n    return 1\n# end", "x = 1", "# only a comment\n", "",
+                                  "#!/usr/bin/env python\n# header\n\nimport os\n\n\ndef f():\n    pass\n"
+                                  "    # inner\n\n# footer\n"])
+def test_statement_texts_are_the_statements_as_printed(code):
+    """Cut from the text, with their leading comments; the module's header and footer are the
+    module's."""
+    assert_statement_texts_printed(code, cst.parse_module(code))
 
 
 def test_chunks_are_cut_only_where_the_gap_is_clean(monkeypatch):
@@ -106,6 +125,8 @@ def test_chunked_parse_equals_one_parse_on_generated_modules(code):
         return
     assert chunked.code == whole.code  # not always `code`: libcst's own round trip is not perfect
     assert chunked.deep_equals(whole)
+    if whole.code == code:
+        assert_statement_texts_printed(code, whole)
 
 
 def test_the_parsers_nodes_skip_libcsts_per_node_checks_and_fixes_nodes_keep_them(monkeypatch):

@@ -2473,6 +2473,41 @@ def test_a_library_modules_function_that_nothing_calls_is_left_out(run_cli, tmp_
             "layers/utils.py: note: 1 finding in `train()` left out: nothing in the project calls or names it"]
 
 
+@pytest.mark.parametrize("source", ["import torch\ntrain(model, loader, optimizer)", "train(model, loader, optimizer)"])
+def test_a_notebook_that_calls_a_library_function_at_the_start_of_a_line_uses_it(run_cli, tmp_path, write, source):
+    """A cell's source is one JSON string: `train(` after its `\\n` is still a use of `train`."""
+    write("layers/utils.py", """\
+        def get_filter(k):
+            return k
+
+        def train(model, loader, optimizer):
+            for data, target in loader:
+                loss = (model(data.cuda()) - target.cuda()).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+                print(loss.item())
+        """)
+    write("layers/wavelet.py", "from layers.utils import get_filter\n\nK = get_filter(3)\n")
+    write("explore.ipynb", json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "source": source,
+                                                   "execution_count": None}],
+                                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    write("exp/exp_main.py", """\
+        import torch
+        import layers.wavelet
+
+        def run(model, loader, optimizer):
+            model.train()
+            for x, y in loader(flag='train'):
+                loss = (model(x.cuda()) - y.cuda()).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines() == [
+        "layers/utils.py:9:15: SF301 `loss.item()` in the training loop makes the CPU wait for the GPU every step"
+        " (impact: medium)"]
+
+
 @pytest.mark.parametrize("built", ["DataModule", "{'argoverse': DataModule}[args.dataset]"])
 def test_a_data_module_built_from_every_option_takes_the_options_worker_count(run_cli, tmp_path, write, built):
     """QCNet: the data module is picked from a dict by `--dataset` and built with `**vars(args)`,

@@ -587,14 +587,18 @@ def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, 
     (a file beside it that imports it and runs its entry point)."""
     found = []
     names = _runner_names(runners)
+    files = tuple(runner.name for runner in runners)
     for start, logical, physical in logical_lines:
         if not any(name in logical for name in names):
             continue
-        words = _held_command(kept_for_scan(("words", logical), lambda: _words(logical)))
+        words = kept_for_scan(("held words", logical), lambda: _held_command(kept_for_scan(
+            ("words", logical), lambda: _words(logical))))
         if words and not _COMMAND_WORD.match(words[0]):
             continue  # a README's folder tree (`│   ├── train.py   # Stage 2`), a table: no command
         for index, word in enumerate(words):
             module = words[index - 1] in _MODULE_FLAGS if index else False
+            if not module and not word.endswith(files):
+                continue  # (``_names_script`` asks it first)
             runner = next((runner for runner in runners if _names_script(project, path, word, module, runner)), None)
             if runner is not None and not _reads_the_file(words[:index]):
                 launch = _launch(path, start, physical, words[:index], words[index + 1:])
@@ -716,11 +720,16 @@ def _names_script(project: ProjectFiles, launch_file: Path, word: str, module: b
 
 def _nearest(project: ProjectFiles, launch_file: Path, word: str) -> Path | None:
     """The file ``word`` names from the launch file's folder or the nearest folder above it (up
-    to the project's top) that has one: where a launch script is run from."""
-    folders, top = [launch_file.parent], project.top()
-    while folders[-1] != top and folders[-1].parent != folders[-1] and project.inside(folders[-1].parent):
-        folders.append(folders[-1].parent)
-    return project.find(word, tuple(folders))
+    to the project's top) that has one: where a launch script is run from. Asked once per scan
+    for all the scripts that read the launch file."""
+    top = project.top()
+
+    def find() -> Path | None:
+        folders = [launch_file.parent]
+        while folders[-1] != top and folders[-1].parent != folders[-1] and project.inside(folders[-1].parent):
+            folders.append(folders[-1].parent)
+        return project.find(word, tuple(folders))
+    return project.recorded(("nearest", launch_file, word, top), find)
 
 
 def _bases(project: ProjectFiles, launch_file: Path) -> tuple[Path, ...]:

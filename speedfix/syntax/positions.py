@@ -151,6 +151,20 @@ def statement_start_lines(module: cst.Module, text: str) -> list[int] | None:
     return _statement_lines(module, text)
 
 
+def statement_texts(module: cst.Module, text: str) -> list[str] | None:
+    """The source text of each module-level statement, its leading comments and blank lines
+    included: what printing the statement gives, cut from ``text`` without printing it; None
+    when the start lines cannot be known cheaply."""
+    starts = _statement_lines(module, text)
+    if starts is None:
+        return None
+    offsets = [0, *(match.end() for match in _NEWLINE.finditer(text))]  # where each line starts
+    lines = len(offsets) - (offsets[-1] == len(text))  # the last offset is past a final newline
+    ends = [*starts[1:], lines + 1 - len(module.footer)]  # trailing comments belong to the module
+    return [text[offsets[start - 1]:offsets[end - 1] if end - 1 < len(offsets) else len(text)]
+            for start, end in zip(starts, ends)]
+
+
 def _statement_lines(module: cst.Module, text: str) -> list[int] | None:
     """The first line of each module-level statement, its leading comments and blank lines
     included, from Python's parser (fast, in C); None when it disagrees with libcst's tree."""
