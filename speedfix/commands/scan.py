@@ -418,8 +418,13 @@ def scan_paths(
     cache = ScanCache(settings.root, settings.fingerprint()) if cache_enabled(use_cache) else None
     with ExitStack() as scope:
         # The engine and the rules load once, before the workers that analyse files are forked
-        # (they share them; ``Workers``), or before the first file is analysed here.
-        load = cache_once(lambda: scope.enter_context(_analysers_loaded(settings)))
+        # (they share them; ``Workers``), or before the first file is analysed here. The torch
+        # pins of the scripts' projects are read then too: every worker would read them again.
+        def load_engine() -> None:
+            scope.enter_context(_analysers_loaded(settings))
+            pinned_torch_notes([target.path for target in targets], settings)
+
+        load = cache_once(load_engine)
         workers = scope.enter_context(Workers(jobs, load=load))
         measured: dict[Path, Measured] = {}
         with collector_paused():  # the facts' syntax trees hold no cycle

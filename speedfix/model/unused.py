@@ -37,8 +37,8 @@ another model).
 Nothing is run and nothing is parsed again: the files are read as text (``ProjectFiles``), and
 they are recorded as the file's inputs, so an edit that starts calling the function elsewhere
 brings its findings back. An unreadable file (too large, not UTF-8) is passed over without a note.
-Each file's words are counted once per scan, for every name and script that asks
-(``_word_counts``), and a function's own text is cut from its file's, not printed again.
+A name is looked for as a plain substring first, and a function's own text is cut from its
+file's, not printed again.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def unused_functions(ctx: FileContext, among: Iterable[int]) -> dict[int, str]:
     text = project.quiet_text(project.script)
     if text is None or _finds_its_functions(text):
         return {}
-    counts, own = _word_counts(text), _statements(ctx, text)
+    counts, own = Counter(_WORD.findall(text)), _statements(ctx, text)
     unused = {index: function.name.value for index, function in candidates.items()
               if counts[function.name.value] == _count(function.name.value, own(index))}
     return _unmentioned(ctx, unused)
@@ -131,7 +131,7 @@ def _unused_here_and_elsewhere(ctx: FileContext, names: dict[int, str], block: c
     text = project.quiet_text(project.script)
     if text is None or _finds_its_functions(text):
         return {}
-    counts, own = _word_counts(text), _statements(ctx, text)
+    counts, own = Counter(_WORD.findall(text)), _statements(ctx, text)
     in_block = code_of(block) if block is not None else ""
     outside = {index: name for index, name in names.items()
                if counts[name] == _count(name, own(index)) + _count(name, in_block)}
@@ -147,7 +147,7 @@ def _used_elsewhere(stem: str, name: str, text: str, suffix: str) -> bool:
     A notebook counts any mention of the name (its cells may have imported it by a star)."""
     if suffix == ".ipynb":
         return _mentioned(name, text, suffix)
-    if not _word_counts(text)[name]:  # only a star import could bring it in
+    if not _has_word(name, text):  # only a star import could bring it in
         return "*" in text and any("*" in imported for imported in _imports_from(stem, text))
     word = re.escape(name)
     if re.search(rf"\b{re.escape(stem)}\s*[.:]\s*{word}\b|getattr\s*\([^)]*[\"']{word}[\"']", text):
@@ -177,7 +177,11 @@ def unreferenced_module(ctx: FileContext) -> bool:
 def _mentioned(name: str, text: str, suffix: str) -> bool:
     """Does another file's ``text`` mention ``name`` anywhere (a notebook's or JSON file's
     escaped strings read as code)?"""
-    return bool(_word_counts(text, escaped=suffix in (".ipynb", ".json"))[name])
+    if name not in text:
+        return False
+    if suffix in (".ipynb", ".json"):  # a cell's source is one JSON string: `\\nfoo` would read as `nfoo`
+        text = kept_for_scan(("unescaped", text), lambda: text.replace("\\n", "\n").replace('\\"', '"'))
+    return _has_word(name, text)
 
 
 def _unmentioned(ctx: FileContext, names: dict[int, str],
@@ -254,13 +258,9 @@ def _count(name: str, text: str) -> int:
     return _WORD.findall(text).count(name) if name in text else 0
 
 
-def _word_counts(text: str, escaped: bool = False) -> Counter[str]:
-    """How often each word occurs in a file's ``text``, counted once per scan for all the names
-    and scripts that ask (``escaped``: a notebook's or JSON file's strings, read as code)."""
-    def count() -> Counter[str]:
-        # a cell's source is one JSON string: `\\nfoo` would read as the word `nfoo`
-        return Counter(_WORD.findall(text.replace("\\n", "\n").replace('\\"', '"') if escaped else text))
-    return kept_for_scan(("word counts", escaped, text), count)
+def _has_word(name: str, text: str) -> bool:
+    """Does ``name`` occur in ``text`` as a whole word?"""
+    return name in text and re.search(rf"\b{re.escape(name)}\b", text) is not None
 
 
 def _statements(ctx: FileContext, text: str) -> Callable[[int], str]:
