@@ -39,7 +39,8 @@ class DataloaderNoWorkers(Rule):
     The value may come from a constant, an argparse default, a parameter's default (or what the
     calls in the project's other scanned files pass to it, when they all pass the same: a loader
     factory's `num_workers=2` default is not the run's when `main.py` passes `--num_workers`,
-    default 8), or a constructor argument the class reads back (`num_workers=self.num_workers` in a
+    default 8; or what every call in its own file passes: `make_loader(..., args.workers)`), or a
+    constructor argument the class reads back (`num_workers=self.num_workers` in a
     LightningDataModule: the `__init__` default, or what the project's LightningCLI configs give it).
     An argparse default of 0 is the run's only where no launch command of the project (a shell
     script, a README command, `deepspeed --module pkg.train`) passes the option another value.
@@ -522,6 +523,23 @@ class DataloaderNoWorkers(Rule):
                     self.loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers)
 
             trainer = Trainer(Net(), train_set, batch_size=64)
+            """,
+        ),
+        Invalid(  # a loader factory that every call of the file gives `--workers`, default 0
+            """
+            import argparse
+            import torch
+            from torch.utils.data import DataLoader
+
+            def make_loader(dataset, batch_size, workers):
+                return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--workers", type=int, default=0)
+            args = parser.parse_args()
+            train_loader = make_loader(train_set, 64, args.workers)
+            val_loader = make_loader(val_set, 64, workers=args.workers)
+            model = Net().cuda()
             """,
         ),
         Invalid(  # a data module keeps its constructor's default and reads it back in its loader hook

@@ -8,6 +8,7 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, Transfo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
+from speedfix.model.flow import if_chain_top
 from speedfix.model.frames import Stack
 from speedfix.model.workload import Samples, hand_written_batches, training_samples
 from speedfix.model.index import CallSite, LoopInfo
@@ -39,9 +40,10 @@ class BlockingTransfer(Rule):
     still guarantees the forward pass sees the data.
 
     The copies of one batch in one block of the step (`x, y = x.to(device), y.to(device)`, also
-    with the forward pass between them: the labels copied just before the loss, or inside a
-    `with torch.no_grad():` of the step) are one finding
-    whose fix covers each copy; a line with `# noqa` stays apart, so that its comment suppresses
+    with the forward pass between them: the labels copied just before the loss, inside a
+    `with torch.no_grad():` of the step, or in the branches of an `if` there, of which one runs:
+    `if mixup: t1, t2 = t1.to(device), t2.to(device)` / `else: targets = targets.to(device)`) are
+    one finding whose fix covers each copy; a line with `# noqa` stays apart, so that its comment suppresses
     its own copy alone. A function
     or method the loop hands the batch to (`self.process_batch(x, y)`) copies a batch too.
 
@@ -206,6 +208,44 @@ class BlockingTransfer(Rule):
                                 optimizer.zero_grad()
                                 loss.backward()
                                 optimizer.step()
+            """,
+        ),
+        Invalid(  # the branches of an if-chain in a helper, one of which runs per batch: one finding
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def to_device(targets, device):
+                if mixup:
+                    t1, t2, lam = targets
+                    targets = (t1.to(device), t2.to(device), lam)
+                elif ricap:
+                    targets = [t.to(device) for t in targets]
+                return targets
+
+            loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
+            for x, targets in loader:
+                x = x.to("cuda", non_blocking=True)
+                loss = criterion(model(x), to_device(targets, "cuda"))
+                loss.backward()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            def to_device(targets, device):
+                if mixup:
+                    t1, t2, lam = targets
+                    targets = (t1.to(device, non_blocking=True), t2.to(device, non_blocking=True), lam)
+                elif ricap:
+                    targets = [t.to(device, non_blocking=True) for t in targets]
+                return targets
+
+            loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
+            for x, targets in loader:
+                x = x.to("cuda", non_blocking=True)
+                loss = criterion(model(x), to_device(targets, "cuda"))
+                loss.backward()
             """,
         ),
         Invalid(  # a dict batch copied key by key (Hugging Face scripts)
@@ -702,8 +742,14 @@ class BlockingTransfer(Rule):
             return self._block_order.setdefault(id(site.stack), len(self._block_order)), unsafe, 0
         statement: cst.CSTNode = site.statement
         owner = statement_owner(self.ctx, statement)
-        while owner is not None and isinstance(owner[0], cst.With) and (outer := statement_owner(self.ctx, owner[0])):
-            statement, owner = owner[0], outer  # a `with torch.no_grad():` inside the step: the step's block (EAGLE)
+        # a `with torch.no_grad():` inside the step: the step's block (EAGLE); the branches of an
+        # if-chain, only one of which runs: the chain's place (one helper's `if mixup: ... else:`)
+        while owner is not None and isinstance(owner[0], (cst.With, cst.If, cst.Else)):
+            around = if_chain_top(self.ctx, owner[0]) if isinstance(owner[0], (cst.If, cst.Else)) else owner[0]
+            outer = statement_owner(self.ctx, around)
+            if outer is None:
+                break
+            statement, owner = around, outer
         if owner is None:
             return -1, unsafe, id(site.node)  # never grouped
         index = next(i for i, found in enumerate(owner[1]) if found is statement)

@@ -53,7 +53,9 @@ class NoMixedPrecision(Rule):
     `--fp16` a flag: the finding is at the default branch's `loss.backward()`, not apex's
     `scaled_loss.backward()`). A project on a torch before 1.10
     (a `torch==0.4.1` pin) still gets the finding, without a fix and saying so: autocast is the
-    biggest gain an fp32 loop has, and it is worth upgrading torch for. Not reported where every
+    biggest gain an fp32 loop has, and it is worth upgrading torch for; from torch 1.6 the
+    finding points at the fp16 autocast that torch has (`torch.cuda.amp.autocast()` with a
+    `GradScaler`) instead. Not reported where every
     trained model is an MLP no wider than 256 in the widths the code states (an RL agent's actor
     and critics): its matmuls are too small for tensor cores to matter; nor where every training
     step runs between an environment's steps (a DQN whose loop steps the emulator, an A2C/PPO
@@ -964,8 +966,18 @@ class NoMixedPrecision(Rule):
     def as_upgrade_advice(self, version: TorchVersion) -> None:
         """The script's own `torch.cuda.amp.autocast` behind its option runs on torch 1.6 and
         newer: turning the option on needs no upgrade."""
-        if not (self._gated_legacy and version >= _LEGACY_AUTOCAST_FROM):
+        if self._gated_legacy and version >= _LEGACY_AUTOCAST_FROM:
+            return
+        if version < _LEGACY_AUTOCAST_FROM:
             super().as_upgrade_advice(version)
+            return
+        # torch 1.6 to 1.9: fp16 autocast is there, bf16 and the device-generic form are not
+        fp16 = (f"this code targets torch {version}: fp16 autocast is there (`torch.cuda.amp.autocast()` with a "
+                f"`torch.cuda.amp.GradScaler`), bf16 and `torch.autocast` need torch {self.min_torch}")
+        for finding in self.findings:
+            finding.message += f" ({fp16})"
+            finding.fix = None
+            finding.no_fix_reason = f"{fp16}; the fix writes bf16 autocast: use fp16 with a GradScaler, or upgrade torch"
 
     def _report_gated(self, cast: Autocast | Passing) -> None:
         """Autocast is there but its defaults turn it off: the default run is fp32."""

@@ -4,7 +4,7 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool, string_value
 from speedfix.model.flow import in_no_run
-from speedfix.model.frameworks import accelerate_runs_deepspeed, accelerate_runs_fsdp
+from speedfix.model.frameworks import accelerate_runs_deepspeed, accelerate_runs_fsdp, accelerate_single_process
 from speedfix.model.networks import may_train, skips_submodules
 from speedfix.model.torch_api import DDP_SETTINGS
 from speedfix.project.steps import LIGHTNING_TRAINER
@@ -41,7 +41,9 @@ class DdpFindUnusedParameters(Rule):
     `deepspeed_plugin=` or `fsdp_plugin=`, or launch commands that all use it: `--use_deepspeed`,
     a `--config_file` whose `distributed_type` says so; a command naming a config file the project
     does not hold does not count): DeepSpeed's engine or FSDP, not DDP, wraps the model, and the
-    handler is never read.
+    handler is never read; nor where every launch command of the project starts one process
+    (`accelerate launch --num_processes=1`, a config file saying so, or plain `python`): the
+    `Accelerator` then wraps nothing in DDP.
 
     ## Example
     ```python
@@ -213,9 +215,10 @@ class DdpFindUnusedParameters(Rule):
         if skips_submodules(self.ctx) is not None:
             return  # some forward passes leave a submodule out: its parameters go unused, the flag is needed
         for site in self.ctx.calls_to(*DDP_SETTINGS):
-            if (self.ctx.call_qualname(site) or "").startswith("accelerate.") \
-                    and (accelerate_runs_deepspeed(self.ctx) or accelerate_runs_fsdp(self.ctx)):
-                continue  # DeepSpeed's engine or FSDP wraps the model: the DDP handler is never read
+            if (self.ctx.call_qualname(site) or "").startswith("accelerate.") and (
+                    accelerate_runs_deepspeed(self.ctx) or accelerate_runs_fsdp(self.ctx)
+                    or accelerate_single_process(self.ctx)):
+                continue  # DeepSpeed's engine, FSDP or no wrapper at all: the DDP handler is never read
             flag = find_argument(self.ctx, site, "find_unused_parameters")
             if literal_bool(self.ctx, flag.node, site.stack) and not in_no_run(self.ctx, site.statement, site.stack):
                 self.report(site.node, "`find_unused_parameters=True` walks the autograd graph again after every forward pass")

@@ -52,6 +52,7 @@ _FP16 = ("`fp16=True` scales the loss and checks every gradient for inf each ste
          "`bf16=True` needs neither on Ampere and newer GPUs")
 _FP16_REASON = "only the GPU tells whether bf16 fits: swap `fp16=True` for `bf16=True` on A100/H100/RTX 30xx and newer"
 _HF_COMPILE_FROM = v("4.27")  # `TrainingArguments(torch_compile=...)` came with transformers 4.27
+_HF_WORKERS_FROM = v("3.2")  # `dataloader_num_workers` came with transformers 3.2
 _COMPILE_FROM = v("2.0")  # torch.compile  # fused AdamW on the CPU too, so the fix cannot fail on a CPU run
 _CHECKPOINTING = ("gradient_checkpointing", "activation_checkpointing")
 _COMPILE_REFUSAL = ("`torch_compile=True` is left to you: the first steps pay the compile, and per-batch padding "
@@ -74,7 +75,8 @@ class HfTrainingArguments(Rule):
       (on the CPU since 2.4: below that the fix is left to you); not when the DeepSpeed config
       builds the optimizer (an `"optimizer"` section: DeepSpeed's own fused Adam) or offloads it to
       the CPU (DeepSpeed's CPU Adam steps it there);
-    - `dataloader_num_workers` unset or 0, and `dataloader_pin_memory=False`;
+    - `dataloader_num_workers` unset or 0 (not when the project pins a transformers before 3.2,
+      which has no such option), and `dataloader_pin_memory=False`;
     - no `torch_compile` in a script that never compiles the model itself (information only;
       not when the project pins a transformers before 4.27, which has no such option, nor for a
       base model bitsandbytes loads in 4 or 8 bits: QLoRA's matmuls are its kernels);
@@ -777,6 +779,8 @@ class HfTrainingArguments(Rule):
         workers = args.setting("dataloader_num_workers")
         if workers.unknown or (not workers.missing and workers.value != 0):
             return
+        if ctx.project is not None and pinned_below(ctx.project, "transformers", _HF_WORKERS_FROM):
+            return  # no such option there
         what = "batches collated in the main process (`dataloader_num_workers`)"
         option = "--dataloader_num_workers 4"
         refusal = worker_start_refusal(ctx, args.stack)

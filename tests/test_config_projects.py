@@ -507,7 +507,7 @@ for x in range(10):
 
 
 @pytest.mark.parametrize("plugin, launch, expected", [
-    ("", "python train.py\n", {"SF202", "SF803", "SF904"}),  # fp32 by default
+    ("", "python train.py\n", {"SF202", "SF904"}),  # fp32 by default; one process: no DDP wrapper
     ("", "accelerate launch --mixed_precision bf16 train.py\n", {"SF803"}),  # Accelerate's bf16 autocast
     (", deepspeed_plugin=DeepSpeedPlugin(hf_ds_config='ds.json')", "python train.py\n", set()),
 ])

@@ -281,6 +281,14 @@ def test_default_optim_is_unfused_under_a_transformers_pinned_before_the_fused_d
     assert "which has no `adamw_torch_fused` (`optim`)" in result and "--optim" not in result
 
 
+def test_no_worker_advice_under_a_transformers_pinned_before_the_option_came(write, run_cli, tmp_path):
+    write("run_clm.py", HF_PARSED)
+    scan = ["scan", "run_clm.py", "--select", "SF902", "--torch-version", "2.8", "--no-summary"]
+    assert "dataloader_num_workers" in run_cli(*scan, cwd=tmp_path).stdout
+    write("requirements.txt", "transformers==3.0.2\n")  # `dataloader_num_workers` came with 3.2
+    assert "dataloader_num_workers" not in run_cli(*scan, cwd=tmp_path).stdout
+
+
 def test_fp16_advice_for_the_launch_commands_that_set_it_when_the_others_do_not(write, run_cli, tmp_path):
     write("run_clm.py", HF_PARSED)
     write("train_lora.sh", "python run_clm.py --output_dir out --per_device_train_batch_size 8\n")
@@ -712,3 +720,29 @@ def test_a_gated_autocast_is_reported_at_the_training_step_and_needs_no_upgrade_
     assert "train.py:24:18: SF202 autocast runs only when `args.use_amp`, which is off by default" in result
     assert "upgrade" not in result
     assert "upgrade torch to use it" in run_cli(*scan, "--torch-version", "1.4", cwd=tmp_path).stdout
+
+
+def test_an_fp32_loop_under_torch_1_6_to_1_9_is_pointed_at_fp16_autocast_not_an_upgrade(write, run_cli, tmp_path):
+    # Dual-Path-RNN pins torch 1.6: `torch.cuda.amp.autocast` and `GradScaler` are there already
+    write("train.py", "import torch\nmodel = Net().cuda()\nfor x, y in loader:\n"
+          "    loss = criterion(model(x.cuda()), y.cuda())\n    loss.backward()\n    optimizer.step()\n")
+    scan = ["scan", "train.py", "--select", "SF202", "--no-summary", "--no-cache", "--output-format", "json"]
+    found = json.loads(run_cli(*scan, "--torch-version", "1.8", cwd=tmp_path).stdout)
+    assert len(found) == 1 and found[0]["fix"] is None
+    assert "this code targets torch 1.8: fp16 autocast is there (`torch.cuda.amp.autocast()`" in found[0]["message"]
+    assert "upgrade torch to use it" in json.loads(run_cli(*scan, "--torch-version", "1.5", cwd=tmp_path).stdout)[0]["message"]
+
+
+def test_find_unused_parameters_costs_nothing_where_every_command_starts_one_process(write, run_cli, tmp_path):
+    """Recurrent-Parameter-Generation: `accelerate launch --num_processes=1`: no DDP wrapper."""
+    write("train.py", "from accelerate import Accelerator, DistributedDataParallelKwargs\n"
+          "ddp_kwargs = DistributedDataParallelKwargs(find_unused_parameters=True)\n"
+          "accelerator = Accelerator(kwargs_handlers=[ddp_kwargs])\n"
+          "model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n"
+          "for batch in loader:\n    accelerator.backward(model(**batch).loss)\n    optimizer.step()\n")
+    scan = ["scan", "train.py", "--select", "SF803", "--no-summary", "--no-cache"]
+    assert "SF803" in run_cli(*scan, cwd=tmp_path).stdout  # no command: the default config may start several
+    write("train.sh", "accelerate launch \\\n  --num_processes=1 \\\n  --mixed_precision=bf16 \\\n  train.py\n")
+    assert "SF803" not in run_cli(*scan, cwd=tmp_path).stdout
+    write("multi.sh", "accelerate launch --num_processes 4 train.py\n")  # one run starts four
+    assert "SF803" in run_cli(*scan, cwd=tmp_path).stdout

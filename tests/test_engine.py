@@ -169,6 +169,9 @@ def test_cuda_detection():
     assert uses_cuda(context('import torch\ndevice = "cuda:0"\n'))
     assert uses_cuda(context("import torch\ndev = torch.accelerator.current_accelerator()\n"))
     assert not uses_cuda(context('import torch\ndevice = "cpu"\nx = torch.zeros(1, device=device)\n'))
+    # a DeepSpeed engine trains on the GPU, whatever device string its batches are given
+    engine = "import deepspeed\nengine, optimizer, _, _ = deepspeed.initialize(model=model, config=ds_config)\n"
+    assert uses_cuda(context(engine)) and not uses_cuda(context("import deepspeed\nprint(deepspeed.__version__)\n"))
 
 
 def test_kwargs_dict_literals_are_resolved_and_unknowns_mean_silence():

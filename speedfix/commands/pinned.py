@@ -8,7 +8,7 @@ the rules left out and how to see their advice."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from speedfix.engine.catalog import catalog, rule_torch_range
 from speedfix.engine.results import Note
@@ -25,13 +25,8 @@ def pinned_torch_notes(paths: Iterable[Path], settings: Settings, inputs: dict[s
     if settings.torch_version:
         return []
     current = settings.target
-    seen_folders: set[Path] = set()
     left_out: dict[tuple[Path, TorchVersion], tuple[TorchPin, dict[str, TorchRange]]] = {}
-    for path in paths:
-        if path.parent in seen_folders:
-            continue
-        seen_folders.add(path.parent)
-        project = ProjectFiles.for_script(path, (settings.root, Path.cwd()))
+    for path, project in _one_per_folder(paths, settings):
         pin = torch_pin(project)
         target = project_target(project, current) if pin is not None else current
         if inputs is not None:
@@ -67,3 +62,20 @@ def _message(pin: TorchPin, target: TorchVersion, rules: dict[str, TorchRange], 
     count = f"{len(rules)} rules that need" if len(rules) != 1 else "1 rule that needs"
     return (f"the project pins {pin.shown} here, so the scan targets torch {target} and {count} a newer "
             f"torch did not run ({groups}); pass `--torch-version {current}` to see the advice for a newer torch")
+
+
+def read_torch_pins(paths: Iterable[Path], settings: Settings) -> None:
+    """Read the torch pins of the scripts' projects once, for what follows in the scan to reuse
+    (within ``listings_kept``): the analysis of each file and ``pinned_torch_notes``."""
+    if not settings.torch_version:
+        for _, project in _one_per_folder(paths, settings):
+            torch_pin(project)
+
+
+def _one_per_folder(paths: Iterable[Path], settings: Settings) -> Iterator[tuple[Path, ProjectFiles]]:
+    """A script of each folder, with how its project's files are read."""
+    seen: set[Path] = set()
+    for path in paths:
+        if path.parent not in seen:
+            seen.add(path.parent)
+            yield path, ProjectFiles.for_script(path, (settings.root, Path.cwd()))

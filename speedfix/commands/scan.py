@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from speedfix.commands.measurements import apply_benches, find_benches
-from speedfix.commands.pinned import pinned_torch_notes
+from speedfix.commands.pinned import pinned_torch_notes, read_torch_pins
 from speedfix.commands.workers import Workers
 from speedfix.engine.findings import Finding, from_record, to_record
 from speedfix.engine.catalog import rule_name
@@ -422,7 +422,7 @@ def scan_paths(
         # pins of the scripts' projects are read then too: every worker would read them again.
         def load_engine() -> None:
             scope.enter_context(_analysers_loaded(settings))
-            pinned_torch_notes([target.path for target in targets], settings)
+            read_torch_pins([target.path for target in targets], settings)
 
         load = cache_once(load_engine)
         workers = scope.enter_context(Workers(jobs, load=load))

@@ -105,14 +105,16 @@ def every_step_guards(ctx: FileContext) -> frozenset[int]:
                             for divisor in divisors))
 
 
-def int_in_every_run(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> int | None:
+def int_in_every_run(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int = 0) -> int | None:
     """The int ``node`` holds in every run of the script: its value with the script's defaults
     (``literal_int``: a literal, a constant, an argparse default), where no launch command of
     the project that runs the script gives the option it reads (`args.accumulation_steps`)
-    another value. None when that cannot be known."""
+    another value; for a parameter of a module-level function that only this file calls, the
+    value every call gives it (`make_data_loader(..., args.num_workers)`). None when that cannot
+    be known."""
     value = literal_int(ctx, node, stack)
     if value is None:
-        return None
+        return _passed_in_every_run(ctx, node, stack, depth) if isinstance(node, cst.Name) else None
     alias = option_alias(ctx, node.value, stack) if isinstance(node, cst.Name) else None
     read = option_read(alias[0] if alias is not None else node)  # `accumulation = args.gradient_accumulation`
     if read is not None:
@@ -123,6 +125,22 @@ def int_in_every_run(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -
             if given is not None and given != str(value):
                 return None
     return value
+
+
+def _passed_in_every_run(ctx: FileContext, name: cst.Name, stack: Stack, depth: int) -> int | None:
+    """The int every call of the file gives the parameter ``name`` of the module-level function
+    around ``stack``, each in every run (``int_in_every_run`` at the call); None where another
+    scanned file calls the function, where nothing calls it, or where the calls disagree."""
+    function = ctx.function_of(stack)
+    if depth > 2 or not isinstance(function, cst.FunctionDef) \
+            or any(called == function.name.value for called, _, _ in ctx.links.arguments):
+        return None
+    passed = passed_arguments(ctx, name.value, stack)
+    if not passed:
+        return None
+    values = {int_in_every_run(ctx, given, at, depth + 1) for given, at in passed}
+    found = values.pop() if len(values) == 1 else None
+    return found
 
 
 def option_alias(ctx: FileContext, name: str, stack: Stack) -> tuple[cst.BaseExpression, Stack] | None:
@@ -640,6 +658,16 @@ def _statements_in_order(body) -> Iterator[cst.BaseStatement]:  # type: ignore[n
 
 _ORDER: WeakKeyDictionary[FileContext, dict[int, int]] = WeakKeyDictionary()
 _CHAINS: WeakKeyDictionary[FileContext, tuple[dict[int, cst.If], dict[int, cst.CSTNode]]] = WeakKeyDictionary()
+
+
+def if_chain_top(ctx: FileContext, clause: cst.CSTNode) -> cst.If:
+    """The first `if` of the if-chain that ``clause`` (an `if`, an `elif` or an `else` clause)
+    belongs to: the statement whose place in its block the whole chain takes."""
+    top = clause
+    while (parent := _chain_parents(ctx).get(id(top))) is not None:
+        top = parent
+    assert isinstance(top, cst.If)
+    return top
 
 
 def _chain_parents(ctx: FileContext) -> dict[int, cst.If]:

@@ -16,6 +16,7 @@ from speedfix.model.arguments import ArgValue, find_argument, literal_bool, lite
 from speedfix.model.config_files import run_configs
 from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import FileContext
+from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE
 from speedfix.model.flow import assigned_name, default_truth, is_returned, taken_on_a_gpu
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.index import CallSite
@@ -180,7 +181,8 @@ def framework_uses_cuda(ctx: FileContext) -> bool:
     """CUDA evidence from the frameworks: a GPU-capable Lightning Trainer or Fabric (without one, a
     `LightningCLI` or a LightningModule/DataModule: Lightning's default accelerator is the GPU), a
     subclass of Hugging Face's `Trainer` (it trains on the GPU when there is one),
-    Hugging Face `TrainingArguments`, an `Accelerator`, or `accelerator.device` used as a device.
+    Hugging Face `TrainingArguments`, an `Accelerator`, `accelerator.device` used as a device, or a
+    DeepSpeed engine (`deepspeed.initialize`: DeepSpeed trains on accelerators).
 
     Each of them also moves the batches to the device itself, so a DataLoader in such a file
     feeds the GPU without any `.to()`/`.cuda()` in the file."""
@@ -196,6 +198,7 @@ def framework_uses_cuda(ctx: FileContext) -> bool:
         or bool(ctx.calls_to(*HF_ARGUMENT_PARSERS))
         or any(accelerator_on_gpu(ctx, site) for site in ctx.calls_to(*ACCELERATOR))
         or _uses_accelerator_device(ctx)
+        or bool(ctx.calls_to(DEEPSPEED_INITIALIZE))
     )
 
 
@@ -479,6 +482,24 @@ def accelerate_runs_fsdp(ctx: FileContext) -> bool:
     that all say so (`accelerate launch --use_fsdp`, or a `--config_file` whose `distributed_type`
     is FSDP, HALOs' `accelerate_config/fsdp_8gpu.yaml`)? FSDP then wraps the model, not DDP."""
     return _accelerate_runs(ctx, "fsdp")
+
+
+def accelerate_single_process(ctx: FileContext) -> bool:
+    """Do the project's commands that run the script (one at least) all start one process:
+    `accelerate launch --num_processes=1`, a `--config_file` whose `num_processes` is 1, or
+    `python` itself? The `Accelerator` then wraps no model in DDP."""
+    commands = launch.launches(ctx)
+    if not commands or launch.launch_files_capped(ctx):
+        return False
+    for command in commands:
+        if command.launcher == "python" and not command.launcher_options:
+            continue
+        if command.launcher != "accelerate":
+            return False
+        count = command.launcher_options.get("num_processes")
+        if str(count if count is not None else _config_file_value(ctx, command, "num_processes")) != "1":
+            return False
+    return True
 
 
 def _accelerate_runs(ctx: FileContext, kind: str) -> bool:
