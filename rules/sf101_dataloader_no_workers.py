@@ -100,7 +100,8 @@ class DataloaderNoWorkers(Rule):
     ## Impact
     High: without worker processes the GPU waits while every batch is loaded and transformed in
     the training process. Medium when the call asks for 1 or 2 workers (a deliberate count),
-    but high again when the file decodes image files (`Image.open`, an `ImageFolder`) or
+    but high again when the file decodes image files (`Image.open`, an `ImageFolder`; also in
+    the `__getitem__` of a Dataset class of the project that the file builds) or
     composes random image augmentations (`RandomResizedCrop`, a random scale): decoding and
     transforming images one by one outruns 2 workers (not MNIST or CIFAR, small images held in
     memory). Medium for token ids that a Dataset of the file tokenizes item by item in

@@ -387,6 +387,21 @@ def test_a_synchronize_under_an_option_is_low(run_cli, write, tmp_path):
     assert sync["impact"] == "low" and sync["impact_reason"] == "it runs only while an option is on, or to time a step"
 
 
+def test_a_data_module_that_builds_an_image_dataset_of_another_file_feeds_decoded_images(run_cli, write, tmp_path):
+    """ophthalmology: the DataModule builds `sets.RetinaImages(...)` and splits it with
+    `random_split`; the images are opened in that class's `__getitem__`, in data/sets.py."""
+    write("data/sets.py", "import PIL.Image\nfrom torch.utils.data import Dataset\n\n\nclass RetinaImages(Dataset):\n"
+          "    def __init__(self, paths):\n        self.paths = paths\n\n    def __getitem__(self, index):\n"
+          "        return PIL.Image.open(self.paths[index])\n\n    def __len__(self):\n        return len(self.paths)\n")
+    write("data/modules.py", "import lightning as L\nfrom torch.utils.data import DataLoader, random_split\n"
+          "from data import sets\n\n\nclass RetinaData(L.LightningDataModule):\n    def setup(self, stage=None):\n"
+          "        self.data_set = sets.RetinaImages(PATHS)\n"
+          "        self.train_dataset, self.val_dataset = random_split(self.data_set, [0.9, 0.1])\n\n"
+          "    def train_dataloader(self):\n        return DataLoader(self.train_dataset, batch_size=32, num_workers=1)\n")
+    (workers,) = _by(_json(run_cli, "data", cwd=tmp_path), "SF101")
+    assert workers["impact"] == "high"
+
+
 def test_channels_last_without_mixed_precision_is_low(run_cli, write, tmp_path):
     conv = SMALL.replace("nn.Linear(784, 128)", "nn.Conv2d(3, 64, 3)").replace("nn.Linear(128, 10)", "nn.Linear(64, 10)")
     write("fp32.py", conv.replace("nn.Conv2d(3, 64, 3)", "nn.Conv2d(3, 4096, 3)"))

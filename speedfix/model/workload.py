@@ -337,18 +337,35 @@ def _item_calls(ctx: FileContext) -> list[str]:
 
 def _dataset_item_calls(ctx: FileContext) -> Iterator[str]:
     """The calls the `__getitem__` of a loader's dataset makes, when the dataset is an object of
-    a class another file of the project defines (`PairedDataset(folder, tokenizer=...)`)."""
-    if ctx.project is None:
+    a class another file of the project defines (`PairedDataset(folder, tokenizer=...)`), and
+    of the other classes of the project with a `__getitem__` that a file with DataLoaders builds
+    (a LightningDataModule's `self.data_set = sets.RetinaImages(...)`, split with `random_split`
+    into the datasets its loaders take)."""
+    loaders = dataloader_calls(ctx)
+    if ctx.project is None or not loaders:
         return
-    for site in dataloader_calls(ctx):
+    built: list[str] = []
+    for site in loaders:
         dataset = dataset_argument(site)
         if isinstance(dataset, cst.Name):
             dataset = ctx.single_value(dataset.value, site.stack)
         qualified = ctx.qualname(dataset.func) if isinstance(dataset, cst.Call) else None
         if qualified is not None and "." in qualified:
-            defined = project_class(ctx.project, qualified)
-            if defined is not None:
-                yield from defined.item_calls
+            built.append(qualified)
+    for site in ctx.calls:
+        qualified = ctx.call_qualname(site)
+        if qualified is not None and "." in qualified and qualified.rpartition(".")[2][:1].isupper() \
+                and not qualified.startswith(_LIBRARIES):
+            built.append(qualified)
+    for qualified in dict.fromkeys(built):
+        defined = project_class(ctx.project, qualified)
+        if defined is not None:
+            yield from defined.item_calls
+
+
+# Classes of these packages are not the project's own (no file of the project is read for them).
+_LIBRARIES = ("torch.", "torchvision.", "torchaudio.", "transformers.", "datasets.", "numpy.", "lightning.",
+              "pytorch_lightning.", "accelerate.", "deepspeed.", "PIL.", "sklearn.", "pandas.")
 
 
 def hand_written_batches(ctx: FileContext, stack: Stack) -> bool:
