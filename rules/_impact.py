@@ -36,8 +36,12 @@ def evaluation_loader(ctx: FileContext, finding: Finding) -> Estimate | None:
 @per_file
 def unpinned_training_loaders(ctx: FileContext) -> bool:
     """Does the file build DataLoaders, none of those that may feed training pinned
-    (`pin_memory` not set, or False)?"""
-    loaders = [site for site in dataloader_calls(ctx) if loader_role(ctx, site) is not Role.EVALUATION]
+    (`pin_memory` not set, or False)? A file that builds none is handed unpinned ones when the
+    file that imports it builds its loaders so (``Links.unpinned_loaders``)."""
+    built = dataloader_calls(ctx)
+    if not built:
+        return ctx.links.unpinned_loaders is not None
+    loaders = [site for site in built if loader_role(ctx, site) is not Role.EVALUATION]
     return bool(loaders) and all(_unpinned(ctx, site) for site in loaders)
 
 

@@ -82,7 +82,8 @@ class BlockingTransfer(Rule):
     ## Impact
     Medium: the CPU waits for each batch's copy instead of queueing the step's kernels; with
     pinned memory (SF102) the copy overlaps with compute. Low when the file's DataLoaders that
-    may feed training are not pinned: a copy from pageable memory stays synchronous with
+    may feed training are not pinned (for a file that builds none, a trainer class handed its
+    loaders: those of the file that imports it): a copy from pageable memory stays synchronous with
     `non_blocking=True`, so the gain comes with SF102's fix, which carries it. Low for batches of
     token ids (a step that feeds `input_ids`, a tokenizer the file loads): a few kilobytes of
     integers per step.

@@ -402,6 +402,24 @@ def test_a_data_module_that_builds_an_image_dataset_of_another_file_feeds_decode
     assert workers["impact"] == "high"
 
 
+@pytest.mark.parametrize("pin, impact", [("", "low"), (", pin_memory=True", "medium")])
+def test_a_trainer_class_handed_the_loaders_of_its_importer_knows_whether_they_are_pinned(run_cli, write, tmp_path,
+                                                                                          pin, impact):
+    """Dual-Path-RNN: train_rnn.py builds the loaders (unpinned) and hands them to the trainer
+    class of trainer.py, whose loop copies each batch: the copy stays synchronous until SF102."""
+    write("trainer.py", "import torch\n\n\nclass Trainer:\n    def __init__(self, model, train_dataloader, optimizer):\n"
+          "        self.model, self.loader, self.optimizer = model.cuda(), train_dataloader, optimizer\n"
+          "        self.device = torch.device('cuda')\n\n    def train(self):\n        for mix, ref in self.loader:\n"
+          "            mix, ref = mix.to(self.device), ref.to(self.device)\n"
+          "            loss = (self.model(mix) - ref).pow(2).mean()\n            loss.backward()\n"
+          "            self.optimizer.step()\n")
+    write("train.py", "import torch\nfrom torch.utils.data import DataLoader\nfrom trainer import Trainer\n\n"
+          f"loader = DataLoader(train_set, batch_size=4, num_workers=4{pin})\n"
+          "Trainer(Net(), loader, optimizer).train()\n")
+    (copy,) = _by(_json(run_cli, ".", cwd=tmp_path), "SF104")
+    assert copy["path"] == "trainer.py" and copy["impact"] == impact
+
+
 def test_channels_last_without_mixed_precision_is_low(run_cli, write, tmp_path):
     conv = SMALL.replace("nn.Linear(784, 128)", "nn.Conv2d(3, 64, 3)").replace("nn.Linear(128, 10)", "nn.Linear(64, 10)")
     write("fp32.py", conv.replace("nn.Conv2d(3, 64, 3)", "nn.Conv2d(3, 4096, 3)"))

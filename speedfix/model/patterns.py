@@ -17,16 +17,11 @@ from speedfix.model.frames import Stack
 from speedfix.model.project_classes import project_class
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
-from speedfix.project.steps import (CUDNN_CHOICES, DETERMINISM_HELPERS, DETERMINISTIC_ALGORITHMS, NO_GRAD_CALLS,
+from speedfix.project.steps import (CUDNN_CHOICES, DATALOADER, DETERMINISM_HELPERS, DETERMINISTIC_ALGORITHMS, NO_GRAD_CALLS,
                                     is_iterable_wrapper)
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
-# torch's DataLoader, and libraries' subclasses of it that take the same loader arguments
-# (`num_workers`, `pin_memory`, `persistent_workers`): MONAI's, PyTorch Geometric's
-DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "monai.data.DataLoader",
-              "monai.data.dataloader.DataLoader", "torch_geometric.loader.DataLoader",
-              "torch_geometric.loader.dataloader.DataLoader")
 ITERABLE_DATASET = ("torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset")
 AUTOCAST = (
     "torch.autocast",

@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
-from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES,
+from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES, DATALOADER,
                                     DETERMINISTIC_ALGORITHMS, LIGHTNING_CLI, LIGHTNING_DATAMODULE, LIGHTNING_MODULE,
                                     LIGHTNING_TRAINER, MATMUL_LAYERS, MATMUL_PRECISION_CALLS, PAD_TO_LONGEST, TF32_CHOICES,
                                     MATMUL_METHODS, MODULE_API, NO_GRAD_CALLS, SYNC_SWITCHES, diffusers_conv_net,
@@ -154,6 +154,9 @@ class ModuleFacts:
     # (`torch.backends.cuda.matmul.allow_tf32 = args.tf32`: the run's command line decides)
     tf32: bool = False
     lightning: bool = False  # defines a LightningModule or LightningDataModule: Lightning trains on a GPU by default
+    # builds DataLoaders and pins none of them (no `pin_memory`, or `pin_memory=False`): a file it
+    # hands them to copies batches from pageable memory
+    unpinned_loaders: bool = False
     # functions of this file handed to an imported function: (callee, slot as in ``arguments_given``,
     # the function's name): `train_step(..., forward_step_func=forward_step)`
     handed_functions: tuple[tuple[str, str, str], ...] = ()
@@ -217,6 +220,7 @@ class ModuleFacts:
             no_grad_methods=tuple(map(str, record["no_grad_methods"])),
             object_methods=tuple((str(owner), str(method)) for owner, method in record["object_methods"]),
             lightning=bool(record["lightning"]),
+            unpinned_loaders=bool(record.get("unpinned_loaders", False)),
             cudnn=bool(record["cudnn"]),
             tf32=bool(record["tf32"]),
             handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
@@ -545,6 +549,7 @@ class _Collector(ast.NodeVisitor):
         self.no_grad_methods: set[str] = set()
         self.object_methods: set[tuple[str, str]] = set()
         self.lightning = False
+        self.loaders = [0, 0]  # DataLoaders built, and those given a `pin_memory` that may be True
         self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
         self.cudnn_at_top = False  # ... at module level
         self.tf32 = False  # a choice of the fp32 matmul precision, anywhere
@@ -1051,6 +1056,11 @@ class _Collector(ast.NodeVisitor):
                                      if keyword.arg in ("help", "metavar", "dest") and isinstance(keyword.value, ast.Constant))
         if self.resolve(func) in PAD_TO_LONGEST and self.function_stack:
             self.function_stack[-1].pads = True
+        if self.resolve(func) in DATALOADER:
+            self.loaders[0] += 1
+            pin = next((keyword.value for keyword in node.keywords if keyword.arg in ("pin_memory", None)), None)
+            if len(node.args) > 7 or pin is not None and not (isinstance(pin, ast.Constant) and pin.value is False):
+                self.loaders[1] += 1
         if self.resolve(func) in _CUDNN_OWNERS:
             self._cudnn_choice()  # (a Lightning Trainer sets `cudnn.benchmark` from its own `benchmark`)
         elif self.resolve(func) in MATMUL_PRECISION_CALLS:
@@ -1302,6 +1312,7 @@ class _Collector(ast.NodeVisitor):
                                       if not guarded and "." in callee and self.resolve(callee) is None})),
             object_methods=tuple(sorted(self.object_methods)),
             lightning=self.lightning,
+            unpinned_loaders=self.loaders[0] > 0 and not self.loaders[1],
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
             tf32=self.tf32_at_top or (self.tf32 and self.entry),
             class_bases=tuple(self.class_bases),

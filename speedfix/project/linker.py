@@ -44,6 +44,8 @@ What a file learns (``Links``):
   the process (`cudnn.benchmark = True` in the `main.py` that runs `solver.py`'s training), or None;
 - ``tf32``: the same for the fp32 matmul precision (`allow_tf32 = args.tf32` in the `main.py`
   that runs the trainer classes of other files: its command line decides), or None;
+- ``unpinned_loaders``: the same for DataLoaders built without `pin_memory` (Dual-Path-RNN's
+  `train_rnn.py`, whose loaders the trainer class of another file iterates), or None;
 - ``trained_by``: the file of a scan that imports it (in turn) and holds a training loop: this
   one is its library, whose `if __name__ == "__main__":` block is a self-test (unless a launch
   command runs it);
@@ -127,6 +129,9 @@ class Links:
     arguments: tuple[tuple[str, str, str], ...] = ()
     cudnn: str | None = None  # an importer's file (as shown) that chooses cuDNN's algorithms for the process
     tf32: str | None = None  # an importer's file (as shown) that chooses the fp32 matmul precision for the process
+    # an importer's file (as shown) that builds DataLoaders and pins none: the batches this file is
+    # handed (a trainer class's `self.train_dataloader`) come from pageable memory
+    unpinned_loaders: str | None = None
     trained_by: str | None = None  # an importer's file (as shown) that holds a training loop: this one is its library
     # the library (as shown) holding the training loop of a script that imports this file too
     # (``_imported_beside_a_trainer``): a run builds with this file what that library trains
@@ -192,6 +197,7 @@ class Links:
             "on_device": [list(given) for given in self.on_device],
             "cudnn": self.cudnn,
             "tf32": self.tf32,
+            "unpinned_loaders": self.unpinned_loaders,
             "trained_by": self.trained_by,
             "beside_trainer": self.beside_trainer,
             "options": [list(option) for option in self.options],
@@ -459,6 +465,7 @@ def link(
     networks = _networks_handed(facts, prefixes)
     on_device = _moving_objects_handed(facts, prefixes)
     cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
+    unpinned = _imported_by(facts, prefixes, lambda module: module.unpinned_loaders, show)
     tf32 = _imported_by(facts, prefixes, lambda module: module.tf32, show)
     overrides = _stepping_overrides(facts, prefixes)
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
@@ -497,6 +504,7 @@ def link(
             on_device=on_device.get(path, ()),
             cudnn=cudnn.get(path),
             tf32=tf32.get(path),
+            unpinned_loaders=unpinned.get(path),
             stepping_overrides=tuple(sorted(overrides.get(path, ()))),
             trained_by=trained_by.get(path),
             beside_trainer=beside.get(path),

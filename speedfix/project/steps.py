@@ -23,6 +23,11 @@ ITERABLE_WRAPPERS = frozenset({"enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm
 ITERABLE_WRAPPER_METHODS = frozenset({"log_every"})
 # Helpers that return a GPU device when there is one (d2l's `try_gpu()`, `try_all_gpus()`).
 CUDA_DEVICE_HELPERS = frozenset({"try_gpu", "try_all_gpus"})
+# torch's DataLoader, and libraries' subclasses of it that take the same loader arguments
+# (`num_workers`, `pin_memory`, `persistent_workers`): MONAI's, PyTorch Geometric's
+DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "monai.data.DataLoader",
+              "monai.data.dataloader.DataLoader", "torch_geometric.loader.DataLoader",
+              "torch_geometric.loader.dataloader.DataLoader")
 # DDP's switches of the gradient all-reduce: `model.no_sync()`, `model.require_backward_grad_sync = ...`.
 SYNC_SWITCHES = frozenset({"no_sync", "require_backward_grad_sync"})
 # Context managers and decorators that turn autograd off: code under them records no graph.
