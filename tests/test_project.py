@@ -358,6 +358,22 @@ def test_a_module_that_one_folder_of_the_scan_alone_holds_is_linked_as_its_path_
     assert "solver.solver" not in train.modules  # `solver/solver.py` is no package: `solver` is the module
 
 
+def test_an_import_takes_the_first_folder_on_the_path_that_holds_its_top_name(tmp_path):
+    """NGCF: `NGCF/main.py` runs `from NGCF import NGCF` from its folder, a package `NGCF/` too:
+    Python finds `NGCF/NGCF.py` in the script's folder first, and the name is its class."""
+    files = {
+        tmp_path / "NGCF" / "__init__.py": "",
+        tmp_path / "NGCF" / "NGCF.py": "class NGCF:\n    def train(self):\n        pass\n",
+        tmp_path / "NGCF" / "main.py": "from NGCF import NGCF\n",
+    }
+    for path, code in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(code)
+    facts = {path: extract_facts(code) for path, code in files.items()}
+    main = link(facts, [tmp_path], lambda path: path.name)[tmp_path / "NGCF" / "main.py"]
+    assert main.function("NGCF.NGCF.train") is not None and "NGCF.NGCF" not in main.modules
+
+
 def test_functions_re_exported_by_a_package_are_linked(tmp_path):
     files = {
         tmp_path / "utils" / "__init__.py": "from .train_utils import train\nfrom .helpers import *\n",

@@ -375,6 +375,12 @@ class _Resolver:
             folders = [folder]
         else:
             folders = self.search_folders(path)
+            # Python takes the first folder of its path that holds the top name, and looks no
+            # further: NGCF's `from NGCF import NGCF` in `NGCF/main.py` is `NGCF/NGCF.py`'s class,
+            # not the module `NGCF.NGCF` of the package the folder above holds
+            first = next((folder for folder in folders if self.module_file(folder, parts[:1]) not in (None, skip)), None)
+            if first is not None:
+                folders = [first]
         for end in range(len(parts), -1 if level else 0, -1):
             for folder in folders:
                 found = self.module_file(folder, parts[:end])
