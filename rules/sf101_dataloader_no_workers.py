@@ -60,7 +60,8 @@ class DataloaderNoWorkers(Rule):
     collator given one, and no Dataset that tokenizes or decodes an image, video or audio file
     in `__getitem__`, in this file or, for a loader's dataset, in the file of the project that
     defines its class, nor a feature extractor or image processor whose features the batches
-    carry beside the tokens): a worker would only index and pad them; a loader that a script which
+    carry beside the tokens, nor a training step that reads images from its batches by name,
+    `batch["pixel_values"]`): a worker would only index and pad them; a loader that a script which
     trains reads once, after training, outside any loop (a final test pass: workers would start
     up for a single pass); a loader of a script that never trains (no step, backward pass or
     optimizer, no training file imports it) and evaluates (`model.eval()`, `torch.no_grad()`): an

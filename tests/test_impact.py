@@ -420,6 +420,21 @@ def test_a_trainer_class_handed_the_loaders_of_its_importer_knows_whether_they_a
     assert copy["path"] == "trainer.py" and copy["impact"] == impact
 
 
+def test_batches_read_by_their_images_are_images_beside_a_prompts_token_ids(run_cli, write, tmp_path):
+    """remove-background-diffusion: a Hugging Face image dataset in the step's `batch["image"]`,
+    and a tokenizer run once for the empty prompt: the loader decodes images, no token ids."""
+    write("train.py", "import torch\nfrom datasets import load_dataset\nfrom torch.utils.data import DataLoader\n"
+          "from transformers import CLIPTokenizer\n\n"
+          "tokenizer = CLIPTokenizer.from_pretrained('stable-diffusion')\n"
+          "empty = tokenizer([''], padding='max_length', return_tensors='pt').input_ids.cuda()\n"
+          "train_dataset = load_dataset('masks', split='train')\ntrain_dataset.set_format('torch', columns=['image'])\n"
+          "loader = DataLoader(train_dataset, batch_size=4, shuffle=True)\nunet = UNet().cuda()\n"
+          "for batch in loader:\n    loss = unet(batch['image'].cuda(), empty).mean()\n    loss.backward()\n"
+          "    optimizer.step()\n")
+    (workers,) = _by(_json(run_cli, "train.py", cwd=tmp_path), "SF101")
+    assert workers["impact"] == "high"
+
+
 def test_channels_last_without_mixed_precision_is_low(run_cli, write, tmp_path):
     conv = SMALL.replace("nn.Linear(784, 128)", "nn.Conv2d(3, 64, 3)").replace("nn.Linear(128, 10)", "nn.Linear(64, 10)")
     write("fp32.py", conv.replace("nn.Conv2d(3, 64, 3)", "nn.Conv2d(3, 4096, 3)"))

@@ -86,6 +86,8 @@ _ARCH_OPTIONS = frozenset({"model", "arch", "architecture", "backbone", "network
                            "classifier"})
 # Keys a step feeds a sequence model over token ids.
 _TOKEN_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
+# A batch's images by name (Hugging Face image datasets, diffusion and vision-language scripts).
+_IMAGE_KEYS = frozenset({"pixel_values", "image", "images", "img", "imgs", "jpg", "png"})
 # Random image augmentations (torchvision's and the many look-alikes): `RandomResizedCrop`,
 # `ExtRandomScale`, `RandomHorizontalFlip`, `ColorJitter`, albumentations' `ShiftScaleRotate` (not a
 # `RandomSampler`).
@@ -272,12 +274,23 @@ def feeds_token_ids(ctx: FileContext) -> bool:
     return False
 
 
+def _image_key(ctx: FileContext) -> str | None:
+    """A training step's read of its batch's images by name (`batch["pixel_values"]`), as written."""
+    for loop in ctx.step_loops:
+        for node in walk_expression(loop):
+            if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) \
+                    and isinstance(key := node.slice[0].slice.value, cst.SimpleString) and key.evaluated_value in _IMAGE_KEYS:
+                return ctx.module.code_for_node(node)
+    return None
+
+
 @per_file
 def training_samples(ctx: FileContext) -> tuple[Samples, str] | None:
     """(kind, what says so) for the samples the training loaders yield, when the file shows it:
     images when it decodes image files or composes random augmentations (not for MNIST or
-    CIFAR, small images held in memory), token ids when a step feeds `input_ids` or the file
-    loads a tokenizer."""
+    CIFAR, small images held in memory), or a training step reads them from its batches by
+    name (a Hugging Face image dataset's `batch["pixel_values"]`, even beside a prompt's token
+    ids); token ids when a step feeds `input_ids` or the file loads a tokenizer."""
     tokenizer = images = None
     for site in ctx.calls:
         dotted = dotted_name(site.node.func) or ""
@@ -297,6 +310,9 @@ def training_samples(ctx: FileContext) -> tuple[Samples, str] | None:
     if images is None:  # a Dataset whose `__getitem__` reads an image file (OpenAI-CLIP's `cv2.imread`)
         decoding = next((call for call in _item_calls(ctx) if _DECODES_IMAGE.search(call)), None)
         images = f"images decoded one by one in the dataset's `__getitem__` (`{decoding}`)" if decoding else None
+    if images is None:  # a Hugging Face image dataset's batches: `batch["pixel_values"]`, `batch["image"]`
+        key = _image_key(ctx)
+        images = f"images that the training step reads from its batches (`{key}`)" if key else None
     if images is not None:
         return Samples.IMAGES, images
     if feeds_token_ids(ctx):
