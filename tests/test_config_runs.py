@@ -281,6 +281,18 @@ def test_default_optim_is_unfused_under_a_transformers_pinned_before_the_fused_d
     assert "which has no `adamw_torch_fused` (`optim`)" in result and "--optim" not in result
 
 
+@pytest.mark.parametrize("elided", ["accelerate launch run_clm.py # arguments (same as above)",
+                                    "accelerate launch run_clm.py  # 参数同上", "python run_clm.py ..."])
+def test_a_readme_command_whose_options_are_said_to_be_elsewhere_is_no_run_of_its_own(write, run_cli, tmp_path, elided):
+    """ChatGLM-Efficient-Tuning: the multi-GPU command repeats the one above without its options."""
+    write("run_clm.py", HF_PARSED)
+    write("README.md", f"```\npython run_clm.py --output_dir out --bf16 True\n```\n```\naccelerate config\n{elided}\n```\n")
+    scan = ["scan", "run_clm.py", "--select", "SF902", "--torch-version", "2.8", "--no-summary", "--no-cache"]
+    assert "fp32" not in run_cli(*scan, cwd=tmp_path).stdout
+    write("README.md", "```\npython run_clm.py --output_dir out --bf16 True\n```\n```\naccelerate launch run_clm.py\n```\n")
+    assert "fp32" in run_cli(*scan, cwd=tmp_path).stdout  # a command of its own, with the defaults
+
+
 def test_no_worker_advice_under_a_transformers_pinned_before_the_option_came(write, run_cli, tmp_path):
     write("run_clm.py", HF_PARSED)
     scan = ["scan", "run_clm.py", "--select", "SF902", "--torch-version", "2.8", "--no-summary"]

@@ -54,6 +54,9 @@ _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ">", ">>", "&>", "<", "2>", 
 UNKNOWN_VALUE = object()  # an option's value that cannot be known (a shell variable)
 _PLACEHOLDER = re.compile(r"<([^<>\s]+)>")
 _COMMAND_WORD = re.compile(r"[\w./$~{}=:,+@%-]+$")  # what a command line starts with (not `│`, `├──`, `|`)
+# A command whose options are left out and said to be elsewhere: `# arguments (same as above)`, `# 参数同上`,
+# `...`.
+_ELIDED = re.compile(r"#.*(?:\b(?:same as|as above|see above)\b|同上|如上)|(?:^|\s)(?:\.\.\.|…)(?:\s|$)", re.IGNORECASE)
 
 
 class State(Enum):
@@ -595,6 +598,8 @@ def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, 
             ("words", logical), lambda: _words(logical))))
         if words and not _COMMAND_WORD.match(words[0]):
             continue  # a README's folder tree (`│   ├── train.py   # Stage 2`), a table: no command
+        if _ELIDED.search(logical):
+            continue  # `accelerate launch train.py # arguments (same as above)`: its options are another command's
         for index, word in enumerate(words):
             module = words[index - 1] in _MODULE_FLAGS if index else False
             if not module and not word.endswith(files):
