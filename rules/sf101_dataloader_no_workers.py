@@ -61,7 +61,8 @@ class DataloaderNoWorkers(Rule):
     in `__getitem__`, in this file or, for a loader's dataset, in the file of the project that
     defines its class, nor a feature extractor or image processor whose features the batches
     carry beside the tokens, nor a training step that reads images from its batches by name,
-    `batch["pixel_values"]`): a worker would only index and pad them; a loader that a script which
+    `batch["pixel_values"]`, nor a `collate_fn` handed a function that runs the tokenizer on raw
+    text, batch by batch): a worker would only index and pad them; a loader that a script which
     trains reads once, after training, outside any loop (a final test pass: workers would start
     up for a single pass); a loader of a script that never trains (no step, backward pass or
     optimizer, no training file imports it) and evaluates (`model.eval()`, `torch.no_grad()`): an
@@ -568,6 +569,24 @@ class DataloaderNoWorkers(Rule):
                 def collate_fn(batch):
                     return pad(batch, pad_id)
                 return DataLoader(ds, batch_size=32, collate_fn=collate_fn)
+            """
+        ),
+        Invalid(  # raw text tokenized batch by batch in the collate function (word2vec): no fix (a lambda)
+            """
+            from functools import partial
+            import torch
+            from torch.utils.data import DataLoader
+
+            def collate(batch, text_pipeline):
+                return torch.nn.utils.rnn.pad_sequence([torch.tensor(text_pipeline(text)) for text in batch])
+
+            tokenizer = get_tokenizer("basic_english")
+            text_pipeline = lambda x: vocab(tokenizer(x))
+            loader = DataLoader(corpus, batch_size=96, collate_fn=partial(collate, text_pipeline=text_pipeline))
+            model = CBOW().cuda()
+            for batch in loader:
+                model(batch.cuda()).sum().backward()
+                optimizer.step()
             """
         ),
         Invalid(  # a lambda in the transforms: reported, no fix (spawned workers cannot unpickle it)

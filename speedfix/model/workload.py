@@ -34,6 +34,7 @@ from speedfix.model.arguments import (find_argument, holds_parsed_options, liter
                                       string_value)
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, nearest_loop
+from speedfix.model.index import CallSite
 from speedfix.model.launch import launches
 from speedfix.model.loader_classes import dataloader_calls
 from speedfix.model.networks import (network_assignments, peel, project_builds_rnn, project_conv_dims, step_networks,
@@ -333,10 +334,31 @@ def tokenized_ahead(ctx: FileContext) -> str | None:
         return None
     if any("tokeniz" in call.lower() or _DECODES.search(call) for call in _item_calls(ctx)):
         return None  # each item is tokenized, or is an image, video or audio clip decoded from its file
+    if any(_collate_tokenizes(ctx, site) for site in dataloader_calls(ctx)):
+        return None  # raw text tokenized batch by batch in the collate function
     if any(_FEATURES.search(call) for call in ctx.calls_by_qualname) or any(
             _FEATURES.search(site.func or "") for site in ctx.calls if site.func and "." in site.func):
         return None  # spectrograms or pixels beside the tokens (`feature_extractor.pad(...)` in the collator)
     return samples[1]
+
+
+def _collate_tokenizes(ctx: FileContext, site: CallSite) -> bool:
+    """Is the loader's `collate_fn` handed a function that runs a tokenizer (word2vec's
+    `partial(collate_cbow, text_pipeline=lambda x: vocab(tokenizer(x)))`), or a function of the
+    file that runs one itself? A collator given the tokenizer object only pads (not counted)."""
+    collate = find_argument(ctx, site, "collate_fn", 4).node
+    if collate is None:
+        return False
+    given = [arg.value for arg in collate.args] if isinstance(collate, cst.Call) else [collate]
+    for value in given:
+        if isinstance(value, cst.Name):
+            value = ctx.single_value(value.value, site.stack) or next(
+                (info.node for info in ctx.functions.get(value.value, ()) if not info.stack), value)
+        if isinstance(value, (cst.Lambda, cst.FunctionDef)) and any(
+                isinstance(node, cst.Call) and "tokeniz" in (dotted_name(node.func) or "").lower()
+                for node in walk_expression(value)):
+            return True
+    return False
 
 
 # A feature extractor or image processor: audio features or pixels in the batches, not only token ids.
