@@ -293,6 +293,23 @@ def test_a_readme_command_whose_options_are_said_to_be_elsewhere_is_no_run_of_it
     assert "fp32" in run_cli(*scan, cwd=tmp_path).stdout  # a command of its own, with the defaults
 
 
+def test_arguments_a_helper_module_parses_are_those_of_the_commands_that_run_its_scripts(write, run_cli, tmp_path):
+    """ChatGLM-Efficient-Tuning: `src/utils/common.py`'s `prepare_args()` parses the command line
+    of `train_sft.py`, which imports it through the package's `__init__.py`; train.sh passes `--fp16`."""
+    write("src/utils/common.py", "from transformers import HfArgumentParser, Seq2SeqTrainingArguments\n\n\n"
+          "def prepare_args():\n    (training_args,) = HfArgumentParser((Seq2SeqTrainingArguments,))"
+          ".parse_args_into_dataclasses()\n    return training_args\n")
+    write("src/utils/__init__.py", "from .common import prepare_args\n")
+    write("src/train_sft.py", "from transformers import Seq2SeqTrainer\nfrom utils import prepare_args\n\n\n"
+          "def main():\n    Seq2SeqTrainer(model=model, args=prepare_args(), train_dataset=data).train()\n\n\n"
+          'if __name__ == "__main__":\n    main()\n')
+    scan = ["scan", ".", "--select", "SF902", "--torch-version", "2.8", "--no-summary", "--no-cache"]
+    assert "fp32" in run_cli(*scan, cwd=tmp_path).stdout  # no command: the defaults run
+    write("train.sh", "CUDA_VISIBLE_DEVICES=0 python src/train_sft.py \\\n    --do_train \\\n    --fp16\n")
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "fp32" not in result and "train.sh:3:5: SF902 `fp16=True` scales the loss" in result
+
+
 def test_no_worker_advice_under_a_transformers_pinned_before_the_option_came(write, run_cli, tmp_path):
     write("run_clm.py", HF_PARSED)
     scan = ["scan", "run_clm.py", "--select", "SF902", "--torch-version", "2.8", "--no-summary"]

@@ -13,7 +13,9 @@ framework script are often given there, not in the script. The launch files of a
   there).
 
 A command runs *this* script when a word of it names the script's path relative to the launch
-file, the project's top or the script's folder (`python -m pkg.train` counts too). What follows
+file, the project's top or the script's folder (`python -m pkg.train` counts too); a module with
+no `if __name__ == "__main__":` block is run by the commands of the scanned scripts that import
+it, in turn (a helper that parses their command line). What follows
 the script's path are its options; what comes before, the launcher's (`accelerate launch
 --mixed_precision bf16`). A shell variable the launch file sets once, at its top level, to a
 plain word (`batch=1`, then `--batch_size ${batch}`) is read as that word; other values with shell
@@ -366,7 +368,7 @@ def _find(ctx: FileContext) -> list[Launch]:
     project = ctx.project
     assert project is not None
     found: list[Launch] = []
-    runners = (project.script, *_wrappers(project))
+    runners = (project.script, *_wrappers(project), *_importing_scripts(ctx))
     names = _runner_names(runners)
     for path in launch_files(project):
         text = project.text(path)
@@ -441,6 +443,24 @@ def _wrappers(project: ProjectFiles) -> list[Path]:
             if imported is None or not entry or imported & entry:
                 found.append(path)
                 break
+    return found
+
+
+def _importing_scripts(ctx: FileContext) -> list[Path]:
+    """For a module with no `if __name__ == "__main__":` block, the scanned scripts that import
+    it, in turn (``Links.entry_importers``): the commands that run them run its code
+    (ChatGLM-Efficient-Tuning's `src/utils/common.py`, whose `prepare_args()` parses the
+    arguments of `train_sft.py`'s command line, through the package's `__init__.py`)."""
+    project = ctx.project
+    if project is None or not ctx.links.entry_importers or any(
+            isinstance(statement, cst.If) and is_main_guard(statement.test) for statement in ctx.module.body):
+        return []
+    found = []
+    for shown in ctx.links.entry_importers:
+        path = Path(shown)
+        if project.script.is_absolute() and not path.is_absolute():
+            path = Path(os.path.normpath(Path.cwd() / path))
+        found.append(path)
     return found
 
 

@@ -143,9 +143,11 @@ class Links:
     # layers only it imports: `("model", "Autoformer", ("Autoformer", "DLinear", ...))`: the option,
     # the entry's key and every key of its dict); empty when a script reaches it otherwise
     picked_by: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-    # the scanned files that import it (as shown): whether a run reaches it (not part of the
-    # digest: nothing of the file's own analysis depends on it)
+    # the scanned files that import it (as shown): whether a run reaches it
     importers: tuple[str, ...] = ()
+    # the scanned scripts (with an `if __name__ == "__main__":` block, not tests) that import it, in
+    # turn (as shown): for a module with no such block, the commands that run them run its code
+    entry_importers: tuple[str, ...] = ()
     # no other scanned file imports it (``unreferenced_modules``), while the scan holds code that
     # trains: its analysis looks for its name in the project's other files
     unreferenced: bool = False
@@ -205,6 +207,8 @@ class Links:
             "picked_by": [[option, key, list(keys)] for option, key, keys in self.picked_by],
             "unreferenced": self.unreferenced,
             "test": self.test,
+            "importers": list(self.importers),
+            "entry_importers": list(self.entry_importers),
         }
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -477,6 +481,7 @@ def link(
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
     trained_by = _imported_by_another(runs, prefixes, lambda module: module.trains, show)
     beside = _imported_beside_a_trainer(runs, prefixes, show)
+    entries = _entry_importers(runs, prefixes, show)
     options = _run_options(facts, prefixes)
     picked = _picked_only(facts, prefixes)
     importers: dict[Path, set[str]] = {}
@@ -518,6 +523,7 @@ def link(
             option_holders=options.get(path, ((), ()))[1],
             picked_by=picked.get(path, ()),
             importers=tuple(sorted(importers.get(path, ()))),
+            entry_importers=entries.get(path, ()),
         )
     return links
 
@@ -773,6 +779,18 @@ def _imported_by_another(facts: dict[Path, ModuleFacts], prefixes: dict[Path, di
             if path != seed:
                 found.setdefault(path, shown)
     return found
+
+
+def _entry_importers(runs: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
+                     show: Callable[[Path], str]) -> dict[Path, tuple[str, ...]]:
+    """The files the scripts of ``runs`` (those with a `__main__` block) import, in turn: file ->
+    those scripts (as shown)."""
+    found: dict[Path, set[str]] = {}
+    for seed in sorted(path for path, module in runs.items() if module.main_guard):
+        for path in _spread_to_imports({seed: None}, prefixes, lambda _, value: value):
+            if path != seed:
+                found.setdefault(path, set()).add(show(seed))
+    return {path: tuple(sorted(scripts)) for path, scripts in found.items()}
 
 
 def _imported_beside_a_trainer(runs: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
