@@ -53,7 +53,8 @@ class DataloaderNoWorkers(Rule):
     Not reported: data already in memory as tensors (a `TensorDataset`, or a Dataset whose
     `__getitem__` only indexes tensors it holds), where PyTorch's own guidance is to keep
     `num_workers=0` because worker IPC costs more than it saves; samples that are CUDA tensors
-    (`.to(device)` in `__getitem__`), which forked workers cannot make; a low worker count with a
+    (`.to(device)` in `__getitem__`, or a run that makes CUDA the default tensor type), which
+    forked workers cannot make; a low worker count with a
     comment that gives its reason (`num_workers=0,  # h5py handles cannot be forked`); a script
     that trains with no sign of a GPU (no CUDA, no device it copies batches to, no framework that
     picks the GPU); token ids tokenized ahead (a step that feeds `input_ids`, a tokenizer or a

@@ -32,7 +32,9 @@ class DataloaderNoPinMemory(Rule):
     may have been turned off on purpose), as are values speedfix cannot know, and loaders whose
     samples are already CUDA tensors (a `TensorDataset` of CUDA tensors, a Dataset whose methods
     call `.to(device)` or `.cuda()`, a `collate_fn` that does or that builds its batches with
-    `device=`, also one of another scanned file): they cannot be pinned, and the
+    `device=`, also one of another scanned file, and any loader of a run that makes CUDA the
+    default for new tensors: `torch.set_default_tensor_type(torch.cuda.FloatTensor)` in the script
+    or a module it imports): they cannot be pinned, and the
     DataLoader would raise `cannot pin 'torch.cuda.FloatTensor'`. Nor is a loader that only
     evaluation reads: iterated only in loops that take no optimizer step (a validation loop every
     epoch, a test pass after training), or, when the file iterates it nowhere, named for it

@@ -4073,3 +4073,26 @@ def test_the_facts_of_a_parser_take_what_set_defaults_sets():
                           b"parser.add_argument('--lr', type=float, default=0.1)\n"
                           b"parser.set_defaults(num_workers=1, unknown=3)\n")
     assert dict(facts.options) == {"num_workers": "1", "lr": "0.1"}
+
+
+@pytest.mark.parametrize("where", ["models/utils.py", "train.py"])
+def test_no_worker_or_pinning_advice_where_the_run_makes_cuda_the_default_for_new_tensors(run_cli, tmp_path, write,
+                                                                                         where):
+    """knowledge-tracing-collection: models/utils.py makes `torch.cuda.FloatTensor` the default
+    tensor type, so the collate function the loaders take makes CUDA tensors: workers cannot make
+    them and pinning raises."""
+    default = "if torch.cuda.is_available():\n    torch.set_default_tensor_type(torch.cuda.FloatTensor)\n"
+    write("models/utils.py", "import torch\n" + (default if where == "models/utils.py" else "")
+          + "\n\ndef collate_fn(batch):\n    return torch.tensor(batch)\n")
+    write("train.py", "import torch\nfrom torch.utils.data import DataLoader\nfrom models.utils import collate_fn\n"
+          + ('torch.set_default_device("cuda")\n' if where == "train.py" else "")
+          + "loader = DataLoader(dataset, batch_size=64, collate_fn=collate_fn)\nmodel = Net().cuda()\n"
+          "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n")
+    found = {finding["code"] for finding in json.loads(run_cli("scan", ".", "--select", "SF101,SF102", "--output-format",
+                                                               "json", cwd=tmp_path).stdout)}
+    assert found == set()
+    write("models/utils.py", "import torch\n\n\ndef collate_fn(batch):\n    return torch.tensor(batch)\n")
+    write("train.py", (tmp_path / "train.py").read_text().replace('torch.set_default_device("cuda")\n', ""))
+    found = {finding["code"] for finding in json.loads(run_cli("scan", ".", "--select", "SF101,SF102", "--output-format",
+                                                               "json", cwd=tmp_path).stdout)}
+    assert found == {"SF101", "SF102"}

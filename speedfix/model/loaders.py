@@ -11,7 +11,8 @@ sparse one), and worker processes that touch CUDA fail under `fork`. So a datase
 - DEVICE: a `TensorDataset` of CUDA tensors, a Dataset class that calls `.to(device)`/`.cuda()`
   or passes `device=` (in `__getitem__` or when it loads its data), a `collate_fn` that does, a
   loader factory's parameter that other files hand only objects of their Dataset classes that do
-  (``Links.on_device``);
+  (``Links.on_device``); any loader of a run that makes CUDA the default for new tensors
+  (`torch.set_default_tensor_type(torch.cuda.FloatTensor)`, here or in a module it imports);
 - None: anything else (a dataset built by a function, imported from the project or a library,
   a parameter): a fix that could raise on it is unsafe.
 
@@ -31,7 +32,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.arguments import find_argument
+from speedfix.model.arguments import find_argument, string_value
 from speedfix.model.context import FileContext
 from speedfix.model.flow import (assigned_name, comes_before, false_in_every_run, gates, is_returned, off_by_default,
                                  returned_at)
@@ -40,7 +41,7 @@ from speedfix.model.forward import read_names
 from speedfix.model.frameworks import lightning_one_pass_loader
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
-from speedfix.project.steps import PAD_TO_LONGEST
+from speedfix.project.steps import CUDA_DEFAULT_CALLS, PAD_TO_LONGEST
 from speedfix.model.patterns import dataset_argument, is_cpu_device, is_dtype, unwrap_iterable
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
@@ -74,6 +75,8 @@ class Place(Enum):
 
 def samples_place(ctx: FileContext, site: CallSite) -> Place | None:
     """Where the batches of the DataLoader built at ``site`` live (see the module docstring)."""
+    if cuda_by_default(ctx):
+        return Place.DEVICE
     collate = find_argument(ctx, site, "collate_fn", 4)
     if collate.unknown:
         return None
@@ -82,6 +85,21 @@ def samples_place(ctx: FileContext, site: CallSite) -> Place | None:
         if place is not Place.HOST:
             return place
     return dataset_place(ctx, dataset_argument(site), site.stack)
+
+
+def cuda_by_default(ctx: FileContext) -> bool:
+    """Does the run make CUDA the default for new tensors: the script itself
+    (`torch.set_default_tensor_type(torch.cuda.FloatTensor)`, `torch.set_default_device("cuda")`),
+    or a module it imports (``Links.cuda_default``)? Whatever a Dataset or collate function makes
+    is then a CUDA tensor."""
+    if ctx.links.cuda_default is not None:
+        return True
+    for site in ctx.calls_to(*CUDA_DEFAULT_CALLS):
+        device = string_value(ctx, site.node.args[0].value, site.stack) if site.node.args else None
+        target = ctx.qualname(site.node.args[0].value) if site.node.args else None
+        if (device or "").startswith(("cuda", "torch.cuda.")) or (target or "").startswith("torch.cuda."):
+            return True
+    return False
 
 
 def dataset_place(ctx: FileContext, dataset: cst.BaseExpression | None, stack: Stack, depth: int = 0) -> Place | None:

@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
-from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES, DATALOADER,
+from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEFAULT_CALLS, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES, DATALOADER,
                                     DETERMINISTIC_ALGORITHMS, LIGHTNING_CLI, LIGHTNING_DATAMODULE, LIGHTNING_MODULE,
                                     LIGHTNING_TRAINER, MATMUL_LAYERS, MATMUL_PRECISION_CALLS, PAD_TO_LONGEST, TF32_CHOICES,
                                     MATMUL_METHODS, MODULE_API, NO_GRAD_CALLS, SYNC_SWITCHES, diffusers_conv_net,
@@ -157,6 +157,9 @@ class ModuleFacts:
     # builds DataLoaders and pins none of them (no `pin_memory`, or `pin_memory=False`): a file it
     # hands them to copies batches from pageable memory
     unpinned_loaders: bool = False
+    # makes CUDA the default for new tensors, at module level or in its entry point
+    # (`torch.set_default_tensor_type(torch.cuda.FloatTensor)`, `torch.set_default_device("cuda")`)
+    cuda_default: bool = False
     # functions of this file handed to an imported function: (callee, slot as in ``arguments_given``,
     # the function's name): `train_step(..., forward_step_func=forward_step)`
     handed_functions: tuple[tuple[str, str, str], ...] = ()
@@ -221,6 +224,7 @@ class ModuleFacts:
             object_methods=tuple((str(owner), str(method)) for owner, method in record["object_methods"]),
             lightning=bool(record["lightning"]),
             unpinned_loaders=bool(record.get("unpinned_loaders", False)),
+            cuda_default=bool(record.get("cuda_default", False)),
             cudnn=bool(record["cudnn"]),
             tf32=bool(record["tf32"]),
             handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
@@ -550,6 +554,7 @@ class _Collector(ast.NodeVisitor):
         self.object_methods: set[tuple[str, str]] = set()
         self.lightning = False
         self.loaders = [0, 0]  # DataLoaders built, and those given a `pin_memory` that may be True
+        self.cuda_default = [False, False]  # CUDA made the default for new tensors: anywhere, at module level
         self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
         self.cudnn_at_top = False  # ... at module level
         self.tf32 = False  # a choice of the fp32 matmul precision, anywhere
@@ -919,6 +924,12 @@ class _Collector(ast.NodeVisitor):
                 self.function_stack[-1].cudnn = True
             self.cudnn_at_top = self.cudnn_at_top or not self.function_stack
 
+    def _names_cuda(self, node: ast.expr) -> bool:
+        """`torch.cuda.FloatTensor`, "torch.cuda.HalfTensor", "cuda", "cuda:0"."""
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value.startswith(("cuda", "torch.cuda."))
+        return (self.resolve(dotted(node)) or "").startswith("torch.cuda.")
+
     def _tf32_choice(self) -> None:
         self.tf32 = True
         self.tf32_at_top = self.tf32_at_top or not self.function_stack
@@ -1061,6 +1072,8 @@ class _Collector(ast.NodeVisitor):
             pin = next((keyword.value for keyword in node.keywords if keyword.arg in ("pin_memory", None)), None)
             if len(node.args) > 7 or pin is not None and not (isinstance(pin, ast.Constant) and pin.value is False):
                 self.loaders[1] += 1
+        if self.resolve(func) in CUDA_DEFAULT_CALLS and node.args and self._names_cuda(node.args[0]):
+            self.cuda_default = [True, self.cuda_default[1] or not self.function_stack]
         if self.resolve(func) in _CUDNN_OWNERS:
             self._cudnn_choice()  # (a Lightning Trainer sets `cudnn.benchmark` from its own `benchmark`)
         elif self.resolve(func) in MATMUL_PRECISION_CALLS:
@@ -1313,6 +1326,7 @@ class _Collector(ast.NodeVisitor):
             object_methods=tuple(sorted(self.object_methods)),
             lightning=self.lightning,
             unpinned_loaders=self.loaders[0] > 0 and not self.loaders[1],
+            cuda_default=self.cuda_default[1] or (self.cuda_default[0] and self.entry),
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
             tf32=self.tf32_at_top or (self.tf32 and self.entry),
             class_bases=tuple(self.class_bases),

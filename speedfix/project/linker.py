@@ -46,6 +46,9 @@ What a file learns (``Links``):
   that runs the trainer classes of other files: its command line decides), or None;
 - ``unpinned_loaders``: the same for DataLoaders built without `pin_memory` (Dual-Path-RNN's
   `train_rnn.py`, whose loaders the trainer class of another file iterates), or None;
+- ``cuda_default``: a module it imports, in turn, that makes CUDA the default for new tensors
+  (`torch.set_default_tensor_type(torch.cuda.FloatTensor)` in a models/utils.py whose collate
+  function the script's loaders take), or None;
 - ``trained_by``: the file of a scan that imports it (in turn) and holds a training loop: this
   one is its library, whose `if __name__ == "__main__":` block is a self-test (unless a launch
   command runs it);
@@ -132,6 +135,9 @@ class Links:
     # an importer's file (as shown) that builds DataLoaders and pins none: the batches this file is
     # handed (a trainer class's `self.train_dataloader`) come from pageable memory
     unpinned_loaders: str | None = None
+    # a module it imports, in turn, that makes CUDA the default for new tensors (as shown): the
+    # tensors a collate function makes are then CUDA tensors, which workers cannot make nor pin
+    cuda_default: str | None = None
     trained_by: str | None = None  # an importer's file (as shown) that holds a training loop: this one is its library
     # the library (as shown) holding the training loop of a script that imports this file too
     # (``_imported_beside_a_trainer``): a run builds with this file what that library trains
@@ -200,6 +206,7 @@ class Links:
             "cudnn": self.cudnn,
             "tf32": self.tf32,
             "unpinned_loaders": self.unpinned_loaders,
+            "cuda_default": self.cuda_default,
             "trained_by": self.trained_by,
             "beside_trainer": self.beside_trainer,
             "options": [list(option) for option in self.options],
@@ -476,6 +483,7 @@ def link(
     on_device = _moving_objects_handed(facts, prefixes)
     cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
     unpinned = _imported_by(facts, prefixes, lambda module: module.unpinned_loaders, show)
+    cuda_defaults = _importing(facts, prefixes, lambda module: module.cuda_default, show)
     tf32 = _imported_by(facts, prefixes, lambda module: module.tf32, show)
     overrides = _stepping_overrides(facts, prefixes)
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
@@ -516,6 +524,7 @@ def link(
             cudnn=cudnn.get(path),
             tf32=tf32.get(path),
             unpinned_loaders=unpinned.get(path),
+            cuda_default=cuda_defaults.get(path),
             stepping_overrides=tuple(sorted(overrides.get(path, ()))),
             trained_by=trained_by.get(path),
             beside_trainer=beside.get(path),
@@ -778,6 +787,21 @@ def _imported_by_another(facts: dict[Path, ModuleFacts], prefixes: dict[Path, di
         for path, shown in _spread_to_imports({seed: show(seed)}, prefixes, lambda _, shown: shown).items():
             if path != seed:
                 found.setdefault(path, shown)
+    return found
+
+
+def _importing(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
+               marks: Callable[[ModuleFacts], bool], show: Callable[[Path], str]) -> dict[Path, str]:
+    """The files that import, in turn, a file ``marks`` says something of: file -> the nearest
+    such file (first in path order), not the file itself."""
+    found: dict[Path, str] = {}
+    if not any(marks(module) for module in facts.values()):
+        return found
+    for path in facts:
+        reached = _spread_to_imports({path: None}, prefixes, lambda _, value: value)
+        hit = next((target for target in reached if target != path and marks(facts[target])), None)
+        if hit is not None:
+            found[path] = show(hit)
     return found
 
 
