@@ -1296,3 +1296,34 @@ def test_the_installed_torch_is_read_as_importlib_metadata_finds_it(tmp_path, mo
         found.append(installed_torch_version())
     installed_torch_version.cache_clear()
     assert found == ["2.5.1+cu124", "1.13.1", "1.4.0", None]
+
+
+@pytest.mark.parametrize("compile_flag, override, reported", [
+    ("false", "", True), ("true", "", False), ("false", " model.compile=true", False)])
+def test_an_option_of_the_composed_hydra_config_gates_the_compile(write, run_cli, tmp_path, compile_flag, override,
+                                                                 reported):
+    """nanoT5: `if args.model.compile: model = torch.compile(model)` with `compile: false` in the
+    config `@hydra.main` composes: the default run trains eagerly (a command may override it)."""
+    write("configs/default.yaml", f"precision: 'bf16'\nmodel:\n  name: t5\n  compile: {compile_flag}  # Pytorch 2.0\n")
+    write("main.py", """\
+        import hydra
+        import torch
+
+
+        @hydra.main(config_path="configs", config_name="default", version_base="1.1")
+        def main(args):
+            model = Net().cuda()
+            if args.model.compile:
+                model = torch.compile(model)
+            optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+            for x in loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                optimizer.step()
+
+
+        if __name__ == "__main__":
+            main()
+        """)
+    write("README.md", f"```\npython main.py{override}\n```\n")
+    result = run_cli("scan", "main.py", "--select", "SF501", "--no-summary", "--no-cache", cwd=tmp_path)
+    assert ("it is compiled only when `args.model.compile`, which is off by default" in result.stdout) is reported

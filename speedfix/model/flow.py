@@ -31,6 +31,7 @@ from speedfix.model.arguments import (
 )
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Frame, FrameKind, Stack, class_of, function_of
+from speedfix.model.hydra_config import config_of
 from speedfix.model.index import Assignment, CallSite
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
@@ -502,6 +503,10 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         field = handed
     if field is None:
         field = absl_flag_default(ctx, node, stack)  # `FLAGS.parallel` of `flags.DEFINE_bool("parallel", False)`
+    if field is None and isinstance(node, (cst.Attribute, cst.Subscript)):
+        configured = _hydra_value(ctx, node)  # `args.model.compile` of `@hydra.main`'s composed config
+        if configured is not None:
+            return configured
     if field is None and isinstance(node, cst.Attribute) and (imported := imported_option_default(ctx, node, stack)) is not None:
         # `args.local_rank` of a parser another file builds; a launch command may set it instead
         field = None if launch.option_passed(ctx, node.attr.value) else imported
@@ -510,6 +515,25 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if field is not None:
         return _default_value(ctx, field, stack, depth + 1)
     return _UNKNOWN
+
+
+def _hydra_value(ctx: FileContext, node: cst.BaseExpression) -> object | None:
+    """The scalar a key of the config `@hydra.main` composes holds (nanoT5's `args.model.compile`
+    with `compile: false` in configs/default.yaml): ``_UNKNOWN`` where the commands compose
+    other configs or a launch command overrides the key (`model.compile=true`); None where the
+    expression is no key of such a config, or the key holds no scalar."""
+    found = config_of(ctx, node)
+    if found is None:
+        return None
+    main, keys = found
+    assert main.composed is not None
+    value = main.composed.tree.get(*keys) if keys else None
+    if value is None or isinstance(value.value, (dict, list)):
+        return None
+    dotted = ".".join(keys)
+    if main.variants or any(dotted in word for command in launch.launches(ctx) for word in command.words):
+        return _UNKNOWN
+    return value.value
 
 
 def literal_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> object:

@@ -34,8 +34,8 @@ from speedfix.model import launch
 from speedfix.model.arguments import find_argument, string_value
 from speedfix.model.config_tree import Node, load_mapping
 from speedfix.model.context import FileContext
-from speedfix.model.patterns import INSTANTIATE
 from speedfix.model.project_files import Location, ProjectFiles
+from speedfix.project.steps import INSTANTIATE
 
 HYDRA_MAIN = ("hydra.main",)
 _DICTCONFIG = ("omegaconf.DictConfig", "omegaconf.dictconfig.DictConfig")

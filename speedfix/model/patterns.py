@@ -17,8 +17,8 @@ from speedfix.model.frames import Stack
 from speedfix.model.project_classes import project_class
 from speedfix.model.index import Assignment, CallSite, LoopInfo
 from speedfix.model.torch_api import TENSOR_DATASET
-from speedfix.project.steps import (CUDNN_CHOICES, DATALOADER, DETERMINISM_HELPERS, DETERMINISTIC_ALGORITHMS, NO_GRAD_CALLS,
-                                    is_iterable_wrapper)
+from speedfix.project.steps import (CUDNN_CHOICES, DATALOADER, DETERMINISM_HELPERS, DETERMINISTIC_ALGORITHMS,
+                                    INSTANTIATE, NO_GRAD_CALLS, is_iterable_wrapper)
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
 
@@ -38,7 +38,6 @@ LIBRARY_OPTIMIZERS = (*TRANSFORMERS_ADAMW, "transformers.Adafactor", "transforme
                       "bitsandbytes.optim.", "apex.optimizers.", "torch_optimizer.", "deepspeed.ops.adam.",
                       "deepspeed.ops.lamb.")
 # hydra builds the object its config names (`_target_: torch.optim.AdamW`) from the arguments given.
-INSTANTIATE = ("hydra.utils.instantiate", "hydra.utils.call", "hydra.instantiate")
 NO_GRAD = tuple(sorted(NO_GRAD_CALLS))
 NN_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 _DTYPES = {

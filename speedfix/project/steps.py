@@ -23,6 +23,8 @@ ITERABLE_WRAPPERS = frozenset({"enumerate", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm
 ITERABLE_WRAPPER_METHODS = frozenset({"log_every"})
 # Helpers that return a GPU device when there is one (d2l's `try_gpu()`, `try_all_gpus()`).
 CUDA_DEVICE_HELPERS = frozenset({"try_gpu", "try_all_gpus"})
+# hydra's calls that build the object a config section names (`_target_:`).
+INSTANTIATE = ("hydra.utils.instantiate", "hydra.utils.call", "hydra.instantiate")
 # Calls that make a device the default for new tensors (`torch.cuda.FloatTensor`, "cuda").
 CUDA_DEFAULT_CALLS = frozenset({"torch.set_default_tensor_type", "torch.set_default_device"})
 # torch's DataLoader, and libraries' subclasses of it that take the same loader arguments
