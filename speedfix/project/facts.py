@@ -95,6 +95,7 @@ class FunctionFacts:
     # more than bookkeeping (`self.step.data.item()`, `torch.save(self.state_dict(), path)`, `print`)
     runs_parts: bool = True
     cudnn: bool = False  # chooses cuDNN's algorithms, outside any `if` (`torch.backends.cudnn.benchmark = True`)
+    tf32: bool = False  # chooses the fp32 matmul precision (`torch.backends.cuda.matmul.allow_tf32 = True`)
     pads: bool = False  # pads samples to the longest (`pad_sequence`): a `collate_fn` whose batches change shape
     # a class of this module whose object it builds and returns (`return FastComposerModel(...)`,
     # `return cls(...)`): a static or class method that makes the model (`Model.from_pretrained(args)`)
@@ -482,6 +483,7 @@ class _Function:
     syncs: bool = False  # `.item()`/`.tolist()`, or `float(...)`/`int(...)` of a torch result, in its body
     switches_sync: bool = False  # `.no_sync` or `.require_backward_grad_sync` in its body
     cudnn: bool = False  # a cuDNN choice in its body, outside any `if`
+    tf32: bool = False  # a choice of the fp32 matmul precision in its body
     pads: bool = False  # a `pad_sequence` call in its body
     loops: list[_Loop] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # `self.attr = param` -> attr: param
@@ -932,6 +934,8 @@ class _Collector(ast.NodeVisitor):
 
     def _tf32_choice(self) -> None:
         self.tf32 = True
+        if self.function_stack:
+            self.function_stack[-1].tf32 = True
         self.tf32_at_top = self.tf32_at_top or not self.function_stack
 
     def _argparse_default(self, node: ast.Call) -> None:
@@ -1463,6 +1467,7 @@ class _Collector(ast.NodeVisitor):
             syncs=function.syncs,
             switches_sync=function.switches_sync,
             cudnn=function.cudnn,
+            tf32=function.tf32,
             pads=function.pads,
             blocking_copies=tuple(sorted(function.blocking_copies)),
             calls_params=tuple(dict.fromkeys(callee for loop in training for callee, guarded in loop.calls

@@ -43,7 +43,8 @@ What a file learns (``Links``):
 - ``cudnn``: the file of a scan that imports it (in turn) and chooses cuDNN's algorithms for
   the process (`cudnn.benchmark = True` in the `main.py` that runs `solver.py`'s training), or None;
 - ``tf32``: the same for the fp32 matmul precision (`allow_tf32 = args.tf32` in the `main.py`
-  that runs the trainer classes of other files: its command line decides), or None;
+  that runs the trainer classes of other files: its command line decides), or None; a script
+  that calls a function of another file making either choice (a start-up helper) makes it too;
 - ``unpinned_loaders``: the same for DataLoaders built without `pin_memory` (Dual-Path-RNN's
   `train_rnn.py`, whose loaders the trainer class of another file iterates), or None;
 - ``cuda_default``: a module it imports, in turn, that makes CUDA the default for new tensors
@@ -481,10 +482,15 @@ def link(
     arguments = _arguments_given(facts, prefixes, exported)
     networks = _networks_handed(facts, prefixes)
     on_device = _moving_objects_handed(facts, prefixes)
-    cudnn = _imported_by(facts, prefixes, lambda module: module.cudnn, show)
+    # a script that chooses them through a helper it calls (`setup_basics()` of utils/gen_utils.py)
+    cudnn_helpers = _calls_a_choice(facts, prefixes, lambda function: function.cudnn)
+    tf32_helpers = _calls_a_choice(facts, prefixes, lambda function: function.tf32)
+    helpers = {path: replace(module, cudnn=module.cudnn or path in cudnn_helpers, tf32=module.tf32 or path in tf32_helpers)
+               for path, module in facts.items()}
+    cudnn = _imported_by(helpers, prefixes, lambda module: module.cudnn, show)
     unpinned = _imported_by(facts, prefixes, lambda module: module.unpinned_loaders, show)
     cuda_defaults = _importing(facts, prefixes, lambda module: module.cuda_default, show)
-    tf32 = _imported_by(facts, prefixes, lambda module: module.tf32, show)
+    tf32 = _imported_by(helpers, prefixes, lambda module: module.tf32, show)
     overrides = _stepping_overrides(facts, prefixes)
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
     trained_by = _imported_by_another(runs, prefixes, lambda module: module.trains, show)
@@ -787,6 +793,24 @@ def _imported_by_another(facts: dict[Path, ModuleFacts], prefixes: dict[Path, di
         for path, shown in _spread_to_imports({seed: show(seed)}, prefixes, lambda _, shown: shown).items():
             if path != seed:
                 found.setdefault(path, shown)
+    return found
+
+
+def _calls_a_choice(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
+                    chooses: Callable[[FunctionFacts], bool]) -> set[Path]:
+    """The scripts (with a `__main__` block) that call a module-level function of another file
+    that makes the process-wide choice ``chooses`` says (nanoT5's `main.py` calling
+    `setup_basics()`, which sets `allow_tf32`)."""
+    found: set[Path] = set()
+    for path, module in facts.items():
+        if not module.main_guard:
+            continue
+        for callee, slot, _ in module.arguments_given:
+            hit = _split(callee, prefixes[path]) if slot == "#" and not callee.startswith("*") else None
+            function = facts[hit[0]].functions.get(hit[1]) if hit is not None and "." not in hit[1] else None
+            if function is not None and chooses(function):
+                found.add(path)
+                break
     return found
 
 
