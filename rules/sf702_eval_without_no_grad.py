@@ -14,7 +14,7 @@ from speedfix.model.autograd import (called_without_grad, feeds_environment, onl
                                      runs_network)
 from speedfix.model.flow import comes_before
 from speedfix.model.frameworks import lightning_hook_without_grad
-from speedfix.model.forward import LOSS_NAME, calls_model, is_local_object, with_statement
+from speedfix.model.forward import LOSS_NAME, calls_model, calls_model_with_grad, is_local_object, with_statement
 from speedfix.model.frames import FrameKind, Stack, class_of_method, nearest_loop
 from speedfix.model.index import CallSite, LoopInfo, entered
 from speedfix.model.loaders import stops_at_once
@@ -46,7 +46,9 @@ class EvalWithoutNoGrad(Rule):
     """
     ## What it does
     Finds evaluation loops that run the model with autograd on: a loop over a DataLoader that
-    calls the model, with no `backward()`, optimizer step or gradient access in it, in a function
+    calls the model (itself, or through a method of its class that runs it outside
+    `torch.no_grad()`: `self.eval_step(batch)`), with no `backward()`, optimizer step or gradient
+    access in it, in a function
     named like `evaluate`/`validate`/`test`/`predict` or after `model.eval()` (in the function, or
     before every call of it in the file: `model.eval()`, then `extract(loader, model)`), and no
     `torch.no_grad()`/`torch.inference_mode()` around it (as a `with`, a decorator of the
@@ -152,6 +154,23 @@ class EvalWithoutNoGrad(Rule):
     effect = "No autograd graph or saved activations in evaluation: fairchem's fell from up to 8 GB to 2 GB."
 
     VALID = [
+        Valid(  # trlx: the loop's only forward pass is a method of the class that runs it under no_grad
+            """
+            import torch
+
+            class Trainer:
+                def generate_eval(self, input_ids):
+                    with torch.no_grad():
+                        return self.model.generate(input_ids=input_ids.cuda())
+
+                def evaluate(self):
+                    self.model.eval()
+                    samples = []
+                    for prompts in self.eval_dataloader:
+                        samples.append(self.generate_eval(prompts["input_ids"]))
+                    return samples
+            """
+        ),
         Valid(  # vall-e: the module keeps its losses on itself; the step drops the outputs and steps `model.loss`
             """
             import torch
@@ -426,6 +445,37 @@ class EvalWithoutNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a method of the class runs the model with autograd on, batch by batch
+            """
+            import torch
+
+            class Trainer:
+                def eval_step(self, batch):
+                    return self.model(batch["input_ids"].cuda())
+
+                def evaluate(self):
+                    self.model.eval()
+                    scores = []
+                    for batch in self.eval_dataloader:
+                        scores.append(self.eval_step(batch).mean().item())
+                    return scores
+            """,
+            fixed="""
+            import torch
+
+            class Trainer:
+                def eval_step(self, batch):
+                    return self.model(batch["input_ids"].cuda())
+
+                def evaluate(self):
+                    self.model.eval()
+                    scores = []
+                    with torch.no_grad():
+                        for batch in self.eval_dataloader:
+                            scores.append(self.eval_step(batch).mean().item())
+                    return scores
+            """,
+        ),
         Invalid(  # an evaluation script that cuts its own batches: every loss stays in the graph it sums
             """
             import torch
@@ -1096,8 +1146,10 @@ class EvalWithoutNoGrad(Rule):
             return self._after_eval_call(info) and any(
                 _model_name(site) is not None and runs_network(ctx, site) and not outputs_leave_autograd(ctx, site)
                 for site in ctx.calls if any(frame.node is loop for frame in site.stack))
-        return calls_model(ctx, loop.body) and (self._named_for_evaluation(function) or self._after_eval_call(info)
-                                                or named_for_evaluation(dotted_name(unwrap_iterable(info.iter))))
+        owner = class_of_method(info.stack)
+        return calls_model_with_grad(ctx, loop.body, owner.name.value if owner is not None else None) and (
+            self._named_for_evaluation(function) or self._after_eval_call(info)
+            or named_for_evaluation(dotted_name(unwrap_iterable(info.iter))))
 
     def _needs_grad(self, loop: cst.CSTNode) -> bool:
         """Does the loop use autograd (gradients, a backward, an optimizer) or pick a grad mode?"""

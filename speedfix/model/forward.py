@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
@@ -23,6 +24,7 @@ from speedfix.model.project_classes import project_class
 from speedfix.syntax.blocks import statement_owner
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import target_names, walk_expression
+from speedfix.syntax.walk import child_nodes
 
 # Calls that move or reshape a batch rather than run the model: a statement made only of these
 # is data preparation and stays outside the wrapped block.
@@ -71,6 +73,51 @@ def calls_model(ctx: FileContext, node: cst.CSTNode) -> bool:
             if is_local_object(ctx, name) and not LOSS_NAME.search(name or ""):
                 return True
     return False
+
+
+def calls_model_with_grad(ctx: FileContext, node: cst.CSTNode, owner: str | None) -> bool:
+    """``calls_model``, where a call of a method of the class ``owner`` (`self.generate_eval(...)`)
+    counts by what that method runs: the model outside `torch.no_grad()`/`inference_mode()`
+    (trlx's `generate_eval`, whose `generate` sits in a `with torch.no_grad():`, does not)."""
+    return any(_runs_model(ctx, call, owner, 0) for call in _calls(ctx, node, skip_no_grad=False))
+
+
+def _runs_model(ctx: FileContext, call: cst.Call, owner: str | None, depth: int) -> bool:
+    name = dotted_name(call.func)
+    method = _own_method(ctx, name, owner)
+    if method is not None:
+        return depth < 2 and not _no_grad_decorated(ctx, method) and any(
+            _runs_model(ctx, inner, owner, depth + 1) for inner in _calls(ctx, method.body, skip_no_grad=True))
+    if name is not None and name.endswith(".forward"):
+        name = name[: -len(".forward")]
+    return is_local_object(ctx, name) and not LOSS_NAME.search(name or "")
+
+
+def _calls(ctx: FileContext, node: cst.CSTNode, *, skip_no_grad: bool) -> Iterator[cst.Call]:
+    """The calls below ``node``; with ``skip_no_grad``, not those inside a `with torch.no_grad():`."""
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        if isinstance(current, cst.Call):
+            yield current
+        if skip_no_grad and isinstance(current, cst.With) and any(
+                isinstance(item.item, cst.Call) and ctx.qualname(entered(item.item).func) in NO_GRAD  # type: ignore[attr-defined]
+                for item in current.items):
+            continue
+        todo.extend(child_nodes(current))
+
+
+def _own_method(ctx: FileContext, name: str | None, owner: str | None) -> cst.FunctionDef | None:
+    """The method of class ``owner`` that `self.<name>(...)` calls, if the class defines it."""
+    if owner is None or name is None or not name.startswith("self.") or name.count(".") != 1:
+        return None
+    found = [info.node for info in ctx.functions.get(name[5:], ()) if info.class_name == owner]
+    return found[0] if len(found) == 1 and isinstance(found[0], cst.FunctionDef) else None
+
+
+def _no_grad_decorated(ctx: FileContext, function: cst.FunctionDef) -> bool:
+    return any(ctx.qualname(decorator.decorator.func if isinstance(decorator.decorator, cst.Call)
+                            else decorator.decorator) in NO_GRAD for decorator in function.decorators)
 
 
 def is_local_object(ctx: FileContext, name: str | None) -> bool:
