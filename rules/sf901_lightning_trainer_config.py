@@ -180,6 +180,15 @@ class LightningTrainerConfig(Rule):
                 trainer.test(model, datamodule=data)
             """
         ),
+        Valid(  # the same, with the Trainer bound by an annotated assignment (eben's test.py)
+            """
+            from pytorch_lightning import Trainer
+
+            def evaluate(model, data):
+                trainer: Trainer = Trainer(gpus=1, logger=False)
+                trainer.test(model=model, datamodule=data)
+            """
+        ),
         Valid(  # FSDP2's bf16 policy sets the precision; the Trainer's stays at its default
             """
             import torch

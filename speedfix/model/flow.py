@@ -746,12 +746,15 @@ def _clause_body(clause: cst.CSTNode) -> list[cst.BaseStatement]:
 
 
 def assigned_name(site: CallSite) -> str | None:
-    """`loader = DataLoader(...)`: the name the call's value is bound to."""
+    """`loader = DataLoader(...)` (`trainer: Trainer = Trainer(...)` too): the name the call's
+    value is bound to."""
     statement = site.statement
-    if statement is None or len(statement.body) != 1 or not isinstance(statement.body[0], cst.Assign):
+    if statement is None or len(statement.body) != 1:
         return None
     assign = statement.body[0]
-    if assign.value is not site.node or len(assign.targets) != 1:
+    if isinstance(assign, cst.AnnAssign) and assign.value is site.node:
+        return dotted_name(assign.target)
+    if not isinstance(assign, cst.Assign) or assign.value is not site.node or len(assign.targets) != 1:
         return None
     return dotted_name(assign.targets[0].target)
 
