@@ -92,7 +92,7 @@ class Tf32Disabled(Rule):
     High: fp32 matmuls without TF32 run at a fraction of an Ampere GPU's tensor-core throughput,
     for a model known to multiply matrices (a transformer of the Hub or a zoo, attention,
     recurrent or linear layers in the scanned files). Medium for a small model (under 10M
-    parameters, counted from the layers the file writes, or given by width options of 256 or
+    parameters, counted from the layers it builds, or given by width options of 256 or
     less), and for a model whose layers the scan does not see (a factory of another package):
     TF32 does not speed up its convolutions. Low for a conv net whose matmuls are at most a
     classifier head (a zoo CNN, or classes with convolutions and no attention or recurrent

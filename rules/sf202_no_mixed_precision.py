@@ -119,7 +119,7 @@ class NoMixedPrecision(Rule):
 
     ## Impact
     High: mixed precision is one of the largest single gains in training speed and memory. Medium for
-    a small model (under 10M parameters, counted from the layers the file writes, or given by width
+    a small model (under 10M parameters, counted from the layers it builds, or given by width
     options of 256 or less).
 
     ## Measured effect

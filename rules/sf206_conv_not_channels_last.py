@@ -72,7 +72,7 @@ class ConvNotChannelsLast(Rule):
 
     ## Impact
     Medium. Low when the file shows no mixed precision (its training loop is in another file) and
-    for a small model (under 10M parameters, counted from the layers the file writes, or given by
+    for a small model (under 10M parameters, counted from the layers it builds, or given by
     width options of 256 or less).
 
     ## Measured effect

@@ -125,7 +125,7 @@ class ModelNotCompiled(Rule):
 
     ## Impact
     High: compiling is one of the largest single gains in training speed. Medium for a small model
-    (under 10M parameters, counted from the layers the file writes, or given by width options of
+    (under 10M parameters, counted from the layers it builds, or given by width options of
     256 or less), where the compile time of a short run is a large share of what it saves; medium
     too for an RL agent's updates between environment steps, whose stepping and acting the compile
     leaves as they are, for a graph network (the file imports `torch_geometric`, DGL or

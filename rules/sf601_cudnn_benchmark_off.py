@@ -84,7 +84,7 @@ class CudnnBenchmarkOff(Rule):
     `mp.spawn(worker)` do not run `main()`: set it in the worker too.
 
     ## Impact
-    Medium. Low for a small model (under 10M parameters, counted from the layers the file writes,
+    Medium. Low for a small model (under 10M parameters, counted from the layers it builds,
     or given by width options of 256 or less), and where the batches are padded to their longest
     sample (a `collate_fn` that calls `pad_sequence`, in the file or another of the project):
     their shapes change, and benchmark mode tunes again for every new one. High when cuDNN is

@@ -127,7 +127,7 @@ class EvalWithoutNoGrad(Rule):
     ## Impact
     High: without `no_grad()` evaluation builds the autograd graph and keeps the activations of
     every batch, which costs memory and time. Medium for a small model (under 10M parameters,
-    counted from the layers the file writes, or given by width options of 256 or less), and for
+    counted from the layers it builds, or given by width options of 256 or less), and for
     a loop that runs once in a script that trains (a test pass after the epochs, at the top of
     the script or in the function that runs them): one pass costs a fraction of the run, while a
     validation loop inside the epoch loop (or in a function called from it) pays every epoch.

@@ -141,7 +141,7 @@ class LightningTrainerConfig(Rule):
     ## Impact
     High: fp32 training on a GPU, no `torch.compile`, a profiler left on and TF32 off are among
     the largest gaps; fp32, TF32 and compile are medium for a small model (under 10M parameters,
-    counted from the layers the file writes, or given by width options of 256 or less); compile
+    counted from the layers it builds, or given by width options of 256 or less); compile
     is low for a model of a billion parameters or more, as in SF501. TF32 is weighed by the kind
     of network as in SF201: low for a conv net (cuDNN already runs its convolutions in TF32),
     medium when nothing shows the network's kind. Medium for fp16 instead of bf16, cuDNN

@@ -81,7 +81,7 @@ class AccelerateNoMixedPrecision(Rule):
 
     ## Impact
     High: mixed precision is one of the largest single gains in training speed and memory. Medium for
-    a small model (under 10M parameters, counted from the layers the file writes, or given by width
+    a small model (under 10M parameters, counted from the layers it builds, or given by width
     options of 256 or less), as in SF202, and for fp16 where bf16 fits: fp16 already runs on the
     tensor cores, bf16 only saves the loss scaling (as SF207, SF901 and SF902 rate it).
 

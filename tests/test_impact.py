@@ -435,6 +435,28 @@ def test_batches_read_by_their_images_are_images_beside_a_prompts_token_ids(run_
     assert workers["impact"] == "high"
 
 
+@pytest.mark.parametrize("built, impact", [("SRCNN()", "medium"), ("SRCNN(num_channels=channels)", "high")])
+def test_a_model_class_of_another_file_is_counted_from_the_layers_it_builds(run_cli, write, tmp_path, built, impact):
+    """SRCNN: models.py's three convolutions, sized by literals and `__init__`'s default, and a
+    helper class built in a loop: 85,025 parameters, a small model. A size the scan cannot
+    read (an argument of the call) leaves the count unknown."""
+    write("models.py", "from torch import nn\n\n\nclass Block(nn.Module):\n    def __init__(self, channels):\n"
+          "        super().__init__()\n        self.conv = nn.Conv2d(channels, channels, 3)\n\n\n"
+          "class SRCNN(nn.Module):\n    def __init__(self, num_channels=1):\n        super().__init__()\n"
+          "        self.conv1 = nn.Conv2d(num_channels, 64, kernel_size=9, padding=9 // 2)\n"
+          "        self.conv2 = nn.Conv2d(64, 32, kernel_size=5, padding=5 // 2)\n"
+          "        self.blocks = nn.ModuleList()\n        for _ in range(3):\n            self.blocks.append(Block(32))\n"
+          "        self.conv3 = nn.Conv2d(32, num_channels, kernel_size=5, padding=5 // 2)\n        self.relu = nn.ReLU()\n")
+    write("train.py", "import torch\nfrom models import SRCNN\n\n"
+          f"model = {built}.cuda()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+          "for x, y in loader:\n    loss = (model(x.cuda()) - y.cuda()).pow(2).mean()\n    loss.backward()\n"
+          "    optimizer.step()\n")
+    (autocast,) = _by(_json(run_cli, ".", cwd=tmp_path), "SF202")
+    assert autocast["impact"] == impact
+    if impact == "medium":
+        assert autocast["impact_reason"] == "a small model (about 85,025 parameters)"
+
+
 def test_channels_last_without_mixed_precision_is_low(run_cli, write, tmp_path):
     conv = SMALL.replace("nn.Linear(784, 128)", "nn.Conv2d(3, 64, 3)").replace("nn.Linear(128, 10)", "nn.Linear(64, 10)")
     write("fp32.py", conv.replace("nn.Conv2d(3, 64, 3)", "nn.Conv2d(3, 4096, 3)"))

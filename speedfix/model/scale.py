@@ -454,8 +454,9 @@ _UNSIZED = ("Transformer", "TransformerEncoder", "TransformerDecoder", "Transfor
 def parameter_estimate(ctx: FileContext, call: cst.Call, stack: Stack) -> int | None:
     """The parameters of the network ``call`` builds, counted from the torch.nn layers the
     file's classes (or an inline `nn.Sequential`) create with sizes it can read: literals,
-    constants, argparse defaults, products of them, parameter defaults. None when it cannot
-    tell: a model zoo, `from_pretrained`, a class of another file, a size it cannot read."""
+    constants, argparse defaults, products of them, parameter defaults; for a class of another
+    scanned file, from the layers its facts record (``_other_file_parameters``). None when it
+    cannot tell: a model zoo, `from_pretrained`, a size it cannot read."""
     built = peel(ctx, call)
     if not isinstance(built, cst.Call) or zoo_architecture(ctx, built, stack) is not None:
         return None
@@ -464,7 +465,66 @@ def parameter_estimate(ctx: FileContext, call: cst.Call, stack: Stack) -> int | 
         return _classes_parameters(ctx, classes)
     if (ctx.qualname(built.func) or "").startswith(_NN):
         return _count(ctx, [site for site in ctx.calls if _within(site.node, built)], stack)
-    return None
+    return _other_file_parameters(ctx, built, stack)
+
+
+def _other_file_parameters(ctx: FileContext, call: cst.Call, stack: Stack) -> int | None:
+    """The parameters of a class another scanned file defines (SRCNN's `models.SRCNN()`), from
+    the layers its methods build (``ModuleFacts.class_layers``) with the sizes its constructor
+    call gives or its `__init__` defaults; None where one cannot be read."""
+    found = ctx.links.lookup(ctx.qualname(call.func))
+    if found is None or "." in found[1]:
+        return None
+    classes = {name: (calls, params) for name, calls, params in ctx.links.modules[found[0]].class_layers}
+    entry = classes.get(found[1])
+    if entry is None:
+        return None
+    positional = [literal_int(ctx, arg.value, stack) for arg in call.args if arg.keyword is None and not arg.star]
+    keywords = {arg.keyword.value: literal_int(ctx, arg.value, stack) for arg in call.args if arg.keyword is not None}
+    if any(arg.star for arg in call.args):
+        return None
+    return _class_parameters(classes, found[1], positional, keywords, 0)
+
+
+def _class_parameters(classes: dict[str, tuple[tuple[tuple[str, tuple[str, ...], int], ...], tuple[str, ...]]],
+                      name: str, positional: list[int | None], keywords: dict[str, int | None], depth: int) -> int | None:
+    entry = classes.get(name)
+    if entry is None or depth > 4:
+        return None
+    calls, params = entry
+    values: dict[str, int | None] = {}
+    for index, param in enumerate(params):
+        key, equals, default = param.partition("=")
+        values[key] = (positional[index] if index < len(positional) else keywords[key] if key in keywords
+                       else int(default) if equals else None)
+
+    def value(text: str) -> int | None:
+        return int(text) if text.isdigit() else values.get(text[1:]) if text.startswith("=") else None
+
+    total = 0
+    for callee, args, times in calls:
+        given = [value(arg) for arg in args if ":" not in arg]
+        named = {key: value(text) for arg in args if ":" in arg for key, text in [arg.split(":", 1)]}
+        if callee.startswith("."):
+            count = _class_parameters(classes, callee[1:], given, named, depth + 1)
+        else:
+            layer = callee[len(_NN):]
+            if layer in _UNSIZED:
+                return None
+            counter = _LAYERS.get(layer)
+            if counter is None:
+                continue  # activations, pooling, dropout, containers: no parameters of their own
+            sizes: list[int | None] = list(given)
+            for key, size in named.items():
+                index = _SIZE_KEYWORDS.get(key)
+                if index is not None:
+                    sizes += [None] * (index + 1 - len(sizes))
+                    sizes[index] = size
+            count = counter(sizes)
+        if count is None or times < 0:
+            return None
+        total += count * times
+    return total or None
 
 
 def _classes_parameters(ctx: FileContext, classes: set[str]) -> int | None:

@@ -158,6 +158,13 @@ class ModuleFacts:
     # builds DataLoaders and pins none of them (no `pin_memory`, or `pin_memory=False`): a file it
     # hands them to copies batches from pageable memory
     unpinned_loaders: bool = False
+    # the layers each of its top-level classes builds in its methods, for a parameter count: (class,
+    # ((callee qualified through the imports, or `.Name` for a class of this module; its arguments:
+    # an int literal as digits, `=param` for a parameter of the class's `__init__`, "?" otherwise,
+    # a keyword argument as `kw:value`; how many times it runs, -1 unknown), ...), `__init__`'s
+    # parameters with their int defaults as `name=value` or `name`); none for a class whose layers
+    # sit in other loops or comprehensions
+    class_layers: tuple[tuple[str, tuple[tuple[str, tuple[str, ...], int], ...], tuple[str, ...]], ...] = ()
     # makes CUDA the default for new tensors, at module level or in its entry point
     # (`torch.set_default_tensor_type(torch.cuda.FloatTensor)`, `torch.set_default_device("cuda")`)
     cuda_default: bool = False
@@ -226,6 +233,8 @@ class ModuleFacts:
             lightning=bool(record["lightning"]),
             unpinned_loaders=bool(record.get("unpinned_loaders", False)),
             cuda_default=bool(record.get("cuda_default", False)),
+            class_layers=tuple((str(name), tuple((str(c), tuple(map(str, a)), int(t)) for c, a, t in calls),
+                                tuple(map(str, params))) for name, calls, params in record.get("class_layers", ())),
             cudnn=bool(record["cudnn"]),
             tf32=bool(record["tf32"]),
             handed_functions=tuple((str(c), str(k), str(f)) for c, k, f in record["handed_functions"]),
@@ -320,6 +329,7 @@ def _literal_repr(node: ast.expr) -> str:
 def facts_of(tree: ast.Module) -> ModuleFacts | None:
     """The facts of a file Python parsed into ``tree`` (None: too deep for this walk)."""
     collector = _Collector()
+    collector.module_classes = {statement.name for statement in tree.body if isinstance(statement, ast.ClassDef)}
     try:
         collector.visit(tree)
     except RecursionError:
@@ -328,6 +338,17 @@ def facts_of(tree: ast.Module) -> ModuleFacts | None:
 
 
 # ---------------------------------------------------------------------------------- internals
+def _range_count(node: ast.expr) -> int | None:
+    """How many times `for _ in range(8)` (or `range(2, 10)`) runs; None for anything else."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
+            and 1 <= len(node.args) <= 2 and not node.keywords):
+        return None
+    values = [arg.value for arg in node.args if isinstance(arg, ast.Constant) and type(arg.value) is int]
+    if len(values) != len(node.args):
+        return None
+    return values[0] if len(values) == 1 else max(0, values[1] - values[0])
+
+
 def dotted(node: ast.AST) -> str | None:
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
@@ -556,6 +577,8 @@ class _Collector(ast.NodeVisitor):
         self.object_methods: set[tuple[str, str]] = set()
         self.lightning = False
         self.loaders = [0, 0]  # DataLoaders built, and those given a `pin_memory` that may be True
+        self.class_layers: list[tuple[str, tuple[tuple[str, tuple[str, ...], int], ...], tuple[str, ...]]] = []
+        self.module_classes: set[str] = set()  # the module's top-level classes (``facts_of`` fills it)
         self.cuda_default = [False, False]  # CUDA made the default for new tensors: anywhere, at module level
         self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
         self.cudnn_at_top = False  # ... at module level
@@ -607,6 +630,10 @@ class _Collector(ast.NodeVisitor):
         bases = tuple(qualified for base in node.bases if (qualified := self.resolve(dotted(base))))
         if bases and not self.class_stack and not self.function_stack:
             self.class_bases.append((node.name, bases))
+        if not self.class_stack and not self.function_stack:
+            layers = self._class_layers(node)
+            if layers is not None:
+                self.class_layers.append(layers)
         self.class_stack.append(node.name)
         self.class_names.add(node.name)
         for statement in node.body:  # a config class: `class Config: device = "cuda"`
@@ -925,6 +952,59 @@ class _Collector(ast.NodeVisitor):
             if self.function_stack:
                 self.function_stack[-1].cudnn = True
             self.cudnn_at_top = self.cudnn_at_top or not self.function_stack
+
+    def _class_layers(self, node: ast.ClassDef) -> tuple[str, tuple[tuple[str, tuple[str, ...], int], ...],
+                                                           tuple[str, ...]] | None:
+        """What ``ModuleFacts.class_layers`` holds for the class ``node`` (None: layers it cannot
+        place, in a loop other than `for _ in range(<int>)` or in a comprehension)."""
+        init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+        params: list[str] = []
+        if init is not None:
+            positional = init.args.args[1:]
+            defaults = [None] * (len(positional) - len(init.args.defaults)) + list(init.args.defaults)
+            for arg, default in [*zip(positional, defaults), *zip(init.args.kwonlyargs, init.args.kw_defaults)]:
+                value = default.value if isinstance(default, ast.Constant) and type(default.value) is int else None
+                params.append(arg.arg if value is None else f"{arg.arg}={value}")
+        names = {param.partition("=")[0] for param in params}
+        calls: list[tuple[str, tuple[str, ...], int]] = []
+
+        def argument(value: ast.expr) -> str:
+            if isinstance(value, ast.Constant) and type(value.value) is int:
+                return str(value.value)
+            return f"={value.id}" if isinstance(value, ast.Name) and value.id in names else "?"
+
+        def walk(statements: list[ast.stmt], times: int) -> bool:
+            for statement in statements:
+                if isinstance(statement, ast.For):
+                    count = _range_count(statement.iter)
+                    if not walk(statement.body, times * count if count is not None and times >= 0 else -1):
+                        return False
+                    continue
+                if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue  # a nested def runs when called: not counted
+                for child in ast.walk(statement):
+                    if isinstance(child, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp, ast.While)) and any(
+                            isinstance(inner, ast.Call) and self._counted(inner) for inner in ast.walk(child)):
+                        return False
+                    if isinstance(child, ast.Call) and (callee := self._counted(child)) is not None:
+                        calls.append((callee, tuple([*map(argument, child.args), *(
+                            f"{keyword.arg}:{argument(keyword.value)}" for keyword in child.keywords if keyword.arg)]),
+                            times))
+            return True
+
+        for method in node.body:
+            if isinstance(method, ast.FunctionDef) and not walk(method.body, 1):
+                return None
+        return (node.name, tuple(calls), tuple(params)) if calls else None
+
+    def _counted(self, call: ast.Call) -> str | None:
+        """A torch.nn layer's qualified name, or `.Name` for a class this module defines."""
+        qualified = self.resolve(dotted(call.func))
+        if qualified is not None and qualified.startswith("torch.nn.") and qualified.count(".") == 2:
+            return qualified
+        if isinstance(call.func, ast.Name) and call.func.id in self.module_classes:
+            return "." + call.func.id
+        return None
 
     def _names_cuda(self, node: ast.expr) -> bool:
         """`torch.cuda.FloatTensor`, "torch.cuda.HalfTensor", "cuda", "cuda:0"."""
@@ -1331,6 +1411,7 @@ class _Collector(ast.NodeVisitor):
             lightning=self.lightning,
             unpinned_loaders=self.loaders[0] > 0 and not self.loaders[1],
             cuda_default=self.cuda_default[1] or (self.cuda_default[0] and self.entry),
+            class_layers=tuple(self.class_layers),
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
             tf32=self.tf32_at_top or (self.tf32 and self.entry),
             class_bases=tuple(self.class_bases),

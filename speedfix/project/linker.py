@@ -224,7 +224,8 @@ class Links:
 def _slim_record(facts: ModuleFacts) -> dict:
     return {"functions": {name: f.__dict__ for name, f in sorted(facts.functions.items())},
             "cuda_names": list(facts.cuda_names), "constants": list(facts.constants),
-            "returned_dicts": list(facts.returned_dicts), "options": list(facts.options)}
+            "returned_dicts": list(facts.returned_dicts), "options": list(facts.options),
+            "class_layers": [[name, [list(call) for call in calls], list(params)] for name, calls, params in facts.class_layers]}
 
 
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import\b([^\n#]*)|import[ \t]+([^\n#;]+))", re.MULTILINE)
@@ -602,7 +603,7 @@ def _module_of_option(path: Path, module: ModuleFacts, name: str, prefix: str, o
 def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Path]],
               facts: dict[Path, ModuleFacts]) -> ModuleFacts:
     """What other files can take from a module: its own functions, CUDA names, constants,
-    returned dicts and argparse options (the defaults of a parser a script builds with its
+    returned dicts, the layers of its classes and argparse options (the defaults of a parser a script builds with its
     `get_argparse()`), and the functions and CUDA names it imports from other scanned modules
     (`utils/__init__.py` doing `from .train_utils import train`), one level deep."""
     functions = dict(module.functions)
@@ -618,7 +619,8 @@ def _exported(path: Path, module: ModuleFacts, prefixes: dict[Path, dict[str, Pa
         if name in other.cuda_names:
             cuda_names.add(local)
     return ModuleFacts(functions=functions, cuda_names=tuple(sorted(cuda_names)), star_imports=module.star_imports,
-                       constants=module.constants, returned_dicts=module.returned_dicts, options=module.options)
+                       constants=module.constants, returned_dicts=module.returned_dicts, options=module.options,
+                       class_layers=module.class_layers)
 
 
 def _missing(path: Path, module: ModuleFacts, found: dict[str, Path], resolver: _Resolver) -> list[str]:
