@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 from functools import wraps
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 from weakref import WeakKeyDictionary
 
 import libcst as cst
@@ -508,19 +508,9 @@ def _class_parameters(classes: dict[str, tuple[tuple[tuple[str, tuple[str, ...],
         if callee.startswith("."):
             count = _class_parameters(classes, callee[1:], given, named, depth + 1)
         else:
-            layer = callee[len(_NN):]
-            if layer in _UNSIZED:
-                return None
-            counter = _LAYERS.get(layer)
-            if counter is None:
-                continue  # activations, pooling, dropout, containers: no parameters of their own
-            sizes: list[int | None] = list(given)
-            for key, size in named.items():
-                index = _SIZE_KEYWORDS.get(key)
-                if index is not None:
-                    sizes += [None] * (index + 1 - len(sizes))
-                    sizes[index] = size
-            count = counter(sizes)
+            count = _layer_parameters(callee[len(_NN):], lambda: _with_keywords(given, named))
+            if count is _NO_PARAMETERS:
+                continue
         if count is None or times < 0:
             return None
         total += count * times
@@ -604,19 +594,40 @@ def _within(node: cst.CSTNode, outer: cst.CSTNode) -> bool:
     return node is outer or any(child is node for child in walk_expression(outer))
 
 
+# A layer without parameters of its own: activations, pooling, dropout, containers.
+_NO_PARAMETERS = object()
+
+
+def _layer_parameters(layer: str, sizes: Callable[[], list[int | None]]) -> Any:
+    """The parameters of the torch.nn layer ``layer`` (`Conv2d`) with its ``sizes`` (by position,
+    worked out only for a layer that has parameters); None when unknown, ``_NO_PARAMETERS``."""
+    if layer in _UNSIZED:
+        return None
+    counter = _LAYERS.get(layer)
+    return _NO_PARAMETERS if counter is None else counter(sizes())
+
+
+def _with_keywords(given: list[int | None], named: dict[str, int | None]) -> list[int | None]:
+    """Sizes by position, those passed by keyword (`kernel_size=3`) put in their place."""
+    sizes = list(given)
+    for key, size in named.items():
+        index = _SIZE_KEYWORDS.get(key)
+        if index is not None:
+            sizes += [None] * (index + 1 - len(sizes))
+            sizes[index] = size
+    return sizes
+
+
 def _count(ctx: FileContext, sites: list[CallSite], stack: Stack | None) -> int | None:
     total = 0
     for site in sites:
         qualified = ctx.qualname(site.node.func) or ""
         if not qualified.startswith(_NN):
             continue
-        layer = qualified[len(_NN):]
-        if layer in _UNSIZED:
-            return None
-        counter = _LAYERS.get(layer)
-        if counter is None:
-            continue  # activations, pooling, dropout, containers: no parameters of their own
-        count = counter(_layer_sizes(ctx, site, stack if stack is not None else site.stack))
+        count = _layer_parameters(qualified[len(_NN):],
+                                  lambda: _layer_sizes(ctx, site, stack if stack is not None else site.stack))
+        if count is _NO_PARAMETERS:
+            continue
         repeat = _repeats(ctx, site)
         if count is None or repeat is None:
             return None
