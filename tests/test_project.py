@@ -4085,3 +4085,25 @@ def test_tf32_chosen_in_a_helper_the_entry_script_calls_holds_for_the_modules_it
     assert json.loads(run_cli(*scan, cwd=tmp_path).stdout) == []
     write("utils/gen_utils.py", "import torch\n\n\ndef setup_basics():\n    torch.manual_seed(0)\n")
     assert [finding["path"] for finding in json.loads(run_cli(*scan, cwd=tmp_path).stdout)] == ["utils/train_utils.py"]
+
+
+@pytest.mark.parametrize("config, script_sets, reported", [
+    ("class Config(object):\n    optimizer = 'sgd'\n", False, False),
+    ("class Config(object):\n    optimizer = 'adam'\n", False, True),
+    ("class Config(object):\n    optimizer = 'sgd'\n", True, True),  # the script sets it from its options
+    ("class Config(object):\n    optimizer = 'sgd'\n\n    def parse(self, kwargs):\n"
+     "        self.optimizer = kwargs['optimizer']\n", False, True),  # a method may set it
+])
+def test_a_plain_settings_class_of_another_file_gives_its_attributes(run_cli, tmp_path, write, config, script_sets,
+                                                                     reported):
+    """arcface: `opt = Config()` with `class Config(object): optimizer = 'sgd'` in config.py; the
+    `Adam` of `else:` after `if opt.optimizer == 'sgd':` is no run's optimizer."""
+    write("config.py", config)
+    write("train.py", "import torch\nfrom config import Config\n\nopt = Config()\n"
+          + ("opt.optimizer = args.optimizer\n" if script_sets else "") +
+          "model = Net().cuda()\nif opt.optimizer == 'sgd':\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+          "else:\n    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)\nfor x in loader:\n"
+          "    model(x.cuda()).sum().backward()\n    optimizer.step()\n")
+    found = json.loads(run_cli("scan", ".", "--select", "SF401", "--torch-version", "2.4", "--output-format", "json",
+                               cwd=tmp_path).stdout)
+    assert bool(found) is reported

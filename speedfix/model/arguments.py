@@ -674,7 +674,10 @@ def annotated_field_default(ctx: FileContext, node: cst.BaseExpression, stack: S
     info = ctx.classes.get(owner or "")
     if info is None and owner is not None and ctx.project is not None \
             and (qualified := ctx.imports.resolve(owner)) is not None and "." in qualified:
-        value = dataclass_field(ctx.project, qualified, node.attr.value)  # a dataclass of another file of the project
+        if ctx.assignments.get(f"{name}.{node.attr.value}"):
+            return None  # the script sets it itself (`opt.lr = args.lr`)
+        # a dataclass of another file of the project, or a plain settings class built here (`opt = Config()`)
+        value = dataclass_field(ctx.project, qualified, node.attr.value, plain=_built_class(ctx, name, stack) == owner)
         return cst.parse_expression(repr(value)) if isinstance(value, (bool, int, float, str)) else None
     if info is None or not any(dotted_name(d.decorator) in ("dataclass", "dataclasses.dataclass")
                                or isinstance(d.decorator, cst.Call) and dotted_name(d.decorator.func) in
@@ -708,7 +711,9 @@ def _built_class(ctx: FileContext, name: str, stack: Stack) -> str | None:
         given = next((arg.value for arg in value.args if arg.keyword is None or arg.keyword.value == "config_class"), None)
         return dotted_name(given) if given is not None else None
     called = dotted_name(value.func)
-    return called if not value.args and called in ctx.classes else None
+    if value.args or called is None:
+        return None
+    return called if called in ctx.classes or "." in (ctx.imports.resolve(called) or "") else None
 
 
 _DATACLASS_PARSES = frozenset({"parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file"})

@@ -76,21 +76,30 @@ def object_field(project: ProjectFiles, qualified: str, field: str) -> object | 
     return values[0].value
 
 
-def dataclass_field(project: ProjectFiles, qualified: str, field: str) -> object | None:
+def dataclass_field(project: ProjectFiles, qualified: str, field: str, *, plain: bool = False) -> object | None:
     """The literal default of ``field`` in a dataclass another file of the project defines
     (ChatLM's `config.fp16` of `def sft_train(config: SFTconfig)`, `SFTconfig` in config.py with
-    `fp16: bool = True`): True. None when the file, a `@dataclass` class of that name or a literal
-    default for the field is not found."""
+    `fp16: bool = True`): True. With ``plain``, also of a plain class's attribute that no method
+    sets on the object (arcface's `class Config(object): optimizer = 'sgd'`, built as
+    `opt = Config()`). None when the file, such a class or a literal default is not found."""
     module, _, name = qualified.rpartition(".")
     path = module_path(project, module) if module else None
     tree = _parse(project, path) if path is not None else None
     found = next((statement for statement in tree.body if isinstance(statement, ast.ClassDef) and statement.name == name),
                  None) if tree is not None else None
-    if found is None or not {ast.unparse(decorator.func if isinstance(decorator, ast.Call) else decorator)
-                             for decorator in found.decorator_list} & {"dataclass", "dataclasses.dataclass"}:
+    if found is None:
         return None
-    values = [statement.value for statement in found.body if isinstance(statement, ast.AnnAssign)
-              and isinstance(statement.target, ast.Name) and statement.target.id == field]
+    dataclass = bool({ast.unparse(decorator.func if isinstance(decorator, ast.Call) else decorator)
+                      for decorator in found.decorator_list} & {"dataclass", "dataclasses.dataclass"})
+    if not dataclass and (not plain or found.bases and any(ast.unparse(base) != "object" for base in found.bases)
+                          or any(isinstance(node, ast.Attribute) and node.attr == field and isinstance(node.ctx, ast.Store)
+                                 for node in ast.walk(found))):
+        return None  # a class with bases may get the field elsewhere; a method may set it
+    values = [statement.value for statement in found.body
+              if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+              and statement.target.id == field
+              or not dataclass and isinstance(statement, ast.Assign) and len(statement.targets) == 1
+              and isinstance(statement.targets[0], ast.Name) and statement.targets[0].id == field]
     return values[0].value if len(values) == 1 and isinstance(values[0], ast.Constant) else None
 
 
