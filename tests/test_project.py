@@ -4069,21 +4069,31 @@ def test_no_worker_or_pinning_advice_where_the_run_makes_cuda_the_default_for_ne
     assert found == {"SF101", "SF102"}
 
 
-def test_tf32_chosen_in_a_helper_the_entry_script_calls_holds_for_the_modules_it_imports(run_cli, tmp_path, write):
-    """nanoT5: `main.py` calls a start-up helper of another file that sets `allow_tf32`; the
-    training loop lives in a third module `main.py` imports."""
-    write("utils/gen_utils.py", "import torch\n\n\ndef setup_basics():\n"
-          "    torch.backends.cuda.matmul.allow_tf32 = True\n")
+@pytest.mark.parametrize("layout", ["direct", "star and nested helper"])
+def test_tf32_chosen_in_a_helper_the_entry_script_calls_holds_for_the_modules_it_imports(run_cli, tmp_path, write,
+                                                                                        layout):
+    """nanoT5: `main.py` calls a start-up helper of another file that sets `allow_tf32` (there,
+    through the package's `from .gen_utils import *` and a second helper); the training loop
+    lives in a third module `main.py` imports."""
+    if layout == "direct":
+        write("utils/gen_utils.py", "import torch\n\n\ndef setup_basics():\n"
+              "    torch.backends.cuda.matmul.allow_tf32 = True\n")
+    else:
+        write("utils/__init__.py", "from .gen_utils import *\n")
+        write("utils/gen_utils.py", "import torch\n\n\ndef opti_flags():\n"
+              "    torch.backends.cuda.matmul.allow_tf32 = True\n\n\ndef setup_basics():\n    opti_flags()\n")
     write("utils/train_utils.py", "def train(model, loader, optimizer):\n    for x, y in loader:\n"
           "        loss = (model(x.cuda()) - y.cuda()).pow(2).mean()\n        loss.backward()\n"
           "        optimizer.step()\n")
-    write("main.py", "import torch\nfrom utils.gen_utils import setup_basics\nfrom utils.train_utils import train\n\n\n"
+    imported = "from utils.gen_utils import setup_basics" if layout == "direct" else "from utils import setup_basics"
+    write("main.py", f"import torch\n{imported}\nfrom utils.train_utils import train\n\n\n"
           "def main():\n    setup_basics()\n    model = torch.nn.Linear(4096, 4096).cuda()\n"
           "    train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1))\n\n\n"
           'if __name__ == "__main__":\n    main()\n')
     scan = ["scan", ".", "--select", "SF201", "--output-format", "json", "--no-cache"]
     assert json.loads(run_cli(*scan, cwd=tmp_path).stdout) == []
-    write("utils/gen_utils.py", "import torch\n\n\ndef setup_basics():\n    torch.manual_seed(0)\n")
+    write("utils/gen_utils.py", "import torch\n\n\ndef opti_flags():\n    pass\n\n\ndef setup_basics():\n"
+          "    torch.manual_seed(0)\n")
     assert [finding["path"] for finding in json.loads(run_cli(*scan, cwd=tmp_path).stdout)] == ["utils/train_utils.py"]
 
 

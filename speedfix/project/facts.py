@@ -516,6 +516,7 @@ class _Function:
     called: set[str] = field(default_factory=set)  # every call's callee as written, outside periodic guards
     changes: set[str] = field(default_factory=set)  # names whose `.dataset` a loop changes
     calls: bool = False  # any call in its body
+    local_calls: set[str] = field(default_factory=set)  # the bare names it calls (`opti_flags()`)
     runs_parts: bool = False  # see FunctionFacts.runs_parts
     # what it returns as it got it from one call (as written): `return make(...)`, or
     # `a, b = make(...)` then `return a, b`; "" when a return gives something else
@@ -1141,6 +1142,8 @@ class _Collector(ast.NodeVisitor):
         if self.function_stack:
             function = self.function_stack[-1]
             function.calls = True
+            if isinstance(node.func, ast.Name):
+                function.local_calls.add(node.func.id)
             if not function.runs_parts and _runs_a_part(func):
                 function.runs_parts = True
         if func in CUDA_DEVICE_HELPERS:
@@ -1352,6 +1355,14 @@ class _Collector(ast.NodeVisitor):
             if not loop.marker and (any(self._local_callee(callee, loop) in step_functions for callee, _ in loop.calls)
                                     or any(name in step_functions for name in loop.handed)):
                 loop.marker = True
+        changed = True  # a choice made by a helper of the module counts for the functions that call it
+        while changed:
+            changed = False
+            for function in self.functions.values():
+                for callee in function.local_calls:
+                    helper = self.functions.get(callee)
+                    if helper is not None and (helper.tf32 > function.tf32 or helper.cudnn > function.cudnn):
+                        function.tf32, function.cudnn, changed = function.tf32 or helper.tf32, function.cudnn or helper.cudnn, True
         functions = {name: self._function_facts(function) for name, function in self.functions.items()}
         self.parsed_names.update(functions[name].params[index] for name, index in self.parsed_into
                                  if name in functions and index < len(functions[name].params) and "." not in name)

@@ -484,8 +484,8 @@ def link(
     networks = _networks_handed(facts, prefixes)
     on_device = _moving_objects_handed(facts, prefixes)
     # a script that chooses them through a helper it calls (`setup_basics()` of utils/gen_utils.py)
-    cudnn_helpers = _calls_a_choice(facts, prefixes, lambda function: function.cudnn)
-    tf32_helpers = _calls_a_choice(facts, prefixes, lambda function: function.tf32)
+    cudnn_helpers = _calls_a_choice(facts, prefixes, exported, lambda function: function.cudnn)
+    tf32_helpers = _calls_a_choice(facts, prefixes, exported, lambda function: function.tf32)
     helpers = {path: replace(module, cudnn=module.cudnn or path in cudnn_helpers, tf32=module.tf32 or path in tf32_helpers)
                for path, module in facts.items()}
     cudnn = _imported_by(helpers, prefixes, lambda module: module.cudnn, show)
@@ -799,21 +799,36 @@ def _imported_by_another(facts: dict[Path, ModuleFacts], prefixes: dict[Path, di
 
 
 def _calls_a_choice(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
-                    chooses: Callable[[FunctionFacts], bool]) -> set[Path]:
+                    exported: dict[Path, ModuleFacts], chooses: Callable[[FunctionFacts], bool]) -> set[Path]:
     """The scripts (with a `__main__` block) that call a module-level function of another file
-    that makes the process-wide choice ``chooses`` says (nanoT5's `main.py` calling
-    `setup_basics()`, which sets `allow_tf32`)."""
+    that makes the process-wide choice ``chooses`` says, itself or through a helper of its module
+    (nanoT5's `main.py` calling `setup_basics()`, re-exported by a package's star import, which
+    calls `opti_flags()`, which sets `allow_tf32`)."""
     found: set[Path] = set()
     for path, module in facts.items():
         if not module.main_guard:
             continue
         for callee, slot, _ in module.arguments_given:
             hit = _split(callee, prefixes[path]) if slot == "#" and not callee.startswith("*") else None
-            function = facts[hit[0]].functions.get(hit[1]) if hit is not None and "." not in hit[1] else None
+            function = _through_stars(hit[0], hit[1], prefixes, exported) if hit is not None and "." not in hit[1] else None
             if function is not None and chooses(function):
                 found.add(path)
                 break
     return found
+
+
+def _through_stars(target: Path, name: str, prefixes: dict[Path, dict[str, Path]], exported: dict[Path, ModuleFacts],
+                   depth: int = 0) -> FunctionFacts | None:
+    """The function ``name`` of the module ``target``, also one its star imports bind."""
+    function = exported[target].functions.get(name)
+    if function is not None or depth > 2:
+        return function
+    for inner in exported[target].star_imports:
+        other = prefixes[target].get(inner)
+        found = _through_stars(other, name, prefixes, exported, depth + 1) if other is not None else None
+        if found is not None:
+            return found
+    return None
 
 
 def _importing(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
