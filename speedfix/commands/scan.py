@@ -263,8 +263,7 @@ def project_links(
     _add_star_imported(sources, digests, by_real, roots, settings)
     facts = _all_facts({real: by_real[real] for real in linked_candidates(
         {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, run, measured)
-    shown: dict[Path, str] = {}  # the linker names each file many times
-    linked = link(facts, roots, lambda real: shown.get(real) or shown.setdefault(real, display_path(by_real[real])))
+    linked = link(facts, roots, lambda real: display_path(by_real[real]))
     links = {by_real[real]: found for real, found in linked.items() if real in scanned}
     for path, data in sources.items():
         if path not in links and real_path(path) in scanned:

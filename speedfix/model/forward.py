@@ -65,14 +65,7 @@ def forward_range(ctx: FileContext, statements: list[cst.BaseStatement], site: C
 def calls_model(ctx: FileContext, node: cst.CSTNode) -> bool:
     """Does ``node`` call the model (a local object that is not the loss function), also by its
     `forward` (`model.forward(input_ids=x)`)?"""
-    for child in walk_expression(node):
-        if isinstance(child, cst.Call):
-            name = dotted_name(child.func)
-            if name is not None and name.endswith(".forward"):
-                name = name[: -len(".forward")]
-            if is_local_object(ctx, name) and not LOSS_NAME.search(name or ""):
-                return True
-    return False
+    return calls_model_with_grad(ctx, node, None)
 
 
 def calls_model_with_grad(ctx: FileContext, node: cst.CSTNode, owner: str | None) -> bool:
