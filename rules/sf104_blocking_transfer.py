@@ -536,6 +536,28 @@ class BlockingTransfer(Rule):
                 optimizer.step()
             """,
         ),
+        Invalid(  # Wave-U-Net: the input, then each target of a dict in a loop over its keys: one transfer
+            """
+            import torch
+            for x, targets in train_loader:
+                x = x.cuda()
+                for k in list(targets.keys()):
+                    targets[k] = targets[k].cuda()
+                loss = sum(criterion(model(x)[k], targets[k]) for k in targets)
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import torch
+            for x, targets in train_loader:
+                x = x.cuda(non_blocking=True)
+                for k in list(targets.keys()):
+                    targets[k] = targets[k].cuda(non_blocking=True)
+                loss = sum(criterion(model(x)[k], targets[k]) for k in targets)
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # both copies in an `if` on one line (TCN's `if args.cuda: data, target = ...`): one finding
             """
             import torch
@@ -744,8 +766,11 @@ class BlockingTransfer(Rule):
         statement: cst.CSTNode = site.statement
         owner = statement_owner(self.ctx, statement)
         # a `with torch.no_grad():` inside the step: the step's block (EAGLE); the branches of an
-        # if-chain, only one of which runs: the chain's place (one helper's `if mixup: ... else:`)
-        while owner is not None and isinstance(owner[0], (cst.With, cst.If, cst.Else)):
+        # if-chain, only one of which runs: the chain's place (one helper's `if mixup: ... else:`);
+        # a loop over the batch's parts that takes no step itself (Wave-U-Net's `for k in
+        # list(targets.keys()): targets[k] = targets[k].cuda()` after `x = x.cuda()`)
+        while owner is not None and (isinstance(owner[0], (cst.With, cst.If, cst.Else)) or isinstance(
+                owner[0], cst.For) and owner[0] not in self.ctx.training_loops):
             around = if_chain_top(self.ctx, owner[0]) if isinstance(owner[0], (cst.If, cst.Else)) else owner[0]
             outer = statement_owner(self.ctx, around)
             if outer is None:

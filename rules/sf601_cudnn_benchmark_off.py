@@ -51,8 +51,10 @@ class CudnnBenchmarkOff(Rule):
     default and is reported.
 
     Also finds cuDNN switched off on the default path: `torch.backends.cudnn.enabled = False`, or
-    `= args.enable_cudnn` with a flag that is off unless given. Convolutions, recurrent layers and
-    batch norm then run PyTorch's own kernels, far slower than cuDNN's.
+    `= args.enable_cudnn` with a flag that is off unless given, also at the top of a module that a
+    training script imports (the switch runs on import, and a script that imports a module making
+    a cuDNN choice has made it). Convolutions, recurrent layers and batch norm then run PyTorch's
+    own kernels, far slower than cuDNN's.
 
     ## Example
     ```python
@@ -458,16 +460,19 @@ class CudnnBenchmarkOff(Rule):
     def finish(self) -> None:
         ctx = self.ctx
         trainers = set() if ctx.drives_training else self_optimizing_classes(ctx)
-        if not (ctx.drives_training or trainers) or self._uses_lightning():
-            return
         disabled = cudnn_disabled(ctx)
+        # switched off when a training script imports this module (crnn's evaluate.py)
+        on_import = disabled is not None and not disabled.stack and ctx.links.trained_by is not None
+        if not (ctx.drives_training or trainers or on_import) or self._uses_lightning():
+            return
         if disabled is not None and disabled.statement is not None:
             literal = code_of(disabled.value) == "False"
+            imported = f", when {ctx.links.trained_by} imports this module" if on_import and not ctx.drives_training else ""
             self.report(
                 disabled.statement,
                 f"{_DISABLED} (`{disabled.target} = {code_of(disabled.value)}`"
-                f"{'' if literal else ', False by default'}): convolutions, recurrent layers and batch norm "
-                "run PyTorch's own kernels, far slower than cuDNN's",
+                f"{'' if literal else ', False by default'}{imported}): convolutions, recurrent layers and batch "
+                "norm run PyTorch's own kernels, far slower than cuDNN's",
                 no_fix_reason="leave cuDNN on (the default) unless a cuDNN problem needs it off; "
                 "for reproducibility set `cudnn.deterministic = True` instead",
             )
@@ -478,6 +483,8 @@ class CudnnBenchmarkOff(Rule):
             return
         if ctx.links.cudnn is not None and not ctx.has_main_guard:
             return  # the script that imports this module and runs it chooses for the process
+        if ctx.links.cudnn_imported is not None:
+            return  # a module it imports chooses for the process when imported
         conv = self._first_conv()
         if conv is None or not ctx.drives_training and not ((owner := class_of(conv.stack)) and owner.name.value in trainers):
             return  # a module only: report the conv net of a class that trains itself (has its own optimizer)

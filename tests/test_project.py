@@ -2449,13 +2449,16 @@ def test_a_model_files_demo_function_that_only_its_self_test_calls_is_left_out(r
 
 @pytest.mark.parametrize("use", ["", "from layers.utils import train\n", "from layers import utils\nutils.train\n",
                                  "from layers.utils import (\n    get_filter,\n    train,\n)\n",
-                                 "from layers.utils import *\n", "explore.ipynb"])
+                                 "from layers.utils import *\n", "explore.ipynb",
+                                 "import layers.utils as layer_utils\nlayer_utils.train(m, l, o)\n",
+                                 "from layers import utils as lu\nlu.train\n"])
 def test_a_library_modules_function_that_nothing_calls_is_left_out(run_cli, tmp_path, write, use):
     """FEDformer: layers/utils.py, imported for `get_filter`, keeps a `train()` helper that
     nothing calls or imports (the experiments train in exp/exp_main.py, `model.train()` and
     `flag='train'` there are other names): its findings are left out with a note. Imported by
-    name, through the module or by a star, or called by a notebook (a cell's source is one JSON
-    string: `train(` after its `\\n` is still a use of `train`), it keeps them."""
+    name, through the module (also under an alias: Wave-U-Net's `import model.utils as
+    model_utils`) or by a star, or called by a notebook (a cell's source is one JSON string:
+    `train(` after its `\\n` is still a use of `train`), it keeps them."""
     if use == "explore.ipynb":
         write(use, json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
                                           "source": "import torch\ntrain(model, loader, optimizer)"}],
@@ -4117,3 +4120,100 @@ def test_a_plain_settings_class_of_another_file_gives_its_attributes(run_cli, tm
     found = json.loads(run_cli("scan", ".", "--select", "SF401", "--torch-version", "2.4", "--output-format", "json",
                                cwd=tmp_path).stdout)
     assert bool(found) is reported
+
+
+@pytest.mark.parametrize("items", ["torch.no_grad()", "tqdm(total=10) as pbar, torch.no_grad()"])
+def test_a_loop_under_no_grad_takes_no_step_through_a_function_that_steps_on_a_flag(run_cli, tmp_path, write, items):
+    """Wave-U-Net: `compute_loss(..., compute_grad=False)` steps only when asked; the validation
+    loop calls it inside `with tqdm(...) as pbar, torch.no_grad():` (autograd off in the `with`'s
+    second item), so that loop is no training loop: its copies get no SF104, while the training
+    loop's do."""
+    write("utils.py", """\
+        def compute_loss(model, x, y, criterion, compute_grad=False):
+            loss = criterion(model(x), y)
+            if compute_grad:
+                loss.backward()
+            return loss
+        """)
+    write("evaluate.py", f"""\
+        import torch
+        from tqdm import tqdm
+        import utils
+
+        def validate(model, loader, criterion):
+            model.eval()
+            with {items}:
+                for x, y in loader:
+                    x = x.cuda()
+                    utils.compute_loss(model, x, y.cuda(), criterion)
+        """)
+    write("train.py", """\
+        import torch
+        import utils
+        from evaluate import validate
+
+        def train(model, loader, optimizer, criterion):
+            for x, y in loader:
+                utils.compute_loss(model, x.cuda(), y.cuda(), criterion, compute_grad=True)
+                optimizer.step()
+            validate(model, loader, criterion)
+
+        if __name__ == "__main__":
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(8, 2)), batch_size=4, pin_memory=True)
+            train(torch.nn.Linear(2, 2).cuda(), loader, torch.optim.SGD([], lr=0.1), torch.nn.MSELoss())
+        """)
+    result = run_cli("scan", ".", "--select", "SF104", "--no-summary", cwd=tmp_path)
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == ["train.py"]
+
+
+def test_cudnn_switched_off_when_the_trainer_imports_a_module_is_found_there(run_cli, tmp_path, write):
+    """crnn: evaluate.py switches cuDNN off at its top and train.py imports it for `evaluate()`:
+    the switch runs with the import, so the finding is at evaluate.py's line (high: the CRNN's
+    convolutions lose cuDNN), and train.py is not told to enable `cudnn.benchmark`, which the
+    switched-off cuDNN would ignore (evaluate.py builds the CRNN for a run of its own: its
+    impact is known there)."""
+    write("model.py", """\
+        from torch import nn
+
+        class CRNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(1, 64, 3)
+                self.rnn = nn.LSTM(64, 256, bidirectional=True)
+        """)
+    write("evaluate.py", """\
+        import torch
+        from model import CRNN
+
+        torch.backends.cudnn.enabled = False
+
+        def evaluate(model, loader):
+            model.eval()
+            with torch.no_grad():
+                return [model(x.cuda()) for x in loader]
+
+        if __name__ == "__main__":
+            evaluate(CRNN().cuda(), torch.load("test_batches.pt"))
+        """)
+    write("train.py", """\
+        import torch
+        from model import CRNN
+        from evaluate import evaluate
+
+        def main():
+            model = CRNN().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = torch.utils.data.DataLoader(range(8), num_workers=4, pin_memory=True)
+            for x in loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                optimizer.step()
+            evaluate(model, loader)
+
+        if __name__ == "__main__":
+            main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF601", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines() == [
+        "evaluate.py:4:1: SF601 cuDNN is switched off (`torch.backends.cudnn.enabled = False`, when train.py imports "
+        "this module): convolutions, recurrent layers and batch norm run PyTorch's own kernels, far slower than "
+        "cuDNN's (impact: high)"]

@@ -32,7 +32,7 @@ import libcst as cst
 from speedfix.model.frames import FrameKind, Stack, function_of
 from speedfix.model.index import CallSite, FileIndex, FunctionInfo
 from speedfix.project.facts import FunctionFacts
-from speedfix.project.steps import (HF_STEP_METHODS, HF_TRAINERS, LIGHTNING_CALLBACK, LIGHTNING_MODULE,
+from speedfix.project.steps import (HF_STEP_METHODS, HF_TRAINERS, LIGHTNING_CALLBACK, LIGHTNING_MODULE, NO_GRAD_CALLS,
                                     LIGHTNING_STEP_HOOKS, is_loss_scaler_call, is_optimizer_name)
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import walk_expression
@@ -210,7 +210,7 @@ class FileContext(FileIndex):
         result = set(direct_loops)
         for site in self.calls:
             loop = self.nearest_loop(site.stack)
-            if loop is None or loop in result:
+            if loop is None or loop in result or self._grad_off(site.stack):
                 continue
             if any(info.node in step_functions for info in self.local_callees(site)):
                 result.add(loop)
@@ -226,6 +226,17 @@ class FileContext(FileIndex):
         its micro-batches are trained on in an inner loop; the prompt loop trains too)."""
         return set(self.step_loops) | {frame.node for loop in self.step_loops for frame in self.loops[loop].stack
                                        if frame.kind is FrameKind.LOOP}
+
+    def _grad_off(self, stack: Stack) -> bool:
+        """Is code at ``stack`` inside a `with` that turns autograd off (any of its items:
+        Wave-U-Net's `with tqdm(...) as pbar, torch.no_grad():`)? A function called there takes
+        no step: its `backward()` would raise (it is one that steps only when a flag says so)."""
+        return any(frame.kind is FrameKind.WITH and frame.node in self._grad_off_withs for frame in stack)
+
+    @cached_property
+    def _grad_off_withs(self) -> frozenset[cst.CSTNode]:
+        return frozenset(info.node for info in self.withs if any(
+            isinstance(item, cst.Call) and self.qualname(item.func) in NO_GRAD_CALLS for item in info.items))
 
     def _overridden_step(self, site: CallSite) -> bool:
         """`self.train_step(...)` in a method of a class whose subclasses in other scanned files

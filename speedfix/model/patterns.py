@@ -363,7 +363,7 @@ def _from_outside(ctx: FileContext, function: cst.CSTNode | None, name: str, dep
     return True
 
 
-_CUDNN_SWITCHES = (*CUDNN_CHOICES, "cudnn.enabled")
+_CUDNN_SWITCHES = CUDNN_CHOICES
 
 
 def cudnn_settings(ctx: FileContext) -> bool:

@@ -143,7 +143,8 @@ def _used_elsewhere(stem: str, name: str, text: str, suffix: str) -> bool:
     """Does another file's ``text`` use function ``name`` of module ``stem``: import it
     (`from layers.utils import get_filter, train`, also over several lines, or `import *`),
     name it through the module (`utils.train(...)`, hydra's `_target_: layers.utils.train`,
-    `utils:train` in an entry point), or look it up by its name (`getattr(utils, "train")`)?
+    `utils:train` in an entry point, `model_utils.train(...)` after `import model.utils as
+    model_utils`), or look it up by its name (`getattr(utils, "train")`)?
     A notebook counts any mention of the name (its cells may have imported it by a star)."""
     if suffix == ".ipynb":
         return _mentioned(name, text, suffix)
@@ -152,7 +153,17 @@ def _used_elsewhere(stem: str, name: str, text: str, suffix: str) -> bool:
     word = re.escape(name)
     if re.search(rf"\b{re.escape(stem)}\s*[.:]\s*{word}\b|getattr\s*\([^)]*[\"']{word}[\"']", text):
         return True
+    if any(re.search(rf"\b{re.escape(alias)}\s*\.\s*{word}\b", text) for alias in _aliases(stem, text)):
+        return True
     return any("*" in imported or _count(name, imported) for imported in _imports_from(stem, text))
+
+
+def _aliases(stem: str, text: str) -> list[str]:
+    """The names ``text`` binds a module named ``stem`` to (`import model.utils as model_utils`,
+    `from model import utils as mu`)."""
+    if stem not in text:
+        return []
+    return re.findall(rf"\b{re.escape(stem)}\s+as\s+(\w+)", text)
 
 
 def _imports_from(stem: str, text: str) -> list[str]:

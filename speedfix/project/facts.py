@@ -168,6 +168,9 @@ class ModuleFacts:
     # makes CUDA the default for new tensors, at module level or in its entry point
     # (`torch.set_default_tensor_type(torch.cuda.FloatTensor)`, `torch.set_default_device("cuda")`)
     cuda_default: bool = False
+    # chooses cuDNN's algorithms or switches it off at module level, outside any `if`: a choice the
+    # files that import it make with it (crnn's evaluate.py: `torch.backends.cudnn.enabled = False`)
+    cudnn_at_import: bool = False
     # functions of this file handed to an imported function: (callee, slot as in ``arguments_given``,
     # the function's name): `train_step(..., forward_step_func=forward_step)`
     handed_functions: tuple[tuple[str, str, str], ...] = ()
@@ -233,6 +236,7 @@ class ModuleFacts:
             lightning=bool(record["lightning"]),
             unpinned_loaders=bool(record.get("unpinned_loaders", False)),
             cuda_default=bool(record.get("cuda_default", False)),
+            cudnn_at_import=bool(record.get("cudnn_at_import", False)),
             class_layers=tuple((str(name), tuple((str(c), tuple(map(str, a)), int(t)) for c, a, t in calls),
                                 tuple(map(str, params))) for name, calls, params in record.get("class_layers", ())),
             cudnn=bool(record["cudnn"]),
@@ -1424,6 +1428,7 @@ class _Collector(ast.NodeVisitor):
             cuda_default=self.cuda_default[1] or (self.cuda_default[0] and self.entry),
             class_layers=tuple(self.class_layers),
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
+            cudnn_at_import=self.cudnn_at_top,
             tf32=self.tf32_at_top or (self.tf32 and self.entry),
             class_bases=tuple(self.class_bases),
             returned_dicts=tuple((name, data) for name, data in sorted(self.returned_dicts.items()) if data is not None),

@@ -42,9 +42,9 @@ NO_GRAD_CALLS = frozenset(f"{module}.{name}" for module in ("torch", "torch.auto
 # `accelerator.device`, `accelerator.backward(loss)`).
 CUDA_ATTRIBUTES = frozenset({"cuda", "accelerator"}) | CUDA_DEVICE_HELPERS
 CUDA_OBJECTS = frozenset({"accelerator"})
-# Settings that choose cuDNN's convolution algorithms (`torch.backends.cudnn.benchmark = True`),
+# Settings that choose cuDNN's convolution algorithms (`torch.backends.cudnn.benchmark = True`) or switch it off,
 # and the call that asks for deterministic ones.
-CUDNN_CHOICES = ("cudnn.benchmark", "cudnn.deterministic")
+CUDNN_CHOICES = ("cudnn.benchmark", "cudnn.deterministic", "cudnn.enabled")
 DETERMINISTIC_ALGORITHMS = ("torch.use_deterministic_algorithms",)
 # Calls that pad a batch's samples to its longest one: its shape changes from batch to batch.
 PAD_TO_LONGEST = frozenset({"torch.nn.utils.rnn.pad_sequence"})
