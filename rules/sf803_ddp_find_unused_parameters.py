@@ -4,7 +4,8 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool, string_value
 from speedfix.model.flow import in_no_run
-from speedfix.model.frameworks import accelerate_runs_deepspeed, accelerate_runs_fsdp, accelerate_single_process
+from speedfix.model.frameworks import (accelerate_runs_deepspeed, accelerate_runs_fsdp, accelerate_single_process,
+                                       lightning_manual_optimization)
 from speedfix.model.networks import may_train, skips_submodules
 from speedfix.model.torch_api import DDP_SETTINGS
 from speedfix.project.steps import LIGHTNING_TRAINER
@@ -36,7 +37,10 @@ class DdpFindUnusedParameters(Rule):
     `distributed = False` set in the script, or an option off by default that no launch command
     of the project passes. Nor where a model class of the file calls one of its submodules only
     in some forward passes (`if not uncond_fwd: self.reference_unet(...)`, an `if` on an
-    argument of `forward`, or code after one that returns): the flag is needed there. Nor
+    argument of `forward`, or code after one that returns), nor where a LightningModule of the
+    file optimizes by hand (`self.automatic_optimization = False`: a GAN's generator and
+    discriminator steps take turns, each backward leaving the other's parameters without
+    gradients): the flag is needed there. Nor
     Accelerate's `DistributedDataParallelKwargs` where the `Accelerator` runs DeepSpeed or FSDP (a
     `deepspeed_plugin=` or `fsdp_plugin=`, or launch commands that all use it: `--use_deepspeed`,
     a `--config_file` whose `distributed_type` says so; a command naming a config file the project
@@ -79,6 +83,23 @@ class DdpFindUnusedParameters(Rule):
     effect = "One autograd-graph traversal less per step, and earlier gradient all-reduce."
 
     VALID = [
+        Valid(  # so-vits-svc: a GAN optimized by hand, generator and discriminator in turn
+            """
+            import lightning.pytorch as pl
+
+            class VitsLightning(pl.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.automatic_optimization = False
+
+                def training_step(self, batch, batch_idx):
+                    optim_g, optim_d = self.optimizers()
+                    ...
+
+            trainer = pl.Trainer(strategy="ddp_find_unused_parameters_true", precision="bf16-mixed")
+            trainer.fit(VitsLightning())
+            """
+        ),
         Valid(
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -214,6 +235,8 @@ class DdpFindUnusedParameters(Rule):
             return  # an evaluation script sets it too; DDP looks for unused parameters only for a backward pass
         if skips_submodules(self.ctx) is not None:
             return  # some forward passes leave a submodule out: its parameters go unused, the flag is needed
+        if lightning_manual_optimization(self.ctx):
+            return  # steps taken in turns (a GAN's two networks): each backward leaves some parameters unused
         for site in self.ctx.calls_to(*DDP_SETTINGS):
             if (self.ctx.call_qualname(site) or "").startswith("accelerate.") and (
                     accelerate_runs_deepspeed(self.ctx) or accelerate_runs_fsdp(self.ctx)

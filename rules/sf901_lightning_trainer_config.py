@@ -8,6 +8,7 @@ from speedfix.fixes.codegen import append_args, arg_removed, keyword_arg, same_q
 from speedfix.fixes.entry import setting_at_entry_point
 from speedfix.model.amp import lightning_module_in_sixteen_bit
 from speedfix.model.arguments import ArgValue, find_argument, literal_bool, literal_int, string_value
+from speedfix.model.autograd import differentiates_twice
 from speedfix.model.config_files import builds_conv2d, classes_build_conv2d
 from speedfix.model.config_tree import Node
 from speedfix.model.context import FileContext
@@ -61,7 +62,8 @@ class LightningTrainerConfig(Rule):
     - a LightningModule trained on the GPU that nothing compiles (`torch.compile`, information
       only; with hydra, a `compile: false` in the model's config is reported on its line);
       likewise a model `fabric.setup(...)` wraps: `fabric.setup(torch.compile(model))` (SF501
-      leaves a Fabric's model to this check).
+      leaves a Fabric's model to this check); not where the file differentiates a gradient (a
+      GAN's R1 penalty, `create_graph=True`), which compiled graphs cannot do.
 
     The same checks hold for a `Fabric` (its precision also defaults to "32-true"; TF32 there
     when its training loop multiplies matrices, as SF201 would judge it, which leaves it here) and for
@@ -171,6 +173,21 @@ class LightningTrainerConfig(Rule):
     effect = "bf16 autocast on tensor cores: up to 3x; TF32 for what stays fp32."
 
     VALID = [
+        Valid(  # a GAN's R1 penalty differentiates a gradient: no compile note (compiled graphs cannot)
+            """
+            import lightning as L
+            import torch
+
+            class GAN(L.LightningModule):
+                def training_step(self, batch, batch_idx):
+                    batch.requires_grad_()
+                    score = self.disc(batch)
+                    grad, = torch.autograd.grad(score.sum(), batch, create_graph=True)
+                    return score.mean() + grad.pow(2).sum()
+
+            L.Trainer(accelerator="gpu", precision="bf16-mixed", benchmark=True).fit(GAN())
+            """
+        ),
         Valid(  # a Trainer that only tests a checkpoint: nothing trains
             """
             import pytorch_lightning as pl
@@ -795,6 +812,8 @@ class LightningTrainerConfig(Rule):
                 return
         if ctx.calls_to("torch.compile", *_SHARDING) or any(True for _ in ctx.method_calls("compile")):
             return  # compiled already, or sharded by hand (compile goes block by block there)
+        if differentiates_twice(ctx) is not None:
+            return  # a gradient of a gradient (an R1 penalty): compiled graphs cannot run double backward
         fits = trainer_fits(ctx)
         cli = next((trainer for trainer in configured_trainers(ctx) if trainer.kind == "cli"), None)
         target: cst.CSTNode | None = fits[0].node if fits else None

@@ -8,6 +8,7 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, Transfo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import same_quotes
 from speedfix.model.amp import autocasts
+from speedfix.model.autograd import differentiates_twice
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import MARKERS, UNRESOLVED, DeepSpeedConfig, element, named_configs, offloaded, section
 from speedfix.model.hardware import pre_ampere_only
@@ -59,7 +60,9 @@ class DeepSpeedConfigRule(Rule):
     - a config for `deepspeed.initialize` that enables neither `bf16` nor `fp16` in a script
       without autocast: the engine trains in fp32;
     - a training script that never compiles its engine (`engine.compile()`, an info note; not for
-      the evaluation engines, made without an optimizer, beside one that trains).
+      the evaluation engines, made without an optimizer, beside one that trains, nor where the
+      script differentiates a gradient, as a GAN's R1 penalty does with `create_graph=True`:
+      compiled graphs cannot run that double backward).
 
     Values the script decides are worked out from its argparse defaults (`"enabled": args.dtype
     == "fp16"` with `--dtype` defaulting to "fp16"). The config may also come from the project's
@@ -132,6 +135,25 @@ class DeepSpeedConfigRule(Rule):
     effect = "bf16 without loss scaling; no per-step timer syncs; no ZeRO bookkeeping on one GPU."
 
     VALID = [
+        Valid(  # stylegan2-deepspeed: an R1 penalty differentiates the discriminator's gradient (no compile note)
+            """
+            import deepspeed
+            import torch
+
+            def gradient_penalty(images, output):
+                grad, = torch.autograd.grad(outputs=output.sum(), inputs=images, create_graph=True)
+                return grad.pow(2).sum()
+
+            config = {"train_batch_size": 8, "bf16": {"enabled": True}}
+            disc, *_ = deepspeed.initialize(model=discriminator, optimizer=optimizer, config=config)
+            for images in loader:
+                images = images.cuda().requires_grad_()
+                output = disc(images)
+                loss = output.mean() + gradient_penalty(images, output)
+                disc.backward(loss)
+                disc.step()
+            """
+        ),
         Valid(
             """
             import deepspeed
@@ -293,8 +315,8 @@ class DeepSpeedConfigRule(Rule):
         """A training script that builds a DeepSpeed engine and never compiles it."""
         ctx = self.ctx
         if ctx.calls_to("torch.compile") or any(True for _ in ctx.method_calls("compile")) or not ctx.step_loops \
-                or ctx.torch_version < v("2.0"):
-            return
+                or ctx.torch_version < v("2.0") or differentiates_twice(ctx) is not None:
+            return  # (a gradient of a gradient, a GAN's R1 penalty: compiled graphs cannot run double backward)
         sites = ctx.calls_to("deepspeed.initialize")
         training = [site for site in sites if _given_optimizer(site.node)]
         for site in sites:

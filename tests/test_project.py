@@ -4217,3 +4217,40 @@ def test_cudnn_switched_off_when_the_trainer_imports_a_module_is_found_there(run
         "evaluate.py:4:1: SF601 cuDNN is switched off (`torch.backends.cudnn.enabled = False`, when train.py imports "
         "this module): convolutions, recurrent layers and batch norm run PyTorch's own kernels, far slower than "
         "cuDNN's (impact: high)"]
+
+
+@pytest.mark.parametrize("imported", ["import pkg.modules.commons as commons", "from pkg.modules import commons"])
+def test_a_helper_that_a_lightning_training_step_calls_runs_every_step(run_cli, tmp_path, write, imported):
+    """so-vits-svc: the LightningModule's `training_step` logs `commons.clip_grad_value_(...)`,
+    a helper of another file that reads each parameter's gradient norm with `.item()`: a sync per
+    parameter tensor on every step (SF301), found in the helper's file."""
+    write("src/pkg/__init__.py", "")
+    write("src/pkg/modules/__init__.py", "")
+    write("src/pkg/modules/commons.py", """\
+        def clip_grad_value_(parameters, clip_value):
+            total_norm = 0
+            for p in parameters:
+                param_norm = p.grad.data.norm(2)
+                total_norm += param_norm.item() ** 2
+            return total_norm
+        """)
+    write("src/pkg/train.py", f"""\
+        import lightning.pytorch as pl
+        import torch
+        {imported}
+
+        class VitsLightning(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net_g = torch.nn.Conv1d(1, 1, 3)
+
+            def training_step(self, batch, batch_idx):
+                loss = self.net_g(batch).mean()
+                self.log("grad_norm_g", commons.clip_grad_value_(self.net_g.parameters(), None))
+                return loss
+
+        def train():
+            pl.Trainer(precision="bf16-mixed").fit(VitsLightning())
+        """)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    assert [line.split(" ")[:2] for line in result.stdout.splitlines()] == [["src/pkg/modules/commons.py:5:23:", "SF301"]]

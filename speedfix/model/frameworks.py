@@ -207,6 +207,15 @@ def is_lightning_class(ctx: FileContext, class_name: str | None) -> bool:
     return class_name is not None and ctx.is_subclass_of(class_name, *LIGHTNING_MODULE, *LIGHTNING_DATAMODULE)
 
 
+def lightning_manual_optimization(ctx: FileContext) -> bool:
+    """Does a LightningModule of this file optimize by hand (`self.automatic_optimization =
+    False`)? Its steps take turns (a GAN's generator, then its discriminator), so a backward
+    leaves the other networks' parameters without gradients: DDP has to look for them."""
+    return any(default_truth(ctx, assignment.value, assignment.stack) is False
+               and is_lightning_class(ctx, (owner := class_of_method(assignment.stack)) and owner.name.value)
+               for assignment in ctx.assignments.get("self.automatic_optimization", ()))
+
+
 def in_lightning_callback(ctx: FileContext, site: CallSite) -> bool:
     """Is the call in a hook of a Lightning `Callback` of this file (`on_fit_start(self, trainer,
     pl_module)`)? What it trains hangs off the LightningModule the Trainer owns."""

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
 from speedfix.project.steps import (CUDA_ATTRIBUTES, CUDA_DEFAULT_CALLS, CUDA_DEVICE_HELPERS, CUDA_OBJECTS, CUDNN_CHOICES, DATALOADER,
-                                    DETERMINISTIC_ALGORITHMS, LIGHTNING_CLI, LIGHTNING_DATAMODULE, LIGHTNING_MODULE,
-                                    LIGHTNING_TRAINER, MATMUL_LAYERS, MATMUL_PRECISION_CALLS, PAD_TO_LONGEST, TF32_CHOICES,
+                                    DETERMINISTIC_ALGORITHMS, HF_STEP_METHODS, LIGHTNING_CLI, LIGHTNING_DATAMODULE, LIGHTNING_MODULE,
+                                    LIGHTNING_STEP_HOOKS, LIGHTNING_TRAINER, MATMUL_LAYERS, MATMUL_PRECISION_CALLS, PAD_TO_LONGEST, TF32_CHOICES,
                                     MATMUL_METHODS, MODULE_API, NO_GRAD_CALLS, SYNC_SWITCHES, diffusers_conv_net,
                                     is_iterable_wrapper, is_loss_scaler_call, is_optimizer_name, layer_kind, makes_adapters,
                                     zoo_cnn)
@@ -1712,8 +1712,16 @@ class _Collector(ast.NodeVisitor):
         return f"{owner}.forward" if owner is not None else None
 
     def _hot_calls(self) -> Iterator[str | None]:
-        """Imported functions and methods of imported classes called on every step."""
-        return self._loop_calls([loop for loop in self.loops if loop.marker])
+        """Imported functions and methods of imported classes called on every step: in a loop
+        that steps, or in a method a framework runs every step (a LightningModule's or a Hugging
+        Face Trainer's `training_step`, Lightning's per-batch hooks), outside periodic guards
+        (so-vits-svc's `commons.clip_grad_value_(...)` in its `training_step`)."""
+        yield from self._loop_calls([loop for loop in self.loops if loop.marker])
+        for name, function in self.functions.items():
+            if function.class_name is not None and name.rpartition(".")[2] in _STEP_METHODS:
+                for callee in function.called:
+                    if not callee.startswith("self."):
+                        yield self.resolve(callee)
 
     def _loop_calls(self, loops: list[_Loop], *, every_maker: bool = False) -> Iterator[str | None]:
         """Imported functions and methods of imported classes that ``loops`` call outside a
@@ -1733,6 +1741,10 @@ class _Collector(ast.NodeVisitor):
                         yield f"{owner}.{rest}" if owner else None
                 else:
                     yield self.resolve(callee)
+
+
+# Methods a framework runs on every training step.
+_STEP_METHODS = frozenset({*HF_STEP_METHODS, *LIGHTNING_STEP_HOOKS})
 
 
 def _blocking_copy_of(node: ast.Call) -> str | None:
