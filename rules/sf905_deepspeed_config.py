@@ -13,7 +13,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import MARKERS, UNRESOLVED, DeepSpeedConfig, element, named_configs, offloaded, section
 from speedfix.model.hardware import pre_ampere_only
 from speedfix.model.versions import v
-from speedfix.rules._impact import Estimate, Finding, compile_gain
+from speedfix.rules._impact import Estimate, Finding, Impact, compile_gain, small_model
 from speedfix.syntax.nodes import code_of
 
 # DeepSpeed's default bucket size (elements) for gradient reduction and parameter all-gathers.
@@ -26,6 +26,7 @@ _LOSS_SCALING = frozenset(
 )
 
 
+_FP32 = 'the DeepSpeed config enables neither "bf16" nor "fp16": the engine trains in fp32'
 _COMPILE_NOTE = "the DeepSpeed engine runs the model eagerly"
 
 
@@ -113,8 +114,9 @@ class DeepSpeedConfigRule(Rule):
     what to change in it.
 
     ## Impact
-    Medium. The compile note is weighed as in SF501: low for a model of a billion parameters or
-    more, medium for a small one.
+    Medium. An engine that trains in fp32 is high, as SF202 weighs no mixed precision (medium
+    for a small model). The compile note is weighed as in SF501: low for a model of a billion
+    parameters or more, medium for a small one.
 
     ## Measured effect
     bf16 runs at fp16's tensor-core speed without loss scaling (PyTorch's AMP documentation);
@@ -309,6 +311,9 @@ class DeepSpeedConfigRule(Rule):
                             severity=severity, no_fix_reason="the dict is written in another file of the project")
 
     def impact_here(self, finding: Finding) -> Estimate | None:
+        if finding.message.startswith(_FP32):  # no mixed precision at all, weighed as SF202 weighs it
+            return small_model(self.ctx, Impact.MEDIUM) or Estimate(
+                Impact.HIGH, "an engine that trains in fp32: no matmul or convolution runs on the tensor cores")
         return compile_gain(self.ctx) if _COMPILE_NOTE in finding.message else None
 
     def _check_compile(self, configs: list[DeepSpeedConfig]) -> None:
@@ -351,8 +356,7 @@ class DeepSpeedConfigRule(Rule):
         if self._fp32(config, fp16, bf16):
             wanted = (f'`"fp16": {{"enabled": true}}` (the job scripts ask for {old_gpu} GPUs, which have no fast bf16)'
                       if old_gpu else '`"bf16": {"enabled": true}`')
-            yield (), ('the DeepSpeed config enables neither "bf16" nor "fp16": the engine trains in fp32; '
-                       f'{wanted} runs the matmuls on the tensor cores'), Severity.WARNING, None
+            yield (), (f'{_FP32}; {wanted} runs the matmuls on the tensor cores'), Severity.WARNING, None
         if fp16.get("enabled") is True and bf16.get("enabled") is not True and not old_gpu:
             yield ("fp16",), ('"fp16" trains with dynamic loss scaling (a scaled loss, skipped steps on overflow); on '
                               'Ampere and newer GPUs `"bf16": {"enabled": true}` runs as fast without loss scaling'), \

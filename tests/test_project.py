@@ -4254,3 +4254,62 @@ def test_a_helper_that_a_lightning_training_step_calls_runs_every_step(run_cli, 
         """)
     result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
     assert [line.split(" ")[:2] for line in result.stdout.splitlines()] == [["src/pkg/modules/commons.py:5:23:", "SF301"]]
+
+
+@pytest.mark.parametrize(("declared", "which"), [("setup.py", "`which stylegan2_deepspeed`"),
+                                                  ("setup.cfg", "$(which stylegan2_deepspeed)"),
+                                                  ("pyproject.toml", "stylegan2_deepspeed"),
+                                                  ("poetry", "`which stylegan2_deepspeed`")])
+def test_a_console_script_of_the_project_runs_its_module_in_launch_commands(run_cli, tmp_path, write, declared, which):
+    """stylegan2-deepspeed: the README runs `deepspeed \\`which stylegan2_deepspeed\\` --deepspeed
+    --deepspeed_config ./config/stylegan2.json`, a console script setup.py maps to `cli.py`'s
+    `main()` (no `__main__` block), which builds the trainer of `trainer.py`: the engine's config
+    is that JSON file, which enables neither bf16 nor fp16 (SF905, high: fp32 training)."""
+    write("pyproject.toml" if declared == "poetry" else declared, {
+        "setup.py": """\
+            from setuptools import setup, find_packages
+            setup(name="gan", packages=find_packages(),
+                  entry_points={"console_scripts": ["stylegan2_deepspeed = gan.cli:main"]})
+            """,
+        "setup.cfg": "[metadata]\nname = gan\n\n[options.entry_points]\nconsole_scripts =\n"
+                     "    stylegan2_deepspeed = gan.cli:main\n",
+        "pyproject.toml": '[project]\nname = "gan"\n\n[project.scripts]\nstylegan2_deepspeed = "gan.cli:main"\n',
+        "poetry": '[tool.poetry]\nname = "gan"\n\n[tool.poetry.scripts]\nstylegan2_deepspeed = "gan.cli:main"\n',
+    }[declared])
+    write("readme.md", f"""\
+        ```
+        deepspeed {which} --deepspeed --deepspeed_config ./config/stylegan2.json -d images
+        ```
+        """)
+    write("config/stylegan2.json", '{\n  "train_batch_size": 16,\n  "zero_optimization": {"stage": 0}\n}\n')
+    write("gan/__init__.py", "")
+    write("gan/cli.py", """\
+        import argparse
+        import deepspeed
+        from gan.trainer import Trainer
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("-d", "--data_dir")
+            parser = deepspeed.add_config_arguments(parser)
+            Trainer().train(parser.parse_args())
+        """)
+    write("gan/trainer.py", """\
+        import deepspeed
+        import torch
+        import torchvision
+
+        class Trainer:
+            def train(self, args):
+                model = torchvision.models.resnet50().cuda()
+                optimizer = torch.optim.Adam(model.parameters())
+                engine, optimizer, loader, _ = deepspeed.initialize(args=args, model=model, optimizer=optimizer)
+                for images in loader:
+                    loss = engine(images.cuda(non_blocking=True)).mean()
+                    engine.backward(loss)
+                    engine.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines()[0] == (
+        'config/stylegan2.json:1:1: SF905 the DeepSpeed config enables neither "bf16" nor "fp16": the engine trains in '
+        'fp32; `"bf16": {"enabled": true}` runs the matmuls on the tensor cores (impact: high)')

@@ -39,6 +39,7 @@ from weakref import WeakKeyDictionary
 import libcst as cst
 
 from speedfix.model.config_tree import load_mapping
+from speedfix.model.console_scripts import console_scripts
 from speedfix.model.context import FileContext
 from speedfix.model.project_files import Location, ProjectFiles, kept_for_scan
 from speedfix.syntax.names import dotted_name
@@ -368,18 +369,20 @@ def _find(ctx: FileContext) -> list[Launch]:
     project = ctx.project
     assert project is not None
     found: list[Launch] = []
-    runners = (project.script, *_wrappers(project), *_importing_scripts(ctx))
-    names = _runner_names(runners)
+    installed = console_scripts(project)
+    runners = (project.script, *_wrappers(project), *_importing_scripts(ctx, installed))
+    commands = {name: path for name, path in installed.items() if path in runners}
+    names = _runner_names(runners) | set(commands)
     for path in launch_files(project):
         text = project.text(path)
         if text is None or not any(name in text for name in names):
             continue  # no command there can run the script
         for logical_lines in kept_for_scan(("launch lines", path), lambda: _file_lines(path, text)):
-            found.extend(_commands(project, path, logical_lines, runners))
+            found.extend(_commands(project, path, logical_lines, runners, commands))
     docstring = _module_docstring(ctx)
     if docstring is not None:
         first, lines = docstring
-        found.extend(_commands(project, project.script, _logical_lines(first, lines), runners))
+        found.extend(_commands(project, project.script, _logical_lines(first, lines), runners, commands))
     if any((site.func or "").endswith(_ARGUMENT_FILE_READERS) for site in ctx.calls):
         found = [_with_argument_file(project, command) for command in found]
     return found
@@ -446,21 +449,25 @@ def _wrappers(project: ProjectFiles) -> list[Path]:
     return found
 
 
-def _importing_scripts(ctx: FileContext) -> list[Path]:
+def _importing_scripts(ctx: FileContext, installed: dict[str, Path]) -> list[Path]:
     """For a module with no `if __name__ == "__main__":` block, the scanned scripts that import
     it, in turn (``Links.entry_importers``): the commands that run them run its code
     (ChatGLM-Efficient-Tuning's `src/utils/common.py`, whose `prepare_args()` parses the
-    arguments of `train_sft.py`'s command line, through the package's `__init__.py`)."""
+    arguments of `train_sft.py`'s command line, through the package's `__init__.py`); and the
+    modules importing it that a console script of the project runs (``installed``:
+    stylegan2-deepspeed's `cli.py`, whose `main()` builds the trainer of `trainer.py`)."""
     project = ctx.project
-    if project is None or not ctx.links.entry_importers or any(
+    if project is None or not (ctx.links.entry_importers or installed) or any(
             isinstance(statement, cst.If) and is_main_guard(statement.test) for statement in ctx.module.body):
         return []
     found = []
-    for shown in ctx.links.entry_importers:
+    entries = set(installed.values())
+    for shown in (*ctx.links.entry_importers, *ctx.links.importers):
         path = Path(shown)
         if project.script.is_absolute() and not path.is_absolute():
             path = Path(os.path.normpath(Path.cwd() / path))
-        found.append(path)
+        if (shown in ctx.links.entry_importers or path in entries) and path not in found:
+            found.append(path)
     return found
 
 
@@ -605,11 +612,13 @@ def _expanded(lines: list[tuple[int, str, list[tuple[int, str]]]]) -> list[tuple
 
 
 def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, str, list[tuple[int, str]]]],
-              runners: tuple[Path, ...]) -> list[Launch]:
+              runners: tuple[Path, ...], installed: dict[str, Path]) -> list[Launch]:
     """The commands of ``logical_lines`` (of ``path``) that run the script, or one of ``runners``
-    (a file beside it that imports it and runs its entry point)."""
+    (a file beside it that imports it and runs its entry point), also through the console script
+    of the project that runs it (``installed``: `stylegan2_deepspeed`, or `` `which
+    stylegan2_deepspeed` `` after a launcher)."""
     found = []
-    names = _runner_names(runners)
+    names = _runner_names(runners) | set(installed)
     files = tuple(runner.name for runner in runners)
     for start, logical, physical in logical_lines:
         if not any(name in logical for name in names):
@@ -622,11 +631,15 @@ def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, 
             continue  # `accelerate launch train.py # arguments (same as above)`: its options are another command's
         for index, word in enumerate(words):
             module = words[index - 1] in _MODULE_FLAGS if index else False
-            if not module and not word.endswith(files):
+            command = installed.get(word.strip("`$()")) if installed else None
+            if command is None and not module and not word.endswith(files):
                 continue  # (``_names_script`` asks it first)
-            runner = next((runner for runner in runners if _names_script(project, path, word, module, runner)), None)
+            runner = command or next((runner for runner in runners if _names_script(project, path, word, module, runner)), None)
             if runner is not None and not _reads_the_file(words[:index]):
-                launch = _launch(path, start, physical, words[:index], words[index + 1:])
+                after = words[index + 1:]
+                if command is not None and after[:1] == [")"]:
+                    after = after[1:]  # `$(which name)`: the script's options follow the substitution
+                launch = _launch(path, start, physical, words[:index], after)
                 if runner != project.script:
                     launch = replace(launch, direct=False)
                 found.append(launch)
