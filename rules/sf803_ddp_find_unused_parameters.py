@@ -35,8 +35,8 @@ class DdpFindUnusedParameters(Rule):
     Not in a script that does not train (an evaluation that spreads its batches over the GPUs
     with Accelerate), nor where no run builds the wrapper: behind `if distributed:` with
     `distributed = False` set in the script, or an option off by default that no launch command
-    of the project passes. Nor where a model class of the file calls one of its submodules only
-    in some forward passes (`if not uncond_fwd: self.reference_unet(...)`, an `if` on an
+    of the project passes. Nor where a model class of the file, or of a scanned module it
+    imports, calls one of its submodules only in some forward passes (`if not uncond_fwd: self.reference_unet(...)`, an `if` on an
     argument of `forward`, or code after one that returns), nor where a LightningModule of the
     file optimizes by hand (`self.automatic_optimization = False`: a GAN's generator and
     discriminator steps take turns, each backward leaving the other's parameters without

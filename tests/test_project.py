@@ -4313,3 +4313,53 @@ def test_a_console_script_of_the_project_runs_its_module_in_launch_commands(run_
     assert result.stdout.splitlines()[0] == (
         'config/stylegan2.json:1:1: SF905 the DeepSpeed config enables neither "bf16" nor "fp16": the engine trains in '
         'fp32; `"bf16": {"enabled": true}` runs the matmuls on the tensor cores (impact: high)')
+
+
+@pytest.mark.parametrize("forward", ["if exists(cond_images):\n                    x = x + self.cond_proj(cond_images)",
+                                     "x = x + self.cond_proj(cond_images)"])
+def test_ddp_keeps_find_unused_parameters_for_a_model_of_another_file_that_skips_submodules(
+        run_cli, tmp_path, write, forward):
+    """imagen-pytorch: trainer.py asks Accelerate's DDP for `find_unused_parameters=True` (its
+    `Accelerator(**{...})` may get more keywords, none by default: no DeepSpeed there), and the
+    Unet of imagen_pytorch.py projects its conditioning images only when given some: a step
+    without them leaves that layer without gradients, so the flag is needed (no SF803). A Unet
+    that always runs it gets the finding."""
+    write("imagen_pytorch.py", f"""\
+        from torch import nn
+
+        def exists(value):
+            return value is not None
+
+        class Unet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 3, 3)
+                self.cond_proj = nn.Conv2d(3, 3, 1)
+
+            def forward(self, x, cond_images=None):
+                x = self.conv(x)
+                {forward}
+                return x
+        """)
+    write("trainer.py", """\
+        import torch
+        from accelerate import Accelerator, DistributedDataParallelKwargs
+        from imagen_pytorch import Unet
+
+        def train(loader, accelerate_kwargs={}):
+            accelerator = Accelerator(**{
+                "mixed_precision": "bf16",
+                "kwargs_handlers": [DistributedDataParallelKwargs(find_unused_parameters=True)],
+                **accelerate_kwargs})
+            unet = Unet()
+            optimizer = torch.optim.Adam(unet.parameters(), fused=True)
+            unet, optimizer, loader = accelerator.prepare(unet, optimizer, loader)
+            for images in loader:
+                accelerator.backward(unet(images).mean())
+                optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF803", "--no-summary", cwd=tmp_path)
+    expected = [] if forward.startswith("if") else [
+        "trainer.py:8:29: SF803 `find_unused_parameters=True` walks the autograd graph again after every forward pass "
+        "(impact: medium)"]
+    assert result.stdout.splitlines() == expected

@@ -514,9 +514,12 @@ def accelerate_single_process(ctx: FileContext) -> bool:
 def _accelerate_runs(ctx: FileContext, kind: str) -> bool:
     """Given a `<kind>_plugin=`, or launched that way by every command whose config file can be
     read (and by one at least): a command naming a file the project does not hold (a docstring's
-    `--config_file fsdp_config.yaml`) does not speak."""
-    if any(not find_argument(ctx, site, f"{kind}_plugin").missing for site in ctx.calls_to(*ACCELERATOR)):
-        return True
+    `--config_file fsdp_config.yaml`) does not speak; nor does a `**kwargs` that may hold the
+    plugin (imagen-pytorch's `Accelerator(**{..., **accelerate_kwargs})`, empty by default)."""
+    for site in ctx.calls_to(*ACCELERATOR):
+        plugin = find_argument(ctx, site, f"{kind}_plugin")
+        if not plugin.missing and not plugin.unknown:
+            return True
     says: set[bool] = set()
     for command in launch.launches(ctx):
         distributed = _config_file_value(ctx, command, "distributed_type")

@@ -1158,8 +1158,12 @@ def skips_submodules(ctx: FileContext) -> str | None:
     """A module class of this file whose `forward` calls one of its submodules only in some
     calls: under an `if` on one of its arguments (`if not uncond_fwd: self.reference_unet(...)`),
     or after an `if` on one that returns. In the steps that skip it, the submodule's parameters
-    get no gradient (DDP then needs `find_unused_parameters=True`). Its name, or None. A test of
-    `self.training` alone does not count: a training step always takes the same branch."""
+    get no gradient (DDP then needs `find_unused_parameters=True`). Its name, or None (or the
+    module the file imports that has one: ``Links.skips_submodules``, imagen-pytorch's Unet with
+    its optional conditioning, trained in trainer.py). A test of `self.training` alone does not
+    count: a training step always takes the same branch."""
+    if ctx.links.skips_submodules is not None:
+        return ctx.links.skips_submodules
     for name, info in ctx.classes.items():
         if not is_module_class(ctx, name):
             continue

@@ -171,6 +171,9 @@ class ModuleFacts:
     # chooses cuDNN's algorithms or switches it off at module level, outside any `if`: a choice the
     # files that import it make with it (crnn's evaluate.py: `torch.backends.cudnn.enabled = False`)
     cudnn_at_import: bool = False
+    # a module class of its top level whose `forward` calls a submodule only in some calls (under
+    # an `if` on an argument, or after one that returns): DDP needs `find_unused_parameters` there
+    skips_submodules: bool = False
     # functions of this file handed to an imported function: (callee, slot as in ``arguments_given``,
     # the function's name): `train_step(..., forward_step_func=forward_step)`
     handed_functions: tuple[tuple[str, str, str], ...] = ()
@@ -237,6 +240,7 @@ class ModuleFacts:
             unpinned_loaders=bool(record.get("unpinned_loaders", False)),
             cuda_default=bool(record.get("cuda_default", False)),
             cudnn_at_import=bool(record.get("cudnn_at_import", False)),
+            skips_submodules=bool(record.get("skips_submodules", False)),
             class_layers=tuple((str(name), tuple((str(c), tuple(map(str, a)), int(t)) for c, a, t in calls),
                                 tuple(map(str, params))) for name, calls, params in record.get("class_layers", ())),
             cudnn=bool(record["cudnn"]),
@@ -587,6 +591,7 @@ class _Collector(ast.NodeVisitor):
         self.cuda_default = [False, False]  # CUDA made the default for new tensors: anywhere, at module level
         self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
         self.cudnn_at_top = False  # ... at module level
+        self.skips_submodules = False
         self.tf32 = False  # a choice of the fp32 matmul precision, anywhere
         self.class_bases: list[tuple[str, tuple[str, ...]]] = []
         self.returned_dicts: dict[str, str | None] = {}  # function -> its returned dict (None: returns differ)
@@ -639,6 +644,7 @@ class _Collector(ast.NodeVisitor):
             layers = self._class_layers(node)
             if layers is not None:
                 self.class_layers.append(layers)
+            self.skips_submodules = self.skips_submodules or _skips_submodules(node)
         self.class_stack.append(node.name)
         self.class_names.add(node.name)
         for statement in node.body:  # a config class: `class Config: device = "cuda"`
@@ -1429,6 +1435,7 @@ class _Collector(ast.NodeVisitor):
             class_layers=tuple(self.class_layers),
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
             cudnn_at_import=self.cudnn_at_top,
+            skips_submodules=self.skips_submodules,
             tf32=self.tf32_at_top or (self.tf32 and self.entry),
             class_bases=tuple(self.class_bases),
             returned_dicts=tuple((name, data) for name, data in sorted(self.returned_dicts.items()) if data is not None),
@@ -1741,6 +1748,39 @@ class _Collector(ast.NodeVisitor):
                         yield f"{owner}.{rest}" if owner else None
                 else:
                     yield self.resolve(callee)
+
+
+def _skips_submodules(node: ast.ClassDef) -> bool:
+    """Does the class's `forward` call a submodule (`self.name(...)`, not a method of the class)
+    only in some calls: under an `if` on one of its arguments, or after such an `if` that returns?
+    (What ``networks.skips_submodules`` asks of the file's own classes.)"""
+    methods = {s.name for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
+    if forward is None:
+        return False
+    args = forward.args
+    arguments = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)} - {"self"}
+    return bool(arguments) and _gated_call(forward.body, arguments, methods, gated=False)
+
+
+def _gated_call(statements: list[ast.stmt], arguments: set[str], methods: set[str], *, gated: bool) -> bool:
+    for statement in statements:
+        if isinstance(statement, ast.If):
+            on_argument = any(isinstance(n, ast.Name) and n.id in arguments for n in ast.walk(statement.test))
+            if any(_gated_call(branch, arguments, methods, gated=gated or on_argument)
+                   for branch in (statement.body, statement.orelse)):
+                return True
+            if on_argument and statement.body and isinstance(statement.body[-1], ast.Return):
+                gated = True  # `if return_features: return x`: what follows runs only in some calls
+        elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try)):
+            inner = [getattr(statement, "body", []), getattr(statement, "orelse", [])]
+            if any(_gated_call(block, arguments, methods, gated=gated) for block in inner):
+                return True
+        elif gated and any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                           and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"
+                           and n.func.attr not in methods for n in ast.walk(statement)):
+            return True
+    return False
 
 
 # Methods a framework runs on every training step.

@@ -52,6 +52,8 @@ What a file learns (``Links``):
   function the script's loaders take), or None;
 - ``cudnn_imported``: a module it imports, in turn, that chooses cuDNN's algorithms or switches
   cuDNN off when imported (module level: crnn's evaluate.py, imported by train.py), or None;
+- ``skips_submodules``: a module it imports, in turn, with a module class whose `forward` calls
+  a submodule only in some calls (DDP needs `find_unused_parameters` for it), or None;
 - ``trained_by``: the file of a scan that imports it (in turn) and holds a training loop: this
   one is its library, whose `if __name__ == "__main__":` block is a self-test (unless a launch
   command runs it);
@@ -144,6 +146,8 @@ class Links:
     # a module it imports, in turn, that chooses cuDNN's algorithms (or switches cuDNN off) at
     # import (as shown): the process has made its choice there
     cudnn_imported: str | None = None
+    # a module it imports, in turn, whose module class calls a submodule only in some forward passes
+    skips_submodules: str | None = None
     trained_by: str | None = None  # an importer's file (as shown) that holds a training loop: this one is its library
     # the library (as shown) holding the training loop of a script that imports this file too
     # (``_imported_beside_a_trainer``): a run builds with this file what that library trains
@@ -214,6 +218,7 @@ class Links:
             "unpinned_loaders": self.unpinned_loaders,
             "cuda_default": self.cuda_default,
             "cudnn_imported": self.cudnn_imported,
+            "skips_submodules": self.skips_submodules,
             "trained_by": self.trained_by,
             "beside_trainer": self.beside_trainer,
             "options": [list(option) for option in self.options],
@@ -498,6 +503,7 @@ def link(
     unpinned = _imported_by(facts, prefixes, lambda module: module.unpinned_loaders, show)
     cuda_defaults = _importing(facts, prefixes, lambda module: module.cuda_default, show)
     cudnn_imported = _importing(facts, prefixes, lambda module: module.cudnn_at_import, show)
+    skipping = _importing(facts, prefixes, lambda module: module.skips_submodules, show)
     tf32 = _imported_by(helpers, prefixes, lambda module: module.tf32, show)
     overrides = _stepping_overrides(facts, prefixes)
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
@@ -540,6 +546,7 @@ def link(
             unpinned_loaders=unpinned.get(path),
             cuda_default=cuda_defaults.get(path),
             cudnn_imported=cudnn_imported.get(path),
+            skips_submodules=skipping.get(path),
             stepping_overrides=tuple(sorted(overrides.get(path, ()))),
             trained_by=trained_by.get(path),
             beside_trainer=beside.get(path),
