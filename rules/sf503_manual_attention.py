@@ -155,6 +155,27 @@ class ManualAttention(Rule):
                     return out
             """
         ),
+        Valid(  # so-vits-svc (VITS): the probabilities go to a helper that multiplies them with relative values
+            """
+            import math
+            import torch
+            from torch import nn
+            from torch.nn import functional as F
+
+            class MultiHeadAttention(nn.Module):
+                def attention(self, query, key, value):
+                    scores = torch.matmul(query / math.sqrt(self.k_channels), key.transpose(-2, -1))
+                    p_attn = self.drop(F.softmax(scores, dim=-1))
+                    output = torch.matmul(p_attn, value)
+                    if self.window_size is not None:
+                        relative_weights = self._absolute_position_to_relative_position(p_attn)
+                        output = output + self._matmul_with_relative_values(relative_weights, self.emb_rel_v)
+                    return output
+
+                def _matmul_with_relative_values(self, x, y):
+                    return torch.matmul(x, y.unsqueeze(0))
+            """
+        ),
         Valid(  # a softmax over dim 2 of 4-D scores normalises over the queries: no attention SDPA computes
             """
             import torch

@@ -849,7 +849,9 @@ class LightningTrainerConfig(Rule):
             if lightning_module_in_sixteen_bit(self.ctx):
                 return False  # the module's weights are 16-bit already: no fp32 matmuls for bf16 or TF32 to speed up
             default = '"32"' if self._lightning_1x(site) else '"32-true"'
-            written = f"`precision` defaults to {default}" if precision.missing else f"`precision={_shown(value)}`"
+            written = f"`precision` defaults to {default}" if precision.missing else f"`precision={_shown(value)}`" \
+                if not isinstance(precision.node, cst.IfExp) \
+                else f"`precision` is {_shown(value)} with the defaults of the project's options and run configs"
             if lightning_before_bf16(self.ctx.project):  # nuwave's pytorch_lightning==1.1.6: `precision=16` or an upgrade
                 self.report(precision.arg or site.node,
                             f"`{what}` trains in fp32 ({written}): mixed precision runs on the tensor cores",

@@ -4363,3 +4363,46 @@ def test_ddp_keeps_find_unused_parameters_for_a_model_of_another_file_that_skips
         "trainer.py:8:29: SF803 `find_unused_parameters=True` walks the autograd graph again after every forward pass "
         "(impact: medium)"]
     assert result.stdout.splitlines() == expected
+
+
+@pytest.mark.parametrize(("folder", "other"), [("configs", "false"), ("pkg/preprocessing/config_templates", "false"),
+                                               ("configs", "true")])
+def test_a_trainer_precision_from_a_config_every_run_config_sets_is_read(run_cli, tmp_path, write, folder, other):
+    """so-vits-svc: `precision=("16-mixed" if hparams.train.fp16_run else "bf16-mixed" if
+    hparams.train.get("bf16_run", False) else 32)`, where `hparams` is loaded from a JSON file
+    named on the command line: every config template of the project says `"fp16_run": false` and
+    none sets `bf16_run`, so the run trains in fp32 (SF901, no fix: the config decides). Where
+    the templates disagree, the precision is unknown: nothing is said about it."""
+    write("pyproject.toml", '[project]\nname = "pkg"\n')
+    write("pkg/__init__.py", "")
+    write("pkg/utils.py", "import json\n\ndef get_hparams(path):\n    return json.load(open(path))\n")
+    write(f"{folder}/base.json", '{"train": {"fp16_run": false, "epochs": 10}}\n')
+    write(f"{folder}/quickvc.json", '{"train": {"fp16_run": %s, "epochs": 20}}\n' % other)
+    write("pkg/train.py", """\
+        import lightning.pytorch as pl
+        import torch
+        from . import utils
+
+        class Net(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv1d(1, 1, 3)
+
+            def training_step(self, batch, batch_idx):
+                return self.conv(batch).mean()
+
+        def train(config_path):
+            hparams = utils.get_hparams(config_path)
+            trainer = pl.Trainer(
+                max_epochs=hparams.train.epochs,
+                precision=("16-mixed" if hparams.train.fp16_run else "bf16-mixed" if hparams.train.get("bf16_run", False)
+                           else 32),
+                benchmark=True,
+            )
+            trainer.fit(torch.compile(Net()))
+        """)
+    result = run_cli("scan", ".", "--select", "SF901", "--no-summary", cwd=tmp_path)
+    fp32 = [line for line in result.stdout.splitlines() if "trains in fp32" in line]
+    assert fp32 == ([] if other == "true" else [
+        "pkg/train.py:17:9: SF901 `Trainer` trains in fp32 (`precision` is 32 with the defaults of the project's options "
+        "and run configs): bf16 mixed precision runs on the tensor cores (impact: high)"])

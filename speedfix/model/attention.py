@@ -886,7 +886,8 @@ def weights_multiplied_again(attention: Attention, scope: cst.CSTNode) -> bool:
     """Do the attention's weights also go into another product, directly or through names bound
     from them (VITS's relative-position attention: `relative_weights =
     self._absolute_position_to_relative_position(attn_probs)`, then `torch.matmul(relative_weights,
-    value_relative_embeddings)` added to the output)? Then they are part of what the layer
+    value_relative_embeddings)` added to the output, or a helper named for the product doing it:
+    `self._matmul_with_relative_values(relative_weights, ...)`)? Then they are part of what the layer
     computes, which SDPA cannot give: no attention it replaces."""
     chain = {id(name) for name in attention.chain_names}
     tainted = {name.value for name in attention.chain_names}
@@ -902,7 +903,7 @@ def weights_multiplied_again(attention: Attention, scope: cst.CSTNode) -> bool:
         operands: list[cst.BaseExpression] = []
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
             operands = [node.left, node.right]
-        elif isinstance(node, cst.Call) and (dotted_name(node.func) or "").rsplit(".", 1)[-1] in _PRODUCTS:
+        elif isinstance(node, cst.Call) and _is_product((dotted_name(node.func) or "").rsplit(".", 1)[-1]):
             operands = [arg.value for arg in node.args]
         if node is not attention.output and any(_reads_outside(operand, tainted, chain) for operand in operands):
             return True
@@ -910,6 +911,12 @@ def weights_multiplied_again(attention: Attention, scope: cst.CSTNode) -> bool:
 
 
 _PRODUCTS = frozenset({"matmul", "bmm", "einsum", "mm"})
+
+
+def _is_product(name: str) -> bool:
+    """A product: torch's, or a helper named for one (so-vits-svc's and Glow-TTS's
+    `self._matmul_with_relative_values(relative_weights, embeddings)`)."""
+    return name in _PRODUCTS or any(word in name for word in ("matmul", "bmm", "einsum"))
 
 
 def _reads_outside(expr: cst.BaseExpression, names: set[str], chain: set[int]) -> bool:

@@ -27,6 +27,7 @@ The files are read through ``ProjectFiles`` (inside the project, as data, record
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -34,15 +35,17 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.config_tree import Node, is_interpolation, load_mapping
+from speedfix.model.config_tree import ConfigError, Node, is_interpolation, load
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.project_classes import module_path
 from speedfix.model.project_files import ProjectFiles
 from speedfix.project.facts import ModuleFacts, extract_facts
 
-FOLDERS = ("configs", "config", "conf", "cfgs", "cfg", "experiments")
-_SUFFIXES = (".yaml", ".yml")
+FOLDERS = ("configs", "config", "conf", "cfgs", "cfg", "experiments", "configs_template")
+# folders not looked into for a config folder: data, outputs, tests
+_SKIPPED = re.compile(r"^(?:data|datasets?|outputs?|runs|logs|checkpoints|tests?|docs?|assets|images|results)$", re.I)
+_SUFFIXES = (".yaml", ".yml", ".json")
 _DEPTH = 3  # subfolders of a config folder searched
 _MAX_FILES = 300
 # the key that names the class a mapping builds (hydra 0.x wrote `class:` beside `params:`)
@@ -148,12 +151,29 @@ def _read(ctx: FileContext) -> list[tuple[Path, Node]]:
         for name in FOLDERS:
             if name in subfolders:
                 collect(base / name, _DEPTH)
+    for sub in project.subfolders(project.folder):  # beside the script, one level down: so-vits-svc's
+        if sub.name not in FOLDERS and not _SKIPPED.search(sub.name):  # `preprocessing/config_templates/`
+            for inner in project.subfolders(sub):
+                if "config" in inner.name.lower():
+                    collect(inner, _DEPTH)
     found = []
     for path in paths:
-        tree = load_mapping(project, path)
+        tree = _quiet_mapping(project, path)
         if tree is not None:
             found.append((path, tree))
     return found
+
+
+def _quiet_mapping(project: ProjectFiles, path: Path) -> Node | None:
+    """The mapping at the top of a run config, or None, without a note when it cannot be read:
+    nothing names these files (a DeepSpeed `ds_config_TEMPLATE.json` with placeholders)."""
+    if project.quiet_text(path) is None:
+        return None
+    try:
+        tree = load(project, path)
+    except ConfigError:
+        return None
+    return tree if tree is not None and isinstance(tree.value, dict) else None
 
 
 def configured_value(ctx: FileContext, node: cst.BaseExpression) -> Node | None:
@@ -162,18 +182,48 @@ def configured_value(ctx: FileContext, node: cst.BaseExpression) -> Node | None:
     scalar at `train.num_workers` in the project's run configs, when every config that sets it
     agrees. Two attributes at least (`args.workers` is an option, not a config section), and
     never `self.`."""
+    keys = _config_keys(ctx, node)
+    found = configured_at(ctx, keys) if keys is not None else None
+    return found if found else None
+
+
+def configured_get(ctx: FileContext, node: cst.Call) -> Node | bool | None:
+    """`hps.train.get("bf16_run", False)` on such a config: the agreed scalar (``configured_value``);
+    False when no run config sets the key (the `.get` default holds); None when they differ, or
+    the call is no such `.get`."""
+    func = node.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "get" and node.args
+            and isinstance(node.args[0].value, cst.SimpleString) and node.args[0].keyword is None):
+        return None
+    key = node.args[0].value.evaluated_value
+    keys = _config_keys(ctx, func.value, at_least=1)
+    return configured_at(ctx, (*keys, key)) if keys is not None and isinstance(key, str) else None
+
+
+def configured_at(ctx: FileContext, keys: tuple[str, ...]) -> Node | bool | None:
+    """The scalar every run config that sets ``keys`` gives them; False when none does, though
+    some hold the section around them (`train:` without `bf16_run`); None when they differ, hold a
+    mapping or list, or no run config has the section."""
+    files = run_configs(ctx).files
+    found = [value for _path, tree in files if (value := tree.get(*keys)) is not None]
+    if not found:
+        sections = [section for _path, tree in files if (section := tree.get(*keys[:-1])) is not None]
+        return False if any(isinstance(section.value, dict) for section in sections) else None
+    if len({repr(value.value) for value in found}) != 1 or isinstance(found[0].value, (dict, list)):
+        return None
+    return found[0]
+
+
+def _config_keys(ctx: FileContext, node: cst.BaseExpression, at_least: int = 2) -> tuple[str, ...] | None:
+    """`hp.train.num_workers` -> ("train", "num_workers"): the attributes read from a name that
+    is no import nor `self`, ``at_least`` of them."""
     path: list[str] = []
     while isinstance(node, cst.Attribute):
         path.append(node.attr.value)
         node = node.value
-    if not isinstance(node, cst.Name) or node.value == "self" or len(path) < 2 or node.value in ctx.imports.bindings:
+    if not isinstance(node, cst.Name) or node.value == "self" or len(path) < at_least or node.value in ctx.imports.bindings:
         return None
-    keys = tuple(reversed(path))
-    found = [value for _path, tree in run_configs(ctx).files if (value := tree.get(*keys)) is not None]
-    scalars = {repr(value.value) for value in found}
-    if not found or len(scalars) != 1 or isinstance(found[0].value, (dict, list)):
-        return None
-    return found[0]
+    return tuple(reversed(path))
 
 
 def _target(node: Node) -> str | None:

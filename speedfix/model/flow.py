@@ -29,6 +29,7 @@ from speedfix.model.arguments import (
     option_read, parameter_default,
     passed_through_star_kwargs, run_option_default,
 )
+from speedfix.model.config_files import configured_get, configured_value
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Frame, FrameKind, Stack, class_of, function_of
 from speedfix.model.hydra_config import config_of
@@ -507,6 +508,10 @@ def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
         configured = _hydra_value(ctx, node)  # `args.model.compile` of `@hydra.main`'s composed config
         if configured is not None:
             return configured
+    if field is None and isinstance(node, cst.Attribute):
+        agreed = configured_value(ctx, node)  # `hps.train.fp16_run`: what every run config of the project says
+        if agreed is not None:
+            return agreed.value
     if field is None and isinstance(node, cst.Attribute) and (imported := imported_option_default(ctx, node, stack)) is not None:
         # `args.local_rank` of a parser another file builds; a launch command may set it instead
         field = None if launch.option_passed(ctx, node.attr.value) else imported
@@ -822,7 +827,7 @@ def _place(ctx: FileContext, statement: cst.CSTNode) -> int:
 
 def _derived_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
     """A string method's result, an element of a known sequence, a negated number, an item of
-    a function's `**kwargs` (`kwargs.get("fp16", False)`)."""
+    a function's `**kwargs` (`kwargs.get("fp16", False)`), a run config's `.get` (``configured_get``)."""
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _STRING_METHODS:
         return _string_method(ctx, node, stack, depth)
     if (item := _star_kwargs_item(ctx, node, stack, depth)) is not _UNKNOWN:
@@ -837,6 +842,12 @@ def _derived_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, dep
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
         value = _default_value(ctx, node.expression, stack, depth)
         return -value if _is_number(value) else _UNKNOWN
+    if isinstance(node, cst.Call) and len(node.args) <= 2:  # `hps.train.get("bf16_run", False)` of the run configs
+        configured = configured_get(ctx, node)
+        if configured is False:  # no run config sets the key
+            return _default_value(ctx, node.args[1].value, stack, depth + 1) if len(node.args) == 2 else None
+        if configured is not None:
+            return configured.value
     return _UNKNOWN
 
 

@@ -17,7 +17,7 @@ from speedfix.model.config_files import run_configs
 from speedfix.model.config_tree import ConfigError, load
 from speedfix.model.context import FileContext
 from speedfix.model.deepspeed_config import DEEPSPEED_INITIALIZE
-from speedfix.model.flow import assigned_name, default_truth, is_returned, taken_on_a_gpu
+from speedfix.model.flow import assigned_name, default_truth, is_returned, literal_value, taken_on_a_gpu
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.index import CallSite
 from speedfix.model.loaded_config import loaded_node
@@ -76,7 +76,11 @@ def lightning_precision(ctx: FileContext, site: CallSite) -> tuple[str | None, A
     if precision.missing:
         return "32", precision
     number = literal_int(ctx, precision.node, site.stack)
-    return (str(number) if number is not None else string_value(ctx, precision.node, site.stack)), precision
+    text = str(number) if number is not None else string_value(ctx, precision.node, site.stack)
+    if text is None and precision.node is not None:  # `"16-mixed" if hps.train.fp16_run else 32`
+        value = literal_value(ctx, precision.node, site.stack)
+        text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    return text, precision
 
 
 def fabric_in_fp32(ctx: FileContext) -> bool:
