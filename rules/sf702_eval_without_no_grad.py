@@ -154,6 +154,29 @@ class EvalWithoutNoGrad(Rule):
     effect = "No autograd graph or saved activations in evaluation: fairchem's fell from up to 8 GB to 2 GB."
 
     VALID = [
+        Valid(  # SR-GNN: the output read through a lambda goes on into the loss (no host-only forward)
+            """
+            import torch
+            from torch import nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(8, 8)
+
+                def forward(self, x):
+                    return self.fc(x)
+
+            net = Net().cuda()
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for x in loader:
+                hidden = net(x.cuda(non_blocking=True))
+                get = lambda i: hidden[i]
+                loss = torch.stack([get(i) for i in range(4)]).sum()
+                loss.backward()
+                opt.step()
+            """
+        ),
         Valid(  # trlx: the loop's only forward pass is a method of the class that runs it under no_grad
             """
             import torch

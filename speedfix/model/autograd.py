@@ -141,7 +141,7 @@ def called_without_grad(ctx: FileContext, function: cst.FunctionDef) -> bool:
 
 _PARENTS: WeakKeyDictionary[FileContext, dict[int, dict[int, cst.CSTNode]]] = WeakKeyDictionary()
 # Per file: a statement's (or block's) reads of each variable, by the node's id.
-_LOADS: WeakKeyDictionary[FileContext, dict[int, dict[str, list[cst.Name]]]] = WeakKeyDictionary()
+_LOADS: WeakKeyDictionary[FileContext, dict[int, dict[str, list[cst.CSTNode]]]] = WeakKeyDictionary()
 
 
 def feeds_environment(ctx: FileContext, site: CallSite) -> bool:
@@ -271,7 +271,7 @@ class _Flow:
         reached = self._reached(name, statement)
         return reached is not None and all(self.leaves(load, depth) for load in reached)
 
-    def _reached(self, name: str, statement: cst.BaseStatement) -> list[cst.Name] | None:
+    def _reached(self, name: str, statement: cst.BaseStatement) -> list[cst.CSTNode] | None:
         """The reads of ``name`` that its value, assigned at ``statement``, may reach: the
         statements after it in its block up to one that assigns the name again, then those after
         the compound statement around it, and, in a loop, the whole loop body (the next turn).
@@ -295,7 +295,7 @@ class _Flow:
         return loads
 
 
-    def _loads(self, node: cst.CSTNode) -> dict[str, list[cst.Name]]:
+    def _loads(self, node: cst.CSTNode) -> dict[str, list[cst.CSTNode]]:
         """The reads of each variable in ``node``, found once per file (a statement is searched
         for every name assigned before it)."""
         found = self.loads.get(id(node))
@@ -340,14 +340,18 @@ def _rebinds(statement: cst.BaseStatement, name: str) -> bool:
     )
 
 
-def _loads(scope: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> dict[str, list[cst.Name]]:
-    """Reads of each variable in ``scope`` (not assignment targets, attributes or keywords)."""
-    loads: dict[str, list[cst.Name]] = {}
+def _loads(scope: cst.CSTNode, parents: dict[int, cst.CSTNode]) -> dict[str, list[cst.CSTNode]]:
+    """Reads of each variable in ``scope`` (not assignment targets, attributes or keywords); a
+    lambda, comprehension or nested function that reads it counts as a read where it stands
+    (SR-GNN's `get = lambda i: hidden[i][alias_inputs[i]]`: the value goes on with `get`)."""
+    loads: dict[str, list[cst.CSTNode]] = {}
     todo = [scope]
     while todo:
         node = todo.pop()
         for child in child_nodes(node):
             if type(child) in SCOPES:
+                for name in {n.value for n in walk_expression(child) if type(n) is cst.Name}:
+                    loads.setdefault(name, []).append(child)
                 continue
             todo.append(child)
             if type(child) is cst.Name and not _stored(child, parents):
