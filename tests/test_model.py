@@ -20,6 +20,7 @@ from speedfix.model.devices import cpu_by_default, uses_cuda
 from speedfix.model.flow import off_by_default
 from speedfix.model.frames import class_of_method, in_inference_branch
 from speedfix.model.frameworks import trainer_fits
+from speedfix.model.launch import _held_command, _words
 from speedfix.model.loaded_config import section_keys
 from speedfix.model.networks import optimized_module, optimizer_factories
 from speedfix.model.scale import named_for_evaluation, trains_narrow_mlps_only
@@ -476,3 +477,17 @@ def test_the_fast_text_searches_find_what_the_regular_expressions_find(text):
     for name in ("train", "eval", "modules", "é"):
         found = len(re.findall(rf"\b{re.escape(name)}\b", text))
         assert _count(name, text) == found and _has_word(name, text) is (found > 0)
+
+
+_SHELL_PIECES = ["datasets=", "(", ")", "$train_set", " ", "x=", "'", '"', "python", "train.py", "--fp16", "=", "\\",
+                 "`", "$(", "which", "a", "#", "&&", ";", "|", "<", ">", "{", "}", "${x}", "VAR=\"a b\"", "\t", "é"]
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(_SHELL_PIECES), max_size=14).map("".join))
+def test_any_shell_line_splits_into_words_without_raising(line):
+    """A launch file's line, whatever it holds (wavenet_vocoder's bash array `datasets=($a $b)`
+    left `datasets=` as a word with an empty value), gives words or none: never an exception that
+    would cost the training script its analysis."""
+    words = _held_command(_words(line))
+    assert all(isinstance(word, str) for word in words)

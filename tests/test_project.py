@@ -4406,3 +4406,33 @@ def test_a_trainer_precision_from_a_config_every_run_config_sets_is_read(run_cli
     assert fp32 == ([] if other == "true" else [
         "pkg/train.py:17:9: SF901 `Trainer` trains in fp32 (`precision` is 32 with the defaults of the project's options "
         "and run configs): bf16 mixed precision runs on the tensor cores (impact: high)"])
+
+
+def test_a_launch_script_with_a_bash_array_costs_the_script_nothing(run_cli, tmp_path, write):
+    """wavenet_vocoder's egs/*/run.sh sets `datasets=($train_set $dev_set $eval_set)` and
+    `eval_checkpoint=` beside the command that runs train.py: the script keeps its findings, and
+    the command is still read (its `--preset` reaches the script)."""
+    write("egs/mulaw256/run.sh", """\
+        train_set="train_no_dev"
+        datasets=($train_set $dev_set $eval_set)
+        eval_checkpoint=
+        python ../../train.py --preset=conf/mulaw256.json --dump-root=dump
+        """)
+    write("train.py", """\
+        import torch
+
+        def main():
+            model = torch.nn.Linear(8, 8).cuda()
+            optimizer = torch.optim.Adam(model.parameters(), fused=True)
+            for x in torch.utils.data.DataLoader(range(8), num_workers=4, pin_memory=True):
+                loss = model(x.cuda(non_blocking=True)).sum()
+                loss.backward()
+                optimizer.step()
+                print(loss.item())
+
+        if __name__ == "__main__":
+            main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    assert [line.split(" ")[:2] for line in result.stdout.splitlines()] == [["train.py:10:15:", "SF301"]]
+    assert "internal error" not in result.stderr + result.stdout

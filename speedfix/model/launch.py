@@ -677,7 +677,7 @@ def _held_command(words: list[str]) -> list[str]:
     value = match.group(1)
     if any(char.isspace() for char in value):  # a quoted value with options in it
         return [*_words(value), *words[1:]]
-    if value[:1] in "'\"" and not value.endswith(value[0]) and len(words) > 1:
+    if value[:1] in ("'", '"') and not value.endswith(value[0]) and len(words) > 1:
         return [value[1:], *words[1:]]  # a quote that never closes: the rest of the line is the value
     return words
 
