@@ -4410,21 +4410,27 @@ def test_a_trainer_precision_from_a_config_every_run_config_sets_is_read(run_cli
 
 def test_a_launch_script_with_a_bash_array_costs_the_script_nothing(run_cli, tmp_path, write):
     """wavenet_vocoder's egs/*/run.sh sets `datasets=($train_set $dev_set $eval_set)` and
-    `eval_checkpoint=` beside the command that runs train.py: the script keeps its findings, and
-    the command is still read (its `--preset` reaches the script)."""
+    `eval_checkpoint=` before the command that runs train.py: the script keeps its analysis, and
+    the command is read (its `--num_workers 8` overrides the default of 0: no SF101)."""
     write("egs/mulaw256/run.sh", """\
         train_set="train_no_dev"
         datasets=($train_set $dev_set $eval_set)
         eval_checkpoint=
-        python ../../train.py --preset=conf/mulaw256.json --dump-root=dump
+        python ../../train.py --num_workers 8 --dump-root=dump
         """)
     write("train.py", """\
+        import argparse
         import torch
+        import torchvision
 
         def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--num_workers", type=int, default=0)
+            args = parser.parse_args()
             model = torch.nn.Linear(8, 8).cuda()
             optimizer = torch.optim.Adam(model.parameters(), fused=True)
-            for x in torch.utils.data.DataLoader(range(8), num_workers=4, pin_memory=True):
+            dataset = torchvision.datasets.ImageFolder("data", transform=torchvision.transforms.ToTensor())
+            for x, y in torch.utils.data.DataLoader(dataset, num_workers=args.num_workers, pin_memory=True):
                 loss = model(x.cuda(non_blocking=True)).sum()
                 loss.backward()
                 optimizer.step()
@@ -4433,6 +4439,6 @@ def test_a_launch_script_with_a_bash_array_costs_the_script_nothing(run_cli, tmp
         if __name__ == "__main__":
             main()
         """)
-    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
-    assert [line.split(" ")[:2] for line in result.stdout.splitlines()] == [["train.py:10:15:", "SF301"]]
+    result = run_cli("scan", ".", "--select", "SF101,SF301", "--no-summary", cwd=tmp_path)
+    assert [line.split(" ")[:2] for line in result.stdout.splitlines()] == [["train.py:16:15:", "SF301"]]
     assert "internal error" not in result.stderr + result.stdout
