@@ -4442,3 +4442,62 @@ def test_a_launch_script_with_a_bash_array_costs_the_script_nothing(run_cli, tmp
     result = run_cli("scan", ".", "--select", "SF101,SF301", "--no-summary", cwd=tmp_path)
     assert [line.split(" ")[:2] for line in result.stdout.splitlines()] == [["train.py:16:15:", "SF301"]]
     assert "internal error" not in result.stderr + result.stdout
+
+
+def test_a_project_file_no_script_can_read_is_noted_once(run_cli, tmp_path, write, monkeypatch):
+    """FlagEmbedding: a Latin-1 `run.py` that every other script's project search meets was noted
+    under each of them (40 times); the note is said once, under the first file."""
+    script = """\
+        import torch
+
+        if __name__ == "__main__":
+            model = torch.nn.Linear(2, 2).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in range(3):
+                model(torch.ones(2, device="cuda")).sum().backward()
+                opt.step()
+        """
+    write("a.py", script)
+    write("b.py", script)
+    (tmp_path / "c.py").write_bytes(b"# caf\xe9\nimport torch\n")
+    for _cold_then_cached in range(2):
+        result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)
+        monkeypatch.delenv("SPEEDFIX_NO_CACHE", raising=False)  # the second scan, with a cache kept by the first
+        assert [line for line in result.stderr.splitlines() + result.stdout.splitlines() if "not read" in line] == [
+            "a.py: note: c.py: not read, it is not UTF-8 text"]
+    result = run_cli("scan", ".", "--no-summary", cwd=tmp_path)  # every file's record from the cache
+    assert [line for line in result.stderr.splitlines() + result.stdout.splitlines() if "not read" in line] == [
+        "a.py: note: c.py: not read, it is not UTF-8 text"]
+    assert (tmp_path / ".speedfix_cache").is_dir()
+
+
+def test_a_launch_file_the_reader_cannot_follow_costs_only_its_commands(run_cli, tmp_path, write, monkeypatch):
+    """Should a launch script hold a line the command reader fails on, the script keeps its
+    findings and the report names the launch file."""
+    from speedfix.model import launch
+
+    def fails(words):
+        raise IndexError("string index out of range")
+
+    monkeypatch.setattr(launch, "_held_command", fails)
+    write("run.sh", "python train.py --epochs 3\n")
+    write("train.py", """\
+        import argparse
+        import torch
+
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--workers", type=int, default=0)
+            args = parser.parse_args()
+            model = torch.nn.Linear(2, 2).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in torch.utils.data.DataLoader(range(4), num_workers=args.workers):
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                opt.step()
+                print(loss.item())
+        """)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", cwd=tmp_path)
+    assert [line.split(" ")[1] for line in result.stdout.splitlines() if line.startswith("train.py:1")] == ["SF301"]
+    assert "run.sh: its commands were not read (IndexError: string index out of range)" in result.stdout + result.stderr
+    assert "internal error" not in result.stdout + result.stderr

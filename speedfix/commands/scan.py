@@ -151,7 +151,7 @@ def _record(analysis: Analysis) -> dict:
     return {
         "error": None if error is None else error.__dict__,
         "findings": [to_record(f) for f in analysis.findings],
-        "notes": [note.message for note in analysis.notes],
+        "notes": [[note.message, True] if note.shared else note.message for note in analysis.notes],
         "inputs": analysis.inputs,
     }
 
@@ -162,7 +162,8 @@ def _from_record(record: dict) -> Analysis:
         path="",
         findings=[from_record(f) for f in record["findings"]],
         error=None if error is None else FileError(**error),
-        notes=[Note("", str(message)) for message in record.get("notes", [])],
+        notes=[Note("", str(note[0]), shared=True) if isinstance(note, list) and note else Note("", str(note))
+               for note in record.get("notes", [])],
         inputs={str(k): str(v) for k, v in record.get("inputs", {}).items()},
     )
 
@@ -452,6 +453,7 @@ def scan_paths(
     if cache is not None:
         cache.save()
     superseded = superseded_files(targets, paths, links)
+    said: set[str] = set()  # the project's notes said already (a file no script could read)
     for index, target in enumerate(targets):
         analysis = analyses[index]
         shown = display_path(target.path)  # cached records may come from another folder
@@ -472,7 +474,8 @@ def scan_paths(
         if analysis.error is not None:
             result.errors.append(analysis.error)
         result.findings.extend(analysis.findings)
-        result.notes.extend(analysis.notes)
+        result.notes.extend(note for note in analysis.notes if not note.shared or note.message not in said)
+        said.update(note.message for note in analysis.notes if note.shared)
     result.notes.extend(pinned)
     result.findings = _one_per_place(result.findings)
     result.findings = _one_per_step(result.findings)

@@ -193,7 +193,7 @@ def analyze(
     result.module, result.context = module, context
     result.findings = locate(findings, module, source, path, suppressions, top_of)
     result.inputs = dict(project.inputs)
-    result.notes.extend(Note(path, problem) for problem in dict.fromkeys(project.problems))
+    result.notes.extend(Note(path, problem, shared=True) for problem in dict.fromkeys(project.problems))
     note = unchecked_loop_note(context, rule_classes)
     if note is not None:
         result.notes.append(Note(path, note))

@@ -44,6 +44,9 @@ class Note:
 
     path: str
     message: str
+    # about the project rather than the file (another file that could not be read): said once per
+    # scan, under the first file that met it
+    shared: bool = False
 
     def render(self) -> str:
         return f"{self.path}: note: {self.message}"

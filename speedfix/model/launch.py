@@ -377,8 +377,12 @@ def _find(ctx: FileContext) -> list[Launch]:
         text = project.text(path)
         if text is None or not any(name in text for name in names):
             continue  # no command there can run the script
-        for logical_lines in kept_for_scan(("launch lines", path), lambda: _file_lines(path, text)):
-            found.extend(_commands(project, path, logical_lines, runners, commands))
+        try:
+            for logical_lines in kept_for_scan(("launch lines", path), lambda: _file_lines(path, text)):
+                found.extend(_commands(project, path, logical_lines, runners, commands))
+        except (ValueError, IndexError, KeyError) as exc:  # a line this reader cannot follow costs that
+            # file's commands, not the script's analysis
+            project.note(path, f"its commands were not read ({type(exc).__name__}: {exc})")
     docstring = _module_docstring(ctx)
     if docstring is not None:
         first, lines = docstring
