@@ -8,12 +8,13 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, Transfo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
-from speedfix.model.flow import if_chain_top
+from speedfix.model.flow import comes_before, if_chain_top
 from speedfix.model.frames import Stack
 from speedfix.model.workload import Samples, hand_written_batches, training_samples
 from speedfix.model.index import CallSite, LoopInfo
 from speedfix.model.loader_classes import dataloader_calls
-from speedfix.model.patterns import BatchNames, draws_next, is_cpu_device, is_dtype, narrow_to_class, without_layout_calls
+from speedfix.model.patterns import (BatchNames, device_placing_call, draws_next, is_cpu_device, is_dtype, narrow_to_class,
+                                     unwrap_iterable, without_layout_calls)
 from speedfix.rules._impact import Estimate, Finding, Impact, unpinned_training_loaders
 from speedfix.syntax.blocks import statement_owner
 from speedfix.project.steps import is_iterable_wrapper
@@ -429,6 +430,44 @@ class BlockingTransfer(Rule):
                     optimizer.step()
             """
         ),
+        Valid(  # audiolm: unpacked from next() of a trainer's iterator over the loader it prepared (the same
+            # name drawn from an unprepared validation loader every 100 steps)
+            """
+            import torch
+            from accelerate import Accelerator
+            from torch import nn
+
+            def cycle(dl):
+                while True:
+                    for data in dl:
+                        yield data
+
+            class Trainer(nn.Module):
+                def __init__(self, model, dataloader, valid_dataloader, optim):
+                    super().__init__()
+                    self.accelerator = Accelerator(mixed_precision="bf16")
+                    (self.model, self.optim, self.dl) = self.accelerator.prepare(model, optim, dataloader)
+                    self.dl_iter = cycle(self.dl)
+                    self.valid_dl_iter = cycle(valid_dataloader)
+                    self.steps = 0
+
+                def train_step(self):
+                    wave, = next(self.dl_iter)
+                    wave = wave.to(self.accelerator.device)
+                    self.accelerator.backward(self.model(wave).mean())
+                    self.optim.step()
+                    self.steps += 1
+                    if self.steps % 100 == 0:
+                        wave, = next(self.valid_dl_iter)
+                        wave = wave.to(self.accelerator.device, non_blocking=True)
+                        with torch.no_grad():
+                            print(self.model(wave).mean())
+
+                def train(self):
+                    while True:
+                        self.train_step()
+            """
+        ),
         Valid(  # drawn with next() from a prepared loader that a generator repeats: on the device already
             """
             from accelerate import Accelerator
@@ -534,6 +573,34 @@ class BlockingTransfer(Rule):
                 loss = criterion(predict, target)
                 loss.backward()
                 optimizer.step()
+            """,
+        ),
+        Invalid(  # wavenet_vocoder: a step function's parameters, two copied in one statement, one on the next line
+            """
+            import torch
+
+            def train_step(device, model, optimizer, x, y, input_lengths):
+                x, y = x.to(device), y.to(device)
+                input_lengths = input_lengths.to(device)
+                loss = model(x, input_lengths).sub(y).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+
+            for x, y, input_lengths in torch.utils.data.DataLoader(dataset, num_workers=4, pin_memory=True):
+                train_step(torch.device("cuda"), model, optimizer, x, y, input_lengths)
+            """,
+            fixed="""
+            import torch
+
+            def train_step(device, model, optimizer, x, y, input_lengths):
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                input_lengths = input_lengths.to(device, non_blocking=True)
+                loss = model(x, input_lengths).sub(y).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+
+            for x, y, input_lengths in torch.utils.data.DataLoader(dataset, num_workers=4, pin_memory=True):
+                train_step(torch.device("cuda"), model, optimizer, x, y, input_lengths)
             """,
         ),
         Invalid(  # Wave-U-Net: the input, then each target of a dict in a loop over its keys: one transfer
@@ -853,19 +920,23 @@ class BlockingTransfer(Rule):
             return "none" if self._narrow_class is not None else "unsafe"
         if self._narrow_class is not None and isinstance(receiver, cst.Name) and receiver.value not in self.batches.values:
             return "none"
-        return "unsafe" if self._may_be_batch_object(receiver, site.stack) else "safe"
+        return "unsafe" if self._may_be_batch_object(receiver, site) else "safe"
 
-    def _may_be_batch_object(self, receiver: cst.BaseExpression, stack: Stack) -> bool:
+    def _may_be_batch_object(self, receiver: cst.BaseExpression, site: CallSite) -> bool:
         """A whole batch (`for batch in loader: batch.to(device)`) or a parameter is whatever
         the collate function made: transformers' `BatchEncoding.to()` took no `non_blocking`
-        before 4.48. Parts of a batch (`x, y = batch`, `batch["input_ids"]`) are tensors."""
+        before 4.48. Parts of a batch (`x, y = batch`, `batch["input_ids"]`) are tensors; the
+        copy's own statement says nothing of where the name comes from (wavenet_vocoder's
+        `x, y = x.to(device), y.to(device)` of two parameters)."""
         if not isinstance(receiver, cst.Name):
             return False
         ctx, name = self.ctx, receiver.value
         if name in self.batches.values:  # `v` of `batch.items()`: a tensor of the batch
             return False
-        function = ctx.function_of(stack)
+        function = ctx.function_of(site.stack)
         for assignment in ctx.assignments_in(function, name):
+            if assignment.statement is site.statement and site.statement is not None:
+                continue
             if assignment.unpacked or isinstance(assignment.value, (cst.Subscript, cst.Attribute)):
                 return False
         info = self._for_loops.get((function, name))
@@ -892,6 +963,8 @@ class BlockingTransfer(Rule):
         receiver = without_layout_calls(func.value)
         if not self.batches.is_batch(receiver, site.stack) or self.batches.moved_before(receiver, site.stack, site.statement):
             return False  # (a batch moved above already: copying it again is a no-op)
+        if self._drawn_placed(receiver, site):
+            return False
         if hand_written_batches(ctx, site.stack):
             return False  # batches of a project's own iterator: nothing pins them
         if not find_argument(ctx, site, "non_blocking").missing or _sets_more_positionally(site):
@@ -904,6 +977,20 @@ class BlockingTransfer(Rule):
         if is_dtype(ctx, device.node) or is_cpu_device(ctx, device.node, site.stack):
             return False
         return True
+
+    def _drawn_placed(self, receiver: cst.BaseExpression, site: CallSite) -> bool:
+        """Does the name's last assignment before the copy draw it with `next()` from a loader
+        whose batches a framework moves to the device (audiolm's `wave, = next(self.dl_iter)` of an
+        `accelerator.prepare`d loader), though the same name is drawn from another loader elsewhere
+        in the function (its validation batches, every N steps)?"""
+        if not isinstance(receiver, cst.Name) or site.statement is None:
+            return False
+        before = [a for a in self.ctx.assignments_in(self.ctx.function_of(site.stack), receiver.value)
+                  if a.statement is not None and a.statement is not site.statement
+                  and comes_before(self.ctx, a.statement, site.statement)]
+        last = before[-1].value if before else None
+        return last is not None and draws_next(last) and device_placing_call(
+            self.ctx, unwrap_iterable(last.args[0].value)) is not None  # type: ignore[attr-defined]
 
     def _all_loaders_pinned(self) -> bool:
         loaders = dataloader_calls(self.ctx)

@@ -371,6 +371,37 @@ class NoMixedPrecision(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # DALLE-pytorch: a DeepSpeed-style config whose "fp16" section is off by default names no precision
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--fp16", action="store_true")
+            args = parser.parse_args()
+            deepspeed_config = {"train_batch_size": 8, "fp16": {"enabled": args.fp16}}
+            model = torch.nn.Transformer().cuda()
+            optimizer = torch.optim.Adam(model.parameters(), fused=True)
+            for src, tgt in loader:
+                loss = model(src.cuda(), tgt.cuda()).mean()
+                loss.backward()
+                optimizer.step()
+            """,
+            fixed="""
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--fp16", action="store_true")
+            args = parser.parse_args()
+            deepspeed_config = {"train_batch_size": 8, "fp16": {"enabled": args.fp16}}
+            model = torch.nn.Transformer().cuda()
+            optimizer = torch.optim.Adam(model.parameters(), fused=True)
+            for src, tgt in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(src.cuda(), tgt.cuda()).mean()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # NVIDIA apex only under `--fp16`, off by default: the default run trains in fp32
             """
             import argparse

@@ -25,7 +25,8 @@ def _at(findings: list[dict], code: str) -> list[tuple[str, int]]:
 
 
 # the rule's own example: NVIDIA apex only under `--fp16`, off by default
-APEX_BEHIND_A_FLAG = next(example.code for example in NoMixedPrecision.INVALID if "--fp16" in example.code)
+APEX_BEHIND_A_FLAG = next(example.code for example in NoMixedPrecision.INVALID
+                          if "--fp16" in example.code and "amp.initialize" in example.code)
 
 
 def test_apex_behind_a_flag_that_is_off_by_default_is_no_precision_of_the_run(write, run_cli, tmp_path):

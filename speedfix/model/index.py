@@ -532,6 +532,13 @@ class FileIndex(NameBindings, Visitor):
         elif attr in _LOW_PRECISION and (attr != "half" or (isinstance(node.value, cst.Name) and node.value.value == "torch")):
             self._low_precision()  # `torch.bfloat16`, `torch.half`; `args.half` is an option's name (`.half()`: visit_Call)
 
+    def visit_DictElement(self, node: cst.DictElement) -> None:
+        # `"fp16": {"enabled": args.fp16}` (a DeepSpeed config): its `enabled` value decides, not the key
+        if isinstance(node.key, cst.SimpleString) and isinstance(node.value, cst.Dict) and any(
+                isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString)
+                and element.key.evaluated_value == "enabled" for element in node.value.elements):
+            self._option_words.add(id(node.key))
+
     def _low_precision(self) -> None:
         self.mentions_low_precision = True
         self.low_precision_at.append((self._statement, self.stack))

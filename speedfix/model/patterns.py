@@ -512,10 +512,14 @@ class BatchNames:
                         self.values.add(node.target.value)
 
     def _add_next_batches(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
-        """`x, y = next(batches)` or `next(iter(loader))` in a training loop: a batch."""
+        """`x, y = next(batches)` or `next(iter(loader))` in a training loop: a batch, unless a
+        framework moves the loader's batches to the device (audiolm's `wave, = next(self.dl_iter)`
+        with `self.dl_iter = cycle(self.dl)` of an `accelerator.prepare`d loader)."""
         for target, assignments in self.ctx.assignments.items():
             for assignment in assignments:
-                if draws_next(assignment.value) and self.ctx.in_training_loop(assignment.stack):
+                value = assignment.value
+                if draws_next(value) and self.ctx.in_training_loop(assignment.stack) \
+                        and not _device_placed(self.ctx, unwrap_iterable(value.args[0].value)):  # type: ignore[attr-defined]
                     result.setdefault(self.ctx.function_of(assignment.stack), set()).add(target)
 
     def _add_callee_parameters(self, result: dict[cst.CSTNode | None, set[str]]) -> None:
