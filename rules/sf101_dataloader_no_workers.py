@@ -852,6 +852,11 @@ class DataloaderNoWorkers(Rule):
         late = late_value(ctx, site, "num_workers")
         if late is not None and literal_int(ctx, late.value, late.stack) != 0:
             return  # `loader.num_workers = 16` afterwards: SF105 says where the value belongs
+        if workers.missing and workers.passed:  # `**kwargs` some callers fill with `num_workers=` and others do not
+            self.report(site.node, "`DataLoader` loads every batch in the main process where its callers leave "
+                        "`num_workers` out of the `**kwargs` they pass",
+                        no_fix_reason="the callers that pass `num_workers` would get it twice: pass it in the others")
+            return
         if workers.missing:
             self._report_with_fix(site, "`DataLoader` loads every batch in the main process (`num_workers` is not set)")
             return

@@ -16,6 +16,7 @@ from speedfix.model.context import FileContext
 from speedfix.model.devices import uses_cuda
 from speedfix.model.versions import TorchVersion
 from speedfix.project import extract_facts, link
+from speedfix.project.linker import LEFT_OUT
 from speedfix.syntax.walk import walk_batched
 
 # The layout of most research code: the device in config.py, the network in models.py, the loop
@@ -395,7 +396,8 @@ def test_functions_re_exported_by_a_package_are_linked(tmp_path):
 @pytest.mark.parametrize("second, expected", [
     ('make(a, **{"num_workers": 2, "pin_memory": True})', (("make", "num_workers", "2"), ("make", "pin_memory", "True"))),
     ('make(a, **{"num_workers": 8, "pin_memory": True})', (("make", "num_workers", ""), ("make", "pin_memory", "True"))),
-    ('make(a, **{"num_workers": 2})', ()),  # the calls pass different keys: the default may apply
+    ('make(a, **{"num_workers": 2})', (("make", "num_workers", "2"), ("make", "pin_memory", LEFT_OUT))),  # one call
+    # leaves `pin_memory` out: the default holds there
     ("make(a, **options)", ()),  # keys that cannot be read
 ])
 def test_kwargs_forwarded_by_every_caller_are_known_only_when_they_agree(tmp_path, second, expected):
@@ -4501,3 +4503,49 @@ def test_a_launch_file_the_reader_cannot_follow_costs_only_its_commands(run_cli,
     assert [line.split(" ")[1] for line in result.stdout.splitlines() if line.startswith("train.py:1")] == ["SF301"]
     assert "run.sh: its commands were not read (IndexError: string index out of range)" in result.stdout + result.stderr
     assert "internal error" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("others", ["", "num_workers=8, "])
+def test_a_loader_helper_whose_callers_leave_num_workers_out_of_its_kwargs(run_cli, tmp_path, write, others):
+    """audiolm-pytorch: `get_dataloader(ds, **kwargs)` in the package's data.py builds every
+    loader; one trainer passes `num_workers=`, the other leaves it out, so that trainer's loader
+    runs in the main process (SF101, no fix: the first caller would get it twice). The package
+    also holds a module named like itself (audiolm_pytorch/audiolm_pytorch.py), which its files'
+    `from audiolm_pytorch.data import ...` does not mean."""
+    write("audiolm_pytorch/__init__.py", "")
+    write("audiolm_pytorch/audiolm_pytorch.py", "class AudioLM:\n    pass\n")
+    write("audiolm_pytorch/data.py", """\
+        import torchaudio
+        from torch.utils.data import DataLoader, Dataset
+
+        class SoundDataset(Dataset):
+            def __init__(self, files):
+                self.files = files
+
+            def __len__(self):
+                return len(self.files)
+
+            def __getitem__(self, index):
+                return torchaudio.load(self.files[index])[0]
+
+        def get_dataloader(ds, pad_to_longest=True, **kwargs):
+            return DataLoader(ds, **kwargs)
+        """)
+    write("audiolm_pytorch/trainer.py", f"""\
+        import torch
+        from audiolm_pytorch.data import SoundDataset, get_dataloader
+
+        def train(model, files, steps):
+            optimizer = torch.optim.Adam(model.parameters(), fused=True)
+            first = get_dataloader(SoundDataset(files), batch_size=4, num_workers=8, pin_memory=True)
+            second = get_dataloader(SoundDataset(files), batch_size=4, {others}pin_memory=True)
+            for loader in (first, second):
+                for wave in loader:
+                    loss = model(wave.cuda(non_blocking=True)).mean()
+                    loss.backward()
+                    optimizer.step()
+        """)
+    result = run_cli("scan", ".", "--select", "SF101", "--no-summary", cwd=tmp_path)
+    assert result.stdout.splitlines() == ([] if others else [
+        "audiolm_pytorch/data.py:15:12: SF101 `DataLoader` loads every batch in the main process where its callers leave "
+        "`num_workers` out of the `**kwargs` they pass (impact: high)"])

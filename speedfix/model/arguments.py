@@ -26,6 +26,7 @@ from speedfix.model.index import Assignment, CallSite
 from speedfix.model.imported_parser import imported_options
 from speedfix.model.project_classes import dataclass_field, object_field
 from speedfix.project.facts import DICT_CHANGES
+from speedfix.project.linker import LEFT_OUT
 from speedfix.project.steps import LIGHTNING_DATAMODULE
 from speedfix.syntax.names import dotted_name
 from speedfix.syntax.nodes import integer_value, is_main_guard, walk_expression
@@ -42,7 +43,9 @@ class ArgValue:
     state: State
     node: cst.BaseExpression | None = None
     arg: cst.Arg | None = None  # set when the value is written in the call itself
-    passed: bool = False  # the value another file's call passes through `**kwargs` (an option there, maybe)
+    # the value another file's call passes through `**kwargs` (an option there, maybe); with MISSING:
+    # some calls pass it, others leave it out (the default holds there)
+    passed: bool = False
 
     @property
     def missing(self) -> bool:
@@ -179,6 +182,8 @@ def _passed_by_callers(ctx: FileContext, name: str, key: str, stack: Stack) -> A
         return UNKNOWN
     if key not in given:
         return MISSING
+    if given[key] == LEFT_OUT:
+        return ArgValue(State.MISSING, passed=True)  # some calls pass it, others leave the default
     return ArgValue(State.KNOWN, cst.parse_expression(given[key]), passed=True) if given[key] else UNKNOWN
 
 

@@ -117,8 +117,8 @@ class Links:
     # its classes other files build, with the flags each construction needs (ModuleFacts.gated_constructions)
     built_under: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # what other files pass to its functions' `**kwargs` (`make_loaders(args, **kwargs)`): (function,
-    # key, the value's repr, "" when it is unknown or the callers differ); only functions whose
-    # every such call passes a dict literal
+    # key, the value's repr, "" when it is unknown or the callers differ, ``LEFT_OUT`` when some
+    # call does not pass the key); only functions whose every such call passes known keys
     kwargs: tuple[tuple[str, str, str], ...] = ()
     # networks of another file's classes that other files hand to its module-level functions (YOLO
     # tutorials' `fit_one_epoch(model_train, ...)` with `model_train = YoloBody(...).train()`):
@@ -402,6 +402,11 @@ class _Resolver:
             # Python takes the first folder of its path that holds the top name, and looks no
             # further: NGCF's `from NGCF import NGCF` in `NGCF/main.py` is `NGCF/NGCF.py`'s class,
             # not the module `NGCF.NGCF` of the package the folder above holds
+            if len(parts) > 2 and parts[0] == path.parent.name and self.module_file(path.parent, []) is not None:
+                # audiolm_pytorch/data.py's `from audiolm_pytorch.utils import f`: a module path of
+                # two parts names a package, the one the file lies in, not the module
+                # `audiolm_pytorch.py` beside it (NGCF's `from NGCF import NGCF` may mean either)
+                folders = [folder for folder in folders if folder != path.parent]
             first = next((folder for folder in folders if self.module_file(folder, parts[:1]) not in (None, skip)), None)
             if first is not None:
                 folders = [first]
@@ -491,7 +496,8 @@ def link(
     methods_used = _methods_used(facts, prefixes)
     kwargs = _kwargs_given(facts, prefixes)
     exported = {path: _exported(path, module, prefixes, facts) for path, module in facts.items()}
-    arguments = _arguments_given(facts, prefixes, exported)
+    arguments, keywords = _arguments_given(facts, prefixes, exported)
+    kwargs = _merged_kwargs(kwargs, keywords)
     networks = _networks_handed(facts, prefixes)
     on_device = _moving_objects_handed(facts, prefixes)
     # a script that chooses them through a helper it calls (`setup_basics()` of utils/gen_utils.py)
@@ -1157,18 +1163,41 @@ def _kwargs_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str,
                 given.setdefault(hit, {}).setdefault(key, set()).add(value)
     found: dict[Path, list[tuple[str, str, str]]] = {}
     for (target, function), keys in sorted(given.items()):
-        if (target, function) in unknown or len(keys.pop("#", ())) != 1:
-            continue  # a call whose keys are unknown, or calls that pass different keys
+        if (target, function) in unknown:
+            continue  # a call whose keys are unknown
+        passed = [set(filter(None, listed.split(","))) for listed in keys.pop("#", ())]  # each call's keys
         found.setdefault(target, []).extend(
-            (function, key, values.pop() if len(values) == 1 else "") for key, values in sorted(keys.items()))
+            (function, key, LEFT_OUT if any(key not in call for call in passed) else values.pop() if len(values) == 1
+             else "") for key, values in sorted(keys.items()))
     return {path: tuple(items) for path, items in found.items()}
 
 
+def _merged_kwargs(*found: dict[Path, tuple[tuple[str, str, str], ...]]) -> dict[Path, tuple[tuple[str, str, str], ...]]:
+    """``Links.kwargs`` from dict literals splatted into calls and from keywords no parameter
+    takes: a key both give differently is unknown ("")."""
+    merged: dict[Path, dict[tuple[str, str], str]] = {}
+    for items in found:
+        for path, entries in items.items():
+            for function, key, value in entries:
+                known = merged.setdefault(path, {})
+                known[(function, key)] = value if known.get((function, key), value) == value else ""
+    return {path: tuple((function, key, value) for (function, key), value in sorted(entries.items()))
+            for path, entries in merged.items()}
+
+
+# The value of a `**kwargs` key that some call leaves out (audiolm's `get_dataloader(ds, **kwargs)`,
+# given `num_workers=` by one trainer and not by three others): the callee's default holds there.
+LEFT_OUT = "\0left out"
+
+
 def _arguments_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
-                     exported: dict[Path, ModuleFacts]) -> dict[Path, tuple[tuple[str, str, str], ...]]:
+                     exported: dict[Path, ModuleFacts]
+                     ) -> tuple[dict[Path, tuple[tuple[str, str, str], ...]], dict[Path, tuple[tuple[str, str, str], ...]]]:
     """What the calls of other files pass to the parameters of each file's module-level
     functions (see ``Links.arguments``), also of a function a package's `__init__.py` imports
-    from a module beside it (``_re_exported``) and of one a star import binds (``_star_names``)."""
+    from a module beside it (``_re_exported``) and of one a star import binds (``_star_names``);
+    and, as ``Links.kwargs`` holds them, the keywords that no parameter takes, which go to the
+    function's `**kwargs` (audiolm's `get_dataloader(ds, batch_size=..., num_workers=...)`)."""
     calls: dict[tuple[Path, str], list[tuple[str, ...]]] = {}  # the slots each call passes
     values: dict[tuple[Path, str], dict[str, set[str]]] = {}  # slot -> the values passed there
     for path, module in facts.items():
@@ -1188,18 +1217,26 @@ def _arguments_given(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[s
             else:
                 values.setdefault(hit, {}).setdefault(slot, set()).add(value)
     found: dict[Path, list[tuple[str, str, str]]] = {}
+    extra: dict[Path, list[tuple[str, str, str]]] = {}
     for (target, function), slots in sorted(values.items()):
         if "*" in slots:
             found.setdefault(target, []).append((function, "*", ""))
             continue
-        for index, param in enumerate(_callable_params(facts[target], function) or ()):
+        params = _callable_params(facts[target], function) or ()
+        for index, param in enumerate(params):
             passed = [str(index) in call or param in call for call in calls.get((target, function), ())]
             if not any(passed):
                 continue  # no call passes it: its default holds
             given = slots.get(str(index), set()) | slots.get(param, set())
             agreed = all(passed) and len(given) == 1
             found.setdefault(target, []).append((function, param, next(iter(given)) if agreed else ""))
-    return {path: tuple(items) for path, items in found.items()}
+        for key, given in sorted(slots.items()):  # keywords no parameter takes: the function's `**kwargs`
+            if key.isdigit() or key in params:
+                continue
+            left_out = any(key not in call for call in calls.get((target, function), ()))
+            extra.setdefault(target, []).append(
+                (function, key, LEFT_OUT if left_out else next(iter(given)) if len(given) == 1 else ""))
+    return {path: tuple(items) for path, items in found.items()}, {path: tuple(items) for path, items in extra.items()}
 
 
 def _constructions(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]], show: Callable[[Path], str]
