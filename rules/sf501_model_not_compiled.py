@@ -63,7 +63,8 @@ class ModelNotCompiled(Rule):
     that `tyro.cli`, `pyrallis` or `HfArgumentParser` fills) does not compile its default run and
     is reported, without a fix; one whose option defaults to on is left alone. A script that
     differentiates a backward pass (`torch.autograd.grad(..., create_graph=True)` for a gradient
-    penalty, as StyleGAN2's R1 and path-length regularisers do) is left alone too: compiled
+    penalty, as StyleGAN2's R1 and path-length regularisers do; or a scanned module it imports,
+    as a potential's forces do) is left alone too: compiled
     graphs do not support double backward, so compiling would make it raise. So is a network
     that multiplies sparse matrices (a graph convolution's `torch.spmm(adj, support)`, in its own
     class or in a layer class of another scanned file): Dynamo cannot trace sparse tensors and

@@ -4549,3 +4549,45 @@ def test_a_loader_helper_whose_callers_leave_num_workers_out_of_its_kwargs(run_c
     assert result.stdout.splitlines() == ([] if others else [
         "audiolm_pytorch/data.py:15:12: SF101 `DataLoader` loads every batch in the main process where its callers leave "
         "`num_workers` out of the `**kwargs` they pass (impact: high)"])
+
+
+@pytest.mark.parametrize("create_graph", ["self.training", "False"])
+def test_no_compile_advice_where_an_imported_module_differentiates_a_gradient(run_cli, tmp_path, write, create_graph):
+    """schnetpack: the model's forces are `grad(energy, positions, create_graph=self.training)`
+    in atomistic/response.py, and the loss on them differentiates that gradient again, which
+    compiled graphs cannot run: cli.py, which trains the model, gets no compile advice (it does
+    where the gradient is not differentiated again)."""
+    write("potential.py", f"""\
+        import torch
+        from torch import nn
+        from torch.autograd import grad
+
+        class Potential(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Sequential(nn.Linear(3, 256), nn.SiLU(), nn.Linear(256, 1))
+
+            def forward(self, positions):
+                energy = self.net(positions).sum()
+                forces = -grad([energy], [positions], create_graph={create_graph})[0]
+                return energy, forces
+        """)
+    write("train.py", """\
+        import torch
+        from potential import Potential
+
+        def main():
+            model = Potential().cuda()
+            optimizer = torch.optim.Adam(model.parameters(), fused=True)
+            for positions, target in torch.utils.data.DataLoader(range(8), num_workers=4, pin_memory=True):
+                positions = positions.cuda(non_blocking=True).requires_grad_()
+                energy, forces = model(positions)
+                loss = (forces - target.cuda(non_blocking=True)).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+
+        if __name__ == "__main__":
+            main()
+        """)
+    result = run_cli("scan", ".", "--select", "SF501", "--no-summary", cwd=tmp_path)
+    assert [line.split(" ")[1] for line in result.stdout.splitlines()] == ([] if create_graph != "False" else ["SF501"])

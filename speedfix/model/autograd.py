@@ -382,14 +382,16 @@ _TARGETED = frozenset({cst.AssignTarget, cst.For, cst.CompFor, cst.AugAssign, cs
 _GRAPH_OF_GRADIENTS = ("torch.autograd.grad", "torch.autograd.backward")
 
 
-def differentiates_twice(ctx: FileContext) -> CallSite | None:
+def differentiates_twice(ctx: FileContext) -> CallSite | str | None:
     """A gradient taken with `create_graph=True` on the default path (`torch.autograd.grad(...,
     create_graph=True)` for an R1 or path-length penalty, `loss.backward(create_graph=True)`):
-    the backward pass is itself differentiated later, which `torch.compile` cannot do."""
+    the backward pass is itself differentiated later, which `torch.compile` cannot do. Also a
+    scanned module the file imports that does so (as shown: schnetpack's forces, `grad(...,
+    create_graph=self.training)` in atomistic/response.py, of the model cli.py trains)."""
     sites = [*ctx.calls_to(*_GRAPH_OF_GRADIENTS), *ctx.method_calls("backward")]
     for site in sites:
         keyword = next((arg.value for arg in site.node.args if arg.keyword is not None
                         and arg.keyword.value == "create_graph"), None)
         if keyword is not None and default_truth(ctx, keyword, site.stack) is not False:
             return site
-    return None
+    return ctx.links.double_backward

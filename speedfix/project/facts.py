@@ -174,6 +174,9 @@ class ModuleFacts:
     # a module class of its top level whose `forward` calls a submodule only in some calls (under
     # an `if` on an argument, or after one that returns): DDP needs `find_unused_parameters` there
     skips_submodules: bool = False
+    # takes a gradient with `create_graph` (`torch.autograd.grad(..., create_graph=self.training)`):
+    # a backward pass that is differentiated again, which compiled graphs cannot run
+    double_backward: bool = False
     # functions of this file handed to an imported function: (callee, slot as in ``arguments_given``,
     # the function's name): `train_step(..., forward_step_func=forward_step)`
     handed_functions: tuple[tuple[str, str, str], ...] = ()
@@ -241,6 +244,7 @@ class ModuleFacts:
             cuda_default=bool(record.get("cuda_default", False)),
             cudnn_at_import=bool(record.get("cudnn_at_import", False)),
             skips_submodules=bool(record.get("skips_submodules", False)),
+            double_backward=bool(record.get("double_backward", False)),
             class_layers=tuple((str(name), tuple((str(c), tuple(map(str, a)), int(t)) for c, a, t in calls),
                                 tuple(map(str, params))) for name, calls, params in record.get("class_layers", ())),
             cudnn=bool(record["cudnn"]),
@@ -592,6 +596,7 @@ class _Collector(ast.NodeVisitor):
         self.cudnn = False  # a cuDNN choice outside any `if`: at module level, in a function
         self.cudnn_at_top = False  # ... at module level
         self.skips_submodules = False
+        self.double_backward = False
         self.tf32 = False  # a choice of the fp32 matmul precision, anywhere
         self.class_bases: list[tuple[str, tuple[str, ...]]] = []
         self.returned_dicts: dict[str, str | None] = {}  # function -> its returned dict (None: returns differ)
@@ -1169,6 +1174,10 @@ class _Collector(ast.NodeVisitor):
             pin = next((keyword.value for keyword in node.keywords if keyword.arg in ("pin_memory", None)), None)
             if len(node.args) > 7 or pin is not None and not (isinstance(pin, ast.Constant) and pin.value is False):
                 self.loaders[1] += 1
+        if self.resolve(func) in _GRADIENT_CALLS and any(
+                keyword.arg == "create_graph" and not (isinstance(keyword.value, ast.Constant) and not keyword.value.value)
+                for keyword in node.keywords):
+            self.double_backward = True  # schnetpack's forces: `grad(..., create_graph=self.training)`
         if self.resolve(func) in CUDA_DEFAULT_CALLS and node.args and self._names_cuda(node.args[0]):
             self.cuda_default = [True, self.cuda_default[1] or not self.function_stack]
         if self.resolve(func) in _CUDNN_OWNERS:
@@ -1436,6 +1445,7 @@ class _Collector(ast.NodeVisitor):
             cudnn=self.cudnn_at_top or (self.cudnn and self.entry),
             cudnn_at_import=self.cudnn_at_top,
             skips_submodules=self.skips_submodules,
+            double_backward=self.double_backward,
             tf32=self.tf32_at_top or (self.tf32 and self.entry),
             class_bases=tuple(self.class_bases),
             returned_dicts=tuple((name, data) for name, data in sorted(self.returned_dicts.items()) if data is not None),
@@ -1782,6 +1792,9 @@ def _gated_call(statements: list[ast.stmt], arguments: set[str], methods: set[st
             return True
     return False
 
+
+# Calls that take gradients, with `create_graph=` to differentiate them again.
+_GRADIENT_CALLS = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
 
 # Methods a framework runs on every training step.
 _STEP_METHODS = frozenset({*HF_STEP_METHODS, *LIGHTNING_STEP_HOOKS})

@@ -54,6 +54,8 @@ What a file learns (``Links``):
   cuDNN off when imported (module level: crnn's evaluate.py, imported by train.py), or None;
 - ``skips_submodules``: a module it imports, in turn, with a module class whose `forward` calls
   a submodule only in some calls (DDP needs `find_unused_parameters` for it), or None;
+- ``double_backward``: a module it imports, in turn, that takes a gradient with `create_graph`
+  (a potential's forces), or None;
 - ``trained_by``: the file of a scan that imports it (in turn) and holds a training loop: this
   one is its library, whose `if __name__ == "__main__":` block is a self-test (unless a launch
   command runs it);
@@ -148,6 +150,8 @@ class Links:
     cudnn_imported: str | None = None
     # a module it imports, in turn, whose module class calls a submodule only in some forward passes
     skips_submodules: str | None = None
+    # a module it imports, in turn, that differentiates a gradient again (`create_graph=`)
+    double_backward: str | None = None
     trained_by: str | None = None  # an importer's file (as shown) that holds a training loop: this one is its library
     # the library (as shown) holding the training loop of a script that imports this file too
     # (``_imported_beside_a_trainer``): a run builds with this file what that library trains
@@ -219,6 +223,7 @@ class Links:
             "cuda_default": self.cuda_default,
             "cudnn_imported": self.cudnn_imported,
             "skips_submodules": self.skips_submodules,
+            "double_backward": self.double_backward,
             "trained_by": self.trained_by,
             "beside_trainer": self.beside_trainer,
             "options": [list(option) for option in self.options],
@@ -510,6 +515,7 @@ def link(
     cuda_defaults = _importing(facts, prefixes, lambda module: module.cuda_default, show)
     cudnn_imported = _importing(facts, prefixes, lambda module: module.cudnn_at_import, show)
     skipping = _importing(facts, prefixes, lambda module: module.skips_submodules, show)
+    twice = _importing(facts, prefixes, lambda module: module.double_backward, show)
     tf32 = _imported_by(helpers, prefixes, lambda module: module.tf32, show)
     overrides = _stepping_overrides(facts, prefixes)
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
@@ -553,6 +559,7 @@ def link(
             cuda_default=cuda_defaults.get(path),
             cudnn_imported=cudnn_imported.get(path),
             skips_submodules=skipping.get(path),
+            double_backward=twice.get(path),
             stepping_overrides=tuple(sorted(overrides.get(path, ()))),
             trained_by=trained_by.get(path),
             beside_trainer=beside.get(path),
