@@ -222,6 +222,48 @@ class SyncInLoop(BranchTracker, Rule):
     effect = "The CPU queues the next step while the GPU works (0-50 ms/step)."
 
     VALID = [
+        Valid(  # a custom optimizer's `if grad.is_sparse:` (tabular-dl's RAdam): a Python bool, no sync
+            """
+            import torch
+
+            def step(params, lr):
+                for p in params:
+                    grad = p.grad
+                    if grad.is_sparse:
+                        raise RuntimeError("sparse gradients are not supported")
+                    p.data.add_(grad, alpha=-lr)
+
+            model = torch.nn.Linear(8, 8).cuda()
+            for x in loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                step(model.parameters(), 0.1)
+            """
+        ),
+        Valid(  # lucidrains' trainers (meshgpt, audiolm): a step counter buffer of a trainer module nothing moves
+            """
+            import torch
+            from accelerate import Accelerator
+            from torch import nn
+
+            class Trainer(nn.Module):
+                def __init__(self, model, dataloader, optimizer):
+                    super().__init__()
+                    self.accelerator = Accelerator(mixed_precision="bf16")
+                    self.model, self.optimizer, self.dataloader = self.accelerator.prepare(model, optimizer, dataloader)
+                    self.register_buffer("step", torch.tensor(0))
+
+                def load(self, path):
+                    self.step = torch.tensor([torch.load(path)["step"]], device=self.accelerator.device)
+
+                def train(self, num_steps):
+                    while self.step.item() < num_steps:
+                        for batch in self.dataloader:
+                            self.accelerator.backward(self.model(batch).mean())
+                            self.optimizer.step()
+                            self.accelerator.log({"lr": 1e-4}, step=self.step.item())
+                            self.step.add_(1)
+            """
+        ),
         Valid(  # a coin flip made on the host (no `device=`): its truth value and `.item()` wait for nothing
             """
             import torch

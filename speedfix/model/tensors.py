@@ -51,7 +51,8 @@ TENSOR_METHODS = frozenset(
     """.split()
 )
 # Attributes of a tensor that are host values: reading them never waits for the GPU.
-HOST_ATTRIBUTES = frozenset("shape dtype device ndim is_cuda requires_grad grad_fn is_leaf layout names".split())
+HOST_ATTRIBUTES = frozenset("shape dtype device ndim is_cuda is_sparse is_quantized is_meta requires_grad "
+                            "grad_fn is_leaf layout names".split())
 # torch functions that do not return a tensor (torch.cuda.*, torch.nn.Linear, ... are left out
 # by their dot: only top-level functions and the functional modules below count).
 _NOT_TENSORS = frozenset(
@@ -331,6 +332,8 @@ class Tensors:
                 return expr.func.attr.value in _SAME_DEVICE_METHODS and self.made_on_host(expr.func.value, stack, depth + 1,
                                                                                           seen)
             return self.ctx.qualname(expr.func) is not None and tensor_place(self.ctx, expr, stack) is Place.HOST
+        if isinstance(expr, cst.Attribute):
+            return self._unmoved_buffer(expr, stack, depth)
         if isinstance(expr, cst.Name):
             if expr.value in seen:
                 return True  # judged by the name's other assignments
@@ -339,6 +342,34 @@ class Tensors:
                 isinstance(node, cst.Name) and node.value == expr.value for node in walk_expression(a.value))]
             return bool(grounded) and all(self._binds_host_tensor(a, depth + 1, seen | {expr.value}) for a in assignments)
         return False
+
+    def _unmoved_buffer(self, expr: cst.Attribute, stack: Stack, depth: int) -> bool:
+        """`self.step` of a trainer module (no `forward` of inputs: it runs networks, it is none) that
+        registers it in `__init__` from a tensor made on the host (`self.register_buffer("step",
+        torch.tensor(0))`) and never moves itself to the GPU: only the model and the loader go
+        through `accelerator.prepare` (lucidrains' trainers, meshgpt's and audiolm's). A checkpoint loader may put it on the GPU on a resume; that run's
+        step waits for its loss anyway."""
+        owner = class_of_method(stack)
+        if owner is None or not isinstance(expr.value, cst.Name) or expr.value.value != "self" or any(
+                isinstance(statement, cst.FunctionDef) and statement.name.value == "forward"
+                and len(statement.params.params) + len(statement.params.kwonly_params) > 1 for statement in owner.body.body):
+            return False  # a network (Tacotron's `r_buffer`): it goes to the GPU with its parameters
+        name = expr.attr.value
+        registered = False
+        for node in walk_expression(owner.body):
+            if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute) \
+                    or dotted_name(node.func.value) != "self":
+                continue
+            if node.func.attr.value in ("to", "cuda", "half", "bfloat16"):
+                return False  # the module moves itself, buffers and all
+            if node.func.attr.value == "register_buffer" and len(node.args) >= 2 \
+                    and isinstance(node.args[0].value, cst.SimpleString) and node.args[0].value.evaluated_value == name:
+                registered = self.made_on_host(node.args[1].value, stack, depth + 1)
+        if not registered:
+            return False
+        return all(isinstance(function := function_of(a.stack), cst.FunctionDef)
+                   and function.name.value.startswith(("load", "resume", "restore"))
+                   for a in self.ctx.assignments.get(f"self.{name}", ()) if class_of_method(a.stack) is owner)
 
     def _binds_host_tensor(self, assignment: Assignment, depth: int, seen: frozenset[str]) -> bool:
         if assignment.augmented:
