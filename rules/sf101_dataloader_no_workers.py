@@ -447,6 +447,34 @@ class DataloaderNoWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # meshgpt: the trainer's own `tokenize()` runs the mesh autoencoder; its samples are no text tokenized ahead
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            class MeshTransformerTrainer:
+                def __init__(self, model, autoencoder, dataset, batch_size):
+                    self.model = model.cuda()
+                    self.autoencoder = autoencoder.cuda()
+                    self.dataloader = DataLoader(dataset, batch_size=batch_size, shuffle=True, pin_memory=True)
+                    self.optimizer = torch.optim.Adam(model.parameters(), fused=True)
+
+                @property
+                def ema_tokenizer(self):
+                    return self.autoencoder
+
+                def tokenize(self, *args, **kwargs):
+                    return self.ema_tokenizer.tokenize(*args, **kwargs)
+
+                def train(self):
+                    for epoch in range(10):
+                        for vertices, faces in self.dataloader:
+                            codes = self.tokenize(vertices.cuda(non_blocking=True), faces.cuda(non_blocking=True))
+                            loss = self.model(codes).mean()
+                            loss.backward()
+                            self.optimizer.step()
+            """
+        ),
         Invalid(  # a library's DataLoader subclass takes the same arguments (PyTorch Geometric's, MONAI's)
             """
             import torch

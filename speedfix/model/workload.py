@@ -303,7 +303,7 @@ def training_samples(ctx: FileContext) -> tuple[Samples, str] | None:
             images = f"images decoded and augmented one by one (`{leaf}`)"
         elif images is None and qualified in _IMAGE_READERS:
             images = f"images decoded one by one (`{dotted}`)"
-        if tokenizer is None and "tokenizer" in dotted.lower():
+        if tokenizer is None and "tokenizer" in dotted.lower() and not _own_method(ctx, dotted):
             tokenizer = dotted
         if tokenizer is None:  # `DataCollator(tokenizer)`, `PromptDataset(path, tokenizer, max_len)`
             given = next((arg for arg in site.node.args if "tokenizer" in (dotted_name(arg.value) or "").lower()), None)
@@ -321,6 +321,14 @@ def training_samples(ctx: FileContext) -> tuple[Samples, str] | None:
     if tokenizer is not None:
         return Samples.TOKENS, f"small batches of token ids (`{tokenizer}`)"
     return None
+
+
+def _own_method(ctx: FileContext, dotted: str) -> bool:
+    """`self.ema_tokenizer.tokenize(...)` where `ema_tokenizer` is a method or property of the
+    file's classes: the project's own tokenizer (meshgpt's mesh autoencoder, whose codes are no
+    text), not a text tokenizer's."""
+    parts = dotted.split(".")
+    return len(parts) > 1 and parts[0] == "self" and any(info.class_name for info in ctx.functions.get(parts[1], ()))
 
 
 def tokenized_ahead(ctx: FileContext) -> str | None:
