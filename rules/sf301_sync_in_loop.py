@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import libcst as cst
@@ -91,7 +91,8 @@ class SyncInLoop(BranchTracker, Rule):
     `t.item()`, `t.cpu()`, `t.tolist()`, `t.to("cpu")`, `float(t)`/`int(t)`/`bool(t)`,
     `math.isfinite(t)`, and the hidden ones: `print(t)`, `str(t)`, an f-string, `"%g" % t` or
     `"{}".format(t)` of a tensor, a tensor logged to TensorBoard (`writer.add_scalar("loss",
-    loss, step)`: the `SummaryWriter` turns it into a number on the host), and
+    loss, step)`, or in the dict of `add_scalars`: the `SummaryWriter` turns it into a number on
+    the host), and
     `if`/`while`/`assert` on a tensor (`if torch.isfinite(loss):`
     needs its truth value on the host); in a LightningModule the batch `training_step` receives
     (and passes on to a method: `self.shared_step(batch)`) is already on the GPU, so checking
@@ -726,6 +727,21 @@ class SyncInLoop(BranchTracker, Rule):
                         self.optimizer.zero_grad()
                         loss.backward()
                         self.optimizer.step()
+            """
+        ),
+        Invalid(  # Transformer-TTS: `add_scalars` with a dict of loss tensors, every step
+            """
+            import torch
+            from torch.utils.tensorboard import SummaryWriter
+
+            def main(loader, model, optimizer):
+                writer = SummaryWriter()
+                for step, (text, mel) in enumerate(loader):
+                    out = model(text.cuda(non_blocking=True))
+                    mel_loss = torch.nn.functional.l1_loss(out, mel.cuda(non_blocking=True))
+                    mel_loss.backward()
+                    optimizer.step()
+                    writer.add_scalars("training_loss", {"mel_loss": mel_loss}, step)
             """
         ),
         Invalid(  # Lightning hands `training_step` its batch on the GPU: checking its values waits for it
@@ -1394,7 +1410,7 @@ class SyncInLoop(BranchTracker, Rule):
                                  "`.to(\"cpu\")` in the training loop copies to the host and waits for the GPU every step",
                                  no_fix_reason="the host copy is used every step")
             return None
-        if method == "add_scalar":
+        if method in ("add_scalar", "add_scalars"):
             return self._logged_tensor(call, receiver, stack)
         if method not in SYNC_METHODS or call.args:
             return None
@@ -1412,13 +1428,25 @@ class SyncInLoop(BranchTracker, Rule):
         return _Sync(call, what, message, fix=fix, no_fix_reason=reason)
 
     def _logged_tensor(self, call: cst.Call, writer: cst.BaseExpression, stack: Stack) -> _Sync | None:
-        """`writer.add_scalar("loss", loss, step)`: TensorBoard turns the tensor into a number on the host."""
+        """`writer.add_scalar("loss", loss, step)`: TensorBoard turns the tensor into a number on the
+        host; so does `writer.add_scalars("loss", {"mel": mel_loss, ...}, step)` for each tensor of
+        its dict (Transformer-TTS)."""
         site = self.ctx.site_of(call)
-        value = find_argument(self.ctx, site, "scalar_value", 1) if site is not None else None
-        if value is None or value.node is None or not self.tensors.is_tensor(value.node, stack) \
-                or not is_summary_writer(self.ctx, writer, stack):
+        many = isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_scalars"
+        value = find_argument(self.ctx, site, "tag_scalar_dict" if many else "scalar_value", 1) if site is not None else None
+        if value is None or value.node is None or not is_summary_writer(self.ctx, writer, stack):
             return None
-        label = f"`{_code(writer)}.add_scalar(..., {_code(value.node)})`"
+        logged = value.node
+        if many:  # the first tensor among the dict's values
+            logged = next((element.value for element in value.node.elements if isinstance(element, cst.DictElement)
+                           and self.tensors.is_tensor(element.value, stack)), None) \
+                if isinstance(value.node, cst.Dict) else None
+            if logged is None:
+                return None
+        elif not self.tensors.is_tensor(logged, stack):
+            return None
+        value = replace(value, node=logged)
+        label = f"`{_code(writer)}.{call.func.attr.value}(..., {_code(value.node)})`"  # type: ignore[attr-defined]
         return _Sync(call, label, f"{label} in the training loop copies tensor `{_code(value.node)}` to the host for "
                      "TensorBoard and waits for the GPU every step",
                      no_fix_reason="the writer needs the number: log every N steps, or add up the values on the device "
