@@ -39,7 +39,7 @@ from speedfix.model.config_tree import ConfigError, Node, is_interpolation, load
 from speedfix.model.context import FileContext
 from speedfix.model.frames import Stack, class_of_method, function_of
 from speedfix.model.project_classes import module_path
-from speedfix.model.project_files import ProjectFiles
+from speedfix.model.project_files import ProjectFiles, kept_for_scan
 from speedfix.project.facts import ModuleFacts, extract_facts
 
 FOLDERS = ("configs", "config", "conf", "cfgs", "cfg", "experiments", "configs_template")
@@ -166,14 +166,19 @@ def _read(ctx: FileContext) -> list[tuple[Path, Node]]:
 
 def _quiet_mapping(project: ProjectFiles, path: Path) -> Node | None:
     """The mapping at the top of a run config, or None, without a note when it cannot be read:
-    nothing names these files (a DeepSpeed `ds_config_TEMPLATE.json` with placeholders)."""
-    if project.quiet_text(path) is None:
+    nothing names these files (a DeepSpeed `ds_config_TEMPLATE.json` with placeholders). Parsed
+    once per scan for all the scripts that look at it."""
+    text = project.quiet_text(path)
+    if text is None:
         return None
-    try:
-        tree = load(project, path)
-    except ConfigError:
-        return None
-    return tree if tree is not None and isinstance(tree.value, dict) else None
+
+    def parse() -> Node | None:
+        try:
+            tree = load(project, path)
+        except ConfigError:
+            return None
+        return tree if tree is not None and isinstance(tree.value, dict) else None
+    return kept_for_scan(("run config", path, text), parse)
 
 
 def configured_value(ctx: FileContext, node: cst.BaseExpression) -> Node | None:
@@ -184,7 +189,7 @@ def configured_value(ctx: FileContext, node: cst.BaseExpression) -> Node | None:
     never `self.`."""
     keys = _config_keys(ctx, node)
     found = configured_at(ctx, keys) if keys is not None else None
-    return found if found else None
+    return found if isinstance(found, Node) else None
 
 
 def configured_get(ctx: FileContext, node: cst.Call) -> Node | bool | None:
