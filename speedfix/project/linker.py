@@ -512,10 +512,9 @@ def link(
                for path, module in facts.items()}
     cudnn = _imported_by(helpers, prefixes, lambda module: module.cudnn, show)
     unpinned = _imported_by(facts, prefixes, lambda module: module.unpinned_loaders, show)
-    cuda_defaults = _importing(facts, prefixes, lambda module: module.cuda_default, show)
-    cudnn_imported = _importing(facts, prefixes, lambda module: module.cudnn_at_import, show)
-    skipping = _importing(facts, prefixes, lambda module: module.skips_submodules, show)
-    twice = _importing(facts, prefixes, lambda module: module.double_backward, show)
+    cuda_defaults, cudnn_imported, skipping, twice = _importing(facts, prefixes, (
+        lambda module: module.cuda_default, lambda module: module.cudnn_at_import,
+        lambda module: module.skips_submodules, lambda module: module.double_backward), show)
     tf32 = _imported_by(helpers, prefixes, lambda module: module.tf32, show)
     overrides = _stepping_overrides(facts, prefixes)
     runs = {path: module for path, module in facts.items() if not is_test_file(Path(show(path)))}
@@ -860,17 +859,20 @@ def _through_stars(target: Path, name: str, prefixes: dict[Path, dict[str, Path]
 
 
 def _importing(facts: dict[Path, ModuleFacts], prefixes: dict[Path, dict[str, Path]],
-               marks: Callable[[ModuleFacts], bool], show: Callable[[Path], str]) -> dict[Path, str]:
-    """The files that import, in turn, a file ``marks`` says something of: file -> the nearest
-    such file (first in path order), not the file itself."""
-    found: dict[Path, str] = {}
-    if not any(marks(module) for module in facts.values()):
+               marks: tuple[Callable[[ModuleFacts], bool], ...], show: Callable[[Path], str]) -> list[dict[Path, str]]:
+    """For each of ``marks``, the files that import, in turn, a file it says something of: file ->
+    the nearest such file (first in path order), not the file itself. The imports are followed
+    once per file for all the marks."""
+    found: list[dict[Path, str]] = [{} for _ in marks]
+    marked = [{path for path, module in facts.items() if mark(module)} for mark in marks]
+    if not any(marked):
         return found
     for path in facts:
         reached = _spread_to_imports({path: None}, prefixes, lambda _, value: value)
-        hit = next((target for target in reached if target != path and marks(facts[target])), None)
-        if hit is not None:
-            found[path] = show(hit)
+        for index, targets in enumerate(marked):
+            hit = next((target for target in reached if target != path and target in targets), None) if targets else None
+            if hit is not None:
+                found[index][path] = show(hit)
     return found
 
 
