@@ -36,11 +36,11 @@ class DdpFindUnusedParameters(Rule):
     with Accelerate), nor where no run builds the wrapper: behind `if distributed:` with
     `distributed = False` set in the script, or an option off by default that no launch command
     of the project passes. Nor where a model class of the file, or of a scanned module it
-    imports, calls one of its submodules only in some forward passes (`if not uncond_fwd: self.reference_unet(...)`, an `if` on an
-    argument of `forward`, or code after one that returns), nor where a LightningModule of the
-    file optimizes by hand (`self.automatic_optimization = False`: a GAN's generator and
-    discriminator steps take turns, each backward leaving the other's parameters without
-    gradients): the flag is needed there. Nor
+    imports, calls one of its submodules only in some forward passes (`if not uncond_fwd:
+    self.reference_unet(...)`, an `if` on an argument of `forward`, or code after one that
+    returns), nor where a LightningModule of the file optimizes by hand
+    (`self.automatic_optimization = False`: a GAN's generator and discriminator steps take turns,
+    each backward leaving the other's parameters without gradients): the flag is needed there. Nor
     Accelerate's `DistributedDataParallelKwargs` where the `Accelerator` runs DeepSpeed or FSDP (a
     `deepspeed_plugin=` or `fsdp_plugin=`, or launch commands that all use it: `--use_deepspeed`,
     a `--config_file` whose `distributed_type` says so; a command naming a config file the project

@@ -344,11 +344,12 @@ class Tensors:
         return False
 
     def _unmoved_buffer(self, expr: cst.Attribute, stack: Stack, depth: int) -> bool:
-        """`self.step` of a trainer module (no `forward` of inputs: it runs networks, it is none) that
-        registers it in `__init__` from a tensor made on the host (`self.register_buffer("step",
-        torch.tensor(0))`) and never moves itself to the GPU: only the model and the loader go
-        through `accelerator.prepare` (lucidrains' trainers, meshgpt's and audiolm's). A checkpoint loader may put it on the GPU on a resume; that run's
-        step waits for its loss anyway."""
+        """`self.step` of a trainer module (no `forward` of inputs: it runs networks, it is none)
+        that registers it in `__init__` from a tensor made on the host (`self.register_buffer(
+        "step", torch.tensor(0))`) and never moves itself to the GPU: only the model and the loader
+        go through `accelerator.prepare` (lucidrains' trainers, meshgpt's and audiolm's). A
+        checkpoint loader may put it on the GPU on a resume; that run's step waits for its loss
+        anyway."""
         owner = class_of_method(stack)
         if owner is None or not isinstance(expr.value, cst.Name) or expr.value.value != "self" or any(
                 isinstance(statement, cst.FunctionDef) and statement.name.value == "forward"
