@@ -57,7 +57,9 @@ class LightningTrainerConfig(Rule):
       `deterministic=True` on every run (cuDNN's deterministic algorithms; information only, no fix);
     - `accumulate_grad_batches` above 1, which does not make steps faster (information only);
     - `self.log(..., sync_dist=True)` (or `self.log_dict`) in `training_step` (or in a method it calls, such as a
-      `shared_step`), an all-reduce per step with several GPUs: one finding per method, on its first.
+      `shared_step`), an all-reduce per step with several GPUs: one finding per method, on its first;
+      not where `on_step=` is given a value the scan cannot read as true (Lightning then reduces once
+      an epoch when it is off).
 
     - a LightningModule trained on the GPU that nothing compiles (`torch.compile`, information
       only; with hydra, a `compile: false` in the model's config is reported on its line);
@@ -173,6 +175,23 @@ class LightningTrainerConfig(Rule):
     effect = "bf16 autocast on tensor cores: up to 3x; TF32 for what stays fp32."
 
     VALID = [
+        Valid(  # hyena-dna: `on_step=` a flag of the module's own config, off unless a run sets it
+            """
+            import lightning as L
+
+            class Task(L.LightningModule):
+                def _shared_step(self, batch, prefix):
+                    loss = self.model(batch).mean()
+                    log_on_step = self.hparams.eval.get("log_on_step", False) and prefix == "train"
+                    self.log_dict({f"{prefix}/loss": loss}, on_step=log_on_step, on_epoch=True, sync_dist=True)
+                    return loss
+
+                def training_step(self, batch, batch_idx):
+                    return self._shared_step(batch, "train")
+
+            L.Trainer(accelerator="gpu", devices=8, precision="bf16-mixed", benchmark=True).fit(torch.compile(Task()))
+            """
+        ),
         Valid(  # a GAN's R1 penalty differentiates a gradient: no compile note (compiled graphs cannot)
             """
             import lightning as L
@@ -991,8 +1010,9 @@ class LightningTrainerConfig(Rule):
                 continue
             sync = find_argument(ctx, site, "sync_dist")
             on_step = find_argument(ctx, site, "on_step")
-            if literal_bool(ctx, sync.node, site.stack) is not True or _is_false(on_step):
-                continue
+            if literal_bool(ctx, sync.node, site.stack) is not True \
+                    or not on_step.missing and literal_bool(ctx, on_step.node, site.stack) is not True:
+                continue  # (an `on_step=` the scan cannot read: hyena-dna's flag that its configs leave off)
             if not in_lightning_method(ctx, site):
                 continue
             found.setdefault(ctx.function_of(site.stack), []).append((site, sync))
@@ -1040,5 +1060,3 @@ def _is_none(node: cst.BaseExpression | None) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
 
 
-def _is_false(value: ArgValue) -> bool:
-    return isinstance(value.node, cst.Name) and value.node.value == "False"
