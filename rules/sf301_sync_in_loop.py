@@ -729,7 +729,7 @@ class SyncInLoop(BranchTracker, Rule):
                         self.optimizer.step()
             """
         ),
-        Invalid(  # Transformer-TTS: `add_scalars` with a dict of loss tensors, every step
+        Invalid(  # Transformer-TTS: `add_scalars` with a dict of loss tensors (an `nn.L1Loss()` called), every step
             """
             import torch
             from torch.utils.tensorboard import SummaryWriter
@@ -738,8 +738,11 @@ class SyncInLoop(BranchTracker, Rule):
                 writer = SummaryWriter()
                 for step, (text, mel) in enumerate(loader):
                     out = model(text.cuda(non_blocking=True))
-                    mel_loss = torch.nn.functional.l1_loss(out, mel.cuda(non_blocking=True))
-                    mel_loss.backward()
+                    mel = mel.cuda(non_blocking=True)
+                    mel_loss = torch.nn.L1Loss()(out, mel)
+                    post_loss = torch.nn.L1Loss()(out.cumsum(1), mel)
+                    loss = mel_loss + post_loss
+                    loss.backward()
                     optimizer.step()
                     writer.add_scalars("training_loss", {"mel_loss": mel_loss}, step)
             """

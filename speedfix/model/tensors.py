@@ -405,6 +405,8 @@ class Tensors:
             qualified = self.ctx.qualname(expr.func)
             if qualified is not None:
                 return returns_tensor(qualified)
+            if isinstance(expr.func, cst.Call):  # `nn.L1Loss()(mel_pred, mel)`: a torch module built and called
+                return (self.ctx.qualname(expr.func.func) or "").startswith("torch.nn.")
             if not isinstance(expr.func, cst.Attribute):
                 return False
             method, receiver = expr.func.attr.value, expr.func.value
