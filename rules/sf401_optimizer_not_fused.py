@@ -12,7 +12,7 @@ from speedfix.model.frameworks import configured_trainers_off_gpu
 from speedfix.model.frames import function_of
 from speedfix.model.context import FileContext
 from speedfix.model.index import CallSite
-from speedfix.model.networks import frozen_before
+from speedfix.model.networks import frozen_before, only_restored
 from speedfix.model.patterns import TRANSFORMERS_ADAMW
 from speedfix.model.torch_api import FUSABLE_OPTIMIZERS
 from speedfix.model.versions import v
@@ -100,6 +100,17 @@ class OptimizerNotFused(Rule):
     effect = "One fused kernel per optimizer step: 2-3 ms/iteration in litgpt."
 
     VALID = [
+        Valid(  # votenet's demo.py: an optimizer made only to load a checkpoint's state into it, never stepped
+            """
+            import torch
+
+            net = VoteNet().cuda()
+            optimizer = torch.optim.Adam(net.parameters(), lr=0.001)
+            checkpoint = torch.load("demo.tar")
+            optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
+            print(net(points.cuda()))
+            """
+        ),
         Valid(  # the backbone frozen, the classifier head trained: the update touches a few parameters
             """
             import timm
@@ -326,7 +337,8 @@ class OptimizerNotFused(Rule):
                    or unchosen_entry(self.ctx, site.node, site.statement, site.stack) is not None}
         sites = [site for site in self.ctx.calls_to(*_FUSABLE)
                  if not self._implementation_chosen(site) and optimizers_unused(self.ctx, site.stack) is None
-                 and configured_trainers_off_gpu(self.ctx, site.stack) is None and not frozen_before(self.ctx, site)]
+                 and configured_trainers_off_gpu(self.ctx, site.stack) is None and not frozen_before(self.ctx, site)
+                 and not only_restored(self.ctx, site)]  # made to load a checkpoint's state, never stepped
         for site, optional in _fold_optional(self.ctx, [site for site in sites if id(site.node) not in skipped]):
             name = (self.ctx.call_qualname(site) or "").rsplit(".", 1)[-1]
             message = f"`{name}` runs its update as several kernels per step; `fused=True` does it in one"

@@ -160,6 +160,22 @@ class ModelNotCompiled(Rule):
     effect = "Fused kernels: +43% mean training speed on A100 (PyTorch 2.0)."
 
     VALID = [
+        Valid(  # votenet's eval.py: an optimizer made only to load a checkpoint's state into it; nothing trains
+            """
+            import torch
+            from models import VoteNet
+
+            net = VoteNet().cuda()
+            optimizer = torch.optim.Adam(net.parameters(), lr=0.001)
+            checkpoint = torch.load("log/checkpoint.tar")
+            net.load_state_dict(checkpoint["model_state_dict"])
+            optimizer.load_state_dict(checkpoint["optimizer_state_dict"])
+            net.eval()
+            with torch.no_grad():
+                for batch in loader:
+                    print(net(batch.cuda()).argmax(1))
+            """
+        ),
         Valid(  # K-FAC: an optimizer class whose inner SGD updates the model it is handed; whoever builds it trains it
             """
             import torch

@@ -837,13 +837,36 @@ def trained_models(ctx: FileContext) -> list[tuple[str, CallSite]]:
     if ctx not in _TRAINED:
         found: list[tuple[str, CallSite]] = []
         for site in ctx.calls:
-            if not is_optimizer_call(ctx, site):
+            if not is_optimizer_call(ctx, site) or only_restored(ctx, site):
                 continue
             model = optimized_module(ctx, site)
             if model is not None:
                 found.append((model, site))
         _TRAINED[ctx] = found
     return list(_TRAINED[ctx])
+
+
+def only_restored(ctx: FileContext, site: CallSite) -> bool:
+    """An optimizer that a file with no training step makes only to load a checkpoint's state
+    into it (votenet's eval.py and demo.py: `optimizer = optim.Adam(...)`, then
+    `optimizer.load_state_dict(checkpoint[...])`, and nothing steps it): its model is evaluated."""
+    statement = site.statement
+    if ctx.drives_training or ctx.links.trained_by is not None or statement is None or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if not (isinstance(small, cst.Assign) and small.value is site.node and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)):
+        return False
+    name = small.targets[0].target.value
+    scope = ctx.function_of(site.stack) or ctx.module
+    reads = restores = 0
+    for node in walk_expression(scope):
+        if isinstance(node, cst.Name) and node.value == name:
+            reads += 1
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "load_state_dict" \
+                and isinstance(node.func.value, cst.Name) and node.func.value.value == name:
+            restores += 1
+    return restores > 0 and reads == restores + 1  # the assignment's target, and the receivers of its restores
 
 
 _TRAINED: WeakKeyDictionary[FileContext, list[tuple[str, CallSite]]] = WeakKeyDictionary()
