@@ -491,3 +491,20 @@ def test_any_shell_line_splits_into_words_without_raising(line):
     would cost the training script its analysis."""
     words = _held_command(_words(line))
     assert all(isinstance(word, str) for word in words)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(_SHELL_PIECES), max_size=14).map("".join))
+def test_a_shell_line_splits_as_a_posix_shell_lexer_splits_it(line):
+    """Lines without quotes, escapes, comments or operators take a shortcut; the words are the
+    ones shlex gives (what every line got before the shortcut)."""
+    import shlex
+
+    line = re.sub(r"<([^<>\s]+)>", r"$\1", line.lstrip("$ ").strip())  # a README's `<placeholder>`
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.commenters, lexer.whitespace_split = "#", True
+    try:
+        expected = list(lexer)
+    except ValueError:  # an unclosed quote: split at blanks
+        expected = line.split()
+    assert _words(line) == expected

@@ -32,8 +32,9 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from functools import lru_cache
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 from weakref import WeakKeyDictionary
 
 import libcst as cst
@@ -56,6 +57,8 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ">", ">>", "&>", "<", "2>", "(", ")"})
 UNKNOWN_VALUE = object()  # an option's value that cannot be known (a shell variable)
 _PLACEHOLDER = re.compile(r"<([^<>\s]+)>")
+_PLAIN_LINE = re.compile(r"[^'\"\\#();<>|&\r\n]*")
+_BLANKS = re.compile(r"[ \t]+")
 _COMMAND_WORD = re.compile(r"[\w./$~{}=:,+@%-]+$")  # what a command line starts with (not `│`, `├──`, `|`)
 # A command whose options are left out and said to be elsewhere: `# arguments (same as above)`, `# 参数同上`,
 # `...`.
@@ -372,10 +375,10 @@ def _find(ctx: FileContext) -> list[Launch]:
     installed = console_scripts(project)
     runners = (project.script, *_wrappers(project), *_importing_scripts(ctx, installed))
     commands = {name: path for name, path in installed.items() if path in runners}
-    names = _runner_names(runners) | set(commands)
+    named = _any_of(frozenset(_runner_names(runners) | set(commands)))
     for path in launch_files(project):
         text = project.text(path)
-        if text is None or not any(name in text for name in names):
+        if text is None or not named(text):
             continue  # no command there can run the script
         try:
             for logical_lines in kept_for_scan(("launch lines", path), lambda: _file_lines(path, text)):
@@ -622,10 +625,10 @@ def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, 
     of the project that runs it (``installed``: `stylegan2_deepspeed`, or `` `which
     stylegan2_deepspeed` `` after a launcher)."""
     found = []
-    names = _runner_names(runners) | set(installed)
+    named = _any_of(frozenset(_runner_names(runners) | set(installed)))
     files = tuple(runner.name for runner in runners)
     for start, logical, physical in logical_lines:
-        if not any(name in logical for name in names):
+        if not named(logical):
             continue
         words = kept_for_scan(("held words", logical), lambda: _held_command(kept_for_scan(
             ("words", logical), lambda: _words(logical))))
@@ -649,6 +652,12 @@ def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, 
                 found.append(launch)
                 break
     return found
+
+
+@lru_cache(maxsize=256)
+def _any_of(names: frozenset[str]) -> Callable[[str], re.Match[str] | None]:
+    """A test of whether a text holds one of ``names`` (one regular expression for all)."""
+    return re.compile("|".join(map(re.escape, sorted(names, key=len, reverse=True)))).search if names else lambda _: None
 
 
 # Commands that read, copy or check a script rather than run it (MoCo's README: `diff main_moco.py
@@ -730,6 +739,8 @@ _NOTED_CONTINUATION = re.compile(r"\\[ \t]+#[^\n]*$")
 
 def _words(line: str) -> list[str]:
     line = _PLACEHOLDER.sub(r"$\1", line.lstrip("$ ").strip())  # README's `<your_path>`: unknown
+    if _PLAIN_LINE.fullmatch(line):  # no quote, escape, comment or operator: shlex would split at blanks
+        return _BLANKS.split(line) if line else []
     lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
     lexer.commenters = "#"
     lexer.whitespace_split = True
