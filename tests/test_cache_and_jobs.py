@@ -92,7 +92,8 @@ def test_the_engine_loads_while_workers_read_the_project_facts(tmp_path, write, 
         patch.setattr(multiprocessing.pool.Pool, "__init__", counting)
         patch.setattr(scan_module, "_analysers_loaded", loaded)
         parallel = scan_module.scan_paths([tmp_path / "pkg"], settings, jobs=2, use_cache=False)
-    assert events == ["pool of 1", "engine loaded", "pool of 2"]  # this process loads on the second core
+    # this process loads on the second core, then analyses files beside the one worker forked after it
+    assert events == ["pool of 1", "engine loaded", "pool of 1"]
     assert [(f.path, f.line, f.code) for f in parallel.findings] == [(f.path, f.line, f.code) for f in serial.findings]
     assert len(serial.findings) >= 6
 
@@ -133,6 +134,62 @@ def test_this_process_reads_the_facts_left_once_the_engine_is_loaded(tmp_path):
     assert sorted(int(item) for item, _ in claims) == list(range(20))  # each item once
     by = {int(item): int(pid) for item, pid in claims}
     assert by[0] != parent and by[1] == parent  # the worker took the first, this process the next
+
+
+def _analysed(folder: Path, item: int) -> int:
+    (folder / f"{item}-{os.getpid()}").touch()
+    return -item
+
+
+def test_the_workers_start_on_the_first_items_while_this_process_lists_the_others(tmp_path):
+    """The files that need no project links are analysed while this process links the others:
+    ``more`` is called once a worker has started, its items are done by the processes, this one
+    too, and every result comes back once, in order, with the progress counted up to all."""
+    import functools
+
+    from speedfix.commands.workers import PARALLEL_FROM, Workers
+
+    parent = os.getpid()
+    first = list(range(PARALLEL_FROM))
+    later = list(range(PARALLEL_FROM, 4 * PARALLEL_FROM))
+    counted: list[int] = []
+
+    def more() -> list[int]:
+        _wait_for_any(tmp_path, "0-")  # a worker has analysed the first item meanwhile
+        return later
+
+    with Workers(2) as workers:
+        results = workers.map(functools.partial(_analysed, tmp_path), first, loaded=True, more=more, done=counted.append)
+    assert results == [-item for item in first + later]
+    claims = [name.split("-") for name in os.listdir(tmp_path)]
+    assert sorted(int(item) for item, _ in claims) == first + later  # each item once
+    assert {int(pid) for item, pid in claims if int(item) >= PARALLEL_FROM} >= {parent}  # this process took its share
+    assert counted == sorted(counted) and counted[-1] <= len(first + later)
+
+
+def test_where_processes_cannot_be_forked_a_pool_maps_every_item_in_order(tmp_path, monkeypatch):
+    """macOS and Windows start workers afresh (no fork): a plain pool takes the items and the
+    ``more`` items, in order, with the progress counted."""
+    import functools
+    import multiprocessing
+
+    from speedfix.commands.workers import PARALLEL_FROM, Workers
+
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    counted: list[int] = []
+    with Workers(2) as workers:
+        results = workers.map(functools.partial(_analysed, tmp_path), list(range(PARALLEL_FROM)), loaded=True,
+                              more=lambda: [PARALLEL_FROM], done=counted.append)
+    assert results == [-item for item in range(PARALLEL_FROM + 1)]
+    assert counted == list(range(1, PARALLEL_FROM + 2))
+
+
+def _wait_for_any(folder: Path, prefix: str) -> None:
+    for _ in range(3000):
+        if any(name.startswith(prefix) for name in os.listdir(folder)):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"no {prefix} file appeared")
 
 
 def test_a_scan_leaves_the_garbage_collector_as_it_found_it(tree):

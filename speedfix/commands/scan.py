@@ -248,35 +248,71 @@ def project_links(
     ``map`` that reads them, the scan's ``Workers``). ``texts``: contents to use instead of what
     is on disk (an editor's unsaved buffer). ``measured`` receives, by target path, what Python's
     parser measured of the files whose facts were read (for their analysis)."""
-    sources: dict[Path, bytes] = {}
-    digests: dict[Path, str] = {}
-    notebooks: dict[Path, bytes] = {}
-    for target in targets:
-        try:
-            data = texts[target.path] if texts and target.path in texts else read_bytes(target.path, read_cap(target.path, settings.max_file_size))
-        except SourceError:
-            continue
-        digests[target.path] = _digest(target.path, data)
-        (notebooks if is_notebook(target.path) else sources)[target.path] = data
-    roots = [real_path(p) if p.is_dir() else real_path(p).parent for p in paths]
-    scanned = {real_path(path): path for path in sources}
-    by_real = dict(scanned)
-    _add_star_imported(sources, digests, by_real, roots, settings)
-    facts = _all_facts({real: by_real[real] for real in linked_candidates(
-        {real: sources[path] for real, path in by_real.items()})}, sources, digests, cache, run, measured)
-    linked = link(facts, roots, lambda real: display_path(by_real[real]))
-    links = {by_real[real]: found for real, found in linked.items() if real in scanned}
-    for path, data in sources.items():
-        if path not in links and real_path(path) in scanned:
-            missing = _siblings_not_scanned(path, data, scanned)
-            if missing:
-                links[path] = Links(missing=missing)
-    for path in _unreferenced(targets, links, {**sources, **notebooks}):
-        links[path] = replace(links.get(path) or Links(), unreferenced=True)
-    for target in targets:  # a test found in a walked folder; one named on the command line is scanned as it is
-        if not target.explicit and target.path.suffix == ".py" and is_test_file(Path(display_path(target.path))):
-            links[target.path] = replace(links.get(target.path) or Links(), test=True)
-    return links, digests
+    project = ProjectReading(targets, paths, settings, texts)
+    facts = project.facts(cache, run, measured)
+    alone, linked = project.split(targets)
+    links = {**project.links([targets[i] for i in alone]), **project.links([targets[i] for i in linked], facts)}
+    return links, project.digests
+
+
+class ProjectReading:
+    """The scanned files read for the project links (``project_links``), in the steps a scan
+    takes them: the files that need no other file's facts have their links first, so that their
+    analysis can start while the others' facts are linked."""
+
+    def __init__(self, targets: list[Target], paths: list[Path], settings: Settings,
+                 texts: dict[Path, bytes] | None = None) -> None:
+        self.sources: dict[Path, bytes] = {}
+        self.digests: dict[Path, str] = {}
+        notebooks: dict[Path, bytes] = {}
+        for target in targets:
+            try:
+                data = texts[target.path] if texts and target.path in texts else read_bytes(target.path, read_cap(target.path, settings.max_file_size))
+            except SourceError:
+                continue
+            self.digests[target.path] = _digest(target.path, data)
+            (notebooks if is_notebook(target.path) else self.sources)[target.path] = data
+        self.roots = [real_path(p) if p.is_dir() else real_path(p).parent for p in paths]
+        self.scanned = {real_path(path): path for path in self.sources}
+        self.by_real = dict(self.scanned)
+        _add_star_imported(self.sources, self.digests, self.by_real, self.roots, settings)
+        self.texts = {**self.sources, **notebooks}
+        self.candidates = linked_candidates({real: self.sources[path] for real, path in self.by_real.items()})
+
+    def split(self, targets: list[Target]) -> tuple[list[int], list[int]]:
+        """The indexes of the ``targets`` that need no other file's facts, and of the others."""
+        linked = [index for index, target in enumerate(targets)
+                  if target.path in self.sources and real_path(target.path) in self.candidates]
+        chosen = set(linked)
+        return [index for index in range(len(targets)) if index not in chosen], linked
+
+    def facts(self, cache: ScanCache | None, run: Mapper = map,
+              measured: dict[Path, Measured] | None = None) -> dict[Path, ModuleFacts]:
+        """The facts of the files that import, or are imported by, another (``linked_candidates``)."""
+        with collector_paused():  # the facts' syntax trees hold no cycle
+            return _all_facts({real: self.by_real[real] for real in self.candidates}, self.sources, self.digests,
+                              cache, run, measured)
+
+    def links(self, targets: list[Target], facts: dict[Path, ModuleFacts] | None = None) -> dict[Path, Links]:
+        """The links of ``targets``: all of them need other files' facts (``split``), and these
+        are the ``facts``, or none of them does."""
+        links: dict[Path, Links] = {}
+        if facts is not None:
+            linked = link(facts, self.roots, lambda real: display_path(self.by_real[real]))
+            wanted = {real_path(target.path) for target in targets}
+            links = {self.by_real[real]: found for real, found in linked.items() if real in self.scanned and real in wanted}
+        for target in targets:
+            data = self.sources.get(target.path)
+            if data is not None and target.path not in links and real_path(target.path) in self.scanned:
+                missing = _siblings_not_scanned(target.path, data, self.scanned)
+                if missing:
+                    links[target.path] = Links(missing=missing)
+        for path in _unreferenced(targets, links, self.texts):
+            links[path] = replace(links.get(path) or Links(), unreferenced=True)
+        for target in targets:  # a test found in a walked folder; one named on the command line is scanned as it is
+            if not target.explicit and target.path.suffix == ".py" and is_test_file(Path(display_path(target.path))):
+                links[target.path] = replace(links.get(target.path) or Links(), test=True)
+        return links
 
 
 def _unreferenced(targets: list[Target], links: dict[Path, Links], texts: dict[Path, bytes]) -> set[Path]:
@@ -345,6 +381,11 @@ def _facts_and_measure(data: bytes) -> tuple[ModuleFacts | None, Measured | None
     return (facts_of(tree) if tree is not None else None), measure
 
 
+def _biggest_first(indexes: list[int], targets: list[Target]) -> list[int]:
+    """Biggest files first, so that no process is left with a large one while the others idle."""
+    return sorted(indexes, key=lambda i: -_size(targets[i].path))
+
+
 def _digest(path: Path, data: bytes) -> str:
     """The digest of a file's bytes. (What its findings read besides, the project's
     configuration files, is checked on a cache hit: ``Analysis.inputs``.)"""
@@ -370,15 +411,17 @@ def _siblings_not_scanned(path: Path, data: bytes, scanned: dict[Path, Path]) ->
 
 
 def _cached(
-    targets: list[Target], settings: Settings, cache: ScanCache | None, details: bool, links: dict[Path, Links],
-    digests: dict[Path, str], seen: dict[str, str],
+    targets: list[Target], indexes: list[int], settings: Settings, cache: ScanCache | None, details: bool,
+    links: dict[Path, Links], digests: dict[Path, str], seen: dict[str, str],
 ) -> tuple[dict[int, Analysis], dict[int, str | None], list[int]]:
-    """The analyses the cache holds (by target index), every target's cache key, and the indexes
-    of the targets to analyse (``seen``: the project files' digests, computed once per scan)."""
+    """Of the targets at ``indexes``: the analyses the cache holds (by target index), their cache
+    keys, and the indexes of the targets to analyse (``seen``: the project files' digests,
+    computed once per scan)."""
     analyses: dict[int, Analysis] = {}
     keys: dict[int, str | None] = {}
     todo: list[int] = []
-    for index, target in enumerate(targets):
+    for index in indexes:
+        target = targets[index]
         hit = None
         if cache is not None:
             # A file edited after this point is re-analysed next time: its hash will differ.
@@ -428,28 +471,38 @@ def scan_paths(
         load = cache_once(load_engine)
         workers = scope.enter_context(Workers(jobs, load=load))
         measured: dict[Path, Measured] = {}
-        with collector_paused():  # the facts' syntax trees hold no cycle
-            links, digests = project_links(targets, paths, settings, cache, workers.map, measured=measured)
+        project = ProjectReading(targets, paths, settings)
+        facts = project.facts(cache, workers.map, measured)
         seen: dict[str, str] = {}  # project files' digests, computed once per scan
-        analyses, keys, todo = _cached(targets, settings, cache, details, links, digests, seen)
-        done = len(analyses)
-        if progress is not None:
-            progress(done, len(targets))
-        # Biggest files first, so that no worker is left with a large one while the others idle.
-        todo.sort(key=lambda i: -_size(targets[i].path))
+        # The files that need no other file's facts are analysed first, while this process
+        # links the others (``Workers.map``'s ``more``).
+        first, linked = project.split(targets)
+        links = project.links([targets[i] for i in first])
+        analyses, keys, todo = _cached(targets, first, settings, cache, details, links, project.digests, seen)
+        todo_later: list[int] = []
+
+        def later() -> list[Job]:
+            links.update(project.links([targets[i] for i in linked], facts))
+            found, more_keys, more = _cached(targets, linked, settings, cache, details, links, project.digests, seen)
+            analyses.update(found)
+            keys.update(more_keys)
+            todo_later.extend(_biggest_first(more, targets))
+            return [(targets[i], settings, details, links.get(targets[i].path), measured.get(targets[i].path))
+                    for i in todo_later]
+
+        todo = _biggest_first(todo, targets)
         records = workers.map(_analyse_to_record, [
-            (targets[i], settings, details, links.get(targets[i].path), measured.get(targets[i].path)) for i in todo],
-            loaded=True)
-        with listings_kept():  # while the workers analyse the files
-            pinned = _pinned_notes([target.path for target in targets], settings, cache, seen)
-        for index, record in zip(todo, records):
+            (targets[i], settings, details, links.get(targets[i].path), None) for i in todo],
+            loaded=True, more=later, done=None if progress is None else lambda n: progress(len(analyses) + n, len(targets)))
+        for index, record in zip(todo + todo_later, records):
             analyses[index] = _from_record(record)
             key = keys.get(index)
             if cache is not None and key is not None and record["error"] is None:
                 cache.put(targets[index].path, key, record)
-            done += 1
-            if progress is not None:
-                progress(done, len(targets))
+        if progress is not None:
+            progress(len(targets), len(targets))
+        with listings_kept():
+            pinned = _pinned_notes([target.path for target in targets], settings, cache, seen)
     if cache is not None:
         cache.save()
     superseded = superseded_files(targets, paths, links)

@@ -2,22 +2,24 @@
 
 A scan has two parallel steps: the project facts (Python's own parser, no engine) and then the
 analysis of the files (libcst, the model and the rules: ``load``). Loading the engine takes a
-fifth of a second, so it is not done while the workers wait: the facts' pool is forked first,
-with one process fewer than the jobs, and this process loads the engine on the core left while
-its workers read the facts. The analysis then needs workers forked after the load, which share
-what it loaded instead of loading it again each: a pool forked before the load is replaced by
-one forked after it (a fork costs a few milliseconds; loading the engine in every worker would
-cost the fifth of a second again).
+fifth of a second, so it is not done while the workers wait: the facts' workers are forked
+first, one process fewer than the jobs, and this process loads the engine on the core left
+while they read the facts. The analysis then needs workers forked after the load, which share
+what it loaded instead of loading it again each (a fork costs a few milliseconds; loading the
+engine in every worker would cost the fifth of a second again).
 
-Which of the two ends first depends on the machine and the project: when the load ends first,
-this process takes its share of the facts still to read (the items are claimed one at a time
-from a counter the processes share), so that neither core waits for the other.
+Every process, this one included, claims the next item from a counter they share until none is
+left, so that no core waits for another: when the load ends before the facts do, this process
+reads its share of them. A step's ``more`` items are the ones only this process can list, once
+the workers have started on the others (the analysis of the files that need the project links:
+the workers analyse the files that do not while this process links the project).
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
+import pickle
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
@@ -31,67 +33,56 @@ PARALLEL_FROM = 8
 
 
 class Workers:
-    """``map`` on ``jobs`` worker processes (None: one per core), in order; serial for one job
-    or a handful of items. ``load`` loads what ``map(..., loaded=True)`` needs (called once).
-    Use it as a context manager: the pool ends with the block."""
+    """``map`` on ``jobs`` processes (None: one per core), this one included; serial for one
+    job or a handful of items. ``load`` loads what ``map(..., loaded=True)`` needs (called once).
+    Use it as a context manager: the workers end with the block."""
 
     def __init__(self, jobs: int | None, load: Callable[[], None] = lambda: None) -> None:
         self.jobs = jobs or os.cpu_count() or 1
         self._load = load
         self._loaded = False
-        self._pool: Pool | None = None
+        self._pool: Pool | None = None  # where processes cannot be forked: a pool of its own
+        self._pool_loaded = False  # started after the load
         self._size = 0
-        self._pool_loaded = False  # forked after the load
 
     def load(self) -> None:
         if not self._loaded:
             self._load()
             self._loaded = True
 
-    def map(self, function: Callable[[Item], Result], items: list[Item], *, loaded: bool = False) -> Iterable[Result]:
-        """``map(function, items)``; ``loaded``: ``function`` needs what ``load`` loads (it is
-        loaded here first). Without it, this process loads it while the workers run."""
+    def map(
+        self, function: Callable[[Item], Result], items: list[Item], *, loaded: bool = False,
+        more: Callable[[], list[Item]] | None = None, done: Callable[[int], None] | None = None,
+    ) -> list[Result]:
+        """``[function(item) for item in items + more()]``. ``loaded``: ``function`` needs what
+        ``load`` loads (it is loaded here first); without it, this process loads it while the
+        workers run. ``more``: listed by this process while the workers start on ``items``.
+        ``done(n)``: n items are done (called now and then, in this process)."""
+        if more is not None and (self.jobs <= 1 or len(items) < PARALLEL_FROM):
+            items, more = [*items, *more()], None  # too few to start on: together they may be enough
         if not items:
-            return iter(())
+            return []
         if loaded:
             self.load()
         if self.jobs <= 1 or len(items) < PARALLEL_FROM:
-            return map(function, items)
-        if self._pool is not None and loaded and not self._pool_loaded:
-            self.close()
+            return _counted(map(function, items), done)
         import multiprocessing  # a scan of cached files forks nothing
 
-        forks = "fork" in multiprocessing.get_all_start_methods()
-        if self._pool is None and not self._loaded and forks:
-            return self._shared(function, items, multiprocessing.get_context("fork"))
+        if "fork" in multiprocessing.get_all_start_methods():
+            step = _Shared(function, items, done)
+            return step.run(multiprocessing.get_context("fork"), min(self.jobs - 1, len(items)), self.load, more)
+        items = [*items, *(more() if more is not None else ())]  # (a pool that is not forked)
+        if self._pool is not None and loaded and not self._pool_loaded:
+            self.close()
         if self._pool is None:
             # While this process loads, it takes a core of its own: the other jobs run ``function``.
-            self._size = min(self.jobs if self._loaded else max(1, self.jobs - 1), len(items))
+            size = min(self.jobs if self._loaded else max(1, self.jobs - 1), len(items))
             self._pool_loaded = self._loaded
-            self._pool = multiprocessing.get_context("fork" if forks else None).Pool(self._size)
+            self._pool = multiprocessing.Pool(size)
+            self._size = size
         results = self._pool.imap(function, items, chunksize=max(1, len(items) // (self._size * 8)))
         self.load()  # while the workers run, if not yet: the next step will need it
-        return results
-
-    def _shared(self, function: Callable[[Item], Result], items: list[Item], context: BaseContext) -> Iterable[Result]:
-        """``map`` on ``jobs - 1`` forked workers while this process loads, then on this process
-        too: each process claims the next item from a shared counter until none is left."""
-        global _DRAINED
-        self._size = min(max(1, self.jobs - 1), len(items))
-        self._pool_loaded = False
-        claimed = context.Value("q", 0)
-        _DRAINED = (function, items, claimed)  # the forked workers inherit it
-        try:
-            self._pool = context.Pool(self._size)
-            pending = [self._pool.apply_async(_drain) for _ in range(self._size)]
-            self.load()
-            mine = _drain()
-        finally:
-            _DRAINED = None
-        results: list[Result] = [None] * len(items)  # type: ignore[list-item]
-        for index, result in [*mine, *(pair for job in pending for pair in job.get())]:
-            results[index] = result
-        return results
+        return _counted(results, done)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -105,20 +96,78 @@ class Workers:
         self.close()
 
 
-# What the processes of ``Workers._shared`` share while they read the items: the function, the
-# items and the counter of claimed items (set before the workers are forked; None otherwise).
-_DRAINED: tuple[Callable, list, Any] | None = None
+def _counted(results: Any, done: Callable[[int], None] | None) -> list:
+    found = []
+    for result in results:
+        found.append(result)
+        if done is not None:
+            done(len(found))
+    return found
 
 
-def _drain() -> list[tuple[int, object]]:
-    """Claim items one at a time until none is left; (index, result) for each claimed here."""
-    assert _DRAINED is not None
-    function, items, claimed = _DRAINED
-    done = []
-    while True:
-        with claimed.get_lock():
-            index = claimed.value
-            claimed.value = index + 1
-        if index >= len(items):
-            return done
-        done.append((index, function(items[index])))
+class _Shared:
+    """One step on forked workers and this process: each claims the next item of a list from a
+    counter they share (``_claim``). The workers inherit the step when they are forked; the
+    items of ``more``, listed after the fork, reach them as a task of the pool."""
+
+    def __init__(self, function: Callable[[Any], Any], items: list, done: Callable[[int], None] | None) -> None:
+        self.function = function
+        self.items = items
+        self.done = done
+
+    def run(self, context: BaseContext, size: int, load: Callable[[], None],
+            more: Callable[[], list] | None) -> list:
+        global _STEP
+        # Counters: the items claimed of ``items``, of the ``more`` items, the items done.
+        self.claimed, self.claimed_more, self.finished = (context.Value("q", 0) for _ in range(3))
+        _STEP = self
+        try:
+            pool = context.Pool(size)
+        finally:
+            _STEP = None
+        try:
+            pending = [pool.apply_async(_claim, (None,)) for _ in range(size)]
+            load()
+            extra = more() if more is not None else []
+            if extra:
+                data = pickle.dumps(extra, pickle.HIGHEST_PROTOCOL)  # once, not once per worker
+                pending += [pool.apply_async(_claim_more, (data,)) for _ in range(size)]
+            mine = [*self.claim(None), *self.claim(extra)]
+            results: list = [None] * (len(self.items) + len(extra))
+            for index, result in [*mine, *(pair for job in pending for pair in job.get())]:
+                results[index] = result
+        finally:
+            pool.terminate()
+        return results
+
+    def claim(self, extra: list | None) -> list[tuple[int, object]]:
+        """Claim items one at a time until none is left, of ``items`` (``extra`` None) or of
+        ``extra`` (numbered after ``items``); (index, result) for each claimed here."""
+        items, claimed, offset = (self.items, self.claimed, 0) if extra is None else (extra, self.claimed_more, len(self.items))
+        mine = []
+        while True:
+            with claimed.get_lock():
+                index = claimed.value
+                claimed.value = index + 1
+            if index >= len(items):
+                return mine
+            mine.append((offset + index, self.function(items[index])))
+            with self.finished.get_lock():
+                self.finished.value += 1
+                finished = self.finished.value
+            if self.done is not None and _STEP is None:  # this process: the workers have no one to tell
+                self.done(finished)
+
+
+# The step the workers being forked inherit (None otherwise; in a worker: the step it runs).
+_STEP: _Shared | None = None
+
+
+def _claim(extra: list | None) -> list[tuple[int, object]]:
+    """A worker's part of the step it was forked with (``_Shared.claim``)."""
+    assert _STEP is not None
+    return _STEP.claim(extra)
+
+
+def _claim_more(data: bytes) -> list[tuple[int, object]]:
+    return _claim(pickle.loads(data))
