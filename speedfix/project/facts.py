@@ -40,6 +40,7 @@ import ast
 import builtins
 import json
 import re
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
@@ -350,6 +351,24 @@ def facts_of(tree: ast.Module) -> ModuleFacts | None:
 
 
 # ---------------------------------------------------------------------------------- internals
+# The fields of a statement that hold statements (an `except` clause's and a `case`'s body too),
+# in the order of each node's ``_fields``
+_BLOCKS = ("body", "handlers", "orelse", "finalbody", "cases")
+
+
+def _statements(node: ast.AST) -> Iterator[ast.AST]:
+    """The statements in and under ``node`` (with the `except` and `case` clauses that hold
+    some), in ``ast.walk``'s order, without walking the expressions, which hold none."""
+    todo = deque([node])
+    while todo:
+        node = todo.popleft()
+        for name in _BLOCKS:
+            block = getattr(node, name, None)
+            if block:
+                todo.extend(block)
+        yield node
+
+
 def _range_count(node: ast.expr) -> int | None:
     """How many times `for _ in range(8)` (or `range(2, 10)`) runs; None for anything else."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
@@ -362,11 +381,13 @@ def _range_count(node: ast.expr) -> int | None:
 
 
 def dotted(node: ast.AST) -> str | None:
+    if type(node) is ast.Name:  # (the parser makes no subclasses of its nodes)
+        return node.id
     parts: list[str] = []
-    while isinstance(node, ast.Attribute):
+    while type(node) is ast.Attribute:
         parts.append(node.attr)
         node = node.value
-    if not isinstance(node, ast.Name):
+    if type(node) is not ast.Name:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))
@@ -701,7 +722,7 @@ class _Collector(ast.NodeVisitor):
         `module_list = nn.ModuleList()` it appends to), itself or in a tuple?"""
         made: dict[str, str] = {}  # `module_list = nn.ModuleList()`: module_list -> torch.nn.ModuleList
         returned: list[ast.expr] = []
-        for statement in ast.walk(node):
+        for statement in _statements(node):
             if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call):
                 for target in statement.targets:
                     if isinstance(target, ast.Name):
@@ -1148,6 +1169,7 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = dotted(node.func)
+        resolved = self.resolve(func)
         if isinstance(node.func, ast.Name):  # DiffWave's `main(parser.parse_args())`: `main`'s parameter holds them
             self.parsed_into.update((node.func.id, index) for index, arg in enumerate(node.args) if _parses_options(arg))
         if self.entry_dicts:
@@ -1167,22 +1189,22 @@ class _Collector(ast.NodeVisitor):
             self.option_words.update(id(arg) for arg in node.args if isinstance(arg, ast.Constant))
             self.option_words.update(id(keyword.value) for keyword in node.keywords
                                      if keyword.arg in ("help", "metavar", "dest") and isinstance(keyword.value, ast.Constant))
-        if self.resolve(func) in PAD_TO_LONGEST and self.function_stack:
+        if resolved in PAD_TO_LONGEST and self.function_stack:
             self.function_stack[-1].pads = True
-        if self.resolve(func) in DATALOADER:
+        if resolved in DATALOADER:
             self.loaders[0] += 1
             pin = next((keyword.value for keyword in node.keywords if keyword.arg in ("pin_memory", None)), None)
             if len(node.args) > 7 or pin is not None and not (isinstance(pin, ast.Constant) and pin.value is False):
                 self.loaders[1] += 1
-        if self.resolve(func) in _GRADIENT_CALLS and any(
+        if resolved in _GRADIENT_CALLS and any(
                 keyword.arg == "create_graph" and not (isinstance(keyword.value, ast.Constant) and not keyword.value.value)
                 for keyword in node.keywords):
             self.double_backward = True  # schnetpack's forces: `grad(..., create_graph=self.training)`
-        if self.resolve(func) in CUDA_DEFAULT_CALLS and node.args and self._names_cuda(node.args[0]):
+        if resolved in CUDA_DEFAULT_CALLS and node.args and self._names_cuda(node.args[0]):
             self.cuda_default = [True, self.cuda_default[1] or not self.function_stack]
-        if self.resolve(func) in _CUDNN_OWNERS:
+        if resolved in _CUDNN_OWNERS:
             self._cudnn_choice()  # (a Lightning Trainer sets `cudnn.benchmark` from its own `benchmark`)
-        elif self.resolve(func) in MATMUL_PRECISION_CALLS:
+        elif resolved in MATMUL_PRECISION_CALLS:
             self._tf32_choice()
         loop = self._current_loop()
         if self._is_marker(node, func):
@@ -1200,15 +1222,14 @@ class _Collector(ast.NodeVisitor):
                 self.function_stack[-1].blocking_copies.add(copied)
         if self.function_stack and any(keyword.arg == "device" and not _cpu_constant(keyword.value) for keyword in node.keywords):
             self.function_stack[-1].makes_on_device = True
-        if self.function_stack and makes_adapters(self.resolve(func), func):
+        if self.function_stack and makes_adapters(resolved, func):
             self.function_stack[-1].adapters = True
         if self.function_stack and self._reads_on_host(node, func, self.function_stack[-1]):
             self.function_stack[-1].syncs = True
         if self.no_grad and func is not None:
-            qualified = self.resolve(func)
-            if qualified is not None and qualified.split(".", 1)[0] not in _EXTERNAL:
-                self.no_grad_calls.add(qualified)
-            elif qualified is None and "." in func:
+            if resolved is not None and resolved.split(".", 1)[0] not in _EXTERNAL:
+                self.no_grad_calls.add(resolved)
+            elif resolved is None and "." in func:
                 self.no_grad_methods.add(func.rpartition(".")[2])
         if loop is not None and isinstance(node.func, ast.Attribute) and node.func.attr == "step" \
                 and "env" in (dotted(node.func.value) or "").rsplit(".", 1)[-1].lower():
@@ -1238,7 +1259,7 @@ class _Collector(ast.NodeVisitor):
             self._arguments(func, node)
             self._passes(func, node)
         owner = self._layer_owner()
-        if owner is not None and (layer_kind(self.resolve(func)) == "matmul" or (
+        if owner is not None and (layer_kind(resolved) == "matmul" or (
                 isinstance(node.func, ast.Attribute) and node.func.attr in MATMUL_METHODS)):
             self.layers.setdefault(owner, set()).add("matmul")  # in a helper's body too, not only what it returns
         self.generic_visit(node)
