@@ -369,6 +369,21 @@ def _statements(node: ast.AST) -> Iterator[ast.AST]:
         yield node
 
 
+def _walk(node: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk(node)`` less the nodes without fields (`Load`, `+`: no caller looks for them),
+    without its two generators per node."""
+    todo = deque([node])
+    while todo:
+        node = todo.popleft()
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                todo.extend(item for item in value if isinstance(item, ast.AST) and item._fields)
+            elif isinstance(value, ast.AST) and value._fields:
+                todo.append(value)
+        yield node
+
+
 def _range_count(node: ast.expr) -> int | None:
     """How many times `for _ in range(8)` (or `range(2, 10)`) runs; None for anything else."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
@@ -495,7 +510,7 @@ def _flag_test(test: ast.AST) -> str | None:
 
 
 def _is_periodic(test: ast.AST) -> bool:
-    return any(isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) for node in ast.walk(test))
+    return any(isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) for node in _walk(test))
 
 
 @dataclass
@@ -704,7 +719,7 @@ class _Collector(ast.NodeVisitor):
         if not nested and owner is None and self._returns_container(node):
             # VGG's `make_layers()`: `layers += [nn.Conv2d(...)]`, then `return nn.Sequential(*layers)`;
             # YOLOv3's `create_modules()`: `module_list.append(...)` of `add_module("conv", nn.Conv2d(...))`
-            for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+            for call in (n for n in _walk(node) if isinstance(n, ast.Call)):
                 func = dotted(call.func)
                 if func is not None and (self.resolve(func) or "").startswith("torch.nn."):
                     self._builds(name, func)
@@ -1019,9 +1034,9 @@ class _Collector(ast.NodeVisitor):
                     continue
                 if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     continue  # a nested def runs when called: not counted
-                for child in ast.walk(statement):
+                for child in _walk(statement):
                     if isinstance(child, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp, ast.While)) and any(
-                            isinstance(inner, ast.Call) and self._counted(inner) for inner in ast.walk(child)):
+                            isinstance(inner, ast.Call) and self._counted(inner) for inner in _walk(child)):
                         return False
                     if isinstance(child, ast.Call) and (callee := self._counted(child)) is not None:
                         calls.append((callee, tuple([*map(argument, child.args), *(
@@ -1081,7 +1096,7 @@ class _Collector(ast.NodeVisitor):
         return ""
 
     def _mentions_cuda(self, node: ast.AST) -> bool:
-        for child in ast.walk(node):
+        for child in _walk(node):
             if isinstance(child, ast.Attribute) and _cuda_attribute(child):
                 return True
             if isinstance(child, ast.Constant) and isinstance(child.value, str) and "cuda" in child.value:
@@ -1302,7 +1317,7 @@ class _Collector(ast.NodeVisitor):
                 made = function.made_by.get(element.id) if isinstance(element, ast.Name) else None
                 if made is not None:  # `model = ResNet(...); return model`
                     self._builds(function.name, made)
-            for call in (n for n in ast.walk(value) if isinstance(n, ast.Call)):
+            for call in (n for n in _walk(value) if isinstance(n, ast.Call)):
                 self._builds_through(function.name, call)
         self.generic_visit(node)
 
@@ -1797,7 +1812,7 @@ def _skips_submodules(node: ast.ClassDef) -> bool:
 def _gated_call(statements: list[ast.stmt], arguments: set[str], methods: set[str], *, gated: bool) -> bool:
     for statement in statements:
         if isinstance(statement, ast.If):
-            on_argument = any(isinstance(n, ast.Name) and n.id in arguments for n in ast.walk(statement.test))
+            on_argument = any(isinstance(n, ast.Name) and n.id in arguments for n in _walk(statement.test))
             if any(_gated_call(branch, arguments, methods, gated=gated or on_argument)
                    for branch in (statement.body, statement.orelse)):
                 return True
@@ -1809,7 +1824,7 @@ def _gated_call(statements: list[ast.stmt], arguments: set[str], methods: set[st
                 return True
         elif gated and any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                            and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"
-                           and n.func.attr not in methods for n in ast.walk(statement)):
+                           and n.func.attr not in methods for n in _walk(statement)):
             return True
     return False
 
