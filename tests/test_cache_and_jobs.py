@@ -143,7 +143,7 @@ def _analysed(folder: Path, item: int) -> int:
 
 def test_the_workers_start_on_the_first_items_while_this_process_lists_the_others(tmp_path):
     """The files that need no project links are analysed while this process links the others:
-    ``more`` is called once a worker has started, its items are done by the processes, this one
+    ``meanwhile`` is called once a worker has started, its items are done by the processes, this one
     too, and every result comes back once, in order, with the progress counted up to all."""
     import functools
 
@@ -159,7 +159,7 @@ def test_the_workers_start_on_the_first_items_while_this_process_lists_the_other
         return later
 
     with Workers(2) as workers:
-        results = workers.map(functools.partial(_analysed, tmp_path), first, loaded=True, more=more, done=counted.append)
+        results = workers.map(functools.partial(_analysed, tmp_path), first, loaded=True, meanwhile=more, done=counted.append)
     assert results == [-item for item in first + later]
     claims = [name.split("-") for name in os.listdir(tmp_path)]
     assert sorted(int(item) for item, _ in claims) == first + later  # each item once
@@ -179,7 +179,7 @@ def test_where_processes_cannot_be_forked_a_pool_maps_every_item_in_order(tmp_pa
     counted: list[int] = []
     with Workers(2) as workers:
         results = workers.map(functools.partial(_analysed, tmp_path), list(range(PARALLEL_FROM)), loaded=True,
-                              more=lambda: [PARALLEL_FROM], done=counted.append)
+                              meanwhile=lambda: [PARALLEL_FROM], done=counted.append)
     assert results == [-item for item in range(PARALLEL_FROM + 1)]
     assert counted == list(range(1, PARALLEL_FROM + 2))
 

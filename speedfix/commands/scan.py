@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import traceback
 from contextlib import ExitStack, contextmanager
-from functools import cache as cache_once
+from functools import cache as cache_once, partial
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -472,29 +472,40 @@ def scan_paths(
         workers = scope.enter_context(Workers(jobs, load=load))
         measured: dict[Path, Measured] = {}
         project = ProjectReading(targets, paths, settings)
-        facts = project.facts(cache, workers.map, measured)
         seen: dict[str, str] = {}  # project files' digests, computed once per scan
-        # The files that need no other file's facts are analysed first, while this process
-        # links the others (``Workers.map``'s ``more``).
-        first, linked = project.split(targets)
-        links = project.links([targets[i] for i in first])
-        analyses, keys, todo = _cached(targets, first, settings, cache, details, links, project.digests, seen)
-        todo_later: list[int] = []
+        links: dict[Path, Links] = {}
+        analyses: dict[int, Analysis] = {}
+        keys: dict[int, str | None] = {}
+        todo: list[int] = []  # the targets to analyse, in the order they are handed out
 
-        def later() -> list[Job]:
-            links.update(project.links([targets[i] for i in linked], facts))
-            found, more_keys, more = _cached(targets, linked, settings, cache, details, links, project.digests, seen)
+        def plan(indexes: list[int], facts: dict[Path, ModuleFacts] | None = None) -> list[Job]:
+            """The links of the targets at ``indexes``, their analyses from the cache, and the
+            jobs of the others (added to ``todo``)."""
+            links.update(project.links([targets[i] for i in indexes], facts))
+            found, found_keys, left = _cached(targets, indexes, settings, cache, details, links, project.digests, seen)
             analyses.update(found)
-            keys.update(more_keys)
-            todo_later.extend(_biggest_first(more, targets))
-            return [(targets[i], settings, details, links.get(targets[i].path), measured.get(targets[i].path))
-                    for i in todo_later]
+            keys.update(found_keys)
+            left = _biggest_first(left, targets)
+            todo.extend(left)
+            return [(targets[i], settings, details, links.get(targets[i].path), measured.get(targets[i].path)) for i in left]
 
-        todo = _biggest_first(todo, targets)
-        records = workers.map(_analyse_to_record, [
-            (targets[i], settings, details, links.get(targets[i].path), None) for i in todo],
-            loaded=True, more=later, done=None if progress is None else lambda n: progress(len(analyses) + n, len(targets)))
-        for index, record in zip(todo + todo_later, records):
+        # The files that need no other file's facts are planned while the facts are read, and
+        # analysed while this process links the others (``Workers.map``'s ``meanwhile``).
+        alone, linked = project.split(targets)
+        first: list[Job] | None = None
+
+        def plan_alone() -> list:
+            nonlocal first
+            if first is None:
+                first = plan(alone)
+            return []  # no more facts to read
+
+        facts = project.facts(cache, partial(workers.map, meanwhile=plan_alone), measured)
+        plan_alone()  # (done already, unless no facts were to be read)
+        assert first is not None
+        records = workers.map(_analyse_to_record, first, loaded=True, meanwhile=lambda: plan(linked, facts),
+                              done=None if progress is None else lambda n: progress(len(analyses) + n, len(targets)))
+        for index, record in zip(todo, records):
             analyses[index] = _from_record(record)
             key = keys.get(index)
             if cache is not None and key is not None and record["error"] is None:

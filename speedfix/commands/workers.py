@@ -10,9 +10,10 @@ engine in every worker would cost the fifth of a second again).
 
 Every process, this one included, claims the next item from a counter they share until none is
 left, so that no core waits for another: when the load ends before the facts do, this process
-reads its share of them. A step's ``more`` items are the ones only this process can list, once
-the workers have started on the others (the analysis of the files that need the project links:
-the workers analyse the files that do not while this process links the project).
+reads its share of them. What this process has to do besides, it does ``meanwhile``, once the
+workers have started; that may list more items for them (the analysis of the files that need
+the project links: the workers analyse the files that do not while this process links the
+project).
 """
 
 from __future__ import annotations
@@ -52,14 +53,15 @@ class Workers:
 
     def map(
         self, function: Callable[[Item], Result], items: list[Item], *, loaded: bool = False,
-        more: Callable[[], list[Item]] | None = None, done: Callable[[int], None] | None = None,
+        meanwhile: Callable[[], list[Item]] | None = None, done: Callable[[int], None] | None = None,
     ) -> list[Result]:
-        """``[function(item) for item in items + more()]``. ``loaded``: ``function`` needs what
-        ``load`` loads (it is loaded here first); without it, this process loads it while the
-        workers run. ``more``: listed by this process while the workers start on ``items``.
-        ``done(n)``: n items are done (called now and then, in this process)."""
-        if more is not None and (self.jobs <= 1 or len(items) < PARALLEL_FROM):
-            items, more = [*items, *more()], None  # too few to start on: together they may be enough
+        """``[function(item) for item in items + meanwhile()]``. ``loaded``: ``function`` needs
+        what ``load`` loads (it is loaded here first); without it, this process loads it while the
+        workers run. ``meanwhile()``: called once, by this process, while the workers start on
+        ``items`` (after the load); it returns more items (or none). ``done(n)``: n items are done
+        (called now and then, in this process)."""
+        if meanwhile is not None and (self.jobs <= 1 or len(items) < PARALLEL_FROM):
+            items, meanwhile = [*items, *meanwhile()], None  # too few to start on: together they may be enough
         if not items:
             return []
         if loaded:
@@ -70,8 +72,8 @@ class Workers:
 
         if "fork" in multiprocessing.get_all_start_methods():
             step = _Shared(function, items, done)
-            return step.run(multiprocessing.get_context("fork"), min(self.jobs - 1, len(items)), self.load, more)
-        items = [*items, *(more() if more is not None else ())]  # (a pool that is not forked)
+            return step.run(multiprocessing.get_context("fork"), min(self.jobs - 1, len(items)), self.load, meanwhile)
+        items = [*items, *(meanwhile() if meanwhile is not None else ())]  # (before a pool that is not forked)
         if self._pool is not None and loaded and not self._pool_loaded:
             self.close()
         if self._pool is None:
@@ -108,7 +110,7 @@ def _counted(results: Any, done: Callable[[int], None] | None) -> list:
 class _Shared:
     """One step on forked workers and this process: each claims the next item of a list from a
     counter they share (``_claim``). The workers inherit the step when they are forked; the
-    items of ``more``, listed after the fork, reach them as a task of the pool."""
+    items ``meanwhile`` lists after the fork reach them as a task of the pool."""
 
     def __init__(self, function: Callable[[Any], Any], items: list, done: Callable[[int], None] | None) -> None:
         self.function = function
@@ -116,9 +118,9 @@ class _Shared:
         self.done = done
 
     def run(self, context: BaseContext, size: int, load: Callable[[], None],
-            more: Callable[[], list] | None) -> list:
+            meanwhile: Callable[[], list] | None) -> list:
         global _STEP
-        # Counters: the items claimed of ``items``, of the ``more`` items, the items done.
+        # Counters: the items claimed of ``items``, of the items ``meanwhile`` lists, the items done.
         self.claimed, self.claimed_more, self.finished = (context.Value("q", 0) for _ in range(3))
         _STEP = self
         try:
@@ -128,7 +130,7 @@ class _Shared:
         try:
             pending = [pool.apply_async(_claim, (None,)) for _ in range(size)]
             load()
-            extra = more() if more is not None else []
+            extra = meanwhile() if meanwhile is not None else []
             if extra:
                 data = pickle.dumps(extra, pickle.HIGHEST_PROTOCOL)  # once, not once per worker
                 pending += [pool.apply_async(_claim_more, (data,)) for _ in range(size)]
