@@ -157,6 +157,10 @@ def test_a_readme_command_laid_out_over_lines_without_backslashes(write, run_cli
     # the same lines without the indent are separate commands: 1.x then trains on the CPU
     write("README.md", "```\npython main.py --base configs/vqgan.yaml\n-t\n--gpus 0,\n```\n")
     assert "fp32" not in run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
+    # Dreambooth's README: placeholders with a blank inside (`<job name>`) are values, not redirections
+    write("README.md", "```\npython main.py --base configs/vqgan.yaml\n    -n <job name>\n    --gpus 0,\n"
+          "    --class_word <xxx>\n```\n")
+    assert "builds trains in fp32" in run_cli("scan", "main.py", "--select", "SF901", "--no-summary", cwd=tmp_path).stdout
 
 
 MAIN_2X = """\

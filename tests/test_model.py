@@ -20,7 +20,7 @@ from speedfix.model.devices import cpu_by_default, uses_cuda
 from speedfix.model.flow import off_by_default
 from speedfix.model.frames import class_of_method, in_inference_branch
 from speedfix.model.frameworks import trainer_fits
-from speedfix.model.launch import _held_command, _words
+from speedfix.model.launch import _PLACEHOLDER, _held_command, _unknown, _words
 from speedfix.model.loaded_config import section_keys
 from speedfix.model.networks import optimized_module, optimizer_factories
 from speedfix.model.scale import named_for_evaluation, trains_narrow_mlps_only
@@ -500,11 +500,11 @@ def test_a_shell_line_splits_as_a_posix_shell_lexer_splits_it(line):
     ones shlex gives (what every line got before the shortcut)."""
     import shlex
 
-    line = re.sub(r"<([^<>\s]+)>", r"$\1", line.lstrip("$ ").strip())  # a README's `<placeholder>`
-    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    plain = _PLACEHOLDER.sub(_unknown, line.lstrip("$ ").strip())  # a README's `<placeholder>`
+    lexer = shlex.shlex(plain, posix=True, punctuation_chars=True)
     lexer.commenters, lexer.whitespace_split = "#", True
     try:
         expected = list(lexer)
     except ValueError:  # an unclosed quote: split at blanks
-        expected = line.split()
+        expected = plain.split()
     assert _words(line) == expected

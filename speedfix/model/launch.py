@@ -56,7 +56,8 @@ _MAX_FILES = 200  # launch files read per script at most
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ">", ">>", "&>", "<", "2>", "(", ")"})
 UNKNOWN_VALUE = object()  # an option's value that cannot be known (a shell variable)
-_PLACEHOLDER = re.compile(r"<([^<>\s]+)>")
+# A README's `<your_path>`, `<job name>`: an unknown value, not a redirection (`< in.txt`, `2>&1`)
+_PLACEHOLDER = re.compile(r"<([^<>\s]+|[A-Za-z_][\w.,/:=-]*(?: [\w.,/:=-]+)+)>")
 _PLAIN_LINE = re.compile(r"[^'\"\\#();<>|&\r\n]*")
 _BLANKS = re.compile(r"[ \t]+")
 _COMMAND_WORD = re.compile(r"[\w./$~{}=:,+@%-]+$")  # what a command line starts with (not `│`, `├──`, `|`)
@@ -737,8 +738,12 @@ def _logical_lines(first: int, lines: list[str], *, readme: bool = False) -> lis
 _NOTED_CONTINUATION = re.compile(r"\\[ \t]+#[^\n]*$")
 
 
+def _unknown(placeholder: re.Match[str]) -> str:
+    return "$" + placeholder.group(1).replace(" ", "_")  # one word, a variable's value
+
+
 def _words(line: str) -> list[str]:
-    line = _PLACEHOLDER.sub(r"$\1", line.lstrip("$ ").strip())  # README's `<your_path>`: unknown
+    line = _PLACEHOLDER.sub(_unknown, line.lstrip("$ ").strip())
     if _PLAIN_LINE.fullmatch(line):  # no quote, escape, comment or operator: shlex would split at blanks
         return _BLANKS.split(line) if line else []
     lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
