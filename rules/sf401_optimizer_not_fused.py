@@ -7,7 +7,7 @@ from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg, reference, remove_arg
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.config_files import optimizers_unused
-from speedfix.model.flow import enclosing_statements, in_no_run, off_by_default, unchosen_entry
+from speedfix.model.flow import enclosing_statements, in_no_run, off_by_default, runs_by_default, unchosen_entry
 from speedfix.model.frameworks import configured_trainers_off_gpu
 from speedfix.model.frames import function_of
 from speedfix.model.context import FileContext
@@ -100,6 +100,20 @@ class OptimizerNotFused(Rule):
     effect = "One fused kernel per optimizer step: 2-3 ms/iteration in litgpt."
 
     VALID = [
+        Valid(  # open-muse: the optimizer class a config file names (`fused_adamw`, apex's fused Adam, in its runs)
+            """
+            import torch
+            from omegaconf import OmegaConf
+
+            config = OmegaConf.load(OmegaConf.from_cli().config)
+            model = Net().cuda()
+            if config.optimizer.name == "adamw":
+                optimizer_cls = torch.optim.AdamW
+            elif config.optimizer.name == "fused_adamw":
+                optimizer_cls = apex.optimizers.FusedAdam
+            optimizer_cls(model.parameters(), lr=1e-4).step()
+            """
+        ),
         Valid(  # votenet's demo.py: an optimizer made only to load a checkpoint's state into it, never stepped
             """
             import torch
@@ -382,6 +396,8 @@ class OptimizerNotFused(Rule):
                    and not in_no_run(ctx, a.statement, a.stack)]  # not the `else:` of a `--use_8bit_adam` every run passes
         if not default or self._implementation_chosen(site):
             return
+        if len(assignments) > len(torch_ones) and not runs_by_default(ctx, default[0].statement, default[0].stack):
+            return  # one of several optimizers a config value picks (open-muse: `config.optimizer.name`)
         qualified = ctx.qualname(default[0].value) or ""
         message = (f"`{name}` is `{qualified.rsplit('.', 1)[-1]}` by default, which runs its update as several "
                    "kernels per step; `fused=True` does it in one")

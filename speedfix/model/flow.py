@@ -55,6 +55,19 @@ def off_by_default(ctx: FileContext, statement: cst.BaseStatement | None, stack:
     return None
 
 
+def runs_by_default(ctx: FileContext, statement: cst.BaseStatement | None, stack: Stack) -> bool:
+    """Is ``statement`` known to run with the script's defaults: every `if` on the way to it
+    holds with them (for an `else:`, fails)? False where that cannot be known (a test of a value
+    a config file or the command line gives)."""
+    for owner in _owners(ctx, statement):
+        if isinstance(owner, cst.If) and _truth_at(ctx, owner.test, stack, owner) is not True:
+            return False
+        for test in _tests_passed_as_false(ctx, owner):
+            if _truth_at(ctx, test, stack, _tested_at(ctx, test, owner)) is not False:
+                return False
+    return True
+
+
 def _truth_at(ctx: FileContext, test: cst.BaseExpression, stack: Stack, at: cst.CSTNode) -> bool | None:
     """``default_truth`` of the test of the `if` (or `elif`) ``at``: a name the function rebinds
     on its way there has the value of its last binding before it."""
