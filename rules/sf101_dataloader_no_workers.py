@@ -8,6 +8,7 @@ from speedfix.engine.findings import Applicability, FixOp, LossCheck, Severity, 
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, find_arg, keyword_arg, reference, replace_arg_value
 from speedfix.model.arguments import find_argument, literal_int
+from speedfix.model.context import FileContext
 from speedfix.model.devices import one_process_per_gpu, trains_on_cpu_only
 from speedfix.model.flow import assigned_name, int_in_every_run
 from speedfix.model.frames import FrameKind
@@ -27,6 +28,7 @@ from speedfix.model.rl import reads_replay_buffer
 from speedfix.model.scale import Role, inference_feed, loader_role
 from speedfix.model.workload import Samples, tokenized_ahead, training_samples
 from speedfix.rules._impact import Estimate, Finding, Impact, evaluation_loader
+from speedfix.syntax.blocks import enclosing_block
 from speedfix.syntax.comments import argument_comments, prose, statement_comments
 from speedfix.rules._examples import NOTEBOOK_PEEKED_LOADERS, TEST_PASS_AFTER_TRAINING
 
@@ -405,6 +407,14 @@ class DataloaderNoWorkers(Rule):
             )
             # one worker: more processes each load the whole index into memory
             other = DataLoader(index_set, batch_size=64, num_workers=1)
+            """
+        ),
+        Valid(  # End-to-end-ASR: one comment above the loaders written one under the other gives the reason
+            """
+            from torch.utils.data import DataLoader
+            # Dataloader (Text data stored in RAM, no need num_workers)
+            tr_set = DataLoader(tr_set, batch_size=32, shuffle=True, num_workers=0)
+            dv_set = DataLoader(dv_set, batch_size=32, shuffle=False, num_workers=0)
             """
         ),
         Valid(  # the dataset yields CUDA tensors: forked workers cannot use CUDA
@@ -875,7 +885,7 @@ class DataloaderNoWorkers(Rule):
         if trains_on_cpu_only(ctx):
             return  # no GPU waits for the batches
         workers = find_argument(ctx, site, "num_workers", 5)
-        if workers.unknown or _justified(site, workers.arg):
+        if workers.unknown or _justified(ctx, site, workers.arg):
             return
         late = late_value(ctx, site, "num_workers")
         if late is not None and literal_int(ctx, late.value, late.stack) != 0:
@@ -978,11 +988,28 @@ _WORKER_REASON = re.compile(r"worker|process|fork|spawn|pickl|deadlock|hang|free
 _NOT_A_REASON = re.compile(r"^#\s*(todo|fixme|xxx|noqa|type:)|^#\s*$", re.IGNORECASE)
 
 
-def _justified(site: CallSite, workers: cst.Arg | None) -> bool:
+def _justified(ctx: FileContext, site: CallSite, workers: cst.Arg | None) -> bool:
     """`num_workers=0,  # h5py handles cannot be shared` or a comment on the statement that
     explains the choice: a deliberate worker count is left alone. Commented-out code (an old
     `# loader = DataLoader(..., num_workers=0)` above the new one) explains nothing."""
     if workers is not None and any(not _NOT_A_REASON.search(c) for c in prose(argument_comments(site.node, workers))):
         return True
-    comments = prose(statement_comments(site.statement)) if site.statement is not None else []
+    comments = prose(statement_comments(_first_of_run(ctx, site))) if site.statement is not None else []
     return any(_WORKER_REASON.search(comment) for comment in comments)
+
+
+def _first_of_run(ctx: FileContext, site: CallSite) -> cst.BaseStatement:
+    """The first of the loader statements written one under the other (no blank or comment line
+    between them) that ends with ``site``'s: a comment above the first explains them all (End-to-
+    end-ASR: `# Dataloader (Text data stored in RAM, no need num_workers)` above the train and
+    dev loaders)."""
+    statement = site.statement
+    assert statement is not None
+    block = enclosing_block(ctx, statement)
+    if block is None:
+        return statement
+    loaders = {id(other.statement) for other in dataloader_calls(ctx)}
+    index = next(i for i, child in enumerate(block) if child is statement)
+    while index > 0 and not getattr(block[index], "leading_lines", ()) and id(block[index - 1]) in loaders:
+        index -= 1
+    return block[index]
