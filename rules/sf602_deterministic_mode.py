@@ -6,7 +6,7 @@ from speedfix.engine.findings import Severity
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.model.arguments import find_argument, literal_bool
 from speedfix.model.context import FileContext
-from speedfix.model.flow import taken_on_a_gpu
+from speedfix.model.flow import holds_in_every_run, taken_on_a_gpu
 from speedfix.model.frames import Stack
 from speedfix.model.frameworks import lightning_fits
 from speedfix.model.patterns import DETERMINISM_HELPERS, DETERMINISTIC_ALGORITHMS
@@ -24,7 +24,9 @@ class DeterministicMode(Rule):
     MONAI's `set_determinism(seed=0)` (which also turns `cudnn.benchmark` off; no fix: it seeds too).
     A switch behind a condition (`if args.seed is not None:`, `if args.deterministic:`) is a
     choice the user makes per run and is left alone; one behind a test that holds wherever a GPU
-    is (`if not args.disable_cuda and torch.cuda.is_available():`) is not a choice, and is reported.
+    is (`if not args.disable_cuda and torch.cuda.is_available():`) or in every run (`if args.seed is
+    not None:` after `if args.seed is None: args.seed = random_seed()`) is not a choice, and is
+    reported.
     SF601 leaves a script that asks for determinism alone, so when the script does not turn
     `cudnn.benchmark` on either, the message says to do so with it gone (for fixed input shapes).
     `cudnn.deterministic` in a script whose trained models are all MLPs (`nn.Linear` layers) is
@@ -180,6 +182,27 @@ class DeterministicMode(Rule):
                 main()
             """,
         ),
+        Invalid(  # pointMLP: a seed drawn when none is given, so the test below holds in every run
+            """
+            import argparse
+            import numpy as np
+            import torch
+
+            def main():
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--seed", type=int)
+                args = parser.parse_args()
+                if args.seed is None:
+                    args.seed = np.random.randint(1, 10000)
+                if args.seed is not None:
+                    torch.manual_seed(args.seed)
+                    torch.backends.cudnn.deterministic = True
+                for x, y in loader:
+                    loss = model(x.cuda()).sum()
+                    loss.backward()
+                    opt.step()
+            """,
+        ),
     ]
 
     def finish(self) -> None:
@@ -229,5 +252,5 @@ def _conditional(ctx: FileContext, statement: cst.BaseStatement | None, stack: S
         return False
     node = owner[0]
     if isinstance(node, cst.If):
-        return not (is_main_guard(node.test) or taken_on_a_gpu(ctx, node.test, stack))
+        return not (is_main_guard(node.test) or taken_on_a_gpu(ctx, node.test, stack) or holds_in_every_run(ctx, node, stack))
     return isinstance(node, cst.Else)

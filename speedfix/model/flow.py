@@ -453,11 +453,51 @@ def _none_test(ctx: FileContext, test: cst.Comparison, stack: Stack, depth: int)
         return None
     if not isinstance(target.operator, (cst.Is, cst.IsNot)):
         return None
-    value = _default_value(ctx, test.left, stack, depth)
+    value = False if _filled_when_none(ctx, test.left, stack) else _default_value(ctx, test.left, stack, depth)
     if value is _UNKNOWN:
         return None
     is_none = value is None
     return is_none if isinstance(target.operator, cst.Is) else not is_none
+
+
+def holds_in_every_run(ctx: FileContext, owner: cst.If, stack: Stack) -> bool:
+    """Does the test of ``owner`` hold whatever a run passes: `if args.seed is not None:` after
+    `if args.seed is None: args.seed = ...` (``_filled_when_none``)?"""
+    test = owner.test
+    if not (isinstance(test, cst.Comparison) and _is_none_test(test) and isinstance(test.comparisons[0].operator, cst.IsNot)):
+        return False
+    token = _AT.set(owner)
+    try:
+        return _filled_when_none(ctx, test.left, stack)
+    finally:
+        _AT.reset(token)
+
+
+def _filled_when_none(ctx: FileContext, node: cst.BaseExpression, stack: Stack) -> bool:
+    """Is ``node`` given a value earlier in the body of the function that tests it, whenever it
+    is None (pointMLP: `if args.seed is None: args.seed = np.random.randint(1, 10000)`, then `if
+    args.seed is not None:` holds in every run)? Read where the test is read (``_AT``)."""
+    at = _AT.get()
+    function = ctx.function_of(stack)
+    body = function.body.body if isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock) \
+        else ctx.module.body if function is None else ()
+    wanted = code_of(node)
+    for statement in body:
+        if at is None or statement is at or not comes_before(ctx, statement, at):  # type: ignore[arg-type]
+            return False
+        if isinstance(statement, cst.If) and statement.orelse is None and isinstance(statement.test, cst.Comparison) \
+                and _is_none_test(statement.test) and isinstance(statement.test.comparisons[0].operator, cst.Is) \
+                and code_of(statement.test.left) == wanted and isinstance(statement.body, cst.IndentedBlock) \
+                and any(_assigns_a_value(line, wanted) for line in statement.body.body):
+            return True
+    return False
+
+
+def _assigns_a_value(statement: cst.BaseStatement, target: str) -> bool:
+    """`target = <anything but None>` (one of the statement's small statements)."""
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(small, cst.Assign) and len(small.targets) == 1 and code_of(small.targets[0].target) == target
+        and not (isinstance(small.value, cst.Name) and small.value.value == "None") for small in statement.body)
 
 
 def _default_value(ctx: FileContext, node: cst.BaseExpression, stack: Stack, depth: int) -> object:
