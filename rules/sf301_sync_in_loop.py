@@ -553,6 +553,20 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # Python's `max` of a CUDA tensor compares its elements one by one (End-to-end-ASR's text lengths)
+            """
+            import torch
+
+            model = Net().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for feat, txt in loader:
+                feat, txt = feat.cuda(), txt.cuda()
+                txt_len = torch.sum(txt != 0, dim=-1)
+                loss = model(feat, max(txt_len)).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # a hand-written gradient norm (LSTNet's `Optim.step`): one wait per parameter, every step
             """
             import math
@@ -1393,6 +1407,11 @@ class SyncInLoop(BranchTracker, Rule):
             label = f"`{name}({_code(arguments[0])})`"
             return _Sync(call, label, f"{label} of a tensor in the training loop waits for the GPU every step",
                          no_fix_reason="the value is needed every step")
+        if name in ("max", "min", "sorted") and len(arguments) == 1 and not call.args[0].star \
+                and self.tensors.is_tensor(arguments[0], stack) and not self.tensors.batches.is_host_batch(arguments[0], stack):
+            label = f"`{name}({_code(arguments[0])})`"  # Python compares the elements: a `bool()` of each
+            return _Sync(call, label, f"{label} of a tensor in the training loop reads its elements to the host one "
+                         "by one, waiting for the GPU every step", no_fix_reason="the value is needed every step")
         if name == "print":
             tensor = next((arg for arg in arguments if self.tensors.is_tensor(arg, stack)), None)
             if tensor is not None:
