@@ -8,6 +8,7 @@ from speedfix.engine.findings import Applicability, LossCheck, Severity, Transfo
 from speedfix.engine.rule import Invalid, Rule, Valid
 from speedfix.fixes.codegen import append_args, keyword_arg
 from speedfix.model.arguments import find_argument
+from speedfix.model.choices import parameter_values
 from speedfix.model.frames import Stack
 from speedfix.model.index import CallSite
 from speedfix.model.networks import ConvWrapper, conv_wrapper
@@ -83,6 +84,33 @@ class ConvBiasBeforeBatchnorm(Rule):
     effect = "One broadcast add and its gradient less per convolution."
 
     VALID = [
+        Valid(  # pointMLP: the block's `bias=True` default, but the model passes on the `bias=False` every factory gives
+            """
+            from torch import nn
+
+
+            class ConvBNReLU1D(nn.Module):
+                def __init__(self, cin, cout, bias=True):
+                    super().__init__()
+                    self.net = nn.Sequential(nn.Conv1d(cin, cout, 1, bias=bias), nn.BatchNorm1d(cout), nn.ReLU())
+
+                def forward(self, x):
+                    return self.net(x)
+
+
+            class Model(nn.Module):
+                def __init__(self, dim=64, bias=True):
+                    super().__init__()
+                    self.embedding = ConvBNReLU1D(3, dim, bias=bias)
+
+                def forward(self, x):
+                    return self.embedding(x)
+
+
+            def point_mlp(**kwargs):
+                return Model(dim=64, bias=False, **kwargs)
+            """
+        ),
         Valid(  # the wrapper activates its convolution's output: the BatchNorm does not undo that bias
             """
             import torch
@@ -453,6 +481,10 @@ class ConvBiasBeforeBatchnorm(Rule):
     def _is(self, node: cst.BaseExpression | None, qualnames: set[str]) -> bool:
         return isinstance(node, cst.Call) and self.ctx.qualname(node.func) in qualnames
 
+    def _never_biased(self, name: cst.Name, site: CallSite) -> bool:
+        function = self.ctx.function_of(site.stack)
+        return isinstance(function, cst.FunctionDef) and parameter_values(self.ctx, function, name.value) == {False}
+
     def _report(self, conv: cst.BaseExpression) -> None:
         assert isinstance(conv, cst.Call)
         if conv not in self._found:
@@ -475,6 +507,8 @@ class ConvBiasBeforeBatchnorm(Rule):
                 bias = find_argument(self.ctx, site, *(wrapper.bias if wrapper is not None and wrapper.bias else ("bias", 7)))
                 if not bias.missing and isinstance(bias.node, cst.Name) and bias.node.value == "False":
                     continue
+                if not bias.missing and isinstance(bias.node, cst.Name) and self._never_biased(bias.node, site):
+                    continue  # a parameter every construction of the class sets to False
                 unset = bias.missing
             owner = self.ctx.class_of(site.stack) or self.ctx.function_of(site.stack)
             key = id(conv) if id(conv) in self._apart else id(owner)  # `# noqa` suppresses its own line alone

@@ -241,6 +241,14 @@ def _literal(node: cst.BaseExpression | None) -> object:
     return _UNKNOWN
 
 
+def parameter_values(ctx: FileContext, function: cst.FunctionDef, name: str) -> set[object] | None:
+    """The values the parameter ``name`` of ``function`` (a top-level function or a top-level
+    class's `__init__`) takes on the runs, as the module docstring says they are worked out; None
+    when they cannot be known. (pointMLP: every model factory passes `bias=False`, through `Model`
+    to the blocks it builds.)"""
+    return _values(ctx, function, name, 0)
+
+
 def _values(ctx: FileContext, function: cst.FunctionDef, name: str, depth: int) -> set[object] | None:
     """The values the parameter ``name`` of ``function`` takes on the runs (None: unknown);
     worked out once per parameter of a file."""
