@@ -657,8 +657,12 @@ def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, 
 
 @lru_cache(maxsize=256)
 def _any_of(names: frozenset[str]) -> Callable[[str], re.Match[str] | None]:
-    """A test of whether a text holds one of ``names`` (one regular expression for all)."""
-    return re.compile("|".join(map(re.escape, sorted(names, key=len, reverse=True)))).search if names else lambda _: None
+    """A test of whether a text holds one of ``names`` where a word ends (one regular expression
+    for all): what a command word that names the script ends with (`train.py`, `-m pkg.train`,
+    its console script), not `training` or `train_loader`."""
+    if not names:
+        return lambda _: None
+    return re.compile(f"(?:{'|'.join(map(re.escape, sorted(names, key=len, reverse=True)))})(?![\\w-])").search
 
 
 # Commands that read, copy or check a script rather than run it (MoCo's README: `diff main_moco.py
