@@ -98,6 +98,41 @@ def test_the_engine_loads_while_workers_read_the_project_facts(tmp_path, write, 
     assert len(serial.findings) >= 6
 
 
+def test_files_that_need_no_links_are_analysed_while_the_facts_are_read(tmp_path, write, train_script):
+    """Scripts that import no other scanned file need no project facts: their analysis starts on
+    a worker as soon as the engine is loaded, before the facts of the others are all read."""
+    import multiprocessing.pool
+
+    from speedfix.workspace.config import resolve_settings
+
+    for index in range(8):
+        write(f"pkg/helpers_{index}.py", "import torch\n\n\ndef to_device(batch):\n    return batch.cuda()\n")
+        write(f"pkg/train_{index}.py", f"from helpers_{index} import to_device\n" + train_script)
+        write(f"alone/train_{index}.py", train_script)
+    events: list[str] = []
+    original = multiprocessing.pool.Pool.__init__
+    facts = scan_module.ProjectReading.facts
+
+    def counting(self, processes=None, *args, **kwargs):
+        events.append(f"pool of {processes}")
+        original(self, processes, *args, **kwargs)
+
+    def reading(self, *args, **kwargs):
+        found = facts(self, *args, **kwargs)
+        events.append("facts read")
+        return found
+
+    settings = resolve_settings([tmp_path])
+    serial = scan_module.scan_paths([tmp_path], settings, jobs=1, use_cache=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(multiprocessing.pool.Pool, "__init__", counting)
+        patch.setattr(scan_module.ProjectReading, "facts", reading)
+        parallel = scan_module.scan_paths([tmp_path], settings, jobs=2, use_cache=False)
+    assert events == ["pool of 1", "pool of 1", "facts read"]  # the facts' worker, then the analysis's
+    assert [(f.path, f.line, f.code) for f in parallel.findings] == [(f.path, f.line, f.code) for f in serial.findings]
+    assert len({f.path for f in serial.findings}) >= 16
+
+
 def _wait_for(path: Path) -> None:
     for _ in range(3000):  # at most 30 s: a broken pool fails the test instead of hanging it
         if path.exists():

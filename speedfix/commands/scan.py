@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Iterator
 
 from speedfix.commands.measurements import apply_benches, find_benches
 from speedfix.commands.pinned import pinned_torch_notes, read_torch_pins
-from speedfix.commands.workers import Workers
+from speedfix.commands.workers import Started, Workers
 from speedfix.engine.findings import Finding, from_record, to_record
 from speedfix.engine.catalog import rule_name
 from speedfix.engine.results import SYNTAX_ERROR_CODE, SYNTAX_ERROR_NAME, Analysis, FileError, Note
@@ -489,22 +489,21 @@ def scan_paths(
             todo.extend(left)
             return [(targets[i], settings, details, links.get(targets[i].path), measured.get(targets[i].path)) for i in left]
 
-        # The files that need no other file's facts are planned while the facts are read, and
-        # analysed while this process links the others (``Workers.map``'s ``meanwhile``).
+        # The files that need no other file's facts are planned, and their analysis started,
+        # while the facts are read (once the engine is loaded: ``Workers.map``'s ``meanwhile``);
+        # the others are linked and handed out once the facts are in.
         alone, linked = project.split(targets)
-        first: list[Job] | None = None
+        started: list[Started] = []
 
-        def plan_alone() -> list:
-            nonlocal first
-            if first is None:
-                first = plan(alone)
+        def start_alone() -> list:
+            if not started:
+                started.append(workers.start(_analyse_to_record, plan(alone), done=None if progress is None else
+                                             lambda n: progress(len(analyses) + n, len(targets))))
             return []  # no more facts to read
 
-        facts = project.facts(cache, partial(workers.map, meanwhile=plan_alone), measured)
-        plan_alone()  # (done already, unless no facts were to be read)
-        assert first is not None
-        records = workers.map(_analyse_to_record, first, loaded=True, meanwhile=lambda: plan(linked, facts),
-                              done=None if progress is None else lambda n: progress(len(analyses) + n, len(targets)))
+        facts = project.facts(cache, partial(workers.map, meanwhile=start_alone), measured)
+        start_alone()  # (done already, unless no facts were to be read)
+        records = started[0].finish(lambda: plan(linked, facts))
         for index, record in zip(todo, records):
             analyses[index] = _from_record(record)
             key = keys.get(index)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
@@ -45,6 +45,7 @@ class Workers:
         self._pool: Pool | None = None  # where processes cannot be forked: a pool of its own
         self._pool_loaded = False  # started after the load
         self._size = 0
+        self._started: list[_Shared] = []  # steps begun by ``start``
 
     def load(self) -> None:
         if not self._loaded:
@@ -86,7 +87,26 @@ class Workers:
         self.load()  # while the workers run, if not yet: the next step will need it
         return _counted(results, done)
 
+    def start(self, function: Callable[[Item], Result], items: list[Item], *,
+              done: Callable[[int], None] | None = None) -> Started[Item, Result]:
+        """``map(function, items + more(), loaded=True, ...)`` begun now: where processes can be
+        forked and there are enough items, the workers start on them while this process goes on
+        with other work (the engine is loaded first); ``finish(more)`` hands them the items
+        ``more()`` lists, takes this process's share and returns every result, in order."""
+        import multiprocessing
+
+        if self.jobs > 1 and len(items) >= PARALLEL_FROM and "fork" in multiprocessing.get_all_start_methods():
+            self.load()
+            step = _Shared(function, items, done)
+            step.start(multiprocessing.get_context("fork"), min(self.jobs - 1, len(items)))
+            self._started.append(step)
+            return Started(lambda more: step.finish(lambda: None, more))
+        return Started(lambda more: self.map(function, items, loaded=True, meanwhile=more, done=done))
+
     def close(self) -> None:
+        for step in self._started:
+            step.close()
+        self._started.clear()
         if self._pool is not None:
             self._pool.terminate()
             self._pool = None
@@ -96,6 +116,16 @@ class Workers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Started(Generic[Item, Result]):
+    """A ``Workers.start``-ed map: ``finish(more)`` returns its results."""
+
+    def __init__(self, finish: Callable[[Callable[[], list[Item]]], list[Result]]) -> None:
+        self._finish = finish
+
+    def finish(self, more: Callable[[], list[Item]]) -> list[Result]:
+        return self._finish(more)
 
 
 def _counted(results: Any, done: Callable[[int], None] | None) -> list:
@@ -116,31 +146,48 @@ class _Shared:
         self.function = function
         self.items = items
         self.done = done
+        self.pool: Pool | None = None
 
     def run(self, context: BaseContext, size: int, load: Callable[[], None],
             meanwhile: Callable[[], list] | None) -> list:
+        self.start(context, size)
+        return self.finish(load, meanwhile)
+
+    def start(self, context: BaseContext, size: int) -> None:
+        """Fork ``size`` workers, which start on ``items`` at once."""
         global _STEP
         # Counters: the items claimed of ``items``, of the items ``meanwhile`` lists, the items done.
         self.claimed, self.claimed_more, self.finished = (context.Value("q", 0) for _ in range(3))
         _STEP = self
         try:
-            pool = context.Pool(size)
+            self.pool = context.Pool(size)
         finally:
             _STEP = None
+        self.pending = [self.pool.apply_async(_claim, (None,)) for _ in range(size)]
+        self.size = size
+
+    def finish(self, load: Callable[[], None], meanwhile: Callable[[], list] | None) -> list:
+        """``load()``, then the items ``meanwhile()`` lists handed to the workers too; this
+        process takes its share; every result, in order."""
+        assert self.pool is not None
         try:
-            pending = [pool.apply_async(_claim, (None,)) for _ in range(size)]
             load()
             extra = meanwhile() if meanwhile is not None else []
             if extra:
                 data = pickle.dumps(extra, pickle.HIGHEST_PROTOCOL)  # once, not once per worker
-                pending += [pool.apply_async(_claim_more, (data,)) for _ in range(size)]
+                self.pending += [self.pool.apply_async(_claim_more, (data,)) for _ in range(self.size)]
             mine = [*self.claim(None), *self.claim(extra)]
             results: list = [None] * (len(self.items) + len(extra))
-            for index, result in [*mine, *(pair for job in pending for pair in job.get())]:
+            for index, result in [*mine, *(pair for job in self.pending for pair in job.get())]:
                 results[index] = result
         finally:
-            pool.terminate()
+            self.close()
         return results
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool = None
 
     def claim(self, extra: list | None) -> list[tuple[int, object]]:
         """Claim items one at a time until none is left, of ``items`` (``extra`` None) or of
