@@ -376,21 +376,26 @@ def _find(ctx: FileContext) -> list[Launch]:
     installed = console_scripts(project)
     runners = (project.script, *_wrappers(project), *_importing_scripts(ctx, installed))
     commands = {name: path for name, path in installed.items() if path in runners}
-    named = _any_of(frozenset(_runner_names(runners) | set(commands)))
+    names = frozenset(_runner_names(runners) | set(commands))
+    named = _any_of(names)
     for path in launch_files(project):
         text = project.text(path)
         if text is None or not named(text):
             continue  # no command there can run the script
         try:
-            for logical_lines in kept_for_scan(("launch lines", path), lambda: _file_lines(path, text)):
-                found.extend(_commands(project, path, logical_lines, runners, commands))
+            # the lines that name the script, once per scan for the scripts of the same names
+            lines = kept_for_scan(("lines naming", path, names), lambda: [
+                line for block in kept_for_scan(("launch lines", path), lambda: _file_lines(path, text))
+                for line in block if named(line[1])])
+            found.extend(_commands(project, path, lines, runners, commands))
         except (ValueError, IndexError, KeyError) as exc:  # a line this reader cannot follow costs that
             # file's commands, not the script's analysis
             project.note(path, f"its commands were not read ({type(exc).__name__}: {exc})")
     docstring = _module_docstring(ctx)
     if docstring is not None:
         first, lines = docstring
-        found.extend(_commands(project, project.script, _logical_lines(first, lines), runners, commands))
+        found.extend(_commands(project, project.script, [line for line in _logical_lines(first, lines) if named(line[1])],
+                               runners, commands))
     if any((site.func or "").endswith(_ARGUMENT_FILE_READERS) for site in ctx.calls):
         found = [_with_argument_file(project, command) for command in found]
     return found
@@ -438,23 +443,27 @@ def _wrappers(project: ProjectFiles) -> list[Path]:
     top = project.top()
     if top in script.parents:
         modules.add(".".join(script.relative_to(top).with_suffix("").parts))
-    alternatives = "|".join(map(re.escape, modules))
-    pattern = re.compile(r"^\s*(?:from\s+(?:%s)\s+import\s+(\([^)]*\)|[^\n]*)|import\s+(?:%s)\b)" % (
-        alternatives, alternatives), re.MULTILINE)
     entry = _entry_calls(project.quiet_text(script) or "")  # (the analysis of the script says why it cannot be read)
     found = []
     for path in project.listing(script.parent, (".py",))[:_MAX_FILES]:
         text = project.text(path) or ""
         if path == script or "__main__" not in text:
             continue
-        for match in pattern.finditer(text):
+        for match in _IMPORT_LINE.finditer(text):
+            module = match.group(1) or match.group(3)
+            if module not in modules and not (match.group(3) and any(module.startswith(f"{m}.") for m in modules)):
+                continue
             # `from train import train`: the script's entry point; a module that takes only its
             # argument classes or data helpers (FastChat's `train_lora.py`) runs its own
-            imported = set(re.findall(r"\w+", match.group(1))) if match.group(1) is not None else None
+            imported = set(re.findall(r"\w+", match.group(2))) if match.group(1) is not None else None
             if imported is None or not entry or imported & entry:
                 found.append(path)
                 break
     return found
+
+
+# A line that imports a module: `from <module> import <names>` (1, 2) or `import <module>` (3)
+_IMPORT_LINE = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+(\([^)]*\)|[^\n]*)|import\s+([\w.]+))", re.MULTILINE)
 
 
 def _importing_scripts(ctx: FileContext, installed: dict[str, Path]) -> list[Path]:
@@ -621,16 +630,13 @@ def _expanded(lines: list[tuple[int, str, list[tuple[int, str]]]]) -> list[tuple
 
 def _commands(project: ProjectFiles, path: Path, logical_lines: list[tuple[int, str, list[tuple[int, str]]]],
               runners: tuple[Path, ...], installed: dict[str, Path]) -> list[Launch]:
-    """The commands of ``logical_lines`` (of ``path``) that run the script, or one of ``runners``
-    (a file beside it that imports it and runs its entry point), also through the console script
-    of the project that runs it (``installed``: `stylegan2_deepspeed`, or `` `which
-    stylegan2_deepspeed` `` after a launcher)."""
+    """The commands of ``logical_lines`` (of ``path``, those that name one of ``runners``) that
+    run the script, or one of ``runners`` (a file beside it that imports it and runs its entry
+    point), also through the console script of the project that runs it (``installed``:
+    `stylegan2_deepspeed`, or `` `which stylegan2_deepspeed` `` after a launcher)."""
     found = []
-    named = _any_of(frozenset(_runner_names(runners) | set(installed)))
     files = tuple(runner.name for runner in runners)
     for start, logical, physical in logical_lines:
-        if not named(logical):
-            continue
         words = kept_for_scan(("held words", logical), lambda: _held_command(kept_for_scan(
             ("words", logical), lambda: _words(logical))))
         if words and not _COMMAND_WORD.match(words[0]):
