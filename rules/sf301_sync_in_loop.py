@@ -567,6 +567,27 @@ class SyncInLoop(BranchTracker, Rule):
                 optimizer.step()
             """,
         ),
+        Invalid(  # the lengths come back from the trainer's own method, as one element of the tuple it returns
+            """
+            import torch
+
+            class Solver:
+                def __init__(self):
+                    self.model = Net().cuda()
+
+                def fetch_data(self, data):
+                    feat, txt = data
+                    txt = txt.cuda()
+                    return feat.cuda(), txt, torch.sum(txt != 0, dim=-1)
+
+                def exec(self):
+                    for data in self.loader:
+                        feat, txt, txt_len = self.fetch_data(data)
+                        loss = self.model(feat, max(txt_len)).sum()
+                        loss.backward()
+                        self.optimizer.step()
+            """,
+        ),
         Invalid(  # a hand-written gradient norm (LSTNet's `Optim.step`): one wait per parameter, every step
             """
             import math

@@ -24,7 +24,7 @@ import libcst as cst
 from speedfix.model.attention import module_built_by
 from speedfix.model.context import FileContext
 from speedfix.model.flow import returned_values
-from speedfix.model.frames import Stack, class_of_method, function_of
+from speedfix.model.frames import Frame, FrameKind, Stack, class_of_method, function_of
 from speedfix.model.index import Assignment
 from speedfix.model.loaders import Place, tensor_place
 from speedfix.model.patterns import BatchNames
@@ -270,14 +270,31 @@ class Tensors:
                 for target, assignments in ctx.assignments.items():
                     for assignment in assignments:
                         names = result.setdefault(ctx.function_of(assignment.stack), set())
-                        if target not in names and not assignment.unpacked \
-                                and self.holds_tensor(assignment.value, assignment.stack, names):
+                        if target not in names and (self._returns_tensor_at(assignment, result) if assignment.unpacked
+                                                    else self.holds_tensor(assignment.value, assignment.stack, names)):
                             names.add(target)
             for function, names in host.items():
                 result.get(function, set()).difference_update(names)
             if handed == 2 or not self._hand_on(result, host):
                 break
         return result
+
+    def _returns_tensor_at(self, assignment: Assignment, result: dict[cst.CSTNode | None, set[str]]) -> bool:
+        """`feat, txt, txt_len = self.fetch_data(data)` (End-to-end-ASR's solver): every `return`
+        of the function of this file that the call runs gives a tuple whose element at the
+        target's place holds a tensor there."""
+        call, position = assignment.value, assignment.position
+        site = self.ctx.site_of(call) if isinstance(call, cst.Call) and position is not None else None
+        if site is None:
+            return False
+        callees = self.ctx.local_callees(site)
+        if len(callees) != 1:
+            return False
+        names = result.get(callees[0].node, set())
+        inside = (*callees[0].stack, Frame(FrameKind.FUNCTION, callees[0].node))
+        returns = [node.value for node in walk_expression(callees[0].node.body) if isinstance(node, cst.Return)]
+        return bool(returns) and all(
+            isinstance(value, cst.Tuple) and position < len(value.elements) and self.holds_tensor(value.elements[position].value, inside, names) for value in returns)
 
     def _hand_on(self, result: dict[cst.CSTNode | None, set[str]], host: dict[cst.CSTNode | None, set[str]]) -> bool:
         """Give a method of the class the tensors a method hands it (`self.get_accuracy(logits,
