@@ -123,6 +123,20 @@ def test_the_config_path_the_commands_give_is_composed_for_each_run(write, run_c
     assert "cli/conf/pretrain/default.yaml:5:3: SF901" in found and "cli/conf/finetune/default.yaml:6:3: SF901" in found
 
 
+def test_the_trainer_section_of_each_config_name_the_commands_give_is_read(write, run_cli, tmp_path):
+    """Ezspeech: `pl.Trainer(**config.trainer)` under `@hydra.main(config_name="ctc")`, and the
+    README runs `--config-name=ctc` and `--config-name=ctc_llm`: both trainers are read."""
+    write("scripts/train.py", "import hydra\nimport lightning as L\n\n\n"
+                              "@hydra.main(version_base=None, config_path='../config', config_name='ctc')\n"
+                              "def main(config):\n    trainer = L.Trainer(**config.trainer)\n    trainer.fit(build(config))\n")
+    write("config/ctc.yaml", "model: {}\ntrainer:\n  accelerator: gpu\n  precision: 16-mixed\n")
+    write("config/ctc_llm.yaml", "model: {}\ntrainer:\n  accelerator: gpu\n  precision: 32\n")
+    write("README.md", "```\npython scripts/train.py --config-name=ctc\npython scripts/train.py --config-name=ctc_llm\n```\n")
+    found = run_cli("scan", ".", "--select", "SF901", "--no-summary", "--no-cache", cwd=tmp_path).stdout
+    assert "config/ctc_llm.yaml:4:3: SF901 The `Trainer` given `config.trainer` (config/ctc_llm.yaml) trains in fp32" in found
+    assert "(config/ctc.yaml) trains in fp32" not in found  # that run has mixed precision (fp16) already
+
+
 def test_a_hydra_0x_main_names_its_config_file_in_config_path(write, run_cli, tmp_path):
     # hydra 0.x: `@hydra.main(config_path="conf/train.yaml")`, the file itself, no `config_name`
     write("train.py", "import hydra\nimport lightning as L\n\n\n@hydra.main(config_path='conf/train.yaml', strict=True)\n"

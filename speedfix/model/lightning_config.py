@@ -359,22 +359,23 @@ def _loaded(ctx: FileContext) -> list[ConfiguredTrainer]:
     (``loaded_config``): the section's lines are the Trainer's settings."""
     found = []
     for site in ctx.calls_to(*LIGHTNING_TRAINER):
-        sections = [(arg, node) for arg in site.node.args if arg.star == "**"
-                    and (node := _section_node(ctx, arg.value, site)) is not None and isinstance(node.value, dict)]
+        sections = [(arg, nodes) for arg in site.node.args if arg.star == "**"
+                    and (nodes := [node for node in _section_nodes(ctx, arg.value, site) if isinstance(node.value, dict)])]
         if not sections:
             found.extend(_launched_section(ctx, site))
             continue
-        arg, section = sections[0]
-        label = f"the `Trainer` given `{code_of(arg.value)}` ({display_path(section.where.path)})"
-        trainer = ConfiguredTrainer("yaml", site, label, add_at=section.at)
-        for key, child in section.value.items():
-            trainer.settings[key] = TrainerValue(UNKNOWN if is_interpolation(child.value) else child.plain(), child.at)
-        _call_arguments(ctx, trainer, [other for other in site.node.args if other is not arg], site)
-        trainer.lightning_1x = _lightning_1x(ctx, trainer)
-        hint = section.commented_key("precision")
-        if hint is not None:
-            trainer.commented["precision"] = hint
-        found.append(trainer)
+        arg, nodes = sections[0]
+        for section in nodes:  # hydra: the section of each config the launch commands pick
+            label = f"the `Trainer` given `{code_of(arg.value)}` ({display_path(section.where.path)})"
+            trainer = ConfiguredTrainer("yaml", site, label, add_at=section.at)
+            for key, child in section.value.items():
+                trainer.settings[key] = TrainerValue(UNKNOWN if is_interpolation(child.value) else child.plain(), child.at)
+            _call_arguments(ctx, trainer, [other for other in site.node.args if other is not arg], site)
+            trainer.lightning_1x = _lightning_1x(ctx, trainer)
+            hint = section.commented_key("precision")
+            if hint is not None:
+                trainer.commented["precision"] = hint
+            found.append(trainer)
     return found
 
 
@@ -420,17 +421,18 @@ def _written_into(ctx: FileContext, trainer: ConfiguredTrainer, names: list[str]
                 trainer.complete = False
 
 
-def _section_node(ctx: FileContext, expr: cst.BaseExpression, site: CallSite) -> Node | None:
-    """The section a `**expr` unpacks: of a YAML file the script loads, or of the config hydra
-    composes for its main (`pl.Trainer(**config.trainer)`: `trainer/default.yaml`)."""
+def _section_nodes(ctx: FileContext, expr: cst.BaseExpression, site: CallSite) -> list[Node]:
+    """The section a `**expr` unpacks: of a YAML file the script loads, or of the configs hydra
+    composes for its main (`pl.Trainer(**config.trainer)`: `trainer/default.yaml`; one per config
+    the launch commands pick with `--config-name`)."""
     node = loaded_node(ctx, expr, site.stack)
     if node is not None:
-        return node
+        return [node]
     resolved = config_of(ctx, expr)
     if resolved is None or not resolved[1] or resolved[0].composed is None:
-        return None
+        return []
     main, keys = resolved
-    return main.composed.tree.get(*keys)
+    return [node for composed in (main.composed, *main.variants) if (node := composed.tree.get(*keys)) is not None]
 
 
 def _call_arguments(ctx: FileContext, trainer: ConfiguredTrainer, args: Sequence[cst.Arg], site: CallSite) -> None:
