@@ -516,6 +516,22 @@ def test_deepspeed_fp32_advice_names_fp16_on_v100_job_scripts(write, run_cli, tm
     assert '`"bf16": {"enabled": true}` runs' in run_cli("scan", ".", "--select", "SF905", "--no-summary", cwd=tmp_path).stdout
 
 
+def test_a_small_network_of_another_file_handed_to_deepspeed_weighs_its_fp32_advice(write, run_cli, tmp_path):
+    """deepspeedtrial: `model = FashionModel().cuda()`, a 238K-parameter MLP of `model.py`, handed
+    to `deepspeed.initialize` (the config names the optimizer): the engine's fp32 costs little."""
+    write("model.py", "import torch\n\n\nclass FashionModel(torch.nn.Module):\n    def __init__(self):\n"
+          "        super().__init__()\n        self.seq = torch.nn.Sequential(torch.nn.Linear(784, 300), torch.nn.ReLU(),"
+          " torch.nn.Linear(300, 10))\n\n    def forward(self, x):\n        return self.seq(x)\n")
+    write("train.py", "import deepspeed\nfrom model import FashionModel\n\nmodel = FashionModel().cuda()\n"
+          "model, _, _, _ = deepspeed.initialize(args=args, model=model, model_parameters=model.parameters())\n"
+          "for x, y in loader:\n    model.backward(loss_fn(model(x.cuda()), y.cuda()))\n    model.step()\n")
+    write("ds_config.json", '{"train_batch_size": 32, "optimizer": {"type": "Adam"}}\n')
+    write("run.sh", "deepspeed train.py --deepspeed --deepspeed_config ds_config.json\n")
+    result = run_cli("scan", ".", "--select", "SF905", "--no-summary", "--no-cache", cwd=tmp_path).stdout
+    assert 'ds_config.json:1:1: SF905 the DeepSpeed config enables neither "bf16" nor "fp16"' in result
+    assert "trains in fp32" in result and "(impact: medium)" in result and "(impact: high)" not in result
+
+
 @pytest.mark.parametrize("enabled, reported", [('"true"', True), ('"True"', True), ('"false"', False), ("true", True)])
 def test_deepspeed_reads_enabled_written_as_a_string(write, run_cli, tmp_path, enabled, reported):
     """EAGLE's `"fp16": {"enabled": "true"}`: DeepSpeed's config models read the string as a

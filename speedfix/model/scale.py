@@ -16,7 +16,7 @@ from weakref import WeakKeyDictionary
 
 import libcst as cst
 
-from speedfix.model.arguments import literal_int
+from speedfix.model.arguments import find_argument, literal_int
 from speedfix.model.context import FileContext
 from speedfix.model.flow import assigned_name, is_returned, returned_at
 from speedfix.model.frames import FrameKind, Stack
@@ -545,12 +545,29 @@ def largest_trained_model(ctx: FileContext) -> int | None:
             continue
         counts += [parameter_estimate(ctx, b.built, b.assignment.stack)
                    for b in builds(ctx, model, site.stack, site.statement)] or [None]
+    if not counts:
+        counts = _engine_models(ctx)
     if counts and None not in counts:
         return max(counts)  # type: ignore[type-var]
     stated = estimated_parameters(ctx)  # a Hugging Face config or checkpoint that states its size
     if stated is None:
         return None
     return max([stated] + [count for count in counts if count is not None])
+
+
+def _engine_models(ctx: FileContext) -> list[int | None]:
+    """The parameters of each model handed to `deepspeed.initialize(model=...)`, whose optimizer
+    its config names (deepspeedtrial: `model = FashionModel().cuda()`, an MLP of `model.py`)."""
+    counts: list[int | None] = []
+    for site in ctx.calls_to("deepspeed.initialize"):
+        model = find_argument(ctx, site, "model", 1).node
+        if not isinstance(model, cst.Name):
+            continue
+        made = [(peel(ctx, assignment.value), assignment.stack)
+                for assignment in fresh_assignments(ctx, model.value, site.stack, site.statement)]
+        counts += [parameter_estimate(ctx, built, stack) if isinstance(built, cst.Call) else None
+                   for built, stack in made] or [None]
+    return counts
 
 
 @per_file
