@@ -682,7 +682,20 @@ def test_a_class_built_only_for_an_option_value_no_run_gives_is_left_out(run_cli
         for t in range(1000000):
             policy.train(replay_buffer, 256)
         """)
-    agent = """\
+    agent = AGENT_WITH_SYNC
+    write("TD3.py", agent.format(name="TD3"))
+    write("DDPG.py", agent.format(name="DDPG"))
+    write("run_experiments.sh", launch)
+    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", "--no-cache", cwd=tmp_path)
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("TD3.py:") for line in lines), result.stdout
+    assert any(line.startswith("DDPG.py:") and "note:" not in line for line in lines) is not left_out, result.stdout
+    note = ("DDPG.py: note: 1 finding in `DDPG` (built only where `--policy` is `DDPG`, which no launch command or "
+            "README of the project gives and which is not its default) left out: no run builds them")
+    assert (note in lines) is left_out, result.stdout
+
+
+AGENT_WITH_SYNC = """\
         import torch
 
         class {name}:
@@ -698,16 +711,29 @@ def test_a_class_built_only_for_an_option_value_no_run_gives_is_left_out(run_cli
                 self.actor_optimizer.step()
                 print(loss.item())
         """
-    write("TD3.py", agent.format(name="TD3"))
-    write("DDPG.py", agent.format(name="DDPG"))
-    write("run_experiments.sh", launch)
-    result = run_cli("scan", ".", "--select", "SF301", "--no-summary", "--no-cache", cwd=tmp_path)
-    lines = result.stdout.splitlines()
-    assert any(line.startswith("TD3.py:") for line in lines), result.stdout
-    assert any(line.startswith("DDPG.py:") and "note:" not in line for line in lines) is not left_out, result.stdout
-    note = ("DDPG.py: note: 1 finding in `DDPG` (built only where `--policy` is `DDPG`, which no launch command or "
-            "README of the project gives and which is not its default) left out: no run builds them")
-    assert (note in lines) is left_out, result.stdout
+
+
+def test_a_file_python_cannot_parse_may_build_the_class_another_file_builds_only_under_an_option(
+        run_cli, tmp_path, write):
+    """knowledge-distillation-pytorch: `count_model_size.py` builds `net.Net` only where `--model`
+    is `cnn` (default `resnet18`), and `train.py`, old code Python no longer parses (`.cuda(
+    async=True)`), builds it in its runs: its construction is unseen, so `Net` is not left out."""
+    write("count_model_size.py", """\
+        import argparse
+        import model.net as net
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--model", default="resnet18")
+        args = parser.parse_args()
+        if args.model == "cnn":
+            model = net.Net()
+        """)
+    write("model/__init__.py", "")
+    write("model/net.py", AGENT_WITH_SYNC.format(name="Net"))
+    scan = ("scan", ".", "--select", "SF301", "--no-summary", "--no-cache")
+    assert "left out: no run builds them" in run_cli(*scan, cwd=tmp_path).stdout
+    write("train.py", "import model.net as net\nmodel = net.Net()\nx = batch.cuda(async=True)\n")
+    result = run_cli(*scan, cwd=tmp_path).stdout
+    assert "left out: no run builds them" not in result and "model/net.py:" in result, result
 
 
 GNN_LAYERS = """\

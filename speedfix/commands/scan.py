@@ -301,6 +301,12 @@ class ProjectReading:
             linked = link(facts, self.roots, lambda real: display_path(self.by_real[real]))
             wanted = {real_path(target.path) for target in targets}
             links = {self.by_real[real]: found for real, found in linked.items() if real in self.scanned and real in wanted}
+            unread = [self.sources[self.by_real[real]] for real in self.candidates if real not in facts]
+            for path, found in links.items():  # a file Python cannot parse may build them too, unseen
+                if found.built_under and unread:
+                    links[path] = replace(found, built_under=(*found.built_under, *(
+                        (name, ()) for name in {name for name, _ in found.built_under}
+                        if any(name.encode() in text for text in unread))))
         for target in targets:
             data = self.sources.get(target.path)
             if data is not None and target.path not in links and real_path(target.path) in self.scanned:
