@@ -146,7 +146,9 @@ class _Shared:
         self.function = function
         self.items = items
         self.done = done
-        self.pool: Pool | None = None
+        self.pool: Pool | None = None  # the forked workers (``start``)
+        self.pending: list = []  # their tasks' results to come
+        self.size = 0
 
     def run(self, context: BaseContext, size: int, load: Callable[[], None],
             meanwhile: Callable[[], list] | None) -> list:
