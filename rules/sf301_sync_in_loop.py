@@ -553,6 +553,27 @@ class SyncInLoop(BranchTracker, Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a GAN's iteration: discriminator steps in an inner loop, then the generator's: one finding
+            """
+            import torch
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter()
+            for step in range(100000):
+                for _ in range(5):
+                    real = next(looper).cuda()
+                    loss_d = net_D(real).mean() - net_D(net_G(torch.randn(64, 128, device="cuda")).detach()).mean()
+                    optim_D.zero_grad()
+                    loss_d.backward()
+                    optim_D.step()
+                    pbar.set_postfix(loss="%.4f" % loss_d)
+                writer.add_scalar("loss", loss_d, step)
+                loss_g = -net_D(net_G(torch.randn(128, 128, device="cuda"))).mean()
+                optim_G.zero_grad()
+                loss_g.backward()
+                optim_G.step()
+            """,
+        ),
         Invalid(  # Python's `max` of a CUDA tensor compares its elements one by one (End-to-end-ASR's text lengths)
             """
             import torch
@@ -1265,6 +1286,7 @@ class SyncInLoop(BranchTracker, Rule):
             scope = ctx.step_scope(candidate.stack)
             if rare_path(ctx, candidate.branches, scope) is not None:
                 continue
+            scope = ctx.iteration_scope(candidate.stack)  # a GAN's inner discriminator loop: the same iteration
             if candidate.statement is not None and in_no_run(ctx, candidate.statement, candidate.stack):
                 continue  # `if args.print_loss:` with a `store_true` flag that no launch command passes
             sync = self._sync(candidate)

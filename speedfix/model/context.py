@@ -409,6 +409,16 @@ class FileContext(FileIndex):
                 return frame.node
         return None
 
+    def iteration_scope(self, stack: Stack) -> cst.CSTNode | None:
+        """``step_scope``, widened to the outermost step loop of the same function around it: a
+        GAN's discriminator steps in a loop inside the generator's step loop are one iteration."""
+        scope = self.step_scope(stack)
+        if scope is None or not any(frame.kind is FrameKind.LOOP and frame.node is scope for frame in stack):
+            return scope
+        start = max((index + 1 for index, frame in enumerate(stack) if frame.kind is FrameKind.FUNCTION), default=0)
+        return next((frame.node for frame in stack[start:] if frame.kind is FrameKind.LOOP and frame.node in self.step_loops),
+                    scope)
+
 
 def _step_around(stack: Stack, steps: dict[cst.CSTNode, str | None], every_step: frozenset[int]) -> str | None:
     """The class of the training step whose own body (not under a periodic guard, other than
