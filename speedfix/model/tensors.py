@@ -294,7 +294,8 @@ class Tensors:
         inside = (*callees[0].stack, Frame(FrameKind.FUNCTION, callees[0].node))
         returns = [node.value for node in walk_expression(callees[0].node.body) if isinstance(node, cst.Return)]
         return bool(returns) and all(
-            isinstance(value, cst.Tuple) and position < len(value.elements) and self.holds_tensor(value.elements[position].value, inside, names) for value in returns)
+            isinstance(value, cst.Tuple) and position < len(value.elements)
+            and self.holds_tensor(value.elements[position].value, inside, names) for value in returns)
 
     def _hand_on(self, result: dict[cst.CSTNode | None, set[str]], host: dict[cst.CSTNode | None, set[str]]) -> bool:
         """Give a method of the class the tensors a method hands it (`self.get_accuracy(logits,
