@@ -432,7 +432,9 @@ def _section_nodes(ctx: FileContext, expr: cst.BaseExpression, site: CallSite) -
     if resolved is None or not resolved[1] or resolved[0].composed is None:
         return []
     main, keys = resolved
-    return [node for composed in (main.composed, *main.variants) if (node := composed.tree.get(*keys)) is not None]
+    found = {(node.at, repr(node.plain())): node for composed in (main.composed, *main.variants)
+             if (node := composed.tree.get(*keys)) is not None}
+    return list(found.values())  # configs that share their trainer file, unchanged, give it once
 
 
 def _call_arguments(ctx: FileContext, trainer: ConfiguredTrainer, args: Sequence[cst.Arg], site: CallSite) -> None:
